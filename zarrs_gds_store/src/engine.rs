@@ -1,0 +1,359 @@
+//! The device read engine: many host reads in flight on a thread pool, each into a pinned staging
+//! buffer that is allocated once and reused, each followed by an async copy to the device on the
+//! worker's own stream (what kvikio calls compat mode).
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaStream};
+use rayon::prelude::*;
+
+use crate::DeviceReadError;
+
+/// The environment variable that sets the number of reader threads.
+pub const NTHREADS_ENV: &str = "ZARRS_GDS_NTHREADS";
+/// The environment variable that sets the task size in bytes (reads are split into such pieces).
+pub const TASK_SIZE_ENV: &str = "ZARRS_GDS_TASK_SIZE";
+
+/// A device address (`CUdeviceptr`).
+pub type DevicePtr = sys::CUdeviceptr;
+
+/// The CUDA primary context of device `ordinal`, created once per process.
+///
+/// # Errors
+/// Returns [`DeviceReadError::NoCuda`] when the driver library is missing or the device cannot be
+/// opened, with what to check.
+pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>, DeviceReadError> {
+    static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<CudaContext>>>> = OnceLock::new();
+    // SAFETY: only probes whether the driver library can be loaded.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(DeviceReadError::NoCuda(
+            "the NVIDIA driver library (libcuda.so) was not found: install the NVIDIA driver or run on a GPU machine"
+                .into(),
+        ));
+    }
+    let mut contexts = CONTEXTS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(ctx) = contexts.get(&ordinal) {
+        return Ok(ctx.clone());
+    }
+    let count = {
+        result::init().map_err(|e| DeviceReadError::NoCuda(format!("cuInit failed: {e}")))?;
+        CudaContext::device_count().map_err(|e| DeviceReadError::NoCuda(format!("counting devices: {e}")))?
+    };
+    if ordinal >= count.max(0) as usize {
+        return Err(DeviceReadError::NoCuda(format!("device {ordinal} requested but {count} CUDA device(s) found")));
+    }
+    let ctx = CudaContext::new(ordinal).map_err(|e| DeviceReadError::NoCuda(format!("opening device {ordinal}: {e}")))?;
+    contexts.insert(ordinal, ctx.clone());
+    Ok(ctx)
+}
+
+/// Page-locked host memory, allocated once and reused.
+pub struct PinnedBuffer {
+    ptr: *mut u8,
+    len: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the buffer is plain host memory owned by this value; access is through &/&mut self.
+unsafe impl Send for PinnedBuffer {}
+// SAFETY: as above; shared references only read.
+unsafe impl Sync for PinnedBuffer {}
+
+impl PinnedBuffer {
+    /// Allocate `len` bytes of pinned host memory (cacheable, so the CPU may also read it fast).
+    ///
+    /// # Errors
+    /// Returns the driver's error when the allocation fails.
+    pub fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, DeviceReadError> {
+        ctx.bind_to_thread().map_err(DeviceReadError::cuda("binding the CUDA context"))?;
+        // SAFETY: a plain allocation; the memory is owned by the returned value and freed on drop.
+        let ptr = unsafe { result::malloc_host(len.max(1), 0) }
+            .map_err(DeviceReadError::cuda("allocating pinned host memory"))?;
+        Ok(Self { ptr: ptr.cast(), len, ctx: ctx.clone() })
+    }
+
+    /// The buffer's bytes.
+    #[must_use]
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len bytes for as long as self lives; cuMemHostAlloc zero-fills
+        // nothing, but every byte is a valid u8.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The buffer's bytes, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in as_slice, and &mut self makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+
+    /// The buffer's length in bytes.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer is empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: ptr came from cuMemHostAlloc and is freed once; copies from it were synchronized
+        // by their owners before the buffer is dropped.
+        let _ = unsafe { result::free_host(self.ptr.cast::<c_void>()) };
+    }
+}
+
+/// Settings of a [`DeviceReader`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct DeviceReaderOptions {
+    /// Reader threads (each with its own stream and two pinned buffers).
+    pub threads: usize,
+    /// Reads are split into pieces of at most this many bytes (each a task on the pool).
+    pub task_size: usize,
+}
+
+impl Default for DeviceReaderOptions {
+    /// All cores, 4 MiB tasks; `ZARRS_GDS_NTHREADS` and `ZARRS_GDS_TASK_SIZE` override.
+    fn default() -> Self {
+        let env = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&v| v > 0);
+        let cores = std::thread::available_parallelism().map_or(8, std::num::NonZero::get);
+        Self { threads: env(NTHREADS_ENV).unwrap_or(cores).min(256), task_size: env(TASK_SIZE_ENV).unwrap_or(4 << 20) }
+    }
+}
+
+impl DeviceReaderOptions {
+    /// Set the number of reader threads.
+    #[must_use]
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
+        self
+    }
+
+    /// Set the task size in bytes.
+    #[must_use]
+    pub fn with_task_size(mut self, task_size: usize) -> Self {
+        self.task_size = task_size.max(4096);
+        self
+    }
+}
+
+/// One device destination of a transfer: `len` bytes at `dst`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceTransfer {
+    /// Where the bytes land.
+    pub dst: DevicePtr,
+    /// How many bytes.
+    pub len: usize,
+}
+
+/// Where the bytes of a transfer come from, read in pieces from many threads at once.
+pub trait PieceSource: Sync {
+    /// Fill `buf` with bytes `offset..offset + buf.len()` of transfer `transfer`.
+    /// Returns `Ok(false)` when the transfer's source does not exist (a missing key).
+    ///
+    /// # Errors
+    /// Returns an error when the source cannot be read.
+    fn read_host(&self, transfer: usize, offset: u64, buf: &mut [u8]) -> Result<bool, DeviceReadError>;
+
+    /// Whether transfer `transfer` is read straight into device memory by [`Self::read_device`].
+    fn is_direct(&self, _transfer: usize) -> bool {
+        false
+    }
+
+    /// Read bytes `offset..offset + len` of transfer `transfer` straight to `dst` (GPUDirect).
+    ///
+    /// # Errors
+    /// Returns an error when the source cannot be read.
+    fn read_device(&self, transfer: usize, offset: u64, dst: DevicePtr, len: usize) -> Result<bool, DeviceReadError> {
+        let _ = (transfer, offset, dst, len);
+        Err(DeviceReadError::GdsUnavailable("this source has no direct device reads".into()))
+    }
+}
+
+struct Worker {
+    stream: Arc<CudaStream>,
+    slots: [(PinnedBuffer, CudaEvent, bool); 2],
+    next: usize,
+}
+
+/// Reads host-side sources into device memory: a thread pool, a pinned buffer pair and a stream
+/// per thread, all made once and reused by every read.
+pub struct DeviceReader {
+    ctx: Arc<CudaContext>,
+    pool: rayon::ThreadPool,
+    workers: Vec<Mutex<Worker>>,
+    options: DeviceReaderOptions,
+}
+
+impl DeviceReader {
+    /// Create a reader on `ctx`: allocates `threads x 2 x task_size` bytes of pinned memory.
+    ///
+    /// # Errors
+    /// Returns an error when the streams, events or pinned memory cannot be made.
+    pub fn new(ctx: Arc<CudaContext>, options: DeviceReaderOptions) -> Result<Self, DeviceReadError> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(options.threads)
+            .thread_name(|i| format!("zarrs-gds-{i}"))
+            .build()
+            .map_err(|e| DeviceReadError::NoCuda(format!("starting reader threads: {e}")))?;
+        let workers = (0..options.threads)
+            .map(|_| {
+                let stream = ctx.new_stream().map_err(DeviceReadError::cuda("creating a stream"))?;
+                let slot = || -> Result<_, DeviceReadError> {
+                    Ok((
+                        PinnedBuffer::new(&ctx, options.task_size)?,
+                        ctx.new_event(None).map_err(DeviceReadError::cuda("creating an event"))?,
+                        false,
+                    ))
+                };
+                Ok(Mutex::new(Worker { stream, slots: [slot()?, slot()?], next: 0 }))
+            })
+            .collect::<Result<Vec<_>, DeviceReadError>>()?;
+        Ok(Self { ctx, pool, workers, options })
+    }
+
+    /// The shared reader of device `ordinal` with default options, made on first use.
+    ///
+    /// # Errors
+    /// Returns an error when there is no usable device or the reader cannot be made.
+    pub fn shared(ordinal: usize) -> Result<Arc<Self>, DeviceReadError> {
+        static READERS: OnceLock<Mutex<HashMap<usize, Arc<DeviceReader>>>> = OnceLock::new();
+        let mut readers = READERS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(reader) = readers.get(&ordinal) {
+            return Ok(reader.clone());
+        }
+        let reader = Arc::new(Self::new(cuda_context(ordinal)?, DeviceReaderOptions::default())?);
+        readers.insert(ordinal, reader.clone());
+        Ok(reader)
+    }
+
+    /// The CUDA context this reader copies into.
+    #[must_use]
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The reader's settings.
+    #[must_use]
+    pub fn options(&self) -> &DeviceReaderOptions {
+        &self.options
+    }
+
+    /// Run a closure on the reader's thread pool (for work that should share its threads).
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(f)
+    }
+
+    /// Read every transfer's bytes from `source` into its device destination. Returns, per
+    /// transfer, whether its source existed; a missing source leaves its destination unwritten.
+    /// The device memory is written when this returns.
+    ///
+    /// # Safety
+    /// Every destination must be valid device memory of this reader's context for `len` bytes,
+    /// and no two destinations may overlap.
+    ///
+    /// # Errors
+    /// Returns the first error of any piece; the other pieces are still waited for.
+    pub unsafe fn transfer(
+        &self,
+        transfers: &[DeviceTransfer],
+        source: &dyn PieceSource,
+    ) -> Result<Vec<bool>, DeviceReadError> {
+        let task = self.options.task_size as u64;
+        let pieces: Vec<(usize, u64, usize)> = transfers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, t)| {
+                let len = t.len as u64;
+                (0..len.div_ceil(task)).map(move |p| (i, p * task, (len - p * task).min(task) as usize))
+            })
+            .collect();
+        let missing: Vec<AtomicBool> = transfers.iter().map(|_| AtomicBool::new(false)).collect();
+        let found: Vec<AtomicBool> = transfers.iter().map(|_| AtomicBool::new(false)).collect();
+        let result: Result<(), DeviceReadError> = self.pool.install(|| {
+            pieces.par_iter().try_for_each(|&(i, offset, len)| {
+                let dst = transfers[i].dst + offset;
+                let present = if source.is_direct(i) {
+                    self.ctx.bind_to_thread().map_err(DeviceReadError::cuda("binding the CUDA context"))?;
+                    source.read_device(i, offset, dst, len)?
+                } else {
+                    self.piece_via_pinned(source, i, offset, len, dst)?
+                };
+                if present { &found[i] } else { &missing[i] }.store(true, Ordering::Relaxed);
+                Ok(())
+            })
+        });
+        // Wait for every copy in flight, also after an error: the pinned buffers are reused.
+        let synced = self.synchronize();
+        result?;
+        synced?;
+        transfers
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match (found[i].load(Ordering::Relaxed), missing[i].load(Ordering::Relaxed)) {
+                (true, true) => Err(DeviceReadError::Storage(zarrs_storage::StorageError::Other(format!(
+                    "transfer {i} ({} bytes): its source disappeared during the read",
+                    t.len
+                )))),
+                (present, _) => Ok(present || t.len == 0),
+            })
+            .collect()
+    }
+
+    fn piece_via_pinned(
+        &self,
+        source: &dyn PieceSource,
+        transfer: usize,
+        offset: u64,
+        len: usize,
+        dst: DevicePtr,
+    ) -> Result<bool, DeviceReadError> {
+        let index = rayon::current_thread_index().unwrap_or(0) % self.workers.len();
+        let mut worker = self.workers[index].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let worker = &mut *worker;
+        let slot_index = worker.next;
+        worker.next ^= 1;
+        let (buffer, event, in_use) = &mut worker.slots[slot_index];
+        if *in_use {
+            // The copy that last used this buffer must finish before it is overwritten.
+            event.synchronize().map_err(DeviceReadError::cuda("waiting for a host-to-device copy"))?;
+            *in_use = false;
+        }
+        let host = &mut buffer.as_mut_slice()[..len];
+        if !source.read_host(transfer, offset, host)? {
+            return Ok(false);
+        }
+        self.ctx.bind_to_thread().map_err(DeviceReadError::cuda("binding the CUDA context"))?;
+        // SAFETY: dst is valid for len bytes (the caller's contract); the host buffer stays
+        // untouched until the event recorded after the copy completes.
+        unsafe { result::memcpy_htod_async(dst, &*host, worker.stream.cu_stream()) }
+            .map_err(DeviceReadError::cuda("copying to the device"))?;
+        event.record(&worker.stream).map_err(DeviceReadError::cuda("recording an event"))?;
+        *in_use = true;
+        Ok(true)
+    }
+
+    fn synchronize(&self) -> Result<(), DeviceReadError> {
+        let mut first = Ok(());
+        for worker in &self.workers {
+            let mut worker = worker.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let synced = worker.stream.synchronize().map_err(DeviceReadError::cuda("waiting for copies"));
+            for slot in &mut worker.slots {
+                slot.2 = false;
+            }
+            if first.is_ok() {
+                first = synced;
+            }
+        }
+        first
+    }
+}

@@ -1,0 +1,40 @@
+//! A GPUDirect Storage backed filesystem store for [zarrs](https://docs.rs/zarrs).
+//!
+//! [`GdsStore`] implements zarrs' readable, writable and listable storage traits over a directory
+//! laid out as the [Zarr filesystem store](https://zarr-specs.readthedocs.io/en/latest/v3/stores/filesystem/index.html),
+//! and adds reads of keys and byte ranges straight into CUDA device memory, many at a time:
+//! - native GPUDirect Storage through cuFile where it works for a file (the nvidia-fs driver is
+//!   loaded and the file registers);
+//! - otherwise the fallback: many preads in flight on a thread pool into pinned buffers that are
+//!   allocated once and reused, with async copies to the device on a stream per thread.
+//!
+//! Every read says which path ran and why ([`IoStatus`]); [`IoBackend`] forces one, also through the
+//! `ZARRS_GDS_BACKEND` environment variable (`auto`, `gds`, `posix`). Any other zarrs store can be
+//! read to the device too, staged through pinned memory ([`read_store_to_device`]).
+//!
+//! The CUDA driver and cuFile are loaded at run time: this crate builds and its host side works on
+//! machines with neither.
+//!
+//! ## Licence
+//! `zarrs_gds_store` is licensed under either of the Apache License, Version 2.0 or the MIT
+//! license, at your option.
+
+mod backend;
+mod cufile;
+mod engine;
+mod error;
+mod staged;
+mod store;
+
+pub use backend::{IoBackend, IoPath, IoStatus, BACKEND_ENV};
+pub use cufile::CUFILE_LIBRARY_ENV;
+pub use engine::{
+    cuda_context, DevicePtr, DeviceReader, DeviceReaderOptions, DeviceTransfer, PieceSource, PinnedBuffer,
+    NTHREADS_ENV, TASK_SIZE_ENV,
+};
+pub use error::DeviceReadError;
+pub use staged::read_store_to_device;
+pub use store::{DeviceReadOutcome, DeviceReadRequest, GdsStore, GdsStoreOptions};
+
+/// The cudarc version this crate is built with, for callers that share CUDA objects with it.
+pub use cudarc;

@@ -1,0 +1,54 @@
+use zarrs_storage::byte_range::ByteRange;
+use zarrs_storage::ReadableStorageTraits;
+
+use crate::engine::{DeviceReader, DeviceTransfer, PieceSource};
+use crate::{DeviceReadError, DeviceReadOutcome, DeviceReadRequest, IoPath, IoStatus};
+
+/// Read every request's bytes from any zarrs store into device memory: the store's partial
+/// reads run in parallel on `reader`'s threads, each staged through a pinned buffer and copied to
+/// the device asynchronously.
+///
+/// # Safety
+/// Every `dst` must be valid device memory of `reader`'s context for its `len` bytes, and no two
+/// destinations may overlap.
+///
+/// # Errors
+/// Returns the store's error, or an error when a value is shorter than requested.
+pub unsafe fn read_store_to_device<S: ReadableStorageTraits + ?Sized>(
+    store: &S,
+    reader: &DeviceReader,
+    requests: &[DeviceReadRequest],
+) -> Result<DeviceReadOutcome, DeviceReadError> {
+    let transfers: Vec<DeviceTransfer> = requests.iter().map(|r| DeviceTransfer { dst: r.dst, len: r.len }).collect();
+    let source = StoreSource { store, requests };
+    // SAFETY: the destinations are the caller's, under the same contract.
+    let found = unsafe { reader.transfer(&transfers, &source) }?;
+    Ok(DeviceReadOutcome {
+        found,
+        status: IoStatus { path: IoPath::Staged, reason: "the store is not a GdsStore".into() },
+    })
+}
+
+struct StoreSource<'a, S: ?Sized> {
+    store: &'a S,
+    requests: &'a [DeviceReadRequest],
+}
+
+impl<S: ReadableStorageTraits + ?Sized> PieceSource for StoreSource<'_, S> {
+    fn read_host(&self, transfer: usize, offset: u64, buf: &mut [u8]) -> Result<bool, DeviceReadError> {
+        let request = &self.requests[transfer];
+        let start = request.offset + offset;
+        let range = ByteRange::FromStart(start, Some(buf.len() as u64));
+        let Some(bytes) = self.store.get_partial(&request.key, range)? else { return Ok(false) };
+        if bytes.len() != buf.len() {
+            return Err(DeviceReadError::PastEnd {
+                what: request.key.to_string(),
+                start,
+                end: start + buf.len() as u64,
+                size: start + bytes.len() as u64,
+            });
+        }
+        buf.copy_from_slice(&bytes);
+        Ok(true)
+    }
+}

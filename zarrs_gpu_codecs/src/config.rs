@@ -1,0 +1,140 @@
+//! GPU mode: a scoped configuration that zarrs retrieval honours, on the caller's thread and on
+//! zarrs' rayon workers alike.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use zarrs_gds_store::IoBackend;
+
+/// How device retrieval runs: which device, which I/O path, how much device memory to stage in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GpuConfig {
+    device: usize,
+    backend: IoBackend,
+    staging_bytes: usize,
+}
+
+impl Default for GpuConfig {
+    /// Device 0, backend auto, 1 GiB of device staging per batch.
+    fn default() -> Self {
+        Self { device: 0, backend: IoBackend::Auto, staging_bytes: 1 << 30 }
+    }
+}
+
+impl GpuConfig {
+    /// Use CUDA device `ordinal`.
+    #[must_use]
+    pub fn with_device(mut self, ordinal: usize) -> Self {
+        self.device = ordinal;
+        self
+    }
+
+    /// Prefer this I/O backend for `GdsStore` reads (`ZARRS_GDS_BACKEND` overrides it).
+    #[must_use]
+    pub fn with_backend(mut self, backend: IoBackend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// Bytes of device memory a batch of chunks is staged in before placement (at least 1 MiB);
+    /// a chunk larger than this is staged alone.
+    #[must_use]
+    pub fn with_staging_bytes(mut self, bytes: usize) -> Self {
+        self.staging_bytes = bytes.max(1 << 20);
+        self
+    }
+
+    /// The CUDA device ordinal.
+    #[must_use]
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// The I/O backend preference.
+    #[must_use]
+    pub fn backend(&self) -> IoBackend {
+        self.backend
+    }
+
+    /// The device staging budget per batch, in bytes.
+    #[must_use]
+    pub fn staging_bytes(&self) -> usize {
+        self.staging_bytes
+    }
+}
+
+thread_local! {
+    static THREAD_SCOPES: RefCell<Vec<GpuConfig>> = const { RefCell::new(Vec::new()) };
+}
+/// Scopes open in the process, newest last: what threads without a scope of their own (zarrs'
+/// rayon workers) see.
+static PROCESS_SCOPES: Mutex<Vec<(u64, GpuConfig)>> = Mutex::new(Vec::new());
+static NEXT_SCOPE: AtomicU64 = AtomicU64::new(0);
+
+struct ScopeGuard(u64);
+
+impl Drop for ScopeGuard {
+    fn drop(&mut self) {
+        THREAD_SCOPES.with(|s| s.borrow_mut().pop());
+        let mut scopes = PROCESS_SCOPES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(i) = scopes.iter().rposition(|(id, _)| *id == self.0) {
+            scopes.remove(i);
+        }
+    }
+}
+
+/// Run `f` in GPU mode with `config`: device retrieval inside uses it, and zarrs' generic
+/// retrieval into [`DeviceArray`](crate::DeviceArray) places its result on that device. Scopes
+/// nest (the inner one wins, the outer one is restored on exit) and end also when `f` panics.
+///
+/// Threads with no scope of their own (such as zarrs' rayon workers) see the newest scope open in
+/// the process.
+pub fn with_gpu_config<R>(config: GpuConfig, f: impl FnOnce() -> R) -> R {
+    let id = NEXT_SCOPE.fetch_add(1, Ordering::Relaxed);
+    THREAD_SCOPES.with(|s| s.borrow_mut().push(config.clone()));
+    PROCESS_SCOPES.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((id, config));
+    let _guard = ScopeGuard(id);
+    f()
+}
+
+/// The GPU mode configuration in force on this thread: its own innermost scope, else the newest
+/// scope open in the process, else `None`.
+#[must_use]
+pub fn gpu_config() -> Option<GpuConfig> {
+    THREAD_SCOPES.with(|s| s.borrow().last().cloned()).or_else(|| {
+        PROCESS_SCOPES.lock().unwrap_or_else(std::sync::PoisonError::into_inner).last().map(|(_, c)| c.clone())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_nest_restore_and_survive_panics() {
+        assert_eq!(gpu_config(), None);
+        let outer = GpuConfig::default().with_device(1);
+        let inner = GpuConfig::default().with_device(2).with_backend(IoBackend::Posix);
+        with_gpu_config(outer.clone(), || {
+            assert_eq!(gpu_config(), Some(outer.clone()));
+            with_gpu_config(inner.clone(), || assert_eq!(gpu_config(), Some(inner.clone())));
+            assert_eq!(gpu_config(), Some(outer.clone()));
+            let caught = std::panic::catch_unwind(|| with_gpu_config(inner.clone(), || panic!("boom")));
+            assert!(caught.is_err());
+            assert_eq!(gpu_config(), Some(outer.clone()));
+            // Another thread with no scope of its own (like a rayon worker) sees the open scope.
+            let seen = std::thread::spawn(gpu_config).join().unwrap();
+            assert_eq!(seen, Some(outer.clone()));
+            // rayon workers too.
+            let seen: Vec<_> = {
+                use rayon::prelude::*;
+                (0..64).into_par_iter().map(|_| gpu_config()).collect()
+            };
+            assert!(seen.iter().all(|c| c.as_ref() == Some(&outer)));
+        });
+        assert_eq!(gpu_config(), None);
+        assert_eq!(std::thread::spawn(gpu_config).join().unwrap(), None);
+    }
+}

@@ -1,0 +1,220 @@
+//! Per-device state shared by every retrieval: the CUDA context, the read engine, and pools of
+//! device staging and pinned host memory that live across reads.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{result, sys, CudaContext, CudaSlice, CudaStream};
+use zarrs_gds_store::{DeviceReader, PinnedBuffer};
+
+use crate::plan::Copy3D;
+use crate::GpuError;
+
+/// Device memory from `cuMemAlloc`, freed on drop; kept in pools across reads.
+pub(crate) struct DeviceBuffer {
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    ctx: Arc<CudaContext>,
+}
+
+impl DeviceBuffer {
+    fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, GpuError> {
+        ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
+        // SAFETY: a plain allocation owned by the returned value.
+        let ptr = unsafe { result::malloc_sync(len.max(1)) }.map_err(GpuError::cuda("allocating device staging memory"))?;
+        Ok(Self { ptr, len, ctx: ctx.clone() })
+    }
+
+    pub(crate) fn ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated by cuMemAlloc in new(); every use was synchronized before the buffer
+        // went back to its pool or was dropped.
+        let _ = unsafe { result::free_sync(self.ptr) };
+    }
+}
+
+/// The state of one device.
+pub(crate) struct GpuContext {
+    ctx: Arc<CudaContext>,
+    ordinal: usize,
+    reader: Arc<DeviceReader>,
+    staging: Mutex<Vec<DeviceBuffer>>,
+    pinned: Mutex<Vec<PinnedBuffer>>,
+}
+
+impl GpuContext {
+    /// The shared state of device `ordinal`, made on first use.
+    pub(crate) fn get(ordinal: usize) -> Result<Arc<Self>, GpuError> {
+        static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<GpuContext>>>> = OnceLock::new();
+        let mut contexts = CONTEXTS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(context) = contexts.get(&ordinal) {
+            return Ok(context.clone());
+        }
+        let reader = DeviceReader::shared(ordinal)?;
+        let context = Arc::new(Self {
+            ctx: reader.context().clone(),
+            ordinal,
+            reader,
+            staging: Mutex::default(),
+            pinned: Mutex::default(),
+        });
+        contexts.insert(ordinal, context.clone());
+        Ok(context)
+    }
+
+    pub(crate) fn reader(&self) -> &DeviceReader {
+        &self.reader
+    }
+
+    /// A stream of its own for one retrieval.
+    pub(crate) fn new_stream(&self) -> Result<Arc<CudaStream>, GpuError> {
+        self.ctx.new_stream().map_err(GpuError::cuda("creating a stream"))
+    }
+
+    /// Fail early, with the sizes, when `bytes` more device memory would not fit.
+    pub(crate) fn check_free(&self, bytes: u64) -> Result<(), GpuError> {
+        self.ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
+        let (free, _total) = result::mem_get_info().map_err(GpuError::cuda("querying free device memory"))?;
+        if bytes > free as u64 {
+            return Err(GpuError::OutOfMemory { needed: bytes, free: free as u64, device: self.ordinal });
+        }
+        Ok(())
+    }
+
+    /// Uninitialised device memory of `len` bytes on `stream`.
+    pub(crate) fn alloc(&self, stream: &Arc<CudaStream>, len: usize) -> Result<CudaSlice<u8>, GpuError> {
+        // SAFETY: every byte is written (data or fill value) before the result is handed out.
+        unsafe { stream.alloc::<u8>(len) }.map_err(GpuError::cuda("allocating device memory"))
+    }
+
+    /// Copy host bytes to new device memory (synchronously).
+    pub(crate) fn upload(&self, bytes: &[u8]) -> Result<CudaSlice<u8>, GpuError> {
+        let stream = self.new_stream()?;
+        self.check_free(bytes.len() as u64)?;
+        let device = stream.clone_htod(bytes).map_err(GpuError::cuda("copying to the device"))?;
+        stream.synchronize().map_err(GpuError::cuda("waiting for a copy to the device"))?;
+        Ok(device)
+    }
+
+    /// A staging buffer of at least `len` bytes from the pool (or a new one).
+    pub(crate) fn take_staging(&self, len: usize) -> Result<DeviceBuffer, GpuError> {
+        let mut pool = self.staging.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(i) = pool.iter().position(|b| b.len >= len) {
+            return Ok(pool.swap_remove(i));
+        }
+        drop(pool);
+        self.check_free(len as u64)?;
+        DeviceBuffer::new(&self.ctx, len)
+    }
+
+    /// Return a staging buffer whose last use has completed.
+    pub(crate) fn give_staging(&self, buffer: DeviceBuffer) {
+        let mut pool = self.staging.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        pool.push(buffer);
+        // Keep the largest few: enough for two batches in flight per concurrent read.
+        pool.sort_by_key(|b| std::cmp::Reverse(b.len));
+        pool.truncate(8);
+    }
+
+    /// A pinned host buffer of at least `len` bytes from the pool (or a new one).
+    pub(crate) fn take_pinned(&self, len: usize) -> Result<PinnedBuffer, GpuError> {
+        let mut pool = self.pinned.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(i) = pool.iter().position(|b| b.len() >= len) {
+            return Ok(pool.swap_remove(i));
+        }
+        drop(pool);
+        Ok(PinnedBuffer::new(&self.ctx, len)?)
+    }
+
+    /// Return a pinned buffer whose last use has completed.
+    pub(crate) fn give_pinned(&self, buffer: PinnedBuffer) {
+        let mut pool = self.pinned.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        pool.push(buffer);
+        pool.sort_by_key(|b| std::cmp::Reverse(b.len()));
+        pool.truncate(2);
+    }
+}
+
+/// Enqueue a device-to-device strided copy on `stream`.
+///
+/// # Safety
+/// Both bases plus the copy's extents must lie in valid device memory of the stream's context.
+pub(crate) unsafe fn copy_dtod(copy: &Copy3D, src: sys::CUdeviceptr, dst: sys::CUdeviceptr, stream: &CudaStream) -> Result<(), GpuError> {
+    let what = GpuError::cuda("placing chunk data on the device");
+    let status = if copy.is_contiguous() {
+        // SAFETY: the caller's contract.
+        unsafe {
+            sys::cuMemcpyDtoDAsync_v2(dst + copy.dst_offset, src + copy.src_offset, copy.width as usize, stream.cu_stream())
+        }
+    } else {
+        // SAFETY: a zeroed CUDA_MEMCPY3D is valid (null hosts/arrays), then filled for
+        // device-to-device copies within the caller's buffers.
+        unsafe {
+            let mut p: sys::CUDA_MEMCPY3D = std::mem::zeroed();
+            p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+            p.srcDevice = src + copy.src_offset;
+            p.srcPitch = copy.src_pitch as usize;
+            p.srcHeight = copy.src_height as usize;
+            p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+            p.dstDevice = dst + copy.dst_offset;
+            p.dstPitch = copy.dst_pitch as usize;
+            p.dstHeight = copy.dst_height as usize;
+            p.WidthInBytes = copy.width as usize;
+            p.Height = copy.height as usize;
+            p.Depth = copy.depth as usize;
+            p.srcHost = std::ptr::null::<c_void>();
+            sys::cuMemcpy3DAsync_v2(&raw const p, stream.cu_stream())
+        }
+    };
+    status.result().map_err(what)
+}
+
+/// Enqueue a fill of `len` bytes at `dst` with the repeating `pattern` (1 to 16 bytes; patterns
+/// of 1, 2 or 4 bytes are memsets, longer ones copy a seeded block that doubles).
+///
+/// # Safety
+/// `dst..dst + len` must be valid device memory of the stream's context, `len` a multiple of
+/// the pattern's length.
+pub(crate) unsafe fn fill_pattern(pattern: &[u8], dst: sys::CUdeviceptr, len: usize, stream: &CudaStream) -> Result<(), GpuError> {
+    let n = pattern.len();
+    let what = GpuError::cuda("filling with the fill value");
+    if len == 0 {
+        return Ok(());
+    }
+    let s = stream.cu_stream();
+    // SAFETY (all arms): within the caller's buffer.
+    let status = unsafe {
+        if pattern.iter().all(|&b| b == pattern[0]) {
+            sys::cuMemsetD8Async(dst, pattern[0], len, s)
+        } else if n == 2 {
+            sys::cuMemsetD16Async(dst, u16::from_ne_bytes([pattern[0], pattern[1]]), len / 2, s)
+        } else if n == 4 {
+            sys::cuMemsetD32Async(dst, u32::from_ne_bytes(pattern.try_into().expect("4 bytes")), len / 4, s)
+        } else {
+            // Seed one element from the host (pageable: the driver copies it before returning),
+            // then double the filled prefix with device copies.
+            let status = sys::cuMemcpyHtoDAsync_v2(dst, pattern.as_ptr().cast(), n, s);
+            if status != sys::CUresult::CUDA_SUCCESS {
+                return status.result().map_err(what);
+            }
+            let mut filled = n;
+            while filled < len {
+                let step = filled.min(len - filled);
+                let status = sys::cuMemcpyDtoDAsync_v2(dst + filled as u64, dst, step, s);
+                if status != sys::CUresult::CUDA_SUCCESS {
+                    return status.result().map_err(what);
+                }
+                filled += step;
+            }
+            sys::CUresult::CUDA_SUCCESS
+        }
+    };
+    status.result().map_err(what)
+}

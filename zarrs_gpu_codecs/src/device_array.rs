@@ -1,0 +1,158 @@
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys, CudaSlice, CudaStream};
+use zarrs::array::{ArrayBytes, ArrayError, DataType, ElementOwned, FromArrayBytes};
+
+use crate::context::GpuContext;
+use crate::{gpu_config, GpuError};
+
+/// A typed array in CUDA device memory: C-order elements with their shape and Zarr data type.
+pub struct DeviceArray<T> {
+    data: CudaSlice<T>,
+    ptr: sys::CUdeviceptr,
+    shape: Vec<u64>,
+    data_type: DataType,
+    _marker: PhantomData<T>,
+}
+
+impl<T> std::fmt::Debug for DeviceArray<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceArray")
+            .field("shape", &self.shape)
+            .field("data_type", &self.data_type.to_string())
+            .field("device", &self.data.ordinal())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Check that `T` is the element type of `data_type`.
+pub(crate) fn check_element<T: ElementOwned>(data_type: &DataType) -> Result<(), GpuError> {
+    let size = std::mem::size_of::<T>();
+    if T::validate_data_type(data_type).is_err() || data_type.fixed_size() != Some(size) {
+        return Err(GpuError::ElementType {
+            element: std::any::type_name::<T>(),
+            size,
+            data_type: data_type.to_string(),
+        });
+    }
+    Ok(())
+}
+
+impl<T: ElementOwned> DeviceArray<T> {
+    /// Take ownership of `bytes` (C-order elements of `data_type`, `shape`) on the device.
+    ///
+    /// # Safety
+    /// `bytes` must hold `shape.iter().product()` valid elements of `data_type`, written by work
+    /// ordered before any later use on `bytes`' stream.
+    pub(crate) unsafe fn from_device_bytes(
+        bytes: CudaSlice<u8>,
+        shape: Vec<u64>,
+        data_type: DataType,
+    ) -> Result<Self, GpuError> {
+        check_element::<T>(&data_type)?;
+        let len = shape.iter().product::<u64>() as usize;
+        assert_eq!(bytes.len(), len * std::mem::size_of::<T>(), "device bytes match the shape");
+        let stream = bytes.stream().clone();
+        let ptr = bytes.leak();
+        // SAFETY: ptr is the allocation just leaked, on this stream, of len elements of T.
+        let data = unsafe { stream.upgrade_device_ptr::<T>(ptr, len) };
+        Ok(Self { data, ptr, shape, data_type, _marker: PhantomData })
+    }
+
+    /// The shape.
+    #[must_use]
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
+    /// The Zarr data type of the elements.
+    #[must_use]
+    pub fn data_type(&self) -> &DataType {
+        &self.data_type
+    }
+
+    /// The number of elements.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether there are no elements.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.data.len() == 0
+    }
+
+    /// The size in bytes.
+    #[must_use]
+    pub fn num_bytes(&self) -> usize {
+        self.data.len() * std::mem::size_of::<T>()
+    }
+
+    /// The device buffer, to hand on to other CUDA code (cudarc kernels, cuBLAS, ...).
+    #[must_use]
+    pub fn as_cuda_slice(&self) -> &CudaSlice<T> {
+        &self.data
+    }
+
+    /// The device buffer and the shape.
+    #[must_use]
+    pub fn into_parts(self) -> (CudaSlice<T>, Vec<u64>) {
+        (self.data, self.shape)
+    }
+
+    /// The raw device address of the first element (valid while `self` lives).
+    #[must_use]
+    pub fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    /// The stream the buffer belongs to.
+    #[must_use]
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        self.data.stream()
+    }
+
+    /// Copy the elements' bytes back to the host (C order, the array's in-memory byte order:
+    /// little-endian on the platforms CUDA runs on).
+    ///
+    /// # Errors
+    /// Returns the driver's error when the copy fails.
+    pub fn to_host_bytes(&self) -> Result<Vec<u8>, GpuError> {
+        let mut bytes = vec![0u8; self.num_bytes()];
+        self.stream().synchronize().map_err(GpuError::cuda("waiting for the array's stream"))?;
+        self.stream().context().bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
+        if !bytes.is_empty() {
+            // SAFETY: ptr is valid for num_bytes bytes while self lives; the stream is synchronized.
+            unsafe { result::memcpy_dtoh_sync(&mut bytes, self.ptr) }
+                .map_err(GpuError::cuda("copying to the host"))?;
+        }
+        Ok(bytes)
+    }
+
+    /// Copy the elements back to the host.
+    ///
+    /// # Errors
+    /// Returns the driver's error when the copy fails.
+    pub fn to_host(&self) -> Result<Vec<T>, GpuError> {
+        let bytes = self.to_host_bytes()?;
+        T::from_array_bytes(&self.data_type, ArrayBytes::new_flen(bytes)).map_err(|e| GpuError::Array(e.into()))
+    }
+}
+
+/// zarrs' generic retrieval (`array.retrieve_array_subset::<DeviceArray<T>>(..)`) decodes on the
+/// host, then this copies the result to the device of the GPU mode in force
+/// ([`with_gpu_config`](crate::with_gpu_config); device 0 outside it). For reads straight from
+/// storage to the device use [`ArrayDeviceExt`](crate::ArrayDeviceExt).
+impl<T: ElementOwned> FromArrayBytes for DeviceArray<T> {
+    fn from_array_bytes(bytes: ArrayBytes<'static>, shape: &[u64], data_type: &DataType) -> Result<Self, ArrayError> {
+        check_element::<T>(data_type)?;
+        let bytes = bytes.into_fixed().map_err(|_| ArrayError::Other("DeviceArray needs a fixed-size data type".into()))?;
+        let config = gpu_config().unwrap_or_default();
+        let context = GpuContext::get(config.device())?;
+        let device = context.upload(&bytes)?;
+        // SAFETY: the bytes were copied synchronously and are `shape` elements of `data_type`.
+        Ok(unsafe { Self::from_device_bytes(device, shape.to_vec(), data_type.clone()) }?)
+    }
+}

@@ -1,0 +1,33 @@
+//! Device-side retrieval of Zarr arrays for [zarrs](https://docs.rs/zarrs): chunk bytes go from
+//! storage into CUDA device memory and are decoded and placed there.
+//!
+//! - [`DeviceArray`]: a typed device buffer with its shape.
+//! - [`ArrayDeviceExt`]: `retrieve_array_subset_device`, `retrieve_chunk_device` and
+//!   `retrieve_chunks_device` on any `zarrs::array::Array`.
+//! - GPU mode: [`with_gpu_config`] scopes a [`GpuConfig`]; inside it zarrs' own generic retrieval
+//!   into [`DeviceArray`] (`array.retrieve_array_subset::<DeviceArray<f32>>(&subset)`) lands on that
+//!   device.
+//!
+//! Arrays whose codec chain is only `bytes` (Zarr v3) or have no compressor and no filters (Zarr
+//! v2) are read straight to the device and placed there (partial edge chunks, missing chunks
+//! filled with the fill value on the device). Other codec chains are decoded by zarrs on the host
+//! into pinned memory and copied once.
+//!
+//! The CUDA driver is loaded at run time: this crate builds on machines without CUDA, and a
+//! missing driver or device is an error ([`GpuError::NoCuda`]), not a panic.
+//!
+//! ## Licence
+//! `zarrs_gpu_codecs` is licensed under either of the Apache License, Version 2.0 or the MIT
+//! license, at your option.
+
+mod config;
+mod context;
+mod device_array;
+mod error;
+pub mod plan;
+mod retrieve;
+
+pub use config::{gpu_config, with_gpu_config, GpuConfig};
+pub use device_array::DeviceArray;
+pub use error::GpuError;
+pub use retrieve::{host_decode_reason, ArrayDeviceExt, DecodePath, RetrieveReport};

@@ -1,0 +1,271 @@
+//! Planning of device reads: which chunks meet a subset, which bytes of each to read, and where
+//! each lands in the output, as strided copies of at most three dimensions.
+
+use zarrs::array::ArraySubset;
+use zarrs_storage::StoreKey;
+
+/// A strided copy of at most three dimensions between two buffers, in bytes: `depth` slices of
+/// `height` rows of `width` contiguous bytes (what `cuMemcpy3D` takes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Copy3D {
+    /// Offset of the first byte in the source.
+    pub src_offset: u64,
+    /// Offset of the first byte in the destination.
+    pub dst_offset: u64,
+    /// Contiguous bytes per row.
+    pub width: u64,
+    /// Rows per slice.
+    pub height: u64,
+    /// Slices.
+    pub depth: u64,
+    /// Source bytes from one row to the next.
+    pub src_pitch: u64,
+    /// Source rows from one slice to the next (slice stride = `src_pitch * src_height`).
+    pub src_height: u64,
+    /// Destination bytes from one row to the next.
+    pub dst_pitch: u64,
+    /// Destination rows from one slice to the next.
+    pub dst_height: u64,
+}
+
+impl Copy3D {
+    /// Whether source and destination are both one contiguous run.
+    #[must_use]
+    pub fn is_contiguous(&self) -> bool {
+        self.height == 1 && self.depth == 1
+    }
+
+    /// One past the last source byte touched.
+    #[must_use]
+    pub fn src_end(&self) -> u64 {
+        self.src_offset + ((self.depth - 1) * self.src_height + (self.height - 1)) * self.src_pitch + self.width
+    }
+
+    /// Apply on host buffers: the reference for the device copy, used by tests.
+    pub fn apply_host(&self, src: &[u8], dst: &mut [u8]) {
+        for z in 0..self.depth {
+            for y in 0..self.height {
+                let s = (self.src_offset + (z * self.src_height + y) * self.src_pitch) as usize;
+                let d = (self.dst_offset + (z * self.dst_height + y) * self.dst_pitch) as usize;
+                let w = self.width as usize;
+                dst[d..d + w].copy_from_slice(&src[s..s + w]);
+            }
+        }
+    }
+}
+
+/// Lower the copy of box `extent` at `src_start` of a C-order buffer of shape `src_shape` to
+/// `dst_start` of one of shape `dst_shape` (elements of `elem` bytes) into 3-D copies: adjacent
+/// dimensions that are contiguous in both buffers merge, and dimensions beyond three loop.
+#[must_use]
+pub fn region_copies(
+    elem: u64,
+    src_shape: &[u64],
+    src_start: &[u64],
+    dst_shape: &[u64],
+    dst_start: &[u64],
+    extent: &[u64],
+) -> Vec<Copy3D> {
+    if extent.contains(&0) {
+        return Vec::new();
+    }
+    let strides = |shape: &[u64]| -> Vec<u64> {
+        let mut strides = vec![elem; shape.len()];
+        for i in (0..shape.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * shape[i + 1];
+        }
+        strides
+    };
+    let (src_strides, dst_strides) = (strides(src_shape), strides(dst_shape));
+    let dot = |start: &[u64], strides: &[u64]| start.iter().zip(strides).map(|(a, b)| a * b).sum::<u64>();
+    let (src_base, dst_base) = (dot(src_start, &src_strides), dot(dst_start, &dst_strides));
+    // Dimensions as (extent, src stride, dst stride), innermost last, merged where contiguous.
+    let mut dims: Vec<(u64, u64, u64)> = Vec::new();
+    for i in 0..extent.len() {
+        dims.push((extent[i], src_strides[i], dst_strides[i]));
+    }
+    dims.retain(|d| d.0 != 1);
+    dims.push((1, elem, elem)); // a unit innermost dimension so even a single element has one
+    let mut merged: Vec<(u64, u64, u64)> = Vec::new();
+    for &(n, s, d) in dims.iter().rev() {
+        match merged.last_mut() {
+            Some(inner) if s == inner.0 * inner.1 && d == inner.0 * inner.2 => inner.0 *= n,
+            _ => merged.push((n, s, d)),
+        }
+    }
+    merged.reverse(); // outermost first again; the last is contiguous (strides elem)
+    let inner = merged.pop().expect("one dimension");
+    let width = inner.0 * elem;
+    let row = merged.pop().unwrap_or((1, width, width));
+    let slice = merged.pop().unwrap_or((1, row.0 * row.1, row.0 * row.2));
+    let outer = merged; // loop over these
+    let copy = |src_offset: u64, dst_offset: u64| Copy3D {
+        src_offset,
+        dst_offset,
+        width,
+        height: row.0,
+        depth: slice.0,
+        src_pitch: row.1,
+        src_height: slice.1 / row.1,
+        dst_pitch: row.2,
+        dst_height: slice.2 / row.2,
+    };
+    let count: u64 = outer.iter().map(|d| d.0).product();
+    (0..count)
+        .map(|mut linear| {
+            let (mut s, mut d) = (src_base, dst_base);
+            for &(n, ss, ds) in outer.iter().rev() {
+                let i = linear % n;
+                linear /= n;
+                s += i * ss;
+                d += i * ds;
+            }
+            copy(s, d)
+        })
+        .collect()
+}
+
+/// How one chunk contributes to a read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkPlacement {
+    /// The chunk's grid indices.
+    pub chunk_indices: Vec<u64>,
+    /// The chunk's key.
+    pub key: StoreKey,
+    /// The chunk's full shape (as stored).
+    pub chunk_shape: Vec<u64>,
+    /// The part of the chunk that meets the subset, relative to the chunk.
+    pub chunk_region: ArraySubset,
+    /// Where that part lands, relative to the subset.
+    pub output_region: ArraySubset,
+    /// The bytes of the chunk's decoded form to read: `byte_start..byte_end`.
+    pub byte_start: u64,
+    /// One past the last byte to read.
+    pub byte_end: u64,
+    /// Copies from the bytes read (offsets relative to `byte_start`) into the output.
+    pub copies: Vec<Copy3D>,
+}
+
+impl ChunkPlacement {
+    /// Bytes to read.
+    #[must_use]
+    pub fn read_len(&self) -> u64 {
+        self.byte_end - self.byte_start
+    }
+
+    /// Whether the bytes read are exactly the bytes of one contiguous run of the output, so that
+    /// they can be read straight into it.
+    #[must_use]
+    pub fn is_direct(&self) -> bool {
+        self.copies.len() == 1 && self.copies[0].is_contiguous() && self.copies[0].width == self.read_len()
+    }
+
+    /// Where a direct read lands in the output.
+    #[must_use]
+    pub fn direct_output_offset(&self) -> u64 {
+        self.copies[0].dst_offset
+    }
+}
+
+/// Plan the read of `subset` from chunks of a regular grid.
+///
+/// `chunks` lists, for each chunk meeting the subset, its indices, key and the subset of the
+/// array it covers (unbounded: the full chunk shape, as stored).
+pub fn plan_chunks(
+    elem: u64,
+    subset: &ArraySubset,
+    chunks: impl IntoIterator<Item = (Vec<u64>, StoreKey, ArraySubset)>,
+) -> Vec<ChunkPlacement> {
+    chunks
+        .into_iter()
+        .filter_map(|(chunk_indices, key, chunk_subset)| {
+            let overlap = chunk_subset.overlap(subset).ok()?;
+            if overlap.is_empty() {
+                return None;
+            }
+            let chunk_region = overlap.relative_to(chunk_subset.start()).ok()?;
+            let output_region = overlap.relative_to(subset.start()).ok()?;
+            let chunk_shape = chunk_subset.shape().to_vec();
+            let mut copies = region_copies(
+                elem,
+                &chunk_shape,
+                chunk_region.start(),
+                subset.shape(),
+                output_region.start(),
+                chunk_region.shape(),
+            );
+            let byte_start = copies.first().map_or(0, |c| c.src_offset);
+            let byte_end = copies.iter().map(Copy3D::src_end).max().unwrap_or(0);
+            for copy in &mut copies {
+                copy.src_offset -= byte_start;
+            }
+            Some(ChunkPlacement { chunk_indices, key, chunk_shape, chunk_region, output_region, byte_start, byte_end, copies })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference_copy(
+        elem: usize,
+        src_shape: &[u64],
+        src_start: &[u64],
+        dst_shape: &[u64],
+        dst_start: &[u64],
+        extent: &[u64],
+        src: &[u8],
+        dst: &mut [u8],
+    ) {
+        let region = ArraySubset::new_with_shape(extent.to_vec());
+        let lin = |shape: &[u64], idx: &[u64]| idx.iter().zip(shape).fold(0u64, |acc, (i, n)| acc * n + i) as usize;
+        for idx in &region.indices() {
+            let s: Vec<u64> = idx.iter().zip(src_start).map(|(a, b)| a + b).collect();
+            let d: Vec<u64> = idx.iter().zip(dst_start).map(|(a, b)| a + b).collect();
+            let (s, d) = (lin(src_shape, &s) * elem, lin(dst_shape, &d) * elem);
+            dst[d..d + elem].copy_from_slice(&src[s..s + elem]);
+        }
+    }
+
+    #[test]
+    fn region_copies_match_elementwise_copy() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for _ in 0..400 {
+            let ndim = rng.random_range(1..=5);
+            let elem = [1u64, 2, 4, 8, 16][rng.random_range(0..5)];
+            let src_shape: Vec<u64> = (0..ndim).map(|_| rng.random_range(1..6)).collect();
+            let dst_shape: Vec<u64> = (0..ndim).map(|_| rng.random_range(1..6)).collect();
+            let extent: Vec<u64> = (0..ndim).map(|i| rng.random_range(1..=src_shape[i].min(dst_shape[i]))).collect();
+            let src_start: Vec<u64> = (0..ndim).map(|i| rng.random_range(0..=src_shape[i] - extent[i])).collect();
+            let dst_start: Vec<u64> = (0..ndim).map(|i| rng.random_range(0..=dst_shape[i] - extent[i])).collect();
+            let n = |s: &[u64]| s.iter().product::<u64>() as usize * elem as usize;
+            let src: Vec<u8> = (0..n(&src_shape)).map(|_| rng.random()).collect();
+            let mut want = vec![0u8; n(&dst_shape)];
+            let mut got = want.clone();
+            reference_copy(elem as usize, &src_shape, &src_start, &dst_shape, &dst_start, &extent, &src, &mut want);
+            let copies = region_copies(elem, &src_shape, &src_start, &dst_shape, &dst_start, &extent);
+            for c in &copies {
+                assert!(c.width > 0 && c.height > 0 && c.depth > 0);
+                assert!(c.src_pitch >= c.width || c.height == 1, "{c:?}");
+                c.apply_host(&src, &mut got);
+            }
+            assert_eq!(got, want, "src {src_shape:?}@{src_start:?} dst {dst_shape:?}@{dst_start:?} extent {extent:?}");
+        }
+    }
+
+    #[test]
+    fn whole_chunks_of_full_rows_merge_to_one_contiguous_copy() {
+        // chunk (4, 8, 8) inside an array (16, 8, 8): every chunk is one contiguous run.
+        let copies = region_copies(4, &[4, 8, 8], &[0, 0, 0], &[16, 8, 8], &[8, 0, 0], &[4, 8, 8]);
+        assert_eq!(copies.len(), 1);
+        assert!(copies[0].is_contiguous());
+        assert_eq!((copies[0].dst_offset, copies[0].width), (8 * 64 * 4, 4 * 64 * 4));
+        // chunk (64, 256, 256) inside (512, 2048, 2048): 64 slices of 256 rows of 1 KiB.
+        let c = region_copies(4, &[64, 256, 256], &[0; 3], &[512, 2048, 2048], &[64, 256, 512], &[64, 256, 256]);
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].width, c[0].height, c[0].depth), (1024, 256, 64));
+        assert_eq!((c[0].dst_pitch, c[0].dst_height), (8192, 2048));
+    }
+}

@@ -1,0 +1,382 @@
+//! The device retrieval pipeline: plan, fetch into device staging (or straight into the output),
+//! place with strided device copies, fill missing chunks; or, for codec chains with no device
+//! implementation yet, decode on the host into pinned memory and copy once.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
+use zarrs::array::{
+    Array, ArrayBytesDecodeIntoTarget, CodecMetadataOptions, ArrayBytesFixedDisjointView, ArrayMetadata, ArraySubset, ElementOwned,
+};
+use zarrs::plugin::ExtensionName;
+use zarrs_gds_store::{read_store_to_device, DeviceReadRequest, GdsStore, IoStatus};
+use zarrs_storage::ReadableStorageTraits;
+
+use crate::context::{copy_dtod, fill_pattern, DeviceBuffer, GpuContext};
+use crate::device_array::check_element;
+use crate::plan::{plan_chunks, ChunkPlacement};
+use crate::{gpu_config, DeviceArray, GpuConfig, GpuError};
+
+/// Where a read's chunks were decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodePath {
+    /// Chunk bytes went from storage to the device and were placed there (codec chain `bytes`).
+    Device,
+    /// Decoded by zarrs on the host into pinned memory, then copied to the device once.
+    Host,
+}
+
+impl std::fmt::Display for DecodePath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Device => "device",
+            Self::Host => "host decode + one copy",
+        })
+    }
+}
+
+/// What a device retrieval did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetrieveReport {
+    /// Where the chunks were decoded.
+    pub decode: DecodePath,
+    /// The I/O path of the device reads (None when zarrs read on the host).
+    pub io: Option<IoStatus>,
+    /// Chunks that met the subset.
+    pub chunks: usize,
+    /// Of those, chunks that do not exist (filled with the fill value).
+    pub missing_chunks: usize,
+    /// Bytes read from storage into device memory.
+    pub bytes_read: u64,
+}
+
+/// Why an array's chunks cannot go straight from storage to the device, or None when they can.
+#[must_use]
+pub fn host_decode_reason<S: ?Sized>(array: &Array<S>) -> Option<String> {
+    let codecs = array.codecs();
+    if let Some(codec) = codecs.array_to_array_codecs().first() {
+        return Some(format!("array-to-array codec {} has no device implementation yet", name(codec.as_ref())));
+    }
+    if let Some(codec) = codecs.bytes_to_bytes_codecs().first() {
+        return Some(format!("bytes-to-bytes codec {} has no device implementation yet", name(codec.as_ref())));
+    }
+    let a2b = codecs.array_to_bytes_codec();
+    if name(a2b.as_ref()) != "bytes" {
+        return Some(format!("array-to-bytes codec {} has no device implementation yet", name(a2b.as_ref())));
+    }
+    let Some(size) = array.data_type().fixed_size() else {
+        return Some(format!("data type {} has no fixed size", array.data_type()));
+    };
+    let big = a2b
+        .configuration_v3(&CodecMetadataOptions::default())
+        .and_then(|c| c.get("endian").and_then(|e| e.as_str().map(|e| e == "big")))
+        .unwrap_or(false);
+    if size > 1 && (big == cfg!(target_endian = "little")) {
+        return Some("the bytes codec's byte order is not the platform's".into());
+    }
+    if let ArrayMetadata::V3(metadata) = array.metadata() {
+        if !metadata.storage_transformers.is_empty() {
+            return Some("storage transformers are read on the host".into());
+        }
+    }
+    None
+}
+
+fn name(codec: &dyn ExtensionName) -> String {
+    codec.name_v3().map_or_else(|| "(unnamed)".to_string(), |n| n.to_string())
+}
+
+/// Device retrieval for zarrs arrays: results land in CUDA device memory as [`DeviceArray`]s.
+///
+/// Uses the GPU mode in force ([`with_gpu_config`](crate::with_gpu_config)), else the default
+/// [`GpuConfig`]. Arrays on a [`GdsStore`] are read with GPUDirect Storage or its pread fallback;
+/// other stores are staged through pinned memory.
+pub trait ArrayDeviceExt {
+    /// Retrieve `subset` of the array into device memory, and say how.
+    ///
+    /// # Errors
+    /// Returns an error when the subset is out of bounds, `T` is not the array's element type,
+    /// storage or decoding fails, or there is no usable CUDA device.
+    fn retrieve_array_subset_device_opt<T: ElementOwned>(
+        &self,
+        subset: &ArraySubset,
+        config: &GpuConfig,
+    ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError>;
+
+    /// Retrieve `subset` of the array into device memory.
+    ///
+    /// # Errors
+    /// As [`Self::retrieve_array_subset_device_opt`].
+    fn retrieve_array_subset_device<T: ElementOwned>(&self, subset: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
+        Ok(self.retrieve_array_subset_device_opt(subset, &gpu_config().unwrap_or_default())?.0)
+    }
+
+    /// Retrieve the chunk at `chunk_indices` (bounded by the array's shape) into device memory.
+    ///
+    /// # Errors
+    /// As [`Self::retrieve_array_subset_device_opt`], and for invalid chunk indices.
+    fn retrieve_chunk_device<T: ElementOwned>(&self, chunk_indices: &[u64]) -> Result<DeviceArray<T>, GpuError>;
+
+    /// Retrieve the chunks in `chunks` (a subset of the chunk grid) into device memory.
+    ///
+    /// # Errors
+    /// As [`Self::retrieve_array_subset_device_opt`], and for invalid chunk indices.
+    fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError>;
+}
+
+macro_rules! impl_array_device_ext {
+    ($gds:expr) => {
+        fn retrieve_array_subset_device_opt<T: ElementOwned>(
+            &self,
+            subset: &ArraySubset,
+            config: &GpuConfig,
+        ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+            let storage = self.storage();
+            let gds: Option<&GdsStore> = ($gds)(&storage);
+            retrieve(self, subset, gds, config)
+        }
+
+        fn retrieve_chunk_device<T: ElementOwned>(&self, chunk_indices: &[u64]) -> Result<DeviceArray<T>, GpuError> {
+            let subset = self.chunk_subset_bounded(chunk_indices)?;
+            self.retrieve_array_subset_device(&subset)
+        }
+
+        fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
+            let subset = self.chunks_subset_bounded(chunks)?;
+            self.retrieve_array_subset_device(&subset)
+        }
+    };
+}
+
+fn as_gds<S: 'static>(storage: &Arc<S>) -> Option<&GdsStore> {
+    (storage.as_ref() as &dyn Any).downcast_ref::<GdsStore>()
+}
+
+fn not_gds(_: &Arc<dyn ReadableStorageTraits>) -> Option<&GdsStore> {
+    None
+}
+
+impl<S: ReadableStorageTraits + 'static> ArrayDeviceExt for Array<S> {
+    impl_array_device_ext!(as_gds::<S>);
+}
+
+/// Type-erased storage is staged through pinned memory: a `GdsStore` behind `dyn` is not
+/// recognised (keep the concrete `Array<GdsStore>` for GPUDirect reads).
+impl ArrayDeviceExt for Array<dyn ReadableStorageTraits> {
+    impl_array_device_ext!(not_gds);
+}
+
+fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
+    array: &Array<S>,
+    subset: &ArraySubset,
+    gds: Option<&GdsStore>,
+    config: &GpuConfig,
+) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+    check_element::<T>(array.data_type())?;
+    if subset.dimensionality() != array.dimensionality() || !subset.inbounds_shape(array.shape()) {
+        return Err(zarrs::array::ArrayError::InvalidArraySubset(subset.clone(), array.shape().to_vec()).into());
+    }
+    let context = GpuContext::get(config.device())?;
+    let stream = context.new_stream()?;
+    let out_bytes = subset.num_elements() * std::mem::size_of::<T>() as u64;
+    let (out, report) = match host_decode_reason(array) {
+        None => retrieve_raw(array, subset, gds, config, &context, &stream, out_bytes)?,
+        Some(_) => retrieve_host(array, subset, &context, &stream, out_bytes)?,
+    };
+    // SAFETY: every byte of `out` was written by the pipeline, synchronized on `stream`.
+    let device = unsafe { DeviceArray::from_device_bytes(out, subset.shape().to_vec(), array.data_type().clone()) }?;
+    Ok((device, report))
+}
+
+/// Host decode by zarrs into pinned memory from the pool, then one copy.
+fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
+    array: &Array<S>,
+    subset: &ArraySubset,
+    context: &GpuContext,
+    stream: &Arc<CudaStream>,
+    out_bytes: u64,
+) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
+    context.check_free(out_bytes)?;
+    let len = out_bytes as usize;
+    let mut pinned = context.take_pinned(len)?;
+    {
+        let bytes = unsafe_cell_slice::UnsafeCellSlice::new(&mut pinned.as_mut_slice()[..len]);
+        let shape = subset.shape().to_vec();
+        let elem = array.data_type().fixed_size().expect("checked by check_element");
+        // SAFETY: the view covers the whole buffer; nothing else writes it meanwhile.
+        let mut view = unsafe {
+            ArrayBytesFixedDisjointView::new(bytes, elem, &shape, ArraySubset::new_with_shape(shape.clone()))
+        }
+        .map_err(|e| GpuError::Array(e.into()))?;
+        array.retrieve_array_subset_into(subset, ArrayBytesDecodeIntoTarget::Fixed(&mut view))?;
+    }
+    let mut out = context.alloc(stream, len)?;
+    stream.memcpy_htod(&pinned.as_slice()[..len], &mut out).map_err(GpuError::cuda("copying to the device"))?;
+    stream.synchronize().map_err(GpuError::cuda("waiting for the copy to the device"))?;
+    context.give_pinned(pinned);
+    let chunks = array.chunks_in_array_subset(subset).ok().flatten().map_or(0, |c| c.num_elements_usize());
+    Ok((out, RetrieveReport { decode: DecodePath::Host, io: None, chunks, missing_chunks: 0, bytes_read: 0 }))
+}
+
+/// Offsets in staging are aligned so cuFile and the copy engines get aligned addresses.
+const STAGING_ALIGN: u64 = 4096;
+
+struct Batch {
+    /// Placements of this batch (indices into the plan).
+    items: Vec<usize>,
+    /// Staging offset per item (None: read straight into the output).
+    staging: Vec<Option<u64>>,
+    staging_bytes: u64,
+}
+
+fn make_batches(placements: &[ChunkPlacement], budget: u64) -> Vec<Batch> {
+    let mut batches = Vec::new();
+    let mut current = Batch { items: Vec::new(), staging: Vec::new(), staging_bytes: 0 };
+    for (i, p) in placements.iter().enumerate() {
+        let staged = !p.is_direct();
+        let need = if staged { p.read_len().next_multiple_of(STAGING_ALIGN) } else { 0 };
+        if !current.items.is_empty() && current.staging_bytes + need > budget {
+            batches.push(std::mem::replace(&mut current, Batch { items: Vec::new(), staging: Vec::new(), staging_bytes: 0 }));
+        }
+        current.items.push(i);
+        current.staging.push(staged.then_some(current.staging_bytes));
+        current.staging_bytes += need;
+    }
+    if !current.items.is_empty() {
+        batches.push(current);
+    }
+    batches
+}
+
+/// Codec chain `bytes`: chunk bytes go from storage to device staging (or straight into the
+/// output) and are placed with device copies; two staging buffers alternate so placement of one
+/// batch overlaps the reads of the next.
+fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
+    array: &Array<S>,
+    subset: &ArraySubset,
+    gds: Option<&GdsStore>,
+    config: &GpuConfig,
+    context: &GpuContext,
+    stream: &Arc<CudaStream>,
+    out_bytes: u64,
+) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
+    let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
+    let chunk_grid = array.chunks_in_array_subset(subset).map_err(|e| GpuError::Array(e.into()))?;
+    let chunks = chunk_grid.map(|grid| grid.indices().into_iter().collect::<Vec<_>>()).unwrap_or_default();
+    let chunks = chunks
+        .into_iter()
+        .map(|indices| {
+            let chunk_subset = array.chunk_subset(&indices)?;
+            Ok((indices.to_vec(), array.chunk_key(&indices), chunk_subset))
+        })
+        .collect::<Result<Vec<_>, zarrs::array::ArrayError>>()?;
+    let placements = plan_chunks(elem, subset, chunks);
+    let batches = make_batches(&placements, config.staging_bytes() as u64);
+    let max_staging = batches.iter().map(|b| b.staging_bytes).max().unwrap_or(0);
+    let buffers_needed = if batches.len() > 1 { 2 } else { 1 };
+    context.check_free(out_bytes + max_staging * buffers_needed)?;
+
+    let mut out = context.alloc(stream, out_bytes as usize)?;
+    let out_ptr = {
+        use cudarc::driver::DevicePtrMut;
+        let (ptr, _sync) = out.device_ptr_mut(stream);
+        ptr
+    };
+    // Reads into `out` run on the reader's streams: the allocation must be complete first.
+    stream.synchronize().map_err(GpuError::cuda("allocating the output"))?;
+
+    let mut staging: Vec<(DeviceBuffer, Option<CudaEvent>)> = Vec::new();
+    for _ in 0..buffers_needed.min(batches.len() as u64) {
+        staging.push((context.take_staging(max_staging.max(1) as usize)?, None));
+    }
+    let mut fill: Option<DeviceBuffer> = None;
+    let mut report = RetrieveReport {
+        decode: DecodePath::Device,
+        io: None,
+        chunks: placements.len(),
+        missing_chunks: 0,
+        bytes_read: 0,
+    };
+    let result = (|| -> Result<(), GpuError> {
+        for (b, batch) in batches.iter().enumerate() {
+            let (buffer, event) = &mut staging[b % buffers_needed as usize];
+            if let Some(event) = event.take() {
+                event.synchronize().map_err(GpuError::cuda("waiting for placement copies"))?;
+            }
+            let requests: Vec<DeviceReadRequest> = batch
+                .items
+                .iter()
+                .zip(&batch.staging)
+                .map(|(&i, staged)| {
+                    let p = &placements[i];
+                    let dst = match staged {
+                        Some(offset) => buffer.ptr() + offset,
+                        None => out_ptr + p.direct_output_offset(),
+                    };
+                    DeviceReadRequest { key: p.key.clone(), offset: p.byte_start, len: p.read_len() as usize, dst }
+                })
+                .collect();
+            // SAFETY: staging offsets lie within the buffer (sized for the largest batch) and do
+            // not overlap; direct reads land on disjoint runs of `out`, which is allocated.
+            let outcome = unsafe {
+                match gds {
+                    Some(store) => store.read_to_device(context.reader(), &requests, Some(config.backend())),
+                    None => read_store_to_device(array.storage().as_ref(), context.reader(), &requests),
+                }
+            }?;
+            report.io = Some(outcome.status);
+            for ((&i, staged), found) in batch.items.iter().zip(&batch.staging).zip(&outcome.found) {
+                let p = &placements[i];
+                let src = if *found {
+                    report.bytes_read += p.read_len();
+                    match staged {
+                        Some(offset) => buffer.ptr() + offset,
+                        None => continue,
+                    }
+                } else {
+                    report.missing_chunks += 1;
+                    fill_source(&mut fill, context, array, &placements, stream)?
+                };
+                for copy in &p.copies {
+                    // SAFETY: the copy reads within the bytes read (or the fill block, sized for
+                    // the largest read) and writes within `out` (planned from the subset).
+                    unsafe { copy_dtod(copy, src, out_ptr, stream) }?;
+                }
+            }
+            *event = Some(stream.record_event(None).map_err(GpuError::cuda("recording an event"))?);
+        }
+        stream.synchronize().map_err(GpuError::cuda("placing chunk data on the device"))
+    })();
+    // Buffers go back to the pools only once nothing uses them.
+    let synced = stream.synchronize();
+    if synced.is_ok() {
+        for (buffer, _) in staging {
+            context.give_staging(buffer);
+        }
+        if let Some(buffer) = fill {
+            context.give_staging(buffer);
+        }
+    }
+    result?;
+    Ok((out, report))
+}
+
+/// A device block holding the fill value repeated over the largest read, made on first need.
+fn fill_source<S: ?Sized>(
+    fill: &mut Option<DeviceBuffer>,
+    context: &GpuContext,
+    array: &Array<S>,
+    placements: &[ChunkPlacement],
+    stream: &CudaStream,
+) -> Result<u64, GpuError> {
+    if let Some(buffer) = fill {
+        return Ok(buffer.ptr());
+    }
+    let len = placements.iter().map(ChunkPlacement::read_len).max().unwrap_or(0) as usize;
+    let buffer = context.take_staging(len)?;
+    let pattern = array.fill_value().as_ne_bytes();
+    // SAFETY: the buffer holds at least len bytes, len is a whole number of elements.
+    unsafe { fill_pattern(pattern, buffer.ptr(), len, stream) }?;
+    Ok(fill.insert(buffer).ptr())
+}
