@@ -1,1 +1,129 @@
-fn main(){}
+//! Throughput benchmark: whole arrays and slabs to the GPU, ours against zarrs' own host path
+//! (decode into a pinned buffer allocated once, then one copy: what a Rust user writes today).
+//! The Python peers run beside it on the same data (benches/run.sh).
+//!
+//! ```text
+//! bench --dir /tmp/bench [--gib 8] [--repeat 5] [--json results.jsonl]
+//! ```
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Parser;
+use zarrs::array::{Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset};
+use zarrs_gpu::zarrs_gds_store::{cuda_context, PinnedBuffer};
+use zarrs_gpu::{parse_subset, sample, ArrayDeviceExt, GdsStore, GpuConfig, IoBackend};
+
+#[derive(Parser)]
+struct Args {
+    /// Where the benchmark arrays live (made if absent).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Size of the U1 array in GiB (shape (64 * GiB, 2048, 2048) float32, chunks 64x256x256).
+    #[arg(long, default_value_t = 8)]
+    gib: u64,
+    /// Timed repetitions per case (after one warm-up).
+    #[arg(long, default_value_t = 5)]
+    repeat: usize,
+    /// Append JSON lines here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn time(repeat: usize, mut f: impl FnMut() -> Result<(), Error>) -> Result<(f64, Vec<f64>), Error> {
+    f()?; // warm-up
+    let mut runs = Vec::new();
+    for _ in 0..repeat {
+        let start = Instant::now();
+        f()?;
+        runs.push(start.elapsed().as_secs_f64());
+    }
+    Ok((median(runs.clone()), runs))
+}
+
+fn main() -> Result<(), Error> {
+    let args = Args::parse();
+    std::fs::create_dir_all(&args.dir)?;
+    let path = args.dir.join("u1.zarr");
+    let shape = [64 * args.gib, 2048, 2048];
+    if !path.join("zarr.json").exists() {
+        let start = Instant::now();
+        sample::create_sample_array(&path, &shape, &[64, 256, 256])?;
+        eprintln!("wrote {} in {:.1} s", path.display(), start.elapsed().as_secs_f64());
+    }
+    let array = Array::open(Arc::new(GdsStore::new(&path)?), "/")?;
+    let mut lines = Vec::new();
+    let cases = [("U1 whole array", String::new()), ("U1 slab 0:64", "0:64".to_string())];
+    for (case, spec) in &cases {
+        let subset = parse_subset(spec, array.shape())?;
+        let bytes = subset.num_elements() * 4;
+        for backend in [IoBackend::Auto] {
+            let config = GpuConfig::default().with_backend(backend);
+            let mut io = String::new();
+            let (secs, runs) = time(args.repeat, || {
+                let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&subset, &config)?;
+                io = report.io.map(|s| s.to_string()).unwrap_or_default();
+                drop(data);
+                Ok(())
+            })?;
+            lines.push(line("zarrs_gpu", case, &subset, bytes, secs, &runs, &io));
+        }
+        let (secs, runs) = zarrs_pinned_then_copy(&array, &subset, args.repeat)?;
+        lines.push(line("zarrs pinned+copy", case, &subset, bytes, secs, &runs, ""));
+    }
+    let mut out = String::new();
+    for l in &lines {
+        println!("{l}");
+        out.push_str(l);
+        out.push('\n');
+    }
+    if let Some(json) = &args.json {
+        use std::io::Write;
+        std::fs::OpenOptions::new().create(true).append(true).open(json)?.write_all(out.as_bytes())?;
+    }
+    Ok(())
+}
+
+fn line(who: &str, case: &str, subset: &ArraySubset, bytes: u64, secs: f64, runs: &[f64], io: &str) -> String {
+    let gib_s = bytes as f64 / f64::from(1u32 << 30) / secs;
+    serde_json::json!({
+        "peer": who, "case": case, "subset": format!("{:?}", subset.to_ranges()), "bytes": bytes,
+        "seconds": secs, "gib_s": gib_s, "runs": runs, "io": io,
+    })
+    .to_string()
+}
+
+/// zarrs decoding into a pinned buffer allocated once, then one copy to a device buffer.
+fn zarrs_pinned_then_copy(
+    array: &Array<GdsStore>,
+    subset: &ArraySubset,
+    repeat: usize,
+) -> Result<(f64, Vec<f64>), Error> {
+    let ctx = cuda_context(0)?;
+    let len = subset.num_elements_usize() * 4;
+    let mut pinned = PinnedBuffer::new(&ctx, len)?;
+    let stream = ctx.default_stream();
+    let mut device = unsafe { stream.alloc::<u8>(len) }?;
+    let shape = subset.shape().to_vec();
+    time(repeat, || {
+        {
+            let cells = unsafe_cell_slice::UnsafeCellSlice::new(pinned.as_mut_slice());
+            // SAFETY: the view covers the whole buffer, written only by this retrieval.
+            let mut view = unsafe {
+                ArrayBytesFixedDisjointView::new(cells, 4, &shape, ArraySubset::new_with_shape(shape.clone()))
+            }?;
+            array.retrieve_array_subset_into(subset, ArrayBytesDecodeIntoTarget::Fixed(&mut view))?;
+        }
+        stream.memcpy_htod(pinned.as_slice(), &mut device)?;
+        stream.synchronize()?;
+        Ok(())
+    })
+}

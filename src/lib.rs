@@ -1,1 +1,35 @@
-//! wip
+//! Load Zarr arrays (v2 and v3) straight into NVIDIA GPU memory with [zarrs](https://docs.rs/zarrs).
+//!
+//! This facade re-exports the project's crates and holds what the `zarrs-gpu` command line, the
+//! examples and the benchmarks share:
+//! - [`zarrs_gds_store`]: [`GdsStore`], a filesystem store with reads straight into device memory
+//!   (GPUDirect Storage, or parallel preads into pinned memory and async copies);
+//! - [`zarrs_gpu_codecs`]: [`DeviceArray`], [`ArrayDeviceExt`] (device retrieval on any zarrs
+//!   array) and GPU mode ([`with_gpu_config`]);
+//! - [`nvcomp_sys`]: run-time loading of NVIDIA nvCOMP.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use zarrs::array::Array;
+//! use zarrs_gpu::{ArrayDeviceExt, DeviceArray, GdsStore};
+//!
+//! let store = Arc::new(GdsStore::new("volume.zarr")?);
+//! let array = Array::open(store, "/")?;
+//! let data: DeviceArray<f32> = array.retrieve_array_subset_device(&array.subset_all())?;
+//! println!("{:?} on the GPU", data.shape());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Licence
+//! Licensed under either of the Apache License, Version 2.0 or the MIT license, at your option.
+
+pub mod sample;
+mod subset;
+
+pub use nvcomp_sys;
+pub use subset::parse_subset;
+pub use zarrs_gds_store::{self, GdsStore, GdsStoreOptions, IoBackend, IoPath, IoStatus};
+pub use zarrs_gpu_codecs::{
+    self, gpu_config, host_decode_reason, with_gpu_config, ArrayDeviceExt, DecodePath, DeviceArray, GpuConfig,
+    GpuError, RetrieveReport,
+};

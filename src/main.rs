@@ -1,1 +1,244 @@
-fn main(){}
+//! `zarrs-gpu`: load Zarr arrays into GPU memory from the command line.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+use sha2::{Digest, Sha256};
+use zarrs::array::{Array, ArraySubset, DataType, ElementOwned};
+use zarrs_gpu::{
+    host_decode_reason, parse_subset, sample, ArrayDeviceExt, DeviceArray, GdsStore, GpuConfig, IoBackend,
+    RetrieveReport,
+};
+
+#[derive(Parser)]
+#[command(name = "zarrs-gpu", version, about = "Load Zarr arrays (v2 and v3) straight into NVIDIA GPU memory")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Load an array (or a subset) to the GPU; print size, time, GiB/s and the I/O path.
+    /// With no PATH, write a sample array to a temporary directory and read that.
+    Read {
+        /// The Zarr store (a directory).
+        path: Option<PathBuf>,
+        /// The array's node path inside the store.
+        #[arg(long, default_value = "/")]
+        array: String,
+        /// Numpy-style slices per dimension, e.g. `0:64,:,:` (default: the whole array).
+        #[arg(long, default_value = "")]
+        subset: String,
+        /// I/O backend: auto, gds or posix (ZARRS_GDS_BACKEND overrides).
+        #[arg(long, default_value = "auto")]
+        backend: IoBackend,
+        /// CUDA device ordinal.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// Timed repetitions (the first read also sets up the device).
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Print the SHA-256 of the retrieved bytes (C order, little-endian), copied back to the host.
+        #[arg(long)]
+        digest: bool,
+        /// Write the retrieved array as a .npy file.
+        #[arg(long)]
+        npy: Option<PathBuf>,
+    },
+    /// Print an array's metadata and how each codec would be decoded.
+    Info {
+        /// The Zarr store (a directory).
+        path: PathBuf,
+        /// The array's node path inside the store.
+        #[arg(long, default_value = "/")]
+        array: String,
+    },
+}
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("zarrs-gpu: error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Error> {
+    match cli.command {
+        Command::Info { path, array } => info(&path, &array),
+        Command::Read { path, array, subset, backend, device, repeat, digest, npy } => {
+            let _sample_dir;
+            let (path, array) = match path {
+                Some(path) => (path, array),
+                None => {
+                    let dir = tempfile::tempdir()?;
+                    let path = dir.path().join("sample.zarr");
+                    let (shape, chunks) = ([256u64, 512, 512], [64u64, 128, 128]);
+                    eprintln!("writing a sample float32 array {shape:?} (chunks {chunks:?}) to {}", path.display());
+                    sample::create_sample_array(&path, &shape, &chunks)?;
+                    _sample_dir = dir;
+                    (path, "/".to_string())
+                }
+            };
+            let array = open(&path, &array)?;
+            let subset = parse_subset(&subset, array.shape())?;
+            let config = GpuConfig::default().with_device(device).with_backend(backend);
+            let options = ReadOptions { repeat: repeat.max(1), digest, npy };
+            dispatch_read(&array, &subset, &config, &options)
+        }
+    }
+}
+
+fn open(path: &Path, node: &str) -> Result<Array<GdsStore>, Error> {
+    if !path.is_dir() {
+        return Err(format!("{} is not a directory (a Zarr filesystem store)", path.display()).into());
+    }
+    let store = Arc::new(GdsStore::new(path)?);
+    Array::open(store, node).map_err(|e| format!("opening array {node:?} in {}: {e}", path.display()).into())
+}
+
+fn info(path: &Path, node: &str) -> Result<(), Error> {
+    let array = open(path, node)?;
+    println!("{}", array.metadata().to_string_pretty());
+    println!("data type: {}; shape {:?}; chunk grid {:?}", array.data_type(), array.shape(), array.chunk_grid_shape());
+    let codecs = array.codecs();
+    let reason = host_decode_reason(&array);
+    println!("decode plan:");
+    for codec in codecs.array_to_array_codecs() {
+        println!("  {:<12} host", name(codec.as_ref()));
+    }
+    let a2b = codecs.array_to_bytes_codec();
+    let device = reason.is_none();
+    println!("  {:<12} {}", name(a2b.as_ref()), if device { "device (bytes placed on the device)" } else { "host" });
+    for codec in codecs.bytes_to_bytes_codecs() {
+        println!("  {:<12} host", name(codec.as_ref()));
+    }
+    match reason {
+        None => println!("chunks are read straight to the device"),
+        Some(reason) => println!("chunks are decoded by zarrs on the host, then copied once: {reason}"),
+    }
+    Ok(())
+}
+
+fn name(codec: &dyn zarrs::plugin::ExtensionName) -> String {
+    codec.name_v3().map_or_else(|| "(unnamed)".into(), |n| n.to_string())
+}
+
+struct ReadOptions {
+    repeat: usize,
+    digest: bool,
+    npy: Option<PathBuf>,
+}
+
+fn dispatch_read(
+    array: &Array<GdsStore>,
+    subset: &ArraySubset,
+    config: &GpuConfig,
+    o: &ReadOptions,
+) -> Result<(), Error> {
+    let dt = array.data_type();
+    let name = dt.to_string();
+    match name.split(" / ").next().unwrap_or_default() {
+        "bool" => read::<bool>(array, subset, config, o, "|b1"),
+        "int8" => read::<i8>(array, subset, config, o, "|i1"),
+        "int16" => read::<i16>(array, subset, config, o, "<i2"),
+        "int32" => read::<i32>(array, subset, config, o, "<i4"),
+        "int64" => read::<i64>(array, subset, config, o, "<i8"),
+        "uint8" => read::<u8>(array, subset, config, o, "|u1"),
+        "uint16" => read::<u16>(array, subset, config, o, "<u2"),
+        "uint32" => read::<u32>(array, subset, config, o, "<u4"),
+        "uint64" => read::<u64>(array, subset, config, o, "<u8"),
+        "float16" => read::<half::f16>(array, subset, config, o, "<f2"),
+        "bfloat16" => read::<half::bf16>(array, subset, config, o, "<V2"),
+        "float32" => read::<f32>(array, subset, config, o, "<f4"),
+        "float64" => read::<f64>(array, subset, config, o, "<f8"),
+        "complex64" => read::<num_complex::Complex32>(array, subset, config, o, "<c8"),
+        "complex128" => read::<num_complex::Complex64>(array, subset, config, o, "<c16"),
+        _ => Err(unsupported(dt)),
+    }
+}
+
+fn unsupported(dt: &DataType) -> Error {
+    format!("data type {dt} is not supported by the command line (fixed-size numeric types are)").into()
+}
+
+fn read<T: ElementOwned>(
+    array: &Array<GdsStore>,
+    subset: &ArraySubset,
+    config: &GpuConfig,
+    o: &ReadOptions,
+    npy_descr: &str,
+) -> Result<(), Error> {
+    let bytes = subset.num_elements() * array.data_type().fixed_size().unwrap_or(0) as u64;
+    let mut times = Vec::new();
+    let mut last: Option<(DeviceArray<T>, RetrieveReport)> = None;
+    for _ in 0..o.repeat {
+        drop(last.take()); // free the previous result first
+        let start = Instant::now();
+        let result = array.retrieve_array_subset_device_opt::<T>(subset, config)?;
+        times.push(start.elapsed().as_secs_f64());
+        last = Some(result);
+    }
+    let (data, report) = last.expect("at least one read");
+    let gib = bytes as f64 / f64::from(1u32 << 30);
+    let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    println!(
+        "read {gib:.3} GiB, shape {:?}, {} on device {}: best {:.4} s ({:.2} GiB/s), median {:.4} s ({:.2} GiB/s), first {:.4} s",
+        data.shape(),
+        array.data_type(),
+        config.device(),
+        best,
+        gib / best,
+        median,
+        gib / median,
+        times[0]
+    );
+    println!(
+        "decode: {}; io: {}; chunks: {} ({} missing); bytes read: {}",
+        report.decode,
+        report.io.as_ref().map_or_else(|| "zarrs host reads".to_string(), ToString::to_string),
+        report.chunks,
+        report.missing_chunks,
+        report.bytes_read
+    );
+    if o.digest || o.npy.is_some() {
+        let host = data.to_host_bytes()?;
+        if o.digest {
+            println!("sha256: {:x}", Sha256::digest(&host));
+        }
+        if let Some(path) = &o.npy {
+            write_npy(path, npy_descr, data.shape(), &host)?;
+            println!("wrote {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+fn write_npy(path: &Path, descr: &str, shape: &[u64], bytes: &[u8]) -> Result<(), Error> {
+    let dims: Vec<String> = shape.iter().map(ToString::to_string).collect();
+    let shape = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    // Magic (6) + version (2) + header length (2) + header, padded with spaces to 64 and a newline.
+    let total = (10 + header.len() + 1).next_multiple_of(64);
+    header.push_str(&" ".repeat(total - 10 - header.len() - 1));
+    header.push('\n');
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+    file.write_all(b"\x93NUMPY\x01\x00")?;
+    file.write_all(&u16::try_from(header.len())?.to_le_bytes())?;
+    file.write_all(header.as_bytes())?;
+    file.write_all(bytes)?;
+    file.flush()?;
+    Ok(())
+}

@@ -110,7 +110,8 @@ impl CuFileDriver {
             let sym = |name: &str| format!("libcufile lacks {name}");
             (
                 *lib.get::<DriverOpen>(b"cuFileDriverOpen\0").map_err(|_| sym("cuFileDriverOpen"))?,
-                *lib.get::<DriverGetProperties>(b"cuFileDriverGetProperties\0").map_err(|_| sym("cuFileDriverGetProperties"))?,
+                *lib.get::<DriverGetProperties>(b"cuFileDriverGetProperties\0")
+                    .map_err(|_| sym("cuFileDriverGetProperties"))?,
                 *lib.get::<HandleRegister>(b"cuFileHandleRegister\0").map_err(|_| sym("cuFileHandleRegister"))?,
                 *lib.get::<HandleDeregister>(b"cuFileHandleDeregister\0").map_err(|_| sym("cuFileHandleDeregister"))?,
                 *lib.get::<Read>(b"cuFileRead\0").map_err(|_| sym("cuFileRead"))?,
@@ -198,7 +199,10 @@ impl CuFileHandle {
                     })
                 }
                 -1 => {
-                    return Err(DeviceReadError::Io { path: path.to_path_buf(), source: std::io::Error::last_os_error() })
+                    return Err(DeviceReadError::Io {
+                        path: path.to_path_buf(),
+                        source: std::io::Error::last_os_error(),
+                    })
                 }
                 n => return Err(DeviceReadError::CuFile { what: "cuFileRead", detail: describe(-(n as c_int), 0) }),
             }

@@ -45,7 +45,8 @@ pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>, DeviceReadError>
     if ordinal >= count.max(0) as usize {
         return Err(DeviceReadError::NoCuda(format!("device {ordinal} requested but {count} CUDA device(s) found")));
     }
-    let ctx = CudaContext::new(ordinal).map_err(|e| DeviceReadError::NoCuda(format!("opening device {ordinal}: {e}")))?;
+    let ctx =
+        CudaContext::new(ordinal).map_err(|e| DeviceReadError::NoCuda(format!("opening device {ordinal}: {e}")))?;
     contexts.insert(ordinal, ctx.clone());
     Ok(ctx)
 }

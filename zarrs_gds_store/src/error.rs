@@ -63,7 +63,9 @@ impl From<DeviceReadError> for StorageError {
     fn from(err: DeviceReadError) -> Self {
         match err {
             DeviceReadError::Storage(err) => err,
-            DeviceReadError::Io { path, source } => StorageError::Other(format!("reading {}: {source}", path.display())),
+            DeviceReadError::Io { path, source } => {
+                StorageError::Other(format!("reading {}: {source}", path.display()))
+            }
             other => StorageError::Other(other.to_string()),
         }
     }

@@ -81,7 +81,10 @@ pub struct GdsStore {
 
 impl std::fmt::Debug for GdsStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GdsStore").field("base_path", &self.base_path).field("options", &self.options).finish_non_exhaustive()
+        f.debug_struct("GdsStore")
+            .field("base_path", &self.base_path)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
     }
 }
 
@@ -193,13 +196,16 @@ impl GdsStore {
                 });
             }
         }
-        let transfers: Vec<DeviceTransfer> = requests.iter().map(|r| DeviceTransfer { dst: r.dst, len: r.len }).collect();
+        let transfers: Vec<DeviceTransfer> =
+            requests.iter().map(|r| DeviceTransfer { dst: r.dst, len: r.len }).collect();
         let source = FileSource { requests, request_file: &request_file, files: &files };
         // SAFETY: the destinations are the caller's, under the same contract.
         let found = unsafe { reader.transfer(&transfers, &source) }?;
         let status = match (any_gds, any_posix) {
             (true, false) => IoStatus { path: IoPath::Gds, reason: "native GPUDirect Storage".into() },
-            (true, true) => IoStatus { path: IoPath::Gds, reason: format!("some files: pread fallback for others: {reason}") },
+            (true, true) => {
+                IoStatus { path: IoPath::Gds, reason: format!("some files: pread fallback for others: {reason}") }
+            }
             _ => IoStatus { path: IoPath::Posix, reason },
         };
         *self.last_status.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(status.clone());

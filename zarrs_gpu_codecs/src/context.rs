@@ -22,7 +22,8 @@ impl DeviceBuffer {
     fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, GpuError> {
         ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
         // SAFETY: a plain allocation owned by the returned value.
-        let ptr = unsafe { result::malloc_sync(len.max(1)) }.map_err(GpuError::cuda("allocating device staging memory"))?;
+        let ptr =
+            unsafe { result::malloc_sync(len.max(1)) }.map_err(GpuError::cuda("allocating device staging memory"))?;
         Ok(Self { ptr, len, ctx: ctx.clone() })
     }
 
@@ -53,7 +54,8 @@ impl GpuContext {
     /// The shared state of device `ordinal`, made on first use.
     pub(crate) fn get(ordinal: usize) -> Result<Arc<Self>, GpuError> {
         static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<GpuContext>>>> = OnceLock::new();
-        let mut contexts = CONTEXTS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut contexts =
+            CONTEXTS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(context) = contexts.get(&ordinal) {
             return Ok(context.clone());
         }
@@ -146,12 +148,22 @@ impl GpuContext {
 ///
 /// # Safety
 /// Both bases plus the copy's extents must lie in valid device memory of the stream's context.
-pub(crate) unsafe fn copy_dtod(copy: &Copy3D, src: sys::CUdeviceptr, dst: sys::CUdeviceptr, stream: &CudaStream) -> Result<(), GpuError> {
+pub(crate) unsafe fn copy_dtod(
+    copy: &Copy3D,
+    src: sys::CUdeviceptr,
+    dst: sys::CUdeviceptr,
+    stream: &CudaStream,
+) -> Result<(), GpuError> {
     let what = GpuError::cuda("placing chunk data on the device");
     let status = if copy.is_contiguous() {
         // SAFETY: the caller's contract.
         unsafe {
-            sys::cuMemcpyDtoDAsync_v2(dst + copy.dst_offset, src + copy.src_offset, copy.width as usize, stream.cu_stream())
+            sys::cuMemcpyDtoDAsync_v2(
+                dst + copy.dst_offset,
+                src + copy.src_offset,
+                copy.width as usize,
+                stream.cu_stream(),
+            )
         }
     } else {
         // SAFETY: a zeroed CUDA_MEMCPY3D is valid (null hosts/arrays), then filled for
@@ -182,7 +194,12 @@ pub(crate) unsafe fn copy_dtod(copy: &Copy3D, src: sys::CUdeviceptr, dst: sys::C
 /// # Safety
 /// `dst..dst + len` must be valid device memory of the stream's context, `len` a multiple of
 /// the pattern's length.
-pub(crate) unsafe fn fill_pattern(pattern: &[u8], dst: sys::CUdeviceptr, len: usize, stream: &CudaStream) -> Result<(), GpuError> {
+pub(crate) unsafe fn fill_pattern(
+    pattern: &[u8],
+    dst: sys::CUdeviceptr,
+    len: usize,
+    stream: &CudaStream,
+) -> Result<(), GpuError> {
     let n = pattern.len();
     let what = GpuError::cuda("filling with the fill value");
     if len == 0 {

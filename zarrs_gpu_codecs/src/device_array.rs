@@ -125,8 +125,7 @@ impl<T: ElementOwned> DeviceArray<T> {
         self.stream().context().bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
         if !bytes.is_empty() {
             // SAFETY: ptr is valid for num_bytes bytes while self lives; the stream is synchronized.
-            unsafe { result::memcpy_dtoh_sync(&mut bytes, self.ptr) }
-                .map_err(GpuError::cuda("copying to the host"))?;
+            unsafe { result::memcpy_dtoh_sync(&mut bytes, self.ptr) }.map_err(GpuError::cuda("copying to the host"))?;
         }
         Ok(bytes)
     }
@@ -148,7 +147,8 @@ impl<T: ElementOwned> DeviceArray<T> {
 impl<T: ElementOwned> FromArrayBytes for DeviceArray<T> {
     fn from_array_bytes(bytes: ArrayBytes<'static>, shape: &[u64], data_type: &DataType) -> Result<Self, ArrayError> {
         check_element::<T>(data_type)?;
-        let bytes = bytes.into_fixed().map_err(|_| ArrayError::Other("DeviceArray needs a fixed-size data type".into()))?;
+        let bytes =
+            bytes.into_fixed().map_err(|_| ArrayError::Other("DeviceArray needs a fixed-size data type".into()))?;
         let config = gpu_config().unwrap_or_default();
         let context = GpuContext::get(config.device())?;
         let device = context.upload(&bytes)?;

@@ -199,7 +199,16 @@ pub fn plan_chunks(
             for copy in &mut copies {
                 copy.src_offset -= byte_start;
             }
-            Some(ChunkPlacement { chunk_indices, key, chunk_shape, chunk_region, output_region, byte_start, byte_end, copies })
+            Some(ChunkPlacement {
+                chunk_indices,
+                key,
+                chunk_shape,
+                chunk_region,
+                output_region,
+                byte_start,
+                byte_end,
+                copies,
+            })
         })
         .collect()
 }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use zarrs::array::{
-    Array, ArrayBytesDecodeIntoTarget, CodecMetadataOptions, ArrayBytesFixedDisjointView, ArrayMetadata, ArraySubset, ElementOwned,
+    Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArrayMetadata, ArraySubset, CodecMetadataOptions,
+    ElementOwned,
 };
 use zarrs::plugin::ExtensionName;
 use zarrs_gds_store::{read_store_to_device, DeviceReadRequest, GdsStore, IoStatus};
@@ -237,7 +238,10 @@ fn make_batches(placements: &[ChunkPlacement], budget: u64) -> Vec<Batch> {
         let staged = !p.is_direct();
         let need = if staged { p.read_len().next_multiple_of(STAGING_ALIGN) } else { 0 };
         if !current.items.is_empty() && current.staging_bytes + need > budget {
-            batches.push(std::mem::replace(&mut current, Batch { items: Vec::new(), staging: Vec::new(), staging_bytes: 0 }));
+            batches.push(std::mem::replace(
+                &mut current,
+                Batch { items: Vec::new(), staging: Vec::new(), staging_bytes: 0 },
+            ));
         }
         current.items.push(i);
         current.staging.push(staged.then_some(current.staging_bytes));

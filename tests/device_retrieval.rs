@@ -1,0 +1,358 @@
+//! Device retrieval compared with zarrs' own host retrieval, byte for byte.
+//!
+//! GPU tests are `#[ignore = "needs a CUDA GPU"]`: run them on a GPU host (`../shared/gpu/stage`,
+//! then `bash .gpu/run`). The planning tests run everywhere.
+
+use std::error::Error;
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use zarrs::array::codec::{TransposeCodec, ZstdCodec};
+use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, DataType, ElementOwned, FillValue};
+use zarrs::filesystem::FilesystemStore;
+use zarrs_gpu::zarrs_gpu_codecs::plan::plan_chunks;
+use zarrs_gpu::{
+    with_gpu_config, ArrayDeviceExt, DecodePath, DeviceArray, GdsStore, GpuConfig, GpuError, IoBackend, IoPath,
+};
+use zarrs_storage::{ReadableStorageTraits, ReadableWritableListableStorageTraits, WritableStorageTraits};
+
+type Result<T = ()> = std::result::Result<T, Box<dyn Error>>;
+
+/// Random chunk bytes valid for `data_type` (bool: 0 or 1).
+fn random_bytes(rng: &mut StdRng, n: usize, data_type: &DataType) -> Vec<u8> {
+    let mut bytes: Vec<u8> = (0..n).map(|_| rng.random()).collect();
+    if data_type.to_string() == "bool" {
+        bytes.iter_mut().for_each(|b| *b &= 1);
+    }
+    bytes
+}
+
+/// Write every chunk with random bytes, then erase about one in five (they read as fill value).
+fn fill_random<S: ReadableWritableListableStorageTraits + ?Sized + 'static>(array: &Array<S>, seed: u64) -> Result {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let elem = array.data_type().fixed_size().unwrap();
+    let chunks = array.chunks_in_array_subset(&array.subset_all())?.unwrap();
+    for (n, indices) in chunks.indices().into_iter().enumerate() {
+        if n % 5 == 3 {
+            continue; // never written: missing
+        }
+        let len = array.chunk_subset(&indices)?.num_elements_usize() * elem;
+        array.store_chunk(&indices, ArrayBytes::new_flen(random_bytes(&mut rng, len, array.data_type())))?;
+    }
+    Ok(())
+}
+
+fn v3_array(
+    dir: &std::path::Path,
+    data_type: DataType,
+    fill: FillValue,
+    shape: &[u64],
+    chunks: &[u64],
+) -> Result<Array<GdsStore>> {
+    let store = Arc::new(GdsStore::new(dir)?);
+    let array = ArrayBuilder::new(shape.to_vec(), chunks.to_vec(), data_type, fill)
+        .bytes_to_bytes_codecs(vec![])
+        .build(store, "/arr")?;
+    array.store_metadata()?;
+    fill_random(&array, 11)?;
+    Ok(array)
+}
+
+fn v2_array(
+    dir: &std::path::Path,
+    dtype: &str,
+    fill: &str,
+    shape: &[u64],
+    chunks: &[u64],
+    order: &str,
+) -> Result<Array<GdsStore>> {
+    let meta = format!(
+        r#"{{"zarr_format": 2, "shape": {shape:?}, "chunks": {chunks:?}, "dtype": "{dtype}", "compressor": null,
+            "fill_value": {fill}, "order": "{order}", "filters": null, "dimension_separator": "."}}"#
+    );
+    std::fs::create_dir_all(dir.join("arr"))?;
+    std::fs::write(dir.join("arr/.zarray"), meta)?;
+    let array = Array::open(Arc::new(GdsStore::new(dir)?), "/arr")?;
+    fill_random(&array, 12)?;
+    Ok(array)
+}
+
+/// Subsets: whole, one edge chunk, a slab, a single element, and random boxes.
+fn subsets(shape: &[u64], chunks: &[u64], rng: &mut StdRng, n: usize) -> Vec<ArraySubset> {
+    let mut out = vec![ArraySubset::new_with_shape(shape.to_vec())];
+    let edge: Vec<_> = shape.iter().zip(chunks).map(|(&s, &c)| ((s - 1) / c * c)..s).collect();
+    out.push(ArraySubset::new_with_ranges(&edge));
+    let mut slab: Vec<_> = shape.iter().map(|&s| 0..s).collect();
+    slab[0] = 0..chunks[0].min(shape[0]);
+    out.push(ArraySubset::new_with_ranges(&slab));
+    out.push(ArraySubset::new_with_ranges(&shape.iter().map(|&s| (s / 2)..(s / 2 + 1)).collect::<Vec<_>>()));
+    for _ in 0..n {
+        let ranges: Vec<_> = shape
+            .iter()
+            .map(|&s| {
+                let a = rng.random_range(0..s);
+                let b = rng.random_range(a + 1..=s);
+                a..b
+            })
+            .collect();
+        out.push(ArraySubset::new_with_ranges(&ranges));
+    }
+    out
+}
+
+/// Device retrieval of `subset` equals zarrs' host retrieval, byte for byte.
+fn check_subset<T: ElementOwned, S: ReadableStorageTraits + ?Sized + 'static>(
+    array: &Array<S>,
+    subset: &ArraySubset,
+    config: &GpuConfig,
+) -> Result<zarrs_gpu::RetrieveReport>
+where
+    Array<S>: ArrayDeviceExt,
+{
+    let want = array.retrieve_array_subset::<ArrayBytes<'static>>(subset)?.into_fixed()?.into_owned();
+    let (device, report) = array.retrieve_array_subset_device_opt::<T>(subset, config)?;
+    assert_eq!(device.shape(), subset.shape());
+    let got = device.to_host_bytes()?;
+    assert!(got == want, "subset {:?}: device bytes differ from zarrs' ({report:?})", subset.to_ranges());
+    Ok(report)
+}
+
+fn check_all<T: ElementOwned, S: ReadableStorageTraits + ?Sized + 'static>(
+    array: &Array<S>,
+    config: &GpuConfig,
+    seed: u64,
+) -> Result
+where
+    Array<S>: ArrayDeviceExt,
+{
+    let mut rng = StdRng::seed_from_u64(seed);
+    let chunks: Vec<u64> = array.chunk_shape(&vec![0; array.dimensionality()])?.iter().map(|c| c.get()).collect();
+    for subset in subsets(array.shape(), &chunks, &mut rng, 12) {
+        check_subset::<T, S>(array, &subset, config)?;
+    }
+    Ok(())
+}
+
+fn posix() -> GpuConfig {
+    GpuConfig::default().with_backend(IoBackend::Posix)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn v3_float32_subsets_match_zarrs_on_both_io_paths() -> Result {
+    let dir = tempfile::tempdir()?;
+    let array = v3_array(dir.path(), data_type::float32(), FillValue::from(1.5f32), &[37, 45, 29], &[8, 16, 7])?;
+    check_all::<f32, _>(&array, &posix(), 1)?;
+    let report = check_subset::<f32, _>(&array, &array.subset_all(), &posix())?;
+    assert_eq!(report.decode, DecodePath::Device);
+    assert_eq!(report.io.as_ref().map(|s| s.path), Some(IoPath::Posix));
+    assert!(report.missing_chunks > 0 && report.missing_chunks < report.chunks, "{report:?}");
+    check_all::<f32, _>(&array, &GpuConfig::default(), 2)?; // auto
+                                                            // Forced native GDS: works where GDS is up, else a clear error (never a wrong result).
+    match check_subset::<f32, _>(&array, &array.subset_all(), &GpuConfig::default().with_backend(IoBackend::Gds)) {
+        Ok(report) => assert_eq!(report.io.map(|s| s.path), Some(IoPath::Gds)),
+        Err(err) => assert!(err.to_string().contains("GPUDirect Storage"), "{err}"),
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn data_types_v3_and_v2_match_zarrs() -> Result {
+    let shape = [23u64, 17, 10];
+    let chunks = [6u64, 5, 4];
+    macro_rules! v3 {
+        ($t:ty, $dt:expr, $fill:expr) => {{
+            let dir = tempfile::tempdir()?;
+            let array = v3_array(dir.path(), $dt, FillValue::from($fill), &shape, &chunks)?;
+            check_all::<$t, _>(&array, &posix(), 3)?;
+        }};
+    }
+    v3!(bool, data_type::bool(), true);
+    v3!(i8, data_type::int8(), -3i8);
+    v3!(u8, data_type::uint8(), 7u8);
+    v3!(i16, data_type::int16(), -300i16);
+    v3!(u16, data_type::uint16(), 0x1234u16);
+    v3!(i32, data_type::int32(), -70000i32);
+    v3!(u32, data_type::uint32(), 0xDEAD_BEEFu32);
+    v3!(i64, data_type::int64(), -5i64);
+    v3!(u64, data_type::uint64(), 0x0102_0304_0506_0708u64);
+    v3!(half::f16, data_type::float16(), half::f16::from_f32(2.5));
+    v3!(half::bf16, data_type::bfloat16(), half::bf16::from_f32(-2.5));
+    v3!(f64, data_type::float64(), 3.25f64);
+    v3!(num_complex::Complex32, data_type::complex64(), num_complex::Complex32::new(1.0, -2.0));
+    v3!(num_complex::Complex64, data_type::complex128(), num_complex::Complex64::new(0.5, 4.0));
+    for (dtype, fill) in [("<f4", "2.5"), ("<u2", "9"), ("<i8", "-1"), ("|u1", "0")] {
+        let dir = tempfile::tempdir()?;
+        let array = v2_array(dir.path(), dtype, fill, &shape, &chunks, "C")?;
+        match dtype {
+            "<f4" => check_all::<f32, _>(&array, &posix(), 4)?,
+            "<u2" => check_all::<u16, _>(&array, &posix(), 4)?,
+            "<i8" => check_all::<i64, _>(&array, &posix(), 4)?,
+            _ => check_all::<u8, _>(&array, &posix(), 4)?,
+        }
+    }
+    // v2 in F order and big-endian: decoded on the host, still right.
+    let dir = tempfile::tempdir()?;
+    let array = v2_array(dir.path(), "<f4", "1.0", &shape, &chunks, "F")?;
+    let report = check_subset::<f32, _>(&array, &array.subset_all(), &posix())?;
+    assert_eq!(report.decode, DecodePath::Host);
+    check_all::<f32, _>(&array, &posix(), 5)?;
+    let dir = tempfile::tempdir()?;
+    let array = v2_array(dir.path(), ">i4", "5", &shape, &chunks, "C")?;
+    check_all::<i32, _>(&array, &posix(), 6)?;
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn other_codec_chains_decode_on_host_correctly() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    let array = ArrayBuilder::new(vec![30, 41], vec![8, 16], data_type::float32(), 0.25f32)
+        .array_to_array_codecs(vec![Arc::new(TransposeCodec::new(zarrs::array::codec::TransposeOrder::new(&[1, 0])?))])
+        .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, true))])
+        .build(store, "/z")?;
+    array.store_metadata()?;
+    fill_random(&array, 21)?;
+    let report = check_subset::<f32, _>(&array, &array.subset_all(), &posix())?;
+    assert_eq!(report.decode, DecodePath::Host);
+    check_all::<f32, _>(&array, &posix(), 7)?;
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn other_stores_are_staged_through_pinned_memory() -> Result {
+    let dir = tempfile::tempdir()?;
+    v3_array(dir.path(), data_type::uint16(), FillValue::from(77u16), &[19, 33], &[5, 8])?;
+    let fs = Arc::new(FilesystemStore::new(dir.path())?);
+    let array = Array::open(fs.clone(), "/arr")?;
+    let report = check_subset::<u16, _>(&array, &array.subset_all(), &posix())?;
+    assert_eq!(report.io.map(|s| s.path), Some(IoPath::Staged));
+    check_all::<u16, _>(&array, &posix(), 8)?;
+    // Type-erased storage, even a GdsStore behind it, takes the staged path too.
+    let erased: Arc<dyn ReadableStorageTraits> = Arc::new(GdsStore::new(dir.path())?);
+    let array = Array::open(erased, "/arr")?;
+    check_all::<u16, _>(&array, &posix(), 9)?;
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn small_staging_budget_runs_many_batches() -> Result {
+    let dir = tempfile::tempdir()?;
+    let array = v3_array(dir.path(), data_type::float64(), FillValue::from(-1.0f64), &[64, 96, 80], &[16, 32, 16])?;
+    // 1 MiB of staging: each batch holds a few 64 KiB chunks, so buffers alternate many times.
+    let config = posix().with_staging_bytes(1 << 20);
+    check_all::<f64, _>(&array, &config, 10)?;
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn chunk_retrieval_and_gpu_mode() -> Result {
+    let dir = tempfile::tempdir()?;
+    let array = v3_array(dir.path(), data_type::int32(), FillValue::from(-9i32), &[20, 30], &[6, 7])?;
+    for indices in [[0u64, 0], [3, 4], [2, 1]] {
+        let want: Vec<i32> = array.retrieve_chunk(&indices)?;
+        let got = array.retrieve_chunk_device::<i32>(&indices)?;
+        assert_eq!(got.to_host()?, want, "chunk {indices:?}");
+    }
+    let chunks = ArraySubset::new_with_ranges(&[1..4, 2..5]);
+    let want: Vec<i32> = array.retrieve_chunks(&chunks)?;
+    assert_eq!(array.retrieve_chunks_device::<i32>(&chunks)?.to_host()?, want);
+    // GPU mode: zarrs' generic retrieval yields device arrays, also on rayon workers.
+    let subset = ArraySubset::new_with_ranges(&[3..17, 5..29]);
+    let want: Vec<i32> = array.retrieve_array_subset(&subset)?;
+    with_gpu_config(GpuConfig::default(), || -> Result {
+        let device: DeviceArray<i32> = array.retrieve_array_subset(&subset)?;
+        assert_eq!(device.to_host()?, want);
+        use rayon::prelude::*;
+        (0..8).into_par_iter().try_for_each(|_| -> std::result::Result<(), String> {
+            let device: DeviceArray<i32> = array.retrieve_array_subset(&subset).map_err(|e| e.to_string())?;
+            (device.to_host().map_err(|e| e.to_string())? == want).then_some(()).ok_or_else(|| "differs".to_string())
+        })?;
+        Ok(())
+    })?;
+    // Wrong element type: a clear error, no panic.
+    let err = array.retrieve_array_subset_device::<f32>(&subset).unwrap_err();
+    assert!(matches!(err, GpuError::ElementType { .. }), "{err}");
+    let err = array.retrieve_array_subset_device::<i32>(&ArraySubset::new_with_ranges(&[0..21, 0..3])).unwrap_err();
+    assert!(err.to_string().contains("subset"), "{err}");
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn concurrent_reads_from_several_threads() -> Result {
+    let dir = tempfile::tempdir()?;
+    let array =
+        Arc::new(v3_array(dir.path(), data_type::float32(), FillValue::from(0.5f32), &[48, 64, 40], &[16, 16, 8])?);
+    let handles: Vec<_> = (0..6)
+        .map(|t| {
+            let array = array.clone();
+            std::thread::spawn(move || -> std::result::Result<(), String> {
+                let config = if t % 2 == 0 { posix() } else { GpuConfig::default() };
+                check_all::<f32, _>(&array, &config, 100 + t).map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("no panic")?;
+    }
+    Ok(())
+}
+
+/// The read plan (which chunks, which bytes, where each lands) applied on the host reproduces
+/// zarrs' own retrieval: no GPU needed.
+#[test]
+fn read_plan_reproduces_zarrs_retrieval() -> Result {
+    let dir = tempfile::tempdir()?;
+    for (shape, chunks) in
+        [(vec![37u64, 45, 29], vec![8u64, 16, 7]), (vec![50], vec![7]), (vec![9, 8, 7, 6], vec![4, 3, 5, 2])]
+    {
+        let array = v3_array(dir.path(), data_type::uint16(), FillValue::from(0xABCDu16), &shape, &chunks)?;
+        let store = array.storage();
+        let mut rng = StdRng::seed_from_u64(42);
+        for subset in subsets(&shape, &chunks, &mut rng, 20) {
+            let want = array.retrieve_array_subset::<ArrayBytes<'static>>(&subset)?.into_fixed()?.into_owned();
+            let grid = array.chunks_in_array_subset(&subset)?.unwrap();
+            let listed: Vec<_> = grid
+                .indices()
+                .into_iter()
+                .map(|i| (i.to_vec(), array.chunk_key(&i), array.chunk_subset(&i).unwrap()))
+                .collect();
+            assert_eq!(listed.len() as u64, grid.num_elements());
+            let plan = plan_chunks(2, &subset, listed);
+            let mut got = vec![0u8; want.len()];
+            let fill = 0xABCDu16.to_ne_bytes().repeat(1 << 16);
+            for p in &plan {
+                let src = match store.get(&p.key)? {
+                    Some(bytes) => bytes[p.byte_start as usize..p.byte_end as usize].to_vec(),
+                    None => fill[..p.read_len() as usize].to_vec(),
+                };
+                for c in &p.copies {
+                    c.apply_host(&src, &mut got);
+                }
+            }
+            assert!(got == want, "shape {shape:?} subset {:?}", subset.to_ranges());
+        }
+        store.erase_prefix(&"arr/".try_into()?)?;
+    }
+    Ok(())
+}
+
+/// Without a CUDA driver or device, device retrieval is an error that says so, never a panic.
+#[test]
+fn no_gpu_is_a_clear_error() -> Result {
+    if zarrs_gpu::zarrs_gds_store::cuda_context(0).is_ok() {
+        return Ok(()); // a GPU host: the ignored tests cover it
+    }
+    let dir = tempfile::tempdir()?;
+    let array = v3_array(dir.path(), data_type::float32(), FillValue::from(0f32), &[8, 8], &[4, 4])?;
+    let err = array.retrieve_array_subset_device::<f32>(&array.subset_all()).unwrap_err();
+    assert!(matches!(err, GpuError::NoCuda(_)), "{err}");
+    Ok(())
+}
