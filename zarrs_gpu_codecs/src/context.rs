@@ -166,24 +166,36 @@ pub(crate) unsafe fn copy_dtod(
             )
         }
     } else {
-        // SAFETY: a zeroed CUDA_MEMCPY3D is valid (null hosts/arrays), then filled for
-        // device-to-device copies within the caller's buffers.
-        unsafe {
-            let mut p: sys::CUDA_MEMCPY3D = std::mem::zeroed();
-            p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-            p.srcDevice = src + copy.src_offset;
-            p.srcPitch = copy.src_pitch as usize;
-            p.srcHeight = copy.src_height as usize;
-            p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-            p.dstDevice = dst + copy.dst_offset;
-            p.dstPitch = copy.dst_pitch as usize;
-            p.dstHeight = copy.dst_height as usize;
-            p.WidthInBytes = copy.width as usize;
-            p.Height = copy.height as usize;
-            p.Depth = copy.depth as usize;
-            p.srcHost = std::ptr::null::<c_void>();
-            sys::cuMemcpy3DAsync_v2(&raw const p, stream.cu_stream())
-        }
+        let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        let p = sys::CUDA_MEMCPY3D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcZ: 0,
+            srcLOD: 0,
+            srcMemoryType: device,
+            srcHost: std::ptr::null::<c_void>(),
+            srcDevice: src + copy.src_offset,
+            srcArray: std::ptr::null_mut(),
+            reserved0: std::ptr::null_mut(),
+            srcPitch: copy.src_pitch as usize,
+            srcHeight: copy.src_height as usize,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstZ: 0,
+            dstLOD: 0,
+            dstMemoryType: device,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst + copy.dst_offset,
+            dstArray: std::ptr::null_mut(),
+            reserved1: std::ptr::null_mut(),
+            dstPitch: copy.dst_pitch as usize,
+            dstHeight: copy.dst_height as usize,
+            WidthInBytes: copy.width as usize,
+            Height: copy.height as usize,
+            Depth: copy.depth as usize,
+        };
+        // SAFETY: a device-to-device copy within the caller's buffers.
+        unsafe { sys::cuMemcpy3DAsync_v2(&raw const p, stream.cu_stream()) }
     };
     status.result().map_err(what)
 }
