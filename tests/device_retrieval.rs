@@ -219,6 +219,11 @@ fn other_codec_chains_decode_on_host_correctly() -> Result {
     let report = check_subset::<f32, _>(&array, &array.subset_all(), &posix())?;
     assert_eq!(report.decode, DecodePath::Host);
     check_all::<f32, _>(&array, &posix(), 7)?;
+    for indices in [[0u64, 0], [3, 2]] {
+        let want: Vec<f32> = array.retrieve_chunk(&indices)?;
+        let got = array.retrieve_chunk_device::<f32>(&indices)?.to_host()?;
+        assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()) && got.len() == want.len());
+    }
     Ok(())
 }
 
@@ -261,8 +266,12 @@ fn chunk_retrieval_and_gpu_mode() -> Result {
         assert_eq!(got.to_host()?, want, "chunk {indices:?}");
     }
     let chunks = ArraySubset::new_with_ranges(&[1..4, 2..5]);
-    let want: Vec<i32> = array.retrieve_chunks(&chunks)?;
+    let want: Vec<i32> = array.retrieve_array_subset(&array.chunks_subset_bounded(&chunks)?)?;
     assert_eq!(array.retrieve_chunks_device::<i32>(&chunks)?.to_host()?, want);
+    let edge = ArraySubset::new_with_ranges(&[2..4, 3..5]);
+    let want: Vec<i32> = array.retrieve_array_subset(&array.chunks_subset_bounded(&edge)?)?;
+    assert_eq!(array.retrieve_chunks_device::<i32>(&edge)?.to_host()?, want);
+    assert!(array.retrieve_chunk_device::<i32>(&[4, 0]).is_err(), "chunk indices beyond the grid");
     // GPU mode: zarrs' generic retrieval yields device arrays, also on rayon workers.
     let subset = ArraySubset::new_with_ranges(&[3..17, 5..29]);
     let want: Vec<i32> = array.retrieve_array_subset(&subset)?;

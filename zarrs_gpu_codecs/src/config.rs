@@ -16,10 +16,15 @@ pub struct GpuConfig {
     staging_bytes: usize,
 }
 
+/// The environment variable that sets the default device staging budget per batch, in bytes.
+pub const STAGING_BYTES_ENV: &str = "ZARRS_GPU_STAGING_BYTES";
+
 impl Default for GpuConfig {
-    /// Device 0, backend auto, 1 GiB of device staging per batch.
+    /// Device 0, backend auto, 1 GiB of device staging per batch (`ZARRS_GPU_STAGING_BYTES`
+    /// overrides).
     fn default() -> Self {
-        Self { device: 0, backend: IoBackend::Auto, staging_bytes: 1 << 30 }
+        let staging = std::env::var(STAGING_BYTES_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok());
+        Self { device: 0, backend: IoBackend::Auto, staging_bytes: staging.unwrap_or(1 << 30).max(1 << 20) }
     }
 }
 

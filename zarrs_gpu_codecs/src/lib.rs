@@ -27,7 +27,7 @@ mod error;
 pub mod plan;
 mod retrieve;
 
-pub use config::{gpu_config, with_gpu_config, GpuConfig};
+pub use config::{gpu_config, with_gpu_config, GpuConfig, STAGING_BYTES_ENV};
 pub use device_array::DeviceArray;
 pub use error::GpuError;
 pub use retrieve::{host_decode_reason, ArrayDeviceExt, DecodePath, RetrieveReport};

@@ -113,13 +113,15 @@ pub trait ArrayDeviceExt {
         Ok(self.retrieve_array_subset_device_opt(subset, &gpu_config().unwrap_or_default())?.0)
     }
 
-    /// Retrieve the chunk at `chunk_indices` (bounded by the array's shape) into device memory.
+    /// Retrieve the chunk at `chunk_indices` into device memory: its full shape as stored, like
+    /// zarrs' `retrieve_chunk` (an edge chunk includes the part beyond the array's shape).
     ///
     /// # Errors
     /// As [`Self::retrieve_array_subset_device_opt`], and for invalid chunk indices.
     fn retrieve_chunk_device<T: ElementOwned>(&self, chunk_indices: &[u64]) -> Result<DeviceArray<T>, GpuError>;
 
-    /// Retrieve the chunks in `chunks` (a subset of the chunk grid) into device memory.
+    /// Retrieve the region of the array that the chunks in `chunks` (a subset of the chunk grid)
+    /// cover, bounded by the array's shape, into device memory.
     ///
     /// # Errors
     /// As [`Self::retrieve_array_subset_device_opt`], and for invalid chunk indices.
@@ -135,12 +137,18 @@ macro_rules! impl_array_device_ext {
         ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
             let storage = self.storage();
             let gds: Option<&GdsStore> = ($gds)(&storage);
-            retrieve(self, subset, gds, config)
+            retrieve(self, subset, gds, config, false)
         }
 
         fn retrieve_chunk_device<T: ElementOwned>(&self, chunk_indices: &[u64]) -> Result<DeviceArray<T>, GpuError> {
-            let subset = self.chunk_subset_bounded(chunk_indices)?;
-            self.retrieve_array_subset_device(&subset)
+            let grid = self.chunk_grid_shape();
+            if chunk_indices.len() != grid.len() || chunk_indices.iter().zip(grid).any(|(i, n)| i >= n) {
+                return Err(zarrs::array::ArrayError::InvalidChunkGridIndicesError(chunk_indices.to_vec()).into());
+            }
+            let subset = self.chunk_subset(chunk_indices)?;
+            let storage = self.storage();
+            let gds: Option<&GdsStore> = ($gds)(&storage);
+            Ok(retrieve(self, &subset, gds, &gpu_config().unwrap_or_default(), true)?.0)
         }
 
         fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
@@ -173,9 +181,10 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     subset: &ArraySubset,
     gds: Option<&GdsStore>,
     config: &GpuConfig,
+    whole_chunk: bool,
 ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
     check_element::<T>(array.data_type())?;
-    if subset.dimensionality() != array.dimensionality() || !subset.inbounds_shape(array.shape()) {
+    if subset.dimensionality() != array.dimensionality() || !(whole_chunk || subset.inbounds_shape(array.shape())) {
         return Err(zarrs::array::ArrayError::InvalidArraySubset(subset.clone(), array.shape().to_vec()).into());
     }
     let context = GpuContext::get(config.device())?;
@@ -183,7 +192,7 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     let out_bytes = subset.num_elements() * std::mem::size_of::<T>() as u64;
     let (out, report) = match host_decode_reason(array) {
         None => retrieve_raw(array, subset, gds, config, &context, &stream, out_bytes)?,
-        Some(_) => retrieve_host(array, subset, &context, &stream, out_bytes)?,
+        Some(_) => retrieve_host(array, subset, &context, &stream, out_bytes, whole_chunk)?,
     };
     // SAFETY: every byte of `out` was written by the pipeline, synchronized on `stream`.
     let device = unsafe { DeviceArray::from_device_bytes(out, subset.shape().to_vec(), array.data_type().clone()) }?;
@@ -197,11 +206,18 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     context: &GpuContext,
     stream: &Arc<CudaStream>,
     out_bytes: u64,
+    whole_chunk: bool,
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
     context.check_free(out_bytes)?;
     let len = out_bytes as usize;
     let mut pinned = context.take_pinned(len)?;
-    {
+    if whole_chunk {
+        // The full stored chunk, as zarrs' retrieve_chunk decodes it.
+        let chunk_indices: Vec<u64> = subset.start().iter().zip(subset.shape()).map(|(s, n)| s / n).collect();
+        let bytes = array.retrieve_chunk::<zarrs::array::ArrayBytes<'static>>(&chunk_indices)?;
+        let bytes = bytes.into_fixed().map_err(|e| GpuError::Array(zarrs::array::ArrayError::Other(e.to_string())))?;
+        pinned.as_mut_slice()[..len].copy_from_slice(&bytes);
+    } else {
         let bytes = unsafe_cell_slice::UnsafeCellSlice::new(&mut pinned.as_mut_slice()[..len]);
         let shape = subset.shape().to_vec();
         let elem = array.data_type().fixed_size().expect("checked by check_element");
