@@ -6,9 +6,11 @@ gib=${1:-8}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 dir=/tmp/zarrs-gpu-bench
 export PYTHONUNBUFFERED=1
+rm -f "$out/bench.jsonl"
 bench --dir "$dir" --gib "$gib" --repeat 5 --json "$out/bench.jsonl"
 python3 benches/peers.py --array "$dir/u1.zarr" --repeat 3 --json "$out/bench.jsonl"
 python3 benches/peers.py --array "$dir/u1.zarr" --subset "0:64" --repeat 3 --json "$out/bench.jsonl"
+python3 benches/peers.py --array "$dir/u1.zarr" --subset "0:16" --repeat 5 --json "$out/bench.jsonl"
 python3 - "$out/bench.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

@@ -77,17 +77,16 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Info { path, array } => info(&path, &array),
         Command::Read { path, array, subset, backend, device, repeat, digest, npy } => {
             let _sample_dir;
-            let (path, array) = match path {
-                Some(path) => (path, array),
-                None => {
-                    let dir = tempfile::tempdir()?;
-                    let path = dir.path().join("sample.zarr");
-                    let (shape, chunks) = ([256u64, 512, 512], [64u64, 128, 128]);
-                    eprintln!("writing a sample float32 array {shape:?} (chunks {chunks:?}) to {}", path.display());
-                    sample::create_sample_array(&path, &shape, &chunks)?;
-                    _sample_dir = dir;
-                    (path, "/".to_string())
-                }
+            let (path, array) = if let Some(path) = path {
+                (path, array)
+            } else {
+                let dir = tempfile::tempdir()?;
+                let path = dir.path().join("sample.zarr");
+                let (shape, chunks) = ([256u64, 512, 512], [64u64, 128, 128]);
+                eprintln!("writing a sample float32 array {shape:?} (chunks {chunks:?}) to {}", path.display());
+                sample::create_sample_array(&path, &shape, &chunks)?;
+                _sample_dir = dir;
+                (path, "/".to_string())
             };
             let array = open(&path, &array)?;
             let subset = parse_subset(&subset, array.shape())?;

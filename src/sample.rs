@@ -61,6 +61,9 @@ pub fn create_sample_array(
 ///
 /// # Errors
 /// Returns zarrs' error when a chunk cannot be written.
+///
+/// # Panics
+/// Panics if the array has no dimensions.
 pub fn write_sample_chunks<S: ReadableWritableListableStorageTraits + ?Sized + 'static>(
     array: &Array<S>,
 ) -> Result<(), ArrayError> {

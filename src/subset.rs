@@ -20,12 +20,11 @@ pub fn parse_subset(spec: &str, shape: &[u64]) -> Result<ArraySubset, String> {
                 s.trim().parse::<u64>().map_err(|_| format!("dimension {dim}: {s:?} is not a non-negative integer"))
             }
         };
-        let (start, end) = match part.split_once(':') {
-            Some((a, b)) => (parse(a, 0)?, parse(b, size)?),
-            None => {
-                let i = parse(part, 0)?;
-                (i, i + 1)
-            }
+        let (start, end) = if let Some((a, b)) = part.split_once(':') {
+            (parse(a, 0)?, parse(b, size)?)
+        } else {
+            let i = parse(part, 0)?;
+            (i, i + 1)
         };
         if start > end || end > size {
             return Err(format!("dimension {dim}: {start}:{end} is outside 0:{size}"));

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
 use zarrs::array::codec::{TransposeCodec, ZstdCodec};
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, DataType, ElementOwned, FillValue};
 use zarrs::filesystem::FilesystemStore;
@@ -23,7 +24,9 @@ type Result<T = ()> = std::result::Result<T, Box<dyn Error>>;
 fn random_bytes(rng: &mut StdRng, n: usize, data_type: &DataType) -> Vec<u8> {
     let mut bytes: Vec<u8> = (0..n).map(|_| rng.random()).collect();
     if data_type.to_string() == "bool" {
-        bytes.iter_mut().for_each(|b| *b &= 1);
+        for b in &mut bytes {
+            *b &= 1;
+        }
     }
     bytes
 }
@@ -278,7 +281,6 @@ fn chunk_retrieval_and_gpu_mode() -> Result {
     with_gpu_config(GpuConfig::default(), || -> Result {
         let device: DeviceArray<i32> = array.retrieve_array_subset(&subset)?;
         assert_eq!(device.to_host()?, want);
-        use rayon::prelude::*;
         (0..8).into_par_iter().try_for_each(|_| -> std::result::Result<(), String> {
             let device: DeviceArray<i32> = array.retrieve_array_subset(&subset).map_err(|e| e.to_string())?;
             (device.to_host().map_err(|e| e.to_string())? == want).then_some(()).ok_or_else(|| "differs".to_string())

@@ -179,7 +179,7 @@ impl GdsStore {
                         return Err(DeviceReadError::GdsUnavailable(format!("{}: {err}", file.path.display())));
                     }
                     let why = format!("cuFile could not register {}: {err}", file.path.display());
-                    reason = self.gds_off.get_or_init(|| why).clone();
+                    reason.clone_from(self.gds_off.get_or_init(|| why));
                     any_posix = true;
                 }
                 (None, None) => any_posix |= file.file.is_some(),

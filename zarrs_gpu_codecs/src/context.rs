@@ -91,7 +91,7 @@ impl GpuContext {
     }
 
     /// Uninitialised device memory of `len` bytes on `stream`.
-    pub(crate) fn alloc(&self, stream: &Arc<CudaStream>, len: usize) -> Result<CudaSlice<u8>, GpuError> {
+    pub(crate) fn alloc(stream: &Arc<CudaStream>, len: usize) -> Result<CudaSlice<u8>, GpuError> {
         // SAFETY: every byte is written (data or fill value) before the result is handed out.
         unsafe { stream.alloc::<u8>(len) }.map_err(GpuError::cuda("allocating device memory"))
     }

@@ -94,7 +94,7 @@ pub fn region_copies(
         }
     }
     merged.reverse(); // outermost first again; the last is contiguous (strides elem)
-    let inner = merged.pop().expect("one dimension");
+    let inner = merged.pop().unwrap_or((1, elem, elem)); // never empty: the unit dimension
     let width = inner.0 * elem;
     let row = merged.pop().unwrap_or((1, width, width));
     let slice = merged.pop().unwrap_or((1, row.0 * row.1, row.0 * row.2));
@@ -217,6 +217,7 @@ pub fn plan_chunks(
 mod tests {
     use super::*;
 
+    #[allow(clippy::too_many_arguments)]
     fn reference_copy(
         elem: usize,
         src_shape: &[u64],

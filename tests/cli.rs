@@ -1,0 +1,104 @@
+//! The `zarrs-gpu` command line: its error paths (everywhere) and its reads (on a GPU host).
+
+use std::error::Error;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use zarrs::array::codec::ZstdCodec;
+use zarrs::array::{data_type, ArrayBuilder, ArrayBytes, ArraySubset};
+use zarrs_gpu::{sample, GdsStore};
+
+type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
+
+fn zarrs_gpu(args: &[&str]) -> Result<(Output, String)> {
+    let output = Command::new(env!("CARGO_BIN_EXE_zarrs-gpu")).args(args).output()?;
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(!text.contains("panicked"), "{text}");
+    Ok((output, text))
+}
+
+fn gpu_present() -> bool {
+    zarrs_gpu::zarrs_gds_store::cuda_context(0).is_ok()
+}
+
+#[test]
+fn errors_are_plain_messages() -> Result {
+    let (out, text) = zarrs_gpu(&["read", "/nonexistent/volume.zarr"])?;
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("zarrs-gpu: error:") && text.contains("is not a directory"), "{text}");
+
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("a.zarr");
+    sample::create_sample_array(&path, &[10, 12], &[4, 5])?;
+    let p = path.to_str().unwrap();
+    let (out, text) = zarrs_gpu(&["read", p, "--subset", "0:11"])?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text.contains("outside 0:10"), "{text}");
+    let (out, text) = zarrs_gpu(&["read", p, "--array", "/missing"])?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text.contains("opening array \"/missing\""), "{text}");
+    let (out, text) = zarrs_gpu(&["read", p, "--backend", "fastest"])?;
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("unknown I/O backend"), "{text}");
+    if !gpu_present() {
+        let (out, text) = zarrs_gpu(&["read", p])?;
+        assert_eq!(out.status.code(), Some(1));
+        assert!(text.contains("no CUDA device available"), "{text}");
+    }
+    Ok(())
+}
+
+#[test]
+fn info_shows_the_decode_plan() -> Result {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("a.zarr");
+    sample::create_sample_array(&path, &[10, 12], &[4, 5])?;
+    let (out, text) = zarrs_gpu(&["info", path.to_str().unwrap()])?;
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("\"shape\"") && text.contains("float32"), "{text}");
+    assert!(text.contains("chunks are read straight to the device"), "{text}");
+
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    let array = ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::uint16(), 0u16)
+        .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, false))])
+        .build(store, "/z")?;
+    array.store_metadata()?;
+    let (out, text) = zarrs_gpu(&["info", dir.path().to_str().unwrap(), "--array", "/z"])?;
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("zstd") && text.contains("decoded by zarrs on the host"), "{text}");
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn read_digest_and_npy_match_zarrs() -> Result {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("a.zarr");
+    let array = sample::create_sample_array(&path, &[33, 70, 41], &[8, 16, 16])?;
+    let subset = ArraySubset::new_with_ranges(&[3..30, 5..70, 0..41]);
+    let want = array.retrieve_array_subset::<ArrayBytes<'static>>(&subset)?.into_fixed()?.into_owned();
+    let npy = dir.path().join("out.npy");
+    let (out, text) = zarrs_gpu(&[
+        "read",
+        path.to_str().unwrap(),
+        "--subset",
+        "3:30,5:,",
+        "--digest",
+        "--npy",
+        npy.to_str().unwrap(),
+    ])?;
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains(&format!("sha256: {:x}", Sha256::digest(&want))), "{text}");
+    assert!(text.contains("GiB/s") && text.contains("io: posix"), "{text}");
+    let file = std::fs::read(&npy)?;
+    assert!(file.starts_with(b"\x93NUMPY\x01\x00"));
+    let header_len = u16::from_le_bytes([file[8], file[9]]) as usize;
+    let header = std::str::from_utf8(&file[10..10 + header_len])?;
+    assert!(header.contains("'descr': '<f4'") && header.contains("'shape': (27, 65, 41)"), "{header}");
+    assert!(file[10 + header_len..] == want[..]);
+    // With no path: a sample array is written and read.
+    let (out, text) = zarrs_gpu(&["read", "--repeat", "1"])?;
+    assert!(out.status.success() && text.contains("GiB/s"), "{text}");
+    Ok(())
+}
