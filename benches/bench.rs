@@ -79,6 +79,7 @@ fn main() -> Result<(), Error> {
         let (secs, runs) = zarrs_pinned_then_copy(&array, &subset, args.repeat)?;
         lines.push(line("zarrs pinned+copy", case, &subset, bytes, secs, &runs, ""));
     }
+    lines.extend(ceilings(&path, &array)?);
     let mut out = String::new();
     for l in &lines {
         println!("{l}");
@@ -126,4 +127,56 @@ fn zarrs_pinned_then_copy(
         stream.synchronize()?;
         Ok(())
     })
+}
+
+/// The two ceilings of the uncompressed path, measured on the same data: page cache to host
+/// memory with as many threads as the reader uses (no copy to the device), and pinned host memory
+/// to the device (no file reads).
+fn ceilings(path: &std::path::Path, array: &Array<GdsStore>) -> Result<Vec<String>, Error> {
+    use rayon::prelude::*;
+    use std::os::unix::fs::FileExt;
+    let subset = array.subset_all();
+    let files: Vec<PathBuf> = array
+        .chunks_in_array_subset(&subset)?
+        .map(|grid| grid.indices().into_iter().map(|i| path.join(array.chunk_key(&i).as_str())).collect())
+        .unwrap_or_default();
+    let bytes: u64 = files.iter().map(|f| std::fs::metadata(f).map_or(0, |m| m.len())).sum();
+    let threads = zarrs_gpu::zarrs_gds_store::DeviceReaderOptions::default().threads;
+    let task = 4usize << 20;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+    let (secs, runs) = time(3, || {
+        pool.install(|| {
+            files.par_iter().try_for_each(|f| -> Result<(), Error> {
+                let file = std::fs::File::open(f)?;
+                let len = file.metadata()?.len();
+                thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![1u8; 4 << 20]));
+                BUF.with(|b| -> Result<(), Error> {
+                    let mut b = b.borrow_mut();
+                    let mut off = 0;
+                    while off < len {
+                        let n = (len - off).min(task as u64) as usize;
+                        file.read_exact_at(&mut b[..n], off)?;
+                        off += n as u64;
+                    }
+                    Ok(())
+                })
+            })
+        })
+    })?;
+    let all = ArraySubset::new_with_shape(vec![]);
+    let mut lines = vec![line("ceiling: page cache -> host", "pread only", &all, bytes, secs, &runs, "")];
+    let ctx = cuda_context(0)?;
+    let len = 1usize << 30;
+    let pinned = PinnedBuffer::new(&ctx, len)?;
+    let stream = ctx.new_stream()?;
+    let mut device = unsafe { stream.alloc::<u8>(len) }?;
+    let (secs, runs) = time(5, || {
+        for _ in 0..4 {
+            stream.memcpy_htod(pinned.as_slice(), &mut device)?;
+        }
+        stream.synchronize()?;
+        Ok(())
+    })?;
+    lines.push(line("ceiling: pinned -> device", "4 x 1 GiB", &all, 4 * len as u64, secs, &runs, ""));
+    Ok(lines)
 }

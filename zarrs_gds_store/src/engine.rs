@@ -182,6 +182,8 @@ pub trait PieceSource: Sync {
 
 struct Worker {
     stream: Arc<CudaStream>,
+    /// Recorded after a transfer's copies, for a consumer stream to wait on.
+    done: CudaEvent,
     slots: [(PinnedBuffer, CudaEvent, bool); 2],
     next: usize,
 }
@@ -216,7 +218,8 @@ impl DeviceReader {
                         false,
                     ))
                 };
-                Ok(Mutex::new(Worker { stream, slots: [slot()?, slot()?], next: 0 }))
+                let done = ctx.new_event(None).map_err(DeviceReadError::cuda("creating an event"))?;
+                Ok(Mutex::new(Worker { stream, done, slots: [slot()?, slot()?], next: 0 }))
             })
             .collect::<Result<Vec<_>, DeviceReadError>>()?;
         Ok(Self { ctx, pool, workers, options })
@@ -256,18 +259,22 @@ impl DeviceReader {
 
     /// Read every transfer's bytes from `source` into its device destination. Returns, per
     /// transfer, whether its source existed; a missing source leaves its destination unwritten.
-    /// The device memory is written when this returns.
+    ///
+    /// With `stream` None the device memory is written when this returns. With a stream, the
+    /// host reads are done when this returns and the copies to the device are ordered before any
+    /// work enqueued on `stream` afterwards: the next reads start while the last copies finish.
     ///
     /// # Safety
     /// Every destination must be valid device memory of this reader's context for `len` bytes,
     /// and no two destinations may overlap.
     ///
     /// # Errors
-    /// Returns the first error of any piece; the other pieces are still waited for.
+    /// Returns the first error of any piece, after every copy in flight has completed.
     pub unsafe fn transfer(
         &self,
         transfers: &[DeviceTransfer],
         source: &dyn PieceSource,
+        stream: Option<&CudaStream>,
     ) -> Result<Vec<bool>, DeviceReadError> {
         let task = self.options.task_size as u64;
         let pieces: Vec<(usize, u64, usize)> = transfers
@@ -293,10 +300,15 @@ impl DeviceReader {
                 Ok(())
             })
         });
-        // Wait for every copy in flight, also after an error: the pinned buffers are reused.
-        let synced = self.synchronize();
-        result?;
-        synced?;
+        match (result, stream) {
+            // Copies may still target the destinations: wait for them before reporting.
+            (Err(err), _) => {
+                let _ = self.synchronize();
+                return Err(err);
+            }
+            (Ok(()), None) => self.synchronize()?,
+            (Ok(()), Some(stream)) => self.order_before(stream)?,
+        }
         transfers
             .iter()
             .enumerate()
@@ -308,6 +320,17 @@ impl DeviceReader {
                 (present, _) => Ok(present || t.len == 0),
             })
             .collect()
+    }
+
+    /// Make `stream` wait for every copy enqueued so far on the workers' streams.
+    fn order_before(&self, stream: &CudaStream) -> Result<(), DeviceReadError> {
+        self.ctx.bind_to_thread().map_err(DeviceReadError::cuda("binding the CUDA context"))?;
+        for worker in &self.workers {
+            let worker = worker.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            worker.done.record(&worker.stream).map_err(DeviceReadError::cuda("recording an event"))?;
+            stream.wait(&worker.done).map_err(DeviceReadError::cuda("ordering copies before placement"))?;
+        }
+        Ok(())
     }
 
     fn piece_via_pinned(

@@ -1,3 +1,4 @@
+use cudarc::driver::CudaStream;
 use zarrs_storage::byte_range::ByteRange;
 use zarrs_storage::ReadableStorageTraits;
 
@@ -6,7 +7,7 @@ use crate::{DeviceReadError, DeviceReadOutcome, DeviceReadRequest, IoPath, IoSta
 
 /// Read every request's bytes from any zarrs store into device memory: the store's partial
 /// reads run in parallel on `reader`'s threads, each staged through a pinned buffer and copied to
-/// the device asynchronously.
+/// the device asynchronously. `stream` as in [`GdsStore::read_to_device`](crate::GdsStore::read_to_device).
 ///
 /// # Safety
 /// Every `dst` must be valid device memory of `reader`'s context for its `len` bytes, and no two
@@ -18,11 +19,12 @@ pub unsafe fn read_store_to_device<S: ReadableStorageTraits + ?Sized>(
     store: &S,
     reader: &DeviceReader,
     requests: &[DeviceReadRequest],
+    stream: Option<&CudaStream>,
 ) -> Result<DeviceReadOutcome, DeviceReadError> {
     let transfers: Vec<DeviceTransfer> = requests.iter().map(|r| DeviceTransfer { dst: r.dst, len: r.len }).collect();
     let source = StoreSource { store, requests };
     // SAFETY: the destinations are the caller's, under the same contract.
-    let found = unsafe { reader.transfer(&transfers, &source) }?;
+    let found = unsafe { reader.transfer(&transfers, &source, stream) }?;
     Ok(DeviceReadOutcome {
         found,
         status: IoStatus { path: IoPath::Staged, reason: "the store is not a GdsStore".into() },

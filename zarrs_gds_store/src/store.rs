@@ -4,6 +4,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
+use cudarc::driver::CudaStream;
 use zarrs_filesystem::{FilesystemStore, FilesystemStoreCreateError};
 use zarrs_storage::byte_range::ByteRangeIterator;
 use zarrs_storage::{
@@ -136,7 +137,9 @@ impl GdsStore {
 
     /// Read every request's bytes straight into device memory, all in flight at once on
     /// `reader`'s threads. `backend` overrides the store's option for this read (the
-    /// `ZARRS_GDS_BACKEND` environment variable overrides both).
+    /// `ZARRS_GDS_BACKEND` environment variable overrides both). With `stream` None the device
+    /// memory is written on return; with a stream, the writes are ordered before any work
+    /// enqueued on it afterwards.
     ///
     /// # Safety
     /// Every `dst` must be valid device memory of `reader`'s context for its `len` bytes, and no
@@ -150,6 +153,7 @@ impl GdsStore {
         reader: &DeviceReader,
         requests: &[DeviceReadRequest],
         backend: Option<IoBackend>,
+        stream: Option<&CudaStream>,
     ) -> Result<DeviceReadOutcome, DeviceReadError> {
         let backend = backend.unwrap_or(self.options.backend).resolve().map_err(DeviceReadError::GdsUnavailable)?;
         // One open file per key, opened in parallel.
@@ -200,7 +204,7 @@ impl GdsStore {
             requests.iter().map(|r| DeviceTransfer { dst: r.dst, len: r.len }).collect();
         let source = FileSource { requests, request_file: &request_file, files: &files };
         // SAFETY: the destinations are the caller's, under the same contract.
-        let found = unsafe { reader.transfer(&transfers, &source) }?;
+        let found = unsafe { reader.transfer(&transfers, &source, stream) }?;
         let status = match (any_gds, any_posix) {
             (true, false) => IoStatus { path: IoPath::Gds, reason: "native GPUDirect Storage".into() },
             (true, true) => {

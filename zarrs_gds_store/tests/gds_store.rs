@@ -54,7 +54,8 @@ fn reads_into_device_memory() -> Result {
         files.push((key, data));
     }
     let reader = DeviceReader::shared(0)?;
-    for backend in [IoBackend::Posix, IoBackend::Auto] {
+    let stream = reader.context().new_stream()?;
+    for (backend, ordered) in [(IoBackend::Posix, false), (IoBackend::Auto, false), (IoBackend::Posix, true)] {
         // Whole values, partial ranges at odd offsets, and a missing key, all in one batch.
         let mut requests = Vec::new();
         let mut expected: Vec<Option<Vec<u8>>> = Vec::new();
@@ -81,7 +82,10 @@ fn reads_into_device_memory() -> Result {
                 r
             })
             .collect();
-        let outcome = unsafe { store.read_to_device(&reader, &reqs, Some(backend)) }?;
+        // Ordered on a stream: the bytes are there once the stream has run what came before.
+        let on = ordered.then_some(stream.as_ref());
+        let outcome = unsafe { store.read_to_device(&reader, &reqs, Some(backend), on) }?;
+        stream.synchronize()?;
         assert_eq!(outcome.status.path, IoPath::Posix, "{}", outcome.status);
         let mut host = vec![0u8; total];
         unsafe { result::memcpy_dtoh_sync(&mut host, base) }?;
@@ -95,14 +99,14 @@ fn reads_into_device_memory() -> Result {
         }
         // Past the end: an error naming the file.
         let bad = [DeviceReadRequest { key: files[1].0.clone(), offset: 10, len: 4095, dst: base }];
-        let err = unsafe { store.read_to_device(&reader, &bad, Some(backend)) }.unwrap_err();
+        let err = unsafe { store.read_to_device(&reader, &bad, Some(backend), None) }.unwrap_err();
         assert!(matches!(err, DeviceReadError::PastEnd { .. }) && err.to_string().contains("c/1"), "{err}");
         unsafe { result::free_sync(base) }?;
     }
     // Forced GDS on a host without it: a clear error (or GDS where it works).
     let dst = unsafe { result::malloc_sync(16) }?;
     let reqs = [DeviceReadRequest { key: files[0].0.clone(), offset: 0, len: 1, dst }];
-    match unsafe { store.read_to_device(&reader, &reqs, Some(IoBackend::Gds)) } {
+    match unsafe { store.read_to_device(&reader, &reqs, Some(IoBackend::Gds), None) } {
         Ok(outcome) => assert_eq!(outcome.status.path, IoPath::Gds),
         Err(err) => assert!(err.to_string().contains("GPUDirect Storage"), "{err}"),
     }

@@ -341,8 +341,8 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
             // not overlap; direct reads land on disjoint runs of `out`, which is allocated.
             let outcome = unsafe {
                 match gds {
-                    Some(store) => store.read_to_device(context.reader(), &requests, Some(config.backend())),
-                    None => read_store_to_device(array.storage().as_ref(), context.reader(), &requests),
+                    Some(store) => store.read_to_device(context.reader(), &requests, Some(config.backend()), Some(stream)),
+                    None => read_store_to_device(array.storage().as_ref(), context.reader(), &requests, Some(stream)),
                 }
             }?;
             report.io = Some(outcome.status);
