@@ -12,7 +12,7 @@ pub fn parse_subset(spec: &str, shape: &[u64]) -> Result<ArraySubset, String> {
     }
     let mut ranges = Vec::with_capacity(shape.len());
     for (dim, &size) in shape.iter().enumerate() {
-        let part = parts.get(dim).map_or(":", |p| p.trim());
+        let part = parts.get(dim).map(|p| p.trim()).filter(|p| !p.is_empty()).unwrap_or(":");
         let parse = |s: &str, default: u64| -> Result<u64, String> {
             if s.trim().is_empty() {
                 Ok(default)
@@ -44,6 +44,7 @@ mod tests {
         assert_eq!(s.to_ranges(), vec![0..64, 0..2048, 100..2048]);
         assert_eq!(parse_subset("", &[4, 5]).unwrap().to_ranges(), vec![0..4, 0..5]);
         assert_eq!(parse_subset("3", &[4, 5]).unwrap().to_ranges(), vec![3..4, 0..5]);
+        assert_eq!(parse_subset("1:2,", &[4, 5]).unwrap().to_ranges(), vec![1..2, 0..5]);
         assert!(parse_subset("0:5", &[4]).unwrap_err().contains("outside"));
         assert!(parse_subset("a:1", &[4]).unwrap_err().contains("\"a\""));
         assert!(parse_subset(":,:,:", &[4, 4]).unwrap_err().contains("3 dimensions"));

@@ -26,8 +26,10 @@ mod device_array;
 mod error;
 pub mod plan;
 mod retrieve;
+mod trace;
 
 pub use config::{gpu_config, with_gpu_config, GpuConfig, STAGING_BYTES_ENV};
 pub use device_array::DeviceArray;
 pub use error::GpuError;
 pub use retrieve::{host_decode_reason, ArrayDeviceExt, DecodePath, RetrieveReport};
+pub use trace::TRACE_ENV;

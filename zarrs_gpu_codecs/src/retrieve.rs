@@ -17,6 +17,7 @@ use zarrs_storage::ReadableStorageTraits;
 use crate::context::{copy_dtod, fill_pattern, DeviceBuffer, GpuContext};
 use crate::device_array::check_element;
 use crate::plan::{plan_chunks, ChunkPlacement};
+use crate::trace::Trace;
 use crate::{gpu_config, DeviceArray, GpuConfig, GpuError};
 
 /// Where a read's chunks were decoded.
@@ -281,6 +282,7 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
     stream: &Arc<CudaStream>,
     out_bytes: u64,
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
+    let mut trace = Trace::new();
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
     let chunk_grid = array.chunks_in_array_subset(subset).map_err(|e| GpuError::Array(e.into()))?;
     let chunks = chunk_grid.map(|grid| grid.indices().into_iter().collect::<Vec<_>>()).unwrap_or_default();
@@ -296,6 +298,7 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
     let max_staging = batches.iter().map(|b| b.staging_bytes).max().unwrap_or(0);
     let buffers_needed = if batches.len() > 1 { 2 } else { 1 };
     context.check_free(out_bytes + max_staging * buffers_needed)?;
+    trace.mark("plan");
 
     let mut out = GpuContext::alloc(stream, out_bytes as usize)?;
     let out_ptr = {
@@ -305,11 +308,13 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
     };
     // Reads into `out` run on the reader's streams: the allocation must be complete first.
     stream.synchronize().map_err(GpuError::cuda("allocating the output"))?;
+    trace.mark("alloc output");
 
     let mut staging: Vec<(DeviceBuffer, Option<CudaEvent>)> = Vec::new();
     for _ in 0..buffers_needed.min(batches.len() as u64) {
         staging.push((context.take_staging(max_staging.max(1) as usize)?, None));
     }
+    trace.mark("staging");
     let mut fill: Option<DeviceBuffer> = None;
     let mut report = RetrieveReport {
         decode: DecodePath::Device,
@@ -323,6 +328,7 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
             let (buffer, event) = &mut staging[b % buffers_needed as usize];
             if let Some(event) = event.take() {
                 event.synchronize().map_err(GpuError::cuda("waiting for placement copies"))?;
+                trace.mark("wait staging");
             }
             let requests: Vec<DeviceReadRequest> = batch
                 .items
@@ -341,10 +347,13 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
             // not overlap; direct reads land on disjoint runs of `out`, which is allocated.
             let outcome = unsafe {
                 match gds {
-                    Some(store) => store.read_to_device(context.reader(), &requests, Some(config.backend()), Some(stream)),
+                    Some(store) => {
+                        store.read_to_device(context.reader(), &requests, Some(config.backend()), Some(stream))
+                    }
                     None => read_store_to_device(array.storage().as_ref(), context.reader(), &requests, Some(stream)),
                 }
             }?;
+            trace.mark("read");
             report.io = Some(outcome.status);
             for ((&i, staged), found) in batch.items.iter().zip(&batch.staging).zip(&outcome.found) {
                 let p = &placements[i];
@@ -365,8 +374,11 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
                 }
             }
             *event = Some(stream.record_event(None).map_err(GpuError::cuda("recording an event"))?);
+            trace.mark("place");
         }
-        stream.synchronize().map_err(GpuError::cuda("placing chunk data on the device"))
+        let synced = stream.synchronize().map_err(GpuError::cuda("placing chunk data on the device"));
+        trace.mark("final sync");
+        synced
     })();
     // Buffers go back to the pools only once nothing uses them.
     let synced = stream.synchronize();
@@ -379,6 +391,7 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
         }
     }
     result?;
+    trace.finish(&format!("{} bytes, {} chunks, {} batches", out_bytes, report.chunks, batches.len()));
     Ok((out, report))
 }
 
