@@ -276,7 +276,14 @@ impl DeviceReader {
         source: &dyn PieceSource,
         stream: Option<&CudaStream>,
     ) -> Result<Vec<bool>, DeviceReadError> {
-        let task = self.options.task_size as u64;
+        // Small reads get smaller pieces (down to 1 MiB), so that every thread has several in
+        // flight and reads overlap copies; large reads use the full task size.
+        let total: u64 = transfers.iter().map(|t| t.len as u64).sum();
+        let per_thread = total / (self.workers.len() as u64 * 8);
+        let task = per_thread
+            .next_multiple_of(4096)
+            .clamp(1 << 20, self.options.task_size as u64)
+            .min(self.options.task_size as u64);
         let pieces: Vec<(usize, u64, usize)> = transfers
             .iter()
             .enumerate()

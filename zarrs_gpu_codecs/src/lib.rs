@@ -29,6 +29,7 @@ mod retrieve;
 mod trace;
 
 pub use config::{gpu_config, with_gpu_config, GpuConfig, STAGING_BYTES_ENV};
+pub use context::POOL_KEEP_ENV;
 pub use device_array::DeviceArray;
 pub use error::GpuError;
 pub use retrieve::{host_decode_reason, ArrayDeviceExt, DecodePath, RetrieveReport};

@@ -229,7 +229,7 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
         .map_err(|e| GpuError::Array(e.into()))?;
         array.retrieve_array_subset_into(subset, ArrayBytesDecodeIntoTarget::Fixed(&mut view))?;
     }
-    let mut out = GpuContext::alloc(stream, len)?;
+    let mut out = context.alloc(stream, len)?;
     stream.memcpy_htod(&pinned.as_slice()[..len], &mut out).map_err(GpuError::cuda("copying to the device"))?;
     stream.synchronize().map_err(GpuError::cuda("waiting for the copy to the device"))?;
     context.give_pinned(pinned);
@@ -300,7 +300,7 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
     context.check_free(out_bytes + max_staging * buffers_needed)?;
     trace.mark("plan");
 
-    let mut out = GpuContext::alloc(stream, out_bytes as usize)?;
+    let mut out = context.alloc(stream, out_bytes as usize)?;
     let out_ptr = {
         use cudarc::driver::DevicePtrMut;
         let (ptr, _sync) = out.device_ptr_mut(stream);
