@@ -280,10 +280,7 @@ impl DeviceReader {
         // flight and reads overlap copies; large reads use the full task size.
         let total: u64 = transfers.iter().map(|t| t.len as u64).sum();
         let per_thread = total / (self.workers.len() as u64 * 8);
-        let task = per_thread
-            .next_multiple_of(4096)
-            .clamp(1 << 20, self.options.task_size as u64)
-            .min(self.options.task_size as u64);
+        let task = per_thread.next_multiple_of(4096).max(1 << 20).min(self.options.task_size as u64);
         let pieces: Vec<(usize, u64, usize)> = transfers
             .iter()
             .enumerate()
