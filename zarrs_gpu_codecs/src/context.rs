@@ -113,8 +113,9 @@ pub(crate) struct GpuContext {
     ordinal: usize,
     pool: OutputPool,
     reader: Arc<DeviceReader>,
-    staging: Mutex<Vec<DeviceBuffer>>,
-    pinned: Mutex<Vec<PinnedBuffer>>,
+    /// Enough for two batches in flight for each of a few concurrent reads.
+    staging: BufferPool<DeviceBuffer>,
+    pinned: BufferPool<PinnedBuffer>,
 }
 
 impl GpuContext {
@@ -132,8 +133,8 @@ impl GpuContext {
             ordinal,
             pool: OutputPool::new(reader.context(), ordinal)?,
             reader,
-            staging: Mutex::default(),
-            pinned: Mutex::default(),
+            staging: BufferPool::new(8),
+            pinned: BufferPool::new(2),
         });
         contexts.insert(ordinal, context.clone());
         Ok(context)
@@ -152,7 +153,8 @@ impl GpuContext {
     pub(crate) fn check_free(&self, bytes: u64) -> Result<(), GpuError> {
         self.ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
         let (free, _total) = result::mem_get_info().map_err(GpuError::cuda("querying free device memory"))?;
-        let free = free as u64 + self.pool.idle_bytes();
+        // Memory our pools hold for reuse counts as free for our reads.
+        let free = free as u64 + self.pool.idle_bytes() + self.staging.bytes();
         if bytes > free {
             return Err(GpuError::OutOfMemory { needed: bytes, free, device: self.ordinal });
         }
@@ -185,40 +187,79 @@ impl GpuContext {
 
     /// A staging buffer of at least `len` bytes from the pool (or a new one).
     pub(crate) fn take_staging(&self, len: usize) -> Result<DeviceBuffer, GpuError> {
-        let mut pool = self.staging.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(i) = pool.iter().position(|b| b.len >= len) {
-            return Ok(pool.swap_remove(i));
+        if let Some(buffer) = self.staging.take(len) {
+            return Ok(buffer);
         }
-        drop(pool);
         self.check_free(len as u64)?;
         DeviceBuffer::new(&self.ctx, len)
     }
 
     /// Return a staging buffer whose last use has completed.
     pub(crate) fn give_staging(&self, buffer: DeviceBuffer) {
-        let mut pool = self.staging.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        pool.push(buffer);
-        // Keep the largest few: enough for two batches in flight per concurrent read.
-        pool.sort_by_key(|b| std::cmp::Reverse(b.len));
-        pool.truncate(8);
+        self.staging.give(buffer);
     }
 
     /// A pinned host buffer of at least `len` bytes from the pool (or a new one).
     pub(crate) fn take_pinned(&self, len: usize) -> Result<PinnedBuffer, GpuError> {
-        let mut pool = self.pinned.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(i) = pool.iter().position(|b| b.len() >= len) {
-            return Ok(pool.swap_remove(i));
+        match self.pinned.take(len) {
+            Some(buffer) => Ok(buffer),
+            None => Ok(PinnedBuffer::new(&self.ctx, len)?),
         }
-        drop(pool);
-        Ok(PinnedBuffer::new(&self.ctx, len)?)
     }
 
     /// Return a pinned buffer whose last use has completed.
     pub(crate) fn give_pinned(&self, buffer: PinnedBuffer) {
-        let mut pool = self.pinned.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        pool.push(buffer);
-        pool.sort_by_key(|b| std::cmp::Reverse(b.len()));
-        pool.truncate(2);
+        self.pinned.give(buffer);
+    }
+}
+
+/// A buffer that a [`BufferPool`] can hand out again.
+trait PooledBuffer {
+    fn capacity(&self) -> usize;
+}
+
+impl PooledBuffer for DeviceBuffer {
+    fn capacity(&self) -> usize {
+        self.len
+    }
+}
+
+impl PooledBuffer for PinnedBuffer {
+    fn capacity(&self) -> usize {
+        self.len()
+    }
+}
+
+/// Buffers kept across reads: allocation is slow (pinned memory most of all), so each is reused.
+struct BufferPool<B> {
+    buffers: Mutex<Vec<B>>,
+    /// How many to keep.
+    keep: usize,
+}
+
+impl<B: PooledBuffer> BufferPool<B> {
+    fn new(keep: usize) -> Self {
+        Self { buffers: Mutex::new(Vec::new()), keep }
+    }
+
+    /// The smallest kept buffer of at least `len` bytes.
+    fn take(&self, len: usize) -> Option<B> {
+        let mut buffers = self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let i = buffers.iter().enumerate().filter(|(_, b)| b.capacity() >= len).min_by_key(|(_, b)| b.capacity())?.0;
+        Some(buffers.swap_remove(i))
+    }
+
+    /// Keep `buffer`, dropping the smallest when more than `keep` are kept.
+    fn give(&self, buffer: B) {
+        let mut buffers = self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        buffers.push(buffer);
+        buffers.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
+        buffers.truncate(self.keep);
+    }
+
+    /// Bytes held by kept buffers.
+    fn bytes(&self) -> u64 {
+        self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().map(|b| b.capacity() as u64).sum()
     }
 }
 
