@@ -11,8 +11,28 @@
 //! `nvcomp-sys` is licensed under either of the Apache License, Version 2.0 or the MIT license, at
 //! your option. nvCOMP itself is NVIDIA's and is neither bundled nor redistributed.
 
+use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+#[allow(
+    missing_docs,
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    dead_code,
+    unreachable_pub,
+    unsafe_op_in_unsafe_fn,
+    clippy::all,
+    clippy::pedantic
+)]
+pub mod sys {
+    //! Raw nvCOMP 6 bindings (generated; see `scripts/generate-bindings.sh`).
+    include!("bindings.rs");
+}
+
+/// The nvCOMP major version these bindings are for.
+pub const MAJOR_VERSION: u32 = 6;
 
 /// The environment variable naming the nvCOMP library file to load first.
 pub const LIBRARY_ENV: &str = "NVCOMP_LIBRARY_PATH";
@@ -29,15 +49,37 @@ pub const WHEEL_DIR: &str = "nvidia/libnvcomp/lib64";
     tried.join("; ")
 )]
 pub struct LoadError {
-    /// Each candidate and why it failed.
+    /// Each candidate and why it failed (missing file, missing entry points, wrong version).
     pub tried: Vec<String>,
 }
 
-/// The loaded nvCOMP library.
-#[derive(Debug)]
+/// An nvCOMP call returned a status other than success.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("nvCOMP {what} failed: {message} (status {status})")]
+pub struct NvcompError {
+    /// What was being done.
+    pub what: &'static str,
+    /// The status code.
+    pub status: sys::nvcompStatus_t,
+    /// nvCOMP's description of the status.
+    pub message: String,
+}
+
+/// The loaded nvCOMP library: every entry point resolved, version checked.
 pub struct NvcompLibrary {
-    library: libloading::Library,
+    functions: sys::NvcompFunctions,
     path: String,
+    version: u32,
+    cudart_version: u32,
+}
+
+impl std::fmt::Debug for NvcompLibrary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvcompLibrary")
+            .field("path", &self.path)
+            .field("version", &self.version_string())
+            .finish_non_exhaustive()
+    }
 }
 
 impl NvcompLibrary {
@@ -57,13 +99,34 @@ impl NvcompLibrary {
     pub fn load_first(candidates: &[String]) -> Result<Self, LoadError> {
         let mut tried = Vec::new();
         for candidate in candidates {
-            // SAFETY: loading nvCOMP runs its initialisers, which have no preconditions.
-            match unsafe { libloading::Library::new(candidate) } {
-                Ok(library) => return Ok(Self { library, path: candidate.clone() }),
+            match Self::load(candidate) {
+                Ok(library) => return Ok(library),
                 Err(err) => tried.push(format!("{candidate} ({err})")),
             }
         }
         Err(LoadError { tried })
+    }
+
+    fn load(path: &str) -> Result<Self, String> {
+        // SAFETY: loading nvCOMP runs its initialisers, which have no preconditions; every entry
+        // point is looked up with the signature bindgen read from nvCOMP's headers.
+        let functions = unsafe { sys::NvcompFunctions::new(path) }.map_err(|e| e.to_string())?;
+        let mut properties = sys::nvcompProperties_t { version: 0, cudart_version: 0 };
+        // SAFETY: properties is a valid out-pointer.
+        let status = unsafe { functions.nvcompGetProperties(&raw mut properties) };
+        if status != sys::nvcompSuccess {
+            return Err(format!("nvcompGetProperties returned status {status}"));
+        }
+        let library = Self {
+            functions,
+            path: path.to_string(),
+            version: properties.version,
+            cudart_version: properties.cudart_version,
+        };
+        if properties.version / 1000 != MAJOR_VERSION {
+            return Err(format!("nvCOMP {} found, version {MAJOR_VERSION}.x needed", library.version_string()));
+        }
+        Ok(library)
     }
 
     /// The candidate that loaded.
@@ -72,10 +135,123 @@ impl NvcompLibrary {
         &self.path
     }
 
-    /// The library, for symbol lookups.
+    /// The raw entry points.
     #[must_use]
-    pub fn library(&self) -> &libloading::Library {
-        &self.library
+    pub fn functions(&self) -> &sys::NvcompFunctions {
+        &self.functions
+    }
+
+    /// The version, as nvCOMP encodes it (`major * 1000 + minor * 100 + patch`).
+    #[must_use]
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The version as `major.minor.patch`.
+    #[must_use]
+    pub fn version_string(&self) -> String {
+        let v = self.version;
+        format!("{}.{}.{}", v / 1000, (v % 1000) / 100, v % 100)
+    }
+
+    /// The CUDA runtime version nvCOMP was built with (`major * 1000 + minor * 10`).
+    #[must_use]
+    pub fn cudart_version(&self) -> u32 {
+        self.cudart_version
+    }
+
+    /// nvCOMP's description of `status`.
+    #[must_use]
+    pub fn status_string(&self, status: sys::nvcompStatus_t) -> String {
+        // SAFETY: nvcompGetStatusString returns a static C string (or null) for any value.
+        let ptr = unsafe { self.functions.nvcompGetStatusString(status) };
+        if ptr.is_null() {
+            return format!("unknown status {status}");
+        }
+        // SAFETY: non-null pointers are NUL-terminated static strings.
+        unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned()
+    }
+
+    /// `Ok` for success, else the status with its description.
+    ///
+    /// # Errors
+    /// Returns the status as an [`NvcompError`] naming `what`.
+    pub fn check(&self, what: &'static str, status: sys::nvcompStatus_t) -> Result<(), NvcompError> {
+        if status == sys::nvcompSuccess {
+            Ok(())
+        } else {
+            Err(NvcompError { what, status, message: self.status_string(status) })
+        }
+    }
+
+    /// Buffer alignments batched zstd decompression needs.
+    ///
+    /// # Errors
+    /// Returns nvCOMP's status when the query fails.
+    pub fn zstd_decompress_alignments(&self) -> Result<sys::nvcompAlignmentRequirements_t, NvcompError> {
+        let mut out = sys::nvcompAlignmentRequirements_t { input: 0, output: 0, temp: 0 };
+        // SAFETY: options by value, out-pointer valid.
+        let status = unsafe {
+            self.functions.nvcompBatchedZstdDecompressGetRequiredAlignments(zstd_decompress_opts(), &raw mut out)
+        };
+        self.check("querying zstd alignments", status)?;
+        Ok(out)
+    }
+
+    /// Device temp bytes batched zstd decompression of `num_chunks` chunks needs (no device work).
+    ///
+    /// # Errors
+    /// Returns nvCOMP's status when the query fails.
+    pub fn zstd_decompress_temp_size(
+        &self,
+        num_chunks: usize,
+        max_chunk_bytes: usize,
+        total_bytes: usize,
+    ) -> Result<usize, NvcompError> {
+        let mut temp = 0usize;
+        // SAFETY: plain values and a valid out-pointer; a null stream is allowed for this query,
+        // which enqueues no work.
+        let status = unsafe {
+            self.functions.nvcompBatchedZstdDecompressGetTempSize(
+                num_chunks,
+                max_chunk_bytes,
+                zstd_decompress_opts(),
+                &raw mut temp,
+                total_bytes,
+                std::ptr::null_mut(),
+            )
+        };
+        self.check("sizing zstd temp memory", status)?;
+        Ok(temp)
+    }
+}
+
+/// Zstd decompression options: the default backend (the hardware engine does not take zstd on
+/// Hopper), reserved bytes zeroed as nvCOMP requires.
+#[must_use]
+pub fn zstd_decompress_opts() -> sys::nvcompBatchedZstdDecompressOpts_t {
+    sys::nvcompBatchedZstdDecompressOpts_t { backend: sys::NVCOMP_DECOMPRESS_BACKEND_DEFAULT, reserved: [0; 60] }
+}
+
+/// CRC32 options for CRC32C (Castagnoli: the `crc32c` codec of Zarr), the default kernel choice.
+#[must_use]
+pub fn crc32c_opts() -> sys::nvcompBatchedCRC32Opts_t {
+    sys::nvcompBatchedCRC32Opts_t {
+        spec: sys::nvcompCRC32Spec_t {
+            poly: 0x1EDC_6F41,
+            init: 0xFFFF_FFFF,
+            ref_in: true,
+            ref_out: true,
+            xorout: 0xFFFF_FFFF,
+            reserved: [0; 16],
+        },
+        kernel_conf: sys::nvcompCRC32KernelConf_t {
+            kernel_kind: sys::nvcompCRC32WarpKernel,
+            bytes_per_read: 0,
+            blocks_per_msg: 0,
+            reserved: [0; 20],
+        },
+        reserved: [0; 64],
     }
 }
 
@@ -147,12 +323,43 @@ mod tests {
         assert_eq!(candidates().last().map(String::as_str), Some(SONAME));
     }
 
+    /// The library, when it is installed; `NVCOMP_REQUIRED=1` (set by CI, which downloads the
+    /// wheel) turns its absence into a failure.
+    fn installed() -> Option<&'static NvcompLibrary> {
+        match NvcompLibrary::get() {
+            Ok(library) => Some(library),
+            Err(err) if std::env::var_os("NVCOMP_REQUIRED").is_some() => panic!("{err}"),
+            Err(err) => {
+                eprintln!("skipped: {err}");
+                None
+            }
+        }
+    }
+
     #[test]
-    #[ignore = "needs the nvCOMP library (the GPU host's .gpu/run provides it)"]
-    fn loads_the_installed_library() {
-        let library = NvcompLibrary::get().unwrap();
-        // SAFETY: only looks the symbol up.
-        let symbol = unsafe { library.library().get::<unsafe extern "C" fn()>(b"nvcompBatchedZstdDecompressAsync\0") };
-        assert!(symbol.is_ok(), "{} lacks the zstd entry points", library.path());
+    fn loads_version_six_with_status_strings() {
+        let Some(library) = installed() else { return };
+        assert_eq!(library.version() / 1000, MAJOR_VERSION, "{library:?}");
+        assert!(library.version_string().starts_with("6."));
+        assert!(library.cudart_version() >= 13000, "built with CUDA {}", library.cudart_version());
+        assert!(library.status_string(sys::nvcompErrorCannotDecompress).contains("decompress"));
+        assert!(library.check("x", sys::nvcompSuccess).is_ok());
+        let err = library.check("decoding chunk c/0", sys::nvcompErrorInvalidValue).unwrap_err();
+        assert!(err.to_string().contains("decoding chunk c/0") && err.status == sys::nvcompErrorInvalidValue, "{err}");
+        assert!(!library.status_string(123_456).is_empty());
+    }
+
+    #[test]
+    fn zstd_alignments_and_temp_sizes() {
+        let Some(library) = installed() else { return };
+        let align = library.zstd_decompress_alignments().unwrap();
+        for a in [align.input, align.output, align.temp] {
+            assert!(a.is_power_of_two() && a <= 4096, "{align:?}");
+        }
+        let small = library.zstd_decompress_temp_size(100, 1 << 20, 100 << 20).unwrap();
+        let large = library.zstd_decompress_temp_size(1000, 1 << 20, 1000 << 20).unwrap();
+        assert!(small > 0 && large > small, "{small} {large}");
+        // The brief's rule of thumb: about three times the decoded bytes.
+        assert!(small < 8 * (100 << 20), "{small}");
     }
 }
