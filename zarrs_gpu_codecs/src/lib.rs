@@ -27,6 +27,7 @@ mod error;
 pub mod plan;
 mod retrieve;
 mod trace;
+pub mod zstd_frame;
 
 pub use config::{gpu_config, with_gpu_config, GpuConfig, STAGING_BYTES_ENV};
 pub use context::POOL_KEEP_ENV;
