@@ -180,6 +180,59 @@ pub trait PieceSource: Sync {
     }
 }
 
+/// Per transfer, whether pieces found its source or found it missing.
+struct Outcome {
+    found: Vec<AtomicBool>,
+    missing: Vec<AtomicBool>,
+}
+
+impl Outcome {
+    fn new(n: usize) -> Self {
+        Self {
+            found: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            missing: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    fn record(&self, transfer: usize, present: bool) {
+        if present { &self.found[transfer] } else { &self.missing[transfer] }.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether each transfer's source existed; an error when it vanished part way.
+    fn finish(&self, transfers: &[DeviceTransfer]) -> Result<Vec<bool>, DeviceReadError> {
+        transfers
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match (self.found[i].load(Ordering::Relaxed), self.missing[i].load(Ordering::Relaxed)) {
+                (true, true) => Err(DeviceReadError::Storage(zarrs_storage::StorageError::Other(format!(
+                    "transfer {i} ({} bytes): its source disappeared during the read",
+                    t.len
+                )))),
+                (present, _) => Ok(present || t.len == 0),
+            })
+            .collect()
+    }
+}
+
+/// A raw pointer that may cross to the pool's threads (each writes a disjoint part).
+#[derive(Clone, Copy)]
+struct SendPtr(*mut u8);
+// SAFETY: used only for disjoint writes, checked by the caller.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    fn get(self) -> *mut u8 {
+        self.0
+    }
+}
+
+/// Requests as transfers (for reads to the host, `dst` is the offset into the buffer).
+pub(crate) fn as_transfers(requests: &[crate::DeviceReadRequest]) -> Vec<DeviceTransfer> {
+    requests.iter().map(|r| DeviceTransfer { dst: r.dst, len: r.len }).collect()
+}
+
 struct Worker {
     stream: Arc<CudaStream>,
     /// Recorded after a transfer's copies, for a consumer stream to wait on.
@@ -276,21 +329,8 @@ impl DeviceReader {
         source: &dyn PieceSource,
         stream: Option<&CudaStream>,
     ) -> Result<Vec<bool>, DeviceReadError> {
-        // Small reads get smaller pieces (down to 1 MiB), so that every thread has several in
-        // flight and reads overlap copies; large reads use the full task size.
-        let total: u64 = transfers.iter().map(|t| t.len as u64).sum();
-        let per_thread = total / (self.workers.len() as u64 * 8);
-        let task = per_thread.next_multiple_of(4096).max(1 << 20).min(self.options.task_size as u64);
-        let pieces: Vec<(usize, u64, usize)> = transfers
-            .iter()
-            .enumerate()
-            .flat_map(|(i, t)| {
-                let len = t.len as u64;
-                (0..len.div_ceil(task)).map(move |p| (i, p * task, (len - p * task).min(task) as usize))
-            })
-            .collect();
-        let missing: Vec<AtomicBool> = transfers.iter().map(|_| AtomicBool::new(false)).collect();
-        let found: Vec<AtomicBool> = transfers.iter().map(|_| AtomicBool::new(false)).collect();
+        let pieces = self.pieces(transfers);
+        let outcome = Outcome::new(transfers.len());
         let result: Result<(), DeviceReadError> = self.pool.install(|| {
             pieces.par_iter().try_for_each(|&(i, offset, len)| {
                 let dst = transfers[i].dst + offset;
@@ -300,7 +340,7 @@ impl DeviceReader {
                 } else {
                     self.piece_via_pinned(source, i, offset, len, dst)?
                 };
-                if present { &found[i] } else { &missing[i] }.store(true, Ordering::Relaxed);
+                outcome.record(i, present);
                 Ok(())
             })
         });
@@ -313,15 +353,59 @@ impl DeviceReader {
             (Ok(()), None) => self.synchronize()?,
             (Ok(()), Some(stream)) => self.order_before(stream)?,
         }
+        outcome.finish(transfers)
+    }
+
+    /// Read every transfer's bytes from `source` into host memory: `buf[dst..dst + len]` for each
+    /// (`dst` an offset into `buf`), in pieces on the reader's threads. Returns, per transfer,
+    /// whether its source existed.
+    ///
+    /// # Errors
+    /// Returns the first error of any piece, or an error when a destination lies outside `buf` or
+    /// two overlap.
+    pub fn read_host(
+        &self,
+        transfers: &[DeviceTransfer],
+        source: &dyn PieceSource,
+        buf: &mut [u8],
+    ) -> Result<Vec<bool>, DeviceReadError> {
+        let mut spans: Vec<(u64, u64)> = transfers.iter().map(|t| (t.dst, t.dst + t.len as u64)).collect();
+        spans.sort_unstable();
+        let overlapping = spans.windows(2).any(|w| w[1].0 < w[0].1);
+        if overlapping || spans.last().is_some_and(|s| s.1 > buf.len() as u64) {
+            return Err(DeviceReadError::Storage(zarrs_storage::StorageError::Other(
+                "host read destinations overlap or lie outside the buffer".into(),
+            )));
+        }
+        let base = SendPtr(buf.as_mut_ptr());
+        let pieces = self.pieces(transfers);
+        let outcome = Outcome::new(transfers.len());
+        self.pool.install(|| {
+            pieces.par_iter().try_for_each(|&(i, offset, len)| {
+                let start = (transfers[i].dst + offset) as usize;
+                // SAFETY: the destinations were checked to lie in `buf` and not to overlap, and
+                // pieces of one transfer are disjoint, so every piece writes its own bytes.
+                let piece = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), len) };
+                outcome.record(i, source.read_host(i, offset, piece)?);
+                Ok::<(), DeviceReadError>(())
+            })
+        })?;
+        outcome.finish(transfers)
+    }
+
+    /// Split transfers into pieces `(transfer, offset, len)`. Small reads get smaller pieces (down
+    /// to 1 MiB), so that every thread has several in flight and reads overlap copies; large reads
+    /// use the full task size.
+    fn pieces(&self, transfers: &[DeviceTransfer]) -> Vec<(usize, u64, usize)> {
+        let total: u64 = transfers.iter().map(|t| t.len as u64).sum();
+        let per_thread = total / (self.workers.len() as u64 * 8);
+        let task = per_thread.next_multiple_of(4096).max(1 << 20).min(self.options.task_size as u64);
         transfers
             .iter()
             .enumerate()
-            .map(|(i, t)| match (found[i].load(Ordering::Relaxed), missing[i].load(Ordering::Relaxed)) {
-                (true, true) => Err(DeviceReadError::Storage(zarrs_storage::StorageError::Other(format!(
-                    "transfer {i} ({} bytes): its source disappeared during the read",
-                    t.len
-                )))),
-                (present, _) => Ok(present || t.len == 0),
+            .flat_map(|(i, t)| {
+                let len = t.len as u64;
+                (0..len.div_ceil(task)).map(move |p| (i, p * task, (len - p * task).min(task) as usize))
             })
             .collect()
     }

@@ -33,7 +33,7 @@ pub use engine::{
     NTHREADS_ENV, TASK_SIZE_ENV,
 };
 pub use error::DeviceReadError;
-pub use staged::read_store_to_device;
+pub use staged::{read_store_to_device, read_store_to_host};
 pub use store::{DeviceReadOutcome, DeviceReadRequest, GdsStore, GdsStoreOptions};
 
 /// The cudarc version this crate is built with, for callers that share CUDA objects with it.

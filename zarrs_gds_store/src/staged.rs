@@ -2,7 +2,7 @@ use cudarc::driver::CudaStream;
 use zarrs_storage::byte_range::ByteRange;
 use zarrs_storage::ReadableStorageTraits;
 
-use crate::engine::{DeviceReader, DeviceTransfer, PieceSource};
+use crate::engine::{as_transfers, DeviceReader, PieceSource};
 use crate::{DeviceReadError, DeviceReadOutcome, DeviceReadRequest, IoPath, IoStatus};
 
 /// Read every request's bytes from any zarrs store into device memory: the store's partial
@@ -21,7 +21,7 @@ pub unsafe fn read_store_to_device<S: ReadableStorageTraits + ?Sized>(
     requests: &[DeviceReadRequest],
     stream: Option<&CudaStream>,
 ) -> Result<DeviceReadOutcome, DeviceReadError> {
-    let transfers: Vec<DeviceTransfer> = requests.iter().map(|r| DeviceTransfer { dst: r.dst, len: r.len }).collect();
+    let transfers = as_transfers(requests);
     let source = StoreSource { store, requests };
     // SAFETY: the destinations are the caller's, under the same contract.
     let found = unsafe { reader.transfer(&transfers, &source, stream) }?;
@@ -29,6 +29,21 @@ pub unsafe fn read_store_to_device<S: ReadableStorageTraits + ?Sized>(
         found,
         status: IoStatus { path: IoPath::Staged, reason: "the store is not a GdsStore".into() },
     })
+}
+
+/// Read every request's bytes from any zarrs store into `buf` at its `dst` offset, in parallel on
+/// `reader`'s threads. Returns, per request, whether its key exists.
+///
+/// # Errors
+/// Returns the store's error, or an error when a value is shorter than requested or a destination
+/// lies outside `buf`.
+pub fn read_store_to_host<S: ReadableStorageTraits + ?Sized>(
+    store: &S,
+    reader: &DeviceReader,
+    requests: &[DeviceReadRequest],
+    buf: &mut [u8],
+) -> Result<Vec<bool>, DeviceReadError> {
+    reader.read_host(&as_transfers(requests), &StoreSource { store, requests }, buf)
 }
 
 struct StoreSource<'a, S: ?Sized> {

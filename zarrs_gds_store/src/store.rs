@@ -13,7 +13,7 @@ use zarrs_storage::{
 };
 
 use crate::cufile::{CuFileDriver, CuFileHandle};
-use crate::engine::{DevicePtr, DeviceReader, DeviceTransfer, PieceSource};
+use crate::engine::{as_transfers, DevicePtr, DeviceReader, PieceSource};
 use crate::{DeviceReadError, IoBackend, IoPath, IoStatus};
 
 /// Options of a [`GdsStore`].
@@ -44,7 +44,8 @@ impl GdsStoreOptions {
     }
 }
 
-/// One read into device memory: `len` bytes of `key` from `offset`, to `dst`.
+/// One read: `len` bytes of `key` from `offset`, to `dst` (a device address for reads to the
+/// device, an offset into the buffer for reads to the host).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceReadRequest {
     /// The key.
@@ -53,7 +54,7 @@ pub struct DeviceReadRequest {
     pub offset: u64,
     /// How many bytes (a read past the value's end is an error).
     pub len: usize,
-    /// Where the bytes land on the device.
+    /// Where the bytes land.
     pub dst: DevicePtr,
 }
 
@@ -156,23 +157,8 @@ impl GdsStore {
         stream: Option<&CudaStream>,
     ) -> Result<DeviceReadOutcome, DeviceReadError> {
         let backend = backend.unwrap_or(self.options.backend).resolve().map_err(DeviceReadError::GdsUnavailable)?;
-        // One open file per key, opened in parallel.
-        let mut file_of_key: HashMap<&StoreKey, usize> = HashMap::new();
-        let mut keys: Vec<&StoreKey> = Vec::new();
-        let request_file: Vec<usize> = requests
-            .iter()
-            .map(|r| {
-                *file_of_key.entry(&r.key).or_insert_with(|| {
-                    keys.push(&r.key);
-                    keys.len() - 1
-                })
-            })
-            .collect();
         let (driver, mut reason) = self.gds_driver(backend)?;
-        let files: Vec<OpenFile> = reader.install(|| {
-            use rayon::prelude::*;
-            keys.par_iter().map(|key| OpenFile::open(self.key_to_fspath(key), driver)).collect::<Result<_, _>>()
-        })?;
+        let (files, request_file) = self.open_files(reader, requests, driver)?;
         let mut any_gds = false;
         let mut any_posix = false;
         for file in &files {
@@ -189,19 +175,7 @@ impl GdsStore {
                 (None, None) => any_posix |= file.file.is_some(),
             }
         }
-        for (request, &f) in requests.iter().zip(&request_file) {
-            let file = &files[f];
-            if file.file.is_some() && request.offset + request.len as u64 > file.size {
-                return Err(DeviceReadError::PastEnd {
-                    what: file.path.display().to_string(),
-                    start: request.offset,
-                    end: request.offset + request.len as u64,
-                    size: file.size,
-                });
-            }
-        }
-        let transfers: Vec<DeviceTransfer> =
-            requests.iter().map(|r| DeviceTransfer { dst: r.dst, len: r.len }).collect();
+        let transfers = as_transfers(requests);
         let source = FileSource { requests, request_file: &request_file, files: &files };
         // SAFETY: the destinations are the caller's, under the same contract.
         let found = unsafe { reader.transfer(&transfers, &source, stream) }?;
@@ -214,6 +188,60 @@ impl GdsStore {
         };
         *self.last_status.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(status.clone());
         Ok(DeviceReadOutcome { found, status })
+    }
+
+    /// Read every request's bytes into `buf` at its `dst` offset, all in flight at once on
+    /// `reader`'s threads (parallel preads). Returns, per request, whether its key exists.
+    ///
+    /// # Errors
+    /// Returns an error naming the file when a read fails or goes past a value's end, or when a
+    /// destination lies outside `buf`.
+    pub fn read_to_host(
+        &self,
+        reader: &DeviceReader,
+        requests: &[DeviceReadRequest],
+        buf: &mut [u8],
+    ) -> Result<Vec<bool>, DeviceReadError> {
+        let (files, request_file) = self.open_files(reader, requests, None)?;
+        let source = FileSource { requests, request_file: &request_file, files: &files };
+        reader.read_host(&as_transfers(requests), &source, buf)
+    }
+
+    /// Open each distinct key's file once, in parallel (registered with cuFile when `driver` is
+    /// given), and check every request against its file's size.
+    fn open_files(
+        &self,
+        reader: &DeviceReader,
+        requests: &[DeviceReadRequest],
+        driver: Option<&'static CuFileDriver>,
+    ) -> Result<(Vec<OpenFile>, Vec<usize>), DeviceReadError> {
+        let mut file_of_key: HashMap<&StoreKey, usize> = HashMap::new();
+        let mut keys: Vec<&StoreKey> = Vec::new();
+        let request_file: Vec<usize> = requests
+            .iter()
+            .map(|r| {
+                *file_of_key.entry(&r.key).or_insert_with(|| {
+                    keys.push(&r.key);
+                    keys.len() - 1
+                })
+            })
+            .collect();
+        let files: Vec<OpenFile> = reader.install(|| {
+            use rayon::prelude::*;
+            keys.par_iter().map(|key| OpenFile::open(self.key_to_fspath(key), driver)).collect::<Result<_, _>>()
+        })?;
+        for (request, &f) in requests.iter().zip(&request_file) {
+            let file = &files[f];
+            if file.file.is_some() && request.offset + request.len as u64 > file.size {
+                return Err(DeviceReadError::PastEnd {
+                    what: file.path.display().to_string(),
+                    start: request.offset,
+                    end: request.offset + request.len as u64,
+                    size: file.size,
+                });
+            }
+        }
+        Ok((files, request_file))
     }
 
     /// The cuFile driver to try files with, or why none (the reason reported with the pread path).

@@ -62,7 +62,13 @@ fn le(bytes: &[u8]) -> u64 {
 /// # Errors
 /// Returns a [`FrameError`] for bytes that are not valid zstd of that size.
 pub fn check_frame(data: &[u8], expected: u64) -> Result<FrameVerdict, FrameError> {
-    let need = |needed: usize| if needed > data.len() { Err(FrameError::Truncated { needed, len: data.len() }) } else { Ok(()) };
+    let need = |needed: usize| {
+        if needed > data.len() {
+            Err(FrameError::Truncated { needed, len: data.len() })
+        } else {
+            Ok(())
+        }
+    };
     need(4)?;
     let magic = le(&data[..4]) as u32;
     if magic & SKIPPABLE_MASK == SKIPPABLE {
@@ -103,7 +109,7 @@ pub fn check_frame(data: &[u8], expected: u64) -> Result<FrameVerdict, FrameErro
         let size = header >> 3;
         let payload = match (header >> 1) & 3 {
             0 | 2 => size as usize, // raw, compressed
-            1 => 1,                  // RLE: one byte repeated `size` times
+            1 => 1,                 // RLE: one byte repeated `size` times
             _ => return Err(FrameError::Corrupt("reserved block type")),
         };
         if size > MAX_BLOCK {
@@ -143,13 +149,18 @@ mod tests {
 
     #[test]
     fn valid_frames_at_levels_sizes_and_checksums() {
-        for (n, level, checksum) in [(0usize, 3, false), (1, 1, false), (300, 3, true), (200_000, 19, false), (1 << 20, 3, true)] {
+        for (n, level, checksum) in
+            [(0usize, 3, false), (1, 1, false), (300, 3, true), (200_000, 19, false), (1 << 20, 3, true)]
+        {
             let raw = data(n);
             let mut encoder = zstd::bulk::Compressor::new(level).unwrap();
             encoder.include_checksum(checksum).unwrap();
             let frame = encoder.compress(&raw).unwrap();
             assert_eq!(check_frame(&frame, n as u64), Ok(FrameVerdict::Device { checksum }), "{n} bytes level {level}");
-            assert_eq!(check_frame(&frame, n as u64 + 1), Err(FrameError::SizeMismatch { expected: n as u64 + 1, found: n as u64 }));
+            assert_eq!(
+                check_frame(&frame, n as u64 + 1),
+                Err(FrameError::SizeMismatch { expected: n as u64 + 1, found: n as u64 })
+            );
         }
     }
 
@@ -180,10 +191,16 @@ mod tests {
             std::io::Write::write_all(&mut encoder, &raw).unwrap();
             encoder.finish().unwrap();
         }
-        assert_eq!(check_frame(&streamed, raw.len() as u64), Ok(FrameVerdict::Host("the frame does not record its content size")));
+        assert_eq!(
+            check_frame(&streamed, raw.len() as u64),
+            Ok(FrameVerdict::Host("the frame does not record its content size"))
+        );
         // A skippable frame first.
         let mut skippable = vec![0x50, 0x2A, 0x4D, 0x18, 4, 0, 0, 0, 1, 2, 3, 4];
         skippable.extend(&frame);
-        assert_eq!(check_frame(&skippable, raw.len() as u64), Ok(FrameVerdict::Host("the chunk starts with a skippable frame")));
+        assert_eq!(
+            check_frame(&skippable, raw.len() as u64),
+            Ok(FrameVerdict::Host("the chunk starts with a skippable frame"))
+        );
     }
 }
