@@ -8,12 +8,13 @@ use std::sync::Mutex;
 use zarrs_gds_store::IoBackend;
 
 /// How device retrieval runs: which device, which I/O path, how much device memory to stage in.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct GpuConfig {
     device: usize,
     backend: IoBackend,
     staging_bytes: usize,
+    host_decode_fraction: Option<f64>,
 }
 
 /// The environment variable that sets the default device staging budget per batch, in bytes.
@@ -24,7 +25,12 @@ impl Default for GpuConfig {
     /// overrides).
     fn default() -> Self {
         let staging = std::env::var(STAGING_BYTES_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok());
-        Self { device: 0, backend: IoBackend::Auto, staging_bytes: staging.unwrap_or(1 << 30).max(1 << 20) }
+        Self {
+            device: 0,
+            backend: IoBackend::Auto,
+            staging_bytes: staging.unwrap_or(1 << 30).max(1 << 20),
+            host_decode_fraction: None,
+        }
     }
 }
 
@@ -49,6 +55,21 @@ impl GpuConfig {
     pub fn with_staging_bytes(mut self, bytes: usize) -> Self {
         self.staging_bytes = bytes.max(1 << 20);
         self
+    }
+
+    /// The share (0 to 1) of large zstd chunks (4 MiB and more decoded) decoded on host threads
+    /// while the device decodes the rest; `None` (the default) estimates it from the thread count
+    /// (`ZARRS_GPU_HOST_DECODE_FRACTION` overrides the estimate). Smaller chunks all go to the device.
+    #[must_use]
+    pub fn with_host_decode_fraction(mut self, fraction: Option<f64>) -> Self {
+        self.host_decode_fraction = fraction;
+        self
+    }
+
+    /// The share of large zstd chunks decoded on host threads, if set.
+    #[must_use]
+    pub fn host_decode_fraction(&self) -> Option<f64> {
+        self.host_decode_fraction
     }
 
     /// The CUDA device ordinal.

@@ -140,6 +140,11 @@ impl GpuContext {
         Ok(context)
     }
 
+    /// Make the device's context current on this thread.
+    pub(crate) fn bind(&self) -> Result<(), GpuError> {
+        self.ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))
+    }
+
     pub(crate) fn reader(&self) -> &DeviceReader {
         &self.reader
     }

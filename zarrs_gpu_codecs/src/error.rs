@@ -32,6 +32,18 @@ pub enum GpuError {
         /// The array's data type.
         data_type: String,
     },
+    /// A chunk's stored bytes are not what its codecs promise (corrupt, truncated, wrong size, bad
+    /// checksum); nothing reached the output.
+    #[error("chunk {key}: {reason}")]
+    Chunk {
+        /// The chunk's store key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An nvCOMP call failed.
+    #[error(transparent)]
+    Nvcomp(#[from] nvcomp_sys::NvcompError),
     /// The read needs more device memory than is free.
     #[error("the read needs {needed} bytes of device memory but only {free} are free on device {device}")]
     OutOfMemory {

@@ -22,6 +22,7 @@
 
 mod config;
 mod context;
+mod decode;
 mod device_array;
 mod error;
 pub mod plan;

@@ -49,40 +49,86 @@ pub struct RetrieveReport {
     pub chunks: usize,
     /// Of those, chunks that do not exist (filled with the fill value).
     pub missing_chunks: usize,
-    /// Bytes read from storage into device memory.
+    /// Bytes read from storage (stored bytes: compressed for compressed chunks).
     pub bytes_read: u64,
+    /// Chunks decoded on host threads beside the device (large frames, frames nvCOMP cannot take).
+    pub host_decoded_chunks: usize,
+    /// Why zarrs decoded the whole read on the host, when it did.
+    pub host_reason: Option<String>,
 }
 
-/// Why an array's chunks cannot go straight from storage to the device, or None when they can.
-#[must_use]
-pub fn host_decode_reason<S: ?Sized>(array: &Array<S>) -> Option<String> {
+/// The bytes-to-bytes codecs the device pipeline decodes, after the `bytes` codec.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DeviceChain {
+    /// zstd (nvCOMP).
+    pub(crate) zstd: bool,
+    /// crc32c after everything else (nvCOMP CRC32C).
+    pub(crate) crc32c: bool,
+}
+
+impl DeviceChain {
+    /// No bytes-to-bytes codec: chunk bytes are the elements.
+    pub(crate) fn is_raw(self) -> bool {
+        !self.zstd && !self.crc32c
+    }
+}
+
+/// The device decode plan of an array's codec chain, or why it decodes on the host.
+pub(crate) fn device_chain<S: ?Sized>(array: &Array<S>) -> Result<DeviceChain, String> {
     let codecs = array.codecs();
     if let Some(codec) = codecs.array_to_array_codecs().first() {
-        return Some(format!("array-to-array codec {} has no device implementation yet", name(codec.as_ref())));
-    }
-    if let Some(codec) = codecs.bytes_to_bytes_codecs().first() {
-        return Some(format!("bytes-to-bytes codec {} has no device implementation yet", name(codec.as_ref())));
+        return Err(format!("array-to-array codec {} has no device implementation yet", name(codec.as_ref())));
     }
     let a2b = codecs.array_to_bytes_codec();
     if name(a2b.as_ref()) != "bytes" {
-        return Some(format!("array-to-bytes codec {} has no device implementation yet", name(a2b.as_ref())));
+        return Err(format!("array-to-bytes codec {} has no device implementation yet", name(a2b.as_ref())));
     }
     let Some(size) = array.data_type().fixed_size() else {
-        return Some(format!("data type {} has no fixed size", array.data_type()));
+        return Err(format!("data type {} has no fixed size", array.data_type()));
     };
     let big = a2b
         .configuration_v3(&CodecMetadataOptions::default())
         .and_then(|c| c.get("endian").and_then(|e| e.as_str().map(|e| e == "big")))
         .unwrap_or(false);
     if size > 1 && (big == cfg!(target_endian = "little")) {
-        return Some("the bytes codec's byte order is not the platform's".into());
+        return Err("the bytes codec's byte order is not the platform's".into());
     }
     if let ArrayMetadata::V3(metadata) = array.metadata() {
         if !metadata.storage_transformers.is_empty() {
-            return Some("storage transformers are read on the host".into());
+            return Err("storage transformers are read on the host".into());
         }
     }
-    None
+    let names: Vec<String> = codecs.bytes_to_bytes_codecs().iter().map(|c| name(c.as_ref())).collect();
+    match names.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        [] => Ok(DeviceChain::default()),
+        ["zstd"] => Ok(DeviceChain { zstd: true, crc32c: false }),
+        ["crc32c"] => Ok(DeviceChain { zstd: false, crc32c: true }),
+        ["zstd", "crc32c"] => Ok(DeviceChain { zstd: true, crc32c: true }),
+        _ => Err(format!("bytes-to-bytes codecs [{}] have no device implementation yet", names.join(", "))),
+    }
+}
+
+/// Why an array's chunks cannot be read and decoded on the device, or None when they can.
+#[must_use]
+pub fn host_decode_reason<S: ?Sized>(array: &Array<S>) -> Option<String> {
+    device_chain(array).err()
+}
+
+/// Every chunk meeting `subset`: its indices, key and (unbounded) subset.
+pub(crate) fn chunks_meeting<S: ?Sized>(
+    array: &Array<S>,
+    subset: &ArraySubset,
+) -> Result<Vec<(Vec<u64>, zarrs_storage::StoreKey, ArraySubset)>, GpuError> {
+    let grid = array.chunks_in_array_subset(subset).map_err(|e| GpuError::Array(e.into()))?;
+    let Some(grid) = grid else { return Ok(Vec::new()) };
+    grid.indices()
+        .into_iter()
+        .map(|indices| {
+            let chunk_subset = array.chunk_subset(&indices)?;
+            Ok((indices.to_vec(), array.chunk_key(&indices), chunk_subset))
+        })
+        .collect::<Result<Vec<_>, zarrs::array::ArrayError>>()
+        .map_err(GpuError::Array)
 }
 
 fn name(codec: &dyn ExtensionName) -> String {
@@ -191,9 +237,19 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     let context = GpuContext::get(config.device())?;
     let stream = context.new_stream()?;
     let out_bytes = subset.num_elements() * std::mem::size_of::<T>() as u64;
-    let (out, report) = match host_decode_reason(array) {
-        None => retrieve_raw(array, subset, gds, config, &context, &stream, out_bytes)?,
-        Some(_) => retrieve_host(array, subset, &context, &stream, out_bytes, whole_chunk)?,
+    let route = device_chain(array).and_then(|chain| {
+        if chain.is_raw() {
+            return Ok((chain, None));
+        }
+        nvcomp_sys::NvcompLibrary::get().map(|lib| (chain, Some(lib))).map_err(|e| e.to_string())
+    });
+    let (out, report) = match route {
+        Ok((_, None)) => retrieve_raw(array, subset, gds, config, &context, &stream, out_bytes)?,
+        Ok((chain, Some(nvcomp))) if !whole_chunk => {
+            crate::decode::retrieve_decoded(array, subset, gds, config, &context, &stream, out_bytes, chain, nvcomp)?
+        }
+        Ok(_) => retrieve_host(array, subset, &context, &stream, out_bytes, whole_chunk, None)?,
+        Err(reason) => retrieve_host(array, subset, &context, &stream, out_bytes, whole_chunk, Some(reason))?,
     };
     // SAFETY: every byte of `out` was written by the pipeline, synchronized on `stream`.
     let device = unsafe { DeviceArray::from_device_bytes(out, subset.shape().to_vec(), array.data_type().clone()) }?;
@@ -208,6 +264,7 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     stream: &Arc<CudaStream>,
     out_bytes: u64,
     whole_chunk: bool,
+    host_reason: Option<String>,
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
     context.check_free(out_bytes)?;
     let len = out_bytes as usize;
@@ -234,7 +291,18 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     stream.synchronize().map_err(GpuError::cuda("waiting for the copy to the device"))?;
     context.give_pinned(pinned);
     let chunks = array.chunks_in_array_subset(subset).ok().flatten().map_or(0, |c| c.num_elements_usize());
-    Ok((out, RetrieveReport { decode: DecodePath::Host, io: None, chunks, missing_chunks: 0, bytes_read: 0 }))
+    Ok((
+        out,
+        RetrieveReport {
+            decode: DecodePath::Host,
+            io: None,
+            chunks,
+            missing_chunks: 0,
+            bytes_read: 0,
+            host_decoded_chunks: 0,
+            host_reason,
+        },
+    ))
 }
 
 /// Offsets in staging are aligned so cuFile and the copy engines get aligned addresses.
@@ -284,16 +352,7 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
     let mut trace = Trace::new();
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
-    let chunk_grid = array.chunks_in_array_subset(subset).map_err(|e| GpuError::Array(e.into()))?;
-    let chunks = chunk_grid.map(|grid| grid.indices().into_iter().collect::<Vec<_>>()).unwrap_or_default();
-    let chunks = chunks
-        .into_iter()
-        .map(|indices| {
-            let chunk_subset = array.chunk_subset(&indices)?;
-            Ok((indices.to_vec(), array.chunk_key(&indices), chunk_subset))
-        })
-        .collect::<Result<Vec<_>, zarrs::array::ArrayError>>()?;
-    let placements = plan_chunks(elem, subset, chunks);
+    let placements = plan_chunks(elem, subset, chunks_meeting(array, subset)?);
     let batches = make_batches(&placements, config.staging_bytes() as u64);
     let max_staging = batches.iter().map(|b| b.staging_bytes).max().unwrap_or(0);
     let buffers_needed = if batches.len() > 1 { 2 } else { 1 };
@@ -322,6 +381,8 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
         chunks: placements.len(),
         missing_chunks: 0,
         bytes_read: 0,
+        host_decoded_chunks: 0,
+        host_reason: None,
     };
     let result = (|| -> Result<(), GpuError> {
         for (b, batch) in batches.iter().enumerate() {
@@ -396,7 +457,7 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
 }
 
 /// A device block holding the fill value repeated over the largest read, made on first need.
-fn fill_source<S: ?Sized>(
+pub(crate) fn fill_source<S: ?Sized>(
     fill: &mut Option<DeviceBuffer>,
     context: &GpuContext,
     array: &Array<S>,

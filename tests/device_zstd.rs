@@ -1,0 +1,240 @@
+//! zstd (and crc32c) chunks decoded on the device with nvCOMP, compared with zarrs' host
+//! retrieval byte for byte. GPU tests are `#[ignore = "needs a CUDA GPU"]`.
+
+use std::error::Error;
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use zarrs::array::codec::{Crc32cCodec, ZstdCodec};
+use zarrs::array::BytesToBytesCodecTraits;
+use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, DataType, ElementOwned, FillValue};
+use zarrs_gpu::{sample, ArrayDeviceExt, DecodePath, GdsStore, GpuConfig, GpuError, IoBackend};
+use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
+
+type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
+
+fn zstd(level: i32, checksum: bool) -> Arc<dyn BytesToBytesCodecTraits> {
+    Arc::new(ZstdCodec::new(level, checksum))
+}
+
+/// A compressed array with smooth float data (or random bytes for other types), every fifth
+/// chunk never written.
+fn make_array(
+    dir: &std::path::Path,
+    data_type: DataType,
+    fill: FillValue,
+    shape: &[u64],
+    chunks: &[u64],
+    codecs: Vec<Arc<dyn BytesToBytesCodecTraits>>,
+) -> Result<Array<GdsStore>> {
+    let store = Arc::new(GdsStore::new(dir)?);
+    let array = ArrayBuilder::new(shape.to_vec(), chunks.to_vec(), data_type, fill)
+        .bytes_to_bytes_codecs(codecs)
+        .build(store, "/z")?;
+    array.store_metadata()?;
+    let mut rng = StdRng::seed_from_u64(5);
+    let elem = array.data_type().fixed_size().unwrap();
+    let is_f32 = array.data_type().to_string().starts_with("float32");
+    let grid = array.chunks_in_array_subset(&array.subset_all())?.unwrap();
+    for (n, indices) in grid.indices().into_iter().enumerate() {
+        if n % 5 == 3 {
+            continue;
+        }
+        let subset = array.chunk_subset(&indices)?;
+        let bytes: Vec<u8> = if is_f32 {
+            let values: Vec<f32> =
+                (0..subset.num_elements()).map(|i| sample::sample_value(i + n as u64 * 977, shape)).collect();
+            bytemuck_cast(&values)
+        } else {
+            let mut b: Vec<u8> = (0..subset.num_elements_usize() * elem).map(|_| rng.random::<u8>() & 0x0F).collect();
+            if array.data_type().to_string() == "bool" {
+                for x in &mut b {
+                    *x &= 1;
+                }
+            }
+            b
+        };
+        array.store_chunk(&indices, ArrayBytes::new_flen(bytes))?;
+    }
+    Ok(array)
+}
+
+fn bytemuck_cast(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_ne_bytes()).collect()
+}
+
+fn check<T: ElementOwned>(
+    array: &Array<GdsStore>,
+    subset: &ArraySubset,
+    config: &GpuConfig,
+) -> Result<zarrs_gpu::RetrieveReport> {
+    let want = array.retrieve_array_subset::<ArrayBytes<'static>>(subset)?.into_fixed()?.into_owned();
+    let (device, report) = array.retrieve_array_subset_device_opt::<T>(subset, config)?;
+    let got = device.to_host_bytes()?;
+    assert!(got == want, "subset {:?}: device bytes differ from zarrs' ({report:?})", subset.to_ranges());
+    Ok(report)
+}
+
+fn subsets(shape: &[u64], seed: u64) -> Vec<ArraySubset> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = vec![ArraySubset::new_with_shape(shape.to_vec())];
+    for _ in 0..6 {
+        let ranges: Vec<_> = shape
+            .iter()
+            .map(|&s| {
+                let a = rng.random_range(0..s);
+                a..rng.random_range(a + 1..=s)
+            })
+            .collect();
+        out.push(ArraySubset::new_with_ranges(&ranges));
+    }
+    out
+}
+
+fn posix() -> GpuConfig {
+    GpuConfig::default().with_backend(IoBackend::Posix)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn zstd_levels_checksums_and_crc32c_match_zarrs() -> Result {
+    let shape = [40u64, 70, 33];
+    let chunks = [16u64, 32, 16];
+    let chains: Vec<Vec<Arc<dyn BytesToBytesCodecTraits>>> = vec![
+        vec![zstd(1, false)],
+        vec![zstd(3, false)],
+        vec![zstd(19, false)],
+        vec![zstd(3, true)],
+        vec![zstd(3, false), Arc::new(Crc32cCodec::new())],
+        vec![Arc::new(Crc32cCodec::new())],
+    ];
+    for (c, codecs) in chains.into_iter().enumerate() {
+        let dir = tempfile::tempdir()?;
+        let array = make_array(dir.path(), data_type::float32(), FillValue::from(-7.5f32), &shape, &chunks, codecs)?;
+        let report = check::<f32>(&array, &array.subset_all(), &posix())?;
+        assert_eq!(report.decode, DecodePath::Device, "chain {c}: {report:?}");
+        assert!(report.missing_chunks > 0, "{report:?}");
+        for subset in subsets(&shape, c as u64) {
+            check::<f32>(&array, &subset, &posix())?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn data_types_and_chunk_sizes() -> Result {
+    let dir = tempfile::tempdir()?;
+    macro_rules! case {
+        ($t:ty, $dt:expr, $fill:expr, $shape:expr, $chunks:expr) => {{
+            let array = make_array(dir.path(), $dt, FillValue::from($fill), &$shape, &$chunks, vec![zstd(3, false)])?;
+            for subset in subsets(&$shape, 9) {
+                check::<$t>(&array, &subset, &posix())?;
+            }
+            array.storage().erase_prefix(&"z/".try_into()?)?;
+        }};
+    }
+    case!(u8, data_type::uint8(), 3u8, [100u64, 90], [64u64, 64]); // 4 KiB chunks
+    case!(i16, data_type::int16(), -2i16, [50u64, 61, 7], [8u64, 16, 7]);
+    case!(u64, data_type::uint64(), 9u64, [33u64, 20], [10u64, 10]);
+    case!(f64, data_type::float64(), 0.5f64, [64u64, 64, 20], [32u64, 32, 16]);
+    case!(bool, data_type::bool(), true, [77u64, 13], [20u64, 5]);
+    // Large chunks: 16 MiB and 64 MiB decoded, some decoded on host threads beside the device.
+    let array = make_array(
+        dir.path(),
+        data_type::float32(),
+        FillValue::from(0f32),
+        &[96, 512, 512],
+        &[16, 512, 512],
+        vec![zstd(3, false)],
+    )?;
+    let report = check::<f32>(&array, &array.subset_all(), &posix())?;
+    assert!(report.host_decoded_chunks > 0, "{report:?}");
+    check::<f32>(&array, &array.subset_all(), &posix().with_host_decode_fraction(Some(0.0)))?;
+    check::<f32>(&array, &array.subset_all(), &posix().with_host_decode_fraction(Some(1.0)))?;
+    array.storage().erase_prefix(&"z/".try_into()?)?;
+    let array = make_array(
+        dir.path(),
+        data_type::float32(),
+        FillValue::from(0f32),
+        &[70, 512, 512],
+        &[64, 512, 512],
+        vec![zstd(1, false)],
+    )?;
+    check::<f32>(&array, &array.subset_all(), &posix())?;
+    check::<f32>(&array, &ArraySubset::new_with_ranges(&[60..70, 3..300, 0..512]), &posix())?;
+    // Many small batches.
+    check::<f32>(&array, &array.subset_all(), &posix().with_staging_bytes(1 << 20))?;
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn corrupt_chunks_are_errors_naming_the_key_and_the_next_read_works() -> Result {
+    let dir = tempfile::tempdir()?;
+    let shape = [32u64, 64];
+    let array = make_array(
+        dir.path(),
+        data_type::float32(),
+        FillValue::from(0f32),
+        &shape,
+        &[16, 32],
+        vec![zstd(3, false), Arc::new(Crc32cCodec::new())],
+    )?;
+    let store = array.storage();
+    let key = array.chunk_key(&[1, 1]);
+    let good = store.get(&key)?.unwrap();
+    check::<f32>(&array, &array.subset_all(), &posix())?;
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("truncated", good[..good.len() / 2].to_vec()),
+        ("flipped payload byte (crc32c catches it)", {
+            let mut b = good.to_vec();
+            let mid = b.len() / 2;
+            b[mid] ^= 0x55;
+            b
+        }),
+        ("bad magic", {
+            let mut b = good.to_vec();
+            b[0] ^= 0xFF;
+            b
+        }),
+        ("empty", Vec::new()),
+    ];
+    for (what, bytes) in cases {
+        store.set(&key, Bytes::from(bytes))?;
+        let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()).unwrap_err();
+        assert!(matches!(err, GpuError::Chunk { .. }) && err.to_string().contains(&key.to_string()), "{what}: {err}");
+        // The context still works: another array reads fine.
+        store.set(&key, good.clone())?;
+        check::<f32>(&array, &array.subset_all(), &posix())?;
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn frames_nvcomp_cannot_take_decode_on_the_host() -> Result {
+    let dir = tempfile::tempdir()?;
+    let shape = [20u64, 30];
+    let array =
+        make_array(dir.path(), data_type::float32(), FillValue::from(0f32), &shape, &[10, 30], vec![zstd(3, false)])?;
+    let store = array.storage();
+    // Chunk (0, 0) rewritten as two frames, chunk (1, 0) without a recorded content size.
+    let raw: Vec<u8> = array.retrieve_chunk::<ArrayBytes<'static>>(&[0, 0])?.into_fixed()?.into_owned();
+    let mut two = zstd::bulk::compress(&raw[..600], 3)?;
+    two.extend(zstd::bulk::compress(&raw[600..], 3)?);
+    store.set(&array.chunk_key(&[0, 0]), Bytes::from(two))?;
+    let raw1: Vec<u8> = array.retrieve_chunk::<ArrayBytes<'static>>(&[1, 0])?.into_fixed()?.into_owned();
+    let mut streamed = Vec::new();
+    {
+        let mut encoder = zstd::stream::Encoder::new(&mut streamed, 3)?;
+        encoder.include_contentsize(false)?;
+        std::io::Write::write_all(&mut encoder, &raw1)?;
+        encoder.finish()?;
+    }
+    store.set(&array.chunk_key(&[1, 0]), Bytes::from(streamed))?;
+    let report = check::<f32>(&array, &array.subset_all(), &posix())?;
+    assert_eq!(report.host_decoded_chunks, 2, "{report:?}");
+    Ok(())
+}

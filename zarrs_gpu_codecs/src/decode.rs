@@ -1,0 +1,515 @@
+//! Device decoding of compressed chunks: whole stored chunks are read into pinned host memory
+//! (where their zstd frames are checked), copied to the device in one transfer per batch, checked
+//! with nvCOMP CRC32C when the chain has `crc32c`, decoded by nvCOMP's batched zstd (large chunks
+//! partly on host threads at the same time), then placed into the output like uncompressed chunks.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::{sys, CudaEvent, CudaSlice, CudaStream};
+use nvcomp_sys::{sys as nv, NvcompLibrary};
+use rayon::prelude::*;
+use zarrs::array::{Array, ArraySubset};
+use zarrs_gds_store::{read_store_to_host, DeviceReadRequest, GdsStore, PinnedBuffer};
+use zarrs_storage::ReadableStorageTraits;
+
+use crate::context::{copy_dtod, DeviceBuffer, GpuContext};
+use crate::plan::{plan_chunks, ChunkPlacement};
+use crate::retrieve::{fill_source, DecodePath, DeviceChain, RetrieveReport};
+use crate::trace::Trace;
+use crate::zstd_frame::{check_frame, FrameVerdict};
+use crate::{GpuConfig, GpuError};
+
+/// Stored chunks start at this alignment in the host and device staging (nvCOMP needs 8 or less
+/// for zstd input; 256 keeps copies aligned).
+const STORED_ALIGN: u64 = 256;
+/// Decoded chunks start at this alignment.
+const DECODED_ALIGN: u64 = 4096;
+/// Chunks at least this large (decoded) may be decoded on host threads: one large zstd frame
+/// decodes largely serially on the GPU.
+const LARGE_CHUNK: u64 = 4 << 20;
+
+/// How one chunk of a batch is decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// Missing: filled with the fill value.
+    Missing,
+    /// nvCOMP on the device (or, with no zstd in the chain, the stored bytes themselves).
+    Device,
+    /// The zstd crate on a host thread (frames nvCOMP cannot take, or the host's share of large
+    /// chunks), then one copy.
+    Host,
+}
+
+/// A device result to check once the batches are done.
+enum Check {
+    /// nvCOMP zstd status and decoded size of a placement.
+    Zstd(usize),
+    /// nvCOMP crc32c of a placement, against the stored value.
+    Crc32c(usize, u32),
+}
+
+struct Item {
+    /// Index into the placements.
+    placement: usize,
+    stored_len: u64,
+    /// Bytes of the stored chunk that are the zstd frame (or the data): without the crc32c.
+    data_len: u64,
+    host_offset: u64,
+    decoded_offset: u64,
+    route: Route,
+    /// The crc32c stored after the data, when the chain has crc32c.
+    crc: Option<u32>,
+}
+
+/// The fraction of large chunks decoded on host threads (`ZARRS_GPU_HOST_DECODE_FRACTION`
+/// overrides; `GpuConfig::with_host_decode_fraction` too).
+pub(crate) const HOST_FRACTION_ENV: &str = "ZARRS_GPU_HOST_DECODE_FRACTION";
+
+fn host_fraction(config: &GpuConfig, threads: usize) -> f64 {
+    if let Some(f) = config.host_decode_fraction() {
+        return f.clamp(0.0, 1.0);
+    }
+    if let Some(f) = std::env::var(HOST_FRACTION_ENV).ok().and_then(|v| v.trim().parse::<f64>().ok()) {
+        return f.clamp(0.0, 1.0);
+    }
+    // Both finish together when each takes a share proportional to its rate: large frames decode
+    // on the H200 at about 7 GiB/s (nvCOMP, 16 MiB chunks) and on one host thread at about
+    // 0.35 GiB/s (zstd level 3).
+    let host = 0.35 * threads as f64;
+    host / (host + 7.0)
+}
+
+/// Decode `subset` of an array whose chunks are stored `bytes` + `chain` on the device.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
+    array: &Array<S>,
+    subset: &ArraySubset,
+    gds: Option<&GdsStore>,
+    config: &GpuConfig,
+    context: &GpuContext,
+    stream: &Arc<CudaStream>,
+    out_bytes: u64,
+    chain: DeviceChain,
+    nvcomp: &NvcompLibrary,
+) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
+    let mut trace = Trace::new();
+    let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
+    let chunks = crate::retrieve::chunks_meeting(array, subset)?;
+    let placements = plan_chunks(elem, subset, chunks);
+    let decoded_len = |p: &ChunkPlacement| p.chunk_shape.iter().product::<u64>() * elem;
+    let storage = array.storage();
+    let sizes: Vec<Option<u64>> = context
+        .reader()
+        .install(|| placements.par_iter().map(|p| storage.size_key(&p.key)).collect::<Result<_, _>>())
+        .map_err(|e| GpuError::Array(e.into()))?;
+    trace.mark("sizes");
+
+    // Batches by decoded bytes within the staging budget.
+    let budget = config.staging_bytes() as u64;
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    let mut used = 0;
+    for (i, p) in placements.iter().enumerate() {
+        let need = decoded_len(p).next_multiple_of(DECODED_ALIGN);
+        if batches.is_empty() || (used + need > budget && !batches.last().is_some_and(Vec::is_empty)) {
+            batches.push(Vec::new());
+            used = 0;
+        }
+        batches.last_mut().expect("a batch").push(i);
+        used += need;
+    }
+    let threads = context.reader().options().threads;
+    let fraction = if chain.zstd { host_fraction(config, threads) } else { 0.0 };
+
+    // Sizes of the per-batch buffers: the largest batch decides.
+    let layout = |batch: &[usize]| -> (u64, u64, usize, u64) {
+        let stored: u64 = batch.iter().map(|&i| sizes[i].unwrap_or(0).next_multiple_of(STORED_ALIGN)).sum();
+        let decoded: u64 = batch.iter().map(|&i| decoded_len(&placements[i]).next_multiple_of(DECODED_ALIGN)).sum();
+        let max_chunk = batch.iter().map(|&i| decoded_len(&placements[i])).max().unwrap_or(0);
+        (stored, decoded, batch.len(), max_chunk)
+    };
+    let mut max_stored = 0;
+    let mut max_decoded = 0;
+    let mut max_temp = 0;
+    for batch in &batches {
+        let (stored, decoded, n, max_chunk) = layout(batch);
+        max_stored = max_stored.max(stored);
+        max_decoded = max_decoded.max(decoded);
+        if chain.zstd {
+            let temp = nvcomp.zstd_decompress_temp_size(n, max_chunk as usize, decoded as usize).map_err(nvcomp_err)?;
+            max_temp = max_temp.max(temp as u64);
+        }
+    }
+    // nvCOMP's arrays: at most 68 bytes per chunk (zstd and crc32c arrays together).
+    let meta_bytes = (batches.iter().map(Vec::len).max().unwrap_or(0) as u64 * 96).next_multiple_of(DECODED_ALIGN);
+    let device_slot = max_stored.next_multiple_of(DECODED_ALIGN)
+        + if chain.zstd { max_decoded } else { 0 }
+        + max_temp.next_multiple_of(DECODED_ALIGN)
+        + meta_bytes;
+    let slots = if batches.len() > 1 { 2 } else { 1 };
+    context.check_free(out_bytes + device_slot * slots)?;
+    trace.mark("plan");
+
+    let mut out = context.alloc(stream, out_bytes as usize)?;
+    let out_ptr = {
+        use cudarc::driver::DevicePtrMut;
+        let (ptr, _sync) = out.device_ptr_mut(stream);
+        ptr
+    };
+    let mut device: Vec<(DeviceBuffer, Option<CudaEvent>)> = Vec::new();
+    let mut host: Vec<PinnedBuffer> = Vec::new();
+    for _ in 0..slots.min(batches.len() as u64) {
+        device.push((context.take_staging(device_slot.max(1) as usize)?, None));
+        host.push(context.take_pinned((max_stored + max_decoded).max(1) as usize)?);
+    }
+    // Per placement, what the device reports back (24 bytes at 24 x index): decoded size (u64),
+    // zstd status (u32), padding, crc32c value (u32), crc32c status (u32).
+    let mut results = context.take_pinned(placements.len().max(1) * 24)?;
+    let results_base = results.as_mut_slice().as_mut_ptr();
+    trace.mark("buffers");
+
+    let mut report = RetrieveReport {
+        decode: DecodePath::Device,
+        io: None,
+        chunks: placements.len(),
+        missing_chunks: 0,
+        bytes_read: 0,
+        host_decoded_chunks: 0,
+        host_reason: None,
+    };
+    let mut fill: Option<DeviceBuffer> = None;
+    let mut checks: Vec<Check> = Vec::new();
+    let result = (|| -> Result<(), GpuError> {
+        for (b, batch) in batches.iter().enumerate() {
+            let (dbuf, event) = &mut device[b % slots as usize];
+            if let Some(event) = event.take() {
+                event.synchronize().map_err(GpuError::cuda("waiting for a batch"))?;
+                trace.mark("wait slot");
+            }
+            let hbuf = &mut host[b % slots as usize];
+            // Layout: stored chunks in host and device staging, decoded chunks after them.
+            let (stored_total, _, _, _) = layout(batch);
+            let mut items = Vec::with_capacity(batch.len());
+            let (mut host_at, mut decoded_at) = (0u64, 0u64);
+            for &i in batch {
+                let stored_len = sizes[i].unwrap_or(0);
+                let route = if sizes[i].is_some() { Route::Device } else { Route::Missing };
+                items.push(Item {
+                    placement: i,
+                    stored_len,
+                    data_len: stored_len,
+                    host_offset: host_at,
+                    decoded_offset: decoded_at,
+                    route,
+                    crc: None,
+                });
+                host_at += stored_len.next_multiple_of(STORED_ALIGN);
+                decoded_at += decoded_len(&placements[i]).next_multiple_of(DECODED_ALIGN);
+            }
+            let requests: Vec<DeviceReadRequest> = items
+                .iter()
+                .filter(|it| it.route != Route::Missing)
+                .map(|it| DeviceReadRequest {
+                    key: placements[it.placement].key.clone(),
+                    offset: 0,
+                    len: it.stored_len as usize,
+                    dst: it.host_offset,
+                })
+                .collect();
+            let found = match gds {
+                Some(store) => store.read_to_host(context.reader(), &requests, hbuf.as_mut_slice())?,
+                None => read_store_to_host(storage.as_ref(), context.reader(), &requests, hbuf.as_mut_slice())?,
+            };
+            report.io = Some(zarrs_gds_store::IoStatus {
+                path: if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
+                reason: "compressed chunks are read to host memory, where their frames are checked".into(),
+            });
+            let mut found_iter = found.iter();
+            for it in items.iter_mut().filter(|it| it.route != Route::Missing) {
+                if !found_iter.next().copied().unwrap_or(false) {
+                    it.route = Route::Missing; // deleted between the size query and the read
+                }
+            }
+            trace.mark("read");
+            // Check every stored chunk on the host: crc32c trailer, zstd frame structure and size.
+            let stored = hbuf.as_slice();
+            context.reader().install(|| {
+                items.par_iter_mut().filter(|it| it.route != Route::Missing).try_for_each(|it| {
+                    let p = &placements[it.placement];
+                    let bytes = &stored[it.host_offset as usize..][..it.stored_len as usize];
+                    let chunk_error = |reason: String| GpuError::Chunk { key: p.key.to_string(), reason };
+                    if chain.crc32c {
+                        if bytes.len() < 4 {
+                            return Err(chunk_error(format!("{} bytes cannot hold a crc32c checksum", bytes.len())));
+                        }
+                        it.data_len -= 4;
+                        it.crc = Some(u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes")));
+                    }
+                    let data = &bytes[..it.data_len as usize];
+                    if chain.zstd {
+                        match check_frame(data, decoded_len(p)).map_err(|e| chunk_error(e.to_string()))? {
+                            FrameVerdict::Device { .. } => {}
+                            FrameVerdict::Host(_) => it.route = Route::Host,
+                        }
+                    } else if data.len() as u64 != decoded_len(p) {
+                        return Err(chunk_error(format!("{} bytes stored, {} expected", data.len(), decoded_len(p))));
+                    }
+                    Ok(())
+                })
+            })?;
+            // The host's share of large chunks.
+            let large: Vec<usize> = (0..items.len())
+                .filter(|&k| {
+                    items[k].route == Route::Device
+                        && chain.zstd
+                        && decoded_len(&placements[items[k].placement]) >= LARGE_CHUNK
+                })
+                .collect();
+            let host_share = (large.len() as f64 * fraction).round() as usize;
+            for &k in large.iter().rev().take(host_share) {
+                items[k].route = Route::Host;
+            }
+            trace.mark("check");
+
+            // One copy of the batch's stored bytes to the device.
+            let cbase = dbuf.ptr();
+            let dbase = cbase + max_stored.next_multiple_of(DECODED_ALIGN);
+            let temp = dbase + if chain.zstd { max_decoded } else { 0 };
+            let meta = temp + max_temp.next_multiple_of(DECODED_ALIGN);
+            context.bind()?;
+            // SAFETY: hbuf holds stored_total bytes; cbase has room for max_stored >= stored_total.
+            unsafe {
+                sys::cuMemcpyHtoDAsync_v2(cbase, stored.as_ptr().cast(), stored_total as usize, stream.cu_stream())
+            }
+            .result()
+            .map_err(GpuError::cuda("copying chunks to the device"))?;
+            for it in &items {
+                if it.route != Route::Missing {
+                    report.bytes_read += it.stored_len;
+                }
+            }
+            // Metadata arrays for nvCOMP, built on the host, copied once.
+            let on_device: Vec<&Item> = items.iter().filter(|it| it.route == Route::Device).collect();
+            let with_crc: Vec<&Item> = items.iter().filter(|it| it.crc.is_some()).collect();
+            let n_zstd = on_device.len();
+            let n_crc = with_crc.len();
+            let mut words: Vec<u64> = Vec::with_capacity(4 * n_zstd + 2 * n_crc);
+            words.extend(on_device.iter().map(|it| cbase + it.host_offset)); // compressed pointers
+            words.extend(on_device.iter().map(|it| it.data_len)); // compressed sizes
+            words.extend(on_device.iter().map(|it| decoded_len(&placements[it.placement]))); // buffer sizes
+            words.extend(on_device.iter().map(|it| dbase + it.decoded_offset)); // output pointers
+            words.extend(with_crc.iter().map(|it| cbase + it.host_offset)); // crc input pointers
+            words.extend(with_crc.iter().map(|it| it.data_len)); // crc input sizes
+            let meta_in = words.len() as u64 * 8;
+            let actual = meta + meta_in; // n_zstd x u64
+            let zstatus = actual + 8 * n_zstd as u64; // n_zstd x u32
+            let crc_out = zstatus + 4 * n_zstd as u64; // n_crc x u32
+            let crc_status = crc_out + 4 * n_crc as u64; // n_crc x u32
+            if !words.is_empty() {
+                // SAFETY: pageable source (the driver copies it before returning); meta has room
+                // for 64 bytes per chunk, more than these arrays take.
+                unsafe { sys::cuMemcpyHtoDAsync_v2(meta, words.as_ptr().cast(), words.len() * 8, stream.cu_stream()) }
+                    .result()
+                    .map_err(GpuError::cuda("copying decode metadata"))?;
+            }
+            let ptr = |k: usize| meta + 8 * k as u64;
+            let nv_stream = stream.cu_stream() as nv::cudaStream_t;
+            if n_crc > 0 {
+                // SAFETY: pointer and size arrays of n_crc entries in device memory, outputs as many.
+                let status = unsafe {
+                    nvcomp.functions().nvcompBatchedCRC32Async(
+                        ptr(4 * n_zstd) as *const *const c_void,
+                        ptr(4 * n_zstd + n_crc) as *const usize,
+                        n_crc,
+                        crc_out as *mut u32,
+                        nvcomp_sys::crc32c_opts(),
+                        nv::nvcompCRC32OnlySegment,
+                        crc_status as *mut nv::nvcompStatus_t,
+                        nv_stream,
+                    )
+                };
+                nvcomp.check("computing crc32c checksums", status).map_err(nvcomp_err)?;
+            }
+            if chain.zstd && n_zstd > 0 {
+                let (_, decoded_total, _, max_chunk) = layout(batch);
+                let temp_bytes = nvcomp
+                    .zstd_decompress_temp_size(n_zstd, max_chunk as usize, decoded_total as usize)
+                    .map_err(nvcomp_err)?;
+                // SAFETY: every frame was checked on the host (one frame, recorded size equal to
+                // the output buffer); arrays of n_zstd entries in device memory; temp sized by nvCOMP.
+                let status = unsafe {
+                    nvcomp.functions().nvcompBatchedZstdDecompressAsync(
+                        ptr(0) as *const *const c_void,
+                        ptr(n_zstd) as *const usize,
+                        ptr(2 * n_zstd) as *const usize,
+                        actual as *mut usize,
+                        n_zstd,
+                        temp as *mut c_void,
+                        temp_bytes,
+                        ptr(3 * n_zstd) as *const *mut c_void,
+                        nvcomp_sys::zstd_decompress_opts(),
+                        zstatus as *mut nv::nvcompStatus_t,
+                        nv_stream,
+                    )
+                };
+                nvcomp.check("launching zstd decompression", status).map_err(nvcomp_err)?;
+            }
+            // Meanwhile the host decodes its chunks, into pinned memory after the stored bytes.
+            let host_items: Vec<&Item> = items.iter().filter(|it| it.route == Route::Host).collect();
+            report.host_decoded_chunks += host_items.len();
+            if !host_items.is_empty() {
+                let (stored_part, decoded_part) = hbuf.as_mut_slice().split_at_mut(max_stored as usize);
+                let base = decoded_part.as_mut_ptr() as usize;
+                let stored_part = &*stored_part;
+                context.reader().install(|| {
+                    host_items.par_iter().try_for_each(|it| {
+                        let p = &placements[it.placement];
+                        let len = decoded_len(p) as usize;
+                        // SAFETY: decoded regions are disjoint (offsets from the batch layout)
+                        // and lie within the pinned buffer (max_stored + max_decoded bytes).
+                        let out = unsafe {
+                            std::slice::from_raw_parts_mut((base + it.decoded_offset as usize) as *mut u8, len)
+                        };
+                        let data = &stored_part[it.host_offset as usize..][..it.data_len as usize];
+                        let written = zstd::bulk::decompress_to_buffer(data, out)
+                            .map_err(|e| GpuError::Chunk { key: p.key.to_string(), reason: format!("zstd: {e}") })?;
+                        if written == len {
+                            Ok(())
+                        } else {
+                            Err(GpuError::Chunk {
+                                key: p.key.to_string(),
+                                reason: format!("zstd decoded {written} bytes, {len} expected"),
+                            })
+                        }
+                    })
+                })?;
+                for it in &host_items {
+                    let len = decoded_len(&placements[it.placement]) as usize;
+                    // SAFETY: pinned source within the buffer; destination within the slot.
+                    unsafe {
+                        sys::cuMemcpyHtoDAsync_v2(
+                            dbase + it.decoded_offset,
+                            (base + it.decoded_offset as usize) as *const c_void,
+                            len,
+                            stream.cu_stream(),
+                        )
+                    }
+                    .result()
+                    .map_err(GpuError::cuda("copying host-decoded chunks"))?;
+                }
+            }
+            trace.mark("decode");
+            // Results back to the host, checked after the last batch.
+            let to_host = |placement: usize, at: u64, src: u64, len: usize| -> Result<(), GpuError> {
+                let dst = results_base as u64 + placement as u64 * 24 + at;
+                // SAFETY: results holds 24 bytes per placement; the source lies in meta.
+                unsafe { sys::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, len, stream.cu_stream()) }
+                    .result()
+                    .map_err(GpuError::cuda("reading decode results"))
+            };
+            for (k, it) in on_device.iter().enumerate() {
+                if chain.zstd {
+                    to_host(it.placement, 0, actual + 8 * k as u64, 8)?;
+                    to_host(it.placement, 8, zstatus + 4 * k as u64, 4)?;
+                    checks.push(Check::Zstd(it.placement));
+                }
+            }
+            for (k, it) in with_crc.iter().enumerate() {
+                to_host(it.placement, 16, crc_out + 4 * k as u64, 4)?;
+                to_host(it.placement, 20, crc_status + 4 * k as u64, 4)?;
+                checks.push(Check::Crc32c(it.placement, it.crc.expect("with crc")));
+            }
+            // Placement, as for uncompressed chunks.
+            for it in &items {
+                let p = &placements[it.placement];
+                let src = match it.route {
+                    Route::Missing => {
+                        report.missing_chunks += 1;
+                        // The fill block is uniform and as long as the longest read.
+                        fill_source(&mut fill, context, array, &placements, stream)?
+                    }
+                    _ if chain.zstd => dbase + it.decoded_offset + p.byte_start,
+                    _ => cbase + it.host_offset + p.byte_start,
+                };
+                for copy in &p.copies {
+                    // SAFETY: decoded chunks hold decoded_len bytes; copies stay within them and
+                    // within `out`.
+                    unsafe { copy_dtod(copy, src, out_ptr, stream) }?;
+                }
+            }
+            *event = Some(stream.record_event(None).map_err(GpuError::cuda("recording an event"))?);
+            trace.mark("place");
+        }
+        stream.synchronize().map_err(GpuError::cuda("decoding on the device"))?;
+        trace.mark("final sync");
+        // Every chunk's device result: zstd status and size, crc32c status and value.
+        let results = results.as_slice();
+        let word = |placement: usize, at: usize| {
+            u32::from_ne_bytes(results[placement * 24 + at..][..4].try_into().expect("4 bytes"))
+        };
+        for check in &checks {
+            match *check {
+                Check::Zstd(i) => {
+                    let key = placements[i].key.to_string();
+                    let status = word(i, 8);
+                    if status != nv::nvcompSuccess {
+                        return Err(GpuError::Chunk {
+                            key,
+                            reason: format!("nvCOMP zstd: {}", nvcomp.status_string(status)),
+                        });
+                    }
+                    let size = u64::from_ne_bytes(results[i * 24..][..8].try_into().expect("8 bytes"));
+                    let expected = decoded_len(&placements[i]);
+                    if size != expected {
+                        return Err(GpuError::Chunk {
+                            key,
+                            reason: format!("zstd decoded {size} bytes, {expected} expected"),
+                        });
+                    }
+                }
+                Check::Crc32c(i, expected) => {
+                    let key = placements[i].key.to_string();
+                    let status = word(i, 20);
+                    if status != nv::nvcompSuccess {
+                        return Err(GpuError::Chunk {
+                            key,
+                            reason: format!("nvCOMP crc32c: {}", nvcomp.status_string(status)),
+                        });
+                    }
+                    let crc = word(i, 16);
+                    if crc != expected {
+                        return Err(GpuError::Chunk {
+                            key,
+                            reason: format!("crc32c checksum mismatch: stored {expected:#010x}, computed {crc:#010x}"),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    })();
+    let synced = stream.synchronize();
+    if synced.is_ok() {
+        for (buffer, _) in device {
+            context.give_staging(buffer);
+        }
+        for buffer in host {
+            context.give_pinned(buffer);
+        }
+        context.give_pinned(results);
+        if let Some(buffer) = fill {
+            context.give_staging(buffer);
+        }
+    }
+    result?;
+    trace.finish(&format!(
+        "{out_bytes} bytes decoded on the device, {} chunks, {} batches",
+        report.chunks,
+        batches.len()
+    ));
+    Ok((out, report))
+}
+
+fn nvcomp_err(err: nvcomp_sys::NvcompError) -> GpuError {
+    GpuError::Nvcomp(err)
+}
