@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use zarrs::array::{Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset};
+use zarrs::array::codec::ZstdCodec;
+use zarrs::array::{
+    Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset, BytesToBytesCodecTraits,
+};
 use zarrs_gpu::zarrs_gds_store::{cuda_context, PinnedBuffer};
 use zarrs_gpu::{parse_subset, sample, ArrayDeviceExt, GdsStore, GpuConfig, IoBackend};
 
@@ -29,6 +32,9 @@ struct Args {
     /// Append JSON lines here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Cases: u1 (uncompressed, 16 MiB chunks), z1 (zstd 3, 16 MiB chunks), z2 (zstd 3, 1 MiB chunks).
+    #[arg(long, value_delimiter = ',', default_value = "u1")]
+    cases: Vec<String>,
 }
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -52,41 +58,62 @@ fn time(repeat: usize, mut f: impl FnMut() -> Result<(), Error>) -> Result<(f64,
 fn main() -> Result<(), Error> {
     let args = Args::parse();
     std::fs::create_dir_all(&args.dir)?;
-    let path = args.dir.join("u1.zarr");
     let shape = [64 * args.gib, 2048, 2048];
-    if !path.join("zarr.json").exists() {
-        let start = Instant::now();
-        sample::create_sample_array(&path, &shape, &[64, 256, 256])?;
-        // Flush dirty pages so that writeback does not compete with the timed reads.
-        std::process::Command::new("sync").status()?;
-        eprintln!("wrote {} in {:.1} s", path.display(), start.elapsed().as_secs_f64());
-    }
-    let array = Array::open(Arc::new(GdsStore::new(&path)?), "/")?;
     let mut lines = Vec::new();
-    let cases = [("U1 whole array", "0:"), ("U1 slab 64 planes", "0:64"), ("U1 slab 16 planes", "0:16")];
-    for (case, spec) in cases {
-        let subset = parse_subset(spec, array.shape())?;
-        let bytes = subset.num_elements() * 4;
-        let config = GpuConfig::default().with_backend(IoBackend::Auto);
-        // Timed like a user's load: allocation and read; the previous result is freed untimed.
-        let mut io = String::new();
-        let mut runs = Vec::new();
-        for i in 0..=args.repeat {
+    for case in &args.cases {
+        let (name, chunks, codecs): (&str, [u64; 3], Vec<Arc<dyn BytesToBytesCodecTraits>>) = match case.as_str() {
+            "u1" => ("U1", [64, 256, 256], vec![]),
+            "z1" => ("Z1", [64, 256, 256], vec![Arc::new(ZstdCodec::new(3, false))]),
+            "z2" => ("Z2", [64, 64, 64], vec![Arc::new(ZstdCodec::new(3, false))]),
+            other => return Err(format!("unknown case {other}").into()),
+        };
+        let path = args.dir.join(format!("{case}.zarr"));
+        if !path.join("zarr.json").exists() {
             let start = Instant::now();
-            let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&subset, &config)?;
-            let elapsed = start.elapsed().as_secs_f64();
-            if i > 0 {
-                runs.push(elapsed); // the first read is the warm-up
-            }
-            io = report.io.map(|s| s.to_string()).unwrap_or_default();
-            drop(data);
+            sample::create_sample_array_with_codecs(&path, &shape, &chunks, codecs)?;
+            // Flush dirty pages so that writeback does not compete with the timed reads.
+            std::process::Command::new("sync").status()?;
+            eprintln!("wrote {} in {:.1} s", path.display(), start.elapsed().as_secs_f64());
         }
-        let secs = median(runs.clone());
-        lines.push(line("zarrs_gpu", case, &subset, bytes, secs, &runs, &io));
-        let (secs, runs) = zarrs_pinned_then_copy(&array, &subset, args.repeat)?;
-        lines.push(line("zarrs pinned+copy", case, &subset, bytes, secs, &runs, ""));
+        let array = Array::open(Arc::new(GdsStore::new(&path)?), "/")?;
+        let subsets: &[(&str, &str)] = if case == "u1" {
+            &[("whole array", "0:"), ("slab 64 planes", "0:64"), ("slab 16 planes", "0:16")]
+        } else {
+            &[("whole array", "0:")]
+        };
+        for (what, spec) in subsets {
+            let label = format!("{name} {what}");
+            let subset = parse_subset(spec, array.shape())?;
+            let bytes = subset.num_elements() * 4;
+            let config = GpuConfig::default().with_backend(IoBackend::Auto);
+            // Timed like a user's load: allocation and read; the previous result is freed untimed.
+            let mut io = String::new();
+            let mut runs = Vec::new();
+            for i in 0..=args.repeat {
+                let start = Instant::now();
+                let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&subset, &config)?;
+                let elapsed = start.elapsed().as_secs_f64();
+                if i > 0 {
+                    runs.push(elapsed); // the first read is the warm-up
+                }
+                io = format!(
+                    "{}; decode {}; {} of {} chunks on host threads",
+                    report.io.map(|s| s.to_string()).unwrap_or_default(),
+                    report.decode,
+                    report.host_decoded_chunks,
+                    report.chunks
+                );
+                drop(data);
+            }
+            let secs = median(runs.clone());
+            lines.push(line("zarrs_gpu", &label, &subset, bytes, secs, &runs, &io));
+            let (secs, runs) = zarrs_pinned_then_copy(&array, &subset, args.repeat.min(3))?;
+            lines.push(line("zarrs pinned+copy", &label, &subset, bytes, secs, &runs, ""));
+        }
+        if case == "u1" {
+            lines.extend(ceilings(&path, &array)?);
+        }
     }
-    lines.extend(ceilings(&path, &array)?);
     let mut out = String::new();
     for l in &lines {
         println!("{l}");

@@ -110,18 +110,31 @@ fn info(path: &Path, node: &str) -> Result<(), Error> {
     println!("{}", array.metadata().to_string_pretty());
     println!("data type: {}; shape {:?}; chunk grid {:?}", array.data_type(), array.shape(), array.chunk_grid_shape());
     let codecs = array.codecs();
-    let reason = host_decode_reason(&array);
+    let mut reason = host_decode_reason(&array);
+    let compressed = !codecs.bytes_to_bytes_codecs().is_empty();
+    if reason.is_none() && compressed {
+        if let Err(err) = zarrs_gpu::nvcomp_sys::NvcompLibrary::get() {
+            reason = Some(err.to_string());
+        }
+    }
+    let device = reason.is_none();
+    let route = |on_device: &str| if device { format!("device ({on_device})") } else { "host".to_string() };
     println!("decode plan:");
     for codec in codecs.array_to_array_codecs() {
         println!("  {:<12} host", name(codec.as_ref()));
     }
     let a2b = codecs.array_to_bytes_codec();
-    let device = reason.is_none();
-    println!("  {:<12} {}", name(a2b.as_ref()), if device { "device (bytes placed on the device)" } else { "host" });
+    println!("  {:<12} {}", name(a2b.as_ref()), route("bytes placed on the device"));
     for codec in codecs.bytes_to_bytes_codecs() {
-        println!("  {:<12} host", name(codec.as_ref()));
+        let what = match name(codec.as_ref()).as_str() {
+            "zstd" => "nvCOMP batched zstd; frames checked on the host first; zstd content checksums are not verified",
+            "crc32c" => "verified with nvCOMP CRC32C",
+            _ => "",
+        };
+        println!("  {:<12} {}", name(codec.as_ref()), route(what));
     }
     match reason {
+        None if compressed => println!("chunks are read to host memory, checked, then decoded on the device"),
         None => println!("chunks are read straight to the device"),
         Some(reason) => println!("chunks are decoded by zarrs on the host, then copied once: {reason}"),
     }

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rayon::prelude::*;
-use zarrs::array::{data_type, Array, ArrayBuilder, ArrayError};
+use zarrs::array::{data_type, Array, ArrayBuilder, ArrayError, BytesToBytesCodecTraits};
 use zarrs_storage::ReadableWritableListableStorageTraits;
 
 use crate::GdsStore;
@@ -48,9 +48,22 @@ pub fn create_sample_array(
     shape: &[u64],
     chunk_shape: &[u64],
 ) -> Result<Array<GdsStore>, Box<dyn std::error::Error + Send + Sync>> {
+    create_sample_array_with_codecs(path, shape, chunk_shape, vec![])
+}
+
+/// As [`create_sample_array`], with these bytes-to-bytes codecs (zstd, crc32c, ...).
+///
+/// # Errors
+/// Returns zarrs' error when the store or a chunk cannot be written.
+pub fn create_sample_array_with_codecs(
+    path: &Path,
+    shape: &[u64],
+    chunk_shape: &[u64],
+    codecs: Vec<Arc<dyn BytesToBytesCodecTraits>>,
+) -> Result<Array<GdsStore>, Box<dyn std::error::Error + Send + Sync>> {
     let store = Arc::new(GdsStore::new(path)?);
     let array = ArrayBuilder::new(shape.to_vec(), chunk_shape.to_vec(), data_type::float32(), f32::NAN)
-        .bytes_to_bytes_codecs(vec![])
+        .bytes_to_bytes_codecs(codecs)
         .build(store, "/")?;
     array.store_metadata()?;
     write_sample_chunks(&array)?;

@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
-use zarrs::array::codec::ZstdCodec;
+use zarrs::array::codec::{GzipCodec, ZstdCodec};
 use zarrs::array::{data_type, ArrayBuilder, ArrayBytes, ArraySubset};
 use zarrs_gpu::{sample, GdsStore};
 
@@ -64,12 +64,23 @@ fn info_shows_the_decode_plan() -> Result {
 
     let store = Arc::new(GdsStore::new(dir.path())?);
     let array = ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::uint16(), 0u16)
-        .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, false))])
+        .bytes_to_bytes_codecs(vec![Arc::new(GzipCodec::new(5)?)])
+        .build(store.clone(), "/g")?;
+    array.store_metadata()?;
+    let (out, text) = zarrs_gpu(&["info", dir.path().to_str().unwrap(), "--array", "/g"])?;
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("gzip") && text.contains("decoded by zarrs on the host"), "{text}");
+    let array = ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::uint16(), 0u16)
+        .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, true))])
         .build(store, "/z")?;
     array.store_metadata()?;
     let (out, text) = zarrs_gpu(&["info", dir.path().to_str().unwrap(), "--array", "/z"])?;
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("zstd") && text.contains("decoded by zarrs on the host"), "{text}");
+    if zarrs_gpu::nvcomp_sys::NvcompLibrary::get().is_ok() {
+        assert!(text.contains("checksums are not verified") && text.contains("decoded on the device"), "{text}");
+    } else {
+        assert!(text.contains("nvCOMP") && text.contains("pip install nvidia-libnvcomp-cu13"), "{text}");
+    }
     Ok(())
 }
 
