@@ -198,6 +198,36 @@ impl NvcompLibrary {
         Ok(out)
     }
 
+    /// nvCOMP's kernel configuration for CRC32 of `num_chunks` chunks of at most `max_chunk_bytes`
+    /// (asks the device's properties; enqueues no work).
+    ///
+    /// # Errors
+    /// Returns nvCOMP's status when the query fails.
+    pub fn crc32_kernel_conf(
+        &self,
+        num_chunks: usize,
+        max_chunk_bytes: usize,
+    ) -> Result<sys::nvcompCRC32KernelConf_t, NvcompError> {
+        let mut conf = sys::nvcompCRC32KernelConf_t {
+            kernel_kind: sys::nvcompCRC32WarpKernel,
+            bytes_per_read: 0,
+            blocks_per_msg: 0,
+            reserved: [0; 20],
+        };
+        // SAFETY: sizes passed directly (no device array, so no stream work); conf is a valid out-pointer.
+        let status = unsafe {
+            self.functions.nvcompBatchedCRC32GetHeuristicConf(
+                std::ptr::null(),
+                num_chunks,
+                &raw mut conf,
+                max_chunk_bytes.max(1),
+                std::ptr::null_mut(),
+            )
+        };
+        self.check("choosing a CRC32 kernel", status)?;
+        Ok(conf)
+    }
+
     /// Device temp bytes batched zstd decompression of `num_chunks` chunks needs (no device work).
     ///
     /// # Errors
@@ -233,9 +263,10 @@ pub fn zstd_decompress_opts() -> sys::nvcompBatchedZstdDecompressOpts_t {
     sys::nvcompBatchedZstdDecompressOpts_t { backend: sys::NVCOMP_DECOMPRESS_BACKEND_DEFAULT, reserved: [0; 60] }
 }
 
-/// CRC32 options for CRC32C (Castagnoli: the `crc32c` codec of Zarr), the default kernel choice.
+/// CRC32 options for CRC32C (Castagnoli: the `crc32c` codec of Zarr) with a kernel
+/// configuration from [`NvcompLibrary::crc32_kernel_conf`].
 #[must_use]
-pub fn crc32c_opts() -> sys::nvcompBatchedCRC32Opts_t {
+pub fn crc32c_opts(kernel_conf: sys::nvcompCRC32KernelConf_t) -> sys::nvcompBatchedCRC32Opts_t {
     sys::nvcompBatchedCRC32Opts_t {
         spec: sys::nvcompCRC32Spec_t {
             poly: 0x1EDC_6F41,
@@ -245,12 +276,7 @@ pub fn crc32c_opts() -> sys::nvcompBatchedCRC32Opts_t {
             xorout: 0xFFFF_FFFF,
             reserved: [0; 16],
         },
-        kernel_conf: sys::nvcompCRC32KernelConf_t {
-            kernel_kind: sys::nvcompCRC32WarpKernel,
-            bytes_per_read: 0,
-            blocks_per_msg: 0,
-            reserved: [0; 20],
-        },
+        kernel_conf,
         reserved: [0; 64],
     }
 }

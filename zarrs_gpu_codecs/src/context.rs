@@ -154,12 +154,21 @@ impl GpuContext {
         self.ctx.new_stream().map_err(GpuError::cuda("creating a stream"))
     }
 
-    /// Fail early, with the sizes, when `bytes` more device memory would not fit.
-    pub(crate) fn check_free(&self, bytes: u64) -> Result<(), GpuError> {
+    /// The CUDA context.
+    pub(crate) fn cuda(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// Device memory free for our reads: the driver's free memory plus what our pools hold idle.
+    pub(crate) fn free_bytes(&self) -> Result<u64, GpuError> {
         self.ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
         let (free, _total) = result::mem_get_info().map_err(GpuError::cuda("querying free device memory"))?;
-        // Memory our pools hold for reuse counts as free for our reads.
-        let free = free as u64 + self.pool.idle_bytes() + self.staging.bytes();
+        Ok(free as u64 + self.pool.idle_bytes() + self.staging.bytes())
+    }
+
+    /// Fail early, with the sizes, when `bytes` more device memory would not fit.
+    pub(crate) fn check_free(&self, bytes: u64) -> Result<(), GpuError> {
+        let free = self.free_bytes()?;
         if bytes > free {
             return Err(GpuError::OutOfMemory { needed: bytes, free, device: self.ordinal });
         }

@@ -14,6 +14,7 @@ use zarrs_gds_store::{read_store_to_host, DeviceReadRequest, GdsStore, PinnedBuf
 use zarrs_storage::ReadableStorageTraits;
 
 use crate::context::{copy_dtod, DeviceBuffer, GpuContext};
+use crate::place::{self, Placer};
 use crate::plan::{plan_chunks, ChunkPlacement};
 use crate::retrieve::{fill_source, DecodePath, DeviceChain, RetrieveReport};
 use crate::trace::Trace;
@@ -105,8 +106,15 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
         .map_err(|e| GpuError::Array(e.into()))?;
     trace.mark("sizes");
 
-    // Batches by decoded bytes within the staging budget.
-    let budget = config.staging_bytes() as u64;
+    // Batches by decoded bytes within the staging budget. Large frames decode largely serially
+    // on the GPU, so they want many chunks per nvCOMP call: up to 256 of them per batch when the
+    // device has room (a batch takes about 5x its decoded bytes, two in flight).
+    let largest = placements.iter().map(decoded_len).max().unwrap_or(0);
+    let mut budget = config.staging_bytes() as u64;
+    if chain.zstd && largest >= LARGE_CHUNK {
+        let free = context.free_bytes()?;
+        budget = budget.max((256 * largest).min(free.saturating_sub(out_bytes) / 12));
+    }
     let mut batches: Vec<Vec<usize>> = Vec::new();
     let mut used = 0;
     for (i, p) in placements.iter().enumerate() {
@@ -140,8 +148,14 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
             max_temp = max_temp.max(temp as u64);
         }
     }
-    // nvCOMP's arrays: at most 68 bytes per chunk (zstd and crc32c arrays together).
-    let meta_bytes = (batches.iter().map(Vec::len).max().unwrap_or(0) as u64 * 96).next_multiple_of(DECODED_ALIGN);
+    // nvCOMP's arrays (at most 68 bytes per chunk, zstd and crc32c together), then the placement
+    // kernel's table.
+    let max_copies =
+        batches.iter().map(|b| b.iter().map(|&i| placements[i].copies.len()).sum::<usize>()).max().unwrap_or(0);
+    let meta_bytes = (batches.iter().map(Vec::len).max().unwrap_or(0) as u64 * 96
+        + place::table_bytes(max_copies) as u64)
+        .next_multiple_of(DECODED_ALIGN);
+    let placer = Placer::get(context.cuda());
     let device_slot = max_stored.next_multiple_of(DECODED_ALIGN)
         + if chain.zstd { max_decoded } else { 0 }
         + max_temp.next_multiple_of(DECODED_ALIGN)
@@ -315,6 +329,8 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
             let ptr = |k: usize| meta + 8 * k as u64;
             let nv_stream = stream.cu_stream() as nv::cudaStream_t;
             if n_crc > 0 {
+                let max_crc = with_crc.iter().map(|it| it.data_len as usize).max().unwrap_or(0);
+                let crc_conf = nvcomp.crc32_kernel_conf(n_crc, max_crc).map_err(nvcomp_err)?;
                 // SAFETY: pointer and size arrays of n_crc entries in device memory, outputs as many.
                 let status = unsafe {
                     nvcomp.functions().nvcompBatchedCRC32Async(
@@ -322,7 +338,7 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
                         ptr(4 * n_zstd + n_crc) as *const usize,
                         n_crc,
                         crc_out as *mut u32,
-                        nvcomp_sys::crc32c_opts(),
+                        nvcomp_sys::crc32c_opts(crc_conf),
                         nv::nvcompCRC32OnlySegment,
                         crc_status as *mut nv::nvcompStatus_t,
                         nv_stream,
@@ -419,7 +435,9 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
                 to_host(it.placement, 20, crc_status + 4 * k as u64, 4)?;
                 checks.push(Check::Crc32c(it.placement, it.crc.expect("with crc")));
             }
-            // Placement, as for uncompressed chunks.
+            // Placement: every copy of the batch in one kernel launch (or by the copy engines).
+            let mut copies = Vec::new();
+            let mut srcs = Vec::new();
             for it in &items {
                 let p = &placements[it.placement];
                 let src = match it.route {
@@ -431,9 +449,22 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
                     _ if chain.zstd => dbase + it.decoded_offset + p.byte_start,
                     _ => cbase + it.host_offset + p.byte_start,
                 };
-                for copy in &p.copies {
-                    // SAFETY: decoded chunks hold decoded_len bytes; copies stay within them and
-                    // within `out`.
+                copies.extend_from_slice(&p.copies);
+                srcs.extend(std::iter::repeat_n(src, p.copies.len()));
+            }
+            if let Some(placer) = placer {
+                let table = place::encode(&copies, &srcs);
+                let at = meta + meta_bytes - place::table_bytes(max_copies) as u64;
+                // SAFETY: pageable source copied before the call returns; the table region
+                // holds table_bytes(max_copies) >= this batch's table.
+                unsafe { sys::cuMemcpyHtoDAsync_v2(at, table.as_ptr().cast(), table.len() * 8, stream.cu_stream()) }
+                    .result()
+                    .map_err(GpuError::cuda("copying the placement table"))?;
+                // SAFETY: copies stay within their decoded chunks (or the fill block) and `out`.
+                unsafe { placer.launch(stream, at, &copies, out_ptr) }?;
+            } else {
+                for (copy, &src) in copies.iter().zip(&srcs) {
+                    // SAFETY: as above.
                     unsafe { copy_dtod(copy, src, out_ptr, stream) }?;
                 }
             }

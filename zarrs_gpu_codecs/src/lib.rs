@@ -25,6 +25,7 @@ mod context;
 mod decode;
 mod device_array;
 mod error;
+mod place;
 pub mod plan;
 mod retrieve;
 mod trace;
