@@ -97,9 +97,11 @@ fn main() -> Result<(), Error> {
                     runs.push(elapsed); // the first read is the warm-up
                 }
                 io = format!(
-                    "{}; decode {}; {} of {} chunks on host threads",
+                    "{}; decode {}; stored bytes read {} (ratio {:.2}); {} of {} chunks on host threads",
                     report.io.map(|s| s.to_string()).unwrap_or_default(),
                     report.decode,
+                    report.bytes_read,
+                    bytes as f64 / report.bytes_read.max(1) as f64,
                     report.host_decoded_chunks,
                     report.chunks
                 );

@@ -29,13 +29,14 @@ fn slot(d: usize, ndim: usize) -> usize {
     (d + 3).saturating_sub(ndim).min(2)
 }
 
-/// The sample value at coordinates `[z, y, x]` (leading dimensions folded into z) and flat index.
+/// The sample value at coordinates `[z, y, x]` (leading dimensions folded into z) and flat index:
+/// a smooth field rounded to integers plus 4 bits of noise, which zstd level 3 compresses about
+/// 3.2:1 (like the float data of the project's brief).
 fn sample_at(coord: [f32; 3], flat: u64) -> f32 {
     let smooth = (coord[2] * 0.011).sin() * (coord[1] * 0.007).cos() * 1000.0 + coord[0] * 0.5;
     let mut h = flat.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     h ^= h >> 29;
-    let noise = (h & 0xFFFF) as f32 / 65536.0 - 0.5;
-    smooth + noise
+    smooth.round() + (h & 0xF) as f32
 }
 
 /// Create a float32 Zarr v3 array (codec chain `bytes` only, fill value NaN) at `path` in a new

@@ -174,7 +174,8 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     let mut host: Vec<PinnedBuffer> = Vec::new();
     for _ in 0..slots.min(batches.len() as u64) {
         device.push((context.take_staging(device_slot.max(1) as usize)?, None));
-        host.push(context.take_pinned((max_stored + max_decoded).max(1) as usize)?);
+        // Stored chunks, host-decoded chunks, then the metadata staged for async copies.
+        host.push(context.take_pinned((max_stored + max_decoded + meta_bytes) as usize)?);
     }
     // Per placement, what the device reports back (24 bytes at 24 x index): decoded size (u64),
     // zstd status (u32), padding, crc32c value (u32), crc32c status (u32).
@@ -201,6 +202,30 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
                 trace.mark("wait slot");
             }
             let hbuf = &mut host[b % slots as usize];
+            let host_meta = hbuf.as_mut_slice()[(max_stored + max_decoded) as usize..].as_mut_ptr() as usize;
+            // Metadata goes through pinned memory, so that its copies do not wait for the stream
+            // (a pageable copy would, serialising the next batch's reads behind this one's decode).
+            let stage = |at: u64, words: &[u64], device: u64| -> Result<(), GpuError> {
+                let bytes = words.len() * 8;
+                // SAFETY: the slot's metadata region holds meta_bytes; `at + bytes` stays within
+                // it (nvCOMP arrays first, the placement table at its end); the region is reused
+                // only after this batch's event.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        words.as_ptr().cast::<u8>(),
+                        (host_meta + at as usize) as *mut u8,
+                        bytes,
+                    );
+                    sys::cuMemcpyHtoDAsync_v2(
+                        device,
+                        (host_meta + at as usize) as *const c_void,
+                        bytes,
+                        stream.cu_stream(),
+                    )
+                }
+                .result()
+                .map_err(GpuError::cuda("copying decode metadata"))
+            };
             // Layout: stored chunks in host and device staging, decoded chunks after them.
             let (stored_total, _, _, _) = layout(batch);
             let mut items = Vec::with_capacity(batch.len());
@@ -320,11 +345,7 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
             let crc_out = zstatus + 4 * n_zstd as u64; // n_crc x u32
             let crc_status = crc_out + 4 * n_crc as u64; // n_crc x u32
             if !words.is_empty() {
-                // SAFETY: pageable source (the driver copies it before returning); meta has room
-                // for 64 bytes per chunk, more than these arrays take.
-                unsafe { sys::cuMemcpyHtoDAsync_v2(meta, words.as_ptr().cast(), words.len() * 8, stream.cu_stream()) }
-                    .result()
-                    .map_err(GpuError::cuda("copying decode metadata"))?;
+                stage(0, &words, meta)?;
             }
             let ptr = |k: usize| meta + 8 * k as u64;
             let nv_stream = stream.cu_stream() as nv::cudaStream_t;
@@ -454,14 +475,10 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
             }
             if let Some(placer) = placer {
                 let table = place::encode(&copies, &srcs);
-                let at = meta + meta_bytes - place::table_bytes(max_copies) as u64;
-                // SAFETY: pageable source copied before the call returns; the table region
-                // holds table_bytes(max_copies) >= this batch's table.
-                unsafe { sys::cuMemcpyHtoDAsync_v2(at, table.as_ptr().cast(), table.len() * 8, stream.cu_stream()) }
-                    .result()
-                    .map_err(GpuError::cuda("copying the placement table"))?;
+                let at = meta_bytes - place::table_bytes(max_copies) as u64;
+                stage(at, &table, meta + at)?;
                 // SAFETY: copies stay within their decoded chunks (or the fill block) and `out`.
-                unsafe { placer.launch(stream, at, &copies, out_ptr) }?;
+                unsafe { placer.launch(stream, meta + at, &copies, out_ptr) }?;
             } else {
                 for (copy, &src) in copies.iter().zip(&srcs) {
                     // SAFETY: as above.
