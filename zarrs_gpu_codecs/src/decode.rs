@@ -42,12 +42,12 @@ enum Route {
     Host,
 }
 
-/// A device result to check once the batches are done.
+/// A device result to check once the batches are done (offsets into the results buffer).
 enum Check {
     /// nvCOMP zstd status and decoded size of a placement.
-    Zstd(usize),
+    Zstd { placement: usize, size: usize, status: usize },
     /// nvCOMP crc32c of a placement, against the stored value.
-    Crc32c(usize, u32),
+    Crc32c { placement: usize, expected: u32, value: usize, status: usize },
 }
 
 struct Item {
@@ -177,8 +177,8 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
         // Stored chunks, host-decoded chunks, then the metadata staged for async copies.
         host.push(context.take_pinned((max_stored + max_decoded + meta_bytes) as usize)?);
     }
-    // Per placement, what the device reports back (24 bytes at 24 x index): decoded size (u64),
-    // zstd status (u32), padding, crc32c value (u32), crc32c status (u32).
+    // What the device reports back, batch after batch: per batch its decoded sizes (u64), zstd
+    // statuses, crc32c values and crc32c statuses (u32), at most 20 bytes per chunk.
     let mut results = context.take_pinned(placements.len().max(1) * 24)?;
     let results_base = results.as_mut_slice().as_mut_ptr();
     trace.mark("buffers");
@@ -194,6 +194,7 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     };
     let mut fill: Option<DeviceBuffer> = None;
     let mut checks: Vec<Check> = Vec::new();
+    let mut results_at = 0usize;
     let result = (|| -> Result<(), GpuError> {
         for (b, batch) in batches.iter().enumerate() {
             let (dbuf, event) = &mut device[b % slots as usize];
@@ -436,26 +437,42 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
                 }
             }
             trace.mark("decode");
-            // Results back to the host, checked after the last batch.
-            let to_host = |placement: usize, at: u64, src: u64, len: usize| -> Result<(), GpuError> {
-                let dst = results_base as u64 + placement as u64 * 24 + at;
-                // SAFETY: results holds 24 bytes per placement; the source lies in meta.
-                unsafe { sys::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, len, stream.cu_stream()) }
-                    .result()
-                    .map_err(GpuError::cuda("reading decode results"))
-            };
-            for (k, it) in on_device.iter().enumerate() {
-                if chain.zstd {
-                    to_host(it.placement, 0, actual + 8 * k as u64, 8)?;
-                    to_host(it.placement, 8, zstatus + 4 * k as u64, 4)?;
-                    checks.push(Check::Zstd(it.placement));
+            // Results back to the host in one copy (sizes, zstd statuses, crc values, crc
+            // statuses lie together on the device), checked after the last batch.
+            let result_bytes = 12 * n_zstd + 8 * n_crc;
+            if result_bytes > 0 {
+                // SAFETY: results holds 24 bytes per placement, more than all batches' 12 or 20
+                // per chunk; the source is the contiguous tail of this batch's metadata.
+                unsafe {
+                    sys::cuMemcpyDtoHAsync_v2(
+                        (results_base as usize + results_at) as *mut c_void,
+                        actual,
+                        result_bytes,
+                        stream.cu_stream(),
+                    )
+                }
+                .result()
+                .map_err(GpuError::cuda("reading decode results"))?;
+            }
+            let at = |base: u64, k: usize, width: usize| results_at + (base - actual) as usize + k * width;
+            if chain.zstd {
+                for (k, it) in on_device.iter().enumerate() {
+                    checks.push(Check::Zstd {
+                        placement: it.placement,
+                        size: at(actual, k, 8),
+                        status: at(zstatus, k, 4),
+                    });
                 }
             }
             for (k, it) in with_crc.iter().enumerate() {
-                to_host(it.placement, 16, crc_out + 4 * k as u64, 4)?;
-                to_host(it.placement, 20, crc_status + 4 * k as u64, 4)?;
-                checks.push(Check::Crc32c(it.placement, it.crc.expect("with crc")));
+                checks.push(Check::Crc32c {
+                    placement: it.placement,
+                    expected: it.crc.expect("with crc"),
+                    value: at(crc_out, k, 4),
+                    status: at(crc_status, k, 4),
+                });
             }
+            results_at += result_bytes;
             // Placement: every copy of the batch in one kernel launch (or by the copy engines).
             let mut copies = Vec::new();
             let mut srcs = Vec::new();
@@ -492,22 +509,19 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
         trace.mark("final sync");
         // Every chunk's device result: zstd status and size, crc32c status and value.
         let results = results.as_slice();
-        let word = |placement: usize, at: usize| {
-            u32::from_ne_bytes(results[placement * 24 + at..][..4].try_into().expect("4 bytes"))
-        };
+        let word = |at: usize| u32::from_ne_bytes(results[at..at + 4].try_into().expect("4 bytes"));
         for check in &checks {
             match *check {
-                Check::Zstd(i) => {
-                    let key = placements[i].key.to_string();
-                    let status = word(i, 8);
-                    if status != nv::nvcompSuccess {
+                Check::Zstd { placement, size, status } => {
+                    let key = placements[placement].key.to_string();
+                    if word(status) != nv::nvcompSuccess {
                         return Err(GpuError::Chunk {
                             key,
-                            reason: format!("nvCOMP zstd: {}", nvcomp.status_string(status)),
+                            reason: format!("nvCOMP zstd: {}", nvcomp.status_string(word(status))),
                         });
                     }
-                    let size = u64::from_ne_bytes(results[i * 24..][..8].try_into().expect("8 bytes"));
-                    let expected = decoded_len(&placements[i]);
+                    let size = u64::from_ne_bytes(results[size..size + 8].try_into().expect("8 bytes"));
+                    let expected = decoded_len(&placements[placement]);
                     if size != expected {
                         return Err(GpuError::Chunk {
                             key,
@@ -515,16 +529,15 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
                         });
                     }
                 }
-                Check::Crc32c(i, expected) => {
-                    let key = placements[i].key.to_string();
-                    let status = word(i, 20);
-                    if status != nv::nvcompSuccess {
+                Check::Crc32c { placement, expected, value, status } => {
+                    let key = placements[placement].key.to_string();
+                    if word(status) != nv::nvcompSuccess {
                         return Err(GpuError::Chunk {
                             key,
-                            reason: format!("nvCOMP crc32c: {}", nvcomp.status_string(status)),
+                            reason: format!("nvCOMP crc32c: {}", nvcomp.status_string(word(status))),
                         });
                     }
-                    let crc = word(i, 16);
+                    let crc = word(value);
                     if crc != expected {
                         return Err(GpuError::Chunk {
                             key,
