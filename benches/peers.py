@@ -210,7 +210,8 @@ def bench_peer(peer, path, ranges, repeat, xp):
         sync(xp)
         runs.append(time.perf_counter() - t0)
     secs = statistics.median(runs)
-    res = {"peer": peer, "subset": format_subset(ranges), "shape": list(out.shape),
+    res = {"peer": peer, "case": os.path.basename(os.path.normpath(path)) + " " + format_subset(ranges),
+           "subset": format_subset(ranges), "shape": list(out.shape),
            "bytes": int(out.nbytes), "seconds": secs,
            "gib_s": out.nbytes / 2**30 / secs if secs > 0 else None,
            "checksum": float(xp.sum(out.astype(xp.float64))), "runs": runs}

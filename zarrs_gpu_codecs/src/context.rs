@@ -134,7 +134,7 @@ impl GpuContext {
             pool: OutputPool::new(reader.context(), ordinal)?,
             reader,
             staging: BufferPool::new(8),
-            pinned: BufferPool::new(2),
+            pinned: BufferPool::new(6),
         });
         contexts.insert(ordinal, context.clone());
         Ok(context)
