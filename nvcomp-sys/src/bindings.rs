@@ -25,7 +25,6 @@ pub const nvcompErrorSubChunkCountTooSmall: nvcompStatus_t = 23;
 pub const nvcompErrorOutputBufferAlignmentTooSmall: nvcompStatus_t = 24;
 pub const nvcompErrorCudaError: nvcompStatus_t = 1000;
 pub const nvcompErrorInternal: nvcompStatus_t = 10000;
-#[doc = " @brief nvCOMP return statuses."]
 pub type nvcompStatus_t = ::std::os::raw::c_uint;
 pub const NVCOMP_TYPE_CHAR: nvcompType_t = 0;
 pub const NVCOMP_TYPE_UCHAR: nvcompType_t = 1;
@@ -40,23 +39,15 @@ pub const NVCOMP_TYPE_FLOAT16: nvcompType_t = 10;
 pub const NVCOMP_TYPE_FLOAT32: nvcompType_t = 11;
 pub const NVCOMP_TYPE_FLOAT64: nvcompType_t = 12;
 pub const NVCOMP_TYPE_BITS: nvcompType_t = 255;
-#[doc = " @brief Supported data types."]
 pub type nvcompType_t = ::std::os::raw::c_uint;
-#[doc = " Let nvCOMP decide the best decompression backend internally, either\n hardware decompression or one of the CUDA implementations."]
 pub const NVCOMP_DECOMPRESS_BACKEND_DEFAULT: nvcompDecompressBackend_t = 0;
-#[doc = " Decompress using the dedicated hardware decompression engine.\n If using this backend, nvCOMP will not check for buffers that are too large according\n to the CUDA Driver variable CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH.\n If any buffer is too large, decompression will fail asynchronously.\n Currently this variable is set to 4 MB, but it is subject to change.\n It can be queried using\n int max_supported_size = 0;\n CUDA_CHECK(cuDeviceGetAttribute(&max_supported_size,\n    CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH,\n    device_id));"]
 pub const NVCOMP_DECOMPRESS_BACKEND_HARDWARE: nvcompDecompressBackend_t = 1;
-#[doc = " Decompress using the CUDA implementation."]
 pub const NVCOMP_DECOMPRESS_BACKEND_CUDA: nvcompDecompressBackend_t = 2;
-#[doc = " @brief Available decompression backend options"]
 pub type nvcompDecompressBackend_t = ::std::os::raw::c_uint;
-#[doc = " @brief nvCOMP properties."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompProperties_t {
-    #[doc = " nvCOMP library version."]
     pub version: u32,
-    #[doc = " Version of CUDA Runtime with which the nvCOMP library was built."]
     pub cudart_version: u32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -67,15 +58,11 @@ const _: () = {
     ["Offset of field: nvcompProperties_t::cudart_version"]
         [::std::mem::offset_of!(nvcompProperties_t, cudart_version) - 4usize];
 };
-#[doc = " @brief Per-algorithm buffer alignment requirements."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompAlignmentRequirements_t {
-    #[doc = " Minimum alignment requirement of each input buffer."]
     pub input: usize,
-    #[doc = " Minimum alignment requirement of each output buffer."]
     pub output: usize,
-    #[doc = " Minimum alignment requirement of temporary-storage buffer, if any. For\n algorithms that do not use temporary storage, this field is always equal\n to 1."]
     pub temp: usize,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -89,32 +76,20 @@ const _: () = {
     ["Offset of field: nvcompAlignmentRequirements_t::temp"]
         [::std::mem::offset_of!(nvcompAlignmentRequirements_t, temp) - 16usize];
 };
-#[doc = " No bitshuffle is performed."]
 pub const NVCOMP_BITSHUFFLE_NONE: nvcompBitshuffleMode_t = 0;
-#[doc = " Bitshuffle with most significant bits written first."]
 pub const NVCOMP_BITSHUFFLE_MSB_FIRST: nvcompBitshuffleMode_t = 1;
-#[doc = " Bitshuffle with least significant bits written first."]
 pub const NVCOMP_BITSHUFFLE_LSB_FIRST: nvcompBitshuffleMode_t = 2;
-#[doc = " @brief Bitshuffle mode."]
 pub type nvcompBitshuffleMode_t = ::std::os::raw::c_uint;
 pub const nvcomp_rANS: nvcompANSType_t = 0;
-#[doc = " @brief Available ANS types"]
 pub type nvcompANSType_t = ::std::os::raw::c_uint;
-#[doc = " @brief ANS compression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedANSCompressOpts_t {
-    #[doc = " @brief ANS algorithm to use."]
     pub type_: nvcompANSType_t,
-    #[doc = " @brief ANS data type to use.\n\n - NVCOMP_TYPE_(U)CHAR: 1-byte, generic data type\n - NVCOMP_TYPE_FLOAT16: 2-byte floating-point data type. Applicable to all half-precision data formats.\n - NVCOMP_TYPE_FLOAT8_E4M3: 1-byte FP8 (E4M3) floating-point data type.\n - NVCOMP_TYPE_FLOAT32: 4-byte IEEE-754 single-precision floating-point data type."]
     pub data_type: nvcompType_t,
-    #[doc = " @brief Maximum sub chunk count override for compression.\n 0: default of 8. Nonzero must be a power-of-2 between 4 and 64.\n Leave zero unless you can tune the performance of your e2e application based on this value."]
     pub max_sub_chunk_count: u8,
-    #[doc = " @brief Number of interleaved rANS states per lane.\n 0: auto (default): two interleaved streams for every data type.\n 1: single stream.\n 2: two interleaved streams.\n \"2 states\" improves performance but adds an overhead of 128B per sub chunk, impacting\n compression ratio; the relative cost grows as the sub chunk shrinks."]
     pub states_per_lane: u8,
-    #[doc = " @brief Reduces the amount of data used to build the histogram by this log2 factor.\n 0: exact model (default). N keeps 1/2^N of the slice (1 = 1/2, 2 = 1/4, 3 = 1/8,\n up to nvcompANSMaxHistogramReductionLog2). Useful to speed up compression when\n full chunks are known to be sampled from a common distribution.\n Applies to every data type. Chunks below 4096 ANS symbols are always histogrammed\n exactly, whatever the requested reduction."]
     pub histogram_reduction_log2: u8,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 53usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -134,21 +109,14 @@ const _: () = {
     ["Offset of field: nvcompBatchedANSCompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedANSCompressOpts_t, reserved) - 11usize];
 };
-#[doc = " @brief ANS decompression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedANSDecompressOpts_t {
-    #[doc = " @brief Decompression backend to use."]
     pub backend: nvcompDecompressBackend_t,
-    #[doc = " @brief ANS data type to use for decompression.\n\n - NVCOMP_TYPE_BITS: unknown (the default). The type is read from the bitstream, so any\n   ANS stream decodes; naming a type instead must match the bitstream.\n - NVCOMP_TYPE_(U)CHAR: 1-byte, generic data type\n - NVCOMP_TYPE_FLOAT16: 2-byte floating-point data type. Applicable to all half-precision data formats.\n - NVCOMP_TYPE_FLOAT8_E4M3: 1-byte FP8 (E4M3) floating-point data type.\n - NVCOMP_TYPE_FLOAT32: 4-byte IEEE-754 single-precision floating-point data type."]
     pub data_type: nvcompType_t,
-    #[doc = " @brief Maximum sub chunk count override for decompression.\n 0: infer the value from the compressed bitstream.\n Nonzero must be a power-of-2 between 4 and 64; smaller than the stream's\n count fails decompression."]
     pub max_sub_chunk_count: u8,
-    #[doc = " @brief Number of interleaved rANS states per lane used during compression.\n 0: infer the value from the compressed bitstream. Otherwise it must match the bitstream,\n    and setting it lets a more specialized kernel be launched once data_type names a type.\n 1: single stream.\n 2: two interleaved streams."]
     pub states_per_lane: u8,
-    #[doc = " @brief Skip per-chunk validation in the decompress kernel."]
     pub skip_validate: u8,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 53usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -170,25 +138,16 @@ const _: () = {
         [::std::mem::offset_of!(nvcompBatchedANSDecompressOpts_t, reserved) - 11usize];
 };
 pub const BITCOMP_LOSSLESS: bitcompMode_t = 0;
-#[doc = " Lossy compression of floating-point data quantized to signed integers."]
 pub const BITCOMP_LOSSY_FP_TO_SIGNED: bitcompMode_t = 1;
-#[doc = " Lossy compression of floating-point data quantized to unsigned integers."]
 pub const BITCOMP_LOSSY_FP_TO_UNSIGNED: bitcompMode_t = 2;
-#[doc = " @brief Bitcomp compression mode."]
 pub type bitcompMode_t = ::std::os::raw::c_uint;
-#[doc = " @brief Bitcomp compression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedBitcompCompressOpts_t {
-    #[doc = " @brief Bitcomp algorithm options.\n\n - 0 : Default algorithm, usually gives the best compression ratios\n - 1 : \"Sparse\" algorithm, works well on sparse data (with lots of zeroes)\n        and is usually faster than the default algorithm."]
     pub algorithm: ::std::os::raw::c_int,
-    #[doc = " @brief Data type of the uncompressed input.\n\n Lossless compression supports the integral nvcomp types as well as\n NVCOMP_TYPE_FLOAT16, NVCOMP_TYPE_FLOAT32, and NVCOMP_TYPE_FLOAT64. Lossy\n compression supports those three floating-point types."]
     pub data_type: nvcompType_t,
-    #[doc = " @brief Scalar quantization delta used for lossy compression.\n\n The maximum error between decompressed and original values is at most\n delta / 2. The value is rounded down to the nearest power of two. Lossy\n compression requires delta to remain finite, positive, and normal after\n conversion to the selected data type. It is ignored in lossless mode."]
     pub delta: f64,
-    #[doc = " @brief Compression mode."]
     pub mode: bitcompMode_t,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 44usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -208,13 +167,10 @@ const _: () = {
     ["Offset of field: nvcompBatchedBitcompCompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedBitcompCompressOpts_t, reserved) - 20usize];
 };
-#[doc = " @brief Bitcomp decompression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedBitcompDecompressOpts_t {
-    #[doc = " @brief Decompression backend to use."]
     pub backend: nvcompDecompressBackend_t,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 60usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -228,39 +184,27 @@ const _: () = {
     ["Offset of field: nvcompBatchedBitcompDecompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedBitcompDecompressOpts_t, reserved) - 4usize];
 };
-#[doc = " @brief Cascaded common options are not specified.\n\n This value is only valid for decompression. An unspecified mode maximizes\n decompression support at the cost of decompression performance."]
 pub const NVCOMP_CASCADED_MODE_UNSPECIFIED: nvcompCascadedMode_t = 0;
-#[doc = " @brief Select adaptive asymmetric Cascaded compression."]
 pub const NVCOMP_CASCADED_MODE_ASYMMETRIC: nvcompCascadedMode_t = 1;
-#[doc = " @brief Select Terminal Cascaded compression and matching decompression.\n\n Supports signed and unsigned 32- and 64-bit integer types."]
 pub const NVCOMP_CASCADED_MODE_SYMMETRIC: nvcompCascadedMode_t = 2;
-#[doc = " @brief Selects the Cascaded compression mode."]
 pub type nvcompCascadedMode_t = ::std::os::raw::c_uint;
 pub const NVCOMP_CASCADED_TERMINAL_CODEC_UNSPECIFIED: nvcompCascadedTerminalCodec_t = 0;
 pub const NVCOMP_CASCADED_TERMINAL_CODEC_CASCADED_BITPACK: nvcompCascadedTerminalCodec_t = 1;
-#[doc = " @brief Terminal codecs considered during compression and supported during\n decompression.\n\n Values may be combined as a bit mask using bitwise OR. An enabled codec is\n considered by the compressor, but is not guaranteed to be used.\n\n NVCOMP_CASCADED_TERMINAL_CODEC_UNSPECIFIED is invalid for compression and\n for decompression when the mode is specified. It is ignored when the mode is\n NVCOMP_CASCADED_MODE_UNSPECIFIED.\n\n During decompression, the mask identifies the terminal codecs that may have\n been used to produce the input. If an input uses a terminal codec not included\n in this mask, decompression reports `nvcompErrorCannotDecompress` for that\n input."]
 pub type nvcompCascadedTerminalCodec_t = ::std::os::raw::c_uint;
 pub const NVCOMP_CASCADED_FINE_GRAINED_ENCODING_NONE: nvcompCascadedFineGrainedEncoding_t = 0;
 pub const NVCOMP_CASCADED_FINE_GRAINED_ENCODING_DELTA: nvcompCascadedFineGrainedEncoding_t = 1;
 pub const NVCOMP_CASCADED_FINE_GRAINED_ENCODING_RLE: nvcompCascadedFineGrainedEncoding_t = 2;
 pub const NVCOMP_CASCADED_FINE_GRAINED_ENCODING_FOR: nvcompCascadedFineGrainedEncoding_t = 4;
 pub const NVCOMP_CASCADED_FINE_GRAINED_ENCODING_ALL: nvcompCascadedFineGrainedEncoding_t = 7;
-#[doc = " @brief Fine-grained encodings considered when Cascaded bitpacking is used as\n the terminal codec.\n\n Values may be combined as a bit mask using bitwise OR. For example,\n NVCOMP_CASCADED_FINE_GRAINED_ENCODING_DELTA | NVCOMP_CASCADED_FINE_GRAINED_ENCODING_RLE\n enables both encodings.\n\n Asymmetric mode currently requires\n NVCOMP_CASCADED_FINE_GRAINED_ENCODING_FOR to be enabled. In symmetric mode,\n Frame Of Reference encoding is optional."]
 pub type nvcompCascadedFineGrainedEncoding_t = ::std::os::raw::c_uint;
 pub const NVCOMP_CASCADED_COARSE_GRAINED_ENCODING_NONE: nvcompCascadedCoarseGrainedEncoding_t = 0;
-#[doc = " @brief Coarse-grained encodings considered during compression and supported\n during decompression for the complete input stream.\n\n No coarse-grained encodings are currently supported."]
 pub type nvcompCascadedCoarseGrainedEncoding_t = ::std::os::raw::c_uint;
-#[doc = " @brief Cascaded options required by compression and optionally used to narrow\n decompression support.\n\n Providing these options allows nvCOMP to improve decompression performance by\n only launching decompression implementations that are required by the input.\n If \\p mode is NVCOMP_CASCADED_MODE_UNSPECIFIED, the remaining fields are\n ignored to maximize decompression support."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompCascadedCommonOpts_t {
-    #[doc = " @brief The logical data type of the input.\n\n Asymmetric mode supports signed and unsigned 8-, 16-, 32-, and 64-bit\n integer types. Symmetric mode supports signed and unsigned 32- and 64-bit\n integer types. This field is ignored during universal decompression."]
     pub data_type: nvcompType_t,
-    #[doc = " @brief The Cascaded mode used for compression and decompression."]
     pub mode: nvcompCascadedMode_t,
-    #[doc = " @brief Mask of terminal codecs considered during compression or supported\n during decompression."]
     pub terminal_codec_flags: u64,
-    #[doc = " @brief Mask of coarse-grained encodings considered during compression or\n supported during decompression."]
     pub coarse_grained_encoding_flags: u64,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -276,17 +220,12 @@ const _: () = {
     ["Offset of field: nvcompCascadedCommonOpts_t::coarse_grained_encoding_flags"]
         [::std::mem::offset_of!(nvcompCascadedCommonOpts_t, coarse_grained_encoding_flags) - 16usize];
 };
-#[doc = " @brief Cascaded compression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedCascadedCompressOpts_t {
-    #[doc = " @brief Options that may also be provided during decompression to improve\n performance."]
     pub common_opts: nvcompCascadedCommonOpts_t,
-    #[doc = " @brief Mask of fine-grained encodings to consider."]
     pub fine_grained_encoding_flags: u64,
-    #[doc = " @brief Balances compression throughput and compression ratio.\n\n In asymmetric mode, higher levels consider more optional encoding stages.\n The current maximum useful level is 7, or 3 when only Delta is enabled.\n Higher values select the highest supported level. Symmetric mode currently\n ignores this option. The default is 3."]
     pub compression_level: u8,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 31usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -304,15 +243,11 @@ const _: () = {
     ["Offset of field: nvcompBatchedCascadedCompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedCascadedCompressOpts_t, reserved) - 33usize];
 };
-#[doc = " @brief Cascaded decompression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedCascadedDecompressOpts_t {
-    #[doc = " @brief Decompression backend to use."]
     pub backend: nvcompDecompressBackend_t,
-    #[doc = " @brief Options to narrow decompression support in favor of performance.\n\n Set \\p common_opts.mode to NVCOMP_CASCADED_MODE_UNSPECIFIED to maximize\n decompression support."]
     pub common_opts: nvcompCascadedCommonOpts_t,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 32usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -328,21 +263,14 @@ const _: () = {
     ["Offset of field: nvcompBatchedCascadedDecompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedCascadedDecompressOpts_t, reserved) - 32usize];
 };
-#[doc = " @brief CRC32 model specification."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompCRC32Spec_t {
-    #[doc = " @brief Polynomial used for CRC calculation."]
     pub poly: u32,
-    #[doc = " @brief Initial value for CRC shift register."]
     pub init: u32,
-    #[doc = " @brief Flag indicating whether input bytes should be reflected."]
     pub ref_in: bool,
-    #[doc = " @brief Flag indicating whether the final CRC value should be reflected.\n\n The reflection is done before XOR-ing with @ref xorout."]
     pub ref_out: bool,
-    #[doc = " @brief Value with which to XOR the final CRC result.\n\n If @ref ref_in is true, the XOR operation is applied after the final CRC\n value is reflected."]
     pub xorout: u32,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 16usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -356,23 +284,15 @@ const _: () = {
     ["Offset of field: nvcompCRC32Spec_t::xorout"][::std::mem::offset_of!(nvcompCRC32Spec_t, xorout) - 12usize];
     ["Offset of field: nvcompCRC32Spec_t::reserved"][::std::mem::offset_of!(nvcompCRC32Spec_t, reserved) - 16usize];
 };
-#[doc = " @brief Let each warp process its own chunk of input data."]
 pub const nvcompCRC32WarpKernel: nvcompCRC32KernelKind_t = 0;
-#[doc = " @brief Let one or more blocks process each chunk of input data."]
 pub const nvcompCRC32BlockKernel: nvcompCRC32KernelKind_t = 1;
-#[doc = " @brief Enumeration of kernel kinds for CRC32 computation."]
 pub type nvcompCRC32KernelKind_t = ::std::os::raw::c_uint;
-#[doc = " @brief Configuration for CRC32 kernel execution."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompCRC32KernelConf_t {
-    #[doc = " @brief Type of kernel to use for CRC32 computation."]
     pub kernel_kind: nvcompCRC32KernelKind_t,
-    #[doc = " @brief Number of bytes each thread read in each processing step."]
     pub bytes_per_read: i32,
-    #[doc = " @brief Number of thread blocks to use per message.\n\n Only relevant if @ref kernel_kind is @ref nvcompCRC32BlockKernel. Ignored if\n @ref kernel_kind is @ref nvcompCRC32WarpKernel."]
     pub blocks_per_msg: i32,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 20usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -388,15 +308,11 @@ const _: () = {
     ["Offset of field: nvcompCRC32KernelConf_t::reserved"]
         [::std::mem::offset_of!(nvcompCRC32KernelConf_t, reserved) - 12usize];
 };
-#[doc = " @brief Options for batched CRC32 computation."]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedCRC32Opts_t {
-    #[doc = " @brief The CRC32 specification to use."]
     pub spec: nvcompCRC32Spec_t,
-    #[doc = " @brief The kernel configuration to use."]
     pub kernel_conf: nvcompCRC32KernelConf_t,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 64usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -410,23 +326,15 @@ const _: () = {
     ["Offset of field: nvcompBatchedCRC32Opts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedCRC32Opts_t, reserved) - 64usize];
 };
-#[doc = " @brief Single segment (complete message)."]
 pub const nvcompCRC32OnlySegment: nvcompCRC32SegmentKind_t = 0;
-#[doc = " @brief First segment of a message that may be followed by further segments."]
 pub const nvcompCRC32FirstSegment: nvcompCRC32SegmentKind_t = 1;
-#[doc = " @brief Non-first segment of a message that may be followed by further segments."]
 pub const nvcompCRC32MidSegment: nvcompCRC32SegmentKind_t = 2;
-#[doc = " @brief Last segment of a message.\n\n If the segment is also the first segment, @ref nvcompCRC32OnlySegment\n should be used instead.\n\n This enumerator can also be used to retroactively mark the last processed\n segment as the last segment of a message. For details, see @ref\n nvcompBatchedCRC32Async."]
 pub const nvcompCRC32LastSegment: nvcompCRC32SegmentKind_t = 3;
-#[doc = " @brief Enumeration specifying segment types for streaming CRC32 computation."]
 pub type nvcompCRC32SegmentKind_t = ::std::os::raw::c_uint;
-#[doc = " @brief Deflate compression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedDeflateCompressOpts_t {
-    #[doc = " @brief Deflate algorithm options.\n\n - 0: highest-throughput, entropy-only compression (use for symmetric compression/decompression performance)\n - 1: high-throughput, low compression ratio (default)\n - 2: medium-throughput, medium compression ratio, beat Zlib level 1 on the compression ratio\n - 3: placeholder for further compression level support, will fall into MEDIUM_COMPRESSION at this point\n - 4: lower-throughput, higher compression ratio, beat Zlib level 6 on the compression ratio\n - 5: lowest-throughput, highest compression ratio"]
     pub algorithm: ::std::os::raw::c_int,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 60usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -440,15 +348,11 @@ const _: () = {
     ["Offset of field: nvcompBatchedDeflateCompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedDeflateCompressOpts_t, reserved) - 4usize];
 };
-#[doc = " @brief Deflate decompression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedDeflateDecompressOpts_t {
-    #[doc = " @brief Decompression backend to use."]
     pub backend: nvcompDecompressBackend_t,
-    #[doc = " @brief Whether to sort chunks before hardware decompression for better load balancing.\n        Only used when the backend is the hardware decompression engine."]
     pub sort_before_hw_decompress: ::std::os::raw::c_int,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 56usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -464,13 +368,10 @@ const _: () = {
     ["Offset of field: nvcompBatchedDeflateDecompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedDeflateDecompressOpts_t, reserved) - 8usize];
 };
-#[doc = " @brief Gdeflate compression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedGdeflateCompressOpts_t {
-    #[doc = " @brief Gdeflate algorithm options.\n\n - 0: highest-throughput, entropy-only compression (use for symmetric compression/decompression performance)\n - 1: high-throughput, low compression ratio (default)\n - 2: medium-throughput, medium compression ratio, beat Zlib level 1 on the compression ratio\n - 3: placeholder for further compression level support, will fall into MEDIUM_COMPRESSION at this point\n - 4: lower-throughput, higher compression ratio, beat Zlib level 6 on the compression ratio\n - 5: lowest-throughput, highest compression ratio"]
     pub algorithm: ::std::os::raw::c_int,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 60usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -484,13 +385,10 @@ const _: () = {
     ["Offset of field: nvcompBatchedGdeflateCompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedGdeflateCompressOpts_t, reserved) - 4usize];
 };
-#[doc = " @brief Gdeflate decompression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedGdeflateDecompressOpts_t {
-    #[doc = " @brief Decompression backend to use."]
     pub backend: nvcompDecompressBackend_t,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 60usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -504,13 +402,10 @@ const _: () = {
     ["Offset of field: nvcompBatchedGdeflateDecompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedGdeflateDecompressOpts_t, reserved) - 4usize];
 };
-#[doc = " @brief Gzip compression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedGzipCompressOpts_t {
-    #[doc = " @brief gzip compression algorithm option.\n\n - 0: highest-throughput, lowest compression ratio, entropy-only compression (use for symmetric compression/decompression performance)\n - 1: high-throughput, low compression ratio (default)\n - 2: medium-throughput, medium compression ratio, beat Zlib level 1 on the compression ratio\n - 3: placeholder for further compression level support, will fall into MEDIUM_COMPRESSION at this point\n - 4: lower-throughput, higher compression ratio, beat Zlib level 6 on the compression ratio\n - 5: lowest-throughput, highest compression ratio"]
     pub algorithm: ::std::os::raw::c_int,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 60usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -525,19 +420,13 @@ const _: () = {
 };
 pub const NVCOMP_GZIP_DECOMPRESS_ALGORITHM_NAIVE: nvcompBatchedGzipDecompressAlgorithm_t = 0;
 pub const NVCOMP_GZIP_DECOMPRESS_ALGORITHM_LOOKAHEAD: nvcompBatchedGzipDecompressAlgorithm_t = 1;
-#[doc = " @brief Gzip decompression CUDA algorithm options for the low-level API"]
 pub type nvcompBatchedGzipDecompressAlgorithm_t = ::std::os::raw::c_uint;
-#[doc = " @brief Gzip decompression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedGzipDecompressOpts_t {
-    #[doc = " @brief Decompression backend to use."]
     pub backend: nvcompDecompressBackend_t,
-    #[doc = " @brief Decompression CUDA algorithm to use."]
     pub algorithm: nvcompBatchedGzipDecompressAlgorithm_t,
-    #[doc = " @brief Whether to sort chunks before hardware decompression for better load balancing.\n        Only used when the backend is the hardware decompression engine."]
     pub sort_before_hw_decompress: ::std::os::raw::c_int,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 52usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -554,15 +443,11 @@ const _: () = {
     ["Offset of field: nvcompBatchedGzipDecompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedGzipDecompressOpts_t, reserved) - 12usize];
 };
-#[doc = " @brief LZ4 compression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedLZ4CompressOpts_t {
-    #[doc = " @brief LZ4 data type to use."]
     pub data_type: nvcompType_t,
-    #[doc = " @brief Bitshuffle mode to use.\n        Bitshuffle is performed in sub-chunks of 8KiB.\n        If the sub-chunk size is less than 8KiB, then\n        bitshuffle is applied to multiple of 8 elements\n        and the remaining elements are not bitshuffled."]
     pub bitshuffle_mode: nvcompBitshuffleMode_t,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 56usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -576,19 +461,13 @@ const _: () = {
     ["Offset of field: nvcompBatchedLZ4CompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedLZ4CompressOpts_t, reserved) - 8usize];
 };
-#[doc = " @brief LZ4 decompression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedLZ4DecompressOpts_t {
-    #[doc = " @brief Decompression backend to use."]
     pub backend: nvcompDecompressBackend_t,
-    #[doc = " @brief Whether to sort chunks before hardware decompression for better load balancing.\n        Only used when the backend is the hardware decompression engine."]
     pub sort_before_hw_decompress: ::std::os::raw::c_int,
-    #[doc = " @brief The data type to use for the inverse bitshuffle operation.\n        Must be the same as the data type used for compression to get\n        the correct output.\n        If bitshuffle is not enabled, this field is ignored."]
     pub data_type: nvcompType_t,
-    #[doc = " @brief Bitshuffle mode to use.\n        Inverse Bitshuffle is performed in sub-chunks of 8KiB.\n        If the sub-chunk size is less than 8KiB, then\n        bitshuffle is applied to multiple of 8 elements\n        and the remaining elements are not bitshuffled."]
     pub bitshuffle_mode: nvcompBitshuffleMode_t,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 48usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -607,11 +486,9 @@ const _: () = {
     ["Offset of field: nvcompBatchedLZ4DecompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedLZ4DecompressOpts_t, reserved) - 16usize];
 };
-#[doc = " @brief Snappy compression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedSnappyCompressOpts_t {
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 64usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -622,15 +499,11 @@ const _: () = {
     ["Offset of field: nvcompBatchedSnappyCompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedSnappyCompressOpts_t, reserved) - 0usize];
 };
-#[doc = " @brief Snappy decompression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedSnappyDecompressOpts_t {
-    #[doc = " @brief Decompression backend to use."]
     pub backend: nvcompDecompressBackend_t,
-    #[doc = " @brief Whether to sort chunks before hardware decompression for better load balancing.\n        Only used when the backend is the hardware decompression engine."]
     pub sort_before_hw_decompress: ::std::os::raw::c_int,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 56usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -646,11 +519,9 @@ const _: () = {
     ["Offset of field: nvcompBatchedSnappyDecompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedSnappyDecompressOpts_t, reserved) - 8usize];
 };
-#[doc = " @brief Zstd compression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedZstdCompressOpts_t {
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 64usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -661,13 +532,10 @@ const _: () = {
     ["Offset of field: nvcompBatchedZstdCompressOpts_t::reserved"]
         [::std::mem::offset_of!(nvcompBatchedZstdCompressOpts_t, reserved) - 0usize];
 };
-#[doc = " @brief Zstd decompression options for the low-level API"]
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct nvcompBatchedZstdDecompressOpts_t {
-    #[doc = " @brief Decompression backend to use."]
     pub backend: nvcompDecompressBackend_t,
-    #[doc = " @brief These bytes are unused and must be zeroed. This ensures\n        compatibility if additional fields are added in the future."]
     pub reserved: [::std::os::raw::c_char; 60usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -1748,7 +1616,6 @@ impl NvcompFunctions {
             nvcompGetStatusString,
         })
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for compression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] compress_opts Compression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for compression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedANSCompressGetRequiredAlignments(
         &self,
         compress_opts: nvcompBatchedANSCompressOpts_t,
@@ -1756,7 +1623,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedANSCompressGetRequiredAlignments)(compress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedANSCompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -1775,7 +1641,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedANSCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedANSCompressGetTempSizeSync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -1798,7 +1663,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the maximum size that a chunk of size at most max_uncompressed_chunk_bytes\n could compress to. That is, the minimum amount of output memory required to be given\n nvcompBatchedANSCompressAsync() for each chunk.\n\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk before compression.\n @param[in] compress_opts Compression options.\n @param[out] max_compressed_chunk_bytes The maximum possible compressed size of the chunk.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedANSCompressGetMaxOutputChunkSize(
         &self,
         max_uncompressed_chunk_bytes: usize,
@@ -1811,7 +1675,6 @@ impl NvcompFunctions {
             max_compressed_chunk_bytes,
         )
     }
-    #[doc = " @brief Perform batched asynchronous compression.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedANSCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n Each size must be a multiple of the byte width of \\p compress_opts.data_type\n (four bytes for `NVCOMP_TYPE_FLOAT32`).\n @param[in] max_uncompressed_chunk_bytes The size of the largest uncompressed chunk.\n @param[in] num_chunks Number of chunks of data to compress.\n @param[in] device_temp_ptr The temporary GPU workspace, could be NULL in case\n temporary memory is not needed.\n Must be aligned to the value in the `temp` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedANSCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] temp_bytes The size of the temporary GPU memory pointed to by\n `device_temp_ptr`.\n @param[out] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the output compressed buffers. Both the pointers and the compressed\n buffers should reside in device-accessible memory. Each compressed buffer\n should be preallocated with the size given by\n `nvcompBatchedANSCompressGetMaxOutputChunkSize`.\n Each compressed buffer must be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedANSCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[out] device_compressed_chunk_bytes Array with size \\p num_chunks,\n to be filled with the compressed sizes of each chunk.\n The buffer should be preallocated in device-accessible memory.\n @param[in] compress_opts Compression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the compression is successful, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedANSCompressAsync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -1840,7 +1703,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for decompression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] decompress_opts Decompression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for decompression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedANSDecompressGetRequiredAlignments(
         &self,
         decompress_opts: nvcompBatchedANSDecompressOpts_t,
@@ -1848,7 +1710,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedANSDecompressGetRequiredAlignments)(decompress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[in] decompress_opts Decompression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes The total decompressed size of all the chunks.\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedANSDecompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -1867,7 +1728,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedANSDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes  The total decompressed size of all the chunks.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the data can be parsed successfully, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedANSDecompressGetTempSizeSync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -1892,7 +1752,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Asynchronously compute the number of bytes of uncompressed data for\n each compressed chunk.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedANSDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes\n of the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks\n to be filled with the sizes, in bytes, of each uncompressed data chunk.\n If there is an error when retrieving the size of a chunk, the\n uncompressed size of that chunk will be set to 0. This argument needs to\n be preallocated in device-accessible memory.\n @param[in] num_chunks Number of data chunks to compute sizes of.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedANSGetDecompressSizeAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -1909,7 +1768,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Perform batched asynchronous decompression.\n\n This function is used to decompress compressed buffers produced by\n \\ref nvcompBatchedANSCompressAsync .\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedANSDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] device_uncompressed_buffer_bytes Array with size \\p num_chunks of sizes,\n in bytes, of the output buffers to be filled with uncompressed data for each chunk.\n The sizes should reside in device-accessible memory. If a\n size is not large enough to hold all decompressed data, the decompressor\n will set the status in \\p device_statuses corresponding to the\n overflow chunk to `nvcompErrorCannotDecompress`.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks to\n be filled with the actual number of bytes decompressed for every chunk.\n This argument needs to be preallocated in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to decompress.\n @param[in] device_temp_ptr The temporary GPU space, could be NULL in case temporary space is not needed.\n Must be aligned to the value in the `temp` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedANSDecompressGetRequiredAlignments`.\n @param[in] temp_bytes The size of the temporary GPU space.\n @param[out] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to decompressed data. Each uncompressed\n buffer needs to be preallocated in device-accessible memory, have the size\n specified by the corresponding entry in \\p device_uncompressed_buffer_bytes,\n and be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedANSDecompressGetRequiredAlignments`.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the decompression is successful, the status will be set to\n `nvcompSuccess`. If the decompression is not successful, for example due to\n the corrupted input or out-of-bound errors, the status will be set to\n `nvcompErrorCannotDecompress`.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedANSDecompressAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -1938,7 +1796,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for compression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] compress_opts Compression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for compression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedBitcompCompressGetRequiredAlignments(
         &self,
         compress_opts: nvcompBatchedBitcompCompressOpts_t,
@@ -1946,7 +1803,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedBitcompCompressGetRequiredAlignments)(compress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedBitcompCompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -1965,7 +1821,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedBitcompCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedBitcompCompressGetTempSizeSync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -1988,7 +1843,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the maximum size that a chunk of size at most max_uncompressed_chunk_bytes\n could compress to. That is, the minimum amount of output memory required to be given\n \\ref nvcompBatchedBitcompCompressAsync for each chunk.\n\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk before compression.\n @param[in] compress_opts Compression options.\n @param[out] max_compressed_chunk_bytes The maximum possible compressed size of the chunk.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedBitcompCompressGetMaxOutputChunkSize(
         &self,
         max_uncompressed_chunk_bytes: usize,
@@ -2001,7 +1855,6 @@ impl NvcompFunctions {
             max_compressed_chunk_bytes,
         )
     }
-    #[doc = " @brief Perform batched asynchronous compression.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedBitcompCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n Each chunk size must be a multiple of the size of the data type specified by\n compress_opts.data_type.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch. This parameter is currently unused.\n Set it to either the actual value or zero.\n @param[in] num_chunks Number of chunks of data to compress.\n @param[in] device_temp_ptr This argument is not used.\n @param[in] temp_bytes This argument is not used.\n @param[out] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the output compressed buffers. Both the pointers and the compressed\n buffers should reside in device-accessible memory. Each compressed buffer\n should be preallocated with the size given by\n `nvcompBatchedBitcompCompressGetMaxOutputChunkSize`.\n Each compressed buffer must be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedBitcompCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[out] device_compressed_chunk_bytes Array with size \\p num_chunks,\n to be filled with the compressed sizes of each chunk.\n The buffer should be preallocated in device-accessible memory.\n @param[in] compress_opts Compression options. They must be valid.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the compression is successful, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedBitcompCompressAsync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2030,7 +1883,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for decompression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] decompress_opts Decompression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for decompression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedBitcompDecompressGetRequiredAlignments(
         &self,
         decompress_opts: nvcompBatchedBitcompDecompressOpts_t,
@@ -2038,7 +1890,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedBitcompDecompressGetRequiredAlignments)(decompress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[in] decompress_opts Decompression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes  The total decompressed size of all the chunks.\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedBitcompDecompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -2057,7 +1908,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedBitcompDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes  The total decompressed size of all the chunks.\n Unused in Bitcomp.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the data can be parsed successfully, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedBitcompDecompressGetTempSizeSync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2082,7 +1932,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Asynchronously compute the number of bytes of uncompressed data for\n each compressed chunk.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedBitcompDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes This argument is not used.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks\n to be filled with the sizes, in bytes, of each uncompressed data chunk.\n If there is an error when retrieving the size of a chunk, the\n uncompressed size of that chunk will be set to 0. This argument needs to\n be preallocated in device-accessible memory.\n @param[in] num_chunks Number of data chunks to compute sizes of.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedBitcompGetDecompressSizeAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2099,7 +1948,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Perform batched asynchronous decompression.\n\n This function is used to decompress compressed buffers produced by\n \\ref nvcompBatchedBitcompCompressAsync . It can also decompress buffers\n compressed with the native Bitcomp API.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @warning Providing a corrupt buffer for decompression will result in undefined\n behavior.\n\n @note The function is not completely asynchronous, as it needs to look\n at the compressed data in order to create the proper bitcomp handle.\n The stream is synchronized, the data is examined, then the asynchronous\n decompression is launched.\n\n @note An asynchronous, faster version of batched Bitcomp asynchronous decompression\n is available, and can be launched via the HLIF manager.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedBitcompDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes This argument is not used.\n @param[in] device_uncompressed_buffer_bytes Array with size \\p num_chunks of sizes,\n in bytes, of the output buffers to be filled with uncompressed data for each chunk.\n The sizes should reside in device-accessible memory. If a\n size is not large enough to hold all decompressed data, the decompressor\n will set the status in \\p device_statuses corresponding to the\n overflow chunk to `nvcompErrorOutputBufferTooSmall`.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks to\n be filled with the actual number of bytes decompressed for every chunk.\n This argument needs to be preallocated in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to decompress.\n @param[in] device_temp_ptr Temporary scratch memory.\n @param[in] temp_bytes Size of temporary scratch memory.\n @param[out] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to decompressed data. Each uncompressed\n buffer needs to be preallocated in device-accessible memory, have the size\n specified by the corresponding entry in \\p device_uncompressed_buffer_bytes,\n and be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedBitcompDecompressGetRequiredAlignments`.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the decompression is successful, the status will be set to\n `nvcompSuccess`. Passing corrupt, invalid, or insufficient data leads to\n undefined behavior or out-of-bound errors. Error reporting cannot be guaranteed\n in this scenario as only a limited validation is performed to maintain performance.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedBitcompDecompressAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2128,7 +1976,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for compression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] compress_opts Compression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for compression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedCascadedCompressGetRequiredAlignments(
         &self,
         compress_opts: nvcompBatchedCascadedCompressOpts_t,
@@ -2136,7 +1983,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedCascadedCompressGetRequiredAlignments)(compress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedCascadedCompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -2155,7 +2001,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedCascadedCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedCascadedCompressGetTempSizeSync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2178,7 +2023,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the maximum size that a chunk of size at most max_uncompressed_chunk_bytes\n could compress to. That is, the minimum amount of output memory required to be given\n \\ref nvcompBatchedCascadedCompressAsync for each chunk.\n\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk before compression.\n @param[in] compress_opts The Cascaded compression options to use.\n @param[out] max_compressed_chunk_bytes The maximum possible compressed size of the chunk.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedCascadedCompressGetMaxOutputChunkSize(
         &self,
         max_uncompressed_chunk_bytes: usize,
@@ -2191,7 +2035,6 @@ impl NvcompFunctions {
             max_compressed_chunk_bytes,
         )
     }
-    #[doc = " @brief Perform batched asynchronous compression.\n\n @note The current implementation does not support uncompressed size larger\n than 4,294,967,295 bytes (max uint32_t).\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedCascadedCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n Each chunk size must be a multiple of the size of the data type specified by\n compress_opts.common_opts.data_type, else this may crash or produce invalid\n output.\n @param[in] max_uncompressed_chunk_bytes The size of the largest uncompressed chunk.\n This parameter is currently unused. Set it to either the actual value\n or zero.\n @param[in] num_chunks Number of chunks of data to compress.\n @param[in] device_temp_ptr This argument is not used.\n @param[in] temp_bytes This argument is not used.\n @param[out] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the output compressed buffers. Both the pointers and the compressed\n buffers should reside in device-accessible memory. Each compressed buffer\n should be preallocated with the size given by\n `nvcompBatchedCascadedCompressGetMaxOutputChunkSize`.\n Each compressed buffer must be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedCascadedCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[out] device_compressed_chunk_bytes Array with size \\p num_chunks,\n to be filled with the compressed sizes of each chunk.\n The buffer should be preallocated in device-accessible memory.\n @param[in] compress_opts The cascaded format options. The format must be valid.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the compression is successful, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedCascadedCompressAsync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2220,7 +2063,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for decompression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] decompress_opts Decompression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for decompression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedCascadedDecompressGetRequiredAlignments(
         &self,
         decompress_opts: nvcompBatchedCascadedDecompressOpts_t,
@@ -2228,7 +2070,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedCascadedDecompressGetRequiredAlignments)(decompress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[in] decompress_opts Decompression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes The total decompressed size of all the chunks.\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedCascadedDecompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -2247,7 +2088,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedCascadedDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes  The total decompressed size of all the chunks.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the data can be parsed successfully, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedCascadedDecompressGetTempSizeSync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2272,7 +2112,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Asynchronously compute the number of bytes of uncompressed data for\n each compressed chunk.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedCascadedDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes\n of the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks\n to be filled with the sizes, in bytes, of each uncompressed data chunk.\n If there is an error when retrieving the size of a chunk, the\n uncompressed size of that chunk will be set to 0. This argument needs to\n be preallocated in device-accessible memory.\n @param[in] num_chunks Number of data chunks to compute sizes of.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedCascadedGetDecompressSizeAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2289,7 +2128,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Perform batched asynchronous decompression.\n\n This function is used to decompress compressed buffers produced by\n \\ref nvcompBatchedCascadedCompressAsync.\n\n @note All compressed buffers in a batch must use data types with the same\n element width; mixed-width batches are not supported.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @warning Providing a corrupt buffer for decompression will result in undefined\n behavior.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedCascadedDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] device_uncompressed_buffer_bytes Array with size \\p num_chunks of sizes,\n in bytes, of the output buffers to be filled with uncompressed data for each chunk.\n The sizes should reside in device-accessible memory. If a\n size is not large enough to hold all decompressed data, the decompressor\n will set the status in \\p device_statuses corresponding to the\n overflow chunk to `nvcompErrorCannotDecompress`.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks to\n be filled with the actual number of bytes decompressed for every chunk.\n This argument needs to be preallocated in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to decompress.\n @param[in] device_temp_ptr This argument is not used.\n @param[in] temp_bytes This argument is not used.\n @param[out] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to decompressed data. Each uncompressed\n buffer needs to be preallocated in device-accessible memory, have the size\n specified by the corresponding entry in \\p device_uncompressed_buffer_bytes,\n and be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedCascadedDecompressGetRequiredAlignments`.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the decompression is successful, the status will be set to\n `nvcompSuccess`. Passing corrupt, invalid, or insufficient data leads to\n undefined behavior or out-of-bound errors. Error reporting cannot be guaranteed\n in this scenario as only a limited validation is performed to maintain performance.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedCascadedDecompressAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2318,7 +2156,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Perform CRC32 checksum calculation asynchronously.\n\n All pointers must point to device-accessible locations.\n\n This function supports streaming CRC32 computation, where the input data\n might not be visible all at once but only in individual segments. This is\n controlled by the @p segment_kind parameter. See @ref\n nvcompCRC32SegmentKind_t for details. If the input data nevertheless is\n visible all at once,\n @ref nvcompCRC32OnlySegment should be passed as @p segment_kind. If a segment\n is processed as if it may be followed by further segments, but it\n subsequently turns out to have been the last segment, the CRC32 calculation\n can be finalized by passing a null pointer as @p device_input_chunk_ptrs and\n @ref nvcompCRC32LastSegment as @p segment_kind.\n\n @note The length of a chunk is allowed to be zero. Length-zero chunks may be\n useful in situations where the number of segments is message-dependent. Rather\n than having to perform potentially complicated input and output permutations,\n the missing chunks can be represented as length-zero chunks.\n\n @param[in] device_input_chunk_ptrs Array with size \\p num_chunks of pointers\n to the input data chunks. Both the pointers and the input data should reside\n in device-accessible memory. The data chunks do not have any alignment\n requirements.\n @param[in] device_input_chunk_bytes Array with size \\p num_chunks of sizes of\n the input chunks in bytes. The sizes should reside in device-accessible\n memory.\n @param[in] num_chunks The number of chunks to compute checksums of.\n @param[out] device_crc32_ptr Array with size \\p num_chunks on the GPU to be\n filled with the CRC32 checksum of each chunk.\n @param[in] opts The CRC32 options.\n @param[in] segment_kind The @ref nvcompCRC32SegmentKind_t to use.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. For each chunk the status will be set to\n `nvcompSuccess` if the CRC32 calculation is successful, or an error code\n otherwise. Can be NULL if desired, in which case error status is not\n reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedCRC32Async(
         &self,
         device_input_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2341,7 +2178,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Heuristically determine a performant kernel configuration for CRC32\n computation based on input data characteristics.\n\n This function is particularly useful when all chunks are of a similar size,\n both within and across @ref nvcompBatchedCRC32Async calls. If, in addition,\n the number of chunks is the same or similar across @ref\n nvcompBatchedCRC32Async calls, reusing the configuration obtained from this\n function for all @ref nvcompBatchedCRC32Async calls should work well.\n\n The result depends on the GPU model, the number of chunks, and the maximum\n input chunk size. The latter can be passed directly in @p\n max_input_chunk_bytes or can be deduced from @p device_input_chunk_bytes.\n When directly specifying @p max_input_chunk_bytes, @p\n device_input_chunk_bytes should be passed as @ref\n nvcompCRC32IgnoredInputChunkBytes or a null pointer. When deducing @p\n max_input_chunk_bytes from @p device_input_chunk_bytes, @p\n max_input_chunk_bytes should be set to @ref\n nvcompCRC32DeducedMaxInputChunkBytes or 0.\n\n This function is always synchronous with respect to the host. When directly\n passing the maximum input chunk size in @p max_input_chunk_bytes, no\n synchronization with the device happens and @p stream is ignored. When\n deducing @p max_input_chunk_bytes from @p device_input_chunk_bytes, the\n function synchronizes with @p stream. On devices that do not support\n stream-ordered memory allocation, the function synchronizes with the entire\n device in this case.\n\n @param[in] device_input_chunk_bytes Array with size @p num_chunks of sizes of\n the input chunks in bytes, residing in device-accessible memory, or @ref\n nvcompCRC32IgnoredInputChunkBytes if @p max_input_chunk_bytes is directly\n specified. In the former case, the data chunks do not have any alignment\n requirements.\n @param[in] num_chunks The number of chunks to compute checksums of.\n @param[out] kernel_conf Pointer to the kernel configuration to be filled.\n @param[in] max_input_chunk_bytes Maximum input chunk size in bytes, or @ref\n nvcompCRC32DeducedMaxInputChunkBytes to deduce from @p device_input_chunk_bytes.\n @param[in] stream The CUDA stream to operate on. Ignored if @p\n max_input_chunk_bytes is directly specified.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedCRC32GetHeuristicConf(
         &self,
         device_input_chunk_bytes: *const usize,
@@ -2358,7 +2194,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Explicitly search for the optimal CRC32 kernel configuration by\n benchmarking.\n\n In most cases, @ref nvcompBatchedCRC32GetHeuristicConf should provide a\n sufficiently performant kernel configuration using much less time and fewer\n resources. When performance is of paramount importance, this function can be\n used to explicitly search for the optimal kernel configuration. Note that\n this only makes sense when processing a large number of batches and the\n number and length of chunks are very similar across batches so that the same\n kernel configuration can be used.\n\n This function is always synchronous with respect to the host and synchronizes\n with @p stream. On devices that do not support stream-ordered memory\n allocation, the function synchronizes with the entire device.\n\n @param[in] device_input_chunk_ptrs Array with size @p num_chunks of pointers\n to the input data chunks in device-accessible memory. The data chunks do not\n have any alignment requirements.\n @param[in] device_input_chunk_bytes Array with size @p num_chunks of sizes of\n the input chunks in bytes, residing in device-accessible memory.\n @param[in] num_chunks The number of chunks to use for benchmarking.\n @param[out] device_crc32_ptr Array with size @p num_chunks on the GPU to be\n used for benchmark outputs.\n @param[in] spec The CRC32 specification to use for benchmarking.\n @param[out] kernel_conf Pointer to the kernel configuration to be filled with\n optimal settings.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedCRC32SearchConf(
         &self,
         device_input_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2379,7 +2214,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for compression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] compress_opts Compression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for compression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedDeflateCompressGetRequiredAlignments(
         &self,
         compress_opts: nvcompBatchedDeflateCompressOpts_t,
@@ -2387,7 +2221,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedDeflateCompressGetRequiredAlignments)(compress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedDeflateCompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -2406,7 +2239,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedDeflateCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedDeflateCompressGetTempSizeSync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2429,7 +2261,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the maximum size that a chunk of size at most max_uncompressed_chunk_bytes\n could compress to. That is, the minimum amount of output memory required to be given\n \\ref nvcompBatchedDeflateCompressAsync for each chunk.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk before compression.\n @param[in] compress_opts The Deflate compression options to use.\n @param[out] max_compressed_chunk_bytes The maximum possible compressed size of the chunk.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedDeflateCompressGetMaxOutputChunkSize(
         &self,
         max_uncompressed_chunk_bytes: usize,
@@ -2442,7 +2273,6 @@ impl NvcompFunctions {
             max_compressed_chunk_bytes,
         )
     }
-    #[doc = " @brief Perform batched asynchronous compression.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedDeflateCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n Chunk sizes must not exceed 65536 bytes. For best performance, a chunk size\n of 65536 bytes is recommended.\n @param[in] max_uncompressed_chunk_bytes The size of the largest uncompressed chunk.\n @param[in] num_chunks Number of chunks of data to compress.\n @param[in] device_temp_ptr The temporary GPU workspace.\n Must be aligned to the value in the `temp` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedDeflateCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] temp_bytes The size of the temporary GPU memory pointed to by\n `device_temp_ptr`.\n @param[out] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the output compressed buffers. Both the pointers and the compressed\n buffers should reside in device-accessible memory. Each compressed buffer\n should be preallocated with the size given by\n `nvcompBatchedDeflateCompressGetMaxOutputChunkSize`.\n Each compressed buffer must be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedDeflateCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[out] device_compressed_chunk_bytes Array with size \\p num_chunks,\n to be filled with the compressed sizes of each chunk.\n The buffer should be preallocated in device-accessible memory.\n @param[in] compress_opts The Deflate compression options to use.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the compression is successful, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedDeflateCompressAsync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2471,7 +2301,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for decompression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] decompress_opts Decompression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for decompression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedDeflateDecompressGetRequiredAlignments(
         &self,
         decompress_opts: nvcompBatchedDeflateDecompressOpts_t,
@@ -2479,7 +2308,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedDeflateDecompressGetRequiredAlignments)(decompress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[in] decompress_opts Decompression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes The total decompressed size of all the chunks.\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedDeflateDecompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -2498,7 +2326,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedDeflateDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes  The total decompressed size of all the chunks.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the data can be parsed successfully, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedDeflateDecompressGetTempSizeSync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2523,7 +2350,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Asynchronously compute the number of bytes of uncompressed data for\n each compressed chunk.\n\n This is needed when we do not know the expected output size.\n\n @warning If the stream is corrupt, the calculated sizes will be invalid.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedDeflateDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes\n of the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks\n to be filled with the sizes, in bytes, of each uncompressed data chunk.\n @param[in] num_chunks Number of data chunks to compute sizes of.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedDeflateGetDecompressSizeAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2540,7 +2366,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Perform batched asynchronous decompression.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @warning Providing a corrupt buffer for decompression will result in undefined\n behavior irrespective of the decompression backend used.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedDeflateDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] device_uncompressed_buffer_bytes Array with size \\p num_chunks of sizes,\n in bytes, of the output buffers to be filled with uncompressed data for each chunk.\n The sizes should reside in device-accessible memory. If a\n size is not large enough to hold all decompressed data, the decompressor\n will set the status in \\p device_statuses corresponding to the\n overflow chunk to `nvcompErrorCannotDecompress`.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks to\n be filled with the actual number of bytes decompressed for every chunk.\n This argument needs to be preallocated in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to decompress.\n @param[in] device_temp_ptr The temporary GPU space.\n Must be aligned to the value in the `temp` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedDeflateDecompressGetRequiredAlignments`.\n @param[in] temp_bytes The size of the temporary GPU space.\n @param[out] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to decompressed data. Each uncompressed\n buffer needs to be preallocated in device-accessible memory, have the size\n specified by the corresponding entry in \\p device_uncompressed_buffer_bytes,\n and be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedDeflateDecompressGetRequiredAlignments`.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the decompression is successful, the status will be set to\n `nvcompSuccess`. Passing corrupt, invalid, or insufficient data leads to\n undefined behavior or out-of-bound errors. Error reporting cannot be guaranteed\n in this scenario as only a limited validation is performed to maintain performance.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedDeflateDecompressAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2569,7 +2394,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for compression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] compress_opts Compression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for compression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGdeflateCompressGetRequiredAlignments(
         &self,
         compress_opts: nvcompBatchedGdeflateCompressOpts_t,
@@ -2577,7 +2401,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedGdeflateCompressGetRequiredAlignments)(compress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGdeflateCompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -2596,7 +2419,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGdeflateCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGdeflateCompressGetTempSizeSync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2619,7 +2441,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the maximum size that a chunk of size at most max_uncompressed_chunk_bytes\n could compress to. That is, the minimum amount of output memory required to be given\n \\ref nvcompBatchedGdeflateCompressAsync for each chunk.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk before compression.\n @param[in] compress_opts The GDeflate compression options to use.\n @param[out] max_compressed_chunk_bytes The maximum possible compressed size of the chunk.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGdeflateCompressGetMaxOutputChunkSize(
         &self,
         max_uncompressed_chunk_bytes: usize,
@@ -2632,7 +2453,6 @@ impl NvcompFunctions {
             max_compressed_chunk_bytes,
         )
     }
-    #[doc = " @brief Perform batched asynchronous compression.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGdeflateCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n Chunk sizes must not exceed 65536 bytes. For best performance, a chunk size\n of 65536 bytes is recommended.\n @param[in] max_uncompressed_chunk_bytes The size of the largest uncompressed chunk.\n @param[in] num_chunks Number of chunks of data to compress.\n @param[in] device_temp_ptr The temporary GPU workspace.\n Must be aligned to the value in the `temp` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGdeflateCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] temp_bytes The size of the temporary GPU memory pointed to by\n `device_temp_ptr`.\n @param[out] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the output compressed buffers. Both the pointers and the compressed\n buffers should reside in device-accessible memory. Each compressed buffer\n should be preallocated with the size given by\n `nvcompBatchedGdeflateCompressGetMaxOutputChunkSize`.\n Each compressed buffer must be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGdeflateCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[out] device_compressed_chunk_bytes Array with size \\p num_chunks,\n to be filled with the compressed sizes of each chunk.\n The buffer should be preallocated in device-accessible memory.\n @param[in] compress_opts The GDeflate compression options to use.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the compression is successful, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGdeflateCompressAsync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2661,7 +2481,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for decompression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] decompress_opts Decompression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for decompression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGdeflateDecompressGetRequiredAlignments(
         &self,
         decompress_opts: nvcompBatchedGdeflateDecompressOpts_t,
@@ -2669,7 +2488,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedGdeflateDecompressGetRequiredAlignments)(decompress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[in] decompress_opts Decompression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes The total decompressed size of all the chunks.\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGdeflateDecompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -2688,7 +2506,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGdeflateDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes  The total decompressed size of all the chunks.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the data can be parsed successfully, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGdeflateDecompressGetTempSizeSync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2713,7 +2530,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Asynchronously compute the number of bytes of uncompressed data for\n each compressed chunk.\n\n This is needed when we do not know the expected output size.\n\n @warning If the stream is corrupt, the calculated sizes will be invalid.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGdeflateDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes\n of the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks\n to be filled with the sizes, in bytes, of each uncompressed data chunk.\n @param[in] num_chunks Number of data chunks to compute sizes of.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGdeflateGetDecompressSizeAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2730,7 +2546,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Perform batched asynchronous decompression.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @warning In the case where a chunk of compressed data is not a valid GDeflate\n stream, the calculated sizes of the uncompressed chunk will be invalid and\n nvcompStatusCannotDecompress will be flagged for that chunk.\n\n @warning Providing a corrupt buffer for decompression will result in undefined\n behavior.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGdeflateDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] device_uncompressed_buffer_bytes Array with size \\p num_chunks of sizes,\n in bytes, of the output buffers to be filled with uncompressed data for each chunk.\n The sizes should reside in device-accessible memory. If a\n size is not large enough to hold all decompressed data, the decompressor\n will set the status in \\p device_statuses corresponding to the\n overflow chunk to `nvcompErrorCannotDecompress`.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks to\n be filled with the actual number of bytes decompressed for every chunk.\n This argument needs to be preallocated in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to decompress.\n @param[in] device_temp_ptr The temporary GPU space.\n Must be aligned to the value in the `temp` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGdeflateDecompressGetRequiredAlignments`.\n @param[in] temp_bytes The size of the temporary GPU space.\n @param[out] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to decompressed data. Each uncompressed\n buffer needs to be preallocated in device-accessible memory, have the size\n specified by the corresponding entry in \\p device_uncompressed_buffer_bytes,\n and be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGdeflateDecompressGetRequiredAlignments`.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the decompression is successful, the status will be set to\n `nvcompSuccess`. Passing corrupt, invalid, or insufficient data leads to\n undefined behavior or out-of-bound errors. Error reporting cannot be guaranteed\n in this scenario as only a limited validation is performed to maintain performance.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGdeflateDecompressAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2759,7 +2574,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGzipCompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -2778,7 +2592,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for compression.\n\n @param[in] compress_opts Compression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for compression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGzipCompressGetRequiredAlignments(
         &self,
         compress_opts: nvcompBatchedGzipCompressOpts_t,
@@ -2786,7 +2599,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedGzipCompressGetRequiredAlignments)(compress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGzipCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGzipCompressGetTempSizeSync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2809,7 +2621,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the maximum size that a chunk of size at most max_uncompressed_chunk_bytes\n could compress to. That is, the minimum amount of output memory required to be given\n \\ref nvcompBatchedGzipCompressAsync for each chunk.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk before compression.\n @param[in] compress_opts The Gzip compression options to use.\n @param[out] max_compressed_chunk_bytes The maximum possible compressed size of the chunk.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGzipCompressGetMaxOutputChunkSize(
         &self,
         max_uncompressed_chunk_bytes: usize,
@@ -2822,7 +2633,6 @@ impl NvcompFunctions {
             max_compressed_chunk_bytes,
         )
     }
-    #[doc = " @brief Perform batched asynchronous compression.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n @param[in] max_uncompressed_chunk_bytes The size of the largest uncompressed chunk.\n @param[in] num_chunks Number of chunks of data to compress.\n @param[in] device_temp_ptr The temporary GPU workspace.\n @param[in] temp_bytes The size of the temporary GPU memory pointed to by\n `device_temp_ptr`.\n @param[out] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the output compressed buffers. Both the pointers and the compressed\n buffers should reside in device-accessible memory. Each compressed buffer\n should be preallocated with the size given by\n `nvcompBatchedGzipCompressGetMaxOutputChunkSize`.\n @param[out] device_compressed_chunk_bytes Array with size \\p num_chunks,\n to be filled with the compressed sizes of each chunk.\n The buffer should be preallocated in device-accessible memory.\n @param[in] compress_opts The Gzip compression options to use.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the compression is successful, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGzipCompressAsync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2851,7 +2661,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for decompression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] decompress_opts Decompression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for decompression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGzipDecompressGetRequiredAlignments(
         &self,
         decompress_opts: nvcompBatchedGzipDecompressOpts_t,
@@ -2859,7 +2668,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedGzipDecompressGetRequiredAlignments)(decompress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[in] decompress_opts Decompression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes The total decompressed size of all the chunks.\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGzipDecompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -2878,7 +2686,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGzipDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes  The total decompressed size of all the chunks.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the data can be parsed successfully, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGzipDecompressGetTempSizeSync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2903,7 +2710,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Asynchronously compute the number of bytes of uncompressed data for\n each compressed chunk.\n\n This is needed when we do not know the expected output size.\n\n @note Does not support multi-member gzip files, i.e., chunks containing\n more than one concatenated gzip member.\n\n @warning If the stream is corrupt, the calculated sizes will be invalid.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGzipDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes\n of the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks\n to be filled with the sizes, in bytes, of each uncompressed data chunk.\n @param[in] num_chunks Number of data chunks to compute sizes of.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGzipGetDecompressSizeAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2920,7 +2726,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Perform batched asynchronous decompression.\n\n @note Does not support multi-member gzip files, i.e., chunks containing\n more than one concatenated gzip member.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @warning Providing a corrupt buffer for decompression will result in undefined\n behavior irrespective of the decompression backend used.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGzipDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] device_uncompressed_buffer_bytes Array with size \\p num_chunks of sizes,\n in bytes, of the output buffers to be filled with uncompressed data for each chunk.\n The sizes should reside in device-accessible memory. If a\n size is not large enough to hold all decompressed data, the decompressor\n will set the status in \\p device_statuses corresponding to the\n overflow chunk to `nvcompErrorCannotDecompress`.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks to\n be filled with the actual number of bytes decompressed for every chunk.\n This argument needs to be preallocated in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to decompress.\n @param[in] device_temp_ptr The temporary GPU space.\n Must be aligned to the value in the `temp` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGzipDecompressGetRequiredAlignments`.\n @param[in] temp_bytes The size of the temporary GPU space.\n @param[out] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to decompressed data. Each uncompressed\n buffer needs to be preallocated in device-accessible memory, have the size\n specified by the corresponding entry in \\p device_uncompressed_buffer_bytes,\n and be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedGzipDecompressGetRequiredAlignments`.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the decompression is successful, the status will be set to\n `nvcompSuccess`. Passing corrupt, invalid, or insufficient data leads to\n undefined behavior or out-of-bound errors. Error reporting cannot be guaranteed\n in this scenario as only a limited validation is performed to maintain performance.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedGzipDecompressAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2949,7 +2754,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for compression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] compress_opts Compression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for compression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedLZ4CompressGetRequiredAlignments(
         &self,
         compress_opts: nvcompBatchedLZ4CompressOpts_t,
@@ -2957,7 +2761,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedLZ4CompressGetRequiredAlignments)(compress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedLZ4CompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -2976,7 +2779,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedLZ4CompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedLZ4CompressGetTempSizeSync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -2999,7 +2801,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the maximum size that a chunk of size at most max_uncompressed_chunk_bytes\n could compress to. That is, the minimum amount of output memory required to be given\n \\ref nvcompBatchedLZ4CompressAsync for each chunk.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk before compression.\n @param[in] compress_opts The LZ4 compression options to use.\n @param[out] max_compressed_chunk_bytes The maximum possible compressed size of the chunk.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedLZ4CompressGetMaxOutputChunkSize(
         &self,
         max_uncompressed_chunk_bytes: usize,
@@ -3012,7 +2813,6 @@ impl NvcompFunctions {
             max_compressed_chunk_bytes,
         )
     }
-    #[doc = " @brief Perform batched asynchronous compression.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedLZ4CompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n Each chunk size must be a multiple of the size of the data type specified by\n compress_opts.data_type.\n Chunk sizes must not exceed 16777216 bytes. For best performance, a chunk size\n of 65536 bytes is recommended.\n @param[in] max_uncompressed_chunk_bytes The size of the largest uncompressed chunk.\n @param[in] num_chunks Number of chunks of data to compress.\n @param[in] device_temp_ptr The temporary GPU workspace.\n Must be aligned to the value in the `temp` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedLZ4CompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] temp_bytes The size of the temporary GPU memory pointed to by\n `device_temp_ptr`.\n @param[out] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the output compressed buffers. Both the pointers and the compressed\n buffers should reside in device-accessible memory. Each compressed buffer\n should be preallocated with the size given by\n `nvcompBatchedLZ4CompressGetMaxOutputChunkSize`.\n Each compressed buffer must be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedLZ4CompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[out] device_compressed_chunk_bytes Array with size \\p num_chunks,\n to be filled with the compressed sizes of each chunk.\n The buffer should be preallocated in device-accessible memory.\n @param[in] compress_opts The LZ4 compression options to use.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the compression is successful, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedLZ4CompressAsync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -3041,7 +2841,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for decompression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] decompress_opts Decompression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for decompression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedLZ4DecompressGetRequiredAlignments(
         &self,
         decompress_opts: nvcompBatchedLZ4DecompressOpts_t,
@@ -3049,7 +2848,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedLZ4DecompressGetRequiredAlignments)(decompress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[in] decompress_opts Decompression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes The total decompressed size of all the chunks.\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedLZ4DecompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -3068,7 +2866,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedLZ4DecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes  The total decompressed size of all the chunks.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the data can be parsed successfully, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedLZ4DecompressGetTempSizeSync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -3093,7 +2890,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Asynchronously compute the number of bytes of uncompressed data for\n each compressed chunk.\n\n This is needed when we do not know the expected output size.\n\n @warning If the stream is corrupt, the calculated sizes will be invalid.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedLZ4DecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes\n of the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks\n to be filled with the sizes, in bytes, of each uncompressed data chunk.\n This argument needs to be preallocated in device-accessible memory.\n @param[in] num_chunks Number of data chunks to compute sizes of.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedLZ4GetDecompressSizeAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -3110,7 +2906,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Perform batched asynchronous decompression.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @warning Providing a corrupt compressed buffer\n for decompression on the hardware decompress engine will result in undefined behavior.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedLZ4DecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] device_uncompressed_buffer_bytes Array with size \\p num_chunks of sizes,\n in bytes, of the output buffers to be filled with uncompressed data for each chunk.\n The sizes should reside in device-accessible memory. If a\n size is not large enough to hold all decompressed data, the decompressor\n will set the status in \\p device_statuses corresponding to the\n overflow chunk to `nvcompErrorCannotDecompress`.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks to\n be filled with the actual number of bytes decompressed for every chunk.\n This argument needs to be preallocated in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to decompress.\n @param[in] device_temp_ptr The temporary GPU space.\n Must be aligned to the value in the `temp` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedLZ4DecompressGetRequiredAlignments`.\n @param[in] temp_bytes The size of the temporary GPU space.\n @param[out] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to decompressed data. Each uncompressed\n buffer needs to be preallocated in device-accessible memory, have the size\n specified by the corresponding entry in \\p device_uncompressed_buffer_bytes,\n and be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedLZ4DecompressGetRequiredAlignments`.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the decompression is successful, the status will be set to\n `nvcompSuccess`. If decompression using the CUDA backend is not successful,\n for example due to the corrupted input or out-of-bound errors, the `device_statuses`\n will be set to `nvcompErrorCannotDecompress`. If using the hardware backend,\n any corrupted input leads to undefined behavior and the `device_statuses`\n are always set to `nvcompSuccess`.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedLZ4DecompressAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -3139,7 +2934,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for compression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] compress_opts Compression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for compression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedSnappyCompressGetRequiredAlignments(
         &self,
         compress_opts: nvcompBatchedSnappyCompressOpts_t,
@@ -3147,7 +2941,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedSnappyCompressGetRequiredAlignments)(compress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedSnappyCompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -3166,7 +2959,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedSnappyCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedSnappyCompressGetTempSizeSync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -3189,7 +2981,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the maximum size that a chunk of size at most max_uncompressed_chunk_bytes\n could compress to. That is, the minimum amount of output memory required to be given\n \\ref nvcompBatchedSnappyCompressAsync for each chunk.\n\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk before compression.\n @param[in] compress_opts Snappy compression options.\n @param[out] max_compressed_chunk_bytes The maximum possible compressed size of the chunk.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedSnappyCompressGetMaxOutputChunkSize(
         &self,
         max_uncompressed_chunk_bytes: usize,
@@ -3202,7 +2993,6 @@ impl NvcompFunctions {
             max_compressed_chunk_bytes,
         )
     }
-    #[doc = " @brief Perform batched asynchronous compression.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedSnappyCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n @param[in] max_uncompressed_chunk_bytes The size of the largest uncompressed chunk.\n This parameter is currently unused. Set it to either the actual value\n or zero.\n @param[in] num_chunks Number of chunks of data to compress.\n @param[in] device_temp_ptr The temporary GPU workspace, could be NULL in case\n temporary memory is not needed.\n Must be aligned to the value in the `temp` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedSnappyCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] temp_bytes The size of the temporary GPU memory pointed to by\n `device_temp_ptr`.\n @param[out] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the output compressed buffers. Both the pointers and the compressed\n buffers should reside in device-accessible memory. Each compressed buffer\n should be preallocated with the size given by\n `nvcompBatchedSnappyCompressGetMaxOutputChunkSize`.\n Each compressed buffer must be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedSnappyCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[out] device_compressed_chunk_bytes Array with size \\p num_chunks,\n to be filled with the compressed sizes of each chunk.\n The buffer should be preallocated in device-accessible memory.\n @param[in] compress_opts Snappy compression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the compression is successful, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedSnappyCompressAsync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -3231,7 +3021,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for decompression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] decompress_opts Decompression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for decompression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedSnappyDecompressGetRequiredAlignments(
         &self,
         decompress_opts: nvcompBatchedSnappyDecompressOpts_t,
@@ -3239,7 +3028,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedSnappyDecompressGetRequiredAlignments)(decompress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[in] decompress_opts Decompression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes The total decompressed size of all the chunks.\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedSnappyDecompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -3258,7 +3046,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedSnappyDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes  The total decompressed size of all the chunks.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the data can be parsed successfully, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedSnappyDecompressGetTempSizeSync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -3283,7 +3070,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Asynchronously compute the number of bytes of uncompressed data for\n each compressed chunk.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedSnappyDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes\n of the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks\n to be filled with the sizes, in bytes, of each uncompressed data chunk.\n This argument needs to be preallocated in device-accessible memory.\n @param[in] num_chunks Number of data chunks to compute sizes of.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedSnappyGetDecompressSizeAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -3300,7 +3086,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Perform batched asynchronous decompression.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @warning Providing a corrupt buffer for decompression will result in undefined\n behavior irrespective of the decompression backend used.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedSnappyDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] device_uncompressed_buffer_bytes Array with size \\p num_chunks of sizes,\n in bytes, of the output buffers to be filled with uncompressed data for each chunk.\n The sizes should reside in device-accessible memory. If a\n size is not large enough to hold all decompressed data, the decompressor\n will set the status in \\p device_statuses corresponding to the\n overflow chunk to `nvcompErrorCannotDecompress`.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks to\n be filled with the actual number of bytes decompressed for every chunk.\n This argument needs to be preallocated in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to decompress.\n @param[in] device_temp_ptr The temporary GPU space, could be NULL in case temporary space is not needed.\n Must be aligned to the value in the `temp` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedSnappyDecompressGetRequiredAlignments`.\n @param[in] temp_bytes The size of the temporary GPU space.\n @param[out] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to decompressed data. Each uncompressed\n buffer needs to be preallocated in device-accessible memory, have the size\n specified by the corresponding entry in \\p device_uncompressed_buffer_bytes,\n and be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedSnappyDecompressGetRequiredAlignments`.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the decompression is successful, the status will be set to\n `nvcompSuccess`. Passing corrupt, invalid, or insufficient data leads to\n undefined behavior or out-of-bound errors. Error reporting cannot be guaranteed\n in this scenario as only a limited validation is performed to maintain performance.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedSnappyDecompressAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -3329,7 +3114,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for compression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] compress_opts Compression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for compression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedZstdCompressGetRequiredAlignments(
         &self,
         compress_opts: nvcompBatchedZstdCompressOpts_t,
@@ -3337,7 +3121,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedZstdCompressGetRequiredAlignments)(compress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @note This function must be called using the same CUDA device as the\n subsequent compression operations, since temporary storage requirements\n are architecture-specific.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedZstdCompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -3356,7 +3139,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for compression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedZstdCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n @param[in] num_chunks The number of chunks of memory in the batch.\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk in the\n batch.\n @param[in] compress_opts Compression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily\n required during compression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes Upper bound on the total uncompressed\n size of all chunks\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedZstdCompressGetTempSizeSync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -3379,7 +3161,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the maximum size that a chunk of size at most max_uncompressed_chunk_bytes\n could compress to. That is, the minimum amount of output memory required to be given\n \\ref nvcompBatchedZstdCompressAsync for each chunk.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @param[in] max_uncompressed_chunk_bytes The maximum size of a chunk before compression.\n @param[in] compress_opts The Zstd compression options to use. Currently empty.\n @param[out] max_compressed_chunk_bytes The maximum possible compressed size of the chunk.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedZstdCompressGetMaxOutputChunkSize(
         &self,
         max_uncompressed_chunk_bytes: usize,
@@ -3392,7 +3173,6 @@ impl NvcompFunctions {
             max_compressed_chunk_bytes,
         )
     }
-    #[doc = " @brief Perform batched asynchronous compression.\n\n @note For best performance, a chunk size of 65536 bytes is recommended.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the uncompressed data chunks. Both the pointers and the uncompressed data\n should reside in device-accessible memory.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedZstdCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] device_uncompressed_chunk_bytes Array with size \\p num_chunks of\n sizes of the uncompressed chunks in bytes.\n The sizes should reside in device-accessible memory.\n Chunk sizes must not exceed 16 MB. For best performance, a chunk size of\n 64 KB is recommended.\n @param[in] max_uncompressed_chunk_bytes The size of the largest uncompressed chunk.\n @param[in] num_chunks Number of chunks of data to compress.\n @param[in] device_temp_ptr The temporary GPU workspace, could be NULL in case\n temporary memory is not needed.\n Must be aligned to the value in the `temp` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedZstdCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[in] temp_bytes The size of the temporary GPU memory pointed to by\n `device_temp_ptr`.\n @param[out] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n to the output compressed buffers. Both the pointers and the compressed\n buffers should reside in device-accessible memory. Each compressed buffer\n should be preallocated with the size given by\n `nvcompBatchedZstdCompressGetMaxOutputChunkSize`.\n Each compressed buffer must be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedZstdCompressGetRequiredAlignments` when called with the same\n \\p compress_opts.\n @param[out] device_compressed_chunk_bytes Array with size \\p num_chunks,\n to be filled with the compressed sizes of each chunk.\n The buffer should be preallocated in device-accessible memory.\n @param[in] compress_opts The Zstd compression options to use. Currently empty.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the compression is successful, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedZstdCompressAsync(
         &self,
         device_uncompressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -3421,7 +3201,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the minimum buffer alignment requirements for decompression.\n\n @note Providing buffers with alignments above the minimum requirements\n (e.g., 16- or 32-byte alignment) may help improve performance.\n\n @param[in] decompress_opts Decompression options.\n @param[out] alignment_requirements The minimum buffer alignment requirements\n for decompression.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedZstdDecompressGetRequiredAlignments(
         &self,
         decompress_opts: nvcompBatchedZstdDecompressOpts_t,
@@ -3429,7 +3208,6 @@ impl NvcompFunctions {
     ) -> nvcompStatus_t {
         (self.nvcompBatchedZstdDecompressGetRequiredAlignments)(decompress_opts, alignment_requirements)
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression.\n\n @note This function does not enqueue asynchronous work on the stream; its result can be used immediately.\n\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[in] decompress_opts Decompression options.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes The total decompressed size of all the chunks.\n\n @param[in] stream The CUDA stream associated with the operation.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedZstdDecompressGetTempSize(
         &self,
         num_chunks: usize,
@@ -3448,7 +3226,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Get the amount of temporary memory required on the GPU for decompression\n synchronously.\n\n @note This function may perform operations on the stream; if so, it will synchronize it internally.\n Therefore, it does not require additional synchronization after it returns,\n and the result can be used immediately.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedZstdDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to be decompressed.\n @param[in] max_uncompressed_chunk_bytes The size of the largest chunk in bytes\n when uncompressed.\n @param[out] temp_bytes The amount of GPU memory that will be temporarily required\n during decompression. The value is returned on the host side.\n @param[in] max_total_uncompressed_bytes  The total decompressed size of all the chunks.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the data can be parsed successfully, the status will be set to\n `nvcompSuccess`, and an error code otherwise.\n Can be NULL if desired, in which case error status is not reported.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedZstdDecompressGetTempSizeSync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -3473,7 +3250,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Asynchronously compute the number of bytes of uncompressed data for\n each compressed chunk.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedZstdDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes\n of the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks\n to be filled with the sizes, in bytes, of each uncompressed data chunk.\n This argument needs to be preallocated in device-accessible memory.\n @param[in] num_chunks Number of data chunks to compute sizes of.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successful, and an error code otherwise."]
     pub unsafe fn nvcompBatchedZstdGetDecompressSizeAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -3490,7 +3266,6 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Perform batched asynchronous decompression.\n\n @warning Violating any of the conditions listed in the parameter descriptions\n below may result in undefined behaviour.\n\n @warning Providing a corrupt buffer for decompression will result in undefined\n behavior.\n\n @note This function performs operations on the stream, and does not synchronize it,\n therefore, it requires synchronization or stream-ordered operations to use its results.\n\n @param[in] device_compressed_chunk_ptrs Array with size \\p num_chunks of pointers\n in device-accessible memory to device-accessible compressed buffers.\n Each chunk must be aligned to the value in the `input` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedZstdDecompressGetRequiredAlignments`.\n @param[in] device_compressed_chunk_bytes Array with size \\p num_chunks of sizes of\n the compressed buffers in bytes. The sizes should reside in device-accessible memory.\n @param[in] device_uncompressed_buffer_bytes Array with size \\p num_chunks of sizes,\n in bytes, of the output buffers to be filled with uncompressed data for each chunk.\n The sizes should reside in device-accessible memory. If a\n size is not large enough to hold all decompressed data, the decompressor\n will set the status in \\p device_statuses corresponding to the\n overflow chunk to `nvcompErrorCannotDecompress`.\n @param[out] device_uncompressed_chunk_bytes Array with size \\p num_chunks to\n be filled with the actual number of bytes decompressed for every chunk.\n This argument needs to be preallocated in device-accessible memory.\n @param[in] num_chunks Number of chunks of data to decompress.\n @param[in] device_temp_ptr The temporary GPU space, could be NULL in case temporary space is not needed.\n Must be aligned to the value in the `temp` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedZstdDecompressGetRequiredAlignments`.\n @param[in] temp_bytes The size of the temporary GPU space.\n @param[out] device_uncompressed_chunk_ptrs Array with size \\p num_chunks of\n pointers in device-accessible memory to decompressed data. Each uncompressed\n buffer needs to be preallocated in device-accessible memory, have the size\n specified by the corresponding entry in \\p device_uncompressed_buffer_bytes,\n and be aligned to the value in the `output` member of the\n \\ref nvcompAlignmentRequirements_t object output by\n `nvcompBatchedZstdDecompressGetRequiredAlignments`.\n @param[in] decompress_opts Decompression options.\n @param[out] device_statuses Array with size \\p num_chunks of statuses in\n device-accessible memory. This argument needs to be preallocated. For each\n chunk, if the decompression is successful, the status will be set to\n `nvcompSuccess`. Passing corrupt, invalid, or insufficient data leads to\n undefined behavior or out-of-bound errors. Error reporting cannot be guaranteed\n in this scenario as only a limited validation is performed to maintain performance.\n @param[in] stream The CUDA stream to operate on.\n\n @return nvcompSuccess if successfully launched, and an error code otherwise."]
     pub unsafe fn nvcompBatchedZstdDecompressAsync(
         &self,
         device_compressed_chunk_ptrs: *const *const ::std::os::raw::c_void,
@@ -3519,11 +3294,9 @@ impl NvcompFunctions {
             stream,
         )
     }
-    #[doc = " @brief Retrieve the nvCOMP library properties.\n\n @param[out] properties Retrieved nvCOMP properties in an nvcompProperties_t struct.\n\n @return nvcompErrorInvalidValue if properties is nullptr, nvcompSuccess otherwise."]
     pub unsafe fn nvcompGetProperties(&self, properties: *mut nvcompProperties_t) -> nvcompStatus_t {
         (self.nvcompGetProperties)(properties)
     }
-    #[doc = " @brief Returns the description string for an error code.\n\n @param nvcompStatus_t Status to convert to string\n\n @return Pointer to a NULL-terminated string."]
     pub unsafe fn nvcompGetStatusString(&self, status: nvcompStatus_t) -> *const ::std::os::raw::c_char {
         (self.nvcompGetStatusString)(status)
     }

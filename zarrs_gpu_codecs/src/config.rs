@@ -103,6 +103,7 @@ struct ScopeGuard(u64);
 
 impl Drop for ScopeGuard {
     fn drop(&mut self) {
+        crate::codec::scope_closed();
         THREAD_SCOPES.with(|s| s.borrow_mut().pop());
         let mut scopes = PROCESS_SCOPES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(i) = scopes.iter().rposition(|(id, _)| *id == self.0) {
@@ -111,9 +112,11 @@ impl Drop for ScopeGuard {
     }
 }
 
-/// Run `f` in GPU mode with `config`: device retrieval inside uses it, and zarrs' generic
-/// retrieval into [`DeviceArray`](crate::DeviceArray) places its result on that device. Scopes
-/// nest (the inner one wins, the outer one is restored on exit) and end also when `f` panics.
+/// Run `f` in GPU mode with `config`: device retrieval inside uses it, zarrs' generic retrieval
+/// into [`DeviceArray`](crate::DeviceArray) places its result on that device, and arrays opened
+/// inside get the [`DeviceZstdCodec`](crate::DeviceZstdCodec) for "zstd" (registered with zarrs
+/// as a runtime codec plugin while any scope is open). Scopes nest (the inner one wins, the outer
+/// one is restored on exit) and end also when `f` panics.
 ///
 /// Threads with no scope of their own (such as zarrs' rayon workers) see the newest scope open in
 /// the process.
@@ -121,6 +124,7 @@ pub fn with_gpu_config<R>(config: GpuConfig, f: impl FnOnce() -> R) -> R {
     let id = NEXT_SCOPE.fetch_add(1, Ordering::Relaxed);
     THREAD_SCOPES.with(|s| s.borrow_mut().push(config.clone()));
     PROCESS_SCOPES.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((id, config));
+    crate::codec::scope_opened();
     let _guard = ScopeGuard(id);
     f()
 }

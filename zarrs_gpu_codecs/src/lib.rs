@@ -20,6 +20,7 @@
 //! `zarrs_gpu_codecs` is licensed under either of the Apache License, Version 2.0 or the MIT
 //! license, at your option.
 
+mod codec;
 mod config;
 mod context;
 mod decode;
@@ -31,6 +32,7 @@ mod retrieve;
 mod trace;
 pub mod zstd_frame;
 
+pub use codec::DeviceZstdCodec;
 pub use config::{gpu_config, with_gpu_config, GpuConfig, STAGING_BYTES_ENV};
 pub use context::POOL_KEEP_ENV;
 pub use device_array::DeviceArray;
