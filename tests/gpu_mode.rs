@@ -54,7 +54,7 @@ fn device_zstd_codec_is_registered_in_scope_only() -> Result {
         assert_eq!(chunk, outside.retrieve_chunk::<ArrayBytes<'static>>(&[1, 1])?);
         // Nested: still registered after the inner scope ends.
         with_gpu_config(GpuConfig::default().with_device(0), || {
-            assert!(is_device_zstd(&Array::open(store.clone(), "/v3").unwrap()))
+            assert!(is_device_zstd(&Array::open(store.clone(), "/v3").unwrap()));
         });
         assert!(is_device_zstd(&Array::open(store.clone(), "/v3")?));
         Ok(())
