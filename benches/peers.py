@@ -183,13 +183,25 @@ def make_loader(peer, xp):
     raise ValueError(f"unknown peer {peer!r}")
 
 
-def configure_zarr():
+def configure_zarr(batch_size=None):
     import zarr
     # zarr 3.1.x defaults to async.concurrency = 10; raise it for a fair comparison
     # with the Rust reader, which reads many chunks concurrently.
     if zarr.config.get("async.concurrency", None) is None:
         print("warning: zarr config has no 'async.concurrency' key", file=sys.stderr)
     zarr.config.set({"async.concurrency": 64})
+    if batch_size:
+        # How many chunks zarr's codec pipeline hands a codec at once (1 as shipped: one nvCOMP
+        # call per chunk on the GPU path).
+        zarr.config.set({"codec_pipeline.batch_size": batch_size})
+
+
+def zarr_gpu_codecs():
+    """The zstd codec and batch size zarr-python uses under enable_gpu(), for the record."""
+    import zarr
+    with zarr.config.enable_gpu():
+        return {"zstd_codec": str(zarr.config.get("codecs.zstd", None)),
+                "batch_size": zarr.config.get("codec_pipeline.batch_size", None)}
 
 
 # ---------------------------------------------------------------- benchmark
@@ -227,13 +239,15 @@ def run(args):
     else:
         import cupy as xp
     try:
-        configure_zarr()
+        configure_zarr(args.batch_size)
     except ImportError as e:  # the zarr peers will report the error themselves
         print(f"warning: zarr unavailable: {e}", file=sys.stderr)
     ranges = parse_subset(args.subset, read_meta(args.array)["shape"])
     for peer in [p.strip() for p in args.peers.split(",") if p.strip()]:
         try:
             res = bench_peer(peer, args.array, ranges, args.repeat, xp)
+            if peer == "zarr-gpu":
+                res.update(zarr_gpu_codecs())
         except NotImplementedError as e:
             res = {"peer": peer, "skipped": str(e)}
         except Exception as e:  # noqa: BLE001 - report and go on with the next peer
@@ -305,6 +319,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--peers", default=",".join(PEERS))
     ap.add_argument("--json", help="append result lines to this JSONL file")
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="zarr-python codec_pipeline.batch_size (default: as shipped)")
     ap.add_argument("--dry-host", action="store_true", help="numpy instead of cupy (no GPU)")
     ap.add_argument("--self-test", action="store_true", help="host-only correctness check")
     args = ap.parse_args()

@@ -17,6 +17,7 @@ python3 benches/peers.py --array "$dir/u1.zarr" --subset "0:16" --repeat "$prep"
 for z in z1 z2; do
   python3 benches/peers.py --array "$dir/$z.zarr" --peers zarr-host --repeat 1 --json "$out/bench.jsonl"
   python3 benches/peers.py --array "$dir/$z.zarr" --subset "0:16" --peers zarr-gpu --repeat 1 --json "$out/bench.jsonl"
+  python3 benches/peers.py --array "$dir/$z.zarr" --subset "0:16" --peers zarr-gpu --batch-size 256 --repeat 1 --json "$out/bench.jsonl"
 done
 python3 - "$out/bench.jsonl" <<'PY'
 import json, sys
