@@ -15,7 +15,7 @@ python3 benches/peers.py --array "$dir/u1.zarr" --subset "0:16" --repeat "$prep"
 # zstd arrays: zarr-python's host decode on the whole array; its GPU path (nvCOMP zstd, one chunk
 # per call as shipped) on a 16-plane slab, since it runs at about 0.1 GiB/s.
 for z in z1 z2; do
-  python3 benches/peers.py --array "$dir/$z.zarr" --peers zarr-host --repeat 1 --json "$out/bench.jsonl"
+  python3 benches/peers.py --array "$dir/$z.zarr" --peers zarr-host,nvcomp-ceiling --repeat 1 --json "$out/bench.jsonl"
   python3 benches/peers.py --array "$dir/$z.zarr" --subset "0:16" --peers zarr-gpu --repeat 1 --json "$out/bench.jsonl"
   python3 benches/peers.py --array "$dir/$z.zarr" --subset "0:16" --peers zarr-gpu --batch-size 256 --repeat 1 --json "$out/bench.jsonl"
 done
