@@ -1,0 +1,129 @@
+//! Arrays written by zarr-python (v2 and v3; many codecs, data types, byte orders, sharding,
+//! partial edge chunks, chunks never written) read identically, element for element, to what
+//! zarr-python reads back: through zarrs on the host (everywhere) and through the device pipeline
+//! (on a GPU host).
+//!
+//! The matrix is written by `tests/interop/write_matrix.py` into `INTEROP_DIR` (CI does it, see
+//! `.ci/run`); without `INTEROP_DIR` the tests write it themselves when `python3` has zarr, and
+//! skip otherwise unless `INTEROP_REQUIRED` is set.
+
+use std::error::Error;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use zarrs::array::{Array, ArrayBytes, ElementOwned};
+use zarrs_gpu::{ArrayDeviceExt, GdsStore, GpuConfig, IoBackend};
+
+type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
+
+struct Case {
+    name: String,
+    path: PathBuf,
+    dtype: String,
+    expected: Vec<u8>,
+}
+
+/// The matrix directory, written on demand; None to skip.
+fn matrix() -> Option<PathBuf> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("INTEROP_DIR") {
+            return Some(PathBuf::from(dir));
+        }
+        let dir = std::env::temp_dir().join(format!("zarrs-gpu-interop-{}", std::process::id()));
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/write_matrix.py");
+        let ok = std::process::Command::new("python3").arg(&script).arg(&dir).status().is_ok_and(|s| s.success());
+        if ok {
+            Some(dir)
+        } else if std::env::var_os("INTEROP_REQUIRED").is_some() {
+            panic!("could not write the interop matrix with {} (needs python3 with zarr)", script.display());
+        } else {
+            eprintln!("skipped: python3 with zarr-python is not available to write the interop matrix");
+            None
+        }
+    })
+    .clone()
+}
+
+/// The data bytes of a .npy file (C order, native byte order as written by the script).
+fn npy_data(path: &Path) -> Result<Vec<u8>> {
+    let file = std::fs::read(path)?;
+    if !file.starts_with(b"\x93NUMPY") {
+        return Err(format!("{} is not a .npy file", path.display()).into());
+    }
+    let (header_len, start) = match file[6] {
+        1 => (usize::from(u16::from_le_bytes([file[8], file[9]])), 10),
+        _ => (u32::from_le_bytes(file[8..12].try_into()?) as usize, 12),
+    };
+    let header = std::str::from_utf8(&file[start..start + header_len])?;
+    if header.contains("'fortran_order': True") {
+        return Err(format!("{} is in Fortran order", path.display()).into());
+    }
+    Ok(file[start + header_len..].to_vec())
+}
+
+fn cases(dir: &Path) -> Result<Vec<Case>> {
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("manifest.json"))?)?;
+    let cases = manifest["cases"].as_array().ok_or("manifest without cases")?;
+    assert!(cases.len() >= 60, "the matrix has {} cases", cases.len());
+    cases
+        .iter()
+        .map(|c| {
+            Ok(Case {
+                name: c["name"].as_str().ok_or("name")?.to_string(),
+                path: dir.join(c["path"].as_str().ok_or("path")?),
+                dtype: c["dtype"].as_str().ok_or("dtype")?.to_string(),
+                expected: npy_data(&dir.join(c["expected"].as_str().ok_or("expected")?))?,
+            })
+        })
+        .collect()
+}
+
+fn open(case: &Case) -> Result<Array<GdsStore>> {
+    Ok(Array::open(Arc::new(GdsStore::new(&case.path)?), "/")?)
+}
+
+#[test]
+fn zarrs_reads_zarr_python_arrays_identically() -> Result {
+    let Some(dir) = matrix() else { return Ok(()) };
+    for case in cases(&dir)? {
+        let array = open(&case)?;
+        let got = array.retrieve_array_subset::<ArrayBytes<'static>>(&array.subset_all())?.into_fixed()?.into_owned();
+        assert!(got == case.expected, "{}: zarrs' host read differs from zarr-python's", case.name);
+    }
+    Ok(())
+}
+
+fn device_bytes<T: ElementOwned>(array: &Array<GdsStore>) -> Result<Vec<u8>> {
+    let config = GpuConfig::default().with_backend(IoBackend::Posix);
+    let (data, _) = array.retrieve_array_subset_device_opt::<T>(&array.subset_all(), &config)?;
+    Ok(data.to_host_bytes()?)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn device_reads_zarr_python_arrays_identically() -> Result {
+    let Some(dir) = matrix() else { return Ok(()) };
+    for case in cases(&dir)? {
+        let array = open(&case)?;
+        let got = match case.dtype.trim_start_matches(['<', '>', '|', '=']) {
+            "b1" => device_bytes::<bool>(&array)?,
+            "i1" => device_bytes::<i8>(&array)?,
+            "i2" => device_bytes::<i16>(&array)?,
+            "i4" => device_bytes::<i32>(&array)?,
+            "i8" => device_bytes::<i64>(&array)?,
+            "u1" => device_bytes::<u8>(&array)?,
+            "u2" => device_bytes::<u16>(&array)?,
+            "u4" => device_bytes::<u32>(&array)?,
+            "u8" => device_bytes::<u64>(&array)?,
+            "f2" => device_bytes::<half::f16>(&array)?,
+            "f4" => device_bytes::<f32>(&array)?,
+            "f8" => device_bytes::<f64>(&array)?,
+            "c8" => device_bytes::<num_complex::Complex32>(&array)?,
+            "c16" => device_bytes::<num_complex::Complex64>(&array)?,
+            other => return Err(format!("{}: unexpected dtype {other}", case.name).into()),
+        };
+        assert!(got == case.expected, "{}: the device read differs from zarr-python's", case.name);
+    }
+    Ok(())
+}
