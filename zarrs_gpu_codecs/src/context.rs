@@ -189,6 +189,16 @@ impl GpuContext {
         Ok(unsafe { stream.upgrade_device_ptr::<u8>(ptr, len) })
     }
 
+    /// A result buffer of `len` bytes and its address, ready for writes from any stream (the
+    /// reader's streams write into it too, so the allocation is complete when this returns).
+    pub(crate) fn alloc_output(&self, stream: &Arc<CudaStream>, len: usize) -> Result<(CudaSlice<u8>, u64), GpuError> {
+        use cudarc::driver::DevicePtrMut;
+        let mut out = self.alloc(stream, len)?;
+        let ptr = out.device_ptr_mut(stream).0;
+        stream.synchronize().map_err(GpuError::cuda("allocating the output"))?;
+        Ok((out, ptr))
+    }
+
     /// Copy host bytes to new device memory (synchronously).
     pub(crate) fn upload(&self, bytes: &[u8]) -> Result<CudaSlice<u8>, GpuError> {
         let stream = self.new_stream()?;

@@ -165,12 +165,7 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     context.check_free(out_bytes + device_slot * slots)?;
     trace.mark("plan");
 
-    let mut out = context.alloc(stream, out_bytes as usize)?;
-    let out_ptr = {
-        use cudarc::driver::DevicePtrMut;
-        let (ptr, _sync) = out.device_ptr_mut(stream);
-        ptr
-    };
+    let (out, out_ptr) = context.alloc_output(stream, out_bytes as usize)?;
     let mut device: Vec<(DeviceBuffer, Option<CudaEvent>)> = Vec::new();
     let mut host: Vec<PinnedBuffer> = Vec::new();
     // Per slot, pinned memory for the chunks decoded on host threads (grown on demand).

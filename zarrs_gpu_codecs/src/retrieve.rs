@@ -359,14 +359,7 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
     context.check_free(out_bytes + max_staging * buffers_needed)?;
     trace.mark("plan");
 
-    let mut out = context.alloc(stream, out_bytes as usize)?;
-    let out_ptr = {
-        use cudarc::driver::DevicePtrMut;
-        let (ptr, _sync) = out.device_ptr_mut(stream);
-        ptr
-    };
-    // Reads into `out` run on the reader's streams: the allocation must be complete first.
-    stream.synchronize().map_err(GpuError::cuda("allocating the output"))?;
+    let (out, out_ptr) = context.alloc_output(stream, out_bytes as usize)?;
     trace.mark("alloc output");
 
     let mut staging: Vec<(DeviceBuffer, Option<CudaEvent>)> = Vec::new();
