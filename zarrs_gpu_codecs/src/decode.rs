@@ -81,6 +81,34 @@ fn host_fraction(config: &GpuConfig, threads: usize) -> f64 {
     host / (host + 7.0)
 }
 
+/// Decoded bytes per batch: the staging budget; for large zstd frames (`free` is then the device
+/// memory free for the read) up to 1024 chunks when the device has room, since nvCOMP decodes one
+/// large frame largely serially and needs hundreds per call (a batch takes about 5x its decoded
+/// bytes, two in flight). One batch of 512 16 MiB chunks ran at 13.5 GiB/s, two of 256 at 11.
+fn batch_budget(staging: u64, largest: u64, free: Option<u64>, out_bytes: u64) -> u64 {
+    match free {
+        Some(free) if largest >= LARGE_CHUNK => staging.max((1024 * largest).min(free.saturating_sub(out_bytes) / 12)),
+        _ => staging,
+    }
+}
+
+/// Group chunks of these decoded sizes, in order, into batches of at most `budget` bytes (each
+/// size rounded up to the staging alignment); a chunk larger than the budget is a batch alone.
+fn batches_by_size(sizes: impl IntoIterator<Item = u64>, budget: u64) -> Vec<Vec<usize>> {
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    let mut used = 0;
+    for (i, size) in sizes.into_iter().enumerate() {
+        let need = size.next_multiple_of(DECODED_ALIGN);
+        if batches.is_empty() || used + need > budget {
+            batches.push(Vec::new());
+            used = 0;
+        }
+        batches.last_mut().expect("a batch").push(i);
+        used += need;
+    }
+    batches
+}
+
 /// Decode `subset` of an array whose chunks are stored `bytes` + `chain` on the device.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
@@ -106,27 +134,10 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
         .map_err(|e| GpuError::Array(e.into()))?;
     trace.mark("sizes");
 
-    // Batches by decoded bytes within the staging budget. Large frames decode largely serially
-    // on the GPU, so they want many chunks per nvCOMP call: up to 1024 of them per batch when the
-    // device has room (a batch takes about 5x its decoded bytes, two in flight). One batch of 512
-    // 16 MiB chunks ran at 13.5 GiB/s, two of 256 at 11.
     let largest = placements.iter().map(decoded_len).max().unwrap_or(0);
-    let mut budget = config.staging_bytes() as u64;
-    if chain.zstd && largest >= LARGE_CHUNK {
-        let free = context.free_bytes()?;
-        budget = budget.max((1024 * largest).min(free.saturating_sub(out_bytes) / 12));
-    }
-    let mut batches: Vec<Vec<usize>> = Vec::new();
-    let mut used = 0;
-    for (i, p) in placements.iter().enumerate() {
-        let need = decoded_len(p).next_multiple_of(DECODED_ALIGN);
-        if batches.is_empty() || (used + need > budget && !batches.last().is_some_and(Vec::is_empty)) {
-            batches.push(Vec::new());
-            used = 0;
-        }
-        batches.last_mut().expect("a batch").push(i);
-        used += need;
-    }
+    let free = if chain.zstd && largest >= LARGE_CHUNK { Some(context.free_bytes()?) } else { None };
+    let budget = batch_budget(config.staging_bytes() as u64, largest, free, out_bytes);
+    let batches = batches_by_size(placements.iter().map(decoded_len), budget);
     let threads = context.reader().options().threads;
     let fraction = if chain.zstd { host_fraction(config, threads) } else { 0.0 };
 
@@ -583,4 +594,46 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
 
 fn nvcomp_err(err: nvcomp_sys::NvcompError) -> GpuError {
     GpuError::Nvcomp(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_respect_the_budget_in_order() {
+        let k = DECODED_ALIGN;
+        let batches = batches_by_size([3 * k, 3 * k, 3 * k, 10 * k, k, 1], 6 * k);
+        assert_eq!(batches, vec![vec![0, 1], vec![2], vec![3], vec![4, 5]]);
+        assert_eq!(batches_by_size([], k), Vec::<Vec<usize>>::new());
+        // Sizes round up to the alignment: two odd sizes of just over half a budget do not share.
+        assert_eq!(batches_by_size([k + 1, k + 1], 3 * k), vec![vec![0], vec![1]]);
+    }
+
+    #[test]
+    fn large_frames_get_large_batches_within_free_memory() {
+        let gib = 1u64 << 30;
+        let staging = gib;
+        // Small chunks, or no memory query: the staging budget.
+        assert_eq!(batch_budget(staging, 1 << 20, Some(100 * gib), 8 * gib), staging);
+        assert_eq!(batch_budget(staging, 16 << 20, None, 8 * gib), staging);
+        // 16 MiB frames with plenty of room: 1024 of them.
+        assert_eq!(batch_budget(staging, 16 << 20, Some(300 * gib), 8 * gib), 16 * gib);
+        // Little room: a twelfth of what the output leaves, never less than the staging budget.
+        assert_eq!(batch_budget(staging, 16 << 20, Some(32 * gib), 8 * gib), 2 * gib);
+        assert_eq!(batch_budget(staging, 16 << 20, Some(9 * gib), 8 * gib), staging);
+    }
+
+    #[test]
+    fn host_share_of_large_frames() {
+        let config = GpuConfig::default();
+        let auto = host_fraction(&config, 16);
+        if std::env::var_os(HOST_FRACTION_ENV).is_none() {
+            assert!((auto - 0.354).abs() < 0.01, "{auto}");
+            assert!(host_fraction(&config, 4) < auto, "fewer threads, smaller share");
+        }
+        assert!((host_fraction(&config.clone().with_host_decode_fraction(Some(0.2)), 16) - 0.2).abs() < 1e-12);
+        assert!((host_fraction(&config.clone().with_host_decode_fraction(Some(3.0)), 16) - 1.0).abs() < 1e-12);
+        assert!(host_fraction(&config.with_host_decode_fraction(Some(-1.0)), 16).abs() < 1e-12);
+    }
 }
