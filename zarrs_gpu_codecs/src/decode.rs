@@ -189,19 +189,11 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     }
     // What the device reports back, batch after batch: per batch its decoded sizes (u64), zstd
     // statuses, crc32c values and crc32c statuses (u32), at most 20 bytes per chunk.
-    let mut results = context.take_pinned(placements.len().max(1) * 24)?;
+    let mut results = context.take_pinned(placements.len().max(1) * 20)?;
     let results_base = results.as_mut_slice().as_mut_ptr();
     trace.mark("buffers");
 
-    let mut report = RetrieveReport {
-        decode: DecodePath::Device,
-        io: None,
-        chunks: placements.len(),
-        missing_chunks: 0,
-        bytes_read: 0,
-        host_decoded_chunks: 0,
-        host_reason: None,
-    };
+    let mut report = RetrieveReport::new(DecodePath::Device, placements.len());
     let mut fill: Option<DeviceBuffer> = None;
     let mut checks: Vec<Check> = Vec::new();
     let mut results_at = 0usize;
@@ -462,7 +454,7 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
             // statuses lie together on the device), checked after the last batch.
             let result_bytes = 12 * n_zstd + 8 * n_crc;
             if result_bytes > 0 {
-                // SAFETY: results holds 24 bytes per placement, more than all batches' 12 or 20
+                // SAFETY: results holds 20 bytes per placement, what a chunk with both zstd and crc32c takes (12 + 8)
                 // per chunk; the source is the contiguous tail of this batch's metadata.
                 unsafe {
                     sys::cuMemcpyDtoHAsync_v2(

@@ -73,6 +73,13 @@ impl DeviceChain {
     }
 }
 
+impl RetrieveReport {
+    /// A report of `chunks` chunks before anything was read.
+    pub(crate) fn new(decode: DecodePath, chunks: usize) -> Self {
+        Self { decode, io: None, chunks, missing_chunks: 0, bytes_read: 0, host_decoded_chunks: 0, host_reason: None }
+    }
+}
+
 /// The device decode plan of an array's codec chain, or why it decodes on the host.
 pub(crate) fn device_chain<S: ?Sized>(array: &Array<S>) -> Result<DeviceChain, String> {
     let codecs = array.codecs();
@@ -291,18 +298,7 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     stream.synchronize().map_err(GpuError::cuda("waiting for the copy to the device"))?;
     context.give_pinned(pinned);
     let chunks = array.chunks_in_array_subset(subset).ok().flatten().map_or(0, |c| c.num_elements_usize());
-    Ok((
-        out,
-        RetrieveReport {
-            decode: DecodePath::Host,
-            io: None,
-            chunks,
-            missing_chunks: 0,
-            bytes_read: 0,
-            host_decoded_chunks: 0,
-            host_reason,
-        },
-    ))
+    Ok((out, RetrieveReport { host_reason, ..RetrieveReport::new(DecodePath::Host, chunks) }))
 }
 
 /// Offsets in staging are aligned so cuFile and the copy engines get aligned addresses.
@@ -368,15 +364,7 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
     }
     trace.mark("staging");
     let mut fill: Option<DeviceBuffer> = None;
-    let mut report = RetrieveReport {
-        decode: DecodePath::Device,
-        io: None,
-        chunks: placements.len(),
-        missing_chunks: 0,
-        bytes_read: 0,
-        host_decoded_chunks: 0,
-        host_reason: None,
-    };
+    let mut report = RetrieveReport::new(DecodePath::Device, placements.len());
     let result = (|| -> Result<(), GpuError> {
         for (b, batch) in batches.iter().enumerate() {
             let (buffer, event) = &mut staging[b % buffers_needed as usize];
