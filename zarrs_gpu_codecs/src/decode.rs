@@ -454,8 +454,8 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
             // statuses lie together on the device), checked after the last batch.
             let result_bytes = 12 * n_zstd + 8 * n_crc;
             if result_bytes > 0 {
-                // SAFETY: results holds 20 bytes per placement, what a chunk with both zstd and crc32c takes (12 + 8)
-                // per chunk; the source is the contiguous tail of this batch's metadata.
+                // SAFETY: results holds 20 bytes per placement, what a chunk with both zstd and
+                // crc32c takes (12 + 8); the source is the contiguous tail of this batch's metadata.
                 unsafe {
                     sys::cuMemcpyDtoHAsync_v2(
                         (results_base as usize + results_at) as *mut c_void,
