@@ -65,12 +65,18 @@ fn main() -> Result<(), Error> {
             "u1" => ("U1", [64, 256, 256], vec![]),
             "z1" => ("Z1", [64, 256, 256], vec![Arc::new(ZstdCodec::new(3, false))]),
             "z2" => ("Z2", [64, 64, 64], vec![Arc::new(ZstdCodec::new(3, false))]),
+            // Shards of 256^3 holding 64^3 inner chunks (chunks below are the shard shape).
+            "s1" => ("S1", [256, 256, 256], vec![Arc::new(ZstdCodec::new(3, false))]),
             other => return Err(format!("unknown case {other}").into()),
         };
         let path = args.dir.join(format!("{case}.zarr"));
         if !path.join("zarr.json").exists() {
             let start = Instant::now();
-            sample::create_sample_array_with_codecs(&path, &shape, &chunks, codecs)?;
+            if case == "s1" {
+                sample::create_sharded_sample_array(&path, &shape, &chunks, &[64, 64, 64], codecs)?;
+            } else {
+                sample::create_sample_array_with_codecs(&path, &shape, &chunks, codecs)?;
+            }
             // Flush dirty pages so that writeback does not compete with the timed reads.
             std::process::Command::new("sync").status()?;
             eprintln!("wrote {} in {:.1} s", path.display(), start.elapsed().as_secs_f64());
@@ -78,6 +84,8 @@ fn main() -> Result<(), Error> {
         let array = Array::open(Arc::new(GdsStore::new(&path)?), "/")?;
         let subsets: &[(&str, &str)] = if case == "u1" {
             &[("whole array", "0:"), ("slab 64 planes", "0:64"), ("slab 16 planes", "0:16")]
+        } else if case == "s1" {
+            &[("whole array", "0:"), ("slab 64 planes (S2)", "0:64")]
         } else {
             &[("whole array", "0:")]
         };

@@ -226,7 +226,7 @@ def nvcomp_ceiling(path, ranges, repeat, xp):
     codec = nvcomp.Codec(algorithm="Zstd", bitstream_kind=nvcomp.BitstreamKind.RAW)
     decoded = codec.decode(frames)  # warm-up
     sync(xp)
-    nbytes = sum(int(xp.asarray(d).nbytes) for d in decoded)
+    nbytes = sum(int(d.buffer_size) for d in decoded)
     runs = []
     for _ in range(repeat):
         decoded = None
@@ -282,7 +282,8 @@ def run(args):
         except NotImplementedError as e:
             res = {"peer": peer, "skipped": str(e)}
         except Exception as e:  # noqa: BLE001 - report and go on with the next peer
-            res = {"peer": peer, "error": f"{type(e).__name__}: {e}"}
+            text = f"{type(e).__name__}: {e}"
+            res = {"peer": peer, "error": text if len(text) <= 600 else text[:300] + " ... " + text[-300:]}
         print(json.dumps(res), flush=True)
         if args.json:
             with open(args.json, "a") as f:

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rayon::prelude::*;
+use zarrs::array::codec::ShardingCodecBuilder;
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayError, BytesToBytesCodecTraits};
 use zarrs_storage::ReadableWritableListableStorageTraits;
 
@@ -65,6 +66,32 @@ pub fn create_sample_array_with_codecs(
     let store = Arc::new(GdsStore::new(path)?);
     let array = ArrayBuilder::new(shape.to_vec(), chunk_shape.to_vec(), data_type::float32(), f32::NAN)
         .bytes_to_bytes_codecs(codecs)
+        .build(store, "/")?;
+    array.store_metadata()?;
+    write_sample_chunks(&array)?;
+    Ok(array)
+}
+
+/// As [`create_sample_array_with_codecs`], sharded: shards of `shard_shape` (the array's chunks)
+/// holding inner chunks of `inner_shape` stored with `codecs`, index at the end with crc32c.
+///
+/// # Errors
+/// Returns zarrs' error when the store or a shard cannot be written, or the shapes do not fit.
+pub fn create_sharded_sample_array(
+    path: &Path,
+    shape: &[u64],
+    shard_shape: &[u64],
+    inner_shape: &[u64],
+    codecs: Vec<Arc<dyn BytesToBytesCodecTraits>>,
+) -> Result<Array<GdsStore>, Box<dyn std::error::Error + Send + Sync>> {
+    let inner: Vec<std::num::NonZeroU64> = inner_shape
+        .iter()
+        .map(|&n| std::num::NonZeroU64::new(n).ok_or("inner chunk shape has a zero"))
+        .collect::<Result<_, _>>()?;
+    let sharding = ShardingCodecBuilder::new(inner, &data_type::float32()).bytes_to_bytes_codecs(codecs).build_arc();
+    let store = Arc::new(GdsStore::new(path)?);
+    let array = ArrayBuilder::new(shape.to_vec(), shard_shape.to_vec(), data_type::float32(), f32::NAN)
+        .array_to_bytes_codec(sharding)
         .build(store, "/")?;
     array.store_metadata()?;
     write_sample_chunks(&array)?;

@@ -30,6 +30,10 @@ impl DeviceBuffer {
     pub(crate) fn ptr(&self) -> sys::CUdeviceptr {
         self.ptr
     }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
 }
 
 impl Drop for DeviceBuffer {

@@ -1,7 +1,9 @@
-//! Device decoding of compressed chunks: whole stored chunks are read into pinned host memory
-//! (where their zstd frames are checked), copied to the device in one transfer per batch, checked
-//! with nvCOMP CRC32C when the chain has `crc32c`, decoded by nvCOMP's batched zstd (large chunks
-//! partly on host threads at the same time), then placed into the output like uncompressed chunks.
+//! Device decoding of compressed chunks (and of every inner chunk of sharded arrays): stored
+//! bytes are read into pinned host memory (where zstd frames and crc32c trailers are checked),
+//! copied to the device in one transfer per batch on a copy stream (overlapping the previous
+//! batch's decode), checked with nvCOMP CRC32C when the chain has `crc32c`, decoded by nvCOMP's
+//! batched zstd (large chunks partly on host threads at the same time), then placed into the
+//! output by one kernel launch per batch.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -11,26 +13,74 @@ use nvcomp_sys::{sys as nv, NvcompLibrary};
 use rayon::prelude::*;
 use zarrs::array::{Array, ArraySubset};
 use zarrs_gds_store::{read_store_to_host, DeviceReadRequest, GdsStore, PinnedBuffer};
-use zarrs_storage::ReadableStorageTraits;
+use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
 use crate::context::{copy_dtod, DeviceBuffer, GpuContext};
 use crate::place::{self, Placer};
 use crate::plan::{plan_chunks, ChunkPlacement};
-use crate::retrieve::{fill_source, DecodePath, DeviceChain, RetrieveReport};
+use crate::retrieve::{fill_source, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
+use crate::shard::sharded_units;
 use crate::trace::Trace;
 use crate::zstd_frame::{check_frame, FrameVerdict};
 use crate::{GpuConfig, GpuError};
 
-/// Stored chunks start at this alignment in the host and device staging (nvCOMP needs 8 or less
-/// for zstd input; 256 keeps copies aligned).
+/// Stored chunks start at this alignment in the host and device staging when each is read on
+/// its own (nvCOMP takes zstd input at any alignment; 256 keeps copies aligned).
 const STORED_ALIGN: u64 = 256;
 /// Decoded chunks start at this alignment.
 const DECODED_ALIGN: u64 = 4096;
 /// Chunks at least this large (decoded) may be decoded on host threads: one large zstd frame
 /// decodes largely serially on the GPU.
 const LARGE_CHUNK: u64 = 4 << 20;
+/// Stored ranges of one value this close together are read as one (the gap read and dropped):
+/// one pread of 64 KiB more costs less than another request.
+const COALESCE_GAP: u64 = 64 << 10;
 
-/// How one chunk of a batch is decoded.
+/// Where a unit's stored bytes are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// The whole value at the unit's key (its size is asked batch by batch).
+    Whole,
+    /// `len` bytes from `offset` of the value at the unit's key (an inner chunk of a shard).
+    Range { offset: u64, len: u64 },
+    /// Not stored: filled with the fill value.
+    Missing,
+}
+
+/// What the pipeline decodes: a chunk, or an inner chunk of a shard.
+#[derive(Clone, Debug)]
+pub(crate) struct Unit {
+    /// Where its decoded bytes go; its key is the value its stored bytes are read from.
+    pub(crate) placement: ChunkPlacement,
+    pub(crate) source: Source,
+    /// For an inner chunk, its indices within its shard (named in errors).
+    pub(crate) inner: Option<Vec<u64>>,
+}
+
+impl Unit {
+    /// Each chunk a whole stored value.
+    pub(crate) fn whole(placement: ChunkPlacement) -> Self {
+        Self { placement, source: Source::Whole, inner: None }
+    }
+
+    fn decoded_len(&self, elem: u64) -> u64 {
+        self.placement.chunk_shape.iter().product::<u64>() * elem
+    }
+
+    /// The chunk's name in errors: its key, and for an inner chunk its indices in the shard.
+    pub(crate) fn label(&self) -> String {
+        match &self.inner {
+            Some(inner) => format!("{} (inner chunk {inner:?})", self.placement.key),
+            None => self.placement.key.to_string(),
+        }
+    }
+
+    fn error(&self, reason: impl Into<String>) -> GpuError {
+        GpuError::Chunk { key: self.label(), reason: reason.into() }
+    }
+}
+
+/// How one unit of a batch is decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Route {
     /// Missing: filled with the fill value.
@@ -44,15 +94,13 @@ enum Route {
 
 /// A device result to check once the batches are done (offsets into the results buffer).
 enum Check {
-    /// nvCOMP zstd status and decoded size of a placement.
-    Zstd { placement: usize, size: usize, status: usize },
-    /// nvCOMP crc32c of a placement, against the stored value.
-    Crc32c { placement: usize, expected: u32, value: usize, status: usize },
+    /// nvCOMP zstd status and decoded size of a unit.
+    Zstd { unit: usize, size: usize, status: usize },
 }
 
 struct Item {
-    /// Index into the placements.
-    placement: usize,
+    /// Index into the units.
+    unit: usize,
     stored_len: u64,
     /// Bytes of the stored chunk that are the zstd frame (or the data): without the crc32c.
     data_len: u64,
@@ -109,7 +157,61 @@ fn batches_by_size(sizes: impl IntoIterator<Item = u64>, budget: u64) -> Vec<Vec
     batches
 }
 
-/// Decode `subset` of an array whose chunks are stored `bytes` + `chain` on the device.
+/// The reads of a batch: stored spans `(key, offset, len)` of one value that lie at most `gap`
+/// bytes apart become one request (in offset order), each request landing at an aligned offset of
+/// host staging. Returns the requests, per span its request and host offset, and the staging used.
+fn coalesce(spans: &[(&StoreKey, u64, u64)], gap: u64) -> (Vec<DeviceReadRequest>, Vec<(usize, u64)>, u64) {
+    let mut order: Vec<usize> = (0..spans.len()).collect();
+    order.sort_by(|&a, &b| spans[a].0.as_str().cmp(spans[b].0.as_str()).then(spans[a].1.cmp(&spans[b].1)));
+    let mut requests: Vec<DeviceReadRequest> = Vec::new();
+    let mut at = vec![(0, 0); spans.len()];
+    let mut used = 0u64;
+    for i in order {
+        let (key, offset, len) = spans[i];
+        let joins = requests.last().is_some_and(|r| {
+            let end = r.offset + r.len as u64;
+            r.key == *key && offset >= end && offset - end <= gap
+        });
+        if joins {
+            let r = requests.last_mut().expect("a request");
+            r.len = (offset + len - r.offset) as usize;
+        } else {
+            if let Some(r) = requests.last() {
+                used = (r.dst + r.len as u64).next_multiple_of(STORED_ALIGN);
+            }
+            requests.push(DeviceReadRequest { key: key.clone(), offset, len: len as usize, dst: used });
+        }
+        let r = requests.last().expect("a request");
+        at[i] = (requests.len() - 1, r.dst + offset - r.offset);
+    }
+    let total = requests.last().map_or(0, |r| r.dst + r.len as u64);
+    (requests, at, total)
+}
+
+/// Keep `buffer` at least `len` bytes: a buffer that is too small (or none) is replaced by one a
+/// quarter larger than asked, so that batches of slowly growing size do not reallocate each time.
+/// The old buffer must no longer be in use.
+fn ensure<B>(
+    buffer: &mut Option<B>,
+    len: u64,
+    capacity: impl Fn(&B) -> usize,
+    take: impl Fn(usize) -> Result<B, GpuError>,
+    give: impl Fn(B),
+) -> Result<(), GpuError> {
+    if buffer.as_ref().is_some_and(|b| capacity(b) as u64 >= len) {
+        return Ok(());
+    }
+    let grow = buffer.is_some();
+    if let Some(old) = buffer.take() {
+        give(old);
+    }
+    let len = if grow { len + len / 4 } else { len };
+    *buffer = Some(take(len.max(1) as usize)?);
+    Ok(())
+}
+
+/// Decode `subset` of an array on the device: its chunks (or, for sharded arrays, the inner
+/// chunks meeting the subset) are stored as `plan` says.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     array: &Array<S>,
@@ -119,193 +221,205 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     context: &GpuContext,
     stream: &Arc<CudaStream>,
     out_bytes: u64,
+    plan: &DevicePlan,
+    nvcomp: Option<&NvcompLibrary>,
+) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
+    let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
+    let chunks = crate::retrieve::chunks_meeting(array, subset)?;
+    if plan.shards.is_empty() {
+        let units: Vec<Unit> = plan_chunks(elem, subset, chunks).into_iter().map(Unit::whole).collect();
+        return decode_units(array, &units, gds, config, context, stream, out_bytes, plan.chain, nvcomp);
+    }
+    let storage = array.storage();
+    let (units, index_bytes) =
+        sharded_units(storage.as_ref(), gds, context.reader(), &plan.shards, elem, subset, chunks)?;
+    let (out, mut report) = decode_units(array, &units, gds, config, context, stream, out_bytes, plan.chain, nvcomp)?;
+    report.bytes_read += index_bytes;
+    Ok((out, report))
+}
+
+/// Read, check, decode and place `units` (chunks or inner chunks, all stored `bytes` + `chain`)
+/// into a new output of `out_bytes`.
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
+pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
+    array: &Array<S>,
+    units: &[Unit],
+    gds: Option<&GdsStore>,
+    config: &GpuConfig,
+    context: &GpuContext,
+    stream: &Arc<CudaStream>,
+    out_bytes: u64,
     chain: DeviceChain,
-    nvcomp: &NvcompLibrary,
+    nvcomp: Option<&NvcompLibrary>,
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
     let mut trace = Trace::new();
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
-    let chunks = crate::retrieve::chunks_meeting(array, subset)?;
-    let placements = plan_chunks(elem, subset, chunks);
-    let decoded_len = |p: &ChunkPlacement| p.chunk_shape.iter().product::<u64>() * elem;
     let storage = array.storage();
-    let sizes: Vec<Option<u64>> = context
-        .reader()
-        .install(|| placements.par_iter().map(|p| storage.size_key(&p.key)).collect::<Result<_, _>>())
-        .map_err(|e| GpuError::Array(e.into()))?;
-    trace.mark("sizes");
+    let nvcomp = match nvcomp {
+        Some(nvcomp) => Some(nvcomp),
+        None if chain.is_raw() => None,
+        None => return Err(GpuError::NoCuda("nvCOMP is needed for this codec chain".into())),
+    };
 
-    let largest = placements.iter().map(decoded_len).max().unwrap_or(0);
+    let decoded_len = |u: usize| units[u].decoded_len(elem);
+    let largest = (0..units.len()).map(decoded_len).max().unwrap_or(0);
     let free = if chain.zstd && largest >= LARGE_CHUNK { Some(context.free_bytes()?) } else { None };
     let budget = batch_budget(config.staging_bytes() as u64, largest, free, out_bytes);
-    let batches = batches_by_size(placements.iter().map(decoded_len), budget);
+    let batches = batches_by_size((0..units.len()).map(decoded_len), budget);
     let threads = context.reader().options().threads;
     let fraction = if chain.zstd { host_fraction(config, threads) } else { 0.0 };
-
-    // Sizes of the per-batch buffers: the largest batch decides.
-    let layout = |batch: &[usize]| -> (u64, u64, usize, u64) {
-        let stored: u64 = batch.iter().map(|&i| sizes[i].unwrap_or(0).next_multiple_of(STORED_ALIGN)).sum();
-        let decoded: u64 = batch.iter().map(|&i| decoded_len(&placements[i]).next_multiple_of(DECODED_ALIGN)).sum();
-        let max_chunk = batch.iter().map(|&i| decoded_len(&placements[i])).max().unwrap_or(0);
-        (stored, decoded, batch.len(), max_chunk)
-    };
-    let mut max_stored = 0;
-    let mut max_decoded = 0;
-    let mut max_temp = 0;
-    for batch in &batches {
-        let (stored, decoded, n, max_chunk) = layout(batch);
-        max_stored = max_stored.max(stored);
-        max_decoded = max_decoded.max(decoded);
-        if chain.zstd {
-            let temp = nvcomp.zstd_decompress_temp_size(n, max_chunk as usize, decoded as usize).map_err(nvcomp_err)?;
-            max_temp = max_temp.max(temp as u64);
-        }
-    }
-    // nvCOMP's arrays (at most 68 bytes per chunk, zstd and crc32c together), then the placement
-    // kernel's table.
-    let max_copies =
-        batches.iter().map(|b| b.iter().map(|&i| placements[i].copies.len()).sum::<usize>()).max().unwrap_or(0);
-    let meta_bytes = (batches.iter().map(Vec::len).max().unwrap_or(0) as u64 * 96
-        + place::table_bytes(max_copies) as u64)
-        .next_multiple_of(DECODED_ALIGN);
-    let placer = Placer::get(context.cuda());
-    let device_slot = max_stored.next_multiple_of(DECODED_ALIGN)
-        + if chain.zstd { max_decoded } else { 0 }
-        + max_temp.next_multiple_of(DECODED_ALIGN)
-        + meta_bytes;
     let slots = if batches.len() > 1 { 2 } else { 1 };
-    context.check_free(out_bytes + device_slot * slots)?;
+
+    // Device memory a batch may take: stored bytes (at most about the decoded bytes), decoded
+    // bytes, nvCOMP's temp space, metadata. Checked before anything is allocated.
+    let meta_len = |batch: &[usize]| -> u64 {
+        let copies: usize = batch.iter().map(|&u| units[u].placement.copies.len()).sum();
+        // nvCOMP's arrays (at most 68 bytes per chunk, zstd and crc32c together), then the
+        // placement kernel's table.
+        (batch.len() as u64 * 96 + place::table_bytes(copies) as u64).next_multiple_of(DECODED_ALIGN)
+    };
+    let mut largest_slot = 0u64;
+    for batch in &batches {
+        let decoded: u64 = batch.iter().map(|&u| decoded_len(u).next_multiple_of(DECODED_ALIGN)).sum();
+        let max_chunk = batch.iter().map(|&u| decoded_len(u)).max().unwrap_or(0);
+        let temp = match nvcomp {
+            Some(nvcomp) if chain.zstd => nvcomp
+                .zstd_decompress_temp_size(batch.len(), max_chunk as usize, decoded as usize)
+                .map_err(nvcomp_err)? as u64,
+            _ => 0,
+        };
+        largest_slot = largest_slot.max(2 * decoded + temp + meta_len(batch));
+    }
+    context.check_free(out_bytes + largest_slot * slots as u64)?;
     trace.mark("plan");
 
     let (out, out_ptr) = context.alloc_output(stream, out_bytes as usize)?;
-    let mut device: Vec<(DeviceBuffer, Option<CudaEvent>)> = Vec::new();
-    let mut host: Vec<PinnedBuffer> = Vec::new();
-    // Per slot, pinned memory for the chunks decoded on host threads (grown on demand).
-    let mut host_decoded: Vec<Option<PinnedBuffer>> = Vec::new();
-    for _ in 0..slots.min(batches.len() as u64) {
-        device.push((context.take_staging(device_slot.max(1) as usize)?, None));
-        // Stored chunks, then the metadata staged for async copies.
-        host.push(context.take_pinned((max_stored + meta_bytes) as usize)?);
-        host_decoded.push(None);
-    }
-    // What the device reports back, batch after batch: per batch its decoded sizes (u64), zstd
-    // statuses, crc32c values and crc32c statuses (u32), at most 20 bytes per chunk.
-    let mut results = context.take_pinned(placements.len().max(1) * 20)?;
+    // Host-to-device copies of stored and host-decoded bytes run on their own stream, so that a
+    // batch's copy overlaps the previous batch's decode.
+    let copy_stream = context.new_stream()?;
+    let mut device: Vec<(Option<DeviceBuffer>, Option<CudaEvent>)> = (0..slots).map(|_| (None, None)).collect();
+    // Per slot: stored chunks then the metadata staged for async copies; chunks decoded on host
+    // threads.
+    let mut host: Vec<Option<PinnedBuffer>> = (0..slots).map(|_| None).collect();
+    let mut host_decoded: Vec<Option<PinnedBuffer>> = (0..slots).map(|_| None).collect();
+    // What nvCOMP zstd reports back, batch after batch: per batch its decoded sizes (u64) and
+    // statuses (u32), 12 bytes per chunk.
+    let mut results = context.take_pinned(units.len().max(1) * 12)?;
     let results_base = results.as_mut_slice().as_mut_ptr();
     trace.mark("buffers");
 
-    let mut report = RetrieveReport::new(DecodePath::Device, placements.len());
+    let mut report = RetrieveReport::new(DecodePath::Device, units.len());
+    report.io = Some(zarrs_gds_store::IoStatus {
+        path: if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
+        reason: "stored chunks are read to host memory, where they are checked".into(),
+    });
     let mut fill: Option<DeviceBuffer> = None;
+    let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
     let mut checks: Vec<Check> = Vec::new();
     let mut results_at = 0usize;
+    let placer = Placer::get(context.cuda());
     let result = (|| -> Result<(), GpuError> {
         for (b, batch) in batches.iter().enumerate() {
-            let (dbuf, event) = &mut device[b % slots as usize];
-            if let Some(event) = event.take() {
+            let slot = b % slots;
+            if let Some(event) = device[slot].1.take() {
                 event.synchronize().map_err(GpuError::cuda("waiting for a batch"))?;
                 trace.mark("wait slot");
             }
-            let hbuf = &mut host[b % slots as usize];
-            let host_meta = hbuf.as_mut_slice()[max_stored as usize..].as_mut_ptr() as usize;
-            // Metadata goes through pinned memory, so that its copies do not wait for the stream
-            // (a pageable copy would, serialising the next batch's reads behind this one's decode).
-            let stage = |at: u64, words: &[u64], device: u64| -> Result<(), GpuError> {
-                let bytes = words.len() * 8;
-                // SAFETY: the slot's metadata region holds meta_bytes; `at + bytes` stays within
-                // it (nvCOMP arrays first, the placement table at its end); the region is reused
-                // only after this batch's event.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        words.as_ptr().cast::<u8>(),
-                        (host_meta + at as usize) as *mut u8,
-                        bytes,
-                    );
-                    sys::cuMemcpyHtoDAsync_v2(
-                        device,
-                        (host_meta + at as usize) as *const c_void,
-                        bytes,
-                        stream.cu_stream(),
-                    )
-                }
-                .result()
-                .map_err(GpuError::cuda("copying decode metadata"))
-            };
-            // Layout: stored chunks in host and device staging, decoded chunks after them.
-            let (stored_total, _, _, _) = layout(batch);
+            // Stored spans: whole values are sized here, batch by batch, so that later batches'
+            // queries overlap the device's work on earlier ones.
+            let spans: Vec<Option<(u64, u64)>> = context
+                .reader()
+                .install(|| {
+                    batch
+                        .par_iter()
+                        .map(|&u| match units[u].source {
+                            Source::Whole => storage.size_key(&units[u].placement.key).map(|s| s.map(|s| (0, s))),
+                            Source::Range { offset, len } => Ok(Some((offset, len))),
+                            Source::Missing => Ok(None),
+                        })
+                        .collect::<Result<_, _>>()
+                })
+                .map_err(|e| GpuError::Array(e.into()))?;
+            let stored: Vec<(&StoreKey, u64, u64)> = batch
+                .iter()
+                .zip(&spans)
+                .filter_map(|(&u, s)| s.map(|(offset, len)| (&units[u].placement.key, offset, len)))
+                .collect();
+            let (requests, at, stored_total) = coalesce(&stored, COALESCE_GAP);
             let mut items = Vec::with_capacity(batch.len());
-            let (mut host_at, mut decoded_at) = (0u64, 0u64);
-            for &i in batch {
-                let stored_len = sizes[i].unwrap_or(0);
-                let route = if sizes[i].is_some() { Route::Device } else { Route::Missing };
+            let mut decoded_at = 0u64;
+            let mut next_span = at.iter();
+            for (&u, span) in batch.iter().zip(&spans) {
+                let (route, stored_len, host_offset) = match span {
+                    Some((_, len)) => (Route::Device, *len, next_span.next().expect("one per span").1),
+                    None => (Route::Missing, 0, 0),
+                };
                 items.push(Item {
-                    placement: i,
+                    unit: u,
                     stored_len,
                     data_len: stored_len,
-                    host_offset: host_at,
+                    host_offset,
                     decoded_offset: decoded_at,
                     route,
                     crc: None,
                 });
-                host_at += stored_len.next_multiple_of(STORED_ALIGN);
-                decoded_at += decoded_len(&placements[i]).next_multiple_of(DECODED_ALIGN);
+                decoded_at += decoded_len(u).next_multiple_of(DECODED_ALIGN);
             }
-            let requests: Vec<DeviceReadRequest> = items
-                .iter()
-                .filter(|it| it.route != Route::Missing)
-                .map(|it| DeviceReadRequest {
-                    key: placements[it.placement].key.clone(),
-                    offset: 0,
-                    len: it.stored_len as usize,
-                    dst: it.host_offset,
-                })
-                .collect();
+            let decoded_total = decoded_at;
+            trace.mark("sizes");
+
+            let meta_bytes = meta_len(batch);
+            let host_meta_at = stored_total.next_multiple_of(STORED_ALIGN);
+            ensure(
+                &mut host[slot],
+                host_meta_at + meta_bytes,
+                PinnedBuffer::len,
+                |len| context.take_pinned(len),
+                |old| context.give_pinned(old),
+            )?;
+            let hbuf = host[slot].as_mut().expect("ensured");
             let found = match gds {
                 Some(store) => store.read_to_host(context.reader(), &requests, hbuf.as_mut_slice())?,
                 None => read_store_to_host(storage.as_ref(), context.reader(), &requests, hbuf.as_mut_slice())?,
             };
-            report.io = Some(zarrs_gds_store::IoStatus {
-                path: if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
-                reason: "compressed chunks are read to host memory, where their frames are checked".into(),
-            });
-            let mut found_iter = found.iter();
+            report.bytes_read +=
+                requests.iter().zip(&found).filter(|(_, &f)| f).map(|(r, _)| r.len as u64).sum::<u64>();
+            let mut next_span = at.iter();
             for it in items.iter_mut().filter(|it| it.route != Route::Missing) {
-                if !found_iter.next().copied().unwrap_or(false) {
+                if !found[next_span.next().expect("one per span").0] {
                     it.route = Route::Missing; // deleted between the size query and the read
                 }
             }
             trace.mark("read");
             // Check every stored chunk on the host: crc32c trailer, zstd frame structure and size.
-            let stored = hbuf.as_slice();
+            let stored_bytes = hbuf.as_slice();
             context.reader().install(|| {
                 items.par_iter_mut().filter(|it| it.route != Route::Missing).try_for_each(|it| {
-                    let p = &placements[it.placement];
-                    let bytes = &stored[it.host_offset as usize..][..it.stored_len as usize];
-                    let chunk_error = |reason: String| GpuError::Chunk { key: p.key.to_string(), reason };
+                    let unit = &units[it.unit];
+                    let bytes = &stored_bytes[it.host_offset as usize..][..it.stored_len as usize];
                     if chain.crc32c {
                         if bytes.len() < 4 {
-                            return Err(chunk_error(format!("{} bytes cannot hold a crc32c checksum", bytes.len())));
+                            return Err(unit.error(format!("{} bytes cannot hold a crc32c checksum", bytes.len())));
                         }
                         it.data_len -= 4;
                         it.crc = Some(u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes")));
                     }
                     let data = &bytes[..it.data_len as usize];
+                    let expected = decoded_len(it.unit);
                     if chain.zstd {
-                        match check_frame(data, decoded_len(p)).map_err(|e| chunk_error(e.to_string()))? {
+                        match check_frame(data, expected).map_err(|e| unit.error(e.to_string()))? {
                             FrameVerdict::Device { .. } => {}
                             FrameVerdict::Host(_) => it.route = Route::Host,
                         }
-                    } else if data.len() as u64 != decoded_len(p) {
-                        return Err(chunk_error(format!("{} bytes stored, {} expected", data.len(), decoded_len(p))));
+                    } else if data.len() as u64 != expected {
+                        return Err(unit.error(format!("{} bytes stored, {expected} expected", data.len())));
                     }
                     Ok(())
                 })
             })?;
             // The host's share of large chunks.
             let large: Vec<usize> = (0..items.len())
-                .filter(|&k| {
-                    items[k].route == Route::Device
-                        && chain.zstd
-                        && decoded_len(&placements[items[k].placement]) >= LARGE_CHUNK
-                })
+                .filter(|&k| items[k].route == Route::Device && chain.zstd && decoded_len(items[k].unit) >= LARGE_CHUNK)
                 .collect();
             let host_share = (large.len() as f64 * fraction).round() as usize;
             for &k in large.iter().rev().take(host_share) {
@@ -313,70 +427,140 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
             }
             trace.mark("check");
 
-            // One copy of the batch's stored bytes to the device.
-            let cbase = dbuf.ptr();
-            let dbase = cbase + max_stored.next_multiple_of(DECODED_ALIGN);
-            let temp = dbase + if chain.zstd { max_decoded } else { 0 };
-            let meta = temp + max_temp.next_multiple_of(DECODED_ALIGN);
-            context.bind()?;
-            // SAFETY: hbuf holds stored_total bytes; cbase has room for max_stored >= stored_total.
-            unsafe {
-                sys::cuMemcpyHtoDAsync_v2(cbase, stored.as_ptr().cast(), stored_total as usize, stream.cu_stream())
-            }
-            .result()
-            .map_err(GpuError::cuda("copying chunks to the device"))?;
-            for it in &items {
-                if it.route != Route::Missing {
-                    report.bytes_read += it.stored_len;
-                }
-            }
-            // Metadata arrays for nvCOMP, built on the host, copied once.
+            // This batch's device layout: stored bytes, decoded bytes, nvCOMP temp, metadata.
             let on_device: Vec<&Item> = items.iter().filter(|it| it.route == Route::Device).collect();
             let with_crc: Vec<&Item> = items.iter().filter(|it| it.crc.is_some()).collect();
-            let n_zstd = on_device.len();
-            let n_crc = with_crc.len();
-            let mut words: Vec<u64> = Vec::with_capacity(4 * n_zstd + 2 * n_crc);
-            words.extend(on_device.iter().map(|it| cbase + it.host_offset)); // compressed pointers
-            words.extend(on_device.iter().map(|it| it.data_len)); // compressed sizes
-            words.extend(on_device.iter().map(|it| decoded_len(&placements[it.placement]))); // buffer sizes
-            words.extend(on_device.iter().map(|it| dbase + it.decoded_offset)); // output pointers
-            words.extend(with_crc.iter().map(|it| cbase + it.host_offset)); // crc input pointers
-            words.extend(with_crc.iter().map(|it| it.data_len)); // crc input sizes
-            let meta_in = words.len() as u64 * 8;
-            let actual = meta + meta_in; // n_zstd x u64
-            let zstatus = actual + 8 * n_zstd as u64; // n_zstd x u32
-            let crc_out = zstatus + 4 * n_zstd as u64; // n_crc x u32
-            let crc_status = crc_out + 4 * n_crc as u64; // n_crc x u32
-            if !words.is_empty() {
-                stage(0, &words, meta)?;
+            let (n_zstd, n_crc) = (if chain.zstd { on_device.len() } else { 0 }, with_crc.len());
+            let max_chunk = on_device.iter().map(|it| decoded_len(it.unit)).max().unwrap_or(0);
+            let temp_bytes = match nvcomp {
+                Some(nvcomp) if n_zstd > 0 => nvcomp
+                    .zstd_decompress_temp_size(n_zstd, max_chunk as usize, decoded_total as usize)
+                    .map_err(nvcomp_err)?,
+                _ => 0,
+            };
+            let decoded_room = if chain.zstd { decoded_total } else { 0 };
+            let stored_room = stored_total.next_multiple_of(DECODED_ALIGN);
+            let temp_room = (temp_bytes as u64).next_multiple_of(DECODED_ALIGN);
+            ensure(
+                &mut device[slot].0,
+                stored_room + decoded_room + temp_room + meta_bytes,
+                DeviceBuffer::len,
+                |len| context.take_staging(len),
+                |old| context.give_staging(old),
+            )?;
+            let cbase = device[slot].0.as_ref().expect("ensured").ptr();
+            let dbase = cbase + stored_room;
+            let temp = dbase + decoded_room;
+            let meta = temp + temp_room;
+            let host_meta = hbuf.as_mut_slice()[host_meta_at as usize..].as_mut_ptr() as usize;
+            // Metadata goes through pinned memory, so that its copies do not wait for the stream
+            // (a pageable copy would, serialising the next batch's reads behind this one's decode).
+            let stage = |at: u64, words: &[u64], device: u64, on: &CudaStream| -> Result<(), GpuError> {
+                let bytes = words.len() * 8;
+                // SAFETY: the slot's metadata region holds meta_bytes; `at + bytes` stays within
+                // it (crc32c arrays, zstd arrays, the placement table at its end); the region is
+                // reused only after this batch's event.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        words.as_ptr().cast::<u8>(),
+                        (host_meta + at as usize) as *mut u8,
+                        bytes,
+                    );
+                    sys::cuMemcpyHtoDAsync_v2(device, (host_meta + at as usize) as *const c_void, bytes, on.cu_stream())
+                }
+                .result()
+                .map_err(GpuError::cuda("copying decode metadata"))
+            };
+
+            // One copy of the batch's stored bytes to the device, on the copy stream.
+            context.bind()?;
+            let stored_bytes = hbuf.as_slice();
+            if stored_total > 0 {
+                // SAFETY: the host buffer holds stored_total bytes; cbase has room for them; both
+                // are reused only after this batch's event, which follows this copy.
+                unsafe {
+                    sys::cuMemcpyHtoDAsync_v2(
+                        cbase,
+                        stored_bytes.as_ptr().cast(),
+                        stored_total as usize,
+                        copy_stream.cu_stream(),
+                    )
+                }
+                .result()
+                .map_err(GpuError::cuda("copying chunks to the device"))?;
             }
-            let ptr = |k: usize| meta + 8 * k as u64;
-            let nv_stream = stream.cu_stream() as nv::cudaStream_t;
-            if n_crc > 0 {
+            // crc32c on the copy stream too, awaited before anything is decoded: a corrupt frame
+            // must never reach nvCOMP (undefined behaviour; a kernel that never ends at worst).
+            // The wait overlaps the previous batch's decode on the other stream.
+            // Layout at `meta`: pointers, sizes (u64), values, statuses (u32), n_crc of each.
+            let crc_room = (24 * n_crc as u64).next_multiple_of(8);
+            if let (Some(nvcomp), true) = (nvcomp, n_crc > 0) {
+                let mut words: Vec<u64> = with_crc.iter().map(|it| cbase + it.host_offset).collect();
+                words.extend(with_crc.iter().map(|it| it.data_len));
+                stage(0, &words, meta, copy_stream.as_ref())?;
+                let (crc_out, crc_status) = (meta + 16 * n_crc as u64, meta + 20 * n_crc as u64);
                 let max_crc = with_crc.iter().map(|it| it.data_len as usize).max().unwrap_or(0);
                 let crc_conf = nvcomp.crc32_kernel_conf(n_crc, max_crc).map_err(nvcomp_err)?;
-                // SAFETY: pointer and size arrays of n_crc entries in device memory, outputs as many.
-                let status = unsafe {
-                    nvcomp.functions().nvcompBatchedCRC32Async(
-                        ptr(4 * n_zstd) as *const *const c_void,
-                        ptr(4 * n_zstd + n_crc) as *const usize,
+                // SAFETY: pointer and size arrays of n_crc entries in device memory, outputs as
+                // many; the results come back into the host metadata region after the arrays.
+                unsafe {
+                    let status = nvcomp.functions().nvcompBatchedCRC32Async(
+                        meta as *const *const c_void,
+                        (meta + 8 * n_crc as u64) as *const usize,
                         n_crc,
                         crc_out as *mut u32,
                         nvcomp_sys::crc32c_opts(crc_conf),
                         nv::nvcompCRC32OnlySegment,
                         crc_status as *mut nv::nvcompStatus_t,
-                        nv_stream,
+                        copy_stream.cu_stream() as nv::cudaStream_t,
+                    );
+                    nvcomp.check("computing crc32c checksums", status).map_err(nvcomp_err)?;
+                    sys::cuMemcpyDtoHAsync_v2(
+                        (host_meta + 16 * n_crc) as *mut c_void,
+                        crc_out,
+                        8 * n_crc,
+                        copy_stream.cu_stream(),
                     )
-                };
-                nvcomp.check("computing crc32c checksums", status).map_err(nvcomp_err)?;
+                    .result()
+                    .map_err(GpuError::cuda("reading crc32c results"))?;
+                }
+                copy_stream.synchronize().map_err(GpuError::cuda("computing crc32c checksums"))?;
+                // SAFETY: the copy above wrote 8 * n_crc bytes there and has completed.
+                let got = unsafe { std::slice::from_raw_parts((host_meta + 16 * n_crc) as *const u32, 2 * n_crc) };
+                for (k, it) in with_crc.iter().enumerate() {
+                    let unit = &units[it.unit];
+                    let (crc, status) = (got[k], got[n_crc + k]);
+                    if status != nv::nvcompSuccess {
+                        return Err(unit.error(format!("nvCOMP crc32c: {}", nvcomp.status_string(status))));
+                    }
+                    let expected = it.crc.expect("with crc");
+                    if crc != expected {
+                        return Err(unit.error(format!(
+                            "crc32c checksum mismatch: stored {expected:#010x}, computed {crc:#010x}"
+                        )));
+                    }
+                }
             }
-            if chain.zstd && n_zstd > 0 {
-                let (_, decoded_total, _, max_chunk) = layout(batch);
-                let temp_bytes = nvcomp
-                    .zstd_decompress_temp_size(n_zstd, max_chunk as usize, decoded_total as usize)
-                    .map_err(nvcomp_err)?;
+            if stored_total > 0 {
+                let copied = copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+                stream.wait(&copied).map_err(GpuError::cuda("ordering a copy before decoding"))?;
+            }
+            // zstd: pointer, size, capacity and output arrays (u64), then what nvCOMP reports:
+            // decoded sizes (u64) and statuses (u32), n_zstd of each, after the crc32c arrays.
+            let zmeta = meta + crc_room;
+            let actual = zmeta + 32 * n_zstd as u64;
+            let zstatus = actual + 8 * n_zstd as u64;
+            if let (Some(nvcomp), true) = (nvcomp, n_zstd > 0) {
+                let mut words: Vec<u64> = Vec::with_capacity(4 * n_zstd);
+                words.extend(on_device.iter().map(|it| cbase + it.host_offset));
+                words.extend(on_device.iter().map(|it| it.data_len));
+                words.extend(on_device.iter().map(|it| decoded_len(it.unit)));
+                words.extend(on_device.iter().map(|it| dbase + it.decoded_offset));
+                stage(crc_room, &words, zmeta, stream.as_ref())?;
+                let ptr = |k: usize| zmeta + 8 * k as u64;
                 // SAFETY: every frame was checked on the host (one frame, recorded size equal to
-                // the output buffer); arrays of n_zstd entries in device memory; temp sized by nvCOMP.
+                // the output buffer) and its crc32c, where the chain has one, on the device; arrays
+                // of n_zstd entries in device memory; temp sized by nvCOMP.
                 let status = unsafe {
                     nvcomp.functions().nvcompBatchedZstdDecompressAsync(
                         ptr(0) as *const *const c_void,
@@ -389,73 +573,69 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
                         ptr(3 * n_zstd) as *const *mut c_void,
                         nvcomp_sys::zstd_decompress_opts(),
                         zstatus as *mut nv::nvcompStatus_t,
-                        nv_stream,
+                        stream.cu_stream() as nv::cudaStream_t,
                     )
                 };
                 nvcomp.check("launching zstd decompression", status).map_err(nvcomp_err)?;
             }
-            // Meanwhile the host decodes its chunks, into the slot's pinned decode buffer.
+            // Meanwhile the host decodes its chunks into the slot's pinned buffer, each copied to
+            // the device as soon as it is done.
             let host_items: Vec<&Item> = items.iter().filter(|it| it.route == Route::Host).collect();
             report.host_decoded_chunks += host_items.len();
             if !host_items.is_empty() {
                 let mut at = Vec::with_capacity(host_items.len());
-                let mut need = 0usize;
+                let mut need = 0u64;
                 for it in &host_items {
-                    at.push(need);
-                    need += decoded_len(&placements[it.placement]).next_multiple_of(DECODED_ALIGN) as usize;
+                    at.push(need as usize);
+                    need += decoded_len(it.unit).next_multiple_of(DECODED_ALIGN);
                 }
-                let hdec = &mut host_decoded[b % slots as usize];
-                if hdec.as_ref().is_none_or(|buffer| buffer.len() < need) {
-                    if let Some(old) = hdec.take() {
-                        context.give_pinned(old);
-                    }
-                    *hdec = Some(context.take_pinned(need)?);
-                }
-                let base = hdec.as_mut().expect("just made").as_mut_slice().as_mut_ptr() as usize;
-                let stored_part = &hbuf.as_slice()[..max_stored as usize];
+                ensure(
+                    &mut host_decoded[slot],
+                    need,
+                    PinnedBuffer::len,
+                    |len| context.take_pinned(len),
+                    |old| context.give_pinned(old),
+                )?;
+                let base = host_decoded[slot].as_mut().expect("ensured").as_mut_slice().as_mut_ptr() as usize;
+                let copy_stream = &copy_stream;
                 context.reader().install(|| {
                     host_items.par_iter().zip(&at).try_for_each(|(it, &offset)| {
-                        let p = &placements[it.placement];
-                        let len = decoded_len(p) as usize;
+                        let unit = &units[it.unit];
+                        let len = decoded_len(it.unit) as usize;
                         // SAFETY: the regions at `at` are disjoint and lie within the buffer
                         // (sized to their sum).
                         let out = unsafe { std::slice::from_raw_parts_mut((base + offset) as *mut u8, len) };
-                        let data = &stored_part[it.host_offset as usize..][..it.data_len as usize];
+                        let data = &stored_bytes[it.host_offset as usize..][..it.data_len as usize];
                         let written = zstd::bulk::decompress_to_buffer(data, out)
-                            .map_err(|e| GpuError::Chunk { key: p.key.to_string(), reason: format!("zstd: {e}") })?;
-                        if written == len {
-                            Ok(())
-                        } else {
-                            Err(GpuError::Chunk {
-                                key: p.key.to_string(),
-                                reason: format!("zstd decoded {written} bytes, {len} expected"),
-                            })
+                            .map_err(|e| unit.error(format!("zstd: {e}")))?;
+                        if written != len {
+                            return Err(unit.error(format!("zstd decoded {written} bytes, {len} expected")));
                         }
+                        context.bind()?;
+                        // SAFETY: pinned source within the buffer (reused only after this batch's
+                        // event); destination within the slot's decoded region.
+                        unsafe {
+                            sys::cuMemcpyHtoDAsync_v2(
+                                dbase + it.decoded_offset,
+                                (base + offset) as *const c_void,
+                                len,
+                                copy_stream.cu_stream(),
+                            )
+                        }
+                        .result()
+                        .map_err(GpuError::cuda("copying host-decoded chunks"))
                     })
                 })?;
-                for (it, &offset) in host_items.iter().zip(&at) {
-                    let len = decoded_len(&placements[it.placement]) as usize;
-                    // SAFETY: pinned source within the buffer (reused only after this batch's
-                    // event); destination within the slot.
-                    unsafe {
-                        sys::cuMemcpyHtoDAsync_v2(
-                            dbase + it.decoded_offset,
-                            (base + offset) as *const c_void,
-                            len,
-                            stream.cu_stream(),
-                        )
-                    }
-                    .result()
-                    .map_err(GpuError::cuda("copying host-decoded chunks"))?;
-                }
+                let copied = copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+                stream.wait(&copied).map_err(GpuError::cuda("ordering host-decoded chunks before placement"))?;
             }
             trace.mark("decode");
-            // Results back to the host in one copy (sizes, zstd statuses, crc values, crc
-            // statuses lie together on the device), checked after the last batch.
-            let result_bytes = 12 * n_zstd + 8 * n_crc;
+            // zstd results back to the host in one copy (sizes and statuses lie together on the
+            // device), checked after the last batch.
+            let result_bytes = 12 * n_zstd;
             if result_bytes > 0 {
-                // SAFETY: results holds 20 bytes per placement, what a chunk with both zstd and
-                // crc32c takes (12 + 8); the source is the contiguous tail of this batch's metadata.
+                // SAFETY: results holds 12 bytes per unit; the source is the contiguous tail of
+                // this batch's zstd metadata.
                 unsafe {
                     sys::cuMemcpyDtoHAsync_v2(
                         (results_base as usize + results_at) as *mut c_void,
@@ -468,34 +648,20 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
                 .map_err(GpuError::cuda("reading decode results"))?;
             }
             let at = |base: u64, k: usize, width: usize| results_at + (base - actual) as usize + k * width;
-            if chain.zstd {
-                for (k, it) in on_device.iter().enumerate() {
-                    checks.push(Check::Zstd {
-                        placement: it.placement,
-                        size: at(actual, k, 8),
-                        status: at(zstatus, k, 4),
-                    });
-                }
-            }
-            for (k, it) in with_crc.iter().enumerate() {
-                checks.push(Check::Crc32c {
-                    placement: it.placement,
-                    expected: it.crc.expect("with crc"),
-                    value: at(crc_out, k, 4),
-                    status: at(crc_status, k, 4),
-                });
+            for (k, it) in on_device.iter().enumerate().take(n_zstd) {
+                checks.push(Check::Zstd { unit: it.unit, size: at(actual, k, 8), status: at(zstatus, k, 4) });
             }
             results_at += result_bytes;
             // Placement: every copy of the batch in one kernel launch (or by the copy engines).
             let mut copies = Vec::new();
             let mut srcs = Vec::new();
             for it in &items {
-                let p = &placements[it.placement];
+                let p = &units[it.unit].placement;
                 let src = match it.route {
                     Route::Missing => {
                         report.missing_chunks += 1;
                         // The fill block is uniform and as long as the longest read.
-                        fill_source(&mut fill, context, array, &placements, stream)?
+                        fill_source(&mut fill, context, array, fill_len, stream)?
                     }
                     _ if chain.zstd => dbase + it.decoded_offset + p.byte_start,
                     _ => cbase + it.host_offset + p.byte_start,
@@ -505,8 +671,8 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
             }
             if let Some(placer) = placer {
                 let table = place::encode(&copies, &srcs);
-                let at = meta_bytes - place::table_bytes(max_copies) as u64;
-                stage(at, &table, meta + at)?;
+                let at = meta_bytes - place::table_bytes(copies.len()) as u64;
+                stage(at, &table, meta + at, stream.as_ref())?;
                 // SAFETY: copies stay within their decoded chunks (or the fill block) and `out`.
                 unsafe { placer.launch(stream, meta + at, &copies, out_ptr) }?;
             } else {
@@ -515,7 +681,7 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
                     unsafe { copy_dtod(copy, src, out_ptr, stream) }?;
                 }
             }
-            *event = Some(stream.record_event(None).map_err(GpuError::cuda("recording an event"))?);
+            device[slot].1 = Some(stream.record_event(None).map_err(GpuError::cuda("recording an event"))?);
             trace.mark("place");
         }
         stream.synchronize().map_err(GpuError::cuda("decoding on the device"))?;
@@ -523,57 +689,32 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
         // Every chunk's device result: zstd status and size, crc32c status and value.
         let results = results.as_slice();
         let word = |at: usize| u32::from_ne_bytes(results[at..at + 4].try_into().expect("4 bytes"));
+        let status_string = |s: u32| nvcomp.map_or_else(|| s.to_string(), |n| n.status_string(s));
         for check in &checks {
             match *check {
-                Check::Zstd { placement, size, status } => {
-                    let key = placements[placement].key.to_string();
+                Check::Zstd { unit, size, status } => {
                     if word(status) != nv::nvcompSuccess {
-                        return Err(GpuError::Chunk {
-                            key,
-                            reason: format!("nvCOMP zstd: {}", nvcomp.status_string(word(status))),
-                        });
+                        return Err(units[unit].error(format!("nvCOMP zstd: {}", status_string(word(status)))));
                     }
                     let size = u64::from_ne_bytes(results[size..size + 8].try_into().expect("8 bytes"));
-                    let expected = decoded_len(&placements[placement]);
+                    let expected = decoded_len(unit);
                     if size != expected {
-                        return Err(GpuError::Chunk {
-                            key,
-                            reason: format!("zstd decoded {size} bytes, {expected} expected"),
-                        });
-                    }
-                }
-                Check::Crc32c { placement, expected, value, status } => {
-                    let key = placements[placement].key.to_string();
-                    if word(status) != nv::nvcompSuccess {
-                        return Err(GpuError::Chunk {
-                            key,
-                            reason: format!("nvCOMP crc32c: {}", nvcomp.status_string(word(status))),
-                        });
-                    }
-                    let crc = word(value);
-                    if crc != expected {
-                        return Err(GpuError::Chunk {
-                            key,
-                            reason: format!("crc32c checksum mismatch: stored {expected:#010x}, computed {crc:#010x}"),
-                        });
+                        return Err(units[unit].error(format!("zstd decoded {size} bytes, {expected} expected")));
                     }
                 }
             }
         }
         Ok(())
     })();
-    let synced = stream.synchronize();
+    let synced = stream.synchronize().and(copy_stream.synchronize());
     if synced.is_ok() {
-        for (buffer, _) in device {
+        for buffer in device.into_iter().filter_map(|(buffer, _)| buffer).chain(fill) {
             context.give_staging(buffer);
         }
-        for buffer in host.into_iter().chain(host_decoded.into_iter().flatten()) {
+        for buffer in host.into_iter().chain(host_decoded).flatten() {
             context.give_pinned(buffer);
         }
         context.give_pinned(results);
-        if let Some(buffer) = fill {
-            context.give_staging(buffer);
-        }
     }
     result?;
     trace.finish(&format!(
@@ -600,6 +741,24 @@ mod tests {
         assert_eq!(batches_by_size([], k), Vec::<Vec<usize>>::new());
         // Sizes round up to the alignment: two odd sizes of just over half a budget do not share.
         assert_eq!(batches_by_size([k + 1, k + 1], 3 * k), vec![vec![0], vec![1]]);
+    }
+
+    #[test]
+    fn adjacent_ranges_of_one_value_become_one_read() {
+        let (a, b) = (StoreKey::new("c/0").unwrap(), StoreKey::new("c/1").unwrap());
+        // Out of order; a[0..100] and a[100..150] touch, a[150 + 10..] is within the gap, b apart.
+        let spans = [(&a, 100, 50), (&b, 0, 10), (&a, 0, 100), (&a, 160, 40), (&a, 10_000, 5)];
+        let (requests, at, total) = coalesce(&spans, 64);
+        let got: Vec<(&str, u64, usize, u64)> =
+            requests.iter().map(|r| (r.key.as_str(), r.offset, r.len, r.dst)).collect();
+        assert_eq!(got, vec![("c/0", 0, 200, 0), ("c/0", 10_000, 5, 256), ("c/1", 0, 10, 512)]);
+        assert_eq!(at, vec![(0, 100), (2, 512), (0, 0), (0, 160), (1, 256)]);
+        assert_eq!(total, 522);
+        // Overlapping ranges (a shard whose index points twice into the same bytes) read apart.
+        let (requests, at, _) = coalesce(&[(&a, 0, 100), (&a, 50, 100)], 64);
+        assert_eq!(requests.len(), 2);
+        assert_eq!(at, vec![(0, 0), (1, 256)]);
+        assert_eq!(coalesce(&[], 64).2, 0);
     }
 
     #[test]

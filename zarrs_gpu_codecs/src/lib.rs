@@ -29,6 +29,7 @@ mod error;
 mod place;
 pub mod plan;
 mod retrieve;
+mod shard;
 mod trace;
 pub mod zstd_frame;
 

@@ -17,6 +17,7 @@ use zarrs_storage::ReadableStorageTraits;
 use crate::context::{copy_dtod, fill_pattern, DeviceBuffer, GpuContext};
 use crate::device_array::check_element;
 use crate::plan::{plan_chunks, ChunkPlacement};
+use crate::shard::ShardLevel;
 use crate::trace::Trace;
 use crate::{gpu_config, DeviceArray, GpuConfig, GpuError};
 
@@ -80,45 +81,77 @@ impl RetrieveReport {
     }
 }
 
-/// The device decode plan of an array's codec chain, or why it decodes on the host.
-pub(crate) fn device_chain<S: ?Sized>(array: &Array<S>) -> Result<DeviceChain, String> {
-    let codecs = array.codecs();
-    if let Some(codec) = codecs.array_to_array_codecs().first() {
-        return Err(format!("array-to-array codec {} has no device implementation yet", name(codec.as_ref())));
-    }
-    let a2b = codecs.array_to_bytes_codec();
-    if name(a2b.as_ref()) != "bytes" {
-        return Err(format!("array-to-bytes codec {} has no device implementation yet", name(a2b.as_ref())));
-    }
-    let Some(size) = array.data_type().fixed_size() else {
-        return Err(format!("data type {} has no fixed size", array.data_type()));
-    };
-    let big = a2b
-        .configuration_v3(&CodecMetadataOptions::default())
-        .and_then(|c| c.get("endian").and_then(|e| e.as_str().map(|e| e == "big")))
-        .unwrap_or(false);
-    if size > 1 && (big == cfg!(target_endian = "little")) {
-        return Err("the bytes codec's byte order is not the platform's".into());
-    }
+/// How the device reads an array: the sharding levels to open (outermost first, none for
+/// unsharded arrays) and the codecs of the innermost chunks.
+#[derive(Clone, Debug)]
+pub(crate) struct DevicePlan {
+    pub(crate) shards: Vec<ShardLevel>,
+    pub(crate) chain: DeviceChain,
+}
+
+/// The device plan of an array's codecs, or why it decodes on the host.
+pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, String> {
     if let ArrayMetadata::V3(metadata) = array.metadata() {
         if !metadata.storage_transformers.is_empty() {
             return Err("storage transformers are read on the host".into());
         }
     }
-    let names: Vec<String> = codecs.bytes_to_bytes_codecs().iter().map(|c| name(c.as_ref())).collect();
-    match names.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        [] => Ok(DeviceChain::default()),
-        ["zstd"] => Ok(DeviceChain { zstd: true, crc32c: false }),
-        ["crc32c"] => Ok(DeviceChain { zstd: false, crc32c: true }),
-        ["zstd", "crc32c"] => Ok(DeviceChain { zstd: true, crc32c: true }),
-        _ => Err(format!("bytes-to-bytes codecs [{}] have no device implementation yet", names.join(", "))),
+    let Some(size) = array.data_type().fixed_size() else {
+        return Err(format!("data type {} has no fixed size", array.data_type()));
+    };
+    let mut shards = Vec::new();
+    let mut codecs = array.codecs();
+    loop {
+        if let Some(codec) = codecs.array_to_array_codecs().first() {
+            return Err(format!("array-to-array codec {} has no device implementation yet", name(codec.as_ref())));
+        }
+        let a2b = codecs.array_to_bytes_codec();
+        let names: Vec<String> = codecs.bytes_to_bytes_codecs().iter().map(|c| name(c.as_ref())).collect();
+        match name(a2b.as_ref()).as_str() {
+            "sharding_indexed" => {
+                if !names.is_empty() {
+                    return Err(format!("bytes-to-bytes codecs [{}] over whole shards", names.join(", ")));
+                }
+                let configuration = a2b
+                    .configuration_v3(&CodecMetadataOptions::default())
+                    .ok_or("sharding_indexed without a configuration")?
+                    .to_typed()
+                    .map_err(|e| format!("sharding_indexed configuration: {e}"))?;
+                let (level, inner) = ShardLevel::new(&configuration)?;
+                shards.push(level);
+                codecs = Arc::new(inner);
+            }
+            "bytes" => {
+                let big = a2b
+                    .configuration_v3(&CodecMetadataOptions::default())
+                    .and_then(|c| c.get("endian").and_then(|e| e.as_str().map(|e| e == "big")))
+                    .unwrap_or(false);
+                if size > 1 && (big == cfg!(target_endian = "little")) {
+                    return Err("the bytes codec's byte order is not the platform's".into());
+                }
+                let chain = match names.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+                    [] => DeviceChain::default(),
+                    ["zstd"] => DeviceChain { zstd: true, crc32c: false },
+                    ["crc32c"] => DeviceChain { zstd: false, crc32c: true },
+                    ["zstd", "crc32c"] => DeviceChain { zstd: true, crc32c: true },
+                    _ => {
+                        return Err(format!(
+                            "bytes-to-bytes codecs [{}] have no device implementation yet",
+                            names.join(", ")
+                        ))
+                    }
+                };
+                return Ok(DevicePlan { shards, chain });
+            }
+            other => return Err(format!("array-to-bytes codec {other} has no device implementation yet")),
+        }
     }
 }
 
 /// Why an array's chunks cannot be read and decoded on the device, or None when they can.
 #[must_use]
 pub fn host_decode_reason<S: ?Sized>(array: &Array<S>) -> Option<String> {
-    device_chain(array).err()
+    device_plan(array).err()
 }
 
 /// Every chunk meeting `subset`: its indices, key and (unbounded) subset.
@@ -244,16 +277,18 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     let context = GpuContext::get(config.device())?;
     let stream = context.new_stream()?;
     let out_bytes = subset.num_elements() * std::mem::size_of::<T>() as u64;
-    let route = device_chain(array).and_then(|chain| {
-        if chain.is_raw() {
-            return Ok((chain, None));
+    let route = device_plan(array).and_then(|plan| {
+        if plan.chain.is_raw() {
+            return Ok((plan, None));
         }
-        nvcomp_sys::NvcompLibrary::get().map(|lib| (chain, Some(lib))).map_err(|e| e.to_string())
+        nvcomp_sys::NvcompLibrary::get().map(|lib| (plan, Some(lib))).map_err(|e| e.to_string())
     });
     let (out, report) = match route {
-        Ok((_, None)) => retrieve_raw(array, subset, gds, config, &context, &stream, out_bytes)?,
-        Ok((chain, Some(nvcomp))) if !whole_chunk => {
-            crate::decode::retrieve_decoded(array, subset, gds, config, &context, &stream, out_bytes, chain, nvcomp)?
+        Ok((plan, None)) if plan.shards.is_empty() => {
+            retrieve_raw(array, subset, gds, config, &context, &stream, out_bytes)?
+        }
+        Ok((plan, nvcomp)) if !whole_chunk => {
+            crate::decode::retrieve_decoded(array, subset, gds, config, &context, &stream, out_bytes, &plan, nvcomp)?
         }
         Ok(_) => retrieve_host(array, subset, &context, &stream, out_bytes, whole_chunk, None)?,
         Err(reason) => retrieve_host(array, subset, &context, &stream, out_bytes, whole_chunk, Some(reason))?,
@@ -407,7 +442,13 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
                     }
                 } else {
                     report.missing_chunks += 1;
-                    fill_source(&mut fill, context, array, &placements, stream)?
+                    fill_source(
+                        &mut fill,
+                        context,
+                        array,
+                        placements.iter().map(ChunkPlacement::read_len).max().unwrap_or(0),
+                        stream,
+                    )?
                 };
                 for copy in &p.copies {
                     // SAFETY: the copy reads within the bytes read (or the fill block, sized for
@@ -442,13 +483,13 @@ pub(crate) fn fill_source<S: ?Sized>(
     fill: &mut Option<DeviceBuffer>,
     context: &GpuContext,
     array: &Array<S>,
-    placements: &[ChunkPlacement],
+    len: u64,
     stream: &CudaStream,
 ) -> Result<u64, GpuError> {
     if let Some(buffer) = fill {
         return Ok(buffer.ptr());
     }
-    let len = placements.iter().map(ChunkPlacement::read_len).max().unwrap_or(0) as usize;
+    let len = len as usize;
     let buffer = context.take_staging(len)?;
     let pattern = array.fill_value().as_ne_bytes();
     // SAFETY: the buffer holds at least len bytes, len is a whole number of elements.

@@ -1,0 +1,207 @@
+//! Sharded arrays (`sharding_indexed`) decoded on the device, compared with zarrs' host
+//! retrieval byte for byte: index at the start and the end, inner chains with zstd, crc32c or
+//! neither, nested sharding, missing shards and missing inner chunks, edge shards, subsets.
+
+use std::error::Error;
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use zarrs::array::codec::{Crc32cCodec, ShardingCodecBuilder, ShardingIndexLocation, ZstdCodec};
+use zarrs::array::{
+    data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, ArrayToBytesCodecTraits, BytesToBytesCodecTraits,
+};
+use zarrs_gpu::{host_decode_reason, ArrayDeviceExt, DecodePath, GdsStore, GpuConfig, GpuError, IoBackend};
+use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
+
+type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
+
+fn shape_of(s: &[u64]) -> Vec<NonZeroU64> {
+    s.iter().map(|&n| NonZeroU64::new(n).unwrap()).collect()
+}
+
+fn sharding(
+    inner: &[u64],
+    codecs: Vec<Arc<dyn BytesToBytesCodecTraits>>,
+    location: ShardingIndexLocation,
+) -> Arc<dyn ArrayToBytesCodecTraits> {
+    ShardingCodecBuilder::new(shape_of(inner), &data_type::float32())
+        .bytes_to_bytes_codecs(codecs)
+        .index_location(location)
+        .build_arc()
+}
+
+/// A float32 array with chunks (shards) of `shard` whose codec is `a2b`: every fourth shard never
+/// written; in the others, inner chunks of `inner` whose position hashes to 1 mod 3 hold only the
+/// fill value (so zarrs leaves them out of the shard).
+fn make_sharded(
+    dir: &std::path::Path,
+    shape: &[u64],
+    shard: &[u64],
+    inner: &[u64],
+    a2b: Arc<dyn ArrayToBytesCodecTraits>,
+) -> Result<Array<GdsStore>> {
+    let store = Arc::new(GdsStore::new(dir)?);
+    let fill = -3.25f32;
+    let array = ArrayBuilder::new(shape.to_vec(), shard.to_vec(), data_type::float32(), fill)
+        .array_to_bytes_codec(a2b)
+        .build(store, "/s")?;
+    array.store_metadata()?;
+    let mut rng = StdRng::seed_from_u64(11);
+    let grid = array.chunks_in_array_subset(&array.subset_all())?.unwrap();
+    for (n, indices) in grid.indices().into_iter().enumerate() {
+        if n % 4 == 2 {
+            continue;
+        }
+        let subset = array.chunk_subset(&indices)?;
+        let values: Vec<f32> = subset
+            .indices()
+            .into_iter()
+            .map(|p| {
+                let cell: u64 =
+                    p.iter().zip(inner).map(|(x, c)| x / c).fold(0, |a, c| a.wrapping_mul(31).wrapping_add(c));
+                if cell % 3 == 1 {
+                    fill
+                } else {
+                    (p.iter().sum::<u64>() as f32 * 0.25).round() + f32::from(rng.random::<u8>() & 7)
+                }
+            })
+            .collect();
+        array.store_chunk(&indices, values)?;
+    }
+    Ok(array)
+}
+
+fn posix() -> GpuConfig {
+    GpuConfig::default().with_backend(IoBackend::Posix)
+}
+
+fn check(array: &Array<GdsStore>, subset: &ArraySubset, config: &GpuConfig) -> Result<zarrs_gpu::RetrieveReport> {
+    let want = array.retrieve_array_subset::<ArrayBytes<'static>>(subset)?.into_fixed()?.into_owned();
+    let (device, report) = array.retrieve_array_subset_device_opt::<f32>(subset, config)?;
+    let got = device.to_host_bytes()?;
+    assert!(got == want, "subset {:?}: device bytes differ from zarrs' ({report:?})", subset.to_ranges());
+    Ok(report)
+}
+
+fn subsets(shape: &[u64], seed: u64) -> Vec<ArraySubset> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = vec![ArraySubset::new_with_shape(shape.to_vec())];
+    for _ in 0..6 {
+        let ranges: Vec<_> = shape
+            .iter()
+            .map(|&s| {
+                let a = rng.random_range(0..s);
+                a..rng.random_range(a + 1..=s)
+            })
+            .collect();
+        out.push(ArraySubset::new_with_ranges(&ranges));
+    }
+    out
+}
+
+#[test]
+fn sharded_arrays_with_device_inner_chains_plan_for_the_device() -> Result {
+    let dir = tempfile::tempdir()?;
+    let zstd: Arc<dyn BytesToBytesCodecTraits> = Arc::new(ZstdCodec::new(3, false));
+    let array =
+        make_sharded(dir.path(), &[8, 8], &[8, 8], &[4, 4], sharding(&[4, 4], vec![zstd], ShardingIndexLocation::End))?;
+    assert_eq!(host_decode_reason(&array), None);
+    let gzip: Arc<dyn BytesToBytesCodecTraits> = Arc::new(zarrs::array::codec::GzipCodec::new(5)?);
+    let array =
+        make_sharded(dir.path(), &[8, 8], &[8, 8], &[4, 4], sharding(&[4, 4], vec![gzip], ShardingIndexLocation::End))?;
+    assert!(host_decode_reason(&array).is_some_and(|r| r.contains("gzip")), "{:?}", host_decode_reason(&array));
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sharded_arrays_match_zarrs() -> Result {
+    let shape = [70u64, 45, 33];
+    let shard = [32u64, 32, 16];
+    let inner = [8u64, 16, 8];
+    let chains: Vec<Vec<Arc<dyn BytesToBytesCodecTraits>>> = vec![
+        vec![Arc::new(ZstdCodec::new(3, false))],
+        vec![Arc::new(ZstdCodec::new(1, true)), Arc::new(Crc32cCodec::new())],
+        vec![Arc::new(Crc32cCodec::new())],
+        vec![],
+    ];
+    for (c, codecs) in chains.into_iter().enumerate() {
+        for location in [ShardingIndexLocation::End, ShardingIndexLocation::Start] {
+            let dir = tempfile::tempdir()?;
+            let array = make_sharded(dir.path(), &shape, &shard, &inner, sharding(&inner, codecs.clone(), location))?;
+            let report = check(&array, &array.subset_all(), &posix())?;
+            assert_eq!(report.decode, DecodePath::Device, "chain {c} {location:?}: {report:?}");
+            assert!(report.missing_chunks > 0, "chain {c}: {report:?}");
+            for subset in subsets(&shape, c as u64) {
+                check(&array, &subset, &posix())?;
+            }
+            // Again, with the shard indexes cached, and in small batches.
+            check(&array, &array.subset_all(), &posix().with_staging_bytes(1 << 20))?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn nested_sharding_matches_zarrs() -> Result {
+    let dir = tempfile::tempdir()?;
+    let zstd: Arc<dyn BytesToBytesCodecTraits> = Arc::new(ZstdCodec::new(3, false));
+    let innermost = sharding(&[4, 8], vec![zstd], ShardingIndexLocation::End);
+    let middle = ShardingCodecBuilder::new(shape_of(&[16, 16]), &data_type::float32())
+        .array_to_bytes_codec(innermost)
+        .index_location(ShardingIndexLocation::Start)
+        .build_arc();
+    let shape = [50u64, 70];
+    let array = make_sharded(dir.path(), &shape, &[32, 32], &[4, 8], middle)?;
+    let report = check(&array, &array.subset_all(), &posix())?;
+    assert_eq!(report.decode, DecodePath::Device, "{report:?}");
+    for subset in subsets(&shape, 3) {
+        check(&array, &subset, &posix())?;
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn corrupt_shards_are_errors_naming_the_shard_and_the_next_read_works() -> Result {
+    let dir = tempfile::tempdir()?;
+    let codecs: Vec<Arc<dyn BytesToBytesCodecTraits>> =
+        vec![Arc::new(ZstdCodec::new(3, false)), Arc::new(Crc32cCodec::new())];
+    let shape = [32u64, 32];
+    let array =
+        make_sharded(dir.path(), &shape, &[16, 32], &[8, 8], sharding(&[8, 8], codecs, ShardingIndexLocation::End))?;
+    let store = array.storage();
+    let key = array.chunk_key(&[0, 0]);
+    let good = store.get(&key)?.unwrap();
+    check(&array, &array.subset_all(), &posix())?;
+    let n = good.len();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("flipped byte in an inner chunk (its crc32c catches it)", {
+            let mut b = good.to_vec();
+            b[n / 4] ^= 0x55;
+            b
+        }),
+        ("flipped byte in the index (the index crc32c catches it)", {
+            let mut b = good.to_vec();
+            b[n - 10] ^= 0x01;
+            b
+        }),
+        ("shorter than its index", good[..8].to_vec()),
+        ("truncated: the index points past the end", good[n / 2..].to_vec()),
+    ];
+    for (what, bytes) in cases {
+        store.set(&key, Bytes::from(bytes))?;
+        let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, GpuError::Chunk { .. } | GpuError::Read(_)) && text.contains(&key.to_string()),
+            "{what}: {text}"
+        );
+        store.set(&key, good.clone())?;
+        check(&array, &array.subset_all(), &posix())?;
+    }
+    Ok(())
+}

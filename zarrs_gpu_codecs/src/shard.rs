@@ -1,0 +1,368 @@
+//! Sharded arrays (`sharding_indexed`, nested too) on the device: each shard's index is read with
+//! a partial read (start or end of the shard, decoded on the host with its own codecs, crc32c
+//! included; cached per shard file of a [`GdsStore`]), and every inner chunk that meets the
+//! subset becomes a decode unit: its byte range in the shard file, or missing.
+
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
+
+use rayon::prelude::*;
+use zarrs::array::codec::{CodecChain, ShardingCodec, ShardingCodecConfiguration, ShardingIndexLocation};
+use zarrs::array::{ArraySubset, ArrayToBytesCodecTraits, BytesRepresentation, CodecOptions, FillValue};
+use zarrs_gds_store::GdsStore;
+use zarrs_storage::byte_range::ByteRange;
+use zarrs_storage::{ReadableStorageTraits, StoreKey};
+
+use crate::decode::{Source, Unit};
+use crate::plan::plan_chunks;
+use crate::GpuError;
+
+/// One level of sharding: the inner chunk shape and how to find and decode the index.
+#[derive(Clone, Debug)]
+pub(crate) struct ShardLevel {
+    inner_shape: Vec<u64>,
+    /// Decodes the index (its `decode_index`); the inner codecs are planned separately.
+    codec: Arc<ShardingCodec>,
+    index_codecs: Arc<CodecChain>,
+    location: ShardingIndexLocation,
+}
+
+impl ShardLevel {
+    /// The sharding level of a `sharding_indexed` configuration, and its inner codec chain.
+    pub(crate) fn new(configuration: &ShardingCodecConfiguration) -> Result<(Self, CodecChain), String> {
+        let ShardingCodecConfiguration::V1(c) = configuration else {
+            return Err("this sharding_indexed configuration version is not supported".into());
+        };
+        let index_codecs = CodecChain::from_metadata(&c.index_codecs).map_err(|e| e.to_string())?;
+        let inner = CodecChain::from_metadata(&c.codecs).map_err(|e| e.to_string())?;
+        let codec = ShardingCodec::new_with_configuration(configuration).map_err(|e| e.to_string())?;
+        let level = Self {
+            inner_shape: c.chunk_shape.iter().map(|n| n.get()).collect(),
+            codec: Arc::new(codec),
+            index_codecs: Arc::new(index_codecs),
+            location: c.index_location,
+        };
+        Ok((level, inner))
+    }
+
+    /// Inner chunks per shard of `shard_shape` along each dimension.
+    fn chunks_per_shard(&self, shard_shape: &[u64]) -> Result<Vec<NonZeroU64>, String> {
+        shard_shape
+            .iter()
+            .zip(&self.inner_shape)
+            .map(|(&s, &c)| {
+                NonZeroU64::new(s / c).filter(|_| s % c == 0).ok_or_else(|| {
+                    format!("inner chunk shape {:?} does not divide shard shape {shard_shape:?}", self.inner_shape)
+                })
+            })
+            .collect()
+    }
+
+    /// Bytes of the encoded index of a shard with `chunks_per_shard` inner chunks.
+    fn index_len(&self, chunks_per_shard: &[NonZeroU64]) -> Result<u64, String> {
+        let mut shape = chunks_per_shard.to_vec();
+        shape.push(NonZeroU64::new(2).expect("2"));
+        match self
+            .index_codecs
+            .encoded_representation(&shape, &zarrs::array::data_type::uint64(), &FillValue::from(u64::MAX))
+            .map_err(|e| e.to_string())?
+        {
+            BytesRepresentation::FixedSize(size) => Ok(size),
+            _ => Err("the shard index codecs do not give a fixed size".into()),
+        }
+    }
+}
+
+/// A shard to open: where its bytes are and which part of the array it holds.
+struct ShardRef {
+    key: StoreKey,
+    /// Where the shard starts in the value (nonzero for nested shards).
+    base: u64,
+    /// Its length, when known (nested shards); None for a whole value.
+    len: Option<u64>,
+    /// The part of the array it covers (unbounded: full shard shape).
+    subset: ArraySubset,
+}
+
+/// Decoded shard indexes of `GdsStore` files, keyed by file and shard start, valid while the
+/// file's size and modification time are unchanged. Only files last modified over a second
+/// before are kept: timestamps are coarse (a few milliseconds), so a rewrite just after a write
+/// could keep the same size and time, never one after that second.
+type IndexCache = HashMap<(PathBuf, u64), (u64, SystemTime, Arc<Vec<u64>>)>;
+
+fn index_cache() -> &'static Mutex<IndexCache> {
+    static CACHE: OnceLock<Mutex<IndexCache>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Indexes kept at most (beyond that the cache starts over): 64 inner chunks take 1 KiB.
+const INDEX_CACHE_ENTRIES: usize = 1 << 16;
+
+/// A decoded shard index (offset and length per inner chunk) and the bytes read for it (0 when
+/// cached).
+type ReadIndex = (Arc<Vec<u64>>, u64);
+
+/// Read and decode one shard's index: None when the shard does not exist.
+fn read_index<S: ReadableStorageTraits + ?Sized>(
+    storage: &S,
+    gds: Option<&GdsStore>,
+    level: &ShardLevel,
+    shard: &ShardRef,
+) -> Result<Option<ReadIndex>, GpuError> {
+    let shard_shape = shard.subset.shape();
+    let label = || format!("{} (shard at byte {})", shard.key, shard.base);
+    let error = |reason: String| GpuError::Chunk { key: label(), reason };
+    let per_shard = level.chunks_per_shard(shard_shape).map_err(&error)?;
+    let index_len = level.index_len(&per_shard).map_err(&error)?;
+    // The file's identity for the cache (GdsStore only: other stores cannot say if it changed).
+    let stamp = gds.and_then(|store| {
+        let path = store.key_to_fspath(&shard.key);
+        let meta = std::fs::metadata(&path).ok()?;
+        Some((path, meta.len(), meta.modified().ok()?))
+    });
+    if let Some((path, size, modified)) = &stamp {
+        let cache = index_cache().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((s, m, index)) = cache.get(&(path.clone(), shard.base)) {
+            if s == size && m == modified {
+                return Ok(Some((index.clone(), 0)));
+            }
+        }
+    } else if gds.is_some() {
+        return Ok(None); // no such file
+    }
+    let range = match (level.location, shard.len) {
+        (ShardingIndexLocation::Start, _) => ByteRange::FromStart(shard.base, Some(index_len)),
+        (ShardingIndexLocation::End, Some(len)) => {
+            if len < index_len {
+                return Err(error(format!("{len} bytes cannot hold its {index_len}-byte index")));
+            }
+            ByteRange::FromStart(shard.base + len - index_len, Some(index_len))
+        }
+        (ShardingIndexLocation::End, None) => ByteRange::Suffix(index_len),
+    };
+    let bytes = match storage.get_partial(&shard.key, range) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(None),
+        Err(err) => return Err(error(format!("reading its index: {err}"))),
+    };
+    if bytes.len() as u64 != index_len {
+        return Err(error(format!("{} bytes where its index takes {index_len}", bytes.len())));
+    }
+    let index = level
+        .codec
+        .decode_index(&bytes, &per_shard, &CodecOptions::default())
+        .map_err(|e| error(format!("decoding its index: {e}")))?;
+    let index = Arc::new(index);
+    let settled = |modified: &SystemTime| {
+        SystemTime::now().duration_since(*modified).is_ok_and(|age| age > std::time::Duration::from_secs(1))
+    };
+    if let Some((path, size, modified)) = stamp.filter(|s| settled(&s.2)) {
+        let mut cache = index_cache().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cache.len() >= INDEX_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert((path, shard.base), (size, modified, index.clone()));
+    }
+    Ok(Some((index, index_len)))
+}
+
+/// The inner chunks of `shard` meeting `subset`: (indices within the shard, their subset).
+fn inner_chunks_meeting(level: &ShardLevel, shard: &ArraySubset, subset: &ArraySubset) -> Vec<(Vec<u64>, ArraySubset)> {
+    let inner = &level.inner_shape;
+    let ranges: Vec<std::ops::Range<u64>> = (0..inner.len())
+        .map(|d| {
+            let (s0, n) = (shard.start()[d], shard.shape()[d]);
+            let (a, b) = (subset.start()[d], subset.start()[d] + subset.shape()[d]);
+            let lo = a.saturating_sub(s0) / inner[d];
+            let hi = (b.saturating_sub(s0).div_ceil(inner[d])).min(n / inner[d]);
+            lo..hi.max(lo)
+        })
+        .collect();
+    let mut out = Vec::new();
+    if ranges.iter().any(std::ops::Range::is_empty) {
+        return out;
+    }
+    let mut idx: Vec<u64> = ranges.iter().map(|r| r.start).collect();
+    loop {
+        let start: Vec<u64> = (0..idx.len()).map(|d| shard.start()[d] + idx[d] * inner[d]).collect();
+        let sub = ArraySubset::new_with_start_shape(start, inner.clone()).expect("same dimensionality");
+        out.push((idx.clone(), sub));
+        let mut d = idx.len();
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < ranges[d].end {
+                break;
+            }
+            idx[d] = ranges[d].start;
+        }
+    }
+}
+
+/// Row-major position of `idx` in a grid of `shape`.
+fn ravel(idx: &[u64], shape: &[NonZeroU64]) -> u64 {
+    idx.iter().zip(shape).fold(0, |acc, (&i, n)| acc * n.get() + i)
+}
+
+/// The decode units of `subset` of a sharded array: every innermost chunk meeting it, with its
+/// byte range (or missing). `shards` are the array's chunks meeting the subset: (indices, key,
+/// unbounded subset). Returns the units and the index bytes read.
+pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
+    storage: &S,
+    gds: Option<&GdsStore>,
+    reader: &zarrs_gds_store::DeviceReader,
+    levels: &[ShardLevel],
+    elem: u64,
+    subset: &ArraySubset,
+    shards: Vec<(Vec<u64>, StoreKey, ArraySubset)>,
+) -> Result<(Vec<Unit>, u64), GpuError> {
+    let mut open: Vec<ShardRef> =
+        shards.into_iter().map(|(_, key, subset)| ShardRef { key, base: 0, len: None, subset }).collect();
+    let mut units = Vec::new();
+    let mut index_bytes = 0;
+    for (depth, level) in levels.iter().enumerate() {
+        let innermost = depth + 1 == levels.len();
+        let indexes: Vec<Option<ReadIndex>> = reader.install(|| {
+            open.par_iter().map(|shard| read_index(storage, gds, level, shard)).collect::<Result<_, _>>()
+        })?;
+        let mut next = Vec::new();
+        for (shard, index) in open.iter().zip(indexes) {
+            let per_shard = level
+                .chunks_per_shard(shard.subset.shape())
+                .map_err(|reason| GpuError::Chunk { key: shard.key.to_string(), reason })?;
+            let index = index.map(|(index, read)| {
+                index_bytes += read;
+                index
+            });
+            for (idx, inner_subset) in inner_chunks_meeting(level, &shard.subset, subset) {
+                let k = ravel(&idx, &per_shard) as usize;
+                let entry = index.as_ref().map(|index| (index[2 * k], index[2 * k + 1]));
+                let source = match entry {
+                    None | Some((u64::MAX, u64::MAX)) => Source::Missing,
+                    Some((offset, len)) => {
+                        if shard.len.is_some_and(|shard_len| offset.checked_add(len).is_none_or(|end| end > shard_len))
+                        {
+                            return Err(GpuError::Chunk {
+                                key: shard.key.to_string(),
+                                reason: format!(
+                                    "inner chunk {idx:?} at bytes {offset}..{} lies outside its shard of {} bytes",
+                                    offset.saturating_add(len),
+                                    shard.len.unwrap_or(0)
+                                ),
+                            });
+                        }
+                        Source::Range { offset: shard.base + offset, len }
+                    }
+                };
+                if !innermost {
+                    // A nested shard: opened at the next level, or wholly missing.
+                    match source {
+                        Source::Range { offset, len } => next.push(ShardRef {
+                            key: shard.key.clone(),
+                            base: offset,
+                            len: Some(len),
+                            subset: inner_subset,
+                        }),
+                        _ => next.push(ShardRef {
+                            key: shard.key.clone(),
+                            base: u64::MAX,
+                            len: None,
+                            subset: inner_subset,
+                        }),
+                    }
+                    continue;
+                }
+                let placement = plan_chunks(elem, subset, [(idx.clone(), shard.key.clone(), inner_subset.clone())])
+                    .into_iter()
+                    .next();
+                if let Some(placement) = placement {
+                    units.push(Unit { placement, source, inner: Some(idx) });
+                }
+            }
+        }
+        // Wholly missing nested shards yield missing inner chunks at the next level.
+        open = Vec::new();
+        for shard in next {
+            if shard.base == u64::MAX {
+                let next_level = &levels[depth + 1];
+                let missing: Vec<_> = missing_units(next_level, levels, depth + 1, elem, subset, &shard);
+                units.extend(missing);
+            } else {
+                open.push(shard);
+            }
+        }
+    }
+    Ok((units, index_bytes))
+}
+
+/// The innermost units of a missing nested shard: all missing.
+fn missing_units(
+    level: &ShardLevel,
+    levels: &[ShardLevel],
+    depth: usize,
+    elem: u64,
+    subset: &ArraySubset,
+    shard: &ShardRef,
+) -> Vec<Unit> {
+    let mut out = Vec::new();
+    for (idx, inner_subset) in inner_chunks_meeting(level, &shard.subset, subset) {
+        if depth + 1 < levels.len() {
+            let nested = ShardRef { key: shard.key.clone(), base: u64::MAX, len: None, subset: inner_subset };
+            out.extend(missing_units(&levels[depth + 1], levels, depth + 1, elem, subset, &nested));
+        } else if let Some(placement) =
+            plan_chunks(elem, subset, [(idx.clone(), shard.key.clone(), inner_subset)]).pop()
+        {
+            out.push(Unit { placement, source: Source::Missing, inner: Some(idx) });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn level(inner: &[u64]) -> ShardLevel {
+        let configuration: ShardingCodecConfiguration = serde_json::from_value(serde_json::json!({
+            "chunk_shape": inner,
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+        }))
+        .unwrap();
+        ShardLevel::new(&configuration).unwrap().0
+    }
+
+    #[test]
+    fn inner_chunks_meeting_a_subset() {
+        let level = level(&[4, 8]);
+        let shard = ArraySubset::new_with_ranges(&[8..16, 16..32]);
+        // Rows 9..13 meet inner rows 0 and 1; columns 20..21 inner column 0 only.
+        let got: Vec<Vec<u64>> = inner_chunks_meeting(&level, &shard, &ArraySubset::new_with_ranges(&[9..13, 20..21]))
+            .into_iter()
+            .map(|(idx, sub)| {
+                assert_eq!(sub.shape(), &[4, 8]);
+                idx
+            })
+            .collect();
+        assert_eq!(got, vec![vec![0, 0], vec![1, 0]]);
+        // A subset covering the shard meets all four; one outside it meets none.
+        assert_eq!(inner_chunks_meeting(&level, &shard, &ArraySubset::new_with_ranges(&[0..100, 0..100])).len(), 4);
+        assert!(inner_chunks_meeting(&level, &shard, &ArraySubset::new_with_ranges(&[0..8, 0..100])).is_empty());
+        assert_eq!(ravel(&[1, 1], &[NonZeroU64::new(2).unwrap(), NonZeroU64::new(2).unwrap()]), 3);
+    }
+
+    #[test]
+    fn index_size_and_shape_checks() {
+        let level = level(&[4, 8]);
+        let per = level.chunks_per_shard(&[8, 16]).unwrap();
+        // 2 x 2 entries of two u64, then the crc32c.
+        assert_eq!(level.index_len(&per).unwrap(), 4 * 16 + 4);
+        assert!(level.chunks_per_shard(&[8, 12]).unwrap_err().contains("does not divide"));
+    }
+}
