@@ -1,23 +1,40 @@
 #!/usr/bin/env bash
 # The benchmark of record: ours and the peers in one run, on the same data, warm page cache.
-# On the GPU host (after ../shared/gpu/stage --peers):  bash .gpu/run bash benches/run.sh [GIB] [PEER_REPEAT]
+# On the GPU host (after ../shared/gpu/stage --peers):
+#   bash .gpu/run bash benches/run.sh [GIB] [PEER_REPEAT]
+# CASES (default u1,z1,z2,s1) picks cases; BENCH_DIR (default /tmp/zarrs-gpu-bench) keeps the
+# arrays, which are written once.
 set -euo pipefail
 gib=${1:-8}
 prep=${2:-3}
+cases=${CASES:-u1,z1,z2,s1}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-dir=/tmp/zarrs-gpu-bench
+dir=${BENCH_DIR:-/tmp/zarrs-gpu-bench}
 export PYTHONUNBUFFERED=1
 rm -f "$out/bench.jsonl"
-bench --dir "$dir" --gib "$gib" --repeat 5 --cases u1,z1,z2 --json "$out/bench.jsonl"
-python3 benches/peers.py --array "$dir/u1.zarr" --repeat "$prep" --json "$out/bench.jsonl"
-python3 benches/peers.py --array "$dir/u1.zarr" --subset "0:64" --repeat "$prep" --json "$out/bench.jsonl"
-python3 benches/peers.py --array "$dir/u1.zarr" --subset "0:16" --repeat "$prep" --json "$out/bench.jsonl"
-# zstd arrays: zarr-python's host decode on the whole array; its GPU path (nvCOMP zstd, one chunk
-# per call as shipped) on a 16-plane slab, since it runs at about 0.1 GiB/s.
-for z in z1 z2; do
-  python3 benches/peers.py --array "$dir/$z.zarr" --peers zarr-host,nvcomp-ceiling --repeat 1 --json "$out/bench.jsonl"
-  python3 benches/peers.py --array "$dir/$z.zarr" --subset "0:16" --peers zarr-gpu --repeat 1 --json "$out/bench.jsonl"
-  python3 benches/peers.py --array "$dir/$z.zarr" --subset "0:16" --peers zarr-gpu --batch-size 256 --repeat 1 --json "$out/bench.jsonl"
+bench --dir "$dir" --gib "$gib" --repeat 5 --cases "$cases" --json "$out/bench.jsonl"
+peers() { python3 benches/peers.py --array "$dir/$1.zarr" "${@:2}" --json "$out/bench.jsonl"; }
+for case in ${cases//,/ }; do
+  case $case in
+    u1)
+      peers u1 --repeat "$prep"
+      peers u1 --subset 0:64 --repeat "$prep"
+      peers u1 --subset 0:16 --repeat "$prep" ;;
+    z1|z2)
+      # zarr-python's host decode on the whole array; its GPU buffers (enable_gpu(), zstd still
+      # decoded on the host) and with an nvCOMP zstd codec (zarr-python PR #2863's approach;
+      # one chunk per codec call as shipped, then codec_pipeline.batch_size 256) on 16-plane
+      # slabs, since they run at 0.1 to 1 GiB/s; nvCOMP's Python API on the chunks already on
+      # the device (the decode ceiling).
+      peers "$case" --peers zarr-host,nvcomp-ceiling --repeat 1
+      peers "$case" --subset 0:16 --peers zarr-gpu --repeat 1
+      peers "$case" --subset 0:16 --peers zarr-gpu-nvcomp --repeat 1
+      peers "$case" --subset 0:16 --peers zarr-gpu-nvcomp --batch-size 256 --repeat 1 ;;
+    s1)
+      peers s1 --peers zarr-host --repeat 1
+      peers s1 --subset 0:64 --peers zarr-host,zarr-gpu --repeat 1
+      peers s1 --subset 0:64 --peers zarr-gpu-nvcomp --batch-size 256 --repeat 1 ;;
+  esac
 done
 python3 - "$out/bench.jsonl" <<'PY'
 import json, sys

@@ -14,6 +14,8 @@ pub struct GpuConfig {
     device: usize,
     backend: IoBackend,
     staging_bytes: usize,
+    /// Whether the staging budget was chosen (here or by the environment) rather than defaulted.
+    staging_set: bool,
     host_decode_fraction: Option<f64>,
 }
 
@@ -22,13 +24,15 @@ pub const STAGING_BYTES_ENV: &str = "ZARRS_GPU_STAGING_BYTES";
 
 impl Default for GpuConfig {
     /// Device 0, backend auto, 1 GiB of device staging per batch (`ZARRS_GPU_STAGING_BYTES`
-    /// overrides).
+    /// overrides); batches of compressed chunks are sized to free device memory unless a budget
+    /// is set.
     fn default() -> Self {
         let staging = std::env::var(STAGING_BYTES_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok());
         Self {
             device: 0,
             backend: IoBackend::Auto,
             staging_bytes: staging.unwrap_or(1 << 30).max(1 << 20),
+            staging_set: staging.is_some(),
             host_decode_fraction: None,
         }
     }
@@ -50,16 +54,20 @@ impl GpuConfig {
     }
 
     /// Bytes of device memory a batch of chunks is staged in before placement (at least 1 MiB);
-    /// a chunk larger than this is staged alone.
+    /// a chunk larger than this is staged alone. Set, it also caps batches of small compressed
+    /// chunks, which otherwise grow to 4 GiB decoded where device memory allows.
     #[must_use]
     pub fn with_staging_bytes(mut self, bytes: usize) -> Self {
         self.staging_bytes = bytes.max(1 << 20);
+        self.staging_set = true;
         self
     }
 
     /// The share (0 to 1) of large zstd chunks (4 MiB and more decoded) decoded on host threads
-    /// while the device decodes the rest; `None` (the default) estimates it from the thread count
-    /// (`ZARRS_GPU_HOST_DECODE_FRACTION` overrides the estimate). Smaller chunks all go to the device.
+    /// while the device decodes the rest; `None` (the default) splits each batch so that both
+    /// finish together, from the chunk count, size and thread count: none with hundreds of
+    /// chunks, all with a handful (`ZARRS_GPU_HOST_DECODE_FRACTION` overrides the estimate).
+    /// Smaller chunks all go to the device.
     #[must_use]
     pub fn with_host_decode_fraction(mut self, fraction: Option<f64>) -> Self {
         self.host_decode_fraction = fraction;
@@ -88,6 +96,12 @@ impl GpuConfig {
     #[must_use]
     pub fn staging_bytes(&self) -> usize {
         self.staging_bytes
+    }
+
+    /// Whether the staging budget was set (by `with_staging_bytes` or the environment).
+    #[must_use]
+    pub fn staging_is_set(&self) -> bool {
+        self.staging_set
     }
 }
 

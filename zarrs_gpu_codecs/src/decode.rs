@@ -111,34 +111,65 @@ struct Item {
     crc: Option<u32>,
 }
 
-/// The fraction of large chunks decoded on host threads (`ZARRS_GPU_HOST_DECODE_FRACTION`
-/// overrides; `GpuConfig::with_host_decode_fraction` too).
+/// The fraction of large chunks decoded on host threads, when set (`GpuConfig` first, then
+/// `ZARRS_GPU_HOST_DECODE_FRACTION`); otherwise [`host_chunks`] decides.
 pub(crate) const HOST_FRACTION_ENV: &str = "ZARRS_GPU_HOST_DECODE_FRACTION";
 
-fn host_fraction(config: &GpuConfig, threads: usize) -> f64 {
-    if let Some(f) = config.host_decode_fraction() {
-        return f.clamp(0.0, 1.0);
-    }
-    if let Some(f) = std::env::var(HOST_FRACTION_ENV).ok().and_then(|v| v.trim().parse::<f64>().ok()) {
-        return f.clamp(0.0, 1.0);
-    }
-    // Both finish together when each takes a share proportional to its rate: large frames decode
-    // on the H200 at about 7 GiB/s (nvCOMP, 16 MiB chunks, hundreds per call) and on one host
-    // thread at about 0.24 GiB/s once the threads also read (measured best share 0.35 with 16).
-    let host = 0.24 * threads as f64;
-    host / (host + 7.0)
+fn host_fraction(config: &GpuConfig) -> Option<f64> {
+    config
+        .host_decode_fraction()
+        .or_else(|| std::env::var(HOST_FRACTION_ENV).ok().and_then(|v| v.trim().parse::<f64>().ok()))
+        .map(|f| f.clamp(0.0, 1.0))
 }
 
-/// Decoded bytes per batch: the staging budget; for large zstd frames (`free` is then the device
-/// memory free for the read) up to 1024 chunks when the device has room, since nvCOMP decodes one
-/// large frame largely serially and needs hundreds per call (a batch takes about 5x its decoded
-/// bytes, two in flight). One batch of 512 16 MiB chunks ran at 13.5 GiB/s, two of 256 at 11.
-fn batch_budget(staging: u64, largest: u64, free: Option<u64>, out_bytes: u64) -> u64 {
-    match free {
-        Some(free) if largest >= LARGE_CHUNK => staging.max((1024 * largest).min(free.saturating_sub(out_bytes) / 12)),
-        _ => staging,
+/// nvCOMP's zstd throughput on large frames given enough of them (H200: 512 frames of 16 MiB
+/// in one call ran at 24.9 GiB/s, nvCOMP's Python API on the same chunks).
+const DEVICE_LARGE_RATE: f64 = 25.0 * (1u64 << 30) as f64;
+/// Frames nvCOMP decodes side by side before its throughput stops growing: fewer take as long
+/// as one frame decoded at DEVICE_LARGE_RATE / this (64 and 128 frames of 16 MiB ran at 3.6
+/// and 6.9 GiB/s, about this line).
+const DEVICE_LARGE_WIDTH: f64 = 512.0;
+/// One host thread's zstd rate on these frames while the others also read.
+const HOST_THREAD_RATE: f64 = 0.24 * (1u64 << 30) as f64;
+
+/// How many of `large` frames of `chunk` decoded bytes go to host threads so that host and
+/// device finish together: the device takes as long for a few frames as for
+/// DEVICE_LARGE_WIDTH (one frame decodes largely serially), the host's threads each decode
+/// one frame at a time. With hundreds of frames the device alone is fastest; with a handful,
+/// the host is.
+fn host_chunks(large: usize, chunk: u64, threads: usize) -> usize {
+    let chunk = chunk as f64;
+    let device = |m: usize| if m == 0 { 0.0 } else { chunk * (m as f64).max(DEVICE_LARGE_WIDTH) / DEVICE_LARGE_RATE };
+    let host = |k: usize| k.div_ceil(threads.max(1)) as f64 * chunk / HOST_THREAD_RATE;
+    // The smallest share among the fastest (ties keep chunks on the device).
+    (0..=large)
+        .min_by(|&a, &b| {
+            let (ta, tb) = (device(large - a).max(host(a)), device(large - b).max(host(b)));
+            ta.total_cmp(&tb).then(a.cmp(&b))
+        })
+        .unwrap_or(0)
+}
+
+/// Decoded bytes per batch of zstd chunks when the device has room (`free` is the device memory
+/// free for the read, None for chains without zstd): nvCOMP runs faster the more chunks a call
+/// has. Large frames (one decodes largely serially) take up to 1024 chunks: one batch of 512
+/// 16 MiB chunks ran at 13.5 GiB/s, two of 256 at 11. Small chunks take up to 4 GiB unless the
+/// staging budget was set: 4096 chunks of 1 MiB per call ran at 39 to 41 GiB/s, 1024 at 33. A
+/// batch takes about 5x its decoded bytes, two in flight, hence a twelfth of what is free.
+fn batch_budget(staging: u64, staging_set: bool, largest: u64, free: Option<u64>, out_bytes: u64) -> u64 {
+    let Some(free) = free else { return staging };
+    let room = free.saturating_sub(out_bytes) / 12;
+    if largest >= LARGE_CHUNK {
+        staging.max((1024 * largest).min(room))
+    } else if staging_set {
+        staging
+    } else {
+        staging.max(room.min(SMALL_BATCH))
     }
 }
+
+/// The most decoded bytes of a batch of small zstd chunks (see [`batch_budget`]).
+const SMALL_BATCH: u64 = 4 << 30;
 
 /// Group chunks of these decoded sizes, in order, into batches of at most `budget` bytes (each
 /// size rounded up to the staging alignment); a chunk larger than the budget is a batch alone.
@@ -263,11 +294,11 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
 
     let decoded_len = |u: usize| units[u].decoded_len(elem);
     let largest = (0..units.len()).map(decoded_len).max().unwrap_or(0);
-    let free = if chain.zstd && largest >= LARGE_CHUNK { Some(context.free_bytes()?) } else { None };
-    let budget = batch_budget(config.staging_bytes() as u64, largest, free, out_bytes);
+    let free = if chain.zstd { Some(context.free_bytes()?) } else { None };
+    let budget = batch_budget(config.staging_bytes() as u64, config.staging_is_set(), largest, free, out_bytes);
     let batches = batches_by_size((0..units.len()).map(decoded_len), budget);
     let threads = context.reader().options().threads;
-    let fraction = if chain.zstd { host_fraction(config, threads) } else { 0.0 };
+    let fraction = host_fraction(config);
     let slots = if batches.len() > 1 { 2 } else { 1 };
 
     // Device memory a batch may take: stored bytes (at most about the decoded bytes), decoded
@@ -421,7 +452,11 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             let large: Vec<usize> = (0..items.len())
                 .filter(|&k| items[k].route == Route::Device && chain.zstd && decoded_len(items[k].unit) >= LARGE_CHUNK)
                 .collect();
-            let host_share = (large.len() as f64 * fraction).round() as usize;
+            let largest = large.iter().map(|&k| decoded_len(items[k].unit)).max().unwrap_or(0);
+            let host_share = match fraction {
+                Some(fraction) => (large.len() as f64 * fraction).round() as usize,
+                None => host_chunks(large.len(), largest, threads),
+            };
             for &k in large.iter().rev().take(host_share) {
                 items[k].route = Route::Host;
             }
@@ -762,29 +797,40 @@ mod tests {
     }
 
     #[test]
-    fn large_frames_get_large_batches_within_free_memory() {
+    fn batches_grow_with_free_memory_for_zstd() {
         let gib = 1u64 << 30;
         let staging = gib;
-        // Small chunks, or no memory query: the staging budget.
-        assert_eq!(batch_budget(staging, 1 << 20, Some(100 * gib), 8 * gib), staging);
-        assert_eq!(batch_budget(staging, 16 << 20, None, 8 * gib), staging);
+        // No zstd (no memory query): the staging budget.
+        assert_eq!(batch_budget(staging, false, 1 << 20, None, 8 * gib), staging);
+        // Small frames: up to 4 GiB where a twelfth of the room allows, unless a budget is set.
+        assert_eq!(batch_budget(staging, false, 1 << 20, Some(100 * gib), 8 * gib), 4 * gib);
+        assert_eq!(batch_budget(staging, false, 1 << 20, Some(32 * gib), 8 * gib), 2 * gib);
+        assert_eq!(batch_budget(staging, false, 1 << 20, Some(9 * gib), 8 * gib), staging);
+        assert_eq!(batch_budget(staging, true, 1 << 20, Some(100 * gib), 8 * gib), staging);
         // 16 MiB frames with plenty of room: 1024 of them.
-        assert_eq!(batch_budget(staging, 16 << 20, Some(300 * gib), 8 * gib), 16 * gib);
+        assert_eq!(batch_budget(staging, false, 16 << 20, Some(300 * gib), 8 * gib), 16 * gib);
         // Little room: a twelfth of what the output leaves, never less than the staging budget.
-        assert_eq!(batch_budget(staging, 16 << 20, Some(32 * gib), 8 * gib), 2 * gib);
-        assert_eq!(batch_budget(staging, 16 << 20, Some(9 * gib), 8 * gib), staging);
+        assert_eq!(batch_budget(staging, true, 16 << 20, Some(32 * gib), 8 * gib), 2 * gib);
+        assert_eq!(batch_budget(staging, false, 16 << 20, Some(9 * gib), 8 * gib), staging);
     }
 
     #[test]
     fn host_share_of_large_frames() {
+        let mib = 1u64 << 20;
+        // Hundreds of 16 MiB frames: the device alone (it takes as long for 400 as for 512).
+        assert_eq!(host_chunks(512, 16 * mib, 16), 0);
+        assert_eq!(host_chunks(400, 16 * mib, 16), 0);
+        // A handful: all on host threads, each frame about 65 ms there against 320 ms on the device.
+        assert_eq!(host_chunks(6, 16 * mib, 16), 6);
+        assert_eq!(host_chunks(2, 64 * mib, 16), 2);
+        // Thousands: the host takes a share where both finish together.
+        let k = host_chunks(2048, 16 * mib, 16);
+        assert!(k > 100 && k < 400, "{k}");
+        assert_eq!(host_chunks(0, 16 * mib, 16), 0);
+        // Set fractions win, clamped to 0..1.
         let config = GpuConfig::default();
-        let auto = host_fraction(&config, 16);
-        if std::env::var_os(HOST_FRACTION_ENV).is_none() {
-            assert!((auto - 0.354).abs() < 0.01, "{auto}");
-            assert!(host_fraction(&config, 4) < auto, "fewer threads, smaller share");
-        }
-        assert!((host_fraction(&config.clone().with_host_decode_fraction(Some(0.2)), 16) - 0.2).abs() < 1e-12);
-        assert!((host_fraction(&config.clone().with_host_decode_fraction(Some(3.0)), 16) - 1.0).abs() < 1e-12);
-        assert!(host_fraction(&config.with_host_decode_fraction(Some(-1.0)), 16).abs() < 1e-12);
+        assert_eq!(host_fraction(&config.clone().with_host_decode_fraction(Some(0.2))), Some(0.2));
+        assert_eq!(host_fraction(&config.clone().with_host_decode_fraction(Some(3.0))), Some(1.0));
+        assert_eq!(host_fraction(&config.with_host_decode_fraction(Some(-1.0))), Some(0.0));
     }
 }
