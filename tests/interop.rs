@@ -1,7 +1,7 @@
-//! Arrays written by zarr-python (v2 and v3; many codecs, data types, byte orders, sharding,
-//! partial edge chunks, chunks never written) read identically, element for element, to what
-//! zarr-python reads back: through zarrs on the host (everywhere) and through the device pipeline
-//! (on a GPU host).
+//! Arrays written by zarr-python and tensorstore (v2 and v3; many codecs, data types, byte orders,
+//! sharding with the index at either end and missing inner chunks, partial edge chunks, chunks
+//! never written) read identically, element for element, to what zarr-python reads back: through
+//! zarrs on the host (everywhere) and through the device pipeline (on a GPU host).
 //!
 //! The matrix is written by `tests/interop/write_matrix.py` into `INTEROP_DIR` (CI does it, see
 //! `.ci/run`); without `INTEROP_DIR` the tests write it themselves when `python3` has zarr, and
