@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 use sha2::{Digest, Sha256};
-use zarrs::array::{Array, ArraySubset, DataType, ElementOwned};
+use zarrs::array::codec::{CodecChain, ShardingCodecConfiguration};
+use zarrs::array::{Array, ArraySubset, CodecMetadataOptions, DataType, ElementOwned};
 use zarrs_gpu::{
     host_decode_reason, parse_subset, sample, ArrayDeviceExt, DeviceArray, GdsStore, GpuConfig, IoBackend,
     RetrieveReport,
@@ -111,34 +112,71 @@ fn info(path: &Path, node: &str) -> Result<(), Error> {
     println!("data type: {}; shape {:?}; chunk grid {:?}", array.data_type(), array.shape(), array.chunk_grid_shape());
     let codecs = array.codecs();
     let mut reason = host_decode_reason(&array);
-    let compressed = !codecs.bytes_to_bytes_codecs().is_empty();
-    if reason.is_none() && compressed {
+    if reason.is_none() && uses_nvcomp(&codecs) {
         if let Err(err) = zarrs_gpu::nvcomp_sys::NvcompLibrary::get() {
             reason = Some(err.to_string());
         }
     }
-    let device = reason.is_none();
-    let route = |on_device: &str| if device { format!("device ({on_device})") } else { "host".to_string() };
     println!("decode plan:");
-    for codec in codecs.array_to_array_codecs() {
-        println!("  {:<12} host", name(codec.as_ref()));
-    }
-    let a2b = codecs.array_to_bytes_codec();
-    println!("  {:<12} {}", name(a2b.as_ref()), route("bytes placed on the device"));
-    for codec in codecs.bytes_to_bytes_codecs() {
-        let what = match name(codec.as_ref()).as_str() {
-            "zstd" => "nvCOMP batched zstd; frames checked on the host first; zstd content checksums are not verified",
-            "crc32c" => "verified with nvCOMP CRC32C",
-            _ => "",
-        };
-        println!("  {:<12} {}", name(codec.as_ref()), route(what));
-    }
+    print_plan(&codecs, reason.is_none(), 1);
+    let sharded = inner_codecs(&codecs).is_some();
     match reason {
-        None if compressed => println!("chunks are read to host memory, checked, then decoded on the device"),
-        None => println!("chunks are read straight to the device"),
+        None if !sharded && codecs.bytes_to_bytes_codecs().is_empty() => {
+            println!("chunks are read straight to the device");
+        }
+        None => println!("stored chunks are read to host memory, checked there, then decoded and placed on the device"),
         Some(reason) => println!("chunks are decoded by zarrs on the host, then copied once: {reason}"),
     }
     Ok(())
+}
+
+/// Whether a codec chain (sharded or not) has bytes-to-bytes codecs, which nvCOMP decodes.
+fn uses_nvcomp(codecs: &CodecChain) -> bool {
+    !codecs.bytes_to_bytes_codecs().is_empty() || inner_codecs(codecs).is_some_and(|(inner, _)| uses_nvcomp(&inner))
+}
+
+/// The inner and index codec chains of a `sharding_indexed` array-to-bytes codec.
+fn inner_codecs(codecs: &CodecChain) -> Option<(CodecChain, CodecChain)> {
+    let a2b = codecs.array_to_bytes_codec();
+    if name(a2b.as_ref()) != "sharding_indexed" {
+        return None;
+    }
+    let configuration: ShardingCodecConfiguration =
+        a2b.configuration_v3(&CodecMetadataOptions::default())?.to_typed().ok()?;
+    let ShardingCodecConfiguration::V1(c) = configuration else { return None };
+    Some((CodecChain::from_metadata(&c.codecs).ok()?, CodecChain::from_metadata(&c.index_codecs).ok()?))
+}
+
+/// One line per codec, inner chains of shards indented: where it runs and how.
+fn print_plan(codecs: &CodecChain, device: bool, depth: usize) {
+    let indent = "  ".repeat(depth);
+    let route = |on_device: &str| if device { format!("device ({on_device})") } else { "host".to_string() };
+    for codec in codecs.array_to_array_codecs() {
+        println!("{indent}{:<18} host", name(codec.as_ref()));
+    }
+    let a2b = codecs.array_to_bytes_codec();
+    if let Some((inner, index)) = inner_codecs(codecs) {
+        let index_names: Vec<String> =
+            index.create_metadatas(&CodecMetadataOptions::default()).iter().map(|m| m.name().to_string()).collect();
+        let index = format!("index [{}]", index_names.join(", "));
+        let what = if device {
+            format!("device ({index} read with partial reads and decoded on the host; the inner chunks a read needs are fetched in coalesced reads and decoded in batches)")
+        } else {
+            format!("host ({index})")
+        };
+        println!("{indent}{:<18} {what}", "sharding_indexed");
+        print_plan(&inner, device, depth + 1);
+        return;
+    }
+    println!("{indent}{:<18} {}", name(a2b.as_ref()), route("placed by one kernel per batch"));
+    for codec in codecs.bytes_to_bytes_codecs() {
+        let what = match name(codec.as_ref()).as_str() {
+            "zstd" => "nvCOMP batched zstd; frames checked on the host first; zstd content checksums are not verified",
+            "crc32c" => "verified with nvCOMP CRC32C before anything is decoded",
+            _ => "",
+        };
+        println!("{indent}{:<18} {}", name(codec.as_ref()), route(what));
+    }
 }
 
 fn name(codec: &dyn zarrs::plugin::ExtensionName) -> String {

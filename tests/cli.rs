@@ -61,6 +61,20 @@ fn info_shows_the_decode_plan() -> Result {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("\"shape\"") && text.contains("float32"), "{text}");
     assert!(text.contains("chunks are read straight to the device"), "{text}");
+    // Sharded: the inner chain is shown under the sharding codec.
+    let sharded = dir.path().join("s.zarr");
+    sample::create_sharded_sample_array(
+        &sharded,
+        &[16, 16],
+        &[8, 16],
+        &[4, 4],
+        vec![Arc::new(ZstdCodec::new(3, false))],
+    )?;
+    let (out, text) = zarrs_gpu(&["info", sharded.to_str().unwrap()])?;
+    assert!(out.status.success(), "{text}");
+    let plan = text.split("decode plan:").nth(1).unwrap_or_default();
+    assert!(plan.contains("sharding_indexed") && plan.contains("index [bytes, crc32c]"), "{text}");
+    assert!(plan.contains("\n    bytes") && plan.contains("\n    zstd"), "inner codecs indented: {text}");
 
     let store = Arc::new(GdsStore::new(dir.path())?);
     let array = ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::uint16(), 0u16)
