@@ -91,7 +91,10 @@ fn info_shows_the_decode_plan() -> Result {
     let (out, text) = zarrs_gpu(&["info", dir.path().to_str().unwrap(), "--array", "/z"])?;
     assert!(out.status.success(), "{text}");
     if zarrs_gpu::nvcomp_sys::NvcompLibrary::get().is_ok() {
-        assert!(text.contains("checksums are not verified") && text.contains("decoded on the device"), "{text}");
+        assert!(
+            text.contains("checksums are not verified") && text.contains("decoded and placed on the device"),
+            "{text}"
+        );
     } else {
         assert!(text.contains("nvCOMP") && text.contains("pip install nvidia-libnvcomp-cu13"), "{text}");
     }

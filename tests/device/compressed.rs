@@ -238,3 +238,96 @@ fn frames_nvcomp_cannot_take_decode_on_the_host() -> Result {
     assert_eq!(report.host_decoded_chunks, 2, "{report:?}");
     Ok(())
 }
+
+/// A float32 (or `T`) array with these codecs, every chunk written with varied values.
+fn make_with_codecs(
+    dir: &std::path::Path,
+    node: &str,
+    data_type: DataType,
+    fill: FillValue,
+    shape: &[u64],
+    chunks: &[u64],
+    builder: impl FnOnce(&mut ArrayBuilder),
+) -> Result<Array<GdsStore>> {
+    let store = Arc::new(GdsStore::new(dir)?);
+    let mut b = ArrayBuilder::new(shape.to_vec(), chunks.to_vec(), data_type, fill);
+    builder(&mut b);
+    let array = b.build(store, node)?;
+    array.store_metadata()?;
+    let elem = array.data_type().fixed_size().unwrap();
+    let mut rng = StdRng::seed_from_u64(21);
+    let grid = array.chunks_in_array_subset(&array.subset_all())?.unwrap();
+    for (n, indices) in grid.indices().into_iter().enumerate() {
+        if n % 6 == 4 {
+            continue;
+        }
+        let subset = array.chunk_subset(&indices)?;
+        let bytes: Vec<u8> = (0..subset.num_elements_usize() * elem).map(|_| rng.random::<u8>() & 0x3F).collect();
+        array.store_chunk(&indices, ArrayBytes::new_flen(bytes))?;
+    }
+    Ok(array)
+}
+
+/// A node, its data type and fill value, and how its codecs are built.
+type Case<'a> = (&'a str, DataType, FillValue, Box<dyn FnOnce(&mut ArrayBuilder) + 'a>);
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn transposed_and_big_endian_chunks_match_zarrs() -> Result {
+    use zarrs::array::codec::{BytesCodec, TransposeCodec, TransposeOrder};
+    use zarrs::array::Endianness;
+    let dir = tempfile::tempdir()?;
+    let shape = [37u64, 20, 11];
+    let chunks = [16u64, 8, 4];
+    let transpose =
+        |order: &[usize]| -> Arc<TransposeCodec> { Arc::new(TransposeCodec::new(TransposeOrder::new(order).unwrap())) };
+    let big = || Arc::new(BytesCodec::new(Some(Endianness::Big)));
+    let cases: Vec<Case> = vec![
+        (
+            "/t_zstd",
+            data_type::float32(),
+            FillValue::from(0.5f32),
+            Box::new(|b| {
+                b.array_to_array_codecs(vec![transpose(&[2, 0, 1])]).bytes_to_bytes_codecs(vec![zstd(3, false)]);
+            }),
+        ),
+        (
+            "/be_raw",
+            data_type::uint16(),
+            FillValue::from(7u16),
+            Box::new(|b| {
+                b.array_to_bytes_codec(big());
+            }),
+        ),
+        (
+            "/be_complex_crc",
+            data_type::complex64(),
+            FillValue::from(num_complex::Complex32::new(1.0, -2.0)),
+            Box::new(|b| {
+                b.array_to_bytes_codec(big()).bytes_to_bytes_codecs(vec![zstd(1, false), Arc::new(Crc32cCodec::new())]);
+            }),
+        ),
+        (
+            "/t_be_f64",
+            data_type::float64(),
+            FillValue::from(-1.0f64),
+            Box::new(|b| {
+                b.array_to_array_codecs(vec![transpose(&[1, 0, 2])]).array_to_bytes_codec(big());
+            }),
+        ),
+    ];
+    for (node, dt, fill, builder) in cases {
+        let array = make_with_codecs(dir.path(), node, dt.clone(), fill, &shape, &chunks, builder)?;
+        assert_eq!(zarrs_gpu::host_decode_reason(&array), None, "{node}");
+        for subset in subsets(&shape, 4) {
+            let report = match dt.to_string().as_str() {
+                s if s.starts_with("float32") => check::<f32>(&array, &subset, &posix())?,
+                s if s.starts_with("uint16") => check::<u16>(&array, &subset, &posix())?,
+                s if s.starts_with("complex64") => check::<num_complex::Complex32>(&array, &subset, &posix())?,
+                _ => check::<f64>(&array, &subset, &posix())?,
+            };
+            assert_eq!(report.decode, DecodePath::Device, "{node}: {report:?}");
+        }
+    }
+    Ok(())
+}

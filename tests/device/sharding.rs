@@ -205,3 +205,25 @@ fn corrupt_shards_are_errors_naming_the_shard_and_the_next_read_works() -> Resul
     }
     Ok(())
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn inner_chunks_transposed_and_big_endian_match_zarrs() -> Result {
+    use zarrs::array::codec::{BytesCodec, TransposeCodec, TransposeOrder};
+    use zarrs::array::Endianness;
+    let dir = tempfile::tempdir()?;
+    let inner = [8u64, 16, 8];
+    let a2b = ShardingCodecBuilder::new(shape_of(&inner), &data_type::float32())
+        .array_to_array_codecs(vec![Arc::new(TransposeCodec::new(TransposeOrder::new(&[2, 1, 0])?))])
+        .array_to_bytes_codec(Arc::new(BytesCodec::new(Some(Endianness::Big))))
+        .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, false))])
+        .build_arc();
+    let shape = [40u64, 33, 20];
+    let array = make_sharded(dir.path(), &shape, &[16, 32, 16], &inner, a2b)?;
+    let report = check(&array, &array.subset_all(), &posix())?;
+    assert_eq!(report.decode, DecodePath::Device, "{report:?}");
+    for subset in subsets(&shape, 8) {
+        check(&array, &subset, &posix())?;
+    }
+    Ok(())
+}

@@ -251,7 +251,6 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     config: &GpuConfig,
     context: &GpuContext,
     stream: &Arc<CudaStream>,
-    out_bytes: u64,
     plan: &DevicePlan,
     nvcomp: Option<&NvcompLibrary>,
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
@@ -259,18 +258,19 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     let chunks = crate::retrieve::chunks_meeting(array, subset)?;
     if plan.shards.is_empty() {
         let units: Vec<Unit> = plan_chunks(elem, subset, chunks).into_iter().map(Unit::whole).collect();
-        return decode_units(array, &units, gds, config, context, stream, out_bytes, plan.chain, nvcomp);
+        return decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp);
     }
     let storage = array.storage();
     let (units, index_bytes) =
         sharded_units(storage.as_ref(), gds, context.reader(), &plan.shards, elem, subset, chunks)?;
-    let (out, mut report) = decode_units(array, &units, gds, config, context, stream, out_bytes, plan.chain, nvcomp)?;
+    let (out, mut report) =
+        decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp)?;
     report.bytes_read += index_bytes;
     Ok((out, report))
 }
 
-/// Read, check, decode and place `units` (chunks or inner chunks, all stored `bytes` + `chain`)
-/// into a new output of `out_bytes`.
+/// Read, check, decode and place `units` (chunks or inner chunks, all stored as `chain` says)
+/// into a new C-order output of `out_shape`.
 #[allow(clippy::too_many_arguments, clippy::too_many_lines)]
 pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     array: &Array<S>,
@@ -279,16 +279,17 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     config: &GpuConfig,
     context: &GpuContext,
     stream: &Arc<CudaStream>,
-    out_bytes: u64,
-    chain: DeviceChain,
+    out_shape: &[u64],
+    chain: &DeviceChain,
     nvcomp: Option<&NvcompLibrary>,
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
     let mut trace = Trace::new();
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
+    let out_bytes = out_shape.iter().product::<u64>() * elem;
     let storage = array.storage();
     let nvcomp = match nvcomp {
         Some(nvcomp) => Some(nvcomp),
-        None if chain.is_raw() => None,
+        None if !chain.needs_nvcomp() => None,
         None => return Err(GpuError::NoCuda("nvCOMP is needed for this codec chain".into())),
     };
 
@@ -306,8 +307,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     let meta_len = |batch: &[usize]| -> u64 {
         let copies: usize = batch.iter().map(|&u| units[u].placement.copies.len()).sum();
         // nvCOMP's arrays (at most 68 bytes per chunk, zstd and crc32c together), then the
-        // placement kernel's table.
-        (batch.len() as u64 * 96 + place::table_bytes(copies) as u64).next_multiple_of(DECODED_ALIGN)
+        // placement kernels' tables: gather jobs (one per chunk) and strided copies.
+        let gather = if chain.needs_gather() { place::gather_table_bytes(batch.len()) as u64 } else { 0 };
+        (batch.len() as u64 * 96 + gather + place::table_bytes(copies) as u64).next_multiple_of(DECODED_ALIGN)
     };
     let mut largest_slot = 0u64;
     for batch in &batches {
@@ -687,22 +689,38 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 checks.push(Check::Zstd { unit: it.unit, size: at(actual, k, 8), status: at(zstatus, k, 4) });
             }
             results_at += result_bytes;
-            // Placement: every copy of the batch in one kernel launch (or by the copy engines).
+            // Placement: every copy of the batch in one kernel launch (or by the copy engines);
+            // transposed or byte-swapped chunks element by element, by the gather kernel.
             let mut copies = Vec::new();
             let mut srcs = Vec::new();
+            let mut jobs = Vec::new();
             for it in &items {
                 let p = &units[it.unit].placement;
+                let base = if chain.zstd { dbase + it.decoded_offset } else { cbase + it.host_offset };
                 let src = match it.route {
                     Route::Missing => {
                         report.missing_chunks += 1;
                         // The fill block is uniform and as long as the longest read.
                         fill_source(&mut fill, context, array, fill_len, stream)?
                     }
-                    _ if chain.zstd => dbase + it.decoded_offset + p.byte_start,
-                    _ => cbase + it.host_offset + p.byte_start,
+                    _ if chain.needs_gather() => {
+                        jobs.push(gather_job(chain, elem, p, base, out_shape));
+                        continue;
+                    }
+                    _ => base + p.byte_start,
                 };
                 copies.extend_from_slice(&p.copies);
                 srcs.extend(std::iter::repeat_n(src, p.copies.len()));
+            }
+            if !jobs.is_empty() {
+                let placer = placer.ok_or_else(|| {
+                    GpuError::NoCuda("NVRTC is needed to place transposed or byte-swapped chunks".into())
+                })?;
+                let at = crc_room + 32 * n_zstd as u64 + 12 * n_zstd as u64;
+                let at = at.next_multiple_of(8);
+                stage(at, &place::encode_gather(&jobs), meta + at, stream.as_ref())?;
+                // SAFETY: each job stays within its decoded chunk and `out` (planned from both shapes).
+                unsafe { placer.launch_gather(stream, meta + at, &jobs, out_ptr) }?;
             }
             if let Some(placer) = placer {
                 let table = place::encode(&copies, &srcs);
@@ -760,6 +778,43 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     Ok((out, report))
 }
 
+/// The gather job placing `p`'s part of a chunk decoded at `base` (its elements in the chunk's
+/// stored layout: C order of its transpose, if any) into an output of `out_shape`.
+fn gather_job(chain: &DeviceChain, elem: u64, p: &ChunkPlacement, base: u64, out_shape: &[u64]) -> place::Gather {
+    let c_strides = |shape: &[u64]| -> Vec<u64> {
+        let mut strides = vec![elem; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * shape[d + 1];
+        }
+        strides
+    };
+    let shape = &p.chunk_shape;
+    // Stored as the transpose by `order`: stored dimension j is chunk dimension order[j].
+    let src_stride = match &chain.transpose {
+        Some(order) => {
+            let stored: Vec<u64> = order.iter().map(|&d| shape[d]).collect();
+            let stored_strides = c_strides(&stored);
+            let mut strides = vec![0; shape.len()];
+            for (j, &d) in order.iter().enumerate() {
+                strides[d] = stored_strides[j];
+            }
+            strides
+        }
+        None => c_strides(shape),
+    };
+    let dst_stride = c_strides(out_shape);
+    let dot = |start: &[u64], strides: &[u64]| start.iter().zip(strides).map(|(a, b)| a * b).sum::<u64>();
+    place::Gather {
+        src: base + dot(p.chunk_region.start(), &src_stride),
+        dst: dot(p.output_region.start(), &dst_stride),
+        elem,
+        swap: chain.swap,
+        extent: p.chunk_region.shape().to_vec(),
+        src_stride,
+        dst_stride,
+    }
+}
+
 fn nvcomp_err(err: nvcomp_sys::NvcompError) -> GpuError {
     GpuError::Nvcomp(err)
 }
@@ -794,6 +849,67 @@ mod tests {
         assert_eq!(requests.len(), 2);
         assert_eq!(at, vec![(0, 0), (1, 256)]);
         assert_eq!(coalesce(&[], 64).2, 0);
+    }
+
+    /// What the gather kernel does, on the host.
+    fn apply_gather(job: &place::Gather, src: &[u8], out: &mut [u8]) {
+        let count: u64 = job.extent.iter().product();
+        for i in 0..count {
+            let (mut rest, mut s, mut d) = (i, job.src, job.dst);
+            for k in (0..job.extent.len()).rev() {
+                let x = rest % job.extent[k];
+                rest /= job.extent[k];
+                s += x * job.src_stride[k];
+                d += x * job.dst_stride[k];
+            }
+            for w in (0..job.elem).step_by(job.swap.max(1) as usize) {
+                let word = job.swap.max(1);
+                for b in 0..word {
+                    let from = if job.swap > 1 { w + word - 1 - b } else { w + b };
+                    out[(d + w + b) as usize] = src[(s + from) as usize];
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gather_jobs_undo_transposes_and_byte_order() {
+        // A 2 x 3 x 4 chunk of u16 at [4, 0, 0] of the array, stored transposed by [2, 0, 1]
+        // and big-endian; the subset [5..6, 1..3, 1..4] of an output of shape [2, 3, 4] at [4, 0, 0].
+        let shape = [2u64, 3, 4];
+        let value = |z: u64, y: u64, x: u64| (z * 100 + y * 10 + x) as u16 + 0x0100;
+        let mut stored = Vec::new();
+        for x in 0..4 {
+            for z in 0..2 {
+                for y in 0..3 {
+                    stored.extend(value(z, y, x).to_be_bytes());
+                }
+            }
+        }
+        let subset = ArraySubset::new_with_ranges(&[5..6, 1..3, 1..4]);
+        let out_subset = ArraySubset::new_with_ranges(&[4..6, 0..3, 0..4]);
+        let chunk = ArraySubset::new_with_start_shape(vec![4, 0, 0], shape.to_vec()).unwrap();
+        let key = StoreKey::new("c").unwrap();
+        let p = plan_chunks(2, &out_subset, [(vec![0, 0, 0], key, chunk)]).pop().unwrap();
+        let p = ChunkPlacement {
+            chunk_region: subset.relative_to(&[4, 0, 0]).unwrap(),
+            output_region: subset.relative_to(&[4, 0, 0]).unwrap(),
+            ..p
+        };
+        let chain = DeviceChain { swap: 2, transpose: Some(vec![2, 0, 1]), ..DeviceChain::default() };
+        let job = gather_job(&chain, 2, &p, 0, out_subset.shape());
+        let mut out = vec![0u8; 2 * 24];
+        apply_gather(&job, &stored, &mut out);
+        for z in 0..2u64 {
+            for y in 0..3u64 {
+                for x in 0..4u64 {
+                    let i = ((z * 3 + y) * 4 + x) as usize * 2;
+                    let got = u16::from_ne_bytes([out[i], out[i + 1]]);
+                    let inside = z == 1 && (1..3).contains(&y) && (1..4).contains(&x);
+                    assert_eq!(got, if inside { value(z, y, x) } else { 0 }, "at {z} {y} {x}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -41,11 +41,81 @@ extern "C" __global__ void place_copies(const Copy3D* copies, const unsigned lon
         }
     }
 }
+
+// Element-wise placement for chunks whose layout differs from the output's: a transposed chunk
+// (transpose codec, v2 order F) has per-dimension strides of its own, a big-endian one needs its
+// words swapped. Block x: one job; threads stride over the job's elements.
+struct Gather {
+    unsigned long long src, dst, count, ndim, elem, swap;
+    unsigned long long extent[8], src_stride[8], dst_stride[8];
+};
+
+extern "C" __global__ void gather_elements(const Gather* jobs, unsigned char* out) {
+    const Gather* g = jobs + blockIdx.x;
+    const unsigned long long count = g->count, ndim = g->ndim, elem = g->elem, swap = g->swap;
+    for (unsigned long long i = (unsigned long long)blockIdx.y * blockDim.x + threadIdx.x; i < count;
+         i += (unsigned long long)gridDim.y * blockDim.x) {
+        unsigned long long rest = i, s = 0, d = 0;
+        for (int k = (int)ndim - 1; k >= 0; --k) {
+            const unsigned long long n = g->extent[k];
+            const unsigned long long x = rest % n;
+            rest /= n;
+            s += x * g->src_stride[k];
+            d += x * g->dst_stride[k];
+        }
+        const unsigned char* from = (const unsigned char*)g->src + s;
+        unsigned char* to = out + g->dst + d;
+        if (swap > 1) {
+            for (unsigned long long w = 0; w < elem; w += swap)
+                for (unsigned long long b = 0; b < swap; ++b) to[w + b] = from[w + swap - 1 - b];
+        } else {
+            for (unsigned long long b = 0; b < elem; ++b) to[b] = from[b];
+        }
+    }
+}
 "#;
 
-/// The compiled placement kernel of a context, or why there is none.
+/// Dimensions a gather job can have.
+pub(crate) const GATHER_DIMS: usize = 8;
+
+/// One element-wise placement: `extent` elements of `elem` bytes from `src` (a device address,
+/// strides in bytes per dimension) to offset `dst` of the output (strides likewise), each
+/// element's `swap`-byte words reversed when `swap` > 1.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Gather {
+    pub(crate) src: u64,
+    pub(crate) dst: u64,
+    pub(crate) elem: u64,
+    pub(crate) swap: u64,
+    pub(crate) extent: Vec<u64>,
+    pub(crate) src_stride: Vec<u64>,
+    pub(crate) dst_stride: Vec<u64>,
+}
+
+const GATHER_WORDS: usize = 6 + 3 * GATHER_DIMS;
+
+/// Bytes of the device table for `n` gather jobs.
+pub(crate) fn gather_table_bytes(n: usize) -> usize {
+    n * GATHER_WORDS * 8
+}
+
+/// The device table of `jobs` (the kernel's `Gather` layout).
+pub(crate) fn encode_gather(jobs: &[Gather]) -> Vec<u64> {
+    let mut words = Vec::with_capacity(jobs.len() * GATHER_WORDS);
+    for g in jobs {
+        let pad = |v: &[u64]| (0..GATHER_DIMS).map(|k| v.get(k).copied().unwrap_or(1)).collect::<Vec<_>>();
+        words.extend([g.src, g.dst, g.extent.iter().product(), g.extent.len() as u64, g.elem, g.swap]);
+        words.extend(pad(&g.extent));
+        words.extend(pad(&g.src_stride));
+        words.extend(pad(&g.dst_stride));
+    }
+    words
+}
+
+/// The compiled placement kernels of a context, or why there are none.
 pub(crate) struct Placer {
     function: CudaFunction,
+    gather: CudaFunction,
 }
 
 impl Placer {
@@ -63,7 +133,8 @@ impl Placer {
         let ptx = cudarc::nvrtc::compile_ptx(SOURCE).map_err(|e| e.to_string())?;
         let module = ctx.load_module(ptx).map_err(|e| e.to_string())?;
         let function = module.load_function("place_copies").map_err(|e| e.to_string())?;
-        Ok(Self { function })
+        let gather = module.load_function("gather_elements").map_err(|e| e.to_string())?;
+        Ok(Self { function, gather })
     }
 
     /// Enqueue `copies` (each from `srcs[i]`) into `dst`; `table` is device memory holding the
@@ -90,6 +161,34 @@ impl Placer {
         // SAFETY: the kernel's parameters are three device addresses, as pushed; bounds are the
         // caller's contract.
         unsafe { launch.launch(config) }.map_err(GpuError::cuda("launching the placement kernel"))?;
+        Ok(())
+    }
+}
+
+impl Placer {
+    /// Enqueue the gather `jobs` whose table (from [`encode_gather`]) is at `table`, into `dst`.
+    ///
+    /// # Safety
+    /// Every job must stay within its source and within `dst`; `table` must hold the jobs.
+    pub(crate) unsafe fn launch_gather(
+        &self,
+        stream: &CudaStream,
+        table: u64,
+        jobs: &[Gather],
+        dst: u64,
+    ) -> Result<(), GpuError> {
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let most = jobs.iter().map(|g| g.extent.iter().product::<u64>()).max().unwrap_or(1);
+        let blocks = most.div_ceil(256).clamp(1, 256) as u32;
+        let config =
+            LaunchConfig { grid_dim: (jobs.len() as u32, blocks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let mut launch = stream.launch_builder(&self.gather);
+        launch.arg(&table).arg(&dst);
+        // SAFETY: the kernel's parameters are two device addresses, as pushed; bounds are the
+        // caller's contract.
+        unsafe { launch.launch(config) }.map_err(GpuError::cuda("launching the gather kernel"))?;
         Ok(())
     }
 }

@@ -6,6 +6,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
+use zarrs::array::codec::TransposeCodecConfiguration;
 use zarrs::array::{
     Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArrayMetadata, ArraySubset, CodecMetadataOptions,
     ElementOwned,
@@ -16,6 +17,7 @@ use zarrs_storage::ReadableStorageTraits;
 
 use crate::context::{copy_dtod, fill_pattern, DeviceBuffer, GpuContext};
 use crate::device_array::check_element;
+use crate::place::GATHER_DIMS;
 use crate::plan::{plan_chunks, ChunkPlacement};
 use crate::shard::ShardLevel;
 use crate::trace::Trace;
@@ -58,19 +60,36 @@ pub struct RetrieveReport {
     pub host_reason: Option<String>,
 }
 
-/// The bytes-to-bytes codecs the device pipeline decodes, after the `bytes` codec.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// The codecs of a chunk the device pipeline decodes: an optional transpose, the `bytes` codec
+/// in either byte order, then zstd and crc32c.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct DeviceChain {
     /// zstd (nvCOMP).
     pub(crate) zstd: bool,
     /// crc32c after everything else (nvCOMP CRC32C).
     pub(crate) crc32c: bool,
+    /// Bytes per word to reverse when the stored byte order is not the platform's (a complex
+    /// number's parts are swapped one by one); 0 when nothing is swapped.
+    pub(crate) swap: u64,
+    /// The transpose codec's order: a chunk is stored as its C-order transpose by this
+    /// permutation (v2 order F is the reversal).
+    pub(crate) transpose: Option<Vec<usize>>,
 }
 
 impl DeviceChain {
-    /// No bytes-to-bytes codec: chunk bytes are the elements.
-    pub(crate) fn is_raw(self) -> bool {
-        !self.zstd && !self.crc32c
+    /// Chunk bytes are the elements in C order: copied as they are.
+    pub(crate) fn is_raw(&self) -> bool {
+        !self.needs_nvcomp() && !self.needs_gather()
+    }
+
+    /// zstd or crc32c: nvCOMP runs.
+    pub(crate) fn needs_nvcomp(&self) -> bool {
+        self.zstd || self.crc32c
+    }
+
+    /// Elements are placed one by one (transposed or byte-swapped), not by strided copies.
+    pub(crate) fn needs_gather(&self) -> bool {
+        self.swap > 1 || self.transpose.is_some()
     }
 }
 
@@ -102,15 +121,34 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
     let mut shards = Vec::new();
     let mut codecs = array.codecs();
     loop {
-        if let Some(codec) = codecs.array_to_array_codecs().first() {
-            return Err(format!("array-to-array codec {} has no device implementation yet", name(codec.as_ref())));
-        }
+        let a2a = codecs.array_to_array_codecs();
+        let transpose = match a2a {
+            [] => None,
+            [codec] if name(codec.as_ref()) == "transpose" => {
+                let configuration: TransposeCodecConfiguration = codec
+                    .configuration_v3(&CodecMetadataOptions::default())
+                    .ok_or("transpose without a configuration")?
+                    .to_typed()
+                    .map_err(|e| format!("transpose configuration: {e}"))?;
+                let TransposeCodecConfiguration::V1(c) = configuration else {
+                    return Err("this transpose configuration version is not supported".into());
+                };
+                if c.order.0.len() > GATHER_DIMS {
+                    return Err(format!("transposes of more than {GATHER_DIMS} dimensions are done on the host"));
+                }
+                Some(c.order.0)
+            }
+            _ => {
+                let names: Vec<String> = a2a.iter().map(|c| name(c.as_ref())).collect();
+                return Err(format!("array-to-array codecs [{}] have no device implementation yet", names.join(", ")));
+            }
+        };
         let a2b = codecs.array_to_bytes_codec();
         let names: Vec<String> = codecs.bytes_to_bytes_codecs().iter().map(|c| name(c.as_ref())).collect();
         match name(a2b.as_ref()).as_str() {
             "sharding_indexed" => {
-                if !names.is_empty() {
-                    return Err(format!("bytes-to-bytes codecs [{}] over whole shards", names.join(", ")));
+                if !names.is_empty() || transpose.is_some() {
+                    return Err("codecs over whole shards (before or after sharding) run on the host".into());
                 }
                 let configuration = a2b
                     .configuration_v3(&CodecMetadataOptions::default())
@@ -126,14 +164,17 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
                     .configuration_v3(&CodecMetadataOptions::default())
                     .and_then(|c| c.get("endian").and_then(|e| e.as_str().map(|e| e == "big")))
                     .unwrap_or(false);
-                if size > 1 && (big == cfg!(target_endian = "little")) {
-                    return Err("the bytes codec's byte order is not the platform's".into());
+                // A complex number's byte order applies to each of its two parts.
+                let word = if array.data_type().to_string().starts_with("complex") { size / 2 } else { size };
+                let swap = if size > 1 && (big == cfg!(target_endian = "little")) { word as u64 } else { 0 };
+                if swap > 0 && array.dimensionality() > GATHER_DIMS {
+                    return Err(format!("byte swaps of more than {GATHER_DIMS} dimensions are done on the host"));
                 }
-                let chain = match names.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-                    [] => DeviceChain::default(),
-                    ["zstd"] => DeviceChain { zstd: true, crc32c: false },
-                    ["crc32c"] => DeviceChain { zstd: false, crc32c: true },
-                    ["zstd", "crc32c"] => DeviceChain { zstd: true, crc32c: true },
+                let (zstd, crc32c) = match names.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+                    [] => (false, false),
+                    ["zstd"] => (true, false),
+                    ["crc32c"] => (false, true),
+                    ["zstd", "crc32c"] => (true, true),
                     _ => {
                         return Err(format!(
                             "bytes-to-bytes codecs [{}] have no device implementation yet",
@@ -141,7 +182,7 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
                         ))
                     }
                 };
-                return Ok(DevicePlan { shards, chain });
+                return Ok(DevicePlan { shards, chain: DeviceChain { zstd, crc32c, swap, transpose } });
             }
             other => return Err(format!("array-to-bytes codec {other} has no device implementation yet")),
         }
@@ -278,17 +319,17 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     let stream = context.new_stream()?;
     let out_bytes = subset.num_elements() * std::mem::size_of::<T>() as u64;
     let route = device_plan(array).and_then(|plan| {
-        if plan.chain.is_raw() {
+        if !plan.chain.needs_nvcomp() {
             return Ok((plan, None));
         }
         nvcomp_sys::NvcompLibrary::get().map(|lib| (plan, Some(lib))).map_err(|e| e.to_string())
     });
     let (out, report) = match route {
-        Ok((plan, None)) if plan.shards.is_empty() => {
+        Ok((plan, None)) if plan.shards.is_empty() && plan.chain.is_raw() => {
             retrieve_raw(array, subset, gds, config, &context, &stream, out_bytes)?
         }
         Ok((plan, nvcomp)) if !whole_chunk => {
-            crate::decode::retrieve_decoded(array, subset, gds, config, &context, &stream, out_bytes, &plan, nvcomp)?
+            crate::decode::retrieve_decoded(array, subset, gds, config, &context, &stream, &plan, nvcomp)?
         }
         Ok(_) => retrieve_host(array, subset, &context, &stream, out_bytes, whole_chunk, None)?,
         Err(reason) => retrieve_host(array, subset, &context, &stream, out_bytes, whole_chunk, Some(reason))?,
