@@ -15,6 +15,10 @@ use zarrs::array::{Array, ArraySubset};
 use zarrs_gds_store::{read_store_to_host, DeviceReadRequest, GdsStore, PinnedBuffer};
 use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
+use crate::batch::{
+    batch_budget, batches_by_size, coalesce, ensure, host_chunks, host_fraction, COALESCE_GAP, DECODED_ALIGN,
+    LARGE_CHUNK, STORED_ALIGN,
+};
 use crate::context::{copy_dtod, DeviceBuffer, GpuContext};
 use crate::place::{self, Placer};
 use crate::plan::{plan_chunks, ChunkPlacement};
@@ -23,18 +27,6 @@ use crate::shard::sharded_units;
 use crate::trace::Trace;
 use crate::zstd_frame::{check_frame, FrameVerdict};
 use crate::{GpuConfig, GpuError};
-
-/// Stored chunks start at this alignment in the host and device staging when each is read on
-/// its own (nvCOMP takes zstd input at any alignment; 256 keeps copies aligned).
-const STORED_ALIGN: u64 = 256;
-/// Decoded chunks start at this alignment.
-const DECODED_ALIGN: u64 = 4096;
-/// Chunks at least this large (decoded) may be decoded on host threads: one large zstd frame
-/// decodes largely serially on the GPU.
-const LARGE_CHUNK: u64 = 4 << 20;
-/// Stored ranges of one value this close together are read as one (the gap read and dropped):
-/// one pread of 64 KiB more costs less than another request.
-const COALESCE_GAP: u64 = 64 << 10;
 
 /// Where a unit's stored bytes are.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,136 +101,6 @@ struct Item {
     route: Route,
     /// The crc32c stored after the data, when the chain has crc32c.
     crc: Option<u32>,
-}
-
-/// The fraction of large chunks decoded on host threads, when set (`GpuConfig` first, then
-/// `ZARRS_GPU_HOST_DECODE_FRACTION`); otherwise [`host_chunks`] decides.
-pub(crate) const HOST_FRACTION_ENV: &str = "ZARRS_GPU_HOST_DECODE_FRACTION";
-
-fn host_fraction(config: &GpuConfig) -> Option<f64> {
-    config
-        .host_decode_fraction()
-        .or_else(|| std::env::var(HOST_FRACTION_ENV).ok().and_then(|v| v.trim().parse::<f64>().ok()))
-        .map(|f| f.clamp(0.0, 1.0))
-}
-
-/// nvCOMP's zstd throughput on large frames given enough of them (H200: 512 frames of 16 MiB
-/// in one call ran at 24.9 GiB/s, nvCOMP's Python API on the same chunks).
-const DEVICE_LARGE_RATE: f64 = 25.0 * (1u64 << 30) as f64;
-/// Frames nvCOMP decodes side by side before its throughput stops growing: fewer take as long
-/// as one frame decoded at DEVICE_LARGE_RATE / this (64 and 128 frames of 16 MiB ran at 3.6
-/// and 6.9 GiB/s, about this line).
-const DEVICE_LARGE_WIDTH: f64 = 512.0;
-/// One host thread's zstd rate on these frames while the others also read.
-const HOST_THREAD_RATE: f64 = 0.24 * (1u64 << 30) as f64;
-
-/// How many of `large` frames of `chunk` decoded bytes go to host threads so that host and
-/// device finish together: the device takes as long for a few frames as for
-/// DEVICE_LARGE_WIDTH (one frame decodes largely serially), the host's threads each decode
-/// one frame at a time. With hundreds of frames the device alone is fastest; with a handful,
-/// the host is.
-fn host_chunks(large: usize, chunk: u64, threads: usize) -> usize {
-    let chunk = chunk as f64;
-    let device = |m: usize| if m == 0 { 0.0 } else { chunk * (m as f64).max(DEVICE_LARGE_WIDTH) / DEVICE_LARGE_RATE };
-    let host = |k: usize| k.div_ceil(threads.max(1)) as f64 * chunk / HOST_THREAD_RATE;
-    // The smallest share among the fastest (ties keep chunks on the device).
-    (0..=large)
-        .min_by(|&a, &b| {
-            let (ta, tb) = (device(large - a).max(host(a)), device(large - b).max(host(b)));
-            ta.total_cmp(&tb).then(a.cmp(&b))
-        })
-        .unwrap_or(0)
-}
-
-/// Decoded bytes per batch of zstd chunks when the device has room (`free` is the device memory
-/// free for the read, None for chains without zstd): nvCOMP runs faster the more chunks a call
-/// has. Large frames (one decodes largely serially) take up to 1024 chunks: one batch of 512
-/// 16 MiB chunks ran at 13.5 GiB/s, two of 256 at 11. Small chunks take up to 4 GiB unless the
-/// staging budget was set: 4096 chunks of 1 MiB per call ran at 39 to 41 GiB/s, 1024 at 33. A
-/// batch takes about 5x its decoded bytes, two in flight, hence a twelfth of what is free.
-fn batch_budget(staging: u64, staging_set: bool, largest: u64, free: Option<u64>, out_bytes: u64) -> u64 {
-    let Some(free) = free else { return staging };
-    let room = free.saturating_sub(out_bytes) / 12;
-    if largest >= LARGE_CHUNK {
-        staging.max((1024 * largest).min(room))
-    } else if staging_set {
-        staging
-    } else {
-        staging.max(room.min(SMALL_BATCH))
-    }
-}
-
-/// The most decoded bytes of a batch of small zstd chunks (see [`batch_budget`]).
-const SMALL_BATCH: u64 = 4 << 30;
-
-/// Group chunks of these decoded sizes, in order, into batches of at most `budget` bytes (each
-/// size rounded up to the staging alignment); a chunk larger than the budget is a batch alone.
-fn batches_by_size(sizes: impl IntoIterator<Item = u64>, budget: u64) -> Vec<Vec<usize>> {
-    let mut batches: Vec<Vec<usize>> = Vec::new();
-    let mut used = 0;
-    for (i, size) in sizes.into_iter().enumerate() {
-        let need = size.next_multiple_of(DECODED_ALIGN);
-        if batches.is_empty() || used + need > budget {
-            batches.push(Vec::new());
-            used = 0;
-        }
-        batches.last_mut().expect("a batch").push(i);
-        used += need;
-    }
-    batches
-}
-
-/// The reads of a batch: stored spans `(key, offset, len)` of one value that lie at most `gap`
-/// bytes apart become one request (in offset order), each request landing at an aligned offset of
-/// host staging. Returns the requests, per span its request and host offset, and the staging used.
-fn coalesce(spans: &[(&StoreKey, u64, u64)], gap: u64) -> (Vec<DeviceReadRequest>, Vec<(usize, u64)>, u64) {
-    let mut order: Vec<usize> = (0..spans.len()).collect();
-    order.sort_by(|&a, &b| spans[a].0.as_str().cmp(spans[b].0.as_str()).then(spans[a].1.cmp(&spans[b].1)));
-    let mut requests: Vec<DeviceReadRequest> = Vec::new();
-    let mut at = vec![(0, 0); spans.len()];
-    let mut used = 0u64;
-    for i in order {
-        let (key, offset, len) = spans[i];
-        let joins = requests.last().is_some_and(|r| {
-            let end = r.offset + r.len as u64;
-            r.key == *key && offset >= end && offset - end <= gap
-        });
-        if joins {
-            let r = requests.last_mut().expect("a request");
-            r.len = (offset + len - r.offset) as usize;
-        } else {
-            if let Some(r) = requests.last() {
-                used = (r.dst + r.len as u64).next_multiple_of(STORED_ALIGN);
-            }
-            requests.push(DeviceReadRequest { key: key.clone(), offset, len: len as usize, dst: used });
-        }
-        let r = requests.last().expect("a request");
-        at[i] = (requests.len() - 1, r.dst + offset - r.offset);
-    }
-    let total = requests.last().map_or(0, |r| r.dst + r.len as u64);
-    (requests, at, total)
-}
-
-/// Keep `buffer` at least `len` bytes: a buffer that is too small (or none) is replaced by one a
-/// quarter larger than asked, so that batches of slowly growing size do not reallocate each time.
-/// The old buffer must no longer be in use.
-fn ensure<B>(
-    buffer: &mut Option<B>,
-    len: u64,
-    capacity: impl Fn(&B) -> usize,
-    take: impl Fn(usize) -> Result<B, GpuError>,
-    give: impl Fn(B),
-) -> Result<(), GpuError> {
-    if buffer.as_ref().is_some_and(|b| capacity(b) as u64 >= len) {
-        return Ok(());
-    }
-    let grow = buffer.is_some();
-    if let Some(old) = buffer.take() {
-        give(old);
-    }
-    let len = if grow { len + len / 4 } else { len };
-    *buffer = Some(take(len.max(1) as usize)?);
-    Ok(())
 }
 
 /// Decode `subset` of an array on the device: its chunks (or, for sharded arrays, the inner
@@ -373,32 +235,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                         .collect::<Result<_, _>>()
                 })
                 .map_err(|e| GpuError::Array(e.into()))?;
-            let stored: Vec<(&StoreKey, u64, u64)> = batch
-                .iter()
-                .zip(&spans)
-                .filter_map(|(&u, s)| s.map(|(offset, len)| (&units[u].placement.key, offset, len)))
-                .collect();
-            let (requests, at, stored_total) = coalesce(&stored, COALESCE_GAP);
-            let mut items = Vec::with_capacity(batch.len());
-            let mut decoded_at = 0u64;
-            let mut next_span = at.iter();
-            for (&u, span) in batch.iter().zip(&spans) {
-                let (route, stored_len, host_offset) = match span {
-                    Some((_, len)) => (Route::Device, *len, next_span.next().expect("one per span").1),
-                    None => (Route::Missing, 0, 0),
-                };
-                items.push(Item {
-                    unit: u,
-                    stored_len,
-                    data_len: stored_len,
-                    host_offset,
-                    decoded_offset: decoded_at,
-                    route,
-                    crc: None,
-                });
-                decoded_at += decoded_len(u).next_multiple_of(DECODED_ALIGN);
-            }
-            let decoded_total = decoded_at;
+            let (requests, at, stored_total, mut items, decoded_total) = plan_reads(units, batch, &spans, elem);
             trace.mark("sizes");
 
             let meta_bytes = meta_len(batch);
@@ -424,44 +261,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 }
             }
             trace.mark("read");
-            // Check every stored chunk on the host: crc32c trailer, zstd frame structure and size.
-            let stored_bytes = hbuf.as_slice();
-            context.reader().install(|| {
-                items.par_iter_mut().filter(|it| it.route != Route::Missing).try_for_each(|it| {
-                    let unit = &units[it.unit];
-                    let bytes = &stored_bytes[it.host_offset as usize..][..it.stored_len as usize];
-                    if chain.crc32c {
-                        if bytes.len() < 4 {
-                            return Err(unit.error(format!("{} bytes cannot hold a crc32c checksum", bytes.len())));
-                        }
-                        it.data_len -= 4;
-                        it.crc = Some(u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes")));
-                    }
-                    let data = &bytes[..it.data_len as usize];
-                    let expected = decoded_len(it.unit);
-                    if chain.zstd {
-                        match check_frame(data, expected).map_err(|e| unit.error(e.to_string()))? {
-                            FrameVerdict::Device { .. } => {}
-                            FrameVerdict::Host(_) => it.route = Route::Host,
-                        }
-                    } else if data.len() as u64 != expected {
-                        return Err(unit.error(format!("{} bytes stored, {expected} expected", data.len())));
-                    }
-                    Ok(())
-                })
-            })?;
-            // The host's share of large chunks.
-            let large: Vec<usize> = (0..items.len())
-                .filter(|&k| items[k].route == Route::Device && chain.zstd && decoded_len(items[k].unit) >= LARGE_CHUNK)
-                .collect();
-            let largest = large.iter().map(|&k| decoded_len(items[k].unit)).max().unwrap_or(0);
-            let host_share = match fraction {
-                Some(fraction) => (large.len() as f64 * fraction).round() as usize,
-                None => host_chunks(large.len(), largest, threads),
-            };
-            for &k in large.iter().rev().take(host_share) {
-                items[k].route = Route::Host;
-            }
+            check_stored(units, &mut items, hbuf.as_slice(), chain, elem, context.reader())?;
+            route_large_frames(units, &mut items, chain, elem, fraction, threads);
             trace.mark("check");
 
             // This batch's device layout: stored bytes, decoded bytes, nvCOMP temp, metadata.
@@ -490,23 +291,11 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             let temp = dbase + decoded_room;
             let meta = temp + temp_room;
             let host_meta = hbuf.as_mut_slice()[host_meta_at as usize..].as_mut_ptr() as usize;
-            // Metadata goes through pinned memory, so that its copies do not wait for the stream
-            // (a pageable copy would, serialising the next batch's reads behind this one's decode).
-            let stage = |at: u64, words: &[u64], device: u64, on: &CudaStream| -> Result<(), GpuError> {
-                let bytes = words.len() * 8;
-                // SAFETY: the slot's metadata region holds meta_bytes; `at + bytes` stays within
-                // it (crc32c arrays, zstd arrays, the placement table at its end); the region is
-                // reused only after this batch's event.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        words.as_ptr().cast::<u8>(),
-                        (host_meta + at as usize) as *mut u8,
-                        bytes,
-                    );
-                    sys::cuMemcpyHtoDAsync_v2(device, (host_meta + at as usize) as *const c_void, bytes, on.cu_stream())
-                }
-                .result()
-                .map_err(GpuError::cuda("copying decode metadata"))
+            let stage = |at: u64, words: &[u64], device: u64, on: &CudaStream| {
+                // SAFETY: the slot's metadata region holds meta_bytes; every `at` below keeps the
+                // words within it (crc32c arrays, zstd arrays, the placement tables at its end);
+                // the region is reused only after this batch's event.
+                unsafe { stage_words(host_meta, at, words, device, on) }
             };
 
             // One copy of the batch's stored bytes to the device, on the copy stream.
@@ -535,48 +324,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 let mut words: Vec<u64> = with_crc.iter().map(|it| cbase + it.host_offset).collect();
                 words.extend(with_crc.iter().map(|it| it.data_len));
                 stage(0, &words, meta, copy_stream.as_ref())?;
-                let (crc_out, crc_status) = (meta + 16 * n_crc as u64, meta + 20 * n_crc as u64);
-                let max_crc = with_crc.iter().map(|it| it.data_len as usize).max().unwrap_or(0);
-                let crc_conf = nvcomp.crc32_kernel_conf(n_crc, max_crc).map_err(nvcomp_err)?;
-                // SAFETY: pointer and size arrays of n_crc entries in device memory, outputs as
-                // many; the results come back into the host metadata region after the arrays.
-                unsafe {
-                    let status = nvcomp.functions().nvcompBatchedCRC32Async(
-                        meta as *const *const c_void,
-                        (meta + 8 * n_crc as u64) as *const usize,
-                        n_crc,
-                        crc_out as *mut u32,
-                        nvcomp_sys::crc32c_opts(crc_conf),
-                        nv::nvcompCRC32OnlySegment,
-                        crc_status as *mut nv::nvcompStatus_t,
-                        copy_stream.cu_stream() as nv::cudaStream_t,
-                    );
-                    nvcomp.check("computing crc32c checksums", status).map_err(nvcomp_err)?;
-                    sys::cuMemcpyDtoHAsync_v2(
-                        (host_meta + 16 * n_crc) as *mut c_void,
-                        crc_out,
-                        8 * n_crc,
-                        copy_stream.cu_stream(),
-                    )
-                    .result()
-                    .map_err(GpuError::cuda("reading crc32c results"))?;
-                }
-                copy_stream.synchronize().map_err(GpuError::cuda("computing crc32c checksums"))?;
-                // SAFETY: the copy above wrote 8 * n_crc bytes there and has completed.
-                let got = unsafe { std::slice::from_raw_parts((host_meta + 16 * n_crc) as *const u32, 2 * n_crc) };
-                for (k, it) in with_crc.iter().enumerate() {
-                    let unit = &units[it.unit];
-                    let (crc, status) = (got[k], got[n_crc + k]);
-                    if status != nv::nvcompSuccess {
-                        return Err(unit.error(format!("nvCOMP crc32c: {}", nvcomp.status_string(status))));
-                    }
-                    let expected = it.crc.expect("with crc");
-                    if crc != expected {
-                        return Err(unit.error(format!(
-                            "crc32c checksum mismatch: stored {expected:#010x}, computed {crc:#010x}"
-                        )));
-                    }
-                }
+                // SAFETY: the arrays just staged at `meta` describe stored bytes at cbase, copied
+                // before on the same stream; results go to the metadata regions after them.
+                unsafe { verify_crc32c(nvcomp, units, &with_crc, meta, host_meta, &copy_stream) }?;
             }
             if stored_total > 0 {
                 let copied = copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
@@ -615,54 +365,23 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 };
                 nvcomp.check("launching zstd decompression", status).map_err(nvcomp_err)?;
             }
-            // Meanwhile the host decodes its chunks into the slot's pinned buffer, each copied to
-            // the device as soon as it is done.
+            // Meanwhile the host decodes its chunks, each copied to the device as soon as it is done.
             let host_items: Vec<&Item> = items.iter().filter(|it| it.route == Route::Host).collect();
             report.host_decoded_chunks += host_items.len();
             if !host_items.is_empty() {
-                let mut at = Vec::with_capacity(host_items.len());
-                let mut need = 0u64;
-                for it in &host_items {
-                    at.push(need as usize);
-                    need += decoded_len(it.unit).next_multiple_of(DECODED_ALIGN);
-                }
-                ensure(
-                    &mut host_decoded[slot],
-                    need,
-                    PinnedBuffer::len,
-                    |len| context.take_pinned(len),
-                    |old| context.give_pinned(old),
-                )?;
-                let base = host_decoded[slot].as_mut().expect("ensured").as_mut_slice().as_mut_ptr() as usize;
-                let copy_stream = &copy_stream;
-                context.reader().install(|| {
-                    host_items.par_iter().zip(&at).try_for_each(|(it, &offset)| {
-                        let unit = &units[it.unit];
-                        let len = decoded_len(it.unit) as usize;
-                        // SAFETY: the regions at `at` are disjoint and lie within the buffer
-                        // (sized to their sum).
-                        let out = unsafe { std::slice::from_raw_parts_mut((base + offset) as *mut u8, len) };
-                        let data = &stored_bytes[it.host_offset as usize..][..it.data_len as usize];
-                        let written = zstd::bulk::decompress_to_buffer(data, out)
-                            .map_err(|e| unit.error(format!("zstd: {e}")))?;
-                        if written != len {
-                            return Err(unit.error(format!("zstd decoded {written} bytes, {len} expected")));
-                        }
-                        context.bind()?;
-                        // SAFETY: pinned source within the buffer (reused only after this batch's
-                        // event); destination within the slot's decoded region.
-                        unsafe {
-                            sys::cuMemcpyHtoDAsync_v2(
-                                dbase + it.decoded_offset,
-                                (base + offset) as *const c_void,
-                                len,
-                                copy_stream.cu_stream(),
-                            )
-                        }
-                        .result()
-                        .map_err(GpuError::cuda("copying host-decoded chunks"))
-                    })
-                })?;
+                // SAFETY: dbase is the slot's decoded region, which holds every item's decoded bytes.
+                unsafe {
+                    decode_on_host(
+                        context,
+                        units,
+                        &host_items,
+                        stored_bytes,
+                        elem,
+                        &mut host_decoded[slot],
+                        dbase,
+                        &copy_stream,
+                    )
+                }?;
                 let copied = copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
                 stream.wait(&copied).map_err(GpuError::cuda("ordering host-decoded chunks before placement"))?;
             }
@@ -778,6 +497,234 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     Ok((out, report))
 }
 
+/// Copy `words` through the pinned metadata region at `host_meta + at` to `device` on `on`:
+/// pinned, so that the copy does not wait for the stream (a pageable copy would, serialising the
+/// next batch's reads behind this one's decode).
+///
+/// # Safety
+/// `host_meta + at` must be pinned memory for the words, not in use by an earlier copy; `device`
+/// device memory for them.
+unsafe fn stage_words(host_meta: usize, at: u64, words: &[u64], device: u64, on: &CudaStream) -> Result<(), GpuError> {
+    let bytes = words.len() * 8;
+    // SAFETY: the caller's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(words.as_ptr().cast::<u8>(), (host_meta + at as usize) as *mut u8, bytes);
+        sys::cuMemcpyHtoDAsync_v2(device, (host_meta + at as usize) as *const c_void, bytes, on.cu_stream())
+    }
+    .result()
+    .map_err(GpuError::cuda("copying decode metadata"))
+}
+
+/// nvCOMP CRC32C of `items` on `copy_stream`, awaited and checked here, before anything is
+/// decoded: a corrupt frame must never reach nvCOMP's decoder (undefined behaviour; a kernel
+/// that never ends at worst). The wait overlaps the previous batch's decode on the other stream.
+///
+/// # Safety
+/// `meta` must hold the items' input pointers then sizes (u64 each, staged on `copy_stream`)
+/// with room after them for as many values and statuses (u32 each); `host_meta` is pinned memory
+/// with the same layout, for the results.
+unsafe fn verify_crc32c(
+    nvcomp: &NvcompLibrary,
+    units: &[Unit],
+    items: &[&Item],
+    meta: u64,
+    host_meta: usize,
+    copy_stream: &CudaStream,
+) -> Result<(), GpuError> {
+    let n = items.len();
+    let (values, statuses) = (meta + 16 * n as u64, meta + 20 * n as u64);
+    let longest = items.iter().map(|it| it.data_len as usize).max().unwrap_or(0);
+    let conf = nvcomp.crc32_kernel_conf(n, longest).map_err(nvcomp_err)?;
+    // SAFETY: pointer and size arrays of n entries in device memory, outputs as many (the
+    // caller's contract); the results come back to the same offsets of the host region.
+    unsafe {
+        let status = nvcomp.functions().nvcompBatchedCRC32Async(
+            meta as *const *const c_void,
+            (meta + 8 * n as u64) as *const usize,
+            n,
+            values as *mut u32,
+            nvcomp_sys::crc32c_opts(conf),
+            nv::nvcompCRC32OnlySegment,
+            statuses as *mut nv::nvcompStatus_t,
+            copy_stream.cu_stream() as nv::cudaStream_t,
+        );
+        nvcomp.check("computing crc32c checksums", status).map_err(nvcomp_err)?;
+        sys::cuMemcpyDtoHAsync_v2((host_meta + 16 * n) as *mut c_void, values, 8 * n, copy_stream.cu_stream())
+            .result()
+            .map_err(GpuError::cuda("reading crc32c results"))?;
+    }
+    copy_stream.synchronize().map_err(GpuError::cuda("computing crc32c checksums"))?;
+    // SAFETY: the copy above wrote 8 * n bytes there and has completed.
+    let got = unsafe { std::slice::from_raw_parts((host_meta + 16 * n) as *const u32, 2 * n) };
+    for (k, it) in items.iter().enumerate() {
+        let unit = &units[it.unit];
+        let (crc, status) = (got[k], got[n + k]);
+        if status != nv::nvcompSuccess {
+            return Err(unit.error(format!("nvCOMP crc32c: {}", nvcomp.status_string(status))));
+        }
+        let expected = it.crc.expect("with crc");
+        if crc != expected {
+            return Err(unit.error(format!("crc32c checksum mismatch: stored {expected:#010x}, computed {crc:#010x}")));
+        }
+    }
+    Ok(())
+}
+
+/// The reads of a batch and its items: `spans` are each unit's stored (offset, length), None
+/// when missing. Returns the read requests (ranges of one value coalesced), per stored span its
+/// request and host offset, the host staging used, the items (decoded offsets assigned) and the
+/// decoded bytes of the batch.
+#[allow(clippy::type_complexity)]
+fn plan_reads(
+    units: &[Unit],
+    batch: &[usize],
+    spans: &[Option<(u64, u64)>],
+    elem: u64,
+) -> (Vec<DeviceReadRequest>, Vec<(usize, u64)>, u64, Vec<Item>, u64) {
+    let stored: Vec<(&StoreKey, u64, u64)> = batch
+        .iter()
+        .zip(spans)
+        .filter_map(|(&u, s)| s.map(|(offset, len)| (&units[u].placement.key, offset, len)))
+        .collect();
+    let (requests, at, stored_total) = coalesce(&stored, COALESCE_GAP);
+    let mut items = Vec::with_capacity(batch.len());
+    let mut decoded_at = 0u64;
+    let mut next_span = at.iter();
+    for (&u, span) in batch.iter().zip(spans) {
+        let (route, stored_len, host_offset) = match span {
+            Some((_, len)) => (Route::Device, *len, next_span.next().expect("one per span").1),
+            None => (Route::Missing, 0, 0),
+        };
+        items.push(Item {
+            unit: u,
+            stored_len,
+            data_len: stored_len,
+            host_offset,
+            decoded_offset: decoded_at,
+            route,
+            crc: None,
+        });
+        decoded_at += units[u].decoded_len(elem).next_multiple_of(DECODED_ALIGN);
+    }
+    (requests, at, stored_total, items, decoded_at)
+}
+
+/// Check every stored chunk on the host before the device sees it: the crc32c trailer split off,
+/// the zstd frame's structure and recorded size (frames nvCOMP cannot take are routed to the
+/// host), or the raw size. A broken chunk is an error naming it.
+fn check_stored(
+    units: &[Unit],
+    items: &mut [Item],
+    stored: &[u8],
+    chain: &DeviceChain,
+    elem: u64,
+    reader: &zarrs_gds_store::DeviceReader,
+) -> Result<(), GpuError> {
+    reader.install(|| {
+        items.par_iter_mut().filter(|it| it.route != Route::Missing).try_for_each(|it| {
+            let unit = &units[it.unit];
+            let bytes = &stored[it.host_offset as usize..][..it.stored_len as usize];
+            if chain.crc32c {
+                if bytes.len() < 4 {
+                    return Err(unit.error(format!("{} bytes cannot hold a crc32c checksum", bytes.len())));
+                }
+                it.data_len -= 4;
+                it.crc = Some(u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes")));
+            }
+            let data = &bytes[..it.data_len as usize];
+            let expected = unit.decoded_len(elem);
+            if chain.zstd {
+                match check_frame(data, expected).map_err(|e| unit.error(e.to_string()))? {
+                    FrameVerdict::Device { .. } => {}
+                    FrameVerdict::Host(_) => it.route = Route::Host,
+                }
+            } else if data.len() as u64 != expected {
+                return Err(unit.error(format!("{} bytes stored, {expected} expected", data.len())));
+            }
+            Ok(())
+        })
+    })
+}
+
+/// Send the host's share of the batch's large zstd frames to host threads (a set fraction, or
+/// [`host_chunks`]' split).
+fn route_large_frames(
+    units: &[Unit],
+    items: &mut [Item],
+    chain: &DeviceChain,
+    elem: u64,
+    fraction: Option<f64>,
+    threads: usize,
+) {
+    if !chain.zstd {
+        return;
+    }
+    let large: Vec<usize> = (0..items.len())
+        .filter(|&k| items[k].route == Route::Device && units[items[k].unit].decoded_len(elem) >= LARGE_CHUNK)
+        .collect();
+    let largest = large.iter().map(|&k| units[items[k].unit].decoded_len(elem)).max().unwrap_or(0);
+    let share = match fraction {
+        Some(fraction) => (large.len() as f64 * fraction).round() as usize,
+        None => host_chunks(large.len(), largest, threads),
+    };
+    for &k in large.iter().rev().take(share) {
+        items[k].route = Route::Host;
+    }
+}
+
+/// Decode `items` with the zstd crate on the reader's threads into `buffer` (pinned, grown as
+/// needed), each chunk copied on `copy_stream` to `dbase` + its decoded offset once done.
+///
+/// # Safety
+/// `dbase` + each item's decoded offset must be device memory for its decoded bytes, untouched by
+/// other work until `copy_stream`'s copies complete; `buffer` must not be in use by earlier copies.
+#[allow(clippy::too_many_arguments)]
+unsafe fn decode_on_host(
+    context: &GpuContext,
+    units: &[Unit],
+    items: &[&Item],
+    stored: &[u8],
+    elem: u64,
+    buffer: &mut Option<PinnedBuffer>,
+    dbase: u64,
+    copy_stream: &CudaStream,
+) -> Result<(), GpuError> {
+    let mut at = Vec::with_capacity(items.len());
+    let mut need = 0u64;
+    for it in items {
+        at.push(need as usize);
+        need += units[it.unit].decoded_len(elem).next_multiple_of(DECODED_ALIGN);
+    }
+    ensure(buffer, need, PinnedBuffer::len, |len| context.take_pinned(len), |old| context.give_pinned(old))?;
+    let base = buffer.as_mut().expect("ensured").as_mut_slice().as_mut_ptr() as usize;
+    context.reader().install(|| {
+        items.par_iter().zip(&at).try_for_each(|(it, &offset)| {
+            let unit = &units[it.unit];
+            let len = unit.decoded_len(elem) as usize;
+            // SAFETY: the regions at `at` are disjoint and lie within the buffer (sized to their sum).
+            let out = unsafe { std::slice::from_raw_parts_mut((base + offset) as *mut u8, len) };
+            let data = &stored[it.host_offset as usize..][..it.data_len as usize];
+            let written = zstd::bulk::decompress_to_buffer(data, out).map_err(|e| unit.error(format!("zstd: {e}")))?;
+            if written != len {
+                return Err(unit.error(format!("zstd decoded {written} bytes, {len} expected")));
+            }
+            context.bind()?;
+            // SAFETY: pinned source within the buffer (reused only after this batch's event);
+            // destination as the caller promises.
+            unsafe {
+                sys::cuMemcpyHtoDAsync_v2(
+                    dbase + it.decoded_offset,
+                    (base + offset) as *const c_void,
+                    len,
+                    copy_stream.cu_stream(),
+                )
+            }
+            .result()
+            .map_err(GpuError::cuda("copying host-decoded chunks"))
+        })
+    })
+}
+
 /// The gather job placing `p`'s part of a chunk decoded at `base` (its elements in the chunk's
 /// stored layout: C order of its transpose, if any) into an output of `out_shape`.
 fn gather_job(chain: &DeviceChain, elem: u64, p: &ChunkPlacement, base: u64, out_shape: &[u64]) -> place::Gather {
@@ -822,34 +769,7 @@ fn nvcomp_err(err: nvcomp_sys::NvcompError) -> GpuError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn batches_respect_the_budget_in_order() {
-        let k = DECODED_ALIGN;
-        let batches = batches_by_size([3 * k, 3 * k, 3 * k, 10 * k, k, 1], 6 * k);
-        assert_eq!(batches, vec![vec![0, 1], vec![2], vec![3], vec![4, 5]]);
-        assert_eq!(batches_by_size([], k), Vec::<Vec<usize>>::new());
-        // Sizes round up to the alignment: two odd sizes of just over half a budget do not share.
-        assert_eq!(batches_by_size([k + 1, k + 1], 3 * k), vec![vec![0], vec![1]]);
-    }
-
-    #[test]
-    fn adjacent_ranges_of_one_value_become_one_read() {
-        let (a, b) = (StoreKey::new("c/0").unwrap(), StoreKey::new("c/1").unwrap());
-        // Out of order; a[0..100] and a[100..150] touch, a[150 + 10..] is within the gap, b apart.
-        let spans = [(&a, 100, 50), (&b, 0, 10), (&a, 0, 100), (&a, 160, 40), (&a, 10_000, 5)];
-        let (requests, at, total) = coalesce(&spans, 64);
-        let got: Vec<(&str, u64, usize, u64)> =
-            requests.iter().map(|r| (r.key.as_str(), r.offset, r.len, r.dst)).collect();
-        assert_eq!(got, vec![("c/0", 0, 200, 0), ("c/0", 10_000, 5, 256), ("c/1", 0, 10, 512)]);
-        assert_eq!(at, vec![(0, 100), (2, 512), (0, 0), (0, 160), (1, 256)]);
-        assert_eq!(total, 522);
-        // Overlapping ranges (a shard whose index points twice into the same bytes) read apart.
-        let (requests, at, _) = coalesce(&[(&a, 0, 100), (&a, 50, 100)], 64);
-        assert_eq!(requests.len(), 2);
-        assert_eq!(at, vec![(0, 0), (1, 256)]);
-        assert_eq!(coalesce(&[], 64).2, 0);
-    }
+    use crate::plan::plan_chunks;
 
     /// What the gather kernel does, on the host.
     fn apply_gather(job: &place::Gather, src: &[u8], out: &mut [u8]) {
@@ -910,43 +830,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn batches_grow_with_free_memory_for_zstd() {
-        let gib = 1u64 << 30;
-        let staging = gib;
-        // No zstd (no memory query): the staging budget.
-        assert_eq!(batch_budget(staging, false, 1 << 20, None, 8 * gib), staging);
-        // Small frames: up to 4 GiB where a twelfth of the room allows, unless a budget is set.
-        assert_eq!(batch_budget(staging, false, 1 << 20, Some(100 * gib), 8 * gib), 4 * gib);
-        assert_eq!(batch_budget(staging, false, 1 << 20, Some(32 * gib), 8 * gib), 2 * gib);
-        assert_eq!(batch_budget(staging, false, 1 << 20, Some(9 * gib), 8 * gib), staging);
-        assert_eq!(batch_budget(staging, true, 1 << 20, Some(100 * gib), 8 * gib), staging);
-        // 16 MiB frames with plenty of room: 1024 of them.
-        assert_eq!(batch_budget(staging, false, 16 << 20, Some(300 * gib), 8 * gib), 16 * gib);
-        // Little room: a twelfth of what the output leaves, never less than the staging budget.
-        assert_eq!(batch_budget(staging, true, 16 << 20, Some(32 * gib), 8 * gib), 2 * gib);
-        assert_eq!(batch_budget(staging, false, 16 << 20, Some(9 * gib), 8 * gib), staging);
-    }
-
-    #[test]
-    fn host_share_of_large_frames() {
-        let mib = 1u64 << 20;
-        // Hundreds of 16 MiB frames: the device alone (it takes as long for 400 as for 512).
-        assert_eq!(host_chunks(512, 16 * mib, 16), 0);
-        assert_eq!(host_chunks(400, 16 * mib, 16), 0);
-        // A handful: all on host threads, each frame about 65 ms there against 320 ms on the device.
-        assert_eq!(host_chunks(6, 16 * mib, 16), 6);
-        assert_eq!(host_chunks(2, 64 * mib, 16), 2);
-        // Thousands: the host takes a share where both finish together.
-        let k = host_chunks(2048, 16 * mib, 16);
-        assert!(k > 100 && k < 400, "{k}");
-        assert_eq!(host_chunks(0, 16 * mib, 16), 0);
-        // Set fractions win, clamped to 0..1.
-        let config = GpuConfig::default();
-        assert_eq!(host_fraction(&config.clone().with_host_decode_fraction(Some(0.2))), Some(0.2));
-        assert_eq!(host_fraction(&config.clone().with_host_decode_fraction(Some(3.0))), Some(1.0));
-        assert_eq!(host_fraction(&config.with_host_decode_fraction(Some(-1.0))), Some(0.0));
     }
 }

@@ -20,6 +20,7 @@
 //! `zarrs_gpu_codecs` is licensed under either of the Apache License, Version 2.0 or the MIT
 //! license, at your option.
 
+mod batch;
 mod codec;
 mod config;
 mod context;

@@ -1,0 +1,222 @@
+//! Batch planning for the decoded read, pure and tested on the CPU: how many decoded bytes a
+//! batch takes, which chunks go together, which stored ranges are read as one, how many large
+//! frames host threads decode beside the device, and buffers that grow to what a batch needs.
+
+use zarrs_gds_store::DeviceReadRequest;
+use zarrs_storage::StoreKey;
+
+use crate::{GpuConfig, GpuError};
+
+/// Stored chunks start at this alignment in the host and device staging when each is read on
+/// its own (nvCOMP takes zstd input at any alignment; 256 keeps copies aligned).
+pub(crate) const STORED_ALIGN: u64 = 256;
+/// Decoded chunks start at this alignment.
+pub(crate) const DECODED_ALIGN: u64 = 4096;
+/// Chunks at least this large (decoded) may be decoded on host threads: one large zstd frame
+/// decodes largely serially on the GPU.
+pub(crate) const LARGE_CHUNK: u64 = 4 << 20;
+/// Stored ranges of one value this close together are read as one (the gap read and dropped):
+/// one pread of 64 KiB more costs less than another request.
+pub(crate) const COALESCE_GAP: u64 = 64 << 10;
+
+/// The fraction of large chunks decoded on host threads, when set (`GpuConfig` first, then
+/// `ZARRS_GPU_HOST_DECODE_FRACTION`); otherwise [`host_chunks`] decides.
+pub(crate) const HOST_FRACTION_ENV: &str = "ZARRS_GPU_HOST_DECODE_FRACTION";
+
+pub(crate) fn host_fraction(config: &GpuConfig) -> Option<f64> {
+    config
+        .host_decode_fraction()
+        .or_else(|| std::env::var(HOST_FRACTION_ENV).ok().and_then(|v| v.trim().parse::<f64>().ok()))
+        .map(|f| f.clamp(0.0, 1.0))
+}
+
+/// nvCOMP's zstd throughput on large frames given enough of them (H200: 512 frames of 16 MiB
+/// in one call ran at 24.9 GiB/s, nvCOMP's Python API on the same chunks).
+const DEVICE_LARGE_RATE: f64 = 25.0 * (1u64 << 30) as f64;
+/// Frames nvCOMP decodes side by side before its throughput stops growing: fewer take as long
+/// as one frame decoded at DEVICE_LARGE_RATE / this (64 and 128 frames of 16 MiB ran at 3.6
+/// and 6.9 GiB/s, about this line).
+const DEVICE_LARGE_WIDTH: f64 = 512.0;
+/// One host thread's zstd rate on these frames while the others also read.
+const HOST_THREAD_RATE: f64 = 0.24 * (1u64 << 30) as f64;
+
+/// How many of `large` frames of `chunk` decoded bytes go to host threads so that host and
+/// device finish together: the device takes as long for a few frames as for
+/// DEVICE_LARGE_WIDTH (one frame decodes largely serially), the host's threads each decode
+/// one frame at a time. With hundreds of frames the device alone is fastest; with a handful,
+/// the host is.
+pub(crate) fn host_chunks(large: usize, chunk: u64, threads: usize) -> usize {
+    let chunk = chunk as f64;
+    let device = |m: usize| if m == 0 { 0.0 } else { chunk * (m as f64).max(DEVICE_LARGE_WIDTH) / DEVICE_LARGE_RATE };
+    let host = |k: usize| k.div_ceil(threads.max(1)) as f64 * chunk / HOST_THREAD_RATE;
+    // The smallest share among the fastest (ties keep chunks on the device).
+    (0..=large)
+        .min_by(|&a, &b| {
+            let (ta, tb) = (device(large - a).max(host(a)), device(large - b).max(host(b)));
+            ta.total_cmp(&tb).then(a.cmp(&b))
+        })
+        .unwrap_or(0)
+}
+
+/// Decoded bytes per batch of zstd chunks when the device has room (`free` is the device memory
+/// free for the read, None for chains without zstd): nvCOMP runs faster the more chunks a call
+/// has. Large frames (one decodes largely serially) take up to 1024 chunks: one batch of 512
+/// 16 MiB chunks ran at 13.5 GiB/s, two of 256 at 11. Small chunks take up to 4 GiB unless the
+/// staging budget was set: 4096 chunks of 1 MiB per call ran at 39 to 41 GiB/s, 1024 at 33. A
+/// batch takes about 5x its decoded bytes, two in flight, hence a twelfth of what is free.
+pub(crate) fn batch_budget(staging: u64, staging_set: bool, largest: u64, free: Option<u64>, out_bytes: u64) -> u64 {
+    let Some(free) = free else { return staging };
+    let room = free.saturating_sub(out_bytes) / 12;
+    if largest >= LARGE_CHUNK {
+        staging.max((1024 * largest).min(room))
+    } else if staging_set {
+        staging
+    } else {
+        staging.max(room.min(SMALL_BATCH))
+    }
+}
+
+/// The most decoded bytes of a batch of small zstd chunks (see [`batch_budget`]).
+const SMALL_BATCH: u64 = 4 << 30;
+
+/// Group chunks of these decoded sizes, in order, into batches of at most `budget` bytes (each
+/// size rounded up to the staging alignment); a chunk larger than the budget is a batch alone.
+pub(crate) fn batches_by_size(sizes: impl IntoIterator<Item = u64>, budget: u64) -> Vec<Vec<usize>> {
+    let mut batches: Vec<Vec<usize>> = Vec::new();
+    let mut used = 0;
+    for (i, size) in sizes.into_iter().enumerate() {
+        let need = size.next_multiple_of(DECODED_ALIGN);
+        if batches.is_empty() || used + need > budget {
+            batches.push(Vec::new());
+            used = 0;
+        }
+        batches.last_mut().expect("a batch").push(i);
+        used += need;
+    }
+    batches
+}
+
+/// The reads of a batch: stored spans `(key, offset, len)` of one value that lie at most `gap`
+/// bytes apart become one request (in offset order), each request landing at an aligned offset of
+/// host staging. Returns the requests, per span its request and host offset, and the staging used.
+pub(crate) fn coalesce(spans: &[(&StoreKey, u64, u64)], gap: u64) -> (Vec<DeviceReadRequest>, Vec<(usize, u64)>, u64) {
+    let mut order: Vec<usize> = (0..spans.len()).collect();
+    order.sort_by(|&a, &b| spans[a].0.as_str().cmp(spans[b].0.as_str()).then(spans[a].1.cmp(&spans[b].1)));
+    let mut requests: Vec<DeviceReadRequest> = Vec::new();
+    let mut at = vec![(0, 0); spans.len()];
+    let mut used = 0u64;
+    for i in order {
+        let (key, offset, len) = spans[i];
+        let joins = requests.last().is_some_and(|r| {
+            let end = r.offset + r.len as u64;
+            r.key == *key && offset >= end && offset - end <= gap
+        });
+        if joins {
+            let r = requests.last_mut().expect("a request");
+            r.len = (offset + len - r.offset) as usize;
+        } else {
+            if let Some(r) = requests.last() {
+                used = (r.dst + r.len as u64).next_multiple_of(STORED_ALIGN);
+            }
+            requests.push(DeviceReadRequest { key: key.clone(), offset, len: len as usize, dst: used });
+        }
+        let r = requests.last().expect("a request");
+        at[i] = (requests.len() - 1, r.dst + offset - r.offset);
+    }
+    let total = requests.last().map_or(0, |r| r.dst + r.len as u64);
+    (requests, at, total)
+}
+
+/// Keep `buffer` at least `len` bytes: a buffer that is too small (or none) is replaced by one a
+/// quarter larger than asked, so that batches of slowly growing size do not reallocate each time.
+/// The old buffer must no longer be in use.
+pub(crate) fn ensure<B>(
+    buffer: &mut Option<B>,
+    len: u64,
+    capacity: impl Fn(&B) -> usize,
+    take: impl Fn(usize) -> Result<B, GpuError>,
+    give: impl Fn(B),
+) -> Result<(), GpuError> {
+    if buffer.as_ref().is_some_and(|b| capacity(b) as u64 >= len) {
+        return Ok(());
+    }
+    let grow = buffer.is_some();
+    if let Some(old) = buffer.take() {
+        give(old);
+    }
+    let len = if grow { len + len / 4 } else { len };
+    *buffer = Some(take(len.max(1) as usize)?);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::GpuConfig;
+
+    #[test]
+    fn batches_respect_the_budget_in_order() {
+        let k = DECODED_ALIGN;
+        let batches = batches_by_size([3 * k, 3 * k, 3 * k, 10 * k, k, 1], 6 * k);
+        assert_eq!(batches, vec![vec![0, 1], vec![2], vec![3], vec![4, 5]]);
+        assert_eq!(batches_by_size([], k), Vec::<Vec<usize>>::new());
+        // Sizes round up to the alignment: two odd sizes of just over half a budget do not share.
+        assert_eq!(batches_by_size([k + 1, k + 1], 3 * k), vec![vec![0], vec![1]]);
+    }
+
+    #[test]
+    fn adjacent_ranges_of_one_value_become_one_read() {
+        let (a, b) = (StoreKey::new("c/0").unwrap(), StoreKey::new("c/1").unwrap());
+        // Out of order; a[0..100] and a[100..150] touch, a[150 + 10..] is within the gap, b apart.
+        let spans = [(&a, 100, 50), (&b, 0, 10), (&a, 0, 100), (&a, 160, 40), (&a, 10_000, 5)];
+        let (requests, at, total) = coalesce(&spans, 64);
+        let got: Vec<(&str, u64, usize, u64)> =
+            requests.iter().map(|r| (r.key.as_str(), r.offset, r.len, r.dst)).collect();
+        assert_eq!(got, vec![("c/0", 0, 200, 0), ("c/0", 10_000, 5, 256), ("c/1", 0, 10, 512)]);
+        assert_eq!(at, vec![(0, 100), (2, 512), (0, 0), (0, 160), (1, 256)]);
+        assert_eq!(total, 522);
+        // Overlapping ranges (a shard whose index points twice into the same bytes) read apart.
+        let (requests, at, _) = coalesce(&[(&a, 0, 100), (&a, 50, 100)], 64);
+        assert_eq!(requests.len(), 2);
+        assert_eq!(at, vec![(0, 0), (1, 256)]);
+        assert_eq!(coalesce(&[], 64).2, 0);
+    }
+
+    #[test]
+    fn batches_grow_with_free_memory_for_zstd() {
+        let gib = 1u64 << 30;
+        let staging = gib;
+        // No zstd (no memory query): the staging budget.
+        assert_eq!(batch_budget(staging, false, 1 << 20, None, 8 * gib), staging);
+        // Small frames: up to 4 GiB where a twelfth of the room allows, unless a budget is set.
+        assert_eq!(batch_budget(staging, false, 1 << 20, Some(100 * gib), 8 * gib), 4 * gib);
+        assert_eq!(batch_budget(staging, false, 1 << 20, Some(32 * gib), 8 * gib), 2 * gib);
+        assert_eq!(batch_budget(staging, false, 1 << 20, Some(9 * gib), 8 * gib), staging);
+        assert_eq!(batch_budget(staging, true, 1 << 20, Some(100 * gib), 8 * gib), staging);
+        // 16 MiB frames with plenty of room: 1024 of them.
+        assert_eq!(batch_budget(staging, false, 16 << 20, Some(300 * gib), 8 * gib), 16 * gib);
+        // Little room: a twelfth of what the output leaves, never less than the staging budget.
+        assert_eq!(batch_budget(staging, true, 16 << 20, Some(32 * gib), 8 * gib), 2 * gib);
+        assert_eq!(batch_budget(staging, false, 16 << 20, Some(9 * gib), 8 * gib), staging);
+    }
+
+    #[test]
+    fn host_share_of_large_frames() {
+        let mib = 1u64 << 20;
+        // Hundreds of 16 MiB frames: the device alone (it takes as long for 400 as for 512).
+        assert_eq!(host_chunks(512, 16 * mib, 16), 0);
+        assert_eq!(host_chunks(400, 16 * mib, 16), 0);
+        // A handful: all on host threads, each frame about 65 ms there against 320 ms on the device.
+        assert_eq!(host_chunks(6, 16 * mib, 16), 6);
+        assert_eq!(host_chunks(2, 64 * mib, 16), 2);
+        // Thousands: the host takes a share where both finish together.
+        let k = host_chunks(2048, 16 * mib, 16);
+        assert!(k > 100 && k < 400, "{k}");
+        assert_eq!(host_chunks(0, 16 * mib, 16), 0);
+        // Set fractions win, clamped to 0..1.
+        let config = GpuConfig::default();
+        assert_eq!(host_fraction(&config.clone().with_host_decode_fraction(Some(0.2))), Some(0.2));
+        assert_eq!(host_fraction(&config.clone().with_host_decode_fraction(Some(3.0))), Some(1.0));
+        assert_eq!(host_fraction(&config.with_host_decode_fraction(Some(-1.0))), Some(0.0));
+    }
+}
