@@ -1,18 +1,17 @@
 //! zstd (and crc32c) chunks decoded on the device with nvCOMP, compared with zarrs' host
 //! retrieval byte for byte. GPU tests are `#[ignore = "needs a CUDA GPU"]`.
 
-use std::error::Error;
 use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zarrs::array::codec::{Crc32cCodec, ZstdCodec};
 use zarrs::array::BytesToBytesCodecTraits;
-use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, DataType, ElementOwned, FillValue};
-use zarrs_gpu::{sample, ArrayDeviceExt, DecodePath, GdsStore, GpuConfig, GpuError, IoBackend};
+use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, DataType, FillValue};
+use zarrs_gpu::{sample, ArrayDeviceExt, DecodePath, GdsStore, GpuError};
 use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
 
-type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
+use super::{check, posix, subsets, Result};
 
 fn zstd(level: i32, checksum: bool) -> Arc<dyn BytesToBytesCodecTraits> {
     Arc::new(ZstdCodec::new(level, checksum))
@@ -62,38 +61,6 @@ fn make_array(
 
 fn bytemuck_cast(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_ne_bytes()).collect()
-}
-
-fn check<T: ElementOwned>(
-    array: &Array<GdsStore>,
-    subset: &ArraySubset,
-    config: &GpuConfig,
-) -> Result<zarrs_gpu::RetrieveReport> {
-    let want = array.retrieve_array_subset::<ArrayBytes<'static>>(subset)?.into_fixed()?.into_owned();
-    let (device, report) = array.retrieve_array_subset_device_opt::<T>(subset, config)?;
-    let got = device.to_host_bytes()?;
-    assert!(got == want, "subset {:?}: device bytes differ from zarrs' ({report:?})", subset.to_ranges());
-    Ok(report)
-}
-
-fn subsets(shape: &[u64], seed: u64) -> Vec<ArraySubset> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut out = vec![ArraySubset::new_with_shape(shape.to_vec())];
-    for _ in 0..6 {
-        let ranges: Vec<_> = shape
-            .iter()
-            .map(|&s| {
-                let a = rng.random_range(0..s);
-                a..rng.random_range(a + 1..=s)
-            })
-            .collect();
-        out.push(ArraySubset::new_with_ranges(&ranges));
-    }
-    out
-}
-
-fn posix() -> GpuConfig {
-    GpuConfig::default().with_backend(IoBackend::Posix)
 }
 
 #[test]

@@ -5,3 +5,44 @@
 mod compressed;
 mod retrieval;
 mod sharding;
+
+use std::error::Error;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use zarrs::array::{Array, ArrayBytes, ArraySubset, ElementOwned};
+use zarrs_gpu::{ArrayDeviceExt, GdsStore, GpuConfig, IoBackend, RetrieveReport};
+
+/// Test results: any error, sendable.
+type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
+
+/// Read `subset` to the device as `T` and require zarrs' host bytes; the device read's report.
+fn check<T: ElementOwned>(array: &Array<GdsStore>, subset: &ArraySubset, config: &GpuConfig) -> Result<RetrieveReport> {
+    let want = array.retrieve_array_subset::<ArrayBytes<'static>>(subset)?.into_fixed()?.into_owned();
+    let (device, report) = array.retrieve_array_subset_device_opt::<T>(subset, config)?;
+    let got = device.to_host_bytes()?;
+    assert!(got == want, "subset {:?}: device bytes differ from zarrs' ({report:?})", subset.to_ranges());
+    Ok(report)
+}
+
+/// The whole of `shape` and six random subsets of it.
+fn subsets(shape: &[u64], seed: u64) -> Vec<ArraySubset> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = vec![ArraySubset::new_with_shape(shape.to_vec())];
+    for _ in 0..6 {
+        let ranges: Vec<_> = shape
+            .iter()
+            .map(|&s| {
+                let a = rng.random_range(0..s);
+                a..rng.random_range(a + 1..=s)
+            })
+            .collect();
+        out.push(ArraySubset::new_with_ranges(&ranges));
+    }
+    out
+}
+
+/// The pread path forced (the host has no native GDS).
+fn posix() -> GpuConfig {
+    GpuConfig::default().with_backend(IoBackend::Posix)
+}

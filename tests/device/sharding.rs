@@ -2,20 +2,17 @@
 //! retrieval byte for byte: index at the start and the end, inner chains with zstd, crc32c or
 //! neither, nested sharding, missing shards and missing inner chunks, edge shards, subsets.
 
-use std::error::Error;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zarrs::array::codec::{Crc32cCodec, ShardingCodecBuilder, ShardingIndexLocation, ZstdCodec};
-use zarrs::array::{
-    data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, ArrayToBytesCodecTraits, BytesToBytesCodecTraits,
-};
-use zarrs_gpu::{host_decode_reason, ArrayDeviceExt, DecodePath, GdsStore, GpuConfig, GpuError, IoBackend};
+use zarrs::array::{data_type, Array, ArrayBuilder, ArrayToBytesCodecTraits, BytesToBytesCodecTraits};
+use zarrs_gpu::{host_decode_reason, ArrayDeviceExt, DecodePath, GdsStore, GpuError};
 use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
 
-type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
+use super::{check, posix, subsets, Result};
 
 fn shape_of(s: &[u64]) -> Vec<NonZeroU64> {
     s.iter().map(|&n| NonZeroU64::new(n).unwrap()).collect()
@@ -73,34 +70,6 @@ fn make_sharded(
     Ok(array)
 }
 
-fn posix() -> GpuConfig {
-    GpuConfig::default().with_backend(IoBackend::Posix)
-}
-
-fn check(array: &Array<GdsStore>, subset: &ArraySubset, config: &GpuConfig) -> Result<zarrs_gpu::RetrieveReport> {
-    let want = array.retrieve_array_subset::<ArrayBytes<'static>>(subset)?.into_fixed()?.into_owned();
-    let (device, report) = array.retrieve_array_subset_device_opt::<f32>(subset, config)?;
-    let got = device.to_host_bytes()?;
-    assert!(got == want, "subset {:?}: device bytes differ from zarrs' ({report:?})", subset.to_ranges());
-    Ok(report)
-}
-
-fn subsets(shape: &[u64], seed: u64) -> Vec<ArraySubset> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut out = vec![ArraySubset::new_with_shape(shape.to_vec())];
-    for _ in 0..6 {
-        let ranges: Vec<_> = shape
-            .iter()
-            .map(|&s| {
-                let a = rng.random_range(0..s);
-                a..rng.random_range(a + 1..=s)
-            })
-            .collect();
-        out.push(ArraySubset::new_with_ranges(&ranges));
-    }
-    out
-}
-
 #[test]
 fn sharded_arrays_with_device_inner_chains_plan_for_the_device() -> Result {
     let dir = tempfile::tempdir()?;
@@ -131,14 +100,14 @@ fn sharded_arrays_match_zarrs() -> Result {
         for location in [ShardingIndexLocation::End, ShardingIndexLocation::Start] {
             let dir = tempfile::tempdir()?;
             let array = make_sharded(dir.path(), &shape, &shard, &inner, sharding(&inner, codecs.clone(), location))?;
-            let report = check(&array, &array.subset_all(), &posix())?;
+            let report = check::<f32>(&array, &array.subset_all(), &posix())?;
             assert_eq!(report.decode, DecodePath::Device, "chain {c} {location:?}: {report:?}");
             assert!(report.missing_chunks > 0, "chain {c}: {report:?}");
             for subset in subsets(&shape, c as u64) {
-                check(&array, &subset, &posix())?;
+                check::<f32>(&array, &subset, &posix())?;
             }
             // Again, with the shard indexes cached, and in small batches.
-            check(&array, &array.subset_all(), &posix().with_staging_bytes(1 << 20))?;
+            check::<f32>(&array, &array.subset_all(), &posix().with_staging_bytes(1 << 20))?;
         }
     }
     Ok(())
@@ -156,10 +125,10 @@ fn nested_sharding_matches_zarrs() -> Result {
         .build_arc();
     let shape = [50u64, 70];
     let array = make_sharded(dir.path(), &shape, &[32, 32], &[4, 8], middle)?;
-    let report = check(&array, &array.subset_all(), &posix())?;
+    let report = check::<f32>(&array, &array.subset_all(), &posix())?;
     assert_eq!(report.decode, DecodePath::Device, "{report:?}");
     for subset in subsets(&shape, 3) {
-        check(&array, &subset, &posix())?;
+        check::<f32>(&array, &subset, &posix())?;
     }
     Ok(())
 }
@@ -176,7 +145,7 @@ fn corrupt_shards_are_errors_naming_the_shard_and_the_next_read_works() -> Resul
     let store = array.storage();
     let key = array.chunk_key(&[0, 0]);
     let good = store.get(&key)?.unwrap();
-    check(&array, &array.subset_all(), &posix())?;
+    check::<f32>(&array, &array.subset_all(), &posix())?;
     let n = good.len();
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("flipped byte in an inner chunk (its crc32c catches it)", {
@@ -201,7 +170,7 @@ fn corrupt_shards_are_errors_naming_the_shard_and_the_next_read_works() -> Resul
             "{what}: {text}"
         );
         store.set(&key, good.clone())?;
-        check(&array, &array.subset_all(), &posix())?;
+        check::<f32>(&array, &array.subset_all(), &posix())?;
     }
     Ok(())
 }
@@ -220,10 +189,10 @@ fn inner_chunks_transposed_and_big_endian_match_zarrs() -> Result {
         .build_arc();
     let shape = [40u64, 33, 20];
     let array = make_sharded(dir.path(), &shape, &[16, 32, 16], &inner, a2b)?;
-    let report = check(&array, &array.subset_all(), &posix())?;
+    let report = check::<f32>(&array, &array.subset_all(), &posix())?;
     assert_eq!(report.decode, DecodePath::Device, "{report:?}");
     for subset in subsets(&shape, 8) {
-        check(&array, &subset, &posix())?;
+        check::<f32>(&array, &subset, &posix())?;
     }
     Ok(())
 }
