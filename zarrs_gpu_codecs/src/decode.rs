@@ -771,6 +771,40 @@ mod tests {
     use super::*;
     use crate::plan::plan_chunks;
 
+    #[test]
+    fn reads_of_a_batch_coalesce_ranges_and_skip_missing_units() {
+        let key = StoreKey::new("s/c/0").unwrap();
+        let other = StoreKey::new("z/c/1").unwrap();
+        let unit = |key: &StoreKey, source: Source| {
+            let chunk = ArraySubset::new_with_start_shape(vec![0], vec![100]).unwrap();
+            let placement = plan_chunks(4, &chunk, [(vec![0], key.clone(), chunk.clone())]).pop().unwrap();
+            Unit { placement, source, inner: None }
+        };
+        let units = vec![
+            unit(&key, Source::Range { offset: 40, len: 30 }),
+            unit(&key, Source::Missing),
+            unit(&key, Source::Range { offset: 10, len: 30 }),
+            unit(&other, Source::Whole),
+        ];
+        // The sizes as the pipeline learns them: ranges as they are, the whole value asked.
+        let spans = [Some((40, 30)), None, Some((10, 30)), Some((0, 55))];
+        let (requests, at, stored, items, decoded) = plan_reads(&units, &[0, 1, 2, 3], &spans, 4);
+        let got: Vec<(&str, u64, usize, u64)> =
+            requests.iter().map(|r| (r.key.as_str(), r.offset, r.len, r.dst)).collect();
+        // The two ranges of s/c/0 touch: one read of 60 bytes; the whole value apart.
+        assert_eq!(got, vec![("s/c/0", 10, 60, 0), ("z/c/1", 0, 55, 256)]);
+        assert_eq!(at, vec![(0, 30), (0, 0), (1, 256)]);
+        assert_eq!(stored, 311);
+        let routes: Vec<Route> = items.iter().map(|it| it.route).collect();
+        assert_eq!(routes, vec![Route::Device, Route::Missing, Route::Device, Route::Device]);
+        let host: Vec<u64> = items.iter().map(|it| it.host_offset).collect();
+        assert_eq!(host, vec![30, 0, 0, 256]);
+        // 400 decoded bytes each, aligned: every unit has its place, missing ones too.
+        let offsets: Vec<u64> = items.iter().map(|it| it.decoded_offset).collect();
+        assert_eq!(offsets, vec![0, 4096, 8192, 12288]);
+        assert_eq!(decoded, 16384);
+    }
+
     /// What the gather kernel does, on the host.
     fn apply_gather(job: &place::Gather, src: &[u8], out: &mut [u8]) {
         let count: u64 = job.extent.iter().product();
