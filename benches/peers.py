@@ -16,6 +16,7 @@ Peers:
 Usage:
   python3 benches/peers.py --array PATH [--subset "0:64,:,:"] [--repeat 3]
                            [--peers kvikio,zarr-gpu,zarr-host] [--json OUT.jsonl]
+  peers: kvikio, zarr-gpu, zarr-gpu-nvcomp, zarr-host, tensorstore, nvcomp-ceiling
   python3 benches/peers.py --array PATH --dry-host   # numpy instead of cupy, no GPU
   python3 benches/peers.py --self-test               # host-only correctness check
 
@@ -207,6 +208,16 @@ def nvcomp_zstd_codec():
     return _NVCOMP_ZSTD
 
 
+def tensorstore_load(path, ranges, xp):
+    """tensorstore's read to host memory, then one copy to the device."""
+    import tensorstore as ts
+    store = ts.open({"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.abspath(path)}},
+                    read=True, context=ts.Context({"data_copy_concurrency": {"limit": os.cpu_count()},
+                                                   "file_io_concurrency": {"limit": 64}})).result()
+    host = store[tuple(slice(a, b) for a, b in ranges)].read().result()
+    return xp.asarray(host)
+
+
 def make_loader(peer, xp):
     if peer == "kvikio":
         if xp is np:  # --dry-host: plain file reads into numpy buffers
@@ -229,6 +240,8 @@ def make_loader(peer, xp):
         return lambda p, r: zarr_load(p, r, xp, gpu=True)
     if peer == "zarr-host":
         return lambda p, r: zarr_load(p, r, xp, gpu=False)
+    if peer == "tensorstore":
+        return lambda p, r: tensorstore_load(p, r, xp)
     raise ValueError(f"unknown peer {peer!r}")
 
 

@@ -31,8 +31,10 @@ for case in ${cases//,/ }; do
       peers "$case" --subset 0:16 --peers zarr-gpu-nvcomp --repeat 1
       peers "$case" --subset 0:16 --peers zarr-gpu-nvcomp --batch-size 256 --repeat 1 ;;
     s1)
-      peers s1 --peers zarr-host --repeat 1
-      peers s1 --subset 0:64 --peers zarr-host,zarr-gpu --repeat 1
+      # tensorstore (host read, then one copy) runs where its wheel is in .gpu/wheels (stage
+      # --peers does not fetch it: put tensorstore and ml_dtypes cp312 wheels there by hand).
+      peers s1 --peers zarr-host,tensorstore --repeat 1
+      peers s1 --subset 0:64 --peers zarr-host,zarr-gpu,tensorstore --repeat 1
       peers s1 --subset 0:64 --peers zarr-gpu-nvcomp --batch-size 256 --repeat 1 ;;
   esac
 done
