@@ -12,11 +12,14 @@ Peers:
              Only for arrays whose codecs are just "bytes" (little endian).
   zarr-gpu   zarr-python 3 under `with zarr.config.enable_gpu():` (cupy result).
   zarr-host  zarr-python 3 host read (numpy), then one cupy.asarray copy.
+  zarr-gpu-nvcomp  zarr-python 3 on the GPU with an nvCOMP zstd codec registered for "zstd"
+             (zarr-python PR #2863's approach; --batch-size sets codec_pipeline.batch_size).
+  tensorstore  tensorstore's read to host memory, then one cupy.asarray copy.
+  nvcomp-ceiling  nvCOMP's Python API decoding every chunk, already on the device, in one call.
 
 Usage:
   python3 benches/peers.py --array PATH [--subset "0:64,:,:"] [--repeat 3]
                            [--peers kvikio,zarr-gpu,zarr-host] [--json OUT.jsonl]
-  peers: kvikio, zarr-gpu, zarr-gpu-nvcomp, zarr-host, tensorstore, nvcomp-ceiling
   python3 benches/peers.py --array PATH --dry-host   # numpy instead of cupy, no GPU
   python3 benches/peers.py --self-test               # host-only correctness check
 
