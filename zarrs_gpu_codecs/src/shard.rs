@@ -101,9 +101,9 @@ fn index_cache() -> &'static Mutex<IndexCache> {
 /// Indexes kept at most (beyond that the cache starts over): 64 inner chunks take 1 KiB.
 const INDEX_CACHE_ENTRIES: usize = 1 << 16;
 
-/// A decoded shard index (offset and length per inner chunk) and the bytes read for it (0 when
-/// cached).
-type ReadIndex = (Arc<Vec<u64>>, u64);
+/// A decoded shard index (offset and length per inner chunk), the bytes read for it (0 when
+/// cached) and the shard's length where known (nested shards; `GdsStore` files).
+type ReadIndex = (Arc<Vec<u64>>, u64, Option<u64>);
 
 /// Read and decode one shard's index: None when the shard does not exist.
 fn read_index<S: ReadableStorageTraits + ?Sized>(
@@ -118,20 +118,24 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
     let per_shard = level.chunks_per_shard(shard_shape).map_err(&error)?;
     let index_len = level.index_len(&per_shard).map_err(&error)?;
     // The file's identity for the cache (GdsStore only: other stores cannot say if it changed).
-    let stamp = gds.and_then(|store| {
+    let mut stamp = None;
+    if let Some(store) = gds {
         let path = store.key_to_fspath(&shard.key);
-        let meta = std::fs::metadata(&path).ok()?;
-        Some((path, meta.len(), meta.modified().ok()?))
-    });
+        match std::fs::metadata(&path) {
+            Ok(meta) => stamp = meta.modified().ok().map(|modified| (path, meta.len(), modified)),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(error(format!("{}: {err}", path.display()))),
+        }
+    }
+    // The shard's length: known for nested shards, and for a whole file from its size.
+    let shard_len = shard.len.or_else(|| stamp.as_ref().map(|s| s.1));
     if let Some((path, size, modified)) = &stamp {
         let cache = index_cache().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((s, m, index)) = cache.get(&(path.clone(), shard.base)) {
             if s == size && m == modified {
-                return Ok(Some((index.clone(), 0)));
+                return Ok(Some((index.clone(), 0, shard_len)));
             }
         }
-    } else if gds.is_some() {
-        return Ok(None); // no such file
     }
     let range = match (level.location, shard.len) {
         (ShardingIndexLocation::Start, _) => ByteRange::FromStart(shard.base, Some(index_len)),
@@ -166,7 +170,29 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
         }
         cache.insert((path, shard.base), (size, modified, index.clone()));
     }
-    Ok(Some((index, index_len)))
+    Ok(Some((index, index_len, shard_len)))
+}
+
+/// Where an inner chunk's stored bytes are, from its index entry `(offset, len)` in a shard of
+/// `shard_len` bytes (when known): missing for the all-ones entry; an error for a range that
+/// overflows, leaves the shard, or is far longer than any encoding of `decoded` bytes (innermost
+/// chunks only) that the device decodes could be (zstd's worst case is a few bytes in a
+/// thousand over), before a buffer is sized to it.
+fn inner_source(entry: (u64, u64), shard_len: Option<u64>, decoded: Option<u64>) -> Result<Source, String> {
+    let (offset, len) = entry;
+    if entry == (u64::MAX, u64::MAX) {
+        return Ok(Source::Missing);
+    }
+    let end = offset.checked_add(len).ok_or_else(|| format!("its index entry {offset} + {len} overflows"))?;
+    if let Some(shard_len) = shard_len {
+        if end > shard_len {
+            return Err(format!("bytes {offset}..{end} lie outside its shard of {shard_len} bytes"));
+        }
+    }
+    if let Some(decoded) = decoded.filter(|&d| len > 2 * d + (64 << 10)) {
+        return Err(format!("{len} stored bytes for {decoded} decoded bytes"));
+    }
+    Ok(Source::Range { offset, len })
 }
 
 /// The inner chunks of `shard` meeting `subset`: (indices within the shard, their subset).
@@ -236,29 +262,26 @@ pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
             let per_shard = level
                 .chunks_per_shard(shard.subset.shape())
                 .map_err(|reason| GpuError::Chunk { key: shard.key.to_string(), reason })?;
-            let index = index.map(|(index, read)| {
-                index_bytes += read;
-                index
-            });
+            let (index, shard_len) = match index {
+                Some((index, read, shard_len)) => {
+                    index_bytes += read;
+                    (Some(index), shard_len)
+                }
+                None => (None, None),
+            };
             for (idx, inner_subset) in inner_chunks_meeting(level, &shard.subset, subset) {
                 let k = ravel(&idx, &per_shard) as usize;
-                let entry = index.as_ref().map(|index| (index[2 * k], index[2 * k + 1]));
-                let source = match entry {
-                    None | Some((u64::MAX, u64::MAX)) => Source::Missing,
-                    Some((offset, len)) => {
-                        if shard.len.is_some_and(|shard_len| offset.checked_add(len).is_none_or(|end| end > shard_len))
-                        {
-                            return Err(GpuError::Chunk {
-                                key: shard.key.to_string(),
-                                reason: format!(
-                                    "inner chunk {idx:?} at bytes {offset}..{} lies outside its shard of {} bytes",
-                                    offset.saturating_add(len),
-                                    shard.len.unwrap_or(0)
-                                ),
-                            });
+                // Nested shards hold an index of their own: only innermost chunks have a bound.
+                let decoded = innermost.then(|| level.inner_shape.iter().product::<u64>() * elem);
+                let source = match index.as_ref().map(|index| (index[2 * k], index[2 * k + 1])) {
+                    None => Source::Missing,
+                    Some(entry) => match inner_source(entry, shard_len, decoded) {
+                        Ok(Source::Range { offset, len }) => Source::Range { offset: shard.base + offset, len },
+                        Ok(source) => source,
+                        Err(reason) => {
+                            return Err(GpuError::Chunk { key: format!("{} (inner chunk {idx:?})", shard.key), reason })
                         }
-                        Source::Range { offset: shard.base + offset, len }
-                    }
+                    },
                 };
                 if !innermost {
                     // A nested shard: opened at the next level, or wholly missing.
@@ -364,5 +387,19 @@ mod tests {
         // 2 x 2 entries of two u64, then the crc32c.
         assert_eq!(level.index_len(&per).unwrap(), 4 * 16 + 4);
         assert!(level.chunks_per_shard(&[8, 12]).unwrap_err().contains("does not divide"));
+    }
+
+    #[test]
+    fn index_entries_are_checked_before_any_read() {
+        assert_eq!(inner_source((u64::MAX, u64::MAX), Some(10), Some(100)), Ok(Source::Missing));
+        assert_eq!(inner_source((4, 6), Some(10), Some(100)), Ok(Source::Range { offset: 4, len: 6 }));
+        assert_eq!(inner_source((4, 6), None, Some(100)), Ok(Source::Range { offset: 4, len: 6 }));
+        assert!(inner_source((4, 7), Some(10), Some(100)).unwrap_err().contains("outside its shard of 10 bytes"));
+        assert!(inner_source((u64::MAX - 1, 5), None, None).unwrap_err().contains("overflows"));
+        // Incompressible data grows a little under zstd; a corrupt index claims far more.
+        assert!(inner_source((0, 1 << 20), None, Some(1 << 20)).is_ok());
+        assert!(inner_source((0, 3 << 20), None, Some(1 << 20)).unwrap_err().contains("stored bytes for"));
+        // A nested shard (its own index inside) has no such bound.
+        assert!(inner_source((0, 3 << 20), None, None).is_ok());
     }
 }
