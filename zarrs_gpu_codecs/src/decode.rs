@@ -84,10 +84,12 @@ enum Route {
     Host,
 }
 
-/// A device result to check once the batches are done (offsets into the results buffer).
-enum Check {
-    /// nvCOMP zstd status and decoded size of a unit.
-    Zstd { unit: usize, size: usize, status: usize },
+/// A unit's nvCOMP zstd result, checked once the batches are done: where its decoded size (u64)
+/// and status (u32) lie in the results buffer.
+struct ZstdCheck {
+    unit: usize,
+    size: usize,
+    status: usize,
 }
 
 struct Item {
@@ -210,7 +212,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     });
     let mut fill: Option<DeviceBuffer> = None;
     let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
-    let mut checks: Vec<Check> = Vec::new();
+    let mut checks: Vec<ZstdCheck> = Vec::new();
     let mut results_at = 0usize;
     let placer = Placer::get(context.cuda());
     let result = (|| -> Result<(), GpuError> {
@@ -405,7 +407,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             }
             let at = |base: u64, k: usize, width: usize| results_at + (base - actual) as usize + k * width;
             for (k, it) in on_device.iter().enumerate().take(n_zstd) {
-                checks.push(Check::Zstd { unit: it.unit, size: at(actual, k, 8), status: at(zstatus, k, 4) });
+                checks.push(ZstdCheck { unit: it.unit, size: at(actual, k, 8), status: at(zstatus, k, 4) });
             }
             results_at += result_bytes;
             // Placement: every copy of the batch in one kernel launch (or by the copy engines);
@@ -458,22 +460,18 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         }
         stream.synchronize().map_err(GpuError::cuda("decoding on the device"))?;
         trace.mark("final sync");
-        // Every chunk's device result: zstd status and size, crc32c status and value.
+        // Every device-decoded chunk's zstd status and size (crc32c was checked before decoding).
         let results = results.as_slice();
-        let word = |at: usize| u32::from_ne_bytes(results[at..at + 4].try_into().expect("4 bytes"));
         let status_string = |s: u32| nvcomp.map_or_else(|| s.to_string(), |n| n.status_string(s));
-        for check in &checks {
-            match *check {
-                Check::Zstd { unit, size, status } => {
-                    if word(status) != nv::nvcompSuccess {
-                        return Err(units[unit].error(format!("nvCOMP zstd: {}", status_string(word(status)))));
-                    }
-                    let size = u64::from_ne_bytes(results[size..size + 8].try_into().expect("8 bytes"));
-                    let expected = decoded_len(unit);
-                    if size != expected {
-                        return Err(units[unit].error(format!("zstd decoded {size} bytes, {expected} expected")));
-                    }
-                }
+        for &ZstdCheck { unit, size, status } in &checks {
+            let status = u32::from_ne_bytes(results[status..status + 4].try_into().expect("4 bytes"));
+            if status != nv::nvcompSuccess {
+                return Err(units[unit].error(format!("nvCOMP zstd: {}", status_string(status))));
+            }
+            let size = u64::from_ne_bytes(results[size..size + 8].try_into().expect("8 bytes"));
+            let expected = decoded_len(unit);
+            if size != expected {
+                return Err(units[unit].error(format!("zstd decoded {size} bytes, {expected} expected")));
             }
         }
         Ok(())
