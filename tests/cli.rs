@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
-use zarrs::array::codec::{GzipCodec, ZstdCodec};
+use zarrs::array::codec::{GzipCodec, ZlibCodec, ZstdCodec};
 use zarrs::array::{data_type, ArrayBuilder, ArrayBytes, ArraySubset};
 use zarrs_gpu::{sample, GdsStore};
 
@@ -78,12 +78,21 @@ fn info_shows_the_decode_plan() -> Result {
 
     let store = Arc::new(GdsStore::new(dir.path())?);
     let array = ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::uint16(), 0u16)
+        .bytes_to_bytes_codecs(vec![Arc::new(ZlibCodec::new(5u32.try_into().expect("a zlib level")))])
+        .build(store.clone(), "/l")?;
+    array.store_metadata()?;
+    let (out, text) = zarrs_gpu(&["info", dir.path().to_str().unwrap(), "--array", "/l"])?;
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("zlib") && text.contains("decoded by zarrs on the host"), "{text}");
+    let array = ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::uint16(), 0u16)
         .bytes_to_bytes_codecs(vec![Arc::new(GzipCodec::new(5)?)])
         .build(store.clone(), "/g")?;
     array.store_metadata()?;
     let (out, text) = zarrs_gpu(&["info", dir.path().to_str().unwrap(), "--array", "/g"])?;
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("gzip") && text.contains("decoded by zarrs on the host"), "{text}");
+    if zarrs_gpu::nvcomp_sys::NvcompLibrary::get().is_ok() {
+        assert!(text.contains("nvCOMP batched gzip") && text.contains("CRC-32"), "{text}");
+    }
     let array = ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::uint16(), 0u16)
         .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, true))])
         .build(store, "/z")?;

@@ -1,15 +1,16 @@
 //! Device decoding of compressed chunks (and of every inner chunk of sharded arrays): stored
-//! bytes are read into pinned host memory (where zstd frames and crc32c trailers are checked),
-//! copied to the device in one transfer per batch on a copy stream (overlapping the previous
-//! batch's decode), checked with nvCOMP CRC32C when the chain has `crc32c`, decoded by nvCOMP's
-//! batched zstd (large chunks partly on host threads at the same time), then placed into the
-//! output by one kernel launch per batch.
+//! bytes are read into pinned host memory (where zstd frames, gzip headers and trailers and
+//! crc32c trailers are checked), copied to the device in one transfer per batch on a copy stream
+//! (overlapping the previous batch's decode), checked with nvCOMP CRC32C when the chain has
+//! `crc32c`, decoded by nvCOMP's batched zstd or gzip (large chunks partly on host threads at the
+//! same time; gzip's CRC-32 of the decoded bytes checked after), then placed into the output by
+//! one kernel launch per batch.
 
 use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaEvent, CudaSlice, CudaStream};
-use nvcomp_sys::{sys as nv, NvcompLibrary};
+use nvcomp_sys::{sys as nv, Crc32, Decompressor, NvcompLibrary};
 use rayon::prelude::*;
 use zarrs::array::{Array, ArraySubset};
 use zarrs_gds_store::{read_store_to_host, DeviceReadRequest, GdsStore, PinnedBuffer};
@@ -20,9 +21,10 @@ use crate::batch::{
     LARGE_CHUNK, STORED_ALIGN,
 };
 use crate::context::{copy_dtod, DeviceBuffer, GpuContext};
+use crate::gzip_member::{check_member, MemberVerdict};
 use crate::place::{self, Placer};
 use crate::plan::{plan_chunks, ChunkPlacement};
-use crate::retrieve::{fill_source, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
+use crate::retrieve::{fill_source, Compression, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
 use crate::shard::sharded_units;
 use crate::trace::Trace;
 use crate::zstd_frame::{check_frame, FrameVerdict};
@@ -72,37 +74,45 @@ impl Unit {
     }
 }
 
+/// nvCOMP's results per chunk: decoded size (u64) and status (u32), and for gzip the CRC-32 of
+/// the decoded bytes and its status (u32 each).
+const RESULT_BYTES: usize = 20;
+
 /// How one unit of a batch is decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Route {
     /// Missing: filled with the fill value.
     Missing,
-    /// nvCOMP on the device (or, with no zstd in the chain, the stored bytes themselves).
+    /// nvCOMP on the device (or, with no compression in the chain, the stored bytes themselves).
     Device,
-    /// The zstd crate on a host thread (frames nvCOMP cannot take, or the host's share of large
+    /// zstd or flate2 on a host thread (chunks nvCOMP cannot take, or the host's share of large
     /// chunks), then one copy.
     Host,
 }
 
-/// A unit's nvCOMP zstd result, checked once the batches are done: where its decoded size (u64)
-/// and status (u32) lie in the results buffer.
-struct ZstdCheck {
+/// A unit's nvCOMP decode result, checked once the batches are done: where its decoded size
+/// (u64) and status (u32) lie in the results buffer, and for gzip where the CRC-32 of its
+/// decoded bytes and that computation's status (u32 each) lie, with the trailer's CRC-32.
+struct DecodeCheck {
     unit: usize,
     size: usize,
     status: usize,
+    crc32: Option<(usize, usize, u32)>,
 }
 
 struct Item {
     /// Index into the units.
     unit: usize,
     stored_len: u64,
-    /// Bytes of the stored chunk that are the zstd frame (or the data): without the crc32c.
+    /// Bytes of the stored chunk that are the zstd frame, gzip member or data: without the crc32c.
     data_len: u64,
     host_offset: u64,
     decoded_offset: u64,
     route: Route,
     /// The crc32c stored after the data, when the chain has crc32c.
     crc: Option<u32>,
+    /// The CRC-32 of the decoded bytes a gzip member's trailer records.
+    crc32: Option<u32>,
 }
 
 /// Decode `subset` of an array on the device: its chunks (or, for sharded arrays, the inner
@@ -159,7 +169,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
 
     let decoded_len = |u: usize| units[u].decoded_len(elem);
     let largest = (0..units.len()).map(decoded_len).max().unwrap_or(0);
-    let free = if chain.zstd { Some(context.free_bytes()?) } else { None };
+    let free = if chain.compression.is_some() { Some(context.free_bytes()?) } else { None };
     let budget = batch_budget(config.staging_bytes() as u64, config.staging_is_set(), largest, free, out_bytes);
     let batches = batches_by_size((0..units.len()).map(decoded_len), budget);
     let threads = context.reader().options().threads;
@@ -170,8 +180,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     // bytes, nvCOMP's temp space, metadata. Checked before anything is allocated.
     let meta_len = |batch: &[usize]| -> u64 {
         let copies: usize = batch.iter().map(|&u| units[u].placement.copies.len()).sum();
-        // nvCOMP's arrays (at most 68 bytes per chunk, zstd and crc32c together), then the
-        // placement kernels' tables: gather jobs (one per chunk) and strided copies.
+        // nvCOMP's arrays (at most 76 bytes per chunk: crc32c 24, decoding 32, its results 20),
+        // then the placement kernels' tables: gather jobs (one per chunk) and strided copies.
         let gather = if chain.needs_gather() { place::gather_table_bytes(batch.len()) as u64 } else { 0 };
         (batch.len() as u64 * 96 + gather + place::table_bytes(copies) as u64).next_multiple_of(DECODED_ALIGN)
     };
@@ -179,10 +189,10 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     for batch in &batches {
         let decoded: u64 = batch.iter().map(|&u| decoded_len(u).next_multiple_of(DECODED_ALIGN)).sum();
         let max_chunk = batch.iter().map(|&u| decoded_len(u)).max().unwrap_or(0);
-        let temp = match nvcomp {
-            Some(nvcomp) if chain.zstd => nvcomp
-                .zstd_decompress_temp_size(batch.len(), max_chunk as usize, decoded as usize)
-                .map_err(nvcomp_err)? as u64,
+        let temp = match (nvcomp, chain.compression) {
+            (Some(nvcomp), Some(compression)) => {
+                temp_bound(nvcomp, compression, batch.len(), max_chunk as usize, decoded as usize)?
+            }
             _ => 0,
         };
         largest_slot = largest_slot.max(2 * decoded + temp + meta_len(batch));
@@ -199,9 +209,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     // threads.
     let mut host: Vec<Option<PinnedBuffer>> = (0..slots).map(|_| None).collect();
     let mut host_decoded: Vec<Option<PinnedBuffer>> = (0..slots).map(|_| None).collect();
-    // What nvCOMP zstd reports back, batch after batch: per batch its decoded sizes (u64) and
-    // statuses (u32), 12 bytes per chunk.
-    let mut results = context.take_pinned(units.len().max(1) * 12)?;
+    // What nvCOMP reports back, batch after batch: per batch its decoded sizes (u64) and statuses
+    // (u32), and for gzip CRC-32 values and statuses (u32 each): at most 20 bytes per chunk.
+    let mut results = context.take_pinned(units.len().max(1) * RESULT_BYTES)?;
     let results_base = results.as_mut_slice().as_mut_ptr();
     trace.mark("buffers");
 
@@ -212,7 +222,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     });
     let mut fill: Option<DeviceBuffer> = None;
     let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
-    let mut checks: Vec<ZstdCheck> = Vec::new();
+    let mut checks: Vec<DecodeCheck> = Vec::new();
     let mut results_at = 0usize;
     let placer = Placer::get(context.cuda());
     let result = (|| -> Result<(), GpuError> {
@@ -270,15 +280,20 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             // This batch's device layout: stored bytes, decoded bytes, nvCOMP temp, metadata.
             let on_device: Vec<&Item> = items.iter().filter(|it| it.route == Route::Device).collect();
             let with_crc: Vec<&Item> = items.iter().filter(|it| it.crc.is_some()).collect();
-            let (n_zstd, n_crc) = (if chain.zstd { on_device.len() } else { 0 }, with_crc.len());
+            let n_dec = if chain.compression.is_some() { on_device.len() } else { 0 };
+            let n_crc = with_crc.len();
             let max_chunk = on_device.iter().map(|it| decoded_len(it.unit)).max().unwrap_or(0);
-            let temp_bytes = match nvcomp {
-                Some(nvcomp) if n_zstd > 0 => nvcomp
-                    .zstd_decompress_temp_size(n_zstd, max_chunk as usize, decoded_total as usize)
+            // gzip: the look-ahead algorithm wants every member 4-byte aligned (whole chunks
+            // are; inner chunks of shards lie where the shard puts them).
+            let aligned = on_device.iter().all(|it| it.host_offset % 4 == 0);
+            let decompressor = chain.compression.map(|c| c.decompressor(aligned));
+            let temp_bytes = match (nvcomp, decompressor) {
+                (Some(nvcomp), Some(decompressor)) if n_dec > 0 => nvcomp
+                    .decompress_temp_size(decompressor, n_dec, max_chunk as usize, decoded_total as usize)
                     .map_err(nvcomp_err)?,
                 _ => 0,
             };
-            let decoded_room = if chain.zstd { decoded_total } else { 0 };
+            let decoded_room = if chain.compression.is_some() { decoded_total } else { 0 };
             let stored_room = stored_total.next_multiple_of(DECODED_ALIGN);
             let temp_room = (temp_bytes as u64).next_multiple_of(DECODED_ALIGN);
             ensure(
@@ -295,7 +310,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             let host_meta = hbuf.as_mut_slice()[host_meta_at as usize..].as_mut_ptr() as usize;
             let stage = |at: u64, words: &[u64], device: u64, on: &CudaStream| {
                 // SAFETY: the slot's metadata region holds meta_bytes; every `at` below keeps the
-                // words within it (crc32c arrays, zstd arrays, the placement tables at its end);
+                // words within it (crc32c arrays, decode arrays, the placement tables at its end);
                 // the region is reused only after this batch's event.
                 unsafe { stage_words(host_meta, at, words, device, on) }
             };
@@ -334,38 +349,63 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 let copied = copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
                 stream.wait(&copied).map_err(GpuError::cuda("ordering a copy before decoding"))?;
             }
-            // zstd: pointer, size, capacity and output arrays (u64), then what nvCOMP reports:
-            // decoded sizes (u64) and statuses (u32), n_zstd of each, after the crc32c arrays.
+            // Decoding: pointer, size, capacity and output arrays (u64), then what nvCOMP
+            // reports: decoded sizes (u64) and statuses (u32), n_dec of each, after the crc32c
+            // arrays; for gzip then the CRC-32 values and statuses of the decoded bytes.
             let zmeta = meta + crc_room;
-            let actual = zmeta + 32 * n_zstd as u64;
-            let zstatus = actual + 8 * n_zstd as u64;
-            if let (Some(nvcomp), true) = (nvcomp, n_zstd > 0) {
-                let mut words: Vec<u64> = Vec::with_capacity(4 * n_zstd);
+            let actual = zmeta + 32 * n_dec as u64;
+            let zstatus = actual + 8 * n_dec as u64;
+            let gzip = chain.compression == Some(Compression::Gzip);
+            let (crc32_values, crc32_statuses) = (zstatus + 4 * n_dec as u64, zstatus + 8 * n_dec as u64);
+            if let (Some(nvcomp), Some(decompressor), true) = (nvcomp, decompressor, n_dec > 0) {
+                let mut words: Vec<u64> = Vec::with_capacity(4 * n_dec);
                 words.extend(on_device.iter().map(|it| cbase + it.host_offset));
                 words.extend(on_device.iter().map(|it| it.data_len));
                 words.extend(on_device.iter().map(|it| decoded_len(it.unit)));
                 words.extend(on_device.iter().map(|it| dbase + it.decoded_offset));
                 stage(crc_room, &words, zmeta, stream.as_ref())?;
                 let ptr = |k: usize| zmeta + 8 * k as u64;
-                // SAFETY: every frame was checked on the host (one frame, recorded size equal to
-                // the output buffer) and its crc32c, where the chain has one, on the device; arrays
-                // of n_zstd entries in device memory; temp sized by nvCOMP.
-                let status = unsafe {
-                    nvcomp.functions().nvcompBatchedZstdDecompressAsync(
+                // SAFETY: every chunk was checked on the host (a zstd frame walked, its recorded
+                // size that of the output buffer; a plain gzip member whose trailer records that
+                // size) and its crc32c, where the chain has one, on the device; arrays of n_dec
+                // entries in device memory; inputs aligned as the decompressor was chosen; temp
+                // sized by nvCOMP.
+                unsafe {
+                    nvcomp.decompress_async(
+                        decompressor,
                         ptr(0) as *const *const c_void,
-                        ptr(n_zstd) as *const usize,
-                        ptr(2 * n_zstd) as *const usize,
+                        ptr(n_dec) as *const usize,
+                        ptr(2 * n_dec) as *const usize,
                         actual as *mut usize,
-                        n_zstd,
+                        n_dec,
                         temp as *mut c_void,
                         temp_bytes,
-                        ptr(3 * n_zstd) as *const *mut c_void,
-                        nvcomp_sys::zstd_decompress_opts(),
+                        ptr(3 * n_dec) as *const *mut c_void,
                         zstatus as *mut nv::nvcompStatus_t,
                         stream.cu_stream() as nv::cudaStream_t,
                     )
-                };
-                nvcomp.check("launching zstd decompression", status).map_err(nvcomp_err)?;
+                }
+                .map_err(nvcomp_err)?;
+                if gzip {
+                    // The trailers' CRC-32 covers the decoded bytes: computed over the output
+                    // buffers (their pointers and sizes are the arrays just staged).
+                    let conf = nvcomp.crc32_kernel_conf(n_dec, max_chunk as usize).map_err(nvcomp_err)?;
+                    // SAFETY: n_dec output pointers and sizes at ptr(3n) and ptr(2n), written by
+                    // the decode before on this stream; n_dec values and statuses after zstatus.
+                    let status = unsafe {
+                        nvcomp.functions().nvcompBatchedCRC32Async(
+                            ptr(3 * n_dec) as *const *const c_void,
+                            ptr(2 * n_dec) as *const usize,
+                            n_dec,
+                            crc32_values as *mut u32,
+                            nvcomp_sys::crc32_opts(Crc32::IsoHdlc, conf),
+                            nv::nvcompCRC32OnlySegment,
+                            crc32_statuses as *mut nv::nvcompStatus_t,
+                            stream.cu_stream() as nv::cudaStream_t,
+                        )
+                    };
+                    nvcomp.check("computing gzip CRC-32 checksums", status).map_err(nvcomp_err)?;
+                }
             }
             // Meanwhile the host decodes its chunks, each copied to the device as soon as it is done.
             let host_items: Vec<&Item> = items.iter().filter(|it| it.route == Route::Host).collect();
@@ -375,6 +415,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 unsafe {
                     decode_on_host(
                         context,
+                        chain.compression.expect("host items decode"),
                         units,
                         &host_items,
                         stored_bytes,
@@ -388,12 +429,12 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 stream.wait(&copied).map_err(GpuError::cuda("ordering host-decoded chunks before placement"))?;
             }
             trace.mark("decode");
-            // zstd results back to the host in one copy (sizes and statuses lie together on the
-            // device), checked after the last batch.
-            let result_bytes = 12 * n_zstd;
+            // Decode results back to the host in one copy (sizes, statuses and CRC-32s lie
+            // together on the device), checked after the last batch.
+            let result_bytes = if gzip { RESULT_BYTES } else { 12 } * n_dec;
             if result_bytes > 0 {
-                // SAFETY: results holds 12 bytes per unit; the source is the contiguous tail of
-                // this batch's zstd metadata.
+                // SAFETY: results holds RESULT_BYTES per unit; the source is the contiguous tail of
+                // this batch's decode metadata.
                 unsafe {
                     sys::cuMemcpyDtoHAsync_v2(
                         (results_base as usize + results_at) as *mut c_void,
@@ -406,8 +447,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 .map_err(GpuError::cuda("reading decode results"))?;
             }
             let at = |base: u64, k: usize, width: usize| results_at + (base - actual) as usize + k * width;
-            for (k, it) in on_device.iter().enumerate().take(n_zstd) {
-                checks.push(ZstdCheck { unit: it.unit, size: at(actual, k, 8), status: at(zstatus, k, 4) });
+            for (k, it) in on_device.iter().enumerate().take(n_dec) {
+                let crc32 = it.crc32.filter(|_| gzip).map(|c| (at(crc32_values, k, 4), at(crc32_statuses, k, 4), c));
+                checks.push(DecodeCheck { unit: it.unit, size: at(actual, k, 8), status: at(zstatus, k, 4), crc32 });
             }
             results_at += result_bytes;
             // Placement: every copy of the batch in one kernel launch (or by the copy engines);
@@ -417,7 +459,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             let mut jobs = Vec::new();
             for it in &items {
                 let p = &units[it.unit].placement;
-                let base = if chain.zstd { dbase + it.decoded_offset } else { cbase + it.host_offset };
+                let base = if chain.compression.is_some() { dbase + it.decoded_offset } else { cbase + it.host_offset };
                 let src = match it.route {
                     Route::Missing => {
                         report.missing_chunks += 1;
@@ -437,7 +479,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 let placer = placer.ok_or_else(|| {
                     GpuError::NoCuda("NVRTC is needed to place transposed or byte-swapped chunks".into())
                 })?;
-                let at = crc_room + 32 * n_zstd as u64 + 12 * n_zstd as u64;
+                let at = crc_room + 32 * n_dec as u64 + result_bytes as u64;
                 let at = at.next_multiple_of(8);
                 stage(at, &place::encode_gather(&jobs), meta + at, stream.as_ref())?;
                 // SAFETY: each job stays within its decoded chunk and `out` (planned from both shapes).
@@ -460,18 +502,32 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         }
         stream.synchronize().map_err(GpuError::cuda("decoding on the device"))?;
         trace.mark("final sync");
-        // Every device-decoded chunk's zstd status and size (crc32c was checked before decoding).
+        // Every device-decoded chunk's status and size, and for gzip the CRC-32 of its decoded
+        // bytes (crc32c was checked before decoding).
         let results = results.as_slice();
         let status_string = |s: u32| nvcomp.map_or_else(|| s.to_string(), |n| n.status_string(s));
-        for &ZstdCheck { unit, size, status } in &checks {
-            let status = u32::from_ne_bytes(results[status..status + 4].try_into().expect("4 bytes"));
+        let name = chain.compression.map_or("decode", Compression::name);
+        let word = |at: usize| u32::from_ne_bytes(results[at..at + 4].try_into().expect("4 bytes"));
+        for &DecodeCheck { unit, size, status, crc32 } in &checks {
+            let status = word(status);
             if status != nv::nvcompSuccess {
-                return Err(units[unit].error(format!("nvCOMP zstd: {}", status_string(status))));
+                return Err(units[unit].error(format!("nvCOMP {name}: {}", status_string(status))));
             }
             let size = u64::from_ne_bytes(results[size..size + 8].try_into().expect("8 bytes"));
             let expected = decoded_len(unit);
             if size != expected {
-                return Err(units[unit].error(format!("zstd decoded {size} bytes, {expected} expected")));
+                return Err(units[unit].error(format!("{name} decoded {size} bytes, {expected} expected")));
+            }
+            if let Some((value, status, stored)) = crc32 {
+                if word(status) != nv::nvcompSuccess {
+                    return Err(units[unit].error(format!("nvCOMP CRC-32: {}", status_string(word(status)))));
+                }
+                if word(value) != stored {
+                    return Err(units[unit].error(format!(
+                        "gzip CRC-32 mismatch: stored {stored:#010x}, decoded bytes give {:#010x}",
+                        word(value)
+                    )));
+                }
             }
         }
         Ok(())
@@ -541,7 +597,7 @@ unsafe fn verify_crc32c(
             (meta + 8 * n as u64) as *const usize,
             n,
             values as *mut u32,
-            nvcomp_sys::crc32c_opts(conf),
+            nvcomp_sys::crc32_opts(Crc32::Castagnoli, conf),
             nv::nvcompCRC32OnlySegment,
             statuses as *mut nv::nvcompStatus_t,
             copy_stream.cu_stream() as nv::cudaStream_t,
@@ -601,6 +657,7 @@ fn plan_reads(
             decoded_offset: decoded_at,
             route,
             crc: None,
+            crc32: None,
         });
         decoded_at += units[u].decoded_len(elem).next_multiple_of(DECODED_ALIGN);
     }
@@ -608,8 +665,9 @@ fn plan_reads(
 }
 
 /// Check every stored chunk on the host before the device sees it: the crc32c trailer split off,
-/// the zstd frame's structure and recorded size (frames nvCOMP cannot take are routed to the
-/// host), or the raw size. A broken chunk is an error naming it.
+/// the zstd frame's structure and recorded size, or the gzip member's header and trailer (chunks
+/// nvCOMP cannot take are routed to the host), or the raw size. A broken chunk is an error
+/// naming it.
 fn check_stored(
     units: &[Unit],
     items: &mut [Item],
@@ -631,21 +689,27 @@ fn check_stored(
             }
             let data = &bytes[..it.data_len as usize];
             let expected = unit.decoded_len(elem);
-            if chain.zstd {
-                match check_frame(data, expected).map_err(|e| unit.error(e.to_string()))? {
+            match chain.compression {
+                Some(Compression::Zstd) => match check_frame(data, expected).map_err(|e| unit.error(e.to_string()))? {
                     FrameVerdict::Device { .. } => {}
                     FrameVerdict::Host(_) => it.route = Route::Host,
+                },
+                Some(Compression::Gzip) => match check_member(data, expected) {
+                    MemberVerdict::Device { crc32 } => it.crc32 = Some(crc32),
+                    MemberVerdict::Host(_) => it.route = Route::Host,
+                },
+                None if data.len() as u64 != expected => {
+                    return Err(unit.error(format!("{} bytes stored, {expected} expected", data.len())));
                 }
-            } else if data.len() as u64 != expected {
-                return Err(unit.error(format!("{} bytes stored, {expected} expected", data.len())));
+                None => {}
             }
             Ok(())
         })
     })
 }
 
-/// Send the host's share of the batch's large zstd frames to host threads (a set fraction, or
-/// [`host_chunks`]' split).
+/// Send the host's share of the batch's large compressed chunks to host threads (a set fraction,
+/// or [`host_chunks`]' split).
 fn route_large_frames(
     units: &[Unit],
     items: &mut [Item],
@@ -654,7 +718,7 @@ fn route_large_frames(
     fraction: Option<f64>,
     threads: usize,
 ) {
-    if !chain.zstd {
+    if chain.compression.is_none() {
         return;
     }
     let large: Vec<usize> = (0..items.len())
@@ -670,8 +734,9 @@ fn route_large_frames(
     }
 }
 
-/// Decode `items` with the zstd crate on the reader's threads into `buffer` (pinned, grown as
-/// needed), each chunk copied on `copy_stream` to `dbase` + its decoded offset once done.
+/// Decode `items` (`compression`) with the zstd crate or flate2 on the reader's threads into
+/// `buffer` (pinned, grown as needed), each chunk copied on `copy_stream` to `dbase` + its decoded
+/// offset once done.
 ///
 /// # Safety
 /// `dbase` + each item's decoded offset must be device memory for its decoded bytes, untouched by
@@ -679,6 +744,7 @@ fn route_large_frames(
 #[allow(clippy::too_many_arguments)]
 unsafe fn decode_on_host(
     context: &GpuContext,
+    compression: Compression,
     units: &[Unit],
     items: &[&Item],
     stored: &[u8],
@@ -702,9 +768,14 @@ unsafe fn decode_on_host(
             // SAFETY: the regions at `at` are disjoint and lie within the buffer (sized to their sum).
             let out = unsafe { std::slice::from_raw_parts_mut((base + offset) as *mut u8, len) };
             let data = &stored[it.host_offset as usize..][..it.data_len as usize];
-            let written = zstd::bulk::decompress_to_buffer(data, out).map_err(|e| unit.error(format!("zstd: {e}")))?;
+            let name = compression.name();
+            let written = match compression {
+                Compression::Zstd => zstd::bulk::decompress_to_buffer(data, out),
+                Compression::Gzip => gunzip(data, out),
+            }
+            .map_err(|e| unit.error(format!("{name}: {e}")))?;
             if written != len {
-                return Err(unit.error(format!("zstd decoded {written} bytes, {len} expected")));
+                return Err(unit.error(format!("{name} decoded {written} bytes, {len} expected")));
             }
             context.bind()?;
             // SAFETY: pinned source within the buffer (reused only after this batch's event);
@@ -758,6 +829,39 @@ fn gather_job(chain: &DeviceChain, elem: u64, p: &ChunkPlacement, base: u64, out
         src_stride,
         dst_stride,
     }
+}
+
+/// Decode the first gzip member of `data` into `out` as zarrs' gzip codec does (flate2, one
+/// member, its CRC-32 and length checked): the bytes written, or `out.len() + 1` when the member
+/// holds more.
+fn gunzip(data: &[u8], out: &mut [u8]) -> std::io::Result<usize> {
+    use std::io::Read;
+    let mut decoder = flate2::bufread::GzDecoder::new(data);
+    let mut written = 0;
+    while written < out.len() {
+        match decoder.read(&mut out[written..])? {
+            0 => return Ok(written),
+            n => written += n,
+        }
+    }
+    // Reading on to the end checks the trailer; anything more is too long.
+    let more = decoder.read(&mut [0u8; 1])?;
+    Ok(written + more)
+}
+
+/// The temp memory nvCOMP may ask for to decode a batch of `compression` (gzip: either algorithm).
+fn temp_bound(
+    nvcomp: &NvcompLibrary,
+    compression: Compression,
+    chunks: usize,
+    max_chunk: usize,
+    total: usize,
+) -> Result<u64, GpuError> {
+    let size = |decompressor| nvcomp.decompress_temp_size(decompressor, chunks, max_chunk, total).map_err(nvcomp_err);
+    Ok(match compression {
+        Compression::Zstd => size(Decompressor::Zstd)?,
+        Compression::Gzip => size(compression.decompressor(false))?.max(size(compression.decompressor(true))?),
+    } as u64)
 }
 
 fn nvcomp_err(err: nvcomp_sys::NvcompError) -> GpuError {

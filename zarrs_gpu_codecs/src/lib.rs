@@ -27,6 +27,7 @@ mod context;
 mod decode;
 mod device_array;
 mod error;
+pub mod gzip_member;
 mod place;
 pub mod plan;
 mod retrieve;

@@ -61,11 +61,11 @@ pub struct RetrieveReport {
 }
 
 /// The codecs of a chunk the device pipeline decodes: an optional transpose, the `bytes` codec
-/// in either byte order, then zstd and crc32c.
+/// in either byte order, then zstd or gzip, and crc32c.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct DeviceChain {
-    /// zstd (nvCOMP).
-    pub(crate) zstd: bool,
+    /// The compression nvCOMP decodes, if any.
+    pub(crate) compression: Option<Compression>,
     /// crc32c after everything else (nvCOMP CRC32C).
     pub(crate) crc32c: bool,
     /// Bytes per word to reverse when the stored byte order is not the platform's (a complex
@@ -76,15 +76,42 @@ pub(crate) struct DeviceChain {
     pub(crate) transpose: Option<Vec<usize>>,
 }
 
+/// A bytes-to-bytes compression codec nvCOMP decodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Compression {
+    /// `zstd`: one frame per chunk, checked block by block on the host first.
+    Zstd,
+    /// `gzip`: one plain member per chunk, its CRC-32 checked on the device after decoding.
+    Gzip,
+}
+
+impl Compression {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Zstd => "zstd",
+            Self::Gzip => "gzip",
+        }
+    }
+
+    /// nvCOMP's decompressor for a batch; `aligned`: every input starts at a multiple of 4 bytes
+    /// (gzip's look-ahead algorithm needs that; the naive one does not).
+    pub(crate) fn decompressor(self, aligned: bool) -> nvcomp_sys::Decompressor {
+        match self {
+            Self::Zstd => nvcomp_sys::Decompressor::Zstd,
+            Self::Gzip => nvcomp_sys::Decompressor::Gzip { lookahead: aligned },
+        }
+    }
+}
+
 impl DeviceChain {
     /// Chunk bytes are the elements in C order: copied as they are.
     pub(crate) fn is_raw(&self) -> bool {
         !self.needs_nvcomp() && !self.needs_gather()
     }
 
-    /// zstd or crc32c: nvCOMP runs.
+    /// Compression or crc32c: nvCOMP runs.
     pub(crate) fn needs_nvcomp(&self) -> bool {
-        self.zstd || self.crc32c
+        self.compression.is_some() || self.crc32c
     }
 
     /// Elements are placed one by one (transposed or byte-swapped), not by strided copies.
@@ -170,11 +197,16 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
                 if swap > 0 && array.dimensionality() > GATHER_DIMS {
                     return Err(format!("byte swaps of more than {GATHER_DIMS} dimensions are done on the host"));
                 }
-                let (zstd, crc32c) = match names.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-                    [] => (false, false),
-                    ["zstd"] => (true, false),
-                    ["crc32c"] => (false, true),
-                    ["zstd", "crc32c"] => (true, true),
+                let compression = |name: &str| match name {
+                    "zstd" => Some(Compression::Zstd),
+                    "gzip" => Some(Compression::Gzip),
+                    _ => None,
+                };
+                let (compression, crc32c) = match names.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+                    [] => (None, false),
+                    ["crc32c"] => (None, true),
+                    [c] if compression(c).is_some() => (compression(c), false),
+                    [c, "crc32c"] if compression(c).is_some() => (compression(c), true),
                     _ => {
                         return Err(format!(
                             "bytes-to-bytes codecs [{}] have no device implementation yet",
@@ -182,7 +214,7 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
                         ))
                     }
                 };
-                return Ok(DevicePlan { shards, chain: DeviceChain { zstd, crc32c, swap, transpose } });
+                return Ok(DevicePlan { shards, chain: DeviceChain { compression, crc32c, swap, transpose } });
             }
             other => return Err(format!("array-to-bytes codec {other} has no device implementation yet")),
         }
