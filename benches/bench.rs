@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use zarrs::array::codec::ZstdCodec;
+use zarrs::array::codec::{GzipCodec, ZstdCodec};
 use zarrs::array::{
     Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset, BytesToBytesCodecTraits,
 };
@@ -32,7 +32,9 @@ struct Args {
     /// Append JSON lines here.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Cases: u1 (uncompressed, 16 MiB chunks), z1 (zstd 3, 16 MiB chunks), z2 (zstd 3, 1 MiB chunks).
+    /// Cases: u1 (uncompressed, 16 MiB chunks), z1 (zstd 3, 16 MiB chunks), z2 (zstd 3, 1 MiB
+    /// chunks), g2 (gzip 5, 1 MiB chunks), s1 (shards of 64 MiB, zstd 3 inner chunks of 1 MiB),
+    /// s1r (the same shards, inner chunks uncompressed), s1g (gzip 5 inner chunks).
     #[arg(long, value_delimiter = ',', default_value = "u1")]
     cases: Vec<String>,
 }
@@ -61,18 +63,24 @@ fn main() -> Result<(), Error> {
     let shape = [64 * args.gib, 2048, 2048];
     let mut lines = Vec::new();
     for case in &args.cases {
+        let zstd = || -> Arc<dyn BytesToBytesCodecTraits> { Arc::new(ZstdCodec::new(3, false)) };
+        let gzip = || -> Result<Arc<dyn BytesToBytesCodecTraits>, Error> { Ok(Arc::new(GzipCodec::new(5)?)) };
         let (name, chunks, codecs): (&str, [u64; 3], Vec<Arc<dyn BytesToBytesCodecTraits>>) = match case.as_str() {
             "u1" => ("U1", [64, 256, 256], vec![]),
-            "z1" => ("Z1", [64, 256, 256], vec![Arc::new(ZstdCodec::new(3, false))]),
-            "z2" => ("Z2", [64, 64, 64], vec![Arc::new(ZstdCodec::new(3, false))]),
+            "z1" => ("Z1", [64, 256, 256], vec![zstd()]),
+            "z2" => ("Z2", [64, 64, 64], vec![zstd()]),
+            "g2" => ("G2", [64, 64, 64], vec![gzip()?]),
             // Shards of 256^3 holding 64^3 inner chunks (chunks below are the shard shape).
-            "s1" => ("S1", [256, 256, 256], vec![Arc::new(ZstdCodec::new(3, false))]),
+            "s1" => ("S1", [256, 256, 256], vec![zstd()]),
+            "s1r" => ("S1 uncompressed", [256, 256, 256], vec![]),
+            "s1g" => ("S1 gzip", [256, 256, 256], vec![gzip()?]),
             other => return Err(format!("unknown case {other}").into()),
         };
+        let sharded = case.starts_with("s1");
         let path = args.dir.join(format!("{case}.zarr"));
         if !path.join("zarr.json").exists() {
             let start = Instant::now();
-            if case == "s1" {
+            if sharded {
                 sample::create_sharded_sample_array(&path, &shape, &chunks, &[64, 64, 64], codecs)?;
             } else {
                 sample::create_sample_array_with_codecs(&path, &shape, &chunks, codecs)?;
@@ -84,8 +92,8 @@ fn main() -> Result<(), Error> {
         let array = Array::open(Arc::new(GdsStore::new(&path)?), "/")?;
         let subsets: &[(&str, &str)] = if case == "u1" {
             &[("whole array", "0:"), ("slab 64 planes", "0:64"), ("slab 16 planes", "0:16")]
-        } else if case == "s1" {
-            &[("whole array", "0:"), ("slab 64 planes (S2)", "0:64")]
+        } else if sharded {
+            &[("whole array", "0:"), ("slab 64 planes (S2)", "0:64"), ("slab 16 planes", "0:16")]
         } else {
             &[("whole array", "0:")]
         };

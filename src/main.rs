@@ -172,7 +172,7 @@ fn print_plan(codecs: &CodecChain, device: bool, depth: usize) {
     for codec in codecs.bytes_to_bytes_codecs() {
         let what = match name(codec.as_ref()).as_str() {
             "zstd" => "nvCOMP batched zstd; frames checked on the host first; zstd content checksums are not verified",
-            "gzip" => "nvCOMP batched gzip; header and trailer checked on the host first, the CRC-32 of the decoded bytes on the device",
+            "gzip" => "nvCOMP batched gzip where crc32c verifies members first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), else host threads; the CRC-32 of the decoded bytes checked",
             "crc32c" => "verified with nvCOMP CRC32C before anything is decoded",
             _ => "",
         };

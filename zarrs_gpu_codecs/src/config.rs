@@ -17,7 +17,45 @@ pub struct GpuConfig {
     /// Whether the staging budget was chosen (here or by the environment) rather than defaulted.
     staging_set: bool,
     host_decode_fraction: Option<f64>,
+    decode_trust: DecodeTrust,
 }
+
+/// Which stored chunks nvCOMP may decode. nvCOMP's decoders are defined only on valid input: a
+/// corrupted zstd frame hung its kernel on the GPU host, a corrupted gzip member faulted the CUDA
+/// context (an illegal address, after which every CUDA call of the process fails). Chunks nvCOMP
+/// may not take are decoded on host threads by the zstd crate or flate2, with their own checks,
+/// then copied to the device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DecodeTrust {
+    /// Only chunks whose stored bytes are verified before decoding: a `crc32c` after the
+    /// compressor, checked on the device first.
+    Verified,
+    /// As `Verified`, and zstd frames whose structure checks out on the host (every block header,
+    /// the recorded size): a corrupted entropy-coded payload can still reach nvCOMP. gzip members
+    /// without `crc32c`, which nothing short of decoding can check, decode on the host.
+    #[default]
+    Checked,
+    /// Every chunk nvCOMP can decode, gzip without `crc32c` too: for stored data you trust.
+    Trusted,
+}
+
+impl std::str::FromStr for DecodeTrust {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "verified" => Ok(Self::Verified),
+            "checked" => Ok(Self::Checked),
+            "trusted" => Ok(Self::Trusted),
+            other => Err(format!("unknown decode trust {other:?}: verified, checked or trusted")),
+        }
+    }
+}
+
+/// The environment variable that sets the default [`DecodeTrust`] (`verified`, `checked` or
+/// `trusted`).
+pub const DECODE_TRUST_ENV: &str = "ZARRS_GPU_DECODE_TRUST";
 
 /// The environment variable that sets the default device staging budget per batch, in bytes.
 pub const STAGING_BYTES_ENV: &str = "ZARRS_GPU_STAGING_BYTES";
@@ -25,15 +63,17 @@ pub const STAGING_BYTES_ENV: &str = "ZARRS_GPU_STAGING_BYTES";
 impl Default for GpuConfig {
     /// Device 0, backend auto, 1 GiB of device staging per batch (`ZARRS_GPU_STAGING_BYTES`
     /// overrides); batches of compressed chunks are sized to free device memory unless a budget
-    /// is set.
+    /// is set; [`DecodeTrust::Checked`] (`ZARRS_GPU_DECODE_TRUST` overrides).
     fn default() -> Self {
         let staging = std::env::var(STAGING_BYTES_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok());
+        let decode_trust = std::env::var(DECODE_TRUST_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or_default();
         Self {
             device: 0,
             backend: IoBackend::Auto,
             staging_bytes: staging.unwrap_or(1 << 30).max(1 << 20),
             staging_set: staging.is_some(),
             host_decode_fraction: None,
+            decode_trust,
         }
     }
 }
@@ -72,6 +112,20 @@ impl GpuConfig {
     pub fn with_host_decode_fraction(mut self, fraction: Option<f64>) -> Self {
         self.host_decode_fraction = fraction;
         self
+    }
+
+    /// Which stored chunks nvCOMP may decode (see [`DecodeTrust`]); the rest decode on host
+    /// threads beside the device.
+    #[must_use]
+    pub fn with_decode_trust(mut self, trust: DecodeTrust) -> Self {
+        self.decode_trust = trust;
+        self
+    }
+
+    /// Which stored chunks nvCOMP may decode.
+    #[must_use]
+    pub fn decode_trust(&self) -> DecodeTrust {
+        self.decode_trust
     }
 
     /// The share of large zstd chunks decoded on host threads, if set.
@@ -155,6 +209,16 @@ pub fn gpu_config() -> Option<GpuConfig> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_trust_parses_its_names() {
+        assert_eq!(" Trusted ".parse::<DecodeTrust>(), Ok(DecodeTrust::Trusted));
+        assert_eq!("verified".parse::<DecodeTrust>(), Ok(DecodeTrust::Verified));
+        assert_eq!("checked".parse::<DecodeTrust>(), Ok(DecodeTrust::Checked));
+        assert!("yes".parse::<DecodeTrust>().unwrap_err().contains("verified, checked or trusted"));
+        let config = GpuConfig::default().with_decode_trust(DecodeTrust::Verified);
+        assert_eq!(config.decode_trust(), DecodeTrust::Verified);
+    }
 
     #[test]
     fn scopes_nest_restore_and_survive_panics() {

@@ -10,7 +10,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaEvent, CudaSlice, CudaStream};
-use nvcomp_sys::{sys as nv, Crc32, Decompressor, NvcompLibrary};
+use nvcomp_sys::{sys as nv, Crc32, NvcompLibrary};
 use rayon::prelude::*;
 use zarrs::array::{Array, ArraySubset};
 use zarrs_gds_store::{read_store_to_host, DeviceReadRequest, GdsStore, PinnedBuffer};
@@ -28,7 +28,7 @@ use crate::retrieve::{fill_source, Compression, DecodePath, DeviceChain, DeviceP
 use crate::shard::sharded_units;
 use crate::trace::Trace;
 use crate::zstd_frame::{check_frame, FrameVerdict};
-use crate::{GpuConfig, GpuError};
+use crate::{DecodeTrust, GpuConfig, GpuError};
 
 /// Where a unit's stored bytes are.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -190,9 +190,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         let decoded: u64 = batch.iter().map(|&u| decoded_len(u).next_multiple_of(DECODED_ALIGN)).sum();
         let max_chunk = batch.iter().map(|&u| decoded_len(u)).max().unwrap_or(0);
         let temp = match (nvcomp, chain.compression) {
-            (Some(nvcomp), Some(compression)) => {
-                temp_bound(nvcomp, compression, batch.len(), max_chunk as usize, decoded as usize)?
-            }
+            (Some(nvcomp), Some(compression)) => nvcomp
+                .decompress_temp_size(compression.decompressor(), batch.len(), max_chunk as usize, decoded as usize)
+                .map_err(nvcomp_err)? as u64,
             _ => 0,
         };
         largest_slot = largest_slot.max(2 * decoded + temp + meta_len(batch));
@@ -273,7 +273,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 }
             }
             trace.mark("read");
-            check_stored(units, &mut items, hbuf.as_slice(), chain, elem, context.reader())?;
+            check_stored(units, &mut items, hbuf.as_slice(), chain, config.decode_trust(), elem, context.reader())?;
             route_large_frames(units, &mut items, chain, elem, fraction, threads);
             trace.mark("check");
 
@@ -283,10 +283,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             let n_dec = if chain.compression.is_some() { on_device.len() } else { 0 };
             let n_crc = with_crc.len();
             let max_chunk = on_device.iter().map(|it| decoded_len(it.unit)).max().unwrap_or(0);
-            // gzip: the look-ahead algorithm wants every member 4-byte aligned (whole chunks
-            // are; inner chunks of shards lie where the shard puts them).
-            let aligned = on_device.iter().all(|it| it.host_offset % 4 == 0);
-            let decompressor = chain.compression.map(|c| c.decompressor(aligned));
+            let decompressor = chain.compression.map(Compression::decompressor);
             let temp_bytes = match (nvcomp, decompressor) {
                 (Some(nvcomp), Some(decompressor)) if n_dec > 0 => nvcomp
                     .decompress_temp_size(decompressor, n_dec, max_chunk as usize, decoded_total as usize)
@@ -665,14 +662,15 @@ fn plan_reads(
 }
 
 /// Check every stored chunk on the host before the device sees it: the crc32c trailer split off,
-/// the zstd frame's structure and recorded size, or the gzip member's header and trailer (chunks
-/// nvCOMP cannot take are routed to the host), or the raw size. A broken chunk is an error
-/// naming it.
+/// the zstd frame's structure and recorded size, or the gzip member's header and trailer, or the
+/// raw size. A broken chunk is an error naming it; chunks nvCOMP cannot take, or may not under
+/// `trust`, are routed to the host.
 fn check_stored(
     units: &[Unit],
     items: &mut [Item],
     stored: &[u8],
     chain: &DeviceChain,
+    trust: DecodeTrust,
     elem: u64,
     reader: &zarrs_gds_store::DeviceReader,
 ) -> Result<(), GpuError> {
@@ -690,13 +688,16 @@ fn check_stored(
             let data = &bytes[..it.data_len as usize];
             let expected = unit.decoded_len(elem);
             match chain.compression {
+                // crc32c, where the chain has it, is verified on the device before decoding.
                 Some(Compression::Zstd) => match check_frame(data, expected).map_err(|e| unit.error(e.to_string()))? {
-                    FrameVerdict::Device { .. } => {}
-                    FrameVerdict::Host(_) => it.route = Route::Host,
+                    FrameVerdict::Device { .. } if chain.crc32c || trust != DecodeTrust::Verified => {}
+                    _ => it.route = Route::Host,
                 },
                 Some(Compression::Gzip) => match check_member(data, expected) {
-                    MemberVerdict::Device { crc32 } => it.crc32 = Some(crc32),
-                    MemberVerdict::Host(_) => it.route = Route::Host,
+                    MemberVerdict::Device { crc32 } if chain.crc32c || trust == DecodeTrust::Trusted => {
+                        it.crc32 = Some(crc32);
+                    }
+                    _ => it.route = Route::Host,
                 },
                 None if data.len() as u64 != expected => {
                     return Err(unit.error(format!("{} bytes stored, {expected} expected", data.len())));
@@ -847,21 +848,6 @@ fn gunzip(data: &[u8], out: &mut [u8]) -> std::io::Result<usize> {
     // Reading on to the end checks the trailer; anything more is too long.
     let more = decoder.read(&mut [0u8; 1])?;
     Ok(written + more)
-}
-
-/// The temp memory nvCOMP may ask for to decode a batch of `compression` (gzip: either algorithm).
-fn temp_bound(
-    nvcomp: &NvcompLibrary,
-    compression: Compression,
-    chunks: usize,
-    max_chunk: usize,
-    total: usize,
-) -> Result<u64, GpuError> {
-    let size = |decompressor| nvcomp.decompress_temp_size(decompressor, chunks, max_chunk, total).map_err(nvcomp_err);
-    Ok(match compression {
-        Compression::Zstd => size(Decompressor::Zstd)?,
-        Compression::Gzip => size(compression.decompressor(false))?.max(size(compression.decompressor(true))?),
-    } as u64)
 }
 
 fn nvcomp_err(err: nvcomp_sys::NvcompError) -> GpuError {

@@ -36,7 +36,7 @@ mod trace;
 pub mod zstd_frame;
 
 pub use codec::DeviceZstdCodec;
-pub use config::{gpu_config, with_gpu_config, GpuConfig, STAGING_BYTES_ENV};
+pub use config::{gpu_config, with_gpu_config, DecodeTrust, GpuConfig, DECODE_TRUST_ENV, STAGING_BYTES_ENV};
 pub use context::POOL_KEEP_ENV;
 pub use device_array::DeviceArray;
 pub use error::GpuError;

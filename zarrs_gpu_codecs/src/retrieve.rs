@@ -81,7 +81,8 @@ pub(crate) struct DeviceChain {
 pub(crate) enum Compression {
     /// `zstd`: one frame per chunk, checked block by block on the host first.
     Zstd,
-    /// `gzip`: one plain member per chunk, its CRC-32 checked on the device after decoding.
+    /// `gzip`: one plain member per chunk, its CRC-32 checked on the device after decoding (to
+    /// nvCOMP only when verified by `crc32c` first or trusted: see [`crate::DecodeTrust`]).
     Gzip,
 }
 
@@ -93,12 +94,13 @@ impl Compression {
         }
     }
 
-    /// nvCOMP's decompressor for a batch; `aligned`: every input starts at a multiple of 4 bytes
-    /// (gzip's look-ahead algorithm needs that; the naive one does not).
-    pub(crate) fn decompressor(self, aligned: bool) -> nvcomp_sys::Decompressor {
+    /// nvCOMP's decompressor. gzip: the naive algorithm, which takes members at any byte (the
+    /// look-ahead one wants 4-byte aligned input and decoded 4096 members of 1 MiB at 0.9 GiB/s
+    /// on the H200, the naive one at 16).
+    pub(crate) fn decompressor(self) -> nvcomp_sys::Decompressor {
         match self {
             Self::Zstd => nvcomp_sys::Decompressor::Zstd,
-            Self::Gzip => nvcomp_sys::Decompressor::Gzip { lookahead: aligned },
+            Self::Gzip => nvcomp_sys::Decompressor::Gzip { lookahead: false },
         }
     }
 }
