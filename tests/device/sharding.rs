@@ -208,3 +208,40 @@ fn inner_chunks_transposed_and_big_endian_match_zarrs() -> Result {
     }
     Ok(())
 }
+
+/// Uncompressed inner chunks have nothing to check on the host: they are read straight to the
+/// device (pread + pinned + async copy here; cuFile where native GDS works), from a `GdsStore`
+/// and from any other store alike, and a shard that is too short is still an error.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn uncompressed_inner_chunks_are_read_straight_to_the_device() -> Result {
+    use zarrs::filesystem::FilesystemStore;
+    use zarrs_gpu::IoPath;
+    let dir = tempfile::tempdir()?;
+    let shape = [40u64, 50, 12];
+    let array = make_sharded(
+        dir.path(),
+        &shape,
+        &[16, 32, 12],
+        &[8, 8, 4],
+        sharding(&[8, 8, 4], vec![], ShardingIndexLocation::Start),
+    )?;
+    for subset in subsets(&shape, 5) {
+        let report = check::<f32>(&array, &subset, &posix())?;
+        let io = report.io.expect("a read");
+        assert!(io.path == IoPath::Posix && !io.reason.contains("host memory"), "{io:?}");
+    }
+    let fs = Arc::new(FilesystemStore::new(dir.path())?);
+    let other = zarrs::array::Array::open(fs, "/s")?;
+    let want = array.retrieve_array_subset::<Vec<f32>>(&other.subset_all())?;
+    let (got, report) = other.retrieve_array_subset_device_opt::<f32>(&other.subset_all(), &posix())?;
+    assert_eq!(got.to_host()?, want);
+    assert_eq!(report.io.map(|s| s.path), Some(IoPath::Staged));
+    // A shard cut short: its index (at the start) points past the end.
+    let key = array.chunk_key(&[0, 0, 0]);
+    let good = array.storage().get(&key)?.unwrap();
+    array.storage().set(&key, Bytes::from(good[..good.len() - 100].to_vec()))?;
+    let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()).unwrap_err();
+    assert!(err.to_string().contains(&key.to_string()), "{err}");
+    Ok(())
+}

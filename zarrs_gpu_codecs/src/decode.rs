@@ -13,7 +13,7 @@ use cudarc::driver::{sys, CudaEvent, CudaSlice, CudaStream};
 use nvcomp_sys::{sys as nv, Crc32, NvcompLibrary};
 use rayon::prelude::*;
 use zarrs::array::{Array, ArraySubset};
-use zarrs_gds_store::{read_store_to_host, DeviceReadRequest, GdsStore, PinnedBuffer};
+use zarrs_gds_store::{read_store_to_device, read_store_to_host, DeviceReadRequest, GdsStore, PinnedBuffer};
 use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
 use crate::batch::{
@@ -225,6 +225,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     let mut checks: Vec<DecodeCheck> = Vec::new();
     let mut results_at = 0usize;
     let placer = Placer::get(context.cuda());
+    let direct = !chain.needs_nvcomp();
     let result = (|| -> Result<(), GpuError> {
         for (b, batch) in batches.iter().enumerate() {
             let slot = b % slots;
@@ -251,7 +252,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             trace.mark("sizes");
 
             let meta_bytes = meta_len(batch);
-            let host_meta_at = stored_total.next_multiple_of(STORED_ALIGN);
+            // Uncompressed chunks with nothing to check go straight to the device (GdsStore:
+            // cuFile where native GDS works); the host keeps only the metadata staging.
+            let host_meta_at = if direct { 0 } else { stored_total.next_multiple_of(STORED_ALIGN) };
             ensure(
                 &mut host[slot],
                 host_meta_at + meta_bytes,
@@ -260,9 +263,40 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 |old| context.give_pinned(old),
             )?;
             let hbuf = host[slot].as_mut().expect("ensured");
-            let found = match gds {
-                Some(store) => store.read_to_host(context.reader(), &requests, hbuf.as_mut_slice())?,
-                None => read_store_to_host(storage.as_ref(), context.reader(), &requests, hbuf.as_mut_slice())?,
+            let found = if direct {
+                ensure(
+                    &mut device[slot].0,
+                    stored_total.next_multiple_of(DECODED_ALIGN) + meta_bytes,
+                    DeviceBuffer::len,
+                    |len| context.take_staging(len),
+                    |old| context.give_staging(old),
+                )?;
+                let cbase = device[slot].0.as_ref().expect("ensured").ptr();
+                let requests: Vec<DeviceReadRequest> =
+                    requests.iter().map(|r| DeviceReadRequest { dst: cbase + r.dst, ..r.clone() }).collect();
+                // SAFETY: each request lands at its offset below stored_total in the slot's
+                // staging, which has room for stored_total bytes; coalesced requests do not
+                // overlap; the slot's previous batch has finished (its event, awaited above).
+                let outcome = unsafe {
+                    match gds {
+                        Some(store) => store.read_to_device(
+                            context.reader(),
+                            &requests,
+                            Some(config.backend()),
+                            Some(&copy_stream),
+                        )?,
+                        None => {
+                            read_store_to_device(storage.as_ref(), context.reader(), &requests, Some(&copy_stream))?
+                        }
+                    }
+                };
+                report.io = Some(outcome.status);
+                outcome.found
+            } else {
+                match gds {
+                    Some(store) => store.read_to_host(context.reader(), &requests, hbuf.as_mut_slice())?,
+                    None => read_store_to_host(storage.as_ref(), context.reader(), &requests, hbuf.as_mut_slice())?,
+                }
             };
             report.bytes_read +=
                 requests.iter().zip(&found).filter(|(_, &f)| f).map(|(r, _)| r.len as u64).sum::<u64>();
@@ -315,7 +349,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             // One copy of the batch's stored bytes to the device, on the copy stream.
             context.bind()?;
             let stored_bytes = hbuf.as_slice();
-            if stored_total > 0 {
+            if stored_total > 0 && !direct {
                 // SAFETY: the host buffer holds stored_total bytes; cbase has room for them; both
                 // are reused only after this batch's event, which follows this copy.
                 unsafe {
@@ -674,6 +708,17 @@ fn check_stored(
     elem: u64,
     reader: &zarrs_gds_store::DeviceReader,
 ) -> Result<(), GpuError> {
+    if !chain.needs_nvcomp() {
+        // Only the length to check (the bytes themselves were read straight to the device).
+        return items.iter().filter(|it| it.route != Route::Missing).try_for_each(|it| {
+            let expected = units[it.unit].decoded_len(elem);
+            if it.stored_len == expected {
+                Ok(())
+            } else {
+                Err(units[it.unit].error(format!("{} bytes stored, {expected} expected", it.stored_len)))
+            }
+        });
+    }
     reader.install(|| {
         items.par_iter_mut().filter(|it| it.route != Route::Missing).try_for_each(|it| {
             let unit = &units[it.unit];
@@ -699,6 +744,7 @@ fn check_stored(
                     }
                     _ => it.route = Route::Host,
                 },
+                // crc32c alone: its data must be the chunk.
                 None if data.len() as u64 != expected => {
                     return Err(unit.error(format!("{} bytes stored, {expected} expected", data.len())));
                 }
