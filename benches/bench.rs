@@ -16,7 +16,7 @@ use zarrs::array::{
     Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset, BytesToBytesCodecTraits,
 };
 use zarrs_gpu::zarrs_gds_store::{cuda_context, PinnedBuffer};
-use zarrs_gpu::{parse_subset, sample, ArrayDeviceExt, GdsStore, GpuConfig, IoBackend};
+use zarrs_gpu::{parse_subset, sample, ArrayDeviceExt, DecodeTrust, GdsStore, GpuConfig, IoBackend};
 
 #[derive(Parser)]
 struct Args {
@@ -124,7 +124,12 @@ fn main() -> Result<(), Error> {
                 drop(data);
             }
             let secs = median(runs.clone());
-            lines.push(line("zarrs_gpu", &label, &subset, bytes, secs, &runs, &io));
+            let who = match config.decode_trust() {
+                DecodeTrust::Checked => "zarrs_gpu",
+                DecodeTrust::Trusted => "zarrs_gpu (decode trust: trusted)",
+                _ => "zarrs_gpu (decode trust: verified)",
+            };
+            lines.push(line(who, &label, &subset, bytes, secs, &runs, &io));
             let (secs, runs) = zarrs_pinned_then_copy(&array, &subset, args.repeat.min(3))?;
             lines.push(line("zarrs pinned+copy", &label, &subset, bytes, secs, &runs, ""));
         }

@@ -2,7 +2,7 @@
 # The benchmark of record: ours and the peers in one run, on the same data, warm page cache.
 # On the GPU host (after ../shared/gpu/stage --peers):
 #   bash .gpu/run bash benches/run.sh [GIB] [PEER_REPEAT]
-# CASES (default u1,z1,z2,s1) picks cases; BENCH_DIR (default /tmp/zarrs-gpu-bench) keeps the
+# CASES (default u1,z1,z2,s1; also g2, s1r, s1g) picks cases; BENCH_DIR (default /tmp/zarrs-gpu-bench) keeps the
 # arrays, which are written once.
 set -euo pipefail
 gib=${1:-8}
@@ -36,6 +36,10 @@ for case in ${cases//,/ }; do
       peers s1 --peers zarr-host,tensorstore --repeat 1
       peers s1 --subset 0:64 --peers zarr-host,zarr-gpu,tensorstore --repeat 1
       peers s1 --subset 0:64 --peers zarr-gpu-nvcomp --batch-size 256 --repeat 1 ;;
+    s1g)
+      # gzip members without crc32c decode on host threads by default; trusted, on nvCOMP.
+      ZARRS_GPU_DECODE_TRUST=trusted bench --dir "$dir" --gib "$gib" --repeat 5 --cases s1g --json "$out/bench.jsonl"
+      peers s1g --subset 0:64 --peers zarr-host,zarr-gpu,tensorstore --repeat 1 ;;
   esac
 done
 python3 - "$out/bench.jsonl" <<'PY'

@@ -10,8 +10,10 @@
 //!
 //! Arrays whose codec chain is only `bytes` (Zarr v3) or have no compressor and no filters (Zarr
 //! v2) are read straight to the device and placed there (partial edge chunks, missing chunks
-//! filled with the fill value on the device). Other codec chains are decoded by zarrs on the host
-//! into pinned memory and copied once.
+//! filled with the fill value on the device). Chains of `transpose`, `bytes` (either byte order),
+//! `zstd` or `gzip`, and `crc32c`, sharded or not, are decoded on the device with nvCOMP in
+//! batches (which chunks nvCOMP may decode: [`DecodeTrust`]). Other codec chains are decoded by
+//! zarrs on the host into pinned memory and copied once.
 //!
 //! The CUDA driver is loaded at run time: this crate builds on machines without CUDA, and a
 //! missing driver or device is an error ([`GpuError::NoCuda`]), not a panic.
