@@ -319,51 +319,75 @@ impl NvcompLibrary {
         stream: sys::cudaStream_t,
     ) -> Result<(), NvcompError> {
         let f = &self.functions;
+        // The three functions take the same arguments but for their options.
+        macro_rules! launch {
+            ($function:ident, $opts:expr) => {
+                f.$function(
+                    inputs,
+                    input_sizes,
+                    output_sizes,
+                    actual_sizes,
+                    num_chunks,
+                    temp,
+                    temp_bytes,
+                    outputs,
+                    $opts,
+                    statuses,
+                    stream,
+                )
+            };
+        }
         // SAFETY: the caller's contract.
         let status = unsafe {
             match codec {
-                Decompressor::Zstd => f.nvcompBatchedZstdDecompressAsync(
-                    inputs,
-                    input_sizes,
-                    output_sizes,
-                    actual_sizes,
-                    num_chunks,
-                    temp,
-                    temp_bytes,
-                    outputs,
-                    zstd_decompress_opts(),
-                    statuses,
-                    stream,
-                ),
-                Decompressor::Deflate => f.nvcompBatchedDeflateDecompressAsync(
-                    inputs,
-                    input_sizes,
-                    output_sizes,
-                    actual_sizes,
-                    num_chunks,
-                    temp,
-                    temp_bytes,
-                    outputs,
-                    deflate_decompress_opts(),
-                    statuses,
-                    stream,
-                ),
-                Decompressor::Gzip { lookahead } => f.nvcompBatchedGzipDecompressAsync(
-                    inputs,
-                    input_sizes,
-                    output_sizes,
-                    actual_sizes,
-                    num_chunks,
-                    temp,
-                    temp_bytes,
-                    outputs,
-                    gzip_decompress_opts(lookahead),
-                    statuses,
-                    stream,
-                ),
+                Decompressor::Zstd => launch!(nvcompBatchedZstdDecompressAsync, zstd_decompress_opts()),
+                Decompressor::Deflate => launch!(nvcompBatchedDeflateDecompressAsync, deflate_decompress_opts()),
+                Decompressor::Gzip { lookahead } => {
+                    launch!(nvcompBatchedGzipDecompressAsync, gzip_decompress_opts(lookahead))
+                }
             }
         };
         self.check(codec.launching(), status)
+    }
+
+    /// Enqueue `variant` CRC-32s of `num_chunks` chunks of at most `max_chunk_bytes` on `stream`
+    /// (the kernel chosen by [`Self::crc32_kernel_conf`]).
+    ///
+    /// # Errors
+    /// Returns nvCOMP's status when choosing the kernel or the launch fails (per-chunk results are
+    /// in `statuses` once the stream gets there).
+    ///
+    /// # Safety
+    /// `inputs` and `sizes` are device arrays of `num_chunks` pointers and sizes describing device
+    /// memory, `values` and `statuses` device arrays of `num_chunks` u32 each; all valid until the
+    /// stream has run the work.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn crc32_async(
+        &self,
+        variant: Crc32,
+        inputs: *const *const c_void,
+        sizes: *const usize,
+        num_chunks: usize,
+        max_chunk_bytes: usize,
+        values: *mut u32,
+        statuses: *mut sys::nvcompStatus_t,
+        stream: sys::cudaStream_t,
+    ) -> Result<(), NvcompError> {
+        let conf = self.crc32_kernel_conf(num_chunks, max_chunk_bytes)?;
+        // SAFETY: the caller's contract.
+        let status = unsafe {
+            self.functions.nvcompBatchedCRC32Async(
+                inputs,
+                sizes,
+                num_chunks,
+                values,
+                crc32_opts(variant, conf),
+                sys::nvcompCRC32OnlySegment,
+                statuses,
+                stream,
+            )
+        };
+        self.check("computing CRC-32 checksums", status)
     }
 }
 

@@ -49,16 +49,27 @@ pub(crate) struct Unit {
     pub(crate) source: Source,
     /// For an inner chunk, its indices within its shard (named in errors).
     pub(crate) inner: Option<Vec<u64>>,
+    /// Only the placement's `byte_start..byte_end` of the chunk is read (uncompressed chunks).
+    pub(crate) narrowed: bool,
 }
 
 impl Unit {
     /// Each chunk a whole stored value.
     pub(crate) fn whole(placement: ChunkPlacement) -> Self {
-        Self { placement, source: Source::Whole, inner: None }
+        Self { placement, source: Source::Whole, inner: None, narrowed: false }
     }
 
     fn decoded_len(&self, elem: u64) -> u64 {
         self.placement.chunk_shape.iter().product::<u64>() * elem
+    }
+
+    /// The bytes read for an uncompressed chunk: all of it, or the placement's part.
+    fn raw_len(&self, elem: u64) -> u64 {
+        if self.narrowed {
+            self.placement.read_len()
+        } else {
+            self.decoded_len(elem)
+        }
     }
 
     /// The chunk's name in errors: its key, and for an inner chunk its indices in the shard.
@@ -135,8 +146,11 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
         return decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp);
     }
     let storage = array.storage();
-    let (units, index_bytes) =
+    let (mut units, index_bytes) =
         sharded_units(storage.as_ref(), gds, context.reader(), &plan.shards, elem, subset, chunks)?;
+    if plan.chain.is_raw() {
+        narrow_raw(&mut units, elem)?;
+    }
     let (out, mut report) =
         decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp)?;
     report.bytes_read += index_bytes;
@@ -420,22 +434,21 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 if gzip {
                     // The trailers' CRC-32 covers the decoded bytes: computed over the output
                     // buffers (their pointers and sizes are the arrays just staged).
-                    let conf = nvcomp.crc32_kernel_conf(n_dec, max_chunk as usize).map_err(nvcomp_err)?;
                     // SAFETY: n_dec output pointers and sizes at ptr(3n) and ptr(2n), written by
                     // the decode before on this stream; n_dec values and statuses after zstatus.
-                    let status = unsafe {
-                        nvcomp.functions().nvcompBatchedCRC32Async(
+                    unsafe {
+                        nvcomp.crc32_async(
+                            Crc32::IsoHdlc,
                             ptr(3 * n_dec) as *const *const c_void,
                             ptr(2 * n_dec) as *const usize,
                             n_dec,
+                            max_chunk as usize,
                             crc32_values as *mut u32,
-                            nvcomp_sys::crc32_opts(Crc32::IsoHdlc, conf),
-                            nv::nvcompCRC32OnlySegment,
                             crc32_statuses as *mut nv::nvcompStatus_t,
                             stream.cu_stream() as nv::cudaStream_t,
                         )
-                    };
-                    nvcomp.check("computing gzip CRC-32 checksums", status).map_err(nvcomp_err)?;
+                    }
+                    .map_err(nvcomp_err)?;
                 }
             }
             // Meanwhile the host decodes its chunks, each copied to the device as soon as it is done.
@@ -501,6 +514,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                         jobs.push(gather_job(chain, elem, p, base, out_shape));
                         continue;
                     }
+                    // A narrowed read starts at byte_start.
+                    _ if units[it.unit].narrowed => base,
                     _ => base + p.byte_start,
                 };
                 copies.extend_from_slice(&p.copies);
@@ -619,21 +634,21 @@ unsafe fn verify_crc32c(
     let n = items.len();
     let (values, statuses) = (meta + 16 * n as u64, meta + 20 * n as u64);
     let longest = items.iter().map(|it| it.data_len as usize).max().unwrap_or(0);
-    let conf = nvcomp.crc32_kernel_conf(n, longest).map_err(nvcomp_err)?;
     // SAFETY: pointer and size arrays of n entries in device memory, outputs as many (the
     // caller's contract); the results come back to the same offsets of the host region.
     unsafe {
-        let status = nvcomp.functions().nvcompBatchedCRC32Async(
-            meta as *const *const c_void,
-            (meta + 8 * n as u64) as *const usize,
-            n,
-            values as *mut u32,
-            nvcomp_sys::crc32_opts(Crc32::Castagnoli, conf),
-            nv::nvcompCRC32OnlySegment,
-            statuses as *mut nv::nvcompStatus_t,
-            copy_stream.cu_stream() as nv::cudaStream_t,
-        );
-        nvcomp.check("computing crc32c checksums", status).map_err(nvcomp_err)?;
+        nvcomp
+            .crc32_async(
+                Crc32::Castagnoli,
+                meta as *const *const c_void,
+                (meta + 8 * n as u64) as *const usize,
+                n,
+                longest,
+                values as *mut u32,
+                statuses as *mut nv::nvcompStatus_t,
+                copy_stream.cu_stream() as nv::cudaStream_t,
+            )
+            .map_err(nvcomp_err)?;
         sys::cuMemcpyDtoHAsync_v2((host_meta + 16 * n) as *mut c_void, values, 8 * n, copy_stream.cu_stream())
             .result()
             .map_err(GpuError::cuda("reading crc32c results"))?;
@@ -650,6 +665,23 @@ unsafe fn verify_crc32c(
         let expected = it.crc.expect("with crc");
         if crc != expected {
             return Err(unit.error(format!("crc32c checksum mismatch: stored {expected:#010x}, computed {crc:#010x}")));
+        }
+    }
+    Ok(())
+}
+
+/// Uncompressed inner chunks in the platform's byte order are their elements: read only the bytes
+/// a subset needs (`byte_start..byte_end` of each) rather than whole inner chunks. An index entry
+/// of another length than the chunk's is an error.
+fn narrow_raw(units: &mut [Unit], elem: u64) -> Result<(), GpuError> {
+    for unit in units {
+        if let Source::Range { offset, len } = unit.source {
+            let full = unit.decoded_len(elem);
+            if len != full {
+                return Err(unit.error(format!("{len} bytes stored, {full} expected")));
+            }
+            unit.source = Source::Range { offset: offset + unit.placement.byte_start, len: unit.placement.read_len() };
+            unit.narrowed = true;
         }
     }
     Ok(())
@@ -711,7 +743,7 @@ fn check_stored(
     if !chain.needs_nvcomp() {
         // Only the length to check (the bytes themselves were read straight to the device).
         return items.iter().filter(|it| it.route != Route::Missing).try_for_each(|it| {
-            let expected = units[it.unit].decoded_len(elem);
+            let expected = units[it.unit].raw_len(elem);
             if it.stored_len == expected {
                 Ok(())
             } else {
@@ -912,7 +944,7 @@ mod tests {
         let unit = |key: &StoreKey, source: Source| {
             let chunk = ArraySubset::new_with_start_shape(vec![0], vec![100]).unwrap();
             let placement = plan_chunks(4, &chunk, [(vec![0], key.clone(), chunk.clone())]).pop().unwrap();
-            Unit { placement, source, inner: None }
+            Unit { placement, source, inner: None, narrowed: false }
         };
         let units = vec![
             unit(&key, Source::Range { offset: 40, len: 30 }),
@@ -937,6 +969,29 @@ mod tests {
         let offsets: Vec<u64> = items.iter().map(|it| it.decoded_offset).collect();
         assert_eq!(offsets, vec![0, 4096, 8192, 12288]);
         assert_eq!(decoded, 16384);
+    }
+
+    #[test]
+    fn uncompressed_inner_chunks_read_only_the_bytes_a_subset_needs() {
+        // Inner chunk [4, 8] of u32 at offset 1000 of its shard; the subset wants rows 1..3.
+        let key = StoreKey::new("s/c/0").unwrap();
+        let chunk = ArraySubset::new_with_start_shape(vec![0, 0], vec![4, 8]).unwrap();
+        let subset = ArraySubset::new_with_ranges(&[1..3, 0..8]);
+        let placement = plan_chunks(4, &subset, [(vec![0, 0], key, chunk)]).pop().unwrap();
+        let unit = |len| Unit {
+            placement: placement.clone(),
+            source: Source::Range { offset: 1000, len },
+            inner: None,
+            narrowed: false,
+        };
+        let mut units = vec![unit(128), Unit { source: Source::Missing, ..unit(128) }];
+        narrow_raw(&mut units, 4).unwrap();
+        assert_eq!(units[0].source, Source::Range { offset: 1032, len: 64 });
+        assert!(units[0].narrowed && units[0].raw_len(4) == 64);
+        assert_eq!(units[1].source, Source::Missing);
+        // An index entry of another length than the chunk's.
+        let err = narrow_raw(&mut [unit(100)], 4).unwrap_err();
+        assert!(err.to_string().contains("100 bytes stored, 128 expected"), "{err}");
     }
 
     /// What the gather kernel does, on the host.

@@ -305,7 +305,7 @@ pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
                     .into_iter()
                     .next();
                 if let Some(placement) = placement {
-                    units.push(Unit { placement, source, inner: Some(idx) });
+                    units.push(Unit { placement, source, inner: Some(idx), narrowed: false });
                 }
             }
         }
@@ -341,7 +341,7 @@ fn missing_units(
         } else if let Some(placement) =
             plan_chunks(elem, subset, [(idx.clone(), shard.key.clone(), inner_subset)]).pop()
         {
-            out.push(Unit { placement, source: Source::Missing, inner: Some(idx) });
+            out.push(Unit { placement, source: Source::Missing, inner: Some(idx), narrowed: false });
         }
     }
     out
