@@ -204,9 +204,10 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         let decoded: u64 = batch.iter().map(|&u| decoded_len(u).next_multiple_of(DECODED_ALIGN)).sum();
         let max_chunk = batch.iter().map(|&u| decoded_len(u)).max().unwrap_or(0);
         let temp = match (nvcomp, chain.compression) {
-            (Some(nvcomp), Some(compression)) => nvcomp
+            (Some(nvcomp), Some(compression)) if chain.nvcomp_may_decode(config.decode_trust()) => nvcomp
                 .decompress_temp_size(compression.decompressor(), batch.len(), max_chunk as usize, decoded as usize)
-                .map_err(nvcomp_err)? as u64,
+                .map_err(nvcomp_err)?
+                as u64,
             _ => 0,
         };
         largest_slot = largest_slot.max(2 * decoded + temp + meta_len(batch));
@@ -323,6 +324,15 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             trace.mark("read");
             check_stored(units, &mut items, hbuf.as_slice(), chain, config.decode_trust(), elem, context.reader())?;
             route_large_frames(units, &mut items, chain, elem, fraction, threads);
+            if let (Some(nvcomp), Some(compression)) = (nvcomp, chain.compression) {
+                // Inputs nvCOMP cannot take at their alignment go to the host (none today: zstd and
+                // naive gzip take any byte; staging itself is 256-byte aligned).
+                let align = nvcomp.decompress_alignments(compression.decompressor()).map_err(nvcomp_err)?.input as u64;
+                for it in items.iter_mut().filter(|it| it.route == Route::Device && it.host_offset % align.max(1) != 0)
+                {
+                    it.route = Route::Host;
+                }
+            }
             trace.mark("check");
 
             // This batch's device layout: stored bytes, decoded bytes, nvCOMP temp, metadata.
@@ -751,6 +761,7 @@ fn check_stored(
             }
         });
     }
+    let may_decode = chain.nvcomp_may_decode(trust);
     reader.install(|| {
         items.par_iter_mut().filter(|it| it.route != Route::Missing).try_for_each(|it| {
             let unit = &units[it.unit];
@@ -767,13 +778,11 @@ fn check_stored(
             match chain.compression {
                 // crc32c, where the chain has it, is verified on the device before decoding.
                 Some(Compression::Zstd) => match check_frame(data, expected).map_err(|e| unit.error(e.to_string()))? {
-                    FrameVerdict::Device { .. } if chain.crc32c || trust != DecodeTrust::Verified => {}
+                    FrameVerdict::Device { .. } if may_decode => {}
                     _ => it.route = Route::Host,
                 },
                 Some(Compression::Gzip) => match check_member(data, expected) {
-                    MemberVerdict::Device { crc32 } if chain.crc32c || trust == DecodeTrust::Trusted => {
-                        it.crc32 = Some(crc32);
-                    }
+                    MemberVerdict::Device { crc32 } if may_decode => it.crc32 = Some(crc32),
                     _ => it.route = Route::Host,
                 },
                 // crc32c alone: its data must be the chunk.

@@ -21,7 +21,7 @@ use crate::place::GATHER_DIMS;
 use crate::plan::{plan_chunks, ChunkPlacement};
 use crate::shard::ShardLevel;
 use crate::trace::Trace;
-use crate::{gpu_config, DeviceArray, GpuConfig, GpuError};
+use crate::{gpu_config, DecodeTrust, DeviceArray, GpuConfig, GpuError};
 
 /// Where a read's chunks were decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +114,17 @@ impl DeviceChain {
     /// Compression or crc32c: nvCOMP runs.
     pub(crate) fn needs_nvcomp(&self) -> bool {
         self.compression.is_some() || self.crc32c
+    }
+
+    /// Whether nvCOMP may decode this chain's chunks under `trust` (checked ones; the rest decode
+    /// on host threads): crc32c verifies them before decoding, or the trust allows the rest.
+    pub(crate) fn nvcomp_may_decode(&self, trust: DecodeTrust) -> bool {
+        match self.compression {
+            None => false,
+            Some(_) if self.crc32c => true,
+            Some(Compression::Zstd) => trust != DecodeTrust::Verified,
+            Some(Compression::Gzip) => trust == DecodeTrust::Trusted,
+        }
     }
 
     /// Elements are placed one by one (transposed or byte-swapped), not by strided copies.
@@ -570,4 +581,25 @@ pub(crate) fn fill_source<S: ?Sized>(
     // SAFETY: the buffer holds at least len bytes, len is a whole number of elements.
     unsafe { fill_pattern(pattern, buffer.ptr(), len, stream) }?;
     Ok(fill.insert(buffer).ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_trust_decides_what_nvcomp_decodes() {
+        let chain = |compression, crc32c| DeviceChain { compression, crc32c, ..DeviceChain::default() };
+        let (zstd, gzip) = (Some(Compression::Zstd), Some(Compression::Gzip));
+        let all = [DecodeTrust::Verified, DecodeTrust::Checked, DecodeTrust::Trusted];
+        for trust in all {
+            // crc32c verifies before decoding: always; nothing to decode: never.
+            assert!(chain(zstd, true).nvcomp_may_decode(trust) && chain(gzip, true).nvcomp_may_decode(trust));
+            assert!(!chain(None, true).nvcomp_may_decode(trust) && !chain(None, false).nvcomp_may_decode(trust));
+        }
+        let zstd_alone: Vec<bool> = all.iter().map(|&t| chain(zstd, false).nvcomp_may_decode(t)).collect();
+        let gzip_alone: Vec<bool> = all.iter().map(|&t| chain(gzip, false).nvcomp_may_decode(t)).collect();
+        assert_eq!(zstd_alone, [false, true, true]);
+        assert_eq!(gzip_alone, [false, false, true]);
+    }
 }
