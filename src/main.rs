@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use zarrs::array::codec::{CodecChain, ShardingCodecConfiguration};
 use zarrs::array::{Array, ArraySubset, CodecMetadataOptions, DataType, ElementOwned};
 use zarrs_gpu::{
-    host_decode_reason, parse_subset, sample, ArrayDeviceExt, DeviceArray, GdsStore, GpuConfig, IoBackend,
+    host_decode_reason, parse_subset, sample, ArrayDeviceExt, DecodeTrust, DeviceArray, GdsStore, GpuConfig, IoBackend,
     RetrieveReport,
 };
 
@@ -41,6 +41,11 @@ enum Command {
         /// CUDA device ordinal.
         #[arg(long, default_value_t = 0)]
         device: usize,
+        /// Which chunks nvCOMP may decode: verified (crc32c first), checked (also zstd frames
+        /// checked on the host; the default) or trusted (everything; gzip without crc32c too).
+        /// Default: ZARRS_GPU_DECODE_TRUST, else checked.
+        #[arg(long)]
+        decode_trust: Option<DecodeTrust>,
         /// Timed repetitions (the first read also sets up the device).
         #[arg(long, default_value_t = 3)]
         repeat: usize,
@@ -76,7 +81,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Info { path, array } => info(&path, &array),
-        Command::Read { path, array, subset, backend, device, repeat, digest, npy } => {
+        Command::Read { path, array, subset, backend, device, decode_trust, repeat, digest, npy } => {
             let _sample_dir;
             let (path, array) = if let Some(path) = path {
                 (path, array)
@@ -91,7 +96,10 @@ fn run(cli: Cli) -> Result<(), Error> {
             };
             let array = open(&path, &array)?;
             let subset = parse_subset(&subset, array.shape())?;
-            let config = GpuConfig::default().with_device(device).with_backend(backend);
+            let mut config = GpuConfig::default().with_device(device).with_backend(backend);
+            if let Some(trust) = decode_trust {
+                config = config.with_decode_trust(trust);
+            }
             let options = ReadOptions { repeat: repeat.max(1), digest, npy };
             dispatch_read(&array, &subset, &config, &options)
         }
@@ -257,11 +265,12 @@ fn read<T: ElementOwned>(
         times[0]
     );
     println!(
-        "decode: {}; io: {}; chunks: {} ({} missing); bytes read: {}",
+        "decode: {}; io: {}; chunks: {} ({} missing, {} decoded on host threads); bytes read: {}",
         report.decode,
         report.io.as_ref().map_or_else(|| "zarrs host reads".to_string(), ToString::to_string),
         report.chunks,
         report.missing_chunks,
+        report.host_decoded_chunks,
         report.bytes_read
     );
     if o.digest || o.npy.is_some() {

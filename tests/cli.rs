@@ -44,6 +44,9 @@ fn errors_are_plain_messages() -> Result {
     let (out, text) = zarrs_gpu(&["read", p, "--backend", "fastest"])?;
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("unknown I/O backend"), "{text}");
+    let (out, text) = zarrs_gpu(&["read", p, "--decode-trust", "always"])?;
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("verified, checked or trusted"), "{text}");
     if !gpu_present() {
         let (out, text) = zarrs_gpu(&["read", p])?;
         assert_eq!(out.status.code(), Some(1));
@@ -140,5 +143,20 @@ fn read_digest_and_npy_match_zarrs() -> Result {
     // With no path: a sample array is written and read.
     let (out, text) = zarrs_gpu(&["read", "--repeat", "1"])?;
     assert!(out.status.success() && text.contains("GiB/s"), "{text}");
+    // gzip: host threads by default, nvCOMP when trusted; the same bytes either way.
+    let path = dir.path().join("g.zarr");
+    let array = sample::create_sample_array_with_codecs(
+        &path,
+        &[16, 40, 40],
+        &[8, 16, 16],
+        vec![Arc::new(GzipCodec::new(5)?)],
+    )?;
+    let want = array.retrieve_array_subset::<ArrayBytes<'static>>(&array.subset_all())?.into_fixed()?.into_owned();
+    let digest = format!("sha256: {:x}", Sha256::digest(&want));
+    let p = path.to_str().unwrap();
+    let (out, text) = zarrs_gpu(&["read", p, "--repeat", "1", "--digest"])?;
+    assert!(out.status.success() && text.contains(&digest) && text.contains("18 decoded on host threads"), "{text}");
+    let (out, text) = zarrs_gpu(&["read", p, "--repeat", "1", "--digest", "--decode-trust", "trusted"])?;
+    assert!(out.status.success() && text.contains(&digest) && text.contains("0 decoded on host threads"), "{text}");
     Ok(())
 }
