@@ -351,6 +351,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             let decoded_room = if chain.compression.is_some() { decoded_total } else { 0 };
             let stored_room = stored_total.next_multiple_of(DECODED_ALIGN);
             let temp_room = (temp_bytes as u64).next_multiple_of(DECODED_ALIGN);
+            // Direct reads already sit in this slot's staging, sized for this very layout (no
+            // decoded bytes, no temp): it must not be replaced.
+            let read_into = if direct { device[slot].0.as_ref().map(DeviceBuffer::ptr) } else { None };
             ensure(
                 &mut device[slot].0,
                 stored_room + decoded_room + temp_room + meta_bytes,
@@ -359,6 +362,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 |old| context.give_staging(old),
             )?;
             let cbase = device[slot].0.as_ref().expect("ensured").ptr();
+            debug_assert!(read_into.is_none_or(|p| p == cbase), "direct reads' staging was replaced");
             let dbase = cbase + stored_room;
             let temp = dbase + decoded_room;
             let meta = temp + temp_room;
