@@ -69,6 +69,8 @@ fn main() -> Result<(), Error> {
             "u1" => ("U1", [64, 256, 256], vec![]),
             "z1" => ("Z1", [64, 256, 256], vec![zstd()]),
             "z2" => ("Z2", [64, 64, 64], vec![zstd()]),
+            // Z2 with zstd content checksums (XXH64, verified on the device).
+            "z2c" => ("Z2 checksummed", [64, 64, 64], vec![Arc::new(ZstdCodec::new(3, true))]),
             "g2" => ("G2", [64, 64, 64], vec![gzip()?]),
             // Shards of 256^3 holding 64^3 inner chunks (chunks below are the shard shape).
             "s1" => ("S1", [256, 256, 256], vec![zstd()]),

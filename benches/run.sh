@@ -2,7 +2,7 @@
 # The benchmark of record: ours and the peers in one run, on the same data, warm page cache.
 # On the GPU host (after ../shared/gpu/stage --peers):
 #   bash .gpu/run bash benches/run.sh [GIB] [PEER_REPEAT]
-# CASES (default u1,z1,z2,s1; also g2, s1r, s1g) picks cases; BENCH_DIR (default /tmp/zarrs-gpu-bench) keeps the
+# CASES (default u1,z1,z2,s1; also z2c (Z2 with zstd checksums), g2, s1r, s1g) picks cases; BENCH_DIR (default /tmp/zarrs-gpu-bench) keeps the
 # arrays, which are written once.
 set -euo pipefail
 gib=${1:-8}

@@ -3,6 +3,9 @@
 //! `#[ignore = "needs a CUDA GPU"]`.
 
 mod compressed;
+mod integrity;
+mod load;
+mod multi_gpu;
 mod retrieval;
 mod sharding;
 

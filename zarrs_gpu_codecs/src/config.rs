@@ -4,6 +4,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use zarrs_gds_store::IoBackend;
 
@@ -18,6 +19,22 @@ pub struct GpuConfig {
     staging_set: bool,
     host_decode_fraction: Option<f64>,
     decode_trust: DecodeTrust,
+    batch_timeout: Option<Duration>,
+    #[cfg(feature = "fault-injection")]
+    injected_fault: Option<InjectedFault>,
+}
+
+/// A fault a device batch suffers on purpose, for the tests of fault containment (feature
+/// `fault-injection`).
+#[cfg(feature = "fault-injection")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InjectedFault {
+    /// The first batch's decode stream runs a kernel that never ends.
+    Hang,
+    /// The first batch's decode stream runs a kernel that writes to an unmapped address (a sticky
+    /// fault: every later CUDA call on the device fails).
+    IllegalAddress,
 }
 
 /// Which stored chunks nvCOMP may decode. nvCOMP's decoders are defined only on valid input: a
@@ -74,6 +91,9 @@ impl Default for GpuConfig {
             staging_set: staging.is_some(),
             host_decode_fraction: None,
             decode_trust,
+            batch_timeout: None,
+            #[cfg(feature = "fault-injection")]
+            injected_fault: None,
         }
     }
 }
@@ -120,6 +140,39 @@ impl GpuConfig {
     pub fn with_decode_trust(mut self, trust: DecodeTrust) -> Self {
         self.decode_trust = trust;
         self
+    }
+
+    /// How long a device batch may take before the read fails with [`GpuError::Timeout`]
+    /// naming its chunks and the device is marked lost (its kernels may still be running).
+    /// `None`, the default, allows a generous bound from the batch's size: 60 s plus 20 ms per
+    /// MiB decoded (nvCOMP's slowest case, one 16 MiB zstd frame, decodes at about 55 MiB/s).
+    ///
+    /// [`GpuError::Timeout`]: crate::GpuError::Timeout
+    #[must_use]
+    pub fn with_batch_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.batch_timeout = timeout;
+        self
+    }
+
+    /// The time bound of a device batch that decodes `decoded_bytes`.
+    #[must_use]
+    pub fn batch_timeout(&self, decoded_bytes: u64) -> Duration {
+        self.batch_timeout.unwrap_or_else(|| Duration::from_mins(1) + Duration::from_millis(20 * (decoded_bytes >> 20)))
+    }
+
+    /// Make the first device batch of each read suffer `fault` (tests of fault containment).
+    #[cfg(feature = "fault-injection")]
+    #[must_use]
+    pub fn with_injected_fault(mut self, fault: Option<InjectedFault>) -> Self {
+        self.injected_fault = fault;
+        self
+    }
+
+    /// The fault injected into the first device batch, if any.
+    #[cfg(feature = "fault-injection")]
+    #[must_use]
+    pub fn injected_fault(&self) -> Option<InjectedFault> {
+        self.injected_fault
     }
 
     /// Which stored chunks nvCOMP may decode.

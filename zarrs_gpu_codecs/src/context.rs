@@ -5,9 +5,12 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{result, sys, CudaContext, CudaSlice, CudaStream};
-use zarrs_gds_store::{DeviceReader, PinnedBuffer};
+use std::time::{Duration, Instant};
 
+use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DriverError};
+use zarrs_gds_store::{DeviceReadError, DeviceReader, PinnedBuffer};
+
+use crate::place::Kernels;
 use crate::plan::Copy3D;
 use crate::GpuError;
 
@@ -120,6 +123,10 @@ pub(crate) struct GpuContext {
     /// Enough for two batches in flight for each of a few concurrent reads.
     staging: BufferPool<DeviceBuffer>,
     pinned: BufferPool<PinnedBuffer>,
+    /// Kernels loaded into this context (a module of another device's context cannot launch here).
+    kernels: OnceLock<Result<Kernels, String>>,
+    /// Why the context can no longer be used (a sticky fault, or a batch that never finished).
+    lost: OnceLock<String>,
 }
 
 impl GpuContext {
@@ -139,9 +146,74 @@ impl GpuContext {
             reader,
             staging: BufferPool::new(8),
             pinned: BufferPool::new(6),
+            kernels: OnceLock::new(),
+            lost: OnceLock::new(),
         });
         contexts.insert(ordinal, context.clone());
         Ok(context)
+    }
+
+    /// The device's kernels, loaded on first use; None without NVRTC.
+    pub(crate) fn kernels(&self) -> Option<&Kernels> {
+        self.kernels.get_or_init(|| Kernels::load(&self.ctx)).as_ref().ok()
+    }
+
+    /// Fail fast once the context is lost: after a sticky fault every CUDA call of the process on
+    /// this device fails, and after a batch that never finished its buffers may still be written.
+    pub(crate) fn check_alive(&self) -> Result<(), GpuError> {
+        match self.lost.get() {
+            Some(reason) => Err(GpuError::ContextLost { device: self.ordinal, reason: reason.clone() }),
+            None => Ok(()),
+        }
+    }
+
+    /// Mark the context lost for every later call.
+    pub(crate) fn mark_lost(&self, reason: String) {
+        let _ = self.lost.set(reason);
+    }
+
+    /// After a failed retrieval: when the failure left the context unusable (a sticky error, seen
+    /// in the error itself or by probing the context, since nvCOMP reports CUDA failures without
+    /// their code), remember it and say so; other errors pass through.
+    pub(crate) fn contain(&self, err: GpuError) -> GpuError {
+        if let GpuError::ContextLost { .. } = err {
+            return err;
+        }
+        let sticky = match &err {
+            GpuError::Cuda { source, .. } | GpuError::Read(DeviceReadError::Cuda { source, .. }) => is_sticky(*source),
+            _ => false,
+        };
+        let probe = || -> Result<(), DriverError> {
+            self.ctx.bind_to_thread()?;
+            let stream = self.ctx.new_stream()?;
+            stream.synchronize()
+        };
+        let fault = if sticky { None } else { probe().err().filter(|e| is_sticky(*e)) };
+        if sticky || fault.is_some() {
+            let cause = match fault {
+                Some(fault) => format!("{err}; the context reports {fault}"),
+                None => err.to_string(),
+            };
+            self.mark_lost(cause);
+            return self.check_alive().expect_err("just marked lost");
+        }
+        err
+    }
+
+    /// Wait for `event` until `deadline`, polling (a blocking wait cannot time out). Ok(false)
+    /// when the deadline passed first.
+    pub(crate) fn wait_until(event: &CudaEvent, deadline: Instant) -> Result<bool, DriverError> {
+        let mut pause = Duration::from_micros(20);
+        loop {
+            if event.try_is_complete()? {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
     }
 
     /// Make the device's context current on this thread.
@@ -156,11 +228,6 @@ impl GpuContext {
     /// A stream of its own for one retrieval.
     pub(crate) fn new_stream(&self) -> Result<Arc<CudaStream>, GpuError> {
         self.ctx.new_stream().map_err(GpuError::cuda("creating a stream"))
-    }
-
-    /// The CUDA context.
-    pub(crate) fn cuda(&self) -> &Arc<CudaContext> {
-        &self.ctx
     }
 
     /// Device memory free for our reads: the driver's free memory plus what our pools hold idle.
@@ -239,6 +306,59 @@ impl GpuContext {
     pub(crate) fn give_pinned(&self, buffer: PinnedBuffer) {
         self.pinned.give(buffer);
     }
+}
+
+/// The memory a device's retrievals hold: what a long-running process watches to see that reads
+/// leave nothing behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryInUse {
+    /// Device memory free, as the driver reports it.
+    pub device_free: u64,
+    /// The device's memory.
+    pub device_total: u64,
+    /// Freed results kept reserved by the output pool for the next read.
+    pub output_pool_idle: u64,
+    /// Device staging buffers kept for the next read.
+    pub staging_pooled: u64,
+    /// Pinned host buffers kept for the next read.
+    pub pinned_pooled: u64,
+}
+
+/// The memory retrievals on `device` hold now (the device is initialised if it was not).
+///
+/// # Errors
+/// Returns an error when there is no usable device `device`, or its context is lost.
+pub fn memory_in_use(device: usize) -> Result<MemoryInUse, GpuError> {
+    let context = GpuContext::get(device)?;
+    context.check_alive()?;
+    context.bind()?;
+    let (free, total) = result::mem_get_info().map_err(GpuError::cuda("querying device memory"))?;
+    Ok(MemoryInUse {
+        device_free: free as u64,
+        device_total: total as u64,
+        output_pool_idle: context.pool.idle_bytes(),
+        staging_pooled: context.staging.bytes(),
+        pinned_pooled: context.pinned.bytes(),
+    })
+}
+
+/// Errors after which the context cannot be used again: every later call returns them.
+fn is_sticky(err: DriverError) -> bool {
+    use sys::cudaError_enum as E;
+    matches!(
+        err.0,
+        E::CUDA_ERROR_ILLEGAL_ADDRESS
+            | E::CUDA_ERROR_LAUNCH_FAILED
+            | E::CUDA_ERROR_LAUNCH_TIMEOUT
+            | E::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | E::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | E::CUDA_ERROR_MISALIGNED_ADDRESS
+            | E::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | E::CUDA_ERROR_INVALID_PC
+            | E::CUDA_ERROR_ECC_UNCORRECTABLE
+            | E::CUDA_ERROR_CONTEXT_IS_DESTROYED
+    )
 }
 
 /// A buffer that a [`BufferPool`] can hand out again.

@@ -8,6 +8,7 @@
 
 use std::ffi::c_void;
 use std::sync::Arc;
+use std::time::Instant;
 
 use cudarc::driver::{sys, CudaEvent, CudaSlice, CudaStream};
 use nvcomp_sys::{sys as nv, Crc32, NvcompLibrary};
@@ -22,7 +23,7 @@ use crate::batch::{
 };
 use crate::context::{copy_dtod, DeviceBuffer, GpuContext};
 use crate::gzip_member::{check_member, MemberVerdict};
-use crate::place::{self, Placer};
+use crate::place;
 use crate::plan::{plan_chunks, ChunkPlacement};
 use crate::retrieve::{fill_source, Compression, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
 use crate::shard::sharded_units;
@@ -86,8 +87,33 @@ impl Unit {
 }
 
 /// nvCOMP's results per chunk: decoded size (u64) and status (u32), and for gzip the CRC-32 of
-/// the decoded bytes and its status (u32 each).
+/// the decoded bytes and its status (u32 each), for zstd the low 32 bits of the XXH64 of the
+/// decoded bytes (u32).
 const RESULT_BYTES: usize = 20;
+
+/// A check of the decoded bytes that a stored chunk carries, verified after decoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ContentCheck {
+    /// A gzip member's trailer: the CRC-32 of its decoded bytes.
+    Crc32(u32),
+    /// A zstd frame's content checksum: the low 32 bits of the XXH64 (seed 0) of its content.
+    Xxh64(u32),
+}
+
+impl ContentCheck {
+    fn stored(self) -> u32 {
+        match self {
+            Self::Crc32(v) | Self::Xxh64(v) => v,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Crc32(_) => "gzip CRC-32",
+            Self::Xxh64(_) => "zstd content checksum (XXH64)",
+        }
+    }
+}
 
 /// How one unit of a batch is decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,13 +128,14 @@ enum Route {
 }
 
 /// A unit's nvCOMP decode result, checked once the batches are done: where its decoded size
-/// (u64) and status (u32) lie in the results buffer, and for gzip where the CRC-32 of its
-/// decoded bytes and that computation's status (u32 each) lie, with the trailer's CRC-32.
+/// (u64) and status (u32) lie in the results buffer, and for a chunk carrying a content check
+/// where the value computed over its decoded bytes (u32) and, for nvCOMP's CRC-32, that
+/// computation's status (u32) lie.
 struct DecodeCheck {
     unit: usize,
     size: usize,
     status: usize,
-    crc32: Option<(usize, usize, u32)>,
+    content: Option<(ContentCheck, usize, Option<usize>)>,
 }
 
 struct Item {
@@ -122,8 +149,8 @@ struct Item {
     route: Route,
     /// The crc32c stored after the data, when the chain has crc32c.
     crc: Option<u32>,
-    /// The CRC-32 of the decoded bytes a gzip member's trailer records.
-    crc32: Option<u32>,
+    /// The check of the decoded bytes the stored data carries (gzip CRC-32, zstd XXH64).
+    content: Option<ContentCheck>,
 }
 
 /// Decode `subset` of an array on the device: its chunks (or, for sharded arrays, the inner
@@ -219,7 +246,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     // Host-to-device copies of stored and host-decoded bytes run on their own stream, so that a
     // batch's copy overlaps the previous batch's decode.
     let copy_stream = context.new_stream()?;
-    let mut device: Vec<(Option<DeviceBuffer>, Option<CudaEvent>)> = (0..slots).map(|_| (None, None)).collect();
+    let mut device: Vec<(Option<DeviceBuffer>, Option<Pending>)> = (0..slots).map(|_| (None, None)).collect();
+    // When the work enqueued so far must be done by (see `GpuConfig::batch_timeout`).
+    let mut deadline = Instant::now();
     // Per slot: stored chunks then the metadata staged for async copies; chunks decoded on host
     // threads.
     let mut host: Vec<Option<PinnedBuffer>> = (0..slots).map(|_| None).collect();
@@ -239,13 +268,13 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
     let mut checks: Vec<DecodeCheck> = Vec::new();
     let mut results_at = 0usize;
-    let placer = Placer::get(context.cuda());
+    let kernels = context.kernels();
     let direct = !chain.needs_nvcomp();
     let result = (|| -> Result<(), GpuError> {
         for (b, batch) in batches.iter().enumerate() {
             let slot = b % slots;
-            if let Some(event) = device[slot].1.take() {
-                event.synchronize().map_err(GpuError::cuda("waiting for a batch"))?;
+            if let Some(pending) = device[slot].1.take() {
+                pending.wait(&batches[pending.batch], units)?;
                 trace.mark("wait slot");
             }
             // Stored spans: whole values are sized here, batch by batch, so that later batches'
@@ -264,6 +293,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 })
                 .map_err(|e| GpuError::Array(e.into()))?;
             let (requests, at, stored_total, mut items, decoded_total) = plan_reads(units, batch, &spans, elem);
+            let bound = config.batch_timeout(decoded_total);
+            let batch_deadline = Instant::now() + bound;
+            deadline = deadline.max(batch_deadline);
             trace.mark("sizes");
 
             let meta_bytes = meta_len(batch);
@@ -322,7 +354,17 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 }
             }
             trace.mark("read");
-            check_stored(units, &mut items, hbuf.as_slice(), chain, config.decode_trust(), elem, context.reader())?;
+            let can_hash = kernels.is_some();
+            check_stored(
+                units,
+                &mut items,
+                hbuf.as_slice(),
+                chain,
+                config.decode_trust(),
+                can_hash,
+                elem,
+                context.reader(),
+            )?;
             route_large_frames(units, &mut items, chain, elem, fraction, threads);
             if let (Some(nvcomp), Some(compression)) = (nvcomp, chain.compression) {
                 // Inputs nvCOMP cannot take at their alignment go to the host (none today: zstd and
@@ -415,7 +457,13 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             let actual = zmeta + 32 * n_dec as u64;
             let zstatus = actual + 8 * n_dec as u64;
             let gzip = chain.compression == Some(Compression::Gzip);
+            // zstd frames with content checksums: XXH64 of the decoded bytes, one u32 each.
+            let hashed = on_device.iter().any(|it| matches!(it.content, Some(ContentCheck::Xxh64(_))));
             let (crc32_values, crc32_statuses) = (zstatus + 4 * n_dec as u64, zstatus + 8 * n_dec as u64);
+            #[cfg(feature = "fault-injection")]
+            if let (0, Some(fault), Some(kernels)) = (b, config.injected_fault(), kernels) {
+                kernels.launch_fault(stream, fault)?;
+            }
             if let (Some(nvcomp), Some(decompressor), true) = (nvcomp, decompressor, n_dec > 0) {
                 let mut words: Vec<u64> = Vec::with_capacity(4 * n_dec);
                 words.extend(on_device.iter().map(|it| cbase + it.host_offset));
@@ -464,6 +512,15 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                     }
                     .map_err(nvcomp_err)?;
                 }
+                if hashed {
+                    let kernels =
+                        kernels.ok_or_else(|| GpuError::NoCuda("NVRTC is needed to verify zstd checksums".into()))?;
+                    // SAFETY: n_dec output pointers and sizes at ptr(3n) and ptr(2n), written by
+                    // the decode before on this stream; the outputs are 8-byte aligned (decoded
+                    // offsets are multiples of DECODED_ALIGN in 256-byte aligned staging); n_dec
+                    // u32 values after zstatus.
+                    unsafe { kernels.launch_xxh64(stream, ptr(3 * n_dec), ptr(2 * n_dec), n_dec, crc32_values) }?;
+                }
             }
             // Meanwhile the host decodes its chunks, each copied to the device as soon as it is done.
             let host_items: Vec<&Item> = items.iter().filter(|it| it.route == Route::Host).collect();
@@ -489,7 +546,12 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             trace.mark("decode");
             // Decode results back to the host in one copy (sizes, statuses and CRC-32s lie
             // together on the device), checked after the last batch.
-            let result_bytes = if gzip { RESULT_BYTES } else { 12 } * n_dec;
+            let result_bytes = n_dec
+                * match (gzip, hashed) {
+                    (true, _) => RESULT_BYTES,
+                    (false, true) => 16,
+                    (false, false) => 12,
+                };
             if result_bytes > 0 {
                 // SAFETY: results holds RESULT_BYTES per unit; the source is the contiguous tail of
                 // this batch's decode metadata.
@@ -506,8 +568,12 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             }
             let at = |base: u64, k: usize, width: usize| results_at + (base - actual) as usize + k * width;
             for (k, it) in on_device.iter().enumerate().take(n_dec) {
-                let crc32 = it.crc32.filter(|_| gzip).map(|c| (at(crc32_values, k, 4), at(crc32_statuses, k, 4), c));
-                checks.push(DecodeCheck { unit: it.unit, size: at(actual, k, 8), status: at(zstatus, k, 4), crc32 });
+                let carried = it.content.map(|check| match check {
+                    ContentCheck::Crc32(_) => (check, at(crc32_values, k, 4), Some(at(crc32_statuses, k, 4))),
+                    ContentCheck::Xxh64(_) => (check, at(crc32_values, k, 4), None),
+                });
+                let (size, status) = (at(actual, k, 8), at(zstatus, k, 4));
+                checks.push(DecodeCheck { unit: it.unit, size, status, content: carried });
             }
             results_at += result_bytes;
             // Placement: every copy of the batch in one kernel launch (or by the copy engines);
@@ -536,7 +602,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 srcs.extend(std::iter::repeat_n(src, p.copies.len()));
             }
             if !jobs.is_empty() {
-                let placer = placer.ok_or_else(|| {
+                let placer = kernels.ok_or_else(|| {
                     GpuError::NoCuda("NVRTC is needed to place transposed or byte-swapped chunks".into())
                 })?;
                 let at = crc_room + 32 * n_dec as u64 + result_bytes as u64;
@@ -545,7 +611,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 // SAFETY: each job stays within its decoded chunk and `out` (planned from both shapes).
                 unsafe { placer.launch_gather(stream, meta + at, &jobs, out_ptr) }?;
             }
-            if let Some(placer) = placer {
+            if let Some(placer) = kernels {
                 let table = place::encode(&copies, &srcs);
                 let at = meta_bytes - place::table_bytes(copies.len()) as u64;
                 stage(at, &table, meta + at, stream.as_ref())?;
@@ -557,18 +623,25 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                     unsafe { copy_dtod(copy, src, out_ptr, stream) }?;
                 }
             }
-            device[slot].1 = Some(stream.record_event(None).map_err(GpuError::cuda("recording an event"))?);
+            let event = stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+            device[slot].1 = Some(Pending { event, deadline: batch_deadline, bound, batch: b });
             trace.mark("place");
+        }
+        // Oldest first: the slot after the last batch's holds the batch before it.
+        for k in 1..=slots {
+            if let Some(pending) = device[(batches.len() + k) % slots].1.take() {
+                pending.wait(&batches[pending.batch], units)?;
+            }
         }
         stream.synchronize().map_err(GpuError::cuda("decoding on the device"))?;
         trace.mark("final sync");
-        // Every device-decoded chunk's status and size, and for gzip the CRC-32 of its decoded
-        // bytes (crc32c was checked before decoding).
+        // Every device-decoded chunk's status and size, and the check of its decoded bytes it
+        // carries (gzip CRC-32, zstd XXH64; crc32c was checked before decoding).
         let results = results.as_slice();
         let status_string = |s: u32| nvcomp.map_or_else(|| s.to_string(), |n| n.status_string(s));
         let name = chain.compression.map_or("decode", Compression::name);
         let word = |at: usize| u32::from_ne_bytes(results[at..at + 4].try_into().expect("4 bytes"));
-        for &DecodeCheck { unit, size, status, crc32 } in &checks {
+        for &DecodeCheck { unit, size, status, content } in &checks {
             let status = word(status);
             if status != nv::nvcompSuccess {
                 return Err(units[unit].error(format!("nvCOMP {name}: {}", status_string(status))));
@@ -578,13 +651,15 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             if size != expected {
                 return Err(units[unit].error(format!("{name} decoded {size} bytes, {expected} expected")));
             }
-            if let Some((value, status, stored)) = crc32 {
-                if word(status) != nv::nvcompSuccess {
-                    return Err(units[unit].error(format!("nvCOMP CRC-32: {}", status_string(word(status)))));
+            if let Some((check, value, status)) = content {
+                if let Some(status) = status.map(word).filter(|&s| s != nv::nvcompSuccess) {
+                    return Err(units[unit].error(format!("nvCOMP CRC-32: {}", status_string(status))));
                 }
-                if word(value) != stored {
+                if word(value) != check.stored() {
                     return Err(units[unit].error(format!(
-                        "gzip CRC-32 mismatch: stored {stored:#010x}, decoded bytes give {:#010x}",
+                        "{} mismatch: stored {:#010x}, decoded bytes give {:#010x}",
+                        check.name(),
+                        check.stored(),
                         word(value)
                     )));
                 }
@@ -592,15 +667,33 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         }
         Ok(())
     })();
-    let synced = stream.synchronize().and(copy_stream.synchronize());
-    if synced.is_ok() {
-        for buffer in device.into_iter().filter_map(|(buffer, _)| buffer).chain(fill) {
-            context.give_staging(buffer);
+    // Buffers go back to the pools only once the device is done with them. A batch that never
+    // finishes (or, after an error, work in flight that does not finish in time) leaves them to
+    // kernels that may still write them: they are leaked, and the context is lost for later reads.
+    let settled = match &result {
+        Err(GpuError::Timeout { .. }) => Ok(false),
+        _ => settle(&[stream.as_ref(), copy_stream.as_ref()], deadline),
+    };
+    match (settled, &result) {
+        (Ok(true), _) => {
+            for buffer in device.into_iter().filter_map(|(buffer, _)| buffer).chain(fill) {
+                context.give_staging(buffer);
+            }
+            for buffer in host.into_iter().chain(host_decoded).flatten() {
+                context.give_pinned(buffer);
+            }
+            context.give_pinned(results);
         }
-        for buffer in host.into_iter().chain(host_decoded).flatten() {
-            context.give_pinned(buffer);
+        (Ok(false), result) => {
+            let cause = result.as_ref().err().map_or_else(String::new, ToString::to_string);
+            context.mark_lost(format!("a device batch did not finish: {cause}"));
+            std::mem::forget((device, host, host_decoded, results, fill));
         }
-        context.give_pinned(results);
+        (Err(err), Ok(())) => {
+            std::mem::forget((device, host, host_decoded, results, fill));
+            return Err(GpuError::Cuda { what: "finishing a read", source: err });
+        }
+        (Err(_), Err(_)) => std::mem::forget((device, host, host_decoded, results, fill)),
     }
     result?;
     trace.finish(&format!(
@@ -609,6 +702,40 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         batches.len()
     ));
     Ok((out, report))
+}
+
+/// A batch enqueued on the device: the event after its last work, and when it must be done by.
+struct Pending {
+    event: CudaEvent,
+    deadline: Instant,
+    bound: std::time::Duration,
+    batch: usize,
+}
+
+impl Pending {
+    /// Wait for the batch (whose units are `batch`) until its deadline; past it, an error naming
+    /// its first chunks.
+    fn wait(&self, batch: &[usize], units: &[Unit]) -> Result<(), GpuError> {
+        if GpuContext::wait_until(&self.event, self.deadline).map_err(GpuError::cuda("waiting for a batch"))? {
+            return Ok(());
+        }
+        let mut chunks: Vec<String> = batch.iter().take(3).map(|&u| units[u].label()).collect();
+        if batch.len() > 3 {
+            chunks.push("...".into());
+        }
+        Err(GpuError::Timeout { count: batch.len(), chunks: chunks.join(", "), seconds: self.bound.as_secs_f64() })
+    }
+}
+
+/// Wait for everything enqueued on `streams` until `deadline`: Ok(false) when it passes first.
+fn settle(streams: &[&CudaStream], deadline: Instant) -> Result<bool, cudarc::driver::DriverError> {
+    for stream in streams {
+        let done = stream.record_event(None)?;
+        if !GpuContext::wait_until(&done, deadline)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Copy `words` through the pinned metadata region at `host_meta + at` to `device` on `on`:
@@ -734,7 +861,7 @@ fn plan_reads(
             decoded_offset: decoded_at,
             route,
             crc: None,
-            crc32: None,
+            content: None,
         });
         decoded_at += units[u].decoded_len(elem).next_multiple_of(DECODED_ALIGN);
     }
@@ -744,13 +871,16 @@ fn plan_reads(
 /// Check every stored chunk on the host before the device sees it: the crc32c trailer split off,
 /// the zstd frame's structure and recorded size, or the gzip member's header and trailer, or the
 /// raw size. A broken chunk is an error naming it; chunks nvCOMP cannot take, or may not under
-/// `trust`, are routed to the host.
+/// `trust`, are routed to the host, as are zstd frames carrying a content checksum when the
+/// device cannot hash (`can_hash`: no NVRTC), since libzstd there verifies it.
+#[allow(clippy::too_many_arguments)]
 fn check_stored(
     units: &[Unit],
     items: &mut [Item],
     stored: &[u8],
     chain: &DeviceChain,
     trust: DecodeTrust,
+    can_hash: bool,
     elem: u64,
     reader: &zarrs_gds_store::DeviceReader,
 ) -> Result<(), GpuError> {
@@ -782,11 +912,20 @@ fn check_stored(
             match chain.compression {
                 // crc32c, where the chain has it, is verified on the device before decoding.
                 Some(Compression::Zstd) => match check_frame(data, expected).map_err(|e| unit.error(e.to_string()))? {
-                    FrameVerdict::Device { .. } if may_decode => {}
+                    FrameVerdict::Device { checksum: false } if may_decode => {}
+                    // The frame ends with the low 32 bits of the XXH64 of its content.
+                    FrameVerdict::Device { checksum: true } if may_decode && can_hash => {
+                        let at = data
+                            .len()
+                            .checked_sub(4)
+                            .ok_or_else(|| unit.error("zstd frame without room for its checksum"))?;
+                        let stored = u32::from_le_bytes(data[at..].try_into().expect("4 bytes"));
+                        it.content = Some(ContentCheck::Xxh64(stored));
+                    }
                     _ => it.route = Route::Host,
                 },
                 Some(Compression::Gzip) => match check_member(data, expected) {
-                    MemberVerdict::Device { crc32 } if may_decode => it.crc32 = Some(crc32),
+                    MemberVerdict::Device { crc32 } if may_decode => it.content = Some(ContentCheck::Crc32(crc32)),
                     _ => it.route = Route::Host,
                 },
                 // crc32c alone: its data must be the chunk.

@@ -151,7 +151,8 @@ impl<T: ElementOwned> FromArrayBytes for DeviceArray<T> {
             bytes.into_fixed().map_err(|_| ArrayError::Other("DeviceArray needs a fixed-size data type".into()))?;
         let config = gpu_config().unwrap_or_default();
         let context = GpuContext::get(config.device())?;
-        let device = context.upload(&bytes)?;
+        context.check_alive()?;
+        let device = context.upload(&bytes).map_err(|err| context.contain(err))?;
         // SAFETY: the bytes were copied synchronously and are `shape` elements of `data_type`.
         Ok(unsafe { Self::from_device_bytes(device, shape.to_vec(), data_type.clone()) }?)
     }

@@ -44,6 +44,26 @@ pub enum GpuError {
     /// An nvCOMP call failed.
     #[error(transparent)]
     Nvcomp(#[from] nvcomp_sys::NvcompError),
+    /// The device's CUDA context can no longer be used: a kernel faulted (after which every CUDA
+    /// call of the process on that device fails) or a batch never finished. Only a new process
+    /// can use the device again.
+    #[error("the CUDA context of device {device} is lost ({reason}): restart the process to use this device again")]
+    ContextLost {
+        /// The device.
+        device: usize,
+        /// What lost it.
+        reason: String,
+    },
+    /// A device batch did not finish within its time bound; its chunks are named.
+    #[error("device batch of {count} chunks ({chunks}) did not finish within {seconds:.0} s")]
+    Timeout {
+        /// How many chunks the batch holds.
+        count: usize,
+        /// The first chunks' names.
+        chunks: String,
+        /// The bound that passed.
+        seconds: f64,
+    },
     /// The read needs more device memory than is free.
     #[error("the read needs {needed} bytes of device memory but only {free} are free on device {device}")]
     OutOfMemory {

@@ -35,11 +35,14 @@ pub mod plan;
 mod retrieve;
 mod shard;
 mod trace;
+mod xxhash;
 pub mod zstd_frame;
 
 pub use codec::DeviceZstdCodec;
+#[cfg(feature = "fault-injection")]
+pub use config::InjectedFault;
 pub use config::{gpu_config, with_gpu_config, DecodeTrust, GpuConfig, DECODE_TRUST_ENV, STAGING_BYTES_ENV};
-pub use context::POOL_KEEP_ENV;
+pub use context::{memory_in_use, MemoryInUse, POOL_KEEP_ENV};
 pub use device_array::DeviceArray;
 pub use error::GpuError;
 pub use retrieve::{host_decode_reason, ArrayDeviceExt, DecodePath, RetrieveReport};

@@ -1,10 +1,11 @@
 //! Placement of many decoded chunks into the output with one kernel launch per batch. The copy
 //! engines (`cuMemcpy3DAsync`) take tens of microseconds per copy and crawl on short rows (1 MiB
 //! chunks of 64^3 float32 have 256-byte rows): thousands of copies per read are a kernel's job.
-//! The kernel is compiled once per process with NVRTC; without NVRTC, placement falls back to the
-//! copy engines.
+//! The kernels (with the checksum kernel of `xxhash.rs`) are compiled with NVRTC once per process
+//! and loaded once per device context (a module loaded in one device's context cannot launch in
+//! another's); without NVRTC, placement falls back to the copy engines.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
@@ -112,29 +113,36 @@ pub(crate) fn encode_gather(jobs: &[Gather]) -> Vec<u64> {
     words
 }
 
-/// The compiled placement kernels of a context, or why there are none.
-pub(crate) struct Placer {
+/// The compiled kernels of one device context: placement, gather, XXH64.
+pub(crate) struct Kernels {
     function: CudaFunction,
     gather: CudaFunction,
+    pub(crate) xxh64: CudaFunction,
+    #[cfg(feature = "fault-injection")]
+    pub(crate) faults: (CudaFunction, CudaFunction),
 }
 
-impl Placer {
-    /// The process's kernel for `ctx` (compiled on first use); None where NVRTC is missing.
-    pub(crate) fn get(ctx: &Arc<CudaContext>) -> Option<&'static Placer> {
-        static PLACER: OnceLock<Option<Placer>> = OnceLock::new();
-        PLACER.get_or_init(|| Self::compile(ctx).ok()).as_ref()
-    }
-
-    fn compile(ctx: &Arc<CudaContext>) -> Result<Self, String> {
-        // SAFETY: only probes whether libnvrtc can be loaded (cudarc panics when it cannot).
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            return Err("NVRTC not found".into());
-        }
-        let ptx = cudarc::nvrtc::compile_ptx(SOURCE).map_err(|e| e.to_string())?;
-        let module = ctx.load_module(ptx).map_err(|e| e.to_string())?;
-        let function = module.load_function("place_copies").map_err(|e| e.to_string())?;
-        let gather = module.load_function("gather_elements").map_err(|e| e.to_string())?;
-        Ok(Self { function, gather })
+impl Kernels {
+    /// The kernels loaded into `ctx`, or why there are none (NVRTC missing, most often).
+    pub(crate) fn load(ctx: &Arc<CudaContext>) -> Result<Self, String> {
+        static PTX: std::sync::OnceLock<Result<cudarc::nvrtc::Ptx, String>> = std::sync::OnceLock::new();
+        let ptx = PTX.get_or_init(|| {
+            // SAFETY: only probes whether libnvrtc can be loaded (cudarc panics when it cannot).
+            if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+                return Err("NVRTC not found".into());
+            }
+            let source = [SOURCE, crate::xxhash::SOURCE, FAULT_SOURCE].concat();
+            cudarc::nvrtc::compile_ptx(source).map_err(|e| e.to_string())
+        });
+        let module = ctx.load_module(ptx.clone()?).map_err(|e| e.to_string())?;
+        let load = |name: &str| module.load_function(name).map_err(|e| format!("loading {name}: {e}"));
+        Ok(Self {
+            function: load("place_copies")?,
+            gather: load("gather_elements")?,
+            xxh64: load("xxh64_chunks")?,
+            #[cfg(feature = "fault-injection")]
+            faults: (load("fault_spin")?, load("fault_illegal_address")?),
+        })
     }
 
     /// Enqueue `copies` (each from `srcs[i]`) into `dst`; `table` is device memory holding the
@@ -165,7 +173,7 @@ impl Placer {
     }
 }
 
-impl Placer {
+impl Kernels {
     /// Enqueue the gather `jobs` whose table (from [`encode_gather`]) is at `table`, into `dst`.
     ///
     /// # Safety
@@ -193,6 +201,17 @@ impl Placer {
     }
 }
 
+/// Kernels that break a batch on purpose, for the tests of fault containment: one never ends,
+/// one writes to an address no allocation holds (a sticky context fault).
+const FAULT_SOURCE: &str = r#"
+extern "C" __global__ void fault_spin(volatile unsigned int* flag) {
+    while (*flag == 0) { __nanosleep(1000); }
+}
+extern "C" __global__ void fault_illegal_address(unsigned long long* nowhere) {
+    *nowhere = 1;
+}
+"#;
+
 const COPY_BYTES: usize = 9 * 8;
 
 /// Bytes of the device table for `n` copies.
@@ -218,4 +237,34 @@ pub(crate) fn encode(copies: &[Copy3D], srcs: &[u64]) -> Vec<u64> {
     }
     words.extend_from_slice(srcs);
     words
+}
+
+#[cfg(feature = "fault-injection")]
+impl Kernels {
+    /// Enqueue `fault` on `stream`: a kernel that never ends (waiting on a flag nothing sets), or
+    /// one that writes to an unmapped address.
+    pub(crate) fn launch_fault(&self, stream: &CudaStream, fault: crate::InjectedFault) -> Result<(), GpuError> {
+        use cudarc::driver::sys;
+        let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+        let (function, target) = match fault {
+            crate::InjectedFault::Hang => {
+                let mut flag = 0;
+                // SAFETY: a fresh 4-byte allocation, zeroed on the stream before the kernel reads
+                // it; deliberately never freed (the kernel never ends).
+                unsafe {
+                    sys::cuMemAlloc_v2(&raw mut flag, 4).result().map_err(GpuError::cuda("allocating a flag"))?;
+                    sys::cuMemsetD32Async(flag, 0, 1, stream.cu_stream())
+                        .result()
+                        .map_err(GpuError::cuda("clearing a flag"))?;
+                }
+                (&self.faults.0, flag)
+            }
+            crate::InjectedFault::IllegalAddress => (&self.faults.1, 8u64),
+        };
+        let mut launch = stream.launch_builder(function);
+        launch.arg(&target);
+        // SAFETY: both kernels take one device address; that they misbehave is the point.
+        unsafe { launch.launch(one) }.map_err(GpuError::cuda("launching an injected fault"))?;
+        Ok(())
+    }
 }

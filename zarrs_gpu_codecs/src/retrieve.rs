@@ -310,7 +310,7 @@ macro_rules! impl_array_device_ext {
         ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
             let storage = self.storage();
             let gds: Option<&GdsStore> = ($gds)(&storage);
-            retrieve(self, subset, gds, config, false)
+            contained(config, || retrieve(self, subset, gds, config, false))
         }
 
         fn retrieve_chunk_device<T: ElementOwned>(&self, chunk_indices: &[u64]) -> Result<DeviceArray<T>, GpuError> {
@@ -321,7 +321,8 @@ macro_rules! impl_array_device_ext {
             let subset = self.chunk_subset(chunk_indices)?;
             let storage = self.storage();
             let gds: Option<&GdsStore> = ($gds)(&storage);
-            Ok(retrieve(self, &subset, gds, &gpu_config().unwrap_or_default(), true)?.0)
+            let config = gpu_config().unwrap_or_default();
+            Ok(contained(&config, || retrieve(self, &subset, gds, &config, true))?.0)
         }
 
         fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
@@ -329,6 +330,14 @@ macro_rules! impl_array_device_ext {
             self.retrieve_array_subset_device(&subset)
         }
     };
+}
+
+/// Run a retrieval on `config`'s device: fail fast when an earlier fault lost the device's
+/// context, and record such a loss when this retrieval causes it.
+fn contained<R>(config: &GpuConfig, read: impl FnOnce() -> Result<R, GpuError>) -> Result<R, GpuError> {
+    let context = GpuContext::get(config.device())?;
+    context.check_alive()?;
+    read().map_err(|err| context.contain(err))
 }
 
 fn as_gds<S: 'static>(storage: &Arc<S>) -> Option<&GdsStore> {
