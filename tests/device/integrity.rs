@@ -216,9 +216,10 @@ fn run_child(fault: &str, test_name: &str) -> Result<String> {
     Ok(text)
 }
 
-/// The lines the child printed after `tag`.
+/// What the child printed after `tag` on each line holding it (the test harness's own words may
+/// precede the first).
 fn lines<'a>(text: &'a str, tag: &str) -> Vec<&'a str> {
-    text.lines().filter_map(|l| l.strip_prefix(tag)).collect()
+    text.lines().filter_map(|l| l.split_once(tag).map(|(_, rest)| rest)).collect()
 }
 
 /// A batch that never finishes (a kernel spinning forever) is an error naming its chunks once its

@@ -3,6 +3,7 @@
 //! `#[ignore = "needs a CUDA GPU"]`.
 
 mod compressed;
+mod faults;
 mod integrity;
 mod load;
 mod multi_gpu;

@@ -25,6 +25,16 @@ pub enum DeviceReadError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// A value whose size is known in advance has another.
+    #[error("{what}: the value holds {size} bytes, {expected} expected")]
+    WrongSize {
+        /// The file or key.
+        what: String,
+        /// Its size.
+        size: u64,
+        /// The size it must have.
+        expected: u64,
+    },
     /// A read asked for bytes past the end of a value.
     #[error("{what}: bytes {start}..{end} requested but the value holds {size} bytes")]
     PastEnd {

@@ -1,6 +1,6 @@
 use cudarc::driver::CudaStream;
 use zarrs_storage::byte_range::ByteRange;
-use zarrs_storage::ReadableStorageTraits;
+use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
 use crate::engine::{as_transfers, DeviceReader, PieceSource};
 use crate::{DeviceReadError, DeviceReadOutcome, DeviceReadRequest, IoPath, IoStatus};
@@ -21,6 +21,7 @@ pub unsafe fn read_store_to_device<S: ReadableStorageTraits + ?Sized>(
     requests: &[DeviceReadRequest],
     stream: Option<&CudaStream>,
 ) -> Result<DeviceReadOutcome, DeviceReadError> {
+    check_sizes(store, reader, requests)?;
     let transfers = as_transfers(requests);
     let source = StoreSource { store, requests };
     // SAFETY: the destinations are the caller's, under the same contract.
@@ -44,6 +45,24 @@ pub fn read_store_to_host<S: ReadableStorageTraits + ?Sized>(
     buf: &mut [u8],
 ) -> Result<Vec<bool>, DeviceReadError> {
     reader.read_host(&as_transfers(requests), &StoreSource { store, requests }, buf)
+}
+
+/// Values whose size the requests know must have it (asked once per key, in parallel).
+fn check_sizes<S: ReadableStorageTraits + ?Sized>(
+    store: &S,
+    reader: &DeviceReader,
+    requests: &[DeviceReadRequest],
+) -> Result<(), DeviceReadError> {
+    use rayon::prelude::*;
+    let mut known: Vec<(&StoreKey, u64)> = requests.iter().filter_map(|r| r.value_len.map(|n| (&r.key, n))).collect();
+    known.sort_unstable();
+    known.dedup();
+    reader.install(|| {
+        known.par_iter().try_for_each(|&(key, expected)| match store.size_key(key)? {
+            Some(size) if size != expected => Err(DeviceReadError::WrongSize { what: key.to_string(), size, expected }),
+            _ => Ok(()),
+        })
+    })
 }
 
 struct StoreSource<'a, S: ?Sized> {

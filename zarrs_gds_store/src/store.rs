@@ -56,6 +56,9 @@ pub struct DeviceReadRequest {
     pub len: usize,
     /// Where the bytes land.
     pub dst: DevicePtr,
+    /// The value's whole size, where the caller knows what it must be (an uncompressed chunk):
+    /// a value of another size is an error rather than bytes read from it.
+    pub value_len: Option<u64>,
 }
 
 /// What a read into device memory did.
@@ -232,6 +235,13 @@ impl GdsStore {
         })?;
         for (request, &f) in requests.iter().zip(&request_file) {
             let file = &files[f];
+            if let (Some(_), Some(expected)) = (&file.file, request.value_len.filter(|&n| n != file.size)) {
+                return Err(DeviceReadError::WrongSize {
+                    what: file.path.display().to_string(),
+                    size: file.size,
+                    expected,
+                });
+            }
             if file.file.is_some() && request.offset + request.len as u64 > file.size {
                 return Err(DeviceReadError::PastEnd {
                     what: file.path.display().to_string(),

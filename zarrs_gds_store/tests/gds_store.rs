@@ -77,7 +77,13 @@ fn reads_into_device_memory() -> Result {
         let reqs: Vec<DeviceReadRequest> = requests
             .iter()
             .map(|(key, start, len)| {
-                let r = DeviceReadRequest { key: key.clone(), offset: *start, len: *len, dst: base + offset };
+                let r = DeviceReadRequest {
+                    key: key.clone(),
+                    offset: *start,
+                    len: *len,
+                    dst: base + offset,
+                    value_len: None,
+                };
                 offset += *len as u64;
                 r
             })
@@ -98,14 +104,14 @@ fn reads_into_device_memory() -> Result {
             offset += req.len;
         }
         // Past the end: an error naming the file.
-        let bad = [DeviceReadRequest { key: files[1].0.clone(), offset: 10, len: 4095, dst: base }];
+        let bad = [DeviceReadRequest { key: files[1].0.clone(), offset: 10, len: 4095, dst: base, value_len: None }];
         let err = unsafe { store.read_to_device(&reader, &bad, Some(backend), None) }.unwrap_err();
         assert!(matches!(err, DeviceReadError::PastEnd { .. }) && err.to_string().contains("c/1"), "{err}");
         unsafe { result::free_sync(base) }?;
     }
     // Forced GDS on a host without it: a clear error (or GDS where it works).
     let dst = unsafe { result::malloc_sync(16) }?;
-    let reqs = [DeviceReadRequest { key: files[0].0.clone(), offset: 0, len: 1, dst }];
+    let reqs = [DeviceReadRequest { key: files[0].0.clone(), offset: 0, len: 1, dst, value_len: None }];
     match unsafe { store.read_to_device(&reader, &reqs, Some(IoBackend::Gds), None) } {
         Ok(outcome) => assert_eq!(outcome.status.path, IoPath::Gds),
         Err(err) => assert!(err.to_string().contains("GPUDirect Storage"), "{err}"),

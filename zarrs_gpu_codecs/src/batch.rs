@@ -118,7 +118,13 @@ pub(crate) fn coalesce(spans: &[(&StoreKey, u64, u64)], gap: u64) -> (Vec<Device
             if let Some(r) = requests.last() {
                 used = (r.dst + r.len as u64).next_multiple_of(STORED_ALIGN);
             }
-            requests.push(DeviceReadRequest { key: key.clone(), offset, len: len as usize, dst: used });
+            requests.push(DeviceReadRequest {
+                key: key.clone(),
+                offset,
+                len: len as usize,
+                dst: used,
+                value_len: None,
+            });
         }
         let r = requests.last().expect("a request");
         at[i] = (requests.len() - 1, r.dst + offset - r.offset);

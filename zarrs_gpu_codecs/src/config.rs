@@ -20,6 +20,7 @@ pub struct GpuConfig {
     host_decode_fraction: Option<f64>,
     decode_trust: DecodeTrust,
     batch_timeout: Option<Duration>,
+    device_memory_cap: Option<u64>,
     #[cfg(feature = "fault-injection")]
     injected_fault: Option<InjectedFault>,
 }
@@ -92,6 +93,7 @@ impl Default for GpuConfig {
             host_decode_fraction: None,
             decode_trust,
             batch_timeout: None,
+            device_memory_cap: None,
             #[cfg(feature = "fault-injection")]
             injected_fault: None,
         }
@@ -158,6 +160,24 @@ impl GpuConfig {
     #[must_use]
     pub fn batch_timeout(&self, decoded_bytes: u64) -> Duration {
         self.batch_timeout.unwrap_or_else(|| Duration::from_mins(1) + Duration::from_millis(20 * (decoded_bytes >> 20)))
+    }
+
+    /// The most device memory one decoded read's output and staging may take: an allocation
+    /// past it fails with [`GpuError::OutOfMemory`] as if the device had run out, in the middle of
+    /// the read (the up-front check uses the device's free memory). For reproducing memory
+    /// exhaustion, and for a hard bound on a shared device.
+    ///
+    /// [`GpuError::OutOfMemory`]: crate::GpuError::OutOfMemory
+    #[must_use]
+    pub fn with_device_memory_cap(mut self, cap: Option<u64>) -> Self {
+        self.device_memory_cap = cap;
+        self
+    }
+
+    /// The device memory cap of a read, if set.
+    #[must_use]
+    pub fn device_memory_cap(&self) -> Option<u64> {
+        self.device_memory_cap
     }
 
     /// Make the first device batch of each read suffer `fault` (tests of fault containment).

@@ -243,6 +243,16 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     trace.mark("plan");
 
     let (out, out_ptr) = context.alloc_output(stream, out_bytes as usize)?;
+    // Device memory this read has taken, against `GpuConfig::with_device_memory_cap`.
+    let taken = std::cell::Cell::new(out_bytes);
+    let take_staging = |len: usize| -> Result<DeviceBuffer, GpuError> {
+        let now = taken.get().saturating_add(len as u64);
+        if let Some(cap) = config.device_memory_cap().filter(|&cap| now > cap) {
+            return Err(GpuError::OutOfMemory { needed: now, free: cap, device: config.device() });
+        }
+        taken.set(now);
+        context.take_staging(len)
+    };
     // Host-to-device copies of stored and host-decoded bytes run on their own stream, so that a
     // batch's copy overlaps the previous batch's decode.
     let copy_stream = context.new_stream()?;
@@ -315,7 +325,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                     &mut device[slot].0,
                     stored_total.next_multiple_of(DECODED_ALIGN) + meta_bytes,
                     DeviceBuffer::len,
-                    |len| context.take_staging(len),
+                    take_staging,
                     |old| context.give_staging(old),
                 )?;
                 let cbase = device[slot].0.as_ref().expect("ensured").ptr();
@@ -400,7 +410,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 &mut device[slot].0,
                 stored_room + decoded_room + temp_room + meta_bytes,
                 DeviceBuffer::len,
-                |len| context.take_staging(len),
+                take_staging,
                 |old| context.give_staging(old),
             )?;
             let cbase = device[slot].0.as_ref().expect("ensured").ptr();

@@ -512,7 +512,15 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
                         Some(offset) => buffer.ptr() + offset,
                         None => out_ptr + p.direct_output_offset(),
                     };
-                    DeviceReadRequest { key: p.key.clone(), offset: p.byte_start, len: p.read_len() as usize, dst }
+                    // The stored chunk is its elements: of any other size it is not this chunk.
+                    let value_len = Some(p.chunk_shape.iter().product::<u64>() * elem);
+                    DeviceReadRequest {
+                        key: p.key.clone(),
+                        offset: p.byte_start,
+                        len: p.read_len() as usize,
+                        dst,
+                        value_len,
+                    }
                 })
                 .collect();
             // SAFETY: staging offsets lie within the buffer (sized for the largest batch) and do

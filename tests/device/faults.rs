@@ -1,0 +1,381 @@
+//! The fault matrix: damaged stored chunks and shards for every chain on the device path,
+//! unreadable values, a chunk deleted between planning and reading, missing libraries, and
+//! device memory running out in the middle of a read. Each outcome is compared with zarrs' own
+//! host read of the same bytes: where zarrs refuses, so must we (an error naming the chunk);
+//! where we return data it is exactly zarrs'. After every fault the same process reads correctly.
+
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use zarrs::array::codec::{
+    BytesCodec, Crc32cCodec, GzipCodec, ShardingCodecBuilder, ShardingIndexLocation, TransposeCodec, TransposeOrder,
+    ZstdCodec,
+};
+use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, BytesToBytesCodecTraits, Endianness};
+use zarrs::filesystem::FilesystemStore;
+use zarrs_gpu::{ArrayDeviceExt, DecodePath, GdsStore, GpuConfig, GpuError};
+use zarrs_storage::byte_range::ByteRangeIterator;
+use zarrs_storage::{
+    Bytes, MaybeBytes, MaybeBytesIterator, ReadableStorageTraits, StorageError, StoreKey, WritableStorageTraits,
+};
+
+use super::{check, posix, Result};
+
+const SHAPE: [u64; 2] = [32, 96];
+const CHUNKS: [u64; 2] = [16, 32];
+
+fn zstd() -> Arc<dyn BytesToBytesCodecTraits> {
+    Arc::new(ZstdCodec::new(3, false))
+}
+fn crc() -> Arc<dyn BytesToBytesCodecTraits> {
+    Arc::new(Crc32cCodec::new())
+}
+fn gzip() -> Arc<dyn BytesToBytesCodecTraits> {
+    Arc::new(GzipCodec::new(5).unwrap())
+}
+
+/// A chain by name, and how an array builder gets its codecs.
+type Chain = (&'static str, Box<dyn Fn(&mut ArrayBuilder)>);
+
+/// Every chain of the device path.
+fn chains() -> Vec<Chain> {
+    let sharded = |codecs: Vec<Arc<dyn BytesToBytesCodecTraits>>| {
+        let inner = [8u64, 16].map(|n| std::num::NonZeroU64::new(n).unwrap());
+        ShardingCodecBuilder::new(inner.to_vec(), &data_type::float32())
+            .bytes_to_bytes_codecs(codecs)
+            .index_location(ShardingIndexLocation::End)
+            .build_arc()
+    };
+    let transpose = || Arc::new(TransposeCodec::new(TransposeOrder::new(&[1, 0]).unwrap()));
+    vec![
+        ("raw", Box::new(|_: &mut ArrayBuilder| {})),
+        (
+            "big-endian",
+            Box::new(|b: &mut ArrayBuilder| {
+                b.array_to_bytes_codec(Arc::new(BytesCodec::new(Some(Endianness::Big))));
+            }),
+        ),
+        (
+            "zstd",
+            Box::new(|b: &mut ArrayBuilder| {
+                b.bytes_to_bytes_codecs(vec![zstd()]);
+            }),
+        ),
+        (
+            "zstd+crc32c",
+            Box::new(|b: &mut ArrayBuilder| {
+                b.bytes_to_bytes_codecs(vec![zstd(), crc()]);
+            }),
+        ),
+        (
+            "transpose+zstd",
+            Box::new(move |b: &mut ArrayBuilder| {
+                b.array_to_array_codecs(vec![transpose()]).bytes_to_bytes_codecs(vec![zstd()]);
+            }),
+        ),
+        (
+            "gzip",
+            Box::new(|b: &mut ArrayBuilder| {
+                b.bytes_to_bytes_codecs(vec![gzip()]);
+            }),
+        ),
+        (
+            "gzip+crc32c",
+            Box::new(|b: &mut ArrayBuilder| {
+                b.bytes_to_bytes_codecs(vec![gzip(), crc()]);
+            }),
+        ),
+        (
+            "crc32c",
+            Box::new(|b: &mut ArrayBuilder| {
+                b.bytes_to_bytes_codecs(vec![crc()]);
+            }),
+        ),
+        (
+            "shard(raw)",
+            Box::new(move |b: &mut ArrayBuilder| {
+                b.array_to_bytes_codec(sharded(vec![]));
+            }),
+        ),
+        (
+            "shard(zstd)",
+            Box::new(move |b: &mut ArrayBuilder| {
+                b.array_to_bytes_codec(sharded(vec![zstd()]));
+            }),
+        ),
+        (
+            "shard(gzip+crc32c)",
+            Box::new(move |b: &mut ArrayBuilder| {
+                b.array_to_bytes_codec(sharded(vec![gzip(), crc()]));
+            }),
+        ),
+    ]
+}
+
+/// A float32 array of [`SHAPE`] at `node` with every chunk written.
+fn make<S: WritableStorageTraits + ReadableStorageTraits + 'static>(
+    store: Arc<S>,
+    node: &str,
+    codecs: &dyn Fn(&mut ArrayBuilder),
+) -> Result<Array<S>> {
+    let mut builder = ArrayBuilder::new(SHAPE.to_vec(), CHUNKS.to_vec(), data_type::float32(), -1f32);
+    codecs(&mut builder);
+    let array = builder.build(store, node)?;
+    array.store_metadata()?;
+    let values: Vec<f32> = (0..SHAPE[0] * SHAPE[1]).map(|i| ((i * 7919) % 613) as f32 * 0.25).collect();
+    array.store_array_subset(&array.subset_all(), values)?;
+    Ok(array)
+}
+
+/// zarrs' host read of the whole array, or its error.
+fn zarrs_read<S: ReadableStorageTraits + ?Sized + 'static>(array: &Array<S>) -> std::result::Result<Vec<u8>, String> {
+    array
+        .retrieve_array_subset::<ArrayBytes<'static>>(&array.subset_all())
+        .and_then(|b| Ok(b.into_fixed()?.into_owned()))
+        .map_err(|e| e.to_string())
+}
+
+/// Our outcome for `array` as it is stored now, checked against zarrs': "error" or "data".
+fn outcome(array: &Array<GdsStore>, key: &StoreKey, config: &GpuConfig) -> Result<String> {
+    let host = zarrs_read(array);
+    match array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), config) {
+        Err(err) => {
+            let text = err.to_string();
+            assert!(text.contains(key.as_str()), "the error does not name {key}: {text}");
+            assert!(!matches!(err, GpuError::ContextLost { .. }), "{text}");
+            Ok(format!("error ({})", text.replace(key.as_str(), "KEY")))
+        }
+        Ok((data, report)) => {
+            let got = data.to_host_bytes()?;
+            match host {
+                Ok(want) => assert!(got == want, "{key}: our bytes differ from zarrs' ({report:?})"),
+                Err(e) => panic!("{key}: we returned data where zarrs refuses ({e}); {report:?}"),
+            }
+            Ok("the same data as zarrs".into())
+        }
+    }
+}
+
+/// Truncated, empty, oversized and garbage values for the chunk (or shard) at [1, 1] of every
+/// device chain, under the default trust: each an error naming the key wherever zarrs refuses
+/// it, and the next read correct.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn damaged_chunks_and_shards_of_every_device_chain() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    let mut rng = StdRng::seed_from_u64(99);
+    let mut table = Vec::new();
+    for (name, codecs) in chains() {
+        let node = format!("/{}", name.replace(['(', ')', '+'], "_"));
+        let array = make(store.clone(), &node, codecs.as_ref())?;
+        let report = check::<f32>(&array, &array.subset_all(), &posix())?;
+        assert_eq!(report.decode, DecodePath::Device, "{name}: {report:?}");
+        let key = array.chunk_key(&[1, 1]);
+        let good = store.get(&key)?.unwrap().to_vec();
+        let mut garbage = vec![0u8; good.len()];
+        rng.fill(&mut garbage[..]);
+        let mut oversized = good.clone();
+        oversized.extend((0..64).map(|_| rng.random::<u8>()));
+        let cases = [
+            ("truncated", good[..good.len() / 2].to_vec()),
+            ("empty", Vec::new()),
+            ("oversized", oversized),
+            ("garbage", garbage),
+        ];
+        for (what, bytes) in cases {
+            store.set(&key, Bytes::from(bytes))?;
+            let ours = outcome(&array, &key, &posix())?;
+            let host = zarrs_read(&array).map_or("error", |_| "data");
+            table.push(format!("| {name} | {what} | {host} | {ours} |"));
+            store.set(&key, Bytes::from(good.clone()))?;
+            check::<f32>(&array, &array.subset_all(), &posix())?;
+        }
+    }
+    println!("| chain | stored value | zarrs | ours |\n| --- | --- | --- | --- |\n{}", table.join("\n"));
+    Ok(())
+}
+
+/// A value that cannot be read (a directory where the chunk file should be; and, where the test
+/// does not run as root, a file without read permission) is an error naming it.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn unreadable_values_are_errors_naming_them() -> Result {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    for (name, codecs) in chains().into_iter().filter(|(n, _)| ["raw", "zstd", "shard(zstd)"].contains(n)) {
+        let node = format!("/{}", name.replace(['(', ')', '+'], "_"));
+        let array = make(store.clone(), &node, codecs.as_ref())?;
+        let key = array.chunk_key(&[1, 2]);
+        let path = dir.path().join(key.as_str());
+        let good = std::fs::read(&path)?;
+        std::fs::remove_file(&path)?;
+        std::fs::create_dir(&path)?;
+        let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()).map(|_| ()).unwrap_err();
+        assert!(err.to_string().contains(key.as_str()), "{name}, a directory: {err}");
+        std::fs::remove_dir(&path)?;
+        std::fs::write(&path, &good)?;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000))?;
+            let err =
+                array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()).map(|_| ()).unwrap_err();
+            assert!(err.to_string().contains(key.as_str()), "{name}, no permission: {err}");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
+        }
+        check::<f32>(&array, &array.subset_all(), &posix())?;
+    }
+    Ok(())
+}
+
+/// A filesystem store whose `victim` disappears right after its size is asked: the chunk is
+/// deleted between planning and reading.
+struct Vanishing {
+    inner: FilesystemStore,
+    victim: StoreKey,
+    root: std::path::PathBuf,
+}
+
+impl ReadableStorageTraits for Vanishing {
+    fn get_partial_many<'a>(
+        &'a self,
+        key: &StoreKey,
+        byte_ranges: ByteRangeIterator<'a>,
+    ) -> std::result::Result<MaybeBytesIterator<'a>, StorageError> {
+        self.inner.get_partial_many(key, byte_ranges)
+    }
+
+    fn size_key(&self, key: &StoreKey) -> std::result::Result<Option<u64>, StorageError> {
+        let size = self.inner.size_key(key)?;
+        if key == &self.victim {
+            let _ = std::fs::remove_file(self.root.join(key.as_str()));
+        }
+        Ok(size)
+    }
+
+    fn supports_get_partial(&self) -> bool {
+        true
+    }
+
+    fn get(&self, key: &StoreKey) -> std::result::Result<MaybeBytes, StorageError> {
+        self.inner.get(key)
+    }
+}
+
+/// A compressed chunk deleted after the read was planned (its size known) reads as missing: the
+/// fill value, as zarrs reads the store as it is now; nothing else changes.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_chunk_deleted_between_planning_and_reading_is_missing() -> Result {
+    let dir = tempfile::tempdir()?;
+    let writer = Arc::new(FilesystemStore::new(dir.path())?);
+    let array = make(writer, "/v", &|b: &mut ArrayBuilder| {
+        b.bytes_to_bytes_codecs(vec![zstd()]);
+    })?;
+    let victim = array.chunk_key(&[0, 2]);
+    let vanishing = Arc::new(Vanishing {
+        inner: FilesystemStore::new(dir.path())?,
+        victim: victim.clone(),
+        root: dir.path().into(),
+    });
+    let reader = Array::open(vanishing, "/v")?;
+    let (data, report) = reader.retrieve_array_subset_device_opt::<f32>(&reader.subset_all(), &posix())?;
+    assert!(!dir.path().join(victim.as_str()).exists(), "the victim was never sized");
+    assert_eq!((report.decode, report.missing_chunks), (DecodePath::Device, 1), "{report:?}");
+    let want = zarrs_read(&Array::open(Arc::new(FilesystemStore::new(dir.path())?), "/v")?)?;
+    assert!(data.to_host_bytes()? == want, "the deleted chunk is not the fill value");
+    Ok(())
+}
+
+/// Device memory running out in the middle of a read (a cap below what the read needs, enforced
+/// as its staging is allocated): an out-of-memory error with the sizes, nothing leaked, and the
+/// next read correct. Repeated, the memory held stays the same.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn device_memory_running_out_mid_read() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    let array = ArrayBuilder::new(vec![64, 512, 512], vec![8, 128, 128], data_type::float32(), 0f32)
+        .bytes_to_bytes_codecs(vec![zstd()])
+        .build(store, "/m")?;
+    array.store_metadata()?;
+    let values: Vec<f32> = (0..64 * 512 * 512u64).map(|i| (i % 1013) as f32).collect();
+    array.store_array_subset(&array.subset_all(), values)?;
+    // 64 MiB of output; batches of 16 MiB staged: the cap lets the output and one batch in.
+    let capped = posix().with_staging_bytes(16 << 20).with_device_memory_cap(Some(80 << 20));
+    check::<f32>(&array, &array.subset_all(), &posix())?;
+    let before = zarrs_gpu::memory_in_use(0)?;
+    for _ in 0..3 {
+        let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &capped).map(|_| ()).unwrap_err();
+        assert!(matches!(err, GpuError::OutOfMemory { free, .. } if free == 80 << 20), "{err}");
+        check::<f32>(&array, &array.subset_all(), &posix())?;
+    }
+    let after = zarrs_gpu::memory_in_use(0)?;
+    let used = |m: &zarrs_gpu::MemoryInUse| m.device_total - m.device_free;
+    assert!(used(&after) <= used(&before) + (64 << 20), "{before:?} -> {after:?}");
+    Ok(())
+}
+
+/// The variable that makes this binary a child without nvCOMP, NVRTC and cuFile on its paths.
+const CHILD: &str = "ZARRS_GPU_TEST_NO_LIBRARIES";
+
+/// Without nvCOMP (and, where the host's loader cannot find them either, NVRTC and cuFile),
+/// reads still return zarrs' data: compressed chains through zarrs' host decode with the reason
+/// given, transposed chunks through the copy engines or the host, raw reads through preads.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn missing_libraries_fall_back_with_a_reason() -> Result {
+    if std::env::var_os(CHILD).is_some() {
+        return no_libraries_child();
+    }
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(["faults::missing_libraries_fall_back_with_a_reason", "--exact", "--include-ignored", "--nocapture"])
+        .env(CHILD, "1")
+        .env_remove("NVCOMP_LIBRARY_PATH")
+        .env_remove("PYTHONPATH")
+        .env("LD_LIBRARY_PATH", "")
+        .env("CUFILE_LIBRARY_PATH", "/nonexistent/libcufile.so.0")
+        .output()?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("NVCOMP missing"), "the child still loaded nvCOMP:\n{text}");
+    println!("{text}");
+    Ok(())
+}
+
+fn no_libraries_child() -> Result {
+    let nvcomp = nvcomp_sys_present();
+    // SAFETY: only probes whether libnvrtc loads.
+    let nvrtc = unsafe { cudarc::nvrtc::sys::is_culib_present() };
+    println!(
+        "NVCOMP {} NVRTC {}",
+        if nvcomp { "present" } else { "missing" },
+        if nvrtc { "present" } else { "missing" }
+    );
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    for (name, codecs) in
+        chains().into_iter().filter(|(n, _)| ["raw", "zstd", "transpose+zstd", "shard(zstd)"].contains(n))
+    {
+        let node = format!("/{}", name.replace(['(', ')', '+'], "_"));
+        let array = make(store.clone(), &node, codecs.as_ref())?;
+        let report = check::<f32>(&array, &array.subset_all(), &GpuConfig::default())?;
+        println!(
+            "{name}: {:?}, host reason {:?}, io {:?}",
+            report.decode,
+            report.host_reason,
+            report.io.as_ref().map(ToString::to_string)
+        );
+        if name != "raw" && !nvcomp {
+            assert_eq!(report.decode, DecodePath::Host, "{name}");
+            assert!(report.host_reason.as_deref().is_some_and(|r| r.contains("nvCOMP")), "{name}: {report:?}");
+        }
+    }
+    Ok(())
+}
+
+fn nvcomp_sys_present() -> bool {
+    zarrs_gpu::nvcomp_sys::NvcompLibrary::get().is_ok()
+}
