@@ -24,7 +24,9 @@ pub fn parse_subset(spec: &str, shape: &[u64]) -> Result<ArraySubset, String> {
             (parse(a, 0)?, parse(b, size)?)
         } else {
             let i = parse(part, 0)?;
-            (i, i + 1)
+            // Checked: u64::MAX + 1 overflows, and no dimension holds index u64::MAX anyway.
+            let end = i.checked_add(1).filter(|&end| end <= size);
+            (i, end.ok_or_else(|| format!("dimension {dim}: index {i} is outside 0:{size}"))?)
         };
         if start > end || end > size {
             return Err(format!("dimension {dim}: {start}:{end} is outside 0:{size}"));
