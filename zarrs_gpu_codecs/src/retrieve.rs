@@ -396,6 +396,11 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     whole_chunk: bool,
 ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
     check_element::<T>(array.data_type())?;
+    if subset.start().iter().zip(subset.shape()).any(|(&a, &n)| a.checked_add(n).is_none()) {
+        // Not InvalidArraySubset: zarrs' Display of such a subset overflows.
+        let (start, shape) = (subset.start(), subset.shape());
+        return Err(GpuError::Overflow(format!("the subset from {start:?} of shape {shape:?} ends past 2^64")));
+    }
     if subset.dimensionality() != array.dimensionality()
         || !(whole_chunk || within(subset.start(), subset.shape(), array.shape()))
     {
