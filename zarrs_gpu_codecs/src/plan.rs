@@ -150,18 +150,23 @@ pub fn region_copies(
         dst_height: slice.2 / row.2,
     };
     let count: u64 = outer.iter().map(|d| d.0).product();
-    Ok((0..count)
-        .map(|mut linear| {
-            let (mut s, mut d) = (src_base, dst_base);
-            for &(n, ss, ds) in outer.iter().rev() {
-                let i = linear % n;
-                linear /= n;
-                s += i * ss;
-                d += i * ds;
-            }
-            copy(s, d)
-        })
-        .collect())
+    // One copy per outer position, at most one per element of the box: reserved fallibly, so
+    // that a box of billions of tiny rows is an error rather than an abort.
+    let mut copies = Vec::new();
+    usize::try_from(count).ok().and_then(|n| copies.try_reserve_exact(n).ok()).ok_or_else(|| {
+        invalid(format!("a copy of box {extent:?} needs {count} strided copies, more than memory holds"))
+    })?;
+    copies.extend((0..count).map(|mut linear| {
+        let (mut s, mut d) = (src_base, dst_base);
+        for &(n, ss, ds) in outer.iter().rev() {
+            let i = linear % n;
+            linear /= n;
+            s += i * ss;
+            d += i * ds;
+        }
+        copy(s, d)
+    }));
+    Ok(copies)
 }
 
 /// How one chunk contributes to a read.
@@ -351,5 +356,75 @@ mod tests {
         assert_eq!(c.len(), 1);
         assert_eq!((c[0].width, c[0].height, c[0].depth), (1024, 256, 64));
         assert_eq!((c[0].dst_pitch, c[0].dst_height), (8192, 2048));
+    }
+
+    /// Extents anywhere in u64, edges weighted.
+    fn extent() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![Just(0u64), Just(1), Just(u64::MAX), Just(1 << 32), Just(1 << 63), any::<u64>(), 1..9u64]
+    }
+
+    /// Box extents that are small or too large to fit with another dimension: four or more of
+    /// them never make billions of strided copies (with up to three any extent is one copy).
+    fn box_extent() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![Just(0u64), Just(u64::MAX), Just(1 << 63), 1..9u64]
+    }
+
+    /// `(subset start, subset shape, chunk start, chunk shape)` per dimension: any extents in up
+    /// to three dimensions, small or huge ones in four and five.
+    fn boxes() -> impl proptest::strategy::Strategy<Value = Vec<(u64, u64, u64, u64)>> {
+        use proptest::prelude::*;
+        prop_oneof![
+            proptest::collection::vec((extent(), extent(), extent(), extent()), 1..4),
+            proptest::collection::vec((extent(), box_extent(), extent(), box_extent()), 4..6),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever the subset and chunk boxes (huge, overflowing, mismatched), planning never
+        /// panics; a plan it returns stays within the chunk's and the output's bytes.
+        #[test]
+        fn plan_chunks_never_panics_and_stays_in_bounds(
+            elem in proptest::prop_oneof![proptest::strategy::Just(0u64), 1..17u64],
+            dims in boxes(),
+            extra_dim in proptest::bool::weighted(0.05),
+        ) {
+            let subset = ArraySubset::new_with_start_shape(
+                dims.iter().map(|d| d.0).collect(), dims.iter().map(|d| d.1).collect()).unwrap();
+            let mut start: Vec<u64> = dims.iter().map(|d| d.2).collect();
+            let mut shape: Vec<u64> = dims.iter().map(|d| d.3).collect();
+            if extra_dim {
+                start.push(0);
+                shape.push(1);
+            }
+            let chunk = ArraySubset::new_with_start_shape(start, shape).unwrap();
+            let key = StoreKey::new("c/0").unwrap();
+            if let Ok(plan) = plan_chunks(elem, &subset, [(vec![0], key, chunk.clone())]) {
+                let out = checked_bytes(subset.shape(), elem).unwrap();
+                for p in &plan {
+                    proptest::prop_assert_eq!(Some(p.chunk_bytes), checked_bytes(chunk.shape(), elem));
+                    proptest::prop_assert!(p.byte_start <= p.byte_end && p.byte_end <= p.chunk_bytes);
+                    for c in &p.copies {
+                        proptest::prop_assert!(c.src_end() <= p.read_len());
+                        let dst_end = c.dst_offset + ((c.depth - 1) * c.dst_height + (c.height - 1)) * c.dst_pitch + c.width;
+                        proptest::prop_assert!(dst_end <= out, "{c:?} past {out}");
+                    }
+                }
+            }
+        }
+
+        /// region_copies refuses boxes that leave their buffers or buffers whose size
+        /// overflows; it never panics.
+        #[test]
+        fn region_copies_never_panic(
+            elem in 0..9u64,
+            dims in proptest::collection::vec((extent(), extent(), extent(), extent(), box_extent()), 0..6),
+        ) {
+            let col = |k: usize| -> Vec<u64> {
+                dims.iter().map(|d| [d.0, d.1, d.2, d.3, d.4][k]).collect()
+            };
+            let _ = region_copies(elem, &col(0), &col(1), &col(2), &col(3), &col(4));
+        }
     }
 }

@@ -69,12 +69,12 @@ impl ShardLevel {
 
     /// Bytes of the encoded index of a shard with `chunks_per_shard` inner chunks.
     fn index_len(&self, chunks_per_shard: &[NonZeroU64]) -> Result<u64, String> {
-        // zarrs sizes the index unchecked: 16 bytes per inner chunk must fit (a fixed-size
-        // index codec after `bytes` only adds a few bytes, crc32c 4).
+        // zarrs sizes the index unchecked: 16 bytes per inner chunk must fit in u64, with room
+        // to spare (fixed-size index codecs after `bytes` add a few bytes, crc32c 4).
         let entries = chunks_per_shard.iter().try_fold(1u64, |acc, n| acc.checked_mul(n.get()));
         if entries.and_then(|n| n.checked_mul(32)).is_none() {
             let per: Vec<u64> = chunks_per_shard.iter().map(|n| n.get()).collect();
-            return Err(format!("a shard of {per:?} inner chunks has an index larger than 2^64 bytes"));
+            return Err(format!("a shard of {per:?} inner chunks has an index too large for 64-bit sizes"));
         }
         let mut shape = chunks_per_shard.to_vec();
         shape.push(NonZeroU64::new(2).expect("2"));
@@ -457,5 +457,49 @@ mod tests {
         assert!(inner_source((0, 3 << 20), None, Some(1 << 20)).unwrap_err().contains("stored bytes for"));
         // A nested shard (its own index inside) has no such bound.
         assert!(inner_source((0, 3 << 20), None, None).is_ok());
+    }
+
+    #[test]
+    fn huge_shards_are_refused_before_zarrs_sizes_their_index() {
+        // 2^40 x 2^40 inner chunks of 1 x 1: 2^80 entries.
+        let level = level(&[1, 1]);
+        let per = level.chunks_per_shard(&[1 << 40, 1 << 40]).unwrap();
+        assert!(level.index_len(&per).unwrap_err().contains("too large for 64-bit sizes"));
+        // 2^59 entries (2^63 bytes) are refused too; 2^50 fit (then too large for any shard).
+        let per = level.chunks_per_shard(&[1 << 59, 1]).unwrap();
+        assert!(level.index_len(&per).is_err());
+        let per = level.chunks_per_shard(&[1 << 50, 1]).unwrap();
+        assert_eq!(level.index_len(&per).unwrap(), (1 << 54) + 4);
+        assert!(level.chunks_per_shard(&[8]).unwrap_err().contains("dimensionality"));
+    }
+
+    proptest::proptest! {
+        /// Index entries are hostile input: any (offset, len) with any shard length and decoded
+        /// size is missing, a range inside the shard, or an error; never a panic.
+        #[test]
+        fn index_entries_never_panic(
+            offset in proptest::prop_oneof![proptest::strategy::Just(u64::MAX), proptest::prelude::any::<u64>(), 0..1024u64],
+            len in proptest::prop_oneof![proptest::strategy::Just(u64::MAX), proptest::prelude::any::<u64>(), 0..1024u64],
+            shard_len in proptest::option::of(proptest::prelude::any::<u64>()),
+            decoded in proptest::option::of(proptest::prop_oneof![proptest::prelude::any::<u64>(), 0..4096u64]),
+        ) {
+            if let Ok(Source::Range { offset: o, len: l }) = inner_source((offset, len), shard_len, decoded) {
+                proptest::prop_assert_eq!((o, l), (offset, len));
+                let end = o.checked_add(l);
+                proptest::prop_assert!(end.is_some());
+                proptest::prop_assert!(shard_len.is_none_or(|s| end.is_some_and(|e| e <= s)));
+            }
+        }
+
+        /// Shard and inner chunk shapes from metadata: the index size is a number or an error.
+        #[test]
+        fn index_sizes_never_panic(
+            shard in proptest::collection::vec(proptest::prop_oneof![proptest::prelude::any::<u64>(), 1..64u64], 1..4),
+        ) {
+            let level = level(&vec![1; shard.len()]);
+            if let Ok(per) = level.chunks_per_shard(&shard) {
+                let _ = level.index_len(&per);
+            }
+        }
     }
 }
