@@ -3,6 +3,7 @@
 //! `#[ignore = "needs a CUDA GPU"]`.
 
 mod compressed;
+mod hostile;
 mod retrieval;
 mod sharding;
 
