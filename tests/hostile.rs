@@ -172,3 +172,13 @@ fn planning_costs_the_chunks_meeting_the_subset() -> Result {
     }
     Ok(())
 }
+
+#[test]
+fn transpose_orders_of_another_dimensionality_are_not_decoded_on_the_device() -> Result {
+    let dir = tempfile::tempdir()?;
+    let codecs = json!([{"name": "transpose", "configuration": {"order": [0, 1, 2]}}, {"name": "bytes", "configuration": {"endian": "little"}}]);
+    let array = array(dir.path(), "t.zarr", &[8, 8], &[4, 4], &codecs)?;
+    let reason = zarrs_gpu::host_decode_reason(&array).ok_or("a reason")?;
+    assert!(reason.contains("transpose order [0, 1, 2] does not fit 2 dimensions"), "{reason}");
+    Ok(())
+}

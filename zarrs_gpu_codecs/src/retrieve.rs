@@ -173,6 +173,15 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
                 let TransposeCodecConfiguration::V1(c) = configuration else {
                     return Err("this transpose configuration version is not supported".into());
                 };
+                // zarrs opens an order of another length than the array's dimensionality (and
+                // refuses it when decoding): the gather kernel must never index by it.
+                if c.order.0.len() != array.dimensionality() {
+                    return Err(format!(
+                        "transpose order {:?} does not fit {} dimensions",
+                        c.order.0,
+                        array.dimensionality()
+                    ));
+                }
                 if c.order.0.len() > GATHER_DIMS {
                     return Err(format!("transposes of more than {GATHER_DIMS} dimensions are done on the host"));
                 }
