@@ -45,11 +45,11 @@ fn blosc() -> Value {
     json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}}])
 }
 
-/// Shards with inner chunks of `inner` x `inner`, zstd, the index at the end.
-fn sharded(inner: u64) -> Value {
+/// Shards with inner chunks of `inner` x `inner` stored with `codecs`, the index at the end.
+fn sharded(inner: u64, codecs: &Value) -> Value {
     json!([{"name": "sharding_indexed", "configuration": {
         "chunk_shape": [inner, inner],
-        "codecs": zstd(),
+        "codecs": codecs,
         "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
         "index_location": "end",
     }}])
@@ -80,7 +80,7 @@ fn reads_larger_than_free_device_memory_fail_at_once() -> Result {
     let cases = [
         ("/raw", [1u64 << 20, 1 << 20], bytes()),
         ("/zstd", [1 << 20, 1 << 20], zstd()),
-        ("/sharded", [1 << 20, 1 << 20], sharded(512)),
+        ("/sharded", [1 << 20, 1 << 20], sharded(512, &zstd())),
         ("/blosc", [1 << 20, 1 << 20], blosc()),
         ("/huge", [TB, TB], bytes()),
     ];
@@ -112,8 +112,11 @@ fn tiny_subsets_of_huge_sparse_arrays_read_correctly_and_fast() -> Result {
     let dir = tempfile::tempdir()?;
     warm_up(dir.path())?;
     // Shards of 2048 x 2048 (inner 512), else chunks of 1024 x 1024: 2^60 or 2^62 of them.
-    let arrays =
-        [("/raw", bytes(), [1024, 1024]), ("/zstd", zstd(), [1024, 1024]), ("/sharded", sharded(512), [2048, 2048])];
+    let arrays = [
+        ("/raw", bytes(), [1024, 1024]),
+        ("/zstd", zstd(), [1024, 1024]),
+        ("/sharded", sharded(512, &zstd()), [2048, 2048]),
+    ];
     for (name, codecs, chunks) in arrays {
         let array = huge(dir.path(), name, &[TB, TB], &chunks, &codecs)?;
         // Two written regions, near the origin and near the far corner; everything else missing.
@@ -165,8 +168,9 @@ fn chunks_and_shard_indexes_whose_sizes_overflow_are_errors() -> Result {
     let tall = huge(dir.path(), "/tall_zstd", &[4, 4], &[1 << 30, 1 << 30], &zstd())?;
     let err = tall.retrieve_array_subset_device::<f32>(&one).map(|_| ()).unwrap_err();
     assert!(matches!(err, GpuError::OutOfMemory { .. }), "{err}");
-    // Shards of 2^80 inner chunks: their index is refused before zarrs sizes it.
-    let shards = huge(dir.path(), "/shards", &[TB, TB], &[TB, TB], &sharded(1))?;
+    // Shards of 2^80 inner chunks: their index is refused before zarrs sizes it (inner chunks
+    // uncompressed: the device route needs no nvCOMP).
+    let shards = huge(dir.path(), "/shards", &[TB, TB], &[TB, TB], &sharded(1, &bytes()))?;
     let err = shards.retrieve_array_subset_device::<f32>(&one).map(|_| ()).unwrap_err();
     assert!(err.to_string().contains("index too large for 64-bit sizes"), "{err}");
     // The last chunk of this grid ends past 2^64.
