@@ -237,7 +237,6 @@ fn read<T: ElementOwned>(
     o: &ReadOptions,
     npy_descr: &str,
 ) -> Result<(), Error> {
-    let bytes = subset.num_elements() * array.data_type().fixed_size().unwrap_or(0) as u64;
     let mut times = Vec::new();
     let mut last: Option<(DeviceArray<T>, RetrieveReport)> = None;
     for _ in 0..o.repeat {
@@ -248,7 +247,8 @@ fn read<T: ElementOwned>(
         last = Some(result);
     }
     let (data, report) = last.expect("at least one read");
-    let gib = bytes as f64 / f64::from(1u32 << 30);
+    // The library checked the subset's size (a size that overflows is refused before any read).
+    let gib = data.num_bytes() as f64 / f64::from(1u32 << 30);
     let best = times.iter().copied().fold(f64::INFINITY, f64::min);
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);

@@ -17,8 +17,9 @@ pub fn sample_value(i: u64, shape: &[u64]) -> f32 {
     let mut rest = i;
     let mut coord = [0f32; 3];
     for (d, &n) in shape.iter().enumerate().rev() {
-        let c = rest % n;
-        rest /= n;
+        // A zero extent holds no elements: any value will do, but no division by zero.
+        let c = rest.checked_rem(n).unwrap_or(0);
+        rest = rest.checked_div(n).unwrap_or(0);
         coord[slot(d, shape.len())] += c as f32;
     }
     sample_at(coord, i)
@@ -101,33 +102,51 @@ pub fn create_sharded_sample_array(
 /// Write every chunk of a float32 array with [`sample_value`], in parallel.
 ///
 /// # Errors
-/// Returns zarrs' error when a chunk cannot be written.
-///
-/// # Panics
-/// Panics if the array has no dimensions.
+/// Returns zarrs' error when a chunk cannot be written, and an error when the array has no
+/// dimensions or its element count, or its chunks' end, overflows u64.
 pub fn write_sample_chunks<S: ReadableWritableListableStorageTraits + ?Sized + 'static>(
     array: &Array<S>,
 ) -> Result<(), ArrayError> {
     let grid = array.chunk_grid_shape().to_vec();
     let shape = array.shape().to_vec();
-    let count: u64 = grid.iter().product();
+    if shape.is_empty() {
+        return Err(ArrayError::Other("sample arrays have at least one dimension".into()));
+    }
+    // Checked once: every flat index and stride below is then less than the element count, and
+    // the grid has no more chunks than elements (a chunk's start lies inside the array).
+    let too_large = || ArrayError::Other(format!("a sample array of shape {shape:?} has more than 2^64 elements"));
+    shape.iter().try_fold(1u64, |acc, &n| acc.checked_mul(n)).ok_or_else(too_large)?;
+    let count = grid.iter().try_fold(1u64, |acc, &n| acc.checked_mul(n)).ok_or_else(too_large)?;
+    let strides: Vec<u64> = (0..shape.len()).map(|d| shape[d + 1..].iter().product::<u64>()).collect();
     (0..count).into_par_iter().try_for_each(|c| {
-        let indices = zarrs::array::unravel_index(c, &grid).expect("in the grid");
-        let subset = array.chunk_subset(&indices)?;
-        let strides: Vec<u64> = (0..shape.len()).map(|d| shape[d + 1..].iter().product::<u64>()).collect();
+        let indices = zarrs::array::unravel_index(c, &grid).ok_or_else(|| ArrayError::Other("unravel".into()))?;
+        // zarrs' chunk_subset adds unchecked; the last chunk may end past 2^64.
+        let (origin, chunk_shape) = (array.chunk_origin(&indices)?, array.chunk_shape(&indices)?);
+        let ranges = origin
+            .iter()
+            .zip(chunk_shape.iter())
+            .map(|(&o, n)| o.checked_add(n.get()).map(|end| o..end))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ArrayError::Other(format!("chunk {indices:?} of the sample array ends past 2^64")))?;
+        let subset = zarrs::array::ArraySubset::new_with_ranges(&ranges);
+        let len = subset.shape().iter().try_fold(1u64, |acc, &n| acc.checked_mul(n));
+        let len = len.and_then(|n| usize::try_from(n).ok()).ok_or_else(|| {
+            ArrayError::Other(format!("chunk shape {:?} has more elements than memory could hold", subset.shape()))
+        })?;
         // Row by row: only the last coordinate changes along a row.
         let last = shape.len() - 1;
         let mut rows = subset.shape().to_vec();
         let row_len = rows[last];
         rows[last] = 1;
-        let mut values = Vec::with_capacity(subset.num_elements_usize());
+        let mut values = Vec::with_capacity(len);
         for row in &zarrs::array::ArraySubset::new_with_start_shape(subset.start().to_vec(), rows)?.indices() {
             let outside = row.iter().zip(&shape).take(last).any(|(i, n)| i >= n);
             let mut coord = [0f32; 3];
             for (d, &c) in row.iter().enumerate().take(last) {
                 coord[slot(d, shape.len())] += c as f32;
             }
-            let base: u64 = row.iter().zip(&strides).map(|(i, s)| i * s).sum();
+            // Inside the array the flat index is less than the element count (checked above).
+            let base: u64 = if outside { 0 } else { row.iter().zip(&strides).map(|(i, s)| i * s).sum() };
             for k in 0..row_len {
                 let x = row[last] + k;
                 values.push(if outside || x >= shape[last] {

@@ -160,3 +160,95 @@ fn read_digest_and_npy_match_zarrs() -> Result {
     assert!(out.status.success() && text.contains(&digest) && text.contains("0 decoded on host threads"), "{text}");
     Ok(())
 }
+
+/// Write a float32 Zarr v3 `zarr.json` (no chunks) with these codecs at `dir/name`.
+fn hostile_array(
+    dir: &std::path::Path,
+    name: &str,
+    shape: &[u64],
+    chunks: &[u64],
+    codecs: &serde_json::Value,
+) -> Result<String> {
+    let path = dir.join(name);
+    std::fs::create_dir_all(&path)?;
+    let metadata = serde_json::json!({
+        "zarr_format": 3,
+        "node_type": "array",
+        "shape": shape,
+        "data_type": "float32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0.0,
+        "codecs": codecs,
+    });
+    std::fs::write(path.join("zarr.json"), serde_json::to_vec(&metadata)?)?;
+    Ok(path.to_str().ok_or("a UTF-8 path")?.to_string())
+}
+
+/// Run the command line on `args`: it must fail with exit code 1 (an error message, never a
+/// panic's 101) within a few seconds; its output.
+fn refused(args: &[&str]) -> Result<String> {
+    let start = std::time::Instant::now();
+    let (out, text) = zarrs_gpu(args)?;
+    let took = start.elapsed();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {text}");
+    assert!(text.contains("zarrs-gpu: error:"), "{args:?}: {text}");
+    assert!(took < std::time::Duration::from_secs(5), "{args:?} took {took:?}: {text}");
+    Ok(text)
+}
+
+#[test]
+fn hostile_metadata_and_subsets_are_refused_without_panics() -> Result {
+    let dir = tempfile::tempdir()?;
+    let bytes = serde_json::json!([{"name": "bytes", "configuration": {"endian": "little"}}]);
+    let tb = 1u64 << 40;
+    // The arrays: 2^80 and 2^69 elements; refused as such, GPU or not.
+    let big = hostile_array(dir.path(), "big.zarr", &[tb, tb], &[1024, 1024], &bytes)?;
+    let text = refused(&["read", &big])?;
+    assert!(text.contains("2^80 elements of 4 bytes overflow u64"), "{text}");
+    let tall = hostile_array(dir.path(), "tall.zarr", &[1 << 63, 64], &[1024, 64], &bytes)?;
+    let text = refused(&["read", &tall])?;
+    assert!(text.contains("2^69 elements of 4 bytes overflow u64"), "{text}");
+    let text = refused(&["read", &tall, "--subset", "18446744073709551615,:"])?;
+    assert!(text.contains("dimension 0: index 18446744073709551615 is outside 0:9223372036854775808"), "{text}");
+    let text = refused(&["read", &tall, "--subset", "0:18446744073709551615"])?;
+    assert!(text.contains("outside 0:9223372036854775808"), "{text}");
+    let edge = hostile_array(dir.path(), "edge.zarr", &[u64::MAX], &[1 << 63], &bytes)?;
+    let text = refused(&["read", &edge, "--subset", "18446744073709551615"])?;
+    assert!(text.contains("index 18446744073709551615 is outside 0:18446744073709551615"), "{text}");
+    // Sizes that fit u64 but not the device (or no device here): refused at once too.
+    let wide = hostile_array(dir.path(), "wide.zarr", &[4, 4], &[tb, tb], &bytes)?;
+    // Shards of 2^80 inner chunks: an index no 64-bit size holds.
+    let huge_index = serde_json::json!([{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [1, 1],
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 3, "checksum": false}}],
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+        "index_location": "end",
+    }}]);
+    let shards = hostile_array(dir.path(), "shards.zarr", &[tb, tb], &[tb, tb], &huge_index)?;
+    for (path, subset) in
+        [(&big, "0:1099511627776,0:4"), (&wide, "0,0"), (&shards, "1099511627775,0"), (&edge, "9223372036854775809")]
+    {
+        let text = refused(&["read", path, "--subset", subset, "--repeat", "1"])?;
+        if !gpu_present() {
+            assert!(text.contains("no CUDA device available"), "{subset}: {text}");
+        } else if path == &wide {
+            assert!(text.contains("2^80 elements of 4 bytes overflow u64"), "{text}");
+        } else if path == &shards {
+            // The device route reads the index; without nvCOMP zarrs would decode the whole shard.
+            assert!(text.contains("index too large for 64-bit sizes") || text.contains("overflow u64"), "{text}");
+        } else if path == &edge {
+            assert!(text.contains("ends past 2^64"), "{text}");
+        } else if subset.contains(':') {
+            assert!(text.contains("the read needs 17592186044416 bytes of device memory"), "{text}");
+        }
+    }
+    // info never walks the grid.
+    for path in [&big, &tall, &wide, &shards, &edge] {
+        let start = std::time::Instant::now();
+        let (out, text) = zarrs_gpu(&["info", path])?;
+        assert!(out.status.success(), "{text}");
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "{text}");
+    }
+    Ok(())
+}

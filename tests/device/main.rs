@@ -4,6 +4,7 @@
 
 mod compressed;
 mod faults;
+mod hostile;
 mod integrity;
 mod load;
 mod multi_gpu;

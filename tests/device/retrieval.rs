@@ -340,7 +340,7 @@ fn read_plan_reproduces_zarrs_retrieval() -> Result {
                 .map(|i| (i.to_vec(), array.chunk_key(&i), array.chunk_subset(&i).unwrap()))
                 .collect();
             assert_eq!(listed.len() as u64, grid.num_elements());
-            let plan = plan_chunks(2, &subset, listed);
+            let plan = plan_chunks(2, &subset, listed)?;
             let mut got = vec![0u8; want.len()];
             let fill = 0xABCDu16.to_ne_bytes().repeat(1 << 16);
             for p in &plan {

@@ -369,7 +369,9 @@ impl DeviceReader {
         source: &dyn PieceSource,
         buf: &mut [u8],
     ) -> Result<Vec<bool>, DeviceReadError> {
-        let mut spans: Vec<(u64, u64)> = transfers.iter().map(|t| (t.dst, t.dst + t.len as u64)).collect();
+        // Saturating: an end past 2^64 lies outside any buffer and is refused below.
+        let mut spans: Vec<(u64, u64)> =
+            transfers.iter().map(|t| (t.dst, t.dst.saturating_add(t.len as u64))).collect();
         spans.sort_unstable();
         let overlapping = spans.windows(2).any(|w| w[1].0 < w[0].1);
         if overlapping || spans.last().is_some_and(|s| s.1 > buf.len() as u64) {
@@ -397,7 +399,7 @@ impl DeviceReader {
     /// to 1 MiB), so that every thread has several in flight and reads overlap copies; large reads
     /// use the full task size.
     fn pieces(&self, transfers: &[DeviceTransfer]) -> Vec<(usize, u64, usize)> {
-        let total: u64 = transfers.iter().map(|t| t.len as u64).sum();
+        let total: u64 = transfers.iter().fold(0u64, |acc, t| acc.saturating_add(t.len as u64));
         let per_thread = total / (self.workers.len() as u64 * 8);
         let task = per_thread.next_multiple_of(4096).max(1 << 20).min(self.options.task_size as u64);
         transfers

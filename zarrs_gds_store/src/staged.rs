@@ -73,15 +73,21 @@ struct StoreSource<'a, S: ?Sized> {
 impl<S: ReadableStorageTraits + ?Sized> PieceSource for StoreSource<'_, S> {
     fn read_host(&self, transfer: usize, offset: u64, buf: &mut [u8]) -> Result<bool, DeviceReadError> {
         let request = &self.requests[transfer];
-        let start = request.offset + offset;
+        // Checked: a range ending past 2^64 (hostile offsets) lies past any value's end.
+        let start = request.offset.checked_add(offset);
+        let Some((start, end)) = start.and_then(|s| Some((s, s.checked_add(buf.len() as u64)?))) else {
+            let reason =
+                format!("{}: bytes from {} + {offset} + {} overflow u64", request.key, request.offset, buf.len());
+            return Err(DeviceReadError::Storage(zarrs_storage::StorageError::Other(reason)));
+        };
         let range = ByteRange::FromStart(start, Some(buf.len() as u64));
         let Some(bytes) = self.store.get_partial(&request.key, range)? else { return Ok(false) };
         if bytes.len() != buf.len() {
             return Err(DeviceReadError::PastEnd {
                 what: request.key.to_string(),
                 start,
-                end: start + buf.len() as u64,
-                size: start + bytes.len() as u64,
+                end,
+                size: start.saturating_add(bytes.len() as u64),
             });
         }
         buf.copy_from_slice(&bytes);

@@ -242,11 +242,14 @@ impl GdsStore {
                     expected,
                 });
             }
-            if file.file.is_some() && request.offset + request.len as u64 > file.size {
+            // Checked: an end past 2^64 (hostile offsets) is past any file's end. Every later
+            // offset of the request lies below this end.
+            let end = request.offset.checked_add(request.len as u64);
+            if file.file.is_some() && end.is_none_or(|end| end > file.size) {
                 return Err(DeviceReadError::PastEnd {
                     what: file.path.display().to_string(),
                     start: request.offset,
-                    end: request.offset + request.len as u64,
+                    end: end.unwrap_or(u64::MAX),
                     size: file.size,
                 });
             }

@@ -83,22 +83,29 @@ const SMALL_BATCH: u64 = 4 << 30;
 /// size rounded up to the staging alignment); a chunk larger than the budget is a batch alone.
 pub(crate) fn batches_by_size(sizes: impl IntoIterator<Item = u64>, budget: u64) -> Vec<Vec<usize>> {
     let mut batches: Vec<Vec<usize>> = Vec::new();
-    let mut used = 0;
+    let mut used = 0u64;
     for (i, size) in sizes.into_iter().enumerate() {
-        let need = size.next_multiple_of(DECODED_ALIGN);
-        if batches.is_empty() || used + need > budget {
+        // Saturating: a size near 2^64 stays larger than any budget (and any free memory).
+        let need = size.checked_next_multiple_of(DECODED_ALIGN).unwrap_or(u64::MAX);
+        if batches.is_empty() || used.saturating_add(need) > budget {
             batches.push(Vec::new());
             used = 0;
         }
         batches.last_mut().expect("a batch").push(i);
-        used += need;
+        used = used.saturating_add(need);
     }
     batches
 }
 
+/// Staging offsets and totals stop here: values this large (sparse files, hostile sizes) fit no
+/// memory, so the buffer sized to them fails to allocate, while sums of them cannot overflow.
+pub(crate) const STAGING_CAP: u64 = u64::MAX / 4;
+
 /// The reads of a batch: stored spans `(key, offset, len)` of one value that lie at most `gap`
 /// bytes apart become one request (in offset order), each request landing at an aligned offset of
-/// host staging. Returns the requests, per span its request and host offset, and the staging used.
+/// host staging. Returns the requests, per span its request and host offset, and the staging used
+/// (offsets and the total capped at [`STAGING_CAP`]). Each span's `offset + len` must fit in u64
+/// (checked where spans are made).
 pub(crate) fn coalesce(spans: &[(&StoreKey, u64, u64)], gap: u64) -> (Vec<DeviceReadRequest>, Vec<(usize, u64)>, u64) {
     let mut order: Vec<usize> = (0..spans.len()).collect();
     order.sort_by(|&a, &b| spans[a].0.as_str().cmp(spans[b].0.as_str()).then(spans[a].1.cmp(&spans[b].1)));
@@ -116,7 +123,7 @@ pub(crate) fn coalesce(spans: &[(&StoreKey, u64, u64)], gap: u64) -> (Vec<Device
             r.len = (offset + len - r.offset) as usize;
         } else {
             if let Some(r) = requests.last() {
-                used = (r.dst + r.len as u64).next_multiple_of(STORED_ALIGN);
+                used = r.dst.saturating_add(r.len as u64).min(STAGING_CAP).next_multiple_of(STORED_ALIGN);
             }
             requests.push(DeviceReadRequest {
                 key: key.clone(),
@@ -127,9 +134,9 @@ pub(crate) fn coalesce(spans: &[(&StoreKey, u64, u64)], gap: u64) -> (Vec<Device
             });
         }
         let r = requests.last().expect("a request");
-        at[i] = (requests.len() - 1, r.dst + offset - r.offset);
+        at[i] = (requests.len() - 1, r.dst.saturating_add(offset - r.offset).min(STAGING_CAP));
     }
-    let total = requests.last().map_or(0, |r| r.dst + r.len as u64);
+    let total = requests.last().map_or(0, |r| r.dst.saturating_add(r.len as u64).min(STAGING_CAP));
     (requests, at, total)
 }
 
@@ -168,6 +175,10 @@ mod tests {
         assert_eq!(batches_by_size([], k), Vec::<Vec<usize>>::new());
         // Sizes round up to the alignment: two odd sizes of just over half a budget do not share.
         assert_eq!(batches_by_size([k + 1, k + 1], 3 * k), vec![vec![0], vec![1]]);
+        // Sizes near 2^64 neither overflow nor share a batch; with a budget as large they do
+        // share one (whose size saturates, more than any device has free).
+        assert_eq!(batches_by_size([u64::MAX - 1, u64::MAX - 1, 1], 1 << 30), vec![vec![0], vec![1], vec![2]]);
+        assert_eq!(batches_by_size([u64::MAX - 1, u64::MAX - 1, 1], u64::MAX), vec![vec![0, 1, 2]]);
     }
 
     #[test]
@@ -186,6 +197,12 @@ mod tests {
         assert_eq!(requests.len(), 2);
         assert_eq!(at, vec![(0, 0), (1, 256)]);
         assert_eq!(coalesce(&[], 64).2, 0);
+        // Values too large for any memory: offsets and the total stop at the cap, no overflow.
+        let huge = u64::MAX - 10;
+        let (requests, at, total) = coalesce(&[(&a, 0, huge), (&b, 0, huge), (&b, 1 << 40, 10)], 64);
+        assert_eq!(requests.len(), 3);
+        assert_eq!(total, STAGING_CAP);
+        assert!(at.iter().all(|&(_, offset)| offset <= STAGING_CAP + STORED_ALIGN));
     }
 
     #[test]

@@ -130,11 +130,20 @@ pub(crate) struct GpuContext {
 }
 
 impl GpuContext {
+    /// The process's device states, by ordinal.
+    fn registry() -> std::sync::MutexGuard<'static, HashMap<usize, Arc<GpuContext>>> {
+        static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<GpuContext>>>> = OnceLock::new();
+        CONTEXTS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The state of device `ordinal` if a read has made it (no CUDA call otherwise).
+    pub(crate) fn existing(ordinal: usize) -> Option<Arc<Self>> {
+        Self::registry().get(&ordinal).cloned()
+    }
+
     /// The shared state of device `ordinal`, made on first use.
     pub(crate) fn get(ordinal: usize) -> Result<Arc<Self>, GpuError> {
-        static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<GpuContext>>>> = OnceLock::new();
-        let mut contexts =
-            CONTEXTS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut contexts = Self::registry();
         if let Some(context) = contexts.get(&ordinal) {
             return Ok(context.clone());
         }

@@ -25,7 +25,7 @@ use crate::context::{copy_dtod, DeviceBuffer, GpuContext};
 use crate::gzip_member::{check_member, MemberVerdict};
 use crate::place;
 use crate::plan::{plan_chunks, ChunkPlacement};
-use crate::retrieve::{fill_source, Compression, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
+use crate::retrieve::{fill_source, ChunkRef, Compression, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
 use crate::shard::sharded_units;
 use crate::trace::Trace;
 use crate::zstd_frame::{check_frame, FrameVerdict};
@@ -60,8 +60,9 @@ impl Unit {
         Self { placement, source: Source::Whole, inner: None, narrowed: false }
     }
 
-    fn decoded_len(&self, elem: u64) -> u64 {
-        self.placement.chunk_shape.iter().product::<u64>() * elem
+    /// The whole decoded chunk's bytes (checked once, by `plan_chunks`, with this `elem`).
+    fn decoded_len(&self, _elem: u64) -> u64 {
+        self.placement.chunk_bytes
     }
 
     /// The bytes read for an uncompressed chunk: all of it, or the placement's part.
@@ -159,6 +160,7 @@ struct Item {
 pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     array: &Array<S>,
     subset: &ArraySubset,
+    chunks: Vec<ChunkRef>,
     gds: Option<&GdsStore>,
     config: &GpuConfig,
     context: &GpuContext,
@@ -167,9 +169,9 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     nvcomp: Option<&NvcompLibrary>,
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
-    let chunks = crate::retrieve::chunks_meeting(array, subset)?;
     if plan.shards.is_empty() {
-        let units: Vec<Unit> = plan_chunks(elem, subset, chunks).into_iter().map(Unit::whole).collect();
+        let units: Vec<Unit> = plan_chunks(elem, subset, chunks)?.into_iter().map(Unit::whole).collect();
+        check_largest(&units, context, subset.shape(), elem)?;
         return decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp);
     }
     let storage = array.storage();
@@ -178,10 +180,21 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     if plan.chain.is_raw() {
         narrow_raw(&mut units, elem)?;
     }
+    check_largest(&units, context, subset.shape(), elem)?;
     let (out, mut report) =
         decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp)?;
     report.bytes_read += index_bytes;
     Ok((out, report))
+}
+
+/// Every unit is decoded whole into staging: one whose decoded bytes (with the output) exceed
+/// the device's free memory is refused before any batch is planned, which also keeps the batch
+/// arithmetic far from overflow.
+fn check_largest(units: &[Unit], context: &GpuContext, out_shape: &[u64], elem: u64) -> Result<(), GpuError> {
+    let largest = units.iter().map(|u| u.decoded_len(elem)).max().unwrap_or(0);
+    // Both fit in u64 (checked by plan_chunks); their sum may not, which no device has free.
+    let out_bytes = crate::plan::checked_bytes(out_shape, elem).unwrap_or(u64::MAX);
+    context.check_free(out_bytes.saturating_add(largest))
 }
 
 /// Read, check, decode and place `units` (chunks or inner chunks, all stored as `chain` says)
@@ -200,7 +213,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
     let mut trace = Trace::new();
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
-    let out_bytes = out_shape.iter().product::<u64>() * elem;
+    let out_bytes = crate::plan::checked_bytes(out_shape, elem)
+        .ok_or_else(|| GpuError::bytes_overflow("the output of shape", out_shape, elem))?;
     let storage = array.storage();
     let nvcomp = match nvcomp {
         Some(nvcomp) => Some(nvcomp),
@@ -228,7 +242,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     };
     let mut largest_slot = 0u64;
     for batch in &batches {
-        let decoded: u64 = batch.iter().map(|&u| decoded_len(u).next_multiple_of(DECODED_ALIGN)).sum();
+        // Saturating: a sum past 2^64 (a huge staging budget) is refused by check_free below.
+        let decoded = batch.iter().fold(0u64, |a, &u| a.saturating_add(decoded_len(u).next_multiple_of(DECODED_ALIGN)));
         let max_chunk = batch.iter().map(|&u| decoded_len(u)).max().unwrap_or(0);
         let temp = match (nvcomp, chain.compression) {
             (Some(nvcomp), Some(compression)) if chain.nvcomp_may_decode(config.decode_trust()) => nvcomp
@@ -237,9 +252,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 as u64,
             _ => 0,
         };
-        largest_slot = largest_slot.max(2 * decoded + temp + meta_len(batch));
+        largest_slot = largest_slot.max(decoded.saturating_mul(2).saturating_add(temp).saturating_add(meta_len(batch)));
     }
-    context.check_free(out_bytes + largest_slot * slots as u64)?;
+    context.check_free(out_bytes.saturating_add(largest_slot.saturating_mul(slots as u64)))?;
     trace.mark("plan");
 
     let (out, out_ptr) = context.alloc_output(stream, out_bytes as usize)?;
@@ -1105,7 +1120,7 @@ mod tests {
         let other = StoreKey::new("z/c/1").unwrap();
         let unit = |key: &StoreKey, source: Source| {
             let chunk = ArraySubset::new_with_start_shape(vec![0], vec![100]).unwrap();
-            let placement = plan_chunks(4, &chunk, [(vec![0], key.clone(), chunk.clone())]).pop().unwrap();
+            let placement = plan_chunks(4, &chunk, [(vec![0], key.clone(), chunk.clone())]).unwrap().pop().unwrap();
             Unit { placement, source, inner: None, narrowed: false }
         };
         let units = vec![
@@ -1139,7 +1154,7 @@ mod tests {
         let key = StoreKey::new("s/c/0").unwrap();
         let chunk = ArraySubset::new_with_start_shape(vec![0, 0], vec![4, 8]).unwrap();
         let subset = ArraySubset::new_with_ranges(&[1..3, 0..8]);
-        let placement = plan_chunks(4, &subset, [(vec![0, 0], key, chunk)]).pop().unwrap();
+        let placement = plan_chunks(4, &subset, [(vec![0, 0], key, chunk)]).unwrap().pop().unwrap();
         let unit = |len| Unit {
             placement: placement.clone(),
             source: Source::Range { offset: 1000, len },
@@ -1195,7 +1210,7 @@ mod tests {
         let out_subset = ArraySubset::new_with_ranges(&[4..6, 0..3, 0..4]);
         let chunk = ArraySubset::new_with_start_shape(vec![4, 0, 0], shape.to_vec()).unwrap();
         let key = StoreKey::new("c").unwrap();
-        let p = plan_chunks(2, &out_subset, [(vec![0, 0, 0], key, chunk)]).pop().unwrap();
+        let p = plan_chunks(2, &out_subset, [(vec![0, 0, 0], key, chunk)]).unwrap().pop().unwrap();
         let p = ChunkPlacement {
             chunk_region: subset.relative_to(&[4, 0, 0]).unwrap(),
             output_region: subset.relative_to(&[4, 0, 0]).unwrap(),

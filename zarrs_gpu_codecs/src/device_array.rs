@@ -51,8 +51,15 @@ impl<T: ElementOwned> DeviceArray<T> {
         data_type: DataType,
     ) -> Result<Self, GpuError> {
         check_element::<T>(&data_type)?;
-        let len = shape.iter().product::<u64>() as usize;
-        assert_eq!(bytes.len(), len * std::mem::size_of::<T>(), "device bytes match the shape");
+        let elem = std::mem::size_of::<T>() as u64;
+        let Some(num_bytes) = crate::plan::checked_bytes(&shape, elem) else {
+            return Err(GpuError::bytes_overflow("a device array of shape", &shape, elem));
+        };
+        if bytes.len() as u64 != num_bytes {
+            let reason = format!("{} device bytes for shape {shape:?} ({num_bytes} bytes)", bytes.len());
+            return Err(GpuError::Array(ArrayError::Other(reason)));
+        }
+        let len = (num_bytes / elem.max(1)) as usize;
         let stream = bytes.stream().clone();
         let ptr = bytes.leak();
         // SAFETY: ptr is the allocation just leaked, on this stream, of len elements of T.

@@ -74,11 +74,30 @@ pub enum GpuError {
         /// The device.
         device: usize,
     },
+    /// A size computed from metadata, a subset, a shard index or a file does not fit in 64 bits
+    /// (hostile or corrupt metadata, or a request beyond any device): refused before any read.
+    #[error("{0}")]
+    Overflow(String),
 }
 
 impl GpuError {
+    /// `shape` elements of `elem` bytes (what `what` names) do not fit in u64 bytes.
+    pub(crate) fn bytes_overflow(what: &str, shape: &[u64], elem: u64) -> Self {
+        Self::Overflow(format!("{what} {shape:?}: {} elements of {elem} bytes overflow u64", count(shape)))
+    }
+
     pub(crate) fn cuda(what: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Self {
         move |source| Self::Cuda { what, source }
+    }
+}
+
+/// The element count of `shape`, for messages: exact when it fits in u128 (as a power of two when
+/// it is one), else its order of magnitude.
+fn count(shape: &[u64]) -> String {
+    match shape.iter().try_fold(1u128, |acc, &n| acc.checked_mul(u128::from(n))) {
+        Some(n) if n.is_power_of_two() && n > 1 << 20 => format!("2^{}", n.trailing_zeros()),
+        Some(n) => n.to_string(),
+        None => format!("about 2^{:.0}", shape.iter().map(|&n| (n as f64).log2()).sum::<f64>()),
     }
 }
 
@@ -97,5 +116,22 @@ impl From<GpuError> for ArrayError {
             GpuError::Array(err) => err,
             other => ArrayError::Other(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overflow_messages_name_the_size() {
+        let e = GpuError::bytes_overflow("the subset of shape", &[1 << 40, 1 << 40], 4);
+        assert_eq!(
+            e.to_string(),
+            "the subset of shape [1099511627776, 1099511627776]: 2^80 elements of 4 bytes overflow u64"
+        );
+        assert!(count(&[3, 1 << 63]).starts_with("27670116110564327424"));
+        assert_eq!(count(&[u64::MAX, u64::MAX, 1 << 32]), "about 2^160");
+        assert_eq!(count(&[1024]), "1024");
     }
 }

@@ -112,4 +112,33 @@ mod tests {
         assert!(host(&member[..12], 5000));
         assert!(host(&gzip(&[], 6), 0));
     }
+
+    proptest::proptest! {
+        /// Random bytes and mutated members are a verdict, never a panic; a member sent to the
+        /// device records the chunk's size in its trailer.
+        #[test]
+        fn random_and_mutated_members_never_panic(
+            random in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            n in 0..5000usize,
+            edits in proptest::collection::vec((proptest::prelude::any::<proptest::sample::Index>(), proptest::prelude::any::<u8>()), 0..4),
+            cut in proptest::option::of(proptest::prelude::any::<proptest::sample::Index>()),
+            expected in proptest::prop_oneof![proptest::strategy::Just(u64::MAX), proptest::prelude::any::<u64>(), 0..6000u64],
+        ) {
+            let _ = check_member(&random, expected);
+            let mut member = gzip(&data(n), 6);
+            for (at, byte) in &edits {
+                let at = at.index(member.len());
+                member[at] = *byte;
+            }
+            if let Some(cut) = cut {
+                member.truncate(cut.index(member.len() + 1));
+            }
+            for expected in [expected, n as u64] {
+                if let MemberVerdict::Device { .. } = check_member(&member, expected) {
+                    let t = &member[member.len() - 4..];
+                    proptest::prop_assert_eq!(u64::from(u32::from_le_bytes([t[0], t[1], t[2], t[3]])), expected % (1 << 32));
+                }
+            }
+        }
+    }
 }

@@ -4,6 +4,23 @@
 use zarrs::array::ArraySubset;
 use zarrs_storage::StoreKey;
 
+use crate::GpuError;
+
+/// Bytes of a C-order buffer of `shape` elements of `elem` bytes, None when that overflows u64.
+#[must_use]
+pub fn checked_bytes(shape: &[u64], elem: u64) -> Option<u64> {
+    shape.iter().try_fold(elem, |acc, &n| acc.checked_mul(n))
+}
+
+fn invalid(reason: String) -> GpuError {
+    GpuError::Array(zarrs::array::ArrayError::Other(reason))
+}
+
+/// `start + shape` per dimension (the exclusive end of a box), None when it overflows u64.
+fn checked_end(start: &[u64], shape: &[u64]) -> Option<Vec<u64>> {
+    start.iter().zip(shape).map(|(&a, &n)| a.checked_add(n)).collect()
+}
+
 /// A strided copy of at most three dimensions between two buffers, in bytes: `depth` slices of
 /// `height` rows of `width` contiguous bytes (what `cuMemcpy3D` takes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +74,10 @@ impl Copy3D {
 /// Lower the copy of box `extent` at `src_start` of a C-order buffer of shape `src_shape` to
 /// `dst_start` of one of shape `dst_shape` (elements of `elem` bytes) into 3-D copies: adjacent
 /// dimensions that are contiguous in both buffers merge, and dimensions beyond three loop.
-#[must_use]
+///
+/// # Errors
+/// Returns an error when the arguments differ in length, `elem` is 0, the box leaves either
+/// buffer, or a buffer's size overflows u64 (within those bounds no offset can overflow).
 pub fn region_copies(
     elem: u64,
     src_shape: &[u64],
@@ -65,9 +85,28 @@ pub fn region_copies(
     dst_shape: &[u64],
     dst_start: &[u64],
     extent: &[u64],
-) -> Vec<Copy3D> {
+) -> Result<Vec<Copy3D>, GpuError> {
+    let n = extent.len();
+    if [src_shape.len(), src_start.len(), dst_shape.len(), dst_start.len()].iter().any(|&l| l != n) || elem == 0 {
+        return Err(invalid(format!(
+            "a copy of box {extent:?} of {elem}-byte elements from {src_start:?} of {src_shape:?} to {dst_start:?} of {dst_shape:?} does not fit its buffers"
+        )));
+    }
+    let inside = |start: &[u64], shape: &[u64]| {
+        checked_end(start, extent).is_some_and(|end| end.iter().zip(shape).all(|(e, n)| e <= n))
+    };
+    if !inside(src_start, src_shape) || !inside(dst_start, dst_shape) {
+        return Err(invalid(format!(
+            "a copy of box {extent:?} from {src_start:?} of {src_shape:?} to {dst_start:?} of {dst_shape:?} leaves its buffers"
+        )));
+    }
+    for (what, shape) in [("copy source of shape", src_shape), ("copy destination of shape", dst_shape)] {
+        if checked_bytes(shape, elem).is_none() {
+            return Err(GpuError::bytes_overflow(what, shape, elem));
+        }
+    }
     if extent.contains(&0) {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let strides = |shape: &[u64]| -> Vec<u64> {
         let mut strides = vec![elem; shape.len()];
@@ -111,18 +150,23 @@ pub fn region_copies(
         dst_height: slice.2 / row.2,
     };
     let count: u64 = outer.iter().map(|d| d.0).product();
-    (0..count)
-        .map(|mut linear| {
-            let (mut s, mut d) = (src_base, dst_base);
-            for &(n, ss, ds) in outer.iter().rev() {
-                let i = linear % n;
-                linear /= n;
-                s += i * ss;
-                d += i * ds;
-            }
-            copy(s, d)
-        })
-        .collect()
+    // One copy per outer position, at most one per element of the box: reserved fallibly, so
+    // that a box of billions of tiny rows is an error rather than an abort.
+    let mut copies = Vec::new();
+    usize::try_from(count).ok().and_then(|n| copies.try_reserve_exact(n).ok()).ok_or_else(|| {
+        invalid(format!("a copy of box {extent:?} needs {count} strided copies, more than memory holds"))
+    })?;
+    copies.extend((0..count).map(|mut linear| {
+        let (mut s, mut d) = (src_base, dst_base);
+        for &(n, ss, ds) in outer.iter().rev() {
+            let i = linear % n;
+            linear /= n;
+            s += i * ss;
+            d += i * ds;
+        }
+        copy(s, d)
+    }));
+    Ok(copies)
 }
 
 /// How one chunk contributes to a read.
@@ -134,6 +178,9 @@ pub struct ChunkPlacement {
     pub key: StoreKey,
     /// The chunk's full shape (as stored).
     pub chunk_shape: Vec<u64>,
+    /// Bytes of the whole decoded chunk (`chunk_shape` elements), checked against overflow once
+    /// here.
+    pub chunk_bytes: u64,
     /// The part of the chunk that meets the subset, relative to the chunk.
     pub chunk_region: ArraySubset,
     /// Where that part lands, relative to the subset.
@@ -170,47 +217,78 @@ impl ChunkPlacement {
 /// Plan the read of `subset` from chunks of a regular grid.
 ///
 /// `chunks` lists, for each chunk meeting the subset, its indices, key and the subset of the
-/// array it covers (unbounded: the full chunk shape, as stored).
+/// array it covers (unbounded: the full chunk shape, as stored). Chunks that do not meet the
+/// subset are skipped.
+///
+/// # Errors
+/// Returns an error when a chunk's dimensionality differs from the subset's, or the subset's or
+/// a chunk's end or byte size overflows u64 (all later offsets then fit).
 pub fn plan_chunks(
     elem: u64,
     subset: &ArraySubset,
     chunks: impl IntoIterator<Item = (Vec<u64>, StoreKey, ArraySubset)>,
-) -> Vec<ChunkPlacement> {
-    chunks
-        .into_iter()
-        .filter_map(|(chunk_indices, key, chunk_subset)| {
-            let overlap = chunk_subset.overlap(subset).ok()?;
-            if overlap.is_empty() {
-                return None;
-            }
-            let chunk_region = overlap.relative_to(chunk_subset.start()).ok()?;
-            let output_region = overlap.relative_to(subset.start()).ok()?;
-            let chunk_shape = chunk_subset.shape().to_vec();
-            let mut copies = region_copies(
-                elem,
-                &chunk_shape,
-                chunk_region.start(),
-                subset.shape(),
-                output_region.start(),
-                chunk_region.shape(),
-            );
-            let byte_start = copies.first().map_or(0, |c| c.src_offset);
-            let byte_end = copies.iter().map(Copy3D::src_end).max().unwrap_or(0);
-            for copy in &mut copies {
-                copy.src_offset -= byte_start;
-            }
-            Some(ChunkPlacement {
-                chunk_indices,
-                key,
-                chunk_shape,
-                chunk_region,
-                output_region,
-                byte_start,
-                byte_end,
-                copies,
-            })
-        })
-        .collect()
+) -> Result<Vec<ChunkPlacement>, GpuError> {
+    if checked_end(subset.start(), subset.shape()).is_none() {
+        return Err(GpuError::Overflow(format!(
+            "the subset {:?} + {:?} ends past 2^64",
+            subset.start(),
+            subset.shape()
+        )));
+    }
+    if checked_bytes(subset.shape(), elem).is_none() {
+        return Err(GpuError::bytes_overflow("the subset of shape", subset.shape(), elem));
+    }
+    let mut placements = Vec::new();
+    for (chunk_indices, key, chunk_subset) in chunks {
+        let chunk_shape = chunk_subset.shape().to_vec();
+        if chunk_subset.dimensionality() != subset.dimensionality() {
+            return Err(invalid(format!(
+                "chunk {key} has {} dimensions, the subset {}",
+                chunk_subset.dimensionality(),
+                subset.dimensionality()
+            )));
+        }
+        if checked_end(chunk_subset.start(), &chunk_shape).is_none() {
+            return Err(GpuError::Overflow(format!(
+                "chunk {key} at {:?} of shape {chunk_shape:?} ends past 2^64",
+                chunk_subset.start()
+            )));
+        }
+        let chunk_bytes = checked_bytes(&chunk_shape, elem)
+            .ok_or_else(|| GpuError::bytes_overflow(&format!("chunk {key} of shape"), &chunk_shape, elem))?;
+        // Both ends fit in u64, so zarrs' overlap arithmetic cannot overflow.
+        let overlap = chunk_subset.overlap(subset).map_err(|e| GpuError::Array(e.into()))?;
+        if overlap.is_empty() {
+            continue;
+        }
+        let chunk_region = overlap.relative_to(chunk_subset.start()).map_err(|e| GpuError::Array(e.into()))?;
+        let output_region = overlap.relative_to(subset.start()).map_err(|e| GpuError::Array(e.into()))?;
+        let mut copies = region_copies(
+            elem,
+            &chunk_shape,
+            chunk_region.start(),
+            subset.shape(),
+            output_region.start(),
+            chunk_region.shape(),
+        )?;
+        let byte_start = copies.first().map_or(0, |c| c.src_offset);
+        let byte_end = copies.iter().map(Copy3D::src_end).max().unwrap_or(0);
+        for copy in &mut copies {
+            copy.src_offset -= byte_start;
+        }
+        placements.push(ChunkPlacement {
+            chunk_indices,
+            key,
+            chunk_shape,
+            chunk_bytes,
+            chunk_region,
+            output_region,
+            byte_start,
+            byte_end,
+            copies,
+        });
+    }
+    Ok(placements)
 }
 
 #[cfg(test)]
@@ -255,7 +333,7 @@ mod tests {
             let mut want = vec![0u8; n(&dst_shape)];
             let mut got = want.clone();
             reference_copy(elem as usize, &src_shape, &src_start, &dst_shape, &dst_start, &extent, &src, &mut want);
-            let copies = region_copies(elem, &src_shape, &src_start, &dst_shape, &dst_start, &extent);
+            let copies = region_copies(elem, &src_shape, &src_start, &dst_shape, &dst_start, &extent).unwrap();
             for c in &copies {
                 assert!(c.width > 0 && c.height > 0 && c.depth > 0);
                 assert!(c.src_pitch >= c.width || c.height == 1, "{c:?}");
@@ -268,14 +346,85 @@ mod tests {
     #[test]
     fn whole_chunks_of_full_rows_merge_to_one_contiguous_copy() {
         // chunk (4, 8, 8) inside an array (16, 8, 8): every chunk is one contiguous run.
-        let copies = region_copies(4, &[4, 8, 8], &[0, 0, 0], &[16, 8, 8], &[8, 0, 0], &[4, 8, 8]);
+        let copies = region_copies(4, &[4, 8, 8], &[0, 0, 0], &[16, 8, 8], &[8, 0, 0], &[4, 8, 8]).unwrap();
         assert_eq!(copies.len(), 1);
         assert!(copies[0].is_contiguous());
         assert_eq!((copies[0].dst_offset, copies[0].width), (8 * 64 * 4, 4 * 64 * 4));
         // chunk (64, 256, 256) inside (512, 2048, 2048): 64 slices of 256 rows of 1 KiB.
-        let c = region_copies(4, &[64, 256, 256], &[0; 3], &[512, 2048, 2048], &[64, 256, 512], &[64, 256, 256]);
+        let c =
+            region_copies(4, &[64, 256, 256], &[0; 3], &[512, 2048, 2048], &[64, 256, 512], &[64, 256, 256]).unwrap();
         assert_eq!(c.len(), 1);
         assert_eq!((c[0].width, c[0].height, c[0].depth), (1024, 256, 64));
         assert_eq!((c[0].dst_pitch, c[0].dst_height), (8192, 2048));
+    }
+
+    /// Extents anywhere in u64, edges weighted.
+    fn extent() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![Just(0u64), Just(1), Just(u64::MAX), Just(1 << 32), Just(1 << 63), any::<u64>(), 1..9u64]
+    }
+
+    /// Box extents that are small or too large to fit with another dimension: four or more of
+    /// them never make billions of strided copies (with up to three any extent is one copy).
+    fn box_extent() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![Just(0u64), Just(u64::MAX), Just(1 << 63), 1..9u64]
+    }
+
+    /// `(subset start, subset shape, chunk start, chunk shape)` per dimension: any extents in up
+    /// to three dimensions, small or huge ones in four and five.
+    fn boxes() -> impl proptest::strategy::Strategy<Value = Vec<(u64, u64, u64, u64)>> {
+        use proptest::prelude::*;
+        prop_oneof![
+            proptest::collection::vec((extent(), extent(), extent(), extent()), 1..4),
+            proptest::collection::vec((extent(), box_extent(), extent(), box_extent()), 4..6),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever the subset and chunk boxes (huge, overflowing, mismatched), planning never
+        /// panics; a plan it returns stays within the chunk's and the output's bytes.
+        #[test]
+        fn plan_chunks_never_panics_and_stays_in_bounds(
+            elem in proptest::prop_oneof![proptest::strategy::Just(0u64), 1..17u64],
+            dims in boxes(),
+            extra_dim in proptest::bool::weighted(0.05),
+        ) {
+            let subset = ArraySubset::new_with_start_shape(
+                dims.iter().map(|d| d.0).collect(), dims.iter().map(|d| d.1).collect()).unwrap();
+            let mut start: Vec<u64> = dims.iter().map(|d| d.2).collect();
+            let mut shape: Vec<u64> = dims.iter().map(|d| d.3).collect();
+            if extra_dim {
+                start.push(0);
+                shape.push(1);
+            }
+            let chunk = ArraySubset::new_with_start_shape(start, shape).unwrap();
+            let key = StoreKey::new("c/0").unwrap();
+            if let Ok(plan) = plan_chunks(elem, &subset, [(vec![0], key, chunk.clone())]) {
+                let out = checked_bytes(subset.shape(), elem).unwrap();
+                for p in &plan {
+                    proptest::prop_assert_eq!(Some(p.chunk_bytes), checked_bytes(chunk.shape(), elem));
+                    proptest::prop_assert!(p.byte_start <= p.byte_end && p.byte_end <= p.chunk_bytes);
+                    for c in &p.copies {
+                        proptest::prop_assert!(c.src_end() <= p.read_len());
+                        let dst_end = c.dst_offset + ((c.depth - 1) * c.dst_height + (c.height - 1)) * c.dst_pitch + c.width;
+                        proptest::prop_assert!(dst_end <= out, "{c:?} past {out}");
+                    }
+                }
+            }
+        }
+
+        /// region_copies refuses boxes that leave their buffers or buffers whose size
+        /// overflows; it never panics.
+        #[test]
+        fn region_copies_never_panic(
+            elem in 0..9u64,
+            dims in proptest::collection::vec((extent(), extent(), extent(), extent(), box_extent()), 0..6),
+        ) {
+            let col = |k: usize| -> Vec<u64> {
+                dims.iter().map(|d| [d.0, d.1, d.2, d.3, d.4][k]).collect()
+            };
+            let _ = region_copies(elem, &col(0), &col(1), &col(2), &col(3), &col(4));
+        }
     }
 }

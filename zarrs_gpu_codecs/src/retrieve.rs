@@ -18,7 +18,7 @@ use zarrs_storage::ReadableStorageTraits;
 use crate::context::{copy_dtod, fill_pattern, DeviceBuffer, GpuContext};
 use crate::device_array::check_element;
 use crate::place::GATHER_DIMS;
-use crate::plan::{plan_chunks, ChunkPlacement};
+use crate::plan::{checked_bytes, plan_chunks, ChunkPlacement};
 use crate::shard::ShardLevel;
 use crate::trace::Trace;
 use crate::{gpu_config, DecodeTrust, DeviceArray, GpuConfig, GpuError};
@@ -173,6 +173,15 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
                 let TransposeCodecConfiguration::V1(c) = configuration else {
                     return Err("this transpose configuration version is not supported".into());
                 };
+                // zarrs opens an order of another length than the array's dimensionality (and
+                // refuses it when decoding): the gather kernel must never index by it.
+                if c.order.0.len() != array.dimensionality() {
+                    return Err(format!(
+                        "transpose order {:?} does not fit {} dimensions",
+                        c.order.0,
+                        array.dimensionality()
+                    ));
+                }
                 if c.order.0.len() > GATHER_DIMS {
                     return Err(format!("transposes of more than {GATHER_DIMS} dimensions are done on the host"));
                 }
@@ -240,21 +249,42 @@ pub fn host_decode_reason<S: ?Sized>(array: &Array<S>) -> Option<String> {
     device_plan(array).err()
 }
 
-/// Every chunk meeting `subset`: its indices, key and (unbounded) subset.
-pub(crate) fn chunks_meeting<S: ?Sized>(
-    array: &Array<S>,
-    subset: &ArraySubset,
-) -> Result<Vec<(Vec<u64>, zarrs_storage::StoreKey, ArraySubset)>, GpuError> {
+/// A chunk meeting a subset: its grid indices, key and (unbounded) subset.
+pub(crate) type ChunkRef = (Vec<u64>, zarrs_storage::StoreKey, ArraySubset);
+
+/// Every chunk meeting `subset` (which lies within the array, or is one whole chunk). Costs what
+/// the chunks meeting it cost, never the whole grid.
+pub(crate) fn chunks_meeting<S: ?Sized>(array: &Array<S>, subset: &ArraySubset) -> Result<Vec<ChunkRef>, GpuError> {
     let grid = array.chunks_in_array_subset(subset).map_err(|e| GpuError::Array(e.into()))?;
     let Some(grid) = grid else { return Ok(Vec::new()) };
+    // zarrs' index iterator multiplies the extents unchecked. Each chunk meeting a subset holds
+    // at least one of its elements, so for a subset whose bytes fit this cannot overflow.
+    if grid.shape().iter().try_fold(1u64, |acc, &n| acc.checked_mul(n)).is_none() {
+        return Err(GpuError::Overflow(format!("the subset meets more than 2^64 chunks ({:?})", grid.shape())));
+    }
     grid.indices()
         .into_iter()
-        .map(|indices| {
-            let chunk_subset = array.chunk_subset(&indices)?;
-            Ok((indices.to_vec(), array.chunk_key(&indices), chunk_subset))
-        })
-        .collect::<Result<Vec<_>, zarrs::array::ArrayError>>()
-        .map_err(GpuError::Array)
+        .map(|indices| Ok((indices.to_vec(), array.chunk_key(&indices), chunk_subset(array, &indices)?)))
+        .collect()
+}
+
+/// The (unbounded) subset of the chunk at `indices` (within the grid), its end checked: zarrs'
+/// `chunk_subset` adds unchecked, and the last chunk of a grid may end past 2^64.
+pub(crate) fn chunk_subset<S: ?Sized>(array: &Array<S>, indices: &[u64]) -> Result<ArraySubset, GpuError> {
+    let origin = array.chunk_origin(indices)?;
+    let shape: Vec<u64> = array.chunk_shape(indices)?.iter().map(|n| n.get()).collect();
+    if origin.iter().zip(&shape).any(|(&o, &n)| o.checked_add(n).is_none()) {
+        return Err(GpuError::Overflow(format!("chunk {indices:?} at {origin:?} of shape {shape:?} ends past 2^64")));
+    }
+    ArraySubset::new_with_start_shape(origin, shape).map_err(|e| GpuError::Array(e.into()))
+}
+
+/// Whether `indices` (a box of `shape` from `start`) lies within `bound`, checked: zarrs'
+/// `inbounds_shape` adds unchecked.
+fn within(start: &[u64], shape: &[u64], bound: &[u64]) -> bool {
+    start.len() == bound.len()
+        && shape.len() == bound.len()
+        && start.iter().zip(shape).zip(bound).all(|((&a, &n), &b)| a.checked_add(n).is_some_and(|end| end <= b))
 }
 
 fn name(codec: &dyn ExtensionName) -> String {
@@ -318,7 +348,7 @@ macro_rules! impl_array_device_ext {
             if chunk_indices.len() != grid.len() || chunk_indices.iter().zip(grid).any(|(i, n)| i >= n) {
                 return Err(zarrs::array::ArrayError::InvalidChunkGridIndicesError(chunk_indices.to_vec()).into());
             }
-            let subset = self.chunk_subset(chunk_indices)?;
+            let subset = chunk_subset(self, chunk_indices)?;
             let storage = self.storage();
             let gds: Option<&GdsStore> = ($gds)(&storage);
             let config = gpu_config().unwrap_or_default();
@@ -326,7 +356,25 @@ macro_rules! impl_array_device_ext {
         }
 
         fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
-            let subset = self.chunks_subset_bounded(chunks)?;
+            // zarrs' chunks_subset_bounded multiplies and adds unchecked: the box must lie in the
+            // grid, and its chunks' subsets are computed checked.
+            if !within(chunks.start(), chunks.shape(), self.chunk_grid_shape()) {
+                return Err(zarrs::array::ArrayError::InvalidChunkGridIndicesError(chunks.start().to_vec()).into());
+            }
+            let subset = match chunks.end_inc() {
+                None => ArraySubset::new_empty(chunks.dimensionality()),
+                Some(last) => {
+                    let (first, last) = (chunk_subset(self, chunks.start())?, chunk_subset(self, &last)?);
+                    let ranges: Vec<_> = first
+                        .start()
+                        .iter()
+                        .zip(last.end_exc())
+                        .zip(self.shape())
+                        .map(|((&a, b), &n)| a.min(n)..b.min(n))
+                        .collect();
+                    ArraySubset::new_with_ranges(&ranges)
+                }
+            };
             self.retrieve_array_subset_device(&subset)
         }
     };
@@ -335,9 +383,15 @@ macro_rules! impl_array_device_ext {
 /// Run a retrieval on `config`'s device: fail fast when an earlier fault lost the device's
 /// context, and record such a loss when this retrieval causes it.
 fn contained<R>(config: &GpuConfig, read: impl FnOnce() -> Result<R, GpuError>) -> Result<R, GpuError> {
-    let context = GpuContext::get(config.device())?;
-    context.check_alive()?;
-    read().map_err(|err| context.contain(err))
+    // Only a device some read has set up can be lost; requests refused on the host (overflowing
+    // sizes) never touch the driver.
+    if let Some(context) = GpuContext::existing(config.device()) {
+        context.check_alive()?;
+    }
+    read().map_err(|err| match GpuContext::existing(config.device()) {
+        Some(context) => context.contain(err),
+        None => err,
+    })
 }
 
 fn as_gds<S: 'static>(storage: &Arc<S>) -> Option<&GdsStore> {
@@ -366,12 +420,25 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     whole_chunk: bool,
 ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
     check_element::<T>(array.data_type())?;
-    if subset.dimensionality() != array.dimensionality() || !(whole_chunk || subset.inbounds_shape(array.shape())) {
+    if subset.start().iter().zip(subset.shape()).any(|(&a, &n)| a.checked_add(n).is_none()) {
+        // Not InvalidArraySubset: zarrs' Display of such a subset overflows.
+        let (start, shape) = (subset.start(), subset.shape());
+        return Err(GpuError::Overflow(format!("the subset from {start:?} of shape {shape:?} ends past 2^64")));
+    }
+    if subset.dimensionality() != array.dimensionality()
+        || !(whole_chunk || within(subset.start(), subset.shape(), array.shape()))
+    {
         return Err(zarrs::array::ArrayError::InvalidArraySubset(subset.clone(), array.shape().to_vec()).into());
     }
+    // Pure arithmetic before any CUDA call: a request whose size overflows is refused as such.
+    let elem = std::mem::size_of::<T>() as u64;
+    let out_bytes = checked_bytes(subset.shape(), elem)
+        .ok_or_else(|| GpuError::bytes_overflow("the subset of shape", subset.shape(), elem))?;
     let context = GpuContext::get(config.device())?;
+    // A result larger than the device's free memory fails now, before any planning.
+    context.check_free(out_bytes)?;
     let stream = context.new_stream()?;
-    let out_bytes = subset.num_elements() * std::mem::size_of::<T>() as u64;
+    let chunks = chunks_meeting(array, subset)?;
     let route = device_plan(array).and_then(|plan| {
         if !plan.chain.needs_nvcomp() {
             return Ok((plan, None));
@@ -380,13 +447,13 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     });
     let (out, report) = match route {
         Ok((plan, None)) if plan.shards.is_empty() && plan.chain.is_raw() => {
-            retrieve_raw(array, subset, gds, config, &context, &stream, out_bytes)?
+            retrieve_raw(array, subset, chunks, gds, config, &context, &stream, out_bytes)?
         }
         Ok((plan, nvcomp)) if !whole_chunk => {
-            crate::decode::retrieve_decoded(array, subset, gds, config, &context, &stream, &plan, nvcomp)?
+            crate::decode::retrieve_decoded(array, subset, chunks, gds, config, &context, &stream, &plan, nvcomp)?
         }
-        Ok(_) => retrieve_host(array, subset, &context, &stream, out_bytes, whole_chunk, None)?,
-        Err(reason) => retrieve_host(array, subset, &context, &stream, out_bytes, whole_chunk, Some(reason))?,
+        Ok(_) => retrieve_host(array, subset, &chunks, &context, &stream, out_bytes, whole_chunk, None)?,
+        Err(reason) => retrieve_host(array, subset, &chunks, &context, &stream, out_bytes, whole_chunk, Some(reason))?,
     };
     // SAFETY: every byte of `out` was written by the pipeline, synchronized on `stream`.
     let device = unsafe { DeviceArray::from_device_bytes(out, subset.shape().to_vec(), array.data_type().clone()) }?;
@@ -394,16 +461,27 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
 }
 
 /// Host decode by zarrs into pinned memory from the pool, then one copy.
+#[allow(clippy::too_many_arguments)]
 fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     array: &Array<S>,
     subset: &ArraySubset,
+    chunks: &[ChunkRef],
     context: &GpuContext,
     stream: &Arc<CudaStream>,
     out_bytes: u64,
     whole_chunk: bool,
     host_reason: Option<String>,
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
-    context.check_free(out_bytes)?;
+    // zarrs decodes whole chunks on the host: a chunk shape that overflows, or one larger than
+    // the device could ever take, is refused rather than handed to zarrs' allocations.
+    let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
+    let mut largest = 0u64;
+    for (_, key, chunk) in chunks {
+        let bytes = checked_bytes(chunk.shape(), elem)
+            .ok_or_else(|| GpuError::bytes_overflow(&format!("chunk {key} of shape"), chunk.shape(), elem))?;
+        largest = largest.max(bytes);
+    }
+    context.check_free(out_bytes.saturating_add(largest))?;
     let len = out_bytes as usize;
     let mut pinned = context.take_pinned(len)?;
     if whole_chunk {
@@ -411,6 +489,10 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
         let chunk_indices: Vec<u64> = subset.start().iter().zip(subset.shape()).map(|(s, n)| s / n).collect();
         let bytes = array.retrieve_chunk::<zarrs::array::ArrayBytes<'static>>(&chunk_indices)?;
         let bytes = bytes.into_fixed().map_err(|e| GpuError::Array(zarrs::array::ArrayError::Other(e.to_string())))?;
+        if bytes.len() != len {
+            let reason = format!("zarrs decoded {} bytes, {len} expected", bytes.len());
+            return Err(GpuError::Array(zarrs::array::ArrayError::Other(reason)));
+        }
         pinned.as_mut_slice()[..len].copy_from_slice(&bytes);
     } else {
         let bytes = unsafe_cell_slice::UnsafeCellSlice::new(&mut pinned.as_mut_slice()[..len]);
@@ -427,8 +509,7 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     stream.memcpy_htod(&pinned.as_slice()[..len], &mut out).map_err(GpuError::cuda("copying to the device"))?;
     stream.synchronize().map_err(GpuError::cuda("waiting for the copy to the device"))?;
     context.give_pinned(pinned);
-    let chunks = array.chunks_in_array_subset(subset).ok().flatten().map_or(0, |c| c.num_elements_usize());
-    Ok((out, RetrieveReport { host_reason, ..RetrieveReport::new(DecodePath::Host, chunks) }))
+    Ok((out, RetrieveReport { host_reason, ..RetrieveReport::new(DecodePath::Host, chunks.len()) }))
 }
 
 /// Offsets in staging are aligned so cuFile and the copy engines get aligned addresses.
@@ -447,8 +528,9 @@ fn make_batches(placements: &[ChunkPlacement], budget: u64) -> Vec<Batch> {
     let mut current = Batch { items: Vec::new(), staging: Vec::new(), staging_bytes: 0 };
     for (i, p) in placements.iter().enumerate() {
         let staged = !p.is_direct();
-        let need = if staged { p.read_len().next_multiple_of(STAGING_ALIGN) } else { 0 };
-        if !current.items.is_empty() && current.staging_bytes + need > budget {
+        // Saturating: a read near 2^64 bytes stays larger than any budget and any free memory.
+        let need = if staged { p.read_len().checked_next_multiple_of(STAGING_ALIGN).unwrap_or(u64::MAX) } else { 0 };
+        if !current.items.is_empty() && current.staging_bytes.saturating_add(need) > budget {
             batches.push(std::mem::replace(
                 &mut current,
                 Batch { items: Vec::new(), staging: Vec::new(), staging_bytes: 0 },
@@ -456,7 +538,7 @@ fn make_batches(placements: &[ChunkPlacement], budget: u64) -> Vec<Batch> {
         }
         current.items.push(i);
         current.staging.push(staged.then_some(current.staging_bytes));
-        current.staging_bytes += need;
+        current.staging_bytes = current.staging_bytes.saturating_add(need);
     }
     if !current.items.is_empty() {
         batches.push(current);
@@ -467,9 +549,11 @@ fn make_batches(placements: &[ChunkPlacement], budget: u64) -> Vec<Batch> {
 /// Codec chain `bytes`: chunk bytes go from storage to device staging (or straight into the
 /// output) and are placed with device copies; two staging buffers alternate so placement of one
 /// batch overlaps the reads of the next.
+#[allow(clippy::too_many_arguments)]
 fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
     array: &Array<S>,
     subset: &ArraySubset,
+    chunks: Vec<ChunkRef>,
     gds: Option<&GdsStore>,
     config: &GpuConfig,
     context: &GpuContext,
@@ -478,11 +562,14 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
     let mut trace = Trace::new();
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
-    let placements = plan_chunks(elem, subset, chunks_meeting(array, subset)?);
+    let placements = plan_chunks(elem, subset, chunks)?;
     let batches = make_batches(&placements, config.staging_bytes() as u64);
     let max_staging = batches.iter().map(|b| b.staging_bytes).max().unwrap_or(0);
     let buffers_needed = if batches.len() > 1 { 2 } else { 1 };
-    context.check_free(out_bytes + max_staging * buffers_needed)?;
+    // The fill block covers the largest read (a missing chunk is placed from it).
+    let fill_len = placements.iter().map(ChunkPlacement::read_len).max().unwrap_or(0);
+    // Saturating: a sum past 2^64 is more than any device has free, and refused as such.
+    context.check_free(out_bytes.saturating_add(max_staging.saturating_mul(buffers_needed)))?;
     trace.mark("plan");
 
     let (out, out_ptr) = context.alloc_output(stream, out_bytes as usize)?;
@@ -513,7 +600,7 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
                         None => out_ptr + p.direct_output_offset(),
                     };
                     // The stored chunk is its elements: of any other size it is not this chunk.
-                    let value_len = Some(p.chunk_shape.iter().product::<u64>() * elem);
+                    let value_len = Some(p.chunk_bytes);
                     DeviceReadRequest {
                         key: p.key.clone(),
                         offset: p.byte_start,
@@ -545,13 +632,7 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
                     }
                 } else {
                     report.missing_chunks += 1;
-                    fill_source(
-                        &mut fill,
-                        context,
-                        array,
-                        placements.iter().map(ChunkPlacement::read_len).max().unwrap_or(0),
-                        stream,
-                    )?
+                    fill_source(&mut fill, context, array, fill_len, stream)?
                 };
                 for copy in &p.copies {
                     // SAFETY: the copy reads within the bytes read (or the fill block, sized for

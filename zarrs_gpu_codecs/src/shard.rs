@@ -50,6 +50,12 @@ impl ShardLevel {
 
     /// Inner chunks per shard of `shard_shape` along each dimension.
     fn chunks_per_shard(&self, shard_shape: &[u64]) -> Result<Vec<NonZeroU64>, String> {
+        if shard_shape.len() != self.inner_shape.len() {
+            return Err(format!(
+                "inner chunk shape {:?} and shard shape {shard_shape:?} differ in dimensionality",
+                self.inner_shape
+            ));
+        }
         shard_shape
             .iter()
             .zip(&self.inner_shape)
@@ -63,6 +69,13 @@ impl ShardLevel {
 
     /// Bytes of the encoded index of a shard with `chunks_per_shard` inner chunks.
     fn index_len(&self, chunks_per_shard: &[NonZeroU64]) -> Result<u64, String> {
+        // zarrs sizes the index unchecked: 16 bytes per inner chunk must fit in u64, with room
+        // to spare (fixed-size index codecs after `bytes` add a few bytes, crc32c 4).
+        let entries = chunks_per_shard.iter().try_fold(1u64, |acc, n| acc.checked_mul(n.get()));
+        if entries.and_then(|n| n.checked_mul(32)).is_none() {
+            let per: Vec<u64> = chunks_per_shard.iter().map(|n| n.get()).collect();
+            return Err(format!("a shard of {per:?} inner chunks has an index too large for 64-bit sizes"));
+        }
         let mut shape = chunks_per_shard.to_vec();
         shape.push(NonZeroU64::new(2).expect("2"));
         match self
@@ -101,6 +114,10 @@ fn index_cache() -> &'static Mutex<IndexCache> {
 /// Indexes kept at most (beyond that the cache starts over): 64 inner chunks take 1 KiB.
 const INDEX_CACHE_ENTRIES: usize = 1 << 16;
 
+/// Indexes larger than this (65536 inner chunks) of values of unknown length are checked
+/// against the value's size before they are read.
+const LARGE_INDEX: u64 = 1 << 20;
+
 /// A decoded shard index (offset and length per inner chunk), the bytes read for it (0 when
 /// cached) and the shard's length where known (nested shards; `GdsStore` files).
 type ReadIndex = (Arc<Vec<u64>>, u64, Option<u64>);
@@ -128,7 +145,19 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
         }
     }
     // The shard's length: known for nested shards, and for a whole file from its size.
-    let shard_len = shard.len.or_else(|| stamp.as_ref().map(|s| s.1));
+    let mut shard_len = shard.len.or_else(|| stamp.as_ref().map(|s| s.1));
+    // A large index of a value of unknown length (another store): ask its size before reading,
+    // so that hostile metadata cannot size a host buffer beyond the value.
+    if shard_len.is_none() && index_len > LARGE_INDEX {
+        match storage.size_key(&shard.key) {
+            Ok(Some(size)) => shard_len = Some(size),
+            Ok(None) => return Ok(None),
+            Err(err) => return Err(error(format!("asking its size: {err}"))),
+        }
+    }
+    if let Some(len) = shard_len.filter(|&len| len < index_len) {
+        return Err(error(format!("{len} bytes cannot hold its {index_len}-byte index")));
+    }
     if let Some((path, size, modified)) = &stamp {
         let cache = index_cache().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((s, m, index)) = cache.get(&(path.clone(), shard.base)) {
@@ -139,12 +168,8 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
     }
     let range = match (level.location, shard.len) {
         (ShardingIndexLocation::Start, _) => ByteRange::FromStart(shard.base, Some(index_len)),
-        (ShardingIndexLocation::End, Some(len)) => {
-            if len < index_len {
-                return Err(error(format!("{len} bytes cannot hold its {index_len}-byte index")));
-            }
-            ByteRange::FromStart(shard.base + len - index_len, Some(index_len))
-        }
+        // base + len lies within the outer shard (checked when its index entry was read).
+        (ShardingIndexLocation::End, Some(len)) => ByteRange::FromStart(shard.base + len - index_len, Some(index_len)),
         (ShardingIndexLocation::End, None) => ByteRange::Suffix(index_len),
     };
     let bytes = match storage.get_partial(&shard.key, range) {
@@ -189,15 +214,25 @@ fn inner_source(entry: (u64, u64), shard_len: Option<u64>, decoded: Option<u64>)
             return Err(format!("bytes {offset}..{end} lie outside its shard of {shard_len} bytes"));
         }
     }
-    if let Some(decoded) = decoded.filter(|&d| len > 2 * d + (64 << 10)) {
+    if let Some(decoded) = decoded.filter(|&d| len > d.saturating_mul(2).saturating_add(64 << 10)) {
         return Err(format!("{len} stored bytes for {decoded} decoded bytes"));
     }
     Ok(Source::Range { offset, len })
 }
 
 /// The inner chunks of `shard` meeting `subset`: (indices within the shard, their subset).
-fn inner_chunks_meeting(level: &ShardLevel, shard: &ArraySubset, subset: &ArraySubset) -> Vec<(Vec<u64>, ArraySubset)> {
+fn inner_chunks_meeting(
+    level: &ShardLevel,
+    shard: &ArraySubset,
+    subset: &ArraySubset,
+) -> Result<Vec<(Vec<u64>, ArraySubset)>, GpuError> {
     let inner = &level.inner_shape;
+    if shard.dimensionality() != inner.len() || subset.dimensionality() != inner.len() {
+        let reason = format!("inner chunk shape {inner:?} does not match the shard's {:?}", shard.shape());
+        return Err(GpuError::Array(zarrs::array::ArrayError::Other(reason)));
+    }
+    // The shard's and the subset's ends fit in u64 (checked by plan_chunks and chunk_subset), so
+    // no sum below overflows.
     let ranges: Vec<std::ops::Range<u64>> = (0..inner.len())
         .map(|d| {
             let (s0, n) = (shard.start()[d], shard.shape()[d]);
@@ -209,7 +244,7 @@ fn inner_chunks_meeting(level: &ShardLevel, shard: &ArraySubset, subset: &ArrayS
         .collect();
     let mut out = Vec::new();
     if ranges.iter().any(std::ops::Range::is_empty) {
-        return out;
+        return Ok(out);
     }
     let mut idx: Vec<u64> = ranges.iter().map(|r| r.start).collect();
     loop {
@@ -219,7 +254,7 @@ fn inner_chunks_meeting(level: &ShardLevel, shard: &ArraySubset, subset: &ArrayS
         let mut d = idx.len();
         loop {
             if d == 0 {
-                return out;
+                return Ok(out);
             }
             d -= 1;
             idx[d] += 1;
@@ -269,18 +304,34 @@ pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
                 }
                 None => (None, None),
             };
-            for (idx, inner_subset) in inner_chunks_meeting(level, &shard.subset, subset) {
-                let k = ravel(&idx, &per_shard) as usize;
+            for (idx, inner_subset) in inner_chunks_meeting(level, &shard.subset, subset)? {
+                let label = || format!("{} (inner chunk {idx:?})", shard.key);
+                // Planned first: its decoded size is checked there, once.
+                let placement = if innermost {
+                    plan_chunks(elem, subset, [(idx.clone(), shard.key.clone(), inner_subset.clone())])?.pop()
+                } else {
+                    None
+                };
                 // Nested shards hold an index of their own: only innermost chunks have a bound.
-                let decoded = innermost.then(|| level.inner_shape.iter().product::<u64>() * elem);
-                let source = match index.as_ref().map(|index| (index[2 * k], index[2 * k + 1])) {
+                let decoded = placement.as_ref().map(|p| p.chunk_bytes);
+                // ravel < the index's entries, whose count index_len checked.
+                let k = ravel(&idx, &per_shard) as usize;
+                let entry = index.as_ref().map(|index| index.get(2 * k).zip(index.get(2 * k + 1)));
+                let source = match entry {
                     None => Source::Missing,
-                    Some(entry) => match inner_source(entry, shard_len, decoded) {
-                        Ok(Source::Range { offset, len }) => Source::Range { offset: shard.base + offset, len },
-                        Ok(source) => source,
-                        Err(reason) => {
-                            return Err(GpuError::Chunk { key: format!("{} (inner chunk {idx:?})", shard.key), reason })
+                    Some(None) => {
+                        return Err(GpuError::Chunk { key: label(), reason: "its shard index is too short".into() })
+                    }
+                    Some(Some((&offset, &len))) => match inner_source((offset, len), shard_len, decoded) {
+                        Ok(Source::Range { offset, len }) => {
+                            let offset = shard.base.checked_add(offset).ok_or_else(|| GpuError::Chunk {
+                                key: label(),
+                                reason: format!("shard at byte {} + offset {offset} overflows", shard.base),
+                            })?;
+                            Source::Range { offset, len }
                         }
+                        Ok(source) => source,
+                        Err(reason) => return Err(GpuError::Chunk { key: label(), reason }),
                     },
                 };
                 if !innermost {
@@ -301,9 +352,6 @@ pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
                     }
                     continue;
                 }
-                let placement = plan_chunks(elem, subset, [(idx.clone(), shard.key.clone(), inner_subset.clone())])
-                    .into_iter()
-                    .next();
                 if let Some(placement) = placement {
                     units.push(Unit { placement, source, inner: Some(idx), narrowed: false });
                 }
@@ -314,7 +362,7 @@ pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
         for shard in next {
             if shard.base == u64::MAX {
                 let next_level = &levels[depth + 1];
-                let missing: Vec<_> = missing_units(next_level, levels, depth + 1, elem, subset, &shard);
+                let missing: Vec<_> = missing_units(next_level, levels, depth + 1, elem, subset, &shard)?;
                 units.extend(missing);
             } else {
                 open.push(shard);
@@ -332,19 +380,19 @@ fn missing_units(
     elem: u64,
     subset: &ArraySubset,
     shard: &ShardRef,
-) -> Vec<Unit> {
+) -> Result<Vec<Unit>, GpuError> {
     let mut out = Vec::new();
-    for (idx, inner_subset) in inner_chunks_meeting(level, &shard.subset, subset) {
+    for (idx, inner_subset) in inner_chunks_meeting(level, &shard.subset, subset)? {
         if depth + 1 < levels.len() {
             let nested = ShardRef { key: shard.key.clone(), base: u64::MAX, len: None, subset: inner_subset };
-            out.extend(missing_units(&levels[depth + 1], levels, depth + 1, elem, subset, &nested));
+            out.extend(missing_units(&levels[depth + 1], levels, depth + 1, elem, subset, &nested)?);
         } else if let Some(placement) =
-            plan_chunks(elem, subset, [(idx.clone(), shard.key.clone(), inner_subset)]).pop()
+            plan_chunks(elem, subset, [(idx.clone(), shard.key.clone(), inner_subset)])?.pop()
         {
             out.push(Unit { placement, source: Source::Missing, inner: Some(idx), narrowed: false });
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -367,6 +415,7 @@ mod tests {
         let shard = ArraySubset::new_with_ranges(&[8..16, 16..32]);
         // Rows 9..13 meet inner rows 0 and 1; columns 20..21 inner column 0 only.
         let got: Vec<Vec<u64>> = inner_chunks_meeting(&level, &shard, &ArraySubset::new_with_ranges(&[9..13, 20..21]))
+            .unwrap()
             .into_iter()
             .map(|(idx, sub)| {
                 assert_eq!(sub.shape(), &[4, 8]);
@@ -375,8 +424,15 @@ mod tests {
             .collect();
         assert_eq!(got, vec![vec![0, 0], vec![1, 0]]);
         // A subset covering the shard meets all four; one outside it meets none.
-        assert_eq!(inner_chunks_meeting(&level, &shard, &ArraySubset::new_with_ranges(&[0..100, 0..100])).len(), 4);
-        assert!(inner_chunks_meeting(&level, &shard, &ArraySubset::new_with_ranges(&[0..8, 0..100])).is_empty());
+        assert_eq!(
+            inner_chunks_meeting(&level, &shard, &ArraySubset::new_with_ranges(&[0..100, 0..100])).unwrap().len(),
+            4
+        );
+        assert!(inner_chunks_meeting(&level, &shard, &ArraySubset::new_with_ranges(&[0..8, 0..100]))
+            .unwrap()
+            .is_empty());
+        // Another dimensionality than the inner chunks' is an error, never an index out of bounds.
+        assert!(inner_chunks_meeting(&level, &ArraySubset::new_with_shape(vec![8]), &shard).is_err());
         assert_eq!(ravel(&[1, 1], &[NonZeroU64::new(2).unwrap(), NonZeroU64::new(2).unwrap()]), 3);
     }
 
@@ -401,5 +457,49 @@ mod tests {
         assert!(inner_source((0, 3 << 20), None, Some(1 << 20)).unwrap_err().contains("stored bytes for"));
         // A nested shard (its own index inside) has no such bound.
         assert!(inner_source((0, 3 << 20), None, None).is_ok());
+    }
+
+    #[test]
+    fn huge_shards_are_refused_before_zarrs_sizes_their_index() {
+        // 2^40 x 2^40 inner chunks of 1 x 1: 2^80 entries.
+        let level = level(&[1, 1]);
+        let per = level.chunks_per_shard(&[1 << 40, 1 << 40]).unwrap();
+        assert!(level.index_len(&per).unwrap_err().contains("too large for 64-bit sizes"));
+        // 2^59 entries (2^63 bytes) are refused too; 2^50 fit (then too large for any shard).
+        let per = level.chunks_per_shard(&[1 << 59, 1]).unwrap();
+        assert!(level.index_len(&per).is_err());
+        let per = level.chunks_per_shard(&[1 << 50, 1]).unwrap();
+        assert_eq!(level.index_len(&per).unwrap(), (1 << 54) + 4);
+        assert!(level.chunks_per_shard(&[8]).unwrap_err().contains("dimensionality"));
+    }
+
+    proptest::proptest! {
+        /// Index entries are hostile input: any (offset, len) with any shard length and decoded
+        /// size is missing, a range inside the shard, or an error; never a panic.
+        #[test]
+        fn index_entries_never_panic(
+            offset in proptest::prop_oneof![proptest::strategy::Just(u64::MAX), proptest::prelude::any::<u64>(), 0..1024u64],
+            len in proptest::prop_oneof![proptest::strategy::Just(u64::MAX), proptest::prelude::any::<u64>(), 0..1024u64],
+            shard_len in proptest::option::of(proptest::prelude::any::<u64>()),
+            decoded in proptest::option::of(proptest::prop_oneof![proptest::prelude::any::<u64>(), 0..4096u64]),
+        ) {
+            if let Ok(Source::Range { offset: o, len: l }) = inner_source((offset, len), shard_len, decoded) {
+                proptest::prop_assert_eq!((o, l), (offset, len));
+                let end = o.checked_add(l);
+                proptest::prop_assert!(end.is_some());
+                proptest::prop_assert!(shard_len.is_none_or(|s| end.is_some_and(|e| e <= s)));
+            }
+        }
+
+        /// Shard and inner chunk shapes from metadata: the index size is a number or an error.
+        #[test]
+        fn index_sizes_never_panic(
+            shard in proptest::collection::vec(proptest::prop_oneof![proptest::prelude::any::<u64>(), 1..64u64], 1..4),
+        ) {
+            let level = level(&vec![1; shard.len()]);
+            if let Ok(per) = level.chunks_per_shard(&shard) {
+                let _ = level.index_len(&per);
+            }
+        }
     }
 }

@@ -207,4 +207,34 @@ mod tests {
             Ok(FrameVerdict::Host("the chunk starts with a skippable frame"))
         );
     }
+
+    proptest::proptest! {
+        /// Stored chunks are hostile input: random bytes, and valid frames with bytes changed,
+        /// cut short or appended, are a verdict or an error, never a panic; what goes to the
+        /// device still records the chunk's size.
+        #[test]
+        fn random_and_mutated_frames_never_panic(
+            random in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            n in 0..5000usize,
+            edits in proptest::collection::vec((proptest::prelude::any::<proptest::sample::Index>(), proptest::prelude::any::<u8>()), 0..4),
+            cut in proptest::option::of(proptest::prelude::any::<proptest::sample::Index>()),
+            expected in proptest::prop_oneof![proptest::strategy::Just(u64::MAX), proptest::prelude::any::<u64>(), 0..6000u64],
+        ) {
+            let _ = check_frame(&random, expected);
+            let mut frame = zstd::bulk::compress(&data(n), 3).unwrap();
+            for (at, byte) in &edits {
+                let at = at.index(frame.len());
+                frame[at] = *byte;
+            }
+            if let Some(cut) = cut {
+                frame.truncate(cut.index(frame.len() + 1));
+            }
+            frame.extend_from_slice(&random[..random.len() % 5]);
+            for expected in [expected, n as u64] {
+                if let Ok(FrameVerdict::Device { .. }) = check_frame(&frame, expected) {
+                    proptest::prop_assert!(frame.len() >= 4);
+                }
+            }
+        }
+    }
 }
