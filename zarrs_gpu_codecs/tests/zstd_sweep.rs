@@ -174,6 +174,6 @@ fn corruption_sweep() {
     println!("{}", payload.row("payload"));
     println!("{}", all.row("all"));
     assert_eq!(all.false_rejects, 0, "we rejected frames that libzstd decodes");
-    // Measured on 2026-11-30: 63.5% (release), 74% (debug) of the header flips libzstd rejects.
+    // Measured on 2026-11-30: 63.5% (release), 69% (debug) of the header flips libzstd rejects.
     assert!(head.we_reject * 100 >= 55 * head.zstd_rejects, "catch rate in headers fell below 55%");
 }
