@@ -10,6 +10,7 @@ mod load;
 mod multi_gpu;
 mod retrieval;
 mod sharding;
+mod sweep;
 
 use std::error::Error;
 
