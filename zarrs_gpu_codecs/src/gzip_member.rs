@@ -141,4 +141,17 @@ mod tests {
             }
         }
     }
+
+    /// Inputs the fuzz targets found (fuzz/fuzz_targets/gzip_member.rs), kept as regressions.
+    #[test]
+    fn fuzz_findings() {
+        // A member of 13 bytes and one byte after it: to the host, which reads the first member.
+        let chunk =
+            [0x1F, 0x8B, 8, 0, 0, 0, 0, 0, 0, 3, 0x63, 0x60, 0x40, 2, 0, 0x82, 0x46, 0x74, 0x0F, 0x0D, 0, 0, 0, 0x88];
+        assert!(matches!(check_member(&chunk, 13), MemberVerdict::Host(_)));
+        let mut decoder = flate2::bufread::GzDecoder::new(&chunk[..]);
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut decoder, &mut out).unwrap();
+        assert_eq!((out.len(), decoder.into_inner().len()), (13, 1));
+    }
 }

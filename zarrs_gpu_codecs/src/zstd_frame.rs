@@ -234,6 +234,10 @@ pub fn frame_layout(data: &[u8], expected: u64) -> Result<Vec<BlockSpan>, FrameE
 /// # Errors
 /// Returns a [`FrameError`] for bytes that are not valid zstd of that size.
 pub fn check_frame(data: &[u8], expected: u64) -> Result<FrameVerdict, FrameError> {
+    if data.is_empty() {
+        // No frame at all is zero bytes to libzstd; the host path decides.
+        return Ok(FrameVerdict::Host("the chunk is empty"));
+    }
     let Some(header) = header(data)? else {
         return Ok(FrameVerdict::Host("the chunk starts with a skippable frame"));
     };
@@ -287,7 +291,7 @@ mod tests {
     fn truncated_corrupt_and_multi_frame_chunks() {
         let raw = data(300_000);
         let frame = zstd::bulk::compress(&raw, 3).unwrap();
-        for cut in [0, 3, 4, 5, 9, frame.len() / 2, frame.len() - 1] {
+        for cut in [1, 3, 4, 5, 9, frame.len() / 2, frame.len() - 1] {
             let err = check_frame(&frame[..cut], raw.len() as u64).unwrap_err();
             assert!(matches!(err, FrameError::Truncated { .. }), "cut at {cut}: {err}");
         }
@@ -458,6 +462,14 @@ mod tests {
         let mut reserved = frame.clone();
         reserved[first.offset] |= 6;
         rejects(&reserved, n, "block header: reserved block type");
+    }
+
+    /// Inputs the fuzz targets found (fuzz/fuzz_targets/zstd_frame.rs), kept as regressions.
+    #[test]
+    fn fuzz_findings() {
+        // No bytes: zero frames, which libzstd decodes to zero bytes.
+        assert_eq!(check_frame(&[], 0), Ok(FrameVerdict::Host("the chunk is empty")));
+        assert_eq!(zstd::bulk::decompress(&[], 0).unwrap(), b"");
     }
 
     #[test]
