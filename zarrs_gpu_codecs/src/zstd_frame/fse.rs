@@ -31,13 +31,24 @@ pub(super) fn highbit(x: u32) -> u32 {
     x.max(1).ilog2()
 }
 
-/// `n` bits at bit `pos`, least significant first, zeros past the end (as libzstd reads them).
+/// The 8 bytes from byte `at` as a little-endian word, zeros past the end.
+fn word_at(src: &[u8], at: usize) -> u64 {
+    if let Some(bytes) = src.get(at..at.saturating_add(8)) {
+        return u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+    }
+    let mut word = [0u8; 8];
+    if let Some(rest) = src.get(at..) {
+        let k = rest.len().min(8);
+        word[..k].copy_from_slice(&rest[..k]);
+    }
+    u64::from_le_bytes(word)
+}
+
+/// `n` (at most 32) bits at bit `pos`, least significant first, zeros past the end (as libzstd
+/// reads them). One word read, not bit by bit: this runs for every block of every chunk.
 fn forward_bits(src: &[u8], pos: usize, n: u32) -> i32 {
-    (0..n).fold(0, |acc, j| {
-        let p = pos + j as usize;
-        let bit = src.get(p / 8).map_or(0, |b| (b >> (p % 8)) & 1);
-        acc | (i32::from(bit) << j)
-    })
+    debug_assert!(n <= 32);
+    ((word_at(src, pos / 8) >> (pos % 8)) & ((1u64 << n) - 1)) as i32
 }
 
 /// Reads a table description of symbols `0..=max_symbol` and accuracy log at most `max_log`.
@@ -200,10 +211,8 @@ impl<'a> BackBits<'a> {
             return 0;
         }
         self.left -= n;
-        (0..n).fold(0, |acc, j| {
-            let p = self.left + j;
-            acc | (usize::from((self.data[p / 8] >> (p % 8)) & 1) << j)
-        })
+        // n is at most 32 and the bits lie within the data (n <= left above).
+        ((word_at(self.data, self.left / 8) >> (self.left % 8)) & ((1u64 << n) - 1)) as usize
     }
 }
 
@@ -216,25 +225,35 @@ pub(super) fn fse_weights(src: &[u8], out: &mut [u8; 256]) -> Result<usize, Stop
     let table = decode_table(&counts);
     let stream = src.get(counts.len..).unwrap_or_default();
     let mut bits = BackBits::new(stream).ok_or(Stop::Bad("Huffman weights stream without its end mark"))?;
-    let mut state = [bits.read(counts.log), bits.read(counts.log)];
+    let (mut even, mut odd) = (bits.read(counts.log), bits.read(counts.log));
     if bits.overflow {
         return Err(Stop::Bad("Huffman weights stream shorter than its initial states"));
     }
-    let (mut which, mut weights) = (0usize, 0usize);
-    loop {
-        if weights >= 254 {
-            return Err(Stop::Bad("more than 255 Huffman weights"));
+    // The two states written out in turn (not an array indexed by a flag) so that the lookups
+    // of one overlap the other's: this loop runs for every block with Huffman-coded literals.
+    let mut weights = 0usize;
+    let mut step = |state: &mut usize, other: usize, weights: &mut usize| -> Option<Result<usize, Stop>> {
+        if *weights >= 254 {
+            return Some(Err(Stop::Bad("more than 255 Huffman weights")));
         }
-        let now = state[which] & table.mask;
-        out[weights] = table.symbol[now];
-        weights += 1;
+        let now = *state & table.mask;
+        out[*weights] = table.symbol[now];
+        *weights += 1;
         let update = bits.read(u32::from(table.bits[now]));
         if bits.overflow {
-            out[weights] = table.symbol[state[which ^ 1] & table.mask];
-            return Ok(weights + 1);
+            out[*weights] = table.symbol[other & table.mask];
+            return Some(Ok(*weights + 1));
         }
-        state[which] = usize::from(table.base[now]) + update;
-        which ^= 1;
+        *state = usize::from(table.base[now]) + update;
+        None
+    };
+    loop {
+        if let Some(done) = step(&mut even, odd, &mut weights) {
+            return done;
+        }
+        if let Some(done) = step(&mut odd, even, &mut weights) {
+            return done;
+        }
     }
 }
 
