@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DriverError};
 use zarrs_gds_store::{DeviceReadError, DeviceReader, PinnedBuffer};
@@ -209,19 +209,25 @@ impl GpuContext {
         err
     }
 
-    /// Wait for `event` until `deadline`, polling (a blocking wait cannot time out). Ok(false)
-    /// when the deadline passed first.
-    pub(crate) fn wait_until(event: &CudaEvent, deadline: Instant) -> Result<bool, DriverError> {
-        let mut pause = Duration::from_micros(20);
-        loop {
-            if event.try_is_complete()? {
-                return Ok(true);
+    /// Wait for `event` until `deadline`: Ok(false) when the deadline passed first. A blocking
+    /// wait cannot time out and polling adds its sleep to every read, so a helper thread makes
+    /// the blocking wait and this one waits for it with a timeout; after a timeout the helper
+    /// stays blocked on a batch that never ends (the context is lost then anyway).
+    pub(crate) fn wait_until(event: CudaEvent, deadline: Instant) -> Result<bool, DriverError> {
+        if event.try_is_complete()? {
+            return Ok(true);
+        }
+        let (done, waited) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(event.synchronize());
+        });
+        match waited.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(result) => result.map(|()| true),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Ok(false),
+            // The helper ended without a word: it cannot have, short of a panic in the driver call.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(DriverError(sys::cudaError_enum::CUDA_ERROR_UNKNOWN))
             }
-            if Instant::now() >= deadline {
-                return Ok(false);
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(1));
         }
     }
 

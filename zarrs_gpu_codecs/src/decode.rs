@@ -299,7 +299,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         for (b, batch) in batches.iter().enumerate() {
             let slot = b % slots;
             if let Some(pending) = device[slot].1.take() {
-                pending.wait(&batches[pending.batch], units)?;
+                let batch = pending.batch;
+                pending.wait(&batches[batch], units)?;
                 trace.mark("wait slot");
             }
             // Stored spans: whole values are sized here, batch by batch, so that later batches'
@@ -655,7 +656,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         // Oldest first: the slot after the last batch's holds the batch before it.
         for k in 1..=slots {
             if let Some(pending) = device[(batches.len() + k) % slots].1.take() {
-                pending.wait(&batches[pending.batch], units)?;
+                let batch = pending.batch;
+                pending.wait(&batches[batch], units)?;
             }
         }
         stream.synchronize().map_err(GpuError::cuda("decoding on the device"))?;
@@ -740,8 +742,8 @@ struct Pending {
 impl Pending {
     /// Wait for the batch (whose units are `batch`) until its deadline; past it, an error naming
     /// its first chunks.
-    fn wait(&self, batch: &[usize], units: &[Unit]) -> Result<(), GpuError> {
-        if GpuContext::wait_until(&self.event, self.deadline).map_err(GpuError::cuda("waiting for a batch"))? {
+    fn wait(self, batch: &[usize], units: &[Unit]) -> Result<(), GpuError> {
+        if GpuContext::wait_until(self.event, self.deadline).map_err(GpuError::cuda("waiting for a batch"))? {
             return Ok(());
         }
         let mut chunks: Vec<String> = batch.iter().take(3).map(|&u| units[u].label()).collect();
@@ -756,7 +758,7 @@ impl Pending {
 fn settle(streams: &[&CudaStream], deadline: Instant) -> Result<bool, cudarc::driver::DriverError> {
     for stream in streams {
         let done = stream.record_event(None)?;
-        if !GpuContext::wait_until(&done, deadline)? {
+        if !GpuContext::wait_until(done, deadline)? {
             return Ok(false);
         }
     }
