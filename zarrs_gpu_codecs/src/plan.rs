@@ -16,9 +16,12 @@ fn invalid(reason: String) -> GpuError {
     GpuError::Array(zarrs::array::ArrayError::Other(reason))
 }
 
-/// `start + shape` per dimension (the exclusive end of a box), None when it overflows u64.
-fn checked_end(start: &[u64], shape: &[u64]) -> Option<Vec<u64>> {
-    start.iter().zip(shape).map(|(&a, &n)| a.checked_add(n)).collect()
+/// Whether the box of `shape` at `start` ends within u64 in every dimension (and, given a
+/// `bound`, within it). No allocation: this runs for every chunk, inner chunks included.
+fn end_fits(start: &[u64], shape: &[u64], bound: Option<&[u64]>) -> bool {
+    start.iter().zip(shape).enumerate().all(|(d, (&a, &n))| {
+        a.checked_add(n).is_some_and(|end| bound.is_none_or(|b| b.get(d).is_some_and(|&limit| end <= limit)))
+    })
 }
 
 /// A strided copy of at most three dimensions between two buffers, in bytes: `depth` slices of
@@ -92,9 +95,7 @@ pub fn region_copies(
             "a copy of box {extent:?} of {elem}-byte elements from {src_start:?} of {src_shape:?} to {dst_start:?} of {dst_shape:?} does not fit its buffers"
         )));
     }
-    let inside = |start: &[u64], shape: &[u64]| {
-        checked_end(start, extent).is_some_and(|end| end.iter().zip(shape).all(|(e, n)| e <= n))
-    };
+    let inside = |start: &[u64], shape: &[u64]| end_fits(start, extent, Some(shape));
     if !inside(src_start, src_shape) || !inside(dst_start, dst_shape) {
         return Err(invalid(format!(
             "a copy of box {extent:?} from {src_start:?} of {src_shape:?} to {dst_start:?} of {dst_shape:?} leaves its buffers"
@@ -228,7 +229,7 @@ pub fn plan_chunks(
     subset: &ArraySubset,
     chunks: impl IntoIterator<Item = (Vec<u64>, StoreKey, ArraySubset)>,
 ) -> Result<Vec<ChunkPlacement>, GpuError> {
-    if checked_end(subset.start(), subset.shape()).is_none() {
+    if !end_fits(subset.start(), subset.shape(), None) {
         return Err(GpuError::Overflow(format!(
             "the subset {:?} + {:?} ends past 2^64",
             subset.start(),
@@ -248,7 +249,7 @@ pub fn plan_chunks(
                 subset.dimensionality()
             )));
         }
-        if checked_end(chunk_subset.start(), &chunk_shape).is_none() {
+        if !end_fits(chunk_subset.start(), &chunk_shape, None) {
             return Err(GpuError::Overflow(format!(
                 "chunk {key} at {:?} of shape {chunk_shape:?} ends past 2^64",
                 chunk_subset.start()
