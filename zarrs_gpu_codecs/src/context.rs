@@ -164,7 +164,7 @@ impl GpuContext {
 
     /// The device's kernels, loaded on first use; None without NVRTC.
     pub(crate) fn kernels(&self) -> Option<&Kernels> {
-        self.kernels.get_or_init(|| Kernels::load(&self.ctx)).as_ref().ok()
+        self.kernels.get_or_init(|| Kernels::load(&self.ctx, &[crate::xxhash::SOURCE])).as_ref().ok()
     }
 
     /// Fail fast once the context is lost: after a sticky fault every CUDA call of the process on

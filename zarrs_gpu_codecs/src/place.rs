@@ -124,14 +124,17 @@ pub(crate) struct Kernels {
 
 impl Kernels {
     /// The kernels loaded into `ctx`, or why there are none (NVRTC missing, most often).
-    pub(crate) fn load(ctx: &Arc<CudaContext>) -> Result<Self, String> {
+    /// `others` are the sources of the other modules' kernels (the XXH64 kernel's, from
+    /// `xxhash.rs`), compiled into the same module; the PTX is compiled once per process, so every
+    /// call passes the same.
+    pub(crate) fn load(ctx: &Arc<CudaContext>, others: &[&str]) -> Result<Self, String> {
         static PTX: std::sync::OnceLock<Result<cudarc::nvrtc::Ptx, String>> = std::sync::OnceLock::new();
         let ptx = PTX.get_or_init(|| {
             // SAFETY: only probes whether libnvrtc can be loaded (cudarc panics when it cannot).
             if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
                 return Err("NVRTC not found".into());
             }
-            let source = [SOURCE, crate::xxhash::SOURCE, FAULT_SOURCE].concat();
+            let source = [&[SOURCE, FAULT_SOURCE], others].concat().concat();
             cudarc::nvrtc::compile_ptx(source).map_err(|e| e.to_string())
         });
         let module = ctx.load_module(ptx.clone()?).map_err(|e| e.to_string())?;
