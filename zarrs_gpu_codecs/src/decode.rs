@@ -171,7 +171,6 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
     if plan.shards.is_empty() {
         let units: Vec<Unit> = plan_chunks(elem, subset, chunks)?.into_iter().map(Unit::whole).collect();
-        check_largest(&units, context, subset.shape(), elem)?;
         return decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp);
     }
     let storage = array.storage();
@@ -180,21 +179,10 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     if plan.chain.is_raw() {
         narrow_raw(&mut units, elem)?;
     }
-    check_largest(&units, context, subset.shape(), elem)?;
     let (out, mut report) =
         decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp)?;
     report.bytes_read += index_bytes;
     Ok((out, report))
-}
-
-/// Every unit is decoded whole into staging: one whose decoded bytes (with the output) exceed
-/// the device's free memory is refused before any batch is planned, which also keeps the batch
-/// arithmetic far from overflow.
-fn check_largest(units: &[Unit], context: &GpuContext, out_shape: &[u64], elem: u64) -> Result<(), GpuError> {
-    let largest = units.iter().map(|u| u.decoded_len(elem)).max().unwrap_or(0);
-    // Both fit in u64 (checked by plan_chunks); their sum may not, which no device has free.
-    let out_bytes = crate::plan::checked_bytes(out_shape, elem).unwrap_or(u64::MAX);
-    context.check_free(out_bytes.saturating_add(largest))
 }
 
 /// Read, check, decode and place `units` (chunks or inner chunks, all stored as `chain` says)
@@ -224,8 +212,20 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
 
     let decoded_len = |u: usize| units[u].decoded_len(elem);
     let largest = (0..units.len()).map(decoded_len).max().unwrap_or(0);
-    let free = if chain.compression.is_some() { Some(context.free_bytes()?) } else { None };
-    let budget = batch_budget(config.staging_bytes() as u64, config.staging_is_set(), largest, free, out_bytes);
+    // Free device memory, asked once (each query is a driver call). Every unit is decoded whole
+    // into staging: one whose decoded bytes (with the output) exceed it is refused before any
+    // batch is planned, which also keeps the batch arithmetic (and nvCOMP's sizes) far from
+    // overflow.
+    let free = context.free_bytes()?;
+    let refuse = |needed: u64| -> Result<(), GpuError> {
+        if needed > free {
+            return Err(GpuError::OutOfMemory { needed, free, device: config.device() });
+        }
+        Ok(())
+    };
+    refuse(out_bytes.saturating_add(largest))?;
+    let small_free = chain.compression.is_some().then_some(free);
+    let budget = batch_budget(config.staging_bytes() as u64, config.staging_is_set(), largest, small_free, out_bytes);
     let batches = batches_by_size((0..units.len()).map(decoded_len), budget);
     let threads = context.reader().options().threads;
     let fraction = host_fraction(config);
@@ -254,7 +254,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         };
         largest_slot = largest_slot.max(decoded.saturating_mul(2).saturating_add(temp).saturating_add(meta_len(batch)));
     }
-    context.check_free(out_bytes.saturating_add(largest_slot.saturating_mul(slots as u64)))?;
+    refuse(out_bytes.saturating_add(largest_slot.saturating_mul(slots as u64)))?;
     trace.mark("plan");
 
     let (out, out_ptr) = context.alloc_output(stream, out_bytes as usize)?;
