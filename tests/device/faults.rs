@@ -379,3 +379,34 @@ fn no_libraries_child() -> Result {
 fn nvcomp_sys_present() -> bool {
     zarrs_gpu::nvcomp_sys::NvcompLibrary::get().is_ok()
 }
+
+/// Without NVRTC (simulated: the read gets none of our kernels; NVRTC itself is on the GPU host's
+/// loader path): placement falls back to the copy engines, zstd frames with content checksums
+/// decode on host threads (where libzstd verifies them), and transposed or byte-swapped chunks,
+/// which only the gather kernel places, are refused with the reason. Every read that returns
+/// data returns zarrs' data.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn without_kernels_reads_fall_back_or_say_why() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    let config = posix().with_injected_fault(Some(zarrs_gpu_codecs::InjectedFault::NoKernels));
+    for (name, codecs) in chains() {
+        let node = format!("/{}", name.replace(['(', ')', '+'], "_"));
+        let array = make(store.clone(), &node, codecs.as_ref())?;
+        if ["big-endian", "transpose+zstd"].contains(&name) {
+            let err =
+                array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &config).map(|_| ()).unwrap_err();
+            assert!(err.to_string().contains("NVRTC is needed"), "{name}: {err}");
+            continue;
+        }
+        let report = check::<f32>(&array, &array.subset_all(), &config)?;
+        assert_eq!(report.decode, DecodePath::Device, "{name}: {report:?}");
+    }
+    let array = make(store.clone(), "/checksummed", &|b: &mut ArrayBuilder| {
+        b.bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, true))]);
+    })?;
+    let report = check::<f32>(&array, &array.subset_all(), &config)?;
+    assert_eq!(report.host_decoded_chunks, report.chunks, "{report:?}");
+    Ok(())
+}

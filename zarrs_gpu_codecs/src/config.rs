@@ -36,6 +36,9 @@ pub enum InjectedFault {
     /// The first batch's decode stream runs a kernel that writes to an unmapped address (a sticky
     /// fault: every later CUDA call on the device fails).
     IllegalAddress,
+    /// The read runs as without NVRTC: none of our kernels (placement by the copy engines, zstd
+    /// frames with content checksums on host threads, transposed chunks refused).
+    NoKernels,
 }
 
 /// Which stored chunks nvCOMP may decode. nvCOMP's decoders are defined only on valid input: a

@@ -294,6 +294,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     let mut checks: Vec<DecodeCheck> = Vec::new();
     let mut results_at = 0usize;
     let kernels = context.kernels();
+    #[cfg(feature = "fault-injection")]
+    let kernels = kernels.filter(|_| config.injected_fault() != Some(crate::InjectedFault::NoKernels));
     let direct = !chain.needs_nvcomp();
     let result = (|| -> Result<(), GpuError> {
         for (b, batch) in batches.iter().enumerate() {

@@ -263,6 +263,7 @@ impl Kernels {
                 (&self.faults.0, flag)
             }
             crate::InjectedFault::IllegalAddress => (&self.faults.1, 8u64),
+            crate::InjectedFault::NoKernels => return Ok(()),
         };
         let mut launch = stream.launch_builder(function);
         launch.arg(&target);
