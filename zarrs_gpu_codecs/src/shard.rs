@@ -500,6 +500,16 @@ mod tests {
     }
 
     #[test]
+    fn fuzzing_wrappers_match_the_checks() {
+        assert_eq!(fuzz_shard_index_len(&[4, 8], &[8, 16]), Ok(4 * 16 + 4));
+        assert!(fuzz_shard_index_len(&[0, 8], &[8, 16]).unwrap_err().contains("zero extent"));
+        assert!(fuzz_shard_index_len(&[1, 1], &[1 << 40, 1 << 40]).unwrap_err().contains("too large"));
+        assert_eq!(fuzz_shard_index_entry(u64::MAX, u64::MAX, Some(10), None), Ok(None));
+        assert_eq!(fuzz_shard_index_entry(4, 6, Some(10), Some(100)), Ok(Some((4, 6))));
+        assert!(fuzz_shard_index_entry(u64::MAX - 1, 5, None, None).is_err());
+    }
+
+    #[test]
     fn huge_shards_are_refused_before_zarrs_sizes_their_index() {
         // 2^40 x 2^40 inner chunks of 1 x 1: 2^80 entries.
         let level = level(&[1, 1]);
