@@ -46,4 +46,7 @@ pub use context::{memory_in_use, MemoryInUse, POOL_KEEP_ENV};
 pub use device_array::DeviceArray;
 pub use error::GpuError;
 pub use retrieve::{host_decode_reason, ArrayDeviceExt, DecodePath, RetrieveReport};
+// For the fuzz targets only (`fuzz/`); hidden, not part of the API.
+#[doc(hidden)]
+pub use shard::{fuzz_shard_index_entry, fuzz_shard_index_len};
 pub use trace::TRACE_ENV;

@@ -220,6 +220,46 @@ fn inner_source(entry: (u64, u64), shard_len: Option<u64>, decoded: Option<u64>)
     Ok(Source::Range { offset, len })
 }
 
+/// For fuzzing only (the `shard_index` target of `fuzz/`), not part of the API: [`inner_source`]
+/// on one index entry, as None (missing) or `Some((offset, len))`.
+#[doc(hidden)]
+pub fn fuzz_shard_index_entry(
+    offset: u64,
+    len: u64,
+    shard_len: Option<u64>,
+    decoded: Option<u64>,
+) -> Result<Option<(u64, u64)>, String> {
+    match inner_source((offset, len), shard_len, decoded)? {
+        Source::Range { offset, len } => Ok(Some((offset, len))),
+        Source::Missing => Ok(None),
+        Source::Whole => Err("an index entry never gives a whole value".into()),
+    }
+}
+
+/// For fuzzing only (the `shard_index` target of `fuzz/`), not part of the API: the encoded
+/// index size (`bytes` and `crc32c` index codecs) of a shard of `shard_shape` with inner chunks
+/// of `inner_shape`, as [`read_index`] sizes it before any read.
+#[doc(hidden)]
+pub fn fuzz_shard_index_len(inner_shape: &[u64], shard_shape: &[u64]) -> Result<u64, String> {
+    use zarrs::array::codec::{BytesCodec, Crc32cCodec};
+    let chunk_shape: Vec<NonZeroU64> = inner_shape
+        .iter()
+        .map(|&n| NonZeroU64::new(n))
+        .collect::<Option<_>>()
+        .ok_or_else(|| format!("inner chunk shape {inner_shape:?} has a zero extent"))?;
+    let index_codecs =
+        Arc::new(CodecChain::new(vec![], Arc::<BytesCodec>::default(), vec![Arc::new(Crc32cCodec::new())]));
+    let inner_codecs = Arc::new(CodecChain::new(vec![], Arc::<BytesCodec>::default(), vec![]));
+    let codec = ShardingCodec::new(chunk_shape, inner_codecs, index_codecs.clone(), ShardingIndexLocation::End);
+    let level = ShardLevel {
+        inner_shape: inner_shape.to_vec(),
+        codec: Arc::new(codec),
+        index_codecs,
+        location: ShardingIndexLocation::End,
+    };
+    level.index_len(&level.chunks_per_shard(shard_shape)?)
+}
+
 /// The inner chunks of `shard` meeting `subset`: (indices within the shard, their subset).
 fn inner_chunks_meeting(
     level: &ShardLevel,
@@ -457,6 +497,16 @@ mod tests {
         assert!(inner_source((0, 3 << 20), None, Some(1 << 20)).unwrap_err().contains("stored bytes for"));
         // A nested shard (its own index inside) has no such bound.
         assert!(inner_source((0, 3 << 20), None, None).is_ok());
+    }
+
+    #[test]
+    fn fuzzing_wrappers_match_the_checks() {
+        assert_eq!(fuzz_shard_index_len(&[4, 8], &[8, 16]), Ok(4 * 16 + 4));
+        assert!(fuzz_shard_index_len(&[0, 8], &[8, 16]).unwrap_err().contains("zero extent"));
+        assert!(fuzz_shard_index_len(&[1, 1], &[1 << 40, 1 << 40]).unwrap_err().contains("too large"));
+        assert_eq!(fuzz_shard_index_entry(u64::MAX, u64::MAX, Some(10), None), Ok(None));
+        assert_eq!(fuzz_shard_index_entry(4, 6, Some(10), Some(100)), Ok(Some((4, 6))));
+        assert!(fuzz_shard_index_entry(u64::MAX - 1, 5, None, None).is_err());
     }
 
     #[test]
