@@ -9,6 +9,9 @@ use zarrs::array::codec::{GzipCodec, ZlibCodec, ZstdCodec};
 use zarrs::array::{data_type, ArrayBuilder, ArrayBytes, ArraySubset};
 use zarrs_gpu::{sample, GdsStore};
 
+#[path = "common/metadata.rs"]
+mod metadata;
+
 type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 
 fn zarrs_gpu(args: &[&str]) -> Result<(Output, String)> {
@@ -170,18 +173,7 @@ fn hostile_array(
     codecs: &serde_json::Value,
 ) -> Result<String> {
     let path = dir.join(name);
-    std::fs::create_dir_all(&path)?;
-    let metadata = serde_json::json!({
-        "zarr_format": 3,
-        "node_type": "array",
-        "shape": shape,
-        "data_type": "float32",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0.0,
-        "codecs": codecs,
-    });
-    std::fs::write(path.join("zarr.json"), serde_json::to_vec(&metadata)?)?;
+    metadata::write_float32(&path, shape, chunks, 0.0, codecs)?;
     Ok(path.to_str().ok_or("a UTF-8 path")?.to_string())
 }
 

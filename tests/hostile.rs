@@ -12,6 +12,9 @@ use zarrs::array::{Array, ArraySubset};
 use zarrs_gpu::zarrs_gpu_codecs::plan::plan_chunks;
 use zarrs_gpu::{ArrayDeviceExt, GdsStore, GpuError};
 
+#[path = "common/metadata.rs"]
+mod metadata;
+
 type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 
 const TB: u64 = 1 << 40;
@@ -19,18 +22,7 @@ const TB: u64 = 1 << 40;
 /// Write a float32 Zarr v3 array's `zarr.json` (no chunks) at `dir/name` and open it.
 fn array(dir: &Path, name: &str, shape: &[u64], chunks: &[u64], codecs: &serde_json::Value) -> Result<Array<GdsStore>> {
     let path = dir.join(name);
-    std::fs::create_dir_all(&path)?;
-    let metadata = json!({
-        "zarr_format": 3,
-        "node_type": "array",
-        "shape": shape,
-        "data_type": "float32",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0.0,
-        "codecs": codecs,
-    });
-    std::fs::write(path.join("zarr.json"), serde_json::to_vec(&metadata)?)?;
+    metadata::write_float32(&path, shape, chunks, 0.0, codecs)?;
     Ok(Array::open(Arc::new(GdsStore::new(&path)?), "/")?)
 }
 

@@ -17,19 +17,7 @@ const TB: u64 = 1 << 40;
 /// A float32 Zarr v3 array at node `name` of a store in `dir`, written as JSON (zarrs' builder
 /// is not asked to accept hostile shapes), fill value 0.5.
 fn huge(dir: &std::path::Path, name: &str, shape: &[u64], chunks: &[u64], codecs: &Value) -> Result<Array<GdsStore>> {
-    let node = dir.join(name.trim_start_matches('/'));
-    std::fs::create_dir_all(&node)?;
-    let metadata = json!({
-        "zarr_format": 3,
-        "node_type": "array",
-        "shape": shape,
-        "data_type": "float32",
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
-        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0.5,
-        "codecs": codecs,
-    });
-    std::fs::write(node.join("zarr.json"), serde_json::to_vec(&metadata)?)?;
+    super::metadata::write_float32(&dir.join(name.trim_start_matches('/')), shape, chunks, 0.5, codecs)?;
     Ok(Array::open(Arc::new(GdsStore::new(dir)?), name)?)
 }
 

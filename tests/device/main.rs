@@ -7,6 +7,8 @@ mod faults;
 mod hostile;
 mod integrity;
 mod load;
+#[path = "../common/metadata.rs"]
+mod metadata;
 mod multi_gpu;
 mod retrieval;
 mod sharding;
