@@ -23,7 +23,7 @@ use crate::batch::{
 };
 use crate::context::{copy_dtod, DeviceBuffer, GpuContext};
 use crate::gzip_member::{check_member, MemberVerdict};
-use crate::place;
+use crate::place::{self, Kernels};
 use crate::plan::{plan_chunks, ChunkPlacement};
 use crate::retrieve::{fill_source, ChunkRef, Compression, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
 use crate::shard::sharded_units;
@@ -186,8 +186,10 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
 }
 
 /// Read, check, decode and place `units` (chunks or inner chunks, all stored as `chain` says)
-/// into a new C-order output of `out_shape`.
-#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
+/// into a new C-order output of `out_shape`. Per batch: stored sizes, read, host check and
+/// routing, device decode (with the content checks), host decode of the host's share, results
+/// queued, placement; then the results checked and the buffers released.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     array: &Array<S>,
     units: &[Unit],
@@ -203,13 +205,217 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
     let out_bytes = crate::plan::checked_bytes(out_shape, elem)
         .ok_or_else(|| GpuError::bytes_overflow("the output of shape", out_shape, elem))?;
-    let storage = array.storage();
     let nvcomp = match nvcomp {
         Some(nvcomp) => Some(nvcomp),
         None if !chain.needs_nvcomp() => None,
         None => return Err(GpuError::NoCuda("nvCOMP is needed for this codec chain".into())),
     };
+    let batches = plan_batches(units, chain, config, context, nvcomp, elem, out_bytes)?;
+    let slots = if batches.len() > 1 { 2 } else { 1 };
+    trace.mark("plan");
 
+    let (out, out_ptr) = context.alloc_output(stream, out_bytes as usize)?;
+    // Host-to-device copies of stored and host-decoded bytes run on their own stream, so that a
+    // batch's copy overlaps the previous batch's decode.
+    let copy_stream = context.new_stream()?;
+    let kernels = context.kernels();
+    #[cfg(feature = "fault-injection")]
+    let kernels = kernels.filter(|_| config.injected_fault() != Some(crate::InjectedFault::NoKernels));
+    // The fill block is uniform and as long as the longest read.
+    let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
+    let job = Job { units, chain, config, context, stream, copy_stream: &copy_stream, nvcomp, kernels, elem, fill_len };
+    let mut buffers = Buffers {
+        device: (0..slots).map(|_| (None, None)).collect(),
+        host: (0..slots).map(|_| None).collect(),
+        host_decoded: (0..slots).map(|_| None).collect(),
+        results: context.take_pinned(units.len().max(1) * RESULT_BYTES)?,
+        fill: None,
+        taken: std::cell::Cell::new(out_bytes),
+    };
+    trace.mark("buffers");
+
+    let mut report = RetrieveReport::new(DecodePath::Device, units.len());
+    report.io = Some(zarrs_gds_store::IoStatus {
+        path: if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
+        reason: "stored chunks are read to host memory, where they are checked".into(),
+    });
+    // When the work enqueued so far must be done by (see `GpuConfig::batch_timeout`).
+    let mut deadline = Instant::now();
+    let mut checks: Vec<DecodeCheck> = Vec::new();
+    let mut results_at = 0usize;
+    let result = (|| -> Result<(), GpuError> {
+        for (b, batch) in batches.iter().enumerate() {
+            let slot = b % slots;
+            if let Some(pending) = buffers.device[slot].1.take() {
+                let batch = pending.batch;
+                pending.wait(&batches[batch], units)?;
+                trace.mark("wait slot");
+            }
+            let spans = stored_spans(&job, array.storage().as_ref(), batch)?;
+            let (requests, at, stored_total, mut items, decoded_total) = plan_reads(units, batch, &spans, elem);
+            let bound = config.batch_timeout(decoded_total);
+            let batch_deadline = Instant::now() + bound;
+            deadline = deadline.max(batch_deadline);
+            trace.mark("sizes");
+            let meta_bytes = meta_len(units, chain, batch);
+            let host_meta_at = read_batch(
+                &job,
+                array,
+                gds,
+                &mut buffers,
+                slot,
+                &requests,
+                &at,
+                stored_total,
+                meta_bytes,
+                &mut items,
+                &mut report,
+            )?;
+            trace.mark("read");
+            let stored_bytes = buffers.host[slot].as_ref().expect("ensured").as_slice();
+            route_batch(&job, &mut items, stored_bytes)?;
+            trace.mark("check");
+            let layout = launch_device(
+                &job,
+                &mut buffers,
+                slot,
+                &items,
+                stored_total,
+                decoded_total,
+                meta_bytes,
+                host_meta_at,
+                b,
+            )?;
+            // Meanwhile the host decodes its chunks, each copied to the device as soon as it is done.
+            let host_items: Vec<&Item> = items.iter().filter(|it| it.route == Route::Host).collect();
+            report.host_decoded_chunks += host_items.len();
+            if !host_items.is_empty() {
+                let stored_bytes = buffers.host[slot].as_ref().expect("ensured").as_slice();
+                // SAFETY: dbase is the slot's decoded region, which holds every item's decoded bytes.
+                unsafe {
+                    decode_on_host(
+                        context,
+                        chain.compression.expect("host items decode"),
+                        units,
+                        &host_items,
+                        stored_bytes,
+                        elem,
+                        &mut buffers.host_decoded[slot],
+                        layout.dbase,
+                        &copy_stream,
+                    )
+                }?;
+                let copied = copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+                stream.wait(&copied).map_err(GpuError::cuda("ordering host-decoded chunks before placement"))?;
+            }
+            trace.mark("decode");
+            let on_device: Vec<&Item> = items.iter().filter(|it| it.route == Route::Device).collect();
+            let results_base = buffers.results.as_mut_slice().as_mut_ptr();
+            results_at += queue_results(&job, &layout, &on_device, results_base, results_at, &mut checks)?;
+            place_batch(&job, array, &layout, &items, &mut buffers.fill, out_shape, out_ptr, &mut report)?;
+            let event = stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+            buffers.device[slot].1 = Some(Pending { event, deadline: batch_deadline, bound, batch: b });
+            trace.mark("place");
+        }
+        // Oldest first: the slot after the last batch's holds the batch before it.
+        for k in 1..=slots {
+            if let Some(pending) = buffers.device[(batches.len() + k) % slots].1.take() {
+                let batch = pending.batch;
+                pending.wait(&batches[batch], units)?;
+            }
+        }
+        stream.synchronize().map_err(GpuError::cuda("decoding on the device"))?;
+        trace.mark("final sync");
+        check_results(&job, &checks, buffers.results.as_slice())
+    })();
+    release(context, buffers, &result, &[stream.as_ref(), copy_stream.as_ref()], deadline)?;
+    result?;
+    trace.finish(&format!(
+        "{out_bytes} bytes decoded on the device, {} chunks, {} batches",
+        report.chunks,
+        batches.len()
+    ));
+    Ok((out, report))
+}
+
+/// What every stage of one decoded read shares.
+struct Job<'a> {
+    units: &'a [Unit],
+    chain: &'a DeviceChain,
+    config: &'a GpuConfig,
+    context: &'a GpuContext,
+    stream: &'a Arc<CudaStream>,
+    /// Host-to-device copies and crc32c checks, overlapping the previous batch's decode.
+    copy_stream: &'a Arc<CudaStream>,
+    nvcomp: Option<&'a NvcompLibrary>,
+    /// Our kernels (placement, gather, XXH64); None without NVRTC.
+    kernels: Option<&'a Kernels>,
+    elem: u64,
+    /// Bytes of the fill block for missing units: the longest read.
+    fill_len: u64,
+}
+
+impl Job<'_> {
+    fn decoded_len(&self, u: usize) -> u64 {
+        self.units[u].decoded_len(self.elem)
+    }
+}
+
+/// A read's buffers, per slot (two batches alternate) and for the whole read.
+struct Buffers {
+    /// Device staging of each slot (stored bytes, decoded bytes, nvCOMP temp, metadata) and the
+    /// batch it holds.
+    device: Vec<(Option<DeviceBuffer>, Option<Pending>)>,
+    /// Pinned stored chunks then the metadata staged for async copies, per slot.
+    host: Vec<Option<PinnedBuffer>>,
+    /// Chunks decoded on host threads, per slot.
+    host_decoded: Vec<Option<PinnedBuffer>>,
+    /// What nvCOMP reports back, batch after batch: per batch its decoded sizes (u64) and
+    /// statuses (u32), and the content checks' values (and statuses): at most 20 bytes a chunk.
+    results: PinnedBuffer,
+    /// The fill value block for missing units.
+    fill: Option<DeviceBuffer>,
+    /// Device memory this read has taken, against `GpuConfig::with_device_memory_cap`.
+    taken: std::cell::Cell<u64>,
+}
+
+impl Buffers {
+    /// Staging of at least `len` bytes for `slot`, within the read's device memory cap.
+    fn ensure_staging(&mut self, job: &Job<'_>, slot: usize, len: u64) -> Result<(), GpuError> {
+        let taken = &self.taken;
+        let take = |len: usize| -> Result<DeviceBuffer, GpuError> {
+            let now = taken.get().saturating_add(len as u64);
+            if let Some(cap) = job.config.device_memory_cap().filter(|&cap| now > cap) {
+                return Err(GpuError::OutOfMemory { needed: now, free: cap, device: job.config.device() });
+            }
+            taken.set(now);
+            job.context.take_staging(len)
+        };
+        ensure(&mut self.device[slot].0, len, DeviceBuffer::len, take, |old| job.context.give_staging(old))
+    }
+}
+
+/// Device memory a batch's metadata takes: nvCOMP's arrays (at most 76 bytes per chunk: crc32c
+/// 24, decoding 32, its results 20), then the placement kernels' tables: gather jobs (one per
+/// chunk) and strided copies.
+fn meta_len(units: &[Unit], chain: &DeviceChain, batch: &[usize]) -> u64 {
+    let copies: usize = batch.iter().map(|&u| units[u].placement.copies.len()).sum();
+    let gather = if chain.needs_gather() { place::gather_table_bytes(batch.len()) as u64 } else { 0 };
+    (batch.len() as u64 * 96 + gather + place::table_bytes(copies) as u64).next_multiple_of(DECODED_ALIGN)
+}
+
+/// The batches of `units`, after checking that the output and two slots of the largest batch
+/// (stored bytes at most about the decoded bytes, decoded bytes, nvCOMP's temp space, metadata)
+/// fit the device's free memory, before anything is allocated.
+fn plan_batches(
+    units: &[Unit],
+    chain: &DeviceChain,
+    config: &GpuConfig,
+    context: &GpuContext,
+    nvcomp: Option<&NvcompLibrary>,
+    elem: u64,
+    out_bytes: u64,
+) -> Result<Vec<Vec<usize>>, GpuError> {
     let decoded_len = |u: usize| units[u].decoded_len(elem);
     let largest = (0..units.len()).map(decoded_len).max().unwrap_or(0);
     // Free device memory, asked once (each query is a driver call). Every unit is decoded whole
@@ -227,22 +433,10 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     let small_free = chain.compression.is_some().then_some(free);
     let budget = batch_budget(config.staging_bytes() as u64, config.staging_is_set(), largest, small_free, out_bytes);
     let batches = batches_by_size((0..units.len()).map(decoded_len), budget);
-    let threads = context.reader().options().threads;
-    let fraction = host_fraction(config);
     let slots = if batches.len() > 1 { 2 } else { 1 };
-
-    // Device memory a batch may take: stored bytes (at most about the decoded bytes), decoded
-    // bytes, nvCOMP's temp space, metadata. Checked before anything is allocated.
-    let meta_len = |batch: &[usize]| -> u64 {
-        let copies: usize = batch.iter().map(|&u| units[u].placement.copies.len()).sum();
-        // nvCOMP's arrays (at most 76 bytes per chunk: crc32c 24, decoding 32, its results 20),
-        // then the placement kernels' tables: gather jobs (one per chunk) and strided copies.
-        let gather = if chain.needs_gather() { place::gather_table_bytes(batch.len()) as u64 } else { 0 };
-        (batch.len() as u64 * 96 + gather + place::table_bytes(copies) as u64).next_multiple_of(DECODED_ALIGN)
-    };
     let mut largest_slot = 0u64;
     for batch in &batches {
-        // Saturating: a sum past 2^64 (a huge staging budget) is refused by check_free below.
+        // Saturating: a sum past 2^64 (a huge staging budget) is refused below.
         let decoded = batch.iter().fold(0u64, |a, &u| a.saturating_add(decoded_len(u).next_multiple_of(DECODED_ALIGN)));
         let max_chunk = batch.iter().map(|&u| decoded_len(u)).max().unwrap_or(0);
         let temp = match (nvcomp, chain.compression) {
@@ -252,459 +446,494 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 as u64,
             _ => 0,
         };
-        largest_slot = largest_slot.max(decoded.saturating_mul(2).saturating_add(temp).saturating_add(meta_len(batch)));
+        let slot = decoded.saturating_mul(2).saturating_add(temp).saturating_add(meta_len(units, chain, batch));
+        largest_slot = largest_slot.max(slot);
     }
     refuse(out_bytes.saturating_add(largest_slot.saturating_mul(slots as u64)))?;
-    trace.mark("plan");
+    Ok(batches)
+}
 
-    let (out, out_ptr) = context.alloc_output(stream, out_bytes as usize)?;
-    // Device memory this read has taken, against `GpuConfig::with_device_memory_cap`.
-    let taken = std::cell::Cell::new(out_bytes);
-    let take_staging = |len: usize| -> Result<DeviceBuffer, GpuError> {
-        let now = taken.get().saturating_add(len as u64);
-        if let Some(cap) = config.device_memory_cap().filter(|&cap| now > cap) {
-            return Err(GpuError::OutOfMemory { needed: now, free: cap, device: config.device() });
-        }
-        taken.set(now);
-        context.take_staging(len)
-    };
-    // Host-to-device copies of stored and host-decoded bytes run on their own stream, so that a
-    // batch's copy overlaps the previous batch's decode.
-    let copy_stream = context.new_stream()?;
-    let mut device: Vec<(Option<DeviceBuffer>, Option<Pending>)> = (0..slots).map(|_| (None, None)).collect();
-    // When the work enqueued so far must be done by (see `GpuConfig::batch_timeout`).
-    let mut deadline = Instant::now();
-    // Per slot: stored chunks then the metadata staged for async copies; chunks decoded on host
-    // threads.
-    let mut host: Vec<Option<PinnedBuffer>> = (0..slots).map(|_| None).collect();
-    let mut host_decoded: Vec<Option<PinnedBuffer>> = (0..slots).map(|_| None).collect();
-    // What nvCOMP reports back, batch after batch: per batch its decoded sizes (u64) and statuses
-    // (u32), and for gzip CRC-32 values and statuses (u32 each): at most 20 bytes per chunk.
-    let mut results = context.take_pinned(units.len().max(1) * RESULT_BYTES)?;
-    let results_base = results.as_mut_slice().as_mut_ptr();
-    trace.mark("buffers");
-
-    let mut report = RetrieveReport::new(DecodePath::Device, units.len());
-    report.io = Some(zarrs_gds_store::IoStatus {
-        path: if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
-        reason: "stored chunks are read to host memory, where they are checked".into(),
-    });
-    let mut fill: Option<DeviceBuffer> = None;
-    let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
-    let mut checks: Vec<DecodeCheck> = Vec::new();
-    let mut results_at = 0usize;
-    let kernels = context.kernels();
-    #[cfg(feature = "fault-injection")]
-    let kernels = kernels.filter(|_| config.injected_fault() != Some(crate::InjectedFault::NoKernels));
-    let direct = !chain.needs_nvcomp();
-    let result = (|| -> Result<(), GpuError> {
-        for (b, batch) in batches.iter().enumerate() {
-            let slot = b % slots;
-            if let Some(pending) = device[slot].1.take() {
-                let batch = pending.batch;
-                pending.wait(&batches[batch], units)?;
-                trace.mark("wait slot");
-            }
-            // Stored spans: whole values are sized here, batch by batch, so that later batches'
-            // queries overlap the device's work on earlier ones.
-            let spans: Vec<Option<(u64, u64)>> = context
-                .reader()
-                .install(|| {
-                    batch
-                        .par_iter()
-                        .map(|&u| match units[u].source {
-                            Source::Whole => storage.size_key(&units[u].placement.key).map(|s| s.map(|s| (0, s))),
-                            Source::Range { offset, len } => Ok(Some((offset, len))),
-                            Source::Missing => Ok(None),
-                        })
-                        .collect::<Result<_, _>>()
+/// The stored (offset, length) of each unit of `batch`, None when missing: whole values are
+/// sized here, batch by batch, so that later batches' queries overlap the device's work on
+/// earlier ones.
+fn stored_spans<S: ReadableStorageTraits + ?Sized>(
+    job: &Job<'_>,
+    storage: &S,
+    batch: &[usize],
+) -> Result<Vec<Option<(u64, u64)>>, GpuError> {
+    let units = job.units;
+    job.context
+        .reader()
+        .install(|| {
+            batch
+                .par_iter()
+                .map(|&u| match units[u].source {
+                    Source::Whole => storage.size_key(&units[u].placement.key).map(|s| s.map(|s| (0, s))),
+                    Source::Range { offset, len } => Ok(Some((offset, len))),
+                    Source::Missing => Ok(None),
                 })
-                .map_err(|e| GpuError::Array(e.into()))?;
-            let (requests, at, stored_total, mut items, decoded_total) = plan_reads(units, batch, &spans, elem);
-            let bound = config.batch_timeout(decoded_total);
-            let batch_deadline = Instant::now() + bound;
-            deadline = deadline.max(batch_deadline);
-            trace.mark("sizes");
+                .collect::<Result<_, _>>()
+        })
+        .map_err(|e| GpuError::Array(e.into()))
+}
 
-            let meta_bytes = meta_len(batch);
-            // Uncompressed chunks with nothing to check go straight to the device (GdsStore:
-            // cuFile where native GDS works); the host keeps only the metadata staging.
-            let host_meta_at = if direct { 0 } else { stored_total.next_multiple_of(STORED_ALIGN) };
-            ensure(
-                &mut host[slot],
-                host_meta_at + meta_bytes,
-                PinnedBuffer::len,
-                |len| context.take_pinned(len),
-                |old| context.give_pinned(old),
-            )?;
-            let hbuf = host[slot].as_mut().expect("ensured");
-            let found = if direct {
-                ensure(
-                    &mut device[slot].0,
-                    stored_total.next_multiple_of(DECODED_ALIGN) + meta_bytes,
-                    DeviceBuffer::len,
-                    take_staging,
-                    |old| context.give_staging(old),
-                )?;
-                let cbase = device[slot].0.as_ref().expect("ensured").ptr();
-                let requests: Vec<DeviceReadRequest> =
-                    requests.iter().map(|r| DeviceReadRequest { dst: cbase + r.dst, ..r.clone() }).collect();
-                // SAFETY: each request lands at its offset below stored_total in the slot's
-                // staging, which has room for stored_total bytes; coalesced requests do not
-                // overlap; the slot's previous batch has finished (its event, awaited above).
-                let outcome = unsafe {
-                    match gds {
-                        Some(store) => store.read_to_device(
-                            context.reader(),
-                            &requests,
-                            Some(config.backend()),
-                            Some(&copy_stream),
-                        )?,
-                        None => {
-                            read_store_to_device(storage.as_ref(), context.reader(), &requests, Some(&copy_stream))?
-                        }
-                    }
-                };
-                report.io = Some(outcome.status);
-                outcome.found
-            } else {
-                match gds {
-                    Some(store) => store.read_to_host(context.reader(), &requests, hbuf.as_mut_slice())?,
-                    None => read_store_to_host(storage.as_ref(), context.reader(), &requests, hbuf.as_mut_slice())?,
-                }
-            };
-            report.bytes_read +=
-                requests.iter().zip(&found).filter(|(_, &f)| f).map(|(r, _)| r.len as u64).sum::<u64>();
-            let mut next_span = at.iter();
-            for it in items.iter_mut().filter(|it| it.route != Route::Missing) {
-                if !found[next_span.next().expect("one per span").0] {
-                    it.route = Route::Missing; // deleted between the size query and the read
-                }
+/// Read a batch's stored bytes: into the slot's pinned buffer, where they are checked, or (chains
+/// with nothing to check) straight into its device staging (GdsStore: cuFile where native GDS
+/// works). Units whose value disappeared since it was sized become missing. Returns where the
+/// metadata staging starts in the pinned buffer.
+#[allow(clippy::too_many_arguments)]
+fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
+    job: &Job<'_>,
+    array: &Array<S>,
+    gds: Option<&GdsStore>,
+    buffers: &mut Buffers,
+    slot: usize,
+    requests: &[DeviceReadRequest],
+    at: &[(usize, u64)],
+    stored_total: u64,
+    meta_bytes: u64,
+    items: &mut [Item],
+    report: &mut RetrieveReport,
+) -> Result<u64, GpuError> {
+    let context = job.context;
+    let storage = array.storage();
+    let direct = !job.chain.needs_nvcomp();
+    // The host keeps only the metadata staging when the bytes go straight to the device.
+    let host_meta_at = if direct { 0 } else { stored_total.next_multiple_of(STORED_ALIGN) };
+    ensure(
+        &mut buffers.host[slot],
+        host_meta_at + meta_bytes,
+        PinnedBuffer::len,
+        |len| context.take_pinned(len),
+        |old| context.give_pinned(old),
+    )?;
+    let found = if direct {
+        buffers.ensure_staging(job, slot, stored_total.next_multiple_of(DECODED_ALIGN) + meta_bytes)?;
+        let cbase = buffers.device[slot].0.as_ref().expect("ensured").ptr();
+        let requests: Vec<DeviceReadRequest> =
+            requests.iter().map(|r| DeviceReadRequest { dst: cbase + r.dst, ..r.clone() }).collect();
+        // SAFETY: each request lands at its offset below stored_total in the slot's staging,
+        // which has room for stored_total bytes; coalesced requests do not overlap; the slot's
+        // previous batch has finished (its event, awaited before this batch).
+        let outcome = unsafe {
+            match gds {
+                Some(store) => store.read_to_device(
+                    context.reader(),
+                    &requests,
+                    Some(job.config.backend()),
+                    Some(job.copy_stream),
+                )?,
+                None => read_store_to_device(storage.as_ref(), context.reader(), &requests, Some(job.copy_stream))?,
             }
-            trace.mark("read");
-            let can_hash = kernels.is_some();
-            check_stored(
-                units,
-                &mut items,
-                hbuf.as_slice(),
-                chain,
-                config.decode_trust(),
-                can_hash,
-                elem,
-                context.reader(),
-            )?;
-            route_large_frames(units, &mut items, chain, elem, fraction, threads);
-            if let (Some(nvcomp), Some(compression)) = (nvcomp, chain.compression) {
-                // Inputs nvCOMP cannot take at their alignment go to the host (none today: zstd and
-                // naive gzip take any byte; staging itself is 256-byte aligned).
-                let align = nvcomp.decompress_alignments(compression.decompressor()).map_err(nvcomp_err)?.input as u64;
-                for it in items.iter_mut().filter(|it| it.route == Route::Device && it.host_offset % align.max(1) != 0)
-                {
-                    it.route = Route::Host;
-                }
-            }
-            trace.mark("check");
-
-            // This batch's device layout: stored bytes, decoded bytes, nvCOMP temp, metadata.
-            let on_device: Vec<&Item> = items.iter().filter(|it| it.route == Route::Device).collect();
-            let with_crc: Vec<&Item> = items.iter().filter(|it| it.crc.is_some()).collect();
-            let n_dec = if chain.compression.is_some() { on_device.len() } else { 0 };
-            let n_crc = with_crc.len();
-            let max_chunk = on_device.iter().map(|it| decoded_len(it.unit)).max().unwrap_or(0);
-            let decompressor = chain.compression.map(Compression::decompressor);
-            let temp_bytes = match (nvcomp, decompressor) {
-                (Some(nvcomp), Some(decompressor)) if n_dec > 0 => nvcomp
-                    .decompress_temp_size(decompressor, n_dec, max_chunk as usize, decoded_total as usize)
-                    .map_err(nvcomp_err)?,
-                _ => 0,
-            };
-            let decoded_room = if chain.compression.is_some() { decoded_total } else { 0 };
-            let stored_room = stored_total.next_multiple_of(DECODED_ALIGN);
-            let temp_room = (temp_bytes as u64).next_multiple_of(DECODED_ALIGN);
-            // Direct reads already sit in this slot's staging, sized for this very layout (no
-            // decoded bytes, no temp): it must not be replaced.
-            let read_into = if direct { device[slot].0.as_ref().map(DeviceBuffer::ptr) } else { None };
-            ensure(
-                &mut device[slot].0,
-                stored_room + decoded_room + temp_room + meta_bytes,
-                DeviceBuffer::len,
-                take_staging,
-                |old| context.give_staging(old),
-            )?;
-            let cbase = device[slot].0.as_ref().expect("ensured").ptr();
-            debug_assert!(read_into.is_none_or(|p| p == cbase), "direct reads' staging was replaced");
-            let dbase = cbase + stored_room;
-            let temp = dbase + decoded_room;
-            let meta = temp + temp_room;
-            let host_meta = hbuf.as_mut_slice()[host_meta_at as usize..].as_mut_ptr() as usize;
-            let stage = |at: u64, words: &[u64], device: u64, on: &CudaStream| {
-                // SAFETY: the slot's metadata region holds meta_bytes; every `at` below keeps the
-                // words within it (crc32c arrays, decode arrays, the placement tables at its end);
-                // the region is reused only after this batch's event.
-                unsafe { stage_words(host_meta, at, words, device, on) }
-            };
-
-            // One copy of the batch's stored bytes to the device, on the copy stream.
-            context.bind()?;
-            let stored_bytes = hbuf.as_slice();
-            if stored_total > 0 && !direct {
-                // SAFETY: the host buffer holds stored_total bytes; cbase has room for them; both
-                // are reused only after this batch's event, which follows this copy.
-                unsafe {
-                    sys::cuMemcpyHtoDAsync_v2(
-                        cbase,
-                        stored_bytes.as_ptr().cast(),
-                        stored_total as usize,
-                        copy_stream.cu_stream(),
-                    )
-                }
-                .result()
-                .map_err(GpuError::cuda("copying chunks to the device"))?;
-            }
-            // crc32c on the copy stream too, awaited before anything is decoded: a corrupt frame
-            // must never reach nvCOMP (undefined behaviour; a kernel that never ends at worst).
-            // The wait overlaps the previous batch's decode on the other stream.
-            // Layout at `meta`: pointers, sizes (u64), values, statuses (u32), n_crc of each.
-            let crc_room = (24 * n_crc as u64).next_multiple_of(8);
-            if let (Some(nvcomp), true) = (nvcomp, n_crc > 0) {
-                let mut words: Vec<u64> = with_crc.iter().map(|it| cbase + it.host_offset).collect();
-                words.extend(with_crc.iter().map(|it| it.data_len));
-                stage(0, &words, meta, copy_stream.as_ref())?;
-                // SAFETY: the arrays just staged at `meta` describe stored bytes at cbase, copied
-                // before on the same stream; results go to the metadata regions after them.
-                unsafe { verify_crc32c(nvcomp, units, &with_crc, meta, host_meta, &copy_stream) }?;
-            }
-            if stored_total > 0 {
-                let copied = copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
-                stream.wait(&copied).map_err(GpuError::cuda("ordering a copy before decoding"))?;
-            }
-            // Decoding: pointer, size, capacity and output arrays (u64), then what nvCOMP
-            // reports: decoded sizes (u64) and statuses (u32), n_dec of each, after the crc32c
-            // arrays; for gzip then the CRC-32 values and statuses of the decoded bytes.
-            let zmeta = meta + crc_room;
-            let actual = zmeta + 32 * n_dec as u64;
-            let zstatus = actual + 8 * n_dec as u64;
-            let gzip = chain.compression == Some(Compression::Gzip);
-            // zstd frames with content checksums: XXH64 of the decoded bytes, one u32 each.
-            let hashed = on_device.iter().any(|it| matches!(it.content, Some(ContentCheck::Xxh64(_))));
-            let (crc32_values, crc32_statuses) = (zstatus + 4 * n_dec as u64, zstatus + 8 * n_dec as u64);
-            #[cfg(feature = "fault-injection")]
-            if let (0, Some(fault), Some(kernels)) = (b, config.injected_fault(), kernels) {
-                kernels.launch_fault(stream, fault)?;
-            }
-            if let (Some(nvcomp), Some(decompressor), true) = (nvcomp, decompressor, n_dec > 0) {
-                let mut words: Vec<u64> = Vec::with_capacity(4 * n_dec);
-                words.extend(on_device.iter().map(|it| cbase + it.host_offset));
-                words.extend(on_device.iter().map(|it| it.data_len));
-                words.extend(on_device.iter().map(|it| decoded_len(it.unit)));
-                words.extend(on_device.iter().map(|it| dbase + it.decoded_offset));
-                stage(crc_room, &words, zmeta, stream.as_ref())?;
-                let ptr = |k: usize| zmeta + 8 * k as u64;
-                // SAFETY: every chunk was checked on the host (a zstd frame walked, its recorded
-                // size that of the output buffer; a plain gzip member whose trailer records that
-                // size) and its crc32c, where the chain has one, on the device; arrays of n_dec
-                // entries in device memory; inputs aligned as the decompressor was chosen; temp
-                // sized by nvCOMP.
-                unsafe {
-                    nvcomp.decompress_async(
-                        decompressor,
-                        ptr(0) as *const *const c_void,
-                        ptr(n_dec) as *const usize,
-                        ptr(2 * n_dec) as *const usize,
-                        actual as *mut usize,
-                        n_dec,
-                        temp as *mut c_void,
-                        temp_bytes,
-                        ptr(3 * n_dec) as *const *mut c_void,
-                        zstatus as *mut nv::nvcompStatus_t,
-                        stream.cu_stream() as nv::cudaStream_t,
-                    )
-                }
-                .map_err(nvcomp_err)?;
-                if gzip {
-                    // The trailers' CRC-32 covers the decoded bytes: computed over the output
-                    // buffers (their pointers and sizes are the arrays just staged).
-                    // SAFETY: n_dec output pointers and sizes at ptr(3n) and ptr(2n), written by
-                    // the decode before on this stream; n_dec values and statuses after zstatus.
-                    unsafe {
-                        nvcomp.crc32_async(
-                            Crc32::IsoHdlc,
-                            ptr(3 * n_dec) as *const *const c_void,
-                            ptr(2 * n_dec) as *const usize,
-                            n_dec,
-                            max_chunk as usize,
-                            crc32_values as *mut u32,
-                            crc32_statuses as *mut nv::nvcompStatus_t,
-                            stream.cu_stream() as nv::cudaStream_t,
-                        )
-                    }
-                    .map_err(nvcomp_err)?;
-                }
-                if hashed {
-                    let kernels =
-                        kernels.ok_or_else(|| GpuError::NoCuda("NVRTC is needed to verify zstd checksums".into()))?;
-                    // SAFETY: n_dec output pointers and sizes at ptr(3n) and ptr(2n), written by
-                    // the decode before on this stream; the outputs are 8-byte aligned (decoded
-                    // offsets are multiples of DECODED_ALIGN in 256-byte aligned staging); n_dec
-                    // u32 values after zstatus.
-                    unsafe { kernels.launch_xxh64(stream, ptr(3 * n_dec), ptr(2 * n_dec), n_dec, crc32_values) }?;
-                }
-            }
-            // Meanwhile the host decodes its chunks, each copied to the device as soon as it is done.
-            let host_items: Vec<&Item> = items.iter().filter(|it| it.route == Route::Host).collect();
-            report.host_decoded_chunks += host_items.len();
-            if !host_items.is_empty() {
-                // SAFETY: dbase is the slot's decoded region, which holds every item's decoded bytes.
-                unsafe {
-                    decode_on_host(
-                        context,
-                        chain.compression.expect("host items decode"),
-                        units,
-                        &host_items,
-                        stored_bytes,
-                        elem,
-                        &mut host_decoded[slot],
-                        dbase,
-                        &copy_stream,
-                    )
-                }?;
-                let copied = copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
-                stream.wait(&copied).map_err(GpuError::cuda("ordering host-decoded chunks before placement"))?;
-            }
-            trace.mark("decode");
-            // Decode results back to the host in one copy (sizes, statuses and CRC-32s lie
-            // together on the device), checked after the last batch.
-            let result_bytes = n_dec
-                * match (gzip, hashed) {
-                    (true, _) => RESULT_BYTES,
-                    (false, true) => 16,
-                    (false, false) => 12,
-                };
-            if result_bytes > 0 {
-                // SAFETY: results holds RESULT_BYTES per unit; the source is the contiguous tail of
-                // this batch's decode metadata.
-                unsafe {
-                    sys::cuMemcpyDtoHAsync_v2(
-                        (results_base as usize + results_at) as *mut c_void,
-                        actual,
-                        result_bytes,
-                        stream.cu_stream(),
-                    )
-                }
-                .result()
-                .map_err(GpuError::cuda("reading decode results"))?;
-            }
-            let at = |base: u64, k: usize, width: usize| results_at + (base - actual) as usize + k * width;
-            for (k, it) in on_device.iter().enumerate().take(n_dec) {
-                let carried = it.content.map(|check| match check {
-                    ContentCheck::Crc32(_) => (check, at(crc32_values, k, 4), Some(at(crc32_statuses, k, 4))),
-                    ContentCheck::Xxh64(_) => (check, at(crc32_values, k, 4), None),
-                });
-                let (size, status) = (at(actual, k, 8), at(zstatus, k, 4));
-                checks.push(DecodeCheck { unit: it.unit, size, status, content: carried });
-            }
-            results_at += result_bytes;
-            // Placement: every copy of the batch in one kernel launch (or by the copy engines);
-            // transposed or byte-swapped chunks element by element, by the gather kernel.
-            let mut copies = Vec::new();
-            let mut srcs = Vec::new();
-            let mut jobs = Vec::new();
-            for it in &items {
-                let p = &units[it.unit].placement;
-                let base = if chain.compression.is_some() { dbase + it.decoded_offset } else { cbase + it.host_offset };
-                let src = match it.route {
-                    Route::Missing => {
-                        report.missing_chunks += 1;
-                        // The fill block is uniform and as long as the longest read.
-                        fill_source(&mut fill, context, array, fill_len, stream)?
-                    }
-                    _ if chain.needs_gather() => {
-                        jobs.push(gather_job(chain, elem, p, base, out_shape));
-                        continue;
-                    }
-                    // A narrowed read starts at byte_start.
-                    _ if units[it.unit].narrowed => base,
-                    _ => base + p.byte_start,
-                };
-                copies.extend_from_slice(&p.copies);
-                srcs.extend(std::iter::repeat_n(src, p.copies.len()));
-            }
-            if !jobs.is_empty() {
-                let placer = kernels.ok_or_else(|| {
-                    GpuError::NoCuda("NVRTC is needed to place transposed or byte-swapped chunks".into())
-                })?;
-                let at = crc_room + 32 * n_dec as u64 + result_bytes as u64;
-                let at = at.next_multiple_of(8);
-                stage(at, &place::encode_gather(&jobs), meta + at, stream.as_ref())?;
-                // SAFETY: each job stays within its decoded chunk and `out` (planned from both shapes).
-                unsafe { placer.launch_gather(stream, meta + at, &jobs, out_ptr) }?;
-            }
-            if let Some(placer) = kernels {
-                let table = place::encode(&copies, &srcs);
-                let at = meta_bytes - place::table_bytes(copies.len()) as u64;
-                stage(at, &table, meta + at, stream.as_ref())?;
-                // SAFETY: copies stay within their decoded chunks (or the fill block) and `out`.
-                unsafe { placer.launch(stream, meta + at, &copies, out_ptr) }?;
-            } else {
-                for (copy, &src) in copies.iter().zip(&srcs) {
-                    // SAFETY: as above.
-                    unsafe { copy_dtod(copy, src, out_ptr, stream) }?;
-                }
-            }
-            let event = stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
-            device[slot].1 = Some(Pending { event, deadline: batch_deadline, bound, batch: b });
-            trace.mark("place");
+        };
+        report.io = Some(outcome.status);
+        outcome.found
+    } else {
+        let hbuf = buffers.host[slot].as_mut().expect("ensured");
+        match gds {
+            Some(store) => store.read_to_host(context.reader(), requests, hbuf.as_mut_slice())?,
+            None => read_store_to_host(storage.as_ref(), context.reader(), requests, hbuf.as_mut_slice())?,
         }
-        // Oldest first: the slot after the last batch's holds the batch before it.
-        for k in 1..=slots {
-            if let Some(pending) = device[(batches.len() + k) % slots].1.take() {
-                let batch = pending.batch;
-                pending.wait(&batches[batch], units)?;
-            }
-        }
-        stream.synchronize().map_err(GpuError::cuda("decoding on the device"))?;
-        trace.mark("final sync");
-        // Every device-decoded chunk's status and size, and the check of its decoded bytes it
-        // carries (gzip CRC-32, zstd XXH64; crc32c was checked before decoding).
-        let results = results.as_slice();
-        let status_string = |s: u32| nvcomp.map_or_else(|| s.to_string(), |n| n.status_string(s));
-        let name = chain.compression.map_or("decode", Compression::name);
-        let word = |at: usize| u32::from_ne_bytes(results[at..at + 4].try_into().expect("4 bytes"));
-        for &DecodeCheck { unit, size, status, content } in &checks {
-            let status = word(status);
-            if status != nv::nvcompSuccess {
-                return Err(units[unit].error(format!("nvCOMP {name}: {}", status_string(status))));
-            }
-            let size = u64::from_ne_bytes(results[size..size + 8].try_into().expect("8 bytes"));
-            let expected = decoded_len(unit);
-            if size != expected {
-                return Err(units[unit].error(format!("{name} decoded {size} bytes, {expected} expected")));
-            }
-            if let Some((check, value, status)) = content {
-                if let Some(status) = status.map(word).filter(|&s| s != nv::nvcompSuccess) {
-                    return Err(units[unit].error(format!("nvCOMP CRC-32: {}", status_string(status))));
-                }
-                if word(value) != check.stored() {
-                    return Err(units[unit].error(format!(
-                        "{} mismatch: stored {:#010x}, decoded bytes give {:#010x}",
-                        check.name(),
-                        check.stored(),
-                        word(value)
-                    )));
-                }
-            }
-        }
-        Ok(())
-    })();
-    // Buffers go back to the pools only once the device is done with them. A batch that never
-    // finishes (or, after an error, work in flight that does not finish in time) leaves them to
-    // kernels that may still write them: they are leaked, and the context is lost for later reads.
-    let settled = match &result {
-        Err(GpuError::Timeout { .. }) => Ok(false),
-        _ => settle(&[stream.as_ref(), copy_stream.as_ref()], deadline),
     };
-    match (settled, &result) {
+    report.bytes_read += requests.iter().zip(&found).filter(|(_, &f)| f).map(|(r, _)| r.len as u64).sum::<u64>();
+    let mut next_span = at.iter();
+    for it in items.iter_mut().filter(|it| it.route != Route::Missing) {
+        if !found[next_span.next().expect("one per span").0] {
+            it.route = Route::Missing; // deleted between the size query and the read
+        }
+    }
+    Ok(host_meta_at)
+}
+
+/// The host check of every stored unit of a batch, then its route: nvCOMP, or host threads
+/// (what nvCOMP cannot or may not take, the host's share of large frames, inputs at an
+/// alignment nvCOMP cannot take).
+fn route_batch(job: &Job<'_>, items: &mut [Item], stored: &[u8]) -> Result<(), GpuError> {
+    let (units, chain, elem) = (job.units, job.chain, job.elem);
+    let can_hash = job.kernels.is_some();
+    check_stored(units, items, stored, chain, job.config.decode_trust(), can_hash, elem, job.context.reader())?;
+    let threads = job.context.reader().options().threads;
+    route_large_frames(units, items, chain, elem, host_fraction(job.config), threads);
+    if let (Some(nvcomp), Some(compression)) = (job.nvcomp, chain.compression) {
+        // None today: zstd and naive gzip take any byte; staging itself is 256-byte aligned.
+        let align = nvcomp.decompress_alignments(compression.decompressor()).map_err(nvcomp_err)?.input as u64;
+        for it in items.iter_mut().filter(|it| it.route == Route::Device && it.host_offset % align.max(1) != 0) {
+            it.route = Route::Host;
+        }
+    }
+    Ok(())
+}
+
+/// Where a batch lies in its slot's device staging (stored bytes at `cbase`, decoded bytes at
+/// `dbase`, metadata at `meta`), and within the metadata: the crc32c arrays (`crc_room` bytes),
+/// then the decode arrays (`zmeta`), what nvCOMP reports (`actual` sizes, `zstatus` statuses)
+/// and the content checks' values and statuses; the placement tables at its end.
+struct Layout {
+    cbase: u64,
+    dbase: u64,
+    meta: u64,
+    meta_bytes: u64,
+    /// The pinned mirror of the metadata region, for async copies.
+    host_meta: usize,
+    n_dec: usize,
+    crc_room: u64,
+    actual: u64,
+    zstatus: u64,
+    crc32_values: u64,
+    crc32_statuses: u64,
+    gzip: bool,
+    hashed: bool,
+}
+
+impl Layout {
+    /// Copy `words` through the pinned metadata mirror at `at` to `device` on `on`.
+    fn stage(&self, at: u64, words: &[u64], device: u64, on: &CudaStream) -> Result<(), GpuError> {
+        // SAFETY: the slot's metadata region holds meta_bytes; every `at` the stages use keeps
+        // the words within it (crc32c arrays, decode arrays, the placement tables at its end);
+        // the region is reused only after this batch's event.
+        unsafe { stage_words(self.host_meta, at, words, device, on) }
+    }
+
+    /// Bytes of decode results per batch: sizes and statuses, and the content checks.
+    fn result_bytes(&self) -> usize {
+        self.n_dec
+            * match (self.gzip, self.hashed) {
+                (true, _) => RESULT_BYTES,
+                (false, true) => 16,
+                (false, false) => 12,
+            }
+    }
+}
+
+/// The device's part of a batch: its stored bytes copied to the slot's staging on the copy
+/// stream, crc32c verified there before anything is decoded, then nvCOMP's decode and the
+/// content checks of the decoded bytes (gzip CRC-32, zstd XXH64) on the read's stream.
+#[allow(clippy::too_many_arguments)]
+fn launch_device(
+    job: &Job<'_>,
+    buffers: &mut Buffers,
+    slot: usize,
+    items: &[Item],
+    stored_total: u64,
+    decoded_total: u64,
+    meta_bytes: u64,
+    host_meta_at: u64,
+    #[allow(unused_variables)] b: usize,
+) -> Result<Layout, GpuError> {
+    let (chain, nvcomp, stream) = (job.chain, job.nvcomp, job.stream);
+    let direct = !chain.needs_nvcomp();
+    let on_device: Vec<&Item> = items.iter().filter(|it| it.route == Route::Device).collect();
+    let with_crc: Vec<&Item> = items.iter().filter(|it| it.crc.is_some()).collect();
+    let n_dec = if chain.compression.is_some() { on_device.len() } else { 0 };
+    let n_crc = with_crc.len();
+    let max_chunk = on_device.iter().map(|it| job.decoded_len(it.unit)).max().unwrap_or(0);
+    let decompressor = chain.compression.map(Compression::decompressor);
+    let temp_bytes = match (nvcomp, decompressor) {
+        (Some(nvcomp), Some(decompressor)) if n_dec > 0 => nvcomp
+            .decompress_temp_size(decompressor, n_dec, max_chunk as usize, decoded_total as usize)
+            .map_err(nvcomp_err)?,
+        _ => 0,
+    };
+    let decoded_room = if chain.compression.is_some() { decoded_total } else { 0 };
+    let stored_room = stored_total.next_multiple_of(DECODED_ALIGN);
+    let temp_room = (temp_bytes as u64).next_multiple_of(DECODED_ALIGN);
+    // Direct reads already sit in this slot's staging, sized for this very layout (no decoded
+    // bytes, no temp): it must not be replaced.
+    let read_into = if direct { buffers.device[slot].0.as_ref().map(DeviceBuffer::ptr) } else { None };
+    buffers.ensure_staging(job, slot, stored_room + decoded_room + temp_room + meta_bytes)?;
+    let cbase = buffers.device[slot].0.as_ref().expect("ensured").ptr();
+    debug_assert!(read_into.is_none_or(|p| p == cbase), "direct reads' staging was replaced");
+    let dbase = cbase + stored_room;
+    let temp = dbase + decoded_room;
+    let meta = temp + temp_room;
+    let hbuf = buffers.host[slot].as_mut().expect("ensured");
+    let host_meta = hbuf.as_mut_slice()[host_meta_at as usize..].as_mut_ptr() as usize;
+    let stored_bytes = hbuf.as_slice();
+    // Layout at `meta`: crc32c pointers, sizes (u64), values, statuses (u32), n_crc of each;
+    // then decoding: pointer, size, capacity and output arrays (u64), then what nvCOMP reports:
+    // decoded sizes (u64) and statuses (u32), n_dec of each; for gzip then the CRC-32 values and
+    // statuses of the decoded bytes, for zstd frames with content checksums the XXH64 values.
+    let crc_room = (24 * n_crc as u64).next_multiple_of(8);
+    let zmeta = meta + crc_room;
+    let actual = zmeta + 32 * n_dec as u64;
+    let zstatus = actual + 8 * n_dec as u64;
+    let layout = Layout {
+        cbase,
+        dbase,
+        meta,
+        meta_bytes,
+        host_meta,
+        n_dec,
+        crc_room,
+        actual,
+        zstatus,
+        crc32_values: zstatus + 4 * n_dec as u64,
+        crc32_statuses: zstatus + 8 * n_dec as u64,
+        gzip: chain.compression == Some(Compression::Gzip),
+        hashed: on_device.iter().any(|it| matches!(it.content, Some(ContentCheck::Xxh64(_)))),
+    };
+
+    copy_and_verify(job, &layout, stored_bytes, stored_total, &with_crc)?;
+    #[cfg(feature = "fault-injection")]
+    if let (0, Some(fault), Some(kernels)) = (b, job.config.injected_fault(), job.kernels) {
+        kernels.launch_fault(stream, fault)?;
+    }
+    if let (Some(nvcomp), Some(decompressor), true) = (nvcomp, decompressor, n_dec > 0) {
+        let mut words: Vec<u64> = Vec::with_capacity(4 * n_dec);
+        words.extend(on_device.iter().map(|it| cbase + it.host_offset));
+        words.extend(on_device.iter().map(|it| it.data_len));
+        words.extend(on_device.iter().map(|it| job.decoded_len(it.unit)));
+        words.extend(on_device.iter().map(|it| dbase + it.decoded_offset));
+        layout.stage(crc_room, &words, zmeta, stream.as_ref())?;
+        let ptr = |k: usize| zmeta + 8 * k as u64;
+        // SAFETY: every chunk was checked on the host (a zstd frame walked, its recorded size
+        // that of the output buffer; a plain gzip member whose trailer records that size) and
+        // its crc32c, where the chain has one, on the device; arrays of n_dec entries in device
+        // memory; inputs aligned as the decompressor was chosen; temp sized by nvCOMP.
+        unsafe {
+            nvcomp.decompress_async(
+                decompressor,
+                ptr(0) as *const *const c_void,
+                ptr(n_dec) as *const usize,
+                ptr(2 * n_dec) as *const usize,
+                actual as *mut usize,
+                n_dec,
+                temp as *mut c_void,
+                temp_bytes,
+                ptr(3 * n_dec) as *const *mut c_void,
+                zstatus as *mut nv::nvcompStatus_t,
+                stream.cu_stream() as nv::cudaStream_t,
+            )
+        }
+        .map_err(nvcomp_err)?;
+        if layout.gzip {
+            // The trailers' CRC-32 covers the decoded bytes: computed over the output buffers
+            // (their pointers and sizes are the arrays just staged).
+            // SAFETY: n_dec output pointers and sizes at ptr(3n) and ptr(2n), written by the
+            // decode before on this stream; n_dec values and statuses after zstatus.
+            unsafe {
+                nvcomp.crc32_async(
+                    Crc32::IsoHdlc,
+                    ptr(3 * n_dec) as *const *const c_void,
+                    ptr(2 * n_dec) as *const usize,
+                    n_dec,
+                    max_chunk as usize,
+                    layout.crc32_values as *mut u32,
+                    layout.crc32_statuses as *mut nv::nvcompStatus_t,
+                    stream.cu_stream() as nv::cudaStream_t,
+                )
+            }
+            .map_err(nvcomp_err)?;
+        }
+        if layout.hashed {
+            let kernels =
+                job.kernels.ok_or_else(|| GpuError::NoCuda("NVRTC is needed to verify zstd checksums".into()))?;
+            // SAFETY: n_dec output pointers and sizes at ptr(3n) and ptr(2n), written by the
+            // decode before on this stream; the outputs are 8-byte aligned (decoded offsets are
+            // multiples of DECODED_ALIGN in 256-byte aligned staging); n_dec u32 values after
+            // zstatus.
+            unsafe { kernels.launch_xxh64(stream, ptr(3 * n_dec), ptr(2 * n_dec), n_dec, layout.crc32_values) }?;
+        }
+    }
+    Ok(layout)
+}
+
+/// One copy of the batch's stored bytes to the device, on the copy stream; then crc32c there
+/// too, awaited before anything is decoded: a corrupt frame must never reach nvCOMP (undefined
+/// behaviour; a kernel that never ends at worst). The wait overlaps the previous batch's decode
+/// on the other stream, which waits for the copy.
+fn copy_and_verify(
+    job: &Job<'_>,
+    layout: &Layout,
+    stored_bytes: &[u8],
+    stored_total: u64,
+    with_crc: &[&Item],
+) -> Result<(), GpuError> {
+    let (cbase, meta, copy_stream) = (layout.cbase, layout.meta, job.copy_stream);
+    let direct = !job.chain.needs_nvcomp();
+    // One copy of the batch's stored bytes to the device, on the copy stream.
+    job.context.bind()?;
+    if stored_total > 0 && !direct {
+        // SAFETY: the host buffer holds stored_total bytes; cbase has room for them; both are
+        // reused only after this batch's event, which follows this copy.
+        unsafe {
+            sys::cuMemcpyHtoDAsync_v2(
+                cbase,
+                stored_bytes.as_ptr().cast(),
+                stored_total as usize,
+                copy_stream.cu_stream(),
+            )
+        }
+        .result()
+        .map_err(GpuError::cuda("copying chunks to the device"))?;
+    }
+    if let (Some(nvcomp), false) = (job.nvcomp, with_crc.is_empty()) {
+        let mut words: Vec<u64> = with_crc.iter().map(|it| cbase + it.host_offset).collect();
+        words.extend(with_crc.iter().map(|it| it.data_len));
+        layout.stage(0, &words, meta, copy_stream.as_ref())?;
+        // SAFETY: the arrays just staged at `meta` describe stored bytes at cbase, copied before
+        // on the same stream; results go to the metadata regions after them.
+        unsafe { verify_crc32c(nvcomp, job.units, with_crc, meta, layout.host_meta, copy_stream) }?;
+    }
+    if stored_total > 0 {
+        let copied = copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+        job.stream.wait(&copied).map_err(GpuError::cuda("ordering a copy before decoding"))?;
+    }
+    Ok(())
+}
+
+/// Copy the batch's decode results back to the host in one copy (sizes, statuses and content
+/// checks lie together on the device) at `results_at` of the read's results, and note where each
+/// device-decoded unit's lie, for [`check_results`] after the last batch. Returns the bytes used.
+fn queue_results(
+    job: &Job<'_>,
+    layout: &Layout,
+    on_device: &[&Item],
+    results_base: *mut u8,
+    results_at: usize,
+    checks: &mut Vec<DecodeCheck>,
+) -> Result<usize, GpuError> {
+    let result_bytes = layout.result_bytes();
+    if result_bytes > 0 {
+        // SAFETY: results holds RESULT_BYTES per unit; the source is the contiguous tail of this
+        // batch's decode metadata.
+        unsafe {
+            sys::cuMemcpyDtoHAsync_v2(
+                (results_base as usize + results_at) as *mut c_void,
+                layout.actual,
+                result_bytes,
+                job.stream.cu_stream(),
+            )
+        }
+        .result()
+        .map_err(GpuError::cuda("reading decode results"))?;
+    }
+    let at = |base: u64, k: usize, width: usize| results_at + (base - layout.actual) as usize + k * width;
+    for (k, it) in on_device.iter().enumerate().take(layout.n_dec) {
+        let carried = it.content.map(|check| match check {
+            ContentCheck::Crc32(_) => (check, at(layout.crc32_values, k, 4), Some(at(layout.crc32_statuses, k, 4))),
+            ContentCheck::Xxh64(_) => (check, at(layout.crc32_values, k, 4), None),
+        });
+        let (size, status) = (at(layout.actual, k, 8), at(layout.zstatus, k, 4));
+        checks.push(DecodeCheck { unit: it.unit, size, status, content: carried });
+    }
+    Ok(result_bytes)
+}
+
+/// Placement: every copy of the batch in one kernel launch (or by the copy engines without
+/// NVRTC); transposed or byte-swapped chunks element by element, by the gather kernel; missing
+/// units from the fill block.
+#[allow(clippy::too_many_arguments)]
+fn place_batch<S: ReadableStorageTraits + ?Sized>(
+    job: &Job<'_>,
+    array: &Array<S>,
+    layout: &Layout,
+    items: &[Item],
+    fill: &mut Option<DeviceBuffer>,
+    out_shape: &[u64],
+    out_ptr: u64,
+    report: &mut RetrieveReport,
+) -> Result<(), GpuError> {
+    let (units, chain, stream) = (job.units, job.chain, job.stream);
+    let mut copies = Vec::new();
+    let mut srcs = Vec::new();
+    let mut jobs = Vec::new();
+    for it in items {
+        let p = &units[it.unit].placement;
+        let base =
+            if chain.compression.is_some() { layout.dbase + it.decoded_offset } else { layout.cbase + it.host_offset };
+        let src = match it.route {
+            Route::Missing => {
+                report.missing_chunks += 1;
+                fill_source(fill, job.context, array, job.fill_len, stream)?
+            }
+            _ if chain.needs_gather() => {
+                jobs.push(gather_job(chain, job.elem, p, base, out_shape));
+                continue;
+            }
+            // A narrowed read starts at byte_start.
+            _ if units[it.unit].narrowed => base,
+            _ => base + p.byte_start,
+        };
+        copies.extend_from_slice(&p.copies);
+        srcs.extend(std::iter::repeat_n(src, p.copies.len()));
+    }
+    if !jobs.is_empty() {
+        let placer = job
+            .kernels
+            .ok_or_else(|| GpuError::NoCuda("NVRTC is needed to place transposed or byte-swapped chunks".into()))?;
+        let at = layout.crc_room + 32 * layout.n_dec as u64 + layout.result_bytes() as u64;
+        let at = at.next_multiple_of(8);
+        layout.stage(at, &place::encode_gather(&jobs), layout.meta + at, stream.as_ref())?;
+        // SAFETY: each job stays within its decoded chunk and `out` (planned from both shapes).
+        unsafe { placer.launch_gather(stream, layout.meta + at, &jobs, out_ptr) }?;
+    }
+    if let Some(placer) = job.kernels {
+        let table = place::encode(&copies, &srcs);
+        let at = layout.meta_bytes - place::table_bytes(copies.len()) as u64;
+        layout.stage(at, &table, layout.meta + at, stream.as_ref())?;
+        // SAFETY: copies stay within their decoded chunks (or the fill block) and `out`.
+        unsafe { placer.launch(stream, layout.meta + at, &copies, out_ptr) }?;
+    } else {
+        for (copy, &src) in copies.iter().zip(&srcs) {
+            // SAFETY: as above.
+            unsafe { copy_dtod(copy, src, out_ptr, stream) }?;
+        }
+    }
+    Ok(())
+}
+
+/// Every device-decoded unit's status and size, and the check of its decoded bytes it carries
+/// (gzip CRC-32, zstd XXH64; crc32c was checked before decoding), once the device is done.
+fn check_results(job: &Job<'_>, checks: &[DecodeCheck], results: &[u8]) -> Result<(), GpuError> {
+    let units = job.units;
+    let status_string = |s: u32| job.nvcomp.map_or_else(|| s.to_string(), |n| n.status_string(s));
+    let name = job.chain.compression.map_or("decode", Compression::name);
+    let word = |at: usize| u32::from_ne_bytes(results[at..at + 4].try_into().expect("4 bytes"));
+    for &DecodeCheck { unit, size, status, content } in checks {
+        let status = word(status);
+        if status != nv::nvcompSuccess {
+            return Err(units[unit].error(format!("nvCOMP {name}: {}", status_string(status))));
+        }
+        let size = u64::from_ne_bytes(results[size..size + 8].try_into().expect("8 bytes"));
+        let expected = job.decoded_len(unit);
+        if size != expected {
+            return Err(units[unit].error(format!("{name} decoded {size} bytes, {expected} expected")));
+        }
+        if let Some((check, value, status)) = content {
+            if let Some(status) = status.map(word).filter(|&s| s != nv::nvcompSuccess) {
+                return Err(units[unit].error(format!("nvCOMP CRC-32: {}", status_string(status))));
+            }
+            if word(value) != check.stored() {
+                return Err(units[unit].error(format!(
+                    "{} mismatch: stored {:#010x}, decoded bytes give {:#010x}",
+                    check.name(),
+                    check.stored(),
+                    word(value)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Buffers go back to the pools only once the device is done with them. A batch that never
+/// finishes (or, after an error, work in flight that does not finish in time) leaves them to
+/// kernels that may still write them: they are leaked, and the context is lost for later reads.
+fn release(
+    context: &GpuContext,
+    buffers: Buffers,
+    result: &Result<(), GpuError>,
+    streams: &[&CudaStream],
+    deadline: Instant,
+) -> Result<(), GpuError> {
+    let settled = match result {
+        Err(GpuError::Timeout { .. }) => Ok(false),
+        _ => settle(streams, deadline),
+    };
+    match (settled, result) {
         (Ok(true), _) => {
+            let Buffers { device, host, host_decoded, results, fill, .. } = buffers;
             for buffer in device.into_iter().filter_map(|(buffer, _)| buffer).chain(fill) {
                 context.give_staging(buffer);
             }
@@ -716,21 +945,15 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         (Ok(false), result) => {
             let cause = result.as_ref().err().map_or_else(String::new, ToString::to_string);
             context.mark_lost(format!("a device batch did not finish: {cause}"));
-            std::mem::forget((device, host, host_decoded, results, fill));
+            std::mem::forget(buffers);
         }
         (Err(err), Ok(())) => {
-            std::mem::forget((device, host, host_decoded, results, fill));
+            std::mem::forget(buffers);
             return Err(GpuError::Cuda { what: "finishing a read", source: err });
         }
-        (Err(_), Err(_)) => std::mem::forget((device, host, host_decoded, results, fill)),
+        (Err(_), Err(_)) => std::mem::forget(buffers),
     }
-    result?;
-    trace.finish(&format!(
-        "{out_bytes} bytes decoded on the device, {} chunks, {} batches",
-        report.chunks,
-        batches.len()
-    ));
-    Ok((out, report))
+    Ok(())
 }
 
 /// A batch enqueued on the device: the event after its last work, and when it must be done by.
