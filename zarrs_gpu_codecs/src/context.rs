@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DriverError};
+use zarrs::array::Array;
 use zarrs_gds_store::{DeviceReadError, DeviceReader, PinnedBuffer};
 
 use crate::place::Kernels;
@@ -528,4 +529,23 @@ pub(crate) unsafe fn fill_pattern(
         }
     };
     status.result().map_err(what)
+}
+
+/// A device block holding the fill value repeated over the largest read, made on first need.
+pub(crate) fn fill_source<S: ?Sized>(
+    fill: &mut Option<DeviceBuffer>,
+    context: &GpuContext,
+    array: &Array<S>,
+    len: u64,
+    stream: &CudaStream,
+) -> Result<u64, GpuError> {
+    if let Some(buffer) = fill {
+        return Ok(buffer.ptr());
+    }
+    let len = len as usize;
+    let buffer = context.take_staging(len)?;
+    let pattern = array.fill_value().as_ne_bytes();
+    // SAFETY: the buffer holds at least len bytes, len is a whole number of elements.
+    unsafe { fill_pattern(pattern, buffer.ptr(), len, stream) }?;
+    Ok(fill.insert(buffer).ptr())
 }

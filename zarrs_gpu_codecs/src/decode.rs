@@ -21,71 +21,16 @@ use crate::batch::{
     batch_budget, batches_by_size, coalesce, ensure, host_chunks, host_fraction, COALESCE_GAP, DECODED_ALIGN,
     LARGE_CHUNK, STORED_ALIGN,
 };
-use crate::context::{copy_dtod, DeviceBuffer, GpuContext};
+use crate::context::{copy_dtod, fill_source, DeviceBuffer, GpuContext};
 use crate::gzip_member::{check_member, MemberVerdict};
 use crate::place::{self, Kernels};
 use crate::plan::{plan_chunks, ChunkPlacement};
-use crate::retrieve::{fill_source, ChunkRef, Compression, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
+use crate::route::{ChunkRef, Compression, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
 use crate::shard::sharded_units;
 use crate::trace::Trace;
+use crate::unit::{Source, Unit};
 use crate::zstd_frame::{check_frame, FrameVerdict};
 use crate::{DecodeTrust, GpuConfig, GpuError};
-
-/// Where a unit's stored bytes are.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Source {
-    /// The whole value at the unit's key (its size is asked batch by batch).
-    Whole,
-    /// `len` bytes from `offset` of the value at the unit's key (an inner chunk of a shard).
-    Range { offset: u64, len: u64 },
-    /// Not stored: filled with the fill value.
-    Missing,
-}
-
-/// What the pipeline decodes: a chunk, or an inner chunk of a shard.
-#[derive(Clone, Debug)]
-pub(crate) struct Unit {
-    /// Where its decoded bytes go; its key is the value its stored bytes are read from.
-    pub(crate) placement: ChunkPlacement,
-    pub(crate) source: Source,
-    /// For an inner chunk, its indices within its shard (named in errors).
-    pub(crate) inner: Option<Vec<u64>>,
-    /// Only the placement's `byte_start..byte_end` of the chunk is read (uncompressed chunks).
-    pub(crate) narrowed: bool,
-}
-
-impl Unit {
-    /// Each chunk a whole stored value.
-    pub(crate) fn whole(placement: ChunkPlacement) -> Self {
-        Self { placement, source: Source::Whole, inner: None, narrowed: false }
-    }
-
-    /// The whole decoded chunk's bytes (checked once, by `plan_chunks`, with this `elem`).
-    fn decoded_len(&self, _elem: u64) -> u64 {
-        self.placement.chunk_bytes
-    }
-
-    /// The bytes read for an uncompressed chunk: all of it, or the placement's part.
-    fn raw_len(&self, elem: u64) -> u64 {
-        if self.narrowed {
-            self.placement.read_len()
-        } else {
-            self.decoded_len(elem)
-        }
-    }
-
-    /// The chunk's name in errors: its key, and for an inner chunk its indices in the shard.
-    pub(crate) fn label(&self) -> String {
-        match &self.inner {
-            Some(inner) => format!("{} (inner chunk {inner:?})", self.placement.key),
-            None => self.placement.key.to_string(),
-        }
-    }
-
-    fn error(&self, reason: impl Into<String>) -> GpuError {
-        GpuError::Chunk { key: self.label(), reason: reason.into() }
-    }
-}
 
 /// nvCOMP's results per chunk: decoded size (u64) and status (u32), and for gzip the CRC-32 of
 /// the decoded bytes and its status (u32 each), for zstd the low 32 bits of the XXH64 of the
@@ -177,7 +122,7 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     let (mut units, index_bytes) =
         sharded_units(storage.as_ref(), gds, context.reader(), &plan.shards, elem, subset, chunks)?;
     if plan.chain.is_raw() {
-        narrow_raw(&mut units, elem)?;
+        narrow_raw(&mut units)?;
     }
     let (out, mut report) =
         decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp)?;
@@ -210,7 +155,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         None if !chain.needs_nvcomp() => None,
         None => return Err(GpuError::NoCuda("nvCOMP is needed for this codec chain".into())),
     };
-    let batches = plan_batches(units, chain, config, context, nvcomp, elem, out_bytes)?;
+    let batches = plan_batches(units, chain, config, context, nvcomp, out_bytes)?;
     let slots = if batches.len() > 1 { 2 } else { 1 };
     trace.mark("plan");
 
@@ -252,7 +197,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 trace.mark("wait slot");
             }
             let spans = stored_spans(&job, array.storage().as_ref(), batch)?;
-            let (requests, at, stored_total, mut items, decoded_total) = plan_reads(units, batch, &spans, elem);
+            let (requests, at, stored_total, mut items, decoded_total) = plan_reads(units, batch, &spans);
             let bound = config.batch_timeout(decoded_total);
             let batch_deadline = Instant::now() + bound;
             deadline = deadline.max(batch_deadline);
@@ -299,7 +244,6 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                         units,
                         &host_items,
                         stored_bytes,
-                        elem,
                         &mut buffers.host_decoded[slot],
                         layout.dbase,
                         &copy_stream,
@@ -357,7 +301,7 @@ struct Job<'a> {
 
 impl Job<'_> {
     fn decoded_len(&self, u: usize) -> u64 {
-        self.units[u].decoded_len(self.elem)
+        self.units[u].decoded_len()
     }
 }
 
@@ -413,10 +357,9 @@ fn plan_batches(
     config: &GpuConfig,
     context: &GpuContext,
     nvcomp: Option<&NvcompLibrary>,
-    elem: u64,
     out_bytes: u64,
 ) -> Result<Vec<Vec<usize>>, GpuError> {
-    let decoded_len = |u: usize| units[u].decoded_len(elem);
+    let decoded_len = |u: usize| units[u].decoded_len();
     let largest = (0..units.len()).map(decoded_len).max().unwrap_or(0);
     // Free device memory, asked once (each query is a driver call). Every unit is decoded whole
     // into staging: one whose decoded bytes (with the output) exceed it is refused before any
@@ -549,11 +492,11 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
 /// (what nvCOMP cannot or may not take, the host's share of large frames, inputs at an
 /// alignment nvCOMP cannot take).
 fn route_batch(job: &Job<'_>, items: &mut [Item], stored: &[u8]) -> Result<(), GpuError> {
-    let (units, chain, elem) = (job.units, job.chain, job.elem);
+    let (units, chain) = (job.units, job.chain);
     let can_hash = job.kernels.is_some();
-    check_stored(units, items, stored, chain, job.config.decode_trust(), can_hash, elem, job.context.reader())?;
+    check_stored(units, items, stored, chain, job.config.decode_trust(), can_hash, job.context.reader())?;
     let threads = job.context.reader().options().threads;
-    route_large_frames(units, items, chain, elem, host_fraction(job.config), threads);
+    route_large_frames(units, items, chain, host_fraction(job.config), threads);
     if let (Some(nvcomp), Some(compression)) = (job.nvcomp, chain.compression) {
         // None today: zstd and naive gzip take any byte; staging itself is 256-byte aligned.
         let align = nvcomp.decompress_alignments(compression.decompressor()).map_err(nvcomp_err)?.input as u64;
@@ -1066,10 +1009,10 @@ unsafe fn verify_crc32c(
 /// Uncompressed inner chunks in the platform's byte order are their elements: read only the bytes
 /// a subset needs (`byte_start..byte_end` of each) rather than whole inner chunks. An index entry
 /// of another length than the chunk's is an error.
-fn narrow_raw(units: &mut [Unit], elem: u64) -> Result<(), GpuError> {
+fn narrow_raw(units: &mut [Unit]) -> Result<(), GpuError> {
     for unit in units {
         if let Source::Range { offset, len } = unit.source {
-            let full = unit.decoded_len(elem);
+            let full = unit.decoded_len();
             if len != full {
                 return Err(unit.error(format!("{len} bytes stored, {full} expected")));
             }
@@ -1089,7 +1032,6 @@ fn plan_reads(
     units: &[Unit],
     batch: &[usize],
     spans: &[Option<(u64, u64)>],
-    elem: u64,
 ) -> (Vec<DeviceReadRequest>, Vec<(usize, u64)>, u64, Vec<Item>, u64) {
     let stored: Vec<(&StoreKey, u64, u64)> = batch
         .iter()
@@ -1115,7 +1057,7 @@ fn plan_reads(
             crc: None,
             content: None,
         });
-        decoded_at += units[u].decoded_len(elem).next_multiple_of(DECODED_ALIGN);
+        decoded_at += units[u].decoded_len().next_multiple_of(DECODED_ALIGN);
     }
     (requests, at, stored_total, items, decoded_at)
 }
@@ -1133,13 +1075,12 @@ fn check_stored(
     chain: &DeviceChain,
     trust: DecodeTrust,
     can_hash: bool,
-    elem: u64,
     reader: &zarrs_gds_store::DeviceReader,
 ) -> Result<(), GpuError> {
     if !chain.needs_nvcomp() {
         // Only the length to check (the bytes themselves were read straight to the device).
         return items.iter().filter(|it| it.route != Route::Missing).try_for_each(|it| {
-            let expected = units[it.unit].raw_len(elem);
+            let expected = units[it.unit].raw_len();
             if it.stored_len == expected {
                 Ok(())
             } else {
@@ -1160,7 +1101,7 @@ fn check_stored(
                 it.crc = Some(u32::from_le_bytes(bytes[bytes.len() - 4..].try_into().expect("4 bytes")));
             }
             let data = &bytes[..it.data_len as usize];
-            let expected = unit.decoded_len(elem);
+            let expected = unit.decoded_len();
             match chain.compression {
                 // crc32c, where the chain has it, is verified on the device before decoding.
                 Some(Compression::Zstd) => match check_frame(data, expected).map_err(|e| unit.error(e.to_string()))? {
@@ -1193,21 +1134,14 @@ fn check_stored(
 
 /// Send the host's share of the batch's large compressed chunks to host threads (a set fraction,
 /// or [`host_chunks`]' split).
-fn route_large_frames(
-    units: &[Unit],
-    items: &mut [Item],
-    chain: &DeviceChain,
-    elem: u64,
-    fraction: Option<f64>,
-    threads: usize,
-) {
+fn route_large_frames(units: &[Unit], items: &mut [Item], chain: &DeviceChain, fraction: Option<f64>, threads: usize) {
     if chain.compression.is_none() {
         return;
     }
     let large: Vec<usize> = (0..items.len())
-        .filter(|&k| items[k].route == Route::Device && units[items[k].unit].decoded_len(elem) >= LARGE_CHUNK)
+        .filter(|&k| items[k].route == Route::Device && units[items[k].unit].decoded_len() >= LARGE_CHUNK)
         .collect();
-    let largest = large.iter().map(|&k| units[items[k].unit].decoded_len(elem)).max().unwrap_or(0);
+    let largest = large.iter().map(|&k| units[items[k].unit].decoded_len()).max().unwrap_or(0);
     let share = match fraction {
         Some(fraction) => (large.len() as f64 * fraction).round() as usize,
         None => host_chunks(large.len(), largest, threads),
@@ -1231,7 +1165,6 @@ unsafe fn decode_on_host(
     units: &[Unit],
     items: &[&Item],
     stored: &[u8],
-    elem: u64,
     buffer: &mut Option<PinnedBuffer>,
     dbase: u64,
     copy_stream: &CudaStream,
@@ -1240,14 +1173,14 @@ unsafe fn decode_on_host(
     let mut need = 0u64;
     for it in items {
         at.push(need as usize);
-        need += units[it.unit].decoded_len(elem).next_multiple_of(DECODED_ALIGN);
+        need += units[it.unit].decoded_len().next_multiple_of(DECODED_ALIGN);
     }
     ensure(buffer, need, PinnedBuffer::len, |len| context.take_pinned(len), |old| context.give_pinned(old))?;
     let base = buffer.as_mut().expect("ensured").as_mut_slice().as_mut_ptr() as usize;
     context.reader().install(|| {
         items.par_iter().zip(&at).try_for_each(|(it, &offset)| {
             let unit = &units[it.unit];
-            let len = unit.decoded_len(elem) as usize;
+            let len = unit.decoded_len() as usize;
             // SAFETY: the regions at `at` are disjoint and lie within the buffer (sized to their sum).
             let out = unsafe { std::slice::from_raw_parts_mut((base + offset) as *mut u8, len) };
             let data = &stored[it.host_offset as usize..][..it.data_len as usize];
@@ -1358,7 +1291,7 @@ mod tests {
         ];
         // The sizes as the pipeline learns them: ranges as they are, the whole value asked.
         let spans = [Some((40, 30)), None, Some((10, 30)), Some((0, 55))];
-        let (requests, at, stored, items, decoded) = plan_reads(&units, &[0, 1, 2, 3], &spans, 4);
+        let (requests, at, stored, items, decoded) = plan_reads(&units, &[0, 1, 2, 3], &spans);
         let got: Vec<(&str, u64, usize, u64)> =
             requests.iter().map(|r| (r.key.as_str(), r.offset, r.len, r.dst)).collect();
         // The two ranges of s/c/0 touch: one read of 60 bytes; the whole value apart.
@@ -1389,12 +1322,12 @@ mod tests {
             narrowed: false,
         };
         let mut units = vec![unit(128), Unit { source: Source::Missing, ..unit(128) }];
-        narrow_raw(&mut units, 4).unwrap();
+        narrow_raw(&mut units).unwrap();
         assert_eq!(units[0].source, Source::Range { offset: 1032, len: 64 });
-        assert!(units[0].narrowed && units[0].raw_len(4) == 64);
+        assert!(units[0].narrowed && units[0].raw_len() == 64);
         assert_eq!(units[1].source, Source::Missing);
         // An index entry of another length than the chunk's.
-        let err = narrow_raw(&mut [unit(100)], 4).unwrap_err();
+        let err = narrow_raw(&mut [unit(100)]).unwrap_err();
         assert!(err.to_string().contains("100 bytes stored, 128 expected"), "{err}");
     }
 

@@ -33,8 +33,10 @@ pub mod gzip_member;
 mod place;
 pub mod plan;
 mod retrieve;
+mod route;
 mod shard;
 mod trace;
+mod unit;
 mod xxhash;
 pub mod zstd_frame;
 
@@ -45,7 +47,8 @@ pub use config::{gpu_config, with_gpu_config, DecodeTrust, GpuConfig, DECODE_TRU
 pub use context::{memory_in_use, MemoryInUse, POOL_KEEP_ENV};
 pub use device_array::DeviceArray;
 pub use error::GpuError;
-pub use retrieve::{host_decode_reason, ArrayDeviceExt, DecodePath, RetrieveReport};
+pub use retrieve::ArrayDeviceExt;
+pub use route::{host_decode_reason, DecodePath, RetrieveReport};
 // For the fuzz targets only (`fuzz/`); hidden, not part of the API.
 #[doc(hidden)]
 pub use shard::{fuzz_shard_index_entry, fuzz_shard_index_len};

@@ -16,8 +16,8 @@ use zarrs_gds_store::GdsStore;
 use zarrs_storage::byte_range::ByteRange;
 use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
-use crate::decode::{Source, Unit};
 use crate::plan::plan_chunks;
+use crate::unit::{Source, Unit};
 use crate::GpuError;
 
 /// One level of sharding: the inner chunk shape and how to find and decode the index.

@@ -1,0 +1,294 @@
+//! What a read takes: which codec chains the device pipeline decodes (`device_plan`, from the
+//! array's own codecs), the chunks a subset meets, and the report of a read.
+
+use std::sync::Arc;
+
+use zarrs::array::codec::TransposeCodecConfiguration;
+use zarrs::array::{Array, ArrayMetadata, ArraySubset, CodecMetadataOptions};
+use zarrs::plugin::ExtensionName;
+use zarrs_gds_store::IoStatus;
+
+use crate::place::GATHER_DIMS;
+use crate::shard::ShardLevel;
+use crate::{DecodeTrust, GpuError};
+
+/// Where a read's chunks were decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodePath {
+    /// Chunk bytes went from storage to the device and were placed there (codec chain `bytes`).
+    Device,
+    /// Decoded by zarrs on the host into pinned memory, then copied to the device once.
+    Host,
+}
+
+impl std::fmt::Display for DecodePath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Device => "device",
+            Self::Host => "host decode + one copy",
+        })
+    }
+}
+
+/// What a device retrieval did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetrieveReport {
+    /// Where the chunks were decoded.
+    pub decode: DecodePath,
+    /// The I/O path of the device reads (None when zarrs read on the host).
+    pub io: Option<IoStatus>,
+    /// Chunks that met the subset.
+    pub chunks: usize,
+    /// Of those, chunks that do not exist (filled with the fill value).
+    pub missing_chunks: usize,
+    /// Bytes read from storage (stored bytes: compressed for compressed chunks).
+    pub bytes_read: u64,
+    /// Chunks decoded on host threads beside the device (large frames, frames nvCOMP cannot take).
+    pub host_decoded_chunks: usize,
+    /// Why zarrs decoded the whole read on the host, when it did.
+    pub host_reason: Option<String>,
+}
+
+/// The codecs of a chunk the device pipeline decodes: an optional transpose, the `bytes` codec
+/// in either byte order, then zstd or gzip, and crc32c.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DeviceChain {
+    /// The compression nvCOMP decodes, if any.
+    pub(crate) compression: Option<Compression>,
+    /// crc32c after everything else (nvCOMP CRC32C).
+    pub(crate) crc32c: bool,
+    /// Bytes per word to reverse when the stored byte order is not the platform's (a complex
+    /// number's parts are swapped one by one); 0 when nothing is swapped.
+    pub(crate) swap: u64,
+    /// The transpose codec's order: a chunk is stored as its C-order transpose by this
+    /// permutation (v2 order F is the reversal).
+    pub(crate) transpose: Option<Vec<usize>>,
+}
+
+/// A bytes-to-bytes compression codec nvCOMP decodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Compression {
+    /// `zstd`: one frame per chunk, checked block by block on the host first.
+    Zstd,
+    /// `gzip`: one plain member per chunk, its CRC-32 checked on the device after decoding (to
+    /// nvCOMP only when verified by `crc32c` first or trusted: see [`crate::DecodeTrust`]).
+    Gzip,
+}
+
+impl Compression {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Zstd => "zstd",
+            Self::Gzip => "gzip",
+        }
+    }
+
+    /// nvCOMP's decompressor. gzip: the naive algorithm, which takes members at any byte (the
+    /// look-ahead one wants 4-byte aligned input and decoded 4096 members of 1 MiB at 0.9 GiB/s
+    /// on the H200, the naive one at 16).
+    pub(crate) fn decompressor(self) -> nvcomp_sys::Decompressor {
+        match self {
+            Self::Zstd => nvcomp_sys::Decompressor::Zstd,
+            Self::Gzip => nvcomp_sys::Decompressor::Gzip { lookahead: false },
+        }
+    }
+}
+
+impl DeviceChain {
+    /// Chunk bytes are the elements in C order: copied as they are.
+    pub(crate) fn is_raw(&self) -> bool {
+        !self.needs_nvcomp() && !self.needs_gather()
+    }
+
+    /// Compression or crc32c: nvCOMP runs.
+    pub(crate) fn needs_nvcomp(&self) -> bool {
+        self.compression.is_some() || self.crc32c
+    }
+
+    /// Whether nvCOMP may decode this chain's chunks under `trust` (checked ones; the rest decode
+    /// on host threads): crc32c verifies them before decoding, or the trust allows the rest.
+    pub(crate) fn nvcomp_may_decode(&self, trust: DecodeTrust) -> bool {
+        match self.compression {
+            None => false,
+            Some(_) if self.crc32c => true,
+            Some(Compression::Zstd) => trust != DecodeTrust::Verified,
+            Some(Compression::Gzip) => trust == DecodeTrust::Trusted,
+        }
+    }
+
+    /// Elements are placed one by one (transposed or byte-swapped), not by strided copies.
+    pub(crate) fn needs_gather(&self) -> bool {
+        self.swap > 1 || self.transpose.is_some()
+    }
+}
+
+impl RetrieveReport {
+    /// A report of `chunks` chunks before anything was read.
+    pub(crate) fn new(decode: DecodePath, chunks: usize) -> Self {
+        Self { decode, io: None, chunks, missing_chunks: 0, bytes_read: 0, host_decoded_chunks: 0, host_reason: None }
+    }
+}
+
+/// How the device reads an array: the sharding levels to open (outermost first, none for
+/// unsharded arrays) and the codecs of the innermost chunks.
+#[derive(Clone, Debug)]
+pub(crate) struct DevicePlan {
+    pub(crate) shards: Vec<ShardLevel>,
+    pub(crate) chain: DeviceChain,
+}
+
+/// The device plan of an array's codecs, or why it decodes on the host.
+pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, String> {
+    if let ArrayMetadata::V3(metadata) = array.metadata() {
+        if !metadata.storage_transformers.is_empty() {
+            return Err("storage transformers are read on the host".into());
+        }
+    }
+    let Some(size) = array.data_type().fixed_size() else {
+        return Err(format!("data type {} has no fixed size", array.data_type()));
+    };
+    let mut shards = Vec::new();
+    let mut codecs = array.codecs();
+    loop {
+        let a2a = codecs.array_to_array_codecs();
+        let transpose = match a2a {
+            [] => None,
+            [codec] if name(codec.as_ref()) == "transpose" => {
+                let configuration: TransposeCodecConfiguration = codec
+                    .configuration_v3(&CodecMetadataOptions::default())
+                    .ok_or("transpose without a configuration")?
+                    .to_typed()
+                    .map_err(|e| format!("transpose configuration: {e}"))?;
+                let TransposeCodecConfiguration::V1(c) = configuration else {
+                    return Err("this transpose configuration version is not supported".into());
+                };
+                // zarrs opens an order of another length than the array's dimensionality (and
+                // refuses it when decoding): the gather kernel must never index by it.
+                if c.order.0.len() != array.dimensionality() {
+                    return Err(format!(
+                        "transpose order {:?} does not fit {} dimensions",
+                        c.order.0,
+                        array.dimensionality()
+                    ));
+                }
+                if c.order.0.len() > GATHER_DIMS {
+                    return Err(format!("transposes of more than {GATHER_DIMS} dimensions are done on the host"));
+                }
+                Some(c.order.0)
+            }
+            _ => {
+                let names: Vec<String> = a2a.iter().map(|c| name(c.as_ref())).collect();
+                return Err(format!("array-to-array codecs [{}] have no device implementation yet", names.join(", ")));
+            }
+        };
+        let a2b = codecs.array_to_bytes_codec();
+        let names: Vec<String> = codecs.bytes_to_bytes_codecs().iter().map(|c| name(c.as_ref())).collect();
+        match name(a2b.as_ref()).as_str() {
+            "sharding_indexed" => {
+                if !names.is_empty() || transpose.is_some() {
+                    return Err("codecs over whole shards (before or after sharding) run on the host".into());
+                }
+                let configuration = a2b
+                    .configuration_v3(&CodecMetadataOptions::default())
+                    .ok_or("sharding_indexed without a configuration")?
+                    .to_typed()
+                    .map_err(|e| format!("sharding_indexed configuration: {e}"))?;
+                let (level, inner) = ShardLevel::new(&configuration)?;
+                shards.push(level);
+                codecs = Arc::new(inner);
+            }
+            "bytes" => {
+                let big = a2b
+                    .configuration_v3(&CodecMetadataOptions::default())
+                    .and_then(|c| c.get("endian").and_then(|e| e.as_str().map(|e| e == "big")))
+                    .unwrap_or(false);
+                // A complex number's byte order applies to each of its two parts.
+                let word = if array.data_type().to_string().starts_with("complex") { size / 2 } else { size };
+                let swap = if size > 1 && (big == cfg!(target_endian = "little")) { word as u64 } else { 0 };
+                if swap > 0 && array.dimensionality() > GATHER_DIMS {
+                    return Err(format!("byte swaps of more than {GATHER_DIMS} dimensions are done on the host"));
+                }
+                let compression = |name: &str| match name {
+                    "zstd" => Some(Compression::Zstd),
+                    "gzip" => Some(Compression::Gzip),
+                    _ => None,
+                };
+                let (compression, crc32c) = match names.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+                    [] => (None, false),
+                    ["crc32c"] => (None, true),
+                    [c] if compression(c).is_some() => (compression(c), false),
+                    [c, "crc32c"] if compression(c).is_some() => (compression(c), true),
+                    _ => {
+                        return Err(format!(
+                            "bytes-to-bytes codecs [{}] have no device implementation yet",
+                            names.join(", ")
+                        ))
+                    }
+                };
+                return Ok(DevicePlan { shards, chain: DeviceChain { compression, crc32c, swap, transpose } });
+            }
+            other => return Err(format!("array-to-bytes codec {other} has no device implementation yet")),
+        }
+    }
+}
+
+/// Why an array's chunks cannot be read and decoded on the device, or None when they can.
+#[must_use]
+pub fn host_decode_reason<S: ?Sized>(array: &Array<S>) -> Option<String> {
+    device_plan(array).err()
+}
+
+/// A chunk meeting a subset: its grid indices, key and (unbounded) subset.
+pub(crate) type ChunkRef = (Vec<u64>, zarrs_storage::StoreKey, ArraySubset);
+
+/// Every chunk meeting `subset` (which lies within the array, or is one whole chunk). Costs what
+/// the chunks meeting it cost, never the whole grid.
+pub(crate) fn chunks_meeting<S: ?Sized>(array: &Array<S>, subset: &ArraySubset) -> Result<Vec<ChunkRef>, GpuError> {
+    let grid = array.chunks_in_array_subset(subset).map_err(|e| GpuError::Array(e.into()))?;
+    let Some(grid) = grid else { return Ok(Vec::new()) };
+    // zarrs' index iterator multiplies the extents unchecked. Each chunk meeting a subset holds
+    // at least one of its elements, so for a subset whose bytes fit this cannot overflow.
+    if grid.shape().iter().try_fold(1u64, |acc, &n| acc.checked_mul(n)).is_none() {
+        return Err(GpuError::Overflow(format!("the subset meets more than 2^64 chunks ({:?})", grid.shape())));
+    }
+    grid.indices()
+        .into_iter()
+        .map(|indices| Ok((indices.to_vec(), array.chunk_key(&indices), chunk_subset(array, &indices)?)))
+        .collect()
+}
+
+/// The (unbounded) subset of the chunk at `indices` (within the grid), its end checked: zarrs'
+/// `chunk_subset` adds unchecked, and the last chunk of a grid may end past 2^64.
+pub(crate) fn chunk_subset<S: ?Sized>(array: &Array<S>, indices: &[u64]) -> Result<ArraySubset, GpuError> {
+    let origin = array.chunk_origin(indices)?;
+    let shape: Vec<u64> = array.chunk_shape(indices)?.iter().map(|n| n.get()).collect();
+    if origin.iter().zip(&shape).any(|(&o, &n)| o.checked_add(n).is_none()) {
+        return Err(GpuError::Overflow(format!("chunk {indices:?} at {origin:?} of shape {shape:?} ends past 2^64")));
+    }
+    ArraySubset::new_with_start_shape(origin, shape).map_err(|e| GpuError::Array(e.into()))
+}
+
+fn name(codec: &dyn ExtensionName) -> String {
+    codec.name_v3().map_or_else(|| "(unnamed)".to_string(), |n| n.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_trust_decides_what_nvcomp_decodes() {
+        let chain = |compression, crc32c| DeviceChain { compression, crc32c, ..DeviceChain::default() };
+        let (zstd, gzip) = (Some(Compression::Zstd), Some(Compression::Gzip));
+        let all = [DecodeTrust::Verified, DecodeTrust::Checked, DecodeTrust::Trusted];
+        for trust in all {
+            // crc32c verifies before decoding: always; nothing to decode: never.
+            assert!(chain(zstd, true).nvcomp_may_decode(trust) && chain(gzip, true).nvcomp_may_decode(trust));
+            assert!(!chain(None, true).nvcomp_may_decode(trust) && !chain(None, false).nvcomp_may_decode(trust));
+        }
+        let zstd_alone: Vec<bool> = all.iter().map(|&t| chain(zstd, false).nvcomp_may_decode(t)).collect();
+        let gzip_alone: Vec<bool> = all.iter().map(|&t| chain(gzip, false).nvcomp_may_decode(t)).collect();
+        assert_eq!(zstd_alone, [false, true, true]);
+        assert_eq!(gzip_alone, [false, false, true]);
+    }
+}

@@ -1,0 +1,61 @@
+//! The units the decode pipeline works on: a chunk, an inner chunk of a shard, or a missing one,
+//! with where its stored bytes are and where its decoded bytes go.
+
+use crate::plan::ChunkPlacement;
+use crate::GpuError;
+
+/// Where a unit's stored bytes are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// The whole value at the unit's key (its size is asked batch by batch).
+    Whole,
+    /// `len` bytes from `offset` of the value at the unit's key (an inner chunk of a shard).
+    Range { offset: u64, len: u64 },
+    /// Not stored: filled with the fill value.
+    Missing,
+}
+
+/// What the pipeline decodes: a chunk, or an inner chunk of a shard.
+#[derive(Clone, Debug)]
+pub(crate) struct Unit {
+    /// Where its decoded bytes go; its key is the value its stored bytes are read from.
+    pub(crate) placement: ChunkPlacement,
+    pub(crate) source: Source,
+    /// For an inner chunk, its indices within its shard (named in errors).
+    pub(crate) inner: Option<Vec<u64>>,
+    /// Only the placement's `byte_start..byte_end` of the chunk is read (uncompressed chunks).
+    pub(crate) narrowed: bool,
+}
+
+impl Unit {
+    /// Each chunk a whole stored value.
+    pub(crate) fn whole(placement: ChunkPlacement) -> Self {
+        Self { placement, source: Source::Whole, inner: None, narrowed: false }
+    }
+
+    /// The whole decoded chunk's bytes (checked once, by `plan_chunks`).
+    pub(crate) fn decoded_len(&self) -> u64 {
+        self.placement.chunk_bytes
+    }
+
+    /// The bytes read for an uncompressed chunk: all of it, or the placement's part.
+    pub(crate) fn raw_len(&self) -> u64 {
+        if self.narrowed {
+            self.placement.read_len()
+        } else {
+            self.decoded_len()
+        }
+    }
+
+    /// The chunk's name in errors: its key, and for an inner chunk its indices in the shard.
+    pub(crate) fn label(&self) -> String {
+        match &self.inner {
+            Some(inner) => format!("{} (inner chunk {inner:?})", self.placement.key),
+            None => self.placement.key.to_string(),
+        }
+    }
+
+    pub(crate) fn error(&self, reason: impl Into<String>) -> GpuError {
+        GpuError::Chunk { key: self.label(), reason: reason.into() }
+    }
+}
