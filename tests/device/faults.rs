@@ -20,7 +20,7 @@ use zarrs_storage::{
     Bytes, MaybeBytes, MaybeBytesIterator, ReadableStorageTraits, StorageError, StoreKey, WritableStorageTraits,
 };
 
-use super::{check, posix, Result};
+use super::{check, child_command, posix, Result};
 
 const SHAPE: [u64; 2] = [32, 96];
 const CHUNKS: [u64; 2] = [16, 32];
@@ -330,14 +330,14 @@ fn missing_libraries_fall_back_with_a_reason() -> Result {
     if std::env::var_os(CHILD).is_some() {
         return no_libraries_child();
     }
-    let out = std::process::Command::new(std::env::current_exe()?)
-        .args(["faults::missing_libraries_fall_back_with_a_reason", "--exact", "--include-ignored", "--nocapture"])
-        .env(CHILD, "1")
-        .env_remove("NVCOMP_LIBRARY_PATH")
-        .env_remove("PYTHONPATH")
-        .env("LD_LIBRARY_PATH", "")
-        .env("CUFILE_LIBRARY_PATH", "/nonexistent/libcufile.so.0")
-        .output()?;
+    let env = [
+        (CHILD, Some("1")),
+        ("NVCOMP_LIBRARY_PATH", None),
+        ("PYTHONPATH", None),
+        ("LD_LIBRARY_PATH", Some("")),
+        ("CUFILE_LIBRARY_PATH", Some("/nonexistent/libcufile.so.0")),
+    ];
+    let out = child_command("faults::missing_libraries_fall_back_with_a_reason", &env)?.output()?;
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{text}");
     assert!(text.contains("NVCOMP missing"), "the child still loaded nvCOMP:\n{text}");

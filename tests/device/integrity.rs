@@ -3,7 +3,7 @@
 //! finishes or faults the CUDA context is an error, after which the device fails fast. The fault
 //! tests run in a child process (this test binary again), since a lost context stays lost.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use zarrs_gpu::{ArrayDeviceExt, DecodePath, DecodeTrust, GdsStore, GpuConfig, Gp
 use zarrs_gpu_codecs::InjectedFault;
 use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
 
-use super::{check, posix, subsets, Result};
+use super::{check, child_command, posix, subsets, Result};
 
 fn zstd(level: i32, checksum: bool) -> Arc<dyn BytesToBytesCodecTraits> {
     Arc::new(ZstdCodec::new(level, checksum))
@@ -196,12 +196,8 @@ fn child(fault: InjectedFault) -> Result {
 
 /// Run `fault` in a child process (this test, again); its output once it exits, within 120 s.
 fn run_child(fault: &str, test_name: &str) -> Result<String> {
-    let mut child = Command::new(std::env::current_exe()?)
-        .args([test_name, "--exact", "--include-ignored", "--nocapture", "--test-threads=1"])
-        .env(CHILD, fault)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
+    let mut child =
+        child_command(test_name, &[(CHILD, Some(fault))])?.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
     let start = Instant::now();
     while child.try_wait()?.is_none() {
         if start.elapsed() > Duration::from_mins(2) {

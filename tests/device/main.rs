@@ -50,6 +50,21 @@ fn subsets(shape: &[u64], seed: u64) -> Vec<ArraySubset> {
     out
 }
 
+/// This test binary again, running only `test` (its full path) with `env` changed (`None`
+/// removes a variable): faults the parent must survive, or settings it must not take, happen in
+/// the child.
+fn child_command(test: &str, env: &[(&str, Option<&str>)]) -> Result<std::process::Command> {
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    command.args([test, "--exact", "--include-ignored", "--nocapture", "--test-threads=1"]);
+    for &(name, value) in env {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
+    Ok(command)
+}
+
 /// The pread path forced (the host has no native GDS).
 fn posix() -> GpuConfig {
     GpuConfig::default().with_backend(IoBackend::Posix)

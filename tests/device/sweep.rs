@@ -15,7 +15,7 @@ use zarrs_gpu::{ArrayDeviceExt, GdsStore, GpuError};
 use zarrs_gpu_codecs::zstd_frame::{check_frame, FrameVerdict};
 use zarrs_storage::{Bytes, WritableStorageTraits};
 
-use super::{posix, Result};
+use super::{child_command, posix, Result};
 
 /// The length of every frame's content: chunks of one array.
 const LEN: usize = 64 << 10;
@@ -107,15 +107,9 @@ fn nvcomp_on_damaged_frames_the_host_check_lets_through() -> Result {
     let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
     let mut from = 0;
     while from < total {
-        let out = std::process::Command::new(std::env::current_exe()?)
-            .args([
-                "sweep::nvcomp_on_damaged_frames_the_host_check_lets_through",
-                "--exact",
-                "--include-ignored",
-                "--nocapture",
-            ])
-            .env(CHILD, from.to_string())
-            .output()?;
+        let from_text = from.to_string();
+        let name = "sweep::nvcomp_on_damaged_frames_the_host_check_lets_through";
+        let out = child_command(name, &[(CHILD, Some(&from_text))])?.output()?;
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "child from {from}: {text}{}", String::from_utf8_lossy(&out.stderr));
         let mut last = None;

@@ -18,7 +18,7 @@ fn invalid(reason: String) -> GpuError {
 
 /// Whether the box of `shape` at `start` ends within u64 in every dimension (and, given a
 /// `bound`, within it). No allocation: this runs for every chunk, inner chunks included.
-fn end_fits(start: &[u64], shape: &[u64], bound: Option<&[u64]>) -> bool {
+pub(crate) fn end_fits(start: &[u64], shape: &[u64], bound: Option<&[u64]>) -> bool {
     start.iter().zip(shape).enumerate().all(|(d, (&a, &n))| {
         a.checked_add(n).is_some_and(|end| bound.is_none_or(|b| b.get(d).is_some_and(|&limit| end <= limit)))
     })

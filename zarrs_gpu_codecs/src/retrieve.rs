@@ -12,7 +12,7 @@ use zarrs_storage::ReadableStorageTraits;
 
 use crate::context::{copy_dtod, fill_source, DeviceBuffer, GpuContext};
 use crate::device_array::check_element;
-use crate::plan::{checked_bytes, plan_chunks, ChunkPlacement};
+use crate::plan::{checked_bytes, end_fits, plan_chunks, ChunkPlacement};
 use crate::route::{chunk_subset, chunks_meeting, device_plan, ChunkRef, DecodePath, RetrieveReport};
 use crate::trace::Trace;
 use crate::{gpu_config, DeviceArray, GpuConfig, GpuError};
@@ -20,9 +20,7 @@ use crate::{gpu_config, DeviceArray, GpuConfig, GpuError};
 /// Whether `indices` (a box of `shape` from `start`) lies within `bound`, checked: zarrs'
 /// `inbounds_shape` adds unchecked.
 fn within(start: &[u64], shape: &[u64], bound: &[u64]) -> bool {
-    start.len() == bound.len()
-        && shape.len() == bound.len()
-        && start.iter().zip(shape).zip(bound).all(|((&a, &n), &b)| a.checked_add(n).is_some_and(|end| end <= b))
+    start.len() == bound.len() && shape.len() == bound.len() && end_fits(start, shape, Some(bound))
 }
 
 /// Device retrieval for zarrs arrays: results land in CUDA device memory as [`DeviceArray`]s.
