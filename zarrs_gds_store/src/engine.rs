@@ -20,6 +20,28 @@ pub const TASK_SIZE_ENV: &str = "ZARRS_GDS_TASK_SIZE";
 /// A device address (`CUdeviceptr`).
 pub type DevicePtr = sys::CUdeviceptr;
 
+/// Device memory that a read into host memory is copied to, piece by piece, as it is read (see
+/// [`DeviceReader::read_host`]).
+pub struct DeviceMirror<'a> {
+    device: DevicePtr,
+    len: usize,
+    stream: &'a CudaStream,
+}
+
+impl<'a> DeviceMirror<'a> {
+    /// Byte `k` of the host buffer goes to `device + k`; `stream`'s later work waits for the
+    /// copies.
+    ///
+    /// # Safety
+    /// `device` must be valid device memory of the reader's context for `len` bytes, unused by
+    /// other work until `stream` has passed the copies; the host buffer read into must be pinned
+    /// (or the copies are synchronous) and must not be written or freed before then either.
+    #[must_use]
+    pub unsafe fn new(device: DevicePtr, len: usize, stream: &'a CudaStream) -> Self {
+        Self { device, len, stream }
+    }
+}
+
 /// The CUDA primary context of device `ordinal`, created once per process.
 ///
 /// # Errors
@@ -360,14 +382,19 @@ impl DeviceReader {
     /// (`dst` an offset into `buf`), in pieces on the reader's threads. Returns, per transfer,
     /// whether its source existed.
     ///
+    /// With a [`DeviceMirror`], each piece is also copied to the device as soon as it is read (on
+    /// the reader's streams), and the mirror's stream waits for those copies: the copy of a batch
+    /// to the device overlaps its reads, and the host can look at the bytes meanwhile.
+    ///
     /// # Errors
-    /// Returns the first error of any piece, or an error when a destination lies outside `buf` or
-    /// two overlap.
+    /// Returns the first error of any piece (after every copy in flight has completed), or an
+    /// error when a destination lies outside `buf` or two overlap.
     pub fn read_host(
         &self,
         transfers: &[DeviceTransfer],
         source: &dyn PieceSource,
         buf: &mut [u8],
+        mirror: Option<DeviceMirror<'_>>,
     ) -> Result<Vec<bool>, DeviceReadError> {
         // Saturating: an end past 2^64 lies outside any buffer and is refused below.
         let mut spans: Vec<(u64, u64)> =
@@ -379,20 +406,49 @@ impl DeviceReader {
                 "host read destinations overlap or lie outside the buffer".into(),
             )));
         }
+        if mirror.as_ref().is_some_and(|m| m.len < buf.len()) {
+            return Err(DeviceReadError::Storage(zarrs_storage::StorageError::Other(
+                "the device mirror is shorter than the host buffer".into(),
+            )));
+        }
         let base = SendPtr(buf.as_mut_ptr());
         let pieces = self.pieces(transfers);
         let outcome = Outcome::new(transfers.len());
-        self.pool.install(|| {
+        let result = self.pool.install(|| {
             pieces.par_iter().try_for_each(|&(i, offset, len)| {
                 let start = (transfers[i].dst + offset) as usize;
                 // SAFETY: the destinations were checked to lie in `buf` and not to overlap, and
                 // pieces of one transfer are disjoint, so every piece writes its own bytes.
                 let piece = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), len) };
-                outcome.record(i, source.read_host(i, offset, piece)?);
+                let present = source.read_host(i, offset, piece)?;
+                outcome.record(i, present);
+                if let (Some(mirror), true) = (&mirror, present) {
+                    self.copy_piece(piece, mirror.device + start as u64)?;
+                }
                 Ok::<(), DeviceReadError>(())
             })
-        })?;
+        });
+        match (result, mirror) {
+            (Err(err), Some(_)) => {
+                let _ = self.synchronize();
+                return Err(err);
+            }
+            (Err(err), None) => return Err(err),
+            (Ok(()), Some(mirror)) => self.order_before(mirror.stream)?,
+            (Ok(()), None) => {}
+        }
         outcome.finish(transfers)
+    }
+
+    /// Copy host bytes just read to `dst` on this thread's worker stream.
+    fn copy_piece(&self, piece: &[u8], dst: DevicePtr) -> Result<(), DeviceReadError> {
+        let index = rayon::current_thread_index().unwrap_or(0) % self.workers.len();
+        let worker = self.workers[index].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.ctx.bind_to_thread().map_err(DeviceReadError::cuda("binding the CUDA context"))?;
+        // SAFETY: the mirror's contract: dst is valid device memory for the piece's bytes, and
+        // the host bytes stay untouched until the mirror's stream has passed these copies.
+        unsafe { result::memcpy_htod_async(dst, piece, worker.stream.cu_stream()) }
+            .map_err(DeviceReadError::cuda("copying to the device"))
     }
 
     /// Split transfers into pieces `(transfer, offset, len)`. Small reads get smaller pieces (down

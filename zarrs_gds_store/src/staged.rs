@@ -2,7 +2,7 @@ use cudarc::driver::CudaStream;
 use zarrs_storage::byte_range::ByteRange;
 use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
-use crate::engine::{as_transfers, DeviceReader, PieceSource};
+use crate::engine::{as_transfers, DeviceMirror, DeviceReader, PieceSource};
 use crate::{DeviceReadError, DeviceReadOutcome, DeviceReadRequest, IoPath, IoStatus};
 
 /// Read every request's bytes from any zarrs store into device memory: the store's partial
@@ -33,7 +33,8 @@ pub unsafe fn read_store_to_device<S: ReadableStorageTraits + ?Sized>(
 }
 
 /// Read every request's bytes from any zarrs store into `buf` at its `dst` offset, in parallel on
-/// `reader`'s threads. Returns, per request, whether its key exists.
+/// `reader`'s threads, each piece also copied to the device with a `mirror` (see
+/// [`DeviceReader::read_host`]). Returns, per request, whether its key exists.
 ///
 /// # Errors
 /// Returns the store's error, or an error when a value is shorter than requested or a destination
@@ -43,8 +44,9 @@ pub fn read_store_to_host<S: ReadableStorageTraits + ?Sized>(
     reader: &DeviceReader,
     requests: &[DeviceReadRequest],
     buf: &mut [u8],
+    mirror: Option<DeviceMirror<'_>>,
 ) -> Result<Vec<bool>, DeviceReadError> {
-    reader.read_host(&as_transfers(requests), &StoreSource { store, requests }, buf)
+    reader.read_host(&as_transfers(requests), &StoreSource { store, requests }, buf, mirror)
 }
 
 /// Values whose size the requests know must have it (asked once per key, in parallel).

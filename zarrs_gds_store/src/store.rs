@@ -13,7 +13,7 @@ use zarrs_storage::{
 };
 
 use crate::cufile::{CuFileDriver, CuFileHandle};
-use crate::engine::{as_transfers, DevicePtr, DeviceReader, PieceSource};
+use crate::engine::{as_transfers, DeviceMirror, DevicePtr, DeviceReader, PieceSource};
 use crate::{DeviceReadError, IoBackend, IoPath, IoStatus};
 
 /// Options of a [`GdsStore`].
@@ -194,7 +194,8 @@ impl GdsStore {
     }
 
     /// Read every request's bytes into `buf` at its `dst` offset, all in flight at once on
-    /// `reader`'s threads (parallel preads). Returns, per request, whether its key exists.
+    /// `reader`'s threads (parallel preads), each piece also copied to the device with a `mirror`
+    /// (see [`DeviceReader::read_host`]). Returns, per request, whether its key exists.
     ///
     /// # Errors
     /// Returns an error naming the file when a read fails or goes past a value's end, or when a
@@ -204,10 +205,11 @@ impl GdsStore {
         reader: &DeviceReader,
         requests: &[DeviceReadRequest],
         buf: &mut [u8],
+        mirror: Option<DeviceMirror<'_>>,
     ) -> Result<Vec<bool>, DeviceReadError> {
         let (files, request_file) = self.open_files(reader, requests, None)?;
         let source = FileSource { requests, request_file: &request_file, files: &files };
-        reader.read_host(&as_transfers(requests), &source, buf)
+        reader.read_host(&as_transfers(requests), &source, buf, mirror)
     }
 
     /// Open each distinct key's file once, in parallel (registered with cuFile when `driver` is

@@ -14,7 +14,9 @@ use cudarc::driver::{sys, CudaEvent, CudaSlice, CudaStream};
 use nvcomp_sys::{sys as nv, Crc32, NvcompLibrary};
 use rayon::prelude::*;
 use zarrs::array::{Array, ArraySubset};
-use zarrs_gds_store::{read_store_to_device, read_store_to_host, DeviceReadRequest, GdsStore, PinnedBuffer};
+use zarrs_gds_store::{
+    read_store_to_device, read_store_to_host, DeviceMirror, DeviceReadRequest, GdsStore, PinnedBuffer,
+};
 use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
 use crate::batch::{
@@ -203,6 +205,10 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             deadline = deadline.max(batch_deadline);
             trace.mark("sizes");
             let meta_bytes = meta_len(units, chain, batch);
+            // Room for the batch as if every stored unit decoded on the device: the stored bytes
+            // are copied to the staging while they are read, before the host check routes them.
+            let stored = items.iter().filter(|it| it.route != Route::Missing);
+            let staging = job.staging_len(stored, stored_total, decoded_total, meta_bytes)?.1;
             let host_meta_at = read_batch(
                 &job,
                 array,
@@ -211,8 +217,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 slot,
                 &requests,
                 &at,
-                stored_total,
-                meta_bytes,
+                (stored_total, meta_bytes, staging),
                 &mut items,
                 &mut report,
             )?;
@@ -302,6 +307,32 @@ struct Job<'a> {
 impl Job<'_> {
     fn decoded_len(&self, u: usize) -> u64 {
         self.units[u].decoded_len()
+    }
+
+    /// nvCOMP's temp bytes for decoding `on_device`, and the bytes of a slot's staging for the
+    /// batch: stored bytes, decoded bytes, temp space, metadata.
+    fn staging_len<'i>(
+        &self,
+        on_device: impl Iterator<Item = &'i Item>,
+        stored_total: u64,
+        decoded_total: u64,
+        meta_bytes: u64,
+    ) -> Result<(usize, u64), GpuError> {
+        let (n_dec, max_chunk) =
+            on_device.fold((0usize, 0u64), |(n, max), it| (n + 1, max.max(self.decoded_len(it.unit))));
+        let decompressor = self.chain.compression.map(Compression::decompressor);
+        let temp_bytes = match (self.nvcomp, decompressor) {
+            (Some(nvcomp), Some(decompressor)) if n_dec > 0 => nvcomp
+                .decompress_temp_size(decompressor, n_dec, max_chunk as usize, decoded_total as usize)
+                .map_err(nvcomp_err)?,
+            _ => 0,
+        };
+        let decoded_room = if self.chain.compression.is_some() { decoded_total } else { 0 };
+        let len = stored_total.next_multiple_of(DECODED_ALIGN)
+            + decoded_room
+            + (temp_bytes as u64).next_multiple_of(DECODED_ALIGN)
+            + meta_bytes;
+        Ok((temp_bytes, len))
     }
 }
 
@@ -420,9 +451,10 @@ fn stored_spans<S: ReadableStorageTraits + ?Sized>(
         .map_err(|e| GpuError::Array(e.into()))
 }
 
-/// Read a batch's stored bytes: into the slot's pinned buffer, where they are checked, or (chains
-/// with nothing to check) straight into its device staging (GdsStore: cuFile where native GDS
-/// works). Units whose value disappeared since it was sized become missing. Returns where the
+/// Read a batch's stored bytes: into the slot's pinned buffer, where they are checked, each
+/// piece copied on to the slot's device staging as soon as it is read (the copy stream waits for
+/// those copies), or (chains with nothing to check) straight into the device staging (GdsStore:
+/// cuFile where native GDS works). Units whose value disappeared since it was sized become missing. Returns where the
 /// metadata staging starts in the pinned buffer.
 #[allow(clippy::too_many_arguments)]
 fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
@@ -433,8 +465,7 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
     slot: usize,
     requests: &[DeviceReadRequest],
     at: &[(usize, u64)],
-    stored_total: u64,
-    meta_bytes: u64,
+    (stored_total, meta_bytes, staging): (u64, u64, u64),
     items: &mut [Item],
     report: &mut RetrieveReport,
 ) -> Result<u64, GpuError> {
@@ -450,9 +481,9 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
         |len| context.take_pinned(len),
         |old| context.give_pinned(old),
     )?;
+    buffers.ensure_staging(job, slot, staging)?;
+    let cbase = buffers.device[slot].0.as_ref().expect("ensured").ptr();
     let found = if direct {
-        buffers.ensure_staging(job, slot, stored_total.next_multiple_of(DECODED_ALIGN) + meta_bytes)?;
-        let cbase = buffers.device[slot].0.as_ref().expect("ensured").ptr();
         let requests: Vec<DeviceReadRequest> =
             requests.iter().map(|r| DeviceReadRequest { dst: cbase + r.dst, ..r.clone() }).collect();
         // SAFETY: each request lands at its offset below stored_total in the slot's staging,
@@ -472,10 +503,14 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
         report.io = Some(outcome.status);
         outcome.found
     } else {
-        let hbuf = buffers.host[slot].as_mut().expect("ensured");
+        let hbuf = &mut buffers.host[slot].as_mut().expect("ensured").as_mut_slice()[..stored_total as usize];
+        // SAFETY: the slot's staging starts with room for stored_total bytes, and its previous
+        // batch has finished (its event, awaited before this batch); the pinned host buffer is
+        // reused only after this batch's event, which follows the copy stream's wait for the copies.
+        let mirror = Some(unsafe { DeviceMirror::new(cbase, stored_total as usize, job.copy_stream) });
         match gds {
-            Some(store) => store.read_to_host(context.reader(), requests, hbuf.as_mut_slice())?,
-            None => read_store_to_host(storage.as_ref(), context.reader(), requests, hbuf.as_mut_slice())?,
+            Some(store) => store.read_to_host(context.reader(), requests, hbuf, mirror)?,
+            None => read_store_to_host(storage.as_ref(), context.reader(), requests, hbuf, mirror)?,
         }
     };
     report.bytes_read += requests.iter().zip(&found).filter(|(_, &f)| f).map(|(r, _)| r.len as u64).sum::<u64>();
@@ -571,21 +606,22 @@ fn launch_device(
     let n_crc = with_crc.len();
     let max_chunk = on_device.iter().map(|it| job.decoded_len(it.unit)).max().unwrap_or(0);
     let decompressor = chain.compression.map(Compression::decompressor);
-    let temp_bytes = match (nvcomp, decompressor) {
-        (Some(nvcomp), Some(decompressor)) if n_dec > 0 => nvcomp
-            .decompress_temp_size(decompressor, n_dec, max_chunk as usize, decoded_total as usize)
-            .map_err(nvcomp_err)?,
-        _ => 0,
-    };
+    let (temp_bytes, staging) = job.staging_len(on_device.iter().copied(), stored_total, decoded_total, meta_bytes)?;
     let decoded_room = if chain.compression.is_some() { decoded_total } else { 0 };
     let stored_room = stored_total.next_multiple_of(DECODED_ALIGN);
     let temp_room = (temp_bytes as u64).next_multiple_of(DECODED_ALIGN);
-    // Direct reads already sit in this slot's staging, sized for this very layout (no decoded
-    // bytes, no temp): it must not be replaced.
-    let read_into = if direct { buffers.device[slot].0.as_ref().map(DeviceBuffer::ptr) } else { None };
-    buffers.ensure_staging(job, slot, stored_room + decoded_room + temp_room + meta_bytes)?;
+    // The stored bytes are already in this slot's staging (copied as they were read), which was
+    // sized for every stored unit on the device. Should nvCOMP ask for more temp space for fewer
+    // chunks, the staging is replaced once its copies are done, and the bytes copied again.
+    let read_into = buffers.device[slot].0.as_ref().map(DeviceBuffer::ptr);
+    if buffers.device[slot].0.as_ref().is_none_or(|b| (b.len() as u64) < staging) {
+        job.copy_stream.synchronize().map_err(GpuError::cuda("waiting for copies to the device"))?;
+    }
+    buffers.ensure_staging(job, slot, staging)?;
     let cbase = buffers.device[slot].0.as_ref().expect("ensured").ptr();
-    debug_assert!(read_into.is_none_or(|p| p == cbase), "direct reads' staging was replaced");
+    // Direct reads' staging had exactly this size (no decoded bytes, no temp): never replaced.
+    debug_assert!(!direct || read_into == Some(cbase), "direct reads' staging was replaced");
+    let copy_stored = !direct && read_into != Some(cbase);
     let dbase = cbase + stored_room;
     let temp = dbase + decoded_room;
     let meta = temp + temp_room;
@@ -616,7 +652,7 @@ fn launch_device(
         hashed: on_device.iter().any(|it| matches!(it.content, Some(ContentCheck::Xxh64(_)))),
     };
 
-    copy_and_verify(job, &layout, stored_bytes, stored_total, &with_crc)?;
+    copy_and_verify(job, &layout, copy_stored.then_some(stored_bytes), stored_total, &with_crc)?;
     #[cfg(feature = "fault-injection")]
     if let (0, Some(fault), Some(kernels)) = (b, job.config.injected_fault(), job.kernels) {
         kernels.launch_fault(stream, fault)?;
@@ -681,22 +717,20 @@ fn launch_device(
     Ok(layout)
 }
 
-/// One copy of the batch's stored bytes to the device, on the copy stream; then crc32c there
-/// too, awaited before anything is decoded: a corrupt frame must never reach nvCOMP (undefined
+/// The batch's stored bytes on the device (copied as they were read; `copy`: once more, when
+/// the staging was replaced), then crc32c there too, awaited before anything is decoded: a corrupt frame must never reach nvCOMP (undefined
 /// behaviour; a kernel that never ends at worst). The wait overlaps the previous batch's decode
 /// on the other stream, which waits for the copy.
 fn copy_and_verify(
     job: &Job<'_>,
     layout: &Layout,
-    stored_bytes: &[u8],
+    copy: Option<&[u8]>,
     stored_total: u64,
     with_crc: &[&Item],
 ) -> Result<(), GpuError> {
     let (cbase, meta, copy_stream) = (layout.cbase, layout.meta, job.copy_stream);
-    let direct = !job.chain.needs_nvcomp();
-    // One copy of the batch's stored bytes to the device, on the copy stream.
     job.context.bind()?;
-    if stored_total > 0 && !direct {
+    if let Some(stored_bytes) = copy.filter(|_| stored_total > 0) {
         // SAFETY: the host buffer holds stored_total bytes; cbase has room for them; both are
         // reused only after this batch's event, which follows this copy.
         unsafe {
