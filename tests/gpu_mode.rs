@@ -1,4 +1,4 @@
-//! GPU mode's codec registration: the device zstd codec is zarrs' "zstd" inside
+//! GPU mode's codec registration: zarrs' "zstd" is a `GpuModeCodec` carrying the device zstd codec inside
 //! `with_gpu_config` and only there. One test, so no other test's scope interferes (the
 //! registration is process-wide, like zarrs' codec registry).
 
@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use zarrs::array::codec::ZstdCodec;
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes};
-use zarrs_gpu::zarrs_gpu_codecs::DeviceZstdCodec;
+use zarrs_gpu::zarrs_gpu_codecs::GpuModeCodec;
 use zarrs_gpu::{with_gpu_config, GdsStore, GpuConfig};
 
 type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
@@ -15,7 +15,7 @@ type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 fn is_device_zstd(array: &Array<GdsStore>) -> bool {
     let codecs = array.codecs();
     let b2b = codecs.bytes_to_bytes_codecs();
-    b2b.len() == 1 && b2b[0].as_any().downcast_ref::<DeviceZstdCodec>().is_some()
+    b2b.len() == 1 && b2b[0].as_any().downcast_ref::<GpuModeCodec>().is_some_and(|c| c.device().name() == "zstd")
 }
 
 #[test]

@@ -10,6 +10,7 @@ mod load;
 #[path = "../common/metadata.rs"]
 mod metadata;
 mod multi_gpu;
+mod plugin;
 mod retrieval;
 mod sharding;
 mod sweep;

@@ -1,7 +1,8 @@
-//! The device zstd codec, registered with zarrs as a runtime codec plugin for the name "zstd"
-//! while GPU mode is on. It is zarrs' own zstd codec on the host (same metadata, same decoding
-//! through the ordinary zarrs API) and marks its arrays for device decoding: the device pipeline
-//! decodes "zstd" chains with nvCOMP.
+//! GPU mode's codecs: inside `with_gpu_config`, the codecs zarrs builds for every name a
+//! [`DeviceCodecPlugin`](crate::DeviceCodecPlugin) registers with host codecs (`zstd`, `gzip`)
+//! are [`GpuModeCodec`]s: zarrs' own codec on the host (same metadata, same decoding through the
+//! ordinary zarrs API) that carries its device implementation, which the device pipeline takes
+//! from the array's codec chain.
 
 use std::any::Any;
 use std::borrow::Cow;
@@ -11,25 +12,34 @@ use zarrs::array::codec::api::{
     register_codec_v2, register_codec_v3, unregister_codec_v2, unregister_codec_v3, CodecRuntimePluginV2,
     CodecRuntimePluginV3, CodecRuntimeRegistryHandleV2, CodecRuntimeRegistryHandleV3,
 };
-use zarrs::array::codec::ZstdCodec;
 use zarrs::array::{
     ArrayBytesRaw, BytesPartialDecoderTraits, BytesPartialEncoderTraits, BytesRepresentation, BytesToBytesCodecTraits,
-    Codec, CodecError, CodecMetadataOptions, CodecOptions, CodecTraits, CodecTraitsV2, CodecTraitsV3,
-    RecommendedConcurrency,
+    Codec, CodecError, CodecMetadataOptions, CodecOptions, CodecTraits, RecommendedConcurrency,
 };
-use zarrs::plugin::{ExtensionName, ZarrVersion};
+use zarrs::plugin::{ExtensionName, PluginCreateError, ZarrVersion};
 
-/// zarrs' zstd codec, wrapped: identical on the host, decoded on the device by the device pipeline.
+use crate::device_codec::{self, DeviceCodec, DeviceCodecPlugin};
+
+/// A zarrs bytes-to-bytes codec with its device implementation: identical on the host, decoded
+/// on the device by the device pipeline.
 #[derive(Debug)]
-pub struct DeviceZstdCodec {
+pub struct GpuModeCodec {
     host: Arc<dyn BytesToBytesCodecTraits>,
+    device: Arc<dyn DeviceCodec>,
 }
 
-impl DeviceZstdCodec {
-    /// Wrap the host codec zarrs made from the metadata.
-    fn wrap(codec: Codec) -> Codec {
+impl GpuModeCodec {
+    /// Wrap the host codec zarrs made from the metadata, with the plugin's device codec for its
+    /// configuration (a configuration without one stays zarrs' codec).
+    fn wrap(codec: Codec, plugin: &DeviceCodecPlugin) -> Codec {
         match codec {
-            Codec::BytesToBytes(host) => Codec::BytesToBytes(Arc::new(Self { host })),
+            Codec::BytesToBytes(host) => {
+                let configuration = host.configuration_v3(&CodecMetadataOptions::default()).unwrap_or_default();
+                match plugin.create(&configuration) {
+                    Ok(device) => Codec::BytesToBytes(Arc::new(Self { host, device })),
+                    Err(_) => Codec::BytesToBytes(host),
+                }
+            }
             other => other,
         }
     }
@@ -39,15 +49,21 @@ impl DeviceZstdCodec {
     pub fn host_codec(&self) -> &Arc<dyn BytesToBytesCodecTraits> {
         &self.host
     }
+
+    /// Its device implementation.
+    #[must_use]
+    pub fn device(&self) -> &Arc<dyn DeviceCodec> {
+        &self.device
+    }
 }
 
-impl ExtensionName for DeviceZstdCodec {
+impl ExtensionName for GpuModeCodec {
     fn name(&self, version: ZarrVersion) -> Option<Cow<'static, str>> {
         self.host.name(version)
     }
 }
 
-impl CodecTraits for DeviceZstdCodec {
+impl CodecTraits for GpuModeCodec {
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -69,7 +85,7 @@ impl CodecTraits for DeviceZstdCodec {
     }
 }
 
-impl BytesToBytesCodecTraits for DeviceZstdCodec {
+impl BytesToBytesCodecTraits for GpuModeCodec {
     fn into_dyn(self: Arc<Self>) -> Arc<dyn BytesToBytesCodecTraits> {
         self
     }
@@ -114,39 +130,58 @@ impl BytesToBytesCodecTraits for DeviceZstdCodec {
     }
 }
 
-/// The registration held while any GPU mode scope is open in the process.
+/// The registrations held while any GPU mode scope is open in the process.
 struct Registration {
     scopes: usize,
-    handles: Option<(CodecRuntimeRegistryHandleV3, CodecRuntimeRegistryHandleV2)>,
+    handles: Vec<(CodecRuntimeRegistryHandleV3, CodecRuntimeRegistryHandleV2)>,
 }
 
-static REGISTRATION: Mutex<Registration> = Mutex::new(Registration { scopes: 0, handles: None });
+static REGISTRATION: Mutex<Registration> = Mutex::new(Registration { scopes: 0, handles: Vec::new() });
 
-/// A scope opened: the first one registers the device zstd codec for v3 and v2 metadata.
+/// A scope opened: the first one registers, for v3 and v2 metadata, a [`GpuModeCodec`] for every
+/// device codec plugin that names its host codecs.
 pub(crate) fn scope_opened() {
     let mut reg = REGISTRATION.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     reg.scopes += 1;
-    if reg.handles.is_none() {
+    if reg.scopes > 1 {
+        return;
+    }
+    for plugin in inventory::iter::<DeviceCodecPlugin> {
+        let Some((host_v3, host_v2)) = plugin.host() else { continue };
+        let name = plugin.name();
         let v3 = register_codec_v3(CodecRuntimePluginV3::new(
-            |name| name == "zstd",
-            |metadata| Ok(DeviceZstdCodec::wrap(<ZstdCodec as CodecTraitsV3>::create(metadata)?)),
+            move |n| n == name,
+            move |metadata| -> Result<Codec, PluginCreateError> { Ok(GpuModeCodec::wrap(host_v3(metadata)?, plugin)) },
         ));
         let v2 = register_codec_v2(CodecRuntimePluginV2::new(
-            |name| name == "zstd",
-            |metadata| Ok(DeviceZstdCodec::wrap(<ZstdCodec as CodecTraitsV2>::create(metadata)?)),
+            move |n| n == name,
+            move |metadata| -> Result<Codec, PluginCreateError> { Ok(GpuModeCodec::wrap(host_v2(metadata)?, plugin)) },
         ));
-        reg.handles = Some((v3, v2));
+        reg.handles.push((v3, v2));
     }
 }
 
-/// A scope closed: the last one unregisters the codec.
+/// A scope closed: the last one unregisters the codecs.
 pub(crate) fn scope_closed() {
     let mut reg = REGISTRATION.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     reg.scopes = reg.scopes.saturating_sub(1);
     if reg.scopes == 0 {
-        if let Some((v3, v2)) = reg.handles.take() {
+        for (v3, v2) in reg.handles.drain(..) {
             unregister_codec_v3(&v3);
             unregister_codec_v2(&v2);
         }
     }
+}
+
+/// The device implementation of one of an array's bytes-to-bytes codecs: carried by the codec
+/// object itself (GPU mode's [`GpuModeCodec`]), or made by the plugin
+/// registered for its name from its configuration. Err: why there is none.
+pub(crate) fn device_codec_of(codec: &dyn BytesToBytesCodecTraits, name: &str) -> Result<Arc<dyn DeviceCodec>, String> {
+    if let Some(wrapped) = codec.as_any().downcast_ref::<GpuModeCodec>() {
+        return Ok(wrapped.device().clone());
+    }
+    let plugin = device_codec::plugin(name)
+        .ok_or_else(|| format!("bytes-to-bytes codec {name} has no device implementation yet"))?;
+    let configuration = codec.configuration_v3(&CodecMetadataOptions::default()).unwrap_or_default();
+    plugin.create(&configuration).map_err(|e| format!("{name}: {e}"))
 }

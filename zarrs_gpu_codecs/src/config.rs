@@ -258,8 +258,9 @@ impl Drop for ScopeGuard {
 
 /// Run `f` in GPU mode with `config`: device retrieval inside uses it, zarrs' generic retrieval
 /// into [`DeviceArray`](crate::DeviceArray) places its result on that device, and arrays opened
-/// inside get the [`DeviceZstdCodec`](crate::DeviceZstdCodec) for "zstd" (registered with zarrs
-/// as a runtime codec plugin while any scope is open). Scopes nest (the inner one wins, the outer
+/// inside get [`GpuModeCodec`](crate::GpuModeCodec)s for "zstd" and "gzip" (zarrs' codecs
+/// carrying their device codecs, registered with zarrs as runtime codec plugins while any scope
+/// is open). Scopes nest (the inner one wins, the outer
 /// one is restored on exit) and end also when `f` panics.
 ///
 /// Threads with no scope of their own (such as zarrs' rayon workers) see the newest scope open in

@@ -24,44 +24,19 @@ use crate::batch::{
     LARGE_CHUNK, STORED_ALIGN,
 };
 use crate::context::{copy_dtod, fill_source, DeviceBuffer, GpuContext};
-use crate::gzip_member::{check_member, MemberVerdict};
+use crate::device_codec::{DeviceBatch, DeviceCodec, HostCheck};
 use crate::place::{self, Kernels};
 use crate::plan::{plan_chunks, ChunkPlacement};
-use crate::route::{ChunkRef, Compression, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
+use crate::route::{ChunkRef, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
 use crate::shard::sharded_units;
 use crate::trace::Trace;
 use crate::unit::{Source, Unit};
-use crate::zstd_frame::{check_frame, FrameVerdict};
 use crate::{DecodeTrust, GpuConfig, GpuError};
 
-/// nvCOMP's results per chunk: decoded size (u64) and status (u32), and for gzip the CRC-32 of
-/// the decoded bytes and its status (u32 each), for zstd the low 32 bits of the XXH64 of the
-/// decoded bytes (u32).
+/// The device decode's results per chunk: decoded size (u64) and status (u32), and where the
+/// stored bytes carry a digest of the decoded bytes (gzip's CRC-32, zstd's XXH64), the digest
+/// computed on the device and its status (u32 each).
 const RESULT_BYTES: usize = 20;
-
-/// A check of the decoded bytes that a stored chunk carries, verified after decoding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ContentCheck {
-    /// A gzip member's trailer: the CRC-32 of its decoded bytes.
-    Crc32(u32),
-    /// A zstd frame's content checksum: the low 32 bits of the XXH64 (seed 0) of its content.
-    Xxh64(u32),
-}
-
-impl ContentCheck {
-    fn stored(self) -> u32 {
-        match self {
-            Self::Crc32(v) | Self::Xxh64(v) => v,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Self::Crc32(_) => "gzip CRC-32",
-            Self::Xxh64(_) => "zstd content checksum (XXH64)",
-        }
-    }
-}
 
 /// How one unit of a batch is decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,15 +50,14 @@ enum Route {
     Host,
 }
 
-/// A unit's nvCOMP decode result, checked once the batches are done: where its decoded size
-/// (u64) and status (u32) lie in the results buffer, and for a chunk carrying a content check
-/// where the value computed over its decoded bytes (u32) and, for nvCOMP's CRC-32, that
-/// computation's status (u32) lie.
+/// A unit's device decode result, checked once the batches are done: where its decoded size
+/// (u64) and status (u32) lie in the results buffer, and for a chunk carrying a digest, the
+/// stored value and where the computed one and its status (u32 each) lie.
 struct DecodeCheck {
     unit: usize,
     size: usize,
     status: usize,
-    content: Option<(ContentCheck, usize, Option<usize>)>,
+    digest: Option<(u32, usize, usize)>,
 }
 
 struct Item {
@@ -97,8 +71,8 @@ struct Item {
     route: Route,
     /// The crc32c stored after the data, when the chain has crc32c.
     crc: Option<u32>,
-    /// The check of the decoded bytes the stored data carries (gzip CRC-32, zstd XXH64).
-    content: Option<ContentCheck>,
+    /// The digest of the decoded bytes the stored data carries (gzip CRC-32, zstd XXH64).
+    digest: Option<u32>,
 }
 
 /// Decode `subset` of an array on the device: its chunks (or, for sharded arrays, the inner
@@ -245,7 +219,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 unsafe {
                     decode_on_host(
                         context,
-                        chain.compression.expect("host items decode"),
+                        chain.compression.as_deref().expect("host items decode"),
                         units,
                         &host_items,
                         stored_bytes,
@@ -320,11 +294,10 @@ impl Job<'_> {
     ) -> Result<(usize, u64), GpuError> {
         let (n_dec, max_chunk) =
             on_device.fold((0usize, 0u64), |(n, max), it| (n + 1, max.max(self.decoded_len(it.unit))));
-        let decompressor = self.chain.compression.map(Compression::decompressor);
-        let temp_bytes = match (self.nvcomp, decompressor) {
-            (Some(nvcomp), Some(decompressor)) if n_dec > 0 => nvcomp
-                .decompress_temp_size(decompressor, n_dec, max_chunk as usize, decoded_total as usize)
-                .map_err(nvcomp_err)?,
+        let temp_bytes = match &self.chain.compression {
+            Some(codec) if n_dec > 0 => {
+                codec.temp_bytes(self.nvcomp, n_dec, max_chunk as usize, decoded_total as usize)?
+            }
             _ => 0,
         };
         let decoded_room = if self.chain.compression.is_some() { decoded_total } else { 0 };
@@ -413,11 +386,10 @@ fn plan_batches(
         // Saturating: a sum past 2^64 (a huge staging budget) is refused below.
         let decoded = batch.iter().fold(0u64, |a, &u| a.saturating_add(decoded_len(u).next_multiple_of(DECODED_ALIGN)));
         let max_chunk = batch.iter().map(|&u| decoded_len(u)).max().unwrap_or(0);
-        let temp = match (nvcomp, chain.compression) {
-            (Some(nvcomp), Some(compression)) if chain.nvcomp_may_decode(config.decode_trust()) => nvcomp
-                .decompress_temp_size(compression.decompressor(), batch.len(), max_chunk as usize, decoded as usize)
-                .map_err(nvcomp_err)?
-                as u64,
+        let temp = match &chain.compression {
+            Some(codec) if chain.device_may_decode(config.decode_trust()) => {
+                codec.temp_bytes(nvcomp, batch.len(), max_chunk as usize, decoded as usize)? as u64
+            }
             _ => 0,
         };
         let slot = decoded.saturating_mul(2).saturating_add(temp).saturating_add(meta_len(units, chain, batch));
@@ -471,7 +443,7 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
 ) -> Result<u64, GpuError> {
     let context = job.context;
     let storage = array.storage();
-    let direct = !job.chain.needs_nvcomp();
+    let direct = !job.chain.is_checked();
     // The host keeps only the metadata staging when the bytes go straight to the device.
     let host_meta_at = if direct { 0 } else { stored_total.next_multiple_of(STORED_ALIGN) };
     ensure(
@@ -532,9 +504,9 @@ fn route_batch(job: &Job<'_>, items: &mut [Item], stored: &[u8]) -> Result<(), G
     check_stored(units, items, stored, chain, job.config.decode_trust(), can_hash, job.context.reader())?;
     let threads = job.context.reader().options().threads;
     route_large_frames(units, items, chain, host_fraction(job.config), threads);
-    if let (Some(nvcomp), Some(compression)) = (job.nvcomp, chain.compression) {
-        // None today: zstd and naive gzip take any byte; staging itself is 256-byte aligned.
-        let align = nvcomp.decompress_alignments(compression.decompressor()).map_err(nvcomp_err)?.input as u64;
+    if let Some(codec) = &chain.compression {
+        // 1 today: zstd and naive gzip take any byte; staging itself is 256-byte aligned.
+        let align = codec.input_alignment(job.nvcomp)? as u64;
         for it in items.iter_mut().filter(|it| it.route == Route::Device && it.host_offset % align.max(1) != 0) {
             it.route = Route::Host;
         }
@@ -544,8 +516,8 @@ fn route_batch(job: &Job<'_>, items: &mut [Item], stored: &[u8]) -> Result<(), G
 
 /// Where a batch lies in its slot's device staging (stored bytes at `cbase`, decoded bytes at
 /// `dbase`, metadata at `meta`), and within the metadata: the crc32c arrays (`crc_room` bytes),
-/// then the decode arrays (`zmeta`), what nvCOMP reports (`actual` sizes, `zstatus` statuses)
-/// and the content checks' values and statuses; the placement tables at its end.
+/// then the decode arrays (`zmeta`), what the decode reports (`actual` sizes, `zstatus` statuses)
+/// and the digests' values and statuses; the placement tables at its end.
 struct Layout {
     cbase: u64,
     dbase: u64,
@@ -557,10 +529,10 @@ struct Layout {
     crc_room: u64,
     actual: u64,
     zstatus: u64,
-    crc32_values: u64,
-    crc32_statuses: u64,
-    gzip: bool,
-    hashed: bool,
+    digest_values: u64,
+    digest_statuses: u64,
+    /// Some unit of the batch carries a digest of its decoded bytes.
+    digests: bool,
 }
 
 impl Layout {
@@ -572,20 +544,15 @@ impl Layout {
         unsafe { stage_words(self.host_meta, at, words, device, on) }
     }
 
-    /// Bytes of decode results per batch: sizes and statuses, and the content checks.
+    /// Bytes of decode results per batch: sizes and statuses, and the digests.
     fn result_bytes(&self) -> usize {
-        self.n_dec
-            * match (self.gzip, self.hashed) {
-                (true, _) => RESULT_BYTES,
-                (false, true) => 16,
-                (false, false) => 12,
-            }
+        self.n_dec * if self.digests { RESULT_BYTES } else { 12 }
     }
 }
 
-/// The device's part of a batch: its stored bytes copied to the slot's staging on the copy
-/// stream, crc32c verified there before anything is decoded, then nvCOMP's decode and the
-/// content checks of the decoded bytes (gzip CRC-32, zstd XXH64) on the read's stream.
+/// The device's part of a batch: its stored bytes in the slot's staging, crc32c verified there
+/// before anything is decoded, then the device codec's decode and the digests of the decoded
+/// bytes (gzip CRC-32, zstd XXH64) on the read's stream.
 #[allow(clippy::too_many_arguments)]
 fn launch_device(
     job: &Job<'_>,
@@ -599,13 +566,12 @@ fn launch_device(
     #[allow(unused_variables)] b: usize,
 ) -> Result<Layout, GpuError> {
     let (chain, nvcomp, stream) = (job.chain, job.nvcomp, job.stream);
-    let direct = !chain.needs_nvcomp();
+    let direct = !chain.is_checked();
     let on_device: Vec<&Item> = items.iter().filter(|it| it.route == Route::Device).collect();
     let with_crc: Vec<&Item> = items.iter().filter(|it| it.crc.is_some()).collect();
     let n_dec = if chain.compression.is_some() { on_device.len() } else { 0 };
     let n_crc = with_crc.len();
     let max_chunk = on_device.iter().map(|it| job.decoded_len(it.unit)).max().unwrap_or(0);
-    let decompressor = chain.compression.map(Compression::decompressor);
     let (temp_bytes, staging) = job.staging_len(on_device.iter().copied(), stored_total, decoded_total, meta_bytes)?;
     let decoded_room = if chain.compression.is_some() { decoded_total } else { 0 };
     let stored_room = stored_total.next_multiple_of(DECODED_ALIGN);
@@ -646,10 +612,9 @@ fn launch_device(
         crc_room,
         actual,
         zstatus,
-        crc32_values: zstatus + 4 * n_dec as u64,
-        crc32_statuses: zstatus + 8 * n_dec as u64,
-        gzip: chain.compression == Some(Compression::Gzip),
-        hashed: on_device.iter().any(|it| matches!(it.content, Some(ContentCheck::Xxh64(_)))),
+        digest_values: zstatus + 4 * n_dec as u64,
+        digest_statuses: zstatus + 8 * n_dec as u64,
+        digests: on_device.iter().any(|it| it.digest.is_some()),
     };
 
     copy_and_verify(job, &layout, copy_stored.then_some(stored_bytes), stored_total, &with_crc)?;
@@ -657,7 +622,7 @@ fn launch_device(
     if let (0, Some(fault), Some(kernels)) = (b, job.config.injected_fault(), job.kernels) {
         kernels.launch_fault(stream, fault)?;
     }
-    if let (Some(nvcomp), Some(decompressor), true) = (nvcomp, decompressor, n_dec > 0) {
+    if let (Some(codec), true) = (&chain.compression, n_dec > 0) {
         let mut words: Vec<u64> = Vec::with_capacity(4 * n_dec);
         words.extend(on_device.iter().map(|it| cbase + it.host_offset));
         words.extend(on_device.iter().map(|it| it.data_len));
@@ -665,53 +630,38 @@ fn launch_device(
         words.extend(on_device.iter().map(|it| dbase + it.decoded_offset));
         layout.stage(crc_room, &words, zmeta, stream.as_ref())?;
         let ptr = |k: usize| zmeta + 8 * k as u64;
-        // SAFETY: every chunk was checked on the host (a zstd frame walked, its recorded size
-        // that of the output buffer; a plain gzip member whose trailer records that size) and
-        // its crc32c, where the chain has one, on the device; arrays of n_dec entries in device
-        // memory; inputs aligned as the decompressor was chosen; temp sized by nvCOMP.
-        unsafe {
-            nvcomp.decompress_async(
-                decompressor,
-                ptr(0) as *const *const c_void,
-                ptr(n_dec) as *const usize,
-                ptr(2 * n_dec) as *const usize,
-                actual as *mut usize,
-                n_dec,
-                temp as *mut c_void,
-                temp_bytes,
-                ptr(3 * n_dec) as *const *mut c_void,
-                zstatus as *mut nv::nvcompStatus_t,
-                stream.cu_stream() as nv::cudaStream_t,
-            )
-        }
-        .map_err(nvcomp_err)?;
-        if layout.gzip {
-            // The trailers' CRC-32 covers the decoded bytes: computed over the output buffers
-            // (their pointers and sizes are the arrays just staged).
-            // SAFETY: n_dec output pointers and sizes at ptr(3n) and ptr(2n), written by the
-            // decode before on this stream; n_dec values and statuses after zstatus.
-            unsafe {
-                nvcomp.crc32_async(
-                    Crc32::IsoHdlc,
-                    ptr(3 * n_dec) as *const *const c_void,
-                    ptr(2 * n_dec) as *const usize,
-                    n_dec,
-                    max_chunk as usize,
-                    layout.crc32_values as *mut u32,
-                    layout.crc32_statuses as *mut nv::nvcompStatus_t,
-                    stream.cu_stream() as nv::cudaStream_t,
-                )
-            }
-            .map_err(nvcomp_err)?;
-        }
-        if layout.hashed {
-            let kernels =
-                job.kernels.ok_or_else(|| GpuError::NoCuda("NVRTC is needed to verify zstd checksums".into()))?;
-            // SAFETY: n_dec output pointers and sizes at ptr(3n) and ptr(2n), written by the
-            // decode before on this stream; the outputs are 8-byte aligned (decoded offsets are
-            // multiples of DECODED_ALIGN in 256-byte aligned staging); n_dec u32 values after
-            // zstatus.
-            unsafe { kernels.launch_xxh64(stream, ptr(3 * n_dec), ptr(2 * n_dec), n_dec, layout.crc32_values) }?;
+        let batch = DeviceBatch {
+            stream: stream.as_ref(),
+            count: n_dec,
+            inputs: ptr(0),
+            input_sizes: ptr(n_dec),
+            capacities: ptr(2 * n_dec),
+            outputs: ptr(3 * n_dec),
+            decoded_sizes: actual,
+            statuses: zstatus,
+            temp,
+            temp_bytes,
+            max_decoded: max_chunk as usize,
+            host_arrays: &words,
+            nvcomp,
+            kernels: job.kernels,
+        };
+        // SAFETY: every chunk was checked on the host by the codec (a zstd frame walked, its
+        // recorded size that of the output buffer; a plain gzip member whose trailer records
+        // that size) and its crc32c, where the chain has one, on the device; arrays of n_dec
+        // entries in device memory, staged before on this stream; outputs 8-byte aligned
+        // (decoded offsets are multiples of DECODED_ALIGN in 256-byte aligned staging); inputs
+        // aligned as the codec asked; temp sized by it.
+        unsafe { codec.decode(&batch) }?;
+        if layout.digests {
+            job.context.bind()?;
+            // SAFETY: n_dec u32 statuses in this batch's metadata, ordered on the stream.
+            unsafe { sys::cuMemsetD32Async(layout.digest_statuses, 0, n_dec, stream.cu_stream()) }
+                .result()
+                .map_err(GpuError::cuda("clearing digest statuses"))?;
+            // SAFETY: as for the decode, which ran before on this stream; n_dec u32 values and
+            // statuses after zstatus.
+            unsafe { codec.digest(&batch, layout.digest_values, layout.digest_statuses) }?;
         }
     }
     Ok(layout)
@@ -787,12 +737,9 @@ fn queue_results(
     }
     let at = |base: u64, k: usize, width: usize| results_at + (base - layout.actual) as usize + k * width;
     for (k, it) in on_device.iter().enumerate().take(layout.n_dec) {
-        let carried = it.content.map(|check| match check {
-            ContentCheck::Crc32(_) => (check, at(layout.crc32_values, k, 4), Some(at(layout.crc32_statuses, k, 4))),
-            ContentCheck::Xxh64(_) => (check, at(layout.crc32_values, k, 4), None),
-        });
+        let digest = it.digest.map(|d| (d, at(layout.digest_values, k, 4), at(layout.digest_statuses, k, 4)));
         let (size, status) = (at(layout.actual, k, 8), at(layout.zstatus, k, 4));
-        checks.push(DecodeCheck { unit: it.unit, size, status, content: carried });
+        checks.push(DecodeCheck { unit: it.unit, size, status, digest });
     }
     Ok(result_bytes)
 }
@@ -864,28 +811,28 @@ fn place_batch<S: ReadableStorageTraits + ?Sized>(
 /// (gzip CRC-32, zstd XXH64; crc32c was checked before decoding), once the device is done.
 fn check_results(job: &Job<'_>, checks: &[DecodeCheck], results: &[u8]) -> Result<(), GpuError> {
     let units = job.units;
-    let status_string = |s: u32| job.nvcomp.map_or_else(|| s.to_string(), |n| n.status_string(s));
-    let name = job.chain.compression.map_or("decode", Compression::name);
+    let Some(codec) = job.chain.compression.as_deref() else { return Ok(()) };
+    let name = codec.name();
+    let status_string = |s: u32| codec.status_string(s, job.nvcomp);
     let word = |at: usize| u32::from_ne_bytes(results[at..at + 4].try_into().expect("4 bytes"));
-    for &DecodeCheck { unit, size, status, content } in checks {
+    for &DecodeCheck { unit, size, status, digest } in checks {
         let status = word(status);
-        if status != nv::nvcompSuccess {
-            return Err(units[unit].error(format!("nvCOMP {name}: {}", status_string(status))));
+        if status != 0 {
+            return Err(units[unit].error(format!("{name} on the device: {}", status_string(status))));
         }
         let size = u64::from_ne_bytes(results[size..size + 8].try_into().expect("8 bytes"));
         let expected = job.decoded_len(unit);
         if size != expected {
             return Err(units[unit].error(format!("{name} decoded {size} bytes, {expected} expected")));
         }
-        if let Some((check, value, status)) = content {
-            if let Some(status) = status.map(word).filter(|&s| s != nv::nvcompSuccess) {
-                return Err(units[unit].error(format!("nvCOMP CRC-32: {}", status_string(status))));
+        if let Some((stored, value, status)) = digest {
+            let digest_name = codec.digest_name();
+            if word(status) != 0 {
+                return Err(units[unit].error(format!("{digest_name} on the device: {}", status_string(word(status)))));
             }
-            if word(value) != check.stored() {
+            if word(value) != stored {
                 return Err(units[unit].error(format!(
-                    "{} mismatch: stored {:#010x}, decoded bytes give {:#010x}",
-                    check.name(),
-                    check.stored(),
+                    "{digest_name} mismatch: stored {stored:#010x}, decoded bytes give {:#010x}",
                     word(value)
                 )));
             }
@@ -1089,7 +1036,7 @@ fn plan_reads(
             decoded_offset: decoded_at,
             route,
             crc: None,
-            content: None,
+            digest: None,
         });
         decoded_at += units[u].decoded_len().next_multiple_of(DECODED_ALIGN);
     }
@@ -1111,7 +1058,7 @@ fn check_stored(
     can_hash: bool,
     reader: &zarrs_gds_store::DeviceReader,
 ) -> Result<(), GpuError> {
-    if !chain.needs_nvcomp() {
+    if !chain.is_checked() {
         // Only the length to check (the bytes themselves were read straight to the device).
         return items.iter().filter(|it| it.route != Route::Missing).try_for_each(|it| {
             let expected = units[it.unit].raw_len();
@@ -1122,7 +1069,7 @@ fn check_stored(
             }
         });
     }
-    let may_decode = chain.nvcomp_may_decode(trust);
+    let may_decode = chain.device_may_decode(trust);
     reader.install(|| {
         items.par_iter_mut().filter(|it| it.route != Route::Missing).try_for_each(|it| {
             let unit = &units[it.unit];
@@ -1136,26 +1083,14 @@ fn check_stored(
             }
             let data = &bytes[..it.data_len as usize];
             let expected = unit.decoded_len();
-            match chain.compression {
+            match &chain.compression {
                 // crc32c, where the chain has it, is verified on the device before decoding.
-                Some(Compression::Zstd) => match check_frame(data, expected).map_err(|e| unit.error(e.to_string()))? {
-                    FrameVerdict::Device { checksum: false } if may_decode => {}
-                    // The frame ends with the low 32 bits of the XXH64 of its content.
-                    FrameVerdict::Device { checksum: true } if may_decode && can_hash => {
-                        let at = data
-                            .len()
-                            .checked_sub(4)
-                            .ok_or_else(|| unit.error("zstd frame without room for its checksum"))?;
-                        let stored = u32::from_le_bytes(data[at..].try_into().expect("4 bytes"));
-                        it.content = Some(ContentCheck::Xxh64(stored));
+                Some(codec) => match codec.check(data, expected).map_err(|e| unit.error(e))? {
+                    HostCheck::Device { digest } if may_decode && (digest.is_none() || codec.can_digest(can_hash)) => {
+                        it.digest = digest;
                     }
                     _ => it.route = Route::Host,
                 },
-                Some(Compression::Gzip) => match check_member(data, expected) {
-                    MemberVerdict::Device { crc32 } if may_decode => it.content = Some(ContentCheck::Crc32(crc32)),
-                    _ => it.route = Route::Host,
-                },
-                // crc32c alone: its data must be the chunk.
                 None if data.len() as u64 != expected => {
                     return Err(unit.error(format!("{} bytes stored, {expected} expected", data.len())));
                 }
@@ -1195,7 +1130,7 @@ fn route_large_frames(units: &[Unit], items: &mut [Item], chain: &DeviceChain, f
 #[allow(clippy::too_many_arguments)]
 unsafe fn decode_on_host(
     context: &GpuContext,
-    compression: Compression,
+    codec: &dyn DeviceCodec,
     units: &[Unit],
     items: &[&Item],
     stored: &[u8],
@@ -1218,12 +1153,8 @@ unsafe fn decode_on_host(
             // SAFETY: the regions at `at` are disjoint and lie within the buffer (sized to their sum).
             let out = unsafe { std::slice::from_raw_parts_mut((base + offset) as *mut u8, len) };
             let data = &stored[it.host_offset as usize..][..it.data_len as usize];
-            let name = compression.name();
-            let written = match compression {
-                Compression::Zstd => zstd::bulk::decompress_to_buffer(data, out),
-                Compression::Gzip => gunzip(data, out),
-            }
-            .map_err(|e| unit.error(format!("{name}: {e}")))?;
+            let name = codec.name();
+            let written = codec.decode_host(data, out).map_err(|e| unit.error(format!("{name}: {e}")))?;
             if written != len {
                 return Err(unit.error(format!("{name} decoded {written} bytes, {len} expected")));
             }
@@ -1279,24 +1210,6 @@ fn gather_job(chain: &DeviceChain, elem: u64, p: &ChunkPlacement, base: u64, out
         src_stride,
         dst_stride,
     }
-}
-
-/// Decode the first gzip member of `data` into `out` as zarrs' gzip codec does (flate2, one
-/// member, its CRC-32 and length checked): the bytes written, or `out.len() + 1` when the member
-/// holds more.
-fn gunzip(data: &[u8], out: &mut [u8]) -> std::io::Result<usize> {
-    use std::io::Read;
-    let mut decoder = flate2::bufread::GzDecoder::new(data);
-    let mut written = 0;
-    while written < out.len() {
-        match decoder.read(&mut out[written..])? {
-            0 => return Ok(written),
-            n => written += n,
-        }
-    }
-    // Reading on to the end checks the trailer; anything more is too long.
-    let more = decoder.read(&mut [0u8; 1])?;
-    Ok(written + more)
 }
 
 fn nvcomp_err(err: nvcomp_sys::NvcompError) -> GpuError {

@@ -28,8 +28,10 @@ mod config;
 mod context;
 mod decode;
 mod device_array;
+mod device_codec;
 mod error;
 pub mod gzip_member;
+mod nvcomp_codecs;
 mod place;
 pub mod plan;
 mod retrieve;
@@ -40,13 +42,15 @@ mod unit;
 mod xxhash;
 pub mod zstd_frame;
 
-pub use codec::DeviceZstdCodec;
+pub use codec::GpuModeCodec;
 #[cfg(feature = "fault-injection")]
 pub use config::InjectedFault;
 pub use config::{gpu_config, with_gpu_config, DecodeTrust, GpuConfig, DECODE_TRUST_ENV, STAGING_BYTES_ENV};
 pub use context::{memory_in_use, MemoryInUse, POOL_KEEP_ENV};
 pub use device_array::DeviceArray;
+pub use device_codec::{DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck, HostCodecV2, HostCodecV3};
 pub use error::GpuError;
+pub use inventory;
 pub use retrieve::ArrayDeviceExt;
 pub use route::{host_decode_reason, DecodePath, RetrieveReport};
 // For the fuzz targets only (`fuzz/`); hidden, not part of the API.

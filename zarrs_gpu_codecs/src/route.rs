@@ -8,6 +8,8 @@ use zarrs::array::{Array, ArrayMetadata, ArraySubset, CodecMetadataOptions};
 use zarrs::plugin::ExtensionName;
 use zarrs_gds_store::IoStatus;
 
+use crate::codec::device_codec_of;
+use crate::device_codec::DeviceCodec;
 use crate::place::GATHER_DIMS;
 use crate::shard::ShardLevel;
 use crate::{DecodeTrust, GpuError};
@@ -50,11 +52,11 @@ pub struct RetrieveReport {
 }
 
 /// The codecs of a chunk the device pipeline decodes: an optional transpose, the `bytes` codec
-/// in either byte order, then zstd or gzip, and crc32c.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// in either byte order, then a registered device codec (zstd, gzip, or a plugin's), and crc32c.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct DeviceChain {
-    /// The compression nvCOMP decodes, if any.
-    pub(crate) compression: Option<Compression>,
+    /// The bytes-to-bytes codec decoded on the device, if any.
+    pub(crate) compression: Option<Arc<dyn DeviceCodec>>,
     /// crc32c after everything else (nvCOMP CRC32C).
     pub(crate) crc32c: bool,
     /// Bytes per word to reverse when the stored byte order is not the platform's (a complex
@@ -65,55 +67,28 @@ pub(crate) struct DeviceChain {
     pub(crate) transpose: Option<Vec<usize>>,
 }
 
-/// A bytes-to-bytes compression codec nvCOMP decodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Compression {
-    /// `zstd`: one frame per chunk, checked block by block on the host first.
-    Zstd,
-    /// `gzip`: one plain member per chunk, its CRC-32 checked on the device after decoding (to
-    /// nvCOMP only when verified by `crc32c` first or trusted: see [`crate::DecodeTrust`]).
-    Gzip,
-}
-
-impl Compression {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Self::Zstd => "zstd",
-            Self::Gzip => "gzip",
-        }
-    }
-
-    /// nvCOMP's decompressor. gzip: the naive algorithm, which takes members at any byte (the
-    /// look-ahead one wants 4-byte aligned input and decoded 4096 members of 1 MiB at 0.9 GiB/s
-    /// on the H200, the naive one at 16).
-    pub(crate) fn decompressor(self) -> nvcomp_sys::Decompressor {
-        match self {
-            Self::Zstd => nvcomp_sys::Decompressor::Zstd,
-            Self::Gzip => nvcomp_sys::Decompressor::Gzip { lookahead: false },
-        }
-    }
-}
-
 impl DeviceChain {
     /// Chunk bytes are the elements in C order: copied as they are.
     pub(crate) fn is_raw(&self) -> bool {
-        !self.needs_nvcomp() && !self.needs_gather()
+        !self.is_checked() && !self.needs_gather()
     }
 
-    /// Compression or crc32c: nvCOMP runs.
-    pub(crate) fn needs_nvcomp(&self) -> bool {
+    /// Stored bytes are checked on the host before the device sees them (a codec or crc32c):
+    /// they are read to host memory, not straight to the device.
+    pub(crate) fn is_checked(&self) -> bool {
         self.compression.is_some() || self.crc32c
     }
 
-    /// Whether nvCOMP may decode this chain's chunks under `trust` (checked ones; the rest decode
-    /// on host threads): crc32c verifies them before decoding, or the trust allows the rest.
-    pub(crate) fn nvcomp_may_decode(&self, trust: DecodeTrust) -> bool {
-        match self.compression {
-            None => false,
-            Some(_) if self.crc32c => true,
-            Some(Compression::Zstd) => trust != DecodeTrust::Verified,
-            Some(Compression::Gzip) => trust == DecodeTrust::Trusted,
-        }
+    /// nvCOMP runs: crc32c, or a codec that decodes with it.
+    pub(crate) fn needs_nvcomp(&self) -> bool {
+        self.crc32c || self.compression.as_ref().is_some_and(|c| c.needs_nvcomp())
+    }
+
+    /// Whether the device may decode this chain's chunks under `trust` (checked ones; the rest
+    /// decode on host threads): crc32c verifies them before decoding, or the codec's trust rule
+    /// allows the rest.
+    pub(crate) fn device_may_decode(&self, trust: DecodeTrust) -> bool {
+        self.compression.as_ref().is_some_and(|c| c.may_decode(trust, self.crc32c))
     }
 
     /// Elements are placed one by one (transposed or byte-swapped), not by strided copies.
@@ -208,16 +183,12 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
                 if swap > 0 && array.dimensionality() > GATHER_DIMS {
                     return Err(format!("byte swaps of more than {GATHER_DIMS} dimensions are done on the host"));
                 }
-                let compression = |name: &str| match name {
-                    "zstd" => Some(Compression::Zstd),
-                    "gzip" => Some(Compression::Gzip),
-                    _ => None,
-                };
-                let (compression, crc32c) = match names.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-                    [] => (None, false),
-                    ["crc32c"] => (None, true),
-                    [c] if compression(c).is_some() => (compression(c), false),
-                    [c, "crc32c"] if compression(c).is_some() => (compression(c), true),
+                let b2b = codecs.bytes_to_bytes_codecs();
+                let (codec, crc32c) = match (b2b, names.last().map(String::as_str)) {
+                    ([], _) => (None, false),
+                    ([_], Some("crc32c")) => (None, true),
+                    ([codec], _) => (Some(codec), false),
+                    ([codec, _], Some("crc32c")) => (Some(codec), true),
                     _ => {
                         return Err(format!(
                             "bytes-to-bytes codecs [{}] have no device implementation yet",
@@ -225,6 +196,7 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
                         ))
                     }
                 };
+                let compression = codec.map(|c| device_codec_of(c.as_ref(), &name(c.as_ref()))).transpose()?;
                 return Ok(DevicePlan { shards, chain: DeviceChain { compression, crc32c, swap, transpose } });
             }
             other => return Err(format!("array-to-bytes codec {other} has no device implementation yet")),
@@ -278,16 +250,25 @@ mod tests {
 
     #[test]
     fn decode_trust_decides_what_nvcomp_decodes() {
-        let chain = |compression, crc32c| DeviceChain { compression, crc32c, ..DeviceChain::default() };
-        let (zstd, gzip) = (Some(Compression::Zstd), Some(Compression::Gzip));
+        let zstd =
+            crate::device_codec::plugin("zstd").unwrap().create(&zarrs::metadata::Configuration::default()).unwrap();
+        let gzip =
+            crate::device_codec::plugin("gzip").unwrap().create(&zarrs::metadata::Configuration::default()).unwrap();
+        let chain = |compression: Option<&Arc<dyn DeviceCodec>>, crc32c| DeviceChain {
+            compression: compression.cloned(),
+            crc32c,
+            ..DeviceChain::default()
+        };
         let all = [DecodeTrust::Verified, DecodeTrust::Checked, DecodeTrust::Trusted];
         for trust in all {
             // crc32c verifies before decoding: always; nothing to decode: never.
-            assert!(chain(zstd, true).nvcomp_may_decode(trust) && chain(gzip, true).nvcomp_may_decode(trust));
-            assert!(!chain(None, true).nvcomp_may_decode(trust) && !chain(None, false).nvcomp_may_decode(trust));
+            assert!(
+                chain(Some(&zstd), true).device_may_decode(trust) && chain(Some(&gzip), true).device_may_decode(trust)
+            );
+            assert!(!chain(None, true).device_may_decode(trust) && !chain(None, false).device_may_decode(trust));
         }
-        let zstd_alone: Vec<bool> = all.iter().map(|&t| chain(zstd, false).nvcomp_may_decode(t)).collect();
-        let gzip_alone: Vec<bool> = all.iter().map(|&t| chain(gzip, false).nvcomp_may_decode(t)).collect();
+        let zstd_alone: Vec<bool> = all.iter().map(|&t| chain(Some(&zstd), false).device_may_decode(t)).collect();
+        let gzip_alone: Vec<bool> = all.iter().map(|&t| chain(Some(&gzip), false).device_may_decode(t)).collect();
         assert_eq!(zstd_alone, [false, true, true]);
         assert_eq!(gzip_alone, [false, false, true]);
     }

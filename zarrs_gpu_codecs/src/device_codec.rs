@@ -1,0 +1,258 @@
+//! Device codecs as plugins: the [`DeviceCodec`] trait, its registration
+//! ([`DeviceCodecPlugin`], collected by `inventory`) and the lookup the pipeline uses.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use nvcomp_sys::NvcompLibrary;
+use zarrs::array::Codec;
+use zarrs::metadata::v2::MetadataV2;
+use zarrs::metadata::v3::MetadataV3;
+use zarrs::metadata::Configuration;
+use zarrs::plugin::PluginCreateError;
+
+use crate::place::Kernels;
+use crate::{DecodeTrust, GpuError};
+
+/// What the host check says of one stored unit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HostCheck {
+    /// The device may decode it. `digest`: the value [`DeviceCodec::digest`] must compute over
+    /// its decoded bytes (a checksum the stored bytes carry), verified before data is returned.
+    Device {
+        /// The stored check value of the decoded bytes, if the unit carries one.
+        digest: Option<u32>,
+    },
+    /// Valid as far as the host can tell, but decoded on a host thread, for this reason.
+    Host(Cow<'static, str>),
+}
+
+/// One batch of units on the device, for [`DeviceCodec::decode`] and [`DeviceCodec::digest`].
+///
+/// The arrays are device memory of `count` entries each, ordered on `stream`: input pointers,
+/// input sizes, output capacities (the decoded length of each unit) and output pointers (`u64`
+/// each); then where the decode reports each unit's decoded size (`u64`) and status (`u32`, 0
+/// for success).
+#[non_exhaustive]
+pub struct DeviceBatch<'a> {
+    /// The stream all of the batch's work is ordered on.
+    pub stream: &'a CudaStream,
+    /// Units in the batch.
+    pub count: usize,
+    /// Device array of input pointers.
+    pub inputs: u64,
+    /// Device array of input sizes.
+    pub input_sizes: u64,
+    /// Device array of output capacities.
+    pub capacities: u64,
+    /// Device array of output pointers (each 8-byte aligned).
+    pub outputs: u64,
+    /// Device array the decode writes decoded sizes to.
+    pub decoded_sizes: u64,
+    /// Device array the decode writes statuses to (0: success).
+    pub statuses: u64,
+    /// Scratch device memory of [`DeviceCodec::temp_bytes`] bytes.
+    pub temp: u64,
+    /// Bytes at `temp`.
+    pub temp_bytes: usize,
+    /// The largest decoded unit.
+    pub max_decoded: usize,
+    /// Host copies of the first four device arrays, `count` entries each in the same order
+    /// (input pointers, input sizes, output capacities, output pointers).
+    pub host_arrays: &'a [u64],
+    pub(crate) nvcomp: Option<&'a NvcompLibrary>,
+    pub(crate) kernels: Option<&'a Kernels>,
+}
+
+impl std::fmt::Debug for DeviceBatch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBatch")
+            .field("count", &self.count)
+            .field("temp_bytes", &self.temp_bytes)
+            .field("max_decoded", &self.max_decoded)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeviceBatch<'_> {
+    /// nVCOMP, where it was found.
+    #[must_use]
+    pub fn nvcomp(&self) -> Option<&NvcompLibrary> {
+        self.nvcomp
+    }
+}
+
+/// A bytes-to-bytes codec the device pipeline decodes.
+///
+/// It checks a stored unit on the host before any device sees it, decodes a batch of units on
+/// the device, computes what the decoded bytes must hash to (where the stored bytes carry it),
+/// and decodes on a host thread what the device may not take. Implementations register with
+/// `inventory::submit!` as a [`DeviceCodecPlugin`] under a zarrs codec name; the pipeline finds
+/// them from an array's own codec chain, never by matching names itself. This crate registers
+/// `zstd` and `gzip` (nvCOMP); another crate adds one the same way:
+///
+/// ```ignore
+/// zarrs_gpu_codecs::inventory::submit! {
+///     zarrs_gpu_codecs::DeviceCodecPlugin::new("my_codec", |_configuration| Ok(Arc::new(MyDeviceCodec)))
+/// }
+/// ```
+///
+/// zarrs must know the codec too (its host side, for opening and writing arrays). `crc32c`
+/// (verified on the device before anything is decoded), `bytes`, `transpose` and
+/// `sharding_indexed` are the structure the pipeline walks, not plugins.
+pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
+    /// The codec's name in messages.
+    fn name(&self) -> &str;
+
+    /// Whether [`decode`](Self::decode) needs nVCOMP (the pipeline refuses at once without it).
+    fn needs_nvcomp(&self) -> bool {
+        false
+    }
+
+    /// Check one stored unit on the host before any device sees it: everything the device
+    /// decoder would choke on, where that is cheap. `decoded_len` is the unit's decoded length.
+    ///
+    /// # Errors
+    /// Returns why the unit is not valid data of this codec (the pipeline names the unit).
+    fn check(&self, encoded: &[u8], decoded_len: u64) -> Result<HostCheck, String>;
+
+    /// Whether units that passed [`check`](Self::check) may be decoded on the device under
+    /// `trust`; `verified`: a checksum of the stored bytes (crc32c) was verified first.
+    fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
+        verified || trust != DecodeTrust::Verified
+    }
+
+    /// Scratch device memory for a batch of `count` units of at most `max_decoded` bytes,
+    /// `total_decoded` in all.
+    ///
+    /// # Errors
+    /// Returns the device library's error.
+    fn temp_bytes(
+        &self,
+        nvcomp: Option<&NvcompLibrary>,
+        count: usize,
+        max_decoded: usize,
+        total_decoded: usize,
+    ) -> Result<usize, GpuError> {
+        let _ = (nvcomp, count, max_decoded, total_decoded);
+        Ok(0)
+    }
+
+    /// The alignment the decoder needs of each input (units stored at other offsets decode on
+    /// host threads).
+    ///
+    /// # Errors
+    /// Returns the device library's error.
+    fn input_alignment(&self, nvcomp: Option<&NvcompLibrary>) -> Result<usize, GpuError> {
+        let _ = nvcomp;
+        Ok(1)
+    }
+
+    /// Enqueue the decode of `batch` on its stream.
+    ///
+    /// # Safety
+    /// The pipeline guarantees the batch's contract: every array and buffer it describes is
+    /// valid device memory, ordered on `batch.stream`, and every input passed [`check`](Self::check).
+    ///
+    /// # Errors
+    /// Returns an error when the work cannot be enqueued.
+    unsafe fn decode(&self, batch: &DeviceBatch<'_>) -> Result<(), GpuError>;
+
+    /// The name of the digest, in messages ("zstd content checksum (XXH64)").
+    fn digest_name(&self) -> &'static str {
+        "checksum"
+    }
+
+    /// Enqueue, after the decode, the digest of each decoded unit: `values` and `statuses` are
+    /// device arrays of `batch.count` `u32` (statuses zeroed before; nonzero: the digest failed).
+    /// Called when a unit's [`HostCheck::Device`] carried a digest.
+    ///
+    /// # Safety
+    /// As for [`decode`](Self::decode); `values` and `statuses` have room for `batch.count` entries.
+    ///
+    /// # Errors
+    /// Returns an error when the work cannot be enqueued, or the digest cannot be computed here.
+    unsafe fn digest(&self, batch: &DeviceBatch<'_>, values: u64, statuses: u64) -> Result<(), GpuError> {
+        let _ = (batch, values, statuses);
+        Err(GpuError::NoCuda(format!("{} cannot compute its digest on the device", self.name())))
+    }
+
+    /// Whether [`digest`](Self::digest) can run (without it, units carrying one decode on host
+    /// threads, where [`decode_host`](Self::decode_host) verifies them).
+    fn can_digest(&self, kernels: bool) -> bool {
+        let _ = kernels;
+        false
+    }
+
+    /// A device status in words.
+    fn status_string(&self, status: u32, nvcomp: Option<&NvcompLibrary>) -> String {
+        nvcomp.map_or_else(|| format!("status {status}"), |n| n.status_string(status))
+    }
+
+    /// Decode one unit on a host thread into `out` (its decoded length), verifying whatever the
+    /// stored bytes carry; returns the bytes written.
+    ///
+    /// # Errors
+    /// Returns why the unit cannot be decoded.
+    fn decode_host(&self, encoded: &[u8], out: &mut [u8]) -> Result<usize, String>;
+}
+
+/// zarrs' host codec for Zarr v3 metadata, as zarrs' codec plugins make it.
+pub type HostCodecV3 = fn(&MetadataV3) -> Result<Codec, PluginCreateError>;
+/// zarrs' host codec for Zarr v2 metadata.
+pub type HostCodecV2 = fn(&MetadataV2) -> Result<Codec, PluginCreateError>;
+
+/// A device codec's registration: the zarrs codec name it decodes, how to make it from the
+/// codec's configuration, and (optionally) zarrs' host codec of that name, which GPU mode then
+/// builds as a [`GpuModeCodec`](crate::GpuModeCodec) carrying the device codec.
+#[derive(Debug)]
+pub struct DeviceCodecPlugin {
+    name: &'static str,
+    create: fn(&Configuration) -> Result<Arc<dyn DeviceCodec>, String>,
+    host: Option<(HostCodecV3, HostCodecV2)>,
+}
+
+impl DeviceCodecPlugin {
+    /// A plugin for the codec named `name` (its Zarr v3 name, which zarrs also gives v2
+    /// compressors it maps); `create` returns why a configuration has no device implementation.
+    #[must_use]
+    pub const fn new(name: &'static str, create: fn(&Configuration) -> Result<Arc<dyn DeviceCodec>, String>) -> Self {
+        Self { name, create, host: None }
+    }
+
+    /// With zarrs' host codec of this name, for GPU mode's registration.
+    #[must_use]
+    pub const fn with_host(mut self, v3: HostCodecV3, v2: HostCodecV2) -> Self {
+        self.host = Some((v3, v2));
+        self
+    }
+
+    /// The codec name.
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The device codec for a codec of this name with `configuration`.
+    ///
+    /// # Errors
+    /// Returns why that configuration has no device implementation.
+    pub fn create(&self, configuration: &Configuration) -> Result<Arc<dyn DeviceCodec>, String> {
+        (self.create)(configuration)
+    }
+
+    /// zarrs' host codecs of this name, where the plugin names them.
+    #[must_use]
+    pub fn host(&self) -> Option<(HostCodecV3, HostCodecV2)> {
+        self.host
+    }
+}
+
+inventory::collect!(DeviceCodecPlugin);
+
+/// The registered plugin for `name`.
+pub(crate) fn plugin(name: &str) -> Option<&'static DeviceCodecPlugin> {
+    inventory::iter::<DeviceCodecPlugin>.into_iter().find(|p| p.name == name)
+}
