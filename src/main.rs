@@ -35,9 +35,9 @@ enum Command {
         /// Numpy-style slices per dimension, e.g. `0:64,:,:` (default: the whole array).
         #[arg(long, default_value = "")]
         subset: String,
-        /// I/O backend: auto, gds or posix (ZARRS_GDS_BACKEND overrides).
-        #[arg(long, default_value = "auto")]
-        backend: IoBackend,
+        /// I/O backend: auto, gds or posix. Default: ZARRS_GDS_BACKEND, else auto.
+        #[arg(long)]
+        backend: Option<IoBackend>,
         /// CUDA device ordinal.
         #[arg(long, default_value_t = 0)]
         device: usize,
@@ -82,6 +82,14 @@ fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Info { path, array } => info(&path, &array),
         Command::Read { path, array, subset, backend, device, decode_trust, repeat, digest, npy } => {
+            // The environment first (every bad value an error naming its variable), then flags.
+            let mut config = GpuConfig::from_env()?.with_device(device);
+            if let Some(backend) = backend {
+                config = config.with_backend(backend);
+            }
+            if let Some(trust) = decode_trust {
+                config = config.with_decode_trust(trust);
+            }
             let _sample_dir;
             let (path, array) = if let Some(path) = path {
                 (path, array)
@@ -96,10 +104,6 @@ fn run(cli: Cli) -> Result<(), Error> {
             };
             let array = open(&path, &array)?;
             let subset = parse_subset(&subset, array.shape())?;
-            let mut config = GpuConfig::default().with_device(device).with_backend(backend);
-            if let Some(trust) = decode_trust {
-                config = config.with_decode_trust(trust);
-            }
             let options = ReadOptions { repeat: repeat.max(1), digest, npy };
             dispatch_read(&array, &subset, &config, &options)
         }

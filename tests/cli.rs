@@ -15,10 +15,15 @@ mod metadata;
 type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 
 fn zarrs_gpu(args: &[&str]) -> Result<(Output, String)> {
+    zarrs_gpu_with(args, &[])
+}
+
+/// Run the program with `env` added to its environment.
+fn zarrs_gpu_with(args: &[&str], env: &[(&str, &str)]) -> Result<(Output, String)> {
     // Staged test binaries run on another machine, with the program on PATH instead.
     let built = std::path::Path::new(env!("CARGO_BIN_EXE_zarrs-gpu"));
     let program = if built.exists() { built.as_os_str() } else { std::ffi::OsStr::new("zarrs-gpu") };
-    let output = Command::new(program).args(args).output()?;
+    let output = Command::new(program).args(args).envs(env.iter().copied()).output()?;
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(!text.contains("panicked"), "{text}");
     Ok((output, text))
@@ -54,6 +59,25 @@ fn errors_are_plain_messages() -> Result {
         let (out, text) = zarrs_gpu(&["read", p])?;
         assert_eq!(out.status.code(), Some(1));
         assert!(text.contains("no CUDA device available"), "{text}");
+    }
+    Ok(())
+}
+
+#[test]
+fn bad_environment_values_are_errors_naming_the_variable() -> Result {
+    let cases = [
+        ("ZARRS_GPU_DECODE_TRUST", "always", "verified, checked or trusted"),
+        ("ZARRS_GPU_STAGING_BYTES", "1G", "a byte count of at least 1048576"),
+        ("ZARRS_GPU_STAGING_BYTES", "4096", "a byte count of at least 1048576"),
+        ("ZARRS_GPU_HOST_DECODE_FRACTION", "1.5", "a number from 0 to 1"),
+        ("ZARRS_GPU_TRACE", "maybe", "1, true, on, yes, 0, false, off or no"),
+        ("ZARRS_GDS_BACKEND", "fastest", "auto, gds or posix"),
+    ];
+    for (variable, value, expected) in cases {
+        // Refused before anything is written or read (no GPU needed).
+        let (out, text) = zarrs_gpu_with(&["read", "/nonexistent/volume.zarr"], &[(variable, value)])?;
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        assert!(text.contains(&format!("{variable}=\"{value}\"")) && text.contains(expected), "{text}");
     }
     Ok(())
 }

@@ -279,15 +279,21 @@ fn chunk_retrieval_and_gpu_mode() -> Result {
     let want: Vec<i32> = array.retrieve_array_subset(&array.chunks_subset_bounded(&edge)?)?;
     assert_eq!(array.retrieve_chunks_device::<i32>(&edge)?.to_host()?, want);
     assert!(array.retrieve_chunk_device::<i32>(&[4, 0]).is_err(), "chunk indices beyond the grid");
-    // GPU mode: zarrs' generic retrieval yields device arrays, also on rayon workers.
+    // GPU mode: zarrs' generic retrieval yields device arrays; on rayon workers too, which take
+    // the scope's config along (a scope is its thread's own).
     let subset = ArraySubset::new_with_ranges(&[3..17, 5..29]);
     let want: Vec<i32> = array.retrieve_array_subset(&subset)?;
     with_gpu_config(GpuConfig::default(), || -> Result {
         let device: DeviceArray<i32> = array.retrieve_array_subset(&subset)?;
         assert_eq!(device.to_host()?, want);
+        let config = zarrs_gpu::gpu_config().ok_or("the scope is this thread's")?;
         (0..8).into_par_iter().try_for_each(|_| -> std::result::Result<(), String> {
-            let device: DeviceArray<i32> = array.retrieve_array_subset(&subset).map_err(|e| e.to_string())?;
-            (device.to_host().map_err(|e| e.to_string())? == want).then_some(()).ok_or_else(|| "differs".to_string())
+            with_gpu_config(config.clone(), || {
+                let device: DeviceArray<i32> = array.retrieve_array_subset(&subset).map_err(|e| e.to_string())?;
+                (device.to_host().map_err(|e| e.to_string())? == want)
+                    .then_some(())
+                    .ok_or_else(|| "differs".to_string())
+            })
         })?;
         Ok(())
     })?;

@@ -140,8 +140,9 @@ impl GdsStore {
     }
 
     /// Read every request's bytes straight into device memory, all in flight at once on
-    /// `reader`'s threads. `backend` overrides the store's option for this read (the
-    /// `ZARRS_GDS_BACKEND` environment variable overrides both). With `stream` None the device
+    /// `reader`'s threads. `backend`, when given, is the backend of this read; otherwise the
+    /// store's option, which the `ZARRS_GDS_BACKEND` environment variable overrides. With
+    /// `stream` None the device
     /// memory is written on return; with a stream, the writes are ordered before any work
     /// enqueued on it afterwards.
     ///
@@ -159,7 +160,11 @@ impl GdsStore {
         backend: Option<IoBackend>,
         stream: Option<&CudaStream>,
     ) -> Result<DeviceReadOutcome, DeviceReadError> {
-        let backend = backend.unwrap_or(self.options.backend).resolve().map_err(DeviceReadError::GdsUnavailable)?;
+        // A backend the caller gives wins; the store's own option yields to ZARRS_GDS_BACKEND.
+        let backend = match backend {
+            Some(backend) => backend,
+            None => self.options.backend.resolve().map_err(DeviceReadError::GdsUnavailable)?,
+        };
         let (driver, mut reason) = self.gds_driver(backend)?;
         let (files, request_file) = self.open_files(reader, requests, driver)?;
         let mut any_gds = false;

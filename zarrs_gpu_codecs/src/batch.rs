@@ -19,15 +19,10 @@ pub(crate) const LARGE_CHUNK: u64 = 4 << 20;
 /// one pread of 64 KiB more costs less than another request.
 pub(crate) const COALESCE_GAP: u64 = 64 << 10;
 
-/// The fraction of large chunks decoded on host threads, when set (`GpuConfig` first, then
-/// `ZARRS_GPU_HOST_DECODE_FRACTION`); otherwise [`host_chunks`] decides.
-pub(crate) const HOST_FRACTION_ENV: &str = "ZARRS_GPU_HOST_DECODE_FRACTION";
-
+/// The fraction of large chunks decoded on host threads, when set; otherwise [`host_chunks`]
+/// decides.
 pub(crate) fn host_fraction(config: &GpuConfig) -> Option<f64> {
-    config
-        .host_decode_fraction()
-        .or_else(|| std::env::var(HOST_FRACTION_ENV).ok().and_then(|v| v.trim().parse::<f64>().ok()))
-        .map(|f| f.clamp(0.0, 1.0))
+    config.host_decode_fraction()
 }
 
 /// nvCOMP's zstd throughput on large frames given enough of them (H200: 512 frames of 16 MiB

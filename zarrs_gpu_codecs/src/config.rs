@@ -1,12 +1,13 @@
-//! GPU mode: a scoped configuration that zarrs retrieval honours, on the caller's thread and on
-//! zarrs' rayon workers alike.
+//! The configuration of device retrieval ([`GpuConfig`], from code and the environment) and GPU
+//! mode: a configuration scoped to the thread that runs a closure.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use zarrs_gds_store::IoBackend;
+use zarrs_gds_store::{IoBackend, BACKEND_ENV};
+
+use crate::GpuError;
 
 /// How device retrieval runs: which device, which I/O path, how much device memory to stage in.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,6 +22,7 @@ pub struct GpuConfig {
     decode_trust: DecodeTrust,
     batch_timeout: Option<Duration>,
     device_memory_cap: Option<u64>,
+    trace: bool,
     #[cfg(feature = "fault-injection")]
     injected_fault: Option<InjectedFault>,
 }
@@ -74,36 +76,107 @@ impl std::str::FromStr for DecodeTrust {
     }
 }
 
-/// The environment variable that sets the default [`DecodeTrust`] (`verified`, `checked` or
-/// `trusted`).
+/// The environment variable that sets [`DecodeTrust`] (`verified`, `checked` or `trusted`).
 pub const DECODE_TRUST_ENV: &str = "ZARRS_GPU_DECODE_TRUST";
 
-/// The environment variable that sets the default device staging budget per batch, in bytes.
+/// The environment variable that sets the device staging budget per batch, in bytes.
 pub const STAGING_BYTES_ENV: &str = "ZARRS_GPU_STAGING_BYTES";
 
+/// The environment variable that sets the share (0 to 1) of large chunks decoded on host threads.
+pub const HOST_DECODE_FRACTION_ENV: &str = "ZARRS_GPU_HOST_DECODE_FRACTION";
+
+/// The environment variable that turns phase timings on (`1`, `true`, `on`, `yes`; `0`, `false`,
+/// `off`, `no` or empty: off), printed to stderr after each decoded read.
+pub const TRACE_ENV: &str = "ZARRS_GPU_TRACE";
+
 impl Default for GpuConfig {
-    /// Device 0, backend auto, 1 GiB of device staging per batch (`ZARRS_GPU_STAGING_BYTES`
-    /// overrides); batches of compressed chunks are sized to free device memory unless a budget
-    /// is set; [`DecodeTrust::Checked`] (`ZARRS_GPU_DECODE_TRUST` overrides).
+    /// Device 0, backend auto, 1 GiB of device staging per batch (batches of compressed chunks
+    /// are sized to free device memory unless a budget is set), [`DecodeTrust::Checked`], the
+    /// host's share of large chunks estimated, no trace. The environment is not read: see
+    /// [`GpuConfig::from_env`].
     fn default() -> Self {
-        let staging = std::env::var(STAGING_BYTES_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok());
-        let decode_trust = std::env::var(DECODE_TRUST_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or_default();
         Self {
             device: 0,
             backend: IoBackend::Auto,
-            staging_bytes: staging.unwrap_or(1 << 30).max(1 << 20),
-            staging_set: staging.is_some(),
+            staging_bytes: 1 << 30,
+            staging_set: false,
             host_decode_fraction: None,
-            decode_trust,
+            decode_trust: DecodeTrust::default(),
             batch_timeout: None,
             device_memory_cap: None,
+            trace: false,
             #[cfg(feature = "fault-injection")]
             injected_fault: None,
         }
     }
 }
 
+/// The value of `variable`, if set and not empty.
+fn var(variable: &'static str) -> Option<String> {
+    std::env::var(variable).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn bad(variable: &'static str, value: &str, expected: &str) -> GpuError {
+    GpuError::Config { variable, value: value.to_string(), expected: expected.to_string() }
+}
+
 impl GpuConfig {
+    /// The defaults, then every variable set in the environment: [`STAGING_BYTES_ENV`],
+    /// [`DECODE_TRUST_ENV`], [`HOST_DECODE_FRACTION_ENV`], [`TRACE_ENV`] and `ZARRS_GDS_BACKEND`.
+    /// Settings made in code after this call win over the environment.
+    ///
+    /// # Errors
+    /// Returns [`GpuError::Config`] naming the first variable whose value cannot be used.
+    pub fn from_env() -> Result<Self, GpuError> {
+        let mut config = Self::default();
+        if let Some(v) = var(STAGING_BYTES_ENV) {
+            let bytes = v.trim().parse::<usize>().ok().filter(|&b| b >= 1 << 20);
+            config = config.with_staging_bytes(
+                bytes.ok_or_else(|| bad(STAGING_BYTES_ENV, &v, "a byte count of at least 1048576"))?,
+            );
+        }
+        if let Some(v) = var(DECODE_TRUST_ENV) {
+            config.decode_trust = v.parse().map_err(|_| bad(DECODE_TRUST_ENV, &v, "verified, checked or trusted"))?;
+        }
+        if let Some(v) = var(HOST_DECODE_FRACTION_ENV) {
+            let fraction = v.trim().parse::<f64>().ok().filter(|f| (0.0..=1.0).contains(f));
+            config.host_decode_fraction =
+                Some(fraction.ok_or_else(|| bad(HOST_DECODE_FRACTION_ENV, &v, "a number from 0 to 1"))?);
+        }
+        if let Some(v) = var(TRACE_ENV) {
+            config.trace = match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "on" | "yes" => true,
+                "0" | "false" | "off" | "no" => false,
+                _ => return Err(bad(TRACE_ENV, &v, "1, true, on, yes, 0, false, off or no")),
+            };
+        }
+        if let Some(v) = var(BACKEND_ENV) {
+            config.backend = v.parse().map_err(|_| bad(BACKEND_ENV, &v, "auto, gds or posix"))?;
+        }
+        Ok(config)
+    }
+
+    /// The configuration reads use where the caller gives none: the innermost GPU mode scope of
+    /// this thread, else [`GpuConfig::from_env`] (read once per process).
+    ///
+    /// # Errors
+    /// Returns [`GpuError::Config`] when the environment holds a value that cannot be used.
+    pub fn current() -> Result<Self, GpuError> {
+        static FROM_ENV: OnceLock<Result<GpuConfig, (&'static str, String, String)>> = OnceLock::new();
+        if let Some(config) = gpu_config() {
+            return Ok(config);
+        }
+        FROM_ENV
+            .get_or_init(|| {
+                Self::from_env().map_err(|e| match e {
+                    GpuError::Config { variable, value, expected } => (variable, value, expected),
+                    other => ("environment", other.to_string(), String::new()),
+                })
+            })
+            .clone()
+            .map_err(|(variable, value, expected)| GpuError::Config { variable, value, expected })
+    }
+
     /// Use CUDA device `ordinal`.
     #[must_use]
     pub fn with_device(mut self, ordinal: usize) -> Self {
@@ -111,7 +184,7 @@ impl GpuConfig {
         self
     }
 
-    /// Prefer this I/O backend for `GdsStore` reads (`ZARRS_GDS_BACKEND` overrides it).
+    /// Use this I/O backend for `GdsStore` reads.
     #[must_use]
     pub fn with_backend(mut self, backend: IoBackend) -> Self {
         self.backend = backend;
@@ -131,11 +204,11 @@ impl GpuConfig {
     /// The share (0 to 1) of large zstd chunks (4 MiB and more decoded) decoded on host threads
     /// while the device decodes the rest; `None` (the default) splits each batch so that both
     /// finish together, from the chunk count, size and thread count: none with hundreds of
-    /// chunks, all with a handful (`ZARRS_GPU_HOST_DECODE_FRACTION` overrides the estimate).
+    /// chunks, all with a handful. Set, a fraction is clamped to 0..=1.
     /// Smaller chunks all go to the device.
     #[must_use]
     pub fn with_host_decode_fraction(mut self, fraction: Option<f64>) -> Self {
-        self.host_decode_fraction = fraction;
+        self.host_decode_fraction = fraction.map(|f| f.clamp(0.0, 1.0));
         self
     }
 
@@ -175,6 +248,19 @@ impl GpuConfig {
     pub fn with_device_memory_cap(mut self, cap: Option<u64>) -> Self {
         self.device_memory_cap = cap;
         self
+    }
+
+    /// Print each decoded read's phase timings to stderr.
+    #[must_use]
+    pub fn with_trace(mut self, trace: bool) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// Whether phase timings are printed.
+    #[must_use]
+    pub fn trace(&self) -> bool {
+        self.trace
     }
 
     /// The device memory cap of a read, if set.
@@ -238,49 +324,38 @@ impl GpuConfig {
 thread_local! {
     static THREAD_SCOPES: RefCell<Vec<GpuConfig>> = const { RefCell::new(Vec::new()) };
 }
-/// Scopes open in the process, newest last: what threads without a scope of their own (zarrs'
-/// rayon workers) see.
-static PROCESS_SCOPES: Mutex<Vec<(u64, GpuConfig)>> = Mutex::new(Vec::new());
-static NEXT_SCOPE: AtomicU64 = AtomicU64::new(0);
-
-struct ScopeGuard(u64);
+/// Ends a scope (also when its closure panics).
+struct ScopeGuard;
 
 impl Drop for ScopeGuard {
     fn drop(&mut self) {
         crate::codec::scope_closed();
         THREAD_SCOPES.with(|s| s.borrow_mut().pop());
-        let mut scopes = PROCESS_SCOPES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(i) = scopes.iter().rposition(|(id, _)| *id == self.0) {
-            scopes.remove(i);
-        }
     }
 }
 
-/// Run `f` in GPU mode with `config`: device retrieval inside uses it, zarrs' generic retrieval
-/// into [`DeviceArray`](crate::DeviceArray) places its result on that device, and arrays opened
-/// inside get [`GpuModeCodec`](crate::GpuModeCodec)s for "zstd" and "gzip" (zarrs' codecs
-/// carrying their device codecs, registered with zarrs as runtime codec plugins while any scope
-/// is open). Scopes nest (the inner one wins, the outer
-/// one is restored on exit) and end also when `f` panics.
+/// Run `f` in GPU mode with `config`: device retrieval on this thread inside uses it, zarrs'
+/// generic retrieval into [`DeviceArray`](crate::DeviceArray) places its result on that device,
+/// and arrays opened inside get [`GpuModeCodec`](crate::GpuModeCodec)s for "zstd" and "gzip"
+/// (zarrs' codecs carrying their device codecs, registered with zarrs as runtime codec plugins
+/// while any scope is open). Scopes nest (the inner one wins, the outer one is restored on exit)
+/// and end also when `f` panics.
 ///
-/// Threads with no scope of their own (such as zarrs' rayon workers) see the newest scope open in
-/// the process.
+/// The scope belongs to this thread: other threads never see it, even while it is open. Work
+/// `f` hands to other threads that should run in GPU mode takes the configuration along:
+/// `let config = gpu_config(); rayon::spawn(move || with_gpu_config(config.unwrap(), ...))`.
+/// (zarrs' retrieval makes its result on the calling thread, so it needs nothing of the kind.)
 pub fn with_gpu_config<R>(config: GpuConfig, f: impl FnOnce() -> R) -> R {
-    let id = NEXT_SCOPE.fetch_add(1, Ordering::Relaxed);
-    THREAD_SCOPES.with(|s| s.borrow_mut().push(config.clone()));
-    PROCESS_SCOPES.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((id, config));
+    THREAD_SCOPES.with(|s| s.borrow_mut().push(config));
     crate::codec::scope_opened();
-    let _guard = ScopeGuard(id);
+    let _guard = ScopeGuard;
     f()
 }
 
-/// The GPU mode configuration in force on this thread: its own innermost scope, else the newest
-/// scope open in the process, else `None`.
+/// The GPU mode configuration in force on this thread (its innermost scope), or `None`.
 #[must_use]
 pub fn gpu_config() -> Option<GpuConfig> {
-    THREAD_SCOPES.with(|s| s.borrow().last().cloned()).or_else(|| {
-        PROCESS_SCOPES.lock().unwrap_or_else(std::sync::PoisonError::into_inner).last().map(|(_, c)| c.clone())
-    })
+    THREAD_SCOPES.with(|s| s.borrow().last().cloned())
 }
 
 #[cfg(test)]
@@ -309,17 +384,39 @@ mod tests {
             let caught = std::panic::catch_unwind(|| with_gpu_config(inner.clone(), || panic!("boom")));
             assert!(caught.is_err());
             assert_eq!(gpu_config(), Some(outer.clone()));
-            // Another thread with no scope of its own (like a rayon worker) sees the open scope.
-            let seen = std::thread::spawn(gpu_config).join().unwrap();
-            assert_eq!(seen, Some(outer.clone()));
-            // rayon workers too.
+            // Another thread, a rayon worker too, never sees this thread's scope.
+            assert_eq!(std::thread::spawn(gpu_config).join().unwrap(), None);
             let seen: Vec<_> = {
                 use rayon::prelude::*;
                 (0..64).into_par_iter().map(|_| gpu_config()).collect()
             };
-            assert!(seen.iter().all(|c| c.as_ref() == Some(&outer)));
+            assert!(seen.iter().all(Option::is_none), "a worker saw another thread's scope");
         });
         assert_eq!(gpu_config(), None);
         assert_eq!(std::thread::spawn(gpu_config).join().unwrap(), None);
+    }
+
+    #[test]
+    fn two_threads_in_different_scopes_at_once_see_their_own() {
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(3));
+        let threads: Vec<_> = (0..2)
+            .map(|device| {
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    let config = GpuConfig::default().with_device(device);
+                    with_gpu_config(config.clone(), || {
+                        // Both scopes are open here, and the main thread has none.
+                        barrier.wait();
+                        let seen = gpu_config();
+                        barrier.wait();
+                        seen == Some(config)
+                    })
+                })
+            })
+            .collect();
+        barrier.wait();
+        assert_eq!(gpu_config(), None, "a thread without a scope sees none while others are open");
+        barrier.wait();
+        assert!(threads.into_iter().all(|t| t.join().unwrap()));
     }
 }

@@ -122,7 +122,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     chain: &DeviceChain,
     nvcomp: Option<&NvcompLibrary>,
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
-    let mut trace = Trace::new();
+    let mut trace = Trace::new(config.trace());
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
     let out_bytes = crate::plan::checked_bytes(out_shape, elem)
         .ok_or_else(|| GpuError::bytes_overflow("the output of shape", out_shape, elem))?;

@@ -5,7 +5,7 @@ use cudarc::driver::{result, sys, CudaSlice, CudaStream};
 use zarrs::array::{ArrayBytes, ArrayError, DataType, ElementOwned, FromArrayBytes};
 
 use crate::context::GpuContext;
-use crate::{gpu_config, GpuError};
+use crate::{GpuConfig, GpuError};
 
 /// A typed array in CUDA device memory: C-order elements with their shape and Zarr data type.
 pub struct DeviceArray<T> {
@@ -149,14 +149,14 @@ impl<T: ElementOwned> DeviceArray<T> {
 
 /// zarrs' generic retrieval (`array.retrieve_array_subset::<DeviceArray<T>>(..)`) decodes on the
 /// host, then this copies the result to the device of the GPU mode in force
-/// ([`with_gpu_config`](crate::with_gpu_config); device 0 outside it). For reads straight from
+/// ([`with_gpu_config`](crate::with_gpu_config); outside it [`GpuConfig::from_env`]'s device). For reads straight from
 /// storage to the device use [`ArrayDeviceExt`](crate::ArrayDeviceExt).
 impl<T: ElementOwned> FromArrayBytes for DeviceArray<T> {
     fn from_array_bytes(bytes: ArrayBytes<'static>, shape: &[u64], data_type: &DataType) -> Result<Self, ArrayError> {
         check_element::<T>(data_type)?;
         let bytes =
             bytes.into_fixed().map_err(|_| ArrayError::Other("DeviceArray needs a fixed-size data type".into()))?;
-        let config = gpu_config().unwrap_or_default();
+        let config = GpuConfig::current()?;
         let context = GpuContext::get(config.device())?;
         context.check_alive()?;
         let device = context.upload(&bytes).map_err(|err| context.contain(err))?;

@@ -8,6 +8,16 @@ pub enum GpuError {
     /// No usable CUDA driver or device.
     #[error("no CUDA device available: {0}")]
     NoCuda(String),
+    /// An environment variable of the configuration holds a value that cannot be used.
+    #[error("{variable}={value:?} cannot be used: expected {expected}")]
+    Config {
+        /// The variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// What it may hold.
+        expected: String,
+    },
     /// A CUDA driver call failed.
     #[error("CUDA error while {what}: {source}")]
     Cuda {

@@ -45,7 +45,10 @@ pub mod zstd_frame;
 pub use codec::GpuModeCodec;
 #[cfg(feature = "fault-injection")]
 pub use config::InjectedFault;
-pub use config::{gpu_config, with_gpu_config, DecodeTrust, GpuConfig, DECODE_TRUST_ENV, STAGING_BYTES_ENV};
+pub use config::{
+    gpu_config, with_gpu_config, DecodeTrust, GpuConfig, DECODE_TRUST_ENV, HOST_DECODE_FRACTION_ENV, STAGING_BYTES_ENV,
+    TRACE_ENV,
+};
 pub use context::{memory_in_use, MemoryInUse, POOL_KEEP_ENV};
 pub use device_array::DeviceArray;
 pub use device_codec::{DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck, HostCodecV2, HostCodecV3};
@@ -56,4 +59,3 @@ pub use route::{host_decode_reason, DecodePath, RetrieveReport};
 // For the fuzz targets only (`fuzz/`); hidden, not part of the API.
 #[doc(hidden)]
 pub use shard::{fuzz_shard_index_entry, fuzz_shard_index_len};
-pub use trace::TRACE_ENV;

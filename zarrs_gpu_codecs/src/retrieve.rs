@@ -15,7 +15,7 @@ use crate::device_array::check_element;
 use crate::plan::{checked_bytes, end_fits, plan_chunks, ChunkPlacement};
 use crate::route::{chunk_subset, chunks_meeting, device_plan, ChunkRef, DecodePath, RetrieveReport};
 use crate::trace::Trace;
-use crate::{gpu_config, DeviceArray, GpuConfig, GpuError};
+use crate::{DeviceArray, GpuConfig, GpuError};
 
 /// Whether `indices` (a box of `shape` from `start`) lies within `bound`, checked: zarrs'
 /// `inbounds_shape` adds unchecked.
@@ -45,7 +45,7 @@ pub trait ArrayDeviceExt {
     /// # Errors
     /// As [`Self::retrieve_array_subset_device_opt`].
     fn retrieve_array_subset_device<T: ElementOwned>(&self, subset: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
-        Ok(self.retrieve_array_subset_device_opt(subset, &gpu_config().unwrap_or_default())?.0)
+        Ok(self.retrieve_array_subset_device_opt(subset, &GpuConfig::current()?)?.0)
     }
 
     /// Retrieve the chunk at `chunk_indices` into device memory: its full shape as stored, like
@@ -83,7 +83,7 @@ macro_rules! impl_array_device_ext {
             let subset = chunk_subset(self, chunk_indices)?;
             let storage = self.storage();
             let gds: Option<&GdsStore> = ($gds)(&storage);
-            let config = gpu_config().unwrap_or_default();
+            let config = GpuConfig::current()?;
             Ok(contained(&config, || retrieve(self, &subset, gds, &config, true))?.0)
         }
 
@@ -292,7 +292,7 @@ fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
     stream: &Arc<CudaStream>,
     out_bytes: u64,
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
-    let mut trace = Trace::new();
+    let mut trace = Trace::new(config.trace());
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
     let placements = plan_chunks(elem, subset, chunks)?;
     let batches = make_batches(&placements, config.staging_bytes() as u64);

@@ -1,10 +1,7 @@
-//! Phase timings of a retrieval, printed to stderr when `ZARRS_GPU_TRACE` is set: where the time
-//! of a read goes, without a profiler.
+//! Phase timings of a retrieval, printed to stderr when the configuration asks for them
+//! (`GpuConfig::with_trace`, `ZARRS_GPU_TRACE`): where the time of a read goes, without a profiler.
 
 use std::time::Instant;
-
-/// The environment variable that turns phase timings on.
-pub const TRACE_ENV: &str = "ZARRS_GPU_TRACE";
 
 pub(crate) struct Trace {
     start: Instant,
@@ -13,9 +10,8 @@ pub(crate) struct Trace {
 }
 
 impl Trace {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(on: bool) -> Self {
         let now = Instant::now();
-        let on = std::env::var_os(TRACE_ENV).is_some_and(|v| !v.is_empty() && v != "0");
         Self { start: now, last: now, marks: on.then(Vec::new) }
     }
 
