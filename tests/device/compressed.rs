@@ -8,6 +8,7 @@ use rand::{Rng, SeedableRng};
 use zarrs::array::codec::{Crc32cCodec, GzipCodec, ZstdCodec};
 use zarrs::array::BytesToBytesCodecTraits;
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, DataType, FillValue};
+use zarrs_gpu::zarrs_gpu_codecs::zstd_frame::FrameError;
 use zarrs_gpu::{sample, ArrayDeviceExt, DecodePath, DecodeTrust, GdsStore, GpuError};
 use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
 
@@ -176,6 +177,11 @@ fn corrupt_chunks_are_errors_naming_the_key_and_the_next_read_works() -> Result 
         store.set(&key, Bytes::from(bytes))?;
         let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()).unwrap_err();
         assert!(matches!(err, GpuError::Chunk { .. }) && err.to_string().contains(&key.to_string()), "{what}: {err}");
+        if what == "bad magic" {
+            // The host check's typed cause is kept.
+            let cause = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<FrameError>());
+            assert!(cause.is_some(), "{what}: {err:?}");
+        }
         // The context still works: another array reads fine.
         store.set(&key, good.clone())?;
         check::<f32>(&array, &array.subset_all(), &posix())?;

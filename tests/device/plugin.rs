@@ -15,7 +15,7 @@ use zarrs::array::{
 };
 use zarrs::metadata::Configuration;
 use zarrs::plugin::{ExtensionName, ZarrVersion};
-use zarrs_gpu::zarrs_gpu_codecs::{inventory, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
+use zarrs_gpu::zarrs_gpu_codecs::{inventory, BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
 use zarrs_gpu::{host_decode_reason, DecodePath, GdsStore, GpuConfig, GpuError};
 
 use super::{check, Result};
@@ -112,8 +112,8 @@ impl DeviceCodec for ToyDevice {
         NAME
     }
 
-    fn check(&self, encoded: &[u8], decoded_len: u64) -> std::result::Result<HostCheck, String> {
-        payload(encoded, decoded_len).map(|_| HostCheck::Device { digest: None })
+    fn check(&self, encoded: &[u8], decoded_len: u64) -> std::result::Result<HostCheck, BoxError> {
+        Ok(payload(encoded, decoded_len).map(|_| HostCheck::Device { digest: None })?)
     }
 
     unsafe fn decode(&self, batch: &DeviceBatch<'_>) -> std::result::Result<(), GpuError> {

@@ -6,6 +6,7 @@ pub const BACKEND_ENV: &str = "ZARRS_GDS_BACKEND";
 
 /// Which I/O path a device read may take, as asked for by the caller.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum IoBackend {
     /// Native GPUDirect Storage where it works for a file, else the pread fallback.
     #[default]
@@ -61,6 +62,7 @@ impl fmt::Display for IoBackend {
 
 /// The I/O path a device read took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum IoPath {
     /// cuFile reads straight from storage into device memory.
     Gds,
@@ -82,11 +84,20 @@ impl fmt::Display for IoPath {
 
 /// Which path a read took, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct IoStatus {
     /// The path.
     pub path: IoPath,
     /// Why that path: the backend asked for, or why native GDS was not used.
     pub reason: String,
+}
+
+impl IoStatus {
+    /// The path a read took and why.
+    #[must_use]
+    pub fn new(path: IoPath, reason: impl Into<String>) -> Self {
+        Self { path, reason: reason.into() }
+    }
 }
 
 impl fmt::Display for IoStatus {

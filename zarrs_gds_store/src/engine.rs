@@ -282,7 +282,7 @@ impl DeviceReader {
             .num_threads(options.threads)
             .thread_name(|i| format!("zarrs-gds-{i}"))
             .build()
-            .map_err(|e| DeviceReadError::NoCuda(format!("starting reader threads: {e}")))?;
+            .map_err(|e| DeviceReadError::ThreadPool(e.to_string()))?;
         let workers = (0..options.threads)
             .map(|_| {
                 let stream = ctx.new_stream().map_err(DeviceReadError::cuda("creating a stream"))?;

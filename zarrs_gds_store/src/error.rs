@@ -9,6 +9,9 @@ pub enum DeviceReadError {
     /// No usable CUDA driver or device.
     #[error("no CUDA device available: {0}")]
     NoCuda(String),
+    /// The reader's thread pool could not be started.
+    #[error("starting reader threads: {0}")]
+    ThreadPool(String),
     /// A CUDA driver call failed.
     #[error("CUDA error while {what}: {source}")]
     Cuda {

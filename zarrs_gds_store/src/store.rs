@@ -63,6 +63,7 @@ pub struct DeviceReadRequest {
 
 /// What a read into device memory did.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeviceReadOutcome {
     /// Per request, whether its key exists (a missing key leaves its destination unwritten).
     pub found: Vec<bool>,

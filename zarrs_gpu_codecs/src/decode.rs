@@ -129,7 +129,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     let nvcomp = match nvcomp {
         Some(nvcomp) => Some(nvcomp),
         None if !chain.needs_nvcomp() => None,
-        None => return Err(GpuError::NoCuda("nvCOMP is needed for this codec chain".into())),
+        None => return Err(GpuError::NoNvcomp("this codec chain needs it".into())),
     };
     let batches = plan_batches(units, chain, config, context, nvcomp, out_bytes)?;
     let slots = if batches.len() > 1 { 2 } else { 1 };
@@ -156,10 +156,10 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     trace.mark("buffers");
 
     let mut report = RetrieveReport::new(DecodePath::Device, units.len());
-    report.io = Some(zarrs_gds_store::IoStatus {
-        path: if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
-        reason: "stored chunks are read to host memory, where they are checked".into(),
-    });
+    report.io = Some(zarrs_gds_store::IoStatus::new(
+        if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
+        "stored chunks are read to host memory, where they are checked",
+    ));
     // When the work enqueued so far must be done by (see `GpuConfig::batch_timeout`).
     let mut deadline = Instant::now();
     let mut checks: Vec<DecodeCheck> = Vec::new();
@@ -785,7 +785,7 @@ fn place_batch<S: ReadableStorageTraits + ?Sized>(
     if !jobs.is_empty() {
         let placer = job
             .kernels
-            .ok_or_else(|| GpuError::NoCuda("NVRTC is needed to place transposed or byte-swapped chunks".into()))?;
+            .ok_or_else(|| GpuError::NoNvrtc("placing transposed or byte-swapped chunks needs it".into()))?;
         let at = layout.crc_room + 32 * layout.n_dec as u64 + layout.result_bytes() as u64;
         let at = at.next_multiple_of(8);
         layout.stage(at, &place::encode_gather(&jobs), layout.meta + at, stream.as_ref())?;
@@ -1085,7 +1085,7 @@ fn check_stored(
             let expected = unit.decoded_len();
             match &chain.compression {
                 // crc32c, where the chain has it, is verified on the device before decoding.
-                Some(codec) => match codec.check(data, expected).map_err(|e| unit.error(e))? {
+                Some(codec) => match codec.check(data, expected).map_err(|e| unit.error_from(e))? {
                     HostCheck::Device { digest } if may_decode && (digest.is_none() || codec.can_digest(can_hash)) => {
                         it.digest = digest;
                     }

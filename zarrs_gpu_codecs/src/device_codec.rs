@@ -15,6 +15,9 @@ use zarrs::plugin::PluginCreateError;
 use crate::place::Kernels;
 use crate::{DecodeTrust, GpuError};
 
+/// A device codec's error: any error type (a `String` or `&str` converts).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// What the host check says of one stored unit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -115,8 +118,9 @@ pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
     /// decoder would choke on, where that is cheap. `decoded_len` is the unit's decoded length.
     ///
     /// # Errors
-    /// Returns why the unit is not valid data of this codec (the pipeline names the unit).
-    fn check(&self, encoded: &[u8], decoded_len: u64) -> Result<HostCheck, String>;
+    /// Returns why the unit is not valid data of this codec (the pipeline names the unit and
+    /// keeps the error as the cause).
+    fn check(&self, encoded: &[u8], decoded_len: u64) -> Result<HostCheck, BoxError>;
 
     /// Whether units that passed [`check`](Self::check) may be decoded on the device under
     /// `trust`; `verified`: a checksum of the stored bytes (crc32c) was verified first.
@@ -176,7 +180,7 @@ pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
     /// Returns an error when the work cannot be enqueued, or the digest cannot be computed here.
     unsafe fn digest(&self, batch: &DeviceBatch<'_>, values: u64, statuses: u64) -> Result<(), GpuError> {
         let _ = (batch, values, statuses);
-        Err(GpuError::NoCuda(format!("{} cannot compute its digest on the device", self.name())))
+        Err(GpuError::Unsupported(format!("{} cannot compute its digest on the device", self.name())))
     }
 
     /// Whether [`digest`](Self::digest) can run (without it, units carrying one decode on host

@@ -8,6 +8,15 @@ pub enum GpuError {
     /// No usable CUDA driver or device.
     #[error("no CUDA device available: {0}")]
     NoCuda(String),
+    /// nvCOMP's library is needed (a codec chain it decodes) but could not be loaded.
+    #[error("nvCOMP is not available: {0}")]
+    NoNvcomp(String),
+    /// NVRTC (which compiles our kernels) is needed but not available.
+    #[error("NVRTC is not available: {0}")]
+    NoNvrtc(String),
+    /// A device codec cannot do what the read asks of it.
+    #[error("{0}")]
+    Unsupported(String),
     /// An environment variable of the configuration holds a value that cannot be used.
     #[error("{variable}={value:?} cannot be used: expected {expected}")]
     Config {
@@ -46,10 +55,14 @@ pub enum GpuError {
     /// checksum); nothing reached the output.
     #[error("chunk {key}: {reason}")]
     Chunk {
-        /// The chunk's store key.
+        /// The chunk's store key (and, for an inner chunk, its indices in the shard).
         key: String,
         /// What is wrong with it.
         reason: String,
+        /// The typed cause, where there is one (a [`FrameError`](crate::zstd_frame::FrameError)
+        /// of the zstd host check, a device codec's error).
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// An nvCOMP call failed.
     #[error(transparent)]
@@ -91,6 +104,11 @@ pub enum GpuError {
 }
 
 impl GpuError {
+    /// Chunk `key` is not what its codecs promise.
+    pub(crate) fn chunk(key: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Chunk { key: key.into(), reason: reason.into(), source: None }
+    }
+
     /// `shape` elements of `elem` bytes (what `what` names) do not fit in u64 bytes.
     pub(crate) fn bytes_overflow(what: &str, shape: &[u64], elem: u64) -> Self {
         Self::Overflow(format!("{what} {shape:?}: {} elements of {elem} bytes overflow u64", count(shape)))

@@ -51,7 +51,7 @@ pub use config::{
 };
 pub use context::{memory_in_use, MemoryInUse, POOL_KEEP_ENV};
 pub use device_array::DeviceArray;
-pub use device_codec::{DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck, HostCodecV2, HostCodecV3};
+pub use device_codec::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck, HostCodecV2, HostCodecV3};
 pub use error::GpuError;
 pub use inventory;
 pub use retrieve::ArrayDeviceExt;

@@ -7,7 +7,7 @@ use nvcomp_sys::{sys as nv, Crc32, Decompressor, NvcompLibrary};
 use zarrs::array::codec::{GzipCodec, ZstdCodec};
 use zarrs::array::{CodecTraitsV2, CodecTraitsV3};
 
-use crate::device_codec::{DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
+use crate::device_codec::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
 use crate::gzip_member::{check_member, MemberVerdict};
 use crate::zstd_frame::{check_frame, FrameVerdict};
 use crate::{DecodeTrust, GpuError};
@@ -38,7 +38,7 @@ const ZSTD: Decompressor = Decompressor::Zstd;
 const GZIP: Decompressor = Decompressor::Gzip { lookahead: false };
 
 fn need(nvcomp: Option<&NvcompLibrary>) -> Result<&NvcompLibrary, GpuError> {
-    nvcomp.ok_or_else(|| GpuError::NoCuda("nvCOMP is needed for this codec chain".into()))
+    nvcomp.ok_or_else(|| GpuError::NoNvcomp("this codec chain needs it".into()))
 }
 
 fn temp_bytes(
@@ -81,8 +81,8 @@ impl DeviceCodec for Zstd {
         true
     }
 
-    fn check(&self, encoded: &[u8], decoded_len: u64) -> Result<HostCheck, String> {
-        match check_frame(encoded, decoded_len).map_err(|e| e.to_string())? {
+    fn check(&self, encoded: &[u8], decoded_len: u64) -> Result<HostCheck, BoxError> {
+        match check_frame(encoded, decoded_len)? {
             FrameVerdict::Device { checksum: false } => Ok(HostCheck::Device { digest: None }),
             // The frame ends with the low 32 bits of the XXH64 of its content.
             FrameVerdict::Device { checksum: true } => {
@@ -121,8 +121,7 @@ impl DeviceCodec for Zstd {
     }
 
     unsafe fn digest(&self, batch: &DeviceBatch<'_>, values: u64, _statuses: u64) -> Result<(), GpuError> {
-        let kernels =
-            batch.kernels.ok_or_else(|| GpuError::NoCuda("NVRTC is needed to verify zstd checksums".into()))?;
+        let kernels = batch.kernels.ok_or_else(|| GpuError::NoNvrtc("verifying zstd checksums needs it".into()))?;
         // SAFETY: the caller's contract; outputs are 8-byte aligned, as the kernel needs.
         unsafe { kernels.launch_xxh64(batch.stream, batch.outputs, batch.capacities, batch.count, values) }
     }
@@ -141,7 +140,7 @@ impl DeviceCodec for Gzip {
         true
     }
 
-    fn check(&self, encoded: &[u8], decoded_len: u64) -> Result<HostCheck, String> {
+    fn check(&self, encoded: &[u8], decoded_len: u64) -> Result<HostCheck, BoxError> {
         Ok(match check_member(encoded, decoded_len) {
             MemberVerdict::Device { crc32 } => HostCheck::Device { digest: Some(crc32) },
             MemberVerdict::Host(reason) => HostCheck::Host(reason.into()),

@@ -16,6 +16,7 @@ use crate::{DecodeTrust, GpuError};
 
 /// Where a read's chunks were decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DecodePath {
     /// Chunk bytes went from storage to the device and were placed there (codec chain `bytes`).
     Device,
@@ -34,6 +35,7 @@ impl std::fmt::Display for DecodePath {
 
 /// What a device retrieval did.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetrieveReport {
     /// Where the chunks were decoded.
     pub decode: DecodePath,

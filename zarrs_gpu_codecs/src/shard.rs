@@ -131,7 +131,7 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
 ) -> Result<Option<ReadIndex>, GpuError> {
     let shard_shape = shard.subset.shape();
     let label = || format!("{} (shard at byte {})", shard.key, shard.base);
-    let error = |reason: String| GpuError::Chunk { key: label(), reason };
+    let error = |reason: String| GpuError::chunk(label(), reason);
     let per_shard = level.chunks_per_shard(shard_shape).map_err(&error)?;
     let index_len = level.index_len(&per_shard).map_err(&error)?;
     // The file's identity for the cache (GdsStore only: other stores cannot say if it changed).
@@ -336,7 +336,7 @@ pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
         for (shard, index) in open.iter().zip(indexes) {
             let per_shard = level
                 .chunks_per_shard(shard.subset.shape())
-                .map_err(|reason| GpuError::Chunk { key: shard.key.to_string(), reason })?;
+                .map_err(|reason| GpuError::chunk(shard.key.to_string(), reason))?;
             let (index, shard_len) = match index {
                 Some((index, read, shard_len)) => {
                     index_bytes += read;
@@ -359,19 +359,19 @@ pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
                 let entry = index.as_ref().map(|index| index.get(2 * k).zip(index.get(2 * k + 1)));
                 let source = match entry {
                     None => Source::Missing,
-                    Some(None) => {
-                        return Err(GpuError::Chunk { key: label(), reason: "its shard index is too short".into() })
-                    }
+                    Some(None) => return Err(GpuError::chunk(label(), "its shard index is too short")),
                     Some(Some((&offset, &len))) => match inner_source((offset, len), shard_len, decoded) {
                         Ok(Source::Range { offset, len }) => {
-                            let offset = shard.base.checked_add(offset).ok_or_else(|| GpuError::Chunk {
-                                key: label(),
-                                reason: format!("shard at byte {} + offset {offset} overflows", shard.base),
+                            let offset = shard.base.checked_add(offset).ok_or_else(|| {
+                                GpuError::chunk(
+                                    label(),
+                                    format!("shard at byte {} + offset {offset} overflows", shard.base),
+                                )
                             })?;
                             Source::Range { offset, len }
                         }
                         Ok(source) => source,
-                        Err(reason) => return Err(GpuError::Chunk { key: label(), reason }),
+                        Err(reason) => return Err(GpuError::chunk(label(), reason)),
                     },
                 };
                 if !innermost {

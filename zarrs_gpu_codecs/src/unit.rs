@@ -56,6 +56,11 @@ impl Unit {
     }
 
     pub(crate) fn error(&self, reason: impl Into<String>) -> GpuError {
-        GpuError::Chunk { key: self.label(), reason: reason.into() }
+        GpuError::chunk(self.label(), reason)
+    }
+
+    /// This unit's error with a typed cause, kept as the error's `source()`.
+    pub(crate) fn error_from(&self, cause: Box<dyn std::error::Error + Send + Sync>) -> GpuError {
+        GpuError::Chunk { key: self.label(), reason: cause.to_string(), source: Some(cause) }
     }
 }
