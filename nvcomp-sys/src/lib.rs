@@ -2,8 +2,8 @@
 //!
 //! This crate finds and loads `libnvcomp.so.6` so that nothing links against nvCOMP at build
 //! time: [`NvcompLibrary::get`] tries `NVCOMP_LIBRARY_PATH`, then the Python packages' copy
-//! (`nvidia/libnvcomp/lib64` under each `sys.path` entry, as `pip install nvidia-libnvcomp-cu13`
-//! places it), then the system loader. A missing library is an error that lists what was tried and
+//! (`nvidia/libnvcomp/lib64`, as `pip install nvidia-libnvcomp-cu13` places it, under
+//! `PYTHONPATH` and the usual package directories: see [`candidates`]), then the system loader. A missing library is an error that lists what was tried and
 //! how to install it. The function bindings (generated with bindgen from the wheel's headers) come
 //! with a thin checked layer: batched zstd, deflate and gzip decompression, CRC32 options.
 //!
@@ -38,7 +38,7 @@ pub const MAJOR_VERSION: u32 = 6;
 pub const LIBRARY_ENV: &str = "NVCOMP_LIBRARY_PATH";
 /// The shared library's name (nvCOMP 6).
 pub const SONAME: &str = "libnvcomp.so.6";
-/// Where the PyPI wheel puts the library, relative to a `sys.path` entry.
+/// Where the PyPI wheel puts the library, relative to a Python package directory.
 pub const WHEEL_DIR: &str = "nvidia/libnvcomp/lib64";
 
 /// nvCOMP could not be loaded.
@@ -480,18 +480,45 @@ pub fn crc32_opts(variant: Crc32, kernel_conf: sys::nvcompCRC32KernelConf_t) -> 
 }
 
 /// Where to look for nvCOMP, in order: `NVCOMP_LIBRARY_PATH`, the wheel's directory under each
-/// entry of `PYTHONPATH` and of the Python interpreter's `sys.path`, then [`SONAME`] for the
-/// system loader (`LD_LIBRARY_PATH`, the ld cache).
+/// entry of `PYTHONPATH` and under the usual Python package directories (of `VIRTUAL_ENV`,
+/// `CONDA_PREFIX`, the user's `~/.local`, `/usr/local` and `/usr`), then [`SONAME`] for the
+/// system loader (`LD_LIBRARY_PATH`, the ld cache). No process is started to ask Python.
 #[must_use]
 pub fn candidates() -> Vec<String> {
     let mut out: Vec<String> = std::env::var(LIBRARY_ENV).ok().filter(|p| !p.is_empty()).into_iter().collect();
     let mut roots: Vec<PathBuf> =
         std::env::var_os("PYTHONPATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
-    roots.extend(python_sys_path());
+    let prefixes = ["VIRTUAL_ENV", "CONDA_PREFIX"]
+        .iter()
+        .filter_map(|v| std::env::var_os(v).filter(|p| !p.is_empty()).map(PathBuf::from))
+        .chain(std::env::var_os("HOME").map(|home| Path::new(&home).join(".local")))
+        .chain(["/usr/local", "/usr"].map(PathBuf::from));
+    for prefix in prefixes {
+        roots.extend(package_dirs(&prefix));
+    }
     out.extend(wheel_candidates(&roots));
     out.push(SONAME.to_string());
-    out.dedup();
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|c| seen.insert(c.clone()));
     out
+}
+
+/// The Python package directories under `prefix`: `lib/python3.*/{site,dist}-packages` and
+/// Debian's `lib/python3/dist-packages`.
+fn package_dirs(prefix: &Path) -> Vec<PathBuf> {
+    let lib = prefix.join("lib");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&lib)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+                .flat_map(|e| ["site-packages", "dist-packages"].map(|d| e.path().join(d)))
+                .filter(|d| d.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs
 }
 
 /// The wheel's library file under each of `roots` that has one.
@@ -505,23 +532,21 @@ pub fn wheel_candidates(roots: &[PathBuf]) -> Vec<String> {
         .collect()
 }
 
-/// `sys.path` of `python3`, if there is one (empty otherwise).
-fn python_sys_path() -> Vec<PathBuf> {
-    let output = std::process::Command::new("python3")
-        .args(["-c", "import sys; print('\\n'.join(p for p in sys.path if p))"])
-        .stderr(std::process::Stdio::null())
-        .output();
-    match output {
-        Ok(out) if out.status.success() => {
-            String::from_utf8_lossy(&out.stdout).lines().map(|l| Path::new(l.trim()).to_path_buf()).collect()
-        }
-        _ => Vec::new(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn package_directories_of_a_prefix_are_found() {
+        let prefix = tempfile::tempdir().unwrap();
+        for d in ["lib/python3.12/site-packages", "lib/python3/dist-packages", "lib/perl5/site-packages"] {
+            std::fs::create_dir_all(prefix.path().join(d)).unwrap();
+        }
+        let found = package_dirs(prefix.path());
+        let want = ["lib/python3.12/site-packages", "lib/python3/dist-packages"].map(|d| prefix.path().join(d));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(want.iter().all(|w| found.contains(w)), "{found:?}");
+    }
 
     #[test]
     fn missing_library_is_a_clear_error() {

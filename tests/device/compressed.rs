@@ -12,7 +12,7 @@ use zarrs_gpu::zarrs_gpu_codecs::zstd_frame::FrameError;
 use zarrs_gpu::{sample, ArrayDeviceExt, DecodePath, DecodeTrust, GdsStore, GpuError};
 use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
 
-use super::{check, posix, subsets, Result};
+use super::{check, check_chunk, posix, subsets, Result};
 
 fn zstd(level: i32, checksum: bool) -> Arc<dyn BytesToBytesCodecTraits> {
     Arc::new(ZstdCodec::new(level, checksum))
@@ -89,6 +89,11 @@ fn zstd_levels_checksums_and_crc32c_match_zarrs() -> Result {
         assert!(report.missing_chunks > 0, "{report:?}");
         for subset in subsets(&shape, c as u64) {
             check::<f32>(&array, &subset, &posix())?;
+        }
+        // Whole chunks decode on the device too: an inner one, an edge one, a missing one.
+        for indices in [[1u64, 1, 1], [2, 2, 2], [0, 1, 0]] {
+            let report = check_chunk::<f32>(&array, &indices, &posix())?;
+            assert_eq!(report.decode, DecodePath::Device, "chain {c}, chunk {indices:?}: {report:?}");
         }
     }
     Ok(())

@@ -34,6 +34,20 @@ fn check<T: ElementOwned>(array: &Array<GdsStore>, subset: &ArraySubset, config:
     Ok(report)
 }
 
+/// Read the chunk at `indices` (its full shape, past the array's edge too) to the device as `T`
+/// and require zarrs' `retrieve_chunk` bytes; the device read's report.
+fn check_chunk<T: ElementOwned>(
+    array: &Array<GdsStore>,
+    indices: &[u64],
+    config: &GpuConfig,
+) -> Result<RetrieveReport> {
+    let want = array.retrieve_chunk::<ArrayBytes<'static>>(indices)?.into_fixed()?.into_owned();
+    let (device, report) = array.retrieve_chunk_device_opt::<T>(indices, config)?;
+    let got = device.to_host_bytes()?;
+    assert!(got == want, "chunk {indices:?}: device bytes differ from zarrs' ({report:?})");
+    Ok(report)
+}
+
 /// The whole of `shape` and six random subsets of it.
 fn subsets(shape: &[u64], seed: u64) -> Vec<ArraySubset> {
     let mut rng = StdRng::seed_from_u64(seed);

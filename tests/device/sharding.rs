@@ -12,7 +12,7 @@ use zarrs::array::{data_type, Array, ArrayBuilder, ArrayToBytesCodecTraits, Byte
 use zarrs_gpu::{host_decode_reason, ArrayDeviceExt, DecodePath, DecodeTrust, GdsStore, GpuError};
 use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
 
-use super::{check, posix, subsets, Result};
+use super::{check, check_chunk, posix, subsets, Result};
 
 fn shape_of(s: &[u64]) -> Vec<NonZeroU64> {
     s.iter().map(|&n| NonZeroU64::new(n).unwrap()).collect()
@@ -119,7 +119,12 @@ fn sharded_arrays_match_zarrs() -> Result {
                 check::<f32>(&array, &subset, &config)?;
             }
             // Again, with the shard indexes cached, and in small batches.
-            check::<f32>(&array, &array.subset_all(), &config.with_staging_bytes(1 << 20))?;
+            check::<f32>(&array, &array.subset_all(), &config.clone().with_staging_bytes(1 << 20))?;
+            // Whole shards decode on the device: an inner one, the edge one, a missing one.
+            for indices in [[1u64, 0, 1], [2, 1, 2], [0, 0, 2]] {
+                let report = check_chunk::<f32>(&array, &indices, &config)?;
+                assert_eq!(report.decode, DecodePath::Device, "chain {c}, shard {indices:?}: {report:?}");
+            }
         }
     }
     Ok(())

@@ -53,7 +53,20 @@ pub trait ArrayDeviceExt {
     ///
     /// # Errors
     /// As [`Self::retrieve_array_subset_device_opt`], and for invalid chunk indices.
-    fn retrieve_chunk_device<T: ElementOwned>(&self, chunk_indices: &[u64]) -> Result<DeviceArray<T>, GpuError>;
+    fn retrieve_chunk_device<T: ElementOwned>(&self, chunk_indices: &[u64]) -> Result<DeviceArray<T>, GpuError> {
+        Ok(self.retrieve_chunk_device_opt(chunk_indices, &GpuConfig::current()?)?.0)
+    }
+
+    /// [`Self::retrieve_chunk_device`] with `config`, and what the read did. The chunk is
+    /// decoded on the device as a subset would be (a shard's inner chunks in one batch).
+    ///
+    /// # Errors
+    /// As [`Self::retrieve_chunk_device`].
+    fn retrieve_chunk_device_opt<T: ElementOwned>(
+        &self,
+        chunk_indices: &[u64],
+        config: &GpuConfig,
+    ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError>;
 
     /// Retrieve the region of the array that the chunks in `chunks` (a subset of the chunk grid)
     /// cover, bounded by the array's shape, into device memory.
@@ -72,10 +85,14 @@ macro_rules! impl_array_device_ext {
         ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
             let storage = self.storage();
             let gds: Option<&GdsStore> = ($gds)(&storage);
-            contained(config, || retrieve(self, subset, gds, config, false))
+            contained(config, || retrieve(self, subset, gds, config, None))
         }
 
-        fn retrieve_chunk_device<T: ElementOwned>(&self, chunk_indices: &[u64]) -> Result<DeviceArray<T>, GpuError> {
+        fn retrieve_chunk_device_opt<T: ElementOwned>(
+            &self,
+            chunk_indices: &[u64],
+            config: &GpuConfig,
+        ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
             let grid = self.chunk_grid_shape();
             if chunk_indices.len() != grid.len() || chunk_indices.iter().zip(grid).any(|(i, n)| i >= n) {
                 return Err(zarrs::array::ArrayError::InvalidChunkGridIndicesError(chunk_indices.to_vec()).into());
@@ -83,8 +100,7 @@ macro_rules! impl_array_device_ext {
             let subset = chunk_subset(self, chunk_indices)?;
             let storage = self.storage();
             let gds: Option<&GdsStore> = ($gds)(&storage);
-            let config = GpuConfig::current()?;
-            Ok(contained(&config, || retrieve(self, &subset, gds, &config, true))?.0)
+            contained(config, || retrieve(self, &subset, gds, config, Some(chunk_indices)))
         }
 
         fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
@@ -149,7 +165,7 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     subset: &ArraySubset,
     gds: Option<&GdsStore>,
     config: &GpuConfig,
-    whole_chunk: bool,
+    whole_chunk: Option<&[u64]>,
 ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
     check_element::<T>(array.data_type())?;
     if subset.start().iter().zip(subset.shape()).any(|(&a, &n)| a.checked_add(n).is_none()) {
@@ -158,7 +174,7 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
         return Err(GpuError::Overflow(format!("the subset from {start:?} of shape {shape:?} ends past 2^64")));
     }
     if subset.dimensionality() != array.dimensionality()
-        || !(whole_chunk || within(subset.start(), subset.shape(), array.shape()))
+        || !(whole_chunk.is_some() || within(subset.start(), subset.shape(), array.shape()))
     {
         return Err(zarrs::array::ArrayError::InvalidArraySubset(subset.clone(), array.shape().to_vec()).into());
     }
@@ -170,7 +186,11 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     // A result larger than the device's free memory fails now, before any planning.
     context.check_free(out_bytes)?;
     let stream = context.new_stream()?;
-    let chunks = chunks_meeting(array, subset)?;
+    // A whole chunk (its full shape, past the array's edge too) is that chunk alone.
+    let chunks = match whole_chunk {
+        Some(indices) => vec![(indices.to_vec(), array.chunk_key(indices), subset.clone())],
+        None => chunks_meeting(array, subset)?,
+    };
     let route = device_plan(array).and_then(|plan| {
         if !plan.chain.needs_nvcomp() {
             return Ok((plan, None));
@@ -181,10 +201,9 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
         Ok((plan, None)) if plan.shards.is_empty() && plan.chain.is_raw() => {
             retrieve_raw(array, subset, chunks, gds, config, &context, &stream, out_bytes)?
         }
-        Ok((plan, nvcomp)) if !whole_chunk => {
+        Ok((plan, nvcomp)) => {
             crate::decode::retrieve_decoded(array, subset, chunks, gds, config, &context, &stream, &plan, nvcomp)?
         }
-        Ok(_) => retrieve_host(array, subset, &chunks, &context, &stream, out_bytes, whole_chunk, None)?,
         Err(reason) => retrieve_host(array, subset, &chunks, &context, &stream, out_bytes, whole_chunk, Some(reason))?,
     };
     // SAFETY: every byte of `out` was written by the pipeline, synchronized on `stream`.
@@ -201,7 +220,7 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     context: &GpuContext,
     stream: &Arc<CudaStream>,
     out_bytes: u64,
-    whole_chunk: bool,
+    whole_chunk: Option<&[u64]>,
     host_reason: Option<String>,
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
     // zarrs decodes whole chunks on the host: a chunk shape that overflows, or one larger than
@@ -216,10 +235,9 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     context.check_free(out_bytes.saturating_add(largest))?;
     let len = out_bytes as usize;
     let mut pinned = context.take_pinned(len)?;
-    if whole_chunk {
+    if let Some(chunk_indices) = whole_chunk {
         // The full stored chunk, as zarrs' retrieve_chunk decodes it.
-        let chunk_indices: Vec<u64> = subset.start().iter().zip(subset.shape()).map(|(s, n)| s / n).collect();
-        let bytes = array.retrieve_chunk::<zarrs::array::ArrayBytes<'static>>(&chunk_indices)?;
+        let bytes = array.retrieve_chunk::<zarrs::array::ArrayBytes<'static>>(chunk_indices)?;
         let bytes = bytes.into_fixed().map_err(|e| GpuError::Array(zarrs::array::ArrayError::Other(e.to_string())))?;
         if bytes.len() != len {
             let reason = format!("zarrs decoded {} bytes, {len} expected", bytes.len());
