@@ -31,5 +31,5 @@ pub use subset::parse_subset;
 pub use zarrs_gds_store::{self, GdsStore, GdsStoreOptions, IoBackend, IoPath, IoStatus};
 pub use zarrs_gpu_codecs::{
     self, gpu_config, host_decode_reason, memory_in_use, with_gpu_config, ArrayDeviceExt, DecodePath, DecodeTrust,
-    DeviceArray, GpuConfig, GpuError, MemoryInUse, RetrieveReport,
+    DeviceArray, GpuConfig, GpuError, MemoryInUse, RetrieveReport, ShardIndexCache,
 };

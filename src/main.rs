@@ -12,7 +12,7 @@ use zarrs::array::codec::{CodecChain, ShardingCodecConfiguration};
 use zarrs::array::{Array, ArraySubset, CodecMetadataOptions, DataType, ElementOwned};
 use zarrs_gpu::{
     host_decode_reason, parse_subset, sample, ArrayDeviceExt, DecodeTrust, DeviceArray, GdsStore, GpuConfig, IoBackend,
-    RetrieveReport,
+    RetrieveReport, ShardIndexCache,
 };
 
 #[derive(Parser)]
@@ -83,7 +83,9 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Info { path, array } => info(&path, &array),
         Command::Read { path, array, subset, backend, device, decode_trust, repeat, digest, npy } => {
             // The environment first (every bad value an error naming its variable), then flags.
-            let mut config = GpuConfig::from_env()?.with_device(device);
+            // Shard indexes are kept between the repeats.
+            let cache = Some(Arc::new(ShardIndexCache::new()));
+            let mut config = GpuConfig::from_env()?.with_device(device).with_shard_index_cache(cache);
             if let Some(backend) = backend {
                 config = config.with_backend(backend);
             }

@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zarrs::array::codec::{Crc32cCodec, GzipCodec, ShardingCodecBuilder, ShardingIndexLocation, ZstdCodec};
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayToBytesCodecTraits, BytesToBytesCodecTraits};
-use zarrs_gpu::{host_decode_reason, ArrayDeviceExt, DecodePath, DecodeTrust, GdsStore, GpuError};
+use zarrs_gpu::{host_decode_reason, ArrayDeviceExt, DecodePath, DecodeTrust, GdsStore, GpuError, ShardIndexCache};
 use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
 
 use super::{check, check_chunk, posix, subsets, Result};
@@ -118,8 +118,17 @@ fn sharded_arrays_match_zarrs() -> Result {
             for subset in subsets(&shape, c as u64) {
                 check::<f32>(&array, &subset, &config)?;
             }
-            // Again, with the shard indexes cached, and in small batches.
-            check::<f32>(&array, &array.subset_all(), &config.clone().with_staging_bytes(1 << 20))?;
+            // Again, in small batches, reading the indexes each time; then with a cache, whose
+            // second read reads no index bytes.
+            let small = config.clone().with_staging_bytes(1 << 20);
+            let again = check::<f32>(&array, &array.subset_all(), &small)?;
+            assert_eq!(again.bytes_read, report.bytes_read, "chain {c}: no cache, the indexes are read again");
+            let cache = Arc::new(ShardIndexCache::new());
+            let cached = small.with_shard_index_cache(Some(cache.clone()));
+            let first = check::<f32>(&array, &array.subset_all(), &cached)?;
+            assert!(!cache.is_empty(), "chain {c}: the first read fills the cache");
+            let second = check::<f32>(&array, &array.subset_all(), &cached)?;
+            assert!(second.bytes_read < first.bytes_read, "chain {c}: {second:?} after {first:?}");
             // Whole shards decode on the device: an inner one, the edge one, a missing one.
             for indices in [[1u64, 0, 1], [2, 1, 2], [0, 0, 2]] {
                 let report = check_chunk::<f32>(&array, &indices, &config)?;

@@ -2,12 +2,12 @@
 //! mode: a configuration scoped to the thread that runs a closure.
 
 use std::cell::RefCell;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use zarrs_gds_store::{IoBackend, BACKEND_ENV};
 
-use crate::GpuError;
+use crate::{GpuError, ShardIndexCache};
 
 /// How device retrieval runs: which device, which I/O path, how much device memory to stage in.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,8 +23,19 @@ pub struct GpuConfig {
     batch_timeout: Option<Duration>,
     device_memory_cap: Option<u64>,
     trace: bool,
+    shard_index_cache: Option<CacheHandle>,
     #[cfg(feature = "fault-injection")]
     injected_fault: Option<InjectedFault>,
+}
+
+/// The caller's shard index cache; configurations are equal when they share one.
+#[derive(Clone, Debug)]
+struct CacheHandle(Arc<ShardIndexCache>);
+
+impl PartialEq for CacheHandle {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// A fault a device batch suffers on purpose, for the tests of fault containment (feature
@@ -105,6 +116,7 @@ impl Default for GpuConfig {
             batch_timeout: None,
             device_memory_cap: None,
             trace: false,
+            shard_index_cache: None,
             #[cfg(feature = "fault-injection")]
             injected_fault: None,
         }
@@ -261,6 +273,21 @@ impl GpuConfig {
     #[must_use]
     pub fn trace(&self) -> bool {
         self.trace
+    }
+
+    /// Keep the shard indexes that reads with this configuration decode in `cache` (the caller's,
+    /// for one array: see [`ShardIndexCache`]), and take them from it. Without one, every read
+    /// reads the indexes it needs.
+    #[must_use]
+    pub fn with_shard_index_cache(mut self, cache: Option<Arc<ShardIndexCache>>) -> Self {
+        self.shard_index_cache = cache.map(CacheHandle);
+        self
+    }
+
+    /// The shard index cache, if one is set.
+    #[must_use]
+    pub fn shard_index_cache(&self) -> Option<&ShardIndexCache> {
+        self.shard_index_cache.as_ref().map(|c| c.0.as_ref())
     }
 
     /// The device memory cap of a read, if set.

@@ -28,7 +28,7 @@ use crate::device_codec::{DeviceBatch, DeviceCodec, HostCheck};
 use crate::place::{self, Kernels};
 use crate::plan::{plan_chunks, ChunkPlacement};
 use crate::route::{ChunkRef, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
-use crate::shard::sharded_units;
+use crate::shard::{sharded_units, IndexCacheRef, ShardSource};
 use crate::trace::Trace;
 use crate::unit::{Source, Unit};
 use crate::{DecodeTrust, GpuConfig, GpuError};
@@ -95,8 +95,17 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
         return decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp);
     }
     let storage = array.storage();
-    let (mut units, index_bytes) =
-        sharded_units(storage.as_ref(), gds, context.reader(), &plan.shards, elem, subset, chunks)?;
+    // The store's address identifies it in the caller's cache while it lives.
+    let store = Arc::as_ptr(&storage).cast::<()>() as usize;
+    let cache = config.shard_index_cache().map(|cache| IndexCacheRef { cache, store });
+    let (mut units, index_bytes) = sharded_units(
+        &ShardSource { storage: storage.as_ref(), gds, cache },
+        context.reader(),
+        &plan.shards,
+        elem,
+        subset,
+        chunks,
+    )?;
     if plan.chain.is_raw() {
         narrow_raw(&mut units)?;
     }

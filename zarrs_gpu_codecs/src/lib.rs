@@ -57,5 +57,6 @@ pub use inventory;
 pub use retrieve::ArrayDeviceExt;
 pub use route::{host_decode_reason, DecodePath, RetrieveReport};
 // For the fuzz targets only (`fuzz/`); hidden, not part of the API.
+pub use shard::ShardIndexCache;
 #[doc(hidden)]
 pub use shard::{fuzz_shard_index_entry, fuzz_shard_index_len};

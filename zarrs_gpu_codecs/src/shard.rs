@@ -1,13 +1,12 @@
 //! Sharded arrays (`sharding_indexed`, nested too) on the device: each shard's index is read with
 //! a partial read (start or end of the shard, decoded on the host with its own codecs, crc32c
-//! included; cached per shard file of a [`GdsStore`]), and every inner chunk that meets the
-//! subset becomes a decode unit: its byte range in the shard file, or missing.
+//! included; kept between reads in a [`ShardIndexCache`] the caller holds), and every inner
+//! chunk that meets the subset becomes a decode unit: its byte range in the shard file, or
+//! missing.
 
 use std::collections::HashMap;
 use std::num::NonZeroU64;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 use zarrs::array::codec::{CodecChain, ShardingCodec, ShardingCodecConfiguration, ShardingIndexLocation};
@@ -100,19 +99,69 @@ struct ShardRef {
     subset: ArraySubset,
 }
 
-/// Decoded shard indexes of `GdsStore` files, keyed by file and shard start, valid while the
-/// file's size and modification time are unchanged. Only files last modified over a second
-/// before are kept: timestamps are coarse (a few milliseconds), so a rewrite just after a write
-/// could keep the same size and time, never one after that second.
-type IndexCache = HashMap<(PathBuf, u64), (u64, SystemTime, Arc<Vec<u64>>)>;
-
-fn index_cache() -> &'static Mutex<IndexCache> {
-    static CACHE: OnceLock<Mutex<IndexCache>> = OnceLock::new();
-    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+/// Decoded shard indexes kept between device reads, owned by the caller (like zarrs'
+/// `ArrayShardedReadableExtCache`) and given to reads with
+/// [`GpuConfig::with_shard_index_cache`](crate::GpuConfig::with_shard_index_cache); dropped
+/// with the last handle. Entries are keyed by the store (its address while it lives), the shard's
+/// key and where the shard starts in it; a shard rewritten while the cache is in use keeps its old
+/// index here: [`clear`](Self::clear) the cache (or drop it) after writing to the array.
+#[derive(Debug, Default)]
+pub struct ShardIndexCache {
+    indexes: Mutex<HashMap<CacheKey, CachedIndex>>,
 }
 
-/// Indexes kept at most (beyond that the cache starts over): 64 inner chunks take 1 KiB.
-const INDEX_CACHE_ENTRIES: usize = 1 << 16;
+/// A store (its address), a shard's key and where the shard starts in that value.
+type CacheKey = (usize, StoreKey, u64);
+/// A decoded index and the shard's length, where known.
+type CachedIndex = (Arc<Vec<u64>>, Option<u64>);
+
+impl ShardIndexCache {
+    /// An empty cache.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Indexes held.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.indexes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+
+    /// Whether it holds none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forget every index.
+    pub fn clear(&self) {
+        self.indexes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+    }
+
+    fn get(&self, key: &CacheKey) -> Option<CachedIndex> {
+        self.indexes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).cloned()
+    }
+
+    fn insert(&self, key: CacheKey, index: Arc<Vec<u64>>, shard_len: Option<u64>) {
+        self.indexes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, (index, shard_len));
+    }
+}
+
+/// Where a read finds and keeps shard indexes: the caller's cache, and the store's identity.
+#[derive(Clone, Copy)]
+pub(crate) struct IndexCacheRef<'a> {
+    pub(crate) cache: &'a ShardIndexCache,
+    pub(crate) store: usize,
+}
+
+/// Where a read's shards come from: the array's store (a `GdsStore` too, when it is one) and
+/// the caller's index cache.
+pub(crate) struct ShardSource<'a, S: ?Sized> {
+    pub(crate) storage: &'a S,
+    pub(crate) gds: Option<&'a GdsStore>,
+    pub(crate) cache: Option<IndexCacheRef<'a>>,
+}
 
 /// Indexes larger than this (65536 inner chunks) of values of unknown length are checked
 /// against the value's size before they are read.
@@ -122,30 +171,36 @@ const LARGE_INDEX: u64 = 1 << 20;
 /// cached) and the shard's length where known (nested shards; `GdsStore` files).
 type ReadIndex = (Arc<Vec<u64>>, u64, Option<u64>);
 
-/// Read and decode one shard's index: None when the shard does not exist.
+/// Read and decode one shard's index (or take it from `cache`): None when the shard does not
+/// exist.
 fn read_index<S: ReadableStorageTraits + ?Sized>(
-    storage: &S,
-    gds: Option<&GdsStore>,
+    source: &ShardSource<'_, S>,
     level: &ShardLevel,
     shard: &ShardRef,
 ) -> Result<Option<ReadIndex>, GpuError> {
+    let ShardSource { storage, gds, cache } = *source;
     let shard_shape = shard.subset.shape();
     let label = || format!("{} (shard at byte {})", shard.key, shard.base);
     let error = |reason: String| GpuError::chunk(label(), reason);
     let per_shard = level.chunks_per_shard(shard_shape).map_err(&error)?;
     let index_len = level.index_len(&per_shard).map_err(&error)?;
-    // The file's identity for the cache (GdsStore only: other stores cannot say if it changed).
-    let mut stamp = None;
-    if let Some(store) = gds {
+    let cache_key = cache.map(|c| (c.store, shard.key.clone(), shard.base));
+    if let (Some(c), Some(key)) = (cache, &cache_key) {
+        if let Some((index, shard_len)) = c.cache.get(key) {
+            return Ok(Some((index, 0, shard_len)));
+        }
+    }
+    // The shard's length: known for nested shards, and for a whole GdsStore file from its size.
+    let mut file_len = None;
+    if let (Some(store), None) = (gds, shard.len) {
         let path = store.key_to_fspath(&shard.key);
         match std::fs::metadata(&path) {
-            Ok(meta) => stamp = meta.modified().ok().map(|modified| (path, meta.len(), modified)),
+            Ok(meta) => file_len = Some(meta.len()),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(err) => return Err(error(format!("{}: {err}", path.display()))),
         }
     }
-    // The shard's length: known for nested shards, and for a whole file from its size.
-    let mut shard_len = shard.len.or_else(|| stamp.as_ref().map(|s| s.1));
+    let mut shard_len = shard.len.or(file_len);
     // A large index of a value of unknown length (another store): ask its size before reading,
     // so that hostile metadata cannot size a host buffer beyond the value.
     if shard_len.is_none() && index_len > LARGE_INDEX {
@@ -157,14 +212,6 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
     }
     if let Some(len) = shard_len.filter(|&len| len < index_len) {
         return Err(error(format!("{len} bytes cannot hold its {index_len}-byte index")));
-    }
-    if let Some((path, size, modified)) = &stamp {
-        let cache = index_cache().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((s, m, index)) = cache.get(&(path.clone(), shard.base)) {
-            if s == size && m == modified {
-                return Ok(Some((index.clone(), 0, shard_len)));
-            }
-        }
     }
     let range = match (level.location, shard.len) {
         (ShardingIndexLocation::Start, _) => ByteRange::FromStart(shard.base, Some(index_len)),
@@ -185,15 +232,8 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
         .decode_index(&bytes, &per_shard, &CodecOptions::default())
         .map_err(|e| error(format!("decoding its index: {e}")))?;
     let index = Arc::new(index);
-    let settled = |modified: &SystemTime| {
-        SystemTime::now().duration_since(*modified).is_ok_and(|age| age > std::time::Duration::from_secs(1))
-    };
-    if let Some((path, size, modified)) = stamp.filter(|s| settled(&s.2)) {
-        let mut cache = index_cache().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if cache.len() >= INDEX_CACHE_ENTRIES {
-            cache.clear();
-        }
-        cache.insert((path, shard.base), (size, modified, index.clone()));
+    if let (Some(c), Some(key)) = (cache, cache_key) {
+        c.cache.insert(key, index.clone(), shard_len);
     }
     Ok(Some((index, index_len, shard_len)))
 }
@@ -315,8 +355,7 @@ fn ravel(idx: &[u64], shape: &[NonZeroU64]) -> u64 {
 /// byte range (or missing). `shards` are the array's chunks meeting the subset: (indices, key,
 /// unbounded subset). Returns the units and the index bytes read.
 pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
-    storage: &S,
-    gds: Option<&GdsStore>,
+    source: &ShardSource<'_, S>,
     reader: &zarrs_gds_store::DeviceReader,
     levels: &[ShardLevel],
     elem: u64,
@@ -329,9 +368,8 @@ pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
     let mut index_bytes = 0;
     for (depth, level) in levels.iter().enumerate() {
         let innermost = depth + 1 == levels.len();
-        let indexes: Vec<Option<ReadIndex>> = reader.install(|| {
-            open.par_iter().map(|shard| read_index(storage, gds, level, shard)).collect::<Result<_, _>>()
-        })?;
+        let indexes: Vec<Option<ReadIndex>> = reader
+            .install(|| open.par_iter().map(|shard| read_index(source, level, shard)).collect::<Result<_, _>>())?;
         let mut next = Vec::new();
         for (shard, index) in open.iter().zip(indexes) {
             let per_shard = level
