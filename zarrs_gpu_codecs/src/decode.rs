@@ -25,6 +25,7 @@ use crate::batch::{
 };
 use crate::context::{copy_dtod, fill_source, DeviceBuffer, GpuContext};
 use crate::device_codec::{DeviceBatch, DeviceCodec, HostCheck};
+use crate::layout::MetaLayout;
 use crate::place::{self, Kernels};
 use crate::plan::{plan_chunks, ChunkPlacement};
 use crate::route::{ChunkRef, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
@@ -32,11 +33,6 @@ use crate::shard::{sharded_units, IndexCacheRef, ShardSource};
 use crate::trace::Trace;
 use crate::unit::{Source, Unit};
 use crate::{DecodeTrust, GpuConfig, GpuError};
-
-/// The device decode's results per chunk: decoded size (u64) and status (u32), and where the
-/// stored bytes carry a digest of the decoded bytes (gzip's CRC-32, zstd's XXH64), the digest
-/// computed on the device and its status (u32 each).
-const RESULT_BYTES: usize = 20;
 
 /// How one unit of a batch is decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -158,7 +154,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         device: (0..slots).map(|_| (None, None)).collect(),
         host: (0..slots).map(|_| None).collect(),
         host_decoded: (0..slots).map(|_| None).collect(),
-        results: context.take_pinned(units.len().max(1) * RESULT_BYTES)?,
+        // Every unit's decode results, digests included (see `MetaLayout::result_bytes`).
+        results: context.take_pinned(MetaLayout::new(0, units.len().max(1), true, 0, 0).result_bytes() as usize)?,
         fill: None,
         taken: std::cell::Cell::new(out_bytes),
     };
@@ -352,13 +349,18 @@ impl Buffers {
     }
 }
 
-/// Device memory a batch's metadata takes: nvCOMP's arrays (at most 76 bytes per chunk: crc32c
-/// 24, decoding 32, its results 20), then the placement kernels' tables: gather jobs (one per
-/// chunk) and strided copies.
+/// Device memory a batch's metadata takes: its [`MetaLayout`] with every unit checked, decoded
+/// and digested, the most any routing of the batch takes.
 fn meta_len(units: &[Unit], chain: &DeviceChain, batch: &[usize]) -> u64 {
-    let copies: usize = batch.iter().map(|&u| units[u].placement.copies.len()).sum();
-    let gather = if chain.needs_gather() { place::gather_table_bytes(batch.len()) as u64 } else { 0 };
-    (batch.len() as u64 * 96 + gather + place::table_bytes(copies) as u64).next_multiple_of(DECODED_ALIGN)
+    let (gather, copies) = table_room(units, chain, batch.iter().copied());
+    MetaLayout::new(batch.len(), batch.len(), true, gather, copies).len()
+}
+
+/// Room for a batch's placement tables: a gather job per unit (chains that gather) and every
+/// unit's strided copies.
+fn table_room(units: &[Unit], chain: &DeviceChain, batch: impl Iterator<Item = usize>) -> (usize, usize) {
+    let (n, copies) = batch.fold((0, 0), |(n, c), u| (n + 1, c + units[u].placement.copies.len()));
+    (if chain.needs_gather() { n } else { 0 }, copies)
 }
 
 /// The batches of `units`, after checking that the output and two slots of the largest batch
@@ -523,39 +525,31 @@ fn route_batch(job: &Job<'_>, items: &mut [Item], stored: &[u8]) -> Result<(), G
     Ok(())
 }
 
-/// Where a batch lies in its slot's device staging (stored bytes at `cbase`, decoded bytes at
-/// `dbase`, metadata at `meta`), and within the metadata: the crc32c arrays (`crc_room` bytes),
-/// then the decode arrays (`zmeta`), what the decode reports (`actual` sizes, `zstatus` statuses)
-/// and the digests' values and statuses; the placement tables at its end.
+/// Where a batch lies in its slot's device staging: stored bytes at `cbase`, decoded bytes at
+/// `dbase`, metadata at `meta` (laid out by `arrays`), mirrored in pinned memory at `host_meta`.
 struct Layout {
     cbase: u64,
     dbase: u64,
     meta: u64,
-    meta_bytes: u64,
     /// The pinned mirror of the metadata region, for async copies.
     host_meta: usize,
-    n_dec: usize,
-    crc_room: u64,
-    actual: u64,
-    zstatus: u64,
-    digest_values: u64,
-    digest_statuses: u64,
-    /// Some unit of the batch carries a digest of its decoded bytes.
-    digests: bool,
+    arrays: MetaLayout,
 }
 
 impl Layout {
-    /// Copy `words` through the pinned metadata mirror at `at` to `device` on `on`.
-    fn stage(&self, at: u64, words: &[u64], device: u64, on: &CudaStream) -> Result<(), GpuError> {
-        // SAFETY: the slot's metadata region holds meta_bytes; every `at` the stages use keeps
-        // the words within it (crc32c arrays, decode arrays, the placement tables at its end);
-        // the region is reused only after this batch's event.
-        unsafe { stage_words(self.host_meta, at, words, device, on) }
+    /// Copy `words` through the pinned metadata mirror to the metadata region, both at `at`, on
+    /// `on`.
+    fn stage(&self, at: u64, words: &[u64], on: &CudaStream) -> Result<(), GpuError> {
+        debug_assert!(at + 8 * words.len() as u64 <= self.arrays.len(), "staged past the metadata region");
+        // SAFETY: the slot's metadata region (and its mirror) holds the batch's bound layout,
+        // which holds this one; `at` and the words are one of its arrays; the region is reused
+        // only after this batch's event.
+        unsafe { stage_words(self.host_meta, at, words, self.meta + at, on) }
     }
 
-    /// Bytes of decode results per batch: sizes and statuses, and the digests.
-    fn result_bytes(&self) -> usize {
-        self.n_dec * if self.digests { RESULT_BYTES } else { 12 }
+    /// The device address of the metadata array at `at`.
+    fn at(&self, at: u64) -> u64 {
+        self.meta + at
     }
 }
 
@@ -603,28 +597,11 @@ fn launch_device(
     let hbuf = buffers.host[slot].as_mut().expect("ensured");
     let host_meta = hbuf.as_mut_slice()[host_meta_at as usize..].as_mut_ptr() as usize;
     let stored_bytes = hbuf.as_slice();
-    // Layout at `meta`: crc32c pointers, sizes (u64), values, statuses (u32), n_crc of each;
-    // then decoding: pointer, size, capacity and output arrays (u64), then what nvCOMP reports:
-    // decoded sizes (u64) and statuses (u32), n_dec of each; for gzip then the CRC-32 values and
-    // statuses of the decoded bytes, for zstd frames with content checksums the XXH64 values.
-    let crc_room = (24 * n_crc as u64).next_multiple_of(8);
-    let zmeta = meta + crc_room;
-    let actual = zmeta + 32 * n_dec as u64;
-    let zstatus = actual + 8 * n_dec as u64;
-    let layout = Layout {
-        cbase,
-        dbase,
-        meta,
-        meta_bytes,
-        host_meta,
-        n_dec,
-        crc_room,
-        actual,
-        zstatus,
-        digest_values: zstatus + 4 * n_dec as u64,
-        digest_statuses: zstatus + 8 * n_dec as u64,
-        digests: on_device.iter().any(|it| it.digest.is_some()),
-    };
+    let (gather, copies) = table_room(job.units, chain, items.iter().map(|it| it.unit));
+    let digests = on_device.iter().any(|it| it.digest.is_some());
+    let arrays = MetaLayout::new(n_crc, n_dec, digests, gather, copies);
+    debug_assert!(arrays.len() <= meta_bytes, "a batch's layout outgrew its bound");
+    let layout = Layout { cbase, dbase, meta, host_meta, arrays };
 
     copy_and_verify(job, &layout, copy_stored.then_some(stored_bytes), stored_total, &with_crc)?;
     #[cfg(feature = "fault-injection")]
@@ -637,8 +614,8 @@ fn launch_device(
         words.extend(on_device.iter().map(|it| it.data_len));
         words.extend(on_device.iter().map(|it| job.decoded_len(it.unit)));
         words.extend(on_device.iter().map(|it| dbase + it.decoded_offset));
-        layout.stage(crc_room, &words, zmeta, stream.as_ref())?;
-        let ptr = |k: usize| zmeta + 8 * k as u64;
+        layout.stage(arrays.dec_arrays(), &words, stream.as_ref())?;
+        let ptr = |k: usize| layout.at(arrays.dec_arrays()) + 8 * k as u64;
         let batch = DeviceBatch {
             stream: stream.as_ref(),
             count: n_dec,
@@ -646,8 +623,8 @@ fn launch_device(
             input_sizes: ptr(n_dec),
             capacities: ptr(2 * n_dec),
             outputs: ptr(3 * n_dec),
-            decoded_sizes: actual,
-            statuses: zstatus,
+            decoded_sizes: layout.at(arrays.results()),
+            statuses: layout.at(arrays.statuses()),
             temp,
             temp_bytes,
             max_decoded: max_chunk as usize,
@@ -662,15 +639,16 @@ fn launch_device(
         // (decoded offsets are multiples of DECODED_ALIGN in 256-byte aligned staging); inputs
         // aligned as the codec asked; temp sized by it.
         unsafe { codec.decode(&batch) }?;
-        if layout.digests {
+        if digests {
+            let (values, statuses) = (layout.at(arrays.digest_values()), layout.at(arrays.digest_statuses()));
             job.context.bind()?;
             // SAFETY: n_dec u32 statuses in this batch's metadata, ordered on the stream.
-            unsafe { sys::cuMemsetD32Async(layout.digest_statuses, 0, n_dec, stream.cu_stream()) }
+            unsafe { sys::cuMemsetD32Async(statuses, 0, n_dec, stream.cu_stream()) }
                 .result()
                 .map_err(GpuError::cuda("clearing digest statuses"))?;
             // SAFETY: as for the decode, which ran before on this stream; n_dec u32 values and
-            // statuses after zstatus.
-            unsafe { codec.digest(&batch, layout.digest_values, layout.digest_statuses) }?;
+            // statuses in the layout.
+            unsafe { codec.digest(&batch, values, statuses) }?;
         }
     }
     Ok(layout)
@@ -687,7 +665,7 @@ fn copy_and_verify(
     stored_total: u64,
     with_crc: &[&Item],
 ) -> Result<(), GpuError> {
-    let (cbase, meta, copy_stream) = (layout.cbase, layout.meta, job.copy_stream);
+    let (cbase, copy_stream) = (layout.cbase, job.copy_stream);
     job.context.bind()?;
     if let Some(stored_bytes) = copy.filter(|_| stored_total > 0) {
         // SAFETY: the host buffer holds stored_total bytes; cbase has room for them; both are
@@ -706,10 +684,10 @@ fn copy_and_verify(
     if let (Some(nvcomp), false) = (job.nvcomp, with_crc.is_empty()) {
         let mut words: Vec<u64> = with_crc.iter().map(|it| cbase + it.host_offset).collect();
         words.extend(with_crc.iter().map(|it| it.data_len));
-        layout.stage(0, &words, meta, copy_stream.as_ref())?;
+        layout.stage(MetaLayout::CRC_INPUTS, &words, copy_stream.as_ref())?;
         // SAFETY: the arrays just staged at `meta` describe stored bytes at cbase, copied before
         // on the same stream; results go to the metadata regions after them.
-        unsafe { verify_crc32c(nvcomp, job.units, with_crc, meta, layout.host_meta, copy_stream) }?;
+        unsafe { verify_crc32c(nvcomp, job.units, with_crc, layout, copy_stream) }?;
     }
     if stored_total > 0 {
         let copied = copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
@@ -729,14 +707,15 @@ fn queue_results(
     results_at: usize,
     checks: &mut Vec<DecodeCheck>,
 ) -> Result<usize, GpuError> {
-    let result_bytes = layout.result_bytes();
+    let arrays = &layout.arrays;
+    let result_bytes = arrays.result_bytes() as usize;
     if result_bytes > 0 {
-        // SAFETY: results holds RESULT_BYTES per unit; the source is the contiguous tail of this
-        // batch's decode metadata.
+        // SAFETY: results holds every unit's results with digests; the source is this batch's
+        // contiguous results.
         unsafe {
             sys::cuMemcpyDtoHAsync_v2(
                 (results_base as usize + results_at) as *mut c_void,
-                layout.actual,
+                layout.at(arrays.results()),
                 result_bytes,
                 job.stream.cu_stream(),
             )
@@ -744,10 +723,10 @@ fn queue_results(
         .result()
         .map_err(GpuError::cuda("reading decode results"))?;
     }
-    let at = |base: u64, k: usize, width: usize| results_at + (base - layout.actual) as usize + k * width;
-    for (k, it) in on_device.iter().enumerate().take(layout.n_dec) {
-        let digest = it.digest.map(|d| (d, at(layout.digest_values, k, 4), at(layout.digest_statuses, k, 4)));
-        let (size, status) = (at(layout.actual, k, 8), at(layout.zstatus, k, 4));
+    let at = |array: u64, k: usize, width: usize| results_at + (array - arrays.results()) as usize + k * width;
+    for (k, it) in on_device.iter().enumerate().take(arrays.dec) {
+        let digest = it.digest.map(|d| (d, at(arrays.digest_values(), k, 4), at(arrays.digest_statuses(), k, 4)));
+        let (size, status) = (at(arrays.results(), k, 8), at(arrays.statuses(), k, 4));
         checks.push(DecodeCheck { unit: it.unit, size, status, digest });
     }
     Ok(result_bytes)
@@ -795,18 +774,17 @@ fn place_batch<S: ReadableStorageTraits + ?Sized>(
         let placer = job
             .kernels
             .ok_or_else(|| GpuError::NoNvrtc("placing transposed or byte-swapped chunks needs it".into()))?;
-        let at = layout.crc_room + 32 * layout.n_dec as u64 + layout.result_bytes() as u64;
-        let at = at.next_multiple_of(8);
-        layout.stage(at, &place::encode_gather(&jobs), layout.meta + at, stream.as_ref())?;
+        let at = layout.arrays.gather();
+        layout.stage(at, &place::encode_gather(&jobs), stream.as_ref())?;
         // SAFETY: each job stays within its decoded chunk and `out` (planned from both shapes).
-        unsafe { placer.launch_gather(stream, layout.meta + at, &jobs, out_ptr) }?;
+        unsafe { placer.launch_gather(stream, layout.at(at), &jobs, out_ptr) }?;
     }
     if let Some(placer) = job.kernels {
         let table = place::encode(&copies, &srcs);
-        let at = layout.meta_bytes - place::table_bytes(copies.len()) as u64;
-        layout.stage(at, &table, layout.meta + at, stream.as_ref())?;
+        let at = layout.arrays.copies();
+        layout.stage(at, &table, stream.as_ref())?;
         // SAFETY: copies stay within their decoded chunks (or the fill block) and `out`.
-        unsafe { placer.launch(stream, layout.meta + at, &copies, out_ptr) }?;
+        unsafe { placer.launch(stream, layout.at(at), &copies, out_ptr) }?;
     } else {
         for (copy, &src) in copies.iter().zip(&srcs) {
             // SAFETY: as above.
@@ -946,19 +924,19 @@ unsafe fn stage_words(host_meta: usize, at: u64, words: &[u64], device: u64, on:
 /// that never ends at worst). The wait overlaps the previous batch's decode on the other stream.
 ///
 /// # Safety
-/// `meta` must hold the items' input pointers then sizes (u64 each, staged on `copy_stream`)
-/// with room after them for as many values and statuses (u32 each); `host_meta` is pinned memory
-/// with the same layout, for the results.
+/// The layout's crc32c input pointers and sizes must be staged on `copy_stream`; its values and
+/// statuses come back to the same offsets of the pinned mirror.
 unsafe fn verify_crc32c(
     nvcomp: &NvcompLibrary,
     units: &[Unit],
     items: &[&Item],
-    meta: u64,
-    host_meta: usize,
+    layout: &Layout,
     copy_stream: &CudaStream,
 ) -> Result<(), GpuError> {
     let n = items.len();
-    let (values, statuses) = (meta + 16 * n as u64, meta + 20 * n as u64);
+    let arrays = &layout.arrays;
+    let (values, statuses) = (layout.at(arrays.crc_values()), layout.at(arrays.crc_statuses()));
+    let host_values = layout.host_meta + arrays.crc_values() as usize;
     let longest = items.iter().map(|it| it.data_len as usize).max().unwrap_or(0);
     // SAFETY: pointer and size arrays of n entries in device memory, outputs as many (the
     // caller's contract); the results come back to the same offsets of the host region.
@@ -966,8 +944,8 @@ unsafe fn verify_crc32c(
         nvcomp
             .crc32_async(
                 Crc32::Castagnoli,
-                meta as *const *const c_void,
-                (meta + 8 * n as u64) as *const usize,
+                layout.at(MetaLayout::CRC_INPUTS) as *const *const c_void,
+                layout.at(arrays.crc_sizes()) as *const usize,
                 n,
                 longest,
                 values as *mut u32,
@@ -975,13 +953,14 @@ unsafe fn verify_crc32c(
                 copy_stream.cu_stream() as nv::cudaStream_t,
             )
             .map_err(nvcomp_err)?;
-        sys::cuMemcpyDtoHAsync_v2((host_meta + 16 * n) as *mut c_void, values, 8 * n, copy_stream.cu_stream())
+        // Values then statuses: contiguous in the layout.
+        sys::cuMemcpyDtoHAsync_v2(host_values as *mut c_void, values, 8 * n, copy_stream.cu_stream())
             .result()
             .map_err(GpuError::cuda("reading crc32c results"))?;
     }
     copy_stream.synchronize().map_err(GpuError::cuda("computing crc32c checksums"))?;
     // SAFETY: the copy above wrote 8 * n bytes there and has completed.
-    let got = unsafe { std::slice::from_raw_parts((host_meta + 16 * n) as *const u32, 2 * n) };
+    let got = unsafe { std::slice::from_raw_parts(host_values as *const u32, 2 * n) };
     for (k, it) in items.iter().enumerate() {
         let unit = &units[it.unit];
         let (crc, status) = (got[k], got[n + k]);

@@ -31,6 +31,7 @@ mod device_array;
 mod device_codec;
 mod error;
 pub mod gzip_member;
+mod layout;
 mod nvcomp_codecs;
 mod place;
 pub mod plan;
