@@ -41,14 +41,32 @@ fn need(nvcomp: Option<&NvcompLibrary>) -> Result<&NvcompLibrary, GpuError> {
     nvcomp.ok_or_else(|| GpuError::NoNvcomp("this codec chain needs it".into()))
 }
 
-fn temp_bytes(
-    decompressor: Decompressor,
-    nvcomp: Option<&NvcompLibrary>,
-    count: usize,
-    max: usize,
-    total: usize,
-) -> Result<usize, GpuError> {
-    Ok(need(nvcomp)?.decompress_temp_size(decompressor, count, max, total)?)
+/// The methods of a device codec that nvCOMP's batched `$decompressor` decodes.
+macro_rules! nvcomp_decoder {
+    ($decompressor:expr) => {
+        fn needs_nvcomp(&self) -> bool {
+            true
+        }
+
+        fn temp_bytes(
+            &self,
+            nvcomp: Option<&NvcompLibrary>,
+            count: usize,
+            max: usize,
+            total: usize,
+        ) -> Result<usize, GpuError> {
+            Ok(need(nvcomp)?.decompress_temp_size($decompressor, count, max, total)?)
+        }
+
+        fn input_alignment(&self, nvcomp: Option<&NvcompLibrary>) -> Result<usize, GpuError> {
+            Ok(need(nvcomp)?.decompress_alignments($decompressor)?.input)
+        }
+
+        unsafe fn decode(&self, batch: &DeviceBatch<'_>) -> Result<(), GpuError> {
+            // SAFETY: the caller's contract.
+            unsafe { decompress($decompressor, batch) }
+        }
+    };
 }
 
 /// nvCOMP's batched decode with the batch's arrays.
@@ -77,10 +95,6 @@ impl DeviceCodec for Zstd {
         "zstd"
     }
 
-    fn needs_nvcomp(&self) -> bool {
-        true
-    }
-
     fn check(&self, encoded: &[u8], decoded_len: u64) -> Result<HostCheck, BoxError> {
         match check_frame(encoded, decoded_len)? {
             FrameVerdict::Device { checksum: false } => Ok(HostCheck::Device { digest: None }),
@@ -93,24 +107,7 @@ impl DeviceCodec for Zstd {
         }
     }
 
-    fn temp_bytes(
-        &self,
-        nvcomp: Option<&NvcompLibrary>,
-        count: usize,
-        max: usize,
-        total: usize,
-    ) -> Result<usize, GpuError> {
-        temp_bytes(ZSTD, nvcomp, count, max, total)
-    }
-
-    fn input_alignment(&self, nvcomp: Option<&NvcompLibrary>) -> Result<usize, GpuError> {
-        Ok(need(nvcomp)?.decompress_alignments(ZSTD)?.input)
-    }
-
-    unsafe fn decode(&self, batch: &DeviceBatch<'_>) -> Result<(), GpuError> {
-        // SAFETY: the caller's contract.
-        unsafe { decompress(ZSTD, batch) }
-    }
+    nvcomp_decoder!(ZSTD);
 
     fn digest_name(&self) -> &'static str {
         "zstd content checksum (XXH64)"
@@ -136,10 +133,6 @@ impl DeviceCodec for Gzip {
         "gzip"
     }
 
-    fn needs_nvcomp(&self) -> bool {
-        true
-    }
-
     fn check(&self, encoded: &[u8], decoded_len: u64) -> Result<HostCheck, BoxError> {
         Ok(match check_member(encoded, decoded_len) {
             MemberVerdict::Device { crc32 } => HostCheck::Device { digest: Some(crc32) },
@@ -151,24 +144,7 @@ impl DeviceCodec for Gzip {
         verified || trust == DecodeTrust::Trusted
     }
 
-    fn temp_bytes(
-        &self,
-        nvcomp: Option<&NvcompLibrary>,
-        count: usize,
-        max: usize,
-        total: usize,
-    ) -> Result<usize, GpuError> {
-        temp_bytes(GZIP, nvcomp, count, max, total)
-    }
-
-    fn input_alignment(&self, nvcomp: Option<&NvcompLibrary>) -> Result<usize, GpuError> {
-        Ok(need(nvcomp)?.decompress_alignments(GZIP)?.input)
-    }
-
-    unsafe fn decode(&self, batch: &DeviceBatch<'_>) -> Result<(), GpuError> {
-        // SAFETY: the caller's contract.
-        unsafe { decompress(GZIP, batch) }
-    }
+    nvcomp_decoder!(GZIP);
 
     fn digest_name(&self) -> &'static str {
         "gzip CRC-32"
