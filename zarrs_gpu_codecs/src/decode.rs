@@ -87,7 +87,8 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
 ) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
     if plan.shards.is_empty() {
-        let units: Vec<Unit> = plan_chunks(elem, subset, chunks)?.into_iter().map(Unit::whole).collect();
+        let unit = if plan.chain.is_raw() { Unit::raw } else { Unit::whole };
+        let units: Vec<Unit> = plan_chunks(elem, subset, chunks)?.into_iter().map(unit).collect();
         return decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp);
     }
     let storage = array.storage();
@@ -149,7 +150,19 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     let kernels = kernels.filter(|_| config.injected_fault() != Some(crate::InjectedFault::NoKernels));
     // The fill block is uniform and as long as the longest read.
     let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
-    let job = Job { units, chain, config, context, stream, copy_stream: &copy_stream, nvcomp, kernels, elem, fill_len };
+    let job = Job {
+        units,
+        chain,
+        config,
+        context,
+        stream,
+        copy_stream: &copy_stream,
+        nvcomp,
+        kernels,
+        elem,
+        fill_len,
+        out_ptr,
+    };
     let mut buffers = Buffers {
         device: (0..slots).map(|_| (None, None)).collect(),
         host: (0..slots).map(|_| None).collect(),
@@ -179,7 +192,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 trace.mark("wait slot");
             }
             let spans = stored_spans(&job, array.storage().as_ref(), batch)?;
-            let (requests, at, stored_total, mut items, decoded_total) = plan_reads(units, batch, &spans);
+            let Reads { requests, staged, at, stored_total, mut items, decoded_total } =
+                plan_reads(units, batch, &spans);
             let bound = config.batch_timeout(decoded_total);
             let batch_deadline = Instant::now() + bound;
             deadline = deadline.max(batch_deadline);
@@ -195,8 +209,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 gds,
                 &mut buffers,
                 slot,
-                &requests,
-                &at,
+                (&requests, staged, &at),
                 (stored_total, meta_bytes, staging),
                 &mut items,
                 &mut report,
@@ -217,26 +230,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 b,
             )?;
             // Meanwhile the host decodes its chunks, each copied to the device as soon as it is done.
-            let host_items: Vec<&Item> = items.iter().filter(|it| it.route == Route::Host).collect();
-            report.host_decoded_chunks += host_items.len();
-            if !host_items.is_empty() {
-                let stored_bytes = buffers.host[slot].as_ref().expect("ensured").as_slice();
-                // SAFETY: dbase is the slot's decoded region, which holds every item's decoded bytes.
-                unsafe {
-                    decode_on_host(
-                        context,
-                        chain.compression.as_deref().expect("host items decode"),
-                        units,
-                        &host_items,
-                        stored_bytes,
-                        &mut buffers.host_decoded[slot],
-                        layout.dbase,
-                        &copy_stream,
-                    )
-                }?;
-                let copied = copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
-                stream.wait(&copied).map_err(GpuError::cuda("ordering host-decoded chunks before placement"))?;
-            }
+            report.host_decoded_chunks += decode_host_share(&job, &mut buffers, slot, &items, layout.dbase)?;
             trace.mark("decode");
             let on_device: Vec<&Item> = items.iter().filter(|it| it.route == Route::Device).collect();
             let results_base = buffers.results.as_mut_slice().as_mut_ptr();
@@ -282,6 +276,8 @@ struct Job<'a> {
     elem: u64,
     /// Bytes of the fill block for missing units: the longest read.
     fill_len: u64,
+    /// The output's device address (reads of units with `direct` land in it).
+    out_ptr: u64,
 }
 
 impl Job<'_> {
@@ -375,11 +371,18 @@ fn plan_batches(
     out_bytes: u64,
 ) -> Result<Vec<Vec<usize>>, GpuError> {
     let decoded_len = |u: usize| units[u].decoded_len();
-    let largest = (0..units.len()).map(decoded_len).max().unwrap_or(0);
-    // Free device memory, asked once (each query is a driver call). Every unit is decoded whole
-    // into staging: one whose decoded bytes (with the output) exceed it is refused before any
-    // batch is planned, which also keeps the batch arithmetic (and nvCOMP's sizes) far from
-    // overflow.
+    // What a unit takes in a slot's staging: its decoded bytes (and stored ones as many at
+    // most), the bytes read for an uncompressed one, nothing when read straight into the output.
+    let staged_len = |u: usize| match &units[u] {
+        unit if unit.direct.is_some() => 0,
+        unit if !chain.is_checked() => unit.raw_len(),
+        unit => unit.decoded_len(),
+    };
+    let largest = (0..units.len()).map(staged_len).max().unwrap_or(0);
+    // Free device memory, asked once (each query is a driver call). Every unit is staged whole
+    // (decoded, or the bytes read of an uncompressed one): one that (with the output) exceeds it
+    // is refused before any batch is planned, which also keeps the batch arithmetic (and
+    // nvCOMP's sizes) far from overflow.
     let free = context.free_bytes()?;
     let refuse = |needed: u64| -> Result<(), GpuError> {
         if needed > free {
@@ -390,12 +393,12 @@ fn plan_batches(
     refuse(out_bytes.saturating_add(largest))?;
     let small_free = chain.compression.is_some().then_some(free);
     let budget = batch_budget(config.staging_bytes() as u64, config.staging_is_set(), largest, small_free, out_bytes);
-    let batches = batches_by_size((0..units.len()).map(decoded_len), budget);
+    let batches = batches_by_size((0..units.len()).map(staged_len), budget);
     let slots = if batches.len() > 1 { 2 } else { 1 };
     let mut largest_slot = 0u64;
     for batch in &batches {
         // Saturating: a sum past 2^64 (a huge staging budget) is refused below.
-        let decoded = batch.iter().fold(0u64, |a, &u| a.saturating_add(decoded_len(u).next_multiple_of(DECODED_ALIGN)));
+        let decoded = batch.iter().fold(0u64, |a, &u| a.saturating_add(staged_len(u).next_multiple_of(DECODED_ALIGN)));
         let max_chunk = batch.iter().map(|&u| decoded_len(u)).max().unwrap_or(0);
         let temp = match &chain.compression {
             Some(codec) if chain.device_may_decode(config.decode_trust()) => {
@@ -446,8 +449,7 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
     gds: Option<&GdsStore>,
     buffers: &mut Buffers,
     slot: usize,
-    requests: &[DeviceReadRequest],
-    at: &[(usize, u64)],
+    (requests, staged, at): (&[DeviceReadRequest], usize, &[(usize, u64)]),
     (stored_total, meta_bytes, staging): (u64, u64, u64),
     items: &mut [Item],
     report: &mut RetrieveReport,
@@ -467,11 +469,13 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
     buffers.ensure_staging(job, slot, staging)?;
     let cbase = buffers.device[slot].0.as_ref().expect("ensured").ptr();
     let found = if direct {
+        let base = |i: usize| if i < staged { cbase } else { job.out_ptr };
         let requests: Vec<DeviceReadRequest> =
-            requests.iter().map(|r| DeviceReadRequest { dst: cbase + r.dst, ..r.clone() }).collect();
-        // SAFETY: each request lands at its offset below stored_total in the slot's staging,
-        // which has room for stored_total bytes; coalesced requests do not overlap; the slot's
-        // previous batch has finished (its event, awaited before this batch).
+            requests.iter().enumerate().map(|(i, r)| DeviceReadRequest { dst: base(i) + r.dst, ..r.clone() }).collect();
+        // SAFETY: each staged request lands at its offset below stored_total in the slot's
+        // staging, which has room for stored_total bytes; coalesced requests do not overlap; the
+        // slot's previous batch has finished (its event, awaited before this batch). The others
+        // land on the disjoint runs of the output their chunks' placements name.
         let outcome = unsafe {
             match gds {
                 Some(store) => store.read_to_device(
@@ -486,6 +490,7 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
         report.io = Some(outcome.status);
         outcome.found
     } else {
+        debug_assert_eq!(staged, requests.len(), "checked chains read nothing straight into the output");
         let hbuf = &mut buffers.host[slot].as_mut().expect("ensured").as_mut_slice()[..stored_total as usize];
         // SAFETY: the slot's staging starts with room for stored_total bytes, and its previous
         // batch has finished (its event, awaited before this batch); the pinned host buffer is
@@ -689,10 +694,10 @@ fn copy_and_verify(
         // on the same stream; results go to the metadata regions after them.
         unsafe { verify_crc32c(nvcomp, job.units, with_crc, layout, copy_stream) }?;
     }
-    if stored_total > 0 {
-        let copied = copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
-        job.stream.wait(&copied).map_err(GpuError::cuda("ordering a copy before decoding"))?;
-    }
+    // The decode and placement wait for every copy of the batch (staged, checked, or read
+    // straight into the output).
+    let copied = copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+    job.stream.wait(&copied).map_err(GpuError::cuda("ordering a copy before decoding"))?;
     Ok(())
 }
 
@@ -759,6 +764,8 @@ fn place_batch<S: ReadableStorageTraits + ?Sized>(
                 report.missing_chunks += 1;
                 fill_source(fill, job.context, array, job.fill_len, stream)?
             }
+            // Read straight into the output: placed already.
+            _ if units[it.unit].direct.is_some() => continue,
             _ if chain.needs_gather() => {
                 jobs.push(gather_job(chain, job.elem, p, base, out_shape));
                 continue;
@@ -992,29 +999,58 @@ fn narrow_raw(units: &mut [Unit]) -> Result<(), GpuError> {
     Ok(())
 }
 
-/// The reads of a batch and its items: `spans` are each unit's stored (offset, length), None
-/// when missing. Returns the read requests (ranges of one value coalesced), per stored span its
-/// request and host offset, the host staging used, the items (decoded offsets assigned) and the
-/// decoded bytes of the batch.
-#[allow(clippy::type_complexity)]
-fn plan_reads(
-    units: &[Unit],
-    batch: &[usize],
-    spans: &[Option<(u64, u64)>],
-) -> (Vec<DeviceReadRequest>, Vec<(usize, u64)>, u64, Vec<Item>, u64) {
-    let stored: Vec<(&StoreKey, u64, u64)> = batch
+/// A batch's reads: the requests (the first `staged` land in the slot's staging at their `dst`,
+/// the rest straight into the output at theirs), per stored unit in batch order its request and
+/// staging offset, the staged bytes, the batch's items and its decoded bytes.
+struct Reads {
+    requests: Vec<DeviceReadRequest>,
+    staged: usize,
+    at: Vec<(usize, u64)>,
+    stored_total: u64,
+    items: Vec<Item>,
+    decoded_total: u64,
+}
+
+/// Plan a batch's reads from its units' stored spans: ranges of one value close together are
+/// coalesced into one staged read; a unit read straight into the output has a read of its own.
+fn plan_reads(units: &[Unit], batch: &[usize], spans: &[Option<(u64, u64)>]) -> Reads {
+    let staged_spans: Vec<(&StoreKey, u64, u64)> = batch
         .iter()
         .zip(spans)
+        .filter(|(&u, _)| units[u].direct.is_none())
         .filter_map(|(&u, s)| s.map(|(offset, len)| (&units[u].placement.key, offset, len)))
         .collect();
-    let (requests, at, stored_total) = coalesce(&stored, COALESCE_GAP);
+    let (mut requests, staged_at, stored_total) = coalesce(&staged_spans, COALESCE_GAP);
+    let staged = requests.len();
+    let mut next_staged = staged_at.into_iter();
+    let mut at = Vec::with_capacity(batch.len());
     let mut items = Vec::with_capacity(batch.len());
     let mut decoded_at = 0u64;
-    let mut next_span = at.iter();
     for (&u, span) in batch.iter().zip(spans) {
-        let (route, stored_len, host_offset) = match span {
-            Some((_, len)) => (Route::Device, *len, next_span.next().expect("one per span").1),
-            None => (Route::Missing, 0, 0),
+        let unit = &units[u];
+        let (route, stored_len, host_offset) = match (span, unit.direct) {
+            (None, _) => (Route::Missing, 0, 0),
+            (Some((offset, len)), Some(out)) => {
+                let key = unit.placement.key.clone();
+                requests.push(DeviceReadRequest {
+                    key,
+                    offset: *offset,
+                    len: *len as usize,
+                    dst: out,
+                    value_len: unit.value_len,
+                });
+                at.push((requests.len() - 1, 0));
+                (Route::Device, *len, 0)
+            }
+            (Some((_, len)), None) => {
+                let (request, offset) = next_staged.next().expect("one per staged span");
+                // A value whose size the chain fixes is read alone (one span per key).
+                if unit.value_len.is_some() {
+                    requests[request].value_len = unit.value_len;
+                }
+                at.push((request, offset));
+                (Route::Device, *len, offset)
+            }
         };
         items.push(Item {
             unit: u,
@@ -1026,9 +1062,9 @@ fn plan_reads(
             crc: None,
             digest: None,
         });
-        decoded_at += units[u].decoded_len().next_multiple_of(DECODED_ALIGN);
+        decoded_at += unit.decoded_len().next_multiple_of(DECODED_ALIGN);
     }
-    (requests, at, stored_total, items, decoded_at)
+    Reads { requests, staged, at, stored_total, items, decoded_total: decoded_at }
 }
 
 /// Check every stored chunk on the host before the device sees it: the crc32c trailer split off,
@@ -1106,6 +1142,46 @@ fn route_large_frames(units: &[Unit], items: &mut [Item], chain: &DeviceChain, f
     for &k in large.iter().rev().take(share) {
         items[k].route = Route::Host;
     }
+}
+
+/// The host's share of a batch (items routed to host threads), decoded into the slot's host
+/// buffer and copied to the slot's decoded region at `dbase`; the read's stream waits for the
+/// copies. Returns how many.
+fn decode_host_share(
+    job: &Job<'_>,
+    buffers: &mut Buffers,
+    slot: usize,
+    items: &[Item],
+    dbase: u64,
+) -> Result<usize, GpuError> {
+    let host_items: Vec<&Item> = items.iter().filter(|it| it.route == Route::Host).collect();
+    if host_items.is_empty() {
+        return Ok(0);
+    }
+    // Only a codec's check routes units to host threads.
+    let codec = job
+        .chain
+        .compression
+        .as_deref()
+        .ok_or_else(|| GpuError::Unsupported("host decoding without a codec".into()))?;
+    let stored_bytes = buffers.host[slot].as_ref().expect("ensured").as_slice();
+    // SAFETY: dbase is the slot's decoded region, which holds every item's decoded bytes; the
+    // slot's host buffer is reused only after this batch's event.
+    unsafe {
+        decode_on_host(
+            job.context,
+            codec,
+            job.units,
+            &host_items,
+            stored_bytes,
+            &mut buffers.host_decoded[slot],
+            dbase,
+            job.copy_stream,
+        )
+    }?;
+    let copied = job.copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+    job.stream.wait(&copied).map_err(GpuError::cuda("ordering host-decoded chunks before placement"))?;
+    Ok(host_items.len())
 }
 
 /// Decode `items` (`compression`) with the zstd crate or flate2 on the reader's threads into
@@ -1216,7 +1292,7 @@ mod tests {
         let unit = |key: &StoreKey, source: Source| {
             let chunk = ArraySubset::new_with_start_shape(vec![0], vec![100]).unwrap();
             let placement = plan_chunks(4, &chunk, [(vec![0], key.clone(), chunk.clone())]).unwrap().pop().unwrap();
-            Unit { placement, source, inner: None, narrowed: false }
+            Unit { source, ..Unit::whole(placement) }
         };
         let units = vec![
             unit(&key, Source::Range { offset: 40, len: 30 }),
@@ -1226,7 +1302,9 @@ mod tests {
         ];
         // The sizes as the pipeline learns them: ranges as they are, the whole value asked.
         let spans = [Some((40, 30)), None, Some((10, 30)), Some((0, 55))];
-        let (requests, at, stored, items, decoded) = plan_reads(&units, &[0, 1, 2, 3], &spans);
+        let Reads { requests, staged, at, stored_total: stored, items, decoded_total: decoded } =
+            plan_reads(&units, &[0, 1, 2, 3], &spans);
+        assert_eq!(staged, requests.len());
         let got: Vec<(&str, u64, usize, u64)> =
             requests.iter().map(|r| (r.key.as_str(), r.offset, r.len, r.dst)).collect();
         // The two ranges of s/c/0 touch: one read of 60 bytes; the whole value apart.
@@ -1244,18 +1322,36 @@ mod tests {
     }
 
     #[test]
+    fn uncompressed_chunks_whose_bytes_are_one_run_of_the_output_are_read_straight_into_it() {
+        // Rows 1..3 of a 4 x 8 chunk, all columns: one run of the output; columns 2..6: not.
+        let chunk = ArraySubset::new_with_start_shape(vec![0, 0], vec![4, 8]).unwrap();
+        let key = StoreKey::new("c/0/0").unwrap();
+        let plan = |subset: ArraySubset| plan_chunks(4, &subset, [(vec![0, 0], key.clone(), chunk.clone())]).unwrap();
+        let rows = Unit::raw(plan(ArraySubset::new_with_ranges(&[1..3, 0..8])).pop().unwrap());
+        let cols = Unit::raw(plan(ArraySubset::new_with_ranges(&[1..3, 2..6])).pop().unwrap());
+        assert_eq!((rows.direct, rows.source.clone()), (Some(0), Source::Range { offset: 32, len: 64 }));
+        assert_eq!(cols.direct, None);
+        let units = vec![cols, rows];
+        let spans = [Some((40, 48)), Some((32, 64))];
+        let Reads { requests, staged, at, stored_total, items, .. } = plan_reads(&units, &[0, 1], &spans);
+        assert_eq!(staged, 1, "one staged read, then the direct one");
+        let got: Vec<(u64, usize, u64, Option<u64>)> =
+            requests.iter().map(|r| (r.offset, r.len, r.dst, r.value_len)).collect();
+        // Both check the value's size (the chunk's 128 bytes); the direct one lands at output 0.
+        assert_eq!(got, vec![(40, 48, 0, Some(128)), (32, 64, 0, Some(128))]);
+        assert_eq!(at, vec![(0, 0), (1, 0)]);
+        assert_eq!(stored_total, 48, "nothing staged for the direct read");
+        assert!(items.iter().all(|it| it.route == Route::Device));
+    }
+
+    #[test]
     fn uncompressed_inner_chunks_read_only_the_bytes_a_subset_needs() {
         // Inner chunk [4, 8] of u32 at offset 1000 of its shard; the subset wants rows 1..3.
         let key = StoreKey::new("s/c/0").unwrap();
         let chunk = ArraySubset::new_with_start_shape(vec![0, 0], vec![4, 8]).unwrap();
         let subset = ArraySubset::new_with_ranges(&[1..3, 0..8]);
         let placement = plan_chunks(4, &subset, [(vec![0, 0], key, chunk)]).unwrap().pop().unwrap();
-        let unit = |len| Unit {
-            placement: placement.clone(),
-            source: Source::Range { offset: 1000, len },
-            inner: None,
-            narrowed: false,
-        };
+        let unit = |len| Unit { source: Source::Range { offset: 1000, len }, ..Unit::whole(placement.clone()) };
         let mut units = vec![unit(128), Unit { source: Source::Missing, ..unit(128) }];
         narrow_raw(&mut units).unwrap();
         assert_eq!(units[0].source, Source::Range { offset: 1032, len: 64 });

@@ -5,16 +5,15 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
+use cudarc::driver::{CudaSlice, CudaStream};
 use zarrs::array::{Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset, ElementOwned};
-use zarrs_gds_store::{read_store_to_device, DeviceReadRequest, GdsStore};
+use zarrs_gds_store::GdsStore;
 use zarrs_storage::ReadableStorageTraits;
 
-use crate::context::{copy_dtod, fill_source, DeviceBuffer, GpuContext};
+use crate::context::GpuContext;
 use crate::device_array::check_element;
-use crate::plan::{checked_bytes, end_fits, plan_chunks, ChunkPlacement};
+use crate::plan::{checked_bytes, end_fits};
 use crate::route::{chunk_subset, chunks_meeting, device_plan, ChunkRef, DecodePath, RetrieveReport};
-use crate::trace::Trace;
 use crate::{DeviceArray, GpuConfig, GpuError};
 
 /// Whether `indices` (a box of `shape` from `start`) lies within `bound`, checked: zarrs'
@@ -198,9 +197,6 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
         nvcomp_sys::NvcompLibrary::get().map(|lib| (plan, Some(lib))).map_err(|e| e.to_string())
     });
     let (out, report) = match route {
-        Ok((plan, None)) if plan.shards.is_empty() && plan.chain.is_raw() => {
-            retrieve_raw(array, subset, chunks, gds, config, &context, &stream, out_bytes)?
-        }
         Ok((plan, nvcomp)) => {
             crate::decode::retrieve_decoded(array, subset, chunks, gds, config, &context, &stream, &plan, nvcomp)?
         }
@@ -260,154 +256,4 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     stream.synchronize().map_err(GpuError::cuda("waiting for the copy to the device"))?;
     context.give_pinned(pinned);
     Ok((out, RetrieveReport { host_reason, ..RetrieveReport::new(DecodePath::Host, chunks.len()) }))
-}
-
-/// Offsets in staging are aligned so cuFile and the copy engines get aligned addresses.
-const STAGING_ALIGN: u64 = 4096;
-
-struct Batch {
-    /// Placements of this batch (indices into the plan).
-    items: Vec<usize>,
-    /// Staging offset per item (None: read straight into the output).
-    staging: Vec<Option<u64>>,
-    staging_bytes: u64,
-}
-
-fn make_batches(placements: &[ChunkPlacement], budget: u64) -> Vec<Batch> {
-    let mut batches = Vec::new();
-    let mut current = Batch { items: Vec::new(), staging: Vec::new(), staging_bytes: 0 };
-    for (i, p) in placements.iter().enumerate() {
-        let staged = !p.is_direct();
-        // Saturating: a read near 2^64 bytes stays larger than any budget and any free memory.
-        let need = if staged { p.read_len().checked_next_multiple_of(STAGING_ALIGN).unwrap_or(u64::MAX) } else { 0 };
-        if !current.items.is_empty() && current.staging_bytes.saturating_add(need) > budget {
-            batches.push(std::mem::replace(
-                &mut current,
-                Batch { items: Vec::new(), staging: Vec::new(), staging_bytes: 0 },
-            ));
-        }
-        current.items.push(i);
-        current.staging.push(staged.then_some(current.staging_bytes));
-        current.staging_bytes = current.staging_bytes.saturating_add(need);
-    }
-    if !current.items.is_empty() {
-        batches.push(current);
-    }
-    batches
-}
-
-/// Codec chain `bytes`: chunk bytes go from storage to device staging (or straight into the
-/// output) and are placed with device copies; two staging buffers alternate so placement of one
-/// batch overlaps the reads of the next.
-#[allow(clippy::too_many_arguments)]
-fn retrieve_raw<S: ReadableStorageTraits + ?Sized + 'static>(
-    array: &Array<S>,
-    subset: &ArraySubset,
-    chunks: Vec<ChunkRef>,
-    gds: Option<&GdsStore>,
-    config: &GpuConfig,
-    context: &GpuContext,
-    stream: &Arc<CudaStream>,
-    out_bytes: u64,
-) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
-    let mut trace = Trace::new(config.trace());
-    let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
-    let placements = plan_chunks(elem, subset, chunks)?;
-    let batches = make_batches(&placements, config.staging_bytes() as u64);
-    let max_staging = batches.iter().map(|b| b.staging_bytes).max().unwrap_or(0);
-    let buffers_needed = if batches.len() > 1 { 2 } else { 1 };
-    // The fill block covers the largest read (a missing chunk is placed from it).
-    let fill_len = placements.iter().map(ChunkPlacement::read_len).max().unwrap_or(0);
-    // Saturating: a sum past 2^64 is more than any device has free, and refused as such.
-    context.check_free(out_bytes.saturating_add(max_staging.saturating_mul(buffers_needed)))?;
-    trace.mark("plan");
-
-    let (out, out_ptr) = context.alloc_output(stream, out_bytes as usize)?;
-    trace.mark("alloc output");
-
-    let mut staging: Vec<(DeviceBuffer, Option<CudaEvent>)> = Vec::new();
-    for _ in 0..buffers_needed.min(batches.len() as u64) {
-        staging.push((context.take_staging(max_staging.max(1) as usize)?, None));
-    }
-    trace.mark("staging");
-    let mut fill: Option<DeviceBuffer> = None;
-    let mut report = RetrieveReport::new(DecodePath::Device, placements.len());
-    let result = (|| -> Result<(), GpuError> {
-        for (b, batch) in batches.iter().enumerate() {
-            let (buffer, event) = &mut staging[b % buffers_needed as usize];
-            if let Some(event) = event.take() {
-                event.synchronize().map_err(GpuError::cuda("waiting for placement copies"))?;
-                trace.mark("wait staging");
-            }
-            let requests: Vec<DeviceReadRequest> = batch
-                .items
-                .iter()
-                .zip(&batch.staging)
-                .map(|(&i, staged)| {
-                    let p = &placements[i];
-                    let dst = match staged {
-                        Some(offset) => buffer.ptr() + offset,
-                        None => out_ptr + p.direct_output_offset(),
-                    };
-                    // The stored chunk is its elements: of any other size it is not this chunk.
-                    let value_len = Some(p.chunk_bytes);
-                    DeviceReadRequest {
-                        key: p.key.clone(),
-                        offset: p.byte_start,
-                        len: p.read_len() as usize,
-                        dst,
-                        value_len,
-                    }
-                })
-                .collect();
-            // SAFETY: staging offsets lie within the buffer (sized for the largest batch) and do
-            // not overlap; direct reads land on disjoint runs of `out`, which is allocated.
-            let outcome = unsafe {
-                match gds {
-                    Some(store) => {
-                        store.read_to_device(context.reader(), &requests, Some(config.backend()), Some(stream))
-                    }
-                    None => read_store_to_device(array.storage().as_ref(), context.reader(), &requests, Some(stream)),
-                }
-            }?;
-            trace.mark("read");
-            report.io = Some(outcome.status);
-            for ((&i, staged), found) in batch.items.iter().zip(&batch.staging).zip(&outcome.found) {
-                let p = &placements[i];
-                let src = if *found {
-                    report.bytes_read += p.read_len();
-                    match staged {
-                        Some(offset) => buffer.ptr() + offset,
-                        None => continue,
-                    }
-                } else {
-                    report.missing_chunks += 1;
-                    fill_source(&mut fill, context, array, fill_len, stream)?
-                };
-                for copy in &p.copies {
-                    // SAFETY: the copy reads within the bytes read (or the fill block, sized for
-                    // the largest read) and writes within `out` (planned from the subset).
-                    unsafe { copy_dtod(copy, src, out_ptr, stream) }?;
-                }
-            }
-            *event = Some(stream.record_event(None).map_err(GpuError::cuda("recording an event"))?);
-            trace.mark("place");
-        }
-        let synced = stream.synchronize().map_err(GpuError::cuda("placing chunk data on the device"));
-        trace.mark("final sync");
-        synced
-    })();
-    // Buffers go back to the pools only once nothing uses them.
-    let synced = stream.synchronize();
-    if synced.is_ok() {
-        for (buffer, _) in staging {
-            context.give_staging(buffer);
-        }
-        if let Some(buffer) = fill {
-            context.give_staging(buffer);
-        }
-    }
-    result?;
-    trace.finish(&format!("{} bytes, {} chunks, {} batches", out_bytes, report.chunks, batches.len()));
-    Ok((out, report))
 }

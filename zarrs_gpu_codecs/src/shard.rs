@@ -431,7 +431,14 @@ pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
                     continue;
                 }
                 if let Some(placement) = placement {
-                    units.push(Unit { placement, source, inner: Some(idx), narrowed: false });
+                    units.push(Unit {
+                        placement,
+                        source,
+                        inner: Some(idx),
+                        narrowed: false,
+                        value_len: None,
+                        direct: None,
+                    });
                 }
             }
         }
@@ -467,7 +474,14 @@ fn missing_units(
         } else if let Some(placement) =
             plan_chunks(elem, subset, [(idx.clone(), shard.key.clone(), inner_subset)])?.pop()
         {
-            out.push(Unit { placement, source: Source::Missing, inner: Some(idx), narrowed: false });
+            out.push(Unit {
+                placement,
+                source: Source::Missing,
+                inner: Some(idx),
+                narrowed: false,
+                value_len: None,
+                direct: None,
+            });
         }
     }
     Ok(out)

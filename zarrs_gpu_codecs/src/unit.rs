@@ -25,12 +25,27 @@ pub(crate) struct Unit {
     pub(crate) inner: Option<Vec<u64>>,
     /// Only the placement's `byte_start..byte_end` of the chunk is read (uncompressed chunks).
     pub(crate) narrowed: bool,
+    /// The whole value's size, when the chain fixes it (an uncompressed chunk is its elements):
+    /// a value of another size is an error, not this chunk.
+    pub(crate) value_len: Option<u64>,
+    /// Where in the output the read lands, for an uncompressed chunk whose needed bytes are one
+    /// run of the output: read straight there, nothing to stage or place.
+    pub(crate) direct: Option<u64>,
 }
 
 impl Unit {
     /// Each chunk a whole stored value.
     pub(crate) fn whole(placement: ChunkPlacement) -> Self {
-        Self { placement, source: Source::Whole, inner: None, narrowed: false }
+        Self { placement, source: Source::Whole, inner: None, narrowed: false, value_len: None, direct: None }
+    }
+
+    /// An uncompressed chunk in the platform's byte order (its own value): only the bytes the
+    /// subset needs are read, straight into the output where they are one run of it.
+    pub(crate) fn raw(placement: ChunkPlacement) -> Self {
+        let source = Source::Range { offset: placement.byte_start, len: placement.read_len() };
+        let direct = placement.is_direct().then(|| placement.direct_output_offset());
+        let value_len = Some(placement.chunk_bytes);
+        Self { placement, source, inner: None, narrowed: true, value_len, direct }
     }
 
     /// The whole decoded chunk's bytes (checked once, by `plan_chunks`).
