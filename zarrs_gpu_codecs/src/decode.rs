@@ -164,9 +164,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         out_ptr,
     };
     let mut buffers = Buffers {
-        device: (0..slots).map(|_| (None, None)).collect(),
-        host: (0..slots).map(|_| None).collect(),
-        host_decoded: (0..slots).map(|_| None).collect(),
+        slots: (0..slots).map(|_| Slot::default()).collect(),
         // Every unit's decode results, digests included (see `MetaLayout::result_bytes`).
         results: context.take_pinned(MetaLayout::new(0, units.len().max(1), true, 0, 0).result_bytes() as usize)?,
         fill: None,
@@ -186,7 +184,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     let result = (|| -> Result<(), GpuError> {
         for (b, batch) in batches.iter().enumerate() {
             let slot = b % slots;
-            if let Some(pending) = buffers.device[slot].1.take() {
+            if let Some(pending) = buffers.slots[slot].pending.take() {
                 let batch = pending.batch;
                 pending.wait(&batches[batch], units)?;
                 trace.mark("wait slot");
@@ -215,7 +213,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
                 &mut report,
             )?;
             trace.mark("read");
-            let stored_bytes = buffers.host[slot].as_ref().expect("ensured").as_slice();
+            let stored_bytes = buffers.slots[slot].host.as_ref().expect("ensured").as_slice();
             route_batch(&job, &mut items, stored_bytes)?;
             trace.mark("check");
             let layout = launch_device(
@@ -237,12 +235,12 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             results_at += queue_results(&job, &layout, &on_device, results_base, results_at, &mut checks)?;
             place_batch(&job, array, &layout, &items, &mut buffers.fill, out_shape, out_ptr, &mut report)?;
             let event = stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
-            buffers.device[slot].1 = Some(Pending { event, deadline: batch_deadline, bound, batch: b });
+            buffers.slots[slot].pending = Some(Pending { event, deadline: batch_deadline, bound, batch: b });
             trace.mark("place");
         }
         // Oldest first: the slot after the last batch's holds the batch before it.
         for k in 1..=slots {
-            if let Some(pending) = buffers.device[(batches.len() + k) % slots].1.take() {
+            if let Some(pending) = buffers.slots[(batches.len() + k) % slots].pending.take() {
                 let batch = pending.batch;
                 pending.wait(&batches[batch], units)?;
             }
@@ -311,15 +309,23 @@ impl Job<'_> {
     }
 }
 
-/// A read's buffers, per slot (two batches alternate) and for the whole read.
+/// One of the (two) places batches alternate in: its buffers, and the batch whose device work
+/// still uses them (its event). A slot's buffers are reused only after that event.
+#[derive(Default)]
+struct Slot {
+    /// Device staging: stored bytes, decoded bytes, the decoder's scratch, metadata.
+    staging: Option<DeviceBuffer>,
+    /// Pinned stored chunks, then the mirror of the metadata for async copies.
+    host: Option<PinnedBuffer>,
+    /// Chunks decoded on host threads.
+    host_decoded: Option<PinnedBuffer>,
+    /// The batch in flight here.
+    pending: Option<Pending>,
+}
+
+/// A read's buffers: its slots, and what the whole read shares.
 struct Buffers {
-    /// Device staging of each slot (stored bytes, decoded bytes, nvCOMP temp, metadata) and the
-    /// batch it holds.
-    device: Vec<(Option<DeviceBuffer>, Option<Pending>)>,
-    /// Pinned stored chunks then the metadata staged for async copies, per slot.
-    host: Vec<Option<PinnedBuffer>>,
-    /// Chunks decoded on host threads, per slot.
-    host_decoded: Vec<Option<PinnedBuffer>>,
+    slots: Vec<Slot>,
     /// What nvCOMP reports back, batch after batch: per batch its decoded sizes (u64) and
     /// statuses (u32), and the content checks' values (and statuses): at most 20 bytes a chunk.
     results: PinnedBuffer,
@@ -341,7 +347,7 @@ impl Buffers {
             taken.set(now);
             job.context.take_staging(len)
         };
-        ensure(&mut self.device[slot].0, len, DeviceBuffer::len, take, |old| job.context.give_staging(old))
+        ensure(&mut self.slots[slot].staging, len, DeviceBuffer::len, take, |old| job.context.give_staging(old))
     }
 }
 
@@ -460,14 +466,14 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
     // The host keeps only the metadata staging when the bytes go straight to the device.
     let host_meta_at = if direct { 0 } else { stored_total.next_multiple_of(STORED_ALIGN) };
     ensure(
-        &mut buffers.host[slot],
+        &mut buffers.slots[slot].host,
         host_meta_at + meta_bytes,
         PinnedBuffer::len,
         |len| context.take_pinned(len),
         |old| context.give_pinned(old),
     )?;
     buffers.ensure_staging(job, slot, staging)?;
-    let cbase = buffers.device[slot].0.as_ref().expect("ensured").ptr();
+    let cbase = buffers.slots[slot].staging.as_ref().expect("ensured").ptr();
     let found = if direct {
         let base = |i: usize| if i < staged { cbase } else { job.out_ptr };
         let requests: Vec<DeviceReadRequest> =
@@ -491,7 +497,7 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
         outcome.found
     } else {
         debug_assert_eq!(staged, requests.len(), "checked chains read nothing straight into the output");
-        let hbuf = &mut buffers.host[slot].as_mut().expect("ensured").as_mut_slice()[..stored_total as usize];
+        let hbuf = &mut buffers.slots[slot].host.as_mut().expect("ensured").as_mut_slice()[..stored_total as usize];
         // SAFETY: the slot's staging starts with room for stored_total bytes, and its previous
         // batch has finished (its event, awaited before this batch); the pinned host buffer is
         // reused only after this batch's event, which follows the copy stream's wait for the copies.
@@ -587,19 +593,19 @@ fn launch_device(
     // The stored bytes are already in this slot's staging (copied as they were read), which was
     // sized for every stored unit on the device. Should nvCOMP ask for more temp space for fewer
     // chunks, the staging is replaced once its copies are done, and the bytes copied again.
-    let read_into = buffers.device[slot].0.as_ref().map(DeviceBuffer::ptr);
-    if buffers.device[slot].0.as_ref().is_none_or(|b| (b.len() as u64) < staging) {
+    let read_into = buffers.slots[slot].staging.as_ref().map(DeviceBuffer::ptr);
+    if buffers.slots[slot].staging.as_ref().is_none_or(|b| (b.len() as u64) < staging) {
         job.copy_stream.synchronize().map_err(GpuError::cuda("waiting for copies to the device"))?;
     }
     buffers.ensure_staging(job, slot, staging)?;
-    let cbase = buffers.device[slot].0.as_ref().expect("ensured").ptr();
+    let cbase = buffers.slots[slot].staging.as_ref().expect("ensured").ptr();
     // Direct reads' staging had exactly this size (no decoded bytes, no temp): never replaced.
     debug_assert!(!direct || read_into == Some(cbase), "direct reads' staging was replaced");
     let copy_stored = !direct && read_into != Some(cbase);
     let dbase = cbase + stored_room;
     let temp = dbase + decoded_room;
     let meta = temp + temp_room;
-    let hbuf = buffers.host[slot].as_mut().expect("ensured");
+    let hbuf = buffers.slots[slot].host.as_mut().expect("ensured");
     let host_meta = hbuf.as_mut_slice()[host_meta_at as usize..].as_mut_ptr() as usize;
     let stored_bytes = hbuf.as_slice();
     let (gather, copies) = table_room(job.units, chain, items.iter().map(|it| it.unit));
@@ -851,12 +857,17 @@ fn release(
     };
     match (settled, result) {
         (Ok(true), _) => {
-            let Buffers { device, host, host_decoded, results, fill, .. } = buffers;
-            for buffer in device.into_iter().filter_map(|(buffer, _)| buffer).chain(fill) {
-                context.give_staging(buffer);
+            let Buffers { slots, results, fill, .. } = buffers;
+            for slot in slots {
+                if let Some(staging) = slot.staging {
+                    context.give_staging(staging);
+                }
+                for buffer in slot.host.into_iter().chain(slot.host_decoded) {
+                    context.give_pinned(buffer);
+                }
             }
-            for buffer in host.into_iter().chain(host_decoded).flatten() {
-                context.give_pinned(buffer);
+            if let Some(fill) = fill {
+                context.give_staging(fill);
             }
             context.give_pinned(results);
         }
@@ -1164,20 +1175,12 @@ fn decode_host_share(
         .compression
         .as_deref()
         .ok_or_else(|| GpuError::Unsupported("host decoding without a codec".into()))?;
-    let stored_bytes = buffers.host[slot].as_ref().expect("ensured").as_slice();
+    let Slot { host, host_decoded, .. } = &mut buffers.slots[slot];
+    let stored_bytes = host.as_ref().expect("ensured").as_slice();
     // SAFETY: dbase is the slot's decoded region, which holds every item's decoded bytes; the
     // slot's host buffer is reused only after this batch's event.
     unsafe {
-        decode_on_host(
-            job.context,
-            codec,
-            job.units,
-            &host_items,
-            stored_bytes,
-            &mut buffers.host_decoded[slot],
-            dbase,
-            job.copy_stream,
-        )
+        decode_on_host(job.context, codec, job.units, &host_items, stored_bytes, host_decoded, dbase, job.copy_stream)
     }?;
     let copied = job.copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
     job.stream.wait(&copied).map_err(GpuError::cuda("ordering host-decoded chunks before placement"))?;
