@@ -286,13 +286,30 @@ impl GpuContext {
         Ok((out, ptr))
     }
 
-    /// Copy host bytes to new device memory (synchronously).
+    /// Copy host bytes (pageable memory, such as zarrs' decoded `Vec`) to new device memory:
+    /// in pieces on the reader's threads, each copied into its thread's pinned buffer and on to
+    /// the device asynchronously (one pageable copy runs at 6 to 9 GB/s). Returns when done.
     pub(crate) fn upload(&self, bytes: &[u8]) -> Result<CudaSlice<u8>, GpuError> {
+        /// The bytes themselves as the reader's source.
+        struct HostBytes<'a>(&'a [u8]);
+        impl zarrs_gds_store::PieceSource for HostBytes<'_> {
+            fn read_host(
+                &self,
+                _: usize,
+                offset: u64,
+                buf: &mut [u8],
+            ) -> Result<bool, zarrs_gds_store::DeviceReadError> {
+                buf.copy_from_slice(&self.0[offset as usize..][..buf.len()]);
+                Ok(true)
+            }
+        }
         let stream = self.new_stream()?;
         self.check_free(bytes.len() as u64)?;
-        let mut device = self.alloc(&stream, bytes.len())?;
-        stream.memcpy_htod(bytes, &mut device).map_err(GpuError::cuda("copying to the device"))?;
-        stream.synchronize().map_err(GpuError::cuda("waiting for a copy to the device"))?;
+        let (device, ptr) = self.alloc_output(&stream, bytes.len())?;
+        let transfers = [zarrs_gds_store::DeviceTransfer { dst: ptr, len: bytes.len() }];
+        // SAFETY: the destination is the fresh allocation of bytes.len() bytes; with no stream
+        // the copies are complete when this returns.
+        unsafe { self.reader.transfer(&transfers, &HostBytes(bytes), None) }?;
         Ok(device)
     }
 
