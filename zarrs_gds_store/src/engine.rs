@@ -169,6 +169,15 @@ impl DeviceReaderOptions {
     }
 }
 
+/// One host destination of a transfer: `len` bytes at byte `at` of the caller's buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostTransfer {
+    /// Where the bytes land in the buffer.
+    pub at: usize,
+    /// How many bytes.
+    pub len: usize,
+}
+
 /// One device destination of a transfer: `len` bytes at `dst`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceTransfer {
@@ -220,17 +229,15 @@ impl Outcome {
         if present { &self.found[transfer] } else { &self.missing[transfer] }.store(true, Ordering::Relaxed);
     }
 
-    /// Whether each transfer's source existed; an error when it vanished part way.
-    fn finish(&self, transfers: &[DeviceTransfer]) -> Result<Vec<bool>, DeviceReadError> {
-        transfers
-            .iter()
-            .enumerate()
-            .map(|(i, t)| match (self.found[i].load(Ordering::Relaxed), self.missing[i].load(Ordering::Relaxed)) {
+    /// Whether each transfer (of these lengths) found its source; an error when it vanished part
+    /// way.
+    fn finish(&self, lens: impl Iterator<Item = usize>) -> Result<Vec<bool>, DeviceReadError> {
+        lens.enumerate()
+            .map(|(i, len)| match (self.found[i].load(Ordering::Relaxed), self.missing[i].load(Ordering::Relaxed)) {
                 (true, true) => Err(DeviceReadError::Storage(zarrs_storage::StorageError::Other(format!(
-                    "transfer {i} ({} bytes): its source disappeared during the read",
-                    t.len
+                    "transfer {i} ({len} bytes): its source disappeared during the read"
                 )))),
-                (present, _) => Ok(present || t.len == 0),
+                (present, _) => Ok(present || len == 0),
             })
             .collect()
     }
@@ -250,9 +257,14 @@ impl SendPtr {
     }
 }
 
-/// Requests as transfers (for reads to the host, `dst` is the offset into the buffer).
+/// Device requests as transfers.
 pub(crate) fn as_transfers(requests: &[crate::DeviceReadRequest]) -> Vec<DeviceTransfer> {
     requests.iter().map(|r| DeviceTransfer { dst: r.dst, len: r.len }).collect()
+}
+
+/// Host requests as transfers.
+pub(crate) fn as_host_transfers(requests: &[crate::HostReadRequest]) -> Vec<HostTransfer> {
+    requests.iter().map(|r| HostTransfer { at: r.at, len: r.len }).collect()
 }
 
 struct Worker {
@@ -351,7 +363,8 @@ impl DeviceReader {
         source: &dyn PieceSource,
         stream: Option<&CudaStream>,
     ) -> Result<Vec<bool>, DeviceReadError> {
-        let pieces = self.pieces(transfers);
+        let lens: Vec<usize> = transfers.iter().map(|t| t.len).collect();
+        let pieces = self.pieces(&lens);
         let outcome = Outcome::new(transfers.len());
         let result: Result<(), DeviceReadError> = self.pool.install(|| {
             pieces.par_iter().try_for_each(|&(i, offset, len)| {
@@ -375,11 +388,11 @@ impl DeviceReader {
             (Ok(()), None) => self.synchronize()?,
             (Ok(()), Some(stream)) => self.order_before(stream)?,
         }
-        outcome.finish(transfers)
+        outcome.finish(lens.into_iter())
     }
 
-    /// Read every transfer's bytes from `source` into host memory: `buf[dst..dst + len]` for each
-    /// (`dst` an offset into `buf`), in pieces on the reader's threads. Returns, per transfer,
+    /// Read every transfer's bytes from `source` into host memory: `buf[at..at + len]` for each,
+    /// in pieces on the reader's threads. Returns, per transfer,
     /// whether its source existed.
     ///
     /// With a [`DeviceMirror`], each piece is also copied to the device as soon as it is read (on
@@ -391,14 +404,14 @@ impl DeviceReader {
     /// error when a destination lies outside `buf` or two overlap.
     pub fn read_host(
         &self,
-        transfers: &[DeviceTransfer],
+        transfers: &[HostTransfer],
         source: &dyn PieceSource,
         buf: &mut [u8],
         mirror: Option<DeviceMirror<'_>>,
     ) -> Result<Vec<bool>, DeviceReadError> {
         // Saturating: an end past 2^64 lies outside any buffer and is refused below.
         let mut spans: Vec<(u64, u64)> =
-            transfers.iter().map(|t| (t.dst, t.dst.saturating_add(t.len as u64))).collect();
+            transfers.iter().map(|t| (t.at as u64, (t.at as u64).saturating_add(t.len as u64))).collect();
         spans.sort_unstable();
         let overlapping = spans.windows(2).any(|w| w[1].0 < w[0].1);
         if overlapping || spans.last().is_some_and(|s| s.1 > buf.len() as u64) {
@@ -412,11 +425,12 @@ impl DeviceReader {
             )));
         }
         let base = SendPtr(buf.as_mut_ptr());
-        let pieces = self.pieces(transfers);
+        let lens: Vec<usize> = transfers.iter().map(|t| t.len).collect();
+        let pieces = self.pieces(&lens);
         let outcome = Outcome::new(transfers.len());
         let result = self.pool.install(|| {
             pieces.par_iter().try_for_each(|&(i, offset, len)| {
-                let start = (transfers[i].dst + offset) as usize;
+                let start = transfers[i].at + offset as usize;
                 // SAFETY: the destinations were checked to lie in `buf` and not to overlap, and
                 // pieces of one transfer are disjoint, so every piece writes its own bytes.
                 let piece = unsafe { std::slice::from_raw_parts_mut(base.get().add(start), len) };
@@ -437,7 +451,7 @@ impl DeviceReader {
             (Ok(()), Some(mirror)) => self.order_before(mirror.stream)?,
             (Ok(()), None) => {}
         }
-        outcome.finish(transfers)
+        outcome.finish(lens.into_iter())
     }
 
     /// Copy host bytes just read to `dst` on this thread's worker stream.
@@ -454,15 +468,14 @@ impl DeviceReader {
     /// Split transfers into pieces `(transfer, offset, len)`. Small reads get smaller pieces (down
     /// to 1 MiB), so that every thread has several in flight and reads overlap copies; large reads
     /// use the full task size.
-    fn pieces(&self, transfers: &[DeviceTransfer]) -> Vec<(usize, u64, usize)> {
-        let total: u64 = transfers.iter().fold(0u64, |acc, t| acc.saturating_add(t.len as u64));
+    fn pieces(&self, lens: &[usize]) -> Vec<(usize, u64, usize)> {
+        let total: u64 = lens.iter().fold(0u64, |acc, &len| acc.saturating_add(len as u64));
         let per_thread = total / (self.workers.len() as u64 * 8);
         let task = per_thread.next_multiple_of(4096).max(1 << 20).min(self.options.task_size as u64);
-        transfers
-            .iter()
+        lens.iter()
             .enumerate()
-            .flat_map(|(i, t)| {
-                let len = t.len as u64;
+            .flat_map(|(i, &len)| {
+                let len = len as u64;
                 (0..len.div_ceil(task)).map(move |p| (i, p * task, (len - p * task).min(task) as usize))
             })
             .collect()

@@ -29,12 +29,12 @@ mod store;
 pub use backend::{IoBackend, IoPath, IoStatus, BACKEND_ENV};
 pub use cufile::CUFILE_LIBRARY_ENV;
 pub use engine::{
-    cuda_context, DeviceMirror, DevicePtr, DeviceReader, DeviceReaderOptions, DeviceTransfer, PieceSource,
-    PinnedBuffer, NTHREADS_ENV, TASK_SIZE_ENV,
+    cuda_context, DeviceMirror, DevicePtr, DeviceReader, DeviceReaderOptions, DeviceTransfer, HostTransfer,
+    PieceSource, PinnedBuffer, NTHREADS_ENV, TASK_SIZE_ENV,
 };
 pub use error::DeviceReadError;
 pub use staged::{read_store_to_device, read_store_to_host};
-pub use store::{DeviceReadOutcome, DeviceReadRequest, GdsStore, GdsStoreOptions};
+pub use store::{DeviceReadOutcome, DeviceReadRequest, GdsStore, GdsStoreOptions, HostReadRequest};
 
 /// The cudarc version this crate is built with, for callers that share CUDA objects with it.
 pub use cudarc;

@@ -13,7 +13,7 @@ use zarrs_storage::{
 };
 
 use crate::cufile::{CuFileDriver, CuFileHandle};
-use crate::engine::{as_transfers, DeviceMirror, DevicePtr, DeviceReader, PieceSource};
+use crate::engine::{as_host_transfers, as_transfers, DeviceMirror, DevicePtr, DeviceReader, PieceSource};
 use crate::{DeviceReadError, IoBackend, IoPath, IoStatus};
 
 /// Options of a [`GdsStore`].
@@ -44,8 +44,7 @@ impl GdsStoreOptions {
     }
 }
 
-/// One read: `len` bytes of `key` from `offset`, to `dst` (a device address for reads to the
-/// device, an offset into the buffer for reads to the host).
+/// One read into device memory: `len` bytes of `key` from `offset`, to the device address `dst`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceReadRequest {
     /// The key.
@@ -60,6 +59,51 @@ pub struct DeviceReadRequest {
     /// a value of another size is an error rather than bytes read from it.
     pub value_len: Option<u64>,
 }
+
+/// One read into host memory: `len` bytes of `key` from `offset`, to byte `at` of the buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostReadRequest {
+    /// The key.
+    pub key: StoreKey,
+    /// The first byte of the value to read.
+    pub offset: u64,
+    /// How many bytes (a read past the value's end is an error).
+    pub len: usize,
+    /// Where the bytes land in the buffer.
+    pub at: usize,
+    /// The value's whole size, where the caller knows what it must be: a value of another size
+    /// is an error rather than bytes read from it.
+    pub value_len: Option<u64>,
+}
+
+/// What both kinds of request read: a byte range of a value.
+pub(crate) trait ReadRange: Sync {
+    fn key(&self) -> &StoreKey;
+    fn offset(&self) -> u64;
+    fn len(&self) -> usize;
+    fn value_len(&self) -> Option<u64>;
+}
+
+macro_rules! read_range {
+    ($t:ty) => {
+        impl ReadRange for $t {
+            fn key(&self) -> &StoreKey {
+                &self.key
+            }
+            fn offset(&self) -> u64 {
+                self.offset
+            }
+            fn len(&self) -> usize {
+                self.len
+            }
+            fn value_len(&self) -> Option<u64> {
+                self.value_len
+            }
+        }
+    };
+}
+read_range!(DeviceReadRequest);
+read_range!(HostReadRequest);
 
 /// What a read into device memory did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -199,7 +243,7 @@ impl GdsStore {
         Ok(DeviceReadOutcome { found, status })
     }
 
-    /// Read every request's bytes into `buf` at its `dst` offset, all in flight at once on
+    /// Read every request's bytes into `buf` at its `at` offset, all in flight at once on
     /// `reader`'s threads (parallel preads), each piece also copied to the device with a `mirror`
     /// (see [`DeviceReader::read_host`]). Returns, per request, whether its key exists.
     ///
@@ -209,21 +253,21 @@ impl GdsStore {
     pub fn read_to_host(
         &self,
         reader: &DeviceReader,
-        requests: &[DeviceReadRequest],
+        requests: &[HostReadRequest],
         buf: &mut [u8],
         mirror: Option<DeviceMirror<'_>>,
     ) -> Result<Vec<bool>, DeviceReadError> {
         let (files, request_file) = self.open_files(reader, requests, None)?;
         let source = FileSource { requests, request_file: &request_file, files: &files };
-        reader.read_host(&as_transfers(requests), &source, buf, mirror)
+        reader.read_host(&as_host_transfers(requests), &source, buf, mirror)
     }
 
     /// Open each distinct key's file once, in parallel (registered with cuFile when `driver` is
     /// given), and check every request against its file's size.
-    fn open_files(
+    fn open_files<R: ReadRange>(
         &self,
         reader: &DeviceReader,
-        requests: &[DeviceReadRequest],
+        requests: &[R],
         driver: Option<&'static CuFileDriver>,
     ) -> Result<(Vec<OpenFile>, Vec<usize>), DeviceReadError> {
         let mut file_of_key: HashMap<&StoreKey, usize> = HashMap::new();
@@ -231,8 +275,8 @@ impl GdsStore {
         let request_file: Vec<usize> = requests
             .iter()
             .map(|r| {
-                *file_of_key.entry(&r.key).or_insert_with(|| {
-                    keys.push(&r.key);
+                *file_of_key.entry(r.key()).or_insert_with(|| {
+                    keys.push(r.key());
                     keys.len() - 1
                 })
             })
@@ -243,7 +287,7 @@ impl GdsStore {
         })?;
         for (request, &f) in requests.iter().zip(&request_file) {
             let file = &files[f];
-            if let (Some(_), Some(expected)) = (&file.file, request.value_len.filter(|&n| n != file.size)) {
+            if let (Some(_), Some(expected)) = (&file.file, request.value_len().filter(|&n| n != file.size)) {
                 return Err(DeviceReadError::WrongSize {
                     what: file.path.display().to_string(),
                     size: file.size,
@@ -252,11 +296,11 @@ impl GdsStore {
             }
             // Checked: an end past 2^64 (hostile offsets) is past any file's end. Every later
             // offset of the request lies below this end.
-            let end = request.offset.checked_add(request.len as u64);
+            let end = request.offset().checked_add(request.len() as u64);
             if file.file.is_some() && end.is_none_or(|end| end > file.size) {
                 return Err(DeviceReadError::PastEnd {
                     what: file.path.display().to_string(),
-                    start: request.offset,
+                    start: request.offset(),
                     end: end.unwrap_or(u64::MAX),
                     size: file.size,
                 });
@@ -315,18 +359,18 @@ impl OpenFile {
     }
 }
 
-struct FileSource<'a> {
-    requests: &'a [DeviceReadRequest],
+struct FileSource<'a, R> {
+    requests: &'a [R],
     request_file: &'a [usize],
     files: &'a [OpenFile],
 }
 
-impl PieceSource for FileSource<'_> {
+impl<R: ReadRange> PieceSource for FileSource<'_, R> {
     fn read_host(&self, transfer: usize, offset: u64, buf: &mut [u8]) -> Result<bool, DeviceReadError> {
         let file = &self.files[self.request_file[transfer]];
         let Some(handle) = &file.file else { return Ok(false) };
         handle
-            .read_exact_at(buf, self.requests[transfer].offset + offset)
+            .read_exact_at(buf, self.requests[transfer].offset() + offset)
             .map_err(|source| DeviceReadError::Io { path: file.path.clone(), source })?;
         Ok(true)
     }
@@ -338,7 +382,7 @@ impl PieceSource for FileSource<'_> {
     fn read_device(&self, transfer: usize, offset: u64, dst: DevicePtr, len: usize) -> Result<bool, DeviceReadError> {
         let file = &self.files[self.request_file[transfer]];
         let Some(handle) = &file.handle else { return Ok(false) };
-        handle.read(&file.path, self.requests[transfer].offset + offset, dst, len)?;
+        handle.read(&file.path, self.requests[transfer].offset() + offset, dst, len)?;
         Ok(true)
     }
 }

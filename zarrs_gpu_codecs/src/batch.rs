@@ -2,7 +2,7 @@
 //! batch takes, which chunks go together, which stored ranges are read as one, how many large
 //! frames host threads decode beside the device, and buffers that grow to what a batch needs.
 
-use zarrs_gds_store::DeviceReadRequest;
+use zarrs_gds_store::HostReadRequest;
 use zarrs_storage::StoreKey;
 
 use crate::{GpuConfig, GpuError};
@@ -101,10 +101,10 @@ pub(crate) const STAGING_CAP: u64 = u64::MAX / 4;
 /// host staging. Returns the requests, per span its request and host offset, and the staging used
 /// (offsets and the total capped at [`STAGING_CAP`]). Each span's `offset + len` must fit in u64
 /// (checked where spans are made).
-pub(crate) fn coalesce(spans: &[(&StoreKey, u64, u64)], gap: u64) -> (Vec<DeviceReadRequest>, Vec<(usize, u64)>, u64) {
+pub(crate) fn coalesce(spans: &[(&StoreKey, u64, u64)], gap: u64) -> (Vec<HostReadRequest>, Vec<(usize, u64)>, u64) {
     let mut order: Vec<usize> = (0..spans.len()).collect();
     order.sort_by(|&a, &b| spans[a].0.as_str().cmp(spans[b].0.as_str()).then(spans[a].1.cmp(&spans[b].1)));
-    let mut requests: Vec<DeviceReadRequest> = Vec::new();
+    let mut requests: Vec<HostReadRequest> = Vec::new();
     let mut at = vec![(0, 0); spans.len()];
     let mut used = 0u64;
     for i in order {
@@ -118,20 +118,20 @@ pub(crate) fn coalesce(spans: &[(&StoreKey, u64, u64)], gap: u64) -> (Vec<Device
             r.len = (offset + len - r.offset) as usize;
         } else {
             if let Some(r) = requests.last() {
-                used = r.dst.saturating_add(r.len as u64).min(STAGING_CAP).next_multiple_of(STORED_ALIGN);
+                used = (r.at as u64).saturating_add(r.len as u64).min(STAGING_CAP).next_multiple_of(STORED_ALIGN);
             }
-            requests.push(DeviceReadRequest {
+            requests.push(HostReadRequest {
                 key: key.clone(),
                 offset,
                 len: len as usize,
-                dst: used,
+                at: used as usize,
                 value_len: None,
             });
         }
         let r = requests.last().expect("a request");
-        at[i] = (requests.len() - 1, r.dst.saturating_add(offset - r.offset).min(STAGING_CAP));
+        at[i] = (requests.len() - 1, (r.at as u64).saturating_add(offset - r.offset).min(STAGING_CAP));
     }
-    let total = requests.last().map_or(0, |r| r.dst.saturating_add(r.len as u64).min(STAGING_CAP));
+    let total = requests.last().map_or(0, |r| (r.at as u64).saturating_add(r.len as u64).min(STAGING_CAP));
     (requests, at, total)
 }
 
@@ -183,7 +183,7 @@ mod tests {
         let spans = [(&a, 100, 50), (&b, 0, 10), (&a, 0, 100), (&a, 160, 40), (&a, 10_000, 5)];
         let (requests, at, total) = coalesce(&spans, 64);
         let got: Vec<(&str, u64, usize, u64)> =
-            requests.iter().map(|r| (r.key.as_str(), r.offset, r.len, r.dst)).collect();
+            requests.iter().map(|r| (r.key.as_str(), r.offset, r.len, r.at as u64)).collect();
         assert_eq!(got, vec![("c/0", 0, 200, 0), ("c/0", 10_000, 5, 256), ("c/1", 0, 10, 512)]);
         assert_eq!(at, vec![(0, 100), (2, 512), (0, 0), (0, 160), (1, 256)]);
         assert_eq!(total, 522);

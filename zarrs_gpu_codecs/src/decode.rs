@@ -15,7 +15,7 @@ use nvcomp_sys::{sys as nv, Crc32, NvcompLibrary};
 use rayon::prelude::*;
 use zarrs::array::{Array, ArraySubset};
 use zarrs_gds_store::{
-    read_store_to_device, read_store_to_host, DeviceMirror, DeviceReadRequest, GdsStore, PinnedBuffer,
+    read_store_to_device, read_store_to_host, DeviceMirror, DeviceReadRequest, GdsStore, HostReadRequest, PinnedBuffer,
 };
 use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
@@ -455,7 +455,7 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
     gds: Option<&GdsStore>,
     buffers: &mut Buffers,
     slot: usize,
-    (requests, staged, at): (&[DeviceReadRequest], usize, &[(usize, u64)]),
+    (requests, staged, at): (&[HostReadRequest], usize, &[(usize, u64)]),
     (stored_total, meta_bytes, staging): (u64, u64, u64),
     items: &mut [Item],
     report: &mut RetrieveReport,
@@ -476,8 +476,17 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
     let cbase = buffers.slots[slot].staging.as_ref().expect("ensured").ptr();
     let found = if direct {
         let base = |i: usize| if i < staged { cbase } else { job.out_ptr };
-        let requests: Vec<DeviceReadRequest> =
-            requests.iter().enumerate().map(|(i, r)| DeviceReadRequest { dst: base(i) + r.dst, ..r.clone() }).collect();
+        let requests: Vec<DeviceReadRequest> = requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| DeviceReadRequest {
+                key: r.key.clone(),
+                offset: r.offset,
+                len: r.len,
+                dst: base(i) + r.at as u64,
+                value_len: r.value_len,
+            })
+            .collect();
         // SAFETY: each staged request lands at its offset below stored_total in the slot's
         // staging, which has room for stored_total bytes; coalesced requests do not overlap; the
         // slot's previous batch has finished (its event, awaited before this batch). The others
@@ -1010,11 +1019,11 @@ fn narrow_raw(units: &mut [Unit]) -> Result<(), GpuError> {
     Ok(())
 }
 
-/// A batch's reads: the requests (the first `staged` land in the slot's staging at their `dst`,
+/// A batch's reads: the requests (the first `staged` land in the slot's staging at their `at`,
 /// the rest straight into the output at theirs), per stored unit in batch order its request and
 /// staging offset, the staged bytes, the batch's items and its decoded bytes.
 struct Reads {
-    requests: Vec<DeviceReadRequest>,
+    requests: Vec<HostReadRequest>,
     staged: usize,
     at: Vec<(usize, u64)>,
     stored_total: u64,
@@ -1043,15 +1052,10 @@ fn plan_reads(units: &[Unit], batch: &[usize], spans: &[Option<(u64, u64)>]) -> 
             (None, _) => (Route::Missing, 0, 0),
             (Some((offset, len)), Some(out)) => {
                 let key = unit.placement.key.clone();
-                requests.push(DeviceReadRequest {
-                    key,
-                    offset: *offset,
-                    len: *len as usize,
-                    dst: out,
-                    value_len: unit.value_len,
-                });
+                let (offset, len) = (*offset, *len as usize);
+                requests.push(HostReadRequest { key, offset, len, at: out as usize, value_len: unit.value_len });
                 at.push((requests.len() - 1, 0));
-                (Route::Device, *len, 0)
+                (Route::Device, len as u64, 0)
             }
             (Some((_, len)), None) => {
                 let (request, offset) = next_staged.next().expect("one per staged span");
@@ -1309,7 +1313,7 @@ mod tests {
             plan_reads(&units, &[0, 1, 2, 3], &spans);
         assert_eq!(staged, requests.len());
         let got: Vec<(&str, u64, usize, u64)> =
-            requests.iter().map(|r| (r.key.as_str(), r.offset, r.len, r.dst)).collect();
+            requests.iter().map(|r| (r.key.as_str(), r.offset, r.len, r.at as u64)).collect();
         // The two ranges of s/c/0 touch: one read of 60 bytes; the whole value apart.
         assert_eq!(got, vec![("s/c/0", 10, 60, 0), ("z/c/1", 0, 55, 256)]);
         assert_eq!(at, vec![(0, 30), (0, 0), (1, 256)]);
@@ -1339,7 +1343,7 @@ mod tests {
         let Reads { requests, staged, at, stored_total, items, .. } = plan_reads(&units, &[0, 1], &spans);
         assert_eq!(staged, 1, "one staged read, then the direct one");
         let got: Vec<(u64, usize, u64, Option<u64>)> =
-            requests.iter().map(|r| (r.offset, r.len, r.dst, r.value_len)).collect();
+            requests.iter().map(|r| (r.offset, r.len, r.at as u64, r.value_len)).collect();
         // Both check the value's size (the chunk's 128 bytes); the direct one lands at output 0.
         assert_eq!(got, vec![(40, 48, 0, Some(128)), (32, 64, 0, Some(128))]);
         assert_eq!(at, vec![(0, 0), (1, 0)]);
