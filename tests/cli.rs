@@ -72,6 +72,9 @@ fn bad_environment_values_are_errors_naming_the_variable() -> Result {
         ("ZARRS_GPU_HOST_DECODE_FRACTION", "1.5", "a number from 0 to 1"),
         ("ZARRS_GPU_TRACE", "maybe", "1, true, on, yes, 0, false, off or no"),
         ("ZARRS_GDS_BACKEND", "fastest", "auto, gds or posix"),
+        ("ZARRS_GDS_NTHREADS", "0", "a thread count from 1 to 256"),
+        ("ZARRS_GDS_TASK_SIZE", "4k", "a byte count of at least 4096"),
+        ("ZARRS_GPU_POOL_KEEP_BYTES", "-1", "a byte count"),
     ];
     for (variable, value, expected) in cases {
         // Refused before anything is written or read (no GPU needed).

@@ -145,15 +145,40 @@ pub struct DeviceReaderOptions {
 }
 
 impl Default for DeviceReaderOptions {
-    /// All cores, 4 MiB tasks; `ZARRS_GDS_NTHREADS` and `ZARRS_GDS_TASK_SIZE` override.
+    /// All cores (at most 256), 4 MiB tasks. The environment is not read: see
+    /// [`DeviceReaderOptions::from_env`].
     fn default() -> Self {
-        let env = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&v| v > 0);
         let cores = std::thread::available_parallelism().map_or(8, std::num::NonZero::get);
-        Self { threads: env(NTHREADS_ENV).unwrap_or(cores).min(256), task_size: env(TASK_SIZE_ENV).unwrap_or(4 << 20) }
+        Self { threads: cores.min(256), task_size: 4 << 20 }
     }
 }
 
 impl DeviceReaderOptions {
+    /// The defaults, then `ZARRS_GDS_NTHREADS` (1 to 256) and `ZARRS_GDS_TASK_SIZE` (4096 bytes
+    /// or more) where set. The shared reader of each device is made with these.
+    ///
+    /// # Errors
+    /// Returns [`DeviceReadError::Config`] naming a variable whose value cannot be used.
+    pub fn from_env() -> Result<Self, DeviceReadError> {
+        let mut options = Self::default();
+        let var = |variable: &'static str, expected: &'static str, ok: fn(usize) -> bool| {
+            std::env::var(variable).ok().filter(|v| !v.trim().is_empty()).map(|value| {
+                value.trim().parse::<usize>().ok().filter(|&n| ok(n)).ok_or(DeviceReadError::Config {
+                    variable,
+                    value,
+                    expected,
+                })
+            })
+        };
+        if let Some(threads) = var(NTHREADS_ENV, "a thread count from 1 to 256", |n| (1..=256).contains(&n)) {
+            options.threads = threads?;
+        }
+        if let Some(task_size) = var(TASK_SIZE_ENV, "a byte count of at least 4096", |n| n >= 4096) {
+            options.task_size = task_size?;
+        }
+        Ok(options)
+    }
+
     /// Set the number of reader threads.
     #[must_use]
     pub fn with_threads(mut self, threads: usize) -> Self {
@@ -312,7 +337,7 @@ impl DeviceReader {
         Ok(Self { ctx, pool, workers, options })
     }
 
-    /// The shared reader of device `ordinal` with default options, made on first use.
+    /// The shared reader of device `ordinal` with [`DeviceReaderOptions::from_env`], made on first use.
     ///
     /// # Errors
     /// Returns an error when there is no usable device or the reader cannot be made.
@@ -322,7 +347,7 @@ impl DeviceReader {
         if let Some(reader) = readers.get(&ordinal) {
             return Ok(reader.clone());
         }
-        let reader = Arc::new(Self::new(cuda_context(ordinal)?, DeviceReaderOptions::default())?);
+        let reader = Arc::new(Self::new(cuda_context(ordinal)?, DeviceReaderOptions::from_env()?)?);
         readers.insert(ordinal, reader.clone());
         Ok(reader)
     }

@@ -9,6 +9,16 @@ pub enum DeviceReadError {
     /// No usable CUDA driver or device.
     #[error("no CUDA device available: {0}")]
     NoCuda(String),
+    /// An environment variable holds a value that cannot be used.
+    #[error("{variable}={value:?} cannot be used: expected {expected}")]
+    Config {
+        /// The variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// What it may hold.
+        expected: &'static str,
+    },
     /// The reader's thread pool could not be started.
     #[error("starting reader threads: {0}")]
     ThreadPool(String),

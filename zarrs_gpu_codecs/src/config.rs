@@ -135,7 +135,9 @@ fn bad(variable: &'static str, value: &str, expected: &str) -> GpuError {
 impl GpuConfig {
     /// The defaults, then every variable set in the environment: [`STAGING_BYTES_ENV`],
     /// [`DECODE_TRUST_ENV`], [`HOST_DECODE_FRACTION_ENV`], [`TRACE_ENV`] and `ZARRS_GDS_BACKEND`.
-    /// Settings made in code after this call win over the environment.
+    /// Settings made in code after this call win over the environment. The variables read once
+    /// per device (`ZARRS_GDS_NTHREADS`, `ZARRS_GDS_TASK_SIZE`, `ZARRS_GPU_POOL_KEEP_BYTES`) are
+    /// checked too.
     ///
     /// # Errors
     /// Returns [`GpuError::Config`] naming the first variable whose value cannot be used.
@@ -165,6 +167,10 @@ impl GpuConfig {
         if let Some(v) = var(BACKEND_ENV) {
             config.backend = v.parse().map_err(|_| bad(BACKEND_ENV, &v, "auto, gds or posix"))?;
         }
+        // Read when each device is first used (its reader, its memory pool), checked here too,
+        // so that a bad value is refused before any device work.
+        zarrs_gds_store::DeviceReaderOptions::from_env()?;
+        crate::context::pool_keep_from_env()?;
         Ok(config)
     }
 

@@ -53,6 +53,21 @@ impl Drop for DeviceBuffer {
 /// output memory pool for the next read (default: a quarter of the device's memory).
 pub const POOL_KEEP_ENV: &str = "ZARRS_GPU_POOL_KEEP_BYTES";
 
+/// `ZARRS_GPU_POOL_KEEP_BYTES`, where set.
+///
+/// # Errors
+/// Returns [`GpuError::Config`] when it is not a byte count.
+pub(crate) fn pool_keep_from_env() -> Result<Option<u64>, GpuError> {
+    match std::env::var(POOL_KEEP_ENV).ok().filter(|v| !v.trim().is_empty()) {
+        None => Ok(None),
+        Some(value) => value.trim().parse::<u64>().map(Some).map_err(|_| GpuError::Config {
+            variable: POOL_KEEP_ENV,
+            value,
+            expected: "a byte count".into(),
+        }),
+    }
+}
+
 /// A CUDA memory pool of our own for results: freed results stay reserved (up to a threshold) so
 /// that the next read does not map its memory again (8 GiB took 12 ms), without changing the
 /// device's default pool, which other libraries in the process share.
@@ -84,7 +99,7 @@ impl OutputPool {
             .result()
             .map_err(GpuError::cuda("creating the output memory pool"))?;
         let total = ctx.total_mem().unwrap_or(0) as u64;
-        let mut keep: u64 = std::env::var(POOL_KEEP_ENV).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(total / 4);
+        let mut keep: u64 = pool_keep_from_env()?.unwrap_or(total / 4);
         // SAFETY: the release threshold attribute takes a u64.
         unsafe {
             sys::cuMemPoolSetAttribute(

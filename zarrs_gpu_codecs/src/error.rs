@@ -133,6 +133,9 @@ impl From<DeviceReadError> for GpuError {
     fn from(err: DeviceReadError) -> Self {
         match err {
             DeviceReadError::NoCuda(msg) => Self::NoCuda(msg),
+            DeviceReadError::Config { variable, value, expected } => {
+                Self::Config { variable, value, expected: expected.to_string() }
+            }
             other => Self::Read(other),
         }
     }
