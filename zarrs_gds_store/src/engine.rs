@@ -314,7 +314,10 @@ impl DeviceReader {
     ///
     /// # Errors
     /// Returns an error when the streams, events or pinned memory cannot be made.
-    pub fn new(ctx: Arc<CudaContext>, options: DeviceReaderOptions) -> Result<Self, DeviceReadError> {
+    pub fn new(ctx: Arc<CudaContext>, mut options: DeviceReaderOptions) -> Result<Self, DeviceReadError> {
+        // The fields are public: no thread count or task size of zero (pieces divide by both).
+        options.threads = options.threads.clamp(1, 256);
+        options.task_size = options.task_size.max(4096);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(options.threads)
             .thread_name(|i| format!("zarrs-gds-{i}"))

@@ -148,6 +148,10 @@ pub(crate) fn scope_opened() {
     }
     for plugin in inventory::iter::<DeviceCodecPlugin> {
         let Some((host_v3, host_v2)) = plugin.host() else { continue };
+        // A name registered twice is left to zarrs (its device codec is ambiguous).
+        if device_codec::plugin(plugin.name()).is_err() {
+            continue;
+        }
         let name = plugin.name();
         let v3 = register_codec_v3(CodecRuntimePluginV3::new(
             move |n| n == name,
@@ -180,7 +184,7 @@ pub(crate) fn device_codec_of(codec: &dyn BytesToBytesCodecTraits, name: &str) -
     if let Some(wrapped) = codec.as_any().downcast_ref::<GpuModeCodec>() {
         return Ok(wrapped.device().clone());
     }
-    let plugin = device_codec::plugin(name)
+    let plugin = device_codec::plugin(name)?
         .ok_or_else(|| format!("bytes-to-bytes codec {name} has no device implementation yet"))?;
     let configuration = codec.configuration_v3(&CodecMetadataOptions::default()).unwrap_or_default();
     plugin.create(&configuration).map_err(|e| format!("{name}: {e}"))

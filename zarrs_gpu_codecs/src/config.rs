@@ -14,7 +14,8 @@ use crate::{GpuError, ShardIndexCache};
 #[non_exhaustive]
 pub struct GpuConfig {
     device: usize,
-    backend: IoBackend,
+    /// None: the store's own option (which `ZARRS_GDS_BACKEND` overrides).
+    backend: Option<IoBackend>,
     staging_bytes: usize,
     /// Whether the staging budget was chosen (here or by the environment) rather than defaulted.
     staging_set: bool,
@@ -101,14 +102,14 @@ pub const HOST_DECODE_FRACTION_ENV: &str = "ZARRS_GPU_HOST_DECODE_FRACTION";
 pub const TRACE_ENV: &str = "ZARRS_GPU_TRACE";
 
 impl Default for GpuConfig {
-    /// Device 0, backend auto, 1 GiB of device staging per batch (batches of compressed chunks
+    /// Device 0, the store's own I/O backend, 1 GiB of device staging per batch (batches of compressed chunks
     /// are sized to free device memory unless a budget is set), [`DecodeTrust::Checked`], the
     /// host's share of large chunks estimated, no trace. The environment is not read: see
     /// [`GpuConfig::from_env`].
     fn default() -> Self {
         Self {
             device: 0,
-            backend: IoBackend::Auto,
+            backend: None,
             staging_bytes: 1 << 30,
             staging_set: false,
             host_decode_fraction: None,
@@ -165,7 +166,7 @@ impl GpuConfig {
             };
         }
         if let Some(v) = var(BACKEND_ENV) {
-            config.backend = v.parse().map_err(|_| bad(BACKEND_ENV, &v, "auto, gds or posix"))?;
+            config.backend = Some(v.parse().map_err(|_| bad(BACKEND_ENV, &v, "auto, gds or posix"))?);
         }
         // Read when each device is first used (its reader, its memory pool), checked here too,
         // so that a bad value is refused before any device work.
@@ -202,10 +203,11 @@ impl GpuConfig {
         self
     }
 
-    /// Use this I/O backend for `GdsStore` reads.
+    /// Use this I/O backend for `GdsStore` reads (by default a store's own option, which
+    /// `ZARRS_GDS_BACKEND` overrides).
     #[must_use]
     pub fn with_backend(mut self, backend: IoBackend) -> Self {
-        self.backend = backend;
+        self.backend = Some(backend);
         self
     }
 
@@ -335,9 +337,9 @@ impl GpuConfig {
         self.device
     }
 
-    /// The I/O backend preference.
+    /// The I/O backend asked for, if any (None: the store's own option).
     #[must_use]
-    pub fn backend(&self) -> IoBackend {
+    pub fn backend(&self) -> Option<IoBackend> {
         self.backend
     }
 

@@ -29,7 +29,7 @@ use crate::layout::MetaLayout;
 use crate::place::{self, Kernels};
 use crate::plan::{plan_chunks, ChunkPlacement};
 use crate::route::{ChunkRef, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
-use crate::shard::{sharded_units, IndexCacheRef, ShardSource};
+use crate::shard::{sharded_units, ShardSource};
 use crate::trace::Trace;
 use crate::unit::{Source, Unit};
 use crate::{DecodeTrust, GpuConfig, GpuError};
@@ -92,9 +92,10 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
         return decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp);
     }
     let storage = array.storage();
-    // The store's address identifies it in the caller's cache while it lives.
-    let store = Arc::as_ptr(&storage).cast::<()>() as usize;
-    let cache = config.shard_index_cache().map(|cache| IndexCacheRef { cache, store });
+    let cache = config.shard_index_cache();
+    if let Some(cache) = cache {
+        cache.bind(&storage);
+    }
     let (mut units, index_bytes) = sharded_units(
         &ShardSource { storage: storage.as_ref(), gds, cache },
         context.reader(),
@@ -199,7 +200,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             let meta_bytes = meta_len(units, chain, batch);
             // Room for the batch as if every stored unit decoded on the device: the stored bytes
             // are copied to the staging while they are read, before the host check routes them.
-            let stored = items.iter().filter(|it| it.route != Route::Missing);
+            let may_decode = chain.device_may_decode(config.decode_trust());
+            let stored = items.iter().filter(|it| it.route != Route::Missing && may_decode);
             let staging = job.staging_len(stored, stored_total, decoded_total, meta_bytes)?.1;
             let host_meta_at = read_batch(
                 &job,
@@ -336,8 +338,9 @@ struct Buffers {
 }
 
 impl Buffers {
-    /// Staging of at least `len` bytes for `slot`, within the read's device memory cap.
-    fn ensure_staging(&mut self, job: &Job<'_>, slot: usize, len: u64) -> Result<(), GpuError> {
+    /// Staging of at least `len` bytes for `slot`, within the read's device memory cap (a
+    /// replaced buffer no longer counts). Returns whether the staging is a new buffer.
+    fn ensure_staging(&mut self, job: &Job<'_>, slot: usize, len: u64) -> Result<bool, GpuError> {
         let taken = &self.taken;
         let take = |len: usize| -> Result<DeviceBuffer, GpuError> {
             let now = taken.get().saturating_add(len as u64);
@@ -347,7 +350,11 @@ impl Buffers {
             taken.set(now);
             job.context.take_staging(len)
         };
-        ensure(&mut self.slots[slot].staging, len, DeviceBuffer::len, take, |old| job.context.give_staging(old))
+        let give = |old: DeviceBuffer| {
+            taken.set(taken.get().saturating_sub(old.len() as u64));
+            job.context.give_staging(old);
+        };
+        ensure(&mut self.slots[slot].staging, len, DeviceBuffer::len, take, give)
     }
 }
 
@@ -493,12 +500,9 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
         // land on the disjoint runs of the output their chunks' placements name.
         let outcome = unsafe {
             match gds {
-                Some(store) => store.read_to_device(
-                    context.reader(),
-                    &requests,
-                    Some(job.config.backend()),
-                    Some(job.copy_stream),
-                )?,
+                Some(store) => {
+                    store.read_to_device(context.reader(), &requests, job.config.backend(), Some(job.copy_stream))?
+                }
                 None => read_store_to_device(storage.as_ref(), context.reader(), &requests, Some(job.copy_stream))?,
             }
         };
@@ -602,15 +606,15 @@ fn launch_device(
     // The stored bytes are already in this slot's staging (copied as they were read), which was
     // sized for every stored unit on the device. Should nvCOMP ask for more temp space for fewer
     // chunks, the staging is replaced once its copies are done, and the bytes copied again.
-    let read_into = buffers.slots[slot].staging.as_ref().map(DeviceBuffer::ptr);
     if buffers.slots[slot].staging.as_ref().is_none_or(|b| (b.len() as u64) < staging) {
         job.copy_stream.synchronize().map_err(GpuError::cuda("waiting for copies to the device"))?;
     }
-    buffers.ensure_staging(job, slot, staging)?;
+    let replaced = buffers.ensure_staging(job, slot, staging)?;
     let cbase = buffers.slots[slot].staging.as_ref().expect("ensured").ptr();
     // Direct reads' staging had exactly this size (no decoded bytes, no temp): never replaced.
-    debug_assert!(!direct || read_into == Some(cbase), "direct reads' staging was replaced");
-    let copy_stored = !direct && read_into != Some(cbase);
+    debug_assert!(!direct || !replaced, "direct reads' staging was replaced");
+    // A new buffer (even at the old address) holds none of the bytes copied as they were read.
+    let copy_stored = !direct && replaced;
     let dbase = cbase + stored_room;
     let temp = dbase + decoded_room;
     let meta = temp + temp_room;
@@ -1077,7 +1081,9 @@ fn plan_reads(units: &[Unit], batch: &[usize], spans: &[Option<(u64, u64)>]) -> 
             crc: None,
             digest: None,
         });
-        decoded_at += unit.decoded_len().next_multiple_of(DECODED_ALIGN);
+        // Saturating: sizes past 2^64 are refused by the planner before any allocation.
+        decoded_at =
+            decoded_at.saturating_add(unit.decoded_len().checked_next_multiple_of(DECODED_ALIGN).unwrap_or(u64::MAX));
     }
     Reads { requests, staged, at, stored_total, items, decoded_total: decoded_at }
 }

@@ -256,7 +256,13 @@ impl DeviceCodecPlugin {
 
 inventory::collect!(DeviceCodecPlugin);
 
-/// The registered plugin for `name`.
-pub(crate) fn plugin(name: &str) -> Option<&'static DeviceCodecPlugin> {
-    inventory::iter::<DeviceCodecPlugin>.into_iter().find(|p| p.name == name)
+/// The registered plugin for `name`, if any; an error when several crates registered one
+/// (which of them `inventory` lists first is not defined).
+pub(crate) fn plugin(name: &str) -> Result<Option<&'static DeviceCodecPlugin>, String> {
+    let mut found = inventory::iter::<DeviceCodecPlugin>.into_iter().filter(|p| p.name == name);
+    let first = found.next();
+    if found.next().is_some() {
+        return Err(format!("several device codecs are registered for {name}"));
+    }
+    Ok(first)
 }

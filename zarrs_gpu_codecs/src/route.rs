@@ -252,10 +252,16 @@ mod tests {
 
     #[test]
     fn decode_trust_decides_what_nvcomp_decodes() {
-        let zstd =
-            crate::device_codec::plugin("zstd").unwrap().create(&zarrs::metadata::Configuration::default()).unwrap();
-        let gzip =
-            crate::device_codec::plugin("gzip").unwrap().create(&zarrs::metadata::Configuration::default()).unwrap();
+        let zstd = crate::device_codec::plugin("zstd")
+            .unwrap()
+            .unwrap()
+            .create(&zarrs::metadata::Configuration::default())
+            .unwrap();
+        let gzip = crate::device_codec::plugin("gzip")
+            .unwrap()
+            .unwrap()
+            .create(&zarrs::metadata::Configuration::default())
+            .unwrap();
         let chain = |compression: Option<&Arc<dyn DeviceCodec>>, crc32c| DeviceChain {
             compression: compression.cloned(),
             crc32c,

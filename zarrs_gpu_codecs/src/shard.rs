@@ -102,18 +102,36 @@ struct ShardRef {
 /// Decoded shard indexes kept between device reads, owned by the caller (like zarrs'
 /// `ArrayShardedReadableExtCache`) and given to reads with
 /// [`GpuConfig::with_shard_index_cache`](crate::GpuConfig::with_shard_index_cache); dropped
-/// with the last handle. Entries are keyed by the store (its address while it lives), the shard's
-/// key and where the shard starts in it; a shard rewritten while the cache is in use keeps its old
-/// index here: [`clear`](Self::clear) the cache (or drop it) after writing to the array.
-#[derive(Debug, Default)]
+/// with the last handle. It serves one store at a time: it holds that store (so no other can
+/// take its address), and a read of another store empties it first. Entries are keyed by the
+/// shard's key, where the shard starts in it and its index shape; at most 65536 are kept. A
+/// shard rewritten while the cache is in use keeps its old index here: [`clear`](Self::clear)
+/// the cache (or drop it) after writing to the array.
+#[derive(Default)]
 pub struct ShardIndexCache {
-    indexes: Mutex<HashMap<CacheKey, CachedIndex>>,
+    inner: Mutex<CacheInner>,
 }
 
-/// A store (its address), a shard's key and where the shard starts in that value.
-type CacheKey = (usize, StoreKey, u64);
+#[derive(Default)]
+struct CacheInner {
+    /// The store served (its address, and a handle that keeps it alive).
+    store: Option<(usize, Box<dyn std::any::Any + Send + Sync>)>,
+    indexes: HashMap<CacheKey, CachedIndex>,
+}
+
+/// A shard's key, where the shard starts in that value, and its inner chunks per dimension.
+type CacheKey = (StoreKey, u64, Vec<NonZeroU64>);
 /// A decoded index and the shard's length, where known.
 type CachedIndex = (Arc<Vec<u64>>, Option<u64>);
+
+/// Indexes kept at most (beyond that the cache starts over): 64 inner chunks take 1 KiB.
+const INDEX_CACHE_ENTRIES: usize = 1 << 16;
+
+impl std::fmt::Debug for ShardIndexCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardIndexCache").field("len", &self.len()).finish_non_exhaustive()
+    }
+}
 
 impl ShardIndexCache {
     /// An empty cache.
@@ -125,7 +143,7 @@ impl ShardIndexCache {
     /// Indexes held.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.indexes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+        self.lock().indexes.len()
     }
 
     /// Whether it holds none.
@@ -134,25 +152,36 @@ impl ShardIndexCache {
         self.len() == 0
     }
 
-    /// Forget every index.
+    /// Forget every index (and the store).
     pub fn clear(&self) {
-        self.indexes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        *self.lock() = CacheInner::default();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Serve `store` from now on: another store's indexes are dropped first.
+    pub(crate) fn bind<S: ReadableStorageTraits + ?Sized + 'static>(&self, store: &Arc<S>) {
+        let address = Arc::as_ptr(store).cast::<()>() as usize;
+        let mut inner = self.lock();
+        if inner.store.as_ref().is_none_or(|(held, _)| *held != address) {
+            inner.indexes.clear();
+            inner.store = Some((address, Box::new(store.clone())));
+        }
     }
 
     fn get(&self, key: &CacheKey) -> Option<CachedIndex> {
-        self.indexes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).cloned()
+        self.lock().indexes.get(key).cloned()
     }
 
     fn insert(&self, key: CacheKey, index: Arc<Vec<u64>>, shard_len: Option<u64>) {
-        self.indexes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, (index, shard_len));
+        let mut inner = self.lock();
+        if inner.indexes.len() >= INDEX_CACHE_ENTRIES {
+            inner.indexes.clear();
+        }
+        inner.indexes.insert(key, (index, shard_len));
     }
-}
-
-/// Where a read finds and keeps shard indexes: the caller's cache, and the store's identity.
-#[derive(Clone, Copy)]
-pub(crate) struct IndexCacheRef<'a> {
-    pub(crate) cache: &'a ShardIndexCache,
-    pub(crate) store: usize,
 }
 
 /// Where a read's shards come from: the array's store (a `GdsStore` too, when it is one) and
@@ -160,7 +189,8 @@ pub(crate) struct IndexCacheRef<'a> {
 pub(crate) struct ShardSource<'a, S: ?Sized> {
     pub(crate) storage: &'a S,
     pub(crate) gds: Option<&'a GdsStore>,
-    pub(crate) cache: Option<IndexCacheRef<'a>>,
+    /// The caller's cache, bound to `storage`'s store.
+    pub(crate) cache: Option<&'a ShardIndexCache>,
 }
 
 /// Indexes larger than this (65536 inner chunks) of values of unknown length are checked
@@ -184,9 +214,9 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
     let error = |reason: String| GpuError::chunk(label(), reason);
     let per_shard = level.chunks_per_shard(shard_shape).map_err(&error)?;
     let index_len = level.index_len(&per_shard).map_err(&error)?;
-    let cache_key = cache.map(|c| (c.store, shard.key.clone(), shard.base));
+    let cache_key = cache.map(|_| (shard.key.clone(), shard.base, per_shard.clone()));
     if let (Some(c), Some(key)) = (cache, &cache_key) {
-        if let Some((index, shard_len)) = c.cache.get(key) {
+        if let Some((index, shard_len)) = c.get(key) {
             return Ok(Some((index, 0, shard_len)));
         }
     }
@@ -233,7 +263,7 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
         .map_err(|e| error(format!("decoding its index: {e}")))?;
     let index = Arc::new(index);
     if let (Some(c), Some(key)) = (cache, cache_key) {
-        c.cache.insert(key, index.clone(), shard_len);
+        c.insert(key, index.clone(), shard_len);
     }
     Ok(Some((index, index_len, shard_len)))
 }
