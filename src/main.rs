@@ -10,6 +10,9 @@ use clap::{Parser, Subcommand};
 use sha2::{Digest, Sha256};
 use zarrs::array::codec::{CodecChain, ShardingCodecConfiguration};
 use zarrs::array::{Array, ArraySubset, CodecMetadataOptions, DataType, ElementOwned};
+use zarrs::group::Group;
+use zarrs::metadata::NodeMetadata;
+use zarrs::node::NodePath;
 use zarrs_gpu::{
     host_decode_reason, parse_subset, sample, ArrayDeviceExt, DecodeTrust, DeviceArray, GdsStore, GpuConfig, IoBackend,
     RetrieveReport, ShardIndexCache,
@@ -32,8 +35,9 @@ enum Command {
         /// The array's node path inside the store.
         #[arg(long, default_value = "/")]
         array: String,
-        /// Numpy-style slices per dimension, e.g. `0:64,:,:` (default: the whole array).
-        #[arg(long, default_value = "")]
+        /// Numpy-style slices per dimension, e.g. `0:64,:,:`, `-16:`, `...,0:8` (default: the
+        /// whole array; negative numbers count from the end; steps are not supported).
+        #[arg(long, default_value = "", allow_hyphen_values = true)]
         subset: String,
         /// I/O backend: auto, gds or posix. Default: ZARRS_GDS_BACKEND, else auto.
         #[arg(long)]
@@ -56,11 +60,12 @@ enum Command {
         #[arg(long)]
         npy: Option<PathBuf>,
     },
-    /// Print an array's metadata and how each codec would be decoded.
+    /// Print an array's metadata and how each codec would be decoded; for a group, its arrays
+    /// (and OME-Zarr multiscale levels) with shapes, data types, chunks and decode routes.
     Info {
         /// The Zarr store (a directory).
         path: PathBuf,
-        /// The array's node path inside the store.
+        /// The node path inside the store (an array or a group; the leading `/` is optional).
         #[arg(long, default_value = "/")]
         array: String,
     },
@@ -112,16 +117,57 @@ fn run(cli: Cli) -> Result<(), Error> {
     }
 }
 
-fn open(path: &Path, node: &str) -> Result<Array<GdsStore>, Error> {
+/// A node path as zarrs wants it: with its leading `/`.
+fn node_path(node: &str) -> String {
+    let node = node.trim();
+    if node.starts_with('/') {
+        node.to_string()
+    } else {
+        format!("/{node}")
+    }
+}
+
+fn store_at(path: &Path) -> Result<Arc<GdsStore>, Error> {
     if !path.is_dir() {
         return Err(format!("{} is not a directory (a Zarr filesystem store)", path.display()).into());
     }
-    let store = Arc::new(GdsStore::new(path)?);
-    Array::open(store, node).map_err(|e| format!("opening array {node:?} in {}: {e}", path.display()).into())
+    Ok(Arc::new(GdsStore::new(path)?))
+}
+
+fn open(path: &Path, node: &str) -> Result<Array<GdsStore>, Error> {
+    let store = store_at(path)?;
+    let node = node_path(node);
+    Array::open(store.clone(), &node).map_err(|e| {
+        // A group: say so, and name its arrays.
+        let nodes = Group::open(store, &node).ok().and_then(|g| g.traverse().ok());
+        match nodes {
+            Some(nodes) => {
+                let arrays: Vec<String> = nodes
+                    .iter()
+                    .filter(|(_, m)| matches!(m, NodeMetadata::Array(_)))
+                    .map(|(p, _)| p.as_str().to_string())
+                    .collect();
+                format!(
+                    "{node:?} in {} is a group, not an array; its arrays: {} (pick one with --array)",
+                    path.display(),
+                    arrays.join(", ")
+                )
+                .into()
+            }
+            None => format!("opening array {node:?} in {}: {e}", path.display()).into(),
+        }
+    })
 }
 
 fn info(path: &Path, node: &str) -> Result<(), Error> {
-    let array = open(path, node)?;
+    let store = store_at(path)?;
+    let node = node_path(node);
+    if Array::open(store.clone(), &node).is_err() {
+        if let Ok(group) = Group::open(store.clone(), &node) {
+            return group_info(&store, &group, &node);
+        }
+    }
+    let array = open(path, &node)?;
     println!("{}", array.metadata().to_string_pretty());
     println!("data type: {}; shape {:?}; chunk grid {:?}", array.data_type(), array.shape(), array.chunk_grid_shape());
     let codecs = array.codecs();
@@ -140,6 +186,57 @@ fn info(path: &Path, node: &str) -> Result<(), Error> {
         }
         None => println!("stored chunks are read to host memory, checked there, then decoded and placed on the device"),
         Some(reason) => println!("chunks are decoded by zarrs on the host, then copied once: {reason}"),
+    }
+    Ok(())
+}
+
+/// A group: its OME-Zarr multiscale levels (if its attributes describe them), then every array
+/// under it, one line each: shape, data type, chunk grid, and whether the device decodes it.
+fn group_info(store: &Arc<GdsStore>, group: &Group<GdsStore>, node: &str) -> Result<(), Error> {
+    println!("group {node}");
+    let attributes = group.attributes();
+    // OME-Zarr 0.4 keeps "multiscales" among the attributes, 0.5 under "ome".
+    let multiscales = attributes
+        .get("multiscales")
+        .or_else(|| attributes.get("ome").and_then(|ome| ome.get("multiscales")))
+        .and_then(serde_json::Value::as_array);
+    for (m, multiscale) in multiscales.into_iter().flatten().enumerate() {
+        let name = multiscale.get("name").and_then(serde_json::Value::as_str).unwrap_or("");
+        println!("OME-Zarr multiscale {m} {name}");
+        let datasets = multiscale.get("datasets").and_then(serde_json::Value::as_array).cloned().unwrap_or_default();
+        for (level, dataset) in datasets.iter().enumerate() {
+            let Some(path) = dataset.get("path").and_then(serde_json::Value::as_str) else { continue };
+            let full = format!("{}/{path}", node.trim_end_matches('/'));
+            match Array::open(store.clone(), &full) {
+                Ok(array) => println!("  level {level}: {full} shape {:?}", array.shape()),
+                Err(err) => println!("  level {level}: {full} cannot be opened: {err}"),
+            }
+        }
+    }
+    let nodes = group.traverse()?;
+    let arrays: Vec<&NodePath> =
+        nodes.iter().filter(|(_, m)| matches!(m, NodeMetadata::Array(_))).map(|(p, _)| p).collect();
+    println!("{} arrays:", arrays.len());
+    for path in arrays {
+        match Array::open(store.clone(), path.as_str()) {
+            Ok(array) => {
+                let chunks = array
+                    .chunk_shape(&vec![0; array.dimensionality()])
+                    .map(|c| c.iter().map(|n| n.get()).collect::<Vec<_>>());
+                let route = match host_decode_reason(&array) {
+                    None => "decoded on the device".to_string(),
+                    Some(reason) => format!("host route: {reason}"),
+                };
+                println!(
+                    "  {} shape {:?} {} chunks {:?}: {route}",
+                    path.as_str(),
+                    array.shape(),
+                    array.data_type(),
+                    chunks.unwrap_or_default()
+                );
+            }
+            Err(err) => println!("  {} cannot be opened: {err}", path.as_str()),
+        }
     }
     Ok(())
 }
@@ -185,7 +282,7 @@ fn print_plan(codecs: &CodecChain, device: bool, depth: usize) {
     println!("{indent}{:<18} {}", name(a2b.as_ref()), route("placed by one kernel per batch"));
     for codec in codecs.bytes_to_bytes_codecs() {
         let what = match name(codec.as_ref()).as_str() {
-            "zstd" => "nvCOMP batched zstd; frames checked on the host first; zstd content checksums are not verified",
+            "zstd" => "nvCOMP batched zstd; frames checked on the host first; content checksums, where frames carry them, verified on the device (XXH64)",
             "gzip" => "nvCOMP batched gzip where crc32c verifies members first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), else host threads; the CRC-32 of the decoded bytes checked",
             "crc32c" => "verified with nvCOMP CRC32C before anything is decoded",
             _ => "",

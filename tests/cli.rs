@@ -45,7 +45,15 @@ fn errors_are_plain_messages() -> Result {
     let p = path.to_str().unwrap();
     let (out, text) = zarrs_gpu(&["read", p, "--subset", "0:11"])?;
     assert_eq!(out.status.code(), Some(1));
-    assert!(text.contains("outside 0:10"), "{text}");
+    assert!(text.contains("stop 11 is outside 0..10"), "{text}");
+    // numpy users' slices: a step says it is not supported, a reversed slice that it selects
+    // nothing, negative indices count from the end.
+    let (_, text) = zarrs_gpu(&["read", p, "--subset", "0:10:2"])?;
+    assert!(text.contains("steps are not supported"), "{text}");
+    let (_, text) = zarrs_gpu(&["read", p, "--subset", "5:2"])?;
+    assert!(text.contains("selects nothing (start 5 is after stop 2)"), "{text}");
+    let (_, text) = zarrs_gpu(&["read", p, "--subset", "-11"])?;
+    assert!(text.contains("index -11 is out of bounds for size 10"), "{text}");
     let (out, text) = zarrs_gpu(&["read", p, "--array", "/missing"])?;
     assert_eq!(out.status.code(), Some(1));
     assert!(text.contains("opening array \"/missing\""), "{text}");
@@ -82,6 +90,45 @@ fn bad_environment_values_are_errors_naming_the_variable() -> Result {
         assert_eq!(out.status.code(), Some(1), "{text}");
         assert!(text.contains(&format!("{variable}=\"{value}\"")) && text.contains(expected), "{text}");
     }
+    Ok(())
+}
+
+#[test]
+fn info_on_a_group_lists_its_arrays_and_multiscale_levels() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    // An OME-Zarr 0.4 style image: two levels and a label array in a subgroup.
+    let attributes: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(r#"{"multiscales": [{"name": "cells", "datasets": [{"path": "0"}, {"path": "1"}]}]}"#)?;
+    zarrs::group::GroupBuilder::new().attributes(attributes).build(store.clone(), "/")?.store_metadata()?;
+    for (path, shape) in [("/0", vec![64u64, 64]), ("/1", vec![32, 32])] {
+        ArrayBuilder::new(shape, vec![16, 16], data_type::uint16(), 0u16)
+            .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, false))])
+            .build(store.clone(), path)?
+            .store_metadata()?;
+    }
+    zarrs::group::GroupBuilder::new().build(store.clone(), "/labels")?.store_metadata()?;
+    ArrayBuilder::new(vec![64, 64], vec![32, 32], data_type::uint8(), 0u8)
+        .bytes_to_bytes_codecs(vec![Arc::new(ZlibCodec::new(5u32.try_into().expect("a zlib level")))])
+        .build(store.clone(), "/labels/mask")?
+        .store_metadata()?;
+    let p = dir.path().to_str().unwrap();
+    let (out, text) = zarrs_gpu(&["info", p])?;
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("OME-Zarr multiscale 0 cells"), "{text}");
+    assert!(text.contains("level 0: /0 shape [64, 64]") && text.contains("level 1: /1 shape [32, 32]"), "{text}");
+    assert!(text.contains("3 arrays:"), "{text}");
+    let line = |name: &str| text.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or_default().to_string();
+    let level1 = line("/1 ");
+    assert!(level1.contains("shape [32, 32] uint16") && level1.contains("chunks [16, 16]"), "{text}");
+    let mask = line("/labels/mask ");
+    assert!(mask.contains("uint8") && mask.contains("chunks [32, 32]: host route"), "{text}");
+    // Node paths with or without the leading slash; a group given to read names its arrays.
+    let (out, text) = zarrs_gpu(&["info", p, "--array", "labels/mask"])?;
+    assert!(out.status.success() && text.contains("zlib"), "{text}");
+    let (out, text) = zarrs_gpu(&["read", p, "--array", "labels"])?;
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("is a group, not an array; its arrays: /labels/mask"), "{text}");
     Ok(())
 }
 
@@ -134,7 +181,7 @@ fn info_shows_the_decode_plan() -> Result {
     assert!(out.status.success(), "{text}");
     if zarrs_gpu::nvcomp_sys::NvcompLibrary::get().is_ok() {
         assert!(
-            text.contains("checksums are not verified") && text.contains("decoded and placed on the device"),
+            text.contains("verified on the device (XXH64)") && text.contains("decoded and placed on the device"),
             "{text}"
         );
     } else {
@@ -229,12 +276,15 @@ fn hostile_metadata_and_subsets_are_refused_without_panics() -> Result {
     let text = refused(&["read", &tall])?;
     assert!(text.contains("2^69 elements of 4 bytes overflow u64"), "{text}");
     let text = refused(&["read", &tall, "--subset", "18446744073709551615,:"])?;
-    assert!(text.contains("dimension 0: index 18446744073709551615 is outside 0:9223372036854775808"), "{text}");
+    assert!(
+        text.contains("dimension 0: index 18446744073709551615 is out of bounds for size 9223372036854775808"),
+        "{text}"
+    );
     let text = refused(&["read", &tall, "--subset", "0:18446744073709551615"])?;
-    assert!(text.contains("outside 0:9223372036854775808"), "{text}");
+    assert!(text.contains("stop 18446744073709551615 is outside 0..9223372036854775808"), "{text}");
     let edge = hostile_array(dir.path(), "edge.zarr", &[u64::MAX], &[1 << 63], &bytes)?;
     let text = refused(&["read", &edge, "--subset", "18446744073709551615"])?;
-    assert!(text.contains("index 18446744073709551615 is outside 0:18446744073709551615"), "{text}");
+    assert!(text.contains("index 18446744073709551615 is out of bounds for size 18446744073709551615"), "{text}");
     // Sizes that fit u64 but not the device (or no device here): refused at once too.
     let wide = hostile_array(dir.path(), "wide.zarr", &[4, 4], &[tb, tb], &bytes)?;
     // Shards of 2^80 inner chunks: an index no 64-bit size holds.
