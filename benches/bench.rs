@@ -60,8 +60,19 @@ fn time(repeat: usize, mut f: impl FnMut() -> Result<(), Error>) -> Result<(f64,
     Ok((median(runs.clone()), runs))
 }
 
-fn main() -> Result<(), Error> {
-    let args = Args::parse();
+fn main() -> std::process::ExitCode {
+    match run(&Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("bench: error: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), Error> {
+    // Refuse before writing gigabytes when there is nothing to measure on.
+    cuda_context(0).map_err(|e| format!("{e} (the benchmark reads arrays to a GPU; run it on a machine with one)"))?;
     std::fs::create_dir_all(&args.dir)?;
     let shape = [64 * args.gib, 2048, 2048];
     let mut lines = Vec::new();
@@ -85,10 +96,15 @@ fn main() -> Result<(), Error> {
         let path = args.dir.join(format!("{case}.zarr"));
         if !path.join("zarr.json").exists() {
             let start = Instant::now();
-            if sharded {
-                sample::create_sharded_sample_array(&path, &shape, &chunks, &[64, 64, 64], codecs)?;
+            let written = if sharded {
+                sample::create_sharded_sample_array(&path, &shape, &chunks, &[64, 64, 64], codecs)
             } else {
-                sample::create_sample_array_with_codecs(&path, &shape, &chunks, codecs)?;
+                sample::create_sample_array_with_codecs(&path, &shape, &chunks, codecs)
+            };
+            if let Err(err) = written {
+                // No half-written array left behind (it would pass for a whole one next time).
+                let _ = std::fs::remove_dir_all(&path);
+                return Err(format!("writing {}: {err}", path.display()).into());
             }
             // Flush dirty pages so that writeback does not compete with the timed reads.
             std::process::Command::new("sync").status()?;
