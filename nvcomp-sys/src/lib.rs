@@ -7,6 +7,14 @@
 //! how to install it. The function bindings (generated with bindgen from the wheel's headers) come
 //! with a thin checked layer: batched zstd, deflate and gzip decompression, CRC32 options.
 //!
+//! ```no_run
+//! let nvcomp = nvcomp_sys::NvcompLibrary::get()?;
+//! println!("nvCOMP {} from {}", nvcomp.version_string(), nvcomp.path());
+//! let temp = nvcomp.decompress_temp_size(nvcomp_sys::Decompressor::Zstd, 4096, 1 << 20, 4 << 30)?;
+//! println!("4096 zstd chunks of 1 MiB need {temp} bytes of scratch");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! ## Licence
 //! `nvcomp-sys` is licensed under either of the Apache License, Version 2.0 or the MIT license, at
 //! your option. nvCOMP itself is NVIDIA's and is neither bundled nor redistributed.

@@ -15,6 +15,24 @@
 //! The CUDA driver and cuFile are loaded at run time: this crate builds and its host side works on
 //! machines with neither.
 //!
+//! ```no_run
+//! use zarrs_gds_store::cudarc::driver::DevicePtrMut;
+//! use zarrs_gds_store::{DeviceReadRequest, DeviceReader, GdsStore};
+//! use zarrs_storage::StoreKey;
+//!
+//! let store = GdsStore::new("volume.zarr")?;
+//! // One reader per device: its threads, streams and pinned buffers are made once.
+//! let reader = DeviceReader::shared(0)?;
+//! let stream = reader.context().default_stream();
+//! let mut chunk = stream.alloc_zeros::<u8>(1 << 20)?;
+//! let (dst, _sync) = chunk.device_ptr_mut(&stream);
+//! let requests = [DeviceReadRequest { key: StoreKey::new("c/0/0/0")?, offset: 0, len: 1 << 20, dst, value_len: None }];
+//! // SAFETY: `dst` is device memory of the reader's context with room for the 1 MiB read.
+//! let outcome = unsafe { store.read_to_device(&reader, &requests, None, None)? };
+//! println!("found: {}, path: {}", outcome.found[0], outcome.status);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! ## Licence
 //! `zarrs_gds_store` is licensed under either of the Apache License, Version 2.0 or the MIT
 //! license, at your option.

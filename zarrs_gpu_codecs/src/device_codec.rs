@@ -96,7 +96,7 @@ impl DeviceBatch<'_> {
 /// them from an array's own codec chain, never by matching names itself. This crate registers
 /// `zstd` and `gzip` (nvCOMP); another crate adds one the same way:
 ///
-/// ```ignore
+/// ```text
 /// zarrs_gpu_codecs::inventory::submit! {
 ///     zarrs_gpu_codecs::DeviceCodecPlugin::new("my_codec", |_configuration| Ok(Arc::new(MyDeviceCodec)))
 /// }

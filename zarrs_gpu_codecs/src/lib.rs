@@ -18,6 +18,25 @@
 //! The CUDA driver is loaded at run time: this crate builds on machines without CUDA, and a
 //! missing driver or device is an error ([`GpuError::NoCuda`]), not a panic.
 //!
+//! ```no_run
+//! use std::sync::Arc;
+//! use zarrs::array::{Array, ArraySubset};
+//! use zarrs_gds_store::GdsStore;
+//! use zarrs_gpu_codecs::{with_gpu_config, ArrayDeviceExt, DeviceArray, GpuConfig, ShardIndexCache};
+//!
+//! let array = Array::open(Arc::new(GdsStore::new("volume.zarr")?), "/")?;
+//! // Settings from the environment (each bad value an error naming its variable), shard indexes
+//! // kept between reads of this array.
+//! let config = GpuConfig::from_env()?.with_shard_index_cache(Some(Arc::new(ShardIndexCache::new())));
+//! let subset = ArraySubset::new_with_ranges(&[0..64, 0..2048, 0..2048]);
+//! let (slab, report) = array.retrieve_array_subset_device_opt::<f32>(&subset, &config)?;
+//! println!("{:?} on the GPU; {} chunks, {} bytes read", slab.shape(), report.chunks, report.bytes_read);
+//!
+//! // GPU mode: zarrs' own retrieval yields device arrays (decoded on the host, copied once).
+//! let whole: DeviceArray<f32> = with_gpu_config(config, || array.retrieve_array_subset(&array.subset_all()))?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! ## Licence
 //! `zarrs_gpu_codecs` is licensed under either of the Apache License, Version 2.0 or the MIT
 //! license, at your option.
