@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The benchmark of record: ours and the peers in one run, on the same data, warm page cache.
-# On the GPU host (after ../shared/gpu/stage --peers):
-#   bash .gpu/run bash benches/run.sh [GIB] [PEER_REPEAT]
+#   bash benches/run.sh [GIB] [PEER_REPEAT]
+# from a checkout, on a machine with an NVIDIA GPU and its driver, nvCOMP's library
+# (pip install nvidia-libnvcomp-cu13; NVCOMP_LIBRARY_PATH if it is not found) and, for the peers,
+# Python with zarr, numcodecs, cupy (and tensorstore, nvidia-nvcomp-cu13 where installed). The
+# `bench` program is taken from PATH when there (a machine without a Rust toolchain, given the
+# built program), else built and run with cargo.
 # CASES (default u1,z1,z2,s1; also z2c (Z2 with zstd checksums), g2, s1r, s1g) picks cases; BENCH_DIR (default /tmp/zarrs-gpu-bench) keeps the
-# arrays, which are written once.
+# arrays, which are written once. OUT (default /tmp/out) receives bench.jsonl.
 set -euo pipefail
 gib=${1:-8}
 prep=${2:-3}
@@ -12,7 +16,8 @@ out=${OUT:-/tmp/out}; mkdir -p "$out"
 dir=${BENCH_DIR:-/tmp/zarrs-gpu-bench}
 export PYTHONUNBUFFERED=1
 rm -f "$out/bench.jsonl"
-bench --dir "$dir" --gib "$gib" --repeat 5 --cases "$cases" --json "$out/bench.jsonl"
+if command -v bench >/dev/null; then bench=(bench); else bench=(cargo run --release --example bench --); fi
+"${bench[@]}" --dir "$dir" --gib "$gib" --repeat 5 --cases "$cases" --json "$out/bench.jsonl"
 peers() { python3 benches/peers.py --array "$dir/$1.zarr" "${@:2}" --json "$out/bench.jsonl"; }
 for case in ${cases//,/ }; do
   case $case in
