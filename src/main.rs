@@ -97,18 +97,12 @@ fn run(cli: Cli) -> Result<(), Error> {
             if let Some(trust) = decode_trust {
                 config = config.with_decode_trust(trust);
             }
-            let _sample_dir;
-            let (path, array) = if let Some(path) = path {
-                (path, array)
-            } else {
-                let dir = tempfile::tempdir()?;
-                let path = dir.path().join("sample.zarr");
+            let (path, _sample_dir) = sample::given_or_sample(path.as_deref(), "sample.zarr", |path| {
                 let (shape, chunks) = ([256u64, 512, 512], [64u64, 128, 128]);
                 eprintln!("writing a sample float32 array {shape:?} (chunks {chunks:?}) to {}", path.display());
-                sample::create_sample_array(&path, &shape, &chunks)?;
-                _sample_dir = dir;
-                (path, "/".to_string())
-            };
+                sample::create_sample_array(path, &shape, &chunks)?;
+                Ok(())
+            })?;
             let array = open(&path, &array)?;
             let subset = parse_subset(&subset, array.shape())?;
             let options = ReadOptions { repeat: repeat.max(1), digest, npy };

@@ -41,6 +41,26 @@ fn sample_at(coord: [f32; 3], flat: u64) -> f32 {
     smooth.round() + (h & 0xF) as f32
 }
 
+/// The store at `path` when one is given; else a new temporary directory with `write` called
+/// on `name` in it (the examples' and the command line's "no path: a sample"). The directory is
+/// returned too: it is removed when dropped.
+///
+/// # Errors
+/// Returns `write`'s error, or the temporary directory's.
+pub fn given_or_sample(
+    path: Option<&Path>,
+    name: &str,
+    write: impl FnOnce(&Path) -> Result<(), Box<dyn std::error::Error + Send + Sync>>,
+) -> Result<(std::path::PathBuf, Option<tempfile::TempDir>), Box<dyn std::error::Error + Send + Sync>> {
+    if let Some(path) = path {
+        return Ok((path.into(), None));
+    }
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join(name);
+    write(&path)?;
+    Ok((path, Some(dir)))
+}
+
 /// Create a float32 Zarr v3 array (codec chain `bytes` only, fill value NaN) at `path` in a new
 /// directory store and write every chunk with [`sample_value`], in parallel.
 ///
