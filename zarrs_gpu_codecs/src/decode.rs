@@ -202,7 +202,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             // are copied to the staging while they are read, before the host check routes them.
             let may_decode = chain.device_may_decode(config.decode_trust());
             let stored = items.iter().filter(|it| it.route != Route::Missing && may_decode);
-            let staging = job.staging_len(stored, stored_total, decoded_total, meta_bytes)?.1;
+            let staging = job.staging(stored, stored_total, decoded_total, meta_bytes)?.len;
             let host_meta_at = read_batch(
                 &job,
                 array,
@@ -285,30 +285,39 @@ impl Job<'_> {
         self.units[u].decoded_len()
     }
 
-    /// nvCOMP's temp bytes for decoding `on_device`, and the bytes of a slot's staging for the
-    /// batch: stored bytes, decoded bytes, temp space, metadata.
-    fn staging_len<'i>(
+    /// Where a batch lies in a slot's staging when `on_device` decode there: stored bytes,
+    /// decoded bytes, the decoder's scratch, metadata.
+    fn staging<'i>(
         &self,
         on_device: impl Iterator<Item = &'i Item>,
         stored_total: u64,
         decoded_total: u64,
         meta_bytes: u64,
-    ) -> Result<(usize, u64), GpuError> {
-        let (n_dec, max_chunk) =
+    ) -> Result<Staging, GpuError> {
+        let (n_dec, max_decoded) =
             on_device.fold((0usize, 0u64), |(n, max), it| (n + 1, max.max(self.decoded_len(it.unit))));
         let temp_bytes = match &self.chain.compression {
             Some(codec) if n_dec > 0 => {
-                codec.temp_bytes(self.nvcomp, n_dec, max_chunk as usize, decoded_total as usize)?
+                codec.temp_bytes(self.nvcomp, n_dec, max_decoded as usize, decoded_total as usize)?
             }
             _ => 0,
         };
-        let decoded_room = if self.chain.compression.is_some() { decoded_total } else { 0 };
-        let len = stored_total.next_multiple_of(DECODED_ALIGN)
-            + decoded_room
-            + (temp_bytes as u64).next_multiple_of(DECODED_ALIGN)
-            + meta_bytes;
-        Ok((temp_bytes, len))
+        let decoded = stored_total.next_multiple_of(DECODED_ALIGN);
+        let temp = decoded + if self.chain.compression.is_some() { decoded_total } else { 0 };
+        let meta = temp + (temp_bytes as u64).next_multiple_of(DECODED_ALIGN);
+        Ok(Staging { decoded, temp, temp_bytes, meta, len: meta + meta_bytes, max_decoded })
     }
+}
+
+/// Offsets in a slot's staging (see [`Job::staging`]) and its length.
+struct Staging {
+    decoded: u64,
+    temp: u64,
+    temp_bytes: usize,
+    meta: u64,
+    len: u64,
+    /// The largest unit decoded on the device.
+    max_decoded: u64,
 }
 
 /// One of the (two) places batches alternate in: its buffers, and the batch whose device work
@@ -598,26 +607,20 @@ fn launch_device(
     let with_crc: Vec<&Item> = items.iter().filter(|it| it.crc.is_some()).collect();
     let n_dec = if chain.compression.is_some() { on_device.len() } else { 0 };
     let n_crc = with_crc.len();
-    let max_chunk = on_device.iter().map(|it| job.decoded_len(it.unit)).max().unwrap_or(0);
-    let (temp_bytes, staging) = job.staging_len(on_device.iter().copied(), stored_total, decoded_total, meta_bytes)?;
-    let decoded_room = if chain.compression.is_some() { decoded_total } else { 0 };
-    let stored_room = stored_total.next_multiple_of(DECODED_ALIGN);
-    let temp_room = (temp_bytes as u64).next_multiple_of(DECODED_ALIGN);
+    let staging = job.staging(on_device.iter().copied(), stored_total, decoded_total, meta_bytes)?;
     // The stored bytes are already in this slot's staging (copied as they were read), which was
     // sized for every stored unit on the device. Should nvCOMP ask for more temp space for fewer
     // chunks, the staging is replaced once its copies are done, and the bytes copied again.
-    if buffers.slots[slot].staging.as_ref().is_none_or(|b| (b.len() as u64) < staging) {
+    if buffers.slots[slot].staging.as_ref().is_none_or(|b| (b.len() as u64) < staging.len) {
         job.copy_stream.synchronize().map_err(GpuError::cuda("waiting for copies to the device"))?;
     }
-    let replaced = buffers.ensure_staging(job, slot, staging)?;
+    let replaced = buffers.ensure_staging(job, slot, staging.len)?;
     let cbase = buffers.slots[slot].staging.as_ref().expect("ensured").ptr();
     // Direct reads' staging had exactly this size (no decoded bytes, no temp): never replaced.
     debug_assert!(!direct || !replaced, "direct reads' staging was replaced");
     // A new buffer (even at the old address) holds none of the bytes copied as they were read.
     let copy_stored = !direct && replaced;
-    let dbase = cbase + stored_room;
-    let temp = dbase + decoded_room;
-    let meta = temp + temp_room;
+    let (dbase, temp, meta) = (cbase + staging.decoded, cbase + staging.temp, cbase + staging.meta);
     let hbuf = buffers.slots[slot].host.as_mut().expect("ensured");
     let host_meta = hbuf.as_mut_slice()[host_meta_at as usize..].as_mut_ptr() as usize;
     let stored_bytes = hbuf.as_slice();
@@ -650,8 +653,8 @@ fn launch_device(
             decoded_sizes: layout.at(arrays.results()),
             statuses: layout.at(arrays.statuses()),
             temp,
-            temp_bytes,
-            max_decoded: max_chunk as usize,
+            temp_bytes: staging.temp_bytes,
+            max_decoded: staging.max_decoded as usize,
             host_arrays: &words,
             nvcomp,
             kernels: job.kernels,
