@@ -15,7 +15,7 @@ use zarrs::array::codec::{GzipCodec, ZstdCodec};
 use zarrs::array::{
     Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset, BytesToBytesCodecTraits,
 };
-use zarrs_gpu::zarrs_gds_store::{cuda_context, PinnedBuffer};
+use zarrs_gpu::zarrs_gpu_codecs::reader::{cuda_context, PinnedBuffer};
 use zarrs_gpu::{
     parse_subset, sample, with_gpu_config, ArrayDeviceExt, DecodeTrust, DeviceArray, GdsStore, GpuConfig, IoBackend,
     ShardIndexCache,
@@ -252,7 +252,7 @@ fn ceilings(path: &std::path::Path, array: &Array<GdsStore>) -> Result<Vec<Strin
         .map(|grid| grid.indices().into_iter().map(|i| path.join(array.chunk_key(&i).as_str())).collect())
         .unwrap_or_default();
     let bytes: u64 = files.iter().map(|f| std::fs::metadata(f).map_or(0, |m| m.len())).sum();
-    let threads = zarrs_gpu::zarrs_gds_store::DeviceReaderOptions::from_env()?.threads;
+    let threads = zarrs_gpu::zarrs_gpu_codecs::reader::DeviceReaderOptions::from_env()?.threads;
     let task = 4usize << 20;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
     let (secs, runs) = time(3, || {

@@ -2,10 +2,11 @@
 //!
 //! This facade re-exports the project's crates and holds what the `zarrs-gpu` command line, the
 //! examples and the benchmarks share:
-//! - [`zarrs_gds_store`]: [`GdsStore`], a filesystem store with reads straight into device memory
-//!   (GPUDirect Storage, or parallel preads into pinned memory and async copies);
+//! - [`zarrs_gds_store`]: [`GdsStore`], a filesystem store whose values open for reads into host
+//!   memory or, through cuFile (GPUDirect Storage), straight into device memory;
 //! - [`zarrs_gpu_codecs`]: [`DeviceArray`], [`ArrayDeviceExt`] (device retrieval on any zarrs
-//!   array) and GPU mode ([`with_gpu_config`]);
+//!   array), GPU mode ([`with_gpu_config`]) and the device read engine
+//!   ([`zarrs_gpu_codecs::reader`]: parallel preads into pinned memory and async copies, or cuFile);
 //! - [`nvcomp_sys`]: run-time loading of NVIDIA nvCOMP.
 //!
 //! ```no_run

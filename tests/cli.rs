@@ -30,7 +30,7 @@ fn zarrs_gpu_with(args: &[&str], env: &[(&str, &str)]) -> Result<(Output, String
 }
 
 fn gpu_present() -> bool {
-    zarrs_gpu::zarrs_gds_store::cuda_context(0).is_ok()
+    zarrs_gpu::zarrs_gpu_codecs::reader::cuda_context(0).is_ok()
 }
 
 #[test]

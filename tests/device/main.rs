@@ -11,6 +11,7 @@ mod load;
 mod metadata;
 mod multi_gpu;
 mod plugin;
+mod reader;
 mod retrieval;
 mod sharding;
 mod sweep;

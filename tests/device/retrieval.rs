@@ -368,7 +368,7 @@ fn read_plan_reproduces_zarrs_retrieval() -> Result {
 /// Without a CUDA driver or device, device retrieval is an error that says so, never a panic.
 #[test]
 fn no_gpu_is_a_clear_error() -> Result {
-    if zarrs_gpu::zarrs_gds_store::cuda_context(0).is_ok() {
+    if zarrs_gpu::zarrs_gpu_codecs::reader::cuda_context(0).is_ok() {
         return Ok(()); // a GPU host: the ignored tests cover it
     }
     let dir = tempfile::tempdir()?;

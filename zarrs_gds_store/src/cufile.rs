@@ -13,8 +13,7 @@ use std::sync::OnceLock;
 
 use cudarc::cufile::sys::{CUfileDescr_t, CUfileDescr_t__bindgen_ty_1, CUfileDrvProps_t, CUfileFileHandleType};
 
-use crate::engine::DevicePtr;
-use crate::DeviceReadError;
+use crate::ReadError;
 
 /// The environment variable naming the cuFile library to load, before the usual names.
 pub const CUFILE_LIBRARY_ENV: &str = "CUFILE_LIBRARY_PATH";
@@ -30,11 +29,11 @@ struct Status {
 }
 
 impl Status {
-    fn check(self, what: &'static str) -> Result<(), DeviceReadError> {
+    fn check(self, what: &'static str) -> Result<(), ReadError> {
         if self.err == 0 {
             Ok(())
         } else {
-            Err(DeviceReadError::CuFile { what, detail: describe(self.err, self.cu_err) })
+            Err(ReadError::CuFile { what, detail: describe(self.err, self.cu_err) })
         }
     }
 }
@@ -139,13 +138,13 @@ impl CuFileDriver {
     }
 
     /// Open `path` with O_DIRECT and register it with cuFile.
-    pub(crate) fn register(&'static self, path: &Path) -> Result<CuFileHandle, DeviceReadError> {
+    pub(crate) fn register(&'static self, path: &Path) -> Result<CuFileHandle, ReadError> {
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECT)
             .open(path)
-            .map_err(|source| DeviceReadError::Io { path: path.to_path_buf(), source })?;
+            .map_err(|source| ReadError::Io { path: path.to_path_buf(), source })?;
         let mut descr = CUfileDescr_t {
             type_: CUfileFileHandleType::CU_FILE_HANDLE_TYPE_OPAQUE_FD,
             handle: CUfileDescr_t__bindgen_ty_1 { fd: file.as_raw_fd() },
@@ -171,13 +170,16 @@ unsafe impl Send for CuFileHandle {}
 unsafe impl Sync for CuFileHandle {}
 
 impl CuFileHandle {
-    /// Read `len` bytes at `offset` of the file to device memory at `dst`. The calling thread must
-    /// have the destination's CUDA context current. Unaligned offsets and sizes are allowed (cuFile
-    /// bounces them through its own buffers); a short read is an error.
-    pub(crate) fn read(&self, path: &Path, offset: u64, dst: DevicePtr, len: usize) -> Result<(), DeviceReadError> {
+    /// Read `len` bytes at `offset` of the file to device memory at `dst`. Unaligned offsets and
+    /// sizes are allowed (cuFile bounces them through its own buffers); a short read is an error.
+    ///
+    /// # Safety
+    /// `dst` must be device memory valid for `len` bytes that nothing else uses meanwhile, of the
+    /// CUDA context current on the calling thread.
+    pub(crate) unsafe fn read(&self, path: &Path, offset: u64, dst: u64, len: usize) -> Result<(), ReadError> {
         let mut done = 0usize;
         while done < len {
-            // SAFETY: dst is device memory valid for len bytes (the engine's contract); the
+            // SAFETY: dst is device memory valid for len bytes (the caller's contract); the
             // handle is registered and alive.
             let n = unsafe {
                 (self.driver.read)(
@@ -191,20 +193,15 @@ impl CuFileHandle {
             match n {
                 n if n > 0 => done += n as usize,
                 0 => {
-                    return Err(DeviceReadError::PastEnd {
+                    return Err(ReadError::PastEnd {
                         what: path.display().to_string(),
                         start: offset,
                         end: offset + len as u64,
                         size: offset + done as u64,
                     })
                 }
-                -1 => {
-                    return Err(DeviceReadError::Io {
-                        path: path.to_path_buf(),
-                        source: std::io::Error::last_os_error(),
-                    })
-                }
-                n => return Err(DeviceReadError::CuFile { what: "cuFileRead", detail: describe(-(n as c_int), 0) }),
+                -1 => return Err(ReadError::Io { path: path.to_path_buf(), source: std::io::Error::last_os_error() }),
+                n => return Err(ReadError::CuFile { what: "cuFileRead", detail: describe(-(n as c_int), 0) }),
             }
         }
         Ok(())

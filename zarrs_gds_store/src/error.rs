@@ -2,34 +2,11 @@ use std::path::PathBuf;
 
 use zarrs_storage::StorageError;
 
-/// An error from a read into device memory.
+/// An error from reading stored values by byte range (into host memory, or into device memory
+/// through cuFile).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum DeviceReadError {
-    /// No usable CUDA driver or device.
-    #[error("no CUDA device available: {0}")]
-    NoCuda(String),
-    /// An environment variable holds a value that cannot be used.
-    #[error("{variable}={value:?} cannot be used: expected {expected}")]
-    Config {
-        /// The variable.
-        variable: &'static str,
-        /// Its value.
-        value: String,
-        /// What it may hold.
-        expected: &'static str,
-    },
-    /// The reader's thread pool could not be started.
-    #[error("starting reader threads: {0}")]
-    ThreadPool(String),
-    /// A CUDA driver call failed.
-    #[error("CUDA error while {what}: {source}")]
-    Cuda {
-        /// What was being done.
-        what: &'static str,
-        /// The driver's error.
-        source: cudarc::driver::DriverError,
-    },
+pub enum ReadError {
     /// Reading a file failed.
     #[error("reading {path}: {source}")]
     Io {
@@ -60,7 +37,7 @@ pub enum DeviceReadError {
         /// The value's size.
         size: u64,
     },
-    /// Native GPUDirect Storage was forced but is not usable.
+    /// A read into device memory was asked of a range whose file is not registered with cuFile.
     #[error("GPUDirect Storage was requested but is not usable: {0}")]
     GdsUnavailable(String),
     /// A cuFile call failed.
@@ -71,24 +48,23 @@ pub enum DeviceReadError {
         /// The library's error code, decoded.
         detail: String,
     },
+    /// A CUDA driver call failed.
+    #[error("CUDA error while {what}: {source}")]
+    Cuda {
+        /// What was being done.
+        what: &'static str,
+        /// The driver's error.
+        source: cudarc::driver::DriverError,
+    },
     /// The underlying store failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
 
-impl DeviceReadError {
-    pub(crate) fn cuda(what: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Self {
-        move |source| Self::Cuda { what, source }
-    }
-}
-
-impl From<DeviceReadError> for StorageError {
-    fn from(err: DeviceReadError) -> Self {
+impl From<ReadError> for StorageError {
+    fn from(err: ReadError) -> Self {
         match err {
-            DeviceReadError::Storage(err) => err,
-            DeviceReadError::Io { path, source } => {
-                StorageError::Other(format!("reading {}: {source}", path.display()))
-            }
+            ReadError::Storage(err) => err,
             other => StorageError::Other(other.to_string()),
         }
     }

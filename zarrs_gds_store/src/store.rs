@@ -1,10 +1,8 @@
 use std::collections::HashMap;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use cudarc::driver::CudaStream;
+use cudarc::driver::{CudaStream, DevicePtrMut, DeviceSlice};
 use zarrs_filesystem::{FilesystemStore, FilesystemStoreCreateError};
 use zarrs_storage::byte_range::ByteRangeIterator;
 use zarrs_storage::{
@@ -12,9 +10,12 @@ use zarrs_storage::{
     StorageError, StoreKey, StoreKeys, StoreKeysPrefixes, StorePrefix, WritableStorageTraits,
 };
 
-use crate::cufile::{CuFileDriver, CuFileHandle};
-use crate::engine::{as_host_transfers, as_transfers, DeviceMirror, DevicePtr, DeviceReader, PieceSource};
-use crate::{DeviceReadError, IoBackend, IoPath, IoStatus};
+use crate::cufile::CuFileDriver;
+use crate::file::{FileCache, GdsFile, OpenValue};
+use crate::{IoBackend, IoPath, IoStatus, ReadError};
+
+/// Files registered with cuFile kept open per store (each holds two descriptors).
+const REGISTERED_FILES: usize = 256;
 
 /// Options of a [`GdsStore`].
 #[derive(Clone, Debug, Default)]
@@ -44,66 +45,129 @@ impl GdsStoreOptions {
     }
 }
 
-/// One read into device memory: `len` bytes of `key` from `offset`, to the device address `dst`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceReadRequest {
+/// A byte range of a stored value, as a read names it: `len` bytes of `key` from `offset`.
+#[allow(clippy::len_without_is_empty)]
+pub trait ValueRange: Sync {
     /// The key.
-    pub key: StoreKey,
-    /// The first byte of the value to read.
-    pub offset: u64,
-    /// How many bytes (a read past the value's end is an error).
-    pub len: usize,
-    /// Where the bytes land.
-    pub dst: DevicePtr,
-    /// The value's whole size, where the caller knows what it must be (an uncompressed chunk):
-    /// a value of another size is an error rather than bytes read from it.
-    pub value_len: Option<u64>,
-}
-
-/// One read into host memory: `len` bytes of `key` from `offset`, to byte `at` of the buffer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostReadRequest {
-    /// The key.
-    pub key: StoreKey,
-    /// The first byte of the value to read.
-    pub offset: u64,
-    /// How many bytes (a read past the value's end is an error).
-    pub len: usize,
-    /// Where the bytes land in the buffer.
-    pub at: usize,
-    /// The value's whole size, where the caller knows what it must be: a value of another size
-    /// is an error rather than bytes read from it.
-    pub value_len: Option<u64>,
-}
-
-/// What both kinds of request read: a byte range of a value.
-pub(crate) trait ReadRange: Sync {
     fn key(&self) -> &StoreKey;
+    /// The first byte of the value to read.
     fn offset(&self) -> u64;
+    /// How many bytes (a range past the value's end is an error).
     fn len(&self) -> usize;
-    fn value_len(&self) -> Option<u64>;
+    /// The value's whole size, where the caller knows what it must be (an uncompressed chunk): a
+    /// value of another size is an error rather than bytes read from it.
+    fn value_len(&self) -> Option<u64> {
+        None
+    }
 }
 
-macro_rules! read_range {
-    ($t:ty) => {
-        impl ReadRange for $t {
-            fn key(&self) -> &StoreKey {
-                &self.key
-            }
-            fn offset(&self) -> u64 {
-                self.offset
-            }
-            fn len(&self) -> usize {
-                self.len
-            }
-            fn value_len(&self) -> Option<u64> {
-                self.value_len
-            }
-        }
-    };
+/// The files behind some value ranges, opened for one read ([`GdsStore::open_for_device`],
+/// [`GdsStore::open_for_host`]), each checked against its range: any part of a range can be read
+/// into host memory, or straight into device memory where cuFile registered the file. Many
+/// threads may read parts at once.
+pub struct GdsRanges<'a, R> {
+    ranges: &'a [R],
+    /// Per range, its value in `values` (each key is opened once).
+    value_of: Vec<usize>,
+    values: Vec<OpenValue>,
+    status: IoStatus,
 }
-read_range!(DeviceReadRequest);
-read_range!(HostReadRequest);
+
+impl<R: ValueRange> GdsRanges<'_, R> {
+    /// How many ranges.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// Whether there are no ranges.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// Which path reads into device memory take, and why.
+    #[must_use]
+    pub fn status(&self) -> &IoStatus {
+        &self.status
+    }
+
+    /// Whether range `i` is read straight into device memory (its file is registered with cuFile).
+    #[must_use]
+    pub fn is_direct(&self, i: usize) -> bool {
+        self.file(i).is_some_and(GdsFile::is_registered)
+    }
+
+    /// Fill `buf` with bytes `offset..offset + buf.len()` of range `i`. Returns `Ok(false)` when
+    /// its key does not exist.
+    ///
+    /// # Errors
+    /// Returns an error naming the file when the read fails or leaves the range.
+    pub fn read_host(&self, i: usize, offset: u64, buf: &mut [u8]) -> Result<bool, ReadError> {
+        let Some(file) = self.file(i) else { return Ok(false) };
+        file.read_host(self.at(i, offset, buf.len())?, buf)?;
+        Ok(true)
+    }
+
+    /// Read bytes `offset..offset + dst.len()` of range `i` into `dst` with cuFile, after the work
+    /// `stream` has queued (this waits for it: cuFile writes from the host's side). Returns
+    /// `Ok(false)` when the key does not exist.
+    ///
+    /// # Errors
+    /// Returns an error when range `i`'s file is not registered with cuFile ([`Self::is_direct`]),
+    /// or the read fails or leaves the range.
+    pub fn read_device<D: DevicePtrMut<u8> + DeviceSlice<u8>>(
+        &self,
+        i: usize,
+        offset: u64,
+        dst: &mut D,
+        stream: &CudaStream,
+    ) -> Result<bool, ReadError> {
+        let len = dst.len();
+        let cuda = |what| move |source| ReadError::Cuda { what, source };
+        stream.context().bind_to_thread().map_err(cuda("binding the CUDA context"))?;
+        let (ptr, _record) = dst.device_ptr_mut(stream);
+        stream.synchronize().map_err(cuda("waiting for the destination's earlier work"))?;
+        // SAFETY: dst is a device slice of len bytes of the stream's context, borrowed mutably, and
+        // the stream's earlier work on it has finished.
+        unsafe { self.read_device_raw(i, offset, ptr, len) }
+    }
+
+    /// As [`Self::read_device`], to a raw device address (for engines that write disjoint parts
+    /// of one allocation from many threads).
+    ///
+    /// # Safety
+    /// `dst` must be device memory of the CUDA context current on this thread, valid for `len`
+    /// bytes and used by nothing else until this returns.
+    ///
+    /// # Errors
+    /// As [`Self::read_device`].
+    pub unsafe fn read_device_raw(&self, i: usize, offset: u64, dst: u64, len: usize) -> Result<bool, ReadError> {
+        let Some(file) = self.file(i) else { return Ok(false) };
+        let at = self.at(i, offset, len)?;
+        // SAFETY: the caller's contract.
+        unsafe { file.read_device(at, dst, len) }?;
+        Ok(true)
+    }
+
+    fn file(&self, i: usize) -> Option<&GdsFile> {
+        self.values[self.value_of[i]].file.as_deref()
+    }
+
+    /// Where `len` bytes from `offset` of range `i` lie in its file, refused outside the range.
+    fn at(&self, i: usize, offset: u64, len: usize) -> Result<u64, ReadError> {
+        let range = &self.ranges[i];
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= range.len() as u64 => Ok(range.offset() + offset),
+            _ => Err(ReadError::PastEnd {
+                what: format!("{} (a range of {} bytes)", range.key(), range.len()),
+                start: offset,
+                end: offset.saturating_add(len as u64),
+                size: range.len() as u64,
+            }),
+        }
+    }
+}
 
 /// What a read into device memory did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -115,17 +179,28 @@ pub struct DeviceReadOutcome {
     pub status: IoStatus,
 }
 
+impl DeviceReadOutcome {
+    /// An outcome.
+    #[must_use]
+    pub fn new(found: Vec<bool>, status: IoStatus) -> Self {
+        Self { found, status }
+    }
+}
+
 /// A filesystem store (the Zarr directory layout) whose values can also be read straight into
-/// CUDA device memory: with cuFile where native GPUDirect Storage works for a file, otherwise with
-/// many preads in flight into reused pinned buffers and async copies to the device.
+/// CUDA device memory: with cuFile where native GPUDirect Storage works for a file; elsewhere a
+/// device read engine (such as `zarrs_gpu_codecs`' reader) reads [`GdsRanges`] into pinned memory
+/// and copies them on.
 ///
-/// Host reads, writes and listing are those of [`FilesystemStore`].
+/// Host reads, writes and listing are those of [`FilesystemStore`]. Files registered with cuFile
+/// stay open in the store between reads (at most 256), each used while its path still names it.
 pub struct GdsStore {
     fs: FilesystemStore,
     base_path: PathBuf,
     options: GdsStoreOptions,
     /// Why native GDS is not used for this store, once a file has failed to register (auto mode).
     gds_off: OnceLock<String>,
+    registered: FileCache<GdsFile>,
     last_status: Mutex<Option<IoStatus>>,
 }
 
@@ -157,7 +232,14 @@ impl GdsStore {
     ) -> Result<Self, FilesystemStoreCreateError> {
         let base_path = base_path.as_ref().to_path_buf();
         let fs = FilesystemStore::new(&base_path)?.sorted();
-        Ok(Self { fs, base_path, options, gds_off: OnceLock::new(), last_status: Mutex::new(None) })
+        Ok(Self {
+            fs,
+            base_path,
+            options,
+            gds_off: OnceLock::new(),
+            registered: FileCache::new(REGISTERED_FILES),
+            last_status: Mutex::new(None),
+        })
     }
 
     /// The store's directory.
@@ -184,133 +266,108 @@ impl GdsStore {
         self.last_status.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
-    /// Read every request's bytes straight into device memory, all in flight at once on
-    /// `reader`'s threads. `backend`, when given, is the backend of this read; otherwise the
-    /// store's option, which the `ZARRS_GDS_BACKEND` environment variable overrides. With
-    /// `stream` None the device
-    /// memory is written on return; with a stream, the writes are ordered before any work
-    /// enqueued on it afterwards.
-    ///
-    /// # Safety
-    /// Every `dst` must be valid device memory of `reader`'s context for its `len` bytes, and no
-    /// two destinations may overlap.
+    /// Open the files of `ranges` for a read into device memory: each registered with cuFile
+    /// where native GDS works (kept open for later reads), the reason recorded where not.
+    /// `backend`, when given, is this read's; otherwise the store's option, which the
+    /// `ZARRS_GDS_BACKEND` environment variable overrides. Files open in parallel on the current
+    /// rayon pool.
     ///
     /// # Errors
-    /// Returns an error naming the file when a read fails or goes past a value's end, and when
-    /// native GDS was forced but is not usable.
-    pub unsafe fn read_to_device(
+    /// Returns an error naming the file when one cannot be opened or a range goes past its value's
+    /// end, and when native GDS was forced but is not usable.
+    pub fn open_for_device<'a, R: ValueRange>(
         &self,
-        reader: &DeviceReader,
-        requests: &[DeviceReadRequest],
+        ranges: &'a [R],
         backend: Option<IoBackend>,
-        stream: Option<&CudaStream>,
-    ) -> Result<DeviceReadOutcome, DeviceReadError> {
-        // A backend the caller gives wins; the store's own option yields to ZARRS_GDS_BACKEND.
+    ) -> Result<GdsRanges<'a, R>, ReadError> {
         let backend = match backend {
             Some(backend) => backend,
-            None => self.options.backend.resolve().map_err(DeviceReadError::GdsUnavailable)?,
+            None => self.options.backend.resolve().map_err(ReadError::GdsUnavailable)?,
         };
         let (driver, mut reason) = self.gds_driver(backend)?;
-        let (files, request_file) = self.open_files(reader, requests, driver)?;
+        let mut ranges = self.open_ranges(ranges, driver)?;
         let mut any_gds = false;
         let mut any_posix = false;
-        for file in &files {
-            match (&file.handle, &file.gds_error) {
-                (Some(_), _) => any_gds = true,
-                (None, Some(err)) => {
+        for value in &ranges.values {
+            match (&value.file, &value.gds_error) {
+                (Some(file), _) if file.is_registered() => any_gds = true,
+                (Some(file), Some(err)) => {
                     if backend == IoBackend::Gds {
-                        return Err(DeviceReadError::GdsUnavailable(format!("{}: {err}", file.path.display())));
+                        return Err(ReadError::GdsUnavailable(format!("{}: {err}", file.path.display())));
                     }
                     let why = format!("cuFile could not register {}: {err}", file.path.display());
                     reason.clone_from(self.gds_off.get_or_init(|| why));
                     any_posix = true;
                 }
-                (None, None) => any_posix |= file.file.is_some(),
+                (file, _) => any_posix |= file.is_some(),
             }
         }
-        let transfers = as_transfers(requests);
-        let source = FileSource { requests, request_file: &request_file, files: &files };
-        // SAFETY: the destinations are the caller's, under the same contract.
-        let found = unsafe { reader.transfer(&transfers, &source, stream) }?;
-        let status = match (any_gds, any_posix) {
-            (true, false) => IoStatus { path: IoPath::Gds, reason: "native GPUDirect Storage".into() },
-            (true, true) => {
-                IoStatus { path: IoPath::Gds, reason: format!("some files: pread fallback for others: {reason}") }
-            }
-            _ => IoStatus { path: IoPath::Posix, reason },
+        ranges.status = match (any_gds, any_posix) {
+            (true, false) => IoStatus::new(IoPath::Gds, "native GPUDirect Storage"),
+            (true, true) => IoStatus::new(IoPath::Gds, format!("some files: pread fallback for others: {reason}")),
+            _ => IoStatus::new(IoPath::Posix, reason),
         };
-        *self.last_status.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(status.clone());
-        Ok(DeviceReadOutcome { found, status })
+        *self.last_status.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(ranges.status.clone());
+        Ok(ranges)
     }
 
-    /// Read every request's bytes into `buf` at its `at` offset, all in flight at once on
-    /// `reader`'s threads (parallel preads), each piece also copied to the device with a `mirror`
-    /// (see [`DeviceReader::read_host`]). Returns, per request, whether its key exists.
+    /// Open the files of `ranges` for reads into host memory (parallel preads), in parallel on the
+    /// current rayon pool.
     ///
     /// # Errors
-    /// Returns an error naming the file when a read fails or goes past a value's end, or when a
-    /// destination lies outside `buf`.
-    pub fn read_to_host(
-        &self,
-        reader: &DeviceReader,
-        requests: &[HostReadRequest],
-        buf: &mut [u8],
-        mirror: Option<DeviceMirror<'_>>,
-    ) -> Result<Vec<bool>, DeviceReadError> {
-        let (files, request_file) = self.open_files(reader, requests, None)?;
-        let source = FileSource { requests, request_file: &request_file, files: &files };
-        reader.read_host(&as_host_transfers(requests), &source, buf, mirror)
+    /// Returns an error naming the file when one cannot be opened or a range goes past its value's
+    /// end.
+    pub fn open_for_host<'a, R: ValueRange>(&self, ranges: &'a [R]) -> Result<GdsRanges<'a, R>, ReadError> {
+        self.open_ranges(ranges, None)
     }
 
-    /// Open each distinct key's file once, in parallel (registered with cuFile when `driver` is
-    /// given), and check every request against its file's size.
-    fn open_files<R: ReadRange>(
+    /// Open each distinct key's file once (registered with cuFile when `driver` is given), and
+    /// check every range against its file's size.
+    fn open_ranges<'a, R: ValueRange>(
         &self,
-        reader: &DeviceReader,
-        requests: &[R],
+        ranges: &'a [R],
         driver: Option<&'static CuFileDriver>,
-    ) -> Result<(Vec<OpenFile>, Vec<usize>), DeviceReadError> {
-        let mut file_of_key: HashMap<&StoreKey, usize> = HashMap::new();
+    ) -> Result<GdsRanges<'a, R>, ReadError> {
+        use rayon::prelude::*;
+        let mut value_of_key: HashMap<&StoreKey, usize> = HashMap::new();
         let mut keys: Vec<&StoreKey> = Vec::new();
-        let request_file: Vec<usize> = requests
+        let value_of: Vec<usize> = ranges
             .iter()
             .map(|r| {
-                *file_of_key.entry(r.key()).or_insert_with(|| {
+                *value_of_key.entry(r.key()).or_insert_with(|| {
                     keys.push(r.key());
                     keys.len() - 1
                 })
             })
             .collect();
-        let files: Vec<OpenFile> = reader.install(|| {
-            use rayon::prelude::*;
-            keys.par_iter().map(|key| OpenFile::open(self.key_to_fspath(key), driver)).collect::<Result<_, _>>()
-        })?;
-        for (request, &f) in requests.iter().zip(&request_file) {
-            let file = &files[f];
-            if let (Some(_), Some(expected)) = (&file.file, request.value_len().filter(|&n| n != file.size)) {
-                return Err(DeviceReadError::WrongSize {
-                    what: file.path.display().to_string(),
-                    size: file.size,
-                    expected,
-                });
+        let values: Vec<OpenValue> = keys
+            .par_iter()
+            .map(|key| OpenValue::open(self.key_to_fspath(key), driver, &self.registered))
+            .collect::<Result<_, _>>()?;
+        for (range, &v) in ranges.iter().zip(&value_of) {
+            let value = &values[v];
+            let Some(file) = &value.file else { continue };
+            if let Some(expected) = range.value_len().filter(|&n| n != value.size) {
+                return Err(ReadError::WrongSize { what: file.path.display().to_string(), size: value.size, expected });
             }
             // Checked: an end past 2^64 (hostile offsets) is past any file's end. Every later
-            // offset of the request lies below this end.
-            let end = request.offset().checked_add(request.len() as u64);
-            if file.file.is_some() && end.is_none_or(|end| end > file.size) {
-                return Err(DeviceReadError::PastEnd {
+            // offset of the range lies below this end.
+            let end = range.offset().checked_add(range.len() as u64);
+            if end.is_none_or(|end| end > value.size) {
+                return Err(ReadError::PastEnd {
                     what: file.path.display().to_string(),
-                    start: request.offset(),
+                    start: range.offset(),
                     end: end.unwrap_or(u64::MAX),
-                    size: file.size,
+                    size: value.size,
                 });
             }
         }
-        Ok((files, request_file))
+        let status = IoStatus::new(IoPath::Posix, "host reads");
+        Ok(GdsRanges { ranges, value_of, values, status })
     }
 
     /// The cuFile driver to try files with, or why none (the reason reported with the pread path).
-    fn gds_driver(&self, backend: IoBackend) -> Result<(Option<&'static CuFileDriver>, String), DeviceReadError> {
+    fn gds_driver(&self, backend: IoBackend) -> Result<(Option<&'static CuFileDriver>, String), ReadError> {
         if backend == IoBackend::Posix {
             return Ok((None, "posix backend requested".into()));
         }
@@ -320,7 +377,7 @@ impl GdsStore {
             }
         }
         match CuFileDriver::get() {
-            Err(reason) if backend == IoBackend::Gds => Err(DeviceReadError::GdsUnavailable(reason)),
+            Err(reason) if backend == IoBackend::Gds => Err(ReadError::GdsUnavailable(reason)),
             Err(reason) => Ok((None, reason)),
             Ok(driver) if backend == IoBackend::Auto && !driver.has_nvfs() => {
                 // Without nvidia-fs, cuFile itself would bounce through host memory: ours is faster.
@@ -328,62 +385,6 @@ impl GdsStore {
             }
             Ok(driver) => Ok((Some(driver), String::new())),
         }
-    }
-}
-
-struct OpenFile {
-    path: PathBuf,
-    /// None when the key does not exist.
-    file: Option<File>,
-    size: u64,
-    handle: Option<CuFileHandle>,
-    gds_error: Option<DeviceReadError>,
-}
-
-impl OpenFile {
-    fn open(path: PathBuf, driver: Option<&'static CuFileDriver>) -> Result<Self, DeviceReadError> {
-        let file = match File::open(&path) {
-            Ok(file) => file,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Self { path, file: None, size: 0, handle: None, gds_error: None })
-            }
-            Err(source) => return Err(DeviceReadError::Io { path, source }),
-        };
-        let size = file.metadata().map_err(|source| DeviceReadError::Io { path: path.clone(), source })?.len();
-        let (handle, gds_error) = match driver.map(|d| d.register(&path)) {
-            None => (None, None),
-            Some(Ok(handle)) => (Some(handle), None),
-            Some(Err(err)) => (None, Some(err)),
-        };
-        Ok(Self { path, file: Some(file), size, handle, gds_error })
-    }
-}
-
-struct FileSource<'a, R> {
-    requests: &'a [R],
-    request_file: &'a [usize],
-    files: &'a [OpenFile],
-}
-
-impl<R: ReadRange> PieceSource for FileSource<'_, R> {
-    fn read_host(&self, transfer: usize, offset: u64, buf: &mut [u8]) -> Result<bool, DeviceReadError> {
-        let file = &self.files[self.request_file[transfer]];
-        let Some(handle) = &file.file else { return Ok(false) };
-        handle
-            .read_exact_at(buf, self.requests[transfer].offset() + offset)
-            .map_err(|source| DeviceReadError::Io { path: file.path.clone(), source })?;
-        Ok(true)
-    }
-
-    fn is_direct(&self, transfer: usize) -> bool {
-        self.files[self.request_file[transfer]].handle.is_some()
-    }
-
-    fn read_device(&self, transfer: usize, offset: u64, dst: DevicePtr, len: usize) -> Result<bool, DeviceReadError> {
-        let file = &self.files[self.request_file[transfer]];
-        let Some(handle) = &file.handle else { return Ok(false) };
-        handle.read(&file.path, self.requests[transfer].offset() + offset, dst, len)?;
-        Ok(true)
     }
 }
 

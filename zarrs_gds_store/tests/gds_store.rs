@@ -1,8 +1,8 @@
-//! GdsStore: zarrs' store conformance suite, host reads, and reads into device memory.
+//! GdsStore: zarrs' store conformance suite, host reads, and value ranges opened for reads.
 
 use std::error::Error;
 
-use zarrs_gds_store::{DeviceReadError, DeviceReadRequest, DeviceReader, GdsStore, GdsStoreOptions, IoBackend, IoPath};
+use zarrs_gds_store::{GdsStore, GdsStoreOptions, IoBackend, IoPath, ReadError, ValueRange};
 use zarrs_storage::byte_range::ByteRange;
 use zarrs_storage::{Bytes, ReadableStorageTraits, StoreKey, WritableStorageTraits};
 
@@ -39,83 +39,84 @@ fn host_byte_ranges_missing_keys_and_errors() -> Result {
     Ok(())
 }
 
+/// A byte range of a value, as a read names it.
+struct Range(StoreKey, u64, usize, Option<u64>);
+
+impl ValueRange for Range {
+    fn key(&self) -> &StoreKey {
+        &self.0
+    }
+    fn offset(&self) -> u64 {
+        self.1
+    }
+    fn len(&self) -> usize {
+        self.2
+    }
+    fn value_len(&self) -> Option<u64> {
+        self.3
+    }
+}
+
 #[test]
-#[ignore = "needs a CUDA GPU"]
-fn reads_into_device_memory() -> Result {
-    use zarrs_gds_store::cudarc::driver::result;
+fn ranges_open_once_read_in_parts_and_refuse_what_does_not_fit() -> Result {
     let dir = tempfile::tempdir()?;
     let store = GdsStore::new(dir.path())?;
-    let sizes = [1usize, 4095, 4096, 1 << 20, (9 << 20) + 17];
-    let mut files = Vec::new();
-    for (i, &n) in sizes.iter().enumerate() {
-        let data: Vec<u8> = (0..n).map(|j| (j * 31 + i * 7 + j / 251) as u8).collect();
-        let key = StoreKey::new(format!("c/{i}"))?;
-        store.set(&key, Bytes::from(data.clone()))?;
-        files.push((key, data));
+    let (a, b) = (StoreKey::new("c/0")?, StoreKey::new("c/1")?);
+    let data: Vec<u8> = (0..100_003u32).map(|i| (i * 7 + i / 253) as u8).collect();
+    store.set(&a, Bytes::from(data.clone()))?;
+    store.set(&b, Bytes::from(data[..4096].to_vec()))?;
+    let ranges = [
+        Range(a.clone(), 0, data.len(), Some(data.len() as u64)),
+        Range(a.clone(), 17, 50_000, None),
+        Range(b.clone(), 1, 4095, None),
+        Range(StoreKey::new("c/missing")?, 0, 10, None),
+    ];
+    let files = store.open_for_host(&ranges)?;
+    assert_eq!(files.len(), 4);
+    // Parts of a range, at offsets within it.
+    let mut buf = vec![0u8; 1000];
+    assert!(files.read_host(1, 3000, &mut buf)?);
+    assert_eq!(buf, data[17 + 3000..17 + 4000]);
+    assert!(files.read_host(2, 4095 - 1000, &mut buf)?);
+    assert_eq!(buf, data[4096 - 1000..4096]);
+    assert!(!files.read_host(3, 0, &mut buf[..10])?, "a missing key is not found, not an error");
+    assert!(!files.is_direct(0), "host reads register nothing with cuFile");
+    // Beyond its range (not its file): refused.
+    let err = files.read_host(2, 4000, &mut buf).unwrap_err();
+    assert!(matches!(err, ReadError::PastEnd { .. }) && err.to_string().contains("c/1"), "{err}");
+    // Past a value's end, or a value of the wrong size: refused when opened, naming the file.
+    let err = store.open_for_host(&[Range(b.clone(), 10, 4087, None)]).err().expect("past the end");
+    assert!(matches!(err, ReadError::PastEnd { .. }) && err.to_string().contains("c/1"), "{err}");
+    let err = store.open_for_host(&[Range(b.clone(), 0, 8, Some(8))]).err().expect("wrong size");
+    assert!(matches!(err, ReadError::WrongSize { size: 4096, expected: 8, .. }), "{err}");
+    let err = store.open_for_host(&[Range(b.clone(), u64::MAX - 2, 8, None)]).err().expect("offset overflow");
+    assert!(matches!(err, ReadError::PastEnd { .. }), "{err}");
+    Ok(())
+}
+
+#[test]
+fn device_reads_say_which_path_and_why() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = GdsStore::new(dir.path())?;
+    let key = StoreKey::new("c/0")?;
+    store.set(&key, Bytes::from(vec![7u8; 8192]))?;
+    let ranges = [Range(key.clone(), 0, 8192, None)];
+    let posix = store.open_for_device(&ranges, Some(IoBackend::Posix))?;
+    assert_eq!(posix.status().path, IoPath::Posix);
+    assert!(posix.status().reason.contains("posix backend requested"), "{}", posix.status());
+    assert!(!posix.is_direct(0));
+    assert_eq!(store.last_io_status().map(|s| s.path), Some(IoPath::Posix));
+    // Auto: native GDS where cuFile registers the file; here (no nvidia-fs) the pread path, with
+    // the reason.
+    let auto = store.open_for_device(&ranges, Some(IoBackend::Auto))?;
+    match auto.status().path {
+        IoPath::Gds => assert!(auto.is_direct(0)),
+        _ => assert!(!auto.status().reason.is_empty() && !auto.is_direct(0), "{}", auto.status()),
     }
-    let reader = DeviceReader::shared(0)?;
-    let stream = reader.context().new_stream()?;
-    for (backend, ordered) in [(IoBackend::Posix, false), (IoBackend::Auto, false), (IoBackend::Posix, true)] {
-        // Whole values, partial ranges at odd offsets, and a missing key, all in one batch.
-        let mut requests = Vec::new();
-        let mut expected: Vec<Option<Vec<u8>>> = Vec::new();
-        for (key, data) in &files {
-            requests.push((key.clone(), 0u64, data.len()));
-            expected.push(Some(data.clone()));
-            if data.len() > 10 {
-                let (a, b) = (3, data.len() - 5);
-                requests.push((key.clone(), a as u64, b - a));
-                expected.push(Some(data[a..b].to_vec()));
-            }
-        }
-        requests.push((StoreKey::new("c/none")?, 0, 100));
-        expected.push(None);
-        let total: usize = requests.iter().map(|r| r.2).sum();
-        reader.context().bind_to_thread()?;
-        let base = unsafe { result::malloc_sync(total) }?;
-        let mut offset = 0u64;
-        let reqs: Vec<DeviceReadRequest> = requests
-            .iter()
-            .map(|(key, start, len)| {
-                let r = DeviceReadRequest {
-                    key: key.clone(),
-                    offset: *start,
-                    len: *len,
-                    dst: base + offset,
-                    value_len: None,
-                };
-                offset += *len as u64;
-                r
-            })
-            .collect();
-        // Ordered on a stream: the bytes are there once the stream has run what came before.
-        let on = ordered.then_some(stream.as_ref());
-        let outcome = unsafe { store.read_to_device(&reader, &reqs, Some(backend), on) }?;
-        stream.synchronize()?;
-        assert_eq!(outcome.status.path, IoPath::Posix, "{}", outcome.status);
-        let mut host = vec![0u8; total];
-        unsafe { result::memcpy_dtoh_sync(&mut host, base) }?;
-        let mut offset = 0;
-        for ((req, want), found) in reqs.iter().zip(&expected).zip(&outcome.found) {
-            assert_eq!(*found, want.is_some(), "{}", req.key);
-            if let Some(want) = want {
-                assert!(host[offset..offset + req.len] == want[..], "{} at {}", req.key, req.offset);
-            }
-            offset += req.len;
-        }
-        // Past the end: an error naming the file.
-        let bad = [DeviceReadRequest { key: files[1].0.clone(), offset: 10, len: 4095, dst: base, value_len: None }];
-        let err = unsafe { store.read_to_device(&reader, &bad, Some(backend), None) }.unwrap_err();
-        assert!(matches!(err, DeviceReadError::PastEnd { .. }) && err.to_string().contains("c/1"), "{err}");
-        unsafe { result::free_sync(base) }?;
-    }
-    // Forced GDS on a host without it: a clear error (or GDS where it works).
-    let dst = unsafe { result::malloc_sync(16) }?;
-    let reqs = [DeviceReadRequest { key: files[0].0.clone(), offset: 0, len: 1, dst, value_len: None }];
-    match unsafe { store.read_to_device(&reader, &reqs, Some(IoBackend::Gds), None) } {
-        Ok(outcome) => assert_eq!(outcome.status.path, IoPath::Gds),
+    // Forced GDS: native GDS where it works, else an error that says so.
+    match store.open_for_device(&ranges, Some(IoBackend::Gds)) {
+        Ok(gds) => assert!(gds.status().path == IoPath::Gds && gds.is_direct(0)),
         Err(err) => assert!(err.to_string().contains("GPUDirect Storage"), "{err}"),
     }
-    unsafe { result::free_sync(dst) }?;
     Ok(())
 }

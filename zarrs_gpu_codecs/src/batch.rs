@@ -2,7 +2,7 @@
 //! batch takes, which chunks go together, which stored ranges are read as one, how many large
 //! frames host threads decode beside the device, and buffers that grow to what a batch needs.
 
-use zarrs_gds_store::HostReadRequest;
+use crate::reader::HostReadRequest;
 use zarrs_storage::StoreKey;
 
 use crate::{GpuConfig, GpuError};

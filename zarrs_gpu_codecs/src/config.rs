@@ -170,7 +170,7 @@ impl GpuConfig {
         }
         // Read when each device is first used (its reader, its memory pool), checked here too,
         // so that a bad value is refused before any device work.
-        zarrs_gds_store::DeviceReaderOptions::from_env()?;
+        crate::reader::DeviceReaderOptions::from_env()?;
         crate::context::pool_keep_from_env()?;
         Ok(config)
     }

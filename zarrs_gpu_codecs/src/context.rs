@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use std::time::Instant;
 
+use crate::reader::{DeviceReadError, DeviceReader, PinnedBuffer};
 use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DriverError};
 use zarrs::array::Array;
-use zarrs_gds_store::{DeviceReadError, DeviceReader, PinnedBuffer};
 
 use crate::place::Kernels;
 use crate::plan::Copy3D;
@@ -307,13 +307,8 @@ impl GpuContext {
     pub(crate) fn upload(&self, bytes: &[u8]) -> Result<CudaSlice<u8>, GpuError> {
         /// The bytes themselves as the reader's source.
         struct HostBytes<'a>(&'a [u8]);
-        impl zarrs_gds_store::PieceSource for HostBytes<'_> {
-            fn read_host(
-                &self,
-                _: usize,
-                offset: u64,
-                buf: &mut [u8],
-            ) -> Result<bool, zarrs_gds_store::DeviceReadError> {
+        impl crate::reader::PieceSource for HostBytes<'_> {
+            fn read_host(&self, _: usize, offset: u64, buf: &mut [u8]) -> Result<bool, DeviceReadError> {
                 buf.copy_from_slice(&self.0[offset as usize..][..buf.len()]);
                 Ok(true)
             }
@@ -321,7 +316,7 @@ impl GpuContext {
         let stream = self.new_stream()?;
         self.check_free(bytes.len() as u64)?;
         let (device, ptr) = self.alloc_output(&stream, bytes.len())?;
-        let transfers = [zarrs_gds_store::DeviceTransfer { dst: ptr, len: bytes.len() }];
+        let transfers = [crate::reader::DeviceTransfer { dst: ptr, len: bytes.len() }];
         // SAFETY: the destination is the fresh allocation of bytes.len() bytes; with no stream
         // the copies are complete when this returns.
         unsafe { self.reader.transfer(&transfers, &HostBytes(bytes), None) }?;

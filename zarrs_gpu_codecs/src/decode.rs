@@ -14,9 +14,7 @@ use cudarc::driver::{sys, CudaEvent, CudaSlice, CudaStream};
 use nvcomp_sys::{sys as nv, Crc32, NvcompLibrary};
 use rayon::prelude::*;
 use zarrs::array::{Array, ArraySubset};
-use zarrs_gds_store::{
-    read_store_to_device, read_store_to_host, DeviceMirror, DeviceReadRequest, GdsStore, HostReadRequest, PinnedBuffer,
-};
+use zarrs_gds_store::GdsStore;
 use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
 use crate::batch::{
@@ -28,6 +26,7 @@ use crate::device_codec::{DeviceBatch, DeviceCodec, HostCheck};
 use crate::layout::MetaLayout;
 use crate::place::{self, Kernels};
 use crate::plan::{plan_chunks, ChunkPlacement};
+use crate::reader::{DeviceMirror, DeviceReadRequest, HostReadRequest, PinnedBuffer};
 use crate::route::{ChunkRef, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
 use crate::shard::{sharded_units, ShardSource};
 use crate::trace::Trace;
@@ -509,10 +508,13 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
         // land on the disjoint runs of the output their chunks' placements name.
         let outcome = unsafe {
             match gds {
-                Some(store) => {
-                    store.read_to_device(context.reader(), &requests, job.config.backend(), Some(job.copy_stream))?
-                }
-                None => read_store_to_device(storage.as_ref(), context.reader(), &requests, Some(job.copy_stream))?,
+                Some(store) => context.reader().read_gds_to_device(
+                    store,
+                    &requests,
+                    job.config.backend(),
+                    Some(job.copy_stream),
+                )?,
+                None => context.reader().read_store_to_device(storage.as_ref(), &requests, Some(job.copy_stream))?,
             }
         };
         report.io = Some(outcome.status);
@@ -525,8 +527,8 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
         // reused only after this batch's event, which follows the copy stream's wait for the copies.
         let mirror = Some(unsafe { DeviceMirror::new(cbase, stored_total as usize, job.copy_stream) });
         match gds {
-            Some(store) => store.read_to_host(context.reader(), requests, hbuf, mirror)?,
-            None => read_store_to_host(storage.as_ref(), context.reader(), requests, hbuf, mirror)?,
+            Some(store) => context.reader().read_gds_to_host(store, requests, hbuf, mirror)?,
+            None => context.reader().read_store_to_host(storage.as_ref(), requests, hbuf, mirror)?,
         }
     };
     report.bytes_read += requests.iter().zip(&found).filter(|(_, &f)| f).map(|(r, _)| r.len as u64).sum::<u64>();
@@ -1104,7 +1106,7 @@ fn check_stored(
     chain: &DeviceChain,
     trust: DecodeTrust,
     can_hash: bool,
-    reader: &zarrs_gds_store::DeviceReader,
+    reader: &crate::reader::DeviceReader,
 ) -> Result<(), GpuError> {
     if !chain.is_checked() {
         // Only the length to check (the bytes themselves were read straight to the device).

@@ -1,5 +1,5 @@
+use crate::reader::DeviceReadError;
 use zarrs::array::ArrayError;
-use zarrs_gds_store::DeviceReadError;
 
 /// An error from device retrieval.
 #[derive(Debug, thiserror::Error)]

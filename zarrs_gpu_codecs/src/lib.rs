@@ -54,6 +54,7 @@ mod layout;
 mod nvcomp_codecs;
 mod place;
 pub mod plan;
+pub mod reader;
 mod retrieve;
 mod route;
 mod shard;

@@ -386,7 +386,7 @@ fn ravel(idx: &[u64], shape: &[NonZeroU64]) -> u64 {
 /// unbounded subset). Returns the units and the index bytes read.
 pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
     source: &ShardSource<'_, S>,
-    reader: &zarrs_gds_store::DeviceReader,
+    reader: &crate::reader::DeviceReader,
     levels: &[ShardLevel],
     elem: u64,
     subset: &ArraySubset,

@@ -1,6 +1,10 @@
 //! The device read engine: many host reads in flight on a thread pool, each into a pinned staging
 //! buffer that is allocated once and reused, each followed by an async copy to the device on the
-//! worker's own stream (what kvikio calls compat mode).
+//! worker's own stream (what kvikio calls compat mode); files that cuFile registered are read
+//! straight into device memory instead. Also the CUDA contexts and pinned memory it owns.
+//!
+//! [`DeviceReader`] reads from a [`GdsStore`](zarrs_gds_store::GdsStore) (its files) or any zarrs
+//! store (its partial reads), into device memory or into host memory with a [`DeviceMirror`].
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -10,7 +14,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaStream};
 use rayon::prelude::*;
 
-use crate::DeviceReadError;
+mod error;
+mod store;
+
+pub use error::DeviceReadError;
+pub use store::{DeviceReadRequest, HostReadRequest};
+pub use zarrs_gds_store::DeviceReadOutcome;
 
 /// The environment variable that sets the number of reader threads.
 pub const NTHREADS_ENV: &str = "ZARRS_GDS_NTHREADS";
@@ -228,11 +237,21 @@ pub trait PieceSource: Sync {
 
     /// Read bytes `offset..offset + len` of transfer `transfer` straight to `dst` (GPUDirect).
     ///
+    /// # Safety
+    /// `dst` must be device memory of the context current on this thread, valid for `len` bytes
+    /// and used by nothing else meanwhile.
+    ///
     /// # Errors
     /// Returns an error when the source cannot be read.
-    fn read_device(&self, transfer: usize, offset: u64, dst: DevicePtr, len: usize) -> Result<bool, DeviceReadError> {
+    unsafe fn read_device(
+        &self,
+        transfer: usize,
+        offset: u64,
+        dst: DevicePtr,
+        len: usize,
+    ) -> Result<bool, DeviceReadError> {
         let _ = (transfer, offset, dst, len);
-        Err(DeviceReadError::GdsUnavailable("this source has no direct device reads".into()))
+        Err(zarrs_gds_store::ReadError::GdsUnavailable("this source has no direct device reads".into()).into())
     }
 }
 
@@ -259,9 +278,10 @@ impl Outcome {
     fn finish(&self, lens: impl Iterator<Item = usize>) -> Result<Vec<bool>, DeviceReadError> {
         lens.enumerate()
             .map(|(i, len)| match (self.found[i].load(Ordering::Relaxed), self.missing[i].load(Ordering::Relaxed)) {
-                (true, true) => Err(DeviceReadError::Storage(zarrs_storage::StorageError::Other(format!(
+                (true, true) => Err(zarrs_storage::StorageError::Other(format!(
                     "transfer {i} ({len} bytes): its source disappeared during the read"
-                )))),
+                ))
+                .into()),
                 (present, _) => Ok(present || len == 0),
             })
             .collect()
@@ -280,16 +300,6 @@ impl SendPtr {
     fn get(self) -> *mut u8 {
         self.0
     }
-}
-
-/// Device requests as transfers.
-pub(crate) fn as_transfers(requests: &[crate::DeviceReadRequest]) -> Vec<DeviceTransfer> {
-    requests.iter().map(|r| DeviceTransfer { dst: r.dst, len: r.len }).collect()
-}
-
-/// Host requests as transfers.
-pub(crate) fn as_host_transfers(requests: &[crate::HostReadRequest]) -> Vec<HostTransfer> {
-    requests.iter().map(|r| HostTransfer { at: r.at, len: r.len }).collect()
 }
 
 struct Worker {
@@ -399,7 +409,9 @@ impl DeviceReader {
                 let dst = transfers[i].dst + offset;
                 let present = if source.is_direct(i) {
                     self.ctx.bind_to_thread().map_err(DeviceReadError::cuda("binding the CUDA context"))?;
-                    source.read_device(i, offset, dst, len)?
+                    // SAFETY: the piece's destination lies in its transfer's, which the caller
+                    // vouches for; pieces are disjoint; the context is bound above.
+                    unsafe { source.read_device(i, offset, dst, len) }?
                 } else {
                     self.piece_via_pinned(source, i, offset, len, dst)?
                 };
@@ -443,14 +455,15 @@ impl DeviceReader {
         spans.sort_unstable();
         let overlapping = spans.windows(2).any(|w| w[1].0 < w[0].1);
         if overlapping || spans.last().is_some_and(|s| s.1 > buf.len() as u64) {
-            return Err(DeviceReadError::Storage(zarrs_storage::StorageError::Other(
+            return Err(zarrs_storage::StorageError::Other(
                 "host read destinations overlap or lie outside the buffer".into(),
-            )));
+            )
+            .into());
         }
         if mirror.as_ref().is_some_and(|m| m.len < buf.len()) {
-            return Err(DeviceReadError::Storage(zarrs_storage::StorageError::Other(
-                "the device mirror is shorter than the host buffer".into(),
-            )));
+            return Err(
+                zarrs_storage::StorageError::Other("the device mirror is shorter than the host buffer".into()).into()
+            );
         }
         let base = SendPtr(buf.as_mut_ptr());
         let lens: Vec<usize> = transfers.iter().map(|t| t.len).collect();
