@@ -56,6 +56,18 @@ pub enum ReadError {
         /// The driver's error.
         source: cudarc::driver::DriverError,
     },
+    /// The underlying store failed reading a key's bytes.
+    #[error("reading {key}, bytes {start}..{end}: {source}")]
+    Key {
+        /// The key.
+        key: String,
+        /// The first byte asked for.
+        start: u64,
+        /// One past the last byte asked for.
+        end: u64,
+        /// The store's error.
+        source: StorageError,
+    },
     /// The underlying store failed.
     #[error(transparent)]
     Storage(#[from] StorageError),

@@ -215,7 +215,13 @@ impl<S: ReadableStorageTraits + ?Sized, R: ValueRange> PieceSource for StoreSour
             return Err(zarrs_storage::StorageError::Other(reason).into());
         };
         let range = ByteRange::FromStart(start, Some(buf.len() as u64));
-        let Some(bytes) = self.store.get_partial(request.key(), range)? else { return Ok(false) };
+        let bytes = self.store.get_partial(request.key(), range).map_err(|source| ReadError::Key {
+            key: request.key().to_string(),
+            start,
+            end,
+            source,
+        })?;
+        let Some(bytes) = bytes else { return Ok(false) };
         if bytes.len() != buf.len() {
             return Err(ReadError::PastEnd {
                 what: request.key().to_string(),
