@@ -54,7 +54,8 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let mut total = stream.alloc_zeros::<f64>(1)?;
     let n = data.len() as u64;
     let mut launch = stream.launch_builder(&sum);
-    launch.arg(data.as_cuda_slice()).arg(&n).arg(&mut total);
+    let slice = data.as_cuda_slice().ok_or("a read's array owns its memory")?;
+    launch.arg(slice).arg(&n).arg(&mut total);
     // SAFETY: `sum` takes a float array of n elements, n, and one double, as pushed.
     unsafe { launch.launch(LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }) }?;
     let device_mean = stream.clone_dtoh(&total)?[0] / n.max(1) as f64;

@@ -14,7 +14,7 @@ use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
 
 use super::{check, check_chunk, posix, subsets, Result};
 
-fn zstd(level: i32, checksum: bool) -> Arc<dyn BytesToBytesCodecTraits> {
+pub(crate) fn zstd(level: i32, checksum: bool) -> Arc<dyn BytesToBytesCodecTraits> {
     Arc::new(ZstdCodec::new(level, checksum))
 }
 
@@ -24,7 +24,7 @@ fn gzip(level: u32) -> Arc<dyn BytesToBytesCodecTraits> {
 
 /// A compressed array with smooth float data (or random bytes for other types), every fifth
 /// chunk never written.
-fn make_array(
+pub(crate) fn make_array(
     dir: &std::path::Path,
     data_type: DataType,
     fill: FillValue,

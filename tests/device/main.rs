@@ -3,6 +3,7 @@
 //! `#[ignore = "needs a CUDA GPU"]`.
 
 mod compressed;
+mod dlpack;
 mod faults;
 mod hostile;
 mod integrity;

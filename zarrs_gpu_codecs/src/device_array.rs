@@ -8,11 +8,20 @@ use crate::context::GpuContext;
 use crate::{GpuConfig, GpuError};
 
 /// A typed array in CUDA device memory: C-order elements with their shape and Zarr data type.
+///
+/// It owns its memory (what reads return), or wraps memory another library owns and keeps that
+/// owner alive ([`DeviceArray::from_dlpack`]). [`DeviceArray::into_dlpack`] hands it to other
+/// libraries without a copy.
 pub struct DeviceArray<T> {
-    data: CudaSlice<T>,
+    /// None when the memory is another library's (`owner`).
+    data: Option<CudaSlice<T>>,
+    stream: Arc<CudaStream>,
     ptr: sys::CUdeviceptr,
+    len: usize,
     shape: Vec<u64>,
     data_type: DataType,
+    /// What keeps wrapped memory alive (a DLPack tensor); dropped with the array.
+    _owner: Option<Box<dyn Send + Sync>>,
     _marker: PhantomData<T>,
 }
 
@@ -21,7 +30,7 @@ impl<T> std::fmt::Debug for DeviceArray<T> {
         f.debug_struct("DeviceArray")
             .field("shape", &self.shape)
             .field("data_type", &self.data_type.to_string())
-            .field("device", &self.data.ordinal())
+            .field("device", &self.stream.context().ordinal())
             .finish_non_exhaustive()
     }
 }
@@ -64,7 +73,23 @@ impl<T: ElementOwned> DeviceArray<T> {
         let ptr = bytes.leak();
         // SAFETY: ptr is the allocation just leaked, on this stream, of len elements of T.
         let data = unsafe { stream.upgrade_device_ptr::<T>(ptr, len) };
-        Ok(Self { data, ptr, shape, data_type, _marker: PhantomData })
+        Ok(Self { data: Some(data), stream, ptr, len, shape, data_type, _owner: None, _marker: PhantomData })
+    }
+
+    /// Wrap `len` elements at `ptr`, which `owner` keeps alive, as an array of `shape`.
+    ///
+    /// # Safety
+    /// `ptr` must be device memory of `stream`'s context holding `len` valid elements of
+    /// `data_type` (C order, `shape`), usable on `stream`, and valid while `owner` lives.
+    pub(crate) unsafe fn from_foreign(
+        ptr: sys::CUdeviceptr,
+        len: usize,
+        shape: Vec<u64>,
+        data_type: DataType,
+        stream: Arc<CudaStream>,
+        owner: Box<dyn Send + Sync>,
+    ) -> Self {
+        Self { data: None, stream, ptr, len, shape, data_type, _owner: Some(owner), _marker: PhantomData }
     }
 
     /// The shape.
@@ -82,31 +107,38 @@ impl<T: ElementOwned> DeviceArray<T> {
     /// The number of elements.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.data.len()
+        self.len
     }
 
     /// Whether there are no elements.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.data.len() == 0
+        self.len == 0
     }
 
     /// The size in bytes.
     #[must_use]
     pub fn num_bytes(&self) -> usize {
-        self.data.len() * std::mem::size_of::<T>()
+        self.len * std::mem::size_of::<T>()
     }
 
-    /// The device buffer, to hand on to other CUDA code (cudarc kernels, cuBLAS, ...).
+    /// The device buffer, to hand on to other CUDA code (cudarc kernels, cuBLAS, ...); None for
+    /// memory another library owns (use [`Self::device_ptr`]).
     #[must_use]
-    pub fn as_cuda_slice(&self) -> &CudaSlice<T> {
-        &self.data
+    pub fn as_cuda_slice(&self) -> Option<&CudaSlice<T>> {
+        self.data.as_ref()
     }
 
-    /// The device buffer and the shape.
-    #[must_use]
-    pub fn into_parts(self) -> (CudaSlice<T>, Vec<u64>) {
-        (self.data, self.shape)
+    /// The device buffer and the shape; the array back for memory another library owns.
+    ///
+    /// # Errors
+    /// Returns `self` when it wraps memory it does not own.
+    #[allow(clippy::result_large_err)] // the array itself, handed back as `Arc::try_unwrap` does
+    pub fn into_parts(mut self) -> Result<(CudaSlice<T>, Vec<u64>), Self> {
+        match self.data.take() {
+            Some(data) => Ok((data, std::mem::take(&mut self.shape))),
+            None => Err(self),
+        }
     }
 
     /// The raw device address of the first element (valid while `self` lives).
@@ -118,7 +150,7 @@ impl<T: ElementOwned> DeviceArray<T> {
     /// The stream the buffer belongs to.
     #[must_use]
     pub fn stream(&self) -> &Arc<CudaStream> {
-        self.data.stream()
+        &self.stream
     }
 
     /// Copy the elements' bytes back to the host (C order, the array's in-memory byte order:

@@ -48,6 +48,7 @@ mod context;
 mod decode;
 mod device_array;
 mod device_codec;
+mod dlpack;
 mod error;
 pub mod gzip_member;
 mod layout;
@@ -73,6 +74,8 @@ pub use config::{
 pub use context::{memory_in_use, MemoryInUse, POOL_KEEP_ENV};
 pub use device_array::DeviceArray;
 pub use device_codec::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck, HostCodecV2, HostCodecV3};
+pub use dlpack::DlpackStream;
+pub use dlpark;
 pub use error::GpuError;
 pub use inventory;
 pub use retrieve::ArrayDeviceExt;

@@ -1,0 +1,61 @@
+//! DLPack: a read's device array handed over without a copy (ordered on the consumer's stream),
+//! and wrapped back, compared with zarrs' host read; refusals of what cannot be wrapped.
+
+use zarrs::array::{data_type, ArrayBytes, FillValue};
+use zarrs_gpu::zarrs_gpu_codecs::dlpark::ffi::{DataType as DlType, DeviceType};
+use zarrs_gpu::zarrs_gpu_codecs::dlpark::traits::TensorView;
+use zarrs_gpu::zarrs_gpu_codecs::DlpackStream;
+use zarrs_gpu::{ArrayDeviceExt, DeviceArray};
+
+use crate::compressed::{make_array, zstd};
+use crate::{posix, Result};
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn device_arrays_go_out_and_come_back_through_dlpack() -> Result {
+    let dir = tempfile::tempdir()?;
+    // Edge chunks and missing ones (the fill value) in a zstd array.
+    let (shape, chunks) = ([37u64, 70, 33], [16u64, 32, 16]);
+    let array =
+        make_array(dir.path(), data_type::float32(), FillValue::from(-7.5f32), &shape, &chunks, vec![zstd(3, false)])?;
+    let subset = zarrs::array::ArraySubset::new_with_ranges(&[3..37, 5..70, 0..31]);
+    let want = array.retrieve_array_subset::<ArrayBytes<'static>>(&subset)?.into_fixed()?.into_owned();
+    for (round, how) in ["consumer stream", "synchronize", "legacy", "no sync"].into_iter().enumerate() {
+        let (device, _) = array.retrieve_array_subset_device_opt::<f32>(&subset, &posix())?;
+        let ptr = device.device_ptr();
+        let consumer = device.stream().context().new_stream()?;
+        let order = match how {
+            "consumer stream" | "legacy" => DlpackStream::Stream(consumer.cu_stream()),
+            "synchronize" => DlpackStream::Synchronize,
+            _ => DlpackStream::NoSync,
+        };
+        if how == "legacy" {
+            let tensor = device.into_dlpack_legacy(order)?;
+            assert_eq!(tensor.shape(), &[34, 65, 31]);
+            assert_eq!(tensor.data_ptr() as u64, ptr, "no copy");
+            continue;
+        }
+        let tensor = device.into_dlpack(order)?;
+        assert_eq!(tensor.shape(), &[34, 65, 31], "round {round}");
+        assert!(tensor.strides().is_none(), "C order");
+        assert_eq!(*tensor.data_type(), DlType::F32);
+        assert_eq!(tensor.dl_tensor().device.device_type, DeviceType::Cuda);
+        assert_eq!(tensor.data_ptr() as u64, ptr, "no copy");
+        assert!(!tensor.read_only());
+        consumer.synchronize()?;
+        // Wrapped back (another library's tensor): the same memory, zarrs' elements.
+        let back = DeviceArray::<f32>::from_dlpack(tensor, data_type::float32())?;
+        assert_eq!(back.device_ptr(), ptr);
+        assert_eq!(back.shape(), &[34, 65, 31]);
+        assert!(back.as_cuda_slice().is_none(), "another library's memory is not ours to free");
+        assert!(back.to_host_bytes()? == want, "{how}: the elements differ from zarrs'");
+        // Handed back, then dropped: that releases the tensor, whose deleter frees the read's memory.
+        assert!(back.into_parts().is_err(), "wrapped memory is not ours to hand out");
+    }
+    // Wrapped as another element type: refused.
+    let (device, _) = array.retrieve_array_subset_device_opt::<f32>(&subset, &posix())?;
+    let tensor = device.into_dlpack(DlpackStream::Synchronize)?;
+    let err = DeviceArray::<u32>::from_dlpack(tensor, data_type::uint32()).unwrap_err();
+    assert!(err.to_string().contains("not u32"), "{err}");
+    Ok(())
+}
