@@ -14,8 +14,8 @@ use zarrs::group::Group;
 use zarrs::metadata::NodeMetadata;
 use zarrs::node::NodePath;
 use zarrs_gpu::{
-    host_decode_reason, parse_subset, sample, ArrayDeviceExt, DecodeTrust, DeviceArray, GdsStore, GpuConfig, IoBackend,
-    RetrieveReport, ShardIndexCache,
+    host_decode_reason, parse_subset, sample, ArrayDeviceExt, DecodePath, DecodeTrust, DeviceArray, GdsStore,
+    GpuConfig, IoBackend, IoPath, RetrieveReport, ShardIndexCache,
 };
 
 #[derive(Parser)]
@@ -59,6 +59,12 @@ enum Command {
         /// Write the retrieved array as a .npy file.
         #[arg(long)]
         npy: Option<PathBuf>,
+        /// Print the last read's time in each stage of the device pipeline and the path it took.
+        #[arg(long)]
+        stats: bool,
+        /// Print one JSON object (the figures, the report and the stages) instead of text, for scripts.
+        #[arg(long)]
+        json: bool,
     },
     /// Print an array's metadata and how each codec would be decoded; for a group, its arrays
     /// (and OME-Zarr multiscale levels) with shapes, data types, chunks and decode routes.
@@ -86,7 +92,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Info { path, array } => info(&path, &array),
-        Command::Read { path, array, subset, backend, device, decode_trust, repeat, digest, npy } => {
+        Command::Read { path, array, subset, backend, device, decode_trust, repeat, digest, npy, stats, json } => {
             // The environment first (every bad value an error naming its variable), then flags.
             // Shard indexes are kept between the repeats.
             let cache = Some(Arc::new(ShardIndexCache::new()));
@@ -105,7 +111,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             })?;
             let array = open(&path, &array)?;
             let subset = parse_subset(&subset, array.shape())?;
-            let options = ReadOptions { repeat: repeat.max(1), digest, npy };
+            let options = ReadOptions { repeat: repeat.max(1), digest, npy, stats, json };
             dispatch_read(&array, &subset, &config, &options)
         }
     }
@@ -293,6 +299,8 @@ struct ReadOptions {
     repeat: usize,
     digest: bool,
     npy: Option<PathBuf>,
+    stats: bool,
+    json: bool,
 }
 
 fn dispatch_read(
@@ -350,6 +358,50 @@ fn read<T: ElementOwned>(
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
+    let host = if o.digest || o.npy.is_some() { Some(data.to_host_bytes()?) } else { None };
+    let sha256 = host.as_ref().filter(|_| o.digest).map(|h| format!("{:x}", Sha256::digest(h)));
+    if let (Some(path), Some(host)) = (&o.npy, &host) {
+        write_npy(path, npy_descr, data.shape(), host)?;
+    }
+    if o.json {
+        let io = report.io.as_ref();
+        let stages: Vec<_> = report
+            .stages
+            .iter()
+            .map(|s| serde_json::json!({"stage": s.stage, "seconds": s.time.as_secs_f64(), "count": s.count}))
+            .collect();
+        let object = serde_json::json!({
+            "shape": data.shape(),
+            "data_type": array.data_type().to_string(),
+            "device": config.device(),
+            "bytes": data.num_bytes(),
+            "seconds": times,
+            "best_seconds": best,
+            "median_seconds": median,
+            "best_gib_s": gib / best,
+            "median_gib_s": gib / median,
+            "decode": match report.decode {
+                DecodePath::Device => "device",
+                _ => "host",
+            },
+            "io_path": io.map(|s| match s.path {
+                IoPath::Gds => "gds",
+                IoPath::Posix => "posix",
+                _ => "staged",
+            }),
+            "io_reason": io.map(|s| s.reason.clone()),
+            "chunks": report.chunks,
+            "missing_chunks": report.missing_chunks,
+            "host_decoded_chunks": report.host_decoded_chunks,
+            "bytes_read": report.bytes_read,
+            "host_reason": report.host_reason,
+            "stages": stages,
+            "sha256": sha256,
+            "npy": o.npy.as_ref().map(|p| p.display().to_string()),
+        });
+        println!("{object}");
+        return Ok(());
+    }
     println!(
         "read {gib:.3} GiB, shape {:?}, {} on device {}: best {:.4} s ({:.2} GiB/s), median {:.4} s ({:.2} GiB/s), first {:.4} s",
         data.shape(),
@@ -370,15 +422,22 @@ fn read<T: ElementOwned>(
         report.host_decoded_chunks,
         report.bytes_read
     );
-    if o.digest || o.npy.is_some() {
-        let host = data.to_host_bytes()?;
-        if o.digest {
-            println!("sha256: {:x}", Sha256::digest(&host));
+    if o.stats {
+        match report.stages.as_slice() {
+            [] => println!("stages: none (zarrs decoded on the host: {})", report.host_reason.as_deref().unwrap_or("")),
+            stages => {
+                println!("stages of the last read (host clock, summed over batches):");
+                for s in stages {
+                    println!("  {:<12} {:>9.3} ms  x{}", s.stage, s.time.as_secs_f64() * 1e3, s.count);
+                }
+            }
         }
-        if let Some(path) = &o.npy {
-            write_npy(path, npy_descr, data.shape(), &host)?;
-            println!("wrote {}", path.display());
-        }
+    }
+    if let Some(sha256) = sha256 {
+        println!("sha256: {sha256}");
+    }
+    if let Some(path) = &o.npy {
+        println!("wrote {}", path.display());
     }
     Ok(())
 }

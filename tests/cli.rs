@@ -235,6 +235,25 @@ fn read_digest_and_npy_match_zarrs() -> Result {
     assert!(out.status.success() && text.contains(&digest) && text.contains("18 decoded on host threads"), "{text}");
     let (out, text) = zarrs_gpu(&["read", p, "--repeat", "1", "--digest", "--decode-trust", "trusted"])?;
     assert!(out.status.success() && text.contains(&digest) && text.contains("0 decoded on host threads"), "{text}");
+    // For people: the stages of the last read; for scripts: one JSON object with the same figures.
+    let (out, text) = zarrs_gpu(&["read", p, "--repeat", "2", "--stats"])?;
+    assert!(out.status.success() && text.contains("stages of the last read"), "{text}");
+    for stage in ["plan", "read", "check", "decode", "place", "final sync"] {
+        assert!(text.lines().any(|l| l.trim_start().starts_with(stage) && l.contains(" ms")), "{stage}: {text}");
+    }
+    let (out, text) = zarrs_gpu(&["read", p, "--repeat", "2", "--digest", "--json", "--decode-trust", "trusted"])?;
+    assert!(out.status.success(), "{text}");
+    let line = text.lines().find(|l| l.starts_with('{')).ok_or("no JSON line")?;
+    let json: serde_json::Value = serde_json::from_str(line)?;
+    assert_eq!(json["shape"], serde_json::json!([16, 40, 40]));
+    assert_eq!(json["bytes"], 16 * 40 * 40 * 4);
+    assert_eq!(json["seconds"].as_array().map(Vec::len), Some(2));
+    assert_eq!(json["decode"], "device", "{json}");
+    assert_eq!(json["host_decoded_chunks"], 0);
+    assert_eq!(json["io_path"], "posix", "{json}");
+    assert_eq!(json["sha256"], format!("{:x}", Sha256::digest(&want)));
+    let stages = json["stages"].as_array().ok_or("stages")?;
+    assert!(stages.iter().any(|s| s["stage"] == "decode" && s["seconds"].as_f64().is_some_and(|t| t > 0.0)), "{json}");
     Ok(())
 }
 

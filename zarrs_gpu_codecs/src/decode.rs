@@ -252,7 +252,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     })();
     release(context, buffers, &result, &[stream.as_ref(), copy_stream.as_ref()], deadline)?;
     result?;
-    trace.finish(&format!(
+    report.stages = trace.finish(&format!(
         "{out_bytes} bytes decoded on the device, {} chunks, {} batches",
         report.chunks,
         batches.len()

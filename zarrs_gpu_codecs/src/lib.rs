@@ -84,3 +84,4 @@ pub use route::{host_decode_reason, DecodePath, RetrieveReport};
 pub use shard::ShardIndexCache;
 #[doc(hidden)]
 pub use shard::{fuzz_shard_index_entry, fuzz_shard_index_len};
+pub use trace::StageTime;

@@ -51,6 +51,8 @@ pub struct RetrieveReport {
     pub host_decoded_chunks: usize,
     /// Why zarrs decoded the whole read on the host, when it did.
     pub host_reason: Option<String>,
+    /// Time in each stage of the device pipeline (empty when zarrs decoded on the host).
+    pub stages: Vec<crate::StageTime>,
 }
 
 /// The codecs of a chunk the device pipeline decodes: an optional transpose, the `bytes` codec
@@ -102,7 +104,16 @@ impl DeviceChain {
 impl RetrieveReport {
     /// A report of `chunks` chunks before anything was read.
     pub(crate) fn new(decode: DecodePath, chunks: usize) -> Self {
-        Self { decode, io: None, chunks, missing_chunks: 0, bytes_read: 0, host_decoded_chunks: 0, host_reason: None }
+        Self {
+            decode,
+            io: None,
+            chunks,
+            missing_chunks: 0,
+            bytes_read: 0,
+            host_decoded_chunks: 0,
+            host_reason: None,
+            stages: Vec::new(),
+        }
     }
 }
 

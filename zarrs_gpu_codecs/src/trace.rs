@@ -1,47 +1,65 @@
-//! Phase timings of a retrieval, printed to stderr when the configuration asks for them
-//! (`GpuConfig::with_trace`, `ZARRS_GPU_TRACE`): where the time of a read goes, without a profiler.
+//! Stage timings of a retrieval: kept in its report ([`RetrieveReport::stages`]), and printed to
+//! stderr when the configuration asks (`GpuConfig::with_trace`, `ZARRS_GPU_TRACE`): where the
+//! time of a read goes, without a profiler. A mark costs a clock read, a few per batch.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+#[cfg(doc)]
+use crate::RetrieveReport;
+
+/// The time a read spent in one of its stages, summed over its batches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StageTime {
+    /// The stage (`plan`, `read`, `check`, `decode`, `place`, `final sync`, ...).
+    pub stage: &'static str,
+    /// Time spent in it, on the host's clock (device work shows where the host waits for it).
+    pub time: Duration,
+    /// How many times the stage ran (once per batch for most).
+    pub count: usize,
+}
 
 pub(crate) struct Trace {
     start: Instant,
     last: Instant,
-    marks: Option<Vec<(&'static str, f64)>>,
+    print: bool,
+    stages: Vec<StageTime>,
 }
 
 impl Trace {
-    pub(crate) fn new(on: bool) -> Self {
+    pub(crate) fn new(print: bool) -> Self {
         let now = Instant::now();
-        Self { start: now, last: now, marks: on.then(Vec::new) }
+        Self { start: now, last: now, print, stages: Vec::new() }
     }
 
-    /// Close the phase that ends now.
-    pub(crate) fn mark(&mut self, phase: &'static str) {
-        if let Some(marks) = &mut self.marks {
-            let now = Instant::now();
-            marks.push((phase, (now - self.last).as_secs_f64() * 1e3));
-            self.last = now;
-        }
-    }
-
-    /// Print the phases, summing those of the same name.
-    pub(crate) fn finish(self, what: &str) {
-        let Some(marks) = self.marks else { return };
-        let mut sums: Vec<(&str, f64, usize)> = Vec::new();
-        for (phase, ms) in marks {
-            match sums.iter_mut().find(|s| s.0 == phase) {
-                Some(s) => {
-                    s.1 += ms;
-                    s.2 += 1;
-                }
-                None => sums.push((phase, ms, 1)),
+    /// Close the stage that ends now (summed with earlier ones of the same name).
+    pub(crate) fn mark(&mut self, stage: &'static str) {
+        let now = Instant::now();
+        let time = now - self.last;
+        self.last = now;
+        match self.stages.iter_mut().find(|s| s.stage == stage) {
+            Some(s) => {
+                s.time += time;
+                s.count += 1;
             }
+            None => self.stages.push(StageTime { stage, time, count: 1 }),
         }
-        let phases: Vec<String> = sums.iter().map(|(p, ms, n)| format!("{p} {ms:.2} ms (x{n})")).collect();
-        eprintln!(
-            "[zarrs_gpu trace] {what}: {:.2} ms: {}",
-            self.start.elapsed().as_secs_f64() * 1e3,
-            phases.join(", ")
-        );
+    }
+
+    /// The stages, printed first when asked.
+    pub(crate) fn finish(self, what: &str) -> Vec<StageTime> {
+        if self.print {
+            let stages: Vec<String> = self
+                .stages
+                .iter()
+                .map(|s| format!("{} {:.2} ms (x{})", s.stage, s.time.as_secs_f64() * 1e3, s.count))
+                .collect();
+            eprintln!(
+                "[zarrs_gpu trace] {what}: {:.2} ms: {}",
+                self.start.elapsed().as_secs_f64() * 1e3,
+                stages.join(", ")
+            );
+        }
+        self.stages
     }
 }
