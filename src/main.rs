@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sha2::{Digest, Sha256};
 use zarrs::array::codec::{CodecChain, ShardingCodecConfiguration};
 use zarrs::array::{Array, ArraySubset, CodecMetadataOptions, DataType, ElementOwned};
@@ -344,13 +345,33 @@ fn read<T: ElementOwned>(
 ) -> Result<(), Error> {
     let mut times = Vec::new();
     let mut last: Option<(DeviceArray<T>, RetrieveReport)> = None;
-    for _ in 0..o.repeat {
+    // Chunks done, batch by batch, on stderr; indicatif draws nothing when it is not a terminal,
+    // and a short read is over before the first draw.
+    let bar = ProgressBar::hidden();
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} chunks, {elapsed}")?.progress_chars("=> "),
+    );
+    let shown = bar.clone();
+    let config = config.clone().with_progress(move |p| {
+        if shown.is_hidden() && shown.elapsed() > std::time::Duration::from_millis(500) {
+            shown.set_draw_target(ProgressDrawTarget::stderr());
+        }
+        shown.set_length(p.total as u64);
+        shown.set_position(p.done as u64);
+    });
+    for r in 0..o.repeat {
         drop(last.take()); // free the previous result first
+        bar.reset();
+        bar.set_message(format!("read {}/{}", r + 1, o.repeat));
         let start = Instant::now();
-        let result = array.retrieve_array_subset_device_opt::<T>(subset, config)?;
+        let result = array.retrieve_array_subset_device_opt::<T>(subset, &config);
+        bar.finish_and_clear();
+        bar.set_draw_target(ProgressDrawTarget::hidden()); // the next read shows it after 500 ms too
+        let result = result?;
         times.push(start.elapsed().as_secs_f64());
         last = Some(result);
     }
+    let config = &config;
     let (data, report) = last.expect("at least one read");
     // The library checked the subset's size (a size that overflows is refused before any read).
     let gib = data.num_bytes() as f64 / f64::from(1u32 << 30);

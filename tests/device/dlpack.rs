@@ -59,3 +59,27 @@ fn device_arrays_go_out_and_come_back_through_dlpack() -> Result {
     assert!(err.to_string().contains("not u32"), "{err}");
     Ok(())
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn progress_is_reported_batch_by_batch() -> Result {
+    use std::sync::{Arc, Mutex};
+    use zarrs_gpu::zarrs_gpu_codecs::Progress;
+    let dir = tempfile::tempdir()?;
+    // 64 chunks of 256 KiB decoded, staged 1 MiB at a time: many batches.
+    let (shape, chunks) = ([64u64, 256, 256], [16u64, 64, 64]);
+    let array =
+        make_array(dir.path(), data_type::float32(), FillValue::from(1.5f32), &shape, &chunks, vec![zstd(3, false)])?;
+    let seen: Arc<Mutex<Vec<Progress>>> = Arc::default();
+    let log = seen.clone();
+    let config = posix().with_staging_bytes(1 << 20).with_progress(move |p| log.lock().unwrap().push(p));
+    let (device, report) = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &config)?;
+    let want = array.retrieve_array_subset::<ArrayBytes<'static>>(&array.subset_all())?.into_fixed()?.into_owned();
+    assert!(device.to_host_bytes()? == want);
+    let seen = seen.lock().unwrap();
+    assert!(seen.len() >= 4, "one report per batch: {seen:?}");
+    assert!(seen.windows(2).all(|w| w[0].done < w[1].done && w[0].total == w[1].total), "{seen:?}");
+    let last = seen.last().ok_or("no progress")?;
+    assert_eq!((last.done, last.total), (report.chunks, report.chunks), "{seen:?}");
+    Ok(())
+}

@@ -25,8 +25,41 @@ pub struct GpuConfig {
     device_memory_cap: Option<u64>,
     trace: bool,
     shard_index_cache: Option<CacheHandle>,
+    progress: Option<ProgressHandle>,
     #[cfg(feature = "fault-injection")]
     injected_fault: Option<InjectedFault>,
+}
+
+/// How far a device read has got: chunks (or inner chunks) whose batch has finished, of all the
+/// read meets. Reported after each batch to [`GpuConfig::with_progress`]'s callback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Progress {
+    /// Units done.
+    pub done: usize,
+    /// Units in the read.
+    pub total: usize,
+}
+
+/// The caller's progress callback; configurations are equal when they share one.
+#[derive(Clone)]
+struct ProgressHandle(Arc<dyn Fn(Progress) + Send + Sync>);
+
+impl std::fmt::Debug for ProgressHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressHandle(..)")
+    }
+}
+
+// A configuration stays usable across `catch_unwind` (as it was before callbacks): the callback
+// only observes progress, so state a panic left half-updated cannot make a read wrong.
+impl std::panic::RefUnwindSafe for ProgressHandle {}
+impl std::panic::UnwindSafe for ProgressHandle {}
+
+impl PartialEq for ProgressHandle {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// The caller's shard index cache; configurations are equal when they share one.
@@ -118,6 +151,7 @@ impl Default for GpuConfig {
             device_memory_cap: None,
             trace: false,
             shard_index_cache: None,
+            progress: None,
             #[cfg(feature = "fault-injection")]
             injected_fault: None,
         }
@@ -268,6 +302,21 @@ impl GpuConfig {
     pub fn with_device_memory_cap(mut self, cap: Option<u64>) -> Self {
         self.device_memory_cap = cap;
         self
+    }
+
+    /// Call `progress` after each batch of a device read (on the reading thread), for progress
+    /// bars on long reads.
+    #[must_use]
+    pub fn with_progress(mut self, progress: impl Fn(Progress) + Send + Sync + 'static) -> Self {
+        self.progress = Some(ProgressHandle(Arc::new(progress)));
+        self
+    }
+
+    /// Tell the progress callback, if any, that `done` of `total` units are done.
+    pub(crate) fn report_progress(&self, done: usize, total: usize) {
+        if let Some(ProgressHandle(progress)) = &self.progress {
+            progress(Progress { done, total });
+        }
     }
 
     /// Print each decoded read's phase timings to stderr.

@@ -181,12 +181,15 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     let mut deadline = Instant::now();
     let mut checks: Vec<DecodeCheck> = Vec::new();
     let mut results_at = 0usize;
+    let mut done = 0usize; // units whose batch has finished, for the progress callback
     let result = (|| -> Result<(), GpuError> {
         for (b, batch) in batches.iter().enumerate() {
             let slot = b % slots;
             if let Some(pending) = buffers.slots[slot].pending.take() {
                 let batch = pending.batch;
                 pending.wait(&batches[batch], units)?;
+                done += batches[batch].len();
+                config.report_progress(done, units.len());
                 trace.mark("wait slot");
             }
             let spans = stored_spans(&job, array.storage().as_ref(), batch)?;
@@ -244,6 +247,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             if let Some(pending) = buffers.slots[(batches.len() + k) % slots].pending.take() {
                 let batch = pending.batch;
                 pending.wait(&batches[batch], units)?;
+                done += batches[batch].len();
+                config.report_progress(done, units.len());
             }
         }
         stream.synchronize().map_err(GpuError::cuda("decoding on the device"))?;

@@ -68,8 +68,8 @@ pub use codec::GpuModeCodec;
 #[cfg(feature = "fault-injection")]
 pub use config::InjectedFault;
 pub use config::{
-    gpu_config, with_gpu_config, DecodeTrust, GpuConfig, DECODE_TRUST_ENV, HOST_DECODE_FRACTION_ENV, STAGING_BYTES_ENV,
-    TRACE_ENV,
+    gpu_config, with_gpu_config, DecodeTrust, GpuConfig, Progress, DECODE_TRUST_ENV, HOST_DECODE_FRACTION_ENV,
+    STAGING_BYTES_ENV, TRACE_ENV,
 };
 pub use context::{memory_in_use, MemoryInUse, POOL_KEEP_ENV};
 pub use device_array::DeviceArray;
