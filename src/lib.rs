@@ -24,8 +24,11 @@
 //! ## Licence
 //! Licensed under either of the Apache License, Version 2.0 or the MIT license, at your option.
 
+mod open;
 pub mod sample;
 mod subset;
+
+pub use open::{node_path, open_array, store_at};
 
 pub use nvcomp_sys;
 pub use subset::parse_subset;

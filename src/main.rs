@@ -118,51 +118,13 @@ fn run(cli: Cli) -> Result<(), Error> {
     }
 }
 
-/// A node path as zarrs wants it: with its leading `/`.
-fn node_path(node: &str) -> String {
-    let node = node.trim();
-    if node.starts_with('/') {
-        node.to_string()
-    } else {
-        format!("/{node}")
-    }
-}
-
-fn store_at(path: &Path) -> Result<Arc<GdsStore>, Error> {
-    if !path.is_dir() {
-        return Err(format!("{} is not a directory (a Zarr filesystem store)", path.display()).into());
-    }
-    Ok(Arc::new(GdsStore::new(path)?))
-}
-
 fn open(path: &Path, node: &str) -> Result<Array<GdsStore>, Error> {
-    let store = store_at(path)?;
-    let node = node_path(node);
-    Array::open(store.clone(), &node).map_err(|e| {
-        // A group: say so, and name its arrays.
-        let nodes = Group::open(store, &node).ok().and_then(|g| g.traverse().ok());
-        match nodes {
-            Some(nodes) => {
-                let arrays: Vec<String> = nodes
-                    .iter()
-                    .filter(|(_, m)| matches!(m, NodeMetadata::Array(_)))
-                    .map(|(p, _)| p.as_str().to_string())
-                    .collect();
-                format!(
-                    "{node:?} in {} is a group, not an array; its arrays: {} (pick one with --array)",
-                    path.display(),
-                    arrays.join(", ")
-                )
-                .into()
-            }
-            None => format!("opening array {node:?} in {}: {e}", path.display()).into(),
-        }
-    })
+    Ok(zarrs_gpu::open_array(path, node, "--array")?)
 }
 
 fn info(path: &Path, node: &str) -> Result<(), Error> {
-    let store = store_at(path)?;
-    let node = node_path(node);
+    let store = zarrs_gpu::store_at(path)?;
+    let node = zarrs_gpu::node_path(node);
     if Array::open(store.clone(), &node).is_err() {
         if let Ok(group) = Group::open(store.clone(), &node) {
             return group_info(&store, &group, &node);

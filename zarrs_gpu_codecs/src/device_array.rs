@@ -98,6 +98,23 @@ impl<T: ElementOwned> DeviceArray<T> {
         &self.shape
     }
 
+    /// The same elements with another shape of as many elements (C order): dimensions of extent
+    /// 1 dropped or added, say.
+    ///
+    /// # Errors
+    /// Returns an error when `shape` holds another number of elements.
+    pub fn reshape(mut self, shape: Vec<u64>) -> Result<Self, GpuError> {
+        let count = shape.iter().try_fold(1u64, |acc, &n| acc.checked_mul(n));
+        if count != Some(self.len as u64) {
+            return Err(GpuError::Unsupported(format!(
+                "an array of {} elements cannot take shape {shape:?}",
+                self.len
+            )));
+        }
+        self.shape = shape;
+        Ok(self)
+    }
+
     /// The Zarr data type of the elements.
     #[must_use]
     pub fn data_type(&self) -> &DataType {

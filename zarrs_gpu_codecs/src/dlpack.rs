@@ -2,6 +2,7 @@
 //! their device tensors wrapped as device arrays.
 
 use std::any::TypeId;
+use std::sync::Arc;
 
 use cudarc::driver::{result, sys};
 use dlpark::ffi::{DataType as DlType, DataTypeCode, Device, DeviceType, Flags};
@@ -75,9 +76,10 @@ fn unsupported<T>() -> GpuError {
     GpuError::Unsupported(format!("DLPack has no data type for {}", std::any::type_name::<T>()))
 }
 
-/// A device array inside a DLPack tensor: freed by the consumer's call of the deleter.
+/// A device array inside a DLPack tensor: released by the consumer's call of the deleter (freed
+/// with the last tensor or owner that shares it).
 struct Exported<T: ElementOwned> {
-    array: DeviceArray<T>,
+    array: Arc<DeviceArray<T>>,
     dl_type: DlType,
 }
 
@@ -125,8 +127,7 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
     /// Returns an error when `T` has no DLPack data type, an extent does not fit in i64, or the
     /// ordering fails.
     pub fn into_dlpack(self, stream: DlpackStream) -> Result<SafeManagedTensorVersioned, GpuError> {
-        let exported = self.export(stream)?;
-        SafeManagedTensorVersioned::with_flags(exported, Flags::empty())
+        Self::share_dlpack(&Arc::new(self), stream)
     }
 
     /// As [`Self::into_dlpack`], as an unversioned (DLPack 0.x) tensor for consumers that take no
@@ -135,15 +136,33 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
     /// # Errors
     /// As [`Self::into_dlpack`].
     pub fn into_dlpack_legacy(self, stream: DlpackStream) -> Result<SafeManagedTensor, GpuError> {
-        SafeManagedTensor::new(self.export(stream)?)
+        Self::share_dlpack_legacy(&Arc::new(self), stream)
     }
 
-    fn export(self, stream: DlpackStream) -> Result<Exported<T>, GpuError> {
+    /// As [`Self::into_dlpack`] for an array that stays shared: the tensor holds one more
+    /// reference, and every holder sees the same memory (as `__dlpack__` called twice on one
+    /// Python array).
+    ///
+    /// # Errors
+    /// As [`Self::into_dlpack`].
+    pub fn share_dlpack(array: &Arc<Self>, stream: DlpackStream) -> Result<SafeManagedTensorVersioned, GpuError> {
+        SafeManagedTensorVersioned::with_flags(Self::export(array, stream)?, Flags::empty())
+    }
+
+    /// As [`Self::share_dlpack`], unversioned (DLPack 0.x).
+    ///
+    /// # Errors
+    /// As [`Self::into_dlpack`].
+    pub fn share_dlpack_legacy(array: &Arc<Self>, stream: DlpackStream) -> Result<SafeManagedTensor, GpuError> {
+        SafeManagedTensor::new(Self::export(array, stream)?)
+    }
+
+    fn export(array: &Arc<Self>, stream: DlpackStream) -> Result<Exported<T>, GpuError> {
         let dl_type = dl_type::<T>().ok_or_else(unsupported::<T>)?;
-        if self.shape().iter().any(|&n| i64::try_from(n).is_err()) {
-            return Err(GpuError::Overflow(format!("shape {:?}: an extent exceeds DLPack's i64", self.shape())));
+        if array.shape().iter().any(|&n| i64::try_from(n).is_err()) {
+            return Err(GpuError::Overflow(format!("shape {:?}: an extent exceeds DLPack's i64", array.shape())));
         }
-        let ours = self.stream().clone();
+        let ours = array.stream().clone();
         match stream {
             DlpackStream::Synchronize => {
                 ours.synchronize().map_err(GpuError::cuda("waiting for the array's stream"))?;
@@ -159,7 +178,7 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
                 .map_err(GpuError::cuda("ordering the consumer's stream after the read"))?;
             }
         }
-        Ok(Exported { array: self, dl_type })
+        Ok(Exported { array: array.clone(), dl_type })
     }
 
     /// Wrap a CUDA DLPack tensor another library owns, as an array of `data_type` (whose element

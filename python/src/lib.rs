@@ -1,0 +1,486 @@
+//! Python bindings of zarrs_gpu: `zarrs_gpu.read` and `zarrs_gpu.open` load Zarr arrays straight
+//! into GPU memory and return device arrays that CuPy, PyTorch and any DLPack or CUDA array
+//! interface consumer take without a copy.
+
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use dlpark::{SafeManagedTensor, SafeManagedTensorVersioned};
+use pyo3::exceptions::{PyBufferError, PyFileNotFoundError, PyIndexError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyEllipsis, PySlice, PyTuple};
+use zarrs::array::{Array, ArraySubset, ElementOwned};
+use zarrs_gds_store::GdsStore;
+use zarrs_gpu::{
+    ArrayDeviceExt, DecodeTrust, DeviceArray, GpuConfig, GpuError, IoBackend, RetrieveReport, ShardIndexCache,
+};
+use zarrs_gpu_codecs::DlpackStream;
+
+/// DLPack's device type of CUDA memory.
+const KDL_CUDA: i32 = 2;
+
+/// A Rust error as the Python exception a Python user expects, with the same message.
+#[allow(clippy::needless_pass_by_value)] // used as `.map_err(py_err)`
+fn py_err(err: GpuError) -> PyErr {
+    match err {
+        GpuError::ElementType { .. } => PyTypeError::new_err(err.to_string()),
+        GpuError::Config { .. } | GpuError::Overflow(_) | GpuError::Unsupported(_) => {
+            PyValueError::new_err(err.to_string())
+        }
+        _ => PyRuntimeError::new_err(err.to_string()),
+    }
+}
+
+/// A device array of any element type.
+trait AnyArray: Send + Sync {
+    fn shape(&self) -> &[u64];
+    fn ptr(&self) -> u64;
+    fn nbytes(&self) -> usize;
+    fn ordinal(&self) -> usize;
+    fn dlpack<'py>(&self, py: Python<'py>, stream: DlpackStream, versioned: bool) -> PyResult<Bound<'py, PyAny>>;
+}
+
+struct Typed<T>(Arc<DeviceArray<T>>);
+
+impl<T: ElementOwned + Send + Sync + 'static> AnyArray for Typed<T> {
+    fn shape(&self) -> &[u64] {
+        self.0.shape()
+    }
+
+    fn ptr(&self) -> u64 {
+        self.0.device_ptr()
+    }
+
+    fn nbytes(&self) -> usize {
+        self.0.num_bytes()
+    }
+
+    fn ordinal(&self) -> usize {
+        self.0.stream().context().ordinal()
+    }
+
+    fn dlpack<'py>(&self, py: Python<'py>, stream: DlpackStream, versioned: bool) -> PyResult<Bound<'py, PyAny>> {
+        if versioned {
+            let tensor: SafeManagedTensorVersioned = DeviceArray::share_dlpack(&self.0, stream).map_err(py_err)?;
+            tensor.into_pyobject(py)
+        } else {
+            let tensor: SafeManagedTensor = DeviceArray::share_dlpack_legacy(&self.0, stream).map_err(py_err)?;
+            tensor.into_pyobject(py)
+        }
+    }
+}
+
+/// The element types read to the device: zarrs' data type name, numpy's dtype name and the CUDA
+/// array interface's type string (None where numpy has none: bfloat16).
+const TYPES: &[(&str, &str, Option<&str>)] = &[
+    ("bool", "bool", Some("|b1")),
+    ("int8", "int8", Some("|i1")),
+    ("int16", "int16", Some("<i2")),
+    ("int32", "int32", Some("<i4")),
+    ("int64", "int64", Some("<i8")),
+    ("uint8", "uint8", Some("|u1")),
+    ("uint16", "uint16", Some("<u2")),
+    ("uint32", "uint32", Some("<u4")),
+    ("uint64", "uint64", Some("<u8")),
+    ("float16", "float16", Some("<f2")),
+    ("bfloat16", "bfloat16", None),
+    ("float32", "float32", Some("<f4")),
+    ("float64", "float64", Some("<f8")),
+    ("complex64", "complex64", Some("<c8")),
+    ("complex128", "complex128", Some("<c16")),
+];
+
+/// The array's element type: its zarrs name, numpy's name and the interface's type string.
+fn element_type(array: &Array<GdsStore>) -> PyResult<(&'static str, Option<&'static str>)> {
+    let name = array.data_type().to_string();
+    let zarrs_name = name.split(" / ").next().unwrap_or_default();
+    TYPES.iter().find(|t| t.0 == zarrs_name).map(|t| (t.1, t.2)).ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "data type {name} is not supported on the device (fixed-size numeric types are)"
+        ))
+    })
+}
+
+/// Read `subset` as `T`, with the shape `out_shape` (the subset's, less the dimensions an
+/// integer index dropped).
+fn read_typed<T: ElementOwned + Send + Sync + 'static>(
+    array: &Array<GdsStore>,
+    subset: &ArraySubset,
+    config: &GpuConfig,
+    out_shape: Vec<u64>,
+) -> Result<(Box<dyn AnyArray>, RetrieveReport), GpuError> {
+    let (data, report) = array.retrieve_array_subset_device_opt::<T>(subset, config)?;
+    Ok((Box::new(Typed(Arc::new(data.reshape(out_shape)?))), report))
+}
+
+fn read_any(
+    array: &Array<GdsStore>,
+    subset: &ArraySubset,
+    config: &GpuConfig,
+    out_shape: Vec<u64>,
+) -> Result<(Box<dyn AnyArray>, RetrieveReport), GpuError> {
+    let name = array.data_type().to_string();
+    let read = match name.split(" / ").next().unwrap_or_default() {
+        "bool" => read_typed::<bool>,
+        "int8" => read_typed::<i8>,
+        "int16" => read_typed::<i16>,
+        "int32" => read_typed::<i32>,
+        "int64" => read_typed::<i64>,
+        "uint8" => read_typed::<u8>,
+        "uint16" => read_typed::<u16>,
+        "uint32" => read_typed::<u32>,
+        "uint64" => read_typed::<u64>,
+        "float16" => read_typed::<half::f16>,
+        "bfloat16" => read_typed::<half::bf16>,
+        "float32" => read_typed::<f32>,
+        "float64" => read_typed::<f64>,
+        "complex64" => read_typed::<num_complex::Complex32>,
+        "complex128" => read_typed::<num_complex::Complex64>,
+        _ => return Err(GpuError::Unsupported(format!("data type {name} is not supported on the device"))),
+    };
+    read(array, subset, config, out_shape)
+}
+
+/// A numpy-style index (an integer, a slice, `...`, or a tuple of them) as the subset it selects
+/// and the shape of the result (integers drop their dimension). Slices clamp to the array as
+/// numpy's do; steps and empty selections are refused.
+fn index_to_subset(key: &Bound<'_, PyAny>, shape: &[u64]) -> PyResult<(Vec<Range<u64>>, Vec<u64>)> {
+    let items: Vec<Bound<'_, PyAny>> = match key.downcast::<PyTuple>() {
+        Ok(tuple) => tuple.iter().collect(),
+        Err(_) => vec![key.clone()],
+    };
+    let ellipses = items.iter().filter(|i| i.is(PyEllipsis::get(key.py()))).count();
+    if ellipses > 1 {
+        return Err(PyIndexError::new_err("an index can only have a single ellipsis ('...')"));
+    }
+    let indexed = items.len() - ellipses;
+    if indexed > shape.len() {
+        return Err(PyIndexError::new_err(format!(
+            "too many indices for array: array is {}-dimensional, but {indexed} were indexed",
+            shape.len()
+        )));
+    }
+    let mut ranges = Vec::with_capacity(shape.len());
+    let mut out_shape = Vec::with_capacity(shape.len());
+    let mut dim = 0usize;
+    for item in &items {
+        if item.is(PyEllipsis::get(key.py())) {
+            for _ in 0..shape.len() - indexed {
+                ranges.push(0..shape[dim]);
+                out_shape.push(shape[dim]);
+                dim += 1;
+            }
+            continue;
+        }
+        let size = shape[dim];
+        if let Ok(slice) = item.downcast::<PySlice>() {
+            let len = isize::try_from(size).map_err(|_| PyIndexError::new_err(format!("axis {dim} is too long")))?;
+            let indices = slice.indices(len)?;
+            if indices.step != 1 {
+                return Err(PyIndexError::new_err(format!("dimension {dim}: steps are not supported (step {})", indices.step)));
+            }
+            if indices.stop <= indices.start {
+                return Err(PyIndexError::new_err(format!(
+                    "dimension {dim}: the slice selects nothing (start {} is not before stop {}); empty subsets are not read",
+                    indices.start, indices.stop
+                )));
+            }
+            // Clamped by `indices` to 0..=size.
+            let (start, stop) = (indices.start as u64, indices.stop as u64);
+            ranges.push(start..stop);
+            out_shape.push(stop - start);
+        } else if let Ok(index) = item.extract::<i128>() {
+            let i = if index < 0 { index + i128::from(size) } else { index };
+            if i < 0 || i >= i128::from(size) {
+                return Err(PyIndexError::new_err(format!(
+                    "index {index} is out of bounds for axis {dim} with size {size}"
+                )));
+            }
+            ranges.push(i as u64..i as u64 + 1);
+        } else {
+            return Err(PyIndexError::new_err(format!(
+                "only integers, slices (`:`) and ellipsis (`...`) are valid indices, not {}",
+                item.get_type().name()?
+            )));
+        }
+        dim += 1;
+    }
+    for &size in &shape[dim..] {
+        ranges.push(0..size);
+        out_shape.push(size);
+    }
+    Ok((ranges, out_shape))
+}
+
+/// A Zarr array in a filesystem store, opened for reads to the GPU: numpy-style indexing returns
+/// device arrays.
+#[pyclass(name = "Array", module = "zarrs_gpu", frozen)]
+struct PyZarrArray {
+    array: Arc<Array<GdsStore>>,
+    config: GpuConfig,
+    path: PathBuf,
+    node: String,
+}
+
+impl PyZarrArray {
+    fn read_ranges(&self, py: Python<'_>, ranges: &[Range<u64>], out_shape: Vec<u64>) -> PyResult<PyDeviceArray> {
+        let (dtype, typestr) = element_type(&self.array)?;
+        let subset = ArraySubset::new_with_ranges(ranges);
+        let (array, config) = (&self.array, &self.config);
+        // The read runs without the interpreter lock: other Python threads go on meanwhile.
+        let (data, report) = py.allow_threads(|| read_any(array, &subset, config, out_shape)).map_err(py_err)?;
+        Ok(PyDeviceArray { data, dtype, typestr, report })
+    }
+}
+
+#[pymethods]
+impl PyZarrArray {
+    /// The array's shape.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.array.shape())
+    }
+
+    /// numpy's name of the element type (`float32`, ...).
+    #[getter]
+    fn dtype(&self) -> PyResult<&'static str> {
+        Ok(element_type(&self.array)?.0)
+    }
+
+    /// The shape of the first chunk (of every chunk, on a regular grid).
+    #[getter]
+    fn chunks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let first = vec![0u64; self.array.dimensionality()];
+        let shape = self.array.chunk_shape(&first).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        PyTuple::new(py, shape.iter().map(|n| n.get()))
+    }
+
+    /// The number of dimensions.
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.array.dimensionality()
+    }
+
+    /// Read `subset` (numpy-style slices as a string, `"0:64, :, :"`, or an index as for
+    /// `array[...]`; None: the whole array) to the device.
+    #[pyo3(signature = (subset=None))]
+    fn read(&self, py: Python<'_>, subset: Option<&Bound<'_, PyAny>>) -> PyResult<PyDeviceArray> {
+        let shape = self.array.shape().to_vec();
+        match subset {
+            None => self.read_ranges(py, &shape.iter().map(|&n| 0..n).collect::<Vec<_>>(), shape),
+            Some(spec) if spec.is_instance_of::<pyo3::types::PyString>() => {
+                let spec: String = spec.extract()?;
+                let subset = zarrs_gpu::parse_subset(&spec, &shape).map_err(PyIndexError::new_err)?;
+                self.read_ranges(py, &subset.to_ranges(), subset.shape().to_vec())
+            }
+            Some(key) => {
+                let (ranges, out_shape) = index_to_subset(key, &shape)?;
+                self.read_ranges(py, &ranges, out_shape)
+            }
+        }
+    }
+
+    fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyDeviceArray> {
+        let (ranges, out_shape) = index_to_subset(key, self.array.shape())?;
+        self.read_ranges(py, &ranges, out_shape)
+    }
+
+    fn __len__(&self) -> usize {
+        self.array.shape().first().map_or(0, |&n| n as usize)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "zarrs_gpu.Array({:?}, array={:?}, shape={:?}, dtype={}, device={})",
+            self.path.display().to_string(),
+            self.node,
+            self.array.shape(),
+            self.array.data_type(),
+            self.config.device()
+        )
+    }
+}
+
+/// An array in GPU memory, owned by this object (and shared with the tensors handed out):
+/// `cupy.asarray(x)`, `cupy.from_dlpack(x)` and `torch.from_dlpack(x)` take it without a copy.
+#[pyclass(name = "DeviceArray", module = "zarrs_gpu", frozen)]
+struct PyDeviceArray {
+    data: Box<dyn AnyArray>,
+    dtype: &'static str,
+    typestr: Option<&'static str>,
+    report: RetrieveReport,
+}
+
+#[pymethods]
+impl PyDeviceArray {
+    /// The shape.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.data.shape())
+    }
+
+    /// numpy's name of the element type.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.dtype
+    }
+
+    /// The number of dimensions.
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.data.shape().len()
+    }
+
+    /// The size in bytes.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.data.nbytes()
+    }
+
+    /// The CUDA device ordinal.
+    #[getter]
+    fn device(&self) -> usize {
+        self.data.ordinal()
+    }
+
+    /// What the read did: where it decoded, the I/O path, chunks, bytes read, stage times.
+    #[getter]
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let r = &self.report;
+        let dict = PyDict::new(py);
+        dict.set_item("decode", r.decode.to_string())?;
+        dict.set_item("io", r.io.as_ref().map(ToString::to_string))?;
+        dict.set_item("chunks", r.chunks)?;
+        dict.set_item("missing_chunks", r.missing_chunks)?;
+        dict.set_item("host_decoded_chunks", r.host_decoded_chunks)?;
+        dict.set_item("bytes_read", r.bytes_read)?;
+        dict.set_item("host_reason", r.host_reason.clone())?;
+        let stages = PyDict::new(py);
+        for s in &r.stages {
+            stages.set_item(s.stage, s.time.as_secs_f64())?;
+        }
+        dict.set_item("stages", stages)?;
+        Ok(dict)
+    }
+
+    /// The DLPack protocol: a capsule sharing this array's memory. `stream` is the consumer's
+    /// (None: the legacy default stream; -1: none), which waits for the read without the host
+    /// waiting. `max_version` (1, 0) or later gives a versioned capsule.
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<i64>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if copy == Some(true) {
+            return Err(PyBufferError::new_err("zarrs_gpu arrays are exported without copies (copy=True asked)"));
+        }
+        if let Some(device) = dl_device.filter(|&d| d != self.__dlpack_device__()) {
+            return Err(PyBufferError::new_err(format!(
+                "the array is on CUDA device {}, not {device:?}",
+                self.data.ordinal()
+            )));
+        }
+        let stream = DlpackStream::from_protocol(stream).map_err(py_err)?;
+        self.data.dlpack(py, stream, max_version.is_some_and(|v| v.0 >= 1))
+    }
+
+    /// The DLPack protocol: (kDLCUDA, the device ordinal).
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (KDL_CUDA, self.data.ordinal() as i32)
+    }
+
+    /// The CUDA array interface (version 3): the data are ready (reads end synchronized).
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let typestr = self.typestr.ok_or_else(|| {
+            PyTypeError::new_err(format!("{} has no CUDA array interface type; use DLPack", self.dtype))
+        })?;
+        let dict = PyDict::new(py);
+        dict.set_item("shape", PyTuple::new(py, self.data.shape())?)?;
+        dict.set_item("typestr", typestr)?;
+        dict.set_item("data", (self.data.ptr(), false))?;
+        dict.set_item("strides", py.None())?;
+        dict.set_item("stream", py.None())?;
+        dict.set_item("version", 3)?;
+        Ok(dict)
+    }
+
+    fn __len__(&self) -> usize {
+        self.data.shape().first().map_or(0, |&n| n as usize)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "zarrs_gpu.DeviceArray(shape={:?}, dtype={}, device={}, decode={})",
+            self.data.shape(),
+            self.dtype,
+            self.data.ordinal(),
+            self.report.decode
+        )
+    }
+}
+
+/// The configuration of `open` and `read`: the environment (each bad value an error naming its
+/// variable), then the arguments; shard indexes kept for the array handle's reads.
+fn config(device: usize, backend: Option<&str>, decode_trust: Option<&str>) -> PyResult<GpuConfig> {
+    let cache = Some(Arc::new(ShardIndexCache::new()));
+    let mut config = GpuConfig::from_env().map_err(py_err)?.with_device(device).with_shard_index_cache(cache);
+    if let Some(backend) = backend {
+        config = config.with_backend(backend.parse::<IoBackend>().map_err(PyValueError::new_err)?);
+    }
+    if let Some(trust) = decode_trust {
+        config = config.with_decode_trust(trust.parse::<DecodeTrust>().map_err(PyValueError::new_err)?);
+    }
+    Ok(config)
+}
+
+/// Open the Zarr array `array` (a node path; the leading `/` is optional) of the filesystem store
+/// at `store_path` for reads to GPU `device`. `backend`: "auto", "gds" or "posix";
+/// `decode_trust`: "verified", "checked" or "trusted".
+#[pyfunction]
+#[pyo3(signature = (store_path, array="/", *, device=0, backend=None, decode_trust=None))]
+fn open(
+    store_path: PathBuf,
+    array: &str,
+    device: usize,
+    backend: Option<&str>,
+    decode_trust: Option<&str>,
+) -> PyResult<PyZarrArray> {
+    if !store_path.exists() {
+        return Err(PyFileNotFoundError::new_err(format!("{}: no such directory", store_path.display())));
+    }
+    let config = config(device, backend, decode_trust)?;
+    let opened = zarrs_gpu::open_array(&store_path, array, "array=...").map_err(PyValueError::new_err)?;
+    Ok(PyZarrArray { array: Arc::new(opened), config, path: store_path, node: zarrs_gpu::node_path(array) })
+}
+
+/// Read `subset` of the Zarr array `array` of the store at `store_path` to GPU `device`: one
+/// call of `open(...).read(subset)`.
+#[pyfunction]
+#[pyo3(signature = (store_path, array="/", subset=None, *, device=0, backend=None, decode_trust=None))]
+fn read(
+    py: Python<'_>,
+    store_path: PathBuf,
+    array: &str,
+    subset: Option<&Bound<'_, PyAny>>,
+    device: usize,
+    backend: Option<&str>,
+    decode_trust: Option<&str>,
+) -> PyResult<PyDeviceArray> {
+    open(store_path, array, device, backend, decode_trust)?.read(py, subset)
+}
+
+#[pymodule]
+fn _zarrs_gpu(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_function(wrap_pyfunction!(read, m)?)?;
+    m.add_class::<PyZarrArray>()?;
+    m.add_class::<PyDeviceArray>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,105 @@
+"""zarrs_gpu on a machine without a GPU (what CI runs): arrays open and describe themselves,
+bad indices and options are the right exceptions with the Rust messages, and a read says plainly
+that there is no GPU. Needs zarr-python (to write the arrays).
+
+    python -m unittest discover -s python/tests -p 'test_cpu.py'
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import zarr
+import zarr.codecs as zc
+
+import zarrs_gpu
+
+
+class CpuTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        root = cls.dir.name
+        cls.v3 = os.path.join(root, "v3.zarr")
+        a = zarr.create_array(store=cls.v3, shape=(20, 30, 7), chunks=(8, 16, 7), dtype="float32",
+                              compressors=zc.ZstdCodec(level=3), fill_value=-1.5)
+        a[:] = np.arange(20 * 30 * 7, dtype="float32").reshape(20, 30, 7)
+        cls.v2 = os.path.join(root, "v2.zarr")
+        b = zarr.create_array(store=cls.v2, shape=(9, 5), chunks=(4, 4), dtype="uint16", zarr_format=2)
+        b[:] = 7
+        cls.group = os.path.join(root, "group.zarr")
+        g = zarr.open_group(cls.group, mode="w")
+        g.create_array("raw", shape=(4,), chunks=(2,), dtype="int64")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def test_arrays_describe_themselves(self):
+        a = zarrs_gpu.open(self.v3)
+        self.assertEqual(a.shape, (20, 30, 7))
+        self.assertEqual(a.dtype, "float32")
+        self.assertEqual(a.chunks, (8, 16, 7))
+        self.assertEqual((a.ndim, len(a)), (3, 20))
+        self.assertIn("float32", repr(a))
+        b = zarrs_gpu.open(self.v2, "")
+        self.assertEqual((b.shape, b.dtype, b.chunks), ((9, 5), "uint16", (4, 4)))
+        # The node path takes the leading "/" or not.
+        self.assertEqual(zarrs_gpu.open(self.group, "raw").shape, (4,))
+        self.assertEqual(zarrs_gpu.open(self.group, "/raw").dtype, "int64")
+
+    def test_bad_indices_are_index_errors_before_any_device_work(self):
+        a = zarrs_gpu.open(self.v3)
+        cases = [
+            ((slice(0, 10, 2),), "steps are not supported"),
+            ((20,), "index 20 is out of bounds for axis 0 with size 20"),
+            ((-21,), "index -21 is out of bounds for axis 0 with size 20"),
+            ((Ellipsis, 0, Ellipsis), "single ellipsis"),
+            ((0, 0, 0, 0), "too many indices for array: array is 3-dimensional, but 4 were indexed"),
+            ((slice(5, 2),), "selects nothing"),
+            (("x",), "only integers, slices"),
+        ]
+        for key, message in cases:
+            with self.subTest(key=key):
+                with self.assertRaises(IndexError) as caught:
+                    a[key]
+                self.assertIn(message, str(caught.exception))
+        # The string form is the command line's, with its messages.
+        with self.assertRaises(IndexError) as caught:
+            a.read("0:10:2")
+        self.assertIn("steps are not supported", str(caught.exception))
+
+    def test_bad_paths_and_options(self):
+        with self.assertRaises(FileNotFoundError):
+            zarrs_gpu.open(os.path.join(self.dir.name, "missing.zarr"))
+        with self.assertRaises(ValueError) as caught:
+            zarrs_gpu.open(self.group)
+        self.assertIn("is a group, not an array; its arrays: /raw", str(caught.exception))
+        with self.assertRaises(ValueError) as caught:
+            zarrs_gpu.open(self.v3, backend="fast")
+        self.assertIn("unknown I/O backend", str(caught.exception))
+        with self.assertRaises(ValueError):
+            zarrs_gpu.open(self.v3, decode_trust="always")
+
+    def test_bad_environment_values_name_the_variable(self):
+        # A fresh interpreter: the environment is read when a configuration is made.
+        code = f"import zarrs_gpu; zarrs_gpu.open({self.v3!r})"
+        env = dict(os.environ, ZARRS_GPU_DECODE_TRUST="bogus")
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIn("ValueError", run.stderr)
+        self.assertIn("ZARRS_GPU_DECODE_TRUST", run.stderr)
+
+    @unittest.skipUnless(os.environ.get("ZARRS_GPU_EXPECT_NO_GPU") == "1",
+                         "set ZARRS_GPU_EXPECT_NO_GPU=1 on a machine without a GPU (CI does)")
+    def test_reads_without_a_gpu_are_runtime_errors(self):
+        for read in (lambda: zarrs_gpu.read(self.v3), lambda: zarrs_gpu.open(self.v2)[0:4]):
+            with self.assertRaises(RuntimeError) as caught:
+                read()
+            self.assertIn("no CUDA device available", str(caught.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,148 @@
+"""zarrs_gpu on a GPU, against zarr-python element for element: every array of the project's
+interoperability matrix (v2 and v3, every codec chain, sharded, missing chunks, 14 data types),
+whole and in numpy-style subsets, taken by CuPy (CUDA array interface and DLPack) and PyTorch
+(DLPack) without a copy. Needs a CUDA GPU, cupy, torch, zarr-python and numcodecs; a missing one
+is a failure, not a skip.
+
+    python -m unittest discover -s python/tests -p 'test_gpu.py'
+"""
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import cupy as cp
+import numpy as np
+import torch
+import zarr
+
+import zarrs_gpu
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MATRIX = os.path.join(HERE, "..", "..", "tests", "interop", "write_matrix.py")
+# numpy dtypes torch takes through DLPack on every version we meet.
+TORCH_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64", "complex64",
+                "complex128"}
+KEYS = [
+    (slice(3, None), Ellipsis, slice(-5, None)),
+    (5,),
+    (Ellipsis, 2),
+    (-1, slice(0, 7)),
+    (slice(None), 4, slice(2, 9)),
+    (slice(-100, 100), slice(1, 2), 0),
+    (0, 0, 0),
+]
+
+
+class GpuTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        subprocess.run([sys.executable, MATRIX, cls.dir.name], check=True, capture_output=True)
+        with open(os.path.join(cls.dir.name, "manifest.json")) as f:
+            manifest = json.load(f)
+        cls.cases = manifest["cases"] if isinstance(manifest, dict) else manifest
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def path(self, case):
+        return os.path.join(self.dir.name, case["path"])
+
+    def test_whole_arrays_match_zarr_python(self):
+        self.assertGreater(len(self.cases), 20)
+        for case in self.cases:
+            with self.subTest(case=case["name"]):
+                want = np.load(os.path.join(self.dir.name, case["expected"]))
+                x = zarrs_gpu.read(self.path(case))
+                self.assertEqual(x.shape, want.shape)
+                self.assertEqual(np.dtype(x.dtype), want.dtype.newbyteorder("="))
+                # The CUDA array interface (cupy.asarray) and DLPack (cupy.from_dlpack), no copy.
+                c = cp.asarray(x)
+                self.assertEqual(c.data.ptr, x.__cuda_array_interface__["data"][0])
+                np.testing.assert_array_equal(cp.asnumpy(c), want)
+                np.testing.assert_array_equal(cp.asnumpy(cp.from_dlpack(x)), want)
+                if x.dtype in TORCH_DTYPES:
+                    t = torch.from_dlpack(x)
+                    self.assertEqual(t.data_ptr(), c.data.ptr)
+                    np.testing.assert_array_equal(t.cpu().numpy(), want)
+
+    def test_subsets_match_zarr_python(self):
+        for case in self.cases:
+            if not case["name"].startswith(("v3_sharded", "v3_zstd", "v2_", "v3_raw", "v3_gzip")):
+                continue
+            z = zarr.open_array(self.path(case), mode="r")
+            a = zarrs_gpu.open(self.path(case))
+            for key in KEYS:
+                with self.subTest(case=case["name"], key=key):
+                    want = np.asarray(z[key])
+                    got = a[key]
+                    self.assertEqual(got.shape, want.shape)
+                    np.testing.assert_array_equal(cp.asnumpy(cp.asarray(got)), want)
+            # The command line's string form selects the same.
+            np.testing.assert_array_equal(cp.asnumpy(cp.asarray(a.read("3:, ..., -5:"))), np.asarray(z[3:, ..., -5:]))
+
+    def test_dlpack_capsules_streams_and_lifetimes(self):
+        case = next(c for c in self.cases if c["name"] == "v3_sharded_zstd_float32")
+        want = np.load(os.path.join(self.dir.name, case["expected"]))
+        x = zarrs_gpu.read(self.path(case))
+        self.assertEqual(x.__dlpack_device__(), (2, 0))
+        self.assertEqual(x.report["decode"], "device")
+        self.assertGreater(x.report["stages"]["decode"], 0)
+        # On a side stream of torch's: the stream waits for the read, the host does not.
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            t = torch.from_dlpack(x)
+            total = t.double().sum()
+        side.synchronize()
+        self.assertAlmostEqual(total.item(), float(want.astype(np.float64).sum()), delta=1e-6 * abs(want).sum())
+        with self.assertRaises(BufferError):
+            x.__dlpack__(copy=True)
+        with self.assertRaises(BufferError):
+            x.__dlpack__(dl_device=(1, 0))
+        with self.assertRaises(ValueError):
+            x.__dlpack__(stream=0)
+        # The tensor keeps the memory after the array object is gone.
+        del x
+        gc.collect()
+        torch.cuda.synchronize()
+        np.testing.assert_array_equal(t.cpu().numpy(), want)
+        # Capsules never consumed are released by their destructor.
+        y = zarrs_gpu.read(self.path(case))
+        for _ in range(3):
+            capsule = y.__dlpack__(max_version=(1, 0))
+            self.assertEqual(type(capsule).__name__, "PyCapsule")
+            del capsule
+        legacy = y.__dlpack__()
+        del legacy, y
+        gc.collect()
+
+    def test_bfloat16_goes_through_dlpack_only(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "bf16.zarr")
+            meta = {"zarr_format": 3, "node_type": "array", "shape": [6, 4], "data_type": "bfloat16",
+                    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4, 4]}},
+                    "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+                    "fill_value": 0.0, "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}
+            os.makedirs(path)
+            with open(os.path.join(path, "zarr.json"), "w") as f:
+                json.dump(meta, f)
+            values = torch.arange(16, dtype=torch.float32).reshape(4, 4).to(torch.bfloat16)
+            os.makedirs(os.path.join(path, "c", "0"))
+            values.view(torch.int16).numpy().tofile(os.path.join(path, "c", "0", "0"))
+            x = zarrs_gpu.read(path)
+            self.assertEqual(x.dtype, "bfloat16")
+            with self.assertRaises(TypeError):
+                x.__cuda_array_interface__
+            t = torch.from_dlpack(x)
+            self.assertEqual(t.dtype, torch.bfloat16)
+            self.assertTrue(torch.equal(t[:4].cpu(), values))
+            self.assertTrue(torch.equal(t[4:].cpu(), torch.zeros(2, 4, dtype=torch.bfloat16)))
+
+
+if __name__ == "__main__":
+    unittest.main()
