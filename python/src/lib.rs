@@ -96,9 +96,7 @@ fn element_type(array: &Array<GdsStore>) -> PyResult<(&'static str, Option<&'sta
     let name = array.data_type().to_string();
     let zarrs_name = name.split(" / ").next().unwrap_or_default();
     TYPES.iter().find(|t| t.0 == zarrs_name).map(|t| (t.1, t.2)).ok_or_else(|| {
-        PyTypeError::new_err(format!(
-            "data type {name} is not supported on the device (fixed-size numeric types are)"
-        ))
+        PyTypeError::new_err(format!("data type {name} is not supported on the device (fixed-size numeric types are)"))
     })
 }
 
@@ -178,7 +176,10 @@ fn index_to_subset(key: &Bound<'_, PyAny>, shape: &[u64]) -> PyResult<(Vec<Range
             let len = isize::try_from(size).map_err(|_| PyIndexError::new_err(format!("axis {dim} is too long")))?;
             let indices = slice.indices(len)?;
             if indices.step != 1 {
-                return Err(PyIndexError::new_err(format!("dimension {dim}: steps are not supported (step {})", indices.step)));
+                return Err(PyIndexError::new_err(format!(
+                    "dimension {dim}: steps are not supported (step {})",
+                    indices.step
+                )));
             }
             if indices.stop <= indices.start {
                 return Err(PyIndexError::new_err(format!(
