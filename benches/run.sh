@@ -20,6 +20,11 @@ if command -v bench >/dev/null; then bench=(bench); else bench=(cargo run --rele
 "${bench[@]}" --dir "$dir" --gib "$gib" --repeat 5 --cases "$cases" --json "$out/bench.jsonl"
 peers() { python3 benches/peers.py --array "$dir/$1.zarr" "${@:2}" --json "$out/bench.jsonl"; }
 for case in ${cases//,/ }; do
+  # This project's Python package (where installed: pip install ./python), beside the Rust figures.
+  case $case in
+    u1|z1|z2|s1) peers "$case" --peers zarrs-gpu-python --repeat 5
+                 [ "$case" = s1 ] && peers s1 --subset 0:64 --peers zarrs-gpu-python --repeat 5 ;;
+  esac
   case $case in
     u1)
       peers u1 --repeat "$prep"
