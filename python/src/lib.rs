@@ -112,32 +112,88 @@ fn read_typed<T: ElementOwned + Send + Sync + 'static>(
     Ok((Box::new(Typed(Arc::new(data.reshape(out_shape)?))), report))
 }
 
+/// `$f::<T>` for the element type `T` of `$array`'s data type.
+macro_rules! by_element_type {
+    ($array:expr, $f:ident, $err:expr) => {{
+        let name = $array.data_type().to_string();
+        match name.split(" / ").next().unwrap_or_default() {
+            "bool" => $f::<bool>,
+            "int8" => $f::<i8>,
+            "int16" => $f::<i16>,
+            "int32" => $f::<i32>,
+            "int64" => $f::<i64>,
+            "uint8" => $f::<u8>,
+            "uint16" => $f::<u16>,
+            "uint32" => $f::<u32>,
+            "uint64" => $f::<u64>,
+            "float16" => $f::<half::f16>,
+            "bfloat16" => $f::<half::bf16>,
+            "float32" => $f::<f32>,
+            "float64" => $f::<f64>,
+            "complex64" => $f::<num_complex::Complex32>,
+            "complex128" => $f::<num_complex::Complex64>,
+            _ => return Err($err(GpuError::Unsupported(format!("data type {name} is not supported on the device")))),
+        }
+    }};
+}
+
 fn read_any(
     array: &Array<GdsStore>,
     subset: &ArraySubset,
     config: &GpuConfig,
     out_shape: Vec<u64>,
 ) -> Result<(Box<dyn AnyArray>, RetrieveReport), GpuError> {
-    let name = array.data_type().to_string();
-    let read = match name.split(" / ").next().unwrap_or_default() {
-        "bool" => read_typed::<bool>,
-        "int8" => read_typed::<i8>,
-        "int16" => read_typed::<i16>,
-        "int32" => read_typed::<i32>,
-        "int64" => read_typed::<i64>,
-        "uint8" => read_typed::<u8>,
-        "uint16" => read_typed::<u16>,
-        "uint32" => read_typed::<u32>,
-        "uint64" => read_typed::<u64>,
-        "float16" => read_typed::<half::f16>,
-        "bfloat16" => read_typed::<half::bf16>,
-        "float32" => read_typed::<f32>,
-        "float64" => read_typed::<f64>,
-        "complex64" => read_typed::<num_complex::Complex32>,
-        "complex128" => read_typed::<num_complex::Complex64>,
-        _ => return Err(GpuError::Unsupported(format!("data type {name} is not supported on the device"))),
-    };
-    read(array, subset, config, out_shape)
+    by_element_type!(array, read_typed, std::convert::identity)(array, subset, config, out_shape)
+}
+
+/// Read `subset` into `tensor`'s memory (another library's), as `T`. The read runs without the
+/// interpreter lock; the tensor is released with it held (a Python producer's deleter needs it).
+fn read_into_typed<T: ElementOwned + Send + Sync + 'static>(
+    py: Python<'_>,
+    array: &Array<GdsStore>,
+    subset: &ArraySubset,
+    config: &GpuConfig,
+    tensor: SafeManagedTensorVersioned,
+) -> PyResult<RetrieveReport> {
+    let mut out = DeviceArray::<T>::from_dlpack(tensor, array.data_type().clone()).map_err(py_err)?;
+    let report = py.allow_threads(|| {
+        // The producer ordered its work before the legacy default stream (`__dlpack__(stream=1)`):
+        // wait for that before writing.
+        out.stream()
+            .synchronize()
+            .map_err(|source| GpuError::Cuda { what: "waiting for the destination's producer", source })?;
+        array.retrieve_array_subset_into_device_opt(subset, &mut out, config)
+    });
+    drop(out);
+    report.map_err(py_err)
+}
+
+fn read_into_any(
+    py: Python<'_>,
+    array: &Array<GdsStore>,
+    subset: &ArraySubset,
+    config: &GpuConfig,
+    tensor: SafeManagedTensorVersioned,
+) -> PyResult<RetrieveReport> {
+    by_element_type!(array, read_into_typed, py_err)(py, array, subset, config, tensor)
+}
+
+/// A read's report as a dict.
+fn report_dict<'py>(py: Python<'py>, r: &RetrieveReport) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("decode", r.decode.to_string())?;
+    dict.set_item("io", r.io.as_ref().map(ToString::to_string))?;
+    dict.set_item("chunks", r.chunks)?;
+    dict.set_item("missing_chunks", r.missing_chunks)?;
+    dict.set_item("host_decoded_chunks", r.host_decoded_chunks)?;
+    dict.set_item("bytes_read", r.bytes_read)?;
+    dict.set_item("host_reason", r.host_reason.clone())?;
+    let stages = PyDict::new(py);
+    for s in &r.stages {
+        stages.set_item(s.stage, s.time.as_secs_f64())?;
+    }
+    dict.set_item("stages", stages)?;
+    Ok(dict)
 }
 
 /// A numpy-style index (an integer, a slice, `...`, or a tuple of them) as the subset it selects
@@ -282,6 +338,41 @@ impl PyZarrArray {
         }
     }
 
+    /// Read the selection `key` (an index as for `array[...]`; None: the whole array) into `out`,
+    /// a C-contiguous CUDA array of as many elements and this array's dtype that another library
+    /// owns (a CuPy array or a PyTorch tensor: any DLPack 1.0 producer), in place. Returns the
+    /// read's report.
+    #[pyo3(signature = (out, key=None))]
+    fn read_into<'py>(
+        &self,
+        py: Python<'py>,
+        out: &Bound<'py, PyAny>,
+        key: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let shape = self.array.shape().to_vec();
+        let ranges = match key {
+            None => shape.iter().map(|&n| 0..n).collect(),
+            Some(key) => index_to_subset(key, &shape)?.0,
+        };
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("stream", 1)?;
+        kwargs.set_item("max_version", (1, 0))?;
+        let capsule = out.call_method("__dlpack__", (), Some(&kwargs))?;
+        let capsule = capsule
+            .downcast::<pyo3::types::PyCapsule>()
+            .map_err(|_| PyTypeError::new_err("out.__dlpack__() did not return a capsule"))?;
+        let name = capsule.name()?.map(|n| n.to_bytes().to_vec());
+        if name.as_deref() != Some(b"dltensor_versioned".as_slice()) {
+            return Err(PyTypeError::new_err(
+                "out must be a DLPack 1.0 producer (its __dlpack__(max_version=(1, 0)) gave an unversioned capsule)",
+            ));
+        }
+        let tensor: SafeManagedTensorVersioned = capsule.extract()?;
+        let subset = ArraySubset::new_with_ranges(&ranges);
+        let report = read_into_any(py, &self.array, &subset, &self.config, tensor)?;
+        report_dict(py, &report)
+    }
+
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyDeviceArray> {
         let (ranges, out_shape) = index_to_subset(key, self.array.shape())?;
         self.read_ranges(py, &ranges, out_shape)
@@ -348,21 +439,7 @@ impl PyDeviceArray {
     /// What the read did: where it decoded, the I/O path, chunks, bytes read, stage times.
     #[getter]
     fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let r = &self.report;
-        let dict = PyDict::new(py);
-        dict.set_item("decode", r.decode.to_string())?;
-        dict.set_item("io", r.io.as_ref().map(ToString::to_string))?;
-        dict.set_item("chunks", r.chunks)?;
-        dict.set_item("missing_chunks", r.missing_chunks)?;
-        dict.set_item("host_decoded_chunks", r.host_decoded_chunks)?;
-        dict.set_item("bytes_read", r.bytes_read)?;
-        dict.set_item("host_reason", r.host_reason.clone())?;
-        let stages = PyDict::new(py);
-        for s in &r.stages {
-            stages.set_item(s.stage, s.time.as_secs_f64())?;
-        }
-        dict.set_item("stages", stages)?;
-        Ok(dict)
+        report_dict(py, &self.report)
     }
 
     /// The DLPack protocol: a capsule sharing this array's memory. `stream` is the consumer's

@@ -121,6 +121,29 @@ class GpuTests(unittest.TestCase):
         del legacy, y
         gc.collect()
 
+    def test_reads_into_cupy_and_torch_memory(self):
+        for name in ("v3_sharded_zstd_float32", "v3_blosc_float32", "v2_zstd_int16"):
+            case = next(c for c in self.cases if c["name"] == name)
+            z = zarr.open_array(self.path(case), mode="r")
+            a = zarrs_gpu.open(self.path(case))
+            for key in [None, (slice(3, None), Ellipsis, slice(-5, None)), (5,)]:
+                with self.subTest(case=name, key=key):
+                    want = np.asarray(z[...] if key is None else z[key])
+                    out = cp.full(want.shape, 99, dtype=want.dtype)
+                    ptr = out.data.ptr
+                    report = a.read_into(out, key)
+                    self.assertEqual(out.data.ptr, ptr, "in place")
+                    self.assertIn(report["decode"], ("device", "host decode + one copy"))
+                    np.testing.assert_array_equal(cp.asnumpy(out), want)
+                    t = torch.full(want.shape, 99, dtype=getattr(torch, want.dtype.name), device="cuda")
+                    a.read_into(t, key)
+                    np.testing.assert_array_equal(t.cpu().numpy(), want)
+            # Another size or another dtype: refused, the destination's owner unharmed.
+            with self.assertRaises(ValueError):
+                a.read_into(cp.empty((2, 2), dtype=z.dtype))
+            with self.assertRaises((TypeError, ValueError)):
+                a.read_into(cp.empty(z.shape, dtype=np.uint8 if z.dtype != np.uint8 else np.int8))
+
     def test_bfloat16_goes_through_dlpack_only(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "bf16.zarr")

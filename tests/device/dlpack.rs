@@ -83,3 +83,51 @@ fn progress_is_reported_batch_by_batch() -> Result {
     assert_eq!((last.done, last.total), (report.chunks, report.chunks), "{seen:?}");
     Ok(())
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn reads_land_in_memory_the_caller_holds() -> Result {
+    use zarrs::array::ArraySubset;
+    use zarrs_gpu::GpuError;
+    let dir = tempfile::tempdir()?;
+    let (shape, chunks) = ([37u64, 70, 33], [16u64, 32, 16]);
+    let want_of = |array: &zarrs::array::Array<zarrs_gpu::GdsStore>, subset: &ArraySubset| -> Result<Vec<u8>> {
+        Ok(array.retrieve_array_subset::<ArrayBytes<'static>>(subset)?.into_fixed()?.into_owned())
+    };
+    let zstd_array =
+        make_array(dir.path(), data_type::float32(), FillValue::from(-7.5f32), &shape, &chunks, vec![zstd(3, false)])?;
+    let host_dir = tempfile::tempdir()?;
+    // blosc: decoded by zarrs on the host, then copied into the destination.
+    let blosc = std::sync::Arc::new(zarrs::array::codec::BloscCodec::new(
+        zarrs::array::codec::BloscCompressor::LZ4,
+        5u8.try_into().map_err(|l| format!("blosc level {l}"))?,
+        None,
+        zarrs::array::codec::BloscShuffleMode::Shuffle,
+        Some(4),
+    )?);
+    let host_array =
+        make_array(host_dir.path(), data_type::float32(), FillValue::from(2.0f32), &shape, &chunks, vec![blosc])?;
+    let a = ArraySubset::new_with_ranges(&[3..20, 5..70, 0..31]);
+    let b = ArraySubset::new_with_ranges(&[20..37, 0..65, 2..33]);
+    for (name, array) in [("zstd (device decode)", &zstd_array), ("blosc (host decode)", &host_array)] {
+        // Into an array of ours: subset a's result, overwritten by subset b (the same size).
+        let (mut out, _) = array.retrieve_array_subset_device_opt::<f32>(&a, &posix())?;
+        let report = array.retrieve_array_subset_into_device_opt::<f32>(&b, &mut out, &posix())?;
+        assert!(out.to_host_bytes()? == want_of(array, &b)?, "{name}: into our array ({report:?})");
+        // Into another library's memory (a DLPack tensor), with one dimension of extent 1 dropped.
+        let plane = ArraySubset::new_with_ranges(&[7..8, 0..70, 0..33]);
+        let (mine, _) = array
+            .retrieve_array_subset_device_opt::<f32>(&ArraySubset::new_with_ranges(&[0..1, 0..70, 0..33]), &posix())?;
+        let mine = mine.reshape(vec![70, 33])?;
+        let ptr = mine.device_ptr();
+        let mut foreign =
+            DeviceArray::<f32>::from_dlpack(mine.into_dlpack(DlpackStream::Synchronize)?, data_type::float32())?;
+        array.retrieve_array_subset_into_device_opt::<f32>(&plane, &mut foreign, &posix())?;
+        assert_eq!(foreign.device_ptr(), ptr, "{name}: in place");
+        assert!(foreign.to_host_bytes()? == want_of(array, &plane)?, "{name}: into a DLPack tensor");
+        // A destination of another size: refused, naming both sizes.
+        let err = array.retrieve_array_subset_into_device_opt::<f32>(&a, &mut foreign, &posix()).unwrap_err();
+        assert!(matches!(err, GpuError::Unsupported(_)) && err.to_string().contains("expected"), "{name}: {err}");
+    }
+    Ok(())
+}

@@ -70,6 +70,16 @@ struct Item {
     digest: Option<u32>,
 }
 
+/// Where a retrieval's elements go.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Output {
+    /// A new allocation of the context's, returned.
+    New,
+    /// `len` bytes of device memory at `ptr` that the caller holds, of the context's device,
+    /// with its earlier work done; written in place (unspecified after an error).
+    Into { ptr: u64, len: usize },
+}
+
 /// Decode `subset` of an array on the device: its chunks (or, for sharded arrays, the inner
 /// chunks meeting the subset) are stored as `plan` says.
 #[allow(clippy::too_many_arguments)]
@@ -83,12 +93,13 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     stream: &Arc<CudaStream>,
     plan: &DevicePlan,
     nvcomp: Option<&NvcompLibrary>,
-) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
+    output: Output,
+) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
     if plan.shards.is_empty() {
         let unit = if plan.chain.is_raw() { Unit::raw } else { Unit::whole };
         let units: Vec<Unit> = plan_chunks(elem, subset, chunks)?.into_iter().map(unit).collect();
-        return decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp);
+        return decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp, output);
     }
     let storage = array.storage();
     let cache = config.shard_index_cache();
@@ -107,7 +118,7 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
         narrow_raw(&mut units)?;
     }
     let (out, mut report) =
-        decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp)?;
+        decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp, output)?;
     report.bytes_read += index_bytes;
     Ok((out, report))
 }
@@ -127,7 +138,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     out_shape: &[u64],
     chain: &DeviceChain,
     nvcomp: Option<&NvcompLibrary>,
-) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
+    output: Output,
+) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
     let mut trace = Trace::new(config.trace());
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
     let out_bytes = crate::plan::checked_bytes(out_shape, elem)
@@ -141,7 +153,16 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     let slots = if batches.len() > 1 { 2 } else { 1 };
     trace.mark("plan");
 
-    let (out, out_ptr) = context.alloc_output(stream, out_bytes as usize)?;
+    let (out, out_ptr) = match output {
+        Output::New => {
+            let (out, ptr) = context.alloc_output(stream, out_bytes as usize)?;
+            (Some(out), ptr)
+        }
+        Output::Into { ptr, len } if len as u64 == out_bytes => (None, ptr),
+        Output::Into { len, .. } => {
+            return Err(GpuError::Unsupported(format!("the destination holds {len} bytes, {out_bytes} expected")))
+        }
+    };
     // Host-to-device copies of stored and host-decoded bytes run on their own stream, so that a
     // batch's copy overlaps the previous batch's decode.
     let copy_stream = context.new_stream()?;
@@ -168,7 +189,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         // Every unit's decode results, digests included (see `MetaLayout::result_bytes`).
         results: context.take_pinned(MetaLayout::new(0, units.len().max(1), true, 0, 0).result_bytes() as usize)?,
         fill: None,
-        taken: std::cell::Cell::new(out_bytes),
+        // The caller's destination is not this read's memory.
+        taken: std::cell::Cell::new(if out.is_some() { out_bytes } else { 0 }),
     };
     trace.mark("buffers");
 

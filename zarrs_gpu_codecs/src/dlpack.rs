@@ -184,7 +184,8 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
     /// Wrap a CUDA DLPack tensor another library owns, as an array of `data_type` (whose element
     /// type must be `T`), without a copy; the tensor is released when the array is dropped. The
     /// tensor's data must be ready for work on its device's default stream (the producer's
-    /// `__dlpack__(stream=...)` orders that).
+    /// `__dlpack__(stream=...)` orders that). The array releases the tensor where it is dropped:
+    /// drop it where the producer's deleter may run (a Python producer's, with the GIL held).
     ///
     /// # Errors
     /// Returns an error when the tensor is not in CUDA memory, not C-contiguous, of another data
@@ -243,7 +244,8 @@ struct Owner {
     _tensor: SafeManagedTensorVersioned,
 }
 // SAFETY: the tensor is only held and finally dropped (its deleter called once), never read
-// through; DLPack producers' deleters may be called from any thread.
+// through. Where the deleter may run is the producer's rule, which `from_dlpack` passes on to
+// the caller (a Python producer's needs the GIL).
 unsafe impl Send for Owner {}
 // SAFETY: as above: no access through a shared reference.
 unsafe impl Sync for Owner {}

@@ -11,6 +11,7 @@ use zarrs_gds_store::GdsStore;
 use zarrs_storage::ReadableStorageTraits;
 
 use crate::context::GpuContext;
+use crate::decode::Output;
 use crate::device_array::check_element;
 use crate::plan::{checked_bytes, end_fits};
 use crate::route::{chunk_subset, chunks_meeting, device_plan, ChunkRef, DecodePath, RetrieveReport};
@@ -46,6 +47,21 @@ pub trait ArrayDeviceExt {
     fn retrieve_array_subset_device<T: ElementOwned>(&self, subset: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
         Ok(self.retrieve_array_subset_device_opt(subset, &GpuConfig::current()?)?.0)
     }
+
+    /// Retrieve `subset` of the array into `out`, a device array of as many elements (C order; the
+    /// subset's shape, or that less dimensions of extent 1) that may be another library's memory
+    /// ([`DeviceArray::from_dlpack`]), and say how. `out`'s earlier work must be done (its
+    /// producer's stream synchronized); after an error its contents are unspecified.
+    ///
+    /// # Errors
+    /// As [`Self::retrieve_array_subset_device_opt`], and when `out` has another number of
+    /// elements or lies on another device than `config`'s.
+    fn retrieve_array_subset_into_device_opt<T: ElementOwned>(
+        &self,
+        subset: &ArraySubset,
+        out: &mut DeviceArray<T>,
+        config: &GpuConfig,
+    ) -> Result<RetrieveReport, GpuError>;
 
     /// Retrieve the chunk at `chunk_indices` into device memory: its full shape as stored, like
     /// zarrs' `retrieve_chunk` (an edge chunk includes the part beyond the array's shape).
@@ -84,7 +100,35 @@ macro_rules! impl_array_device_ext {
         ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
             let storage = self.storage();
             let gds: Option<&GdsStore> = ($gds)(&storage);
-            contained(config, || retrieve(self, subset, gds, config, None))
+            contained(config, || {
+                let (out, report) = retrieve::<_, T>(self, subset, gds, config, None, Output::New)?;
+                let out = out.ok_or_else(|| GpuError::Unsupported("no output was allocated".into()))?;
+                // SAFETY: every byte of `out` was written by the pipeline, synchronized on its stream.
+                let device =
+                    unsafe { DeviceArray::from_device_bytes(out, subset.shape().to_vec(), self.data_type().clone()) }?;
+                Ok((device, report))
+            })
+        }
+
+        fn retrieve_array_subset_into_device_opt<T: ElementOwned>(
+            &self,
+            subset: &ArraySubset,
+            out: &mut DeviceArray<T>,
+            config: &GpuConfig,
+        ) -> Result<RetrieveReport, GpuError> {
+            check_element::<T>(self.data_type())?;
+            let ordinal = out.stream().context().ordinal();
+            if ordinal != config.device() {
+                return Err(GpuError::Unsupported(format!(
+                    "the destination is on device {ordinal}, the read on device {}",
+                    config.device()
+                )));
+            }
+            let storage = self.storage();
+            let gds: Option<&GdsStore> = ($gds)(&storage);
+            // `out` is borrowed mutably for the whole read: nothing else writes it meanwhile.
+            let output = Output::Into { ptr: out.device_ptr(), len: out.num_bytes() };
+            contained(config, || Ok(retrieve::<_, T>(self, subset, gds, config, None, output)?.1))
         }
 
         fn retrieve_chunk_device_opt<T: ElementOwned>(
@@ -99,7 +143,14 @@ macro_rules! impl_array_device_ext {
             let subset = chunk_subset(self, chunk_indices)?;
             let storage = self.storage();
             let gds: Option<&GdsStore> = ($gds)(&storage);
-            contained(config, || retrieve(self, &subset, gds, config, Some(chunk_indices)))
+            contained(config, || {
+                let (out, report) = retrieve::<_, T>(self, &subset, gds, config, Some(chunk_indices), Output::New)?;
+                let out = out.ok_or_else(|| GpuError::Unsupported("no output was allocated".into()))?;
+                // SAFETY: every byte of `out` was written by the pipeline, synchronized on its stream.
+                let device =
+                    unsafe { DeviceArray::from_device_bytes(out, subset.shape().to_vec(), self.data_type().clone()) }?;
+                Ok((device, report))
+            })
         }
 
         fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
@@ -165,7 +216,8 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     gds: Option<&GdsStore>,
     config: &GpuConfig,
     whole_chunk: Option<&[u64]>,
-) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+    output: Output,
+) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
     check_element::<T>(array.data_type())?;
     if subset.start().iter().zip(subset.shape()).any(|(&a, &n)| a.checked_add(n).is_none()) {
         // Not InvalidArraySubset: zarrs' Display of such a subset overflows.
@@ -183,7 +235,9 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
         .ok_or_else(|| GpuError::bytes_overflow("the subset of shape", subset.shape(), elem))?;
     let context = GpuContext::get(config.device())?;
     // A result larger than the device's free memory fails now, before any planning.
-    context.check_free(out_bytes)?;
+    if let Output::New = output {
+        context.check_free(out_bytes)?;
+    }
     let stream = context.new_stream()?;
     // A whole chunk (its full shape, past the array's edge too) is that chunk alone.
     let chunks = match whole_chunk {
@@ -196,29 +250,35 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
         }
         nvcomp_sys::NvcompLibrary::get().map(|lib| (plan, Some(lib))).map_err(|e| e.to_string())
     });
-    let (out, report) = match route {
-        Ok((plan, nvcomp)) => {
-            crate::decode::retrieve_decoded(array, subset, chunks, gds, config, &context, &stream, &plan, nvcomp)?
+    match route {
+        Ok((plan, nvcomp)) => crate::decode::retrieve_decoded(
+            array, subset, chunks, gds, config, &context, &stream, &plan, nvcomp, output,
+        ),
+        Err(reason) => {
+            let host = HostRead { chunks: &chunks, out_bytes, whole_chunk, host_reason: Some(reason), output };
+            retrieve_host(array, subset, &context, &stream, host)
         }
-        Err(reason) => retrieve_host(array, subset, &chunks, &context, &stream, out_bytes, whole_chunk, Some(reason))?,
-    };
-    // SAFETY: every byte of `out` was written by the pipeline, synchronized on `stream`.
-    let device = unsafe { DeviceArray::from_device_bytes(out, subset.shape().to_vec(), array.data_type().clone()) }?;
-    Ok((device, report))
+    }
+}
+
+/// What the host route reads and where its result goes.
+struct HostRead<'a> {
+    chunks: &'a [ChunkRef],
+    out_bytes: u64,
+    whole_chunk: Option<&'a [u64]>,
+    host_reason: Option<String>,
+    output: Output,
 }
 
 /// Host decode by zarrs into pinned memory from the pool, then one copy.
-#[allow(clippy::too_many_arguments)]
 fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     array: &Array<S>,
     subset: &ArraySubset,
-    chunks: &[ChunkRef],
     context: &GpuContext,
     stream: &Arc<CudaStream>,
-    out_bytes: u64,
-    whole_chunk: Option<&[u64]>,
-    host_reason: Option<String>,
-) -> Result<(CudaSlice<u8>, RetrieveReport), GpuError> {
+    read: HostRead<'_>,
+) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
+    let HostRead { chunks, out_bytes, whole_chunk, host_reason, output } = read;
     // zarrs decodes whole chunks on the host: a chunk shape that overflows, or one larger than
     // the device could ever take, is refused rather than handed to zarrs' allocations.
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
@@ -228,7 +288,8 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
             .ok_or_else(|| GpuError::bytes_overflow(&format!("chunk {key} of shape"), chunk.shape(), elem))?;
         largest = largest.max(bytes);
     }
-    context.check_free(out_bytes.saturating_add(largest))?;
+    let allocated = if let Output::New = output { out_bytes } else { 0 };
+    context.check_free(allocated.saturating_add(largest))?;
     let len = out_bytes as usize;
     let mut pinned = context.take_pinned(len)?;
     if let Some(chunk_indices) = whole_chunk {
@@ -251,8 +312,24 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
         .map_err(|e| GpuError::Array(e.into()))?;
         array.retrieve_array_subset_into(subset, ArrayBytesDecodeIntoTarget::Fixed(&mut view))?;
     }
-    let mut out = context.alloc(stream, len)?;
-    stream.memcpy_htod(&pinned.as_slice()[..len], &mut out).map_err(GpuError::cuda("copying to the device"))?;
+    let out = match output {
+        Output::New => {
+            let mut out = context.alloc(stream, len)?;
+            stream.memcpy_htod(&pinned.as_slice()[..len], &mut out).map_err(GpuError::cuda("copying to the device"))?;
+            Some(out)
+        }
+        Output::Into { ptr, len: dst_len } => {
+            if dst_len != len {
+                return Err(GpuError::Unsupported(format!("the destination holds {dst_len} bytes, {len} expected")));
+            }
+            stream.context().bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
+            // SAFETY: the caller's destination of `len` bytes, on this context, its earlier work
+            // done; the pinned source stays untouched until the synchronize below.
+            unsafe { cudarc::driver::result::memcpy_htod_async(ptr, &pinned.as_slice()[..len], stream.cu_stream()) }
+                .map_err(GpuError::cuda("copying to the device"))?;
+            None
+        }
+    };
     stream.synchronize().map_err(GpuError::cuda("waiting for the copy to the device"))?;
     context.give_pinned(pinned);
     Ok((out, RetrieveReport { host_reason, ..RetrieveReport::new(DecodePath::Host, chunks.len()) }))
