@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-PEERS = ("kvikio", "zarr-gpu", "zarr-host")  # also: zarr-gpu-nvcomp, tensorstore, zarrs-gpu-python, nvcomp-ceiling
+PEERS = ("kvikio", "zarr-gpu", "zarr-host")  # also: zarr-gpu-nvcomp, tensorstore, zarrs-gpu-python, zarr-gpu-zarrs, nvcomp-ceiling
 
 
 # ---------------------------------------------------------------- helpers
@@ -245,6 +245,18 @@ def make_loader(peer, xp):
         return lambda p, r: zarr_load(p, r, xp, gpu=False)
     if peer == "tensorstore":
         return lambda p, r: tensorstore_load(p, r, xp)
+    if peer == "zarr-gpu-zarrs":
+        # zarr-python's own code under enable_gpu(), with this project's codec pipeline
+        # (zarrs_gpu.gpu_zarr_context): the drop-in route for existing zarr-python programs.
+        if xp is np:
+            raise RuntimeError("zarr-gpu-zarrs reads to the GPU (not available with --dry-host)")
+        import zarrs_gpu
+
+        def zarr_gpu_zarrs_load(p, r):
+            # Scoped, so that the peers measured after this one in the process are unchanged.
+            with zarrs_gpu.gpu_zarr_context():
+                return zarr_load(p, r, xp, gpu=True)
+        return zarr_gpu_zarrs_load
     if peer == "zarrs-gpu-python":
         # This project's Python package: the array opened once (its shard indexes kept, as the
         # Rust benchmark keeps them), each read a numpy-style index, taken by cupy without a copy.

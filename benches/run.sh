@@ -22,8 +22,8 @@ peers() { python3 benches/peers.py --array "$dir/$1.zarr" "${@:2}" --json "$out/
 for case in ${cases//,/ }; do
   # This project's Python package (where installed: pip install ./python), beside the Rust figures.
   case $case in
-    u1|z1|z2|s1) peers "$case" --peers zarrs-gpu-python --repeat 5
-                 [ "$case" = s1 ] && peers s1 --subset 0:64 --peers zarrs-gpu-python --repeat 5 ;;
+    u1|z1|z2|s1) peers "$case" --peers zarrs-gpu-python,zarr-gpu-zarrs --repeat 5
+                 [ "$case" = s1 ] && peers s1 --subset 0:64 --peers zarrs-gpu-python,zarr-gpu-zarrs --repeat 5 ;;
   esac
   case $case in
     u1)

@@ -92,6 +92,20 @@ class CpuTests(unittest.TestCase):
         self.assertIn("ValueError", run.stderr)
         self.assertIn("ZARRS_GPU_DECODE_TRUST", run.stderr)
 
+    def test_the_codec_pipeline_leaves_host_reads_to_zarr_python(self):
+        from zarrs_gpu.pipeline import GpuCodecPipeline
+
+        # Found by its configured path (the package's entry point), and on host buffers (no
+        # enable_gpu) every read is zarr-python's own, with zarr-python's results.
+        want = zarr.open_array(self.v3, mode="r")[2:17, 3:, 1]
+        before = GpuCodecPipeline.device_reads
+        with zarr.config.set({"codec_pipeline.path": "zarrs_gpu.pipeline.GpuCodecPipeline"}):
+            z = zarr.open_array(self.v3, mode="r")
+            self.assertIsInstance(z._async_array.codec_pipeline, GpuCodecPipeline)
+            np.testing.assert_array_equal(z[2:17, 3:, 1], want)
+            np.testing.assert_array_equal(zarr.open_array(self.v2, mode="r")[...], np.full((9, 5), 7, "uint16"))
+        self.assertEqual(GpuCodecPipeline.device_reads, before)
+
     @unittest.skipUnless(os.environ.get("ZARRS_GPU_EXPECT_NO_GPU") == "1",
                          "set ZARRS_GPU_EXPECT_NO_GPU=1 on a machine without a GPU (CI does)")
     def test_reads_without_a_gpu_are_runtime_errors(self):

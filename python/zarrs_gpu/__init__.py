@@ -11,8 +11,27 @@ Chunks are read with many parallel reads into pinned memory and copied to the de
 decoded there (zstd and gzip with nvCOMP, crc32c, transpose, sharding); other codecs are decoded
 by zarrs on the host and copied once. Errors are Python exceptions with the Rust messages: no GPU
 or driver is a RuntimeError, a bad index an IndexError, a bad option a ValueError.
+
+Existing zarr-python code gets the same decode inside ``with zarrs_gpu.gpu_zarr_context():``
+(zarr-python's GPU buffers and this package's codec pipeline, ``zarrs_gpu.pipeline``).
 """
+
+import contextlib
 
 from ._zarrs_gpu import Array, DeviceArray, __version__, open, read
 
-__all__ = ["Array", "DeviceArray", "open", "read", "__version__"]
+__all__ = ["Array", "DeviceArray", "gpu_zarr_context", "open", "read", "__version__"]
+
+
+@contextlib.contextmanager
+def gpu_zarr_context():
+    """zarr-python with GPU buffers and this package's codec pipeline: inside, ``zarr`` reads of
+    rectangular selections of arrays in local stores are decoded on the GPU by zarrs_gpu into
+    zarr-python's CuPy output (see ``zarrs_gpu.pipeline``); the rest is zarr-python's own work."""
+    import zarr
+
+    from .pipeline import GpuCodecPipeline
+
+    path = f"{GpuCodecPipeline.__module__}.{GpuCodecPipeline.__qualname__}"
+    with zarr.config.enable_gpu(), zarr.config.set({"codec_pipeline.path": path}):
+        yield

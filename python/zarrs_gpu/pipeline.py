@@ -1,0 +1,178 @@
+"""A zarr-python codec pipeline that decodes on the GPU with zarrs_gpu.
+
+Under ``zarr.config.enable_gpu()`` zarr-python asks its codec pipeline to fill a CuPy output
+buffer chunk by chunk, decoding on the host. With this pipeline, a read of a rectangular
+selection of an array in a local store is read by zarrs_gpu straight into that buffer (chunks
+read in parallel, checked, decoded and placed on the device); anything else (host buffers, other
+stores, fancy indexing, writes) is zarr-python's own ``BatchedCodecPipeline``. Errors of a device
+read (a corrupt chunk, say) are raised, never answered by the fallback.
+
+    import zarr, zarrs_gpu
+    with zarrs_gpu.gpu_zarr_context():
+        x = zarr.open_array("volume.zarr")[0:64]      # a CuPy array, decoded on the GPU
+
+or, by configuration: ``zarr.config.set({"codec_pipeline.path":
+"zarrs_gpu.pipeline.GpuCodecPipeline"})`` with ``zarr.config.enable_gpu()``.
+"""
+import asyncio
+import operator
+import os
+import re
+import threading
+
+from zarr.core.codec_pipeline import BatchedCodecPipeline
+from zarr.registry import register_pipeline
+from zarr.storage import LocalStore
+
+import zarrs_gpu
+
+_ARRAY_METADATA = ("zarr.json", ".zarray")
+
+
+class GpuCodecPipeline(BatchedCodecPipeline):
+    """zarr-python's pipeline, with reads into GPU buffers done by zarrs_gpu."""
+
+    #: Reads this process did on the device (the rest went to zarr-python's pipeline).
+    device_reads = 0
+    _lock = threading.Lock()
+    _arrays = {}  # (store root, array path) -> zarrs_gpu.Array, opened once
+    _prefixes = {}  # store root -> array paths met there
+
+    async def read(self, batch_info, out, drop_axes=()):
+        batch_info = list(batch_info)
+        plan = _device_plan(batch_info, out, drop_axes)
+        if plan is None:
+            return await super().read(batch_info, out, drop_axes)
+        array, key, target = plan
+        # zarrs_gpu releases the interpreter lock; a thread keeps zarr's event loop free meanwhile.
+        report = await asyncio.to_thread(array.read_into, target, key)
+        with GpuCodecPipeline._lock:
+            GpuCodecPipeline.device_reads += 1
+        # Per chunk, whether it exists (zarr-python 3.2 and later read these; earlier ones none).
+        if report["missing_chunks"] == 0:
+            return tuple({"status": "present"} for _ in batch_info)
+        return tuple({"status": "present" if os.path.exists(os.path.join(str(bg.store.root), bg.path)) else "missing"}
+                     for bg, *_ in batch_info)
+
+
+def _device_plan(batch_info, out, drop_axes):
+    """The zarrs_gpu array, the index and the CuPy target of a read the device can do, or None."""
+    import zarr
+
+    # Missing chunks as errors is zarr-python's to report, chunk by chunk.
+    if not batch_info or zarr.config.get("array.read_missing_chunks", True) is False:
+        return None
+    target = out.as_ndarray_like()
+    if type(target).__module__.split(".")[0] != "cupy" or not target.flags.c_contiguous:
+        return None
+    lows = None
+    dropped = {}
+    array = None
+    for byte_getter, chunk_spec, chunk_selection, out_selection, _ in batch_info:
+        store = getattr(byte_getter, "store", None)
+        if not isinstance(store, LocalStore):
+            return None
+        located = _locate(str(store.root), byte_getter.path, len(chunk_spec.shape))
+        if located is None:
+            return None
+        this, coords = located
+        if array is not None and this is not array:
+            return None
+        array = this
+        if len(chunk_selection) != len(coords):
+            return None
+        out_dims = iter(out_selection if isinstance(out_selection, tuple) else (out_selection,))
+        chunk_lows = []
+        for dim, (sel, coord, extent) in enumerate(zip(chunk_selection, coords, chunk_spec.shape)):
+            origin = coord * extent
+            if not isinstance(sel, slice):
+                # An integer drops its dimension (no output selection); anything else (arrays of
+                # an advanced selection) is zarr-python's.
+                try:
+                    index = origin + operator.index(sel)
+                except TypeError:
+                    return None
+                if dropped.setdefault(dim, index) != index:
+                    return None
+                continue
+            if sel.step not in (None, 1):
+                return None
+            out_sel = next(out_dims, None)
+            if not isinstance(out_sel, slice) or out_sel.step not in (None, 1):
+                return None
+            if (sel.stop - sel.start) != (out_sel.stop - out_sel.start):
+                return None
+            # Where the output's first element lies in the array, by this chunk.
+            chunk_lows.append(origin + sel.start - out_sel.start)
+        if lows is None:
+            lows = chunk_lows
+        elif chunk_lows != lows:
+            return None
+    if array is None or str(target.dtype) != array.dtype or len(lows) != target.ndim:
+        return None
+    key, out_dim = [], 0
+    for dim in range(array.ndim):
+        if dim in dropped:
+            key.append(dropped[dim])
+        else:
+            key.append(slice(lows[out_dim], lows[out_dim] + target.shape[out_dim]))
+            out_dim += 1
+    if any(s.start < 0 or s.stop > n for s, n in zip(key, array.shape) if isinstance(s, slice)):
+        return None
+    return array, tuple(key), target
+
+
+def _locate(root, path, ndim):
+    """The zarrs_gpu array a chunk key belongs to, and the chunk's grid coordinates, or None."""
+    coords = None
+    # An array met before (no file system calls for its other chunks)...
+    for prefix in GpuCodecPipeline._prefixes.get(root, ()):
+        if prefix == "" or path.startswith(prefix + "/"):
+            coords = _coords(path[len(prefix):], ndim)
+            if coords is not None:
+                break
+    if coords is None:
+        # ... else the array's directory: the longest prefix holding array metadata, at most
+        # ndim + 1 parts up (v3 "c/1/2", v3 "c.1.2", v2 "1.2" or "1/2").
+        parts = path.split("/")
+        for up in range(1, min(ndim + 1, len(parts)) + 1):
+            prefix = "/".join(parts[:-up])
+            if any(os.path.isfile(os.path.join(root, prefix, name)) for name in _ARRAY_METADATA):
+                break
+        else:
+            return None
+        coords = _coords(path[len(prefix):], ndim)
+        if coords is None:
+            return None
+    with GpuCodecPipeline._lock:
+        array = GpuCodecPipeline._arrays.get((root, prefix))
+    if array is None:
+        try:
+            array = zarrs_gpu.open(root, "/" + prefix)
+        except (ValueError, FileNotFoundError, TypeError):
+            return None
+        with GpuCodecPipeline._lock:
+            array = GpuCodecPipeline._arrays.setdefault((root, prefix), array)
+    if array.ndim != ndim:
+        return None
+    with GpuCodecPipeline._lock:
+        known = GpuCodecPipeline._prefixes.setdefault(root, [])
+        if prefix not in known:
+            known.append(prefix)
+            known.sort(key=len, reverse=True)
+    return array, coords
+
+
+def _coords(rest, ndim):
+    """A chunk's grid coordinates from its key below the array's path, or None."""
+    parts = re.split(r"[./]", rest.lstrip("/"))
+    if parts and parts[0] == "c":
+        parts = parts[1:]
+    if parts == [""]:
+        parts = []
+    if len(parts) != ndim or not all(p.isdigit() for p in parts):
+        return None
+    return [int(p) for p in parts]
+
+
+register_pipeline(GpuCodecPipeline)
