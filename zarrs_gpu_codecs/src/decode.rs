@@ -80,6 +80,27 @@ pub(crate) enum Output {
     Into { ptr: u64, len: usize },
 }
 
+impl Output {
+    /// The output's buffer (a new one, returned) and its address, for `out_bytes` bytes.
+    fn buffer(
+        self,
+        context: &GpuContext,
+        stream: &Arc<CudaStream>,
+        out_bytes: u64,
+    ) -> Result<(Option<CudaSlice<u8>>, u64), GpuError> {
+        match self {
+            Output::New => {
+                let (out, ptr) = context.alloc_output(stream, out_bytes as usize)?;
+                Ok((Some(out), ptr))
+            }
+            Output::Into { ptr, len } if len as u64 == out_bytes => Ok((None, ptr)),
+            Output::Into { len, .. } => {
+                Err(GpuError::Unsupported(format!("the destination holds {len} bytes, {out_bytes} expected")))
+            }
+        }
+    }
+}
+
 /// Decode `subset` of an array on the device: its chunks (or, for sharded arrays, the inner
 /// chunks meeting the subset) are stored as `plan` says.
 #[allow(clippy::too_many_arguments)]
@@ -153,16 +174,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     let slots = if batches.len() > 1 { 2 } else { 1 };
     trace.mark("plan");
 
-    let (out, out_ptr) = match output {
-        Output::New => {
-            let (out, ptr) = context.alloc_output(stream, out_bytes as usize)?;
-            (Some(out), ptr)
-        }
-        Output::Into { ptr, len } if len as u64 == out_bytes => (None, ptr),
-        Output::Into { len, .. } => {
-            return Err(GpuError::Unsupported(format!("the destination holds {len} bytes, {out_bytes} expected")))
-        }
-    };
+    let (out, out_ptr) = output.buffer(context, stream, out_bytes)?;
     // Host-to-device copies of stored and host-decoded bytes run on their own stream, so that a
     // batch's copy overlaps the previous batch's decode.
     let copy_stream = context.new_stream()?;
