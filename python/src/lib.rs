@@ -319,6 +319,20 @@ impl PyZarrArray {
         self.array.dimensionality()
     }
 
+    /// The chunk shape when every chunk has it (a regular grid: every v2 array, v3 arrays with
+    /// the "regular" chunk grid), else None.
+    #[getter]
+    fn regular_chunks<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let regular = match self.array.metadata() {
+            zarrs::metadata::ArrayMetadata::V2(_) => true,
+            zarrs::metadata::ArrayMetadata::V3(m) => m.chunk_grid.name() == "regular",
+        };
+        if !regular {
+            return Ok(None);
+        }
+        self.chunks(py).map(Some)
+    }
+
     /// Read `subset` (numpy-style slices as a string, `"0:64, :, :"`, or an index as for
     /// `array[...]`; None: the whole array) to the device.
     #[pyo3(signature = (subset=None))]

@@ -68,24 +68,36 @@ def _device_plan(batch_info, out, drop_axes):
     lows = None
     dropped = {}
     array = None
+    first_store = first_shape = keys = None
     for byte_getter, chunk_spec, chunk_selection, out_selection, _ in batch_info:
+        # The chunk's array and grid coordinates: the first chunk's found by looking at the store,
+        # the others' (the same store and chunk shape, almost always) by matching keys.
         store = getattr(byte_getter, "store", None)
-        if not isinstance(store, LocalStore):
-            return None
-        located = _locate(str(store.root), byte_getter.path, len(chunk_spec.shape))
-        if located is None:
-            return None
-        this, coords = located
-        if array is not None and this is not array:
-            return None
-        array = this
+        match = None
+        if store is first_store and chunk_spec.shape == first_shape:
+            match = keys.match(byte_getter.path)
+        if match is not None:
+            coords = [int(c) for c in match.groups()]
+        else:
+            # Only regular grids: a chunk's origin is its coordinates times the chunk shape.
+            if not isinstance(store, LocalStore):
+                return None
+            located = _locate(str(store.root), byte_getter.path, len(chunk_spec.shape))
+            if located is None:
+                return None
+            this, coords, prefix = located
+            if (array is not None and this is not array) or this.regular_chunks != tuple(chunk_spec.shape):
+                return None
+            if array is None:
+                array, first_store, first_shape = this, store, chunk_spec.shape
+                keys = _key_pattern(prefix, len(coords))
         if len(chunk_selection) != len(coords):
             return None
         out_dims = iter(out_selection if isinstance(out_selection, tuple) else (out_selection,))
         chunk_lows = []
         for dim, (sel, coord, extent) in enumerate(zip(chunk_selection, coords, chunk_spec.shape)):
             origin = coord * extent
-            if not isinstance(sel, slice):
+            if sel.__class__ is not slice:
                 # An integer drops its dimension (no output selection); anything else (arrays of
                 # an advanced selection) is zarr-python's.
                 try:
@@ -95,12 +107,9 @@ def _device_plan(batch_info, out, drop_axes):
                 if dropped.setdefault(dim, index) != index:
                     return None
                 continue
-            if sel.step not in (None, 1):
-                return None
             out_sel = next(out_dims, None)
-            if not isinstance(out_sel, slice) or out_sel.step not in (None, 1):
-                return None
-            if (sel.stop - sel.start) != (out_sel.stop - out_sel.start):
+            if (sel.step not in (None, 1) or out_sel.__class__ is not slice or out_sel.step not in (None, 1)
+                    or sel.stop - sel.start != out_sel.stop - out_sel.start):
                 return None
             # Where the output's first element lies in the array, by this chunk.
             chunk_lows.append(origin + sel.start - out_sel.start)
@@ -160,7 +169,16 @@ def _locate(root, path, ndim):
         if prefix not in known:
             known.append(prefix)
             known.sort(key=len, reverse=True)
-    return array, coords
+    return array, coords, prefix
+
+
+def _key_pattern(prefix, ndim):
+    """Chunk keys of the array at `prefix` with `ndim` dimensions, coordinates as groups (v3
+    default "c/1/2" or "c.1.2", v2 "1.2" or "1/2")."""
+    head = re.escape(prefix + "/") if prefix else ""
+    if ndim == 0:
+        return re.compile(head + "c$")
+    return re.compile(head + r"(?:c[./])?" + r"[./]".join([r"(\d+)"] * ndim) + "$")
 
 
 def _coords(rest, ndim):
