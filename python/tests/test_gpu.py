@@ -161,6 +161,18 @@ class GpuTests(unittest.TestCase):
                     self.assertIsInstance(got, cp.ndarray)
                     np.testing.assert_array_equal(cp.asnumpy(got), want)
                     self.assertEqual(GpuCodecPipeline.device_reads, before + 1, "read by zarrs_gpu")
+        # Into an output buffer of the caller's (the codec pipeline's own route, chunk by chunk).
+        from zarr.core.buffer.gpu import NDBuffer
+
+        case = next(c for c in self.cases if c["name"] == "v3_sharded_zstd_float32")
+        key = (slice(3, None), Ellipsis, slice(-5, None))
+        want = np.asarray(zarr.open_array(self.path(case), mode="r")[key])
+        out = cp.full(want.shape, 99, dtype=want.dtype)
+        before = GpuCodecPipeline.device_reads
+        with zarrs_gpu.gpu_zarr_context():
+            zarr.open_array(self.path(case), mode="r").get_basic_selection(key, out=NDBuffer.from_ndarray_like(out))
+        np.testing.assert_array_equal(cp.asnumpy(out), want)
+        self.assertEqual(GpuCodecPipeline.device_reads, before + 1, "read by zarrs_gpu through the pipeline")
         # What the device does not take (a step; an array in memory) is zarr-python's, still right.
         case = next(c for c in self.cases if c["name"] == "v3_zstd_float32")
         want = np.asarray(zarr.open_array(self.path(case), mode="r")[::2])

@@ -5,7 +5,10 @@ buffer chunk by chunk, decoding on the host. With this pipeline, a read of a rec
 selection of an array in a local store is read by zarrs_gpu straight into that buffer (chunks
 read in parallel, checked, decoded and placed on the device); anything else (host buffers, other
 stores, fancy indexing, writes) is zarr-python's own ``BatchedCodecPipeline``. Errors of a device
-read (a corrupt chunk, say) are raised, never answered by the fallback.
+read (a corrupt chunk, say) are raised, never answered by the fallback. For arrays using this
+pipeline, a selection that is one box is handed to zarrs_gpu before zarr-python walks its chunks
+one by one (``AsyncArray._get_selection`` is wrapped: zarr-python's walk costs tens of ms for
+thousands of small chunks).
 
     import zarr, zarrs_gpu
     with zarrs_gpu.gpu_zarr_context():
@@ -193,4 +196,83 @@ def _coords(rest, ndim):
     return [int(p) for p in parts]
 
 
+def _selection_plan(array, indexer, prototype, out, fields):
+    """For an array whose codec pipeline is this one: the zarrs_gpu array, the index and the
+    output buffer of a selection read whole by zarrs_gpu (a box of a regular-grid array in a local
+    store, into a new C-order GPU buffer), or None for zarr-python's own way."""
+    # `fields` is None or an empty list when no structured fields are selected.
+    if not isinstance(array.codec_pipeline, GpuCodecPipeline) or out is not None or fields:
+        return None
+    store = array.store_path.store
+    if not isinstance(store, LocalStore) or getattr(array.config, "read_missing_chunks", True) is False:
+        return None
+    # GPU buffers (enable_gpu()): zarr.core.buffer.gpu.NDBuffer, or a subclass of it.
+    if not any(c.__module__.endswith("buffer.gpu") for c in getattr(prototype.nd_buffer, "__mro__", ())):
+        return None
+    if getattr(array.metadata, "order", "C") != "C" or getattr(array.config, "order", "C") != "C":
+        return None
+    kind = type(indexer).__name__
+    if kind not in ("BasicIndexer", "OrthogonalIndexer") or getattr(indexer, "is_advanced", False):
+        return None
+    key = []
+    for dim in indexer.dim_indexers:
+        name = type(dim).__name__
+        if name == "SliceDimIndexer" and dim.step == 1 and dim.stop > dim.start:
+            key.append(slice(dim.start, dim.stop))
+        elif name == "IntDimIndexer":
+            key.append(dim.dim_sel)
+        else:
+            return None
+    root, path = str(store.root), array.store_path.path
+    with GpuCodecPipeline._lock:
+        gpu_array = GpuCodecPipeline._arrays.get((root, path))
+    if gpu_array is None:
+        try:
+            gpu_array = zarrs_gpu.open(root, "/" + path)
+        except (ValueError, FileNotFoundError, TypeError):
+            return None
+        with GpuCodecPipeline._lock:
+            gpu_array = GpuCodecPipeline._arrays.setdefault((root, path), gpu_array)
+    if gpu_array.regular_chunks is None or gpu_array.shape != tuple(array.shape):
+        return None
+    buffer = prototype.nd_buffer.empty(shape=indexer.shape, dtype=array.metadata.dtype.to_native_dtype(), order="C")
+    target = buffer.as_ndarray_like()
+    if type(target).__module__.split(".")[0] != "cupy" or str(target.dtype) != gpu_array.dtype:
+        return None
+    return gpu_array, tuple(key), buffer
+
+
+def _install_selection_hook():
+    """zarr-python walks every chunk of a selection in Python (an indexer projection and a store
+    path each) before it calls the codec pipeline: 4096 small chunks cost tens of ms. For arrays
+    whose pipeline is this one, a whole box is handed to zarrs_gpu before that walk; anything else
+    goes on as zarr-python's own. Installed only where AsyncArray._get_selection has the shape
+    this was written against (zarr-python 3.1 to 3.4)."""
+    import inspect
+
+    from zarr.core.array import AsyncArray
+
+    original = AsyncArray._get_selection
+    if getattr(original, "_zarrs_gpu", False):
+        return
+    if list(inspect.signature(original).parameters) != ["self", "indexer", "prototype", "out", "fields"]:
+        return
+
+    async def _get_selection(self, indexer, *, prototype, out=None, fields=None):
+        plan = _selection_plan(self, indexer, prototype, out, fields)
+        if plan is None:
+            return await original(self, indexer, prototype=prototype, out=out, fields=fields)
+        gpu_array, key, buffer = plan
+        await asyncio.to_thread(gpu_array.read_into, buffer.as_ndarray_like(), key)
+        with GpuCodecPipeline._lock:
+            GpuCodecPipeline.device_reads += 1
+        if indexer.shape == ():
+            return buffer.as_scalar()
+        return buffer.as_ndarray_like()
+
+    _get_selection._zarrs_gpu = True
+    AsyncArray._get_selection = _get_selection
+
+
 register_pipeline(GpuCodecPipeline)
+_install_selection_hook()
