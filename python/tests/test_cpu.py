@@ -106,6 +106,21 @@ class CpuTests(unittest.TestCase):
             np.testing.assert_array_equal(zarr.open_array(self.v2, mode="r")[...], np.full((9, 5), 7, "uint16"))
         self.assertEqual(GpuCodecPipeline.device_reads, before)
 
+    def test_the_pipeline_opens_a_rewritten_array_again(self):
+        from zarrs_gpu import pipeline
+
+        # Kept between reads, but an array rewritten with another fill value and shape must not
+        # be read with the old metadata (its missing chunks would take the old fill value).
+        path = os.path.join(self.dir.name, "rewritten.zarr")
+        zarr.create_array(store=path, shape=(10,), chunks=(4,), dtype="float32", fill_value=1.0)
+        first = pipeline._open_array(path, "")
+        self.assertIs(pipeline._open_array(path, ""), first)
+        zarr.create_array(store=path, shape=(12,), chunks=(4,), dtype="float32", fill_value=2.0, overwrite=True)
+        again = pipeline._open_array(path, "")
+        self.assertIsNot(again, first)
+        self.assertEqual(again.shape, (12,))
+        self.assertIsNone(pipeline._open_array(path, "missing"))
+
     @unittest.skipUnless(os.environ.get("ZARRS_GPU_EXPECT_NO_GPU") == "1",
                          "set ZARRS_GPU_EXPECT_NO_GPU=1 on a machine without a GPU (CI does)")
     def test_reads_without_a_gpu_are_runtime_errors(self):

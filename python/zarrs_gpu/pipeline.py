@@ -38,7 +38,7 @@ class GpuCodecPipeline(BatchedCodecPipeline):
     #: Reads this process did on the device (the rest went to zarr-python's pipeline).
     device_reads = 0
     _lock = threading.Lock()
-    _arrays = {}  # (store root, array path) -> zarrs_gpu.Array, opened once
+    _arrays = {}  # (store root, array path) -> (its metadata file's stamp, zarrs_gpu.Array)
     _prefixes = {}  # store root -> array paths met there
 
     async def read(self, batch_info, out, drop_axes=()):
@@ -156,16 +156,8 @@ def _locate(root, path, ndim):
         coords = _coords(path[len(prefix):], ndim)
         if coords is None:
             return None
-    with GpuCodecPipeline._lock:
-        array = GpuCodecPipeline._arrays.get((root, prefix))
-    if array is None:
-        try:
-            array = zarrs_gpu.open(root, "/" + prefix)
-        except (ValueError, FileNotFoundError, TypeError):
-            return None
-        with GpuCodecPipeline._lock:
-            array = GpuCodecPipeline._arrays.setdefault((root, prefix), array)
-    if array.ndim != ndim:
+    array = _open_array(root, prefix)
+    if array is None or array.ndim != ndim:
         return None
     with GpuCodecPipeline._lock:
         known = GpuCodecPipeline._prefixes.setdefault(root, [])
@@ -182,6 +174,34 @@ def _key_pattern(prefix, ndim):
     if ndim == 0:
         return re.compile(head + "c$")
     return re.compile(head + r"(?:c[./])?" + r"[./]".join([r"(\d+)"] * ndim) + "$")
+
+
+def _open_array(root, path):
+    """The zarrs_gpu array at `path` of the store at `root`, or None: kept between reads (its
+    shard indexes too) while its metadata file is the same (inode, size, modification time), so
+    that an array rewritten with another fill value, codec or shape is opened again."""
+    stamp = None
+    for name in _ARRAY_METADATA:
+        try:
+            st = os.stat(os.path.join(root, path, name))
+        except OSError:
+            continue
+        stamp = (name, st.st_ino, st.st_size, st.st_mtime_ns)
+        break
+    if stamp is None:
+        return None
+    with GpuCodecPipeline._lock:
+        cached = GpuCodecPipeline._arrays.get((root, path))
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    try:
+        array = zarrs_gpu.open(root, "/" + path)
+    except (ValueError, FileNotFoundError, TypeError):
+        return None
+    with GpuCodecPipeline._lock:
+        # Stamped before opening: a change meanwhile only makes the next read open it again.
+        GpuCodecPipeline._arrays[(root, path)] = (stamp, array)
+    return array
 
 
 def _coords(rest, ndim):
@@ -223,17 +243,8 @@ def _selection_plan(array, indexer, prototype, out, fields):
             key.append(dim.dim_sel)
         else:
             return None
-    root, path = str(store.root), array.store_path.path
-    with GpuCodecPipeline._lock:
-        gpu_array = GpuCodecPipeline._arrays.get((root, path))
-    if gpu_array is None:
-        try:
-            gpu_array = zarrs_gpu.open(root, "/" + path)
-        except (ValueError, FileNotFoundError, TypeError):
-            return None
-        with GpuCodecPipeline._lock:
-            gpu_array = GpuCodecPipeline._arrays.setdefault((root, path), gpu_array)
-    if gpu_array.regular_chunks is None or gpu_array.shape != tuple(array.shape):
+    gpu_array = _open_array(str(store.root), array.store_path.path)
+    if gpu_array is None or gpu_array.regular_chunks is None or gpu_array.shape != tuple(array.shape):
         return None
     buffer = prototype.nd_buffer.empty(shape=indexer.shape, dtype=array.metadata.dtype.to_native_dtype(), order="C")
     target = buffer.as_ndarray_like()
