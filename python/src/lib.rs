@@ -38,6 +38,8 @@ trait AnyArray: Send + Sync {
     fn ptr(&self) -> u64;
     fn nbytes(&self) -> usize;
     fn ordinal(&self) -> usize;
+    /// Wait for all work on the array's device (its consumers' too).
+    fn synchronize(&self);
     fn dlpack<'py>(&self, py: Python<'py>, stream: DlpackStream, versioned: bool) -> PyResult<Bound<'py, PyAny>>;
 }
 
@@ -58,6 +60,10 @@ impl<T: ElementOwned + Send + Sync + 'static> AnyArray for Typed<T> {
 
     fn ordinal(&self) -> usize {
         self.0.stream().context().ordinal()
+    }
+
+    fn synchronize(&self) {
+        let _ = self.0.stream().context().synchronize();
     }
 
     fn dlpack<'py>(&self, py: Python<'py>, stream: DlpackStream, versioned: bool) -> PyResult<Bound<'py, PyAny>> {
@@ -247,6 +253,10 @@ fn index_to_subset(key: &Bound<'_, PyAny>, shape: &[u64]) -> PyResult<(Vec<Range
             let (start, stop) = (indices.start as u64, indices.stop as u64);
             ranges.push(start..stop);
             out_shape.push(stop - start);
+        } else if item.is_instance_of::<pyo3::types::PyBool>() {
+            return Err(PyIndexError::new_err(format!(
+                "dimension {dim}: booleans are not indices (numpy reads them as a mask or a new axis)"
+            )));
         } else if let Ok(index) = item.extract::<i128>() {
             let i = if index < 0 { index + i128::from(size) } else { index };
             if i < 0 || i >= i128::from(size) {
@@ -287,7 +297,7 @@ impl PyZarrArray {
         let (array, config) = (&self.array, &self.config);
         // The read runs without the interpreter lock: other Python threads go on meanwhile.
         let (data, report) = py.allow_threads(|| read_any(array, &subset, config, out_shape)).map_err(py_err)?;
-        Ok(PyDeviceArray { data, dtype, typestr, report })
+        Ok(PyDeviceArray { data, dtype, typestr, report, interfaced: std::sync::atomic::AtomicBool::new(false) })
     }
 }
 
@@ -364,10 +374,16 @@ impl PyZarrArray {
         key: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let shape = self.array.shape().to_vec();
-        let ranges = match key {
-            None => shape.iter().map(|&n| 0..n).collect(),
-            Some(key) => index_to_subset(key, &shape)?.0,
+        let (ranges, selected) = match key {
+            None => (shape.iter().map(|&n| 0..n).collect(), shape.clone()),
+            Some(key) => index_to_subset(key, &shape)?,
         };
+        // The destination's shape must be the selection's, as numpy's `out=` asks (not only as
+        // many elements).
+        let out_shape: Vec<u64> = out.getattr("shape")?.extract()?;
+        if out_shape != selected {
+            return Err(PyValueError::new_err(format!("out has shape {out_shape:?}, the selection {selected:?}")));
+        }
         let kwargs = PyDict::new(py);
         kwargs.set_item("stream", 1)?;
         kwargs.set_item("max_version", (1, 0))?;
@@ -416,6 +432,17 @@ struct PyDeviceArray {
     dtype: &'static str,
     typestr: Option<&'static str>,
     report: RetrieveReport,
+    /// Handed out through the CUDA array interface, whose consumers order nothing before the
+    /// memory is freed: wait for the device first.
+    interfaced: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for PyDeviceArray {
+    fn drop(&mut self) {
+        if self.interfaced.load(std::sync::atomic::Ordering::Relaxed) {
+            self.data.synchronize();
+        }
+    }
 }
 
 #[pymethods]
@@ -492,6 +519,7 @@ impl PyDeviceArray {
         let typestr = self.typestr.ok_or_else(|| {
             PyTypeError::new_err(format!("{} has no CUDA array interface type; use DLPack", self.dtype))
         })?;
+        self.interfaced.store(true, std::sync::atomic::Ordering::Relaxed);
         let dict = PyDict::new(py);
         dict.set_item("shape", PyTuple::new(py, self.data.shape())?)?;
         dict.set_item("typestr", typestr)?;

@@ -60,6 +60,7 @@ class CpuTests(unittest.TestCase):
             ((0, 0, 0, 0), "too many indices for array: array is 3-dimensional, but 4 were indexed"),
             ((slice(5, 2),), "selects nothing"),
             (("x",), "only integers, slices"),
+            ((True,), "booleans are not indices"),
         ]
         for key, message in cases:
             with self.subTest(key=key):
@@ -70,6 +71,19 @@ class CpuTests(unittest.TestCase):
         with self.assertRaises(IndexError) as caught:
             a.read("0:10:2")
         self.assertIn("steps are not supported", str(caught.exception))
+
+    def test_read_into_wants_the_selections_shape(self):
+        class Out:  # refused before its __dlpack__ is asked for
+            shape = (20, 30, 6)
+
+            def __dlpack__(self, **kwargs):
+                raise AssertionError("not reached")
+
+        a = zarrs_gpu.open(self.v3)
+        for out, key in [(Out(), None), (Out(), (slice(0, 20), 0))]:
+            with self.assertRaises(ValueError) as caught:
+                a.read_into(out, key)
+            self.assertIn("out has shape [20, 30, 6], the selection", str(caught.exception))
 
     def test_bad_paths_and_options(self):
         with self.assertRaises(FileNotFoundError):

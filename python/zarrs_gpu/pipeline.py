@@ -38,7 +38,7 @@ class GpuCodecPipeline(BatchedCodecPipeline):
     #: Reads this process did on the device (the rest went to zarr-python's pipeline).
     device_reads = 0
     _lock = threading.Lock()
-    _arrays = {}  # (store root, array path) -> (its metadata file's stamp, zarrs_gpu.Array)
+    _arrays = {}  # (store root, array path, device) -> (its metadata file's stamp, zarrs_gpu.Array)
     _prefixes = {}  # store root -> array paths met there
 
     async def read(self, batch_info, out, drop_axes=()):
@@ -47,6 +47,10 @@ class GpuCodecPipeline(BatchedCodecPipeline):
         if plan is None:
             return await super().read(batch_info, out, drop_axes)
         array, key, target = plan
+        # `out` may be the caller's, with work queued on a stream of another thread: let it finish.
+        import cupy
+
+        cupy.cuda.Device(target.device.id).synchronize()
         # zarrs_gpu releases the interpreter lock; a thread keeps zarr's event loop free meanwhile.
         report = await asyncio.to_thread(array.read_into, target, key)
         with GpuCodecPipeline._lock:
@@ -68,6 +72,10 @@ def _device_plan(batch_info, out, drop_axes):
     target = out.as_ndarray_like()
     if type(target).__module__.split(".")[0] != "cupy" or not target.flags.c_contiguous:
         return None
+    # The array's own setting too (zarr-python 3.2 and later).
+    if getattr(getattr(batch_info[0][1], "config", None), "read_missing_chunks", True) is False:
+        return None
+    device = target.device.id
     lows = None
     dropped = {}
     array = None
@@ -85,7 +93,7 @@ def _device_plan(batch_info, out, drop_axes):
             # Only regular grids: a chunk's origin is its coordinates times the chunk shape.
             if not isinstance(store, LocalStore):
                 return None
-            located = _locate(str(store.root), byte_getter.path, len(chunk_spec.shape))
+            located = _locate(str(store.root), byte_getter.path, len(chunk_spec.shape), device)
             if located is None:
                 return None
             this, coords, prefix = located
@@ -134,7 +142,7 @@ def _device_plan(batch_info, out, drop_axes):
     return array, tuple(key), target
 
 
-def _locate(root, path, ndim):
+def _locate(root, path, ndim, device):
     """The zarrs_gpu array a chunk key belongs to, and the chunk's grid coordinates, or None."""
     coords = None
     # An array met before (no file system calls for its other chunks)...
@@ -156,7 +164,7 @@ def _locate(root, path, ndim):
         coords = _coords(path[len(prefix):], ndim)
         if coords is None:
             return None
-    array = _open_array(root, prefix)
+    array = _open_array(root, prefix, device)
     if array is None or array.ndim != ndim:
         return None
     with GpuCodecPipeline._lock:
@@ -176,10 +184,11 @@ def _key_pattern(prefix, ndim):
     return re.compile(head + r"(?:c[./])?" + r"[./]".join([r"(\d+)"] * ndim) + "$")
 
 
-def _open_array(root, path):
-    """The zarrs_gpu array at `path` of the store at `root`, or None: kept between reads (its
-    shard indexes too) while its metadata file is the same (inode, size, modification time), so
-    that an array rewritten with another fill value, codec or shape is opened again."""
+def _open_array(root, path, device=0):
+    """The zarrs_gpu array at `path` of the store at `root`, for reads to GPU `device`, or None:
+    kept between reads (its shard indexes too) while its metadata file is the same (inode, size,
+    modification time), so that an array rewritten with another fill value, codec or shape is
+    opened again. At most 64 are kept."""
     stamp = None
     for name in _ARRAY_METADATA:
         try:
@@ -191,16 +200,18 @@ def _open_array(root, path):
     if stamp is None:
         return None
     with GpuCodecPipeline._lock:
-        cached = GpuCodecPipeline._arrays.get((root, path))
+        cached = GpuCodecPipeline._arrays.get((root, path, device))
     if cached is not None and cached[0] == stamp:
         return cached[1]
     try:
-        array = zarrs_gpu.open(root, "/" + path)
+        array = zarrs_gpu.open(root, "/" + path, device=device)
     except (ValueError, FileNotFoundError, TypeError):
         return None
     with GpuCodecPipeline._lock:
+        if len(GpuCodecPipeline._arrays) >= 64:
+            GpuCodecPipeline._arrays.clear()
         # Stamped before opening: a change meanwhile only makes the next read open it again.
-        GpuCodecPipeline._arrays[(root, path)] = (stamp, array)
+        GpuCodecPipeline._arrays[(root, path, device)] = (stamp, array)
     return array
 
 
@@ -243,12 +254,15 @@ def _selection_plan(array, indexer, prototype, out, fields):
             key.append(dim.dim_sel)
         else:
             return None
-    gpu_array = _open_array(str(store.root), array.store_path.path)
-    if gpu_array is None or gpu_array.regular_chunks is None or gpu_array.shape != tuple(array.shape):
-        return None
     buffer = prototype.nd_buffer.empty(shape=indexer.shape, dtype=array.metadata.dtype.to_native_dtype(), order="C")
     target = buffer.as_ndarray_like()
-    if type(target).__module__.split(".")[0] != "cupy" or str(target.dtype) != gpu_array.dtype:
+    if type(target).__module__.split(".")[0] != "cupy":
+        return None
+    # Read on the device the buffer is on (CuPy's current device).
+    gpu_array = _open_array(str(store.root), array.store_path.path, target.device.id)
+    if gpu_array is None or gpu_array.regular_chunks is None or gpu_array.shape != tuple(array.shape):
+        return None
+    if str(target.dtype) != gpu_array.dtype:
         return None
     return gpu_array, tuple(key), buffer
 
@@ -277,7 +291,7 @@ def _install_selection_hook():
         await asyncio.to_thread(gpu_array.read_into, buffer.as_ndarray_like(), key)
         with GpuCodecPipeline._lock:
             GpuCodecPipeline.device_reads += 1
-        if indexer.shape == ():
+        if indexer.shape == () and type(indexer).__name__ == "BasicIndexer":
             return buffer.as_scalar()
         return buffer.as_ndarray_like()
 

@@ -129,6 +129,14 @@ fn sharded_arrays_match_zarrs() -> Result {
             assert!(!cache.is_empty(), "chain {c}: the first read fills the cache");
             let second = check::<f32>(&array, &array.subset_all(), &cached)?;
             assert!(second.bytes_read < first.bytes_read, "chain {c}: {second:?} after {first:?}");
+            // A shard rewritten after its index was cached (other inner chunks present now): its
+            // index is read again, never the old one used.
+            let rewritten = [1u64, 0, 1];
+            let count = array.chunk_subset(&rewritten)?.num_elements_usize();
+            let values: Vec<f32> = (0..count).map(|i| i as f32 * 0.5 - 7.0).collect();
+            array.store_chunk(&rewritten, values)?;
+            let third = check::<f32>(&array, &array.subset_all(), &cached)?;
+            assert!(third.bytes_read > second.bytes_read, "chain {c}: the rewritten shard's index is read again");
             // Whole shards decode on the device: an inner one, the edge one, a missing one.
             for indices in [[1u64, 0, 1], [2, 1, 2], [0, 0, 2]] {
                 let report = check_chunk::<f32>(&array, &indices, &config)?;

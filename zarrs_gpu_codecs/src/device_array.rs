@@ -21,8 +21,22 @@ pub struct DeviceArray<T> {
     shape: Vec<u64>,
     data_type: DataType,
     /// What keeps wrapped memory alive (a DLPack tensor); dropped with the array.
-    _owner: Option<Box<dyn Send + Sync>>,
+    owner: Option<Box<dyn Send + Sync>>,
+    /// Device work that may still write the memory was left running (a read that timed out):
+    /// the memory is never freed or handed back to its owner.
+    abandoned: bool,
     _marker: PhantomData<T>,
+}
+
+impl<T> Drop for DeviceArray<T> {
+    fn drop(&mut self) {
+        if self.abandoned {
+            if let Some(data) = self.data.take() {
+                data.leak();
+            }
+            std::mem::forget(self.owner.take());
+        }
+    }
 }
 
 impl<T> std::fmt::Debug for DeviceArray<T> {
@@ -73,7 +87,17 @@ impl<T: ElementOwned> DeviceArray<T> {
         let ptr = bytes.leak();
         // SAFETY: ptr is the allocation just leaked, on this stream, of len elements of T.
         let data = unsafe { stream.upgrade_device_ptr::<T>(ptr, len) };
-        Ok(Self { data: Some(data), stream, ptr, len, shape, data_type, _owner: None, _marker: PhantomData })
+        Ok(Self {
+            data: Some(data),
+            stream,
+            ptr,
+            len,
+            shape,
+            data_type,
+            owner: None,
+            abandoned: false,
+            _marker: PhantomData,
+        })
     }
 
     /// Wrap `len` elements at `ptr`, which `owner` keeps alive, as an array of `shape`.
@@ -89,7 +113,28 @@ impl<T: ElementOwned> DeviceArray<T> {
         stream: Arc<CudaStream>,
         owner: Box<dyn Send + Sync>,
     ) -> Self {
-        Self { data: None, stream, ptr, len, shape, data_type, _owner: Some(owner), _marker: PhantomData }
+        Self {
+            data: None,
+            stream,
+            ptr,
+            len,
+            shape,
+            data_type,
+            owner: Some(owner),
+            abandoned: false,
+            _marker: PhantomData,
+        }
+    }
+
+    /// Never free this memory nor hand it back to its owner: device work that may still write
+    /// it was left running (a timed-out read into it; the context is lost then).
+    pub(crate) fn abandon(&mut self) {
+        self.abandoned = true;
+    }
+
+    /// Whether [`Self::abandon`] was called.
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.abandoned
     }
 
     /// The shape.
@@ -149,9 +194,13 @@ impl<T: ElementOwned> DeviceArray<T> {
     /// The device buffer and the shape; the array back for memory another library owns.
     ///
     /// # Errors
-    /// Returns `self` when it wraps memory it does not own.
+    /// Returns `self` when it wraps memory it does not own, or work left running after a timed-out
+    /// read may still write it.
     #[allow(clippy::result_large_err)] // the array itself, handed back as `Arc::try_unwrap` does
     pub fn into_parts(mut self) -> Result<(CudaSlice<T>, Vec<u64>), Self> {
+        if self.abandoned {
+            return Err(self);
+        }
         match self.data.take() {
             Some(data) => Ok((data, std::mem::take(&mut self.shape))),
             None => Err(self),

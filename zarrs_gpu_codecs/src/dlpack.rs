@@ -86,8 +86,15 @@ struct Exported<T: ElementOwned> {
 impl<T: ElementOwned> Drop for Exported<T> {
     fn drop(&mut self) {
         // The consumer may have queued work on the memory on its own streams and still call the
-        // deleter now (PyTorch does): wait for the device before the memory is freed.
-        let _ = self.array.stream().context().synchronize();
+        // deleter now (PyTorch does): wait for the device before the memory is freed. A context
+        // lost to a hung batch would never finish: then the memory is kept, not waited for.
+        let ordinal = self.array.stream().context().ordinal();
+        let lost = crate::context::GpuContext::existing(ordinal).is_some_and(|c| c.check_alive().is_err());
+        if lost || self.array.is_abandoned() || self.array.stream().context().synchronize().is_err() {
+            if let Some(array) = Arc::get_mut(&mut self.array) {
+                array.abandon();
+            }
+        }
     }
 }
 

@@ -51,7 +51,8 @@ pub trait ArrayDeviceExt {
     /// Retrieve `subset` of the array into `out`, a device array of as many elements (C order; the
     /// subset's shape, or that less dimensions of extent 1) that may be another library's memory
     /// ([`DeviceArray::from_dlpack`]), and say how. `out`'s earlier work must be done (its
-    /// producer's stream synchronized); after an error its contents are unspecified.
+    /// producer's stream synchronized); after an error its contents are unspecified, and after a
+    /// timeout (work on it may still be running) `out` never frees nor returns its memory.
     ///
     /// # Errors
     /// As [`Self::retrieve_array_subset_device_opt`], and when `out` has another number of
@@ -128,7 +129,12 @@ macro_rules! impl_array_device_ext {
             let gds: Option<&GdsStore> = ($gds)(&storage);
             // `out` is borrowed mutably for the whole read: nothing else writes it meanwhile.
             let output = Output::Into { ptr: out.device_ptr(), len: out.num_bytes() };
-            contained(config, || Ok(retrieve::<_, T>(self, subset, gds, config, None, output)?.1))
+            let result = contained(config, || Ok(retrieve::<_, T>(self, subset, gds, config, None, output)?.1));
+            if matches!(result, Err(GpuError::Timeout { .. } | GpuError::ContextLost { .. })) {
+                // Work that writes `out` may still be running: its memory must never be reused.
+                out.abandon();
+            }
+            result
         }
 
         fn retrieve_chunk_device_opt<T: ElementOwned>(
@@ -287,6 +293,11 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
         let bytes = checked_bytes(chunk.shape(), elem)
             .ok_or_else(|| GpuError::bytes_overflow(&format!("chunk {key} of shape"), chunk.shape(), elem))?;
         largest = largest.max(bytes);
+    }
+    if let Output::Into { len, .. } = output {
+        if len as u64 != out_bytes {
+            return Err(GpuError::Unsupported(format!("the destination holds {len} bytes, {out_bytes} expected")));
+        }
     }
     let allocated = if let Output::New = output { out_bytes } else { 0 };
     context.check_free(allocated.saturating_add(largest))?;

@@ -104,9 +104,11 @@ struct ShardRef {
 /// [`GpuConfig::with_shard_index_cache`](crate::GpuConfig::with_shard_index_cache); dropped
 /// with the last handle. It serves one store at a time: it holds that store (so no other can
 /// take its address), and a read of another store empties it first. Entries are keyed by the
-/// shard's key, where the shard starts in it and its index shape; at most 65536 are kept. A
-/// shard rewritten while the cache is in use keeps its old index here: [`clear`](Self::clear)
-/// the cache (or drop it) after writing to the array.
+/// shard's key, where the shard starts in it and its index shape; at most 65536 are kept. On a
+/// `GdsStore`, an entry serves only while its shard file is the same (inode, size and
+/// modification time, asked on every read): a shard rewritten or replaced is read again. On
+/// other stores a shard rewritten while the cache is in use keeps its old index here:
+/// [`clear`](Self::clear) the cache (or drop it) after writing to the array.
 #[derive(Default)]
 pub struct ShardIndexCache {
     inner: Mutex<CacheInner>,
@@ -121,8 +123,13 @@ struct CacheInner {
 
 /// A shard's key, where the shard starts in that value, and its inner chunks per dimension.
 type CacheKey = (StoreKey, u64, Vec<NonZeroU64>);
-/// A decoded index and the shard's length, where known.
-type CachedIndex = (Arc<Vec<u64>>, Option<u64>);
+/// A decoded index, the shard's length where known, and the identity of the file it was read
+/// from (`GdsStore` files: an index is used again only while its file is the same).
+type CachedIndex = (Arc<Vec<u64>>, Option<u64>, Option<FileStamp>);
+
+/// A file's identity and version: inode, size and modification time (ns). A file replaced (as
+/// zarr-python writes shards) or rewritten changes it.
+type FileStamp = (u64, u64, i128);
 
 /// Indexes kept at most (beyond that the cache starts over): 64 inner chunks take 1 KiB.
 const INDEX_CACHE_ENTRIES: usize = 1 << 16;
@@ -175,12 +182,12 @@ impl ShardIndexCache {
         self.lock().indexes.get(key).cloned()
     }
 
-    fn insert(&self, key: CacheKey, index: Arc<Vec<u64>>, shard_len: Option<u64>) {
+    fn insert(&self, key: CacheKey, index: Arc<Vec<u64>>, shard_len: Option<u64>, stamp: Option<FileStamp>) {
         let mut inner = self.lock();
         if inner.indexes.len() >= INDEX_CACHE_ENTRIES {
             inner.indexes.clear();
         }
-        inner.indexes.insert(key, (index, shard_len));
+        inner.indexes.insert(key, (index, shard_len, stamp));
     }
 }
 
@@ -214,22 +221,31 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
     let error = |reason: String| GpuError::chunk(label(), reason);
     let per_shard = level.chunks_per_shard(shard_shape).map_err(&error)?;
     let index_len = level.index_len(&per_shard).map_err(&error)?;
-    let cache_key = cache.map(|_| (shard.key.clone(), shard.base, per_shard.clone()));
-    if let (Some(c), Some(key)) = (cache, &cache_key) {
-        if let Some((index, shard_len)) = c.get(key) {
-            return Ok(Some((index, 0, shard_len)));
-        }
-    }
-    // The shard's length: known for nested shards, and for a whole GdsStore file from its size.
-    let mut file_len = None;
-    if let (Some(store), None) = (gds, shard.len) {
+    // A GdsStore file's identity (and, for a whole file, the shard's length): asked before the
+    // cache, so that an index cached from an older version of the file is not used.
+    let mut stamp = None;
+    if let Some(store) = gds {
+        use std::os::unix::fs::MetadataExt;
         let path = store.key_to_fspath(&shard.key);
         match std::fs::metadata(&path) {
-            Ok(meta) => file_len = Some(meta.len()),
+            Ok(meta) => {
+                let mtime = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+                stamp = Some((meta.ino(), meta.len(), mtime));
+            }
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(err) => return Err(error(format!("{}: {err}", path.display()))),
         }
     }
+    let cache_key = cache.map(|_| (shard.key.clone(), shard.base, per_shard.clone()));
+    if let (Some(c), Some(key)) = (cache, &cache_key) {
+        if let Some((index, shard_len, cached_stamp)) = c.get(key) {
+            if cached_stamp == stamp {
+                return Ok(Some((index, 0, shard_len)));
+            }
+        }
+    }
+    // The shard's length: known for nested shards, and for a whole GdsStore file from its size.
+    let file_len = stamp.filter(|_| shard.len.is_none()).map(|(_, len, _)| len);
     let mut shard_len = shard.len.or(file_len);
     // A large index of a value of unknown length (another store): ask its size before reading,
     // so that hostile metadata cannot size a host buffer beyond the value.
@@ -263,7 +279,7 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
         .map_err(|e| error(format!("decoding its index: {e}")))?;
     let index = Arc::new(index);
     if let (Some(c), Some(key)) = (cache, cache_key) {
-        c.insert(key, index.clone(), shard_len);
+        c.insert(key, index.clone(), shard_len, stamp);
     }
     Ok(Some((index, index_len, shard_len)))
 }
