@@ -153,7 +153,7 @@ impl CuFileDriver {
         let mut handle = std::ptr::null_mut();
         // SAFETY: descr describes an open fd that outlives the handle (both owned by CuFileHandle).
         unsafe { (self.handle_register)(&raw mut handle, &raw mut descr) }.check("registering a file")?;
-        Ok(CuFileHandle { driver: self, handle, _file: file })
+        Ok(CuFileHandle { driver: self, handle, file })
     }
 }
 
@@ -161,7 +161,7 @@ impl CuFileDriver {
 pub(crate) struct CuFileHandle {
     driver: &'static CuFileDriver,
     handle: *mut c_void,
-    _file: File,
+    file: File,
 }
 
 // SAFETY: cuFile handles may be used from any thread (cufile.h: thread-safe API).
@@ -170,6 +170,11 @@ unsafe impl Send for CuFileHandle {}
 unsafe impl Sync for CuFileHandle {}
 
 impl CuFileHandle {
+    /// The registered (O_DIRECT) descriptor's file.
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
     /// Read `len` bytes at `offset` of the file to device memory at `dst`. Unaligned offsets and
     /// sizes are allowed (cuFile bounces them through its own buffers); a short read is an error.
     ///

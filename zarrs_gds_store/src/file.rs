@@ -78,7 +78,14 @@ impl OpenValue {
         let meta = file.metadata().map_err(|source| ReadError::Io { path: path.clone(), source })?;
         let (cufile, gds_error) = match driver.map(|d| d.register(&path)) {
             None => (None, None),
-            Some(Ok(handle)) => (Some(handle), None),
+            // The registration opens the path again: it must be the same file (not one that
+            // replaced it meanwhile), or device reads and host reads would see two files.
+            Some(Ok(handle)) => match handle.file().metadata() {
+                Ok(m) if (m.dev(), m.ino()) == (meta.dev(), meta.ino()) => (Some(handle), None),
+                _ => {
+                    (None, Some(ReadError::GdsUnavailable(format!("{} was replaced while it opened", path.display()))))
+                }
+            },
             Some(Err(err)) => (None, Some(err)),
         };
         let file = Arc::new(GdsFile { path, file, cufile });
