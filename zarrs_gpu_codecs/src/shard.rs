@@ -224,7 +224,8 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
     // A GdsStore file's identity (and, for a whole file, the shard's length): asked before the
     // cache, so that an index cached from an older version of the file is not used.
     let mut stamp = None;
-    if let Some(store) = gds {
+    // (Nested shards without a cache need neither: their length is known.)
+    if let Some(store) = gds.filter(|_| shard.len.is_none() || cache.is_some()) {
         use std::os::unix::fs::MetadataExt;
         let path = store.key_to_fspath(&shard.key);
         match std::fs::metadata(&path) {
