@@ -24,11 +24,16 @@
 //! ## Licence
 //! Licensed under either of the Apache License, Version 2.0 or the MIT license, at your option.
 
+mod element;
 mod open;
 pub mod sample;
 mod subset;
 
+pub use element::{element_type, ELEMENT_TYPES};
 pub use open::{node_path, open_array, store_at};
+// For `by_element_type!` in other crates.
+#[doc(hidden)]
+pub use {half, num_complex};
 
 pub use nvcomp_sys;
 pub use subset::parse_subset;

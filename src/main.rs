@@ -272,26 +272,12 @@ fn dispatch_read(
     config: &GpuConfig,
     o: &ReadOptions,
 ) -> Result<(), Error> {
+    type Read = fn(&Array<GdsStore>, &ArraySubset, &GpuConfig, &ReadOptions, &str) -> Result<(), Error>;
     let dt = array.data_type();
-    let name = dt.to_string();
-    match name.split(" / ").next().unwrap_or_default() {
-        "bool" => read::<bool>(array, subset, config, o, "|b1"),
-        "int8" => read::<i8>(array, subset, config, o, "|i1"),
-        "int16" => read::<i16>(array, subset, config, o, "<i2"),
-        "int32" => read::<i32>(array, subset, config, o, "<i4"),
-        "int64" => read::<i64>(array, subset, config, o, "<i8"),
-        "uint8" => read::<u8>(array, subset, config, o, "|u1"),
-        "uint16" => read::<u16>(array, subset, config, o, "<u2"),
-        "uint32" => read::<u32>(array, subset, config, o, "<u4"),
-        "uint64" => read::<u64>(array, subset, config, o, "<u8"),
-        "float16" => read::<half::f16>(array, subset, config, o, "<f2"),
-        "bfloat16" => read::<half::bf16>(array, subset, config, o, "<V2"),
-        "float32" => read::<f32>(array, subset, config, o, "<f4"),
-        "float64" => read::<f64>(array, subset, config, o, "<f8"),
-        "complex64" => read::<num_complex::Complex32>(array, subset, config, o, "<c8"),
-        "complex128" => read::<num_complex::Complex64>(array, subset, config, o, "<c16"),
-        _ => Err(unsupported(dt)),
-    }
+    let (name, typestr) = zarrs_gpu::element_type(dt).ok_or_else(|| unsupported(dt))?;
+    let read: Read = zarrs_gpu::by_element_type!(name, read).ok_or_else(|| unsupported(dt))?;
+    // numpy has no bfloat16: its .npy holds 2-byte raw values.
+    read(array, subset, config, o, typestr.unwrap_or("<V2"))
 }
 
 fn unsupported(dt: &DataType) -> Error {

@@ -77,32 +77,14 @@ impl<T: ElementOwned + Send + Sync + 'static> AnyArray for Typed<T> {
     }
 }
 
-/// The element types read to the device: zarrs' data type name, numpy's dtype name and the CUDA
-/// array interface's type string (None where numpy has none: bfloat16).
-const TYPES: &[(&str, &str, Option<&str>)] = &[
-    ("bool", "bool", Some("|b1")),
-    ("int8", "int8", Some("|i1")),
-    ("int16", "int16", Some("<i2")),
-    ("int32", "int32", Some("<i4")),
-    ("int64", "int64", Some("<i8")),
-    ("uint8", "uint8", Some("|u1")),
-    ("uint16", "uint16", Some("<u2")),
-    ("uint32", "uint32", Some("<u4")),
-    ("uint64", "uint64", Some("<u8")),
-    ("float16", "float16", Some("<f2")),
-    ("bfloat16", "bfloat16", None),
-    ("float32", "float32", Some("<f4")),
-    ("float64", "float64", Some("<f8")),
-    ("complex64", "complex64", Some("<c8")),
-    ("complex128", "complex128", Some("<c16")),
-];
-
-/// The array's element type: its zarrs name, numpy's name and the interface's type string.
+/// The array's element type: its name (zarrs' and numpy's) and the CUDA array interface's type
+/// string (None where numpy has none: bfloat16).
 fn element_type(array: &Array<GdsStore>) -> PyResult<(&'static str, Option<&'static str>)> {
-    let name = array.data_type().to_string();
-    let zarrs_name = name.split(" / ").next().unwrap_or_default();
-    TYPES.iter().find(|t| t.0 == zarrs_name).map(|t| (t.1, t.2)).ok_or_else(|| {
-        PyTypeError::new_err(format!("data type {name} is not supported on the device (fixed-size numeric types are)"))
+    zarrs_gpu::element_type(array.data_type()).ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "data type {} is not supported on the device (fixed-size numeric types are)",
+            array.data_type()
+        ))
     })
 }
 
@@ -118,38 +100,23 @@ fn read_typed<T: ElementOwned + Send + Sync + 'static>(
     Ok((Box::new(Typed(Arc::new(data.reshape(out_shape)?))), report))
 }
 
-/// `$f::<T>` for the element type `T` of `$array`'s data type.
-macro_rules! by_element_type {
-    ($array:expr, $f:ident, $err:expr) => {{
-        let name = $array.data_type().to_string();
-        match name.split(" / ").next().unwrap_or_default() {
-            "bool" => $f::<bool>,
-            "int8" => $f::<i8>,
-            "int16" => $f::<i16>,
-            "int32" => $f::<i32>,
-            "int64" => $f::<i64>,
-            "uint8" => $f::<u8>,
-            "uint16" => $f::<u16>,
-            "uint32" => $f::<u32>,
-            "uint64" => $f::<u64>,
-            "float16" => $f::<half::f16>,
-            "bfloat16" => $f::<half::bf16>,
-            "float32" => $f::<f32>,
-            "float64" => $f::<f64>,
-            "complex64" => $f::<num_complex::Complex32>,
-            "complex128" => $f::<num_complex::Complex64>,
-            _ => return Err($err(GpuError::Unsupported(format!("data type {name} is not supported on the device")))),
-        }
-    }};
-}
-
 fn read_any(
     array: &Array<GdsStore>,
     subset: &ArraySubset,
     config: &GpuConfig,
     out_shape: Vec<u64>,
 ) -> Result<(Box<dyn AnyArray>, RetrieveReport), GpuError> {
-    by_element_type!(array, read_typed, std::convert::identity)(array, subset, config, out_shape)
+    type Read = fn(
+        &Array<GdsStore>,
+        &ArraySubset,
+        &GpuConfig,
+        Vec<u64>,
+    ) -> Result<(Box<dyn AnyArray>, RetrieveReport), GpuError>;
+    let unsupported =
+        || GpuError::Unsupported(format!("data type {} is not supported on the device", array.data_type()));
+    let (name, _) = zarrs_gpu::element_type(array.data_type()).ok_or_else(unsupported)?;
+    let read: Read = zarrs_gpu::by_element_type!(name, read_typed).ok_or_else(unsupported)?;
+    read(array, subset, config, out_shape)
 }
 
 /// Read `subset` into `tensor`'s memory (another library's), as `T`. The read runs without the
@@ -181,7 +148,17 @@ fn read_into_any(
     config: &GpuConfig,
     tensor: SafeManagedTensorVersioned,
 ) -> PyResult<RetrieveReport> {
-    by_element_type!(array, read_into_typed, py_err)(py, array, subset, config, tensor)
+    type ReadInto = fn(
+        Python<'_>,
+        &Array<GdsStore>,
+        &ArraySubset,
+        &GpuConfig,
+        SafeManagedTensorVersioned,
+    ) -> PyResult<RetrieveReport>;
+    let (name, _) = element_type(array)?;
+    let read: ReadInto = zarrs_gpu::by_element_type!(name, read_into_typed)
+        .ok_or_else(|| PyTypeError::new_err(format!("data type {name} has no device element type")))?;
+    read(py, array, subset, config, tensor)
 }
 
 /// A read's report as a dict.

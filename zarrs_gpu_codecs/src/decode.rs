@@ -88,15 +88,23 @@ impl Output {
         stream: &Arc<CudaStream>,
         out_bytes: u64,
     ) -> Result<(Option<CudaSlice<u8>>, u64), GpuError> {
+        self.fits(out_bytes)?;
         match self {
             Output::New => {
                 let (out, ptr) = context.alloc_output(stream, out_bytes as usize)?;
                 Ok((Some(out), ptr))
             }
-            Output::Into { ptr, len } if len as u64 == out_bytes => Ok((None, ptr)),
-            Output::Into { len, .. } => {
+            Output::Into { ptr, .. } => Ok((None, ptr)),
+        }
+    }
+
+    /// Whether the output takes `out_bytes` bytes (a caller's destination must be that long).
+    pub(crate) fn fits(self, out_bytes: u64) -> Result<(), GpuError> {
+        match self {
+            Output::Into { len, .. } if len as u64 != out_bytes => {
                 Err(GpuError::Unsupported(format!("the destination holds {len} bytes, {out_bytes} expected")))
             }
+            _ => Ok(()),
         }
     }
 }

@@ -101,14 +101,7 @@ macro_rules! impl_array_device_ext {
         ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
             let storage = self.storage();
             let gds: Option<&GdsStore> = ($gds)(&storage);
-            contained(config, || {
-                let (out, report) = retrieve::<_, T>(self, subset, gds, config, None, Output::New)?;
-                let out = out.ok_or_else(|| GpuError::Unsupported("no output was allocated".into()))?;
-                // SAFETY: every byte of `out` was written by the pipeline, synchronized on its stream.
-                let device =
-                    unsafe { DeviceArray::from_device_bytes(out, subset.shape().to_vec(), self.data_type().clone()) }?;
-                Ok((device, report))
-            })
+            contained(config, || retrieve_new(self, subset, gds, config, None))
         }
 
         fn retrieve_array_subset_into_device_opt<T: ElementOwned>(
@@ -149,14 +142,7 @@ macro_rules! impl_array_device_ext {
             let subset = chunk_subset(self, chunk_indices)?;
             let storage = self.storage();
             let gds: Option<&GdsStore> = ($gds)(&storage);
-            contained(config, || {
-                let (out, report) = retrieve::<_, T>(self, &subset, gds, config, Some(chunk_indices), Output::New)?;
-                let out = out.ok_or_else(|| GpuError::Unsupported("no output was allocated".into()))?;
-                // SAFETY: every byte of `out` was written by the pipeline, synchronized on its stream.
-                let device =
-                    unsafe { DeviceArray::from_device_bytes(out, subset.shape().to_vec(), self.data_type().clone()) }?;
-                Ok((device, report))
-            })
+            contained(config, || retrieve_new(self, &subset, gds, config, Some(chunk_indices)))
         }
 
         fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
@@ -267,6 +253,21 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     }
 }
 
+/// [`retrieve`] into a new device array of `subset`'s shape.
+fn retrieve_new<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
+    array: &Array<S>,
+    subset: &ArraySubset,
+    gds: Option<&GdsStore>,
+    config: &GpuConfig,
+    whole_chunk: Option<&[u64]>,
+) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+    let (out, report) = retrieve::<_, T>(array, subset, gds, config, whole_chunk, Output::New)?;
+    let out = out.ok_or_else(|| GpuError::Unsupported("no output was allocated".into()))?;
+    // SAFETY: every byte of `out` was written by the pipeline, synchronized on its stream.
+    let device = unsafe { DeviceArray::from_device_bytes(out, subset.shape().to_vec(), array.data_type().clone()) }?;
+    Ok((device, report))
+}
+
 /// What the host route reads and where its result goes.
 struct HostRead<'a> {
     chunks: &'a [ChunkRef],
@@ -294,11 +295,7 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
             .ok_or_else(|| GpuError::bytes_overflow(&format!("chunk {key} of shape"), chunk.shape(), elem))?;
         largest = largest.max(bytes);
     }
-    if let Output::Into { len, .. } = output {
-        if len as u64 != out_bytes {
-            return Err(GpuError::Unsupported(format!("the destination holds {len} bytes, {out_bytes} expected")));
-        }
-    }
+    output.fits(out_bytes)?;
     let allocated = if let Output::New = output { out_bytes } else { 0 };
     context.check_free(allocated.saturating_add(largest))?;
     let len = out_bytes as usize;
@@ -329,10 +326,7 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
             stream.memcpy_htod(&pinned.as_slice()[..len], &mut out).map_err(GpuError::cuda("copying to the device"))?;
             Some(out)
         }
-        Output::Into { ptr, len: dst_len } => {
-            if dst_len != len {
-                return Err(GpuError::Unsupported(format!("the destination holds {dst_len} bytes, {len} expected")));
-            }
+        Output::Into { ptr, .. } => {
             stream.context().bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
             // SAFETY: the caller's destination of `len` bytes, on this context, its earlier work
             // done; the pinned source stays untouched until the synchronize below.
