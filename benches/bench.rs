@@ -40,6 +40,12 @@ struct Args {
     /// s1r (the same shards, inner chunks uncompressed), s1g (gzip 5 inner chunks).
     #[arg(long, value_delimiter = ',', default_value = "u1")]
     cases: Vec<String>,
+    /// Only this project's reads (no zarrs peers, no ceilings): for A/B runs of settings.
+    #[arg(long)]
+    ours_only: bool,
+    /// A label added to this project's rows (e.g. the settings of an A/B run).
+    #[arg(long, default_value = "")]
+    label: String,
 }
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -152,7 +158,11 @@ fn run(args: &Args) -> Result<(), Error> {
                 DecodeTrust::Trusted => "zarrs_gpu (decode trust: trusted)",
                 _ => "zarrs_gpu (decode trust: verified)",
             };
-            lines.push(line(who, &label, &subset, bytes, secs, &runs, &io));
+            let who = if args.label.is_empty() { who.to_string() } else { format!("{who} {}", args.label) };
+            lines.push(line(&who, &label, &subset, bytes, secs, &runs, &io));
+            if args.ours_only {
+                continue;
+            }
             let (secs, runs) = zarrs_pinned_then_copy(&array, &subset, args.repeat.min(3))?;
             lines.push(line("zarrs pinned+copy", &label, &subset, bytes, secs, &runs, ""));
             if *what == "whole array" {
@@ -169,7 +179,7 @@ fn run(args: &Args) -> Result<(), Error> {
                 ));
             }
         }
-        if case == "u1" {
+        if case == "u1" && !args.ours_only {
             lines.extend(ceilings(&path, &array)?);
         }
     }

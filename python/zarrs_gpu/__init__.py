@@ -18,9 +18,18 @@ Existing zarr-python code gets the same decode inside ``with zarrs_gpu.gpu_zarr_
 
 import contextlib
 
-from ._zarrs_gpu import Array, DeviceArray, __version__, open, read
+from ._zarrs_gpu import Array, DeviceArray, __version__, empty_cache, memory_in_use, open, read
 
-__all__ = ["Array", "DeviceArray", "gpu_zarr_context", "open", "read", "__version__"]
+__all__ = [
+    "Array",
+    "DeviceArray",
+    "empty_cache",
+    "gpu_zarr_context",
+    "memory_in_use",
+    "open",
+    "read",
+    "__version__",
+]
 
 
 @contextlib.contextmanager

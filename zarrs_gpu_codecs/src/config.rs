@@ -23,6 +23,7 @@ pub struct GpuConfig {
     decode_trust: DecodeTrust,
     batch_timeout: Option<Duration>,
     device_memory_cap: Option<u64>,
+    pool_keep: Option<u64>,
     trace: bool,
     shard_index_cache: Option<CacheHandle>,
     progress: Option<ProgressHandle>,
@@ -149,6 +150,7 @@ impl Default for GpuConfig {
             decode_trust: DecodeTrust::default(),
             batch_timeout: None,
             device_memory_cap: None,
+            pool_keep: None,
             trace: false,
             shard_index_cache: None,
             progress: None,
@@ -171,8 +173,8 @@ impl GpuConfig {
     /// The defaults, then every variable set in the environment: [`STAGING_BYTES_ENV`],
     /// [`DECODE_TRUST_ENV`], [`HOST_DECODE_FRACTION_ENV`], [`TRACE_ENV`] and `ZARRS_GDS_BACKEND`.
     /// Settings made in code after this call win over the environment. The variables read once
-    /// per device (`ZARRS_GDS_NTHREADS`, `ZARRS_GDS_TASK_SIZE`, `ZARRS_GPU_POOL_KEEP_BYTES`) are
-    /// checked too.
+    /// per device (`ZARRS_GDS_NTHREADS`, `ZARRS_GDS_TASK_SIZE`) are checked too;
+    /// `ZARRS_GPU_POOL_KEEP_BYTES` sets [`GpuConfig::with_pool_keep_bytes`].
     ///
     /// # Errors
     /// Returns [`GpuError::Config`] naming the first variable whose value cannot be used.
@@ -205,7 +207,7 @@ impl GpuConfig {
         // Read when each device is first used (its reader, its memory pool), checked here too,
         // so that a bad value is refused before any device work.
         crate::reader::DeviceReaderOptions::from_env()?;
-        crate::context::pool_keep_from_env()?;
+        config.pool_keep = crate::context::pool_keep_from_env()?;
         Ok(config)
     }
 
@@ -302,6 +304,24 @@ impl GpuConfig {
     pub fn with_device_memory_cap(mut self, cap: Option<u64>) -> Self {
         self.device_memory_cap = cap;
         self
+    }
+
+    /// Keep at most `bytes` of idle device memory in this library's pools when this read ends
+    /// (freed results and staging buffers together; pinned host buffers are bounded alike).
+    /// None: the device's bound, `ZARRS_GPU_POOL_KEEP_BYTES` or
+    /// [`default_pool_keep`](crate::default_pool_keep) (the larger of 1 GiB and 2% of the
+    /// device). A larger bound spares repeated large reads the mapping of their memory (about
+    /// 1.5 ms per GiB); 0 gives everything back after each read.
+    #[must_use]
+    pub fn with_pool_keep_bytes(mut self, bytes: Option<u64>) -> Self {
+        self.pool_keep = bytes;
+        self
+    }
+
+    /// The idle memory bound set for this read, if any.
+    #[must_use]
+    pub fn pool_keep_bytes(&self) -> Option<u64> {
+        self.pool_keep
     }
 
     /// Call `progress` after each batch of a device read (on the reading thread), for progress

@@ -49,8 +49,9 @@ impl Drop for DeviceBuffer {
     }
 }
 
-/// The environment variable that sets how many bytes freed results may stay reserved in the
-/// output memory pool for the next read (default: a quarter of the device's memory).
+/// The environment variable that bounds the device memory this library's pools keep idle
+/// between reads (freed results and staging buffers together; default
+/// [`default_pool_keep`]: the larger of 1 GiB and 2% of the device's memory).
 pub const POOL_KEEP_ENV: &str = "ZARRS_GPU_POOL_KEEP_BYTES";
 
 /// `ZARRS_GPU_POOL_KEEP_BYTES`, where set.
@@ -68,9 +69,18 @@ pub(crate) fn pool_keep_from_env() -> Result<Option<u64>, GpuError> {
     }
 }
 
-/// A CUDA memory pool of our own for results: freed results stay reserved (up to a threshold) so
-/// that the next read does not map its memory again (8 GiB took 12 ms), without changing the
-/// device's default pool, which other libraries in the process share.
+/// The idle memory a device of `total` bytes keeps between reads by default: the larger of 1 GiB
+/// and 2% of it. Enough for the next read's staging and a result of ordinary size, little
+/// beside PyTorch or CuPy in the same process.
+#[must_use]
+pub fn default_pool_keep(total: u64) -> u64 {
+    (total / 50).max(1 << 30)
+}
+
+/// A CUDA memory pool of our own for results: freed results stay reserved (up to a threshold:
+/// the part of the idle bound the staging pool leaves) so that the next read does not map its
+/// memory again (8 GiB took 12 ms), without changing the device's default pool, which other
+/// libraries in the process share.
 struct OutputPool(sys::CUmemoryPool);
 
 // SAFETY: a pool handle may be used from any thread.
@@ -79,7 +89,7 @@ unsafe impl Send for OutputPool {}
 unsafe impl Sync for OutputPool {}
 
 impl OutputPool {
-    fn new(ctx: &Arc<CudaContext>, ordinal: usize) -> Result<Self, GpuError> {
+    fn new(ctx: &Arc<CudaContext>, ordinal: usize, keep: u64) -> Result<Self, GpuError> {
         ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
         let props = sys::CUmemPoolProps {
             allocType: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
@@ -98,19 +108,26 @@ impl OutputPool {
         unsafe { sys::cuMemPoolCreate(&raw mut pool, &raw const props) }
             .result()
             .map_err(GpuError::cuda("creating the output memory pool"))?;
-        let total = ctx.total_mem().unwrap_or(0) as u64;
-        let mut keep: u64 = pool_keep_from_env()?.unwrap_or(total / 4);
-        // SAFETY: the release threshold attribute takes a u64.
+        let pool = Self(pool);
+        pool.keep(keep).map_err(GpuError::cuda("configuring the output memory pool"))?;
+        Ok(pool)
+    }
+
+    /// Keep at most `bytes` idle from now on: the release threshold (memory above it goes back
+    /// to the driver at the next synchronization), and a trim of what is idle now.
+    fn keep(&self, bytes: u64) -> Result<(), DriverError> {
+        let mut threshold = bytes;
+        // SAFETY: the release threshold attribute takes a u64; trimming releases only memory no
+        // allocation uses.
         unsafe {
             sys::cuMemPoolSetAttribute(
-                pool,
+                self.0,
                 sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                (&raw mut keep).cast(),
+                (&raw mut threshold).cast(),
             )
+            .result()?;
+            sys::cuMemPoolTrimTo(self.0, bytes as usize).result()
         }
-        .result()
-        .map_err(GpuError::cuda("configuring the output memory pool"))?;
-        Ok(Self(pool))
     }
 
     /// Bytes the pool holds reserved but unused (free for our next allocation).
@@ -139,6 +156,9 @@ pub(crate) struct GpuContext {
     /// Enough for two batches in flight for each of a few concurrent reads.
     staging: BufferPool<DeviceBuffer>,
     pinned: BufferPool<PinnedBuffer>,
+    /// Idle device memory kept between reads where a read's config sets none (and pinned host
+    /// memory kept, likewise): `ZARRS_GPU_POOL_KEEP_BYTES`, else [`default_pool_keep`].
+    keep: u64,
     /// Kernels loaded into this context (a module of another device's context cannot launch here).
     kernels: OnceLock<Result<Kernels, String>>,
     /// Why the context can no longer be used (a sticky fault, or a batch that never finished).
@@ -164,13 +184,16 @@ impl GpuContext {
             return Ok(context.clone());
         }
         let reader = DeviceReader::shared(ordinal)?;
+        let total = reader.context().total_mem().unwrap_or(0) as u64;
+        let keep = pool_keep_from_env()?.unwrap_or_else(|| default_pool_keep(total));
         let context = Arc::new(Self {
             ctx: reader.context().clone(),
             ordinal,
-            pool: OutputPool::new(reader.context(), ordinal)?,
+            pool: OutputPool::new(reader.context(), ordinal, keep)?,
             reader,
             staging: BufferPool::new(8),
             pinned: BufferPool::new(6),
+            keep,
             kernels: OnceLock::new(),
             lost: OnceLock::new(),
         });
@@ -349,6 +372,54 @@ impl GpuContext {
     pub(crate) fn give_pinned(&self, buffer: PinnedBuffer) {
         self.pinned.give(buffer);
     }
+
+    /// The idle bound of a read with `config`: its own, else the device's.
+    pub(crate) fn keep_for(&self, config: &crate::GpuConfig) -> u64 {
+        config.pool_keep_bytes().unwrap_or(self.keep)
+    }
+
+    /// Give back to the driver what the pools hold idle beyond `keep` bytes: staging buffers
+    /// first (the largest that fit stay), then freed results, so that both together keep at
+    /// most `keep`; pinned host buffers likewise. Buffers in use by other reads are not in the
+    /// pools and are not touched.
+    pub(crate) fn trim(&self, keep: u64) -> Result<(), GpuError> {
+        self.bind()?;
+        let staging = self.staging.trim(keep);
+        self.pinned.trim(keep);
+        self.pool.keep(keep.saturating_sub(staging)).map_err(GpuError::cuda("trimming the output memory pool"))
+    }
+
+    /// After a result of this device was freed on `stream`: when the output pool now holds more
+    /// idle than its threshold, wait (boundedly) for the stream's work and give the excess back,
+    /// so that memory freed by the caller is free for other libraries at once, not only at the
+    /// next synchronization somewhere in the process.
+    pub(crate) fn after_free(&self, stream: &CudaStream) {
+        let threshold = self.keep.saturating_sub(self.staging.bytes());
+        if self.lost.get().is_some() || self.pool.idle_bytes() <= threshold {
+            return;
+        }
+        let Ok(event) = stream.record_event(None) else { return };
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        if matches!(Self::wait_until(event, deadline), Ok(true)) {
+            // SAFETY: releases only memory no allocation uses.
+            let _ = unsafe { sys::cuMemPoolTrimTo(self.pool.0, threshold as usize) };
+        }
+    }
+}
+
+/// Give back to the driver everything this library's pools hold idle on every device it has
+/// used: freed results kept for the next read, staging buffers and pinned host buffers (what
+/// PyTorch's `torch.cuda.empty_cache()` does for its allocator). Memory of arrays still alive
+/// and of reads in flight is not touched. Reads after it allocate again.
+///
+/// # Errors
+/// Returns an error when a device's context cannot be bound (a lost context is skipped).
+pub fn empty_cache() -> Result<(), GpuError> {
+    let contexts: Vec<Arc<GpuContext>> = GpuContext::registry().values().cloned().collect();
+    for context in contexts.iter().filter(|c| c.check_alive().is_ok()) {
+        context.trim(0)?;
+    }
+    Ok(())
 }
 
 /// The memory a device's retrievals hold: what a long-running process watches to see that reads
@@ -366,6 +437,9 @@ pub struct MemoryInUse {
     pub staging_pooled: u64,
     /// Pinned host buffers kept for the next read.
     pub pinned_pooled: u64,
+    /// The bound on idle device memory (results and staging together) kept between reads where
+    /// a read's config sets none.
+    pub pool_keep: u64,
 }
 
 /// The memory retrievals on `device` hold now (the device is initialised if it was not).
@@ -383,6 +457,7 @@ pub fn memory_in_use(device: usize) -> Result<MemoryInUse, GpuError> {
         output_pool_idle: context.pool.idle_bytes(),
         staging_pooled: context.staging.bytes(),
         pinned_pooled: context.pinned.bytes(),
+        pool_keep: context.keep,
     })
 }
 
@@ -446,6 +521,31 @@ impl<B: PooledBuffer> BufferPool<B> {
         buffers.push(buffer);
         buffers.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
         buffers.truncate(self.keep);
+    }
+
+    /// Keep the largest buffers that fit in `limit` bytes together, drop the rest (freed here);
+    /// returns the bytes kept.
+    fn trim(&self, limit: u64) -> u64 {
+        let dropped: Vec<B> = {
+            let mut buffers = self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut kept = 0u64;
+            let mut dropped = Vec::new();
+            let mut i = 0;
+            // Sorted largest first by give().
+            while i < buffers.len() {
+                let size = buffers[i].capacity() as u64;
+                if kept.saturating_add(size) <= limit {
+                    kept += size;
+                    i += 1;
+                } else {
+                    dropped.push(buffers.remove(i));
+                }
+            }
+            dropped
+        };
+        // Freed outside the lock: cuMemFree waits for the device.
+        drop(dropped);
+        self.bytes()
     }
 
     /// Bytes held by kept buffers.
@@ -575,4 +675,40 @@ pub(crate) fn fill_source<S: ?Sized>(
     // SAFETY: the buffer holds at least len bytes, len is a whole number of elements.
     unsafe { fill_pattern(pattern, buffer.ptr(), len, stream) }?;
     Ok(fill.insert(buffer).ptr())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fake(usize);
+
+    impl PooledBuffer for Fake {
+        fn capacity(&self) -> usize {
+            self.0
+        }
+    }
+
+    #[test]
+    fn trimmed_pools_keep_the_largest_buffers_that_fit_the_bound() {
+        let pool = BufferPool::new(8);
+        for size in [4usize, 1, 3, 2, 8] {
+            pool.give(Fake(size << 20));
+        }
+        assert_eq!(pool.bytes(), 18 << 20);
+        // 8 + 4 fit in 13 MiB, 3 would not, 1 does.
+        assert_eq!(pool.trim(13 << 20), 13 << 20);
+        let mut left: Vec<usize> = pool.buffers.lock().unwrap().iter().map(|b| b.0 >> 20).collect();
+        left.sort_unstable();
+        assert_eq!(left, [1, 4, 8]);
+        assert_eq!(pool.trim(0), 0);
+        assert!(pool.take(1).is_none());
+    }
+
+    #[test]
+    fn the_default_bound_is_two_percent_of_the_device_and_at_least_one_gib() {
+        assert_eq!(default_pool_keep(8 << 30), 1 << 30);
+        assert_eq!(default_pool_keep(0), 1 << 30);
+        assert_eq!(default_pool_keep(150 << 30), 3 << 30);
+    }
 }

@@ -35,6 +35,13 @@ impl<T> Drop for DeviceArray<T> {
                 data.leak();
             }
             std::mem::forget(self.owner.take());
+        } else if let Some(data) = self.data.take() {
+            // Our memory goes back to the device's output pool; beyond the pool's idle bound it
+            // goes on to the driver now, for other libraries sharing the device.
+            drop(data);
+            if let Some(context) = GpuContext::existing(self.stream.context().ordinal()) {
+                context.after_free(&self.stream);
+            }
         }
     }
 }

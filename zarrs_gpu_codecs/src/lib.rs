@@ -71,7 +71,7 @@ pub use config::{
     gpu_config, with_gpu_config, DecodeTrust, GpuConfig, Progress, DECODE_TRUST_ENV, HOST_DECODE_FRACTION_ENV,
     STAGING_BYTES_ENV, TRACE_ENV,
 };
-pub use context::{memory_in_use, MemoryInUse, POOL_KEEP_ENV};
+pub use context::{default_pool_keep, empty_cache, memory_in_use, MemoryInUse, POOL_KEEP_ENV};
 pub use device_array::DeviceArray;
 pub use device_codec::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck, HostCodecV2, HostCodecV3};
 pub use dlpack::DlpackStream;

@@ -178,10 +178,19 @@ fn contained<R>(config: &GpuConfig, read: impl FnOnce() -> Result<R, GpuError>) 
     if let Some(context) = GpuContext::existing(config.device()) {
         context.check_alive()?;
     }
-    read().map_err(|err| match GpuContext::existing(config.device()) {
+    let result = read().map_err(|err| match GpuContext::existing(config.device()) {
         Some(context) => context.contain(err),
         None => err,
-    })
+    });
+    // What the read leaves idle beyond the bound goes back to the driver: a program that shares
+    // the device (PyTorch, CuPy) gets it for its own allocations.
+    if let Some(context) = GpuContext::existing(config.device()).filter(|c| c.check_alive().is_ok()) {
+        let trimmed = context.trim(context.keep_for(config));
+        if result.is_ok() {
+            trimmed?;
+        }
+    }
+    result
 }
 
 fn as_gds<S: 'static>(storage: &Arc<S>) -> Option<&GdsStore> {

@@ -104,11 +104,13 @@ struct ShardRef {
 /// [`GpuConfig::with_shard_index_cache`](crate::GpuConfig::with_shard_index_cache); dropped
 /// with the last handle. It serves one store at a time: it holds that store (so no other can
 /// take its address), and a read of another store empties it first. Entries are keyed by the
-/// shard's key, where the shard starts in it and its index shape; at most 65536 are kept. On a
-/// `GdsStore`, an entry serves only while its shard file is the same (inode, size and
-/// modification time, asked on every read): a shard rewritten or replaced is read again. On
-/// other stores a shard rewritten while the cache is in use keeps its old index here:
-/// [`clear`](Self::clear) the cache (or drop it) after writing to the array.
+/// shard's nesting level, key, where the shard starts in it, its length and its index shape; at
+/// most 65536 are kept. On a `GdsStore`, an entry serves only while its shard file is the same
+/// (inode, size and modification time, asked on every read): a shard rewritten or replaced is
+/// read again. Files modified in the last two seconds are not cached at all, since a rewrite of
+/// the same size within one tick of the file system's clock would keep all three (the rule git
+/// applies to its index). On other stores a shard rewritten while the cache is in use keeps its
+/// old index here: [`clear`](Self::clear) the cache (or drop it) after writing to the array.
 #[derive(Default)]
 pub struct ShardIndexCache {
     inner: Mutex<CacheInner>,
@@ -121,8 +123,10 @@ struct CacheInner {
     indexes: HashMap<CacheKey, CachedIndex>,
 }
 
-/// A shard's key, where the shard starts in that value, and its inner chunks per dimension.
-type CacheKey = (StoreKey, u64, Vec<NonZeroU64>);
+/// A shard's nesting level (0 outermost), its key, where it starts in that value, its length
+/// (None for a whole value) and its inner chunks per dimension. An outer shard and the first
+/// shard nested in it can share everything but the level and the length.
+type CacheKey = (usize, StoreKey, u64, Option<u64>, Vec<NonZeroU64>);
 /// A decoded index, the shard's length where known, and the identity of the file it was read
 /// from (`GdsStore` files: an index is used again only while its file is the same).
 type CachedIndex = (Arc<Vec<u64>>, Option<u64>, Option<FileStamp>);
@@ -133,6 +137,18 @@ type FileStamp = (u64, u64, i128);
 
 /// Indexes kept at most (beyond that the cache starts over): 64 inner chunks take 1 KiB.
 const INDEX_CACHE_ENTRIES: usize = 1 << 16;
+
+/// How long after its last modification a file's stamp is trusted: a rewrite within the same
+/// tick of the file system's clock (coarse on some file systems, 2 s on FAT) leaves inode, size
+/// and modification time unchanged, so the index of a file this young is never cached.
+const RACY_NS: i128 = 2_000_000_000;
+
+/// Whether a file of this stamp was last modified long enough ago for the stamp to identify its
+/// contents (a modification time in the future is not).
+fn settled(stamp: &FileStamp, now: std::time::SystemTime) -> bool {
+    let now = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
+    stamp.2.saturating_add(RACY_NS) < now
+}
 
 impl std::fmt::Debug for ShardIndexCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -212,6 +228,7 @@ type ReadIndex = (Arc<Vec<u64>>, u64, Option<u64>);
 /// exist.
 fn read_index<S: ReadableStorageTraits + ?Sized>(
     source: &ShardSource<'_, S>,
+    depth: usize,
     level: &ShardLevel,
     shard: &ShardRef,
 ) -> Result<Option<ReadIndex>, GpuError> {
@@ -237,7 +254,7 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
             Err(err) => return Err(error(format!("{}: {err}", path.display()))),
         }
     }
-    let cache_key = cache.map(|_| (shard.key.clone(), shard.base, per_shard.clone()));
+    let cache_key = cache.map(|_| (depth, shard.key.clone(), shard.base, shard.len, per_shard.clone()));
     if let (Some(c), Some(key)) = (cache, &cache_key) {
         if let Some((index, shard_len, cached_stamp)) = c.get(key) {
             if cached_stamp == stamp {
@@ -280,7 +297,10 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
         .map_err(|e| error(format!("decoding its index: {e}")))?;
     let index = Arc::new(index);
     if let (Some(c), Some(key)) = (cache, cache_key) {
-        c.insert(key, index.clone(), shard_len, stamp);
+        // A stamp that may not tell this version from the next is not worth keeping.
+        if stamp.as_ref().is_none_or(|s| settled(s, std::time::SystemTime::now())) {
+            c.insert(key, index.clone(), shard_len, stamp);
+        }
     }
     Ok(Some((index, index_len, shard_len)))
 }
@@ -415,8 +435,9 @@ pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
     let mut index_bytes = 0;
     for (depth, level) in levels.iter().enumerate() {
         let innermost = depth + 1 == levels.len();
-        let indexes: Vec<Option<ReadIndex>> = reader
-            .install(|| open.par_iter().map(|shard| read_index(source, level, shard)).collect::<Result<_, _>>())?;
+        let indexes: Vec<Option<ReadIndex>> = reader.install(|| {
+            open.par_iter().map(|shard| read_index(source, depth, level, shard)).collect::<Result<_, _>>()
+        })?;
         let mut next = Vec::new();
         for (shard, index) in open.iter().zip(indexes) {
             let per_shard = level
