@@ -421,9 +421,10 @@ fn meta_len(units: &[Unit], chain: &DeviceChain, batch: &[usize]) -> u64 {
 }
 
 /// Room for a batch's placement tables: a gather job per unit (chains that gather) and every
-/// unit's strided copies.
+/// unit's strided copies, as table entries (rows wider than `place::MAX_ROW` take several).
 fn table_room(units: &[Unit], chain: &DeviceChain, batch: impl Iterator<Item = usize>) -> (usize, usize) {
-    let (n, copies) = batch.fold((0, 0), |(n, c), u| (n + 1, c + units[u].placement.copies.len()));
+    let pieces = |u: usize| units[u].placement.copies.iter().map(place::row_pieces).sum::<usize>();
+    let (n, copies) = batch.fold((0, 0), |(n, c), u| (n + 1, c + pieces(u)));
     (if chain.needs_gather() { n } else { 0 }, copies)
 }
 
@@ -858,6 +859,8 @@ fn place_batch<S: ReadableStorageTraits + ?Sized>(
         unsafe { placer.launch_gather(stream, layout.at(at), &jobs, out_ptr) }?;
     }
     if let Some(placer) = job.kernels {
+        // Rows past MAX_ROW become several entries (the table has room: `table_room`).
+        let (copies, srcs) = place::split_rows(&copies, &srcs, place::MAX_ROW);
         let table = place::encode(&copies, &srcs);
         let at = layout.arrays.copies();
         layout.stage(at, &table, stream.as_ref())?;
