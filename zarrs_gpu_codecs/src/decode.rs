@@ -219,8 +219,11 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
         "stored chunks are read to host memory, where they are checked",
     ));
-    // When the work enqueued so far must be done by (see `GpuConfig::batch_timeout`).
+    // When the work enqueued so far must be done by (see `GpuConfig::batch_timeout`), and the
+    // bound of the batch last planned: after an ordinary error, the work in flight gets that
+    // long from then.
     let mut deadline = Instant::now();
+    let mut bound = config.batch_timeout(0);
     let mut checks: Vec<DecodeCheck> = Vec::new();
     let mut results_at = 0usize;
     let mut done = 0usize; // units whose batch has finished, for the progress callback
@@ -237,9 +240,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             let spans = stored_spans(&job, array.storage().as_ref(), batch)?;
             let Reads { requests, staged, at, stored_total, mut items, decoded_total } =
                 plan_reads(units, batch, &spans);
-            let bound = config.batch_timeout(decoded_total);
-            let batch_deadline = Instant::now() + bound;
-            deadline = deadline.max(batch_deadline);
+            bound = config.batch_timeout(decoded_total);
             trace.mark("sizes");
             let meta_bytes = meta_len(units, chain, batch);
             // Room for the batch as if every stored unit decoded on the device: the stored bytes
@@ -281,6 +282,10 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             results_at += queue_results(&job, &layout, &on_device, results_base, results_at, &mut checks)?;
             place_batch(&job, array, &layout, &items, &mut buffers.fill, out_shape, out_ptr, &mut report)?;
             let event = stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+            // The bound covers the device's work only: it starts once the batch is enqueued,
+            // after its storage reads and host checks (slow storage is no device fault).
+            let batch_deadline = after(bound);
+            deadline = deadline.max(batch_deadline);
             buffers.slots[slot].pending = Some(Pending { event, deadline: batch_deadline, bound, batch: b });
             trace.mark("place");
         }
@@ -297,6 +302,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         trace.mark("final sync");
         check_results(&job, &checks, buffers.results.as_slice())
     })();
+    // After an ordinary error (a corrupt chunk, a failed read), what is in flight gets a
+    // batch's bound from now: only work that never ends marks the context lost.
+    let deadline = if result.is_err() { deadline.max(after(bound)) } else { deadline };
     release(context, buffers, &result, &[stream.as_ref(), copy_stream.as_ref()], deadline)?;
     result?;
     report.stages = trace.finish(&format!(
@@ -951,6 +959,12 @@ fn release(
         (Err(_), Err(_)) => std::mem::forget(buffers),
     }
     Ok(())
+}
+
+/// `bound` from now (a bound too large for the clock: a year, which no wait reaches).
+fn after(bound: std::time::Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(bound).unwrap_or_else(|| now + std::time::Duration::from_hours(365 * 24))
 }
 
 /// A batch enqueued on the device: the event after its last work, and when it must be done by.
