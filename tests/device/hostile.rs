@@ -172,3 +172,39 @@ fn chunks_and_shard_indexes_whose_sizes_overflow_are_errors() -> Result {
     assert!(err.to_string().contains("ends past 2^64"), "{err}");
     Ok(())
 }
+
+/// A 1 MiB zstd chunk whose file is a sparse 64 GiB (and a shard's inner chunk is bounded the
+/// same way): an error naming the chunk at once, when its size is learned, nothing pinned or
+/// staged for it; the next read, the file restored, is zarrs'.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_sparse_chunk_file_far_longer_than_its_chunk_is_refused_at_once() -> Result {
+    let dir = tempfile::tempdir()?;
+    warm_up(dir.path())?;
+    let array = huge(dir.path(), "/sparse", &[512, 2048], &[512, 512], &zstd())?;
+    write(&array, &array.subset_all())?;
+    check::<f32>(&array, &array.subset_all(), &posix())?;
+    let key = array.chunk_key(&[0, 1]);
+    let path = dir.path().join(key.as_str());
+    let good = std::fs::read(&path)?;
+    let before = zarrs_gpu::memory_in_use(0)?;
+    std::fs::OpenOptions::new().write(true).open(&path)?.set_len(64 << 30)?;
+    for config in [posix(), GpuConfig::default()] {
+        let start = Instant::now();
+        let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &config).map(|_| ()).unwrap_err();
+        let took = start.elapsed();
+        let message = err.to_string();
+        assert!(message.contains(key.as_str()), "{message}");
+        assert!(
+            message.contains(&format!("{} stored bytes for {} decoded bytes", 64u64 << 30, 1u64 << 20)),
+            "{message}"
+        );
+        assert!(took < Duration::from_secs(2), "refused after {took:?}");
+    }
+    let after = zarrs_gpu::memory_in_use(0)?;
+    assert!(after.pinned_pooled <= before.pinned_pooled + (64 << 20), "pinned: {before:?} -> {after:?}");
+    assert!(after.staging_pooled <= before.staging_pooled + (256 << 20), "staging: {before:?} -> {after:?}");
+    std::fs::write(&path, &good)?;
+    check::<f32>(&array, &array.subset_all(), &posix())?;
+    Ok(())
+}

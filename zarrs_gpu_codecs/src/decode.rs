@@ -499,19 +499,26 @@ fn stored_spans<S: ReadableStorageTraits + ?Sized>(
     batch: &[usize],
 ) -> Result<Vec<Option<(u64, u64)>>, GpuError> {
     let units = job.units;
-    job.context
-        .reader()
-        .install(|| {
-            batch
-                .par_iter()
-                .map(|&u| match units[u].source {
-                    Source::Whole => storage.size_key(&units[u].placement.key).map(|s| s.map(|s| (0, s))),
-                    Source::Range { offset, len } => Ok(Some((offset, len))),
-                    Source::Missing => Ok(None),
-                })
-                .collect::<Result<_, _>>()
-        })
-        .map_err(|e| GpuError::Array(e.into()))
+    job.context.reader().install(|| {
+        batch
+            .par_iter()
+            .map(|&u| match units[u].source {
+                Source::Whole => {
+                    let size = storage.size_key(&units[u].placement.key).map_err(|e| GpuError::Array(e.into()))?;
+                    size.map(|len| whole_span(&units[u], len)).transpose()
+                }
+                Source::Range { offset, len } => Ok(Some((offset, len))),
+                Source::Missing => Ok(None),
+            })
+            .collect()
+    })
+}
+
+/// The span of `unit`'s whole value of `len` bytes, its size checked as soon as it is learned,
+/// before any buffer is sized to it.
+fn whole_span(unit: &Unit, len: u64) -> Result<(u64, u64), GpuError> {
+    crate::unit::check_stored_len(len, unit.decoded_len()).map_err(|reason| unit.error(reason))?;
+    Ok((0, len))
 }
 
 /// Read a batch's stored bytes: into the slot's pinned buffer, where they are checked, each
@@ -1442,6 +1449,18 @@ mod tests {
         // An index entry of another length than the chunk's.
         let err = narrow_raw(&mut [unit(100)]).unwrap_err();
         assert!(err.to_string().contains("100 bytes stored, 128 expected"), "{err}");
+    }
+
+    #[test]
+    fn whole_values_far_longer_than_any_encoding_are_refused_when_sized() {
+        // A 1 MiB chunk whose file is a sparse 64 GiB.
+        let chunk = ArraySubset::new_with_shape(vec![256, 1024]);
+        let key = StoreKey::new("a/c/0/1").unwrap();
+        let placement = plan_chunks(4, &chunk, [(vec![0, 1], key, chunk.clone())]).unwrap().pop().unwrap();
+        let unit = Unit::whole(placement);
+        assert_eq!(whole_span(&unit, 900 << 10).unwrap(), (0, 900 << 10));
+        let err = whole_span(&unit, 64 << 30).unwrap_err().to_string();
+        assert!(err.contains("a/c/0/1") && err.contains("68719476736 stored bytes for 1048576 decoded"), "{err}");
     }
 
     /// What the gather kernel does, on the host.
