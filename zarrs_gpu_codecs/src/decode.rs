@@ -98,6 +98,15 @@ impl Output {
         }
     }
 
+    /// Device memory the output allocates for `out_bytes` bytes: all of them for a new one,
+    /// none for a caller's destination (it exists already, outside the free memory).
+    pub(crate) fn allocated(self, out_bytes: u64) -> u64 {
+        match self {
+            Output::New => out_bytes,
+            Output::Into { .. } => 0,
+        }
+    }
+
     /// Whether the output takes `out_bytes` bytes (a caller's destination must be that long).
     pub(crate) fn fits(self, out_bytes: u64) -> Result<(), GpuError> {
         match self {
@@ -178,7 +187,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         None if !chain.needs_nvcomp() => None,
         None => return Err(GpuError::NoNvcomp("this codec chain needs it".into())),
     };
-    let batches = plan_batches(units, chain, config, context, nvcomp, out_bytes)?;
+    // Free device memory, asked once (each query is a driver call).
+    let free = context.free_bytes()?;
+    let batches = plan_batches(units, chain, config, free, nvcomp, output.allocated(out_bytes))?;
     let slots = if batches.len() > 1 { 2 } else { 1 };
     trace.mark("plan");
 
@@ -436,14 +447,15 @@ fn table_room(units: &[Unit], chain: &DeviceChain, batch: impl Iterator<Item = u
     (if chain.needs_gather() { n } else { 0 }, copies)
 }
 
-/// The batches of `units`, after checking that the output and two slots of the largest batch
-/// (stored bytes at most about the decoded bytes, decoded bytes, nvCOMP's temp space, metadata)
-/// fit the device's free memory, before anything is allocated.
+/// The batches of `units`, after checking that the output this read allocates (`out_bytes`:
+/// none for a caller's destination) and two slots of the largest batch (stored bytes at most
+/// about the decoded bytes, decoded bytes, nvCOMP's temp space, metadata) fit the `free` device
+/// memory, before anything is allocated.
 fn plan_batches(
     units: &[Unit],
     chain: &DeviceChain,
     config: &GpuConfig,
-    context: &GpuContext,
+    free: u64,
     nvcomp: Option<&NvcompLibrary>,
     out_bytes: u64,
 ) -> Result<Vec<Vec<usize>>, GpuError> {
@@ -456,11 +468,9 @@ fn plan_batches(
         unit => unit.decoded_len(),
     };
     let largest = (0..units.len()).map(staged_len).max().unwrap_or(0);
-    // Free device memory, asked once (each query is a driver call). Every unit is staged whole
-    // (decoded, or the bytes read of an uncompressed one): one that (with the output) exceeds it
-    // is refused before any batch is planned, which also keeps the batch arithmetic (and
-    // nvCOMP's sizes) far from overflow.
-    let free = context.free_bytes()?;
+    // Every unit is staged whole (decoded, or the bytes read of an uncompressed one): one that
+    // (with the output) exceeds the free memory is refused before any batch is planned, which
+    // also keeps the batch arithmetic (and nvCOMP's sizes) far from overflow.
     let refuse = |needed: u64| -> Result<(), GpuError> {
         if needed > free {
             return Err(GpuError::OutOfMemory { needed, free, device: config.device() });
@@ -1461,6 +1471,31 @@ mod tests {
         assert_eq!(whole_span(&unit, 900 << 10).unwrap(), (0, 900 << 10));
         let err = whole_span(&unit, 64 << 30).unwrap_err().to_string();
         assert!(err.contains("a/c/0/1") && err.contains("68719476736 stored bytes for 1048576 decoded"), "{err}");
+    }
+
+    #[test]
+    fn a_callers_destination_is_not_counted_against_free_memory() {
+        // 16 chunks of 1 MiB (rows of 16 KiB, none one run of the output): 16 MiB of output,
+        // staged one chunk a batch.
+        let array = ArraySubset::new_with_shape(vec![64, 65536]);
+        let chunks = (0..16u64).map(|c| {
+            let subset = ArraySubset::new_with_start_shape(vec![0, c * 4096], vec![64, 4096]).unwrap();
+            (vec![0, c], StoreKey::new(format!("c/0/{c}")).unwrap(), subset)
+        });
+        let units: Vec<Unit> = plan_chunks(4, &array, chunks).unwrap().into_iter().map(Unit::whole).collect();
+        let (chain, config) = (DeviceChain::default(), GpuConfig::default().with_staging_bytes(1 << 20));
+        let out_bytes = 16 << 20;
+        // Less free memory than the output, room for two slots of staging (about 4 MiB).
+        let free = 6 << 20;
+        let new = plan_batches(&units, &chain, &config, free, None, Output::New.allocated(out_bytes));
+        assert!(matches!(new, Err(GpuError::OutOfMemory { .. })), "{new:?}");
+        // Into a caller's destination of 16 MiB, which exists already: only staging counts.
+        let into = Output::Into { ptr: 0, len: out_bytes as usize };
+        let batches = plan_batches(&units, &chain, &config, free, None, into.allocated(out_bytes)).unwrap();
+        assert_eq!(batches.len(), 16);
+        // Staging alone still has to fit.
+        let tight = plan_batches(&units, &chain, &config, 3 << 20, None, into.allocated(out_bytes));
+        assert!(matches!(tight, Err(GpuError::OutOfMemory { .. })), "{tight:?}");
     }
 
     /// What the gather kernel does, on the host.
