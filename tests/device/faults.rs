@@ -466,33 +466,34 @@ fn slow_storage_is_no_device_timeout() -> Result {
 fn slow_storage_child() -> Result {
     let dir = tempfile::tempdir()?;
     let writer = Arc::new(FilesystemStore::new(dir.path())?);
-    let array = make(writer.clone(), "/slow", &|b: &mut ArrayBuilder| {
-        b.bytes_to_bytes_codecs(vec![zstd()]);
-    })?;
+    // Twelve zstd chunks of 256 KiB: one batch, or three at 1 MiB of staging.
+    let array = ArrayBuilder::new(vec![192, 4096], vec![32, 2048], data_type::float32(), -1f32)
+        .bytes_to_bytes_codecs(vec![zstd()])
+        .build(writer.clone(), "/slow")?;
+    array.store_metadata()?;
+    let values: Vec<f32> = (0..192 * 4096u64).map(|i| ((i * 7919) % 613) as f32 * 0.25).collect();
+    array.store_array_subset(&array.subset_all(), values)?;
     let want = zarrs_read(&array)?;
     let slow =
-        Arc::new(Slow { inner: FilesystemStore::new(dir.path())?, delay: std::time::Duration::from_millis(400) });
+        Arc::new(Slow { inner: FilesystemStore::new(dir.path())?, delay: std::time::Duration::from_millis(600) });
     let reader = Array::open(slow, "/slow")?;
     // Set up the device (context, nvCOMP, kernels) at the default bound.
     let (data, _) = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &GpuConfig::default())?;
     assert!(data.to_host_bytes()? == want);
-    let bound = GpuConfig::default().with_batch_timeout(Some(std::time::Duration::from_millis(150)));
-    // One batch of six 2 KiB chunks; then batches of two (8 KiB of staging each).
-    for config in [bound.clone(), bound.with_staging_bytes(8 << 10)] {
+    // Each batch's reads take 600 ms at least, twice its bound.
+    let bound = GpuConfig::default().with_batch_timeout(Some(std::time::Duration::from_millis(300)));
+    for config in [bound.clone(), bound.with_staging_bytes(1 << 20)] {
         let (data, report) = reader.retrieve_array_subset_device_opt::<f32>(&reader.subset_all(), &config)?;
         assert_eq!(report.decode, DecodePath::Device, "{report:?}");
         assert!(data.to_host_bytes()? == want, "slow storage: our bytes differ from zarrs' ({report:?})");
         // A corrupt chunk after a slow read: its own error, never a lost context.
-        let key = array.chunk_key(&[1, 2]);
+        let key = array.chunk_key(&[2, 1]);
         let good = writer.get(&key)?.unwrap();
         writer.set(&key, Bytes::from(vec![0x55u8; good.len()]))?;
         let err =
             reader.retrieve_array_subset_device_opt::<f32>(&reader.subset_all(), &config).map(|_| ()).unwrap_err();
-        assert!(
-            err.to_string().contains(key.as_str())
-                && !matches!(err, GpuError::ContextLost { .. } | GpuError::Timeout { .. }),
-            "{err}"
-        );
+        let lost = matches!(err, GpuError::ContextLost { .. } | GpuError::Timeout { .. });
+        assert!(err.to_string().contains(key.as_str()) && !lost, "{err}");
         writer.set(&key, good)?;
         let (data, _) = reader.retrieve_array_subset_device_opt::<f32>(&reader.subset_all(), &config)?;
         assert!(data.to_host_bytes()? == want, "the read after a corrupt chunk differs from zarrs'");
