@@ -163,9 +163,7 @@ impl Kernels {
         if copies.is_empty() {
             return Ok(());
         }
-        let blocks = i32::try_from(copies.len()).ok().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
-            GpuError::Unsupported(format!("{} placement copies in one batch, more than a launch takes", copies.len()))
-        })?;
+        let blocks = grid_x(copies.len(), "placement copies")?;
         let max_depth = copies.iter().map(|c| c.depth).max().unwrap_or(1).min(65_535) as u32;
         let srcs = table + (copies.len() * COPY_BYTES) as u64;
         let config = LaunchConfig { grid_dim: (blocks, max_depth, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
@@ -195,8 +193,11 @@ impl Kernels {
         }
         let most = jobs.iter().map(|g| g.extent.iter().product::<u64>()).max().unwrap_or(1);
         let blocks = most.div_ceil(256).clamp(1, 256) as u32;
-        let config =
-            LaunchConfig { grid_dim: (jobs.len() as u32, blocks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let config = LaunchConfig {
+            grid_dim: (grid_x(jobs.len(), "gather jobs")?, blocks, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let mut launch = stream.launch_builder(&self.gather);
         launch.arg(&table).arg(&dst);
         // SAFETY: the kernel's parameters are two device addresses, as pushed; bounds are the
@@ -204,6 +205,15 @@ impl Kernels {
         unsafe { launch.launch(config) }.map_err(GpuError::cuda("launching the gather kernel"))?;
         Ok(())
     }
+}
+
+/// A launch's grid width for `n` blocks (one per entry), or an error past what a grid takes
+/// (2^31 - 1) rather than a truncated cast.
+fn grid_x(n: usize, what: &str) -> Result<u32, GpuError> {
+    i32::try_from(n)
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| GpuError::Unsupported(format!("{n} {what} in one batch, more than a launch takes")))
 }
 
 /// Kernels that break a batch on purpose, for the tests of fault containment: one never ends,
@@ -350,6 +360,13 @@ mod tests {
             assert_eq!(at, width);
         }
         assert_eq!(row_pieces(&copy(1 << 36, 1, 1)), 64);
+    }
+
+    #[test]
+    fn launches_wider_than_a_grid_are_errors() {
+        assert_eq!(grid_x(5, "copies").unwrap(), 5);
+        assert_eq!(grid_x((1 << 31) - 1, "copies").unwrap(), (1 << 31) - 1);
+        assert!(grid_x(1 << 31, "copies").unwrap_err().to_string().contains("2147483648 copies"));
     }
 
     #[test]
