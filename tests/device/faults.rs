@@ -411,3 +411,92 @@ fn without_kernels_reads_fall_back_or_say_why() -> Result {
     assert_eq!(report.host_decoded_chunks, report.chunks, "{report:?}");
     Ok(())
 }
+
+/// A filesystem store that takes `delay` for every size query and read: storage slower than the
+/// device's batch bound (a network filesystem, many small files).
+struct Slow {
+    inner: FilesystemStore,
+    delay: std::time::Duration,
+}
+
+impl ReadableStorageTraits for Slow {
+    fn get_partial_many<'a>(
+        &'a self,
+        key: &StoreKey,
+        byte_ranges: ByteRangeIterator<'a>,
+    ) -> std::result::Result<MaybeBytesIterator<'a>, StorageError> {
+        std::thread::sleep(self.delay);
+        self.inner.get_partial_many(key, byte_ranges)
+    }
+
+    fn size_key(&self, key: &StoreKey) -> std::result::Result<Option<u64>, StorageError> {
+        std::thread::sleep(self.delay);
+        self.inner.size_key(key)
+    }
+
+    fn supports_get_partial(&self) -> bool {
+        true
+    }
+
+    fn get(&self, key: &StoreKey) -> std::result::Result<MaybeBytes, StorageError> {
+        std::thread::sleep(self.delay);
+        self.inner.get(key)
+    }
+}
+
+/// The variable that makes this binary the child of the slow storage test.
+const SLOW_CHILD: &str = "ZARRS_GPU_TEST_SLOW_STORAGE";
+
+/// Storage slower than the batch bound: the bound covers the device's work only, so reads (one
+/// batch and several) return zarrs' data; a corrupt chunk found after a slow read is the chunk's
+/// error, the context stays usable and the next read is correct. In a child process: before the
+/// bound started at enqueue, the context was marked lost for the whole process.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn slow_storage_is_no_device_timeout() -> Result {
+    if std::env::var_os(SLOW_CHILD).is_some() {
+        return slow_storage_child();
+    }
+    let out = child_command("faults::slow_storage_is_no_device_timeout", &[(SLOW_CHILD, Some("1"))])?.output()?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    Ok(())
+}
+
+fn slow_storage_child() -> Result {
+    let dir = tempfile::tempdir()?;
+    let writer = Arc::new(FilesystemStore::new(dir.path())?);
+    // Twelve zstd chunks of 256 KiB: one batch, or three at 1 MiB of staging.
+    let array = ArrayBuilder::new(vec![192, 4096], vec![32, 2048], data_type::float32(), -1f32)
+        .bytes_to_bytes_codecs(vec![zstd()])
+        .build(writer.clone(), "/slow")?;
+    array.store_metadata()?;
+    let values: Vec<f32> = (0..192 * 4096u64).map(|i| ((i * 7919) % 613) as f32 * 0.25).collect();
+    array.store_array_subset(&array.subset_all(), values)?;
+    let want = zarrs_read(&array)?;
+    let slow =
+        Arc::new(Slow { inner: FilesystemStore::new(dir.path())?, delay: std::time::Duration::from_millis(600) });
+    let reader = Array::open(slow, "/slow")?;
+    // Set up the device (context, nvCOMP, kernels) at the default bound.
+    let (data, _) = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &GpuConfig::default())?;
+    assert!(data.to_host_bytes()? == want);
+    // Each batch's reads take 600 ms at least, twice its bound.
+    let bound = GpuConfig::default().with_batch_timeout(Some(std::time::Duration::from_millis(300)));
+    for config in [bound.clone(), bound.with_staging_bytes(1 << 20)] {
+        let (data, report) = reader.retrieve_array_subset_device_opt::<f32>(&reader.subset_all(), &config)?;
+        assert_eq!(report.decode, DecodePath::Device, "{report:?}");
+        assert!(data.to_host_bytes()? == want, "slow storage: our bytes differ from zarrs' ({report:?})");
+        // A corrupt chunk after a slow read: its own error, never a lost context.
+        let key = array.chunk_key(&[2, 1]);
+        let good = writer.get(&key)?.unwrap();
+        writer.set(&key, Bytes::from(vec![0x55u8; good.len()]))?;
+        let err =
+            reader.retrieve_array_subset_device_opt::<f32>(&reader.subset_all(), &config).map(|_| ()).unwrap_err();
+        let lost = matches!(err, GpuError::ContextLost { .. } | GpuError::Timeout { .. });
+        assert!(err.to_string().contains(key.as_str()) && !lost, "{err}");
+        writer.set(&key, good)?;
+        let (data, _) = reader.retrieve_array_subset_device_opt::<f32>(&reader.subset_all(), &config)?;
+        assert!(data.to_host_bytes()? == want, "the read after a corrupt chunk differs from zarrs'");
+    }
+    Ok(())
+}

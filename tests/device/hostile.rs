@@ -172,3 +172,77 @@ fn chunks_and_shard_indexes_whose_sizes_overflow_are_errors() -> Result {
     assert!(err.to_string().contains("ends past 2^64"), "{err}");
     Ok(())
 }
+
+/// A 1 MiB zstd chunk whose file is a sparse 64 GiB (and a shard's inner chunk is bounded the
+/// same way): an error naming the chunk at once, when its size is learned, nothing pinned or
+/// staged for it; the next read, the file restored, is zarrs'.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_sparse_chunk_file_far_longer_than_its_chunk_is_refused_at_once() -> Result {
+    let dir = tempfile::tempdir()?;
+    warm_up(dir.path())?;
+    let array = huge(dir.path(), "/sparse", &[512, 2048], &[512, 512], &zstd())?;
+    write(&array, &array.subset_all())?;
+    check::<f32>(&array, &array.subset_all(), &posix())?;
+    let key = array.chunk_key(&[0, 1]);
+    let path = dir.path().join(key.as_str());
+    let good = std::fs::read(&path)?;
+    let before = zarrs_gpu::memory_in_use(0)?;
+    std::fs::OpenOptions::new().write(true).open(&path)?.set_len(64 << 30)?;
+    for config in [posix(), GpuConfig::default()] {
+        let start = Instant::now();
+        let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &config).map(|_| ()).unwrap_err();
+        let took = start.elapsed();
+        let message = err.to_string();
+        assert!(message.contains(key.as_str()), "{message}");
+        assert!(
+            message.contains(&format!("{} stored bytes for {} decoded bytes", 64u64 << 30, 1u64 << 20)),
+            "{message}"
+        );
+        assert!(took < Duration::from_secs(2), "refused after {took:?}");
+    }
+    let after = zarrs_gpu::memory_in_use(0)?;
+    assert!(after.pinned_pooled <= before.pinned_pooled + (64 << 20), "pinned: {before:?} -> {after:?}");
+    assert!(after.staging_pooled <= before.staging_pooled + (256 << 20), "staging: {before:?} -> {after:?}");
+    std::fs::write(&path, &good)?;
+    check::<f32>(&array, &array.subset_all(), &posix())?;
+    Ok(())
+}
+
+/// A read into a caller's destination larger than the device memory left free beside it: the
+/// destination exists already, so only staging counts against free memory (the destination's
+/// bytes were counted again: OutOfMemory). The destination here is 55% of the free memory, of a
+/// mostly missing array (placing the fill value costs little); two windows of it are compared
+/// with zarrs.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn reads_into_a_destination_larger_than_the_memory_left_free() -> Result {
+    let dir = tempfile::tempdir()?;
+    warm_up(dir.path())?;
+    let memory = zarrs_gpu::memory_in_use(0)?;
+    // What a read sees as free: the driver's figure and what our pools hold idle.
+    let free = memory.device_free + memory.output_pool_idle + memory.staging_pooled;
+    // Rows of 1 MiB, chunks of 64 x 4096 (1 MiB), a multiple of 64 rows.
+    let (row, chunks) = (1u64 << 18, [64u64, 4096]);
+    let rows = (free / 20 * 11 / (4 * row)) / 64 * 64;
+    let shape = [rows, row];
+    let target = huge(dir.path(), "/target", &shape, &chunks, &zstd())?;
+    write(&target, &ArraySubset::new_with_ranges(&[10..200, 1000..9000]))?;
+    // Another array of the shape, all missing (fill 2.0): a destination the read must overwrite.
+    super::metadata::write_float32(&dir.path().join("other"), &shape, &chunks, 2.0, &zstd())?;
+    let other = Array::open(Arc::new(GdsStore::new(dir.path())?), "/other")?;
+    let config = posix().with_staging_bytes(256 << 20);
+    let all = target.subset_all();
+    let (mut out, _) = other.retrieve_array_subset_device_opt::<f32>(&all, &config)?;
+    let report = target.retrieve_array_subset_into_device_opt::<f32>(&all, &mut out, &config)?;
+    assert_eq!(report.decode, DecodePath::Device, "{report:?}");
+    let slice = out.as_cuda_slice().ok_or("the destination is ours")?;
+    for window in [0..256u64, rows - 64..rows] {
+        let subset = ArraySubset::new_with_ranges(&[window.clone(), 0..row]);
+        let want = target.retrieve_array_subset::<Vec<f32>>(&subset)?;
+        let view = slice.slice((window.start * row) as usize..(window.end * row) as usize);
+        let got = out.stream().clone_dtoh(&view)?;
+        assert!(got == want, "rows {window:?} differ from zarrs'");
+    }
+    Ok(())
+}

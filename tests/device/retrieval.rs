@@ -377,3 +377,40 @@ fn no_gpu_is_a_clear_error() -> Result {
     assert!(matches!(err, GpuError::NoCuda(_)), "{err}");
     Ok(())
 }
+
+/// Big-endian raw bits (`r16`, `r32`, `r64`: bytes, which zarrs never swaps) and fixed-length
+/// UTF-32 (zarrs swaps each 4-byte code point, not the whole string), plain and zstd-compressed:
+/// zarrs' bytes.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn big_endian_raw_bits_and_utf32_match_zarrs() -> Result {
+    use zarrs::array::codec::BytesCodec;
+    let (shape, chunks) = ([23u64, 17], [6u64, 5]);
+    let build = |dir: &std::path::Path, data_type: DataType, zstd: bool| -> Result<Array<GdsStore>> {
+        let size = data_type.fixed_size().unwrap();
+        let fill = FillValue::new((0..size).map(|i| i as u8 + 1).collect());
+        let mut builder = ArrayBuilder::new(shape.to_vec(), chunks.to_vec(), data_type, fill);
+        builder.array_to_bytes_codec(Arc::new(BytesCodec::big()));
+        builder.bytes_to_bytes_codecs(if zstd { vec![Arc::new(ZstdCodec::new(3, false))] } else { vec![] });
+        let array = builder.build(Arc::new(GdsStore::new(dir)?), "/arr")?;
+        array.store_metadata()?;
+        fill_random(&array, 21)?;
+        Ok(array)
+    };
+    for zstd in [false, true] {
+        macro_rules! case {
+            ($t:ty, $dt:expr) => {{
+                let dir = tempfile::tempdir()?;
+                let array = build(dir.path(), $dt, zstd)?;
+                let report = check_subset::<$t, _>(&array, &array.subset_all(), &posix())?;
+                assert_eq!(report.decode, DecodePath::Device, "{}: {report:?}", array.data_type());
+                check_all::<$t, _>(&array, &posix(), 7)?;
+            }};
+        }
+        case!([u8; 2], data_type::raw_bits(2));
+        case!([u8; 4], data_type::raw_bits(4));
+        case!([u8; 8], data_type::raw_bits(8));
+        case!([char; 3], data_type::fixed_length_utf32(std::num::NonZeroU64::new(12).unwrap())?);
+    }
+    Ok(())
+}

@@ -277,7 +277,9 @@ impl GpuConfig {
     }
 
     /// How long a device batch may take before the read fails with [`GpuError::Timeout`]
-    /// naming its chunks and the device is marked lost (its kernels may still be running).
+    /// naming its chunks and the device is marked lost (its kernels may still be running),
+    /// counted from when its device work is enqueued: its storage reads and host checks (slow
+    /// storage) do not count.
     /// `None`, the default, allows a generous bound from the batch's size: 60 s plus 20 ms per
     /// MiB decoded (nvCOMP's slowest case, one 16 MiB zstd frame, decodes at about 55 MiB/s).
     ///

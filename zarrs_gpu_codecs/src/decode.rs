@@ -98,6 +98,15 @@ impl Output {
         }
     }
 
+    /// Device memory the output allocates for `out_bytes` bytes: all of them for a new one,
+    /// none for a caller's destination (it exists already, outside the free memory).
+    pub(crate) fn allocated(self, out_bytes: u64) -> u64 {
+        match self {
+            Output::New => out_bytes,
+            Output::Into { .. } => 0,
+        }
+    }
+
     /// Whether the output takes `out_bytes` bytes (a caller's destination must be that long).
     pub(crate) fn fits(self, out_bytes: u64) -> Result<(), GpuError> {
         match self {
@@ -178,7 +187,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         None if !chain.needs_nvcomp() => None,
         None => return Err(GpuError::NoNvcomp("this codec chain needs it".into())),
     };
-    let batches = plan_batches(units, chain, config, context, nvcomp, out_bytes)?;
+    // Free device memory, asked once (each query is a driver call).
+    let free = context.free_bytes()?;
+    let batches = plan_batches(units, chain, config, free, nvcomp, output.allocated(out_bytes))?;
     let slots = if batches.len() > 1 { 2 } else { 1 };
     trace.mark("plan");
 
@@ -219,8 +230,11 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
         "stored chunks are read to host memory, where they are checked",
     ));
-    // When the work enqueued so far must be done by (see `GpuConfig::batch_timeout`).
+    // When the work enqueued so far must be done by (see `GpuConfig::batch_timeout`), and the
+    // bound of the batch last planned: after an ordinary error, the work in flight gets that
+    // long from then.
     let mut deadline = Instant::now();
+    let mut bound = config.batch_timeout(0);
     let mut checks: Vec<DecodeCheck> = Vec::new();
     let mut results_at = 0usize;
     let mut done = 0usize; // units whose batch has finished, for the progress callback
@@ -237,9 +251,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             let spans = stored_spans(&job, array.storage().as_ref(), batch)?;
             let Reads { requests, staged, at, stored_total, mut items, decoded_total } =
                 plan_reads(units, batch, &spans);
-            let bound = config.batch_timeout(decoded_total);
-            let batch_deadline = Instant::now() + bound;
-            deadline = deadline.max(batch_deadline);
+            bound = config.batch_timeout(decoded_total);
             trace.mark("sizes");
             let meta_bytes = meta_len(units, chain, batch);
             // Room for the batch as if every stored unit decoded on the device: the stored bytes
@@ -281,6 +293,10 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             results_at += queue_results(&job, &layout, &on_device, results_base, results_at, &mut checks)?;
             place_batch(&job, array, &layout, &items, &mut buffers.fill, out_shape, out_ptr, &mut report)?;
             let event = stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+            // The bound covers the device's work only: it starts once the batch is enqueued,
+            // after its storage reads and host checks (slow storage is no device fault).
+            let batch_deadline = after(bound);
+            deadline = deadline.max(batch_deadline);
             buffers.slots[slot].pending = Some(Pending { event, deadline: batch_deadline, bound, batch: b });
             trace.mark("place");
         }
@@ -297,6 +313,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         trace.mark("final sync");
         check_results(&job, &checks, buffers.results.as_slice())
     })();
+    // After an ordinary error (a corrupt chunk, a failed read), what is in flight gets a
+    // batch's bound from now: only work that never ends marks the context lost.
+    let deadline = if result.is_err() { deadline.max(after(bound)) } else { deadline };
     release(context, buffers, &result, &[stream.as_ref(), copy_stream.as_ref()], deadline)?;
     result?;
     report.stages = trace.finish(&format!(
@@ -421,20 +440,22 @@ fn meta_len(units: &[Unit], chain: &DeviceChain, batch: &[usize]) -> u64 {
 }
 
 /// Room for a batch's placement tables: a gather job per unit (chains that gather) and every
-/// unit's strided copies.
+/// unit's strided copies, as table entries (rows wider than `place::MAX_ROW` take several).
 fn table_room(units: &[Unit], chain: &DeviceChain, batch: impl Iterator<Item = usize>) -> (usize, usize) {
-    let (n, copies) = batch.fold((0, 0), |(n, c), u| (n + 1, c + units[u].placement.copies.len()));
+    let pieces = |u: usize| units[u].placement.copies.iter().map(place::row_pieces).sum::<usize>();
+    let (n, copies) = batch.fold((0, 0), |(n, c), u| (n + 1, c + pieces(u)));
     (if chain.needs_gather() { n } else { 0 }, copies)
 }
 
-/// The batches of `units`, after checking that the output and two slots of the largest batch
-/// (stored bytes at most about the decoded bytes, decoded bytes, nvCOMP's temp space, metadata)
-/// fit the device's free memory, before anything is allocated.
+/// The batches of `units`, after checking that the output this read allocates (`out_bytes`:
+/// none for a caller's destination) and two slots of the largest batch (stored bytes at most
+/// about the decoded bytes, decoded bytes, nvCOMP's temp space, metadata) fit the `free` device
+/// memory, before anything is allocated.
 fn plan_batches(
     units: &[Unit],
     chain: &DeviceChain,
     config: &GpuConfig,
-    context: &GpuContext,
+    free: u64,
     nvcomp: Option<&NvcompLibrary>,
     out_bytes: u64,
 ) -> Result<Vec<Vec<usize>>, GpuError> {
@@ -447,11 +468,9 @@ fn plan_batches(
         unit => unit.decoded_len(),
     };
     let largest = (0..units.len()).map(staged_len).max().unwrap_or(0);
-    // Free device memory, asked once (each query is a driver call). Every unit is staged whole
-    // (decoded, or the bytes read of an uncompressed one): one that (with the output) exceeds it
-    // is refused before any batch is planned, which also keeps the batch arithmetic (and
-    // nvCOMP's sizes) far from overflow.
-    let free = context.free_bytes()?;
+    // Every unit is staged whole (decoded, or the bytes read of an uncompressed one): one that
+    // (with the output) exceeds the free memory is refused before any batch is planned, which
+    // also keeps the batch arithmetic (and nvCOMP's sizes) far from overflow.
     let refuse = |needed: u64| -> Result<(), GpuError> {
         if needed > free {
             return Err(GpuError::OutOfMemory { needed, free, device: config.device() });
@@ -490,19 +509,26 @@ fn stored_spans<S: ReadableStorageTraits + ?Sized>(
     batch: &[usize],
 ) -> Result<Vec<Option<(u64, u64)>>, GpuError> {
     let units = job.units;
-    job.context
-        .reader()
-        .install(|| {
-            batch
-                .par_iter()
-                .map(|&u| match units[u].source {
-                    Source::Whole => storage.size_key(&units[u].placement.key).map(|s| s.map(|s| (0, s))),
-                    Source::Range { offset, len } => Ok(Some((offset, len))),
-                    Source::Missing => Ok(None),
-                })
-                .collect::<Result<_, _>>()
-        })
-        .map_err(|e| GpuError::Array(e.into()))
+    job.context.reader().install(|| {
+        batch
+            .par_iter()
+            .map(|&u| match units[u].source {
+                Source::Whole => {
+                    let size = storage.size_key(&units[u].placement.key).map_err(|e| GpuError::Array(e.into()))?;
+                    size.map(|len| whole_span(&units[u], len)).transpose()
+                }
+                Source::Range { offset, len } => Ok(Some((offset, len))),
+                Source::Missing => Ok(None),
+            })
+            .collect()
+    })
+}
+
+/// The span of `unit`'s whole value of `len` bytes, its size checked as soon as it is learned,
+/// before any buffer is sized to it.
+fn whole_span(unit: &Unit, len: u64) -> Result<(u64, u64), GpuError> {
+    crate::unit::check_stored_len(len, unit.decoded_len()).map_err(|reason| unit.error(reason))?;
+    Ok((0, len))
 }
 
 /// Read a batch's stored bytes: into the slot's pinned buffer, where they are checked, each
@@ -858,6 +884,8 @@ fn place_batch<S: ReadableStorageTraits + ?Sized>(
         unsafe { placer.launch_gather(stream, layout.at(at), &jobs, out_ptr) }?;
     }
     if let Some(placer) = job.kernels {
+        // Rows past MAX_ROW become several entries (the table has room: `table_room`).
+        let (copies, srcs) = place::split_rows(&copies, &srcs, place::MAX_ROW);
         let table = place::encode(&copies, &srcs);
         let at = layout.arrays.copies();
         layout.stage(at, &table, stream.as_ref())?;
@@ -948,6 +976,12 @@ fn release(
         (Err(_), Err(_)) => std::mem::forget(buffers),
     }
     Ok(())
+}
+
+/// `bound` from now (a bound too large for the clock: a year, which no wait reaches).
+fn after(bound: std::time::Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(bound).unwrap_or_else(|| now + std::time::Duration::from_hours(365 * 24))
 }
 
 /// A batch enqueued on the device: the event after its last work, and when it must be done by.
@@ -1425,6 +1459,43 @@ mod tests {
         // An index entry of another length than the chunk's.
         let err = narrow_raw(&mut [unit(100)]).unwrap_err();
         assert!(err.to_string().contains("100 bytes stored, 128 expected"), "{err}");
+    }
+
+    #[test]
+    fn whole_values_far_longer_than_any_encoding_are_refused_when_sized() {
+        // A 1 MiB chunk whose file is a sparse 64 GiB.
+        let chunk = ArraySubset::new_with_shape(vec![256, 1024]);
+        let key = StoreKey::new("a/c/0/1").unwrap();
+        let placement = plan_chunks(4, &chunk, [(vec![0, 1], key, chunk.clone())]).unwrap().pop().unwrap();
+        let unit = Unit::whole(placement);
+        assert_eq!(whole_span(&unit, 900 << 10).unwrap(), (0, 900 << 10));
+        let err = whole_span(&unit, 64 << 30).unwrap_err().to_string();
+        assert!(err.contains("a/c/0/1") && err.contains("68719476736 stored bytes for 1048576 decoded"), "{err}");
+    }
+
+    #[test]
+    fn a_callers_destination_is_not_counted_against_free_memory() {
+        // 16 chunks of 1 MiB (rows of 16 KiB, none one run of the output): 16 MiB of output,
+        // staged one chunk a batch.
+        let array = ArraySubset::new_with_shape(vec![64, 65536]);
+        let chunks = (0..16u64).map(|c| {
+            let subset = ArraySubset::new_with_start_shape(vec![0, c * 4096], vec![64, 4096]).unwrap();
+            (vec![0, c], StoreKey::new(format!("c/0/{c}")).unwrap(), subset)
+        });
+        let units: Vec<Unit> = plan_chunks(4, &array, chunks).unwrap().into_iter().map(Unit::whole).collect();
+        let (chain, config) = (DeviceChain::default(), GpuConfig::default().with_staging_bytes(1 << 20));
+        let out_bytes = 16 << 20;
+        // Less free memory than the output, room for two slots of staging (about 4 MiB).
+        let free = 6 << 20;
+        let new = plan_batches(&units, &chain, &config, free, None, Output::New.allocated(out_bytes));
+        assert!(matches!(new, Err(GpuError::OutOfMemory { .. })), "{new:?}");
+        // Into a caller's destination of 16 MiB, which exists already: only staging counts.
+        let into = Output::Into { ptr: 0, len: out_bytes as usize };
+        let batches = plan_batches(&units, &chain, &config, free, None, into.allocated(out_bytes)).unwrap();
+        assert_eq!(batches.len(), 16);
+        // Staging alone still has to fit.
+        let tight = plan_batches(&units, &chain, &config, 3 << 20, None, into.allocated(out_bytes));
+        assert!(matches!(tight, Err(GpuError::OutOfMemory { .. })), "{tight:?}");
     }
 
     /// What the gather kernel does, on the host.

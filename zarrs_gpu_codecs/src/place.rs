@@ -27,7 +27,7 @@ extern "C" __global__ void place_copies(const Copy3D* copies, const unsigned lon
         unsigned char* d = dst + c.dst_offset + z * c.dst_height * c.dst_pitch;
         bool vec = ((c.width | c.src_pitch | c.dst_pitch | (unsigned long long)s | (unsigned long long)d) & 15) == 0;
         if (vec) {
-            unsigned int w = (unsigned int)(c.width / 16);
+            const unsigned long long w = c.width / 16;
             unsigned long long n = c.height * w;
             for (unsigned long long i = threadIdx.x; i < n; i += blockDim.x) {
                 unsigned long long y = i / w, x = i - y * w;
@@ -163,10 +163,10 @@ impl Kernels {
         if copies.is_empty() {
             return Ok(());
         }
+        let blocks = grid_x(copies.len(), "placement copies")?;
         let max_depth = copies.iter().map(|c| c.depth).max().unwrap_or(1).min(65_535) as u32;
         let srcs = table + (copies.len() * COPY_BYTES) as u64;
-        let config =
-            LaunchConfig { grid_dim: (copies.len() as u32, max_depth, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let config = LaunchConfig { grid_dim: (blocks, max_depth, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let mut launch = stream.launch_builder(&self.function);
         launch.arg(&table).arg(&srcs).arg(&dst);
         // SAFETY: the kernel's parameters are three device addresses, as pushed; bounds are the
@@ -193,8 +193,11 @@ impl Kernels {
         }
         let most = jobs.iter().map(|g| g.extent.iter().product::<u64>()).max().unwrap_or(1);
         let blocks = most.div_ceil(256).clamp(1, 256) as u32;
-        let config =
-            LaunchConfig { grid_dim: (jobs.len() as u32, blocks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let config = LaunchConfig {
+            grid_dim: (grid_x(jobs.len(), "gather jobs")?, blocks, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
         let mut launch = stream.launch_builder(&self.gather);
         launch.arg(&table).arg(&dst);
         // SAFETY: the kernel's parameters are two device addresses, as pushed; bounds are the
@@ -202,6 +205,15 @@ impl Kernels {
         unsafe { launch.launch(config) }.map_err(GpuError::cuda("launching the gather kernel"))?;
         Ok(())
     }
+}
+
+/// A launch's grid width for `n` blocks (one per entry), or an error past what a grid takes
+/// (2^31 - 1) rather than a truncated cast.
+fn grid_x(n: usize, what: &str) -> Result<u32, GpuError> {
+    i32::try_from(n)
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| GpuError::Unsupported(format!("{n} {what} in one batch, more than a launch takes")))
 }
 
 /// Kernels that break a batch on purpose, for the tests of fault containment: one never ends,
@@ -216,6 +228,39 @@ extern "C" __global__ void fault_illegal_address(unsigned long long* nowhere) {
 "#;
 
 const COPY_BYTES: usize = 9 * 8;
+
+/// The widest row one entry of the placement table copies: wider rows become several entries,
+/// column ranges of this width (a multiple of 16: 16-byte moves stay aligned). One block copies
+/// an entry, so a long contiguous run is spread over many blocks, and no count in the kernel
+/// comes near 32 bits.
+pub(crate) const MAX_ROW: u64 = 1 << 30;
+
+/// Table entries `copy` takes (see [`split_rows`]).
+pub(crate) fn row_pieces(copy: &Copy3D) -> usize {
+    copy.width.div_ceil(MAX_ROW).max(1) as usize
+}
+
+/// `copies` (each from `srcs[i]`) as placement table entries: a copy whose rows are wider than
+/// `max_row` (a multiple of 16) becomes one copy per column range of `max_row` bytes, with the
+/// same pitches, heights and depth.
+pub(crate) fn split_rows(copies: &[Copy3D], srcs: &[u64], max_row: u64) -> (Vec<Copy3D>, Vec<u64>) {
+    debug_assert!(max_row > 0 && max_row.is_multiple_of(16), "rows split at {max_row} bytes");
+    let mut out = Vec::with_capacity(copies.len());
+    let mut out_srcs = Vec::with_capacity(srcs.len());
+    for (c, &src) in copies.iter().zip(srcs) {
+        let mut at = 0;
+        loop {
+            let width = (c.width - at).min(max_row);
+            out.push(Copy3D { src_offset: c.src_offset + at, dst_offset: c.dst_offset + at, width, ..*c });
+            out_srcs.push(src);
+            at += width;
+            if at >= c.width {
+                break;
+            }
+        }
+    }
+    (out, out_srcs)
+}
 
 /// Bytes of the device table for `n` copies.
 pub(crate) fn table_bytes(n: usize) -> usize {
@@ -270,5 +315,74 @@ impl Kernels {
         // SAFETY: both kernels take one device address; that they misbehave is the point.
         unsafe { launch.launch(one) }.map_err(GpuError::cuda("launching an injected fault"))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy(width: u64, height: u64, depth: u64) -> Copy3D {
+        Copy3D {
+            src_offset: 48,
+            dst_offset: 16,
+            width,
+            height,
+            depth,
+            src_pitch: width + 32,
+            src_height: height + 1,
+            dst_pitch: width + 64,
+            dst_height: height,
+        }
+    }
+
+    #[test]
+    fn rows_of_64_gib_and_more_split_into_entries_the_kernel_takes() {
+        // 2^36 bytes divided by 16 is 2^32: the kernel's old 32-bit row count was 0 there.
+        for width in [1u64 << 36, (1 << 36) + 48, (1 << 36) - 16, 5 << 36, MAX_ROW, MAX_ROW + 1, 16, 3] {
+            let c = copy(width, 3, 2);
+            let (pieces, srcs) = split_rows(&[c], &[1000], MAX_ROW);
+            assert_eq!(pieces.len(), row_pieces(&c), "width {width}");
+            assert_eq!(srcs, vec![1000; pieces.len()]);
+            let mut at = 0;
+            for p in &pieces {
+                assert!(p.width > 0 && p.width <= MAX_ROW && p.width / 16 < 1 << 32, "width {width}: {p:?}");
+                assert_eq!((p.src_offset, p.dst_offset), (c.src_offset + at, c.dst_offset + at));
+                assert_eq!(
+                    (p.height, p.depth, p.src_pitch, p.src_height),
+                    (c.height, c.depth, c.src_pitch, c.src_height)
+                );
+                assert_eq!((p.dst_pitch, p.dst_height), (c.dst_pitch, c.dst_height));
+                // Column ranges start at multiples of the split: 16-byte alignment is kept.
+                assert_eq!(at % 16, 0);
+                at += p.width;
+            }
+            assert_eq!(at, width);
+        }
+        assert_eq!(row_pieces(&copy(1 << 36, 1, 1)), 64);
+    }
+
+    #[test]
+    fn launches_wider_than_a_grid_are_errors() {
+        assert_eq!(grid_x(5, "copies").unwrap(), 5);
+        assert_eq!(grid_x((1 << 31) - 1, "copies").unwrap(), (1 << 31) - 1);
+        assert!(grid_x(1 << 31, "copies").unwrap_err().to_string().contains("2147483648 copies"));
+    }
+
+    #[test]
+    fn split_rows_copy_what_the_whole_rows_copy() {
+        // The same split at a width a test can hold: every byte lands where the unsplit copy puts it.
+        let src: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+        for width in [1u64, 16, 31, 32, 33, 100, 160] {
+            let c = copy(width, 3, 2);
+            let (mut whole, mut split) = (vec![0u8; 4096], vec![0u8; 4096]);
+            c.apply_host(&src, &mut whole);
+            let (pieces, _) = split_rows(&[c], &[0], 32);
+            assert_eq!(pieces.len(), width.div_ceil(32) as usize);
+            for p in &pieces {
+                p.apply_host(&src, &mut split);
+            }
+            assert!(whole == split, "width {width}");
+        }
     }
 }

@@ -236,7 +236,8 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
         .ok_or_else(|| GpuError::bytes_overflow("the subset of shape", subset.shape(), elem))?;
     let context = GpuContext::get(config.device())?;
     // A result larger than the device's free memory fails now, before any planning.
-    if let Output::New = output {
+    // A caller's destination exists already: only a new output counts against free memory.
+    if output.allocated(out_bytes) > 0 {
         context.check_free(out_bytes)?;
     }
     let stream = context.new_stream()?;
@@ -305,8 +306,7 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
         largest = largest.max(bytes);
     }
     output.fits(out_bytes)?;
-    let allocated = if let Output::New = output { out_bytes } else { 0 };
-    context.check_free(allocated.saturating_add(largest))?;
+    context.check_free(output.allocated(out_bytes).saturating_add(largest))?;
     let len = out_bytes as usize;
     let mut pinned = context.take_pinned(len)?;
     if let Some(chunk_indices) = whole_chunk {

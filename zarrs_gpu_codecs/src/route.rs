@@ -1,10 +1,11 @@
 //! What a read takes: which codec chains the device pipeline decodes (`device_plan`, from the
 //! array's own codecs), the chunks a subset meets, and the report of a read.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
-use zarrs::array::codec::TransposeCodecConfiguration;
-use zarrs::array::{Array, ArrayMetadata, ArraySubset, CodecMetadataOptions};
+use zarrs::array::codec::{BytesDataTypeExt, TransposeCodecConfiguration};
+use zarrs::array::{Array, ArrayMetadata, ArraySubset, CodecMetadataOptions, DataType, Endianness};
 use zarrs::plugin::ExtensionName;
 use zarrs_gds_store::IoStatus;
 
@@ -63,8 +64,8 @@ pub(crate) struct DeviceChain {
     pub(crate) compression: Option<Arc<dyn DeviceCodec>>,
     /// crc32c after everything else (nvCOMP CRC32C).
     pub(crate) crc32c: bool,
-    /// Bytes per word to reverse when the stored byte order is not the platform's (a complex
-    /// number's parts are swapped one by one); 0 when nothing is swapped.
+    /// Bytes per word to reverse when the stored byte order is not the platform's: the words
+    /// zarrs reverses ([`swap_word`]); 0 when nothing is swapped.
     pub(crate) swap: u64,
     /// The transpose codec's order: a chunk is stored as its C-order transpose by this
     /// permutation (v2 order F is the reversal).
@@ -132,9 +133,9 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
             return Err("storage transformers are read on the host".into());
         }
     }
-    let Some(size) = array.data_type().fixed_size() else {
+    if array.data_type().fixed_size().is_none() {
         return Err(format!("data type {} has no fixed size", array.data_type()));
-    };
+    }
     let mut shards = Vec::new();
     let mut codecs = array.codecs();
     loop {
@@ -186,13 +187,16 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
                 codecs = Arc::new(inner);
             }
             "bytes" => {
-                let big = a2b
-                    .configuration_v3(&CodecMetadataOptions::default())
-                    .and_then(|c| c.get("endian").and_then(|e| e.as_str().map(|e| e == "big")))
-                    .unwrap_or(false);
-                // A complex number's byte order applies to each of its two parts.
-                let word = if array.data_type().to_string().starts_with("complex") { size / 2 } else { size };
-                let swap = if size > 1 && (big == cfg!(target_endian = "little")) { word as u64 } else { 0 };
+                let endian = a2b.configuration_v3(&CodecMetadataOptions::default()).and_then(|c| {
+                    c.get("endian").and_then(|e| e.as_str()).map(|e| {
+                        if e == "big" {
+                            Endianness::Big
+                        } else {
+                            Endianness::Little
+                        }
+                    })
+                });
+                let swap = swap_word(array.data_type(), endian)?;
                 if swap > 0 && array.dimensionality() > GATHER_DIMS {
                     return Err(format!("byte swaps of more than {GATHER_DIMS} dimensions are done on the host"));
                 }
@@ -215,6 +219,39 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
             other => return Err(format!("array-to-bytes codec {other} has no device implementation yet")),
         }
     }
+}
+
+/// The bytes per word that zarrs' `bytes` codec reverses when decoding `data_type` stored in
+/// `endian` order (0: none), learned from zarrs itself by decoding a probe element: complex
+/// numbers swap each part, fixed-length UTF-32 each 4-byte code point, raw bits (`r16`...)
+/// nothing. A reordering that is not words reversed, or a stored order zarrs refuses, is decoded
+/// by zarrs on the host.
+pub(crate) fn swap_word(data_type: &DataType, endian: Option<Endianness>) -> Result<u64, String> {
+    let size = data_type.fixed_size().ok_or_else(|| format!("data type {data_type} has no fixed size"))?;
+    if size > 1 << 16 {
+        return Err(format!("elements of {size} bytes ({data_type}) are decoded on the host"));
+    }
+    let codec = data_type.codec_bytes().map_err(|e| format!("the bytes codec for {data_type}: {e}"))?;
+    // Two probes name every byte of an element by its position's low and high byte.
+    let low: Vec<u8> = (0..size).map(|i| i as u8).collect();
+    let high: Vec<u8> = (0..size).map(|i| (i >> 8) as u8).collect();
+    let decode = |probe: Vec<u8>| {
+        codec.decode(Cow::Owned(probe), endian).map(Cow::into_owned).map_err(|e| format!("the bytes codec: {e}"))
+    };
+    let (low, high) = (decode(low)?, decode(high)?);
+    if low.len() != size || high.len() != size {
+        return Err(format!("the bytes codec changes the size of {data_type} elements"));
+    }
+    // from[j]: the stored byte that lands at byte j of a decoded element.
+    let from: Vec<usize> = low.iter().zip(&high).map(|(&l, &h)| usize::from(l) | usize::from(h) << 8).collect();
+    if from.iter().enumerate().all(|(j, &f)| f == j) {
+        return Ok(0);
+    }
+    (2..=size)
+        .filter(|w| size % w == 0)
+        .find(|&w| from.iter().enumerate().all(|(j, &f)| f == j - j % w + (w - 1 - j % w)))
+        .map(|w| w as u64)
+        .ok_or_else(|| format!("zarrs' bytes codec reorders {data_type} elements in a way the device does not"))
 }
 
 /// Why an array's chunks cannot be read and decoded on the device, or None when they can.
@@ -260,6 +297,31 @@ fn name(codec: &dyn ExtensionName) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zarrs::array::data_type;
+
+    #[test]
+    fn byte_swaps_are_zarrs_words() {
+        let other = if cfg!(target_endian = "little") { Endianness::Big } else { Endianness::Little };
+        let swap = |data_type: DataType| swap_word(&data_type, Some(other));
+        assert_eq!(swap(data_type::float32()), Ok(4));
+        assert_eq!(swap(data_type::uint16()), Ok(2));
+        assert_eq!(swap(data_type::float64()), Ok(8));
+        assert_eq!(swap(data_type::uint8()), Ok(0));
+        // A complex number's parts one by one.
+        assert_eq!(swap(data_type::complex64()), Ok(4));
+        assert_eq!(swap(data_type::complex128()), Ok(8));
+        // Raw bits are bytes: zarrs never swaps them.
+        for bytes in [2, 4, 8, 3] {
+            assert_eq!(swap(data_type::raw_bits(bytes)), Ok(0), "r{}", 8 * bytes);
+        }
+        // Fixed-length UTF-32: each 4-byte code point, not the whole string.
+        let utf32 = data_type::fixed_length_utf32(std::num::NonZeroU64::new(12).unwrap()).unwrap();
+        assert_eq!(swap(utf32), Ok(4));
+        // The platform's order: nothing to swap; a multi-byte type without an order: zarrs refuses.
+        assert_eq!(swap_word(&data_type::float32(), Some(Endianness::native())), Ok(0));
+        assert!(swap_word(&data_type::float32(), None).is_err());
+        assert_eq!(swap_word(&data_type::uint8(), None), Ok(0));
+    }
 
     #[test]
     fn decode_trust_decides_what_nvcomp_decodes() {

@@ -321,8 +321,8 @@ fn inner_source(entry: (u64, u64), shard_len: Option<u64>, decoded: Option<u64>)
             return Err(format!("bytes {offset}..{end} lie outside its shard of {shard_len} bytes"));
         }
     }
-    if let Some(decoded) = decoded.filter(|&d| len > d.saturating_mul(2).saturating_add(64 << 10)) {
-        return Err(format!("{len} stored bytes for {decoded} decoded bytes"));
+    if let Some(decoded) = decoded {
+        crate::unit::check_stored_len(len, decoded)?;
     }
     Ok(Source::Range { offset, len })
 }

@@ -4,6 +4,17 @@
 use crate::plan::ChunkPlacement;
 use crate::GpuError;
 
+/// Check `len` stored bytes of a unit that decodes to `decoded` bytes against the most any
+/// encoding the device decodes could take (zstd's and gzip's worst cases are a few bytes in a
+/// thousand over, crc32c adds four): far longer is an error, before a buffer is sized to it (a
+/// sparse file of 100 GB would otherwise be pinned whole).
+pub(crate) fn check_stored_len(len: u64, decoded: u64) -> Result<(), String> {
+    if len > decoded.saturating_mul(2).saturating_add(64 << 10) {
+        return Err(format!("{len} stored bytes for {decoded} decoded bytes"));
+    }
+    Ok(())
+}
+
 /// Where a unit's stored bytes are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Source {
@@ -77,5 +88,21 @@ impl Unit {
     /// This unit's error with a typed cause, kept as the error's `source()`.
     pub(crate) fn error_from(&self, cause: Box<dyn std::error::Error + Send + Sync>) -> GpuError {
         GpuError::Chunk { key: self.label(), reason: cause.to_string(), source: Some(cause) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_stored_len;
+
+    #[test]
+    fn stored_sizes_are_bounded_by_the_decoded_size() {
+        let mib = 1u64 << 20;
+        assert!(check_stored_len(mib + 100, mib).is_ok());
+        assert!(check_stored_len(2 * mib + (64 << 10), mib).is_ok());
+        assert!(check_stored_len(0, 0).is_ok() && check_stored_len(64 << 10, 0).is_ok());
+        let err = check_stored_len(64 << 30, mib).unwrap_err();
+        assert_eq!(err, format!("{} stored bytes for {mib} decoded bytes", 64u64 << 30));
+        assert!(check_stored_len(u64::MAX, u64::MAX).is_ok() && check_stored_len(u64::MAX, 1).is_err());
     }
 }
