@@ -373,6 +373,7 @@ pub struct MemoryInUse {
 /// # Errors
 /// Returns an error when there is no usable device `device`, or its context is lost.
 pub fn memory_in_use(device: usize) -> Result<MemoryInUse, GpuError> {
+    let _current = crate::CurrentContextGuard::new();
     let context = GpuContext::get(device)?;
     context.check_alive()?;
     context.bind()?;

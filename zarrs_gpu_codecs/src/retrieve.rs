@@ -173,6 +173,8 @@ macro_rules! impl_array_device_ext {
 /// Run a retrieval on `config`'s device: fail fast when an earlier fault lost the device's
 /// context, and record such a loss when this retrieval causes it.
 fn contained<R>(config: &GpuConfig, read: impl FnOnce() -> Result<R, GpuError>) -> Result<R, GpuError> {
+    // The read binds the device's context on this thread: the caller's comes back after it.
+    let _current = crate::CurrentContextGuard::new();
     // Only a device some read has set up can be lost; requests refused on the host (overflowing
     // sizes) never touch the driver.
     if let Some(context) = GpuContext::existing(config.device()) {
