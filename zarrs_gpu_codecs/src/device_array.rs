@@ -285,7 +285,7 @@ impl<T: ElementOwned> DeviceArray<T> {
 
 /// How long a release ([`DeviceArray::settle_for_release`]) waits for the device before it
 /// leaves the memory leaked: as long as a batch of a read may take before it times out.
-pub const RELEASE_WAIT: Duration = Duration::from_secs(60);
+pub const RELEASE_WAIT: Duration = Duration::from_mins(1);
 
 /// How often a release's wait looks whether the context was lost meanwhile (a timed-out read on
 /// another thread): a kernel that never ends keeps a context-wide wait blocked for good.
@@ -373,7 +373,7 @@ mod tests {
     /// A wait that never ends by itself (a kernel that never finishes).
     fn never() -> impl FnOnce() -> Result<(), DriverError> + Send + 'static {
         || loop {
-            std::thread::sleep(Duration::from_secs(3600));
+            std::thread::sleep(Duration::from_hours(1));
         }
     }
 
@@ -395,16 +395,16 @@ mod tests {
             flag.store(true, Ordering::Relaxed);
         });
         let start = Instant::now();
-        let settled = wait_bounded(never(), start + Duration::from_secs(60), &|| lost.load(Ordering::Relaxed));
+        let settled = wait_bounded(never(), start + Duration::from_mins(1), &|| lost.load(Ordering::Relaxed));
         assert_eq!(settled, Settled::Lost);
         assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
         // Lost before: no wait at all.
-        assert_eq!(wait_bounded(|| Ok(()), Instant::now() + Duration::from_secs(60), &|| true), Settled::Lost);
+        assert_eq!(wait_bounded(|| Ok(()), Instant::now() + Duration::from_mins(1), &|| true), Settled::Lost);
     }
 
     #[test]
     fn a_release_wait_that_ends_frees_and_one_that_fails_does_not() {
-        let far = Instant::now() + Duration::from_secs(60);
+        let far = Instant::now() + Duration::from_mins(1);
         assert_eq!(wait_bounded(|| Ok(()), far, &|| false), Settled::Idle);
         assert_eq!(wait_bounded(|| Err(BLOCKED), far, &|| false), Settled::Failed);
         let slow = || {
