@@ -105,6 +105,8 @@ fn run(cli: Cli) -> Result<(), Error> {
                 config = config.with_decode_trust(trust);
             }
             let (path, _sample_dir) = sample::given_or_sample(path.as_deref(), "sample.zarr", |path| {
+                // No 256 MiB written for nothing: the device first.
+                zarrs_gpu::zarrs_gpu_codecs::reader::cuda_context(device)?;
                 let (shape, chunks) = ([256u64, 512, 512], [64u64, 128, 128]);
                 eprintln!("writing a sample float32 array {shape:?} (chunks {chunks:?}) to {}", path.display());
                 sample::create_sample_array(path, &shape, &chunks)?;

@@ -71,6 +71,21 @@ fn errors_are_plain_messages() -> Result {
     Ok(())
 }
 
+/// Without a GPU, `read` with no path says so before it writes its 256 MiB sample array.
+#[test]
+fn read_without_a_path_checks_the_device_before_writing_the_sample() -> Result {
+    if gpu_present() {
+        return Ok(());
+    }
+    let tmp = tempfile::tempdir()?;
+    let (out, text) = zarrs_gpu_with(&["read"], &[("TMPDIR", tmp.path().to_str().unwrap())])?;
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("no CUDA device available"), "{text}");
+    assert!(!text.contains("writing a sample"), "the sample was written first: {text}");
+    assert_eq!(std::fs::read_dir(tmp.path())?.count(), 0, "the sample's directory is left behind or was made");
+    Ok(())
+}
+
 #[test]
 fn bad_environment_values_are_errors_naming_the_variable() -> Result {
     let cases = [
