@@ -10,12 +10,11 @@
 //! `cupy.from_dlpack` take such a tensor the same way.
 
 use std::error::Error;
-use std::sync::Arc;
 
-use zarrs::array::{Array, ArrayBytes};
+use zarrs::array::ArrayBytes;
 use zarrs_gpu::zarrs_gpu_codecs::dlpark::traits::TensorView;
 use zarrs_gpu::zarrs_gpu_codecs::DlpackStream;
-use zarrs_gpu::{sample, ArrayDeviceExt, DeviceArray, GdsStore};
+use zarrs_gpu::{sample, ArrayDeviceExt, DeviceArray};
 
 fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -23,7 +22,8 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
         sample::create_sample_array(p, &[64, 256, 256], &[32, 64, 64])?;
         Ok(())
     })?;
-    let array = Array::open(Arc::new(GdsStore::new(&path)?), args.get(1).map_or("/", String::as_str))?;
+    // Errors name the store's path and the node (zarrs' own say only what is missing).
+    let array = zarrs_gpu::open_array(&path, args.get(1).map_or("/", String::as_str), "the NODE argument")?;
     let data: DeviceArray<f32> = array.retrieve_array_subset_device(&array.subset_all())?;
 
     // The consumer's stream (in Python: the `stream` argument of `__dlpack__`).

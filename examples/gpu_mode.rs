@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use zarrs::array::codec::ZstdCodec;
-use zarrs::array::{Array, ArraySubset};
-use zarrs_gpu::{sample, with_gpu_config, ArrayDeviceExt, DeviceArray, GdsStore, GpuConfig};
+use zarrs::array::ArraySubset;
+use zarrs_gpu::{sample, with_gpu_config, ArrayDeviceExt, DeviceArray, GpuConfig};
 
 fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -28,7 +28,7 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
 
     let (ordinary, seconds) = with_gpu_config(config.clone(), || -> Result<_, Box<dyn Error + Send + Sync>> {
         // Opened inside the scope: its codecs are GPU mode's (zarrs' own, carrying device codecs).
-        let array = Array::open(Arc::new(GdsStore::new(&path)?), &node)?;
+        let array = zarrs_gpu::open_array(&path, &node, "the NODE argument")?;
         let start = Instant::now();
         let data: DeviceArray<f32> = array.retrieve_array_subset(&array.subset_all())?;
         // A chunk, the same way.
@@ -39,7 +39,8 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let gib = ordinary.num_bytes() as f64 / f64::from(1u32 << 30);
     println!("zarrs' retrieval in GPU mode: {:?} in {seconds:.3} s ({:.2} GiB/s)", ordinary.shape(), gib / seconds);
 
-    let array = Array::open(Arc::new(GdsStore::new(&path)?), &node)?;
+    // Errors name the store's path and the node (zarrs' own say only what is missing).
+    let array = zarrs_gpu::open_array(&path, &node, "the NODE argument")?;
     let start = Instant::now();
     let (device, report) =
         array.retrieve_array_subset_device_opt::<f32>(&ArraySubset::new_with_shape(array.shape().to_vec()), &config)?;

@@ -10,7 +10,6 @@
 use std::error::Error;
 use std::sync::Arc;
 
-use zarrs::array::Array;
 use zarrs::group::{Group, GroupBuilder};
 use zarrs_gpu::{sample, ArrayDeviceExt, GdsStore, GpuConfig};
 
@@ -30,8 +29,8 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (path, _sample) = sample::given_or_sample(args.first().map(std::path::Path::new), "image.zarr", write_sample)?;
     let level: usize = args.get(1).map_or(Ok(1), |l| l.parse())?;
-    let store = Arc::new(GdsStore::new(&path)?);
-    let group = Group::open(store.clone(), "/")?;
+    let store = zarrs_gpu::store_at(&path)?;
+    let group = Group::open(store, "/").map_err(|e| format!("opening the group at {}: {e}", path.display()))?;
     let attributes = group.attributes();
     let multiscales = attributes
         .get("multiscales")
@@ -43,7 +42,7 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let node =
         format!("/{}", dataset.get("path").and_then(serde_json::Value::as_str).ok_or("a dataset without a path")?);
 
-    let array = Array::open(store, &node)?;
+    let array = zarrs_gpu::open_array(&path, &node, "the LEVEL argument")?;
     let (subset, config) = (array.subset_all(), GpuConfig::from_env()?);
     // Microscopy levels are mostly 8 or 16-bit integers or float32.
     let (shape, report) = match array.data_type().to_string().split(' ').next().unwrap_or_default() {

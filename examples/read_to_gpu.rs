@@ -10,11 +10,9 @@
 //! (`pip install nvidia-libnvcomp-cu13`).
 
 use std::error::Error;
-use std::sync::Arc;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
-use zarrs::array::Array;
-use zarrs_gpu::{parse_subset, sample, ArrayDeviceExt, GdsStore, GpuConfig};
+use zarrs_gpu::{parse_subset, sample, ArrayDeviceExt, GpuConfig};
 
 /// Each thread sums a grid-strided share, then adds it to the total once.
 const MEAN_SOURCE: &str = r#"
@@ -35,7 +33,8 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
         Ok(())
     })?;
     let node = args.get(1).map_or("/", String::as_str);
-    let array = Array::open(Arc::new(GdsStore::new(&path)?), node)?;
+    // Errors name the store's path and the node (zarrs' own say only what is missing).
+    let array = zarrs_gpu::open_array(&path, node, "the NODE argument")?;
     let subset = parse_subset(args.get(2).map_or("", String::as_str), array.shape())?;
 
     let config = GpuConfig::from_env()?;

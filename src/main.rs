@@ -105,6 +105,8 @@ fn run(cli: Cli) -> Result<(), Error> {
                 config = config.with_decode_trust(trust);
             }
             let (path, _sample_dir) = sample::given_or_sample(path.as_deref(), "sample.zarr", |path| {
+                // No 256 MiB written for nothing: the device first.
+                zarrs_gpu::zarrs_gpu_codecs::reader::cuda_context(device)?;
                 let (shape, chunks) = ([256u64, 512, 512], [64u64, 128, 128]);
                 eprintln!("writing a sample float32 array {shape:?} (chunks {chunks:?}) to {}", path.display());
                 sample::create_sample_array(path, &shape, &chunks)?;
@@ -134,12 +136,8 @@ fn info(path: &Path, node: &str) -> Result<(), Error> {
     println!("{}", array.metadata().to_string_pretty());
     println!("data type: {}; shape {:?}; chunk grid {:?}", array.data_type(), array.shape(), array.chunk_grid_shape());
     let codecs = array.codecs();
-    let mut reason = host_decode_reason(&array);
-    if reason.is_none() && uses_nvcomp(&codecs) {
-        if let Err(err) = zarrs_gpu::nvcomp_sys::NvcompLibrary::get() {
-            reason = Some(err.to_string());
-        }
-    }
+    // The route a read takes (nvCOMP's absence included), as for each array of a group.
+    let reason = host_decode_reason(&array);
     println!("decode plan:");
     print_plan(&codecs, reason.is_none(), 1);
     let sharded = inner_codecs(&codecs).is_some();
@@ -202,11 +200,6 @@ fn group_info(store: &Arc<GdsStore>, group: &Group<GdsStore>, node: &str) -> Res
         }
     }
     Ok(())
-}
-
-/// Whether a codec chain (sharded or not) has bytes-to-bytes codecs, which nvCOMP decodes.
-fn uses_nvcomp(codecs: &CodecChain) -> bool {
-    !codecs.bytes_to_bytes_codecs().is_empty() || inner_codecs(codecs).is_some_and(|(inner, _)| uses_nvcomp(&inner))
 }
 
 /// The inner and index codec chains of a `sharding_indexed` array-to-bytes codec.

@@ -57,3 +57,31 @@ pub fn open_array(path: &Path, node: &str, pick: &str) -> Result<Array<GdsStore>
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_array_names_the_path_and_the_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = open_array(dir.path(), "0", "--array").unwrap_err();
+        assert!(err.contains(&dir.path().display().to_string()) && err.contains("\"/0\""), "{err}");
+    }
+
+    /// zarrs' `Array::open` errors name neither path nor node (`Error: MissingMetadata`): the
+    /// examples open through [`open_array`].
+    #[test]
+    fn the_examples_open_arrays_with_errors_naming_the_path() {
+        let examples = [
+            ("read_to_gpu", include_str!("../examples/read_to_gpu.rs")),
+            ("dlpack", include_str!("../examples/dlpack.rs")),
+            ("gpu_mode", include_str!("../examples/gpu_mode.rs")),
+            ("ome_zarr_level", include_str!("../examples/ome_zarr_level.rs")),
+        ];
+        for (name, source) in examples {
+            assert!(!source.contains("Array::open("), "examples/{name}.rs opens with zarrs' Array::open");
+            assert!(source.contains("open_array("), "examples/{name}.rs");
+        }
+    }
+}

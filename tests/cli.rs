@@ -71,6 +71,21 @@ fn errors_are_plain_messages() -> Result {
     Ok(())
 }
 
+/// Without a GPU, `read` with no path says so before it writes its 256 MiB sample array.
+#[test]
+fn read_without_a_path_checks_the_device_before_writing_the_sample() -> Result {
+    if gpu_present() {
+        return Ok(());
+    }
+    let tmp = tempfile::tempdir()?;
+    let (out, text) = zarrs_gpu_with(&["read"], &[("TMPDIR", tmp.path().to_str().unwrap())])?;
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("no CUDA device available"), "{text}");
+    assert!(!text.contains("writing a sample"), "the sample was written first: {text}");
+    assert_eq!(std::fs::read_dir(tmp.path())?.count(), 0, "the sample's directory is left behind or was made");
+    Ok(())
+}
+
 #[test]
 fn bad_environment_values_are_errors_naming_the_variable() -> Result {
     let cases = [
@@ -129,6 +144,37 @@ fn info_on_a_group_lists_its_arrays_and_multiscale_levels() -> Result {
     let (out, text) = zarrs_gpu(&["read", p, "--array", "labels"])?;
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("is a group, not an array; its arrays: /labels/mask"), "{text}");
+    Ok(())
+}
+
+/// `info` on a group and `info --array` on one of its arrays tell the same route: a gzip array
+/// with nvCOMP not loadable decodes on the host, and both say so (the group's line said "decoded
+/// on the device"). `NVCOMP_LIBRARY_PATH` set is the only place nvCOMP is looked for.
+#[test]
+fn info_on_a_group_and_on_an_array_agree_without_nvcomp() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    zarrs::group::GroupBuilder::new().build(store.clone(), "/")?.store_metadata()?;
+    ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::uint16(), 0u16)
+        .bytes_to_bytes_codecs(vec![Arc::new(GzipCodec::new(5)?)])
+        .build(store, "/g")?
+        .store_metadata()?;
+    let p = dir.path().to_str().unwrap();
+    let missing = [("NVCOMP_LIBRARY_PATH", "/nonexistent/libnvcomp.so.6")];
+    let (out, group) = zarrs_gpu_with(&["info", p], &missing)?;
+    assert!(out.status.success(), "{group}");
+    let line = group.lines().find(|l| l.trim_start().starts_with("/g ")).unwrap_or_default();
+    assert!(line.contains("host route") && line.contains("/nonexistent/libnvcomp.so.6"), "{group}");
+    let (out, array) = zarrs_gpu_with(&["info", p, "--array", "/g"], &missing)?;
+    assert!(out.status.success(), "{array}");
+    assert!(array.contains("decoded by zarrs on the host") && array.contains("/nonexistent/libnvcomp.so.6"), "{array}");
+    // Where nvCOMP loads (CI names it), both say the device.
+    if zarrs_gpu::nvcomp_sys::NvcompLibrary::get().is_ok() {
+        let (_, group) = zarrs_gpu(&["info", p])?;
+        let (_, array) = zarrs_gpu(&["info", p, "--array", "/g"])?;
+        assert!(group.contains("/g ") && group.contains("decoded on the device"), "{group}");
+        assert!(array.contains("decoded and placed on the device"), "{array}");
+    }
     Ok(())
 }
 

@@ -93,8 +93,13 @@ fn expects_host(name: &str) -> bool {
 #[ignore = "needs the interop matrix from zarr-python (INTEROP_DIR, or python3 with zarr); CI runs it"]
 fn the_decode_plan_follows_the_codecs() -> Result {
     let dir = matrix();
+    let nvcomp = zarrs_gpu::nvcomp_sys::NvcompLibrary::get().is_ok();
     for case in cases(&dir)? {
         let reason = host_decode_reason(&open(&case)?);
+        // Without a loadable nvCOMP compressed chains decode on the host too, and say why.
+        if !nvcomp && reason.as_deref().is_some_and(|r| r.contains("nvCOMP")) {
+            continue;
+        }
         assert_eq!(reason.is_some(), expects_host(&case.name), "{}: host reason {reason:?}", case.name);
     }
     Ok(())

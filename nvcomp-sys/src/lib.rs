@@ -1,10 +1,12 @@
 //! Raw bindings to NVIDIA [nvCOMP](https://docs.nvidia.com/cuda/nvcomp/), loaded at run time.
 //!
 //! This crate finds and loads `libnvcomp.so.6` so that nothing links against nvCOMP at build
-//! time: [`NvcompLibrary::get`] tries `NVCOMP_LIBRARY_PATH`, then the Python packages' copy
-//! (`nvidia/libnvcomp/lib64`, as `pip install nvidia-libnvcomp-cu13` places it, under
-//! `PYTHONPATH` and the usual package directories: see [`candidates`]), then the system loader. A missing library is an error that lists what was tried and
-//! how to install it. The function bindings (generated with bindgen from the wheel's headers) come
+//! time: [`NvcompLibrary::get`] loads `NVCOMP_LIBRARY_PATH` when it is set, else the Python
+//! packages' copy (`nvidia/libnvcomp/lib64`, as `pip install nvidia-libnvcomp-cu13` places it,
+//! under the directories a program adds, `PYTHONPATH`, the usual package directories, and those of
+//! the `python3` on `PATH`: see [`candidates`]), then tries the system loader. A missing library is
+//! an error that lists what was tried, where, and how to install it. The function bindings
+//! (generated with bindgen from the wheel's headers) come
 //! with a thin checked layer: batched zstd, deflate and gzip decompression, CRC32 options.
 //!
 //! ```no_run
@@ -21,7 +23,7 @@
 
 use std::ffi::{c_void, CStr};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 #[allow(
     missing_docs,
@@ -52,13 +54,24 @@ pub const WHEEL_DIR: &str = "nvidia/libnvcomp/lib64";
 /// nvCOMP could not be loaded.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "nvCOMP ({SONAME}) could not be loaded; tried: {}. Install it with `pip install nvidia-libnvcomp-cu13` \
+    "nvCOMP ({SONAME}) could not be loaded; tried: {}{}. Install it with `pip install nvidia-libnvcomp-cu13` \
      or set {LIBRARY_ENV} to the library file",
-    tried.join("; ")
+    tried.join("; "),
+    searched_text(searched)
 )]
 pub struct LoadError {
     /// Each candidate and why it failed (missing file, missing entry points, wrong version).
     pub tried: Vec<String>,
+    /// The package directories where the wheel's library (`nvidia/libnvcomp/lib64`) was looked for.
+    pub searched: Vec<PathBuf>,
+}
+
+fn searched_text(searched: &[PathBuf]) -> String {
+    if searched.is_empty() {
+        return String::new();
+    }
+    let dirs: Vec<_> = searched.iter().map(|d| d.display().to_string()).collect();
+    format!("; looked for {WHEEL_DIR}/{SONAME} under: {}", dirs.join(", "))
 }
 
 /// An nvCOMP call returned a status other than success.
@@ -97,7 +110,13 @@ impl NvcompLibrary {
     /// Returns what was tried when no candidate loads.
     pub fn get() -> Result<&'static Self, LoadError> {
         static LIBRARY: OnceLock<Result<NvcompLibrary, LoadError>> = OnceLock::new();
-        LIBRARY.get_or_init(|| Self::load_first(&candidates())).as_ref().map_err(Clone::clone)
+        LIBRARY
+            .get_or_init(|| {
+                let (candidates, searched) = SearchPlaces::from_env().search(python3_package_dirs);
+                Self::load_first(&candidates).map_err(|err| LoadError { searched, ..err })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// Load the first of `candidates` (file paths, or bare names for the system loader) that loads.
@@ -112,7 +131,7 @@ impl NvcompLibrary {
                 Err(err) => tried.push(format!("{candidate} ({err})")),
             }
         }
-        Err(LoadError { tried })
+        Err(LoadError { tried, searched: Vec::new() })
     }
 
     fn load(path: &str) -> Result<Self, String> {
@@ -487,44 +506,131 @@ pub fn crc32_opts(variant: Crc32, kernel_conf: sys::nvcompCRC32KernelConf_t) -> 
     }
 }
 
-/// Where to look for nvCOMP, in order: `NVCOMP_LIBRARY_PATH`, the wheel's directory under each
-/// entry of `PYTHONPATH` and under the usual Python package directories (of `VIRTUAL_ENV`,
-/// `CONDA_PREFIX`, the user's `~/.local`, `/usr/local` and `/usr`), then [`SONAME`] for the
-/// system loader (`LD_LIBRARY_PATH`, the ld cache). No process is started to ask Python.
-#[must_use]
-pub fn candidates() -> Vec<String> {
-    let mut out: Vec<String> = std::env::var(LIBRARY_ENV).ok().filter(|p| !p.is_empty()).into_iter().collect();
-    let mut roots: Vec<PathBuf> =
-        std::env::var_os("PYTHONPATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
-    let prefixes = ["VIRTUAL_ENV", "CONDA_PREFIX"]
-        .iter()
-        .filter_map(|v| std::env::var_os(v).filter(|p| !p.is_empty()).map(PathBuf::from))
-        .chain(std::env::var_os("HOME").map(|home| Path::new(&home).join(".local")))
-        .chain(["/usr/local", "/usr"].map(PathBuf::from));
-    for prefix in prefixes {
-        roots.extend(package_dirs(&prefix));
-    }
-    out.extend(wheel_candidates(&roots));
-    out.push(SONAME.to_string());
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|c| seen.insert(c.clone()));
-    out
+/// Package directories the program adds to the search ([`add_search_dirs`]).
+static ADDED_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Look for the wheel's library under each of `dirs` (Python package directories: a Python
+/// program passes its interpreter's `sys.path` and site directories) before the usual places.
+/// Only a search that has not run yet sees them: call it before nvCOMP is first used.
+pub fn add_search_dirs<I: IntoIterator<Item = PathBuf>>(dirs: I) {
+    ADDED_DIRS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(dirs);
 }
 
-/// The Python package directories under `prefix`: `lib/python3.*/{site,dist}-packages` and
-/// Debian's `lib/python3/dist-packages`.
+/// Where a search looks: the environment's places (tests give their own).
+#[derive(Debug, Default)]
+struct SearchPlaces {
+    /// `NVCOMP_LIBRARY_PATH`: when set, the only candidate.
+    library: Option<String>,
+    /// Package directories searched first: those added by the program, then `PYTHONPATH`'s.
+    roots: Vec<PathBuf>,
+    /// Prefixes whose `lib*/python3*/{site,dist}-packages` are searched next.
+    prefixes: Vec<PathBuf>,
+}
+
+impl SearchPlaces {
+    fn from_env() -> Self {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        let mut roots = ADDED_DIRS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        roots.extend(var("PYTHONPATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default());
+        let prefixes = ["VIRTUAL_ENV", "CONDA_PREFIX"]
+            .iter()
+            .filter_map(|v| var(v).map(PathBuf::from))
+            .chain(var("HOME").map(|home| Path::new(&home).join(".local")))
+            .chain(["/usr/local", "/usr"].map(PathBuf::from))
+            .collect();
+        Self { library: std::env::var(LIBRARY_ENV).ok().filter(|p| !p.is_empty()), roots, prefixes }
+    }
+
+    /// The package directories to look in, in order.
+    fn package_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = self.roots.clone();
+        for prefix in &self.prefixes {
+            dirs.extend(package_dirs(prefix));
+        }
+        dirs
+    }
+
+    /// The candidates, in order, and the package directories looked in. `ask_python` gives
+    /// more package directories; it is asked only when no other has the library.
+    fn search(&self, ask_python: impl FnOnce() -> Vec<PathBuf>) -> (Vec<String>, Vec<PathBuf>) {
+        if let Some(library) = &self.library {
+            // The file the user named, and no other: a wrong path is an error, not a surprise.
+            return (vec![library.clone()], Vec::new());
+        }
+        let mut dirs = self.package_dirs();
+        let mut out = wheel_candidates(&dirs);
+        if out.is_empty() {
+            let more = ask_python();
+            out.extend(wheel_candidates(&more));
+            dirs.extend(more);
+        }
+        out.push(SONAME.to_string());
+        let mut seen = std::collections::HashSet::new();
+        out.retain(|c| seen.insert(c.clone()));
+        let mut seen = std::collections::HashSet::new();
+        dirs.retain(|d| seen.insert(d.clone()));
+        (out, dirs)
+    }
+}
+
+/// Where to look for nvCOMP, in order: `NVCOMP_LIBRARY_PATH` alone when it is set; else the
+/// wheel's directory under the package directories a program added ([`add_search_dirs`]), each
+/// entry of `PYTHONPATH`, and the usual Python package directories (of `VIRTUAL_ENV`,
+/// `CONDA_PREFIX`, the user's `~/.local`, `/usr/local` and `/usr`); where none has it, those of
+/// the `python3` on `PATH` (asked, within 2 s); then [`SONAME`] for the system loader
+/// (`LD_LIBRARY_PATH`, the ld cache).
+#[must_use]
+pub fn candidates() -> Vec<String> {
+    SearchPlaces::from_env().search(python3_package_dirs).0
+}
+
+/// The package directories of the `python3` on `PATH` (`sys.path`, site and user site), asked
+/// within 2 s; none when it is missing, slow or fails.
+fn python3_package_dirs() -> Vec<PathBuf> {
+    use std::process::{Command, Stdio};
+    let script =
+        "import site, sys\nfor p in [*sys.path, *site.getsitepackages(), site.getusersitepackages()]: print(p)";
+    let Ok(mut child) = Command::new("python3")
+        .args(["-I", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        return Vec::new();
+    };
+    let start = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => break,
+            Ok(None) if start.elapsed() < std::time::Duration::from_secs(2) => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Vec::new();
+            }
+        }
+    }
+    let mut text = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut out, &mut text);
+    }
+    text.lines().filter(|l| !l.is_empty()).map(PathBuf::from).filter(|p| p.is_dir()).collect()
+}
+
+/// The Python package directories under `prefix`: `lib*/python3.*/{site,dist}-packages` (lib64
+/// on Fedora) and Debian's `lib/python3/dist-packages`.
 fn package_dirs(prefix: &Path) -> Vec<PathBuf> {
-    let lib = prefix.join("lib");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&lib)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
-                .flat_map(|e| ["site-packages", "dist-packages"].map(|d| e.path().join(d)))
-                .filter(|d| d.is_dir())
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = ["lib", "lib64"]
+        .iter()
+        .flat_map(|lib| std::fs::read_dir(prefix.join(lib)).into_iter().flatten())
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+        .flat_map(|e| ["site-packages", "dist-packages"].map(|d| e.path().join(d)))
+        .filter(|d| d.is_dir())
+        .collect();
     dirs.sort();
     dirs
 }
@@ -577,7 +683,88 @@ mod tests {
         let err = NvcompLibrary::load_first(&found).unwrap_err();
         assert!(err.tried[0].contains(SONAME), "{err}");
         // The system loader's name is always the last resort.
-        assert_eq!(candidates().last().map(String::as_str), Some(SONAME));
+        let (found, _) = SearchPlaces::default().search(Vec::new);
+        assert_eq!(found, vec![SONAME.to_string()]);
+    }
+
+    /// A fake wheel library under `dir/<package dir>`; its path.
+    fn fake_wheel(dir: &Path, package_dir: &str) -> String {
+        let lib = dir.join(package_dir).join(WHEEL_DIR);
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::write(lib.join(SONAME), b"").unwrap();
+        lib.join(SONAME).to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn the_wheel_is_found_wherever_pip_puts_it() {
+        // Prefixes: a venv or conda environment, the user's ~/.local, system prefixes (lib64 too).
+        for package_dir in [
+            "lib/python3.12/site-packages",
+            "lib/python3.10/dist-packages",
+            "lib/python3/dist-packages",
+            "lib64/python3.11/site-packages",
+        ] {
+            let prefix = tempfile::tempdir().unwrap();
+            let want = fake_wheel(prefix.path(), package_dir);
+            let places = SearchPlaces { prefixes: vec![prefix.path().to_path_buf()], ..SearchPlaces::default() };
+            let (found, searched) = places.search(|| panic!("python3 asked although the wheel was found"));
+            assert_eq!(found, vec![want, SONAME.to_string()], "{package_dir}");
+            assert_eq!(searched, vec![prefix.path().join(package_dir)]);
+        }
+        // Directories a program adds (a Python interpreter's sys.path, run by its path without an
+        // activated venv), PYTHONPATH's.
+        let dir = tempfile::tempdir().unwrap();
+        let want = fake_wheel(dir.path(), "venv/lib/python3.12/site-packages");
+        let root = dir.path().join("venv/lib/python3.12/site-packages");
+        let places = SearchPlaces { roots: vec![root], ..SearchPlaces::default() };
+        assert_eq!(places.search(Vec::new).0, vec![want.clone(), SONAME.to_string()]);
+        // The python3 on PATH, asked only when nothing else has it.
+        let asked = dir.path().join("venv/lib/python3.12/site-packages");
+        let (found, searched) = SearchPlaces::default().search(|| vec![asked.clone()]);
+        assert_eq!(found, vec![want, SONAME.to_string()]);
+        assert_eq!(searched, vec![asked]);
+    }
+
+    #[test]
+    fn python3_on_path_tells_its_package_directories() {
+        let python = std::process::Command::new("python3").args(["-c", ""]).output();
+        if python.is_ok_and(|o| o.status.success()) {
+            let dirs = python3_package_dirs();
+            assert!(dirs.iter().any(|d| d.ends_with("site-packages") || d.ends_with("dist-packages")), "{dirs:?}");
+        }
+    }
+
+    #[test]
+    fn a_library_path_set_is_the_only_candidate() {
+        let dir = tempfile::tempdir().unwrap();
+        fake_wheel(dir.path(), "lib/python3.12/site-packages");
+        let places = SearchPlaces {
+            library: Some("/nonexistent/libnvcomp.so.6".into()),
+            prefixes: vec![dir.path().to_path_buf()],
+            ..SearchPlaces::default()
+        };
+        let (found, searched) = places.search(|| panic!("python3 asked although a library was named"));
+        assert_eq!(found, vec!["/nonexistent/libnvcomp.so.6".to_string()]);
+        assert!(searched.is_empty());
+    }
+
+    #[test]
+    fn the_error_names_where_it_looked() {
+        let err = LoadError { tried: vec![format!("{SONAME} (not found)")], searched: vec!["/venv/site".into()] };
+        let text = err.to_string();
+        assert!(text.contains("/venv/site") && text.contains(WHEEL_DIR), "{text}");
+    }
+
+    #[test]
+    fn added_directories_are_searched_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let want = fake_wheel(dir.path(), "site");
+        add_search_dirs([dir.path().join("site")]);
+        let places = SearchPlaces::from_env();
+        assert_eq!(places.roots.first(), Some(&dir.path().join("site")));
+        if places.library.is_none() {
+            assert_eq!(places.search(Vec::new).0.first(), Some(&want));
+        }
     }
 
     /// The library: the tests that use it are `#[ignore]`d (named in the summary as such) and run

@@ -38,8 +38,9 @@ trait AnyArray: Send + Sync {
     fn ptr(&self) -> u64;
     fn nbytes(&self) -> usize;
     fn ordinal(&self) -> usize;
-    /// Wait for all work on the array's device (its consumers' too).
-    fn synchronize(&self);
+    /// Wait (bounded) for all work on the array's device (its consumers' too) before its memory
+    /// may be freed; where that wait does not end, the memory is leaked instead.
+    fn settle(&self);
     fn dlpack<'py>(&self, py: Python<'py>, stream: DlpackStream, versioned: bool) -> PyResult<Bound<'py, PyAny>>;
 }
 
@@ -62,8 +63,9 @@ impl<T: ElementOwned + Send + Sync + 'static> AnyArray for Typed<T> {
         self.0.stream().context().ordinal()
     }
 
-    fn synchronize(&self) {
-        let _ = self.0.stream().context().synchronize();
+    fn settle(&self) {
+        // Bounded, without the interpreter lock (the wrapper `release_wait` installs).
+        self.0.settle_for_release();
     }
 
     fn dlpack<'py>(&self, py: Python<'py>, stream: DlpackStream, versioned: bool) -> PyResult<Bound<'py, PyAny>> {
@@ -130,6 +132,8 @@ fn read_into_typed<T: ElementOwned + Send + Sync + 'static>(
 ) -> PyResult<RetrieveReport> {
     let mut out = DeviceArray::<T>::from_dlpack(tensor, array.data_type().clone()).map_err(py_err)?;
     let report = py.allow_threads(|| {
+        // The waits below bind the device's context on this thread: the caller's comes back.
+        let _current = zarrs_gpu_codecs::CurrentContextGuard::new();
         // The producer ordered its work before the legacy default stream (`__dlpack__(stream=1)`):
         // wait for that before writing.
         out.stream()
@@ -417,7 +421,7 @@ struct PyDeviceArray {
 impl Drop for PyDeviceArray {
     fn drop(&mut self) {
         if self.interfaced.load(std::sync::atomic::Ordering::Relaxed) {
-            self.data.synchronize();
+            self.data.settle();
         }
     }
 }
@@ -598,8 +602,62 @@ fn memory_in_use(py: Python<'_>, device: usize) -> PyResult<std::collections::Ha
     ]))
 }
 
+extern "C" {
+    // Not in the limited API's headers, but exported by every CPython since 3.4: the one way to
+    // ask whether this thread holds the interpreter lock (a DLPack deleter may run on any thread).
+    fn PyGILState_Check() -> std::os::raw::c_int;
+}
+
+/// The wrapper of every blocking wait of a release (a DLPack deleter, a dropped array): without
+/// the interpreter lock where this thread holds it, so that other threads (one whose read is
+/// timing out among them) go on while it waits.
+fn release_wait(wait: &mut dyn FnMut()) {
+    /// Takes the lock back when the wait ends, also on a panic.
+    struct Restore(*mut pyo3::ffi::PyThreadState);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: the state PyEval_SaveThread returned on this thread.
+            unsafe { pyo3::ffi::PyEval_RestoreThread(self.0) };
+        }
+    }
+    // SAFETY: only reads this thread's state.
+    if unsafe { PyGILState_Check() } == 1 {
+        // SAFETY: this thread holds the lock; `Restore` takes it back on this thread, and the
+        // wait touches no Python object.
+        let _restore = Restore(unsafe { pyo3::ffi::PyEval_SaveThread() });
+        wait();
+    } else {
+        wait();
+    }
+}
+
+/// The interpreter's package directories (`sys.path`, site and user site directories), where pip
+/// put nvCOMP's wheel: for a venv's python run by its path, `VIRTUAL_ENV` is not set.
+fn python_package_dirs(py: Python<'_>) -> PyResult<Vec<PathBuf>> {
+    let sys = py.import("sys")?;
+    let site = py.import("site")?;
+    let mut dirs: Vec<PathBuf> = sys.getattr("path")?.extract()?;
+    if let Ok(more) = site.call_method0("getsitepackages").and_then(|d| d.extract::<Vec<PathBuf>>()) {
+        dirs.extend(more);
+    }
+    if let Ok(user) = site.call_method0("getusersitepackages").and_then(|d| d.extract::<PathBuf>()) {
+        dirs.push(user);
+    }
+    Ok(dirs)
+}
+
+/// Where nvCOMP will be looked for, in order (for the tests: the interpreter's directories are
+/// among them).
+#[pyfunction]
+fn _nvcomp_candidates() -> Vec<String> {
+    zarrs_gpu::nvcomp_sys::candidates()
+}
+
 #[pymodule]
 fn _zarrs_gpu(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    zarrs_gpu::nvcomp_sys::add_search_dirs(python_package_dirs(m.py())?);
+    zarrs_gpu_codecs::set_release_wait_wrapper(release_wait);
+    m.add_function(wrap_pyfunction!(_nvcomp_candidates, m)?)?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(read, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;

@@ -135,6 +135,23 @@ class CpuTests(unittest.TestCase):
         self.assertEqual(again.shape, (12,))
         self.assertIsNone(pipeline._open_array(path, "missing"))
 
+    def test_nvcomp_is_looked_for_where_this_interpreter_finds_packages(self):
+        # A fresh interpreter, no activated venv and no NVCOMP_LIBRARY_PATH (which is then the
+        # only candidate): a wheel's library in a directory of its sys.path must be a candidate
+        # (pip's site-packages is one there), and so must the interpreter's site-packages.
+        with tempfile.TemporaryDirectory() as site:
+            lib = os.path.join(site, "nvidia", "libnvcomp", "lib64")
+            os.makedirs(lib)
+            fake = os.path.join(lib, "libnvcomp.so.6")
+            open(fake, "wb").close()
+            code = ("import site, sys; sys.path.insert(0, sys.argv[1]); import zarrs_gpu._zarrs_gpu as z; "
+                    "print(z._nvcomp_candidates()[0])")
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("NVCOMP_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH")}
+            run = subprocess.run([sys.executable, "-c", code, site], env=env, capture_output=True, text=True)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertEqual(run.stdout.strip(), fake)
+
     @unittest.skipUnless(os.environ.get("ZARRS_GPU_EXPECT_NO_GPU") == "1",
                          "set ZARRS_GPU_EXPECT_NO_GPU=1 on a machine without a GPU (CI does)")
     def test_reads_without_a_gpu_are_runtime_errors(self):

@@ -8,7 +8,7 @@ use zarrs_gpu::zarrs_gpu_codecs::DlpackStream;
 use zarrs_gpu::{ArrayDeviceExt, DeviceArray};
 
 use crate::compressed::{make_array, zstd};
-use crate::{posix, Result};
+use crate::{child_command, posix, Result};
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
@@ -130,4 +130,122 @@ fn reads_land_in_memory_the_caller_holds() -> Result {
         assert!(matches!(err, GpuError::Unsupported(_)) && err.to_string().contains("expected"), "{name}: {err}");
     }
     Ok(())
+}
+
+/// Reads, copies back, DLPack export and import, the deleter and drops leave the calling thread's
+/// current CUDA context as it was (cudarc binds the device's context and never restores the
+/// caller's, which sent PyTorch's and CuPy's next allocations to the read's device). Shown with a
+/// context of the test's own current (not the primary context reads use), then with none.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_callers_current_context_is_left_as_it_was() -> Result {
+    use cudarc::driver::{result, sys};
+    let dir = tempfile::tempdir()?;
+    let (shape, chunks) = ([37u64, 70, 33], [16u64, 32, 16]);
+    let array =
+        make_array(dir.path(), data_type::float32(), FillValue::from(-7.5f32), &shape, &chunks, vec![zstd(3, false)])?;
+    let subset = zarrs::array::ArraySubset::new_with_ranges(&[3..37, 5..70, 0..31]);
+    let want = array.retrieve_array_subset::<ArrayBytes<'static>>(&subset)?.into_fixed()?.into_owned();
+    result::init()?;
+    let mut ours: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: a fresh context of device 0 (made current by the call), destroyed at the end.
+    unsafe { sys::cuCtxCreate_v4(&raw mut ours, std::ptr::null_mut(), 0, result::device::get(0)?) }.result()?;
+    let current = || -> Result<sys::CUcontext> { Ok(result::ctx::get_current()?.unwrap_or(std::ptr::null_mut())) };
+    for before in [ours, std::ptr::null_mut()] {
+        // SAFETY: our live context, or none.
+        unsafe { result::ctx::set_current(before) }?;
+        let same = |what: &str| -> Result {
+            assert_eq!(current()?, before, "{what} changed the current context");
+            Ok(())
+        };
+        let (device, _) = array.retrieve_array_subset_device_opt::<f32>(&subset, &posix())?;
+        same("a read")?;
+        assert!(device.to_host_bytes()? == want, "the elements differ from zarrs'");
+        same("a copy to the host")?;
+        let tensor = device.into_dlpack(DlpackStream::Synchronize)?;
+        same("a DLPack export")?;
+        let back = DeviceArray::<f32>::from_dlpack(tensor, data_type::float32())?;
+        same("a DLPack import")?;
+        drop(back);
+        same("the DLPack deleter")?;
+        let (device, _) = array.retrieve_chunk_device_opt::<f32>(&[1, 1, 1], &posix())?;
+        drop(device);
+        same("a chunk read and its drop")?;
+        zarrs_gpu::memory_in_use(0)?;
+        same("memory_in_use")?;
+    }
+    // SAFETY: the test's context, current nowhere now.
+    unsafe { sys::cuCtxDestroy_v2(ours) }.result()?;
+    Ok(())
+}
+
+/// The variable that makes this test binary a child running the release during a hung batch.
+const RELEASE_CHILD: &str = "ZARRS_GPU_TEST_RELEASE_CHILD";
+
+/// A DLPack deleter (a consumer dropping its tensor) while a batch of another read never ends:
+/// the release waits for the device only as long as the context lives; once the hung read times
+/// out and the context is lost, it returns and leaves the memory leaked. It waited on the host
+/// for the device without bound (and, from Python, holding the interpreter lock): `del t` never
+/// returned. In a child process, since the context stays lost.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_release_during_a_hung_batch_returns() -> Result {
+    use std::time::{Duration, Instant};
+    if std::env::var_os(RELEASE_CHILD).is_some() {
+        return release_child();
+    }
+    let mut child = child_command("dlpack::a_release_during_a_hung_batch_returns", &[(RELEASE_CHILD, Some("1"))])?
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let start = Instant::now();
+    while child.try_wait()?.is_none() {
+        if start.elapsed() > Duration::from_mins(2) {
+            child.kill()?;
+            return Err("the child process hung: the release never returned".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output()?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the child failed ({:?}):\n{text}", out.status);
+    let released = text.lines().find_map(|l| l.split_once("RELEASED ").map(|(_, s)| s)).ok_or(text.clone())?;
+    let secs: f64 = released.trim_end_matches('s').parse()?;
+    // The hung read's bound is 3 s; the release started 1 s into it.
+    assert!(secs < 20.0, "the release took {secs} s:\n{text}");
+    assert!(text.contains("READ ") && text.contains("did not finish"), "{text}");
+    Ok(())
+}
+
+fn release_child() -> Result {
+    use std::time::{Duration, Instant};
+    use zarrs_gpu::zarrs_gpu_codecs::InjectedFault;
+    let dir = tempfile::tempdir()?;
+    let array = make_array(
+        dir.path(),
+        data_type::float32(),
+        FillValue::from(0f32),
+        &[64, 256],
+        &[32, 128],
+        vec![zstd(3, false)],
+    )?;
+    let (exported, _) = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix())?;
+    let tensor = exported.into_dlpack(DlpackStream::NoSync)?;
+    let hung = posix().with_batch_timeout(Some(Duration::from_secs(3))).with_injected_fault(Some(InjectedFault::Hang));
+    std::thread::scope(|scope| -> Result {
+        let read =
+            scope.spawn(|| array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &hung).map(|_| ()));
+        // Long enough for the read to launch its never-ending kernel, well before its bound.
+        std::thread::sleep(Duration::from_secs(1));
+        let start = Instant::now();
+        drop(tensor);
+        println!("RELEASED {:.1}s", start.elapsed().as_secs_f64());
+        let err = read.join().map_err(|_| "the hung read panicked")?.err().ok_or("the hung read succeeded")?;
+        println!("READ {err}");
+        Ok(())
+    })?;
+    // Leave at once: a kernel that never ends may keep the driver's exit handlers waiting.
+    std::io::Write::flush(&mut std::io::stdout())?;
+    // SAFETY: ends the process without running exit handlers; nothing is left to flush.
+    unsafe { libc::_exit(0) }
 }

@@ -389,15 +389,21 @@ impl GpuContext {
         self.pool.keep(keep.saturating_sub(staging)).map_err(GpuError::cuda("trimming the output memory pool"))
     }
 
+    /// Whether the output pool holds more idle than its share of the bound (and the context is
+    /// usable): [`after_free`](Self::after_free) has work to do. No device call waits.
+    pub(crate) fn holds_freed_beyond_bound(&self) -> bool {
+        self.lost.get().is_none() && self.pool.idle_bytes() > self.keep.saturating_sub(self.staging.bytes())
+    }
+
     /// After a result of this device was freed on `stream`: when the output pool now holds more
     /// idle than its threshold, wait (boundedly) for the stream's work and give the excess back,
     /// so that memory freed by the caller is free for other libraries at once, not only at the
     /// next synchronization somewhere in the process.
     pub(crate) fn after_free(&self, stream: &CudaStream) {
-        let threshold = self.keep.saturating_sub(self.staging.bytes());
-        if self.lost.get().is_some() || self.pool.idle_bytes() <= threshold {
+        if !self.holds_freed_beyond_bound() {
             return;
         }
+        let threshold = self.keep.saturating_sub(self.staging.bytes());
         let Ok(event) = stream.record_event(None) else { return };
         let deadline = Instant::now() + std::time::Duration::from_secs(10);
         if matches!(Self::wait_until(event, deadline), Ok(true)) {
@@ -447,6 +453,7 @@ pub struct MemoryInUse {
 /// # Errors
 /// Returns an error when there is no usable device `device`, or its context is lost.
 pub fn memory_in_use(device: usize) -> Result<MemoryInUse, GpuError> {
+    let _current = crate::CurrentContextGuard::new();
     let context = GpuContext::get(device)?;
     context.check_alive()?;
     context.bind()?;

@@ -1,7 +1,10 @@
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
-use cudarc::driver::{result, sys, CudaSlice, CudaStream};
+use cudarc::driver::{result, sys, CudaSlice, CudaStream, DriverError};
 use zarrs::array::{ArrayBytes, ArrayError, DataType, ElementOwned, FromArrayBytes};
 
 use crate::context::GpuContext;
@@ -22,15 +25,18 @@ pub struct DeviceArray<T> {
     data_type: DataType,
     /// What keeps wrapped memory alive (a DLPack tensor); dropped with the array.
     owner: Option<Box<dyn Send + Sync>>,
-    /// Device work that may still write the memory was left running (a read that timed out):
-    /// the memory is never freed or handed back to its owner.
-    abandoned: bool,
+    /// Device work that may still write the memory was left running (a read that timed out, a
+    /// release whose wait did not end): the memory is never freed or handed back to its owner.
+    /// Atomic: any holder of a shared array may find that out.
+    abandoned: AtomicBool,
     _marker: PhantomData<T>,
 }
 
 impl<T> Drop for DeviceArray<T> {
     fn drop(&mut self) {
-        if self.abandoned {
+        // Freeing and the stream's destruction bind the context on this thread.
+        let _current = crate::CurrentContextGuard::new();
+        if *self.abandoned.get_mut() {
             if let Some(data) = self.data.take() {
                 data.leak();
             }
@@ -40,7 +46,9 @@ impl<T> Drop for DeviceArray<T> {
             // goes on to the driver now, for other libraries sharing the device.
             drop(data);
             if let Some(context) = GpuContext::existing(self.stream.context().ordinal()) {
-                context.after_free(&self.stream);
+                if context.holds_freed_beyond_bound() {
+                    run_release_wait(&mut || context.after_free(&self.stream));
+                }
             }
         }
     }
@@ -102,7 +110,7 @@ impl<T: ElementOwned> DeviceArray<T> {
             shape,
             data_type,
             owner: None,
-            abandoned: false,
+            abandoned: AtomicBool::new(false),
             _marker: PhantomData,
         })
     }
@@ -128,20 +136,48 @@ impl<T: ElementOwned> DeviceArray<T> {
             shape,
             data_type,
             owner: Some(owner),
-            abandoned: false,
+            abandoned: AtomicBool::new(false),
             _marker: PhantomData,
         }
     }
 
     /// Never free this memory nor hand it back to its owner: device work that may still write
     /// it was left running (a timed-out read into it; the context is lost then).
-    pub(crate) fn abandon(&mut self) {
-        self.abandoned = true;
+    pub(crate) fn abandon(&self) {
+        self.abandoned.store(true, Ordering::Relaxed);
     }
 
     /// Whether [`Self::abandon`] was called.
     pub(crate) fn is_abandoned(&self) -> bool {
-        self.abandoned
+        self.abandoned.load(Ordering::Relaxed)
+    }
+
+    /// Before a share of this memory goes that another library may still be using (a DLPack
+    /// deleter; the owner of memory handed out through the CUDA array interface): wait until all
+    /// work on the device has finished, for at most [`RELEASE_WAIT`] and only while the device's
+    /// context is usable. Where the wait does not end so, the array is marked never to be freed
+    /// (leaked), since kernels may still write it. Returns whether the memory may be freed.
+    ///
+    /// The wait runs through the wrapper of [`set_release_wait_wrapper`] (a Python binding's
+    /// releases the interpreter lock) and leaves the thread's current context as it was.
+    pub fn settle_for_release(&self) -> bool {
+        if self.is_abandoned() {
+            return false;
+        }
+        let ctx = self.stream.context().clone();
+        let ordinal = ctx.ordinal();
+        let lost = || GpuContext::existing(ordinal).is_some_and(|c| c.check_alive().is_err());
+        let mut settled = Settled::Lost;
+        let mut wait = || {
+            let deadline = Instant::now() + RELEASE_WAIT;
+            let ctx = ctx.clone();
+            settled = wait_bounded(move || ctx.synchronize(), deadline, &lost);
+        };
+        run_release_wait(&mut wait);
+        if settled != Settled::Idle {
+            self.abandon();
+        }
+        !self.is_abandoned()
     }
 
     /// The shape.
@@ -205,7 +241,7 @@ impl<T: ElementOwned> DeviceArray<T> {
     /// read may still write it.
     #[allow(clippy::result_large_err)] // the array itself, handed back as `Arc::try_unwrap` does
     pub fn into_parts(mut self) -> Result<(CudaSlice<T>, Vec<u64>), Self> {
-        if self.abandoned {
+        if *self.abandoned.get_mut() {
             return Err(self);
         }
         match self.data.take() {
@@ -232,6 +268,7 @@ impl<T: ElementOwned> DeviceArray<T> {
     /// # Errors
     /// Returns the driver's error when the copy fails.
     pub fn to_host_bytes(&self) -> Result<Vec<u8>, GpuError> {
+        let _current = crate::CurrentContextGuard::new();
         let mut bytes = vec![0u8; self.num_bytes()];
         self.stream().synchronize().map_err(GpuError::cuda("waiting for the array's stream"))?;
         self.stream().context().bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
@@ -252,6 +289,75 @@ impl<T: ElementOwned> DeviceArray<T> {
     }
 }
 
+/// How long a release ([`DeviceArray::settle_for_release`]) waits for the device before it
+/// leaves the memory leaked: as long as a batch of a read may take before it times out.
+pub const RELEASE_WAIT: Duration = Duration::from_mins(1);
+
+/// How often a release's wait looks whether the context was lost meanwhile (a timed-out read on
+/// another thread): a kernel that never ends keeps a context-wide wait blocked for good.
+const RELEASE_POLL: Duration = Duration::from_millis(50);
+
+/// What runs each blocking wait of a release, set once per process.
+static RELEASE_WAIT_WRAPPER: OnceLock<fn(&mut dyn FnMut())> = OnceLock::new();
+
+/// Run `wait` through the wrapper set by [`set_release_wait_wrapper`], if any.
+fn run_release_wait(wait: &mut dyn FnMut()) {
+    match RELEASE_WAIT_WRAPPER.get() {
+        Some(wrapper) => wrapper(wait),
+        None => wait(),
+    }
+}
+
+/// Run every blocking wait of a release ([`DeviceArray::settle_for_release`], DLPack deleters)
+/// through `wrapper`, which must call the function it gets once, on the same thread: a Python
+/// binding releases the interpreter lock around it, so that other threads (the one whose read
+/// times out among them) go on. Returns false when a wrapper was set before (it stays).
+pub fn set_release_wait_wrapper(wrapper: fn(&mut dyn FnMut())) -> bool {
+    RELEASE_WAIT_WRAPPER.set(wrapper).is_ok()
+}
+
+/// How a bounded wait for the device ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// The work finished: the memory may be freed.
+    Idle,
+    /// The wait failed (a faulted context).
+    Failed,
+    /// The deadline passed first.
+    TimedOut,
+    /// The context was (or became) lost: its work may never finish.
+    Lost,
+}
+
+/// Run the blocking `wait` on a helper thread and wait for it until `deadline`, looking every
+/// [`RELEASE_POLL`] whether `lost` says the context was lost. A blocking CUDA wait cannot time
+/// out, and the work to wait for is the whole context's (a consumer's streams are not ours), so
+/// no event serves as in `GpuContext::wait_until`; a helper left blocked stays so (the context
+/// is lost or hung then anyway).
+pub(crate) fn wait_bounded(
+    wait: impl FnOnce() -> Result<(), DriverError> + Send + 'static,
+    deadline: Instant,
+    lost: &dyn Fn() -> bool,
+) -> Settled {
+    if lost() {
+        return Settled::Lost;
+    }
+    let (done, waited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(wait());
+    });
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match waited.recv_timeout(left.min(RELEASE_POLL)) {
+            Ok(Ok(())) => return Settled::Idle,
+            Ok(Err(_)) | Err(RecvTimeoutError::Disconnected) => return Settled::Failed,
+            Err(RecvTimeoutError::Timeout) if lost() => return Settled::Lost,
+            Err(RecvTimeoutError::Timeout) if left <= RELEASE_POLL => return Settled::TimedOut,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
 /// zarrs' generic retrieval (`array.retrieve_array_subset::<DeviceArray<T>>(..)`) decodes on the
 /// host, then this copies the result to the device of the GPU mode in force
 /// ([`with_gpu_config`](crate::with_gpu_config); outside it [`GpuConfig::from_env`]'s device). For reads straight from
@@ -262,10 +368,63 @@ impl<T: ElementOwned> FromArrayBytes for DeviceArray<T> {
         let bytes =
             bytes.into_fixed().map_err(|_| ArrayError::Other("DeviceArray needs a fixed-size data type".into()))?;
         let config = GpuConfig::current()?;
+        let _current = crate::CurrentContextGuard::new();
         let context = GpuContext::get(config.device())?;
         context.check_alive()?;
         let device = context.upload(&bytes).map_err(|err| context.contain(err))?;
         // SAFETY: the bytes were copied synchronously and are `shape` elements of `data_type`.
         Ok(unsafe { Self::from_device_bytes(device, shape.to_vec(), data_type.clone()) }?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    const BLOCKED: DriverError = DriverError(sys::cudaError_enum::CUDA_ERROR_UNKNOWN);
+
+    /// A wait that never ends by itself (a kernel that never finishes).
+    fn never() -> impl FnOnce() -> Result<(), DriverError> + Send + 'static {
+        || loop {
+            std::thread::sleep(Duration::from_hours(1));
+        }
+    }
+
+    #[test]
+    fn a_release_wait_that_never_ends_gives_up_at_its_deadline() {
+        let start = Instant::now();
+        let settled = wait_bounded(never(), start + Duration::from_millis(300), &|| false);
+        assert_eq!(settled, Settled::TimedOut);
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(5), "{took:?}");
+    }
+
+    #[test]
+    fn a_release_wait_ends_when_the_context_is_lost() {
+        let lost = Arc::new(AtomicBool::new(false));
+        let flag = lost.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            flag.store(true, Ordering::Relaxed);
+        });
+        let start = Instant::now();
+        let settled = wait_bounded(never(), start + Duration::from_mins(1), &|| lost.load(Ordering::Relaxed));
+        assert_eq!(settled, Settled::Lost);
+        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        // Lost before: no wait at all.
+        assert_eq!(wait_bounded(|| Ok(()), Instant::now() + Duration::from_mins(1), &|| true), Settled::Lost);
+    }
+
+    #[test]
+    fn a_release_wait_that_ends_frees_and_one_that_fails_does_not() {
+        let far = Instant::now() + Duration::from_mins(1);
+        assert_eq!(wait_bounded(|| Ok(()), far, &|| false), Settled::Idle);
+        assert_eq!(wait_bounded(|| Err(BLOCKED), far, &|| false), Settled::Failed);
+        let slow = || {
+            std::thread::sleep(Duration::from_millis(150));
+            Ok(())
+        };
+        assert_eq!(wait_bounded(slow, far, &|| false), Settled::Idle);
     }
 }

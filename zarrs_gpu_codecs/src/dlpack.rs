@@ -86,15 +86,10 @@ struct Exported<T: ElementOwned> {
 impl<T: ElementOwned> Drop for Exported<T> {
     fn drop(&mut self) {
         // The consumer may have queued work on the memory on its own streams and still call the
-        // deleter now (PyTorch does): wait for the device before the memory is freed. A context
-        // lost to a hung batch would never finish: then the memory is kept, not waited for.
-        let ordinal = self.array.stream().context().ordinal();
-        let lost = crate::context::GpuContext::existing(ordinal).is_some_and(|c| c.check_alive().is_err());
-        if lost || self.array.is_abandoned() || self.array.stream().context().synchronize().is_err() {
-            if let Some(array) = Arc::get_mut(&mut self.array) {
-                array.abandon();
-            }
-        }
+        // deleter now (PyTorch does): wait for the device before the memory is freed, bounded; a
+        // context lost (to a hung batch) or a wait that does not end leaves the memory leaked.
+        let _current = crate::CurrentContextGuard::new();
+        self.array.settle_for_release();
     }
 }
 
@@ -165,6 +160,7 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
     }
 
     fn export(array: &Arc<Self>, stream: DlpackStream) -> Result<Exported<T>, GpuError> {
+        let _current = crate::CurrentContextGuard::new();
         let dl_type = dl_type::<T>().ok_or_else(unsupported::<T>)?;
         if array.shape().iter().any(|&n| i64::try_from(n).is_err()) {
             return Err(GpuError::Overflow(format!("shape {:?}: an extent exceeds DLPack's i64", array.shape())));
@@ -198,6 +194,7 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
     /// Returns an error when the tensor is not in CUDA memory, not C-contiguous, of another data
     /// type, or read-only.
     pub fn from_dlpack(tensor: SafeManagedTensorVersioned, data_type: DataType) -> Result<Self, GpuError> {
+        let _current = crate::CurrentContextGuard::new();
         check_element::<T>(&data_type)?;
         if tensor.read_only() {
             return Err(GpuError::Unsupported("the DLPack tensor is read-only".into()));

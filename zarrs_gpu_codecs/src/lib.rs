@@ -45,6 +45,7 @@ mod batch;
 mod codec;
 mod config;
 mod context;
+mod current_context;
 mod decode;
 mod device_array;
 mod device_codec;
@@ -72,7 +73,8 @@ pub use config::{
     STAGING_BYTES_ENV, TRACE_ENV,
 };
 pub use context::{default_pool_keep, empty_cache, memory_in_use, MemoryInUse, POOL_KEEP_ENV};
-pub use device_array::DeviceArray;
+pub use current_context::CurrentContextGuard;
+pub use device_array::{set_release_wait_wrapper, DeviceArray, RELEASE_WAIT};
 pub use device_codec::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck, HostCodecV2, HostCodecV3};
 pub use dlpack::DlpackStream;
 pub use dlpark;

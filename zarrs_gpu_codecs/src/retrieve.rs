@@ -14,7 +14,7 @@ use crate::context::GpuContext;
 use crate::decode::Output;
 use crate::device_array::check_element;
 use crate::plan::{checked_bytes, end_fits};
-use crate::route::{chunk_subset, chunks_meeting, device_plan, ChunkRef, DecodePath, RetrieveReport};
+use crate::route::{chunk_subset, chunks_meeting, read_route, ChunkRef, DecodePath, RetrieveReport};
 use crate::{DeviceArray, GpuConfig, GpuError};
 
 /// Whether `indices` (a box of `shape` from `start`) lies within `bound`, checked: zarrs'
@@ -173,6 +173,8 @@ macro_rules! impl_array_device_ext {
 /// Run a retrieval on `config`'s device: fail fast when an earlier fault lost the device's
 /// context, and record such a loss when this retrieval causes it.
 fn contained<R>(config: &GpuConfig, read: impl FnOnce() -> Result<R, GpuError>) -> Result<R, GpuError> {
+    // The read binds the device's context on this thread: the caller's comes back after it.
+    let _current = crate::CurrentContextGuard::new();
     // Only a device some read has set up can be lost; requests refused on the host (overflowing
     // sizes) never touch the driver.
     if let Some(context) = GpuContext::existing(config.device()) {
@@ -246,13 +248,7 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
         Some(indices) => vec![(indices.to_vec(), array.chunk_key(indices), subset.clone())],
         None => chunks_meeting(array, subset)?,
     };
-    let route = device_plan(array).and_then(|plan| {
-        if !plan.chain.needs_nvcomp() {
-            return Ok((plan, None));
-        }
-        nvcomp_sys::NvcompLibrary::get().map(|lib| (plan, Some(lib))).map_err(|e| e.to_string())
-    });
-    match route {
+    match read_route(array) {
         Ok((plan, nvcomp)) => crate::decode::retrieve_decoded(
             array, subset, chunks, gds, config, &context, &stream, &plan, nvcomp, output,
         ),

@@ -254,10 +254,24 @@ pub(crate) fn swap_word(data_type: &DataType, endian: Option<Endianness>) -> Res
         .ok_or_else(|| format!("zarrs' bytes codec reorders {data_type} elements in a way the device does not"))
 }
 
-/// Why an array's chunks cannot be read and decoded on the device, or None when they can.
+/// The route of a read of `array`: its device plan and nvCOMP where the plan needs it, or why
+/// it decodes on the host (its codecs, or no loadable nvCOMP). Reads and
+/// [`host_decode_reason`] both ask this, so that what is reported is what a read does.
+pub(crate) fn read_route<S: ?Sized>(
+    array: &Array<S>,
+) -> Result<(DevicePlan, Option<&'static nvcomp_sys::NvcompLibrary>), String> {
+    let plan = device_plan(array)?;
+    if !plan.chain.needs_nvcomp() {
+        return Ok((plan, None));
+    }
+    nvcomp_sys::NvcompLibrary::get().map(|lib| (plan, Some(lib))).map_err(|e| e.to_string())
+}
+
+/// Why an array's chunks cannot be read and decoded on the device (its codecs, or nvCOMP not
+/// loadable where they need it), or None when they can: the route a read takes.
 #[must_use]
 pub fn host_decode_reason<S: ?Sized>(array: &Array<S>) -> Option<String> {
-    device_plan(array).err()
+    read_route(array).err()
 }
 
 /// A chunk meeting a subset: its grid indices, key and (unbounded) subset.
