@@ -36,7 +36,7 @@ pub use open::{node_path, open_array, store_at};
 pub use {half, num_complex};
 
 pub use nvcomp_sys;
-pub use subset::parse_subset;
+pub use subset::{parse_index, parse_subset, select, IndexItem, Selection};
 pub use zarrs_gds_store::{self, GdsStore, GdsStoreOptions, IoBackend, IoPath, IoStatus};
 pub use zarrs_gpu_codecs::{
     self, default_pool_keep, empty_cache, gpu_config, host_decode_reason, memory_in_use, with_gpu_config,

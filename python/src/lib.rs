@@ -7,13 +7,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use dlpark::{SafeManagedTensor, SafeManagedTensorVersioned};
-use pyo3::exceptions::{PyBufferError, PyFileNotFoundError, PyIndexError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{
+    PyBufferError, PyFileNotFoundError, PyIndexError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyEllipsis, PySlice, PyTuple};
 use zarrs::array::{Array, ArraySubset, ElementOwned};
 use zarrs_gds_store::GdsStore;
 use zarrs_gpu::{
-    ArrayDeviceExt, DecodeTrust, DeviceArray, GpuConfig, GpuError, IoBackend, RetrieveReport, ShardIndexCache,
+    ArrayDeviceExt, DecodeTrust, DeviceArray, GpuConfig, GpuError, IndexItem, IoBackend, RetrieveReport,
+    ShardIndexCache,
 };
 use zarrs_gpu_codecs::DlpackStream;
 
@@ -184,81 +187,97 @@ fn report_dict<'py>(py: Python<'py>, r: &RetrieveReport) -> PyResult<Bound<'py, 
 }
 
 /// A numpy-style index (an integer, a slice, `...`, or a tuple of them) as the subset it selects
-/// and the shape of the result (integers drop their dimension). Slices clamp to the array as
-/// numpy's do; steps and empty selections are refused.
+/// and the shape of the result (integers drop their dimension), by the rule the command line's
+/// `--subset` follows (`zarrs_gpu::select`): numpy's. Slices clamp, empty ones select nothing;
+/// steps other than 1 are refused.
 fn index_to_subset(key: &Bound<'_, PyAny>, shape: &[u64]) -> PyResult<(Vec<Range<u64>>, Vec<u64>)> {
     let items: Vec<Bound<'_, PyAny>> = match key.downcast::<PyTuple>() {
         Ok(tuple) => tuple.iter().collect(),
         Err(_) => vec![key.clone()],
     };
-    let ellipses = items.iter().filter(|i| i.is(PyEllipsis::get(key.py()))).count();
-    if ellipses > 1 {
-        return Err(PyIndexError::new_err("an index can only have a single ellipsis ('...')"));
-    }
-    let indexed = items.len() - ellipses;
-    if indexed > shape.len() {
-        return Err(PyIndexError::new_err(format!(
-            "too many indices for array: array is {}-dimensional, but {indexed} were indexed",
-            shape.len()
-        )));
-    }
-    let mut ranges = Vec::with_capacity(shape.len());
-    let mut out_shape = Vec::with_capacity(shape.len());
-    let mut dim = 0usize;
-    for item in &items {
-        if item.is(PyEllipsis::get(key.py())) {
-            for _ in 0..shape.len() - indexed {
-                ranges.push(0..shape[dim]);
-                out_shape.push(shape[dim]);
-                dim += 1;
-            }
-            continue;
+    let items = items.iter().map(index_item).collect::<PyResult<Vec<_>>>()?;
+    let selection = zarrs_gpu::select(&items, shape).map_err(PyIndexError::new_err)?;
+    Ok((selection.ranges, selection.shape))
+}
+
+/// What `Array.read`'s `subset` selects: None the whole array, a string the command line's form
+/// (`zarrs_gpu::parse_subset`: integers keep their dimension), anything else an index.
+fn key_to_subset(key: Option<&Bound<'_, PyAny>>, shape: &[u64]) -> PyResult<(Vec<Range<u64>>, Vec<u64>)> {
+    match key {
+        None => Ok((shape.iter().map(|&n| 0..n).collect(), shape.to_vec())),
+        Some(spec) if spec.is_instance_of::<pyo3::types::PyString>() => {
+            let subset = zarrs_gpu::parse_subset(&spec.extract::<String>()?, shape).map_err(PyIndexError::new_err)?;
+            Ok((subset.to_ranges(), subset.shape().to_vec()))
         }
-        let size = shape[dim];
-        if let Ok(slice) = item.downcast::<PySlice>() {
-            let len = isize::try_from(size).map_err(|_| PyIndexError::new_err(format!("axis {dim} is too long")))?;
-            let indices = slice.indices(len)?;
-            if indices.step != 1 {
-                return Err(PyIndexError::new_err(format!(
-                    "dimension {dim}: steps are not supported (step {})",
-                    indices.step
-                )));
+        Some(key) => index_to_subset(key, shape),
+    }
+}
+
+/// One item of an index as the shared rule's.
+fn index_item(item: &Bound<'_, PyAny>) -> PyResult<IndexItem> {
+    if item.is(PyEllipsis::get(item.py())) {
+        return Ok(IndexItem::Ellipsis);
+    }
+    if let Ok(slice) = item.downcast::<PySlice>() {
+        let bound = |name: &str| slice_bound(&slice.getattr(name)?);
+        return Ok(IndexItem::Slice { start: bound("start")?, stop: bound("stop")?, step: bound("step")? });
+    }
+    if item.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(PyIndexError::new_err("booleans are not indices (numpy reads them as a mask or a new axis)"));
+    }
+    // Integers, numpy's among them (anything with `__index__`).
+    if let Ok(index) = item.call_method0("__index__") {
+        return Ok(IndexItem::Index(saturated(&index)?));
+    }
+    Err(PyIndexError::new_err(format!(
+        "only integers, slices (`:`) and ellipsis (`...`) are valid indices, not {}",
+        item.get_type().name()?
+    )))
+}
+
+/// A slice's start, stop or step: None, or an integer (saturated to 128 bits: a bound that far
+/// out clamps all the same).
+fn slice_bound(value: &Bound<'_, PyAny>) -> PyResult<Option<i128>> {
+    if value.is_none() {
+        return Ok(None);
+    }
+    let index = value
+        .call_method0("__index__")
+        .map_err(|_| PyTypeError::new_err("slice indices must be integers or None or have an __index__ method"))?;
+    saturated(&index).map(Some)
+}
+
+/// A Python int as an i128, saturated.
+fn saturated(int: &Bound<'_, PyAny>) -> PyResult<i128> {
+    match int.extract::<i128>() {
+        Ok(v) => Ok(v),
+        Err(_) if int.lt(0)? => Ok(i128::MIN),
+        Err(_) => Ok(i128::MAX),
+    }
+}
+
+/// `read_into`'s `out` must be device memory that DLPack hands over: refuse anything else (a
+/// numpy array, whose `__dlpack__` would only say that numpy takes no stream) plainly.
+fn check_device_destination(out: &Bound<'_, PyAny>) -> PyResult<()> {
+    const WANTED: &str = "out must be a device array: a CuPy array, a PyTorch CUDA tensor, or anything with \
+                          __dlpack__ on a CUDA device";
+    let kind = || out.get_type().name().map_or_else(|_| "?".to_string(), |n| n.to_string());
+    if !out.hasattr("__dlpack__")? {
+        return Err(PyTypeError::new_err(format!("{WANTED}; got {} (no __dlpack__)", kind())));
+    }
+    if let Ok(device) = out.call_method0("__dlpack_device__") {
+        if let Ok((device_type, _)) = device.extract::<(i32, i32)>() {
+            if device_type != KDL_CUDA {
+                let place = if device_type == 1 {
+                    "host memory (kDLCPU)".to_string()
+                } else {
+                    format!("DLPack device type {device_type}")
+                };
+                return Err(PyTypeError::new_err(format!("{WANTED}; got {} in {place}", kind())));
             }
-            if indices.stop <= indices.start {
-                return Err(PyIndexError::new_err(format!(
-                    "dimension {dim}: the slice selects nothing (start {} is not before stop {}); empty subsets are not read",
-                    indices.start, indices.stop
-                )));
-            }
-            // Clamped by `indices` to 0..=size.
-            let (start, stop) = (indices.start as u64, indices.stop as u64);
-            ranges.push(start..stop);
-            out_shape.push(stop - start);
-        } else if item.is_instance_of::<pyo3::types::PyBool>() {
-            return Err(PyIndexError::new_err(format!(
-                "dimension {dim}: booleans are not indices (numpy reads them as a mask or a new axis)"
-            )));
-        } else if let Ok(index) = item.extract::<i128>() {
-            let i = if index < 0 { index + i128::from(size) } else { index };
-            if i < 0 || i >= i128::from(size) {
-                return Err(PyIndexError::new_err(format!(
-                    "index {index} is out of bounds for axis {dim} with size {size}"
-                )));
-            }
-            ranges.push(i as u64..i as u64 + 1);
-        } else {
-            return Err(PyIndexError::new_err(format!(
-                "only integers, slices (`:`) and ellipsis (`...`) are valid indices, not {}",
-                item.get_type().name()?
-            )));
         }
-        dim += 1;
     }
-    for &size in &shape[dim..] {
-        ranges.push(0..size);
-        out_shape.push(size);
-    }
-    Ok((ranges, out_shape))
+    Ok(())
 }
 
 /// A Zarr array in a filesystem store, opened for reads to the GPU: numpy-style indexing returns
@@ -272,6 +291,31 @@ struct PyZarrArray {
 }
 
 impl PyZarrArray {
+    /// The shape of the chunk grid's first chunk (of every chunk, on a regular grid).
+    fn grid_chunk_shape(&self) -> PyResult<Vec<u64>> {
+        let first = vec![0u64; self.array.dimensionality()];
+        let shape = self.array.chunk_shape(&first).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(shape.iter().map(|n| n.get()).collect())
+    }
+
+    /// The inner chunk shape when the array's codecs are sharding alone (zarr-python's rule for
+    /// `chunks` and `shards`: a codec before or after it makes the grid's chunks the chunks).
+    fn sharding(&self) -> PyResult<Option<Vec<u64>>> {
+        use zarrs::array::codec::ShardingCodecConfiguration;
+        let zarrs::metadata::ArrayMetadata::V3(metadata) = self.array.metadata() else { return Ok(None) };
+        let [codec] = metadata.codecs.as_slice() else { return Ok(None) };
+        if codec.name() != "sharding_indexed" {
+            return Ok(None);
+        }
+        let configuration: ShardingCodecConfiguration = codec
+            .to_configuration()
+            .map_err(|e| PyValueError::new_err(format!("sharding_indexed configuration: {e}")))?;
+        let ShardingCodecConfiguration::V1(c) = configuration else {
+            return Err(PyValueError::new_err("this sharding_indexed configuration version is not supported"));
+        };
+        Ok(Some(c.chunk_shape.iter().map(|n| n.get()).collect()))
+    }
+
     fn read_ranges(&self, py: Python<'_>, ranges: &[Range<u64>], out_shape: Vec<u64>) -> PyResult<PyDeviceArray> {
         let (dtype, typestr) = element_type(&self.array)?;
         let subset = ArraySubset::new_with_ranges(ranges);
@@ -296,12 +340,25 @@ impl PyZarrArray {
         Ok(element_type(&self.array)?.0)
     }
 
-    /// The shape of the first chunk (of every chunk, on a regular grid).
+    /// The shape of the chunks a read decodes, as zarr-python's `Array.chunks`: for an array
+    /// whose one codec is sharding, the shards' inner chunk shape (the outermost shard's, when
+    /// shards nest); else the chunk grid's. On an irregular grid, the first chunk's shape.
     #[getter]
     fn chunks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let first = vec![0u64; self.array.dimensionality()];
-        let shape = self.array.chunk_shape(&first).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        PyTuple::new(py, shape.iter().map(|n| n.get()))
+        match self.sharding()? {
+            Some(inner) => PyTuple::new(py, inner),
+            None => PyTuple::new(py, self.grid_chunk_shape()?),
+        }
+    }
+
+    /// The shard shape (the chunk grid's) of an array whose one codec is sharding, else None: as
+    /// zarr-python's `Array.shards`.
+    #[getter]
+    fn shards<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        if self.sharding()?.is_none() || self.regular_chunks(py)?.is_none() {
+            return Ok(None);
+        }
+        PyTuple::new(py, self.grid_chunk_shape()?).map(Some)
     }
 
     /// The number of dimensions.
@@ -310,8 +367,8 @@ impl PyZarrArray {
         self.array.dimensionality()
     }
 
-    /// The chunk shape when every chunk has it (a regular grid: every v2 array, v3 arrays with
-    /// the "regular" chunk grid), else None.
+    /// The chunk grid's chunk shape (the shard shape of a sharded array) when every chunk has it
+    /// (a regular grid: every v2 array, v3 arrays with the "regular" chunk grid), else None.
     #[getter]
     fn regular_chunks<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let regular = match self.array.metadata() {
@@ -321,32 +378,22 @@ impl PyZarrArray {
         if !regular {
             return Ok(None);
         }
-        self.chunks(py).map(Some)
+        PyTuple::new(py, self.grid_chunk_shape()?).map(Some)
     }
 
     /// Read `subset` (numpy-style slices as a string, `"0:64, :, :"`, or an index as for
     /// `array[...]`; None: the whole array) to the device.
     #[pyo3(signature = (subset=None))]
     fn read(&self, py: Python<'_>, subset: Option<&Bound<'_, PyAny>>) -> PyResult<PyDeviceArray> {
-        let shape = self.array.shape().to_vec();
-        match subset {
-            None => self.read_ranges(py, &shape.iter().map(|&n| 0..n).collect::<Vec<_>>(), shape),
-            Some(spec) if spec.is_instance_of::<pyo3::types::PyString>() => {
-                let spec: String = spec.extract()?;
-                let subset = zarrs_gpu::parse_subset(&spec, &shape).map_err(PyIndexError::new_err)?;
-                self.read_ranges(py, &subset.to_ranges(), subset.shape().to_vec())
-            }
-            Some(key) => {
-                let (ranges, out_shape) = index_to_subset(key, &shape)?;
-                self.read_ranges(py, &ranges, out_shape)
-            }
-        }
+        let (ranges, out_shape) = key_to_subset(subset, self.array.shape())?;
+        self.read_ranges(py, &ranges, out_shape)
     }
 
-    /// Read the selection `key` (an index as for `array[...]`; None: the whole array) into `out`,
-    /// a C-contiguous CUDA array of as many elements and this array's dtype that another library
-    /// owns (a CuPy array or a PyTorch tensor: any DLPack 1.0 producer), in place. Returns the
-    /// read's report.
+    /// Read the selection `key` (an index as for `array[...]`, or `read`'s string form; None: the
+    /// whole array) into `out`, a C-contiguous CUDA array of the selection's shape and this
+    /// array's dtype that another library owns (a CuPy array or a PyTorch CUDA tensor: any DLPack
+    /// 1.0 producer on a CUDA device; host arrays are a TypeError), in place. Returns the read's
+    /// report.
     #[pyo3(signature = (out, key=None))]
     fn read_into<'py>(
         &self,
@@ -354,11 +401,8 @@ impl PyZarrArray {
         out: &Bound<'py, PyAny>,
         key: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let shape = self.array.shape().to_vec();
-        let (ranges, selected) = match key {
-            None => (shape.iter().map(|&n| 0..n).collect(), shape.clone()),
-            Some(key) => index_to_subset(key, &shape)?,
-        };
+        check_device_destination(out)?;
+        let (ranges, selected) = key_to_subset(key, self.array.shape())?;
         // The destination's shape must be the selection's, as numpy's `out=` asks (not only as
         // many elements).
         let out_shape: Vec<u64> = out.getattr("shape")?.extract()?;
@@ -389,8 +433,8 @@ impl PyZarrArray {
         self.read_ranges(py, &ranges, out_shape)
     }
 
-    fn __len__(&self) -> usize {
-        self.array.shape().first().map_or(0, |&n| n as usize)
+    fn __len__(&self) -> PyResult<usize> {
+        py_len(self.array.shape())
     }
 
     fn __repr__(&self) -> String {
@@ -511,8 +555,8 @@ impl PyDeviceArray {
         Ok(dict)
     }
 
-    fn __len__(&self) -> usize {
-        self.data.shape().first().map_or(0, |&n| n as usize)
+    fn __len__(&self) -> PyResult<usize> {
+        py_len(self.data.shape())
     }
 
     fn __repr__(&self) -> String {
@@ -524,6 +568,25 @@ impl PyDeviceArray {
             self.report.decode
         )
     }
+}
+
+/// `len()` of an array of `shape`: its first extent, which Python wants below 2^63.
+fn py_len(shape: &[u64]) -> PyResult<usize> {
+    let n = shape.first().copied().unwrap_or(0);
+    match isize::try_from(n) {
+        Ok(n) => Ok(n.unsigned_abs()),
+        Err(_) => Err(PyOverflowError::new_err(format!(
+            "the first dimension has {n} elements; Python's len() must be below 2^63: use .shape[0]"
+        ))),
+    }
+}
+
+/// The `device` argument as a CUDA device ordinal (a negative one is a ValueError naming the
+/// argument, not the OverflowError of an unsigned conversion).
+fn device_ordinal(device: i128) -> PyResult<usize> {
+    usize::try_from(device).map_err(|_| {
+        PyValueError::new_err(format!("device={device}: a CUDA device ordinal is 0 or more (0 is the first GPU)"))
+    })
 }
 
 /// The configuration of `open` and `read`: the environment (each bad value an error naming its
@@ -548,10 +611,11 @@ fn config(device: usize, backend: Option<&str>, decode_trust: Option<&str>) -> P
 fn open(
     store_path: PathBuf,
     array: &str,
-    device: usize,
+    device: i128,
     backend: Option<&str>,
     decode_trust: Option<&str>,
 ) -> PyResult<PyZarrArray> {
+    let device = device_ordinal(device)?;
     if !store_path.exists() {
         return Err(PyFileNotFoundError::new_err(format!("{}: no such directory", store_path.display())));
     }
@@ -569,7 +633,7 @@ fn read(
     store_path: PathBuf,
     array: &str,
     subset: Option<&Bound<'_, PyAny>>,
-    device: usize,
+    device: i128,
     backend: Option<&str>,
     decode_trust: Option<&str>,
 ) -> PyResult<PyDeviceArray> {
@@ -653,6 +717,16 @@ fn _nvcomp_candidates() -> Vec<String> {
     zarrs_gpu::nvcomp_sys::candidates()
 }
 
+/// What `key` selects of an array of `shape`, without an array: the box read (a (start, stop) pair
+/// per dimension) and the result's shape. `key` as for `Array.read` (a string is the command
+/// line's form, whose integers keep their dimension). For tests of the index rule against numpy.
+#[pyfunction]
+#[allow(clippy::type_complexity, clippy::needless_pass_by_value)] // extracted from Python as it is
+fn _selection(key: Option<&Bound<'_, PyAny>>, shape: Vec<u64>) -> PyResult<(Vec<(u64, u64)>, Vec<u64>)> {
+    let (ranges, out_shape) = key_to_subset(key, &shape)?;
+    Ok((ranges.iter().map(|r| (r.start, r.end)).collect(), out_shape))
+}
+
 #[pymodule]
 fn _zarrs_gpu(m: &Bound<'_, PyModule>) -> PyResult<()> {
     zarrs_gpu::nvcomp_sys::add_search_dirs(python_package_dirs(m.py())?);
@@ -662,6 +736,7 @@ fn _zarrs_gpu(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(memory_in_use, m)?)?;
+    m.add_function(wrap_pyfunction!(_selection, m)?)?;
     m.add_class::<PyZarrArray>()?;
     m.add_class::<PyDeviceArray>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

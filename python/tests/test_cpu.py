@@ -4,6 +4,7 @@ that there is no GPU. Needs zarr-python (to write the arrays).
 
     python -m unittest discover -s python/tests -p 'test_cpu.py'
 """
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,26 @@ import zarr
 import zarr.codecs as zc
 
 import zarrs_gpu
+
+
+def numpy_keys(shape, rng, n):
+    """Random numpy-style basic indices of an array of `shape`: integers (in bounds), slices with
+    bounds anywhere (past the ends, negative, reversed, equal), `...`; fewer items than dimensions
+    too."""
+    keys = []
+    for _ in range(n):
+        items = []
+        for size in shape[: rng.integers(0, len(shape) + 1)]:
+            kind = rng.integers(0, 3)
+            if kind == 0 and size > 0:
+                items.append(int(rng.integers(-size, size)))
+            else:
+                bound = lambda: None if rng.random() < 0.25 else int(rng.integers(-3 * size - 3, 3 * size + 3))
+                items.append(slice(bound(), bound(), None if rng.random() < 0.8 else 1))
+        if items and rng.random() < 0.3:
+            items.insert(int(rng.integers(0, len(items) + 1)), Ellipsis)
+        keys.append(tuple(items) if len(items) != 1 or rng.random() < 0.5 else items[0])
+    return keys
 
 
 class CpuTests(unittest.TestCase):
@@ -58,7 +79,6 @@ class CpuTests(unittest.TestCase):
             ((-21,), "index -21 is out of bounds for axis 0 with size 20"),
             ((Ellipsis, 0, Ellipsis), "single ellipsis"),
             ((0, 0, 0, 0), "too many indices for array: array is 3-dimensional, but 4 were indexed"),
-            ((slice(5, 2),), "selects nothing"),
             (("x",), "only integers, slices"),
             ((True,), "booleans are not indices"),
         ]
@@ -118,6 +138,12 @@ class CpuTests(unittest.TestCase):
             self.assertIsInstance(z._async_array.codec_pipeline, GpuCodecPipeline)
             np.testing.assert_array_equal(z[2:17, 3:, 1], want)
             np.testing.assert_array_equal(zarr.open_array(self.v2, mode="r")[...], np.full((9, 5), 7, "uint16"))
+            # Coordinate selections (whose result reshape the package wraps) too.
+            host = zarr.open_array(self.v3, mode="r")
+            points = (np.array([[1, 19], [0, 3]]), np.array([[2, 29], [-1, 4]]), np.array([[0, 6], [1, 1]]))
+            np.testing.assert_array_equal(z.vindex[points], host[...][points])
+            np.testing.assert_array_equal(z.get_coordinate_selection(points), host[...][points])
+            np.testing.assert_array_equal(z.oindex[[3, 1], :, [0, 6]], host[...][[3, 1]][:, :, [0, 6]])
         self.assertEqual(GpuCodecPipeline.device_reads, before)
 
     def test_the_pipeline_opens_a_rewritten_array_again(self):
@@ -151,6 +177,268 @@ class CpuTests(unittest.TestCase):
             run = subprocess.run([sys.executable, "-c", code, site], env=env, capture_output=True, text=True)
             self.assertEqual(run.returncode, 0, run.stderr)
             self.assertEqual(run.stdout.strip(), fake)
+
+    def test_indices_select_what_numpy_selects(self):
+        # One rule for `a[key]`, `a.read(key)`, `a.read_into(out, key)` and the command line's
+        # `--subset`: numpy's. Each key's box, read and reshaped, is numpy's `a[key]`.
+        rng = np.random.default_rng(7)
+        for shape in [(10,), (7, 5), (4, 0, 6), (3, 4, 5, 2), ()]:
+            values = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+            for key in numpy_keys(shape, rng, 300) + [(), Ellipsis, (slice(3, 3),), (slice(0, 10**6),),
+                                                      (slice(-5, None),), (slice(-10**30, 10**30),)]:
+                if shape == () and key not in ((), Ellipsis):
+                    continue
+                with self.subTest(shape=shape, key=key):
+                    try:
+                        want = values[key]
+                    except IndexError:
+                        # An integer outside its dimension (where `...` moved it): refused alike.
+                        with self.assertRaises(IndexError):
+                            zarrs_gpu._zarrs_gpu._selection(key, list(shape))
+                        continue
+                    box, result = zarrs_gpu._zarrs_gpu._selection(key, list(shape))
+                    self.assertEqual(tuple(result), want.shape)
+                    got = values[tuple(slice(a, b) for a, b in box)].reshape(result)
+                    np.testing.assert_array_equal(got, want)
+        # numpy integers and 0-d integer arrays index as integers do.
+        self.assertEqual(zarrs_gpu._zarrs_gpu._selection((np.int64(-1), np.array(2)), [5, 6]), ([(4, 5), (2, 3)], []))
+        # The string form (the command line's) clamps the same; its integers keep their dimension.
+        self.assertEqual(zarrs_gpu._zarrs_gpu._selection("0:1000, 3:3", [10, 5]), ([(0, 10), (3, 3)], [10, 0]))
+        self.assertEqual(zarrs_gpu._zarrs_gpu._selection("-5:, 2", [10, 5]), ([(5, 10), (2, 3)], [5, 1]))
+
+    def test_out_of_range_integers_and_bad_items_are_refused_as_numpy_does(self):
+        shape = [10, 20]
+        cases = [
+            ((10,), IndexError, "index 10 is out of bounds for axis 0 with size 10"),
+            ((0, -21), IndexError, "index -21 is out of bounds for axis 1 with size 20"),
+            ((10**30,), IndexError, "out of bounds for axis 0 with size 10"),
+            (np.int64(10), IndexError, "index 10 is out of bounds"),
+            ("0,20", IndexError, "index 20 is out of bounds for axis 1 with size 20"),
+            ((slice(0, 4.5),), TypeError, "slice indices must be integers"),
+            ((slice(None, None, -1),), IndexError, "steps are not supported (step -1)"),
+            ((slice(None, None, 0),), IndexError, "slice step cannot be zero"),
+            ((0, 0, 0), IndexError, "too many indices for array: array is 2-dimensional, but 3 were indexed"),
+            ((Ellipsis, Ellipsis), IndexError, "single ellipsis"),
+            ((None,), IndexError, "only integers, slices"),
+            ((1.0,), IndexError, "only integers, slices"),
+        ]
+        for key, error, message in cases:
+            with self.subTest(key=key):
+                with self.assertRaises(error) as caught:
+                    zarrs_gpu._zarrs_gpu._selection(key, shape)
+                self.assertIn(message, str(caught.exception))
+
+    @unittest.skipUnless(os.environ.get("ZARRS_GPU_EXPECT_NO_GPU") == "1",
+                         "set ZARRS_GPU_EXPECT_NO_GPU=1 on a machine without a GPU (CI does)")
+    def test_clamped_and_empty_slices_go_on_to_the_device(self):
+        # Accepted (not IndexErrors): refused here only for want of a GPU.
+        a = zarrs_gpu.open(self.v3)
+        reads = [lambda: a[0:1000], lambda: a[3:3], lambda: a[-5:], lambda: a.read("0:1000"),
+                 lambda: a.read("3:3, :, :"), lambda: zarrs_gpu.read(self.v3, "/", "-100:100")]
+        for read in reads:
+            with self.assertRaises(RuntimeError) as caught:
+                read()
+            self.assertIn("no CUDA device available", str(caught.exception))
+
+    def test_read_into_wants_device_memory(self):
+        a = zarrs_gpu.open(self.v3)
+        for out in (np.zeros((20, 30, 7), dtype="float32"), [0.0] * 20):
+            with self.assertRaises(TypeError) as caught:
+                a.read_into(out)
+            message = str(caught.exception)
+            self.assertIn("out must be a device array", message)
+            self.assertIn("CuPy", message)
+        self.assertNotIn("stream", message)
+
+    def test_a_negative_device_is_a_value_error_naming_the_argument(self):
+        for call in (lambda: zarrs_gpu.open(self.v3, device=-1), lambda: zarrs_gpu.read(self.v3, device=-1)):
+            with self.assertRaises(ValueError) as caught:
+                call()
+            self.assertIn("device=-1", str(caught.exception))
+
+    def test_len_of_an_array_too_long_for_python_says_why(self):
+        path = os.path.join(self.dir.name, "tall.zarr")
+        os.makedirs(path, exist_ok=True)
+        meta = {"zarr_format": 3, "node_type": "array", "shape": [2**63, 64], "data_type": "float32",
+                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1024, 64]}},
+                "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+                "fill_value": 0.0, "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}
+        with open(os.path.join(path, "zarr.json"), "w") as f:
+            json.dump(meta, f)
+        a = zarrs_gpu.open(path)
+        self.assertEqual(a.shape[0], 2**63)
+        with self.assertRaises(OverflowError) as caught:
+            len(a)
+        self.assertIn("2^63", str(caught.exception))
+        self.assertIn(".shape[0]", str(caught.exception))
+
+    def test_chunks_and_shards_are_zarr_pythons(self):
+        from zarr.codecs import ShardingCodec, TransposeCodec
+
+        root = os.path.join(self.dir.name, "shards")
+        arrays = {
+            "plain": dict(shape=(20, 30), chunks=(4, 5)),
+            "v2": dict(shape=(20, 30), chunks=(4, 5), zarr_format=2),
+            "sharded": dict(shape=(20, 30), chunks=(4, 5), shards=(8, 10)),
+            # Nested: the outermost shard's inner chunks (themselves shards).
+            "nested": dict(shape=(32, 32), chunks=(16, 16), compressors=None,
+                           serializer=ShardingCodec(chunk_shape=(8, 8), codecs=[ShardingCodec(chunk_shape=(4, 4))])),
+            # A codec beside sharding: zarr-python's chunks are the grid's.
+            "beside": dict(shape=(32, 32), chunks=(16, 16), filters=[TransposeCodec(order=(1, 0))],
+                           serializer=ShardingCodec(chunk_shape=(8, 8))),
+        }
+        import warnings
+
+        for name, options in arrays.items():
+            with self.subTest(array=name):
+                path = os.path.join(root, name + ".zarr")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    z = zarr.create_array(store=path, dtype="int32", **options)
+                a = zarrs_gpu.open(path)
+                self.assertEqual((a.chunks, a.shards), (z.chunks, z.shards))
+        sharded = zarrs_gpu.open(os.path.join(root, "sharded.zarr"))
+        self.assertEqual((sharded.chunks, sharded.shards, sharded.regular_chunks), ((4, 5), (8, 10), (8, 10)))
+
+    def test_the_stub_and_py_typed_are_installed_and_complete(self):
+        import ast
+        import importlib.resources
+
+        package = importlib.resources.files("zarrs_gpu")
+        self.assertTrue(package.joinpath("py.typed").is_file())
+        stub = package.joinpath("_zarrs_gpu.pyi")
+        self.assertTrue(stub.is_file())
+        tree = ast.parse(stub.read_text())
+        names, members = set(), {}
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            if isinstance(node, ast.ClassDef):
+                members[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+            if isinstance(node, (ast.AnnAssign, ast.Assign)):
+                targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+        module = zarrs_gpu._zarrs_gpu
+        public = {n for n in dir(module) if not n.startswith("_")} | {"__version__"}
+        self.assertEqual(public - names, set(), "public names of the module missing from the stub")
+        for cls in (module.Array, module.DeviceArray):
+            defined = {n for n in vars(cls) if not n.startswith("_") or n in ("__getitem__", "__len__", "__dlpack__",
+                                                                             "__dlpack_device__",
+                                                                             "__cuda_array_interface__")}
+            self.assertEqual(defined - members[cls.__name__], set(), f"{cls.__name__}: missing from the stub")
+        # And every annotated function in the stub exists.
+        for cls in (module.Array, module.DeviceArray):
+            for name in members[cls.__name__]:
+                self.assertTrue(hasattr(cls, name), f"{cls.__name__}.{name} is in the stub only")
+        # Signatures too, where mypy is installed (stubtest compares them with the module's).
+        try:
+            import mypy  # noqa: F401
+        except ImportError:
+            return
+        run = subprocess.run([sys.executable, "-m", "mypy.stubtest", "zarrs_gpu._zarrs_gpu"], capture_output=True,
+                             text=True, cwd=self.dir.name)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+
+    def test_gpu_zarr_context_without_cupy_says_cupy_is_needed(self):
+        saved = sys.modules.get("cupy", None)
+        had = "cupy" in sys.modules
+        sys.modules["cupy"] = None  # `import cupy` raises ImportError
+        try:
+            with self.assertRaises(ImportError) as caught:
+                with zarrs_gpu.gpu_zarr_context():
+                    zarr.open_array(self.v3, mode="r")[0:2]
+            self.assertIn("needs CuPy", str(caught.exception))
+        finally:
+            if had:
+                sys.modules["cupy"] = saved
+            else:
+                del sys.modules["cupy"]
+
+    def test_the_pipeline_sees_a_same_size_rewrite_within_one_tick(self):
+        from zarrs_gpu import pipeline
+
+        # zarr-python and zarrs rewrite metadata in place: same inode; same size here, and a
+        # modification time the clock's tick may leave equal.
+        path = os.path.join(self.dir.name, "racy.zarr")
+        zarr.create_array(store=path, shape=(10,), chunks=(4,), dtype="float32", fill_value=1.0)
+        meta = os.path.join(path, "zarr.json")
+        first = pipeline._open_array(path, "")
+        self.assertEqual(first.shape, (10,))
+        self.assertIs(pipeline._open_array(path, ""), first, "kept while unchanged")
+        before = os.stat(meta)
+        with open(meta, "r+b") as f:
+            original = f.read()
+            text = original.replace(b"[\n    10\n  ]", b"[\n    12\n  ]").replace(b"[10]", b"[12]")
+            self.assertNotEqual(text, original)
+            f.seek(0)
+            f.write(text)
+            f.truncate()
+        os.utime(meta, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = os.stat(meta)
+        self.assertEqual((after.st_ino, after.st_size, after.st_mtime_ns),
+                         (before.st_ino, before.st_size, before.st_mtime_ns))
+        again = pipeline._open_array(path, "")
+        self.assertEqual(again.shape, (12,))
+        # A stamp long past its modification is trusted (no reading of the file at each read).
+        old = before.st_mtime_ns - 10 * 10**9
+        os.utime(meta, ns=(old, old))
+        kept = pipeline._open_array(path, "")
+        self.assertIs(pipeline._open_array(path, ""), kept)
+
+    def test_vindex_and_oindex_plans_gather_what_zarr_python_selects(self):
+        # The device route's plan (boxes and gathers), run here with numpy on the host: equal to
+        # zarr-python's own vindex / oindex results, with one box or chunk by chunk.
+        from zarr.core.indexing import CoordinateIndexer, MaskIndexer, OrthogonalIndexer
+
+        from zarrs_gpu import pipeline
+
+        z = zarr.open_array(self.v3, mode="r")
+        host = z[...]
+        rng = np.random.default_rng(3)
+        mask = rng.random(z.shape) < 0.05
+        rows = np.array([19, 0, 7, 7, -1, 3])
+        coordinate_cases = [
+            (rows, np.array([0, 29, 5, 5, 12, -30]), np.array([6, 0, 1, 2, 3, -7])),
+            (np.array([[1, 2], [3, 4]]), np.array([[5, 6], [7, 8]]), np.array([[0, 1], [2, 3]])),
+            (np.array([4]), np.array([9]), np.array([6])),
+            (np.array([], dtype=np.int64),) * 3,
+        ]
+        orthogonal_cases = [
+            (rows, slice(2, 20, 3), np.array([True, False, True, False, False, False, True])),
+            (np.array([5, 1, 1]), 4, slice(None)),
+            (slice(None), np.array([29, 0]), -1),
+            (np.array([], dtype=np.int64), slice(None), slice(None)),
+        ]
+
+        def run(indexer):
+            pieces = pipeline._advanced_pieces(indexer, host.dtype.itemsize)
+            self.assertIsNotNone(pieces)
+            read = lambda lo, hi: host[tuple(slice(a, b) for a, b in zip(lo, hi))]
+            return pipeline._assemble(indexer, pieces, host.dtype, read, np), len(pieces)
+
+        for split in (False, True):
+            saved = pipeline._BOX_WASTE, pipeline._BOX_BYTES
+            if split:
+                pipeline._BOX_WASTE, pipeline._BOX_BYTES = 1, 0
+            try:
+                for sel in coordinate_cases:
+                    with self.subTest(split=split, coordinates=sel):
+                        indexer = CoordinateIndexer(sel, z.shape, z.metadata.chunk_grid)
+                        got, count = run(indexer)
+                        np.testing.assert_array_equal(got.reshape(indexer.sel_shape), z.vindex[sel])
+                with self.subTest(split=split, mask=True):
+                    got, count = run(MaskIndexer(mask, z.shape, z.metadata.chunk_grid))
+                    np.testing.assert_array_equal(got, z.vindex[mask])
+                    self.assertEqual(count > 1, split)
+                for sel in orthogonal_cases:
+                    with self.subTest(split=split, orthogonal=sel):
+                        got, count = run(OrthogonalIndexer(sel, z.shape, z.metadata.chunk_grid))
+                        np.testing.assert_array_equal(got, z.oindex[sel])
+            finally:
+                pipeline._BOX_WASTE, pipeline._BOX_BYTES = saved
+        # Basic selections are not this route's.
+        self.assertIsNone(pipeline._advanced_pieces(
+            OrthogonalIndexer((slice(0, 3),), z.shape, z.metadata.chunk_grid), 4))
 
     @unittest.skipUnless(os.environ.get("ZARRS_GPU_EXPECT_NO_GPU") == "1",
                          "set ZARRS_GPU_EXPECT_NO_GPU=1 on a machine without a GPU (CI does)")

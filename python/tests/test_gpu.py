@@ -86,6 +86,79 @@ class GpuTests(unittest.TestCase):
             # The command line's string form selects the same.
             np.testing.assert_array_equal(cp.asnumpy(cp.asarray(a.read("3:, ..., -5:"))), np.asarray(z[3:, ..., -5:]))
 
+    def test_slices_clamp_and_empty_selections_as_zarr_python(self):
+        # numpy's rule for every form: a stop past the end clamps, an empty slice is an empty
+        # device array of the right shape (no chunk read), negative bounds count from the end.
+        keys = [(slice(3, 3),), (slice(0, 10**6),), (slice(-5, None),), (slice(5, 2), Ellipsis, 0),
+                (slice(-100, 100), slice(22, 10**9)), (Ellipsis, slice(10, 10)), (slice(None), slice(-10**30, 3)),
+                (-1, slice(0, 0), slice(None))]
+        for name in ("v3_sharded_zstd_float32", "v3_zstd_float32", "v2_zstd_int16", "v3_raw_uint8"):
+            case = next(c for c in self.cases if c["name"] == name)
+            z = zarr.open_array(self.path(case), mode="r")
+            a = zarrs_gpu.open(self.path(case))
+            for key in keys:
+                with self.subTest(case=name, key=key):
+                    want = np.asarray(z[key])
+                    got = a[key]
+                    self.assertEqual(got.shape, want.shape)
+                    c = cp.asarray(got)
+                    self.assertEqual(c.shape, want.shape)
+                    np.testing.assert_array_equal(cp.asnumpy(c), want)
+                    np.testing.assert_array_equal(cp.asnumpy(cp.from_dlpack(a[key])), want)
+                    if want.size == 0:
+                        self.assertEqual((got.nbytes, got.report["chunks"], got.report["bytes_read"]), (0, 0, 0))
+                        if got.dtype in TORCH_DTYPES:
+                            self.assertEqual(tuple(torch.from_dlpack(a[key]).shape), want.shape)
+                    # Into caller memory of the selection's shape, empty ones too.
+                    out = cp.full(want.shape, 99, dtype=want.dtype)
+                    a.read_into(out, key)
+                    np.testing.assert_array_equal(cp.asnumpy(out), want)
+            # The string form (the command line's) clamps alike.
+            np.testing.assert_array_equal(cp.asnumpy(cp.asarray(a.read("0:1000"))), np.asarray(z[0:1000]))
+            self.assertEqual(a.read("3:3, :, :").shape, (0,) + z.shape[1:])
+
+    def test_vindex_and_oindex_in_the_context_match_zarr_python(self):
+        from zarrs_gpu import pipeline
+        from zarrs_gpu.pipeline import GpuCodecPipeline
+
+        rng = np.random.default_rng(11)
+        for name in ("v3_sharded_zstd_float32", "v3_zstd_float32", "v2_zstd_int16",
+                     "v3_sharded_end_zstd_missing_float64"):
+            case = next(c for c in self.cases if c["name"] == name)
+            host = zarr.open_array(self.path(case), mode="r")
+            shape = host.shape
+            points = tuple(rng.integers(-n, n, 40) for n in shape)
+            mask = rng.random(shape) < 0.1
+            selections = [
+                ("vindex", points),
+                ("vindex", tuple(p.reshape(5, 8) for p in points)),
+                ("vindex", mask),
+                ("vindex", (np.array([0, shape[0] - 1]), np.array([shape[1] - 1, 0]), np.array([3, 3]))),
+                ("oindex", (np.array([5, 1, 1, -1]), slice(2, None, 3), np.array([True] * 3 + [False] * (shape[2] - 3)))),
+                ("oindex", (np.array([2, 0]), 4, slice(None))),
+                ("getitem", (np.array([7, 3, 18]),)),
+                ("vindex", (np.array([], dtype=np.int64),) * 3),
+            ]
+            for split in (False, True):
+                saved = pipeline._BOX_WASTE, pipeline._BOX_BYTES
+                if split:  # chunk by chunk, as for scattered points in a large array
+                    pipeline._BOX_WASTE, pipeline._BOX_BYTES = 1, 0
+                try:
+                    for how, sel in selections:
+                        with self.subTest(case=name, how=how, sel=sel, split=split):
+                            pick = lambda z: z.vindex[sel] if how == "vindex" else z.oindex[sel] if how == "oindex" else z[sel]
+                            want = np.asarray(pick(host))
+                            before = GpuCodecPipeline.device_reads
+                            with zarrs_gpu.gpu_zarr_context():
+                                got = pick(zarr.open_array(self.path(case), mode="r"))
+                            self.assertIsInstance(got, cp.ndarray)
+                            self.assertEqual(got.shape, want.shape)
+                            np.testing.assert_array_equal(cp.asnumpy(got), want)
+                            if want.size:
+                                self.assertEqual(GpuCodecPipeline.device_reads, before + 1, "read by zarrs_gpu")
+                finally:
+                    pipeline._BOX_WASTE, pipeline._BOX_BYTES = saved
+
     def test_dlpack_capsules_streams_and_lifetimes(self):
         case = next(c for c in self.cases if c["name"] == "v3_sharded_zstd_float32")
         want = np.load(os.path.join(self.dir.name, case["expected"]))

@@ -36,7 +36,15 @@ __all__ = [
 def gpu_zarr_context():
     """zarr-python with GPU buffers and this package's codec pipeline: inside, ``zarr`` reads of
     rectangular selections of arrays in local stores are decoded on the GPU by zarrs_gpu into
-    zarr-python's CuPy output (see ``zarrs_gpu.pipeline``); the rest is zarr-python's own work."""
+    zarr-python's CuPy output (see ``zarrs_gpu.pipeline``); the rest is zarr-python's own work.
+    Needs CuPy (zarr-python's GPU buffers are CuPy arrays): without it, an ImportError at once."""
+    try:
+        import cupy  # noqa: F401
+    except ImportError as err:
+        raise ImportError(
+            "zarrs_gpu.gpu_zarr_context() needs CuPy: zarr-python's GPU buffers are CuPy arrays "
+            "(install cupy-cuda12x or cupy-cuda13x, the one for your CUDA version)"
+        ) from err
     import zarr
 
     from .pipeline import GpuCodecPipeline

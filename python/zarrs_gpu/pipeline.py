@@ -4,11 +4,15 @@ Under ``zarr.config.enable_gpu()`` zarr-python asks its codec pipeline to fill a
 buffer chunk by chunk, decoding on the host. With this pipeline, a read of a rectangular
 selection of an array in a local store is read by zarrs_gpu straight into that buffer (chunks
 read in parallel, checked, decoded and placed on the device); anything else (host buffers, other
-stores, fancy indexing, writes) is zarr-python's own ``BatchedCodecPipeline``. Errors of a device
+stores, writes) is zarr-python's own ``BatchedCodecPipeline``. Errors of a device
 read (a corrupt chunk, say) are raised, never answered by the fallback. For arrays using this
 pipeline, a selection that is one box is handed to zarrs_gpu before zarr-python walks its chunks
 one by one (``AsyncArray._get_selection`` is wrapped: zarr-python's walk costs tens of ms for
-thousands of small chunks).
+thousands of small chunks). Coordinate, mask and orthogonal array selections (``vindex``,
+``oindex``), which zarr-python cannot serve into GPU buffers, are read as the bounding box of
+their elements and gathered on the device with CuPy; a box more than 64 times the elements
+selected and over 256 MiB is read chunk by chunk instead (only the chunks holding elements, each
+its part that holds them).
 
     import zarr, zarrs_gpu
     with zarrs_gpu.gpu_zarr_context():
@@ -184,11 +188,20 @@ def _key_pattern(prefix, ndim):
     return re.compile(head + r"(?:c[./])?" + r"[./]".join([r"(\d+)"] * ndim) + "$")
 
 
+#: A metadata file modified this close (ns) before its array was cached may be rewritten within
+#: the same modification-time tick, same size and inode: its stamp is not trusted ("racy git").
+_RACY_NS = 2_000_000_000
+
+
 def _open_array(root, path, device=0):
     """The zarrs_gpu array at `path` of the store at `root`, for reads to GPU `device`, or None:
-    kept between reads (its shard indexes too) while its metadata file is the same (inode, size,
-    modification time), so that an array rewritten with another fill value, codec or shape is
-    opened again. At most 64 are kept."""
+    kept between reads (its shard indexes too) while its metadata file is the same, so that an
+    array rewritten with another fill value, codec or shape is opened again. The same is its stamp
+    (inode, size, modification time) unless the file was modified within 2 s of the caching: then
+    (zarr-python and zarrs rewrite in place, within one tick of a coarse clock) its bytes are
+    compared. At most 64 are kept."""
+    import time
+
     stamp = None
     for name in _ARRAY_METADATA:
         try:
@@ -199,10 +212,23 @@ def _open_array(root, path, device=0):
         break
     if stamp is None:
         return None
+    metadata_file = os.path.join(root, path, stamp[0])
     with GpuCodecPipeline._lock:
         cached = GpuCodecPipeline._arrays.get((root, path, device))
     if cached is not None and cached[0] == stamp:
-        return cached[1]
+        cached_stamp, array, cached_at, cached_bytes = cached
+        if cached_at - stamp[3] >= _RACY_NS:
+            return array
+        now = time.time_ns()
+        if _read_bytes(metadata_file) == cached_bytes:
+            with GpuCodecPipeline._lock:
+                # Seen the same this long after its modification: a rewrite now changes the stamp.
+                GpuCodecPipeline._arrays[(root, path, device)] = (cached_stamp, array, now, cached_bytes)
+            return array
+    # Read (and the time taken) before opening: a change meanwhile only makes the next read open it
+    # again.
+    cached_at = time.time_ns()
+    metadata = _read_bytes(metadata_file)
     try:
         array = zarrs_gpu.open(root, "/" + path, device=device)
     except (ValueError, FileNotFoundError, TypeError):
@@ -210,9 +236,17 @@ def _open_array(root, path, device=0):
     with GpuCodecPipeline._lock:
         if len(GpuCodecPipeline._arrays) >= 64:
             GpuCodecPipeline._arrays.clear()
-        # Stamped before opening: a change meanwhile only makes the next read open it again.
-        GpuCodecPipeline._arrays[(root, path, device)] = (stamp, array)
+        GpuCodecPipeline._arrays[(root, path, device)] = (stamp, array, cached_at, metadata)
     return array
+
+
+def _read_bytes(path):
+    """A file's bytes, or None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def _coords(rest, ndim):
@@ -267,6 +301,196 @@ def _selection_plan(array, indexer, prototype, out, fields):
     return gpu_array, tuple(key), buffer
 
 
+#: A bounding box this many times larger than the elements selected, and this large in bytes, is
+#: not read whole: each chunk holding selected elements is read on its own (its part that holds
+#: them), so that a few scattered points never read a whole volume.
+_BOX_WASTE = 64
+_BOX_BYTES = 256 << 20
+
+
+class _Piece:
+    """One read of an advanced selection: the box `lo`..`hi` of the array, and how its elements
+    go to the output (`take(box, xp)` the values, `put` where they go)."""
+
+    __slots__ = ("lo", "hi", "take", "put")
+
+    def __init__(self, lo, hi, take, put):
+        self.lo, self.hi, self.take, self.put = lo, hi, take, put
+
+
+def _too_large(lo, hi, selected, itemsize):
+    box = 1
+    for a, b in zip(lo, hi):
+        box *= b - a
+    return box > _BOX_WASTE * max(selected, 1) and box * itemsize > _BOX_BYTES
+
+
+def _point_pieces(indexer, itemsize):
+    """The reads of a coordinate (or mask) selection, zarr-python's `CoordinateIndexer`: its
+    points (flat, grouped by chunk, `sel_sort` their places in the output) in their bounding box,
+    or chunk by chunk when that box is too large."""
+    import numpy as np
+
+    selection = indexer.selection
+    lo = [int(d.min()) for d in selection]
+    hi = [int(d.max()) + 1 for d in selection]
+    if not _too_large(lo, hi, len(selection[0]), itemsize):
+        put = slice(None) if indexer.sel_sort is None else indexer.sel_sort
+        local = tuple(np.asarray(d - a) for d, a in zip(selection, lo))
+        return [_Piece(lo, hi, lambda box, xp, local=local: box[tuple(xp.asarray(i) for i in local)], put)]
+    pieces = []
+    for chunk_coords, chunk_selection, out_selection, *_ in indexer:
+        origin = [c * n for c, n in zip(chunk_coords, indexer.chunk_shape)]
+        first = [int(d.min()) for d in chunk_selection]
+        local = tuple(np.asarray(d - f) for d, f in zip(chunk_selection, first))
+        lo = [o + f for o, f in zip(origin, first)]
+        hi = [o + int(d.max()) + 1 for o, d in zip(origin, chunk_selection)]
+        pieces.append(_Piece(lo, hi, lambda box, xp, local=local: box[tuple(xp.asarray(i) for i in local)],
+                             out_selection))
+    return pieces
+
+
+def _orthogonal_dims(indexer):
+    """Per dimension of an advanced `OrthogonalIndexer`: an int (dropped) or the indices it takes,
+    in output order (numpy int arrays), or None for an indexer this does not know."""
+    import numpy as np
+
+    dims = []
+    for dim in indexer.dim_indexers:
+        name = type(dim).__name__
+        if name == "IntDimIndexer":
+            dims.append(int(dim.dim_sel))
+        elif name == "SliceDimIndexer":
+            dims.append(np.arange(dim.start, dim.stop, dim.step, dtype=np.int64)[: dim.nitems])
+        elif name == "IntArrayDimIndexer":
+            # zarr-python sorted them by chunk; `dim_out_sel` says where each came from.
+            values = np.asarray(dim.dim_sel, dtype=np.int64)
+            if dim.dim_out_sel is not None:
+                ordered = np.empty_like(values)
+                ordered[np.asarray(dim.dim_out_sel)] = values
+                values = ordered
+            dims.append(values)
+        elif name == "BoolArrayDimIndexer":
+            dims.append(np.nonzero(np.asarray(dim.dim_sel))[0].astype(np.int64))
+        else:
+            return None
+    return dims
+
+
+def _orthogonal_pieces(indexer, itemsize):
+    """The reads of an orthogonal selection with integer or Boolean arrays (`oindex`): the box of
+    its indices, or one box per chunk holding some when that is too large."""
+    import itertools
+
+    import numpy as np
+
+    dims = _orthogonal_dims(indexer)
+    if dims is None:
+        return None
+    lo = [d if isinstance(d, int) else int(d.min()) for d in dims]
+    hi = [d + 1 if isinstance(d, int) else int(d.max()) + 1 for d in dims]
+    selected = 1
+    for n in indexer.shape:
+        selected *= n
+    split = _too_large(lo, hi, selected, itemsize)
+    # Per kept dimension, its groups: (where in the output, which indices); one group unless split.
+    groups = []
+    for d, chunk in zip(dims, indexer.chunk_shape):
+        if isinstance(d, int):
+            groups.append([(None, np.asarray([d]))])
+        elif not split:
+            groups.append([(np.arange(len(d)), d)])
+        else:
+            owner = d // chunk
+            groups.append([(np.nonzero(owner == c)[0], d[owner == c]) for c in np.unique(owner)])
+    drop = tuple(0 if isinstance(d, int) else slice(None) for d in dims)
+    pieces = []
+    for combination in itertools.product(*groups):
+        lo = [int(values.min()) for _, values in combination]
+        hi = [int(values.max()) + 1 for _, values in combination]
+        local = [values - a for (_, values), a, d in zip(combination, lo, dims) if not isinstance(d, int)]
+        put = [where for (where, _), d in zip(combination, dims) if not isinstance(d, int)]
+
+        def take(box, xp, local=local):
+            return box[drop][xp.ix_(*[xp.asarray(i) for i in local])]
+
+        pieces.append(_Piece(lo, hi, take, put))
+    return pieces
+
+
+def _advanced_pieces(indexer, itemsize):
+    """The reads of a coordinate, mask or advanced orthogonal selection, or None for others."""
+    from zarr.core.indexing import CoordinateIndexer, OrthogonalIndexer
+
+    if isinstance(indexer, CoordinateIndexer):
+        read = _point_pieces
+    elif isinstance(indexer, OrthogonalIndexer) and getattr(indexer, "is_advanced", False):
+        read = _orthogonal_pieces
+    else:
+        return None
+    if any(n == 0 for n in indexer.shape):
+        return []  # nothing selected, nothing read
+    return read(indexer, itemsize)
+
+
+def _place(out, piece, box, xp):
+    """Put `piece`'s elements of `box` (its box read) in their places of `out`."""
+    values = piece.take(box, xp)
+    if isinstance(piece.put, list):
+        out[xp.ix_(*[xp.asarray(p) for p in piece.put])] = values
+    elif isinstance(piece.put, slice):
+        out[piece.put] = values
+    else:
+        out[xp.asarray(piece.put)] = values
+
+
+def _assemble(indexer, pieces, dtype, read_box, xp):
+    """The selection's result (`indexer.shape`) from its pieces, each box read by `read_box(lo,
+    hi)` as an array of module `xp` (what the CPU tests run with numpy)."""
+    out = xp.empty(indexer.shape, dtype=dtype)
+    for piece in pieces:
+        _place(out, piece, read_box(piece.lo, piece.hi), xp)
+    return out
+
+
+def _advanced_plan(array, indexer, prototype, fields):
+    """For an array whose codec pipeline is this one: the zarrs_gpu array, the reads of an
+    advanced selection (coordinates, a mask, orthogonal integer or Boolean arrays) that
+    zarr-python cannot serve into GPU buffers, and the dtype; or None."""
+    if not isinstance(array.codec_pipeline, GpuCodecPipeline) or fields or len(array.shape) == 0:
+        return None
+    store = array.store_path.store
+    if not isinstance(store, LocalStore) or getattr(array.config, "read_missing_chunks", True) is False:
+        return None
+    if not any(c.__module__.endswith("buffer.gpu") for c in getattr(prototype.nd_buffer, "__mro__", ())):
+        return None
+    import cupy
+
+    dtype = array.metadata.dtype.to_native_dtype()
+    gpu_array = _open_array(str(store.root), array.store_path.path, cupy.cuda.Device().id)
+    if gpu_array is None or gpu_array.shape != tuple(array.shape) or str(dtype) != gpu_array.dtype:
+        return None
+    pieces = _advanced_pieces(indexer, dtype.itemsize)
+    if pieces is None:
+        return None
+    return gpu_array, pieces, dtype
+
+
+async def _read_advanced(gpu_array, indexer, pieces, dtype):
+    """Read an advanced selection's boxes with zarrs_gpu, one after the other, and gather their
+    elements on the device (CuPy) into a new array of `indexer.shape`."""
+    import cupy
+
+    out = cupy.empty(indexer.shape, dtype=dtype)
+    for piece in pieces:
+        key = tuple(slice(a, b) for a, b in zip(piece.lo, piece.hi))
+        box = await asyncio.to_thread(gpu_array.__getitem__, key)
+        _place(out, piece, cupy.from_dlpack(box), cupy)
+    with GpuCodecPipeline._lock:
+        GpuCodecPipeline.device_reads += 1
+    return out
+
+
 def _install_selection_hook():
     """zarr-python walks every chunk of a selection in Python (an indexer projection and a store
     path each) before it calls the codec pipeline: 4096 small chunks cost tens of ms. For arrays
@@ -286,7 +510,15 @@ def _install_selection_hook():
     async def _get_selection(self, indexer, *, prototype, out=None, fields=None):
         plan = _selection_plan(self, indexer, prototype, out, fields)
         if plan is None:
-            return await original(self, indexer, prototype=prototype, out=out, fields=fields)
+            advanced = _advanced_plan(self, indexer, prototype, fields)
+            if advanced is None:
+                return await original(self, indexer, prototype=prototype, out=out, fields=fields)
+            gpu_array, pieces, dtype = advanced
+            result = await _read_advanced(gpu_array, indexer, pieces, dtype)
+            if out is None:
+                return result
+            out.as_ndarray_like()[...] = result
+            return out.as_ndarray_like()
         gpu_array, key, buffer = plan
         await asyncio.to_thread(gpu_array.read_into, buffer.as_ndarray_like(), key)
         with GpuCodecPipeline._lock:
@@ -299,5 +531,42 @@ def _install_selection_hook():
     AsyncArray._get_selection = _get_selection
 
 
+def _install_coordinate_hook():
+    """zarr-python's `Array.get_coordinate_selection` (what `vindex` with integer arrays calls)
+    reshapes its result with `np.array(...)`, which a CuPy result refuses ("Implicit conversion to
+    a NumPy array is not allowed"). For arrays whose pipeline is this one the reshape is the
+    result's own. Installed only where the method has the signature this was written against."""
+    import inspect
+
+    import numpy as np
+    from zarr.core.array import Array
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.indexing import CoordinateIndexer
+    from zarr.core.sync import sync
+
+    original = Array.get_coordinate_selection
+    if getattr(original, "_zarrs_gpu", False):
+        return
+    if list(inspect.signature(original).parameters) != ["self", "selection", "out", "fields", "prototype"]:
+        return
+
+    def get_coordinate_selection(self, selection, *, out=None, fields=None, prototype=None):
+        if not isinstance(self.async_array.codec_pipeline, GpuCodecPipeline):
+            return original(self, selection, out=out, fields=fields, prototype=prototype)
+        if prototype is None:
+            prototype = default_buffer_prototype()
+        indexer = CoordinateIndexer(selection, self.shape, self.metadata.chunk_grid)
+        result = sync(self.async_array._get_selection(indexer=indexer, out=out, fields=fields, prototype=prototype))
+        if hasattr(result, "shape"):
+            # As zarr-python: a copy on the host; on the device, the result as it is.
+            result = (np.array(result) if isinstance(result, np.ndarray) else result).reshape(indexer.sel_shape)
+        return result
+
+    get_coordinate_selection._zarrs_gpu = True
+    get_coordinate_selection.__doc__ = original.__doc__
+    Array.get_coordinate_selection = get_coordinate_selection
+
+
 register_pipeline(GpuCodecPipeline)
 _install_selection_hook()
+_install_coordinate_hook()

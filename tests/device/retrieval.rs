@@ -307,6 +307,43 @@ fn chunk_retrieval_and_gpu_mode() -> Result {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn empty_subsets_are_empty_arrays_without_reads() -> Result {
+    // numpy's `a[3:3]`: an array of no elements and the selection's shape, no chunk read; on the
+    // device route and on the host route (two transposes: decoded by zarrs).
+    let dir = tempfile::tempdir()?;
+    let array = v3_array(dir.path(), data_type::int32(), FillValue::from(-9i32), &[20, 30], &[6, 7])?;
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    let transpose = || -> Result<Arc<TransposeCodec>> {
+        Ok(Arc::new(TransposeCodec::new(zarrs::array::codec::TransposeOrder::new(&[1, 0])?)))
+    };
+    let host = ArrayBuilder::new(vec![20, 30], vec![6, 7], data_type::int32(), FillValue::from(0i32))
+        .array_to_array_codecs(vec![transpose()?, transpose()?])
+        .build(store, "/host")?;
+    host.store_metadata()?;
+    for a in [&array, &host] {
+        for ranges in [[3..3, 0..30], [0..20, 30..30], [20..20, 0..0]] {
+            let subset = ArraySubset::new_with_ranges(&ranges);
+            let (got, report) = a.retrieve_array_subset_device_opt::<i32>(&subset, &posix())?;
+            assert_eq!(got.shape(), subset.shape(), "{ranges:?}");
+            assert!(got.is_empty() && got.num_bytes() == 0, "{ranges:?}");
+            assert_eq!((report.chunks, report.bytes_read), (0, 0), "{ranges:?}");
+            assert!(got.to_host()?.is_empty());
+            // Into an empty destination: nothing to write, no error.
+            let mut out = got;
+            let report = a.retrieve_array_subset_into_device_opt(&subset, &mut out, &posix())?;
+            assert_eq!(report.chunks, 0);
+            // Handed on through DLPack with its shape.
+            let tensor = out.into_dlpack(zarrs_gpu::zarrs_gpu_codecs::DlpackStream::Synchronize)?;
+            let shape: Vec<u64> = ranges.iter().map(|r| r.end - r.start).collect();
+            let got_shape = zarrs_gpu::zarrs_gpu_codecs::dlpark::traits::TensorView::shape(&tensor);
+            assert_eq!(got_shape.iter().map(|&n| n as u64).collect::<Vec<_>>(), shape);
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn concurrent_reads_from_several_threads() -> Result {
     let dir = tempfile::tempdir()?;
     let array =

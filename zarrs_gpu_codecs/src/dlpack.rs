@@ -214,7 +214,9 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
             tensor.shape().iter().map(|&n| u64::try_from(n)).collect::<Result<_, _>>().map_err(|_| {
                 GpuError::Unsupported(format!("the DLPack tensor's shape {:?} is negative", tensor.shape()))
             })?;
-        if let Some(strides) = tensor.strides() {
+        // A tensor of no elements is contiguous whatever its strides (numpy and CuPy give those
+        // of extents of 1 in place of the zeros).
+        if let Some(strides) = tensor.strides().filter(|_| !shape.contains(&0)) {
             // C order: each stride the product of the extents after it (extents of 1 are free).
             let mut expected = 1i64;
             for (&n, &stride) in tensor.shape().iter().zip(strides).rev() {
@@ -281,6 +283,44 @@ mod tests {
         let host = SafeManagedTensorVersioned::with_flags(vec![1u16; 4], Flags::empty()).unwrap();
         let err = DeviceArray::<f32>::from_dlpack(host, zarrs::array::data_type::uint16()).unwrap_err();
         assert!(matches!(err, GpuError::ElementType { .. }), "{err}");
+    }
+
+    /// A CUDA tensor of no elements, with the strides numpy and CuPy give one of shape [3, 0, 4]
+    /// (in elements: as if the zero were 1), and no memory behind it.
+    struct EmptyCuda;
+
+    impl TensorLike<dlpark::traits::StridedLayout> for EmptyCuda {
+        type Error = GpuError;
+
+        fn data_ptr(&self) -> *mut std::ffi::c_void {
+            std::ptr::null_mut()
+        }
+
+        fn memory_layout(&self) -> dlpark::traits::StridedLayout {
+            dlpark::traits::StridedLayout::new(vec![3, 0, 4, 4, 4, 1])
+        }
+
+        fn device(&self) -> Result<Device, GpuError> {
+            Ok(Device::cuda(0))
+        }
+
+        fn data_type(&self) -> Result<DlType, GpuError> {
+            Ok(DlType::F32)
+        }
+
+        fn byte_offset(&self) -> u64 {
+            0
+        }
+    }
+
+    #[test]
+    fn empty_tensors_are_contiguous_whatever_their_strides() {
+        let tensor = SafeManagedTensorVersioned::with_flags(EmptyCuda, Flags::empty()).unwrap();
+        // Past the layout checks: an empty array on a GPU host, the missing device elsewhere.
+        match DeviceArray::<f32>::from_dlpack(tensor, zarrs::array::data_type::float32()) {
+            Ok(array) => assert!(array.is_empty() && array.shape() == [3, 0, 4]),
+            Err(err) => assert!(!err.to_string().contains("contiguous"), "{err}"),
+        }
     }
 
     #[test]

@@ -236,6 +236,9 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     let elem = std::mem::size_of::<T>() as u64;
     let out_bytes = checked_bytes(subset.shape(), elem)
         .ok_or_else(|| GpuError::bytes_overflow("the subset of shape", subset.shape(), elem))?;
+    if out_bytes == 0 {
+        return retrieve_empty(config, output);
+    }
     let context = GpuContext::get(config.device())?;
     // A result larger than the device's free memory fails now, before any planning.
     // A caller's destination exists already: only a new output counts against free memory.
@@ -257,6 +260,24 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
             retrieve_host(array, subset, &context, &stream, host)
         }
     }
+}
+
+/// An empty selection (numpy's `a[3:3]`) reads no chunk: a new array of no elements (one byte
+/// allocated, so that its address is a real one for consumers), or nothing to write.
+fn retrieve_empty(config: &GpuConfig, output: Output) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
+    let out = match output {
+        Output::New => {
+            let context = GpuContext::get(config.device())?;
+            let stream = context.new_stream()?;
+            Some(context.alloc_output(&stream, 0)?.0)
+        }
+        Output::Into { .. } => {
+            // The caller's destination must be empty too.
+            output.fits(0)?;
+            None
+        }
+    };
+    Ok((out, RetrieveReport::new(DecodePath::Device, 0)))
 }
 
 /// [`retrieve`] into a new device array of `subset`'s shape.
