@@ -18,7 +18,9 @@ use crate::{GpuConfig, GpuError};
 pub struct DeviceArray<T> {
     /// None when the memory is another library's (`owner`).
     data: Option<CudaSlice<T>>,
-    stream: Arc<CudaStream>,
+    /// Dropped by hand in `drop`, inside its context guard: a stream's destruction binds its
+    /// context on the dropping thread.
+    stream: std::mem::ManuallyDrop<Arc<CudaStream>>,
     ptr: sys::CUdeviceptr,
     len: usize,
     shape: Vec<u64>,
@@ -34,7 +36,8 @@ pub struct DeviceArray<T> {
 
 impl<T> Drop for DeviceArray<T> {
     fn drop(&mut self) {
-        // Freeing and the stream's destruction bind the context on this thread.
+        // Freeing, the owner's release (a DLPack deleter) and the stream's destruction bind the
+        // context on this thread: all of them happen inside the guard.
         let _current = crate::CurrentContextGuard::new();
         if *self.abandoned.get_mut() {
             if let Some(data) = self.data.take() {
@@ -51,6 +54,9 @@ impl<T> Drop for DeviceArray<T> {
                 }
             }
         }
+        drop(self.owner.take());
+        // SAFETY: dropped once, here; the field is not used after.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.stream) };
     }
 }
 
@@ -104,7 +110,7 @@ impl<T: ElementOwned> DeviceArray<T> {
         let data = unsafe { stream.upgrade_device_ptr::<T>(ptr, len) };
         Ok(Self {
             data: Some(data),
-            stream,
+            stream: std::mem::ManuallyDrop::new(stream),
             ptr,
             len,
             shape,
@@ -130,7 +136,7 @@ impl<T: ElementOwned> DeviceArray<T> {
     ) -> Self {
         Self {
             data: None,
-            stream,
+            stream: std::mem::ManuallyDrop::new(stream),
             ptr,
             len,
             shape,
