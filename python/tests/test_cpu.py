@@ -170,11 +170,15 @@ class CpuTests(unittest.TestCase):
             os.makedirs(lib)
             fake = os.path.join(lib, "libnvcomp.so.6")
             open(fake, "wb").close()
-            code = ("import site, sys; sys.path.insert(0, sys.argv[1]); import zarrs_gpu._zarrs_gpu as z; "
-                    "print(z._nvcomp_candidates()[0])")
+            # The package itself from where this process found it (a PYTHONPATH-only install, as
+            # on the GPU host, is otherwise not importable there), after `site`.
+            installed = os.path.dirname(os.path.dirname(os.path.abspath(zarrs_gpu.__file__)))
+            code = ("import site, sys; sys.path.insert(0, sys.argv[1]); sys.path.append(sys.argv[2]); "
+                    "import zarrs_gpu._zarrs_gpu as z; print(z._nvcomp_candidates()[0])")
             env = {k: v for k, v in os.environ.items()
                    if k not in ("NVCOMP_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH")}
-            run = subprocess.run([sys.executable, "-c", code, site], env=env, capture_output=True, text=True)
+            run = subprocess.run([sys.executable, "-c", code, site, installed], env=env, capture_output=True,
+                                 text=True)
             self.assertEqual(run.returncode, 0, run.stderr)
             self.assertEqual(run.stdout.strip(), fake)
 
@@ -393,6 +397,7 @@ class CpuTests(unittest.TestCase):
         from zarrs_gpu import pipeline
 
         z = zarr.open_array(self.v3, mode="r")
+        grid = pipeline._indexer_chunk_grid(z)  # what zarr-python's own selections pass
         host = z[...]
         rng = np.random.default_rng(3)
         mask = rng.random(z.shape) < 0.05
@@ -423,22 +428,63 @@ class CpuTests(unittest.TestCase):
             try:
                 for sel in coordinate_cases:
                     with self.subTest(split=split, coordinates=sel):
-                        indexer = CoordinateIndexer(sel, z.shape, z.metadata.chunk_grid)
+                        indexer = CoordinateIndexer(sel, z.shape, grid)
                         got, count = run(indexer)
                         np.testing.assert_array_equal(got.reshape(indexer.sel_shape), z.vindex[sel])
                 with self.subTest(split=split, mask=True):
-                    got, count = run(MaskIndexer(mask, z.shape, z.metadata.chunk_grid))
+                    got, count = run(MaskIndexer(mask, z.shape, grid))
                     np.testing.assert_array_equal(got, z.vindex[mask])
                     self.assertEqual(count > 1, split)
                 for sel in orthogonal_cases:
                     with self.subTest(split=split, orthogonal=sel):
-                        got, count = run(OrthogonalIndexer(sel, z.shape, z.metadata.chunk_grid))
+                        got, count = run(OrthogonalIndexer(sel, z.shape, grid))
                         np.testing.assert_array_equal(got, z.oindex[sel])
             finally:
                 pipeline._BOX_WASTE, pipeline._BOX_BYTES = saved
         # Basic selections are not this route's.
         self.assertIsNone(pipeline._advanced_pieces(
-            OrthogonalIndexer((slice(0, 3),), z.shape, z.metadata.chunk_grid), 4))
+            OrthogonalIndexer((slice(0, 3),), z.shape, grid), 4))
+
+    def test_unknown_zarr_python_internals_decline_the_device_route(self):
+        # An indexer whose chunks are told neither as zarr-python 3.4 (`dim_grids`) nor as 3.1
+        # (`chunk_shape`): chunk-by-chunk plans are declined (zarr-python reads it), one-box plans
+        # need no chunks.
+        import types
+
+        from zarr.core.indexing import CoordinateIndexer, OrthogonalIndexer
+
+        from zarrs_gpu import pipeline
+        from zarrs_gpu.pipeline import GpuCodecPipeline
+
+        z = zarr.open_array(self.v3, mode="r")
+        grid = pipeline._indexer_chunk_grid(z)
+        points = CoordinateIndexer((np.array([1, 19]), np.array([2, 29]), np.array([0, 6])), z.shape, grid)
+        rows = OrthogonalIndexer((np.array([5, 1]), slice(None), 3), z.shape, grid)
+        bare_points = types.SimpleNamespace(selection=points.selection, sel_sort=points.sel_sort)
+        bare_rows = types.SimpleNamespace(dim_indexers=rows.dim_indexers, shape=rows.shape)
+        self.assertIsNotNone(pipeline._point_pieces(bare_points, 4))
+        self.assertIsNotNone(pipeline._orthogonal_pieces(bare_rows, 4))
+        saved = pipeline._BOX_WASTE, pipeline._BOX_BYTES
+        pipeline._BOX_WASTE, pipeline._BOX_BYTES = 1, 0
+        try:
+            self.assertIsNone(pipeline._point_pieces(bare_points, 4))
+            self.assertIsNone(pipeline._orthogonal_pieces(bare_rows, 4))
+            self.assertIsNotNone(pipeline._point_pieces(points, 4))
+            self.assertIsNotNone(pipeline._orthogonal_pieces(rows, 4))
+        finally:
+            pipeline._BOX_WASTE, pipeline._BOX_BYTES = saved
+        # A chunk grid the indexers refuse: the wrapped coordinate selection is zarr-python's own.
+        sel = (np.array([[1, 19], [0, 3]]), np.array([[2, 29], [-1, 4]]), np.array([[0, 6], [1, 1]]))
+        want = z[...][sel]
+        with zarr.config.set({"codec_pipeline.path": "zarrs_gpu.pipeline.GpuCodecPipeline"}):
+            z = zarr.open_array(self.v3, mode="r")
+            self.assertIsInstance(z._async_array.codec_pipeline, GpuCodecPipeline)
+            found = pipeline._indexer_chunk_grid
+            pipeline._indexer_chunk_grid = lambda array: object()
+            try:
+                np.testing.assert_array_equal(z.get_coordinate_selection(sel), want)
+            finally:
+                pipeline._indexer_chunk_grid = found
 
     @unittest.skipUnless(os.environ.get("ZARRS_GPU_EXPECT_NO_GPU") == "1",
                          "set ZARRS_GPU_EXPECT_NO_GPU=1 on a machine without a GPU (CI does)")

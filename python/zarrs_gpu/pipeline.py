@@ -328,7 +328,7 @@ def _too_large(lo, hi, selected, itemsize):
 def _point_pieces(indexer, itemsize):
     """The reads of a coordinate (or mask) selection, zarr-python's `CoordinateIndexer`: its
     points (flat, grouped by chunk, `sel_sort` their places in the output) in their bounding box,
-    or chunk by chunk when that box is too large."""
+    or chunk by chunk when that box is too large (None where the chunks cannot be told)."""
     import numpy as np
 
     selection = indexer.selection
@@ -338,9 +338,12 @@ def _point_pieces(indexer, itemsize):
         put = slice(None) if indexer.sel_sort is None else indexer.sel_sort
         local = tuple(np.asarray(d - a) for d, a in zip(selection, lo))
         return [_Piece(lo, hi, lambda box, xp, local=local: box[tuple(xp.asarray(i) for i in local)], put)]
+    grids = _dimension_grids(indexer)
+    if grids is None:
+        return None
     pieces = []
     for chunk_coords, chunk_selection, out_selection, *_ in indexer:
-        origin = [c * n for c, n in zip(chunk_coords, indexer.chunk_shape)]
+        origin = [int(g.chunk_offset(int(c))) for c, g in zip(chunk_coords, grids)]
         first = [int(d.min()) for d in chunk_selection]
         local = tuple(np.asarray(d - f) for d, f in zip(chunk_selection, first))
         lo = [o + f for o, f in zip(origin, first)]
@@ -393,15 +396,18 @@ def _orthogonal_pieces(indexer, itemsize):
     for n in indexer.shape:
         selected *= n
     split = _too_large(lo, hi, selected, itemsize)
+    grids = _dimension_grids(indexer) if split else [None] * len(dims)
+    if grids is None:
+        return None
     # Per kept dimension, its groups: (where in the output, which indices); one group unless split.
     groups = []
-    for d, chunk in zip(dims, indexer.chunk_shape):
+    for d, grid in zip(dims, grids):
         if isinstance(d, int):
             groups.append([(None, np.asarray([d]))])
         elif not split:
             groups.append([(np.arange(len(d)), d)])
         else:
-            owner = d // chunk
+            owner = np.asarray(grid.indices_to_chunks(d))
             groups.append([(np.nonzero(owner == c)[0], d[owner == c]) for c in np.unique(owner)])
     drop = tuple(0 if isinstance(d, int) else slice(None) for d in dims)
     pieces = []
@@ -418,8 +424,48 @@ def _orthogonal_pieces(indexer, itemsize):
     return pieces
 
 
+class _RegularDimension:
+    """One dimension of a regular chunk grid, as zarr-python 3.4's `FixedDimension` serves it."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size):
+        self.size = size
+
+    def chunk_offset(self, chunk_ix):
+        return chunk_ix * self.size
+
+    def indices_to_chunks(self, indices):
+        return indices // self.size
+
+
+def _dimension_grids(indexer):
+    """Per dimension of zarr-python's `indexer`, its chunks (`chunk_offset(chunk)`,
+    `indices_to_chunks(indices)`): zarr-python 3.4's `dim_grids`, or from 3.1's `chunk_shape`.
+    None where the indexer has neither (another zarr-python): the caller then declines the device
+    route and zarr-python reads the selection its own way."""
+    grids = getattr(indexer, "dim_grids", None)
+    if grids is not None:
+        if all(hasattr(g, "chunk_offset") and hasattr(g, "indices_to_chunks") for g in grids):
+            return list(grids)
+        return None
+    chunk_shape = getattr(indexer, "chunk_shape", None)
+    if chunk_shape is None:
+        return None
+    return [_RegularDimension(int(n)) for n in chunk_shape]
+
+
+def _indexer_chunk_grid(array):
+    """The chunk grid zarr-python's indexers take for `array` (a `zarr.Array`), as its own
+    selection methods pass it: 3.4's `Array._chunk_grid` (there `metadata.chunk_grid` is only a
+    description, which the indexers refuse), else 3.1's `metadata.chunk_grid`."""
+    grid = getattr(array, "_chunk_grid", None)
+    return array.metadata.chunk_grid if grid is None else grid
+
+
 def _advanced_pieces(indexer, itemsize):
-    """The reads of a coordinate, mask or advanced orthogonal selection, or None for others."""
+    """The reads of a coordinate, mask or advanced orthogonal selection, or None for others (and
+    for an indexer whose chunks `_dimension_grids` cannot tell)."""
     from zarr.core.indexing import CoordinateIndexer, OrthogonalIndexer
 
     if isinstance(indexer, CoordinateIndexer):
@@ -470,7 +516,12 @@ def _advanced_plan(array, indexer, prototype, fields):
     gpu_array = _open_array(str(store.root), array.store_path.path, cupy.cuda.Device().id)
     if gpu_array is None or gpu_array.shape != tuple(array.shape) or str(dtype) != gpu_array.dtype:
         return None
-    pieces = _advanced_pieces(indexer, dtype.itemsize)
+    try:
+        pieces = _advanced_pieces(indexer, dtype.itemsize)
+    except AttributeError:
+        # An indexer without the fields this reads (a zarr-python this was not written against):
+        # declined, zarr-python reads the selection its own way.
+        return None
     if pieces is None:
         return None
     return gpu_array, pieces, dtype
@@ -555,7 +606,12 @@ def _install_coordinate_hook():
             return original(self, selection, out=out, fields=fields, prototype=prototype)
         if prototype is None:
             prototype = default_buffer_prototype()
-        indexer = CoordinateIndexer(selection, self.shape, self.metadata.chunk_grid)
+        try:
+            indexer = CoordinateIndexer(selection, self.shape, _indexer_chunk_grid(self))
+        except (AttributeError, AssertionError, TypeError):
+            # The indexer refused the grid (a zarr-python whose internals this does not know): its
+            # own method, whole (a CuPy result may then meet its host-only reshape).
+            return original(self, selection, out=out, fields=fields, prototype=prototype)
         result = sync(self.async_array._get_selection(indexer=indexer, out=out, fields=fields, prototype=prototype))
         if hasattr(result, "shape"):
             # As zarr-python: a copy on the host; on the device, the result as it is.
