@@ -134,6 +134,7 @@ fn run(args: &Args) -> Result<(), Error> {
             // Timed like a user's load: allocation and read; the previous result is freed untimed.
             let mut io = String::new();
             let mut runs = Vec::new();
+            let mut held = (0, 0);
             for i in 0..=args.repeat {
                 let start = Instant::now();
                 let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&subset, &config)?;
@@ -151,6 +152,10 @@ fn run(args: &Args) -> Result<(), Error> {
                     report.chunks
                 );
                 drop(data);
+                // What the pools keep idle after the result is freed (the bound's effect).
+                if let Ok(m) = zarrs_gpu::memory_in_use(0) {
+                    held = (m.output_pool_idle + m.staging_pooled, m.pinned_pooled);
+                }
             }
             let secs = median(runs.clone());
             let who = match config.decode_trust() {
@@ -159,6 +164,8 @@ fn run(args: &Args) -> Result<(), Error> {
                 _ => "zarrs_gpu (decode trust: verified)",
             };
             let who = if args.label.is_empty() { who.to_string() } else { format!("{who} {}", args.label) };
+            let io =
+                format!("{io}; idle after a freed result: device {} MiB, pinned {} MiB", held.0 >> 20, held.1 >> 20);
             lines.push(line(&who, &label, &subset, bytes, secs, &runs, &io));
             if args.ours_only {
                 continue;

@@ -15,20 +15,28 @@ use crate::place::Kernels;
 use crate::plan::Copy3D;
 use crate::GpuError;
 
-/// Device memory from `cuMemAlloc`, freed on drop; kept in pools across reads.
+/// Device memory for staging, from the device's memory pool of our own (the outputs' pool:
+/// mapping memory there cost a quarter of `cuMemAlloc`'s, measured, and trimming it a fraction of
+/// `cuMemFree`'s), freed on drop; kept in pools across reads.
 pub(crate) struct DeviceBuffer {
     ptr: sys::CUdeviceptr,
     len: usize,
-    ctx: Arc<CudaContext>,
+    /// The stream its allocation and its free are ordered on (the context's memory stream).
+    stream: Arc<CudaStream>,
 }
 
 impl DeviceBuffer {
-    fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, GpuError> {
-        ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
-        // SAFETY: a plain allocation owned by the returned value.
-        let ptr =
-            unsafe { result::malloc_sync(len.max(1)) }.map_err(GpuError::cuda("allocating device staging memory"))?;
-        Ok(Self { ptr, len, ctx: ctx.clone() })
+    fn new(pool: &OutputPool, stream: &Arc<CudaStream>, len: usize) -> Result<Self, GpuError> {
+        stream.context().bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
+        let mut ptr = 0;
+        // SAFETY: an allocation from our pool, owned by the returned value.
+        unsafe { sys::cuMemAllocFromPoolAsync(&raw mut ptr, len.max(1), pool.pool, stream.cu_stream()) }
+            .result()
+            .map_err(GpuError::cuda("allocating device staging memory"))?;
+        let buffer = Self { ptr, len, stream: stream.clone() };
+        // Other streams use it at once: the allocation must be complete.
+        stream.synchronize().map_err(GpuError::cuda("allocating device staging memory"))?;
+        Ok(buffer)
     }
 
     pub(crate) fn ptr(&self) -> sys::CUdeviceptr {
@@ -42,10 +50,10 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: allocated by cuMemAlloc in new(); every use was synchronized before the buffer
-        // went back to its pool or was dropped.
-        let _ = unsafe { result::free_sync(self.ptr) };
+        let _ = self.stream.context().bind_to_thread();
+        // SAFETY: allocated from the pool in new(); every use was synchronized before the buffer
+        // went back to its pool or was dropped, so the free needs no other ordering.
+        let _ = unsafe { sys::cuMemFreeAsync(self.ptr, self.stream.cu_stream()) };
     }
 }
 
@@ -81,7 +89,11 @@ pub fn default_pool_keep(total: u64) -> u64 {
 /// the part of the idle bound the staging pool leaves) so that the next read does not map its
 /// memory again (8 GiB took 12 ms), without changing the device's default pool, which other
 /// libraries in the process share.
-struct OutputPool(sys::CUmemoryPool);
+struct OutputPool {
+    pool: sys::CUmemoryPool,
+    /// The release threshold last set (setting it on every read cost time, measured).
+    threshold: std::sync::atomic::AtomicU64,
+}
 
 // SAFETY: a pool handle may be used from any thread.
 unsafe impl Send for OutputPool {}
@@ -108,26 +120,33 @@ impl OutputPool {
         unsafe { sys::cuMemPoolCreate(&raw mut pool, &raw const props) }
             .result()
             .map_err(GpuError::cuda("creating the output memory pool"))?;
-        let pool = Self(pool);
+        let pool = Self { pool, threshold: std::sync::atomic::AtomicU64::new(u64::MAX) };
         pool.keep(keep).map_err(GpuError::cuda("configuring the output memory pool"))?;
         Ok(pool)
     }
 
     /// Keep at most `bytes` idle from now on: the release threshold (memory above it goes back
-    /// to the driver at the next synchronization), and a trim of what is idle now.
+    /// to the driver at the next synchronization), and a trim of what is idle now. No driver
+    /// call when neither changes anything.
     fn keep(&self, bytes: u64) -> Result<(), DriverError> {
-        let mut threshold = bytes;
-        // SAFETY: the release threshold attribute takes a u64; trimming releases only memory no
-        // allocation uses.
-        unsafe {
-            sys::cuMemPoolSetAttribute(
-                self.0,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                (&raw mut threshold).cast(),
-            )
+        use std::sync::atomic::Ordering;
+        if self.threshold.swap(bytes, Ordering::Relaxed) != bytes {
+            let mut threshold = bytes;
+            // SAFETY: the release threshold attribute takes a u64.
+            unsafe {
+                sys::cuMemPoolSetAttribute(
+                    self.pool,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&raw mut threshold).cast(),
+                )
+            }
             .result()?;
-            sys::cuMemPoolTrimTo(self.0, bytes as usize).result()
         }
+        if self.idle_bytes() > bytes {
+            // SAFETY: trimming releases only memory no allocation uses.
+            unsafe { sys::cuMemPoolTrimTo(self.pool, bytes as usize) }.result()?;
+        }
+        Ok(())
     }
 
     /// Bytes the pool holds reserved but unused (free for our next allocation).
@@ -135,7 +154,7 @@ impl OutputPool {
         let attr = |a: sys::CUmemPool_attribute| {
             let mut v: u64 = 0;
             // SAFETY: these attributes are u64 values.
-            let ok = unsafe { sys::cuMemPoolGetAttribute(self.0, a, (&raw mut v).cast()) };
+            let ok = unsafe { sys::cuMemPoolGetAttribute(self.pool, a, (&raw mut v).cast()) };
             if ok == sys::CUresult::CUDA_SUCCESS {
                 v
             } else {
@@ -152,6 +171,8 @@ pub(crate) struct GpuContext {
     ctx: Arc<CudaContext>,
     ordinal: usize,
     pool: OutputPool,
+    /// The stream staging buffers are allocated and freed on.
+    mem_stream: Arc<CudaStream>,
     reader: Arc<DeviceReader>,
     /// Enough for two batches in flight for each of a few concurrent reads.
     staging: BufferPool<DeviceBuffer>,
@@ -190,6 +211,7 @@ impl GpuContext {
             ctx: reader.context().clone(),
             ordinal,
             pool: OutputPool::new(reader.context(), ordinal, keep)?,
+            mem_stream: reader.context().new_stream().map_err(GpuError::cuda("creating a stream"))?,
             reader,
             staging: BufferPool::new(8),
             pinned: BufferPool::new(6),
@@ -306,7 +328,7 @@ impl GpuContext {
         self.ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
         let mut ptr = 0;
         // SAFETY: allocation from our pool on the caller's stream; the slice below owns it.
-        unsafe { sys::cuMemAllocFromPoolAsync(&raw mut ptr, len.max(1), self.pool.0, stream.cu_stream()) }
+        unsafe { sys::cuMemAllocFromPoolAsync(&raw mut ptr, len.max(1), self.pool.pool, stream.cu_stream()) }
             .result()
             .map_err(GpuError::cuda("allocating device memory"))?;
         // SAFETY: ptr is a fresh allocation of len bytes on this stream; every byte is written
@@ -352,7 +374,7 @@ impl GpuContext {
             return Ok(buffer);
         }
         self.check_free(len as u64)?;
-        DeviceBuffer::new(&self.ctx, len)
+        DeviceBuffer::new(&self.pool, &self.mem_stream, len)
     }
 
     /// Return a staging buffer whose last use has completed.
@@ -386,6 +408,8 @@ impl GpuContext {
         self.bind()?;
         let staging = self.staging.trim(keep);
         self.pinned.trim(keep);
+        // Staging freed above goes back to the pool in the memory stream's order: done first.
+        self.mem_stream.synchronize().map_err(GpuError::cuda("trimming the staging memory"))?;
         self.pool.keep(keep.saturating_sub(staging)).map_err(GpuError::cuda("trimming the output memory pool"))
     }
 
@@ -408,7 +432,7 @@ impl GpuContext {
         let deadline = Instant::now() + std::time::Duration::from_secs(10);
         if matches!(Self::wait_until(event, deadline), Ok(true)) {
             // SAFETY: releases only memory no allocation uses.
-            let _ = unsafe { sys::cuMemPoolTrimTo(self.pool.0, threshold as usize) };
+            let _ = unsafe { sys::cuMemPoolTrimTo(self.pool.pool, threshold as usize) };
         }
     }
 }
