@@ -511,8 +511,12 @@ static ADDED_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// Look for the wheel's library under each of `dirs` (Python package directories: a Python
 /// program passes its interpreter's `sys.path` and site directories) before the usual places.
-/// Only a search that has not run yet sees them: call it before nvCOMP is first used.
+/// Only a search that has not run yet sees them: call it before nvCOMP is first used. Relative
+/// directories are ignored.
 pub fn add_search_dirs<I: IntoIterator<Item = PathBuf>>(dirs: I) {
+    // Only absolute directories: `""` in `sys.path` (python -c, Jupyter) or a relative entry
+    // would name a library in whatever directory is current when nvCOMP is first loaded.
+    let dirs = dirs.into_iter().filter(|d| d.is_absolute());
     ADDED_DIRS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(dirs);
 }
 
@@ -599,11 +603,21 @@ fn python3_package_dirs() -> Vec<PathBuf> {
     else {
         return Vec::new();
     };
-    let start = std::time::Instant::now();
+    // Its output is read on a thread of its own: a process the child leaves behind could keep
+    // the pipe open, and a read here would then never end. At most 64 KiB.
+    let (sent, received) = std::sync::mpsc::channel();
+    if let Some(out) = child.stdout.take() {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut std::io::Read::take(out, 64 << 10), &mut text);
+            let _ = sent.send(text);
+        });
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     loop {
         match child.try_wait() {
             Ok(Some(status)) if status.success() => break,
-            Ok(None) if start.elapsed() < std::time::Duration::from_secs(2) => {
+            Ok(None) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             _ => {
@@ -613,10 +627,7 @@ fn python3_package_dirs() -> Vec<PathBuf> {
             }
         }
     }
-    let mut text = String::new();
-    if let Some(mut out) = child.stdout.take() {
-        let _ = std::io::Read::read_to_string(&mut out, &mut text);
-    }
+    let text = received.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())).unwrap_or_default();
     text.lines().filter(|l| !l.is_empty()).map(PathBuf::from).filter(|p| p.is_dir()).collect()
 }
 
@@ -765,6 +776,15 @@ mod tests {
         if places.library.is_none() {
             assert_eq!(places.search(Vec::new).0.first(), Some(&want));
         }
+    }
+
+    #[test]
+    fn relative_directories_are_never_searched() {
+        // `""` (python -c, Jupyter) and relative sys.path entries would name the current
+        // directory at the time of the first load.
+        add_search_dirs([PathBuf::new(), PathBuf::from("relative/site")]);
+        let added = ADDED_DIRS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        assert!(added.iter().all(|d| d.is_absolute()), "{added:?}");
     }
 
     /// The library: the tests that use it are `#[ignore]`d (named in the summary as such) and run

@@ -84,8 +84,9 @@ pub fn default_pool_keep(total: u64) -> u64 {
 /// libraries in the process share.
 struct OutputPool {
     pool: sys::CUmemoryPool,
-    /// The release threshold last set (setting it on every read cost time, measured).
-    threshold: std::sync::atomic::AtomicU64,
+    /// The release threshold last set (held while it is set, so that the value here is the
+    /// driver's), and what the output pool may keep idle now.
+    threshold: Mutex<u64>,
 }
 
 // SAFETY: a pool handle may be used from any thread.
@@ -113,7 +114,7 @@ impl OutputPool {
         unsafe { sys::cuMemPoolCreate(&raw mut pool, &raw const props) }
             .result()
             .map_err(GpuError::cuda("creating the output memory pool"))?;
-        let pool = Self { pool, threshold: std::sync::atomic::AtomicU64::new(u64::MAX) };
+        let pool = Self { pool, threshold: Mutex::new(u64::MAX) };
         pool.keep(keep).map_err(GpuError::cuda("configuring the output memory pool"))?;
         Ok(pool)
     }
@@ -122,8 +123,8 @@ impl OutputPool {
     /// to the driver at the next synchronization), and a trim of what is idle now. No driver
     /// call when neither changes anything.
     fn keep(&self, bytes: u64) -> Result<(), DriverError> {
-        use std::sync::atomic::Ordering;
-        if self.threshold.swap(bytes, Ordering::Relaxed) != bytes {
+        let mut set = self.threshold.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *set != bytes {
             let mut threshold = bytes;
             // SAFETY: the release threshold attribute takes a u64.
             unsafe {
@@ -134,12 +135,18 @@ impl OutputPool {
                 )
             }
             .result()?;
+            *set = bytes;
         }
         if self.idle_bytes() > bytes {
             // SAFETY: trimming releases only memory no allocation uses.
             unsafe { sys::cuMemPoolTrimTo(self.pool, bytes as usize) }.result()?;
         }
         Ok(())
+    }
+
+    /// What the pool may keep idle now (its release threshold).
+    fn threshold(&self) -> u64 {
+        *self.threshold.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Bytes the pool holds reserved but unused (free for our next allocation).
@@ -171,6 +178,10 @@ pub(crate) struct GpuContext {
     /// Idle device memory kept between reads where a read's config sets none (and pinned host
     /// memory kept, likewise): `ZARRS_GPU_POOL_KEEP_BYTES`, else [`default_pool_keep`].
     keep: u64,
+    /// Reads in flight on the device ([`GpuContext::reading`]): the pools are trimmed only when
+    /// none is, since freeing device memory waits for all of the device's work (another thread's
+    /// read, or one that hangs).
+    reads: std::sync::atomic::AtomicUsize,
     /// Kernels loaded into this context (a module of another device's context cannot launch here).
     kernels: OnceLock<Result<Kernels, String>>,
     /// Why the context can no longer be used (a sticky fault, or a batch that never finished).
@@ -206,6 +217,7 @@ impl GpuContext {
             staging: BufferPool::new(8),
             pinned: BufferPool::new(6),
             keep,
+            reads: std::sync::atomic::AtomicUsize::new(0),
             kernels: OnceLock::new(),
             lost: OnceLock::new(),
         });
@@ -385,6 +397,21 @@ impl GpuContext {
         self.pinned.give(buffer);
     }
 
+    /// Count a read in flight until the returned guard drops.
+    pub(crate) fn reading(&self) -> ReadInFlight<'_> {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        ReadInFlight(self)
+    }
+
+    /// Trim to `keep` when no read is in flight (the last read to end trims).
+    pub(crate) fn trim_when_idle(&self, keep: u64) -> Result<(), GpuError> {
+        if self.reads.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            self.trim(keep)
+        } else {
+            Ok(())
+        }
+    }
+
     /// The idle bound of a read with `config`: its own, else the device's.
     pub(crate) fn keep_for(&self, config: &crate::GpuConfig) -> u64 {
         config.pool_keep_bytes().unwrap_or(self.keep)
@@ -394,7 +421,7 @@ impl GpuContext {
     /// first (the largest that fit stay), then freed results, so that both together keep at
     /// most `keep`; pinned host buffers likewise. Buffers in use by other reads are not in the
     /// pools and are not touched.
-    pub(crate) fn trim(&self, keep: u64) -> Result<(), GpuError> {
+    fn trim(&self, keep: u64) -> Result<(), GpuError> {
         self.bind()?;
         let staging = self.staging.trim(keep);
         self.pinned.trim(keep);
@@ -404,7 +431,7 @@ impl GpuContext {
     /// Whether the output pool holds more idle than its share of the bound (and the context is
     /// usable): [`after_free`](Self::after_free) has work to do. No device call waits.
     pub(crate) fn holds_freed_beyond_bound(&self) -> bool {
-        self.lost.get().is_none() && self.pool.idle_bytes() > self.keep.saturating_sub(self.staging.bytes())
+        self.lost.get().is_none() && self.pool.idle_bytes() > self.pool.threshold()
     }
 
     /// After a result of this device was freed on `stream`: when the output pool now holds more
@@ -415,7 +442,8 @@ impl GpuContext {
         if !self.holds_freed_beyond_bound() {
             return;
         }
-        let threshold = self.keep.saturating_sub(self.staging.bytes());
+        // The output pool's share of the bound the last read ended with.
+        let threshold = self.pool.threshold();
         let Ok(event) = stream.record_event(None) else { return };
         let deadline = Instant::now() + std::time::Duration::from_secs(10);
         if matches!(Self::wait_until(event, deadline), Ok(true)) {
@@ -428,16 +456,27 @@ impl GpuContext {
 /// Give back to the driver everything this library's pools hold idle on every device it has
 /// used: freed results kept for the next read, staging buffers and pinned host buffers (what
 /// PyTorch's `torch.cuda.empty_cache()` does for its allocator). Memory of arrays still alive
-/// and of reads in flight is not touched. Reads after it allocate again.
+/// and of reads in flight is not touched; a device with a read in flight is left as it is (freeing
+/// waits for all of the device's work). Reads after it allocate again.
 ///
 /// # Errors
 /// Returns an error when a device's context cannot be bound (a lost context is skipped).
 pub fn empty_cache() -> Result<(), GpuError> {
+    let _current = crate::CurrentContextGuard::new();
     let contexts: Vec<Arc<GpuContext>> = GpuContext::registry().values().cloned().collect();
     for context in contexts.iter().filter(|c| c.check_alive().is_ok()) {
-        context.trim(0)?;
+        context.trim_when_idle(0)?;
     }
     Ok(())
+}
+
+/// A read in flight on a device ([`GpuContext::reading`]).
+pub(crate) struct ReadInFlight<'a>(&'a GpuContext);
+
+impl Drop for ReadInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.reads.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// The memory a device's retrievals hold: what a long-running process watches to see that reads
@@ -547,10 +586,11 @@ impl<B: PooledBuffer> BufferPool<B> {
     fn trim(&self, limit: u64) -> u64 {
         let dropped: Vec<B> = {
             let mut buffers = self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Largest first (take() leaves them out of order).
+            buffers.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
             let mut kept = 0u64;
             let mut dropped = Vec::new();
             let mut i = 0;
-            // Sorted largest first by give().
             while i < buffers.len() {
                 let size = buffers[i].capacity() as u64;
                 if kept.saturating_add(size) <= limit {
@@ -722,6 +762,20 @@ mod tests {
         assert_eq!(left, [1, 4, 8]);
         assert_eq!(pool.trim(0), 0);
         assert!(pool.take(1).is_none());
+    }
+
+    #[test]
+    fn trims_after_takes_still_keep_the_largest() {
+        let pool = BufferPool::new(8);
+        for size in [1usize, 2, 3, 4, 5, 6] {
+            pool.give(Fake(size << 20));
+        }
+        // take() swaps the last into the hole: the order is no longer largest first.
+        assert_eq!(pool.take(5 << 20).map(|b| b.0), Some(5 << 20));
+        assert_eq!(pool.trim(10 << 20), 10 << 20);
+        let mut left: Vec<usize> = pool.buffers.lock().unwrap().iter().map(|b| b.0 >> 20).collect();
+        left.sort_unstable();
+        assert_eq!(left, [4, 6]);
     }
 
     #[test]

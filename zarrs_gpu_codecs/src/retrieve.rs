@@ -180,14 +180,21 @@ fn contained<R>(config: &GpuConfig, read: impl FnOnce() -> Result<R, GpuError>) 
     if let Some(context) = GpuContext::existing(config.device()) {
         context.check_alive()?;
     }
+    // Counted in flight on the device where a read has set it up (the first read of a process
+    // makes it, uncounted: nothing is pooled yet that a trim could free).
+    let in_flight = GpuContext::existing(config.device());
+    let counted = in_flight.as_ref().map(|c| c.reading());
     let result = read().map_err(|err| match GpuContext::existing(config.device()) {
         Some(context) => context.contain(err),
         None => err,
     });
+    drop(counted);
+    let context = GpuContext::existing(config.device());
     // What the read leaves idle beyond the bound goes back to the driver: a program that shares
-    // the device (PyTorch, CuPy) gets it for its own allocations.
-    if let Some(context) = GpuContext::existing(config.device()).filter(|c| c.check_alive().is_ok()) {
-        let trimmed = context.trim(context.keep_for(config));
+    // the device (PyTorch, CuPy) gets it for its own allocations. Only when no other read is in
+    // flight: freeing waits for all of the device's work, a hung batch's too.
+    if let Some(context) = context.filter(|c| c.check_alive().is_ok()) {
+        let trimmed = context.trim_when_idle(context.keep_for(config));
         if result.is_ok() {
             trimmed?;
         }

@@ -283,6 +283,9 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
         (ShardingIndexLocation::End, Some(len)) => ByteRange::FromStart(shard.base + len - index_len, Some(index_len)),
         (ShardingIndexLocation::End, None) => ByteRange::Suffix(index_len),
     };
+    // When the index is read: a file modified within two seconds before this may be rewritten
+    // within the same tick afterwards (taken before the read, not at the insert).
+    let read_at = std::time::SystemTime::now();
     let bytes = match storage.get_partial(&shard.key, range) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Ok(None),
@@ -298,7 +301,7 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
     let index = Arc::new(index);
     if let (Some(c), Some(key)) = (cache, cache_key) {
         // A stamp that may not tell this version from the next is not worth keeping.
-        if stamp.as_ref().is_none_or(|s| settled(s, std::time::SystemTime::now())) {
+        if stamp.as_ref().is_none_or(|s| settled(s, read_at)) {
             c.insert(key, index.clone(), shard_len, stamp);
         }
     }
