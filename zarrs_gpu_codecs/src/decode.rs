@@ -220,6 +220,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         // Every unit's decode results, digests included (see `MetaLayout::result_bytes`).
         results: context.take_pinned(MetaLayout::new(0, units.len().max(1), true, 0, 0).result_bytes() as usize)?,
         fill: None,
+        scratch: None,
         // The caller's destination is not this read's memory.
         taken: std::cell::Cell::new(if out.is_some() { out_bytes } else { 0 }),
     };
@@ -368,16 +369,15 @@ impl Job<'_> {
             _ => 0,
         };
         let decoded = stored_total.next_multiple_of(DECODED_ALIGN);
-        let temp = decoded + if self.chain.compression.is_some() { decoded_total } else { 0 };
-        let meta = temp + (temp_bytes as u64).next_multiple_of(DECODED_ALIGN);
-        Ok(Staging { decoded, temp, temp_bytes, meta, len: meta + meta_bytes, max_decoded })
+        let meta = decoded + if self.chain.compression.is_some() { decoded_total } else { 0 };
+        Ok(Staging { decoded, temp_bytes, meta, len: meta + meta_bytes, max_decoded })
     }
 }
 
-/// Offsets in a slot's staging (see [`Job::staging`]) and its length.
+/// Offsets in a slot's staging (see [`Job::staging`]) and its length, and the decoder's scratch
+/// (one buffer of the read's, [`Buffers::ensure_scratch`]).
 struct Staging {
     decoded: u64,
-    temp: u64,
     temp_bytes: usize,
     meta: u64,
     len: u64,
@@ -407,11 +407,39 @@ struct Buffers {
     results: PinnedBuffer,
     /// The fill value block for missing units.
     fill: Option<DeviceBuffer>,
+    /// The decoder's scratch, one for both slots: every batch decodes on the read's stream, so
+    /// batch k+1's decode starts after batch k's has finished with it (nvCOMP's zstd scratch is
+    /// about 3 times a batch's decoded bytes: two of them doubled a read's working set).
+    scratch: Option<DeviceBuffer>,
     /// Device memory this read has taken, against `GpuConfig::with_device_memory_cap`.
     taken: std::cell::Cell<u64>,
 }
 
 impl Buffers {
+    /// The decoder's scratch of at least `len` bytes (its address), within the read's device
+    /// memory cap. A scratch too small is replaced only after the decodes queued on the read's
+    /// stream, which may still use it, have finished.
+    fn ensure_scratch(&mut self, job: &Job<'_>, len: usize) -> Result<u64, GpuError> {
+        if self.scratch.as_ref().is_some_and(|b| b.len() < len) {
+            job.stream.synchronize().map_err(GpuError::cuda("waiting for a decode's scratch"))?;
+        }
+        let taken = &self.taken;
+        let take = |len: usize| -> Result<DeviceBuffer, GpuError> {
+            let now = taken.get().saturating_add(len as u64);
+            if let Some(cap) = job.config.device_memory_cap().filter(|&cap| now > cap) {
+                return Err(GpuError::OutOfMemory { needed: now, free: cap, device: job.config.device() });
+            }
+            taken.set(now);
+            job.context.take_staging(len)
+        };
+        let give = |old: DeviceBuffer| {
+            taken.set(taken.get().saturating_sub(old.len() as u64));
+            job.context.give_staging(old);
+        };
+        ensure(&mut self.scratch, len as u64, DeviceBuffer::len, take, give)?;
+        Ok(self.scratch.as_ref().expect("ensured").ptr())
+    }
+
     /// Staging of at least `len` bytes for `slot`, within the read's device memory cap (a
     /// replaced buffer no longer counts). Returns whether the staging is a new buffer.
     fn ensure_staging(&mut self, job: &Job<'_>, slot: usize, len: u64) -> Result<bool, GpuError> {
@@ -482,7 +510,7 @@ fn plan_batches(
     let budget = batch_budget(config.staging_bytes() as u64, config.staging_is_set(), largest, small_free, out_bytes);
     let batches = batches_by_size((0..units.len()).map(staged_len), budget);
     let slots = if batches.len() > 1 { 2 } else { 1 };
-    let mut largest_slot = 0u64;
+    let (mut largest_slot, mut largest_temp) = (0u64, 0u64);
     for batch in &batches {
         // Saturating: a sum past 2^64 (a huge staging budget) is refused below.
         let decoded = batch.iter().fold(0u64, |a, &u| a.saturating_add(staged_len(u).next_multiple_of(DECODED_ALIGN)));
@@ -493,10 +521,12 @@ fn plan_batches(
             }
             _ => 0,
         };
-        let slot = decoded.saturating_mul(2).saturating_add(temp).saturating_add(meta_len(units, chain, batch));
+        let slot = decoded.saturating_mul(2).saturating_add(meta_len(units, chain, batch));
         largest_slot = largest_slot.max(slot);
+        // One scratch serves both slots (`Buffers::scratch`).
+        largest_temp = largest_temp.max(temp);
     }
-    refuse(out_bytes.saturating_add(largest_slot.saturating_mul(slots as u64)))?;
+    refuse(out_bytes.saturating_add(largest_slot.saturating_mul(slots as u64)).saturating_add(largest_temp))?;
     Ok(batches)
 }
 
@@ -695,7 +725,8 @@ fn launch_device(
     debug_assert!(!direct || !replaced, "direct reads' staging was replaced");
     // A new buffer (even at the old address) holds none of the bytes copied as they were read.
     let copy_stored = !direct && replaced;
-    let (dbase, temp, meta) = (cbase + staging.decoded, cbase + staging.temp, cbase + staging.meta);
+    let (dbase, meta) = (cbase + staging.decoded, cbase + staging.meta);
+    let temp = if n_dec > 0 && staging.temp_bytes > 0 { buffers.ensure_scratch(job, staging.temp_bytes)? } else { 0 };
     let hbuf = buffers.slots[slot].host.as_mut().expect("ensured");
     let host_meta = hbuf.as_mut_slice()[host_meta_at as usize..].as_mut_ptr() as usize;
     let stored_bytes = hbuf.as_slice();
@@ -950,7 +981,7 @@ fn release(
     };
     match (settled, result) {
         (Ok(true), _) => {
-            let Buffers { slots, results, fill, .. } = buffers;
+            let Buffers { slots, results, fill, scratch, .. } = buffers;
             for slot in slots {
                 if let Some(staging) = slot.staging {
                     context.give_staging(staging);
@@ -959,8 +990,8 @@ fn release(
                     context.give_pinned(buffer);
                 }
             }
-            if let Some(fill) = fill {
-                context.give_staging(fill);
+            for buffer in fill.into_iter().chain(scratch) {
+                context.give_staging(buffer);
             }
             context.give_pinned(results);
         }
