@@ -261,18 +261,27 @@ def _coords(rest, ndim):
     return [int(p) for p in parts]
 
 
-def _selection_plan(array, indexer, prototype, out, fields):
-    """For an array whose codec pipeline is this one: the zarrs_gpu array, the index and the
-    output buffer of a selection read whole by zarrs_gpu (a box of a regular-grid array in a local
-    store, into a new C-order GPU buffer), or None for zarr-python's own way."""
-    # `fields` is None or an empty list when no structured fields are selected.
-    if not isinstance(array.codec_pipeline, GpuCodecPipeline) or out is not None or fields:
+def _local_gpu_store(array, prototype, fields):
+    """The `LocalStore` of an array this pipeline reads on the device: its codec pipeline is this
+    one, no structured fields (`fields` is None or an empty list when there are none), missing
+    chunks read as the fill value, and GPU buffers asked for (enable_gpu()'s
+    `zarr.core.buffer.gpu.NDBuffer`, or a subclass of it); else None."""
+    if not isinstance(array.codec_pipeline, GpuCodecPipeline) or fields:
         return None
     store = array.store_path.store
     if not isinstance(store, LocalStore) or getattr(array.config, "read_missing_chunks", True) is False:
         return None
-    # GPU buffers (enable_gpu()): zarr.core.buffer.gpu.NDBuffer, or a subclass of it.
     if not any(c.__module__.endswith("buffer.gpu") for c in getattr(prototype.nd_buffer, "__mro__", ())):
+        return None
+    return store
+
+
+def _selection_plan(array, indexer, prototype, out, fields):
+    """For an array whose codec pipeline is this one: the zarrs_gpu array, the index and the
+    output buffer of a selection read whole by zarrs_gpu (a box of a regular-grid array in a local
+    store, into a new C-order GPU buffer), or None for zarr-python's own way."""
+    store = None if out is not None else _local_gpu_store(array, prototype, fields)
+    if store is None:
         return None
     if getattr(array.metadata, "order", "C") != "C" or getattr(array.config, "order", "C") != "C":
         return None
@@ -503,12 +512,8 @@ def _advanced_plan(array, indexer, prototype, fields):
     """For an array whose codec pipeline is this one: the zarrs_gpu array, the reads of an
     advanced selection (coordinates, a mask, orthogonal integer or Boolean arrays) that
     zarr-python cannot serve into GPU buffers, and the dtype; or None."""
-    if not isinstance(array.codec_pipeline, GpuCodecPipeline) or fields or len(array.shape) == 0:
-        return None
-    store = array.store_path.store
-    if not isinstance(store, LocalStore) or getattr(array.config, "read_missing_chunks", True) is False:
-        return None
-    if not any(c.__module__.endswith("buffer.gpu") for c in getattr(prototype.nd_buffer, "__mro__", ())):
+    store = None if len(array.shape) == 0 else _local_gpu_store(array, prototype, fields)
+    if store is None:
         return None
     import cupy
 

@@ -214,6 +214,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         elem,
         fill_len,
         out_ptr,
+        out_shape,
     };
     let mut buffers = Buffers {
         slots: (0..slots).map(|_| Slot::default()).collect(),
@@ -231,100 +232,142 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
         "stored chunks are read to host memory, where they are checked",
     ));
-    // When the work enqueued so far must be done by (see `GpuConfig::batch_timeout`), and the
-    // bound of the batch last planned: after an ordinary error, the work in flight gets that
-    // long from then.
-    let mut deadline = Instant::now();
-    let mut bound = config.batch_timeout(0);
-    let mut checks: Vec<DecodeCheck> = Vec::new();
-    let mut results_at = 0usize;
-    let mut done = 0usize; // units whose batch has finished, for the progress callback
+    let mut run = BatchRun {
+        deadline: Instant::now(),
+        bound: config.batch_timeout(0),
+        checks: Vec::new(),
+        results_at: 0,
+        done: 0,
+        report,
+        trace,
+    };
     let result = (|| -> Result<(), GpuError> {
-        for (b, batch) in batches.iter().enumerate() {
-            let slot = b % slots;
-            if let Some(pending) = buffers.slots[slot].pending.take() {
-                let batch = pending.batch;
-                pending.wait(&batches[batch], units)?;
-                done += batches[batch].len();
-                config.report_progress(done, units.len());
-                trace.mark("wait slot");
-            }
-            let spans = stored_spans(&job, array.storage().as_ref(), batch)?;
-            let Reads { requests, staged, at, stored_total, mut items, decoded_total } =
-                plan_reads(units, batch, &spans);
-            bound = config.batch_timeout(decoded_total);
-            trace.mark("sizes");
-            let meta_bytes = meta_len(units, chain, batch);
-            // Room for the batch as if every stored unit decoded on the device: the stored bytes
-            // are copied to the staging while they are read, before the host check routes them.
-            let may_decode = chain.device_may_decode(config.decode_trust());
-            let stored = items.iter().filter(|it| it.route != Route::Missing && may_decode);
-            let staging = job.staging(stored, stored_total, decoded_total, meta_bytes)?.len;
-            let host_meta_at = read_batch(
-                &job,
-                array,
-                gds,
-                &mut buffers,
-                slot,
-                (&requests, staged, &at),
-                (stored_total, meta_bytes, staging),
-                &mut items,
-                &mut report,
-            )?;
-            trace.mark("read");
-            let stored_bytes = buffers.slots[slot].host.as_ref().expect("ensured").as_slice();
-            route_batch(&job, &mut items, stored_bytes)?;
-            trace.mark("check");
-            let layout = launch_device(
-                &job,
-                &mut buffers,
-                slot,
-                &items,
-                stored_total,
-                decoded_total,
-                meta_bytes,
-                host_meta_at,
-                b,
-            )?;
-            // Meanwhile the host decodes its chunks, each copied to the device as soon as it is done.
-            report.host_decoded_chunks += decode_host_share(&job, &mut buffers, slot, &items, layout.dbase)?;
-            trace.mark("decode");
-            let on_device: Vec<&Item> = items.iter().filter(|it| it.route == Route::Device).collect();
-            let results_base = buffers.results.as_mut_slice().as_mut_ptr();
-            results_at += queue_results(&job, &layout, &on_device, results_base, results_at, &mut checks)?;
-            place_batch(&job, array, &layout, &items, &mut buffers.fill, out_shape, out_ptr, &mut report)?;
-            let event = stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
-            // The bound covers the device's work only: it starts once the batch is enqueued,
-            // after its storage reads and host checks (slow storage is no device fault).
-            let batch_deadline = after(bound);
-            deadline = deadline.max(batch_deadline);
-            buffers.slots[slot].pending = Some(Pending { event, deadline: batch_deadline, bound, batch: b });
-            trace.mark("place");
+        for b in 0..batches.len() {
+            run.batch(&job, array, gds, &mut buffers, &batches, b)?;
         }
-        // Oldest first: the slot after the last batch's holds the batch before it.
-        for k in 1..=slots {
-            if let Some(pending) = buffers.slots[(batches.len() + k) % slots].pending.take() {
-                let batch = pending.batch;
-                pending.wait(&batches[batch], units)?;
-                done += batches[batch].len();
-                config.report_progress(done, units.len());
-            }
-        }
-        stream.synchronize().map_err(GpuError::cuda("decoding on the device"))?;
-        trace.mark("final sync");
-        check_results(&job, &checks, buffers.results.as_slice())
+        run.finish(&job, &mut buffers, &batches)
     })();
     // After an ordinary error (a corrupt chunk, a failed read), what is in flight gets a
     // batch's bound from now: only work that never ends marks the context lost.
-    let deadline = if result.is_err() { deadline.max(after(bound)) } else { deadline };
+    let deadline = if result.is_err() { run.deadline.max(after(run.bound)) } else { run.deadline };
     release(context, buffers, &result, &[stream.as_ref(), copy_stream.as_ref()], deadline)?;
     result?;
+    let BatchRun { mut report, trace, .. } = run;
     report.stages = trace.finish(&format!(
         "{out_bytes} bytes decoded on the device, {} chunks, {} batches",
         report.chunks,
         batches.len()
     ));
     Ok((out, report))
+}
+
+/// What a decoded read carries from batch to batch.
+struct BatchRun {
+    /// When the work enqueued so far must be done by (see `GpuConfig::batch_timeout`).
+    deadline: Instant,
+    /// The bound of the batch last planned: after an ordinary error, the work in flight gets
+    /// that long from then.
+    bound: std::time::Duration,
+    /// The content checks to make once every batch is done.
+    checks: Vec<DecodeCheck>,
+    /// Where the next batch's results go in the results buffer.
+    results_at: usize,
+    /// Units whose batch has finished, for the progress callback.
+    done: usize,
+    report: RetrieveReport,
+    trace: Trace,
+}
+
+impl BatchRun {
+    /// One batch, stage by stage: its slot freed, its stored sizes, read, host check and routing,
+    /// device decode, the host's share, results queued, placement; then its event.
+    fn batch<S: ReadableStorageTraits + ?Sized + 'static>(
+        &mut self,
+        job: &Job<'_>,
+        array: &Array<S>,
+        gds: Option<&GdsStore>,
+        buffers: &mut Buffers,
+        batches: &[Vec<usize>],
+        b: usize,
+    ) -> Result<(), GpuError> {
+        let (units, chain, config, batch) = (job.units, job.chain, job.config, batches[b].as_slice());
+        let slot = b % buffers.slots.len();
+        if self.settle_slot(job, buffers, slot, batches)? {
+            self.trace.mark("wait slot");
+        }
+        let spans = stored_spans(job, array.storage().as_ref(), batch)?;
+        let Reads { requests, staged, at, stored_total, mut items, decoded_total } = plan_reads(units, batch, &spans);
+        self.bound = config.batch_timeout(decoded_total);
+        self.trace.mark("sizes");
+        let meta_bytes = meta_len(units, chain, batch);
+        // Room for the batch as if every stored unit decoded on the device: the stored bytes
+        // are copied to the staging while they are read, before the host check routes them.
+        let may_decode = chain.device_may_decode(config.decode_trust());
+        let stored = items.iter().filter(|it| it.route != Route::Missing && may_decode);
+        let staging = job.staging(stored, stored_total, decoded_total, meta_bytes)?.len;
+        let host_meta_at = read_batch(
+            job,
+            array,
+            gds,
+            buffers,
+            slot,
+            (&requests, staged, &at),
+            (stored_total, meta_bytes, staging),
+            &mut items,
+            &mut self.report,
+        )?;
+        self.trace.mark("read");
+        let stored_bytes = buffers.slots[slot].host.as_ref().expect("ensured").as_slice();
+        route_batch(job, &mut items, stored_bytes)?;
+        self.trace.mark("check");
+        let layout =
+            launch_device(job, buffers, slot, &items, stored_total, decoded_total, meta_bytes, host_meta_at, b)?;
+        // Meanwhile the host decodes its chunks, each copied to the device as soon as it is done.
+        self.report.host_decoded_chunks += decode_host_share(job, buffers, slot, &items, layout.dbase)?;
+        self.trace.mark("decode");
+        let on_device: Vec<&Item> = items.iter().filter(|it| it.route == Route::Device).collect();
+        let results_base = buffers.results.as_mut_slice().as_mut_ptr();
+        self.results_at += queue_results(job, &layout, &on_device, results_base, self.results_at, &mut self.checks)?;
+        place_batch(job, array, &layout, &items, &mut buffers.fill, job.out_shape, job.out_ptr, &mut self.report)?;
+        let event = job.stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+        // The bound covers the device's work only: it starts once the batch is enqueued,
+        // after its storage reads and host checks (slow storage is no device fault).
+        let batch_deadline = after(self.bound);
+        self.deadline = self.deadline.max(batch_deadline);
+        buffers.slots[slot].pending = Some(Pending { event, deadline: batch_deadline, bound: self.bound, batch: b });
+        self.trace.mark("place");
+        Ok(())
+    }
+
+    /// Wait for the batch in flight in `slot`, if any (until its deadline), and report
+    /// progress; whether there was one.
+    fn settle_slot(
+        &mut self,
+        job: &Job<'_>,
+        buffers: &mut Buffers,
+        slot: usize,
+        batches: &[Vec<usize>],
+    ) -> Result<bool, GpuError> {
+        let Some(pending) = buffers.slots[slot].pending.take() else { return Ok(false) };
+        let batch = pending.batch;
+        pending.wait(&batches[batch], job.units)?;
+        self.done += batches[batch].len();
+        job.config.report_progress(self.done, job.units.len());
+        Ok(true)
+    }
+
+    /// After the last batch: every batch in flight awaited, oldest first, then the results
+    /// checked (nvCOMP's statuses and sizes, the content checks).
+    fn finish(&mut self, job: &Job<'_>, buffers: &mut Buffers, batches: &[Vec<usize>]) -> Result<(), GpuError> {
+        let slots = buffers.slots.len();
+        // Oldest first: the slot after the last batch's holds the batch before it.
+        for k in 1..=slots {
+            self.settle_slot(job, buffers, (batches.len() + k) % slots, batches)?;
+        }
+        job.stream.synchronize().map_err(GpuError::cuda("decoding on the device"))?;
+        self.trace.mark("final sync");
+        check_results(job, &self.checks, buffers.results.as_slice())
+    }
 }
 
 /// What every stage of one decoded read shares.
@@ -344,6 +387,8 @@ struct Job<'a> {
     fill_len: u64,
     /// The output's device address (reads of units with `direct` land in it).
     out_ptr: u64,
+    /// The output's shape (C order).
+    out_shape: &'a [u64],
 }
 
 impl Job<'_> {
@@ -423,41 +468,38 @@ impl Buffers {
         if self.scratch.as_ref().is_some_and(|b| b.len() < len) {
             job.stream.synchronize().map_err(GpuError::cuda("waiting for a decode's scratch"))?;
         }
-        let taken = &self.taken;
-        let take = |len: usize| -> Result<DeviceBuffer, GpuError> {
-            let now = taken.get().saturating_add(len as u64);
-            if let Some(cap) = job.config.device_memory_cap().filter(|&cap| now > cap) {
-                return Err(GpuError::OutOfMemory { needed: now, free: cap, device: job.config.device() });
-            }
-            taken.set(now);
-            job.context.take_staging(len)
-        };
-        let give = |old: DeviceBuffer| {
-            taken.set(taken.get().saturating_sub(old.len() as u64));
-            job.context.give_staging(old);
-        };
-        ensure(&mut self.scratch, len as u64, DeviceBuffer::len, take, give)?;
+        ensure_counted(&self.taken, job, &mut self.scratch, len as u64)?;
         Ok(self.scratch.as_ref().expect("ensured").ptr())
     }
 
-    /// Staging of at least `len` bytes for `slot`, within the read's device memory cap (a
-    /// replaced buffer no longer counts). Returns whether the staging is a new buffer.
+    /// Staging of at least `len` bytes for `slot`, within the read's device memory cap. Returns
+    /// whether the staging is a new buffer.
     fn ensure_staging(&mut self, job: &Job<'_>, slot: usize, len: u64) -> Result<bool, GpuError> {
-        let taken = &self.taken;
-        let take = |len: usize| -> Result<DeviceBuffer, GpuError> {
-            let now = taken.get().saturating_add(len as u64);
-            if let Some(cap) = job.config.device_memory_cap().filter(|&cap| now > cap) {
-                return Err(GpuError::OutOfMemory { needed: now, free: cap, device: job.config.device() });
-            }
-            taken.set(now);
-            job.context.take_staging(len)
-        };
-        let give = |old: DeviceBuffer| {
-            taken.set(taken.get().saturating_sub(old.len() as u64));
-            job.context.give_staging(old);
-        };
-        ensure(&mut self.slots[slot].staging, len, DeviceBuffer::len, take, give)
+        ensure_counted(&self.taken, job, &mut self.slots[slot].staging, len)
     }
+}
+
+/// [`ensure`] a device buffer from the context's pool, counted in `taken` against the read's
+/// device memory cap (a replaced buffer no longer counts).
+fn ensure_counted(
+    taken: &std::cell::Cell<u64>,
+    job: &Job<'_>,
+    buffer: &mut Option<DeviceBuffer>,
+    len: u64,
+) -> Result<bool, GpuError> {
+    let take = |len: usize| -> Result<DeviceBuffer, GpuError> {
+        let now = taken.get().saturating_add(len as u64);
+        if let Some(cap) = job.config.device_memory_cap().filter(|&cap| now > cap) {
+            return Err(GpuError::OutOfMemory { needed: now, free: cap, device: job.config.device() });
+        }
+        taken.set(now);
+        job.context.take_staging(len)
+    };
+    let give = |old: DeviceBuffer| {
+        taken.set(taken.get().saturating_sub(old.len() as u64));
+        job.context.give_staging(old);
+    };
+    ensure(buffer, len, DeviceBuffer::len, take, give)
 }
 
 /// Device memory a batch's metadata takes: its [`MetaLayout`] with every unit checked, decoded
