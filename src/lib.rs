@@ -40,6 +40,6 @@ pub use subset::{parse_index, parse_subset, select, IndexItem, Selection};
 pub use zarrs_gds_store::{self, GdsStore, GdsStoreOptions, IoBackend, IoPath, IoStatus};
 pub use zarrs_gpu_codecs::{
     self, default_pool_keep, empty_cache, gpu_config, host_decode_reason, memory_in_use, with_gpu_config,
-    ArrayDeviceExt, DecodePath, DecodeTrust, DeviceArray, GpuConfig, GpuError, MemoryInUse, RetrieveReport,
-    ShardIndexCache,
+    ArrayDeviceExt, DecodePath, DecodeRates, DecodeTrust, DeviceArray, GpuConfig, GpuError, MemoryInUse,
+    RetrieveReport, ShardIndexCache,
 };

@@ -68,6 +68,29 @@ fn bytemuck_cast(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_ne_bytes()).collect()
 }
 
+/// Batches large enough that the decoder's scratch is computed from their frames (nvCOMP's
+/// bound for a hundred frames of 1 MiB passes 256 MiB), in one batch and in several (the shared
+/// scratch grown between them), and an output large enough to be allocated while the first
+/// batch is read: against zarrs, twice each (the second read reuses what the pools keep).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn large_batches_size_their_scratch_from_their_frames_and_match_zarrs() -> Result {
+    let dir = tempfile::tempdir()?;
+    // 80 x 1024 x 1024 float32 (320 MiB) in chunks of 1 MiB, every fifth never written.
+    let (shape, chunks) = ([80u64, 1024, 1024], [8u64, 128, 256]);
+    let array =
+        make_array(dir.path(), data_type::float32(), FillValue::from(-7.5f32), &shape, &chunks, vec![zstd(3, false)])?;
+    // 290 MiB of output, no chunk whole.
+    let subset = ArraySubset::new_with_ranges(&[3..77, 5..1020, 3..1000]);
+    for config in [posix(), posix().with_staging_bytes(96 << 20)] {
+        for _ in 0..2 {
+            let report = check::<f32>(&array, &subset, &config)?;
+            assert_eq!(report.decode, DecodePath::Device, "{report:?}");
+        }
+    }
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn zstd_levels_checksums_and_crc32c_match_zarrs() -> Result {

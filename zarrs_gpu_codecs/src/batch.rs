@@ -19,38 +19,10 @@ pub(crate) const LARGE_CHUNK: u64 = 4 << 20;
 /// one pread of 64 KiB more costs less than another request.
 pub(crate) const COALESCE_GAP: u64 = 64 << 10;
 
-/// The fraction of large chunks decoded on host threads, when set; otherwise [`host_chunks`]
-/// decides.
+/// The fraction of large chunks decoded on host threads, when set; otherwise the scheduler
+/// decides (`schedule.rs`).
 pub(crate) fn host_fraction(config: &GpuConfig) -> Option<f64> {
     config.host_decode_fraction()
-}
-
-/// nvCOMP's zstd throughput on large frames given enough of them (H200: 512 frames of 16 MiB
-/// in one call ran at 24.9 GiB/s, nvCOMP's Python API on the same chunks).
-const DEVICE_LARGE_RATE: f64 = 25.0 * (1u64 << 30) as f64;
-/// Frames nvCOMP decodes side by side before its throughput stops growing: fewer take as long
-/// as one frame decoded at DEVICE_LARGE_RATE / this (64 and 128 frames of 16 MiB ran at 3.6
-/// and 6.9 GiB/s, about this line).
-const DEVICE_LARGE_WIDTH: f64 = 512.0;
-/// One host thread's zstd rate on these frames while the others also read.
-const HOST_THREAD_RATE: f64 = 0.24 * (1u64 << 30) as f64;
-
-/// How many of `large` frames of `chunk` decoded bytes go to host threads so that host and
-/// device finish together: the device takes as long for a few frames as for
-/// DEVICE_LARGE_WIDTH (one frame decodes largely serially), the host's threads each decode
-/// one frame at a time. With hundreds of frames the device alone is fastest; with a handful,
-/// the host is.
-pub(crate) fn host_chunks(large: usize, chunk: u64, threads: usize) -> usize {
-    let chunk = chunk as f64;
-    let device = |m: usize| if m == 0 { 0.0 } else { chunk * (m as f64).max(DEVICE_LARGE_WIDTH) / DEVICE_LARGE_RATE };
-    let host = |k: usize| k.div_ceil(threads.max(1)) as f64 * chunk / HOST_THREAD_RATE;
-    // The smallest share among the fastest (ties keep chunks on the device).
-    (0..=large)
-        .min_by(|&a, &b| {
-            let (ta, tb) = (device(large - a).max(host(a)), device(large - b).max(host(b)));
-            ta.total_cmp(&tb).then(a.cmp(&b))
-        })
-        .unwrap_or(0)
 }
 
 /// Decoded bytes per batch of zstd chunks when the device has room (`free` is the device memory
@@ -220,19 +192,7 @@ mod tests {
     }
 
     #[test]
-    fn host_share_of_large_frames() {
-        let mib = 1u64 << 20;
-        // Hundreds of 16 MiB frames: the device alone (it takes as long for 400 as for 512).
-        assert_eq!(host_chunks(512, 16 * mib, 16), 0);
-        assert_eq!(host_chunks(400, 16 * mib, 16), 0);
-        // A handful: all on host threads, each frame about 65 ms there against 320 ms on the device.
-        assert_eq!(host_chunks(6, 16 * mib, 16), 6);
-        assert_eq!(host_chunks(2, 64 * mib, 16), 2);
-        // Thousands: the host takes a share where both finish together.
-        let k = host_chunks(2048, 16 * mib, 16);
-        assert!(k > 100 && k < 400, "{k}");
-        assert_eq!(host_chunks(0, 16 * mib, 16), 0);
-        // Set fractions win, clamped to 0..1.
+    fn set_host_fractions_are_clamped() {
         let config = GpuConfig::default();
         assert_eq!(host_fraction(&config.clone().with_host_decode_fraction(Some(0.2))), Some(0.2));
         assert_eq!(host_fraction(&config.clone().with_host_decode_fraction(Some(3.0))), Some(1.0));

@@ -20,6 +20,7 @@ pub struct GpuConfig {
     /// Whether the staging budget was chosen (here or by the environment) rather than defaulted.
     staging_set: bool,
     host_decode_fraction: Option<f64>,
+    decode_rates: Option<crate::schedule::DecodeRates>,
     decode_trust: DecodeTrust,
     batch_timeout: Option<Duration>,
     device_memory_cap: Option<u64>,
@@ -147,6 +148,7 @@ impl Default for GpuConfig {
             staging_bytes: 1 << 30,
             staging_set: false,
             host_decode_fraction: None,
+            decode_rates: None,
             decode_trust: DecodeTrust::default(),
             batch_timeout: None,
             device_memory_cap: None,
@@ -258,13 +260,22 @@ impl GpuConfig {
     }
 
     /// The share (0 to 1) of large zstd chunks (4 MiB and more decoded) decoded on host threads
-    /// while the device decodes the rest; `None` (the default) splits each batch so that both
-    /// finish together, from the chunk count, size and thread count: none with hundreds of
-    /// chunks, all with a handful. Set, a fraction is clamped to 0..=1.
-    /// Smaller chunks all go to the device.
+    /// while the device decodes the rest, smaller ones all on the device; `None` (the default)
+    /// lets the scheduler split each batch so that both finish together, from the chunk count,
+    /// sizes, thread count and [`DecodeRates`](crate::DecodeRates): all on host threads for a
+    /// handful of chunks, most on the device for thousands. Set, a fraction is clamped to 0..=1.
     #[must_use]
     pub fn with_host_decode_fraction(mut self, fraction: Option<f64>) -> Self {
         self.host_decode_fraction = fraction.map(|f| f.clamp(0.0, 1.0));
+        self
+    }
+
+    /// The rates the scheduler splits batches between nvCOMP and host threads by (see
+    /// [`DecodeRates`](crate::DecodeRates)); `None` (the default): an H200's, with the host
+    /// thread rate learned from the host's own decodes.
+    #[must_use]
+    pub fn with_decode_rates(mut self, rates: Option<crate::schedule::DecodeRates>) -> Self {
+        self.decode_rates = rates;
         self
     }
 
@@ -394,6 +405,12 @@ impl GpuConfig {
     #[must_use]
     pub fn decode_trust(&self) -> DecodeTrust {
         self.decode_trust
+    }
+
+    /// The decode rates set for the scheduler, if any.
+    #[must_use]
+    pub fn decode_rates(&self) -> Option<crate::schedule::DecodeRates> {
+        self.decode_rates
     }
 
     /// The share of large zstd chunks decoded on host threads, if set.

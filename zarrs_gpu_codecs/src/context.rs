@@ -186,6 +186,8 @@ pub(crate) struct GpuContext {
     kernels: OnceLock<Result<Kernels, String>>,
     /// Why the context can no longer be used (a sticky fault, or a batch that never finished).
     lost: OnceLock<String>,
+    /// One host thread's decode rate as this device's reads see it, for the scheduler.
+    host_rate: crate::schedule::HostRate,
 }
 
 impl GpuContext {
@@ -220,6 +222,7 @@ impl GpuContext {
             reads: std::sync::atomic::AtomicUsize::new(0),
             kernels: OnceLock::new(),
             lost: OnceLock::new(),
+            host_rate: crate::schedule::HostRate::default(),
         });
         contexts.insert(ordinal, context.clone());
         Ok(context)
@@ -297,6 +300,11 @@ impl GpuContext {
     /// Make the device's context current on this thread.
     pub(crate) fn bind(&self) -> Result<(), GpuError> {
         self.ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))
+    }
+
+    /// One host thread's decode rate as this device's reads have seen it.
+    pub(crate) fn host_rate(&self) -> &crate::schedule::HostRate {
+        &self.host_rate
     }
 
     pub(crate) fn reader(&self) -> &DeviceReader {

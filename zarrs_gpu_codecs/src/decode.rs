@@ -18,16 +18,18 @@ use zarrs_gds_store::GdsStore;
 use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
 use crate::batch::{
-    batch_budget, batches_by_size, coalesce, ensure, host_chunks, host_fraction, COALESCE_GAP, DECODED_ALIGN,
-    LARGE_CHUNK, STORED_ALIGN,
+    batch_budget, batches_by_size, coalesce, ensure, host_fraction, COALESCE_GAP, DECODED_ALIGN, LARGE_CHUNK,
+    STORED_ALIGN,
 };
 use crate::context::{copy_dtod, fill_source, DeviceBuffer, GpuContext};
 use crate::device_codec::{DeviceBatch, DeviceCodec, HostCheck};
 use crate::layout::MetaLayout;
+use crate::output::{Output, OutputAddress, OutputBuffer};
 use crate::place::{self, Kernels};
 use crate::plan::{plan_chunks, ChunkPlacement};
 use crate::reader::{DeviceMirror, DeviceReadRequest, HostReadRequest, PinnedBuffer};
 use crate::route::{ChunkRef, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
+use crate::schedule::DecodeRates;
 use crate::shard::{sharded_units, ShardSource};
 use crate::trace::Trace;
 use crate::unit::{Source, Unit};
@@ -68,54 +70,6 @@ struct Item {
     crc: Option<u32>,
     /// The digest of the decoded bytes the stored data carries (gzip CRC-32, zstd XXH64).
     digest: Option<u32>,
-}
-
-/// Where a retrieval's elements go.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Output {
-    /// A new allocation of the context's, returned.
-    New,
-    /// `len` bytes of device memory at `ptr` that the caller holds, of the context's device,
-    /// with its earlier work done; written in place (unspecified after an error).
-    Into { ptr: u64, len: usize },
-}
-
-impl Output {
-    /// The output's buffer (a new one, returned) and its address, for `out_bytes` bytes.
-    fn buffer(
-        self,
-        context: &GpuContext,
-        stream: &Arc<CudaStream>,
-        out_bytes: u64,
-    ) -> Result<(Option<CudaSlice<u8>>, u64), GpuError> {
-        self.fits(out_bytes)?;
-        match self {
-            Output::New => {
-                let (out, ptr) = context.alloc_output(stream, out_bytes as usize)?;
-                Ok((Some(out), ptr))
-            }
-            Output::Into { ptr, .. } => Ok((None, ptr)),
-        }
-    }
-
-    /// Device memory the output allocates for `out_bytes` bytes: all of them for a new one,
-    /// none for a caller's destination (it exists already, outside the free memory).
-    pub(crate) fn allocated(self, out_bytes: u64) -> u64 {
-        match self {
-            Output::New => out_bytes,
-            Output::Into { .. } => 0,
-        }
-    }
-
-    /// Whether the output takes `out_bytes` bytes (a caller's destination must be that long).
-    pub(crate) fn fits(self, out_bytes: u64) -> Result<(), GpuError> {
-        match self {
-            Output::Into { len, .. } if len as u64 != out_bytes => {
-                Err(GpuError::Unsupported(format!("the destination holds {len} bytes, {out_bytes} expected")))
-            }
-            _ => Ok(()),
-        }
-    }
 }
 
 /// Decode `subset` of an array on the device: its chunks (or, for sharded arrays, the inner
@@ -193,73 +147,84 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     let slots = if batches.len() > 1 { 2 } else { 1 };
     trace.mark("plan");
 
-    let (out, out_ptr) = output.buffer(context, stream, out_bytes)?;
-    // Host-to-device copies of stored and host-decoded bytes run on their own stream, so that a
-    // batch's copy overlaps the previous batch's decode.
-    let copy_stream = context.new_stream()?;
-    let kernels = context.kernels();
-    #[cfg(feature = "fault-injection")]
-    let kernels = kernels.filter(|_| config.injected_fault() != Some(crate::InjectedFault::NoKernels));
-    // The fill block is uniform and as long as the longest read.
-    let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
-    let job = Job {
-        units,
-        chain,
-        config,
-        context,
-        stream,
-        copy_stream: &copy_stream,
-        nvcomp,
-        kernels,
-        elem,
-        fill_len,
-        out_ptr,
-        out_shape,
-    };
-    let mut buffers = Buffers {
-        slots: (0..slots).map(|_| Slot::default()).collect(),
-        // Every unit's decode results, digests included (see `MetaLayout::result_bytes`).
-        results: context.take_pinned(MetaLayout::new(0, units.len().max(1), true, 0, 0).result_bytes() as usize)?,
-        fill: None,
-        scratch: None,
-        // The caller's destination is not this read's memory.
-        taken: std::cell::Cell::new(if out.is_some() { out_bytes } else { 0 }),
-    };
-    trace.mark("buffers");
+    // A large new output is allocated meanwhile, unless a read lands in it at once.
+    let meanwhile = units.iter().all(|u| u.direct.is_none());
+    std::thread::scope(|scope| {
+        let out = OutputBuffer::start(scope, output, context, stream, out_bytes, meanwhile)?;
+        // Host-to-device copies of stored and host-decoded bytes run on their own stream, so
+        // that a batch's copy overlaps the previous batch's decode.
+        let copy_stream = context.new_stream()?;
+        let kernels = context.kernels();
+        #[cfg(feature = "fault-injection")]
+        let kernels = kernels.filter(|_| config.injected_fault() != Some(crate::InjectedFault::NoKernels));
+        // The fill block is uniform and as long as the longest read.
+        let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
+        let job = Job {
+            units,
+            chain,
+            config,
+            context,
+            stream,
+            copy_stream: &copy_stream,
+            nvcomp,
+            kernels,
+            elem,
+            fill_len,
+            out: &out,
+            out_shape,
+        };
+        let mut buffers = Buffers {
+            slots: (0..slots).map(|_| Slot::default()).collect(),
+            // Every unit's decode results, digests included (see `MetaLayout::result_bytes`).
+            results: context.take_pinned(MetaLayout::new(0, units.len().max(1), true, 0, 0).result_bytes() as usize)?,
+            fill: None,
+            scratch: None,
+            // The caller's destination is not this read's memory.
+            taken: std::cell::Cell::new(output.allocated(out_bytes)),
+        };
+        trace.mark("buffers");
 
-    let mut report = RetrieveReport::new(DecodePath::Device, units.len());
-    report.io = Some(zarrs_gds_store::IoStatus::new(
-        if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
-        "stored chunks are read to host memory, where they are checked",
-    ));
-    let mut run = BatchRun {
-        deadline: Instant::now(),
-        bound: config.batch_timeout(0),
-        checks: Vec::new(),
-        results_at: 0,
-        done: 0,
-        report,
-        trace,
-    };
-    let result = (|| -> Result<(), GpuError> {
-        for b in 0..batches.len() {
-            run.batch(&job, array, gds, &mut buffers, &batches, b)?;
-        }
-        run.finish(&job, &mut buffers, &batches)
-    })();
-    // After an ordinary error (a corrupt chunk, a failed read), what is in flight gets a
-    // batch's bound from now: only work that never ends marks the context lost.
-    let deadline = if result.is_err() { run.deadline.max(after(run.bound)) } else { run.deadline };
-    release(context, buffers, &result, &[stream.as_ref(), copy_stream.as_ref()], deadline)?;
-    result?;
-    let BatchRun { mut report, trace, .. } = run;
-    report.stages = trace.finish(&format!(
-        "{out_bytes} bytes decoded on the device, {} chunks, {} batches",
-        report.chunks,
-        batches.len()
-    ));
-    Ok((out, report))
+        let mut report = RetrieveReport::new(DecodePath::Device, units.len());
+        report.io = Some(zarrs_gds_store::IoStatus::new(
+            if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
+            "stored chunks are read to host memory, where they are checked",
+        ));
+        let mut run = BatchRun {
+            deadline: Instant::now(),
+            bound: config.batch_timeout(0),
+            checks: Vec::new(),
+            results_at: 0,
+            done: 0,
+            report,
+            trace,
+        };
+        let result = (|| -> Result<(), GpuError> {
+            for b in 0..batches.len() {
+                run.batch(&job, array, gds, &mut buffers, &batches, b)?;
+            }
+            run.finish(&job, &mut buffers, &batches)
+        })();
+        // After an ordinary error (a corrupt chunk, a failed read), what is in flight gets a
+        // batch's bound from now: only work that never ends marks the context lost.
+        let deadline = if result.is_err() { run.deadline.max(after(run.bound)) } else { run.deadline };
+        release(context, buffers, &result, &[stream.as_ref(), copy_stream.as_ref()], deadline)?;
+        result?;
+        let BatchRun { mut report, trace, .. } = run;
+        report.stages = trace.finish(&format!(
+            "{out_bytes} bytes decoded on the device, {} chunks, {} batches",
+            report.chunks,
+            batches.len()
+        ));
+        Ok((out.into_buffer()?, report))
+    })
 }
+
+/// Batches whose decoder scratch may reach this many bytes (nvCOMP's bound, which assumes the
+/// worst frame everywhere) ask the codec what their stored bytes need
+/// ([`DeviceCodec::scratch_for`]): for zstd about 45% of the bound, 7 GiB less for a batch of
+/// 4096 frames of 1 MiB, memory that a bounded pool would map again for every read. Smaller
+/// batches skip the query, which waits for the copy stream.
+const EXACT_SCRATCH_FROM: u64 = 256 << 20;
 
 /// What a decoded read carries from batch to batch.
 struct BatchRun {
@@ -318,7 +283,7 @@ impl BatchRun {
         )?;
         self.trace.mark("read");
         let stored_bytes = buffers.slots[slot].host.as_ref().expect("ensured").as_slice();
-        route_batch(job, &mut items, stored_bytes)?;
+        route_batch(job, &mut items, stored_bytes, b + 1 == batches.len())?;
         self.trace.mark("check");
         let layout =
             launch_device(job, buffers, slot, &items, stored_total, decoded_total, meta_bytes, host_meta_at, b)?;
@@ -328,7 +293,8 @@ impl BatchRun {
         let on_device: Vec<&Item> = items.iter().filter(|it| it.route == Route::Device).collect();
         let results_base = buffers.results.as_mut_slice().as_mut_ptr();
         self.results_at += queue_results(job, &layout, &on_device, results_base, self.results_at, &mut self.checks)?;
-        place_batch(job, array, &layout, &items, &mut buffers.fill, job.out_shape, job.out_ptr, &mut self.report)?;
+        let out_ptr = job.out.ptr()?;
+        place_batch(job, array, &layout, &items, &mut buffers.fill, job.out_shape, out_ptr, &mut self.report)?;
         let event = job.stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
         // The bound covers the device's work only: it starts once the batch is enqueued,
         // after its storage reads and host checks (slow storage is no device fault).
@@ -385,8 +351,8 @@ struct Job<'a> {
     elem: u64,
     /// Bytes of the fill block for missing units: the longest read.
     fill_len: u64,
-    /// The output's device address (reads of units with `direct` land in it).
-    out_ptr: u64,
+    /// The output (reads of units with `direct` land in it).
+    out: &'a dyn OutputAddress,
     /// The output's shape (C order).
     out_shape: &'a [u64],
 }
@@ -635,7 +601,8 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
     buffers.ensure_staging(job, slot, staging)?;
     let cbase = buffers.slots[slot].staging.as_ref().expect("ensured").ptr();
     let found = if direct {
-        let base = |i: usize| if i < staged { cbase } else { job.out_ptr };
+        let out_ptr = if staged < requests.len() { job.out.ptr()? } else { 0 };
+        let base = |i: usize| if i < staged { cbase } else { out_ptr };
         let requests: Vec<DeviceReadRequest> = requests
             .iter()
             .enumerate()
@@ -687,14 +654,13 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
 }
 
 /// The host check of every stored unit of a batch, then its route: nvCOMP, or host threads
-/// (what nvCOMP cannot or may not take, the host's share of large frames, inputs at an
+/// (what nvCOMP cannot or may not take, the host's share the scheduler gives it, inputs at an
 /// alignment nvCOMP cannot take).
-fn route_batch(job: &Job<'_>, items: &mut [Item], stored: &[u8]) -> Result<(), GpuError> {
+fn route_batch(job: &Job<'_>, items: &mut [Item], stored: &[u8], last: bool) -> Result<(), GpuError> {
     let (units, chain) = (job.units, job.chain);
     let can_hash = job.kernels.is_some();
     check_stored(units, items, stored, chain, job.config.decode_trust(), can_hash, job.context.reader())?;
-    let threads = job.context.reader().options().threads;
-    route_large_frames(units, items, chain, host_fraction(job.config), threads);
+    route_by_cost(job, items, last);
     if let Some(codec) = &chain.compression {
         // 1 today: zstd and naive gzip take any byte; staging itself is 256-byte aligned.
         let align = codec.input_alignment(job.nvcomp)? as u64;
@@ -768,7 +734,6 @@ fn launch_device(
     // A new buffer (even at the old address) holds none of the bytes copied as they were read.
     let copy_stored = !direct && replaced;
     let (dbase, meta) = (cbase + staging.decoded, cbase + staging.meta);
-    let temp = if n_dec > 0 && staging.temp_bytes > 0 { buffers.ensure_scratch(job, staging.temp_bytes)? } else { 0 };
     let hbuf = buffers.slots[slot].host.as_mut().expect("ensured");
     let host_meta = hbuf.as_mut_slice()[host_meta_at as usize..].as_mut_ptr() as usize;
     let stored_bytes = hbuf.as_slice();
@@ -779,40 +744,61 @@ fn launch_device(
     let layout = Layout { cbase, dbase, meta, host_meta, arrays };
 
     copy_and_verify(job, &layout, copy_stored.then_some(stored_bytes), stored_total, &with_crc)?;
+    // The decode's arrays go to the device on the copy stream, where the scratch the batch
+    // needs can be asked of its stored bytes before the read's stream waits for the copies.
+    let mut words: Vec<u64> = Vec::with_capacity(4 * n_dec);
+    words.extend(on_device.iter().map(|it| cbase + it.host_offset));
+    words.extend(on_device.iter().map(|it| it.data_len));
+    words.extend(on_device.iter().map(|it| job.decoded_len(it.unit)));
+    words.extend(on_device.iter().map(|it| dbase + it.decoded_offset));
+    if n_dec > 0 {
+        layout.stage(arrays.dec_arrays(), &words, job.copy_stream.as_ref())?;
+    }
+    let ptr = |k: usize| layout.at(arrays.dec_arrays()) + 8 * k as u64;
+    let query = DeviceBatch {
+        stream: job.copy_stream.as_ref(),
+        count: n_dec,
+        inputs: ptr(0),
+        input_sizes: ptr(n_dec),
+        capacities: ptr(2 * n_dec),
+        outputs: ptr(3 * n_dec),
+        decoded_sizes: layout.at(arrays.results()),
+        statuses: layout.at(arrays.statuses()),
+        temp: 0,
+        temp_bytes: 0,
+        max_decoded: staging.max_decoded as usize,
+        host_arrays: &words,
+        nvcomp,
+        kernels: job.kernels,
+    };
+    let temp_bytes = match &chain.compression {
+        Some(codec) if n_dec > 0 && staging.temp_bytes as u64 >= EXACT_SCRATCH_FROM => {
+            // SAFETY: the arrays just staged on the copy stream describe the batch's stored
+            // bytes there, checked on the host and (crc32c) on the device; statuses has n_dec
+            // entries, overwritten by the decode.
+            unsafe { codec.scratch_for(&query, decoded_total as usize) }?.unwrap_or(staging.temp_bytes)
+        }
+        _ => staging.temp_bytes,
+    };
+    // The decode and placement wait for every copy of the batch (staged, checked, or read
+    // straight into the output).
+    let copies_done = job.copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+    stream.wait(&copies_done).map_err(GpuError::cuda("ordering a copy before decoding"))?;
     #[cfg(feature = "fault-injection")]
     if let (0, Some(fault), Some(kernels)) = (b, job.config.injected_fault(), job.kernels) {
         kernels.launch_fault(stream, fault)?;
     }
     if let (Some(codec), true) = (&chain.compression, n_dec > 0) {
-        let mut words: Vec<u64> = Vec::with_capacity(4 * n_dec);
-        words.extend(on_device.iter().map(|it| cbase + it.host_offset));
-        words.extend(on_device.iter().map(|it| it.data_len));
-        words.extend(on_device.iter().map(|it| job.decoded_len(it.unit)));
-        words.extend(on_device.iter().map(|it| dbase + it.decoded_offset));
-        layout.stage(arrays.dec_arrays(), &words, stream.as_ref())?;
-        let ptr = |k: usize| layout.at(arrays.dec_arrays()) + 8 * k as u64;
-        let batch = DeviceBatch {
-            stream: stream.as_ref(),
-            count: n_dec,
-            inputs: ptr(0),
-            input_sizes: ptr(n_dec),
-            capacities: ptr(2 * n_dec),
-            outputs: ptr(3 * n_dec),
-            decoded_sizes: layout.at(arrays.results()),
-            statuses: layout.at(arrays.statuses()),
-            temp,
-            temp_bytes: staging.temp_bytes,
-            max_decoded: staging.max_decoded as usize,
-            host_arrays: &words,
-            nvcomp,
-            kernels: job.kernels,
-        };
+        let temp = if temp_bytes > 0 { buffers.ensure_scratch(job, temp_bytes)? } else { 0 };
+        let batch = DeviceBatch { stream: stream.as_ref(), temp, temp_bytes, ..query };
         // SAFETY: every chunk was checked on the host by the codec (a zstd frame walked, its
         // recorded size that of the output buffer; a plain gzip member whose trailer records
         // that size) and its crc32c, where the chain has one, on the device; arrays of n_dec
-        // entries in device memory, staged before on this stream; outputs 8-byte aligned
+        // entries in device memory, staged on the copy stream, which this stream waited for;
+        // outputs 8-byte aligned
         // (decoded offsets are multiples of DECODED_ALIGN in 256-byte aligned staging); inputs
-        // aligned as the codec asked; temp sized by it.
+        // aligned as the codec asked; temp sized by it (its bound, or what it computed for
+        // these frames).
         unsafe { codec.decode(&batch) }?;
         if digests {
             let (values, statuses) = (layout.at(arrays.digest_values()), layout.at(arrays.digest_statuses()));
@@ -864,10 +850,6 @@ fn copy_and_verify(
         // on the same stream; results go to the metadata regions after them.
         unsafe { verify_crc32c(nvcomp, job.units, with_crc, layout, copy_stream) }?;
     }
-    // The decode and placement wait for every copy of the batch (staged, checked, or read
-    // straight into the output).
-    let copied = copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
-    job.stream.wait(&copied).map_err(GpuError::cuda("ordering a copy before decoding"))?;
     Ok(())
 }
 
@@ -1305,21 +1287,34 @@ fn check_stored(
     })
 }
 
-/// Send the host's share of the batch's large compressed chunks to host threads (a set fraction,
-/// or [`host_chunks`]' split).
-fn route_large_frames(units: &[Unit], items: &mut [Item], chain: &DeviceChain, fraction: Option<f64>, threads: usize) {
-    if chain.compression.is_none() {
+/// Send the host's share of a batch's device-bound units to host threads. A set fraction takes
+/// that share of the large ones (4 MiB and more decoded). Otherwise the scheduler splits the
+/// read's `last` batch so that host threads and nvCOMP finish together (earlier batches leave
+/// the host threads to read the next batch while the device decodes), and any batch of large
+/// frames (one decodes for a third of a second on the device).
+fn route_by_cost(job: &Job<'_>, items: &mut [Item], last: bool) {
+    if job.chain.compression.is_none() {
         return;
     }
-    let large: Vec<usize> = (0..items.len())
-        .filter(|&k| items[k].route == Route::Device && units[items[k].unit].decoded_len() >= LARGE_CHUNK)
-        .collect();
-    let largest = large.iter().map(|&k| units[items[k].unit].decoded_len()).max().unwrap_or(0);
-    let share = match fraction {
-        Some(fraction) => (large.len() as f64 * fraction).round() as usize,
-        None => host_chunks(large.len(), largest, threads),
+    let units = job.units;
+    let size = |it: &Item| units[it.unit].decoded_len();
+    let mut device: Vec<usize> = (0..items.len()).filter(|&k| items[k].route == Route::Device).collect();
+    let share = if let Some(fraction) = host_fraction(job.config) {
+        device.retain(|&k| size(&items[k]) >= LARGE_CHUNK);
+        (device.len() as f64 * fraction).round() as usize
+    } else {
+        let largest = device.iter().map(|&k| size(&items[k])).max().unwrap_or(0);
+        if !last && largest < LARGE_CHUNK {
+            return;
+        }
+        let bytes = device.iter().map(|&k| size(&items[k])).sum();
+        let rates = job.config.decode_rates().unwrap_or_else(|| DecodeRates {
+            host_thread_rate: job.context.host_rate().get(),
+            ..DecodeRates::default()
+        });
+        rates.host_share(device.len(), bytes, largest, job.context.reader().options().threads)
     };
-    for &k in large.iter().rev().take(share) {
+    for &k in device.iter().rev().take(share) {
         items[k].route = Route::Host;
     }
 }
@@ -1382,7 +1377,9 @@ unsafe fn decode_on_host(
     }
     ensure(buffer, need, PinnedBuffer::len, |len| context.take_pinned(len), |old| context.give_pinned(old))?;
     let base = buffer.as_mut().expect("ensured").as_mut_slice().as_mut_ptr() as usize;
-    context.reader().install(|| {
+    // Thread time spent decoding, which teaches the scheduler this host's rate.
+    let busy_ns = std::sync::atomic::AtomicU64::new(0);
+    let decoded = context.reader().install(|| {
         items.par_iter().zip(&at).try_for_each(|(it, &offset)| {
             let unit = &units[it.unit];
             let len = unit.decoded_len() as usize;
@@ -1390,7 +1387,10 @@ unsafe fn decode_on_host(
             let out = unsafe { std::slice::from_raw_parts_mut((base + offset) as *mut u8, len) };
             let data = &stored[it.host_offset as usize..][..it.data_len as usize];
             let name = codec.name();
+            let start = Instant::now();
             let written = codec.decode_host(data, out).map_err(|e| unit.error(format!("{name}: {e}")))?;
+            let spent = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            busy_ns.fetch_add(spent, std::sync::atomic::Ordering::Relaxed);
             if written != len {
                 return Err(unit.error(format!("{name} decoded {written} bytes, {len} expected")));
             }
@@ -1408,7 +1408,12 @@ unsafe fn decode_on_host(
             .result()
             .map_err(GpuError::cuda("copying host-decoded chunks"))
         })
-    })
+    });
+    if decoded.is_ok() {
+        let bytes = items.iter().map(|it| units[it.unit].decoded_len()).sum();
+        context.host_rate().observe(bytes, busy_ns.into_inner() as f64 * 1e-9);
+    }
+    decoded
 }
 
 /// The gather job placing `p`'s part of a chunk decoded at `base` (its elements in the chunk's

@@ -144,6 +144,22 @@ pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
         Ok(0)
     }
 
+    /// The scratch `batch` needs, computed from its stored bytes on the device, where that can
+    /// be less than [`temp_bytes`](Self::temp_bytes)' bound for the same batch; None: the
+    /// bound. Only `stream`, `count`, the input arrays, `statuses`, `max_decoded` and
+    /// `host_arrays` are set; the query may wait for `stream`. The pipeline asks only when the
+    /// bound is large (a wait per batch costs small batches more than their scratch).
+    ///
+    /// # Safety
+    /// As for [`decode`](Self::decode), for the fields set.
+    ///
+    /// # Errors
+    /// Returns the device library's error.
+    unsafe fn scratch_for(&self, batch: &DeviceBatch<'_>, total_decoded: usize) -> Result<Option<usize>, GpuError> {
+        let _ = (batch, total_decoded);
+        Ok(None)
+    }
+
     /// The alignment the decoder needs of each input (units stored at other offsets decode on
     /// host threads).
     ///

@@ -54,11 +54,13 @@ mod error;
 pub mod gzip_member;
 mod layout;
 mod nvcomp_codecs;
+mod output;
 mod place;
 pub mod plan;
 pub mod reader;
 mod retrieve;
 mod route;
+mod schedule;
 mod shard;
 mod trace;
 mod unit;
@@ -82,6 +84,7 @@ pub use error::GpuError;
 pub use inventory;
 pub use retrieve::ArrayDeviceExt;
 pub use route::{host_decode_reason, DecodePath, RetrieveReport};
+pub use schedule::DecodeRates;
 // For the fuzz targets only (`fuzz/`); hidden, not part of the API.
 pub use shard::ShardIndexCache;
 #[doc(hidden)]

@@ -109,6 +109,24 @@ impl DeviceCodec for Zstd {
 
     nvcomp_decoder!(ZSTD);
 
+    unsafe fn scratch_for(&self, batch: &DeviceBatch<'_>, total_decoded: usize) -> Result<Option<usize>, GpuError> {
+        // SAFETY: the caller's contract: input arrays of `count` entries describing checked
+        // frames, ordered on the stream; `count` statuses.
+        let bytes = unsafe {
+            need(batch.nvcomp)?.decompress_temp_size_of(
+                ZSTD,
+                batch.inputs as *const *const c_void,
+                batch.input_sizes as *const usize,
+                batch.count,
+                batch.max_decoded,
+                total_decoded,
+                batch.statuses as *mut nv::nvcompStatus_t,
+                batch.stream.cu_stream() as nv::cudaStream_t,
+            )
+        }?;
+        Ok(Some(bytes))
+    }
+
     fn digest_name(&self) -> &'static str {
         "zstd content checksum (XXH64)"
     }

@@ -11,8 +11,8 @@ use zarrs_gds_store::GdsStore;
 use zarrs_storage::ReadableStorageTraits;
 
 use crate::context::GpuContext;
-use crate::decode::Output;
 use crate::device_array::check_element;
+use crate::output::Output;
 use crate::plan::{checked_bytes, end_fits};
 use crate::route::{chunk_subset, chunks_meeting, read_route, ChunkRef, DecodePath, RetrieveReport};
 use crate::{DeviceArray, GpuConfig, GpuError};

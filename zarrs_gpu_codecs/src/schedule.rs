@@ -1,0 +1,152 @@
+//! Who decodes what: nvCOMP or host threads.
+//!
+//! nvCOMP's batched decoders have a latency of about one frame's serial decode (on an H200 a
+//! 1 MiB zstd frame takes 17 ms alone and 23 ms with 255 others; a 16 MiB frame about 300 ms),
+//! then a high throughput over many frames (4096 frames of 1 MiB in 60 to 68 ms). A host thread
+//! decodes a 1 MiB frame in about 2 ms. So a few dozen frames finish sooner on host threads,
+//! thousands on the device, and in between both take a share so that they finish together.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The rates the split between nvCOMP and host threads comes from. The defaults are an H200's
+/// (zstd level 3 of float32 data; nvCOMP 6); set them with
+/// [`GpuConfig::with_decode_rates`](crate::GpuConfig::with_decode_rates) for another machine or
+/// codec. Without them, the host thread rate is learned from the host's own decodes as they run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct DecodeRates {
+    /// nvCOMP's fixed cost per batched call, in seconds.
+    pub device_call_s: f64,
+    /// How fast one frame decodes on the device, bytes a second: a batch takes at least its
+    /// largest frame's size over this (one frame decodes largely serially).
+    pub device_frame_rate: f64,
+    /// nvCOMP's throughput over a batch's frames, bytes a second.
+    pub device_rate: f64,
+    /// One host thread's decode rate, bytes a second.
+    pub host_thread_rate: f64,
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
+const GIB: f64 = (1u64 << 30) as f64;
+
+impl Default for DecodeRates {
+    /// An H200 with nvCOMP 6, zstd level 3 of float32 data: batches of 1 MiB frames took 17.1,
+    /// 19.5, 23.1, 27.6 and 60 to 67.5 ms for 1, 16, 256, 1024 and 4096 frames, 128 KiB frames
+    /// 4.1 ms for one, 16 KiB ones 1.1 ms; 512 frames of 16 MiB about 330 ms. A host thread
+    /// decodes 1 MiB in about 2 ms alone, less fast with 15 others reading and decoding.
+    fn default() -> Self {
+        Self {
+            device_call_s: 0.8e-3,
+            device_frame_rate: 62.0 * MIB,
+            device_rate: 80.0 * GIB,
+            host_thread_rate: 0.4 * GIB,
+        }
+    }
+}
+
+impl DecodeRates {
+    /// Seconds the device takes for `m` frames of `mean` bytes, the largest `largest`.
+    fn device(&self, m: usize, mean: f64, largest: f64) -> f64 {
+        if m == 0 {
+            return 0.0;
+        }
+        self.device_call_s + largest / self.device_frame_rate + m as f64 * mean / self.device_rate
+    }
+
+    /// Seconds `threads` host threads take for `k` frames of `mean` bytes, the largest `largest`.
+    fn host(&self, k: usize, mean: f64, largest: f64, threads: usize) -> f64 {
+        if k == 0 {
+            return 0.0;
+        }
+        (k.div_ceil(threads.max(1)) as f64 * mean).max(largest) / self.host_thread_rate
+    }
+
+    /// How many of `n` frames (`bytes` decoded in all, the largest `largest`) host threads
+    /// decode beside the device so that both finish soonest: the smallest such share (ties keep
+    /// frames on the device). The frames the host takes are any `k` of them.
+    #[must_use]
+    pub fn host_share(&self, n: usize, bytes: u64, largest: u64, threads: usize) -> usize {
+        if n == 0 {
+            return 0;
+        }
+        let (mean, largest) = (bytes as f64 / n as f64, largest as f64);
+        let time = |k: usize| self.device(n - k, mean, largest).max(self.host(k, mean, largest, threads));
+        (0..=n).min_by(|&a, &b| time(a).total_cmp(&time(b)).then(a.cmp(&b))).unwrap_or(0)
+    }
+}
+
+/// One host thread's decode rate as observed on this device's reads (bytes a second), starting
+/// from the default; each batch's host decodes move it a fifth of the way to what they showed.
+#[derive(Debug)]
+pub(crate) struct HostRate(AtomicU64);
+
+impl Default for HostRate {
+    fn default() -> Self {
+        Self(AtomicU64::new(DecodeRates::default().host_thread_rate.to_bits()))
+    }
+}
+
+impl HostRate {
+    pub(crate) fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
+    }
+
+    /// A batch's host decodes: `bytes` decoded in `busy_s` seconds of thread time.
+    pub(crate) fn observe(&self, bytes: u64, busy_s: f64) {
+        if bytes < (1 << 20) || busy_s <= 0.0 {
+            return; // too little to say anything
+        }
+        let seen = bytes as f64 / busy_s;
+        // A lost race between two reads loses one of their observations: harmless.
+        let next = 0.8 * self.get() + 0.2 * seen;
+        self.0.store(next.to_bits(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: u64 = 1 << 20;
+
+    #[test]
+    fn a_few_frames_go_to_host_threads_thousands_to_the_device() {
+        let rates = DecodeRates::default();
+        // One 1 MiB frame: 17 ms on the device, 2.5 on a host thread.
+        assert_eq!(rates.host_share(1, M, M, 16), 1);
+        // A tile's 50 frames: about 4 rounds of 16 threads, well under the device's latency.
+        assert_eq!(rates.host_share(50, 50 * M, M, 16), 50);
+        // 4096 frames of 1 MiB: the device takes most; the host some, both about 60 ms.
+        let k = rates.host_share(4096, 4096 * M, M, 16);
+        assert!(k > 0 && k < 1024, "{k}");
+        let (device, host) = (rates.device(4096 - k, M as f64, M as f64), rates.host(k, M as f64, M as f64, 16));
+        assert!((device - host).abs() < 0.01, "device {device} s, host {host} s");
+        // With one host thread, the host takes far less.
+        assert!(rates.host_share(4096, 4096 * M, M, 1) < k / 8);
+        assert_eq!(rates.host_share(0, 0, 0, 16), 0);
+    }
+
+    #[test]
+    fn large_frames_split_small_ones_stay_on_the_device_when_many() {
+        let rates = DecodeRates::default();
+        // A handful of 16 MiB frames: all on host threads (40 ms each there, 260 on the device).
+        assert_eq!(rates.host_share(6, 6 * 16 * M, 16 * M, 16), 6);
+        // 512 of them: a share each way.
+        let k = rates.host_share(512, 512 * 16 * M, 16 * M, 16);
+        assert!(k > 16 && k < 256, "{k}");
+        // 4096 frames of 16 KiB: two milliseconds on the device, which keeps most of them.
+        assert!(rates.host_share(4096, 4096 * (16 << 10), 16 << 10, 16) < 1024);
+    }
+
+    #[test]
+    fn the_host_rate_moves_towards_what_is_observed() {
+        let rate = HostRate::default();
+        let start = rate.get();
+        rate.observe(64 * M, 2.0 * 64.0 * M as f64 / start); // half the rate
+        assert!(rate.get() < start && rate.get() > start / 2.0);
+        let now = rate.get();
+        rate.observe(1000, 1e-9); // too few bytes to count
+        rate.observe(64 * M, 0.0);
+        assert_eq!(rate.get().to_bits(), now.to_bits());
+    }
+}
