@@ -336,7 +336,7 @@ def api_prefetch(module, array, keys, prefetch, xp):
 def loop_variants(read, module, array, keys, prefetch, xp):
     """(variant, what, a function of keys giving the iterator of tiles) of the tile loop."""
     return [
-        ("read then compute (no prefetch)", "no prefetch", lambda ks: sequential(read, ks)),
+        ("no prefetch", "no prefetch", lambda ks: sequential(read, ks)),
         (f"zarrs_gpu.tiles prefetch={prefetch}", "zarrs_gpu.tiles",
          lambda ks: api_prefetch(module, array, ks, prefetch, xp)),
         (f"thread prefetch={prefetch}", "a Python thread, the plain API",
