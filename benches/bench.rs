@@ -3,8 +3,16 @@
 //! The Python peers run beside it on the same data (benches/run.sh).
 //!
 //! ```text
-//! bench --dir /tmp/bench [--gib 8] [--repeat 5] [--json results.jsonl]
+//! bench --dir /tmp/bench [--gib 8] [--repeat 5] [--json results.jsonl] [--tiles 48] [--tiles-only]
 //! ```
+//!
+//! Tiles (issue 17): for each case, `--tiles N` reads of 64 x 256 x 256 tiles at random starts
+//! (not chunk aligned), N at chunk-aligned starts and N single chunks (a shard's inner chunk for
+//! sharded cases), each read then synchronised and freed; rows give the median and p90 latency
+//! and, for compressed cases, the host-thread bound beside it: ceil(chunks the tile meets /
+//! reader threads) x the time one host thread takes to decode one stored chunk, measured here.
+//! Tile starts come from splitmix64 seeded with 17, as `benches/tiles.py` draws them for the
+//! Python peers (see [`tile_starts`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -46,9 +54,18 @@ struct Args {
     /// A label added to this project's rows (e.g. the settings of an A/B run).
     #[arg(long, default_value = "")]
     label: String,
+    /// Tiles per tile row (random tiles, chunk-aligned tiles, single chunks); 0: no tile rows.
+    #[arg(long, default_value_t = 48)]
+    tiles: usize,
+    /// Only the tile rows (no whole-array or slab rows, no peers, no ceilings).
+    #[arg(long)]
+    tiles_only: bool,
 }
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// The inner chunks of the sharded cases.
+const INNER_CHUNK: [u64; 3] = [64, 64, 64];
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -103,7 +120,7 @@ fn run(args: &Args) -> Result<(), Error> {
         if !path.join("zarr.json").exists() {
             let start = Instant::now();
             let written = if sharded {
-                sample::create_sharded_sample_array(&path, &shape, &chunks, &[64, 64, 64], codecs)
+                sample::create_sharded_sample_array(&path, &shape, &chunks, &INNER_CHUNK, codecs)
             } else {
                 sample::create_sample_array_with_codecs(&path, &shape, &chunks, codecs)
             };
@@ -117,7 +134,9 @@ fn run(args: &Args) -> Result<(), Error> {
             eprintln!("wrote {} in {:.1} s", path.display(), start.elapsed().as_secs_f64());
         }
         let array = Array::open(Arc::new(GdsStore::new(&path)?), "/")?;
-        let subsets: &[(&str, &str)] = if case == "u1" {
+        let subsets: &[(&str, &str)] = if args.tiles_only {
+            &[]
+        } else if case == "u1" {
             &[("whole array", "0:"), ("slab 64 planes", "0:64"), ("slab 16 planes", "0:16")]
         } else if sharded {
             &[("whole array", "0:"), ("slab 64 planes (S2)", "0:64"), ("slab 16 planes", "0:16")]
@@ -158,12 +177,7 @@ fn run(args: &Args) -> Result<(), Error> {
                 }
             }
             let secs = median(runs.clone());
-            let who = match config.decode_trust() {
-                DecodeTrust::Checked => "zarrs_gpu",
-                DecodeTrust::Trusted => "zarrs_gpu (decode trust: trusted)",
-                _ => "zarrs_gpu (decode trust: verified)",
-            };
-            let who = if args.label.is_empty() { who.to_string() } else { format!("{who} {}", args.label) };
+            let who = ours(&config, &args.label);
             let io =
                 format!("{io}; idle after a freed result: device {} MiB, pinned {} MiB", held.0 >> 20, held.1 >> 20);
             lines.push(line(&who, &label, &subset, bytes, secs, &runs, &io));
@@ -186,8 +200,19 @@ fn run(args: &Args) -> Result<(), Error> {
                 ));
             }
         }
-        if case == "u1" && !args.ours_only {
+        if case == "u1" && !args.ours_only && !args.tiles_only {
             lines.extend(ceilings(&path, &array)?);
+        }
+        if args.tiles > 0 {
+            let compression = match case.as_str() {
+                "z1" | "z2" | "z2c" | "s1" => Some(Compression::Zstd),
+                "g2" | "s1g" => Some(Compression::Gzip),
+                _ => None,
+            };
+            let unit = if sharded { INNER_CHUNK.to_vec() } else { chunks.to_vec() };
+            let tiles =
+                Tiles { name, path: &path, array: &array, unit: &unit, sharded, compression, count: args.tiles };
+            lines.extend(tiles.rows(&args.label)?);
         }
     }
     let mut out = String::new();
@@ -201,6 +226,20 @@ fn run(args: &Args) -> Result<(), Error> {
         std::fs::OpenOptions::new().create(true).append(true).open(json)?.write_all(out.as_bytes())?;
     }
     Ok(())
+}
+
+/// The peer name of this project's rows: its decode trust and the run's label.
+fn ours(config: &GpuConfig, label: &str) -> String {
+    let who = match config.decode_trust() {
+        DecodeTrust::Checked => "zarrs_gpu",
+        DecodeTrust::Trusted => "zarrs_gpu (decode trust: trusted)",
+        _ => "zarrs_gpu (decode trust: verified)",
+    };
+    if label.is_empty() {
+        who.to_string()
+    } else {
+        format!("{who} {label}")
+    }
 }
 
 fn line(who: &str, case: &str, subset: &ArraySubset, bytes: u64, secs: f64, runs: &[f64], io: &str) -> String {
@@ -307,4 +346,244 @@ fn ceilings(path: &std::path::Path, array: &Array<GdsStore>) -> Result<Vec<Strin
     })?;
     lines.push(line("ceiling: pinned -> device", "4 x 1 GiB", &all, 4 * len as u64, secs, &runs, ""));
     Ok(lines)
+}
+
+/// The tile of issue 17's tile case: 64 planes of 256 x 256 (16 MiB of float32).
+const TILE: [u64; 3] = [64, 256, 256];
+/// Every list of tile starts is drawn from a fresh [`SplitMix64`] with this seed.
+const TILE_SEED: u64 = 17;
+/// Untimed reads before each tile row (the first tiles of its list, read again timed).
+const TILE_WARMUP: usize = 2;
+
+/// splitmix64 (Steele, Lea and Flood 2014, as in Vigna's `splitmix64.c`): the generator of the
+/// tile starts, written out identically in `benches/tiles.py`.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A draw from `0..n` (n at least 1): the high 64 bits of `next() * n`.
+    fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
+    }
+}
+
+/// `count` starts of boxes of `extent` (at most `shape`) inside `shape`, tile by tile and within a
+/// tile dimension by dimension, from a fresh `SplitMix64(TILE_SEED)`: any start from 0 to
+/// `shape - extent` (`below(shape - extent + 1)`), or when `aligned` a multiple of the extent
+/// (`below(shape / extent) * extent`, boxes wholly inside the array).
+fn tile_starts(shape: &[u64], extent: &[u64], count: usize, aligned: bool) -> Vec<Vec<u64>> {
+    let mut rng = SplitMix64(TILE_SEED);
+    (0..count)
+        .map(|_| {
+            shape
+                .iter()
+                .zip(extent)
+                .map(|(&n, &e)| if aligned { rng.below(n / e) * e } else { rng.below(n - e + 1) })
+                .collect()
+        })
+        .collect()
+}
+
+/// Chunks of shape `unit` (a regular grid from the origin) that the box `start`, `extent` meets.
+fn units_met(start: &[u64], extent: &[u64], unit: &[u64]) -> u64 {
+    start.iter().zip(extent).zip(unit).map(|((&s, &e), &u)| (s + e - 1) / u - s / u + 1).product()
+}
+
+/// Median (the mean of the middle two for an even count, as Python's `statistics.median`) and
+/// p90 (nearest rank: the `ceil(0.9 n)`-th smallest) of `v`, not empty.
+fn median_p90(v: &[f64]) -> (f64, f64) {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 { v[n / 2] } else { f64::midpoint(v[n / 2 - 1], v[n / 2]) };
+    let rank = (n * 9).div_ceil(10).max(1);
+    (median, v[rank - 1])
+}
+
+/// The bytes-to-bytes codec of a case's chunks, for the host-thread bound.
+#[derive(Clone, Copy)]
+enum Compression {
+    Zstd,
+    Gzip,
+}
+
+/// The tile rows of one case's array.
+struct Tiles<'a> {
+    /// The case's name in the rows (U1, Z2, S1, ...).
+    name: &'a str,
+    path: &'a std::path::Path,
+    array: &'a Array<GdsStore>,
+    /// The stored chunks' shape: the chunk shape, or a shard's inner chunk shape.
+    unit: &'a [u64],
+    sharded: bool,
+    /// The chunks' codec when compressed (then the rows carry the host-thread bound).
+    compression: Option<Compression>,
+    /// Tiles per row.
+    count: usize,
+}
+
+impl Tiles<'_> {
+    /// Random tiles, chunk-aligned tiles and single chunks, each read with the configuration of the
+    /// whole-array rows (one [`ShardIndexCache`] kept across the three), then synchronised and freed.
+    fn rows(&self, label: &str) -> Result<Vec<String>, Error> {
+        let shape = self.array.shape().to_vec();
+        if shape.len() != TILE.len() || shape.contains(&0) {
+            return Err(format!("tiles need a non-empty array of {} dimensions, not {shape:?}", TILE.len()).into());
+        }
+        let clamp = |e: &[u64]| -> Vec<u64> { e.iter().zip(&shape).map(|(&e, &n)| e.min(n)).collect() };
+        let (tile, unit) = (clamp(&TILE), clamp(self.unit));
+        let dims = |e: &[u64]| e.iter().map(u64::to_string).collect::<Vec<_>>().join("x");
+        let threads = zarrs_gpu::zarrs_gpu_codecs::reader::DeviceReaderOptions::from_env()?.threads;
+        let chunk_starts = tile_starts(&shape, &unit, self.count, true);
+        // One host thread decoding one stored chunk: a few of the chunks the rows read.
+        let host_chunk = match self.compression {
+            Some(compression) => {
+                Some(self.host_decode_seconds(compression, &unit, &chunk_starts[..self.count.min(8)])?)
+            }
+            None => None,
+        };
+        let one = if self.sharded { "one inner chunk" } else { "one chunk" };
+        let kinds = [
+            (format!("{} random tile {}", self.name, dims(&tile)), "random starts", &tile, false),
+            (format!("{} aligned tile {}", self.name, dims(&tile)), "chunk-aligned starts", &tile, true),
+            (format!("{} {one} {}", self.name, dims(&unit)), "random chunks", &unit, true),
+        ];
+        let cache = Arc::new(ShardIndexCache::new());
+        let config = GpuConfig::default().with_backend(IoBackend::Auto).with_shard_index_cache(Some(cache));
+        let who = ours(&config, label);
+        let mut lines = Vec::new();
+        for (case, what, extent, aligned) in kinds {
+            let starts = tile_starts(&shape, extent, self.count, aligned);
+            let subsets: Vec<ArraySubset> = starts
+                .iter()
+                .map(|s| {
+                    ArraySubset::new_with_ranges(&s.iter().zip(extent).map(|(&a, &n)| a..a + n).collect::<Vec<_>>())
+                })
+                .collect();
+            let read = |subset: &ArraySubset| -> Result<(f64, zarrs_gpu::RetrieveReport), Error> {
+                let start = Instant::now();
+                let (data, report) = self.array.retrieve_array_subset_device_opt::<f32>(subset, &config)?;
+                data.stream().synchronize()?;
+                let elapsed = start.elapsed().as_secs_f64();
+                drop(data);
+                Ok((elapsed, report))
+            };
+            for subset in subsets.iter().take(TILE_WARMUP) {
+                read(subset)?;
+            }
+            let (mut runs, mut chunks, mut host_decoded) = (Vec::new(), Vec::new(), 0);
+            let mut io = String::new();
+            for subset in &subsets {
+                let (secs, report) = read(subset)?;
+                runs.push(secs);
+                chunks.push(report.chunks as f64);
+                host_decoded += report.host_decoded_chunks;
+                io = format!("{}; decode {}", report.io.map(|s| s.to_string()).unwrap_or_default(), report.decode);
+            }
+            let (secs, p90) = median_p90(&runs);
+            let met: Vec<f64> = starts.iter().map(|s| units_met(s, extent, &unit) as f64).collect();
+            let bytes = extent.iter().product::<u64>() * 4;
+            let io = format!(
+                "{io}; chunks met per read (report) median {}; {host_decoded} of {} chunks on host threads",
+                median_p90(&chunks).0,
+                chunks.iter().sum::<f64>()
+            );
+            let subset = format!("{} {what} of {}, splitmix64 seed {TILE_SEED}", self.count, dims(extent));
+            let mut row = serde_json::json!({
+                "peer": who, "case": case, "subset": subset, "bytes": bytes, "seconds": secs,
+                "gib_s": bytes as f64 / f64::from(1u32 << 30) / secs, "runs": runs, "io": io,
+                "median_ms": secs * 1e3, "p90_ms": p90 * 1e3, "tiles": self.count,
+                "chunks_per_tile": median_p90(&met).0,
+            });
+            if let Some(chunk) = host_chunk {
+                // ceil(chunks met / threads) x one chunk's decode, per tile; the median over the tiles.
+                let bounds: Vec<f64> = starts
+                    .iter()
+                    .map(|s| units_met(s, extent, &unit).div_ceil(threads as u64) as f64 * chunk)
+                    .collect();
+                let bound = median_p90(&bounds).0;
+                row["host_bound_ms"] = (bound * 1e3).into();
+                row["host_bound_ratio"] = (secs / bound).into();
+                row["host_chunk_ms"] = (chunk * 1e3).into();
+                row["host_threads"] = threads.into();
+            }
+            lines.push(row.to_string());
+        }
+        Ok(lines)
+    }
+
+    /// The median time one host thread takes to decode one stored chunk (the chunks starting at
+    /// `starts`, each `unit` in shape), read from their files first.
+    fn host_decode_seconds(&self, compression: Compression, unit: &[u64], starts: &[Vec<u64>]) -> Result<f64, Error> {
+        use std::io::Read;
+        let decoded_len = usize::try_from(unit.iter().product::<u64>() * 4)?;
+        let frames = starts.iter().map(|start| self.stored_chunk(start, unit)).collect::<Result<Vec<_>, _>>()?;
+        let mut zstd = zstd::bulk::Decompressor::new()?;
+        let mut out = Vec::with_capacity(decoded_len);
+        let mut decode = |frame: &[u8]| -> Result<f64, Error> {
+            out.clear();
+            let start = Instant::now();
+            match compression {
+                Compression::Zstd => {
+                    zstd.decompress_to_buffer(frame, &mut out)?;
+                }
+                Compression::Gzip => {
+                    flate2::read::GzDecoder::new(frame).read_to_end(&mut out)?;
+                }
+            }
+            let secs = start.elapsed().as_secs_f64();
+            if out.len() != decoded_len {
+                return Err(format!("a stored chunk decoded to {} bytes, not {decoded_len}", out.len()).into());
+            }
+            Ok(secs)
+        };
+        for frame in &frames {
+            decode(frame)?; // warm-up
+        }
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            for frame in &frames {
+                runs.push(decode(frame)?);
+            }
+        }
+        if runs.is_empty() {
+            return Err("no stored chunk to time the host decode with".into());
+        }
+        Ok(median_p90(&runs).0)
+    }
+
+    /// The stored bytes of the chunk (or a shard's inner chunk) starting at `start`.
+    fn stored_chunk(&self, start: &[u64], unit: &[u64]) -> Result<Vec<u8>, Error> {
+        let chunk_shape: Vec<u64> = self.array.chunk_shape(&vec![0; start.len()])?.iter().map(|n| n.get()).collect();
+        let indices: Vec<u64> = start.iter().zip(&chunk_shape).map(|(&s, &c)| s / c).collect();
+        let file = self.path.join(self.array.chunk_key(&indices).as_str());
+        let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        if !self.sharded {
+            return Ok(bytes);
+        }
+        // The index at the end: (offset, length) per inner chunk in C order, u64 little-endian,
+        // then its crc32c (as `sample::create_sharded_sample_array` writes shards).
+        let per_dim: Vec<u64> = chunk_shape.iter().zip(unit).map(|(&c, &u)| c / u).collect();
+        let local = start.iter().zip(&chunk_shape).zip(unit).map(|((&s, &c), &u)| (s % c) / u);
+        let entry = local.zip(&per_dim).fold(0u64, |acc, (i, &n)| acc * n + i);
+        let index_len = per_dim.iter().product::<u64>() * 16 + 4;
+        let index_start = (bytes.len() as u64).checked_sub(index_len).ok_or("a shard shorter than its index")?;
+        let at = usize::try_from(index_start + entry * 16)?;
+        let word = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().expect("8 bytes"));
+        if word(at) == u64::MAX && word(at + 8) == u64::MAX {
+            return Err(format!("{}: inner chunk {entry} is missing", file.display()).into());
+        }
+        let (offset, len) = (usize::try_from(word(at))?, usize::try_from(word(at + 8))?);
+        bytes
+            .get(offset..offset.checked_add(len).ok_or("an inner chunk past 2^64")?)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| format!("{}: inner chunk {entry} lies outside the shard", file.display()).into())
+    }
 }

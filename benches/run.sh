@@ -8,6 +8,12 @@
 # built program), else built and run with cargo.
 # CASES (default u1,z1,z2,s1; also z2c (Z2 with zstd checksums), g2, s1r, s1g) picks cases; BENCH_DIR (default /tmp/zarrs-gpu-bench) keeps the
 # arrays, which are written once. OUT (default /tmp/out) receives bench.jsonl.
+# The tile step (issue 17), after the cases: `bench --tiles N --tiles-only` (random, chunk-aligned
+# and one-chunk reads of 64 x 256 x 256 tiles, median and p90 ms, the host-thread bound beside the
+# compressed ones), then benches/tiles.py on each array: the Python peers (zarrs_gpu's API,
+# zarr-python in gpu_zarr_context(), enable_gpu(), host + cupy.asarray) on the same tiles, and a
+# tile loop with a compute step, without and with prefetch. TILES (default 48; 0 skips the step)
+# is N; TILE_CASES (default: those of u1, z2, s1 in CASES) picks its arrays.
 set -euo pipefail
 gib=${1:-8}
 prep=${2:-3}
@@ -17,7 +23,14 @@ dir=${BENCH_DIR:-/tmp/zarrs-gpu-bench}
 export PYTHONUNBUFFERED=1
 rm -f "$out/bench.jsonl"
 if command -v bench >/dev/null; then bench=(bench); else bench=(cargo run --release --example bench --); fi
-"${bench[@]}" --dir "$dir" --gib "$gib" --repeat 5 --cases "$cases" --json "$out/bench.jsonl"
+tiles=${TILES:-48}
+if [ -n "${TILE_CASES+set}" ]; then
+  tile_cases=$TILE_CASES
+else
+  tile_cases=
+  for c in ${cases//,/ }; do case $c in u1|z2|s1) tile_cases+="${tile_cases:+,}$c" ;; esac; done
+fi
+"${bench[@]}" --dir "$dir" --gib "$gib" --repeat 5 --cases "$cases" --tiles 0 --json "$out/bench.jsonl"
 peers() { python3 benches/peers.py --array "$dir/$1.zarr" "${@:2}" --json "$out/bench.jsonl"; }
 for case in ${cases//,/ }; do
   # This project's Python package (where installed: pip install ./python), beside the Rust figures.
@@ -48,17 +61,36 @@ for case in ${cases//,/ }; do
       peers s1 --subset 0:64 --peers zarr-gpu-nvcomp --batch-size 256 --repeat 1 ;;
     s1g)
       # gzip members without crc32c decode on host threads by default; trusted, on nvCOMP.
-      ZARRS_GPU_DECODE_TRUST=trusted bench --dir "$dir" --gib "$gib" --repeat 5 --cases s1g --json "$out/bench.jsonl"
+      ZARRS_GPU_DECODE_TRUST=trusted "${bench[@]}" --dir "$dir" --gib "$gib" --repeat 5 --cases s1g --tiles 0 \
+        --json "$out/bench.jsonl"
       peers s1g --subset 0:64 --peers zarr-host,zarr-gpu,tensorstore --repeat 1 ;;
   esac
 done
+if [ "$tiles" -gt 0 ] && [ -n "$tile_cases" ]; then
+  # Tiles: ours from Rust (with the host-thread bound), then the Python peers on the same tiles
+  # and the tile loop with a compute step.
+  "${bench[@]}" --dir "$dir" --gib "$gib" --cases "$tile_cases" --tiles "$tiles" --tiles-only --json "$out/bench.jsonl"
+  for case in ${tile_cases//,/ }; do
+    python3 benches/tiles.py --array "$dir/$case.zarr" --tiles "$tiles" --json "$out/bench.jsonl"
+  done
+fi
 python3 - "$out/bench.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(f"{'who':<28} {'case':<34} {'GiB':>7} {'s':>8} {'GiB/s':>8}")
+# Tile rows (median_ms) add their median and p90 latency, the host-thread bound or the loop's figures.
+print(f"{'who':<34} {'case':<52} {'GiB':>7} {'s':>8} {'GiB/s':>8} {'ms (p90)':>16}  notes")
 for r in rows:
-    if "gib_s" in r:
-        print(f"{r['peer']:<28} {str(r.get('case', r.get('subset')))[:34]:<34} {r['bytes']/2**30:7.3f} {r['seconds']:8.4f} {r['gib_s']:8.2f}")
-    else:
-        print(f"{r['peer']:<28} {r.get('error') or r.get('skipped')}")
+    case = str(r.get('case', r.get('subset', '')))[:52]
+    if "gib_s" not in r:
+        print(f"{r['peer']:<34} {case:<52} {r.get('error') or r.get('skipped')}")
+        continue
+    gib_s = f"{r['gib_s']:8.2f}" if r['gib_s'] is not None else f"{'':>8}"
+    ms = f"{r['median_ms']:7.2f} ({r['p90_ms']:6.2f})" if "median_ms" in r else ""
+    notes = []
+    if "host_bound_ms" in r:
+        notes.append(f"host-thread bound {r['host_bound_ms']:.2f} ms (ours {r['host_bound_ratio']:.2f}x it)")
+    if r.get("efficiency") is not None:
+        notes.append(f"{r['loop_ms']:.2f} ms/tile; read {r['read_ms']:.2f}, compute {r['compute_ms']:.2f}; "
+                     f"efficiency {r['efficiency']:.2f}")
+    print(f"{r['peer']:<34} {case:<52} {r['bytes']/2**30:7.3f} {r['seconds']:8.4f} {gib_s} {ms:>16}  {'; '.join(notes)}")
 PY
