@@ -55,7 +55,7 @@ struct Args {
     #[arg(long, default_value = "")]
     label: String,
     /// Tiles per tile row (random tiles, chunk-aligned tiles, single chunks); 0: no tile rows.
-    #[arg(long, default_value_t = 48)]
+    #[arg(long, default_value_t = 0)]
     tiles: usize,
     /// Only the tile rows (no whole-array or slab rows, no peers, no ceilings).
     #[arg(long)]
