@@ -357,6 +357,7 @@ fn read<T: ElementOwned>(
             "host_decoded_chunks": report.host_decoded_chunks,
             "bytes_read": report.bytes_read,
             "host_reason": report.host_reason,
+            "schedule": report.schedule,
             "stages": stages,
             "sha256": sha256,
             "npy": o.npy.as_ref().map(|p| p.display().to_string()),
@@ -385,6 +386,9 @@ fn read<T: ElementOwned>(
         report.bytes_read
     );
     if o.stats {
+        if let Some(schedule) = &report.schedule {
+            println!("scheduler (last batch): {schedule}");
+        }
         match report.stages.as_slice() {
             [] => println!("stages: none (zarrs decoded on the host: {})", report.host_reason.as_deref().unwrap_or("")),
             stages => {

@@ -22,6 +22,7 @@ class _ReadReport(TypedDict):
     host_decoded_chunks: int
     bytes_read: int
     host_reason: Optional[str]
+    schedule: Optional[str]
     stages: dict[str, float]
 
 class _CudaArrayInterface(TypedDict):

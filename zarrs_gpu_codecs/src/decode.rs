@@ -283,7 +283,9 @@ impl BatchRun {
         )?;
         self.trace.mark("read");
         let stored_bytes = buffers.slots[slot].host.as_ref().expect("ensured").as_slice();
-        route_batch(job, &mut items, stored_bytes, b + 1 == batches.len())?;
+        if let Some(schedule) = route_batch(job, &mut items, stored_bytes, b + 1 == batches.len())? {
+            self.report.schedule = Some(schedule);
+        }
         self.trace.mark("check");
         let layout =
             launch_device(job, buffers, slot, &items, stored_total, decoded_total, meta_bytes, host_meta_at, b)?;
@@ -656,11 +658,11 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
 /// The host check of every stored unit of a batch, then its route: nvCOMP, or host threads
 /// (what nvCOMP cannot or may not take, the host's share the scheduler gives it, inputs at an
 /// alignment nvCOMP cannot take).
-fn route_batch(job: &Job<'_>, items: &mut [Item], stored: &[u8], last: bool) -> Result<(), GpuError> {
+fn route_batch(job: &Job<'_>, items: &mut [Item], stored: &[u8], last: bool) -> Result<Option<String>, GpuError> {
     let (units, chain) = (job.units, job.chain);
     let can_hash = job.kernels.is_some();
     check_stored(units, items, stored, chain, job.config.decode_trust(), can_hash, job.context.reader())?;
-    route_by_cost(job, items, last);
+    let schedule = route_by_cost(job, items, last);
     if let Some(codec) = &chain.compression {
         // 1 today: zstd and naive gzip take any byte; staging itself is 256-byte aligned.
         let align = codec.input_alignment(job.nvcomp)? as u64;
@@ -668,7 +670,7 @@ fn route_batch(job: &Job<'_>, items: &mut [Item], stored: &[u8], last: bool) -> 
             it.route = Route::Host;
         }
     }
-    Ok(())
+    Ok(schedule)
 }
 
 /// Where a batch lies in its slot's device staging: stored bytes at `cbase`, decoded bytes at
@@ -1292,31 +1294,39 @@ fn check_stored(
 /// read's `last` batch so that host threads and nvCOMP finish together (earlier batches leave
 /// the host threads to read the next batch while the device decodes), and any batch of large
 /// frames (one decodes for a third of a second on the device).
-fn route_by_cost(job: &Job<'_>, items: &mut [Item], last: bool) {
-    if job.chain.compression.is_none() {
-        return;
-    }
+fn route_by_cost(job: &Job<'_>, items: &mut [Item], last: bool) -> Option<String> {
+    job.chain.compression.as_ref()?;
     let units = job.units;
     let size = |it: &Item| units[it.unit].decoded_len();
     let mut device: Vec<usize> = (0..items.len()).filter(|&k| items[k].route == Route::Device).collect();
-    let share = if let Some(fraction) = host_fraction(job.config) {
+    let (share, why) = if let Some(fraction) = host_fraction(job.config) {
         device.retain(|&k| size(&items[k]) >= LARGE_CHUNK);
-        (device.len() as f64 * fraction).round() as usize
+        ((device.len() as f64 * fraction).round() as usize, format!("the set fraction {fraction} of large chunks"))
     } else {
         let largest = device.iter().map(|&k| size(&items[k])).max().unwrap_or(0);
-        if !last && largest < LARGE_CHUNK {
-            return;
+        if device.is_empty() || (!last && largest < LARGE_CHUNK) {
+            return None;
         }
         let bytes = device.iter().map(|&k| size(&items[k])).sum();
         let rates = job.config.decode_rates().unwrap_or_else(|| DecodeRates {
             host_thread_rate: job.context.host_rate().get(),
             ..DecodeRates::default()
         });
-        rates.host_share(device.len(), bytes, largest, job.context.reader().options().threads)
+        let threads = job.context.reader().options().threads;
+        let k = rates.host_share(device.len(), bytes, largest, threads);
+        let (host_s, device_s, alone_s) = rates.predict(device.len(), k, bytes, largest, threads);
+        let why = format!(
+            "predicted {:.1} ms on {threads} host threads and {:.1} ms on nvCOMP (nvCOMP alone {:.1} ms)",
+            host_s * 1e3,
+            device_s * 1e3,
+            alone_s * 1e3
+        );
+        (k, why)
     };
     for &k in device.iter().rev().take(share) {
         items[k].route = Route::Host;
     }
+    Some(format!("{share} of {} chunks on host threads: {why}", device.len()))
 }
 
 /// The host's share of a batch (items routed to host threads), decoded into the slot's host

@@ -52,6 +52,8 @@ pub struct RetrieveReport {
     pub host_decoded_chunks: usize,
     /// Why zarrs decoded the whole read on the host, when it did.
     pub host_reason: Option<String>,
+    /// How the scheduler split the last batch between host threads and nVCOMP, and why.
+    pub schedule: Option<String>,
     /// Time in each stage of the device pipeline (empty when zarrs decoded on the host).
     pub stages: Vec<crate::StageTime>,
 }
@@ -113,6 +115,7 @@ impl RetrieveReport {
             bytes_read: 0,
             host_decoded_chunks: 0,
             host_reason: None,
+            schedule: None,
             stages: Vec::new(),
         }
     }

@@ -61,6 +61,14 @@ impl DecodeRates {
         (k.div_ceil(threads.max(1)) as f64 * mean).max(largest) / self.host_thread_rate
     }
 
+    /// Predicted seconds for `n` frames (`bytes` decoded in all, the largest `largest`) with `k`
+    /// of them on `threads` host threads: the host's, the device's, and the device's for all `n`.
+    #[must_use]
+    pub fn predict(&self, n: usize, k: usize, bytes: u64, largest: u64, threads: usize) -> (f64, f64, f64) {
+        let (mean, largest) = (bytes as f64 / n.max(1) as f64, largest as f64);
+        (self.host(k, mean, largest, threads), self.device(n - k.min(n), mean, largest), self.device(n, mean, largest))
+    }
+
     /// How many of `n` frames (`bytes` decoded in all, the largest `largest`) host threads
     /// decode beside the device so that both finish soonest: the smallest such share (ties keep
     /// frames on the device). The frames the host takes are any `k` of them.
