@@ -440,7 +440,8 @@ impl PyZarrArray {
         let start: StartReadAhead = zarrs_gpu::by_element_type!(types.0, start_read_ahead)
             .ok_or_else(|| PyTypeError::new_err(format!("data type {} has no device element type", types.0)))?;
         let count = boxes.len();
-        let reads = start(self.array.clone(), boxes, self.config.clone(), depth);
+        // The queue's slots are allocated up front: no more than there are reads.
+        let reads = start(self.array.clone(), boxes, self.config.clone(), depth.min(count.max(1)));
         Ok(PyReadAhead { reads: Mutex::new(Some(reads)), types, count, prefetch: depth })
     }
 }

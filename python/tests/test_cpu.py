@@ -563,6 +563,8 @@ class CpuTests(unittest.TestCase):
             (zarrs_gpu.tiles(a, (8, 16, 7)), "reading [0:8, 0:16, 0:7]: no CUDA device available"),
             (zarrs_gpu.tiles(a, (7, 7, 7), order="random", seed=5, prefetch=1), "no CUDA device available"),
             (a.read_ahead([(slice(2, 4), 3), "0:2, 0:2, 0:2"]), "reading [2:4, 3:4, 0:7]: no CUDA device available"),
+            # No queue of 2^62 slots: no more than there are reads.
+            (zarrs_gpu.tiles(a, (20, 30, 7), prefetch=2**62), "reading [0:20, 0:30, 0:7]: no CUDA device available"),
         ]
         for reads, message in cases:
             with self.assertRaises(RuntimeError) as caught:

@@ -310,8 +310,9 @@ impl<R> State<R> {
 
 impl<T: ElementOwned + Send + 'static> ReadAhead<T> {
     /// Start reading `subsets` of `array` as `T` with `config`, at most `depth` results ahead of
-    /// the caller (a `depth` of 0 counts as 1). The subsets are taken from their iterator on the
-    /// worker thread, as reads go: a lazy iterator works.
+    /// the caller (a `depth` of 0 counts as 1; the queue's `depth` slots are allocated at once).
+    /// The subsets are taken from their iterator on the worker thread, as reads go: a lazy
+    /// iterator works.
     pub fn new<A, I>(array: Arc<A>, subsets: I, config: GpuConfig, depth: usize) -> Self
     where
         A: ArrayDeviceExt + Send + Sync + ?Sized + 'static,
