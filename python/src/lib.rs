@@ -2,9 +2,10 @@
 //! into GPU memory and return device arrays that CuPy, PyTorch and any DLPack or CUDA array
 //! interface consumer take without a copy.
 
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use dlpark::{SafeManagedTensor, SafeManagedTensorVersioned};
 use pyo3::exceptions::{
@@ -15,8 +16,8 @@ use pyo3::types::{PyDict, PyEllipsis, PySlice, PyTuple};
 use zarrs::array::{Array, ArraySubset, ElementOwned};
 use zarrs_gds_store::GdsStore;
 use zarrs_gpu::{
-    ArrayDeviceExt, DecodeTrust, DeviceArray, GpuConfig, GpuError, IndexItem, IoBackend, RetrieveReport,
-    ShardIndexCache,
+    read_async, tile_subsets, ArrayDeviceExt, DecodeTrust, DeviceArray, GpuConfig, GpuError, IndexItem, IoBackend,
+    PendingRead, ReadAhead, RetrieveReport, ShardIndexCache, TileOrder,
 };
 use zarrs_gpu_codecs::DlpackStream;
 
@@ -26,13 +27,39 @@ const KDL_CUDA: i32 = 2;
 /// A Rust error as the Python exception a Python user expects, with the same message.
 #[allow(clippy::needless_pass_by_value)] // used as `.map_err(py_err)`
 fn py_err(err: GpuError) -> PyErr {
+    py_err_in(&err, None)
+}
+
+/// [`py_err`], the message prefixed with what was being read (a tile among many).
+fn py_err_in(err: &GpuError, reading: Option<&str>) -> PyErr {
+    let message = match reading {
+        Some(what) => format!("reading {what}: {err}"),
+        None => err.to_string(),
+    };
     match err {
-        GpuError::ElementType { .. } => PyTypeError::new_err(err.to_string()),
-        GpuError::Config { .. } | GpuError::Overflow(_) | GpuError::Unsupported(_) => {
-            PyValueError::new_err(err.to_string())
-        }
-        _ => PyRuntimeError::new_err(err.to_string()),
+        GpuError::ElementType { .. } => PyTypeError::new_err(message),
+        GpuError::Config { .. } | GpuError::Overflow(_) | GpuError::Unsupported(_) => PyValueError::new_err(message),
+        _ => PyRuntimeError::new_err(message),
     }
+}
+
+/// A box as numpy's slices print, `[0:10, 24:48]`: what an error names.
+fn subset_text(subset: &ArraySubset) -> String {
+    let ranges: Vec<String> = subset.to_ranges().iter().map(|r| format!("{}:{}", r.start, r.end)).collect();
+    format!("[{}]", ranges.join(", "))
+}
+
+/// A box as a key: a tuple of Python slices (`array[key]` selects it again).
+fn subset_key<'py>(py: Python<'py>, subset: &ArraySubset) -> PyResult<Bound<'py, PyTuple>> {
+    // Python ints: a bound of 2^63 or more has no isize.
+    let slice = py.get_type::<PySlice>();
+    let slices = subset.to_ranges().iter().map(|r| slice.call1((r.start, r.end))).collect::<PyResult<Vec<_>>>()?;
+    PyTuple::new(py, slices)
+}
+
+/// A lock, also after a panic in a holder (the states it guards stay consistent).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A device array of any element type.
@@ -122,6 +149,82 @@ fn read_any(
     let (name, _) = zarrs_gpu::element_type(array.data_type()).ok_or_else(unsupported)?;
     let read: Read = zarrs_gpu::by_element_type!(name, read_typed).ok_or_else(unsupported)?;
     read(array, subset, config, out_shape)
+}
+
+/// A result of a read kept in flight: the box read and, where the read succeeded, its data
+/// (shaped as its key selects) and report.
+type AnyRead = (ArraySubset, Result<(Box<dyn AnyArray>, RetrieveReport), GpuError>);
+
+/// Reads kept in flight ([`ReadAhead`]) of any element type.
+trait AnyReadAhead: Send {
+    fn next_read(&mut self) -> Option<AnyRead>;
+}
+
+struct TypedReadAhead<T> {
+    reads: ReadAhead<T>,
+    /// The boxes not yet handed out and the shapes their keys select, in order.
+    pending: VecDeque<(ArraySubset, Vec<u64>)>,
+}
+
+impl<T: ElementOwned + Send + Sync + 'static> AnyReadAhead for TypedReadAhead<T> {
+    fn next_read(&mut self) -> Option<AnyRead> {
+        let read = self.reads.next()?;
+        let (subset, shape) = self.pending.pop_front()?;
+        let read = read.and_then(|(_, data, report)| {
+            Ok((Box::new(Typed(Arc::new(data.reshape(shape)?))) as Box<dyn AnyArray>, report))
+        });
+        Some((subset, read))
+    }
+}
+
+/// Boxes to read, each with the shape its key selects.
+type Boxes = Vec<(ArraySubset, Vec<u64>)>;
+
+/// [`start_read_ahead`] for one element type.
+type StartReadAhead = fn(Arc<Array<GdsStore>>, Boxes, GpuConfig, usize) -> Box<dyn AnyReadAhead>;
+
+fn start_read_ahead<T: ElementOwned + Send + Sync + 'static>(
+    array: Arc<Array<GdsStore>>,
+    boxes: Boxes,
+    config: GpuConfig,
+    depth: usize,
+) -> Box<dyn AnyReadAhead> {
+    let subsets: Vec<ArraySubset> = boxes.iter().map(|(subset, _)| subset.clone()).collect();
+    Box::new(TypedReadAhead { reads: ReadAhead::<T>::new(array, subsets, config, depth), pending: boxes.into() })
+}
+
+/// One read started on its own thread ([`read_async`]), of any element type.
+trait AnyPending: Send {
+    fn is_done(&self) -> bool;
+    fn wait(self: Box<Self>) -> Result<(Box<dyn AnyArray>, RetrieveReport), GpuError>;
+}
+
+struct TypedPending<T> {
+    read: PendingRead<T>,
+    shape: Vec<u64>,
+}
+
+impl<T: ElementOwned + Send + Sync + 'static> AnyPending for TypedPending<T> {
+    fn is_done(&self) -> bool {
+        self.read.is_done()
+    }
+
+    fn wait(self: Box<Self>) -> Result<(Box<dyn AnyArray>, RetrieveReport), GpuError> {
+        let (data, report) = self.read.wait()?;
+        Ok((Box::new(Typed(Arc::new(data.reshape(self.shape)?))), report))
+    }
+}
+
+/// [`start_pending`] for one element type.
+type StartPending = fn(Arc<Array<GdsStore>>, ArraySubset, Vec<u64>, GpuConfig) -> Box<dyn AnyPending>;
+
+fn start_pending<T: ElementOwned + Send + Sync + 'static>(
+    array: Arc<Array<GdsStore>>,
+    subset: ArraySubset,
+    shape: Vec<u64>,
+    config: GpuConfig,
+) -> Box<dyn AnyPending> {
+    Box::new(TypedPending { read: read_async::<T, _>(array, subset, config), shape })
 }
 
 /// Read `subset` into `tensor`'s memory (another library's), as `T`. The read runs without the
@@ -323,7 +426,24 @@ impl PyZarrArray {
         let (array, config) = (&self.array, &self.config);
         // The read runs without the interpreter lock: other Python threads go on meanwhile.
         let (data, report) = py.allow_threads(|| read_any(array, &subset, config, out_shape)).map_err(py_err)?;
-        Ok(PyDeviceArray { data, dtype, typestr, report, interfaced: std::sync::atomic::AtomicBool::new(false) })
+        Ok(PyDeviceArray::new(data, (dtype, typestr), report))
+    }
+
+    /// Read `boxes` (each with the shape its key selects) in order on a background thread, at
+    /// most `prefetch` ahead of the caller.
+    fn start_read_ahead(&self, boxes: Boxes, prefetch: i64) -> PyResult<PyReadAhead> {
+        let depth = usize::try_from(prefetch).ok().filter(|&n| n >= 1).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "prefetch={prefetch}: the number of reads kept ahead of the one in use is 1 or more"
+            ))
+        })?;
+        let types = element_type(&self.array)?;
+        let start: StartReadAhead = zarrs_gpu::by_element_type!(types.0, start_read_ahead)
+            .ok_or_else(|| PyTypeError::new_err(format!("data type {} has no device element type", types.0)))?;
+        let count = boxes.len();
+        // The queue's slots are allocated up front: no more than there are reads.
+        let reads = start(self.array.clone(), boxes, self.config.clone(), depth.min(count.max(1)));
+        Ok(PyReadAhead { reads: Mutex::new(Some(reads)), types, count, prefetch: depth })
     }
 }
 
@@ -429,6 +549,42 @@ impl PyZarrArray {
         report_dict(py, &report)
     }
 
+    /// Start reading the selection `key` (as for `read`; None: the whole array) on a background
+    /// thread and return at once: a `PendingRead` whose `result()` waits for the array. A bad key
+    /// raises here, a failed read in `result()`.
+    #[pyo3(signature = (key=None))]
+    fn read_async(&self, key: Option<&Bound<'_, PyAny>>) -> PyResult<PyPendingRead> {
+        let (ranges, out_shape) = key_to_subset(key, self.array.shape())?;
+        let types = element_type(&self.array)?;
+        let start: StartPending = zarrs_gpu::by_element_type!(types.0, start_pending)
+            .ok_or_else(|| PyTypeError::new_err(format!("data type {} has no device element type", types.0)))?;
+        let subset = ArraySubset::new_with_ranges(&ranges);
+        let what = subset_text(&subset);
+        let read = start(self.array.clone(), subset, out_shape, self.config.clone());
+        Ok(PyPendingRead { state: Mutex::new(Pending::Running(read)), types, what })
+    }
+
+    /// Read the selections `keys` (a finite iterable of keys as for `array[...]` or `read`'s
+    /// string form: random crops, say) in order on a background thread, `prefetch` ahead of the
+    /// one in use. Every key is checked now (a bad one raises here, naming its position); the
+    /// iterator yields `(key, DeviceArray)` with `key` the tuple of slices of the box read.
+    #[pyo3(signature = (keys, *, prefetch=2))]
+    fn read_ahead(&self, keys: &Bound<'_, PyAny>, prefetch: i64) -> PyResult<PyReadAhead> {
+        if keys.is_instance_of::<pyo3::types::PyString>() {
+            return Err(PyTypeError::new_err("keys is a list of keys, not one string key: read_ahead([key])"));
+        }
+        let mut boxes = Vec::new();
+        for (n, key) in keys.try_iter()?.enumerate() {
+            let key = key?;
+            let (ranges, out_shape) = key_to_subset(Some(&key), self.array.shape()).map_err(|err| {
+                let py = key.py();
+                PyErr::from_type(err.get_type(py), format!("keys[{n}]: {}", err.value(py)))
+            })?;
+            boxes.push((ArraySubset::new_with_ranges(&ranges), out_shape));
+        }
+        self.start_read_ahead(boxes, prefetch)
+    }
+
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyDeviceArray> {
         let (ranges, out_shape) = index_to_subset(key, self.array.shape())?;
         self.read_ranges(py, &ranges, out_shape)
@@ -461,6 +617,16 @@ struct PyDeviceArray {
     /// Handed out through the CUDA array interface, whose consumers order nothing before the
     /// memory is freed: wait for the device first.
     interfaced: std::sync::atomic::AtomicBool,
+}
+
+impl PyDeviceArray {
+    fn new(
+        data: Box<dyn AnyArray>,
+        (dtype, typestr): (&'static str, Option<&'static str>),
+        report: RetrieveReport,
+    ) -> Self {
+        Self { data, dtype, typestr, report, interfaced: std::sync::atomic::AtomicBool::new(false) }
+    }
 }
 
 impl Drop for PyDeviceArray {
@@ -569,6 +735,169 @@ impl PyDeviceArray {
             self.report.decode
         )
     }
+}
+
+/// Reads kept in flight on a background thread while the caller uses earlier ones
+/// (`zarrs_gpu.tiles`, `Array.read_ahead`): iterating yields `(key, DeviceArray)` in order.
+#[pyclass(name = "ReadAhead", module = "zarrs_gpu", frozen)]
+struct PyReadAhead {
+    /// None once the reads have ended or been closed.
+    reads: Mutex<Option<Box<dyn AnyReadAhead>>>,
+    types: (&'static str, Option<&'static str>),
+    count: usize,
+    prefetch: usize,
+}
+
+#[pymethods]
+impl PyReadAhead {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// The next read's key (a tuple of slices) and array, waiting without the interpreter lock
+    /// while it is read. A failed read raises (its message names the box) and ends the iteration.
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<(Bound<'py, PyTuple>, PyDeviceArray)>> {
+        let next = py.allow_threads(|| {
+            let mut reads = lock(&self.reads);
+            let next = reads.as_mut().and_then(|r| r.next_read());
+            if !matches!(next, Some((_, Ok(_)))) {
+                // Ended, or an error (which ends it): the reads' thread and queue go now.
+                *reads = None;
+            }
+            next
+        });
+        match next {
+            None => Ok(None),
+            Some((subset, Ok((data, report)))) => {
+                Ok(Some((subset_key(py, &subset)?, PyDeviceArray::new(data, self.types, report))))
+            }
+            Some((subset, Err(err))) => Err(py_err_in(&err, Some(&subset_text(&subset)))),
+        }
+    }
+
+    /// Stop: no further read starts, the one in progress finishes on its own and the arrays read
+    /// ahead are dropped (those already handed out stay valid). Iterating after it ends at once.
+    fn close(&self, py: Python<'_>) {
+        // Dropping the queue's arrays may wait for the device: without the interpreter lock.
+        py.allow_threads(|| drop(lock(&self.reads).take()));
+    }
+
+    fn __repr__(&self) -> String {
+        let open = match self.reads.try_lock() {
+            Ok(reads) => reads.is_some(),
+            Err(TryLockError::Poisoned(reads)) => reads.into_inner().is_some(),
+            Err(TryLockError::WouldBlock) => true,
+        };
+        format!(
+            "zarrs_gpu.ReadAhead(reads={}, prefetch={}, dtype={}{})",
+            self.count,
+            self.prefetch,
+            self.types.0,
+            if open { "" } else { ", ended" }
+        )
+    }
+}
+
+/// Where a `PendingRead` is.
+enum Pending {
+    /// The read runs (or has finished, untaken).
+    Running(Box<dyn AnyPending>),
+    /// Its result, taken from the thread and not yet a Python object.
+    Finished(Result<(Box<dyn AnyArray>, RetrieveReport), GpuError>),
+    /// The result `result()` returns, every time.
+    Taken(Result<Py<PyDeviceArray>, PyErr>),
+    /// Between states; left only by a panic in the wait.
+    Gone,
+}
+
+/// One read running on a background thread (`Array.read_async`): `result()` waits for it.
+#[pyclass(name = "PendingRead", module = "zarrs_gpu", frozen)]
+struct PyPendingRead {
+    state: Mutex<Pending>,
+    types: (&'static str, Option<&'static str>),
+    /// The box read, for errors.
+    what: String,
+}
+
+#[pymethods]
+impl PyPendingRead {
+    /// Whether the read has finished (`result()` then returns without waiting for it). Never
+    /// blocks: while another thread is inside `result()`, False.
+    fn done(&self) -> bool {
+        let state = match self.state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(state)) => state.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        match &*state {
+            Pending::Running(read) => read.is_done(),
+            _ => true,
+        }
+    }
+
+    /// The array read (the same object on every call), waiting without the interpreter lock
+    /// until the read has finished; a failed read raises its error (every call).
+    fn result(&self, py: Python<'_>) -> PyResult<Py<PyDeviceArray>> {
+        py.allow_threads(|| {
+            let mut state = lock(&self.state);
+            if matches!(*state, Pending::Running(_)) {
+                if let Pending::Running(read) = std::mem::replace(&mut *state, Pending::Gone) {
+                    *state = Pending::Finished(read.wait());
+                }
+            }
+        });
+        let mut state = lock(&self.state);
+        if matches!(*state, Pending::Finished(_)) {
+            if let Pending::Finished(read) = std::mem::replace(&mut *state, Pending::Gone) {
+                let taken = match read {
+                    Ok((data, report)) => Py::new(py, PyDeviceArray::new(data, self.types, report)),
+                    Err(err) => Err(py_err_in(&err, Some(&self.what))),
+                };
+                *state = Pending::Taken(taken);
+            }
+        }
+        match &*state {
+            Pending::Taken(Ok(array)) => Ok(array.clone_ref(py)),
+            Pending::Taken(Err(err)) => Err(err.clone_ref(py)),
+            _ => Err(PyRuntimeError::new_err(format!("reading {}: the read's thread panicked", self.what))),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        let done = if self.done() { "True" } else { "False" };
+        format!("zarrs_gpu.PendingRead({}, dtype={}, done={done})", self.what, self.types.0)
+    }
+}
+
+/// The tiles of `tile_shape` covering `array` (edge tiles clipped to its shape), read in `order`
+/// ("C": row-major over the tile grid; "random": a permutation fixed by `seed`) on a background
+/// thread, `prefetch` ahead of the one in use. Yields `(key, DeviceArray)`; `key` is the tile's
+/// tuple of slices. Bad arguments raise here.
+#[pyfunction]
+#[pyo3(signature = (array, tile_shape, *, order="C", prefetch=2, seed=0))]
+#[allow(clippy::needless_pass_by_value)] // extracted from Python as it is
+fn tiles(array: &PyZarrArray, tile_shape: Vec<i128>, order: &str, prefetch: i64, seed: i128) -> PyResult<PyReadAhead> {
+    let order = match order {
+        "C" => TileOrder::C,
+        "random" => TileOrder::Random {
+            seed: u64::try_from(seed)
+                .map_err(|_| PyValueError::new_err(format!("seed={seed}: a seed is an integer from 0 to 2^64 - 1")))?,
+        },
+        other => {
+            return Err(PyValueError::new_err(format!("order={other:?}: the tile orders are \"C\" and \"random\"")))
+        }
+    };
+    if tile_shape.iter().any(|&n| n < 1) {
+        return Err(PyValueError::new_err(format!("tile_shape={tile_shape:?}: every tile extent is 1 or more")));
+    }
+    // An extent beyond 2^64 covers any array as 2^64 - 1 does.
+    let tile_shape: Vec<u64> = tile_shape.iter().map(|&n| u64::try_from(n).unwrap_or(u64::MAX)).collect();
+    let subsets = tile_subsets(array.array.shape(), &tile_shape, order).map_err(py_err)?;
+    let boxes = subsets.into_iter().map(|subset| {
+        let shape = subset.shape().to_vec();
+        (subset, shape)
+    });
+    array.start_read_ahead(boxes.collect(), prefetch)
 }
 
 /// `len()` of an array of `shape`: its first extent, which Python wants below 2^63.
@@ -738,8 +1067,11 @@ fn _zarrs_gpu(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(memory_in_use, m)?)?;
     m.add_function(wrap_pyfunction!(_selection, m)?)?;
+    m.add_function(wrap_pyfunction!(tiles, m)?)?;
     m.add_class::<PyZarrArray>()?;
     m.add_class::<PyDeviceArray>()?;
+    m.add_class::<PyReadAhead>()?;
+    m.add_class::<PyPendingRead>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -494,6 +494,94 @@ class CpuTests(unittest.TestCase):
                 read()
             self.assertIn("no CUDA device available", str(caught.exception))
 
+    def test_tiles_and_read_ahead_refuse_bad_arguments_at_call_time(self):
+        a = zarrs_gpu.open(self.v3)  # (20, 30, 7)
+        value_errors = [
+            (lambda: zarrs_gpu.tiles(a, (8, 0, 7)), "tile_shape=[8, 0, 7]: every tile extent is 1 or more"),
+            (lambda: zarrs_gpu.tiles(a, (8, -1, 7)), "every tile extent is 1 or more"),
+            (lambda: zarrs_gpu.tiles(a, (8, 8)), "the tile shape [8, 8] has 2 dimensions, the array's shape "
+                                                 "[20, 30, 7] has 3"),
+            (lambda: zarrs_gpu.tiles(a, (8, 8, 8), order="F"), 'order="F": the tile orders are "C" and "random"'),
+            (lambda: zarrs_gpu.tiles(a, (8, 8, 8), prefetch=0), "prefetch=0"),
+            (lambda: zarrs_gpu.tiles(a, (8, 8, 8), order="random", seed=-1), "seed=-1"),
+            (lambda: a.read_ahead([(0,)], prefetch=-2), "prefetch=-2"),
+        ]
+        for call, message in value_errors:
+            with self.assertRaises(ValueError) as caught:
+                call()
+            self.assertIn(message, str(caught.exception))
+        type_errors = [
+            lambda: zarrs_gpu.tiles(a, "888"),
+            lambda: zarrs_gpu.tiles(zarr.open_array(self.v3, mode="r"), (8, 8, 8)),
+            lambda: a.read_ahead(5),
+            lambda: a.read_ahead("0:4"),
+        ]
+        for call in type_errors:
+            with self.assertRaises(TypeError):
+                call()
+        # Keys follow `a[key]`'s rule, each checked now; the error names the key's position.
+        with self.assertRaises(IndexError) as caught:
+            a.read_ahead([(slice(0, 4),), (20,)])
+        self.assertIn("keys[1]: index 20 is out of bounds for axis 0 with size 20", str(caught.exception))
+        with self.assertRaises(IndexError) as caught:
+            a.read_ahead([slice(0, 10, 2)])
+        self.assertIn("keys[0]: dimension 0: steps are not supported", str(caught.exception))
+        with self.assertRaises(IndexError) as caught:
+            a.read_async((0, 0, 0, 0))
+        self.assertIn("too many indices", str(caught.exception))
+
+    def test_tile_grids_too_large_to_list_are_value_errors(self):
+        path = os.path.join(self.dir.name, "huge.zarr")
+        os.makedirs(path, exist_ok=True)
+        meta = {"zarr_format": 3, "node_type": "array", "shape": [2**63, 64], "data_type": "float32",
+                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1024, 64]}},
+                "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+                "fill_value": 0.0, "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}
+        with open(os.path.join(path, "zarr.json"), "w") as f:
+            json.dump(meta, f)
+        a = zarrs_gpu.open(path)
+        with self.assertRaises(ValueError) as caught:
+            zarrs_gpu.tiles(a, (1, 1))
+        self.assertIn("more than 2^64", str(caught.exception))
+        with self.assertRaises(ValueError) as caught:
+            zarrs_gpu.tiles(a, (2**20, 2**70))
+        self.assertIn("their list does not fit in memory", str(caught.exception))
+
+    def test_tiles_of_an_empty_array_read_nothing(self):
+        path = os.path.join(self.dir.name, "empty.zarr")
+        zarr.create_array(store=path, shape=(0, 5), chunks=(4, 5), dtype="int16")
+        reads = zarrs_gpu.tiles(zarrs_gpu.open(path), (4, 4))
+        self.assertIs(iter(reads), reads)
+        self.assertEqual(list(reads), [])
+        self.assertIn("reads=0", repr(reads))
+
+    @unittest.skipUnless(os.environ.get("ZARRS_GPU_EXPECT_NO_GPU") == "1",
+                         "set ZARRS_GPU_EXPECT_NO_GPU=1 on a machine without a GPU (CI does)")
+    def test_reads_ahead_without_a_gpu_raise_when_iterated(self):
+        a = zarrs_gpu.open(self.v3)
+        cases = [
+            (zarrs_gpu.tiles(a, (8, 16, 7)), "reading [0:8, 0:16, 0:7]: no CUDA device available"),
+            (zarrs_gpu.tiles(a, (7, 7, 7), order="random", seed=5, prefetch=1), "no CUDA device available"),
+            (a.read_ahead([(slice(2, 4), 3), "0:2, 0:2, 0:2"]), "reading [2:4, 3:4, 0:7]: no CUDA device available"),
+            # No queue of 2^62 slots: no more than there are reads.
+            (zarrs_gpu.tiles(a, (20, 30, 7), prefetch=2**62), "reading [0:20, 0:30, 0:7]: no CUDA device available"),
+        ]
+        for reads, message in cases:
+            with self.assertRaises(RuntimeError) as caught:
+                next(reads)
+            self.assertIn(message, str(caught.exception))
+            # The error ended the iteration.
+            self.assertEqual(list(reads), [])
+        reads = zarrs_gpu.tiles(a, (4, 4, 4))
+        reads.close()
+        self.assertEqual(list(reads), [])
+        pending = a.read_async((slice(0, 4),))
+        for _ in range(2):  # the same error on every call
+            with self.assertRaises(RuntimeError) as caught:
+                pending.result()
+            self.assertIn("reading [0:4, 0:30, 0:7]: no CUDA device available", str(caught.exception))
+        self.assertTrue(pending.done())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -359,6 +359,103 @@ class GpuTests(unittest.TestCase):
             # Reads work after it.
             self.assertEqual(float(cp.asarray(zarrs_gpu.read(path, subset="5, 0, 1")).item()), 6.0)
 
+    def tiles_array(self, d):
+        """A zstd array of odd shape whose chunks from row 24 on were never written (fill value),
+        and its values as zarr-python reads them."""
+        path = os.path.join(d, "tiles.zarr")
+        z = zarr.create_array(store=path, shape=(37, 70, 45), chunks=(8, 16, 16), dtype="float32",
+                              compressors=zarr.codecs.ZstdCodec(level=3), fill_value=-7.5)
+        z[:24] = np.random.default_rng(0).standard_normal((24, 70, 45), dtype="float32")
+        return path, z, np.asarray(z[...])
+
+    def test_tiles_read_ahead_match_zarr_python(self):
+        with tempfile.TemporaryDirectory() as d:
+            path, z, want = self.tiles_array(d)
+            a = zarrs_gpu.open(path)
+            # Tiles that divide neither the shape nor the chunks, in both orders.
+            for options in ({}, {"order": "random", "seed": 3, "prefetch": 1},
+                            {"order": "random", "seed": 4, "prefetch": 5}):
+                with self.subTest(**options):
+                    boxes = []
+                    for key, tile in zarrs_gpu.tiles(a, (10, 24, 20), **options):
+                        self.assertIsInstance(key, tuple)
+                        self.assertTrue(all(isinstance(k, slice) for k in key), key)
+                        self.assertEqual(tile.shape, want[key].shape)
+                        np.testing.assert_array_equal(cp.asnumpy(cp.asarray(tile)), want[key])
+                        np.testing.assert_array_equal(cp.asnumpy(cp.asarray(tile)), np.asarray(z[key]))
+                        boxes.append(tuple((k.start, k.stop) for k in key))
+                    self.assertEqual(len(boxes), 4 * 3 * 3)
+                    self.assertEqual(len(set(boxes)), len(boxes))
+                    if not options:
+                        self.assertEqual(boxes, sorted(boxes))
+                    else:
+                        self.assertNotEqual(boxes, sorted(boxes))
+            # The same seed, the same order.
+            first = [k for k, _ in zarrs_gpu.tiles(a, (10, 24, 20), order="random", seed=9)]
+            self.assertEqual(first, [k for k, _ in zarrs_gpu.tiles(a, (10, 24, 20), order="random", seed=9)])
+            # PyTorch takes the tiles without a copy and computes on them at once.
+            for key, tile in zarrs_gpu.tiles(a, (16, 32, 45)):
+                t = torch.from_dlpack(tile)
+                np.testing.assert_array_equal((t * 2).cpu().numpy(), want[key] * 2)
+
+    def test_read_ahead_of_explicit_keys_matches_zarr_python(self):
+        with tempfile.TemporaryDirectory() as d:
+            path, z, want = self.tiles_array(d)
+            a = zarrs_gpu.open(path)
+            rng = np.random.default_rng(1)
+            crops = []
+            for _ in range(12):
+                start = [int(rng.integers(0, n - 8)) for n in want.shape]
+                crops.append(tuple(slice(s, s + 8) for s in start))
+            keys = crops + [(5, slice(None), slice(-10, None)), (Ellipsis, 7), (slice(30, 100),)]
+            got = list(a.read_ahead(keys, prefetch=3))
+            self.assertEqual(len(got), len(keys))
+            for key, (box, tile) in zip(keys, got):
+                with self.subTest(key=key):
+                    expected = np.asarray(z[key])
+                    self.assertEqual(tile.shape, expected.shape)
+                    np.testing.assert_array_equal(cp.asnumpy(cp.asarray(tile)), expected)
+                    # The box read, as slices: the same elements with every dimension kept.
+                    np.testing.assert_array_equal(cp.asnumpy(cp.asarray(tile)).reshape(want[box].shape), want[box])
+            # A generator of keys, and the command line's string form (integers keep their dimension).
+            (box, tile), = a.read_ahead(k for k in ["1:30, 2, 4:40"])
+            self.assertEqual(box, (slice(1, 30), slice(2, 3), slice(4, 40)))
+            np.testing.assert_array_equal(cp.asnumpy(cp.asarray(tile)), want[1:30, 2:3, 4:40])
+
+    def test_read_async_matches_zarr_python(self):
+        with tempfile.TemporaryDirectory() as d:
+            path, z, want = self.tiles_array(d)
+            a = zarrs_gpu.open(path)
+            keys = [(slice(2, 30), slice(None), 3), None, "0:1, 0:1, 0:1"]
+            pending = [a.read_async(k) for k in keys]
+            expected = [want[2:30, :, 3], want, want[0:1, 0:1, 0:1]]
+            for p, e in zip(pending, expected):
+                x = p.result()
+                self.assertTrue(p.done())
+                self.assertIs(p.result(), x)
+                np.testing.assert_array_equal(cp.asnumpy(cp.asarray(x)), e)
+            self.assertIn("done=True", repr(pending[0]))
+
+    def test_a_read_ahead_dropped_or_closed_midway(self):
+        with tempfile.TemporaryDirectory() as d:
+            path, _, want = self.tiles_array(d)
+            a = zarrs_gpu.open(path)
+            reads = zarrs_gpu.tiles(a, (4, 8, 8), prefetch=3)
+            key, first = next(reads)
+            del reads
+            gc.collect()
+            # The tile taken stays valid; the rest were dropped with the iterator.
+            np.testing.assert_array_equal(cp.asnumpy(cp.asarray(first)), want[key])
+            reads = zarrs_gpu.tiles(a, (4, 8, 8), order="random", prefetch=2)
+            taken = [next(reads) for _ in range(3)]
+            reads.close()
+            self.assertEqual(list(reads), [])
+            self.assertIn("ended", repr(reads))
+            for key, tile in taken:
+                np.testing.assert_array_equal(cp.asnumpy(cp.asarray(tile)), want[key])
+            # Reads go on after it.
+            np.testing.assert_array_equal(cp.asnumpy(cp.asarray(a[3:5])), want[3:5])
+
 
 if __name__ == "__main__":
     unittest.main()

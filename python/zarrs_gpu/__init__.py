@@ -6,6 +6,8 @@
     t = torch.from_dlpack(x)                                 # no copy (DLPack)
     a = zarrs_gpu.open("volume.zarr", "/0")
     slab = a[0:64, ..., 100:200]                             # numpy-style indexing, on the GPU
+    for key, tile in zarrs_gpu.tiles(a, (64, 512, 512)):      # the next tiles read meanwhile
+        t = torch.from_dlpack(tile)
 
 Chunks are read with many parallel reads into pinned memory and copied to the device, then
 decoded there (zstd and gzip with nvCOMP, crc32c, transpose, sharding); other codecs are decoded
@@ -18,16 +20,30 @@ Existing zarr-python code gets the same decode inside ``with zarrs_gpu.gpu_zarr_
 
 import contextlib
 
-from ._zarrs_gpu import Array, DeviceArray, __version__, empty_cache, memory_in_use, open, read
+from ._zarrs_gpu import (
+    Array,
+    DeviceArray,
+    PendingRead,
+    ReadAhead,
+    __version__,
+    empty_cache,
+    memory_in_use,
+    open,
+    read,
+    tiles,
+)
 
 __all__ = [
     "Array",
     "DeviceArray",
+    "PendingRead",
+    "ReadAhead",
     "empty_cache",
     "gpu_zarr_context",
     "memory_in_use",
     "open",
     "read",
+    "tiles",
     "__version__",
 ]
 

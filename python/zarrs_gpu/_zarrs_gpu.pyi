@@ -2,12 +2,26 @@
 
 import os
 from types import EllipsisType
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal, Optional, SupportsIndex, TypedDict, Union, final
 
 from typing_extensions import CapsuleType, TypeAlias
 
 __version__: str
-__all__ = ["Array", "DeviceArray", "__version__", "_selection", "open", "read"]
+__all__ = [
+    "Array",
+    "DeviceArray",
+    "PendingRead",
+    "ReadAhead",
+    "__version__",
+    "_nvcomp_candidates",
+    "_selection",
+    "empty_cache",
+    "memory_in_use",
+    "open",
+    "read",
+    "tiles",
+]
 
 #: What indexes an array: an integer, a slice with step 1 (or None), ``...``, or a tuple of them.
 _Index: TypeAlias = Union[SupportsIndex, slice, EllipsisType, tuple[Union[SupportsIndex, slice, EllipsisType], ...]]
@@ -53,6 +67,14 @@ class Array:
     def regular_chunks(self) -> Optional[tuple[int, ...]]: ...
     def read(self, subset: Union[str, _Index, None] = None) -> DeviceArray: ...
     def read_into(self, out: Any, key: Optional[_Index] = None) -> _ReadReport: ...
+    def read_async(self, key: Union[str, _Index, None] = None) -> PendingRead:
+        """Start reading the selection `key` (as for `read`) on a background thread and return at
+        once; `.result()` waits for the DeviceArray. A bad key raises here."""
+    def read_ahead(self, keys: Iterable[Union[str, _Index]], *, prefetch: int = 2) -> ReadAhead:
+        """Read the selections `keys` (a finite iterable, taken at once: random crops, say) in
+        order on a background thread, `prefetch` (1 or more) reads ahead of the one in use. Every
+        key is checked here; iterating yields ``(key, DeviceArray)``, `key` the tuple of slices
+        of the box read."""
     def __getitem__(self, key: _Index, /) -> DeviceArray: ...
     def __len__(self) -> int: ...
 
@@ -84,6 +106,42 @@ class DeviceArray:
     @property
     def __cuda_array_interface__(self) -> _CudaArrayInterface: ...
     def __len__(self) -> int: ...
+
+@final
+class PendingRead:
+    """One read running on a background thread (``Array.read_async``)."""
+
+    def done(self) -> bool:
+        """Whether the read has finished (``result()`` returns without waiting for it)."""
+    def result(self) -> DeviceArray:
+        """The array read (the same object every call), waiting without the interpreter lock; a
+        failed read raises its error."""
+
+@final
+class ReadAhead:
+    """Reads kept in flight on a background thread while earlier ones are used
+    (``zarrs_gpu.tiles``, ``Array.read_ahead``). Up to `prefetch` finished reads wait and one
+    more is being read; each array is complete when yielded, for any stream."""
+
+    def __iter__(self) -> ReadAhead: ...
+    def __next__(self) -> tuple[tuple[slice, ...], DeviceArray]:
+        """The next read, in order: its key (a tuple of slices) and array. Waits without the
+        interpreter lock; a failed read raises (naming the box) and ends the iteration."""
+    def close(self) -> None:
+        """Stop: no further read starts, the arrays read ahead are dropped (those yielded stay
+        valid)."""
+
+def tiles(
+    array: Array,
+    tile_shape: Sequence[int],
+    *,
+    order: Literal["C", "random"] = "C",
+    prefetch: int = 2,
+    seed: int = 0,
+) -> ReadAhead:
+    """The tiles of `tile_shape` covering `array` (edge tiles clipped), read in `order` ("C":
+    row-major over the tile grid; "random": a permutation fixed by `seed`) on a background
+    thread, `prefetch` (1 or more) reads ahead of the one in use. Bad arguments raise here."""
 
 def open(
     store_path: Union[str, os.PathLike[str]],

@@ -12,6 +12,7 @@ mod load;
 mod metadata;
 mod multi_gpu;
 mod plugin;
+mod read_ahead;
 mod reader;
 mod retrieval;
 mod sharding;

@@ -4,6 +4,8 @@
 //! - [`DeviceArray`]: a typed device buffer with its shape.
 //! - [`ArrayDeviceExt`]: `retrieve_array_subset_device`, `retrieve_chunk_device` and
 //!   `retrieve_chunks_device` on any `zarrs::array::Array`.
+//! - [`ReadAhead`] over [`tile_subsets`], and [`read_async`]: reads kept in flight on a background
+//!   thread while the caller uses earlier results.
 //! - GPU mode: [`with_gpu_config`] scopes a [`GpuConfig`]; inside it zarrs' own generic retrieval
 //!   into [`DeviceArray`] (`array.retrieve_array_subset::<DeviceArray<f32>>(&subset)`) lands on that
 //!   device.
@@ -57,6 +59,7 @@ mod nvcomp_codecs;
 mod output;
 mod place;
 pub mod plan;
+mod read_ahead;
 pub mod reader;
 mod retrieve;
 mod route;
@@ -82,6 +85,7 @@ pub use dlpack::DlpackStream;
 pub use dlpark;
 pub use error::GpuError;
 pub use inventory;
+pub use read_ahead::{read_async, tile_subsets, PendingRead, ReadAhead, TileOrder, TileRead};
 pub use retrieve::ArrayDeviceExt;
 pub use route::{host_decode_reason, DecodePath, RetrieveReport};
 pub use schedule::DecodeRates;

@@ -1,0 +1,619 @@
+//! Reads kept in flight while the caller uses earlier results: a volume walked tile by tile
+//! ([`tile_subsets`], [`ReadAhead`]) or one read started now and taken later ([`read_async`]).
+//!
+//! The reads run on a background thread, one after another, each on its own streams; every result
+//! is complete when it is handed out (a read synchronizes before it returns), so the caller's
+//! kernels on tile k may run on any stream while tile k+1 is read.
+
+use std::any::Any;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
+
+use zarrs::array::{ArraySubset, ElementOwned};
+
+use crate::reader::DeviceReadError;
+use crate::{ArrayDeviceExt, DeviceArray, GpuConfig, GpuError, RetrieveReport};
+
+/// The order in which [`tile_subsets`] lists the tiles of a grid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TileOrder {
+    /// Row-major over the tile grid: the last dimension's tile index varies fastest.
+    C,
+    /// A permutation of the tiles fixed by `seed` (a Fisher–Yates shuffle driven by splitmix64:
+    /// the same seed gives the same order on every platform).
+    Random {
+        /// The permutation's seed.
+        seed: u64,
+    },
+}
+
+/// The tiles of `tile_shape` that cover an array of `shape`, each once, as subsets (tiles at the
+/// far edge of a dimension are clipped to the shape), in `order`. An array with an extent of 0 has
+/// no tiles; a 0-dimensional one has one.
+///
+/// # Errors
+/// [`GpuError::Unsupported`] when `tile_shape` has another number of dimensions than `shape` or an
+/// extent of 0; [`GpuError::Overflow`] when the number of tiles does not fit in 64 bits or their
+/// list in memory.
+pub fn tile_subsets(shape: &[u64], tile_shape: &[u64], order: TileOrder) -> Result<Vec<ArraySubset>, GpuError> {
+    if shape.len() != tile_shape.len() {
+        return Err(GpuError::Unsupported(format!(
+            "the tile shape {tile_shape:?} has {} dimensions, the array's shape {shape:?} has {}",
+            tile_shape.len(),
+            shape.len()
+        )));
+    }
+    if let Some(d) = tile_shape.iter().position(|&n| n == 0) {
+        return Err(GpuError::Unsupported(format!(
+            "the tile shape {tile_shape:?} has extent 0 in dimension {d}: every tile extent must be 1 or more"
+        )));
+    }
+    let grid: Vec<u64> = shape.iter().zip(tile_shape).map(|(&n, &t)| n.div_ceil(t)).collect();
+    let count = grid.iter().try_fold(1u64, |acc, &n| acc.checked_mul(n)).ok_or_else(|| {
+        GpuError::Overflow(format!(
+            "an array of shape {shape:?} in tiles of {tile_shape:?} is a grid of {grid:?} tiles: more than 2^64"
+        ))
+    })?;
+    let too_many = || {
+        GpuError::Overflow(format!(
+            "an array of shape {shape:?} in tiles of {tile_shape:?} has {count} tiles: their list does not fit in memory"
+        ))
+    };
+    let len = usize::try_from(count).map_err(|_| too_many())?;
+    let mut tiles = Vec::new();
+    // Fallible: a grid of 2^40 tiles is an error, not an abort.
+    tiles.try_reserve_exact(len).map_err(|_| too_many())?;
+    let mut index = vec![0u64; shape.len()];
+    for _ in 0..len {
+        let ranges: Vec<_> = index
+            .iter()
+            .zip(tile_shape)
+            .zip(shape)
+            // index < grid, so index * tile < shape + tile; the end is clipped to the shape.
+            .map(|((&i, &t), &n)| {
+                let start = i * t;
+                start..start.saturating_add(t).min(n)
+            })
+            .collect();
+        tiles.push(ArraySubset::new_with_ranges(&ranges));
+        // The next grid index, last dimension fastest.
+        for d in (0..index.len()).rev() {
+            index[d] += 1;
+            if index[d] < grid[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+    if let TileOrder::Random { seed } = order {
+        shuffle(&mut tiles, seed);
+    }
+    Ok(tiles)
+}
+
+/// splitmix64: a small, well-mixed generator, enough for a reproducible shuffle (no dependency).
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number below `bound` (> 0), by the multiply-shift rule (its bias, below 2^-32 for any
+    /// tile count that fits in memory, does not matter for a shuffle).
+    fn below(&mut self, bound: u64) -> u64 {
+        ((u128::from(self.next()) * u128::from(bound)) >> 64) as u64
+    }
+}
+
+/// Fisher–Yates with splitmix64 seeded by `seed`.
+fn shuffle<X>(items: &mut [X], seed: u64) {
+    let mut rng = SplitMix64(seed);
+    for i in (1..items.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        items.swap(i, j);
+    }
+}
+
+/// What the worker sends: a read's result, or the panic that ended it (raised again on the
+/// consumer's thread, as a joined thread's would be).
+enum Message<R, E> {
+    Read(Result<R, E>),
+    Panicked(Box<dyn Any + Send>),
+}
+
+/// Reads of `items`, one after another on a background thread, handed to the consumer in order
+/// through a bounded queue: at most `depth` results wait, and one more is being read (or waits
+/// for room in the queue). Dropping it stops the thread after its current read, without waiting
+/// for that read.
+struct Prefetch<R, E> {
+    /// None once the iteration has ended (the reads ran out, an error, or a panic).
+    receiver: Option<Receiver<Message<R, E>>>,
+    /// Set when the consumer goes: the worker starts no further read.
+    stop: Arc<AtomicBool>,
+    /// Reads finished (successfully or not) by the worker.
+    finished: Arc<AtomicUsize>,
+    /// Results handed to the consumer.
+    taken: usize,
+}
+
+impl<R: Send + 'static, E: Send + 'static> Prefetch<R, E> {
+    /// Start the worker. Only `items`, `read` and the queue's sending end move to it: nothing of
+    /// the caller's stack, so a detached worker is sound.
+    fn start<I, F>(items: I, depth: usize, mut read: F) -> std::io::Result<Self>
+    where
+        I: IntoIterator + Send + 'static,
+        F: FnMut(I::Item) -> Result<R, E> + Send + 'static,
+    {
+        let (sender, receiver) = sync_channel(depth.max(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let finished = Arc::new(AtomicUsize::new(0));
+        let (worker_stop, worker_finished) = (stop.clone(), finished.clone());
+        std::thread::Builder::new().name("zarrs_gpu-read-ahead".into()).spawn(move || {
+            let run = catch_unwind(AssertUnwindSafe(|| {
+                for item in items {
+                    if worker_stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let result = read(item);
+                    worker_finished.fetch_add(1, Ordering::Release);
+                    let failed = result.is_err();
+                    // A send fails only when the consumer has gone: nothing more to read for.
+                    if sender.send(Message::Read(result)).is_err() || failed {
+                        return;
+                    }
+                }
+            }));
+            if let Err(panic) = run {
+                worker_finished.fetch_add(1, Ordering::Release);
+                let _ = sender.send(Message::Panicked(panic));
+            }
+        })?;
+        Ok(Self { receiver: Some(receiver), stop, finished, taken: 0 })
+    }
+}
+
+impl<R, E> Prefetch<R, E> {
+    /// Results finished and not yet taken.
+    fn ready(&self) -> usize {
+        self.finished.load(Ordering::Acquire).saturating_sub(self.taken)
+    }
+
+    /// End the iteration: the worker stops after its current read.
+    fn end(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.receiver = None;
+    }
+}
+
+impl<R, E> Iterator for Prefetch<R, E> {
+    type Item = Result<R, E>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let message = self.receiver.as_ref()?.recv();
+        match message {
+            Ok(Message::Read(result)) => {
+                self.taken += 1;
+                if result.is_err() {
+                    self.end();
+                }
+                Some(result)
+            }
+            Ok(Message::Panicked(panic)) => {
+                self.end();
+                resume_unwind(panic)
+            }
+            // The worker ran out of reads.
+            Err(_) => {
+                self.receiver = None;
+                None
+            }
+        }
+    }
+}
+
+impl<R, E> Drop for Prefetch<R, E> {
+    fn drop(&mut self) {
+        // Dropping the receiver fails the worker's next send (also one blocked now); the flag
+        // keeps it from starting a read when the queue had room.
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The worker could not be started.
+fn spawn_error(err: &std::io::Error) -> GpuError {
+    GpuError::Read(DeviceReadError::ThreadPool(format!("the read-ahead thread: {err}")))
+}
+
+/// A tile read: the subset, its data on the device, and how it was read.
+pub type TileRead<T> = (ArraySubset, DeviceArray<T>, RetrieveReport);
+
+/// An iterator over reads of a list of subsets that keeps the next reads in flight while the
+/// caller uses the current one.
+///
+/// A background thread reads the subsets one after another
+/// ([`ArrayDeviceExt::retrieve_array_subset_device_opt`], so an `Array<GdsStore>` takes the
+/// GPUDirect Storage or pread path) and queues the results; the iterator hands them out in the
+/// order of the subsets. Up to `depth` finished results wait in the queue and one more is being
+/// read (or waits for room): the device memory in use is up to `depth + 1` tiles beyond those the
+/// caller holds. Each [`DeviceArray`] is complete when handed out (its read synchronized), so any
+/// stream may use it at once.
+///
+/// The first error is yielded and ends the iteration. Dropping the iterator stops the thread after
+/// its current read; the drop does not wait for that read (the thread holds only the array's
+/// `Arc`, the configuration and the subsets, and exits on its own). A panic in a read is raised
+/// again by [`Iterator::next`].
+///
+/// The configuration is `config`, not the calling thread's GPU mode scope
+/// ([`with_gpu_config`](crate::with_gpu_config)), which the worker thread does not see.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use zarrs::array::Array;
+/// use zarrs_gds_store::GdsStore;
+/// use zarrs_gpu_codecs::{tile_subsets, GpuConfig, ReadAhead, TileOrder};
+///
+/// let array = Arc::new(Array::open(Arc::new(GdsStore::new("volume.zarr")?), "/")?);
+/// let tiles = tile_subsets(array.shape(), &[64, 512, 512], TileOrder::C)?;
+/// for read in ReadAhead::<f32>::new(array, tiles, GpuConfig::from_env()?, 2) {
+///     let (subset, tile, _report) = read?;
+///     // ... kernels on `tile` while the next tiles are read
+///     println!("{subset}: {:?}", tile.shape());
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct ReadAhead<T> {
+    state: State<TileRead<T>>,
+}
+
+/// A [`ReadAhead`]'s reads: running, or a worker that could not start (its error, once).
+enum State<R> {
+    Running(Prefetch<R, GpuError>),
+    NotStarted(Option<GpuError>),
+}
+
+impl<R: Send + 'static> State<R> {
+    fn start<I, F>(items: I, depth: usize, read: F) -> Self
+    where
+        I: IntoIterator + Send + 'static,
+        F: FnMut(I::Item) -> Result<R, GpuError> + Send + 'static,
+    {
+        match Prefetch::start(items, depth, read) {
+            Ok(prefetch) => Self::Running(prefetch),
+            Err(err) => Self::NotStarted(Some(spawn_error(&err))),
+        }
+    }
+}
+
+impl<R> State<R> {
+    fn next(&mut self) -> Option<Result<R, GpuError>> {
+        match self {
+            Self::Running(prefetch) => prefetch.next(),
+            Self::NotStarted(err) => err.take().map(Err),
+        }
+    }
+
+    fn ready(&self) -> usize {
+        match self {
+            Self::Running(prefetch) => prefetch.ready(),
+            Self::NotStarted(err) => usize::from(err.is_some()),
+        }
+    }
+}
+
+impl<T: ElementOwned + Send + 'static> ReadAhead<T> {
+    /// Start reading `subsets` of `array` as `T` with `config`, at most `depth` results ahead of
+    /// the caller (a `depth` of 0 counts as 1; the queue's `depth` slots are allocated at once).
+    /// The subsets are taken from their iterator on the worker thread, as reads go: a lazy
+    /// iterator works.
+    pub fn new<A, I>(array: Arc<A>, subsets: I, config: GpuConfig, depth: usize) -> Self
+    where
+        A: ArrayDeviceExt + Send + Sync + ?Sized + 'static,
+        I: IntoIterator<Item = ArraySubset> + Send + 'static,
+    {
+        let read = move |subset: ArraySubset| {
+            let (data, report) = array.retrieve_array_subset_device_opt::<T>(&subset, &config)?;
+            Ok((subset, data, report))
+        };
+        Self { state: State::start(subsets, depth, read) }
+    }
+
+    /// Results finished and waiting to be taken (a `next` that will not block when above 0).
+    pub fn ready(&self) -> usize {
+        self.state.ready()
+    }
+}
+
+impl<T> Iterator for ReadAhead<T> {
+    type Item = Result<TileRead<T>, GpuError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.state.next()
+    }
+}
+
+// Once ended (the reads ran out, an error, a panic), `next` stays None.
+impl<T> std::iter::FusedIterator for ReadAhead<T> {}
+
+impl<T> std::fmt::Debug for ReadAhead<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ended = match &self.state {
+            State::Running(prefetch) => prefetch.receiver.is_none(),
+            State::NotStarted(err) => err.is_none(),
+        };
+        f.debug_struct("ReadAhead").field("ended", &ended).finish_non_exhaustive()
+    }
+}
+
+/// One read started on a background thread ([`read_async`]); [`PendingRead::wait`] takes its
+/// result. Dropping it without waiting lets the read finish and drops its result.
+pub struct PendingRead<T> {
+    state: State<TileRead<T>>,
+}
+
+/// Start reading `subset` of `array` as `T` with `config` on a background thread, and return at
+/// once. The configuration is `config`, not the calling thread's GPU mode scope.
+pub fn read_async<T, A>(array: Arc<A>, subset: ArraySubset, config: GpuConfig) -> PendingRead<T>
+where
+    T: ElementOwned + Send + 'static,
+    A: ArrayDeviceExt + Send + Sync + ?Sized + 'static,
+{
+    PendingRead { state: ReadAhead::<T>::new(array, [subset], config, 1).state }
+}
+
+impl<T> PendingRead<T> {
+    /// Whether the read has finished: [`Self::wait`] returns at once.
+    pub fn is_done(&self) -> bool {
+        match &self.state {
+            State::Running(prefetch) => prefetch.finished.load(Ordering::Acquire) > 0,
+            State::NotStarted(_) => true,
+        }
+    }
+
+    /// Wait for the read; its result (complete on the device) and how it was read.
+    ///
+    /// # Errors
+    /// The read's error, or the thread's that could not start.
+    pub fn wait(mut self) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+        match self.state.next() {
+            Some(result) => result.map(|(_, data, report)| (data, report)),
+            // The worker sends one result or panics (raised by `next`): not reached.
+            None => Err(GpuError::Read(DeviceReadError::ThreadPool("the read's thread ended without a result".into()))),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for PendingRead<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingRead").field("done", &self.is_done()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    fn ranges(s: &ArraySubset) -> Vec<std::ops::Range<u64>> {
+        s.to_ranges()
+    }
+
+    #[test]
+    fn c_order_covers_the_shape_once_with_edge_tiles_clipped() {
+        let shape = [5u64, 7, 3];
+        let tiles = tile_subsets(&shape, &[2, 3, 3], TileOrder::C).unwrap();
+        assert_eq!(tiles.len(), 3 * 3);
+        assert_eq!(ranges(&tiles[0]), [0..2, 0..3, 0..3]);
+        assert_eq!(ranges(&tiles[1]), [0..2, 3..6, 0..3]);
+        assert_eq!(ranges(&tiles[2]), [0..2, 6..7, 0..3]);
+        assert_eq!(ranges(&tiles[3]), [2..4, 0..3, 0..3]);
+        assert_eq!(ranges(&tiles[8]), [4..5, 6..7, 0..3]);
+        // Every element exactly once.
+        let mut seen = vec![0u8; 5 * 7 * 3];
+        for tile in &tiles {
+            for index in &tile.indices() {
+                seen[(index[0] * 21 + index[1] * 3 + index[2]) as usize] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&n| n == 1), "{seen:?}");
+        // Tiles larger than the shape: one tile, the shape.
+        let one = tile_subsets(&shape, &[10, u64::MAX, 4], TileOrder::C).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(ranges(&one[0]), [0..5, 0..7, 0..3]);
+    }
+
+    #[test]
+    fn empty_and_zero_dimensional_shapes() {
+        assert!(tile_subsets(&[4, 0], &[2, 2], TileOrder::C).unwrap().is_empty());
+        let scalar = tile_subsets(&[], &[], TileOrder::Random { seed: 1 }).unwrap();
+        assert_eq!(scalar.len(), 1);
+        assert_eq!(scalar[0].dimensionality(), 0);
+    }
+
+    #[test]
+    fn random_order_is_a_seeded_permutation_of_the_grid() {
+        let shape = [37u64, 70, 45];
+        let tile = [8u64, 16, 20];
+        let c = tile_subsets(&shape, &tile, TileOrder::C).unwrap();
+        let a = tile_subsets(&shape, &tile, TileOrder::Random { seed: 7 }).unwrap();
+        let b = tile_subsets(&shape, &tile, TileOrder::Random { seed: 7 }).unwrap();
+        let other = tile_subsets(&shape, &tile, TileOrder::Random { seed: 8 }).unwrap();
+        assert_eq!(a, b, "the same seed, the same order");
+        assert_ne!(a, c);
+        assert_ne!(a, other);
+        let (mut sorted, mut want) = (a.clone(), c.clone());
+        sorted.sort();
+        want.sort();
+        assert_eq!(sorted, want, "the same tiles");
+        // The order is fixed by the seed for good (Python and Rust callers, later versions).
+        assert_eq!(ranges(&a[0]), ranges(&tile_subsets(&shape, &tile, TileOrder::Random { seed: 7 }).unwrap()[0]));
+        // splitmix64's reference output, and the shuffle as written out independently (Python).
+        assert_eq!(SplitMix64(0).next(), 0xE220_A839_7B1D_CDAF);
+        let mut small: Vec<u32> = (0..10).collect();
+        shuffle(&mut small, 0);
+        assert_eq!(small, [4, 9, 2, 5, 1, 7, 6, 0, 3, 8]);
+    }
+
+    #[test]
+    fn bad_tile_shapes_are_errors_naming_the_values() {
+        let err = tile_subsets(&[4, 4], &[2], TileOrder::C).unwrap_err();
+        assert!(matches!(err, GpuError::Unsupported(_)), "{err}");
+        assert!(err.to_string().contains("[2] has 1 dimensions, the array's shape [4, 4] has 2"), "{err}");
+        let err = tile_subsets(&[4, 4], &[2, 0], TileOrder::C).unwrap_err();
+        assert!(matches!(err, GpuError::Unsupported(_)), "{err}");
+        assert!(err.to_string().contains("extent 0 in dimension 1"), "{err}");
+        let err = tile_subsets(&[u64::MAX, u64::MAX], &[1, 1], TileOrder::C).unwrap_err();
+        assert!(matches!(err, GpuError::Overflow(_)), "{err}");
+        assert!(err.to_string().contains("more than 2^64"), "{err}");
+        let err = tile_subsets(&[1 << 40, 1 << 20], &[1, 1], TileOrder::C).unwrap_err();
+        assert!(matches!(err, GpuError::Overflow(_)), "{err}");
+        assert!(err.to_string().contains("1152921504606846976 tiles"), "{err}");
+    }
+
+    /// The items whose reads have started, in order.
+    type Started = Arc<Mutex<Vec<u32>>>;
+
+    /// A fake read that records the order of the reads it starts and takes `sleep` each.
+    fn recorder(sleep: Duration, fail_at: Option<u32>) -> (Started, impl FnMut(u32) -> Result<u32, String> + Send) {
+        let started = Arc::new(Mutex::new(Vec::new()));
+        let log = started.clone();
+        let read = move |i: u32| {
+            log.lock().unwrap().push(i);
+            std::thread::sleep(sleep);
+            if Some(i) == fail_at {
+                return Err(format!("read {i} failed"));
+            }
+            Ok(i * 10)
+        };
+        (started, read)
+    }
+
+    fn wait_until(what: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !what() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn results_come_in_order_and_at_most_depth_plus_one_reads_run_ahead() {
+        for depth in [0usize, 1, 3] {
+            let ahead = depth.max(1) + 1;
+            let (started, read) = recorder(Duration::from_millis(2), None);
+            let mut reads = Prefetch::start(0..20u32, depth, read).unwrap();
+            wait_until(|| started.lock().unwrap().len() >= ahead);
+            std::thread::sleep(Duration::from_millis(100));
+            assert_eq!(started.lock().unwrap().len(), ahead, "depth {depth}: before any is taken");
+            assert_eq!(reads.ready(), ahead);
+            assert_eq!(reads.next(), Some(Ok(0)));
+            wait_until(|| started.lock().unwrap().len() > ahead);
+            std::thread::sleep(Duration::from_millis(100));
+            assert_eq!(started.lock().unwrap().len(), ahead + 1, "depth {depth}: one taken");
+            let rest: Vec<_> = reads.by_ref().collect();
+            assert_eq!(rest, (1..20).map(|i| Ok(i * 10)).collect::<Vec<_>>());
+            assert_eq!(reads.next(), None);
+            assert_eq!(*started.lock().unwrap(), (0..20).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn dropping_stops_the_reads_without_waiting_for_the_current_one() {
+        let (started, read) = recorder(Duration::from_millis(300), None);
+        let mut reads = Prefetch::start(0..1000u32, 2, read).unwrap();
+        assert_eq!(reads.next(), Some(Ok(0)));
+        let before = Instant::now();
+        drop(reads);
+        assert!(before.elapsed() < Duration::from_millis(200), "the drop waited: {:?}", before.elapsed());
+        // The read in progress ends; no other starts.
+        std::thread::sleep(Duration::from_millis(400));
+        let n = started.lock().unwrap().len();
+        std::thread::sleep(Duration::from_millis(700));
+        assert_eq!(started.lock().unwrap().len(), n);
+        assert!(n <= 5, "{n} reads started");
+    }
+
+    #[test]
+    fn ending_stops_the_reads_too() {
+        let (started, read) = recorder(Duration::from_millis(20), None);
+        let mut reads = Prefetch::start(0..1000u32, 1, read).unwrap();
+        assert_eq!(reads.next(), Some(Ok(0)));
+        reads.end();
+        assert_eq!(reads.next(), None);
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(started.lock().unwrap().len() <= 4);
+    }
+
+    #[test]
+    fn the_first_error_ends_the_iteration_and_the_reads() {
+        let (started, read) = recorder(Duration::ZERO, Some(3));
+        let reads = Prefetch::start(0..1000u32, 4, read).unwrap();
+        let got: Vec<_> = reads.collect();
+        assert_eq!(got, [Ok(0), Ok(10), Ok(20), Err("read 3 failed".to_string())]);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(*started.lock().unwrap(), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_panicking_read_panics_in_the_consumer() {
+        let read = |i: u32| -> Result<u32, String> {
+            assert!(i != 2, "read {i} panicked");
+            Ok(i)
+        };
+        let mut reads = Prefetch::start(0..10u32, 1, read).unwrap();
+        assert_eq!(reads.next(), Some(Ok(0)));
+        assert_eq!(reads.next(), Some(Ok(1)));
+        let panic = catch_unwind(AssertUnwindSafe(|| reads.next())).unwrap_err();
+        let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(message.contains("read 2 panicked"), "{message}");
+        assert_eq!(reads.next(), None);
+    }
+
+    #[test]
+    fn subsets_come_lazily_from_their_iterator() {
+        // An endless iterator: only what is read ahead is taken from it.
+        let taken = Arc::new(AtomicUsize::new(0));
+        let count = taken.clone();
+        let items = (0u32..).inspect(move |_| {
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        let mut reads = Prefetch::start(items, 2, |i: u32| Ok::<_, String>(i)).unwrap();
+        assert_eq!(reads.by_ref().take(5).collect::<Vec<_>>(), (0..5).map(Ok).collect::<Vec<_>>());
+        drop(reads);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(taken.load(Ordering::Relaxed) <= 5 + 3 + 1);
+    }
+
+    #[test]
+    fn without_a_gpu_reads_are_errors_in_order() {
+        // SAFETY: only probes whether the driver library can be loaded.
+        if unsafe { cudarc::driver::sys::is_culib_present() } {
+            return;
+        }
+        let store = Arc::new(zarrs_storage::store::MemoryStore::new());
+        let array = zarrs::array::ArrayBuilder::new(
+            vec![10, 10],
+            vec![4, 4],
+            zarrs::array::data_type::float32(),
+            zarrs::array::FillValue::from(0f32),
+        )
+        .build(store, "/")
+        .unwrap();
+        let array = Arc::new(array);
+        let tiles = tile_subsets(array.shape(), &[5, 5], TileOrder::C).unwrap();
+        let mut reads = ReadAhead::<f32>::new(array.clone(), tiles, GpuConfig::default(), 2);
+        let err = reads.next().unwrap().unwrap_err();
+        assert!(matches!(err, GpuError::NoCuda(_)), "{err}");
+        assert!(reads.next().is_none());
+        let pending = read_async::<f32, _>(array, ArraySubset::new_with_ranges(&[0..1, 0..1]), GpuConfig::default());
+        let err = pending.wait().unwrap_err();
+        assert!(matches!(err, GpuError::NoCuda(_)), "{err}");
+    }
+}
