@@ -9,10 +9,10 @@ use zarrs::array::codec::{Crc32cCodec, GzipCodec, ZstdCodec};
 use zarrs::array::BytesToBytesCodecTraits;
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, DataType, FillValue};
 use zarrs_gpu::zarrs_gpu_codecs::zstd_frame::FrameError;
-use zarrs_gpu::{sample, ArrayDeviceExt, DecodePath, DecodeTrust, GdsStore, GpuError};
+use zarrs_gpu::{sample, ArrayDeviceExt, DecodePath, DecodeRates, DecodeTrust, GdsStore, GpuError};
 use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
 
-use super::{check, check_chunk, posix, subsets, Result};
+use super::{check, check_chunk, posix, scheduled, subsets, Result};
 
 pub(crate) fn zstd(level: i32, checksum: bool) -> Arc<dyn BytesToBytesCodecTraits> {
     Arc::new(ZstdCodec::new(level, checksum))
@@ -66,6 +66,45 @@ pub(crate) fn make_array(
 
 fn bytemuck_cast(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_ne_bytes()).collect()
+}
+
+/// The scheduler: a small read's chunks decode on host threads, a large one's mostly on nvCOMP,
+/// every split the same bytes as zarrs', and the report says how it split and why.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_scheduler_splits_reads_between_host_threads_and_nvcomp() -> Result {
+    let dir = tempfile::tempdir()?;
+    // 64 x 512 x 512 float32 in chunks of 1 MiB (every fifth missing), zstd with and without
+    // crc32c.
+    for (n, codecs) in
+        [vec![zstd(3, false)], vec![zstd(3, true), Arc::new(Crc32cCodec::new()) as _]].into_iter().enumerate()
+    {
+        let array = make_array(
+            dir.path(),
+            data_type::float32(),
+            FillValue::from(1.5f32),
+            &[64, 512, 512],
+            &[16, 128, 128],
+            codecs,
+        )?;
+        // One tile of 18 chunks: all on host threads.
+        let tile = ArraySubset::new_with_ranges(&[5..37, 100..300, 200..400]);
+        let report = check::<f32>(&array, &tile, &scheduled())?;
+        let present = report.chunks - report.missing_chunks;
+        assert_eq!(report.host_decoded_chunks, present, "{n}: {report:?}");
+        let why = report.schedule.as_deref().unwrap_or_default();
+        assert!(why.contains(&format!("{present} of {present} chunks on host threads")), "{why}");
+        // Odd subsets and the whole array, whichever way they split.
+        for subset in subsets(array.shape(), 40 + n as u64) {
+            check::<f32>(&array, &subset, &scheduled())?;
+        }
+        // Set rates that make host threads slow: all on nvCOMP.
+        let slow_host = DecodeRates::default().with_host_thread_rate(1.0);
+        let report = check::<f32>(&array, &tile, &scheduled().with_decode_rates(Some(slow_host)))?;
+        assert_eq!(report.host_decoded_chunks, 0, "{n}: {report:?}");
+        array.storage().erase_prefix(&"z/".try_into()?)?;
+    }
+    Ok(())
 }
 
 /// Batches large enough that the decoder's scratch is computed from their frames (nvCOMP's
@@ -149,7 +188,7 @@ fn data_types_and_chunk_sizes() -> Result {
         &[16, 512, 512],
         vec![zstd(3, false)],
     )?;
-    let report = check::<f32>(&array, &array.subset_all(), &posix())?;
+    let report = check::<f32>(&array, &array.subset_all(), &scheduled())?;
     assert!(report.host_decoded_chunks > 0, "{report:?}");
     check::<f32>(&array, &array.subset_all(), &posix().with_host_decode_fraction(Some(0.0)))?;
     check::<f32>(&array, &array.subset_all(), &posix().with_host_decode_fraction(Some(1.0)))?;

@@ -85,5 +85,12 @@ fn child_command(test: &str, env: &[(&str, Option<&str>)]) -> Result<std::proces
 
 /// The pread path forced (the host has no native GDS).
 fn posix() -> GpuConfig {
+    // nvCOMP decodes every chunk it may: the scheduler would send these tests' small reads to
+    // host threads (`scheduled()` keeps its split), and they are about the device's decode.
+    scheduled().with_host_decode_fraction(Some(0.0))
+}
+
+/// The pread backend with the scheduler's split between host threads and nvCOMP.
+fn scheduled() -> GpuConfig {
     GpuConfig::default().with_backend(IoBackend::Posix)
 }

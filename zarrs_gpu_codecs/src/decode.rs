@@ -283,7 +283,7 @@ impl BatchRun {
         )?;
         self.trace.mark("read");
         let stored_bytes = buffers.slots[slot].host.as_ref().expect("ensured").as_slice();
-        if let Some(schedule) = route_batch(job, &mut items, stored_bytes, b + 1 == batches.len())? {
+        if let Some(schedule) = route_batch(job, &mut items, stored_bytes, batches.len() == 1)? {
             self.report.schedule = Some(schedule);
         }
         self.trace.mark("check");
@@ -658,11 +658,11 @@ fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
 /// The host check of every stored unit of a batch, then its route: nvCOMP, or host threads
 /// (what nvCOMP cannot or may not take, the host's share the scheduler gives it, inputs at an
 /// alignment nvCOMP cannot take).
-fn route_batch(job: &Job<'_>, items: &mut [Item], stored: &[u8], last: bool) -> Result<Option<String>, GpuError> {
+fn route_batch(job: &Job<'_>, items: &mut [Item], stored: &[u8], only: bool) -> Result<Option<String>, GpuError> {
     let (units, chain) = (job.units, job.chain);
     let can_hash = job.kernels.is_some();
     check_stored(units, items, stored, chain, job.config.decode_trust(), can_hash, job.context.reader())?;
-    let schedule = route_by_cost(job, items, last);
+    let schedule = route_by_cost(job, items, only);
     if let Some(codec) = &chain.compression {
         // 1 today: zstd and naive gzip take any byte; staging itself is 256-byte aligned.
         let align = codec.input_alignment(job.nvcomp)? as u64;
@@ -1290,12 +1290,14 @@ fn check_stored(
 }
 
 /// Send the host's share of a batch's device-bound units to host threads. A set fraction takes
-/// that share of the large ones (4 MiB and more decoded). Otherwise the scheduler splits the
-/// read's `last` batch so that host threads and nvCOMP finish together (earlier batches leave
-/// the host threads to read the next batch while the device decodes), and any batch of large
-/// frames (one decodes for a third of a second on the device).
-fn route_by_cost(job: &Job<'_>, items: &mut [Item], last: bool) -> Option<String> {
-    job.chain.compression.as_ref()?;
+/// that share of the large ones (4 MiB and more decoded). Otherwise the scheduler splits a read
+/// of one batch (`only`) so that host threads and nvCOMP finish together, and any batch of
+/// large frames (one decodes for a third of a second on the device). A batch of a longer read
+/// leaves the host threads to read the next batch while the device decodes; its rates are the
+/// set ones, else the codec's ([`DeviceCodec::decode_rates`]; large frames without any: the
+/// defaults), with the host thread rate this device's reads have shown.
+fn route_by_cost(job: &Job<'_>, items: &mut [Item], only: bool) -> Option<String> {
+    let codec = job.chain.compression.as_ref()?;
     let units = job.units;
     let size = |it: &Item| units[it.unit].decoded_len();
     let mut device: Vec<usize> = (0..items.len()).filter(|&k| items[k].route == Route::Device).collect();
@@ -1304,14 +1306,18 @@ fn route_by_cost(job: &Job<'_>, items: &mut [Item], last: bool) -> Option<String
         ((device.len() as f64 * fraction).round() as usize, format!("the set fraction {fraction} of large chunks"))
     } else {
         let largest = device.iter().map(|&k| size(&items[k])).max().unwrap_or(0);
-        if device.is_empty() || (!last && largest < LARGE_CHUNK) {
+        let large = largest >= LARGE_CHUNK;
+        if device.is_empty() || !(only || large) {
             return None;
         }
+        let learned = |rates: DecodeRates| DecodeRates { host_thread_rate: job.context.host_rate().get(), ..rates };
+        let rates = match (job.config.decode_rates(), codec.decode_rates()) {
+            (Some(set), _) => set,
+            (None, Some(codec)) => learned(codec),
+            (None, None) if large => learned(DecodeRates::default()),
+            (None, None) => return None,
+        };
         let bytes = device.iter().map(|&k| size(&items[k])).sum();
-        let rates = job.config.decode_rates().unwrap_or_else(|| DecodeRates {
-            host_thread_rate: job.context.host_rate().get(),
-            ..DecodeRates::default()
-        });
         let threads = job.context.reader().options().threads;
         let k = rates.host_share(device.len(), bytes, largest, threads);
         let (host_s, device_s, alone_s) = rates.predict(device.len(), k, bytes, largest, threads);

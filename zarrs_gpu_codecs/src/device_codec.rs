@@ -144,6 +144,13 @@ pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
         Ok(0)
     }
 
+    /// How fast this codec decodes on the device and on a host thread, for the scheduler that
+    /// splits small reads between them; None (the default): the device takes every unit it may
+    /// (but the host's share of frames of 4 MiB and more, at the default rates).
+    fn decode_rates(&self) -> Option<crate::schedule::DecodeRates> {
+        None
+    }
+
     /// The scratch `batch` needs, computed from its stored bytes on the device, where that can
     /// be less than [`temp_bytes`](Self::temp_bytes)' bound for the same batch; None: the
     /// bound. Only `stream`, `count`, the input arrays, `statuses`, `max_decoded` and

@@ -9,6 +9,7 @@ use zarrs::array::{CodecTraitsV2, CodecTraitsV3};
 
 use crate::device_codec::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
 use crate::gzip_member::{check_member, MemberVerdict};
+use crate::schedule::DecodeRates;
 use crate::zstd_frame::{check_frame, FrameVerdict};
 use crate::{DecodeTrust, GpuError};
 
@@ -108,6 +109,11 @@ impl DeviceCodec for Zstd {
     }
 
     nvcomp_decoder!(ZSTD);
+
+    fn decode_rates(&self) -> Option<DecodeRates> {
+        // Measured for this codec (see DecodeRates' defaults).
+        Some(DecodeRates::default())
+    }
 
     unsafe fn scratch_for(&self, batch: &DeviceBatch<'_>, total_decoded: usize) -> Result<Option<usize>, GpuError> {
         // SAFETY: the caller's contract: input arrays of `count` entries describing checked

@@ -45,6 +45,21 @@ impl Default for DecodeRates {
 }
 
 impl DecodeRates {
+    /// With `rate` bytes a second for one host thread.
+    #[must_use]
+    pub fn with_host_thread_rate(mut self, rate: f64) -> Self {
+        self.host_thread_rate = rate;
+        self
+    }
+
+    /// With nvCOMP's fixed cost per call (`call_s`), one frame's rate and the rate over a
+    /// batch's frames (bytes a second).
+    #[must_use]
+    pub fn with_device_rates(mut self, call_s: f64, frame_rate: f64, rate: f64) -> Self {
+        (self.device_call_s, self.device_frame_rate, self.device_rate) = (call_s, frame_rate, rate);
+        self
+    }
+
     /// Seconds the device takes for `m` frames of `mean` bytes, the largest `largest`.
     fn device(&self, m: usize, mean: f64, largest: f64) -> f64 {
         if m == 0 {
