@@ -27,7 +27,7 @@ Tile loop (--loop-tiles, 32 random tiles, this project's Python API): a CuPy ker
 (every element through k steps of v = v * 1.0001 + 0.5, on a non-blocking stream, so that it does
 not wait on the reader's streams), k calibrated so that one step takes the median read time of a
 tile (or --compute-ms). Rows: the read alone, the compute alone, read then compute (no prefetch),
-zarrs_gpu.tiles(array, keys=keys, prefetch=2) where the package has it, and a baseline prefetch
+Array.read_ahead(keys, prefetch=2) (zarrs_gpu's read-ahead) where the package has it, and a baseline prefetch
 with a Python thread (one reader thread, up to --prefetch tiles ahead, the plain API). Each loop
 step ends with the compute stream synchronised. Loop rows: seconds (and gib_s) per tile, the
 median of --loop-repeat runs' totals over the tiles; read_ms, compute_ms the read-only and
@@ -278,14 +278,12 @@ def as_array(item, xp):
 
 
 def tiles_api(module, array, keys, prefetch):
-    """zarrs_gpu.tiles(array, keys=keys, prefetch=prefetch), or NotImplementedError saying why not."""
-    fn = getattr(module, "tiles", None)
+    """The package's read-ahead over explicit keys, `array.read_ahead(keys, prefetch=prefetch)`
+    (it yields `(key, DeviceArray)`), or NotImplementedError saying why not."""
+    fn = getattr(array, "read_ahead", None)
     if fn is None:
-        raise NotImplementedError("no zarrs_gpu.tiles")
-    try:
-        return fn(array, keys=keys, prefetch=prefetch)
-    except TypeError as e:
-        raise NotImplementedError(f"zarrs_gpu.tiles(array, keys=..., prefetch=...) refused: {e}") from None
+        raise NotImplementedError("no Array.read_ahead in this zarrs_gpu")
+    return fn(keys, prefetch=prefetch)
 
 
 def run_loop(items, compute, sync):
@@ -330,14 +328,14 @@ def api_prefetch(module, array, keys, prefetch, xp):
         count += 1
         yield as_array(item, xp)
     if count != len(keys):
-        raise RuntimeError(f"zarrs_gpu.tiles gave {count} tiles for {len(keys)} keys")
+        raise RuntimeError(f"read_ahead gave {count} tiles for {len(keys)} keys")
 
 
 def loop_variants(read, module, array, keys, prefetch, xp):
     """(variant, what, a function of keys giving the iterator of tiles) of the tile loop."""
     return [
         ("no prefetch", "no prefetch", lambda ks: sequential(read, ks)),
-        (f"zarrs_gpu.tiles prefetch={prefetch}", "zarrs_gpu.tiles",
+        (f"read_ahead prefetch={prefetch}", "zarrs_gpu's Array.read_ahead",
          lambda ks: api_prefetch(module, array, ks, prefetch, xp)),
         (f"thread prefetch={prefetch}", "a Python thread, the plain API",
          lambda ks: thread_prefetch(read, ks, prefetch)),
@@ -592,21 +590,15 @@ def self_test_arrays(np, check):
         seen.clear()
         total, steps = run_loop(thread_prefetch(read, keys, prefetch), compute, lambda: None)
         check(seen == want and len(steps) == len(keys) and total >= sum(steps) * 0.99, f"thread prefetch {prefetch}")
-    fake = types.SimpleNamespace(tiles=lambda array, keys, prefetch: ((k, array[k]) for k in keys))
+    fake = types.SimpleNamespace(read_ahead=lambda ks, prefetch: ((k, data[k]) for k in ks))
     seen.clear()
-    run_loop(api_prefetch(fake, data, keys, 2, np), compute, lambda: None)
-    check(seen == want, "zarrs_gpu.tiles loop (fake, (key, array) items)")
-    seen.clear()
-    run_loop(api_prefetch(types.SimpleNamespace(tiles=lambda array, keys, prefetch: (array[k] for k in keys)),
-                          data, keys, 2, np), compute, lambda: None)
-    check(seen == want, "zarrs_gpu.tiles loop (fake, array items)")
-    for module, why in ((types.SimpleNamespace(), "no zarrs_gpu.tiles"),
-                        (types.SimpleNamespace(tiles=lambda array, shape, prefetch=2: iter(())), "refused")):
-        try:
-            run_loop(api_prefetch(module, data, keys, 2, np), compute, lambda: None)
-            check(False, "missing tiles API should be skipped")
-        except NotImplementedError as e:
-            check(why in str(e), f"skip reason {e}")
+    run_loop(api_prefetch(None, fake, keys, 2, np), compute, lambda: None)
+    check(seen == want, "read-ahead loop (fake, (key, array) items)")
+    try:
+        run_loop(api_prefetch(None, data, keys, 2, np), compute, lambda: None)
+        check(False, "an array without read_ahead should be skipped")
+    except NotImplementedError as e:
+        check("no Array.read_ahead" in str(e), f"skip reason {e}")
     skipped = error_row("p", "c", NotImplementedError("no zarrs_gpu.tiles"))
     check(skipped == {"peer": "p", "case": "c", "skipped": "no zarrs_gpu.tiles"}, "skip row")
     try:
