@@ -509,6 +509,7 @@ pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
                         narrowed: false,
                         value_len: None,
                         direct: None,
+                        part: false,
                     });
                 }
             }
@@ -552,6 +553,7 @@ fn missing_units(
                 narrowed: false,
                 value_len: None,
                 direct: None,
+                part: false,
             });
         }
     }
