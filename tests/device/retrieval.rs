@@ -148,26 +148,6 @@ fn posix() -> GpuConfig {
     GpuConfig::default().with_backend(IoBackend::Posix)
 }
 
-/// Tiles that take part of each plane of large uncompressed chunks read those planes' rows only
-/// (one unit per plane): the same bytes as zarrs', missing chunks filled, and the report counts
-/// chunks, not planes.
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn tiles_of_large_uncompressed_chunks_read_plane_by_plane_match_zarrs() -> Result {
-    let dir = tempfile::tempdir()?;
-    let array = v3_array(dir.path(), data_type::uint16(), FillValue::from(7u16), &[70, 300, 260], &[32, 128, 128])?;
-    let mut rng = StdRng::seed_from_u64(21);
-    for _ in 0..12 {
-        let extent = [rng.random_range(2..40u64), rng.random_range(2..200u64), rng.random_range(2..200u64)];
-        let start: Vec<u64> = (0..3).map(|d| rng.random_range(0..=array.shape()[d] - extent[d])).collect();
-        let subset = ArraySubset::new_with_start_shape(start, extent.to_vec())?;
-        let report = check_subset::<u16, _>(&array, &subset, &posix())?;
-        let met = array.chunks_in_array_subset(&subset)?.map_or(0, |c| c.num_elements_usize());
-        assert_eq!(report.chunks, met, "{:?}: {report:?}", subset.to_ranges());
-    }
-    Ok(())
-}
-
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn v3_float32_subsets_match_zarrs_on_both_io_paths() -> Result {

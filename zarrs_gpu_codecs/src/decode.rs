@@ -89,12 +89,8 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
 ) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
     if plan.shards.is_empty() {
-        let placements = plan_chunks(elem, subset, chunks)?.into_iter();
-        let units: Vec<Unit> = if plan.chain.is_raw() {
-            placements.flat_map(Unit::raw_planes).collect()
-        } else {
-            placements.map(Unit::whole).collect()
-        };
+        let unit = if plan.chain.is_raw() { Unit::raw } else { Unit::whole };
+        let units: Vec<Unit> = plan_chunks(elem, subset, chunks)?.into_iter().map(unit).collect();
         return decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp, output);
     }
     let storage = array.storage();
@@ -188,8 +184,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         };
         trace.mark("buffers");
 
-        // Chunks, not the planes of one read plane by plane.
-        let mut report = RetrieveReport::new(DecodePath::Device, units.iter().filter(|u| !u.part).count());
+        let mut report = RetrieveReport::new(DecodePath::Device, units.len());
         report.io = Some(zarrs_gds_store::IoStatus::new(
             if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
             "stored chunks are read to host memory, where they are checked",
@@ -324,9 +319,8 @@ impl BatchRun {
         let Some(pending) = buffers.slots[slot].pending.take() else { return Ok(false) };
         let batch = pending.batch;
         pending.wait(&batches[batch], job.units)?;
-        // Chunks, not the planes of one read plane by plane (the last plane's batch counts it).
-        self.done += batches[batch].iter().filter(|&&u| !job.units.get(u + 1).is_some_and(|next| next.part)).count();
-        job.config.report_progress(self.done, self.report.chunks);
+        self.done += batches[batch].len();
+        job.config.report_progress(self.done, job.units.len());
         Ok(true)
     }
 
@@ -921,7 +915,7 @@ fn place_batch<S: ReadableStorageTraits + ?Sized>(
             if chain.compression.is_some() { layout.dbase + it.decoded_offset } else { layout.cbase + it.host_offset };
         let src = match it.route {
             Route::Missing => {
-                report.missing_chunks += usize::from(!units[it.unit].part);
+                report.missing_chunks += 1;
                 fill_source(fill, job.context, array, job.fill_len, stream)?
             }
             // Read straight into the output: placed already.

@@ -509,7 +509,6 @@ pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
                         narrowed: false,
                         value_len: None,
                         direct: None,
-                        part: false,
                     });
                 }
             }
@@ -553,7 +552,6 @@ fn missing_units(
                 narrowed: false,
                 value_len: None,
                 direct: None,
-                part: false,
             });
         }
     }

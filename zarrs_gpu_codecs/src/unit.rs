@@ -1,11 +1,8 @@
 //! The units the decode pipeline works on: a chunk, an inner chunk of a shard, or a missing one,
 //! with where its stored bytes are and where its decoded bytes go.
 
-use crate::plan::{ChunkPlacement, Copy3D};
+use crate::plan::ChunkPlacement;
 use crate::GpuError;
-
-/// A chunk read plane by plane is at most this many units (more, thinner planes: read whole).
-const MAX_PLANES: u64 = 4096;
 
 /// Check `len` stored bytes of a unit that decodes to `decoded` bytes against the most any
 /// encoding the device decodes could take (zstd's and gzip's worst cases are a few bytes in a
@@ -45,22 +42,12 @@ pub(crate) struct Unit {
     /// Where in the output the read lands, for an uncompressed chunk whose needed bytes are one
     /// run of the output: read straight there, nothing to stage or place.
     pub(crate) direct: Option<u64>,
-    /// A plane of a chunk after its first ([`Unit::raw_planes`]): not counted as a chunk again.
-    pub(crate) part: bool,
 }
 
 impl Unit {
     /// Each chunk a whole stored value.
     pub(crate) fn whole(placement: ChunkPlacement) -> Self {
-        Self {
-            placement,
-            source: Source::Whole,
-            inner: None,
-            narrowed: false,
-            value_len: None,
-            direct: None,
-            part: false,
-        }
+        Self { placement, source: Source::Whole, inner: None, narrowed: false, value_len: None, direct: None }
     }
 
     /// An uncompressed chunk in the platform's byte order (its own value): only the bytes the
@@ -69,40 +56,7 @@ impl Unit {
         let source = Source::Range { offset: placement.byte_start, len: placement.read_len() };
         let direct = placement.is_direct().then(|| placement.direct_output_offset());
         let value_len = Some(placement.chunk_bytes);
-        Self { placement, source, inner: None, narrowed: true, value_len, direct, part: false }
-    }
-
-    /// An uncompressed chunk as [`Unit::raw`], or, where most of the bytes between the first and
-    /// the last one a subset needs are not needed (a tile that takes part of each plane of a
-    /// chunk reads four times its size), one unit per plane of each of its copies: only the
-    /// planes' rows are read (ranges close together still become one read), each plane that is
-    /// one run of the output straight into it.
-    pub(crate) fn raw_planes(placement: ChunkPlacement) -> Vec<Unit> {
-        let needed: u64 = placement.copies.iter().map(|c| c.width * c.height * c.depth).sum();
-        let planes: u64 = placement.copies.iter().map(|c| c.depth).sum();
-        if placement.is_direct()
-            || !(2..=MAX_PLANES).contains(&planes)
-            || needed.saturating_mul(2) > placement.read_len()
-        {
-            return vec![Unit::raw(placement)];
-        }
-        let mut units = Vec::with_capacity(planes as usize);
-        for copy in &placement.copies {
-            for z in 0..copy.depth {
-                // Within the chunk: offsets below byte_end, which fits in u64.
-                let start = placement.byte_start + copy.src_offset + z * copy.src_height * copy.src_pitch;
-                let dst_offset = copy.dst_offset + z * copy.dst_height * copy.dst_pitch;
-                let plane = Copy3D { src_offset: 0, dst_offset, depth: 1, ..*copy };
-                let part = ChunkPlacement {
-                    byte_start: start,
-                    byte_end: start + plane.src_end(),
-                    copies: vec![plane],
-                    ..placement.clone()
-                };
-                units.push(Unit { part: !units.is_empty(), ..Unit::raw(part) });
-            }
-        }
-        units
+        Self { placement, source, inner: None, narrowed: true, value_len, direct }
     }
 
     /// The whole decoded chunk's bytes (checked once, by `plan_chunks`).
@@ -139,54 +93,7 @@ impl Unit {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_stored_len, Source, Unit};
-    use crate::plan::plan_chunks;
-    use zarrs::array::ArraySubset;
-    use zarrs_storage::StoreKey;
-
-    /// Place `units` (reading their ranges of `chunk`) into an output of `out_len` bytes.
-    fn place(units: &[Unit], chunk: &[u8], out_len: usize) -> Vec<u8> {
-        let mut out = vec![0u8; out_len];
-        for u in units {
-            let Source::Range { offset, len } = u.source else { panic!("a range") };
-            let read = &chunk[offset as usize..(offset + len) as usize];
-            for c in &u.placement.copies {
-                c.apply_host(read, &mut out);
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn tiles_of_uncompressed_chunks_read_plane_by_plane_the_same_bytes() {
-        // A 64 x 256 x 256 chunk of u32 at the array's origin; tiles meeting part of it.
-        let shape = [64u64, 256, 256];
-        let chunk: Vec<u8> = (0..shape.iter().product::<u64>() * 4).map(|i| (i * 7 % 251) as u8).collect();
-        let key = StoreKey::new("c/0/0/0").unwrap();
-        let whole = ArraySubset::new_with_shape(shape.to_vec());
-        for (ranges, split) in [
-            ([40..104, 100..356, 180..436], true), // a corner of the chunk: 24 x 156 x 76 of it
-            ([0..64, 0..256, 0..256], false),      // the whole chunk, one run
-            ([10..20, 0..256, 0..256], false),     // whole planes: one run of the output
-            ([0..64, 10..12, 0..256], false),      // needs more than half of what lies between
-        ] {
-            let subset = ArraySubset::new_with_ranges(&ranges);
-            let placement =
-                plan_chunks(4, &subset, [(vec![0, 0, 0], key.clone(), whole.clone())]).unwrap().pop().unwrap();
-            let out_len = (subset.num_elements() * 4) as usize;
-            let want = place(&[Unit::raw(placement.clone())], &chunk, out_len);
-            let units = Unit::raw_planes(placement.clone());
-            assert_eq!(units.len() > 1, split, "{ranges:?}: {} units", units.len());
-            assert_eq!(place(&units, &chunk, out_len), want, "{ranges:?}");
-            assert!(!units[0].part && units[1..].iter().all(|u| u.part));
-            let read: u64 = units.iter().map(Unit::raw_len).sum();
-            assert!(read <= placement.read_len(), "{ranges:?}: {read} read, {} before", placement.read_len());
-            if split {
-                // The rows of 24 planes (156 of 256 each), not the 24 planes whole.
-                assert_eq!(read, 24 * (155 * 1024 + 76 * 4), "{ranges:?}");
-            }
-        }
-    }
+    use super::check_stored_len;
 
     #[test]
     fn stored_sizes_are_bounded_by_the_decoded_size() {
