@@ -55,6 +55,7 @@ mod dlpack;
 mod error;
 pub mod gzip_member;
 mod layout;
+pub mod lz4_block;
 mod nvcomp_codecs;
 mod output;
 mod place;
