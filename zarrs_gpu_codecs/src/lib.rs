@@ -44,6 +44,7 @@
 //! license, at your option.
 
 mod batch;
+pub mod blosc_header;
 mod codec;
 mod config;
 mod context;

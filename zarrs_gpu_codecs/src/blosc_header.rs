@@ -1,0 +1,1169 @@
+//! Host-side checks of Blosc1 chunks before their streams reach nvCOMP, where malformed input is
+//! undefined behaviour.
+//!
+//! # The format
+//!
+//! What c-blosc 1.x writes: the zarr v2 `blosc` compressor and the zarr v3 `blosc` codec (zarrs
+//! decodes both with c-blosc 1.21.6, from blosc-src). A 16-byte header: the format version (2),
+//! the compressor's format version (1), flags (bit 0 byte shuffle, bit 1 memcpyed, bit 2 bit
+//! shuffle, bit 3 reserved, bit 4 "don't split", bits 5 to 7 the compressor: 0 blosclz, 1 lz4 or
+//! lz4hc, 2 snappy, 3 zlib, 4 zstd), the typesize, then three little-endian `i32`: the decoded
+//! size (`nbytes`), the block size and the stored size with the header (`cbytes`).
+//!
+//! A memcpyed chunk holds the decoded bytes right after the header, unshuffled. Otherwise the
+//! header is followed by one `i32` start per block (`ceil(nbytes / blocksize)` blocks, the last
+//! one shorter when the size leaves a remainder), and each block by its streams: each an `i32`
+//! compressed size, then that many bytes. A stream whose compressed size equals its decoded size
+//! is stored as it is; any other is one compressor stream (an LZ4 block, a zstd frame, a zlib
+//! stream, ...). The streams of a block decode, one after the other, into the block's shuffled
+//! bytes, which are then unshuffled (byte or bit shuffle by the typesize) into the output.
+//!
+//! A block is split into `typesize` streams of `blocksize / typesize` bytes when, as c-blosc's
+//! decoder decides (`blosc_d` in blosc/blosc.c, the condition marked "for compatibility with
+//! before the introduction of the split flag"): the "don't split" flag is clear, the typesize is
+//! at most 16 (`MAX_SPLITS`), `blocksize / typesize` is at least 128 (`MIN_BUFFERSIZE`), and the
+//! block is not the short last one. Otherwise a block is one stream. (Its writer, `split_block`,
+//! sets the flag from the same size rule and, by default, splits for every compressor but zstd.)
+//!
+//! # What is checked
+//!
+//! Everything c-blosc's decoder relies on, without overflow: the header's sizes (`cbytes` is the
+//! stored chunk's length exactly, not at most: zarrs calls `blosc_cbuffer_validate` with the
+//! chunk's length, which asks for equality; `nbytes` is the expected decoded size and within
+//! Blosc's limit; a block size that is positive, within the decoded size and Blosc's limit; a
+//! typesize of at least 1; a memcpyed chunk's `cbytes` is `nbytes + 16`), the block starts'
+//! table within the stored bytes and every start within them, each stream's size field and
+//! bytes within the chunk, no empty stream, blocks that split into equal streams; then the
+//! layout c-blosc writes: blocks (in any order, as its threads write them) that tile the bytes
+//! after the starts table exactly, without gaps or overlaps, none starting inside the header or
+//! the table. Streams of a block are contiguous by construction (each starts where the last
+//! ended) and decode into consecutive parts of the block.
+//!
+//! Then every compressed stream is checked as for a chunk of its own: an LZ4 block with
+//! [`crate::lz4_block::check_block`], a zstd frame with [`crate::zstd_frame::check_frame`], a
+//! zlib stream's 2-byte header (deflate, a window of at most 32 KiB, no preset dictionary) and
+//! length. The device decodes the deflate stream inside it ([`BloscChunk::payload`]); its
+//! Adler-32 is not verified.
+//!
+//! # Errors and the host
+//!
+//! An error ([`BloscError`]) is a chunk c-blosc, as zarrs calls it, also rejects (a split that
+//! leaves bytes over makes c-blosc return fewer bytes than the chunk's size, which zarrs refuses
+//! too; an LZ4 match offset of 0 is the exception, see [`crate::lz4_block`]). A chunk that is
+//! valid, or that c-blosc may decode, but that the device path does not take, is a host verdict
+//! with the reason, and zarrs' own codec decides: format or compressor versions other than those
+//! c-blosc 1.x writes, the reserved flag, an unknown compressor, both shuffles at once, a layout
+//! c-blosc accepts but never writes (gaps, overlaps, a block starting in the header), blosclz and
+//! snappy streams (nvCOMP has no decoder for them), LZ4 blocks that break only the end-of-block
+//! rules, zstd frames [`check_frame`] sends to the host or that carry a checksum, and an empty
+//! chunk.
+//!
+//! The work is linear in the stored bytes (the LZ4 walks; header-deep for zstd); what it
+//! allocates is the stream list and one entry per block, sorted, for the layout.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use crate::lz4_block::{check_block, Lz4Error};
+use crate::zstd_frame::{check_frame, FrameError, FrameVerdict};
+
+/// Bytes of a Blosc1 header.
+pub const HEADER_LEN: usize = 16;
+/// The format version c-blosc 1.x writes and reads (`BLOSC_VERSION_FORMAT`).
+const FORMAT_VERSION: u8 = 2;
+/// The compressor format version of every compressor in c-blosc 1.x.
+const COMPRESSOR_VERSION: u8 = 1;
+const DOSHUFFLE: u8 = 0x01;
+const MEMCPYED: u8 = 0x02;
+const DOBITSHUFFLE: u8 = 0x04;
+const RESERVED: u8 = 0x08;
+const DONT_SPLIT: u8 = 0x10;
+/// Blocks split into at most this many streams (`MAX_SPLITS`).
+const MAX_SPLITS: usize = 16;
+/// Split streams are at least this long (`MIN_BUFFERSIZE`).
+const MIN_BUFFERSIZE: usize = 128;
+/// The largest decoded size (`BLOSC_MAX_BUFFERSIZE`).
+const MAX_BUFFERSIZE: u64 = i32::MAX as u64 - HEADER_LEN as u64;
+/// The largest block (`BLOSC_MAX_BLOCKSIZE`).
+const MAX_BLOCKSIZE: u64 = (i32::MAX as u64 - 255 * 4) / 3;
+
+/// The 16-byte header of a Blosc1 chunk, as stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BloscHeader {
+    /// The format version (2 for c-blosc 1.x).
+    pub version: u8,
+    /// The compressor's format version (1).
+    pub versionlz: u8,
+    /// The flags byte.
+    pub flags: u8,
+    /// The typesize: bytes per element, for shuffling and splitting.
+    pub typesize: u8,
+    /// The decoded size.
+    pub nbytes: u32,
+    /// Bytes per block (the last block may be shorter).
+    pub blocksize: u32,
+    /// The stored size, header included.
+    pub cbytes: u32,
+}
+
+impl BloscHeader {
+    /// Reads the header at the start of `data`.
+    ///
+    /// # Errors
+    /// [`BloscError::Truncated`] for fewer than 16 bytes.
+    pub fn parse(data: &[u8]) -> Result<Self, BloscError> {
+        let Some(h) = data.first_chunk::<HEADER_LEN>() else {
+            return Err(BloscError::Truncated { needed: HEADER_LEN, len: data.len() });
+        };
+        let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        Ok(Self {
+            version: h[0],
+            versionlz: h[1],
+            flags: h[2],
+            typesize: h[3],
+            nbytes: word(4),
+            blocksize: word(8),
+            cbytes: word(12),
+        })
+    }
+
+    /// The compressor the flags name.
+    pub fn compressor(&self) -> Compressor {
+        match self.flags >> 5 {
+            0 => Compressor::BloscLz,
+            1 => Compressor::Lz4,
+            2 => Compressor::Snappy,
+            3 => Compressor::Zlib,
+            4 => Compressor::Zstd,
+            code => Compressor::Unknown(code),
+        }
+    }
+
+    /// Whether the chunk holds its decoded bytes as they are (the memcpyed flag).
+    pub fn memcpyed(&self) -> bool {
+        self.flags & MEMCPYED != 0
+    }
+}
+
+/// The compressor of a chunk's streams (bits 5 to 7 of the flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compressor {
+    /// blosclz: no device decoder.
+    BloscLz,
+    /// LZ4 blocks (written by lz4 or lz4hc).
+    Lz4,
+    /// Snappy: no device decoder.
+    Snappy,
+    /// zlib streams (RFC 1950: a 2-byte header, deflate, an Adler-32).
+    Zlib,
+    /// zstd frames.
+    Zstd,
+    /// A code c-blosc 1.x does not know.
+    Unknown(u8),
+}
+
+/// How a block's decoded bytes are unshuffled into the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shuffle {
+    /// They are the output.
+    None,
+    /// Byte shuffle by the typesize: the first bytes of every element, then the second, ...;
+    /// bytes past the last whole element are stored as they are.
+    Byte,
+    /// Bit shuffle by the typesize: bitshuffle's transpose of the block's elements (a multiple
+    /// of 8) as a matrix of bits; bytes past the last whole element are stored as they are.
+    Bit,
+}
+
+/// One stream of a chunk: where its bytes are, and where they decode to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stream {
+    /// The block it belongs to.
+    pub block: usize,
+    /// Where its bytes start in the chunk (after its 4-byte size).
+    pub src_offset: usize,
+    /// Its stored length.
+    pub src_len: usize,
+    /// Where its decoded bytes start among the chunk's decoded (still shuffled) bytes: block
+    /// `b` starts at `b * blocksize`.
+    pub dst_offset: usize,
+    /// Its decoded length.
+    pub dst_len: usize,
+    /// Whether it is stored as it is (a copy), not compressed.
+    pub raw: bool,
+}
+
+/// A Blosc1 chunk whose layout checks out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BloscChunk {
+    /// The header.
+    pub header: BloscHeader,
+    /// The compressor of the streams that are not raw.
+    pub compressor: Compressor,
+    /// Whether the chunk is its decoded bytes after the header (one raw stream per block, no
+    /// unshuffling).
+    pub memcpyed: bool,
+    /// Whether full blocks are split into `typesize` streams.
+    pub split: bool,
+    /// Blocks in the chunk.
+    pub nblocks: usize,
+    /// Every stream, block by block, in decoded order.
+    pub streams: Vec<Stream>,
+    /// Where the blocks do not tile the stored bytes as c-blosc writes them (gaps, overlaps, a
+    /// block starting in the header), though c-blosc would decode them: why.
+    pub unusual_layout: Option<String>,
+}
+
+impl BloscChunk {
+    /// Decoded bytes of block `block` (the last one may be short).
+    pub fn block_len(&self, block: usize) -> usize {
+        let (nbytes, blocksize) = (self.header.nbytes as usize, self.header.blocksize as usize);
+        nbytes.saturating_sub(block.saturating_mul(blocksize)).min(blocksize)
+    }
+
+    /// How block `block` is unshuffled, as c-blosc does it: not at all in a memcpyed chunk; byte
+    /// shuffle when flagged and the typesize is above 1; else bit shuffle when flagged and the
+    /// block holds a nonzero multiple of 8 elements (c-blosc copies other blocks as they are).
+    pub fn unshuffle(&self, block: usize) -> Shuffle {
+        let (flags, typesize) = (self.header.flags, usize::from(self.header.typesize).max(1));
+        let elements = self.block_len(block) / typesize;
+        if self.memcpyed {
+            Shuffle::None
+        } else if flags & DOSHUFFLE != 0 && typesize > 1 {
+            Shuffle::Byte
+        } else if flags & DOBITSHUFFLE != 0 && elements > 0 && elements.is_multiple_of(8) {
+            Shuffle::Bit
+        } else {
+            Shuffle::None
+        }
+    }
+
+    /// The bytes of `stream` a device decoder takes: all of them, except for a zlib stream, the
+    /// deflate stream between its 2-byte header and its 4-byte Adler-32.
+    pub fn payload(&self, stream: &Stream) -> Range<usize> {
+        let end = stream.src_offset + stream.src_len;
+        if self.compressor == Compressor::Zlib && !stream.raw {
+            let start = (stream.src_offset + 2).min(end);
+            start..end.saturating_sub(4).max(start)
+        } else {
+            stream.src_offset..end
+        }
+    }
+}
+
+/// How a well-formed chunk is decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BloscVerdict {
+    /// Every stream checked: the device decodes them, then unshuffles.
+    Device(BloscChunk),
+    /// Decoded on the host by zarrs' blosc codec, which decides whether it is valid.
+    Host(Cow<'static, str>),
+}
+
+/// A chunk that is not a valid Blosc1 chunk of the expected size.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BloscError {
+    /// The chunk ends before a structure it needs.
+    #[error("truncated Blosc chunk: {needed} bytes needed, {len} present")]
+    Truncated {
+        /// Bytes the structure needs.
+        needed: usize,
+        /// Bytes present.
+        len: usize,
+    },
+    /// Not the format version c-blosc 1.x writes ([`check_chunk`] leaves these to the host).
+    #[error("not a Blosc1 chunk: format version {0}")]
+    Version(u8),
+    /// The header's stored size is not the chunk's.
+    #[error("Blosc header records {cbytes} stored bytes, but the chunk holds {len}")]
+    StoredSize {
+        /// The header's `cbytes`.
+        cbytes: u32,
+        /// The chunk's length.
+        len: usize,
+    },
+    /// The header's decoded size is not the chunk's.
+    #[error("Blosc chunk holds {found} bytes but the chunk is {expected} bytes")]
+    SizeMismatch {
+        /// The chunk's decoded size.
+        expected: u64,
+        /// The header's `nbytes`.
+        found: u64,
+    },
+    /// A header field out of range.
+    #[error("corrupt Blosc header: {field} {value} {rule}")]
+    Header {
+        /// Which field.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+        /// The rule it breaks.
+        rule: &'static str,
+    },
+    /// The block starts run past the stored bytes.
+    #[error("corrupt Blosc chunk: the starts of {nblocks} blocks end at byte {needed}, past the {len} stored bytes")]
+    StartTable {
+        /// Blocks in the chunk.
+        nblocks: usize,
+        /// Where the table ends.
+        needed: usize,
+        /// Bytes stored.
+        len: usize,
+    },
+    /// Full blocks do not split into `typesize` equal streams.
+    #[error("corrupt Blosc chunk: blocks of {blocksize} bytes do not split into {typesize} equal streams")]
+    Split {
+        /// The block size.
+        blocksize: u32,
+        /// The typesize.
+        typesize: u8,
+    },
+    /// A block starts outside the stored bytes.
+    #[error("corrupt Blosc chunk: block {block} starts at {start}, outside the {len} stored bytes")]
+    BlockStart {
+        /// The block.
+        block: usize,
+        /// Its recorded start.
+        start: i32,
+        /// Bytes stored.
+        len: usize,
+    },
+    /// A stream is damaged.
+    #[error("corrupt Blosc chunk: block {block}, stream {stream} at byte {offset}: {flaw}")]
+    Stream {
+        /// The block.
+        block: usize,
+        /// The stream in the block, from 0.
+        stream: usize,
+        /// Where the stream's size field starts.
+        offset: usize,
+        /// What is wrong.
+        flaw: StreamFlaw,
+    },
+}
+
+/// What is wrong with one stream.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StreamFlaw {
+    /// Its 4-byte size runs past the stored bytes.
+    #[error("its 4-byte size runs past the {len} stored bytes")]
+    SizeField {
+        /// Bytes stored.
+        len: usize,
+    },
+    /// Its bytes run past the stored bytes, or its size is negative.
+    #[error("its {size} bytes run past the {len} stored bytes")]
+    PastEnd {
+        /// Its recorded size.
+        size: i32,
+        /// Bytes stored.
+        len: usize,
+    },
+    /// It is empty, which no compressor decodes to the block's bytes.
+    #[error("an empty stream cannot decode to {0} bytes")]
+    Empty(usize),
+    /// A corrupt LZ4 block.
+    #[error(transparent)]
+    Lz4(Lz4Error),
+    /// A corrupt zstd frame.
+    #[error(transparent)]
+    Zstd(FrameError),
+    /// A corrupt zlib stream.
+    #[error("zlib stream: {0}")]
+    Zlib(&'static str),
+}
+
+fn header_error(field: &'static str, value: impl Into<u64>, rule: &'static str) -> BloscError {
+    BloscError::Header { field, value: value.into(), rule }
+}
+
+/// Checks the header's sizes against the chunk's length and its expected decoded size.
+fn check_sizes(h: &BloscHeader, len: usize, expected: u64) -> Result<(), BloscError> {
+    if h.version != FORMAT_VERSION {
+        return Err(BloscError::Version(h.version));
+    }
+    if usize::try_from(h.cbytes) != Ok(len) {
+        return Err(BloscError::StoredSize { cbytes: h.cbytes, len });
+    }
+    if h.cbytes > i32::MAX as u32 {
+        return Err(header_error("stored size", h.cbytes, "exceeds Blosc's limit of 2^31 - 1 bytes"));
+    }
+    if u64::from(h.nbytes) > MAX_BUFFERSIZE {
+        return Err(header_error("decoded size", h.nbytes, "exceeds Blosc's limit of 2^31 - 17 bytes"));
+    }
+    if u64::from(h.nbytes) != expected {
+        return Err(BloscError::SizeMismatch { expected, found: u64::from(h.nbytes) });
+    }
+    if h.nbytes == 0 {
+        return Ok(()); // c-blosc stops here, having nothing to decode
+    }
+    if h.blocksize == 0 {
+        return Err(header_error("blocksize", h.blocksize, "is not positive"));
+    }
+    if h.blocksize > h.nbytes {
+        return Err(header_error("blocksize", h.blocksize, "exceeds the decoded size"));
+    }
+    if u64::from(h.blocksize) > MAX_BLOCKSIZE {
+        return Err(header_error("blocksize", h.blocksize, "exceeds Blosc's limit"));
+    }
+    if h.typesize == 0 {
+        return Err(header_error("typesize", h.typesize, "is not positive"));
+    }
+    if h.memcpyed() && u64::from(h.cbytes) != u64::from(h.nbytes) + HEADER_LEN as u64 {
+        return Err(header_error(
+            "stored size",
+            h.cbytes,
+            "is not the decoded size and the header, as a memcpyed chunk's is",
+        ));
+    }
+    Ok(())
+}
+
+/// Reads the streams of block `block` into `streams`; returns the stored bytes the block spans.
+fn block_streams(
+    data: &[u8],
+    chunk: &BloscChunk,
+    block: usize,
+    streams: &mut Vec<Stream>,
+) -> Result<Range<usize>, BloscError> {
+    let len = data.len();
+    let at = HEADER_LEN + 4 * block;
+    let start = i32::from_le_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]]);
+    let first = usize::try_from(start).ok().filter(|&s| s < len);
+    let Some(mut pos) = first else { return Err(BloscError::BlockStart { block, start, len }) };
+    let blocksize = chunk.header.blocksize as usize;
+    let bsize = chunk.block_len(block);
+    let splits = if chunk.split && bsize == blocksize { usize::from(chunk.header.typesize) } else { 1 };
+    let neblock = bsize / splits;
+    for stream in 0..splits {
+        let flaw = |flaw| BloscError::Stream { block, stream, offset: pos, flaw };
+        let Some(&size) = data.get(pos..).and_then(<[u8]>::first_chunk::<4>) else {
+            return Err(flaw(StreamFlaw::SizeField { len }));
+        };
+        let size = i32::from_le_bytes(size);
+        let past = flaw(StreamFlaw::PastEnd { size, len });
+        let n = usize::try_from(size).map_err(|_| past.clone())?;
+        if n > len - (pos + 4) {
+            return Err(past);
+        }
+        if n == 0 {
+            return Err(flaw(StreamFlaw::Empty(neblock)));
+        }
+        let dst_offset = block * blocksize + stream * neblock;
+        streams.push(Stream {
+            block,
+            src_offset: pos + 4,
+            src_len: n,
+            dst_offset,
+            dst_len: neblock,
+            raw: n == neblock,
+        });
+        pos += 4 + n;
+    }
+    Ok(start as usize..pos)
+}
+
+/// Where blocks spanning `extents` (start, end, block) do not tile `table_end..len` exactly.
+fn layout_oddity(extents: &mut [(usize, usize, usize)], table_end: usize, len: usize) -> Option<String> {
+    extents.sort_unstable();
+    let mut end = table_end;
+    for &(start, stop, block) in extents.iter() {
+        if start < table_end {
+            return Some(format!(
+                "block {block} starts at {start}, inside the header and block starts ({table_end} bytes)"
+            ));
+        }
+        if start < end {
+            return Some(format!("block {block} starts at {start}, inside the block before it (which ends at {end})"));
+        }
+        if start > end {
+            return Some(format!("bytes {end}..{start} belong to no block"));
+        }
+        end = stop;
+    }
+    (end != len).then(|| format!("bytes {end}..{len} after the last block belong to no block"))
+}
+
+/// Parse the layout of `data`, a Blosc1 chunk of `expected` decoded bytes: its header and
+/// every stream, with the checks of the module docs up to the layout (not the streams'
+/// contents, nor what goes to the host).
+///
+/// # Errors
+/// Returns a [`BloscError`] for a chunk c-blosc would reject, or another format version.
+pub fn parse_chunk(data: &[u8], expected: u64) -> Result<BloscChunk, BloscError> {
+    let header = BloscHeader::parse(data)?;
+    check_sizes(&header, data.len(), expected)?;
+    let mut chunk = BloscChunk {
+        header,
+        compressor: header.compressor(),
+        memcpyed: header.memcpyed(),
+        split: false,
+        nblocks: 0,
+        streams: Vec::new(),
+        unusual_layout: None,
+    };
+    if header.nbytes == 0 {
+        return Ok(chunk);
+    }
+    let (nbytes, blocksize, typesize) =
+        (header.nbytes as usize, header.blocksize as usize, usize::from(header.typesize));
+    chunk.nblocks = nbytes.div_ceil(blocksize);
+    if chunk.memcpyed {
+        chunk.streams = (0..chunk.nblocks)
+            .map(|block| {
+                let (at, len) = (block * blocksize, chunk.block_len(block));
+                Stream { block, src_offset: HEADER_LEN + at, src_len: len, dst_offset: at, dst_len: len, raw: true }
+            })
+            .collect();
+        return Ok(chunk);
+    }
+    chunk.split = header.flags & DONT_SPLIT == 0 && typesize <= MAX_SPLITS && blocksize / typesize >= MIN_BUFFERSIZE;
+    if chunk.split && blocksize % typesize != 0 {
+        return Err(BloscError::Split { blocksize: header.blocksize, typesize: header.typesize });
+    }
+    let table_end = HEADER_LEN + 4 * chunk.nblocks; // nblocks <= nbytes < 2^31
+    if table_end > data.len() {
+        return Err(BloscError::StartTable { nblocks: chunk.nblocks, needed: table_end, len: data.len() });
+    }
+    let per_block = if chunk.split { typesize } else { 1 };
+    // Every stream takes at least 5 stored bytes: no more than the chunk can hold.
+    let mut streams = Vec::with_capacity((chunk.nblocks * per_block).min(data.len() / 5));
+    let mut extents = Vec::with_capacity(chunk.nblocks);
+    for block in 0..chunk.nblocks {
+        let span = block_streams(data, &chunk, block, &mut streams)?;
+        extents.push((span.start, span.end, block));
+    }
+    chunk.streams = streams;
+    chunk.unusual_layout = layout_oddity(&mut extents, table_end, data.len());
+    Ok(chunk)
+}
+
+/// Why a parsed chunk goes to the host, before its streams are looked at.
+fn host_reason(chunk: &BloscChunk) -> Option<Cow<'static, str>> {
+    let h = &chunk.header;
+    if h.nbytes == 0 {
+        return Some("the chunk is empty".into());
+    }
+    if let Some(why) = &chunk.unusual_layout {
+        return Some(format!("a layout c-blosc does not write: {why}").into());
+    }
+    if chunk.memcpyed {
+        return None;
+    }
+    if h.flags & DOSHUFFLE != 0 && h.flags & DOBITSHUFFLE != 0 {
+        return Some("both byte and bit shuffle are flagged".into());
+    }
+    if let Compressor::Unknown(code) = chunk.compressor {
+        return Some(format!("compressor code {code}, which c-blosc 1.x does not know").into());
+    }
+    if h.versionlz != COMPRESSOR_VERSION {
+        return Some(format!("compressor format version {}, not c-blosc 1.x's 1", h.versionlz).into());
+    }
+    let name = match chunk.compressor {
+        Compressor::BloscLz => "blosclz",
+        Compressor::Snappy => "snappy",
+        _ => return None,
+    };
+    chunk.streams.iter().any(|s| !s.raw).then(|| format!("{name} streams, which nvCOMP does not decode").into())
+}
+
+/// Checks a zlib stream's header and length (zlib rejects what fails here).
+fn zlib_stream(bytes: &[u8]) -> Result<(), &'static str> {
+    let &[cmf, flg, ..] = bytes else { return Err("shorter than its 2-byte header") };
+    if (u16::from(cmf) << 8 | u16::from(flg)) % 31 != 0 {
+        return Err("header check fails");
+    }
+    if cmf & 0x0F != 8 {
+        return Err("compression method is not deflate");
+    }
+    if cmf >> 4 > 7 {
+        return Err("window larger than 32 KiB");
+    }
+    if flg & 0x20 != 0 {
+        return Err("needs a preset dictionary");
+    }
+    if bytes.len() < 2 + 2 + 4 {
+        return Err("too short for a deflate stream and its Adler-32");
+    }
+    Ok(())
+}
+
+/// Checks every compressed stream of a chunk of LZ4, zstd or zlib streams; returns why it goes
+/// to the host, if it does.
+fn check_streams(data: &[u8], chunk: &BloscChunk) -> Result<Option<Cow<'static, str>>, BloscError> {
+    let mut host: Option<Cow<'static, str>> = None;
+    let (mut block, mut stream) = (usize::MAX, 0);
+    for s in &chunk.streams {
+        (block, stream) = if s.block == block { (block, stream + 1) } else { (s.block, 0) };
+        if s.raw {
+            continue;
+        }
+        let bytes = &data[s.src_offset..s.src_offset + s.src_len];
+        let flaw = |flaw| BloscError::Stream { block, stream, offset: s.src_offset - 4, flaw };
+        let why: Option<Cow<'static, str>> = match chunk.compressor {
+            Compressor::Lz4 => match check_block(bytes, s.dst_len) {
+                Ok(_) => None,
+                Err(e) if e.is_restriction() => Some(format!("block {block}, stream {stream}: {e}").into()),
+                Err(e) => return Err(flaw(StreamFlaw::Lz4(e))),
+            },
+            Compressor::Zstd => match check_frame(bytes, s.dst_len as u64) {
+                Ok(FrameVerdict::Device { checksum: false }) => None,
+                Ok(FrameVerdict::Device { checksum: true }) => Some("a zstd stream with a content checksum".into()),
+                Ok(FrameVerdict::Host(why)) => Some(format!("block {block}, stream {stream}: {why}").into()),
+                Err(e) => return Err(flaw(StreamFlaw::Zstd(e))),
+            },
+            Compressor::Zlib => {
+                zlib_stream(bytes).map_err(|what| flaw(StreamFlaw::Zlib(what)))?;
+                None
+            }
+            _ => Some("streams of a compressor nvCOMP does not decode".into()),
+        };
+        if host.is_none() {
+            host = why;
+        }
+    }
+    Ok(host)
+}
+
+/// Check that `data` is one Blosc1 chunk of `expected` decoded bytes, and whether the device
+/// decodes it.
+///
+/// # Errors
+/// Returns a [`BloscError`] for a chunk that is not valid Blosc of that size (see the module
+/// docs).
+pub fn check_chunk(data: &[u8], expected: u64) -> Result<BloscVerdict, BloscError> {
+    let header = BloscHeader::parse(data)?;
+    if header.version != FORMAT_VERSION {
+        return Ok(BloscVerdict::Host(format!("Blosc format version {}, not Blosc1's 2", header.version).into()));
+    }
+    if header.flags & RESERVED != 0 {
+        return Ok(BloscVerdict::Host("the reserved flag (bit 3) is set".into()));
+    }
+    let chunk = parse_chunk(data, expected)?;
+    if let Some(why) = host_reason(&chunk) {
+        return Ok(BloscVerdict::Host(why));
+    }
+    if let Some(why) = check_streams(data, &chunk)? {
+        return Ok(BloscVerdict::Host(why));
+    }
+    Ok(BloscVerdict::Device(chunk))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use proptest::prelude::*;
+    use zarrs::array::codec::bytes_to_bytes::blosc::{
+        blosc_compress_bytes, blosc_decompress_bytes, blosc_validate, BloscCompressionLevel, BloscCompressor,
+        BloscShuffleMode,
+    };
+
+    use super::*;
+
+    const CNAMES: [BloscCompressor; 6] = [
+        BloscCompressor::LZ4,
+        BloscCompressor::LZ4HC,
+        BloscCompressor::Zstd,
+        BloscCompressor::Zlib,
+        BloscCompressor::BloscLZ,
+        BloscCompressor::Snappy,
+    ];
+    const SHUFFLES: [BloscShuffleMode; 3] =
+        [BloscShuffleMode::NoShuffle, BloscShuffleMode::Shuffle, BloscShuffleMode::BitShuffle];
+
+    /// c-blosc's compression, as zarrs' blosc codec calls it.
+    fn encode(
+        raw: &[u8],
+        cname: BloscCompressor,
+        clevel: u8,
+        shuffle: BloscShuffleMode,
+        typesize: usize,
+        blocksize: usize,
+        threads: usize,
+    ) -> Vec<u8> {
+        let clevel = BloscCompressionLevel::try_from(clevel).unwrap();
+        blosc_compress_bytes(raw, clevel, shuffle, typesize, cname, blocksize, threads).unwrap()
+    }
+
+    /// c-blosc's decompression, as zarrs' blosc codec calls it (sizes over 1 MiB are not tried).
+    fn host(data: &[u8]) -> Option<Vec<u8>> {
+        let n = blosc_validate(data).filter(|&n| n <= 1 << 20)?;
+        blosc_decompress_bytes(data, n, 1).ok()
+    }
+
+    /// Byte unshuffle of one block: byte `i` of element `j` is at `i * elements + j`.
+    fn byte_unshuffle(src: &[u8], typesize: usize) -> Vec<u8> {
+        let elements = src.len() / typesize;
+        let mut out = src.to_vec();
+        for j in 0..elements {
+            for i in 0..typesize {
+                out[j * typesize + i] = src[i * elements + j];
+            }
+        }
+        out
+    }
+
+    /// Bit unshuffle of one block of a multiple of 8 elements: bit `k` of byte `i` of element
+    /// `j` is bit `(i * 8 + k) * elements + j` of the block (least significant first).
+    fn bit_unshuffle(src: &[u8], typesize: usize) -> Vec<u8> {
+        let elements = src.len() / typesize;
+        let mut out = src.to_vec();
+        out[..elements * typesize].fill(0);
+        for j in 0..elements {
+            for bit in 0..typesize * 8 {
+                let at = bit * elements + j;
+                if src[at / 8] >> (at % 8) & 1 != 0 {
+                    out[j * typesize + bit / 8] |= 1 << (bit % 8);
+                }
+            }
+        }
+        out
+    }
+
+    /// Decodes a chunk from its description as the device would: each stream's payload into its
+    /// place, then each block unshuffled.
+    fn device_decode(data: &[u8], chunk: &BloscChunk) -> Vec<u8> {
+        let mut shuffled = vec![0u8; chunk.header.nbytes as usize];
+        for s in &chunk.streams {
+            let payload = &data[chunk.payload(s)];
+            let out = &mut shuffled[s.dst_offset..s.dst_offset + s.dst_len];
+            if s.raw {
+                out.copy_from_slice(payload);
+                continue;
+            }
+            match chunk.compressor {
+                Compressor::Lz4 => assert_eq!(lz4_flex::block::decompress_into(payload, out).ok(), Some(s.dst_len)),
+                Compressor::Zstd => out.copy_from_slice(&zstd::bulk::decompress(payload, s.dst_len).unwrap()),
+                Compressor::Zlib => flate2::read::DeflateDecoder::new(payload).read_exact(out).unwrap(),
+                other => panic!("no decoder for {other:?}"),
+            }
+        }
+        let (blocksize, typesize) = (chunk.header.blocksize as usize, usize::from(chunk.header.typesize));
+        let mut decoded = Vec::with_capacity(shuffled.len());
+        for block in 0..chunk.nblocks {
+            let bytes = &shuffled[block * blocksize..block * blocksize + chunk.block_len(block)];
+            decoded.extend(match chunk.unshuffle(block) {
+                Shuffle::None => bytes.to_vec(),
+                Shuffle::Byte => byte_unshuffle(bytes, typesize),
+                Shuffle::Bit => bit_unshuffle(bytes, typesize),
+            });
+        }
+        decoded
+    }
+
+    /// The streams of every block tile its decoded bytes, in order, once.
+    fn assert_covers(chunk: &BloscChunk) {
+        let mut streams = chunk.streams.iter().peekable();
+        for block in 0..chunk.nblocks {
+            let mut at = block * chunk.header.blocksize as usize;
+            let end = at + chunk.block_len(block);
+            while let Some(s) = streams.next_if(|s| s.block == block) {
+                assert_eq!(s.dst_offset, at, "block {block}");
+                at += s.dst_len;
+            }
+            assert_eq!(at, end, "block {block} covered up to {at} of {end}");
+        }
+        assert!(streams.next().is_none());
+        let last = chunk.nblocks.checked_sub(1).map_or(0, |b| b * chunk.header.blocksize as usize + chunk.block_len(b));
+        assert_eq!(last, chunk.header.nbytes as usize);
+    }
+
+    /// `n` bytes of several kinds: noise, a smooth float field, a counting pattern, one value.
+    fn kinds(n: usize, seed: u64) -> Vec<Vec<u8>> {
+        let mut state = seed | 1;
+        let mut random = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let noise: Vec<u8> = (0..n).map(|_| random() as u8).collect();
+        let smooth: Vec<u8> = (0..n.div_ceil(4))
+            .flat_map(|i| ((i as f32 * 0.01).sin() + (random() % 100) as f32 * 1e-4).to_le_bytes())
+            .take(n)
+            .collect();
+        let counting: Vec<u8> = (0..n).map(|i| ((i / 7) as u8).wrapping_mul(31) ^ (i % 5) as u8).collect();
+        vec![noise, smooth, counting, vec![7; n]]
+    }
+
+    /// Every compressor, shuffle, typesize and a few block sizes: parsed, the streams cover each
+    /// block once, LZ4 streams pass the walk, and what goes to the device decodes from the
+    /// description to the original bytes.
+    #[test]
+    fn chunks_from_c_blosc() {
+        // Chunks seen: on the device, split, byte and bit unshuffled, memcpyed, to the host.
+        let mut seen = [0usize; 6];
+        for (k, n) in [0usize, 1, 127, 128, 1000, 5000, 70_000, 300_000].into_iter().enumerate() {
+            for (kind, raw) in kinds(n, k as u64 + 1).into_iter().enumerate() {
+                for (c, cname) in CNAMES.into_iter().enumerate() {
+                    let typesize = [1, 2, 3, 4, 8, 17][(kind + c + k) % 6];
+                    let blocksize = [0, 128, 1000, 4096][(kind + k) % 4];
+                    for shuffle in SHUFFLES {
+                        let clevel = [5, 1, 9, 0, 3, 7][(c + kind + k) % 6];
+                        let data = encode(&raw, cname, clevel, shuffle, typesize, blocksize, 1);
+                        let what = format!("{n} bytes of kind {kind}, {cname:?} {clevel} {shuffle:?}, typesize {typesize}, blocksize {blocksize}");
+                        let (device, chunk) = check_c_blosc(&data, &raw, &what);
+                        let shuffles: Vec<Shuffle> = (0..chunk.nblocks).map(|b| chunk.unshuffle(b)).collect();
+                        for (i, seen_it) in [
+                            device,
+                            device && chunk.split,
+                            device && shuffles.contains(&Shuffle::Byte),
+                            device && shuffles.contains(&Shuffle::Bit),
+                            chunk.memcpyed,
+                            !device,
+                        ]
+                        .into_iter()
+                        .enumerate()
+                        {
+                            seen[i] += usize::from(seen_it);
+                        }
+                    }
+                }
+            }
+        }
+        assert!(seen.iter().all(|&n| n > 10), "{seen:?}");
+    }
+
+    /// The checks of `chunks_from_c_blosc` on one chunk c-blosc made from `raw`; whether it goes
+    /// to the device, and its layout.
+    fn check_c_blosc(data: &[u8], raw: &[u8], what: &str) -> (bool, BloscChunk) {
+        let chunk = parse_chunk(data, raw.len() as u64).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_covers(&chunk);
+        assert_eq!(chunk.unusual_layout, None, "{what}");
+        if chunk.compressor == Compressor::Lz4 {
+            for s in chunk.streams.iter().filter(|s| !s.raw) {
+                assert_eq!(check_block(&data[chunk.payload(s)], s.dst_len), Ok(s.dst_len), "{what}");
+            }
+        }
+        let unsupported = matches!(chunk.compressor, Compressor::BloscLz | Compressor::Snappy);
+        match check_chunk(data, raw.len() as u64).unwrap_or_else(|e| panic!("{what}: {e}")) {
+            BloscVerdict::Device(device) => {
+                assert_eq!(device, chunk);
+                assert!(!raw.is_empty() && (chunk.memcpyed || !unsupported || chunk.streams.iter().all(|s| s.raw)));
+                assert_eq!(device_decode(data, &chunk), raw, "{what}");
+                (true, chunk)
+            }
+            BloscVerdict::Host(why) => {
+                assert!(raw.is_empty() || unsupported, "{what}: {why}");
+                (false, chunk)
+            }
+        }
+    }
+
+    /// Blocks written by several threads land in the order they finish, not their own.
+    #[test]
+    fn blocks_out_of_order_from_threads() {
+        let raw: Vec<u8> = kinds(4_000_000, 9).swap_remove(1);
+        let data = encode(&raw, BloscCompressor::LZ4, 5, BloscShuffleMode::Shuffle, 4, 16384, 4);
+        let BloscVerdict::Device(chunk) = check_chunk(&data, raw.len() as u64).unwrap() else { panic!("host") };
+        let starts: Vec<usize> =
+            (0..chunk.nblocks).map(|b| chunk.streams.iter().find(|s| s.block == b).unwrap().src_offset).collect();
+        assert!(starts.windows(2).any(|w| w[1] < w[0]), "blocks in order");
+        assert_eq!(device_decode(&data, &chunk), raw);
+    }
+
+    /// A literal-only LZ4 block of `bytes`.
+    fn lz4_literals(bytes: &[u8]) -> Vec<u8> {
+        let mut block = vec![(bytes.len().min(15) << 4) as u8];
+        if bytes.len() >= 15 {
+            let mut rest = bytes.len() - 15;
+            while rest >= 255 {
+                block.push(255);
+                rest -= 255;
+            }
+            block.push(rest as u8);
+        }
+        block.extend_from_slice(bytes);
+        block
+    }
+
+    /// A chunk of `blocks` of streams, packed after the starts, `gap` bytes after the starts.
+    fn build(flags: u8, typesize: u8, nbytes: u32, blocksize: u32, blocks: &[Vec<Vec<u8>>], gap: usize) -> Vec<u8> {
+        let mut data = vec![2, 1, flags, typesize];
+        data.extend(nbytes.to_le_bytes());
+        data.extend(blocksize.to_le_bytes());
+        data.extend([0; 4]);
+        let mut body = vec![0u8; gap];
+        for block in blocks {
+            data.extend(((HEADER_LEN + 4 * blocks.len() + body.len()) as u32).to_le_bytes());
+            for stream in block {
+                body.extend((stream.len() as u32).to_le_bytes());
+                body.extend(stream);
+            }
+        }
+        data.extend(body);
+        let cbytes = (data.len() as u32).to_le_bytes();
+        data[12..16].copy_from_slice(&cbytes);
+        data
+    }
+
+    const LZ4: u8 = 1 << 5;
+
+    /// 300 bytes in blocks of 128, 128 and 44, each one LZ4 stream of literals.
+    fn hand_built() -> (Vec<u8>, Vec<u8>) {
+        let raw: Vec<u8> = (0..300).map(|i| (i * 7) as u8).collect();
+        let blocks: Vec<Vec<Vec<u8>>> = raw.chunks(128).map(|b| vec![lz4_literals(b)]).collect();
+        (build(LZ4, 1, 300, 128, &blocks, 0), raw)
+    }
+
+    /// `check_chunk` rejects `data` naming `what`, and c-blosc does not decode `expected` bytes.
+    fn rejects(data: &[u8], expected: u64, what: &str) {
+        let err = check_chunk(data, expected).unwrap_err();
+        assert!(err.to_string().contains(what), "expected {what:?}, got {err}");
+        assert_ne!(host(data).map(|h| h.len() as u64), Some(expected), "c-blosc decodes what we reject: {err}");
+    }
+
+    /// `check_chunk` sends `data` to the host, saying `what`.
+    fn to_host(data: &[u8], expected: u64, what: &str) {
+        match check_chunk(data, expected) {
+            Ok(BloscVerdict::Host(why)) => assert!(why.contains(what), "expected {what:?}, got {why}"),
+            other => panic!("expected the host ({what}), got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn hand_built_chunk_and_its_header_corruptions() {
+        let (data, raw) = hand_built();
+        assert_eq!(host(&data).unwrap(), raw, "c-blosc reads the hand-built chunk");
+        let BloscVerdict::Device(chunk) = check_chunk(&data, 300).unwrap() else { panic!("host") };
+        assert_eq!((chunk.nblocks, chunk.streams.len(), chunk.split), (3, 3, true));
+        assert_eq!(device_decode(&data, &chunk), raw);
+        let len = data.len();
+        let with = |at: usize, bytes: &[u8]| {
+            let mut bad = data.clone();
+            bad[at..at + bytes.len()].copy_from_slice(bytes);
+            bad
+        };
+        rejects(&data[..15], 300, "truncated Blosc chunk: 16 bytes needed, 15 present");
+        rejects(
+            &[&data[..], &[0]].concat(),
+            300,
+            &format!("records {len} stored bytes, but the chunk holds {}", len + 1),
+        );
+        rejects(&data, 301, "holds 300 bytes but the chunk is 301 bytes");
+        rejects(&with(4, &u32::MAX.to_le_bytes()), 300, "decoded size 4294967295 exceeds Blosc's limit");
+        rejects(&with(8, &[0; 4]), 300, "blocksize 0 is not positive");
+        rejects(&with(8, &301u32.to_le_bytes()), 300, "blocksize 301 exceeds the decoded size");
+        rejects(&with(3, &[0]), 300, "typesize 0 is not positive");
+        rejects(&with(8, &1u32.to_le_bytes()), 300, "the starts of 300 blocks end at byte 1216");
+        rejects(
+            &with(24, &9000u32.to_le_bytes()),
+            300,
+            &format!("block 2 starts at 9000, outside the {len} stored bytes"),
+        );
+        rejects(&with(24, &(-5i32).to_le_bytes()), 300, "block 2 starts at -5");
+        rejects(&with(2, &[LZ4 | MEMCPYED]), 300, "stored size");
+        // Typesize 3 splits 385-byte blocks (128 bytes each) but leaves a byte over.
+        let odd = build(LZ4, 3, 770, 385, &[vec![vec![0]], vec![vec![0]]], 0);
+        rejects(&odd, 770, "blocks of 385 bytes do not split into 3 equal streams");
+    }
+
+    #[test]
+    fn corrupt_streams() {
+        let (data, raw) = hand_built();
+        let with = |at: usize, bytes: &[u8]| {
+            let mut bad = data.clone();
+            bad[at..at + bytes.len()].copy_from_slice(bytes);
+            bad
+        };
+        // Block 0's stream: its size at 28, its LZ4 block (token, extension, literals) at 32.
+        let len = data.len();
+        rejects(&with(28, &(-1i32).to_le_bytes()), 300, "block 0, stream 0 at byte 28: its -1 bytes run past");
+        rejects(&with(28, &5000i32.to_le_bytes()), 300, &format!("its 5000 bytes run past the {len} stored bytes"));
+        rejects(&with(28, &[0; 4]), 300, "block 0, stream 0 at byte 28: an empty stream cannot decode to 128 bytes");
+        rejects(
+            &with(33, &[114]),
+            300,
+            "block 0, stream 0 at byte 28: corrupt LZ4 block at input byte 2: literals run past the input",
+        );
+        rejects(
+            &with(24, &((len - 2) as u32).to_le_bytes()),
+            300,
+            &format!("block 2, stream 0 at byte {}: its 4-byte size runs past", len - 2),
+        );
+        // A memcpyed chunk: its bytes after the header.
+        let mut copied = build(MEMCPYED | 3 << 5, 4, 300, 128, &[], 0);
+        copied.truncate(HEADER_LEN);
+        copied.extend(&raw);
+        copied[12..16].copy_from_slice(&316u32.to_le_bytes());
+        let BloscVerdict::Device(chunk) = check_chunk(&copied, 300).unwrap() else { panic!("host") };
+        assert!(chunk.memcpyed && chunk.streams.iter().all(|s| s.raw));
+        assert_eq!((device_decode(&copied, &chunk), host(&copied).unwrap()), (raw.clone(), raw));
+    }
+
+    #[test]
+    fn valid_but_unusual_chunks_go_to_the_host() {
+        let (data, raw) = hand_built();
+        let with = |at: usize, bytes: &[u8]| {
+            let mut bad = data.clone();
+            bad[at..at + bytes.len()].copy_from_slice(bytes);
+            bad
+        };
+        to_host(&with(0, &[3]), 300, "Blosc format version 3");
+        to_host(&with(2, &[LZ4 | RESERVED]), 300, "reserved flag");
+        to_host(&with(2, &[6 << 5]), 300, "compressor code 6");
+        to_host(&with(1, &[2]), 300, "compressor format version 2");
+        to_host(&with(2, &[LZ4 | DOSHUFFLE | DOBITSHUFFLE]), 300, "both byte and bit shuffle");
+        to_host(&with(2, &[0]), 300, "blosclz streams");
+        to_host(&with(2, &[2 << 5]), 300, "snappy streams");
+        to_host(&build(LZ4, 1, 0, 0, &[], 0), 0, "the chunk is empty");
+        // Blocks 0 and 1 hold the same bytes: c-blosc decodes block 0's bytes twice.
+        let overlap = with(20, &data[16..20]);
+        to_host(&overlap, 300, "block 1 starts at 28, inside the block before it");
+        assert_eq!(host(&overlap).unwrap()[128..256], raw[..128]);
+        let blocks: Vec<Vec<Vec<u8>>> = raw.chunks(128).map(|b| vec![lz4_literals(b)]).collect();
+        let gap = build(LZ4, 1, 300, 128, &blocks, 3);
+        to_host(&gap, 300, "bytes 28..31 belong to no block");
+        assert_eq!(host(&gap).unwrap(), raw);
+        to_host(&with(16, &[16, 0, 0, 0]), 300, "block 0 starts at 16, inside the header and block starts (28 bytes)");
+    }
+
+    #[test]
+    fn streams_the_device_does_not_take() {
+        // An LZ4 block breaking the end-of-block rules, which LZ4_decompress_safe decodes.
+        let mut shortcut = vec![0xEE];
+        shortcut.extend(b"abcdefghijklmn");
+        shortcut.extend([8, 0, 0]);
+        let chunk = build(LZ4, 1, 32, 32, &[vec![shortcut]], 0);
+        to_host(&chunk, 32, "block 0, stream 0: LZ4 block breaks the end-of-block rules");
+        assert_eq!(host(&chunk).unwrap().len(), 32);
+        // zstd: a content checksum, two frames.
+        let raw: Vec<u8> = (0..200u8).collect();
+        let mut encoder = zstd::bulk::Compressor::new(3).unwrap();
+        encoder.include_checksum(true).unwrap();
+        let zstd = 4 << 5;
+        to_host(&build(zstd, 1, 200, 200, &[vec![encoder.compress(&raw).unwrap()]], 0), 200, "content checksum");
+        let two =
+            [zstd::bulk::compress(&raw[..100], 3).unwrap(), zstd::bulk::compress(&raw[100..], 3).unwrap()].concat();
+        to_host(&build(zstd, 1, 200, 200, &[vec![two]], 0), 200, "several frames");
+        let mut frame = zstd::bulk::compress(&raw, 3).unwrap();
+        frame[0] ^= 1;
+        rejects(&build(zstd, 1, 200, 200, &[vec![frame]], 0), 200, "block 0, stream 0 at byte 20: not a zstd frame");
+    }
+
+    #[test]
+    fn corrupt_zlib_streams() {
+        let raw: Vec<u8> = (0..200u8).map(|i| i / 3).collect();
+        let mut encoder = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut encoder, &raw).unwrap();
+        let stream = encoder.finish().unwrap();
+        let zlib = 3 << 5;
+        let chunk = build(zlib, 1, 200, 200, &[vec![stream.clone()]], 0);
+        let BloscVerdict::Device(parsed) = check_chunk(&chunk, 200).unwrap() else { panic!("host") };
+        assert_eq!((device_decode(&chunk, &parsed), host(&chunk).unwrap()), (raw.clone(), raw));
+        let with = |header: [u8; 2]| {
+            let mut bad = stream.clone();
+            bad[..2].copy_from_slice(&header);
+            build(zlib, 1, 200, 200, &[vec![bad]], 0)
+        };
+        rejects(&with([0x78, 0x9D]), 200, "zlib stream: header check fails");
+        rejects(&with([0x77, 0x85]), 200, "zlib stream: compression method is not deflate");
+        rejects(&with([0x88, 0x98]), 200, "zlib stream: window larger than 32 KiB");
+        rejects(&with([0x78, 0xBB]), 200, "zlib stream: needs a preset dictionary");
+        rejects(&build(zlib, 1, 200, 200, &[vec![vec![0x78, 0x9C, 3, 0, 0]]], 0), 200, "zlib stream: too short");
+    }
+
+    /// A chunk c-blosc made: its bytes, and the bytes it holds.
+    fn c_blosc_chunk() -> impl Strategy<Value = (Vec<u8>, Vec<u8>)> {
+        (0usize..20_000, any::<u64>(), 0usize..4, 0usize..6, 0u8..=9, 0usize..3, 1usize..=8, 0usize..5).prop_map(
+            |(n, seed, kind, c, clevel, shuffle, typesize, blocksize)| {
+                let raw = kinds(n, seed).swap_remove(kind);
+                let blocksize = [0, 128, 256, 1000, 4096][blocksize];
+                (encode(&raw, CNAMES[c], clevel, SHUFFLES[shuffle], typesize, blocksize, 1), raw)
+            },
+        )
+    }
+
+    /// One damage: a byte anywhere, a byte of the header or starts, a header field or block
+    /// start overwritten with a value near the truth or not, a cut, bytes appended (the last two
+    /// with the stored size in the header following, or not).
+    #[derive(Clone, Debug)]
+    enum Damage {
+        Byte(proptest::sample::Index, u8),
+        HeadByte(proptest::sample::Index, u8),
+        Field(usize, u32),
+        Start(proptest::sample::Index, i32),
+        Cut(proptest::sample::Index, bool),
+        Append(Vec<u8>, bool),
+    }
+
+    fn damage() -> impl Strategy<Value = Damage> {
+        use proptest::sample::Index;
+        prop_oneof![
+            6 => (any::<Index>(), any::<u8>()).prop_map(|(i, b)| Damage::Byte(i, b)),
+            2 => (any::<Index>(), any::<u8>()).prop_map(|(i, b)| Damage::HeadByte(i, b)),
+            2 => (0usize..3, prop_oneof![0u32..300, any::<u32>()]).prop_map(|(f, v)| Damage::Field(f, v)),
+            2 => (any::<Index>(), prop_oneof![-8i32..8, any::<i32>()]).prop_map(|(i, d)| Damage::Start(i, d)),
+            1 => (any::<Index>(), any::<bool>()).prop_map(|(i, fix)| Damage::Cut(i, fix)),
+            1 => (proptest::collection::vec(any::<u8>(), 1..8), any::<bool>()).prop_map(|(b, fix)| Damage::Append(b, fix)),
+        ]
+    }
+
+    fn apply(data: &mut Vec<u8>, damage: &Damage) {
+        let table = parse_chunk(data, 0).map_or(HEADER_LEN, |c| HEADER_LEN + 4 * c.nblocks).min(data.len());
+        let word = |data: &mut Vec<u8>, at: usize, value: [u8; 4]| {
+            if at + 4 <= data.len() {
+                data[at..at + 4].copy_from_slice(&value);
+            }
+        };
+        match damage {
+            Damage::Byte(i, b) if !data.is_empty() => {
+                let at = i.index(data.len());
+                data[at] = *b;
+            }
+            Damage::HeadByte(i, b) if table > 0 => data[i.index(table)] = *b,
+            Damage::Field(f, v) => word(data, 4 + 4 * f, v.to_le_bytes()),
+            Damage::Start(i, d) if table > HEADER_LEN => {
+                let at = HEADER_LEN + 4 * i.index((table - HEADER_LEN) / 4);
+                let start = i32::from_le_bytes(data[at..at + 4].try_into().unwrap());
+                word(data, at, start.wrapping_add(*d).to_le_bytes());
+            }
+            Damage::Cut(i, _) => data.truncate(i.index(data.len() + 1)),
+            Damage::Append(bytes, _) => data.extend(bytes),
+            _ => {}
+        }
+        if let Damage::Cut(_, true) | Damage::Append(_, true) = damage {
+            word(data, 12, (data.len() as u32).to_le_bytes());
+        }
+    }
+
+    proptest! {
+        /// Random arrays through c-blosc, every compressor, shuffle, typesize 1 to 8 and block
+        /// sizes: parsed, covered, their LZ4 streams walked, the device's decoded from the layout.
+        #[test]
+        fn random_c_blosc_chunks((data, raw) in c_blosc_chunk()) {
+            check_c_blosc(&data, &raw, "a random chunk");
+        }
+
+        /// Damaged chunks: never a panic; what is rejected, c-blosc does not decode to the size
+        /// either (an LZ4 offset of 0 aside); what goes to the device with LZ4 or raw streams,
+        /// c-blosc decodes to the same bytes as the layout does.
+        #[test]
+        fn damaged_c_blosc_chunks(
+            (mut data, raw) in c_blosc_chunk(),
+            damages in proptest::collection::vec(damage(), 1..3),
+            lie in prop_oneof![8 => Just(0i64), 1 => -1i64..=1],
+        ) {
+            for damage in &damages {
+                apply(&mut data, damage);
+            }
+            let expected = (raw.len() as i64 + lie).max(0) as u64;
+            let host = host(&data);
+            let decoded = host.as_ref().map(|h| h.len() as u64);
+            match check_chunk(&data, expected) {
+                Err(BloscError::Stream { flaw: StreamFlaw::Lz4(Lz4Error::Corrupt { what: Lz4Error::ZERO_OFFSET, .. }), .. })
+                | Ok(BloscVerdict::Host(_)) => {}
+                Err(e) => prop_assert_ne!(decoded, Some(expected), "c-blosc decodes what we reject: {}", e),
+                Ok(BloscVerdict::Device(chunk)) => {
+                    assert_covers(&chunk);
+                    let checked = chunk.memcpyed || chunk.compressor == Compressor::Lz4 || chunk.streams.iter().all(|s| s.raw);
+                    if checked || decoded == Some(expected) {
+                        prop_assert_eq!(decoded, Some(expected), "c-blosc rejects what we send to the device");
+                        prop_assert_eq!(&device_decode(&data, &chunk), host.as_ref().unwrap());
+                    }
+                }
+            }
+        }
+    }
+}
