@@ -32,3 +32,31 @@ printf '\x01\x0d%s' '7' > corpus/subset/index
 printf '\x06\x04\x00\x00\x00\x00\x00\x00\x00\x06\x00\x00\x00\x00\x00\x00\x00\x0a\x00\x00\x00\x00\x00\x00\x00\x64\x00\x00\x00\x00\x00\x00\x00' > corpus/shard_index/entry
 printf '\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' > corpus/shard_index/missing
 printf '\x05\x04\x08\x08\x10' > corpus/shard_index/shapes
+# lz4_block: the expected length (u16 LE), then one raw LZ4 block, cut out of a one-block lz4
+# frame (7 header bytes, a 4-byte block size, the block). blosc_header: a mode byte (3: the
+# expected size is the header's, the stored size the chunk's), a size byte, then a Blosc1 chunk:
+# one LZ4 block as its one stream, or the bytes memcpyed.
+mkdir -p corpus/lz4_block corpus/blosc_header
+for k in 1 3 17 60 200; do
+  for kind in text zeros; do
+    case $kind in
+      text) yes "zarr chunk $k of floats 0.25 0.5" | head -c $((k * 97)) > "$tmp/l" ;;
+      zeros) head -c $((k * 97)) /dev/zero > "$tmp/l" ;;
+    esac
+    lz4 -q -c -B4 --no-frame-crc "$tmp/l" > "$tmp/l.lz4"
+    python3 - "$tmp/l" "$tmp/l.lz4" "corpus/lz4_block/$kind-$k" "corpus/blosc_header/$kind-$k" <<'PY'
+import struct, sys
+raw, frame = open(sys.argv[1], 'rb').read(), open(sys.argv[2], 'rb').read()
+size, = struct.unpack_from('<I', frame, 7)
+if size & 0x80000000:
+    sys.exit(0)  # stored uncompressed: no LZ4 block to seed
+block = frame[11:11 + size]
+open(sys.argv[3], 'wb').write(struct.pack('<H', len(raw)) + block)
+n = len(raw)
+chunk = bytes([2, 1, 1 << 5 | 0x10, 1]) + struct.pack('<IIII', n, n, 24 + len(block), 20) + struct.pack('<I', len(block)) + block
+copied = bytes([2, 1, 0x02, 1]) + struct.pack('<III', n, n, 16 + n) + raw
+open(sys.argv[4], 'wb').write(bytes([3, 0]) + chunk)
+open(sys.argv[4] + '-memcpyed', 'wb').write(bytes([3, 0]) + copied)
+PY
+  done
+done
