@@ -521,7 +521,7 @@ pub fn parse_chunk(data: &[u8], expected: u64) -> Result<BloscChunk, BloscError>
     if chunk.split && blocksize % typesize != 0 {
         return Err(BloscError::Split { blocksize: header.blocksize, typesize: header.typesize });
     }
-    let table_end = HEADER_LEN + 4 * chunk.nblocks; // nblocks <= nbytes < 2^31
+    let table_end = chunk.nblocks.checked_mul(4).and_then(|t| t.checked_add(HEADER_LEN)).unwrap_or(usize::MAX);
     if table_end > data.len() {
         return Err(BloscError::StartTable { nblocks: chunk.nblocks, needed: table_end, len: data.len() });
     }
