@@ -148,7 +148,17 @@ impl DeviceCodec for Zstd {
     }
 
     fn decode_host(&self, encoded: &[u8], out: &mut [u8]) -> Result<usize, String> {
-        zstd::bulk::decompress_to_buffer(encoded, out).map_err(|e| e.to_string())
+        // One decompression context per thread, kept: a new one (zstd::bulk::decompress_to_buffer)
+        // allocates and faults in about 200 KiB for every chunk. The one-shot decode resets it.
+        thread_local!(static CONTEXT: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) });
+        CONTEXT.with(|context| {
+            let mut context = context.borrow_mut();
+            if context.is_none() {
+                *context = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
+            }
+            let decompressor = context.as_mut().expect("made above");
+            decompressor.decompress_to_buffer(encoded, out).map_err(|e| e.to_string())
+        })
     }
 }
 
@@ -217,4 +227,32 @@ fn gunzip(data: &[u8], out: &mut [u8]) -> std::io::Result<usize> {
     // Reading on to the end checks the trailer; anything more is too long.
     let more = decoder.read(&mut [0u8; 1])?;
     Ok(written + more)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_zstd_decodes_frame_after_frame_on_one_context_errors_included() {
+        let frames: Vec<(Vec<u8>, Vec<u8>)> = (0..4u32)
+            .map(|k| {
+                let data: Vec<u8> = (0..(50_000 + k * 7_000)).map(|i| ((i * (k + 3)) % 251) as u8).collect();
+                (zstd::bulk::compress(&data, 3).unwrap(), data)
+            })
+            .collect();
+        for (n, (frame, data)) in frames.iter().enumerate() {
+            let mut out = vec![0u8; data.len()];
+            assert_eq!(Zstd.decode_host(frame, &mut out), Ok(data.len()));
+            assert_eq!(&out, data, "frame {n}");
+            // A damaged frame is an error, and the next frame still decodes on the same context.
+            let mut bad = frame.clone();
+            bad.truncate(frame.len() / 2);
+            assert!(Zstd.decode_host(&bad, &mut out).is_err());
+        }
+        let (frame, data) = &frames[0];
+        let mut out = vec![0u8; data.len()];
+        assert_eq!(Zstd.decode_host(frame, &mut out), Ok(data.len()));
+        assert_eq!(&out, data);
+    }
 }
