@@ -547,6 +547,25 @@ class CpuTests(unittest.TestCase):
             zarrs_gpu.tiles(a, (2**20, 2**70))
         self.assertIn("their list does not fit in memory", str(caught.exception))
 
+    def test_read_ahead_takes_zarrs_gpu_and_local_zarr_python_arrays(self):
+        keys = [(slice(0, 4),), (slice(4, 9), 2)]
+        # A zarr-python array in a local store: read by zarrs_gpu; other stores are refused at once.
+        for array in (zarrs_gpu.open(self.v3), zarr.open_array(self.v3, mode="r")):
+            with self.subTest(array=type(array).__name__):
+                it = zarrs_gpu.read_ahead(array, keys, prefetch=1, device=0)
+                self.assertIsInstance(it, zarrs_gpu.ReadAhead)
+                if os.environ.get("ZARRS_GPU_EXPECT_NO_GPU"):
+                    with self.assertRaises(RuntimeError):
+                        next(it)
+                it.close()
+        memory = zarr.create_array(zarr.storage.MemoryStore(), shape=(4,), chunks=(2,), dtype="f4")
+        for bad in (memory, np.zeros(3), "path"):
+            with self.assertRaises(TypeError) as caught:
+                zarrs_gpu.read_ahead(bad, keys)
+            self.assertIn("local store", str(caught.exception))
+        with self.assertRaises(ValueError):
+            zarrs_gpu.read_ahead(zarr.open_array(self.v3, mode="r"), keys, prefetch=0, device=0)
+
     def test_tiles_of_an_empty_array_read_nothing(self):
         path = os.path.join(self.dir.name, "empty.zarr")
         zarr.create_array(store=path, shape=(0, 5), chunks=(4, 5), dtype="int16")

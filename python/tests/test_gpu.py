@@ -422,6 +422,21 @@ class GpuTests(unittest.TestCase):
             self.assertEqual(box, (slice(1, 30), slice(2, 3), slice(4, 40)))
             np.testing.assert_array_equal(cp.asnumpy(cp.asarray(tile)), want[1:30, 2:3, 4:40])
 
+    def test_read_ahead_of_a_zarr_python_array_matches_it(self):
+        with tempfile.TemporaryDirectory() as d:
+            path, z, want = self.tiles_array(d)
+            keys = [(slice(3, 30), slice(None), slice(5, 41)), (7, Ellipsis), (slice(-9, None),)]
+            for array in (z, zarr.open_array(path, mode="r")):
+                got = list(zarrs_gpu.read_ahead(array, keys, prefetch=2))
+                self.assertEqual(len(got), len(keys))
+                for key, (_, tile) in zip(keys, got):
+                    np.testing.assert_array_equal(cp.asnumpy(cp.asarray(tile)), np.asarray(z[key]))
+            # Inside gpu_zarr_context() too.
+            with zarrs_gpu.gpu_zarr_context():
+                inside = zarr.open_array(path, mode="r")
+                (_, tile), = zarrs_gpu.read_ahead(inside, keys[:1])
+                np.testing.assert_array_equal(cp.asnumpy(cp.asarray(tile)), want[keys[0]])
+
     def test_read_async_matches_zarr_python(self):
         with tempfile.TemporaryDirectory() as d:
             path, z, want = self.tiles_array(d)

@@ -19,6 +19,7 @@ Existing zarr-python code gets the same decode inside ``with zarrs_gpu.gpu_zarr_
 """
 
 import contextlib
+from typing import Any, Iterable, Optional
 
 from ._zarrs_gpu import (
     Array,
@@ -43,9 +44,30 @@ __all__ = [
     "memory_in_use",
     "open",
     "read",
+    "read_ahead",
     "tiles",
     "__version__",
 ]
+
+
+def read_ahead(array: Any, keys: Iterable[Any], *, prefetch: int = 2, device: Optional[int] = None) -> ReadAhead:
+    """Reads of ``keys`` (what ``array[key]`` takes) kept in flight on a background thread, as
+    ``Array.read_ahead`` does: yields ``(box, DeviceArray)`` in order while the caller uses the
+    ones before. ``array`` is a ``zarrs_gpu.Array``, or a zarr-python array in a local store
+    (``zarr.storage.LocalStore``), read by zarrs_gpu on GPU ``device`` (default: CuPy's current
+    device, else 0), inside ``gpu_zarr_context()`` or not. Bad arguments raise here."""
+    if isinstance(array, Array):
+        return array.read_ahead(keys, prefetch=prefetch)
+    from .pipeline import zarrs_array_of
+
+    if device is None:
+        try:
+            import cupy
+
+            device = cupy.cuda.Device().id
+        except ImportError:
+            device = 0
+    return zarrs_array_of(array, device).read_ahead(keys, prefetch=prefetch)
 
 
 @contextlib.contextmanager

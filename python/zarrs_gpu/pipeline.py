@@ -240,6 +240,23 @@ def _open_array(root, path, device=0):
     return array
 
 
+def zarrs_array_of(array, device=0):
+    """The zarrs_gpu array that reads a zarr-python `array` in a local store to GPU `device` (kept
+    between calls like the pipeline's own, while its metadata is the same). TypeError for an
+    array of another store, ValueError when zarrs cannot open it."""
+    store = getattr(getattr(array, "store_path", None), "store", None)
+    if not isinstance(store, LocalStore):
+        where = f" in a {type(store).__name__}" if store is not None else ""
+        raise TypeError(
+            "expected a zarrs_gpu.Array or a zarr-python array in a local store (zarr.storage.LocalStore), "
+            f"not a {type(array).__name__}{where}"
+        )
+    gpu = _open_array(str(store.root), array.store_path.path, device)
+    if gpu is None:
+        raise ValueError(f"zarrs_gpu cannot open the array at {os.path.join(str(store.root), array.store_path.path)}")
+    return gpu
+
+
 def _read_bytes(path):
     """A file's bytes, or None when it cannot be read."""
     try:

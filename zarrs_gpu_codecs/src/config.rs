@@ -1,13 +1,15 @@
-//! The configuration of device retrieval ([`GpuConfig`], from code and the environment) and GPU
-//! mode: a configuration scoped to the thread that runs a closure.
+//! The configuration of device retrieval ([`GpuConfig`], from code and the environment) and
+//! which stored chunks nvCOMP may decode ([`DecodeTrust`]). GPU mode, a configuration scoped to
+//! the thread that runs a closure (and `GpuConfig::current`, which reads it), is `gpu_mode.rs`.
 
-use std::cell::RefCell;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use zarrs_gds_store::{IoBackend, BACKEND_ENV};
 
-use crate::{GpuError, ShardIndexCache};
+use crate::error::GpuError;
+use crate::schedule::DecodeRates;
+use crate::shard_index_cache::ShardIndexCache;
 
 /// How device retrieval runs: which device, which I/O path, how much device memory to stage in.
 #[derive(Clone, Debug, PartialEq)]
@@ -20,7 +22,7 @@ pub struct GpuConfig {
     /// Whether the staging budget was chosen (here or by the environment) rather than defaulted.
     staging_set: bool,
     host_decode_fraction: Option<f64>,
-    decode_rates: Option<crate::schedule::DecodeRates>,
+    decode_rates: Option<DecodeRates>,
     decode_trust: DecodeTrust,
     batch_timeout: Option<Duration>,
     device_memory_cap: Option<u64>,
@@ -136,6 +138,27 @@ pub const HOST_DECODE_FRACTION_ENV: &str = "ZARRS_GPU_HOST_DECODE_FRACTION";
 /// `off`, `no` or empty: off), printed to stderr after each decoded read.
 pub const TRACE_ENV: &str = "ZARRS_GPU_TRACE";
 
+/// The environment variable that bounds the device memory this library's pools keep idle
+/// between reads (freed results and staging buffers together; default
+/// [`default_pool_keep`](crate::default_pool_keep): the larger of 1 GiB and 2% of the device's
+/// memory).
+pub const POOL_KEEP_ENV: &str = "ZARRS_GPU_POOL_KEEP_BYTES";
+
+/// `ZARRS_GPU_POOL_KEEP_BYTES`, where set.
+///
+/// # Errors
+/// Returns [`GpuError::Config`] when it is not a byte count.
+pub(crate) fn pool_keep_from_env() -> Result<Option<u64>, GpuError> {
+    match std::env::var(POOL_KEEP_ENV).ok().filter(|v| !v.trim().is_empty()) {
+        None => Ok(None),
+        Some(value) => value.trim().parse::<u64>().map(Some).map_err(|_| GpuError::Config {
+            variable: POOL_KEEP_ENV,
+            value,
+            expected: "a byte count".into(),
+        }),
+    }
+}
+
 impl Default for GpuConfig {
     /// Device 0, the store's own I/O backend, 1 GiB of device staging per batch (batches of compressed chunks
     /// are sized to free device memory unless a budget is set), [`DecodeTrust::Checked`], the
@@ -209,29 +232,8 @@ impl GpuConfig {
         // Read when each device is first used (its reader, its memory pool), checked here too,
         // so that a bad value is refused before any device work.
         crate::reader::DeviceReaderOptions::from_env()?;
-        config.pool_keep = crate::context::pool_keep_from_env()?;
+        config.pool_keep = pool_keep_from_env()?;
         Ok(config)
-    }
-
-    /// The configuration reads use where the caller gives none: the innermost GPU mode scope of
-    /// this thread, else [`GpuConfig::from_env`] (read once per process).
-    ///
-    /// # Errors
-    /// Returns [`GpuError::Config`] when the environment holds a value that cannot be used.
-    pub fn current() -> Result<Self, GpuError> {
-        static FROM_ENV: OnceLock<Result<GpuConfig, (&'static str, String, String)>> = OnceLock::new();
-        if let Some(config) = gpu_config() {
-            return Ok(config);
-        }
-        FROM_ENV
-            .get_or_init(|| {
-                Self::from_env().map_err(|e| match e {
-                    GpuError::Config { variable, value, expected } => (variable, value, expected),
-                    other => ("environment", other.to_string(), String::new()),
-                })
-            })
-            .clone()
-            .map_err(|(variable, value, expected)| GpuError::Config { variable, value, expected })
     }
 
     /// Use CUDA device `ordinal`.
@@ -262,7 +264,7 @@ impl GpuConfig {
     /// The share (0 to 1) of large zstd chunks (4 MiB and more decoded) decoded on host threads
     /// while the device decodes the rest, smaller ones all on the device; `None` (the default)
     /// lets the scheduler split each batch so that both finish together, from the chunk count,
-    /// sizes, thread count and [`DecodeRates`](crate::DecodeRates): all on host threads for a
+    /// sizes, thread count and [`DecodeRates`]: all on host threads for a
     /// handful of chunks, most on the device for thousands. Set, a fraction is clamped to 0..=1.
     #[must_use]
     pub fn with_host_decode_fraction(mut self, fraction: Option<f64>) -> Self {
@@ -271,10 +273,10 @@ impl GpuConfig {
     }
 
     /// The rates the scheduler splits batches between nvCOMP and host threads by (see
-    /// [`DecodeRates`](crate::DecodeRates)); `None` (the default): an H200's, with the host
+    /// [`DecodeRates`]); `None` (the default): an H200's, with the host
     /// thread rate learned from the host's own decodes.
     #[must_use]
-    pub fn with_decode_rates(mut self, rates: Option<crate::schedule::DecodeRates>) -> Self {
+    pub fn with_decode_rates(mut self, rates: Option<DecodeRates>) -> Self {
         self.decode_rates = rates;
         self
     }
@@ -409,7 +411,7 @@ impl GpuConfig {
 
     /// The decode rates set for the scheduler, if any.
     #[must_use]
-    pub fn decode_rates(&self) -> Option<crate::schedule::DecodeRates> {
+    pub fn decode_rates(&self) -> Option<DecodeRates> {
         self.decode_rates
     }
 
@@ -444,43 +446,6 @@ impl GpuConfig {
     }
 }
 
-thread_local! {
-    static THREAD_SCOPES: RefCell<Vec<GpuConfig>> = const { RefCell::new(Vec::new()) };
-}
-/// Ends a scope (also when its closure panics).
-struct ScopeGuard;
-
-impl Drop for ScopeGuard {
-    fn drop(&mut self) {
-        crate::codec::scope_closed();
-        THREAD_SCOPES.with(|s| s.borrow_mut().pop());
-    }
-}
-
-/// Run `f` in GPU mode with `config`: device retrieval on this thread inside uses it, zarrs'
-/// generic retrieval into [`DeviceArray`](crate::DeviceArray) places its result on that device,
-/// and arrays opened inside get [`GpuModeCodec`](crate::GpuModeCodec)s for "zstd" and "gzip"
-/// (zarrs' codecs carrying their device codecs, registered with zarrs as runtime codec plugins
-/// while any scope is open). Scopes nest (the inner one wins, the outer one is restored on exit)
-/// and end also when `f` panics.
-///
-/// The scope belongs to this thread: other threads never see it, even while it is open. Work
-/// `f` hands to other threads that should run in GPU mode takes the configuration along:
-/// `let config = gpu_config(); rayon::spawn(move || with_gpu_config(config.unwrap(), ...))`.
-/// (zarrs' retrieval makes its result on the calling thread, so it needs nothing of the kind.)
-pub fn with_gpu_config<R>(config: GpuConfig, f: impl FnOnce() -> R) -> R {
-    THREAD_SCOPES.with(|s| s.borrow_mut().push(config));
-    crate::codec::scope_opened();
-    let _guard = ScopeGuard;
-    f()
-}
-
-/// The GPU mode configuration in force on this thread (its innermost scope), or `None`.
-#[must_use]
-pub fn gpu_config() -> Option<GpuConfig> {
-    THREAD_SCOPES.with(|s| s.borrow().last().cloned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -493,53 +458,5 @@ mod tests {
         assert!("yes".parse::<DecodeTrust>().unwrap_err().contains("verified, checked or trusted"));
         let config = GpuConfig::default().with_decode_trust(DecodeTrust::Verified);
         assert_eq!(config.decode_trust(), DecodeTrust::Verified);
-    }
-
-    #[test]
-    fn scopes_nest_restore_and_survive_panics() {
-        assert_eq!(gpu_config(), None);
-        let outer = GpuConfig::default().with_device(1);
-        let inner = GpuConfig::default().with_device(2).with_backend(IoBackend::Posix);
-        with_gpu_config(outer.clone(), || {
-            assert_eq!(gpu_config(), Some(outer.clone()));
-            with_gpu_config(inner.clone(), || assert_eq!(gpu_config(), Some(inner.clone())));
-            assert_eq!(gpu_config(), Some(outer.clone()));
-            let caught = std::panic::catch_unwind(|| with_gpu_config(inner.clone(), || panic!("boom")));
-            assert!(caught.is_err());
-            assert_eq!(gpu_config(), Some(outer.clone()));
-            // Another thread, a rayon worker too, never sees this thread's scope.
-            assert_eq!(std::thread::spawn(gpu_config).join().unwrap(), None);
-            let seen: Vec<_> = {
-                use rayon::prelude::*;
-                (0..64).into_par_iter().map(|_| gpu_config()).collect()
-            };
-            assert!(seen.iter().all(Option::is_none), "a worker saw another thread's scope");
-        });
-        assert_eq!(gpu_config(), None);
-        assert_eq!(std::thread::spawn(gpu_config).join().unwrap(), None);
-    }
-
-    #[test]
-    fn two_threads_in_different_scopes_at_once_see_their_own() {
-        let barrier = std::sync::Arc::new(std::sync::Barrier::new(3));
-        let threads: Vec<_> = (0..2)
-            .map(|device| {
-                let barrier = barrier.clone();
-                std::thread::spawn(move || {
-                    let config = GpuConfig::default().with_device(device);
-                    with_gpu_config(config.clone(), || {
-                        // Both scopes are open here, and the main thread has none.
-                        barrier.wait();
-                        let seen = gpu_config();
-                        barrier.wait();
-                        seen == Some(config)
-                    })
-                })
-            })
-            .collect();
-        barrier.wait();
-        assert_eq!(gpu_config(), None, "a thread without a scope sees none while others are open");
-        barrier.wait();
-        assert!(threads.into_iter().all(|t| t.join().unwrap()));
     }
 }

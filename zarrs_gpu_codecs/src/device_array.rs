@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{result, sys, CudaSlice, CudaStream, DriverError};
 use zarrs::array::{ArrayBytes, ArrayError, DataType, ElementOwned, FromArrayBytes};
 
-use crate::context::GpuContext;
-use crate::{GpuConfig, GpuError};
+use crate::config::GpuConfig;
+use crate::device::context::GpuContext;
+use crate::device::current_context::CurrentContextGuard;
+use crate::error::GpuError;
 
 /// A typed array in CUDA device memory: C-order elements with their shape and Zarr data type.
 ///
@@ -38,7 +40,7 @@ impl<T> Drop for DeviceArray<T> {
     fn drop(&mut self) {
         // Freeing, the owner's release (a DLPack deleter) and the stream's destruction bind the
         // context on this thread: all of them happen inside the guard.
-        let _current = crate::CurrentContextGuard::new();
+        let _current = CurrentContextGuard::new();
         if *self.abandoned.get_mut() {
             if let Some(data) = self.data.take() {
                 data.leak();
@@ -96,7 +98,7 @@ impl<T: ElementOwned> DeviceArray<T> {
     ) -> Result<Self, GpuError> {
         check_element::<T>(&data_type)?;
         let elem = std::mem::size_of::<T>() as u64;
-        let Some(num_bytes) = crate::plan::checked_bytes(&shape, elem) else {
+        let Some(num_bytes) = crate::pipeline::plan::checked_bytes(&shape, elem) else {
             return Err(GpuError::bytes_overflow("a device array of shape", &shape, elem));
         };
         if bytes.len() as u64 != num_bytes {
@@ -274,7 +276,7 @@ impl<T: ElementOwned> DeviceArray<T> {
     /// # Errors
     /// Returns the driver's error when the copy fails.
     pub fn to_host_bytes(&self) -> Result<Vec<u8>, GpuError> {
-        let _current = crate::CurrentContextGuard::new();
+        let _current = CurrentContextGuard::new();
         let mut bytes = vec![0u8; self.num_bytes()];
         self.stream().synchronize().map_err(GpuError::cuda("waiting for the array's stream"))?;
         self.stream().context().bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
@@ -374,7 +376,7 @@ impl<T: ElementOwned> FromArrayBytes for DeviceArray<T> {
         let bytes =
             bytes.into_fixed().map_err(|_| ArrayError::Other("DeviceArray needs a fixed-size data type".into()))?;
         let config = GpuConfig::current()?;
-        let _current = crate::CurrentContextGuard::new();
+        let _current = CurrentContextGuard::new();
         let context = GpuContext::get(config.device())?;
         context.check_alive()?;
         let device = context.upload(&bytes).map_err(|err| context.contain(err))?;

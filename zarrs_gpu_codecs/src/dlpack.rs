@@ -10,8 +10,9 @@ use dlpark::traits::{RowMajorCompactLayout, TensorLike, TensorView};
 use dlpark::{SafeManagedTensor, SafeManagedTensorVersioned};
 use zarrs::array::{DataType, ElementOwned};
 
-use crate::device_array::check_element;
-use crate::{DeviceArray, GpuError};
+use crate::device::current_context::CurrentContextGuard;
+use crate::device_array::{check_element, DeviceArray};
+use crate::error::GpuError;
 
 /// How the consumer of a DLPack tensor orders its use of the data after the work that wrote it
 /// (the `stream` argument of the Python array API's `__dlpack__`).
@@ -88,7 +89,7 @@ impl<T: ElementOwned> Drop for Exported<T> {
         // The consumer may have queued work on the memory on its own streams and still call the
         // deleter now (PyTorch does): wait for the device before the memory is freed, bounded; a
         // context lost (to a hung batch) or a wait that does not end leaves the memory leaked.
-        let _current = crate::CurrentContextGuard::new();
+        let _current = CurrentContextGuard::new();
         self.array.settle_for_release();
     }
 }
@@ -160,7 +161,7 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
     }
 
     fn export(array: &Arc<Self>, stream: DlpackStream) -> Result<Exported<T>, GpuError> {
-        let _current = crate::CurrentContextGuard::new();
+        let _current = CurrentContextGuard::new();
         let dl_type = dl_type::<T>().ok_or_else(unsupported::<T>)?;
         if array.shape().iter().any(|&n| i64::try_from(n).is_err()) {
             return Err(GpuError::Overflow(format!("shape {:?}: an extent exceeds DLPack's i64", array.shape())));
@@ -194,7 +195,7 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
     /// Returns an error when the tensor is not in CUDA memory, not C-contiguous, of another data
     /// type, or read-only.
     pub fn from_dlpack(tensor: SafeManagedTensorVersioned, data_type: DataType) -> Result<Self, GpuError> {
-        let _current = crate::CurrentContextGuard::new();
+        let _current = CurrentContextGuard::new();
         check_element::<T>(&data_type)?;
         if tensor.read_only() {
             return Err(GpuError::Unsupported("the DLPack tensor is read-only".into()));
@@ -230,7 +231,7 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
             }
         }
         let elem = std::mem::size_of::<T>() as u64;
-        let num_bytes = crate::plan::checked_bytes(&shape, elem)
+        let num_bytes = crate::pipeline::plan::checked_bytes(&shape, elem)
             .ok_or_else(|| GpuError::bytes_overflow("a DLPack tensor of shape", &shape, elem))?;
         let ordinal = usize::try_from(dl.device.device_id)
             .map_err(|_| GpuError::Unsupported(format!("DLPack device id {}", dl.device.device_id)))?;

@@ -43,56 +43,51 @@
 //! `zarrs_gpu_codecs` is licensed under either of the Apache License, Version 2.0 or the MIT
 //! license, at your option.
 
-mod batch;
-pub mod blosc_header;
-mod codec;
+mod codecs;
 mod config;
-mod context;
-mod current_context;
-mod decode;
+mod device;
 mod device_array;
-mod device_codec;
 mod dlpack;
 mod error;
-pub mod gzip_member;
-mod layout;
-pub mod lz4_block;
-mod nvcomp_codecs;
-mod output;
-mod place;
-pub mod plan;
+mod gpu_mode;
+mod pipeline;
 mod read_ahead;
 pub mod reader;
+mod report;
 mod retrieve;
-mod route;
 mod schedule;
-mod shard;
-mod trace;
-mod unit;
-mod xxhash;
-pub mod zstd_frame;
+mod shard_index_cache;
 
-pub use codec::GpuModeCodec;
+// Public modules defined in their rooms: the host checks of stored chunks, the chunk plan.
+pub use codecs::blosc::header as blosc_header;
+pub use codecs::gzip::member as gzip_member;
+pub use codecs::lz4::block as lz4_block;
+pub use codecs::zstd::frame as zstd_frame;
+pub use pipeline::plan;
+
+pub use codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck, HostCodecV2, HostCodecV3};
 #[cfg(feature = "fault-injection")]
 pub use config::InjectedFault;
 pub use config::{
-    gpu_config, with_gpu_config, DecodeTrust, GpuConfig, Progress, DECODE_TRUST_ENV, HOST_DECODE_FRACTION_ENV,
-    STAGING_BYTES_ENV, TRACE_ENV,
+    DecodeTrust, GpuConfig, Progress, DECODE_TRUST_ENV, HOST_DECODE_FRACTION_ENV, POOL_KEEP_ENV, STAGING_BYTES_ENV,
+    TRACE_ENV,
 };
-pub use context::{default_pool_keep, empty_cache, memory_in_use, MemoryInUse, POOL_KEEP_ENV};
-pub use current_context::CurrentContextGuard;
+pub use device::context::{empty_cache, memory_in_use, MemoryInUse};
+pub use device::current_context::CurrentContextGuard;
+pub use device::pool::default_pool_keep;
 pub use device_array::{set_release_wait_wrapper, DeviceArray, RELEASE_WAIT};
-pub use device_codec::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck, HostCodecV2, HostCodecV3};
 pub use dlpack::DlpackStream;
 pub use dlpark;
 pub use error::GpuError;
+pub use gpu_mode::{gpu_config, with_gpu_config, GpuModeCodec};
 pub use inventory;
+pub use pipeline::route::host_decode_reason;
 pub use read_ahead::{read_async, tile_subsets, PendingRead, ReadAhead, TileOrder, TileRead};
+pub use report::{DecodePath, RetrieveReport, StageTime};
 pub use retrieve::ArrayDeviceExt;
-pub use route::{host_decode_reason, DecodePath, RetrieveReport};
 pub use schedule::DecodeRates;
+pub use shard_index_cache::ShardIndexCache;
+
 // For the fuzz targets only (`fuzz/`); hidden, not part of the API.
-pub use shard::ShardIndexCache;
 #[doc(hidden)]
-pub use shard::{fuzz_shard_index_entry, fuzz_shard_index_len};
-pub use trace::StageTime;
+pub use pipeline::shard::{fuzz_shard_index_entry, fuzz_shard_index_len};

@@ -13,8 +13,12 @@ use std::sync::Arc;
 
 use zarrs::array::{ArraySubset, ElementOwned};
 
+use crate::config::GpuConfig;
+use crate::device_array::DeviceArray;
+use crate::error::GpuError;
 use crate::reader::DeviceReadError;
-use crate::{ArrayDeviceExt, DeviceArray, GpuConfig, GpuError, RetrieveReport};
+use crate::report::RetrieveReport;
+use crate::retrieve::ArrayDeviceExt;
 
 /// The order in which [`tile_subsets`] lists the tiles of a grid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -10,12 +10,15 @@ use zarrs::array::{Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointVie
 use zarrs_gds_store::GdsStore;
 use zarrs_storage::ReadableStorageTraits;
 
-use crate::context::GpuContext;
-use crate::device_array::check_element;
-use crate::output::Output;
-use crate::plan::{checked_bytes, end_fits};
-use crate::route::{chunk_subset, chunks_meeting, read_route, ChunkRef, DecodePath, RetrieveReport};
-use crate::{DeviceArray, GpuConfig, GpuError};
+use crate::config::GpuConfig;
+use crate::device::context::GpuContext;
+use crate::device::current_context::CurrentContextGuard;
+use crate::device_array::{check_element, DeviceArray};
+use crate::error::GpuError;
+use crate::pipeline::output::Output;
+use crate::pipeline::plan::{checked_bytes, end_fits};
+use crate::pipeline::route::{chunk_subset, chunks_meeting, read_route, ChunkRef};
+use crate::report::{DecodePath, RetrieveReport};
 
 /// Whether `indices` (a box of `shape` from `start`) lies within `bound`, checked: zarrs'
 /// `inbounds_shape` adds unchecked.
@@ -174,7 +177,7 @@ macro_rules! impl_array_device_ext {
 /// context, and record such a loss when this retrieval causes it.
 fn contained<R>(config: &GpuConfig, read: impl FnOnce() -> Result<R, GpuError>) -> Result<R, GpuError> {
     // The read binds the device's context on this thread: the caller's comes back after it.
-    let _current = crate::CurrentContextGuard::new();
+    let _current = CurrentContextGuard::new();
     // Only a device some read has set up can be lost; requests refused on the host (overflowing
     // sizes) never touch the driver.
     if let Some(context) = GpuContext::existing(config.device()) {
@@ -259,7 +262,7 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
         None => chunks_meeting(array, subset)?,
     };
     match read_route(array) {
-        Ok((plan, nvcomp)) => crate::decode::retrieve_decoded(
+        Ok((plan, nvcomp)) => crate::pipeline::decode::retrieve_decoded(
             array, subset, chunks, gds, config, &context, &stream, &plan, nvcomp, output,
         ),
         Err(reason) => {

@@ -5,7 +5,8 @@
 use crate::reader::HostReadRequest;
 use zarrs_storage::StoreKey;
 
-use crate::{GpuConfig, GpuError};
+use crate::config::GpuConfig;
+use crate::error::GpuError;
 
 /// Stored chunks start at this alignment in the host and device staging when each is read on
 /// its own (nvCOMP takes zstd input at any alignment; 256 keeps copies aligned).

@@ -17,23 +17,26 @@ use zarrs::array::{Array, ArraySubset};
 use zarrs_gds_store::GdsStore;
 use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
-use crate::batch::{
+use crate::codecs::{self, DeviceBatch, DeviceCodec, HostCheck};
+use crate::config::{DecodeTrust, GpuConfig};
+use crate::device::context::GpuContext;
+use crate::device::kernels::{Kernels, FAULT_SOURCE};
+use crate::device::pool::DeviceBuffer;
+use crate::error::GpuError;
+use crate::pipeline::batch::{
     batch_budget, batches_by_size, coalesce, ensure, host_fraction, COALESCE_GAP, DECODED_ALIGN, LARGE_CHUNK,
     STORED_ALIGN,
 };
-use crate::context::{copy_dtod, fill_source, DeviceBuffer, GpuContext};
-use crate::device_codec::{DeviceBatch, DeviceCodec, HostCheck};
-use crate::layout::MetaLayout;
-use crate::output::{Output, OutputAddress, OutputBuffer};
-use crate::place::{self, Kernels};
-use crate::plan::{plan_chunks, ChunkPlacement};
+use crate::pipeline::layout::MetaLayout;
+use crate::pipeline::output::{Output, OutputAddress, OutputBuffer};
+use crate::pipeline::place::{self, copy_dtod, fill_source};
+use crate::pipeline::plan::{plan_chunks, ChunkPlacement};
+use crate::pipeline::route::{ChunkRef, DeviceChain, DevicePlan};
+use crate::pipeline::shard::{sharded_units, ShardSource};
+use crate::pipeline::unit::{Source, Unit};
 use crate::reader::{DeviceMirror, DeviceReadRequest, HostReadRequest, PinnedBuffer};
-use crate::route::{ChunkRef, DecodePath, DeviceChain, DevicePlan, RetrieveReport};
+use crate::report::{DecodePath, RetrieveReport, Trace};
 use crate::schedule::DecodeRates;
-use crate::shard::{sharded_units, ShardSource};
-use crate::trace::Trace;
-use crate::unit::{Source, Unit};
-use crate::{DecodeTrust, GpuConfig, GpuError};
 
 /// How one unit of a batch is decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,7 +137,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
 ) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
     let mut trace = Trace::new(config.trace());
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
-    let out_bytes = crate::plan::checked_bytes(out_shape, elem)
+    let out_bytes = crate::pipeline::plan::checked_bytes(out_shape, elem)
         .ok_or_else(|| GpuError::bytes_overflow("the output of shape", out_shape, elem))?;
     let nvcomp = match nvcomp {
         Some(nvcomp) => Some(nvcomp),
@@ -154,9 +157,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         // Host-to-device copies of stored and host-decoded bytes run on their own stream, so
         // that a batch's copy overlaps the previous batch's decode.
         let copy_stream = context.new_stream()?;
-        let kernels = context.kernels();
+        let kernels = context.kernels(&[&[place::SOURCE, FAULT_SOURCE], codecs::KERNEL_SOURCES]);
         #[cfg(feature = "fault-injection")]
-        let kernels = kernels.filter(|_| config.injected_fault() != Some(crate::InjectedFault::NoKernels));
+        let kernels = kernels.filter(|_| config.injected_fault() != Some(crate::config::InjectedFault::NoKernels));
         // The fill block is uniform and as long as the longest read.
         let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
         let job = Job {
@@ -567,7 +570,7 @@ fn stored_spans<S: ReadableStorageTraits + ?Sized>(
 /// The span of `unit`'s whole value of `len` bytes, its size checked as soon as it is learned,
 /// before any buffer is sized to it.
 fn whole_span(unit: &Unit, len: u64) -> Result<(u64, u64), GpuError> {
-    crate::unit::check_stored_len(len, unit.decoded_len()).map_err(|reason| unit.error(reason))?;
+    crate::pipeline::unit::check_stored_len(len, unit.decoded_len()).map_err(|reason| unit.error(reason))?;
     Ok((0, len))
 }
 
@@ -1476,7 +1479,7 @@ fn nvcomp_err(err: nvcomp_sys::NvcompError) -> GpuError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::plan_chunks;
+    use crate::pipeline::plan::plan_chunks;
 
     #[test]
     fn reads_of_a_batch_coalesce_ranges_and_skip_missing_units() {

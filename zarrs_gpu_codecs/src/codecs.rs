@@ -1,5 +1,17 @@
-//! Device codecs as plugins: the [`DeviceCodec`] trait, its registration
-//! ([`DeviceCodecPlugin`], collected by `inventory`) and the lookup the pipeline uses.
+//! Device codecs as plugins: the [`DeviceCodec`] trait, what it is given ([`DeviceBatch`]) and
+//! what its host check says ([`HostCheck`]), its registration ([`DeviceCodecPlugin`], collected
+//! by `inventory`) and the lookup the pipeline uses.
+//!
+//! The codecs this crate registers live here too, one family to a module and its folder (its
+//! registration, device codec, host check, kernels and tests): `zstd`, `gzip`, and the nvCOMP
+//! glue they share (`nvcomp`); `blosc` and `lz4` have their host checks so far. Adding a family
+//! touches its folder and one `mod` line here.
+
+pub(crate) mod blosc;
+pub(crate) mod gzip;
+pub(crate) mod lz4;
+pub(crate) mod nvcomp;
+pub(crate) mod zstd;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -12,8 +24,10 @@ use zarrs::metadata::v3::MetadataV3;
 use zarrs::metadata::Configuration;
 use zarrs::plugin::PluginCreateError;
 
-use crate::place::Kernels;
-use crate::{DecodeTrust, GpuError};
+use crate::config::DecodeTrust;
+use crate::device::kernels::Kernels;
+use crate::error::GpuError;
+use crate::schedule::DecodeRates;
 
 /// A device codec's error: any error type (a `String` or `&str` converts).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -147,7 +161,7 @@ pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
     /// How fast this codec decodes on the device and on a host thread, for the scheduler that
     /// splits small reads between them; None (the default): the device takes every unit it may
     /// (but the host's share of frames of 4 MiB and more, at the default rates).
-    fn decode_rates(&self) -> Option<crate::schedule::DecodeRates> {
+    fn decode_rates(&self) -> Option<DecodeRates> {
         None
     }
 
@@ -278,6 +292,10 @@ impl DeviceCodecPlugin {
 }
 
 inventory::collect!(DeviceCodecPlugin);
+
+/// The sources of the kernels this crate's codecs launch (zstd's XXH64), compiled into each
+/// device's module with the pipeline's (`Kernels::load`).
+pub(crate) const KERNEL_SOURCES: &[&str] = &[zstd::xxhash::SOURCE];
 
 /// The registered plugin for `name`, if any; an error when several crates registered one
 /// (which of them `inventory` lists first is not defined).

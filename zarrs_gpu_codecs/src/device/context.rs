@@ -1,170 +1,21 @@
-//! Per-device state shared by every retrieval: the CUDA context, the read engine, and pools of
-//! device staging and pinned host memory that live across reads.
+//! Per-device state shared by every retrieval ([`GpuContext`]): the CUDA context, the read
+//! engine, the pools of device staging and pinned host memory that live across reads
+//! (`pool.rs`), the kernels, and whether the context is lost.
 
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use std::time::Instant;
 
-use crate::reader::{DeviceReadError, DeviceReader, PinnedBuffer};
+use crate::reader::{DeviceReadError, DeviceReader, DeviceTransfer, PieceSource, PinnedBuffer};
 use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DriverError};
-use zarrs::array::Array;
 
-use crate::place::Kernels;
-use crate::plan::Copy3D;
-use crate::GpuError;
-
-/// Device memory from `cuMemAlloc`, freed on drop; kept in pools across reads. (Allocated from
-/// the output pool instead, stream-ordered, reads ran 2 to 9% slower in the same run: run AE.)
-pub(crate) struct DeviceBuffer {
-    ptr: sys::CUdeviceptr,
-    len: usize,
-    ctx: Arc<CudaContext>,
-}
-
-impl DeviceBuffer {
-    fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, GpuError> {
-        ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
-        // SAFETY: a plain allocation owned by the returned value.
-        let ptr =
-            unsafe { result::malloc_sync(len.max(1)) }.map_err(GpuError::cuda("allocating device staging memory"))?;
-        Ok(Self { ptr, len, ctx: ctx.clone() })
-    }
-
-    pub(crate) fn ptr(&self) -> sys::CUdeviceptr {
-        self.ptr
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-}
-
-impl Drop for DeviceBuffer {
-    fn drop(&mut self) {
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: allocated by cuMemAlloc in new(); every use was synchronized before the buffer
-        // went back to its pool or was dropped.
-        let _ = unsafe { result::free_sync(self.ptr) };
-    }
-}
-
-/// The environment variable that bounds the device memory this library's pools keep idle
-/// between reads (freed results and staging buffers together; default
-/// [`default_pool_keep`]: the larger of 1 GiB and 2% of the device's memory).
-pub const POOL_KEEP_ENV: &str = "ZARRS_GPU_POOL_KEEP_BYTES";
-
-/// `ZARRS_GPU_POOL_KEEP_BYTES`, where set.
-///
-/// # Errors
-/// Returns [`GpuError::Config`] when it is not a byte count.
-pub(crate) fn pool_keep_from_env() -> Result<Option<u64>, GpuError> {
-    match std::env::var(POOL_KEEP_ENV).ok().filter(|v| !v.trim().is_empty()) {
-        None => Ok(None),
-        Some(value) => value.trim().parse::<u64>().map(Some).map_err(|_| GpuError::Config {
-            variable: POOL_KEEP_ENV,
-            value,
-            expected: "a byte count".into(),
-        }),
-    }
-}
-
-/// The idle memory a device of `total` bytes keeps between reads by default: the larger of 1 GiB
-/// and 2% of it. Enough for the next read's staging and a result of ordinary size, little
-/// beside PyTorch or CuPy in the same process.
-#[must_use]
-pub fn default_pool_keep(total: u64) -> u64 {
-    (total / 50).max(1 << 30)
-}
-
-/// A CUDA memory pool of our own for results: freed results stay reserved (up to a threshold:
-/// the part of the idle bound the staging pool leaves) so that the next read does not map its
-/// memory again (8 GiB took 12 ms), without changing the device's default pool, which other
-/// libraries in the process share.
-struct OutputPool {
-    pool: sys::CUmemoryPool,
-    /// The release threshold last set (held while it is set, so that the value here is the
-    /// driver's), and what the output pool may keep idle now.
-    threshold: Mutex<u64>,
-}
-
-// SAFETY: a pool handle may be used from any thread.
-unsafe impl Send for OutputPool {}
-// SAFETY: as above.
-unsafe impl Sync for OutputPool {}
-
-impl OutputPool {
-    fn new(ctx: &Arc<CudaContext>, ordinal: usize, keep: u64) -> Result<Self, GpuError> {
-        ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
-        let props = sys::CUmemPoolProps {
-            allocType: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
-            handleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
-            location: sys::CUmemLocation {
-                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                id: ordinal as i32,
-            },
-            win32SecurityAttributes: std::ptr::null_mut(),
-            maxSize: 0,
-            usage: 0,
-            reserved: [0; 54],
-        };
-        let mut pool = std::ptr::null_mut();
-        // SAFETY: props describes device memory of this device; pool receives the handle.
-        unsafe { sys::cuMemPoolCreate(&raw mut pool, &raw const props) }
-            .result()
-            .map_err(GpuError::cuda("creating the output memory pool"))?;
-        let pool = Self { pool, threshold: Mutex::new(u64::MAX) };
-        pool.keep(keep).map_err(GpuError::cuda("configuring the output memory pool"))?;
-        Ok(pool)
-    }
-
-    /// Keep at most `bytes` idle from now on: the release threshold (memory above it goes back
-    /// to the driver at the next synchronization), and a trim of what is idle now. No driver
-    /// call when neither changes anything.
-    fn keep(&self, bytes: u64) -> Result<(), DriverError> {
-        let mut set = self.threshold.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if *set != bytes {
-            let mut threshold = bytes;
-            // SAFETY: the release threshold attribute takes a u64.
-            unsafe {
-                sys::cuMemPoolSetAttribute(
-                    self.pool,
-                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                    (&raw mut threshold).cast(),
-                )
-            }
-            .result()?;
-            *set = bytes;
-        }
-        if self.idle_bytes() > bytes {
-            // SAFETY: trimming releases only memory no allocation uses.
-            unsafe { sys::cuMemPoolTrimTo(self.pool, bytes as usize) }.result()?;
-        }
-        Ok(())
-    }
-
-    /// What the pool may keep idle now (its release threshold).
-    fn threshold(&self) -> u64 {
-        *self.threshold.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Bytes the pool holds reserved but unused (free for our next allocation).
-    fn idle_bytes(&self) -> u64 {
-        let attr = |a: sys::CUmemPool_attribute| {
-            let mut v: u64 = 0;
-            // SAFETY: these attributes are u64 values.
-            let ok = unsafe { sys::cuMemPoolGetAttribute(self.pool, a, (&raw mut v).cast()) };
-            if ok == sys::CUresult::CUDA_SUCCESS {
-                v
-            } else {
-                0
-            }
-        };
-        let reserved = attr(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
-        reserved.saturating_sub(attr(sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_CURRENT))
-    }
-}
+use crate::config::{pool_keep_from_env, GpuConfig};
+use crate::device::current_context::CurrentContextGuard;
+use crate::device::kernels::Kernels;
+use crate::device::pool::{default_pool_keep, BufferPool, DeviceBuffer, OutputPool};
+use crate::error::GpuError;
+use crate::schedule::HostRate;
 
 /// The state of one device.
 pub(crate) struct GpuContext {
@@ -187,7 +38,7 @@ pub(crate) struct GpuContext {
     /// Why the context can no longer be used (a sticky fault, or a batch that never finished).
     lost: OnceLock<String>,
     /// One host thread's decode rate as this device's reads see it, for the scheduler.
-    host_rate: crate::schedule::HostRate,
+    host_rate: HostRate,
 }
 
 impl GpuContext {
@@ -222,15 +73,16 @@ impl GpuContext {
             reads: std::sync::atomic::AtomicUsize::new(0),
             kernels: OnceLock::new(),
             lost: OnceLock::new(),
-            host_rate: crate::schedule::HostRate::default(),
+            host_rate: HostRate::default(),
         });
         contexts.insert(ordinal, context.clone());
         Ok(context)
     }
 
-    /// The device's kernels, loaded on first use; None without NVRTC.
-    pub(crate) fn kernels(&self) -> Option<&Kernels> {
-        self.kernels.get_or_init(|| Kernels::load(&self.ctx, &[crate::xxhash::SOURCE])).as_ref().ok()
+    /// The device's kernels, loaded on first use from `sources` (every call passes the same:
+    /// see [`Kernels::load`]); None without NVRTC.
+    pub(crate) fn kernels(&self, sources: &[&[&str]]) -> Option<&Kernels> {
+        self.kernels.get_or_init(|| Kernels::load(&self.ctx, sources)).as_ref().ok()
     }
 
     /// Fail fast once the context is lost: after a sticky fault every CUDA call of the process on
@@ -303,7 +155,7 @@ impl GpuContext {
     }
 
     /// One host thread's decode rate as this device's reads have seen it.
-    pub(crate) fn host_rate(&self) -> &crate::schedule::HostRate {
+    pub(crate) fn host_rate(&self) -> &HostRate {
         &self.host_rate
     }
 
@@ -362,7 +214,7 @@ impl GpuContext {
     pub(crate) fn upload(&self, bytes: &[u8]) -> Result<CudaSlice<u8>, GpuError> {
         /// The bytes themselves as the reader's source.
         struct HostBytes<'a>(&'a [u8]);
-        impl crate::reader::PieceSource for HostBytes<'_> {
+        impl PieceSource for HostBytes<'_> {
             fn read_host(&self, _: usize, offset: u64, buf: &mut [u8]) -> Result<bool, DeviceReadError> {
                 buf.copy_from_slice(&self.0[offset as usize..][..buf.len()]);
                 Ok(true)
@@ -371,7 +223,7 @@ impl GpuContext {
         let stream = self.new_stream()?;
         self.check_free(bytes.len() as u64)?;
         let (device, ptr) = self.alloc_output(&stream, bytes.len())?;
-        let transfers = [crate::reader::DeviceTransfer { dst: ptr, len: bytes.len() }];
+        let transfers = [DeviceTransfer { dst: ptr, len: bytes.len() }];
         // SAFETY: the destination is the fresh allocation of bytes.len() bytes; with no stream
         // the copies are complete when this returns.
         unsafe { self.reader.transfer(&transfers, &HostBytes(bytes), None) }?;
@@ -421,7 +273,7 @@ impl GpuContext {
     }
 
     /// The idle bound of a read with `config`: its own, else the device's.
-    pub(crate) fn keep_for(&self, config: &crate::GpuConfig) -> u64 {
+    pub(crate) fn keep_for(&self, config: &GpuConfig) -> u64 {
         config.pool_keep_bytes().unwrap_or(self.keep)
     }
 
@@ -470,7 +322,7 @@ impl GpuContext {
 /// # Errors
 /// Returns an error when a device's context cannot be bound (a lost context is skipped).
 pub fn empty_cache() -> Result<(), GpuError> {
-    let _current = crate::CurrentContextGuard::new();
+    let _current = CurrentContextGuard::new();
     let contexts: Vec<Arc<GpuContext>> = GpuContext::registry().values().cloned().collect();
     for context in contexts.iter().filter(|c| c.check_alive().is_ok()) {
         context.trim_when_idle(0)?;
@@ -512,7 +364,7 @@ pub struct MemoryInUse {
 /// # Errors
 /// Returns an error when there is no usable device `device`, or its context is lost.
 pub fn memory_in_use(device: usize) -> Result<MemoryInUse, GpuError> {
-    let _current = crate::CurrentContextGuard::new();
+    let _current = CurrentContextGuard::new();
     let context = GpuContext::get(device)?;
     context.check_alive()?;
     context.bind()?;
@@ -543,253 +395,4 @@ fn is_sticky(err: DriverError) -> bool {
             | E::CUDA_ERROR_ECC_UNCORRECTABLE
             | E::CUDA_ERROR_CONTEXT_IS_DESTROYED
     )
-}
-
-/// A buffer that a [`BufferPool`] can hand out again.
-trait PooledBuffer {
-    fn capacity(&self) -> usize;
-}
-
-impl PooledBuffer for DeviceBuffer {
-    fn capacity(&self) -> usize {
-        self.len
-    }
-}
-
-impl PooledBuffer for PinnedBuffer {
-    fn capacity(&self) -> usize {
-        self.len()
-    }
-}
-
-/// Buffers kept across reads: allocation is slow (pinned memory most of all), so each is reused.
-struct BufferPool<B> {
-    buffers: Mutex<Vec<B>>,
-    /// How many to keep.
-    keep: usize,
-}
-
-impl<B: PooledBuffer> BufferPool<B> {
-    fn new(keep: usize) -> Self {
-        Self { buffers: Mutex::new(Vec::new()), keep }
-    }
-
-    /// The smallest kept buffer of at least `len` bytes.
-    fn take(&self, len: usize) -> Option<B> {
-        let mut buffers = self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let i = buffers.iter().enumerate().filter(|(_, b)| b.capacity() >= len).min_by_key(|(_, b)| b.capacity())?.0;
-        Some(buffers.swap_remove(i))
-    }
-
-    /// Keep `buffer`, dropping the smallest when more than `keep` are kept.
-    fn give(&self, buffer: B) {
-        let mut buffers = self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        buffers.push(buffer);
-        buffers.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
-        buffers.truncate(self.keep);
-    }
-
-    /// Keep the largest buffers that fit in `limit` bytes together, drop the rest (freed here);
-    /// returns the bytes kept.
-    fn trim(&self, limit: u64) -> u64 {
-        let dropped: Vec<B> = {
-            let mut buffers = self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            // Largest first (take() leaves them out of order).
-            buffers.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
-            let mut kept = 0u64;
-            let mut dropped = Vec::new();
-            let mut i = 0;
-            while i < buffers.len() {
-                let size = buffers[i].capacity() as u64;
-                if kept.saturating_add(size) <= limit {
-                    kept += size;
-                    i += 1;
-                } else {
-                    dropped.push(buffers.remove(i));
-                }
-            }
-            dropped
-        };
-        // Freed outside the lock: cuMemFree waits for the device.
-        drop(dropped);
-        self.bytes()
-    }
-
-    /// Bytes held by kept buffers.
-    fn bytes(&self) -> u64 {
-        self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().map(|b| b.capacity() as u64).sum()
-    }
-}
-
-/// Enqueue a device-to-device strided copy on `stream`.
-///
-/// # Safety
-/// Both bases plus the copy's extents must lie in valid device memory of the stream's context.
-pub(crate) unsafe fn copy_dtod(
-    copy: &Copy3D,
-    src: sys::CUdeviceptr,
-    dst: sys::CUdeviceptr,
-    stream: &CudaStream,
-) -> Result<(), GpuError> {
-    let what = GpuError::cuda("placing chunk data on the device");
-    let status = if copy.is_contiguous() {
-        // SAFETY: the caller's contract.
-        unsafe {
-            sys::cuMemcpyDtoDAsync_v2(
-                dst + copy.dst_offset,
-                src + copy.src_offset,
-                copy.width as usize,
-                stream.cu_stream(),
-            )
-        }
-    } else {
-        let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        let p = sys::CUDA_MEMCPY3D {
-            srcXInBytes: 0,
-            srcY: 0,
-            srcZ: 0,
-            srcLOD: 0,
-            srcMemoryType: device,
-            srcHost: std::ptr::null::<c_void>(),
-            srcDevice: src + copy.src_offset,
-            srcArray: std::ptr::null_mut(),
-            reserved0: std::ptr::null_mut(),
-            srcPitch: copy.src_pitch as usize,
-            srcHeight: copy.src_height as usize,
-            dstXInBytes: 0,
-            dstY: 0,
-            dstZ: 0,
-            dstLOD: 0,
-            dstMemoryType: device,
-            dstHost: std::ptr::null_mut(),
-            dstDevice: dst + copy.dst_offset,
-            dstArray: std::ptr::null_mut(),
-            reserved1: std::ptr::null_mut(),
-            dstPitch: copy.dst_pitch as usize,
-            dstHeight: copy.dst_height as usize,
-            WidthInBytes: copy.width as usize,
-            Height: copy.height as usize,
-            Depth: copy.depth as usize,
-        };
-        // SAFETY: a device-to-device copy within the caller's buffers.
-        unsafe { sys::cuMemcpy3DAsync_v2(&raw const p, stream.cu_stream()) }
-    };
-    status.result().map_err(what)
-}
-
-/// Enqueue a fill of `len` bytes at `dst` with the repeating `pattern` (1 to 16 bytes; patterns
-/// of 1, 2 or 4 bytes are memsets, longer ones copy a seeded block that doubles).
-///
-/// # Safety
-/// `dst..dst + len` must be valid device memory of the stream's context, `len` a multiple of
-/// the pattern's length.
-pub(crate) unsafe fn fill_pattern(
-    pattern: &[u8],
-    dst: sys::CUdeviceptr,
-    len: usize,
-    stream: &CudaStream,
-) -> Result<(), GpuError> {
-    let n = pattern.len();
-    let what = GpuError::cuda("filling with the fill value");
-    if len == 0 {
-        return Ok(());
-    }
-    let s = stream.cu_stream();
-    // SAFETY (all arms): within the caller's buffer.
-    let status = unsafe {
-        if pattern.iter().all(|&b| b == pattern[0]) {
-            sys::cuMemsetD8Async(dst, pattern[0], len, s)
-        } else if n == 2 {
-            sys::cuMemsetD16Async(dst, u16::from_ne_bytes([pattern[0], pattern[1]]), len / 2, s)
-        } else if n == 4 {
-            sys::cuMemsetD32Async(dst, u32::from_ne_bytes(pattern.try_into().expect("4 bytes")), len / 4, s)
-        } else {
-            // Seed one element from the host (pageable: the driver copies it before returning),
-            // then double the filled prefix with device copies.
-            let status = sys::cuMemcpyHtoDAsync_v2(dst, pattern.as_ptr().cast(), n, s);
-            if status != sys::CUresult::CUDA_SUCCESS {
-                return status.result().map_err(what);
-            }
-            let mut filled = n;
-            while filled < len {
-                let step = filled.min(len - filled);
-                let status = sys::cuMemcpyDtoDAsync_v2(dst + filled as u64, dst, step, s);
-                if status != sys::CUresult::CUDA_SUCCESS {
-                    return status.result().map_err(what);
-                }
-                filled += step;
-            }
-            sys::CUresult::CUDA_SUCCESS
-        }
-    };
-    status.result().map_err(what)
-}
-
-/// A device block holding the fill value repeated over the largest read, made on first need.
-pub(crate) fn fill_source<S: ?Sized>(
-    fill: &mut Option<DeviceBuffer>,
-    context: &GpuContext,
-    array: &Array<S>,
-    len: u64,
-    stream: &CudaStream,
-) -> Result<u64, GpuError> {
-    if let Some(buffer) = fill {
-        return Ok(buffer.ptr());
-    }
-    let len = len as usize;
-    let buffer = context.take_staging(len)?;
-    let pattern = array.fill_value().as_ne_bytes();
-    // SAFETY: the buffer holds at least len bytes, len is a whole number of elements.
-    unsafe { fill_pattern(pattern, buffer.ptr(), len, stream) }?;
-    Ok(fill.insert(buffer).ptr())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    struct Fake(usize);
-
-    impl PooledBuffer for Fake {
-        fn capacity(&self) -> usize {
-            self.0
-        }
-    }
-
-    #[test]
-    fn trimmed_pools_keep_the_largest_buffers_that_fit_the_bound() {
-        let pool = BufferPool::new(8);
-        for size in [4usize, 1, 3, 2, 8] {
-            pool.give(Fake(size << 20));
-        }
-        assert_eq!(pool.bytes(), 18 << 20);
-        // 8 + 4 fit in 13 MiB, 3 would not, 1 does.
-        assert_eq!(pool.trim(13 << 20), 13 << 20);
-        let mut left: Vec<usize> = pool.buffers.lock().unwrap().iter().map(|b| b.0 >> 20).collect();
-        left.sort_unstable();
-        assert_eq!(left, [1, 4, 8]);
-        assert_eq!(pool.trim(0), 0);
-        assert!(pool.take(1).is_none());
-    }
-
-    #[test]
-    fn trims_after_takes_still_keep_the_largest() {
-        let pool = BufferPool::new(8);
-        for size in [1usize, 2, 3, 4, 5, 6] {
-            pool.give(Fake(size << 20));
-        }
-        // take() swaps the last into the hole: the order is no longer largest first.
-        assert_eq!(pool.take(5 << 20).map(|b| b.0), Some(5 << 20));
-        assert_eq!(pool.trim(10 << 20), 10 << 20);
-        let mut left: Vec<usize> = pool.buffers.lock().unwrap().iter().map(|b| b.0 >> 20).collect();
-        left.sort_unstable();
-        assert_eq!(left, [4, 6]);
-    }
-
-    #[test]
-    fn the_default_bound_is_two_percent_of_the_device_and_at_least_one_gib() {
-        assert_eq!(default_pool_keep(8 << 30), 1 << 30);
-        assert_eq!(default_pool_keep(0), 1 << 30);
-        assert_eq!(default_pool_keep(150 << 30), 3 << 30);
-    }
 }

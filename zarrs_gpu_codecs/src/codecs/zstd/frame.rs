@@ -22,7 +22,7 @@
 //! four-stream mode, sequences bitstreams beyond their minimum length, offsets against the
 //! window). Damage there reaches nvCOMP; `benches/RESULTS.md` (corruption sweep) measures how
 //! often. The frame's XXH64 content checksum, when present, is verified on the decoded bytes
-//! (on the device, by the pipeline's XXH64 kernel), which catches such damage.
+//! (on the device, by zstd's XXH64 kernel: `xxhash.rs`), which catches such damage.
 
 mod block;
 mod fse;

@@ -1,8 +1,8 @@
 //! The units the decode pipeline works on: a chunk, an inner chunk of a shard, or a missing one,
 //! with where its stored bytes are and where its decoded bytes go.
 
-use crate::plan::ChunkPlacement;
-use crate::GpuError;
+use crate::error::GpuError;
+use crate::pipeline::plan::ChunkPlacement;
 
 /// Check `len` stored bytes of a unit that decodes to `decoded` bytes against the most any
 /// encoding the device decodes could take (zstd's and gzip's worst cases are a few bytes in a

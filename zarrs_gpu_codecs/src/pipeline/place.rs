@@ -1,18 +1,25 @@
 //! Placement of many decoded chunks into the output with one kernel launch per batch. The copy
 //! engines (`cuMemcpy3DAsync`) take tens of microseconds per copy and crawl on short rows (1 MiB
 //! chunks of 64^3 float32 have 256-byte rows): thousands of copies per read are a kernel's job.
-//! The kernels (with the checksum kernel of `xxhash.rs`) are compiled with NVRTC once per process
-//! and loaded once per device context (a module loaded in one device's context cannot launch in
-//! another's); without NVRTC, placement falls back to the copy engines.
+//! The placement and gather kernels' sources are here, their launches and the tables they read;
+//! they are compiled with NVRTC once per process with the other kernels and loaded once per
+//! device context (`device/kernels.rs`). Without NVRTC, placement falls back to the copy engines
+//! ([`copy_dtod`]). Missing chunks are placed from a block holding the fill value
+//! ([`fill_source`]), with the same copies as present ones.
 
-use std::sync::Arc;
+use std::ffi::c_void;
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{sys, CudaStream, LaunchConfig, PushKernelArg};
+use zarrs::array::Array;
 
-use crate::plan::Copy3D;
-use crate::GpuError;
+use crate::device::context::GpuContext;
+use crate::device::kernels::Kernels;
+use crate::device::pool::DeviceBuffer;
+use crate::error::GpuError;
+use crate::pipeline::plan::Copy3D;
 
-const SOURCE: &str = r#"
+/// The placement (`place_copies`) and gather (`gather_elements`) kernels.
+pub(crate) const SOURCE: &str = r#"
 struct Copy3D {
     unsigned long long src_offset, dst_offset, width, height, depth, src_pitch, src_height, dst_pitch, dst_height;
 };
@@ -113,41 +120,7 @@ pub(crate) fn encode_gather(jobs: &[Gather]) -> Vec<u64> {
     words
 }
 
-/// The compiled kernels of one device context: placement, gather, XXH64.
-pub(crate) struct Kernels {
-    function: CudaFunction,
-    gather: CudaFunction,
-    pub(crate) xxh64: CudaFunction,
-    #[cfg(feature = "fault-injection")]
-    pub(crate) faults: (CudaFunction, CudaFunction),
-}
-
 impl Kernels {
-    /// The kernels loaded into `ctx`, or why there are none (NVRTC missing, most often).
-    /// `others` are the sources of the other modules' kernels (the XXH64 kernel's, from
-    /// `xxhash.rs`), compiled into the same module; the PTX is compiled once per process, so every
-    /// call passes the same.
-    pub(crate) fn load(ctx: &Arc<CudaContext>, others: &[&str]) -> Result<Self, String> {
-        static PTX: std::sync::OnceLock<Result<cudarc::nvrtc::Ptx, String>> = std::sync::OnceLock::new();
-        let ptx = PTX.get_or_init(|| {
-            // SAFETY: only probes whether libnvrtc can be loaded (cudarc panics when it cannot).
-            if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-                return Err("NVRTC not found".into());
-            }
-            let source = [&[SOURCE, FAULT_SOURCE], others].concat().concat();
-            cudarc::nvrtc::compile_ptx(source).map_err(|e| e.to_string())
-        });
-        let module = ctx.load_module(ptx.clone()?).map_err(|e| e.to_string())?;
-        let load = |name: &str| module.load_function(name).map_err(|e| format!("loading {name}: {e}"));
-        Ok(Self {
-            function: load("place_copies")?,
-            gather: load("gather_elements")?,
-            xxh64: load("xxh64_chunks")?,
-            #[cfg(feature = "fault-injection")]
-            faults: (load("fault_spin")?, load("fault_illegal_address")?),
-        })
-    }
-
     /// Enqueue `copies` (each from `srcs[i]`) into `dst`; `table` is device memory holding the
     /// copies then the sources, as [`encode`] lays them out.
     ///
@@ -216,17 +189,6 @@ fn grid_x(n: usize, what: &str) -> Result<u32, GpuError> {
         .ok_or_else(|| GpuError::Unsupported(format!("{n} {what} in one batch, more than a launch takes")))
 }
 
-/// Kernels that break a batch on purpose, for the tests of fault containment: one never ends,
-/// one writes to an address no allocation holds (a sticky context fault).
-const FAULT_SOURCE: &str = r#"
-extern "C" __global__ void fault_spin(volatile unsigned int* flag) {
-    while (*flag == 0) { __nanosleep(1000); }
-}
-extern "C" __global__ void fault_illegal_address(unsigned long long* nowhere) {
-    *nowhere = 1;
-}
-"#;
-
 const COPY_BYTES: usize = 9 * 8;
 
 /// The widest row one entry of the placement table copies: wider rows become several entries,
@@ -287,35 +249,127 @@ pub(crate) fn encode(copies: &[Copy3D], srcs: &[u64]) -> Vec<u64> {
     words
 }
 
-#[cfg(feature = "fault-injection")]
-impl Kernels {
-    /// Enqueue `fault` on `stream`: a kernel that never ends (waiting on a flag nothing sets), or
-    /// one that writes to an unmapped address.
-    pub(crate) fn launch_fault(&self, stream: &CudaStream, fault: crate::InjectedFault) -> Result<(), GpuError> {
-        use cudarc::driver::sys;
-        let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
-        let (function, target) = match fault {
-            crate::InjectedFault::Hang => {
-                let mut flag = 0;
-                // SAFETY: a fresh 4-byte allocation, zeroed on the stream before the kernel reads
-                // it; deliberately never freed (the kernel never ends).
-                unsafe {
-                    sys::cuMemAlloc_v2(&raw mut flag, 4).result().map_err(GpuError::cuda("allocating a flag"))?;
-                    sys::cuMemsetD32Async(flag, 0, 1, stream.cu_stream())
-                        .result()
-                        .map_err(GpuError::cuda("clearing a flag"))?;
-                }
-                (&self.faults.0, flag)
-            }
-            crate::InjectedFault::IllegalAddress => (&self.faults.1, 8u64),
-            crate::InjectedFault::NoKernels => return Ok(()),
+/// Enqueue a device-to-device strided copy on `stream`.
+///
+/// # Safety
+/// Both bases plus the copy's extents must lie in valid device memory of the stream's context.
+pub(crate) unsafe fn copy_dtod(
+    copy: &Copy3D,
+    src: sys::CUdeviceptr,
+    dst: sys::CUdeviceptr,
+    stream: &CudaStream,
+) -> Result<(), GpuError> {
+    let what = GpuError::cuda("placing chunk data on the device");
+    let status = if copy.is_contiguous() {
+        // SAFETY: the caller's contract.
+        unsafe {
+            sys::cuMemcpyDtoDAsync_v2(
+                dst + copy.dst_offset,
+                src + copy.src_offset,
+                copy.width as usize,
+                stream.cu_stream(),
+            )
+        }
+    } else {
+        let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+        let p = sys::CUDA_MEMCPY3D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcZ: 0,
+            srcLOD: 0,
+            srcMemoryType: device,
+            srcHost: std::ptr::null::<c_void>(),
+            srcDevice: src + copy.src_offset,
+            srcArray: std::ptr::null_mut(),
+            reserved0: std::ptr::null_mut(),
+            srcPitch: copy.src_pitch as usize,
+            srcHeight: copy.src_height as usize,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstZ: 0,
+            dstLOD: 0,
+            dstMemoryType: device,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst + copy.dst_offset,
+            dstArray: std::ptr::null_mut(),
+            reserved1: std::ptr::null_mut(),
+            dstPitch: copy.dst_pitch as usize,
+            dstHeight: copy.dst_height as usize,
+            WidthInBytes: copy.width as usize,
+            Height: copy.height as usize,
+            Depth: copy.depth as usize,
         };
-        let mut launch = stream.launch_builder(function);
-        launch.arg(&target);
-        // SAFETY: both kernels take one device address; that they misbehave is the point.
-        unsafe { launch.launch(one) }.map_err(GpuError::cuda("launching an injected fault"))?;
-        Ok(())
+        // SAFETY: a device-to-device copy within the caller's buffers.
+        unsafe { sys::cuMemcpy3DAsync_v2(&raw const p, stream.cu_stream()) }
+    };
+    status.result().map_err(what)
+}
+
+/// Enqueue a fill of `len` bytes at `dst` with the repeating `pattern` (1 to 16 bytes; patterns
+/// of 1, 2 or 4 bytes are memsets, longer ones copy a seeded block that doubles).
+///
+/// # Safety
+/// `dst..dst + len` must be valid device memory of the stream's context, `len` a multiple of
+/// the pattern's length.
+pub(crate) unsafe fn fill_pattern(
+    pattern: &[u8],
+    dst: sys::CUdeviceptr,
+    len: usize,
+    stream: &CudaStream,
+) -> Result<(), GpuError> {
+    let n = pattern.len();
+    let what = GpuError::cuda("filling with the fill value");
+    if len == 0 {
+        return Ok(());
     }
+    let s = stream.cu_stream();
+    // SAFETY (all arms): within the caller's buffer.
+    let status = unsafe {
+        if pattern.iter().all(|&b| b == pattern[0]) {
+            sys::cuMemsetD8Async(dst, pattern[0], len, s)
+        } else if n == 2 {
+            sys::cuMemsetD16Async(dst, u16::from_ne_bytes([pattern[0], pattern[1]]), len / 2, s)
+        } else if n == 4 {
+            sys::cuMemsetD32Async(dst, u32::from_ne_bytes(pattern.try_into().expect("4 bytes")), len / 4, s)
+        } else {
+            // Seed one element from the host (pageable: the driver copies it before returning),
+            // then double the filled prefix with device copies.
+            let status = sys::cuMemcpyHtoDAsync_v2(dst, pattern.as_ptr().cast(), n, s);
+            if status != sys::CUresult::CUDA_SUCCESS {
+                return status.result().map_err(what);
+            }
+            let mut filled = n;
+            while filled < len {
+                let step = filled.min(len - filled);
+                let status = sys::cuMemcpyDtoDAsync_v2(dst + filled as u64, dst, step, s);
+                if status != sys::CUresult::CUDA_SUCCESS {
+                    return status.result().map_err(what);
+                }
+                filled += step;
+            }
+            sys::CUresult::CUDA_SUCCESS
+        }
+    };
+    status.result().map_err(what)
+}
+
+/// A device block holding the fill value repeated over the largest read, made on first need.
+pub(crate) fn fill_source<S: ?Sized>(
+    fill: &mut Option<DeviceBuffer>,
+    context: &GpuContext,
+    array: &Array<S>,
+    len: u64,
+    stream: &CudaStream,
+) -> Result<u64, GpuError> {
+    if let Some(buffer) = fill {
+        return Ok(buffer.ptr());
+    }
+    let len = len as usize;
+    let buffer = context.take_staging(len)?;
+    let pattern = array.fill_value().as_ne_bytes();
+    // SAFETY: the buffer holds at least len bytes, len is a whole number of elements.
+    unsafe { fill_pattern(pattern, buffer.ptr(), len, stream) }?;
+    Ok(fill.insert(buffer).ptr())
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use zarrs::array::ArraySubset;
 use zarrs_storage::StoreKey;
 
-use crate::GpuError;
+use crate::error::GpuError;
 
 /// Bytes of a C-order buffer of `shape` elements of `elem` bytes, None when that overflows u64.
 #[must_use]

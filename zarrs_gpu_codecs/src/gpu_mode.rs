@@ -1,12 +1,15 @@
-//! GPU mode's codecs: inside `with_gpu_config`, the codecs zarrs builds for every name a
-//! [`DeviceCodecPlugin`](crate::DeviceCodecPlugin) registers with host codecs (`zstd`, `gzip`)
-//! are [`GpuModeCodec`]s: zarrs' own codec on the host (same metadata, same decoding through the
-//! ordinary zarrs API) that carries its device implementation, which the device pipeline takes
-//! from the array's codec chain.
+//! GPU mode: [`with_gpu_config`] scopes a configuration to the thread that runs a closure
+//! ([`gpu_config`] reads it, and `GpuConfig::current` where a read is given none), and GPU
+//! mode's codecs: inside a scope, the codecs zarrs builds for every name a
+//! [`DeviceCodecPlugin`] registers with host codecs (`zstd`, `gzip`) are [`GpuModeCodec`]s:
+//! zarrs' own codec on the host (same metadata, same decoding through the ordinary zarrs API)
+//! that carries its device implementation, which the device pipeline takes from the array's
+//! codec chain.
 
 use std::any::Any;
 use std::borrow::Cow;
-use std::sync::{Arc, Mutex};
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use zarrs::array::codec::api::{
     register_codec_v2, register_codec_v3, unregister_codec_v2, unregister_codec_v3, CodecRuntimePluginV2,
@@ -18,7 +21,69 @@ use zarrs::array::{
 };
 use zarrs::plugin::{ExtensionName, PluginCreateError, ZarrVersion};
 
-use crate::device_codec::{self, DeviceCodec, DeviceCodecPlugin};
+use crate::codecs::{self, DeviceCodec, DeviceCodecPlugin};
+use crate::config::GpuConfig;
+use crate::error::GpuError;
+
+thread_local! {
+    static THREAD_SCOPES: RefCell<Vec<GpuConfig>> = const { RefCell::new(Vec::new()) };
+}
+/// Ends a scope (also when its closure panics).
+struct ScopeGuard;
+
+impl Drop for ScopeGuard {
+    fn drop(&mut self) {
+        scope_closed();
+        THREAD_SCOPES.with(|s| s.borrow_mut().pop());
+    }
+}
+
+/// Run `f` in GPU mode with `config`: device retrieval on this thread inside uses it, zarrs'
+/// generic retrieval into [`DeviceArray`](crate::DeviceArray) places its result on that device,
+/// and arrays opened inside get [`GpuModeCodec`]s for "zstd" and "gzip"
+/// (zarrs' codecs carrying their device codecs, registered with zarrs as runtime codec plugins
+/// while any scope is open). Scopes nest (the inner one wins, the outer one is restored on exit)
+/// and end also when `f` panics.
+///
+/// The scope belongs to this thread: other threads never see it, even while it is open. Work
+/// `f` hands to other threads that should run in GPU mode takes the configuration along:
+/// `let config = gpu_config(); rayon::spawn(move || with_gpu_config(config.unwrap(), ...))`.
+/// (zarrs' retrieval makes its result on the calling thread, so it needs nothing of the kind.)
+pub fn with_gpu_config<R>(config: GpuConfig, f: impl FnOnce() -> R) -> R {
+    THREAD_SCOPES.with(|s| s.borrow_mut().push(config));
+    scope_opened();
+    let _guard = ScopeGuard;
+    f()
+}
+
+/// The GPU mode configuration in force on this thread (its innermost scope), or `None`.
+#[must_use]
+pub fn gpu_config() -> Option<GpuConfig> {
+    THREAD_SCOPES.with(|s| s.borrow().last().cloned())
+}
+
+impl GpuConfig {
+    /// The configuration reads use where the caller gives none: the innermost GPU mode scope of
+    /// this thread, else [`GpuConfig::from_env`] (read once per process).
+    ///
+    /// # Errors
+    /// Returns [`GpuError::Config`] when the environment holds a value that cannot be used.
+    pub fn current() -> Result<Self, GpuError> {
+        static FROM_ENV: OnceLock<Result<GpuConfig, (&'static str, String, String)>> = OnceLock::new();
+        if let Some(config) = gpu_config() {
+            return Ok(config);
+        }
+        FROM_ENV
+            .get_or_init(|| {
+                Self::from_env().map_err(|e| match e {
+                    GpuError::Config { variable, value, expected } => (variable, value, expected),
+                    other => ("environment", other.to_string(), String::new()),
+                })
+            })
+            .clone()
+            .map_err(|(variable, value, expected)| GpuError::Config { variable, value, expected })
+    }
+}
 
 /// A zarrs bytes-to-bytes codec with its device implementation: identical on the host, decoded
 /// on the device by the device pipeline.
@@ -149,7 +214,7 @@ pub(crate) fn scope_opened() {
     for plugin in inventory::iter::<DeviceCodecPlugin> {
         let Some((host_v3, host_v2)) = plugin.host() else { continue };
         // A name registered twice is left to zarrs (its device codec is ambiguous).
-        if device_codec::plugin(plugin.name()).is_err() {
+        if codecs::plugin(plugin.name()).is_err() {
             continue;
         }
         let name = plugin.name();
@@ -184,8 +249,62 @@ pub(crate) fn device_codec_of(codec: &dyn BytesToBytesCodecTraits, name: &str) -
     if let Some(wrapped) = codec.as_any().downcast_ref::<GpuModeCodec>() {
         return Ok(wrapped.device().clone());
     }
-    let plugin = device_codec::plugin(name)?
-        .ok_or_else(|| format!("bytes-to-bytes codec {name} has no device implementation yet"))?;
+    let plugin =
+        codecs::plugin(name)?.ok_or_else(|| format!("bytes-to-bytes codec {name} has no device implementation yet"))?;
     let configuration = codec.configuration_v3(&CodecMetadataOptions::default()).unwrap_or_default();
     plugin.create(&configuration).map_err(|e| format!("{name}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zarrs_gds_store::IoBackend;
+
+    #[test]
+    fn scopes_nest_restore_and_survive_panics() {
+        assert_eq!(gpu_config(), None);
+        let outer = GpuConfig::default().with_device(1);
+        let inner = GpuConfig::default().with_device(2).with_backend(IoBackend::Posix);
+        with_gpu_config(outer.clone(), || {
+            assert_eq!(gpu_config(), Some(outer.clone()));
+            with_gpu_config(inner.clone(), || assert_eq!(gpu_config(), Some(inner.clone())));
+            assert_eq!(gpu_config(), Some(outer.clone()));
+            let caught = std::panic::catch_unwind(|| with_gpu_config(inner.clone(), || panic!("boom")));
+            assert!(caught.is_err());
+            assert_eq!(gpu_config(), Some(outer.clone()));
+            // Another thread, a rayon worker too, never sees this thread's scope.
+            assert_eq!(std::thread::spawn(gpu_config).join().unwrap(), None);
+            let seen: Vec<_> = {
+                use rayon::prelude::*;
+                (0..64).into_par_iter().map(|_| gpu_config()).collect()
+            };
+            assert!(seen.iter().all(Option::is_none), "a worker saw another thread's scope");
+        });
+        assert_eq!(gpu_config(), None);
+        assert_eq!(std::thread::spawn(gpu_config).join().unwrap(), None);
+    }
+
+    #[test]
+    fn two_threads_in_different_scopes_at_once_see_their_own() {
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(3));
+        let threads: Vec<_> = (0..2)
+            .map(|device| {
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    let config = GpuConfig::default().with_device(device);
+                    with_gpu_config(config.clone(), || {
+                        // Both scopes are open here, and the main thread has none.
+                        barrier.wait();
+                        let seen = gpu_config();
+                        barrier.wait();
+                        seen == Some(config)
+                    })
+                })
+            })
+            .collect();
+        barrier.wait();
+        assert_eq!(gpu_config(), None, "a thread without a scope sees none while others are open");
+        barrier.wait();
+        assert!(threads.into_iter().all(|t| t.join().unwrap()));
+    }
 }

@@ -4,8 +4,8 @@
 
 use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
 
-use crate::place::Kernels;
-use crate::GpuError;
+use crate::device::kernels::Kernels;
+use crate::error::GpuError;
 
 /// Four threads per chunk, one per accumulator of XXH64's 32-byte stripes (the four are
 /// independent until the merge), so that a warp reads whole stripes; the first of the four

@@ -1,5 +1,6 @@
 //! What a read takes: which codec chains the device pipeline decodes (`device_plan`, from the
-//! array's own codecs), the chunks a subset meets, and the report of a read.
+//! array's own codecs; else the host route and why: `host_decode_reason`) and the chunks a
+//! subset meets.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -7,56 +8,13 @@ use std::sync::Arc;
 use zarrs::array::codec::{BytesDataTypeExt, TransposeCodecConfiguration};
 use zarrs::array::{Array, ArrayMetadata, ArraySubset, CodecMetadataOptions, DataType, Endianness};
 use zarrs::plugin::ExtensionName;
-use zarrs_gds_store::IoStatus;
 
-use crate::codec::device_codec_of;
-use crate::device_codec::DeviceCodec;
-use crate::place::GATHER_DIMS;
-use crate::shard::ShardLevel;
-use crate::{DecodeTrust, GpuError};
-
-/// Where a read's chunks were decoded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DecodePath {
-    /// Chunk bytes went from storage to the device and were placed there (codec chain `bytes`).
-    Device,
-    /// Decoded by zarrs on the host into pinned memory, then copied to the device once.
-    Host,
-}
-
-impl std::fmt::Display for DecodePath {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Device => "device",
-            Self::Host => "host decode + one copy",
-        })
-    }
-}
-
-/// What a device retrieval did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RetrieveReport {
-    /// Where the chunks were decoded.
-    pub decode: DecodePath,
-    /// The I/O path of the device reads (None when zarrs read on the host).
-    pub io: Option<IoStatus>,
-    /// Chunks that met the subset.
-    pub chunks: usize,
-    /// Of those, chunks that do not exist (filled with the fill value).
-    pub missing_chunks: usize,
-    /// Bytes read from storage (stored bytes: compressed for compressed chunks).
-    pub bytes_read: u64,
-    /// Chunks decoded on host threads beside the device (large frames, frames nvCOMP cannot take).
-    pub host_decoded_chunks: usize,
-    /// Why zarrs decoded the whole read on the host, when it did.
-    pub host_reason: Option<String>,
-    /// How the scheduler split the last batch between host threads and nVCOMP, and why.
-    pub schedule: Option<String>,
-    /// Time in each stage of the device pipeline (empty when zarrs decoded on the host).
-    pub stages: Vec<crate::StageTime>,
-}
+use crate::codecs::DeviceCodec;
+use crate::config::DecodeTrust;
+use crate::error::GpuError;
+use crate::gpu_mode::device_codec_of;
+use crate::pipeline::place::GATHER_DIMS;
+use crate::pipeline::shard::ShardLevel;
 
 /// The codecs of a chunk the device pipeline decodes: an optional transpose, the `bytes` codec
 /// in either byte order, then a registered device codec (zstd, gzip, or a plugin's), and crc32c.
@@ -101,23 +59,6 @@ impl DeviceChain {
     /// Elements are placed one by one (transposed or byte-swapped), not by strided copies.
     pub(crate) fn needs_gather(&self) -> bool {
         self.swap > 1 || self.transpose.is_some()
-    }
-}
-
-impl RetrieveReport {
-    /// A report of `chunks` chunks before anything was read.
-    pub(crate) fn new(decode: DecodePath, chunks: usize) -> Self {
-        Self {
-            decode,
-            io: None,
-            chunks,
-            missing_chunks: 0,
-            bytes_read: 0,
-            host_decoded_chunks: 0,
-            host_reason: None,
-            schedule: None,
-            stages: Vec::new(),
-        }
     }
 }
 
@@ -342,16 +283,10 @@ mod tests {
 
     #[test]
     fn decode_trust_decides_what_nvcomp_decodes() {
-        let zstd = crate::device_codec::plugin("zstd")
-            .unwrap()
-            .unwrap()
-            .create(&zarrs::metadata::Configuration::default())
-            .unwrap();
-        let gzip = crate::device_codec::plugin("gzip")
-            .unwrap()
-            .unwrap()
-            .create(&zarrs::metadata::Configuration::default())
-            .unwrap();
+        let zstd =
+            crate::codecs::plugin("zstd").unwrap().unwrap().create(&zarrs::metadata::Configuration::default()).unwrap();
+        let gzip =
+            crate::codecs::plugin("gzip").unwrap().unwrap().create(&zarrs::metadata::Configuration::default()).unwrap();
         let chain = |compression: Option<&Arc<dyn DeviceCodec>>, crc32c| DeviceChain {
             compression: compression.cloned(),
             crc32c,

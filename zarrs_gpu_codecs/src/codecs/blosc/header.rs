@@ -64,8 +64,8 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use crate::lz4_block::{check_block, Lz4Error};
-use crate::zstd_frame::{check_frame, FrameError, FrameVerdict};
+use crate::codecs::lz4::block::{check_block, Lz4Error};
+use crate::codecs::zstd::frame::{check_frame, FrameError, FrameVerdict};
 
 /// Bytes of a Blosc1 header.
 pub const HEADER_LEN: usize = 16;

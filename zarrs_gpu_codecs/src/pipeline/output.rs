@@ -7,8 +7,8 @@ use std::thread::{Scope, ScopedJoinHandle};
 
 use cudarc::driver::{CudaSlice, CudaStream};
 
-use crate::context::GpuContext;
-use crate::GpuError;
+use crate::device::context::GpuContext;
+use crate::error::GpuError;
 
 /// Where a retrieval's elements go.
 #[derive(Clone, Copy, Debug)]

@@ -3,7 +3,7 @@
 //! offsets). One place computes them; the planner sizes the region with the same function, for
 //! every unit of the batch on every path, so the layout of fewer units always fits.
 
-use crate::place;
+use crate::pipeline::place;
 
 /// Offsets (bytes from the start of the metadata region) of a batch's arrays: crc32c of
 /// `crc` stored units, decoding of `dec` units, their results, the placement tables.

@@ -1,0 +1,129 @@
+//! `zstd`: its registration, its device codec (nvCOMP's batched decoder), the host check of its
+//! frames ([`frame`]) and the XXH64 kernel that verifies their content checksums (`xxhash`).
+
+pub mod frame;
+pub(crate) mod xxhash;
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use nvcomp_sys::{sys as nv, Decompressor};
+use zarrs::array::codec::ZstdCodec;
+use zarrs::array::{CodecTraitsV2, CodecTraitsV3};
+
+use crate::codecs::nvcomp::{need, nvcomp_decoder};
+use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
+use crate::error::GpuError;
+use crate::schedule::DecodeRates;
+use frame::{check_frame, FrameVerdict};
+
+inventory::submit! {
+    DeviceCodecPlugin::new("zstd", |_| Ok(Arc::new(Zstd)))
+        .with_host(<ZstdCodec as CodecTraitsV3>::create, <ZstdCodec as CodecTraitsV2>::create)
+}
+
+/// `zstd`: one frame per chunk, walked block by block on the host first; a frame's content
+/// checksum, where its header sets the flag, verified by our XXH64 kernel.
+#[derive(Debug)]
+pub(crate) struct Zstd;
+
+const ZSTD: Decompressor = Decompressor::Zstd;
+
+impl DeviceCodec for Zstd {
+    fn name(&self) -> &'static str {
+        "zstd"
+    }
+
+    fn check(&self, encoded: &[u8], decoded_len: u64) -> Result<HostCheck, BoxError> {
+        match check_frame(encoded, decoded_len)? {
+            FrameVerdict::Device { checksum: false } => Ok(HostCheck::Device { digest: None }),
+            // The frame ends with the low 32 bits of the XXH64 of its content.
+            FrameVerdict::Device { checksum: true } => {
+                let tail = encoded.len().checked_sub(4).ok_or("zstd frame without room for its checksum")?;
+                Ok(HostCheck::Device { digest: Some(u32::from_le_bytes(encoded[tail..].try_into().expect("4 bytes"))) })
+            }
+            FrameVerdict::Host(reason) => Ok(HostCheck::Host(reason.into())),
+        }
+    }
+
+    nvcomp_decoder!(ZSTD);
+
+    fn decode_rates(&self) -> Option<DecodeRates> {
+        // Measured for this codec (see DecodeRates' defaults).
+        Some(DecodeRates::default())
+    }
+
+    unsafe fn scratch_for(&self, batch: &DeviceBatch<'_>, total_decoded: usize) -> Result<Option<usize>, GpuError> {
+        // SAFETY: the caller's contract: input arrays of `count` entries describing checked
+        // frames, ordered on the stream; `count` statuses.
+        let bytes = unsafe {
+            need(batch.nvcomp)?.decompress_temp_size_of(
+                ZSTD,
+                batch.inputs as *const *const c_void,
+                batch.input_sizes as *const usize,
+                batch.count,
+                batch.max_decoded,
+                total_decoded,
+                batch.statuses as *mut nv::nvcompStatus_t,
+                batch.stream.cu_stream() as nv::cudaStream_t,
+            )
+        }?;
+        Ok(Some(bytes))
+    }
+
+    fn digest_name(&self) -> &'static str {
+        "zstd content checksum (XXH64)"
+    }
+
+    fn can_digest(&self, kernels: bool) -> bool {
+        kernels
+    }
+
+    unsafe fn digest(&self, batch: &DeviceBatch<'_>, values: u64, _statuses: u64) -> Result<(), GpuError> {
+        let kernels = batch.kernels.ok_or_else(|| GpuError::NoNvrtc("verifying zstd checksums needs it".into()))?;
+        // SAFETY: the caller's contract; outputs are 8-byte aligned, as the kernel needs.
+        unsafe { kernels.launch_xxh64(batch.stream, batch.outputs, batch.capacities, batch.count, values) }
+    }
+
+    fn decode_host(&self, encoded: &[u8], out: &mut [u8]) -> Result<usize, String> {
+        // One decompression context per thread, kept: a new one (zstd::bulk::decompress_to_buffer)
+        // allocates and faults in about 200 KiB for every chunk. The one-shot decode resets it.
+        thread_local!(static CONTEXT: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) });
+        CONTEXT.with(|context| {
+            let mut context = context.borrow_mut();
+            if context.is_none() {
+                *context = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
+            }
+            let decompressor = context.as_mut().expect("made above");
+            decompressor.decompress_to_buffer(encoded, out).map_err(|e| e.to_string())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_zstd_decodes_frame_after_frame_on_one_context_errors_included() {
+        let frames: Vec<(Vec<u8>, Vec<u8>)> = (0..4u32)
+            .map(|k| {
+                let data: Vec<u8> = (0..(50_000 + k * 7_000)).map(|i| ((i * (k + 3)) % 251) as u8).collect();
+                (zstd::bulk::compress(&data, 3).unwrap(), data)
+            })
+            .collect();
+        for (n, (frame, data)) in frames.iter().enumerate() {
+            let mut out = vec![0u8; data.len()];
+            assert_eq!(Zstd.decode_host(frame, &mut out), Ok(data.len()));
+            assert_eq!(&out, data, "frame {n}");
+            // A damaged frame is an error, and the next frame still decodes on the same context.
+            let mut bad = frame.clone();
+            bad.truncate(frame.len() / 2);
+            assert!(Zstd.decode_host(&bad, &mut out).is_err());
+        }
+        let (frame, data) = &frames[0];
+        let mut out = vec![0u8; data.len()];
+        assert_eq!(Zstd.decode_host(frame, &mut out), Ok(data.len()));
+        assert_eq!(&out, data);
+    }
+}
