@@ -207,6 +207,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             }
             run.finish(&job, &mut buffers, &batches)
         })();
+        out.order_free_after(stream);
         // After an ordinary error (a corrupt chunk, a failed read), what is in flight gets a
         // batch's bound from now: only work that never ends marks the context lost.
         let deadline = if result.is_err() { run.deadline.max(after(run.bound)) } else { run.deadline };

@@ -107,6 +107,23 @@ impl<'scope> OutputBuffer<'scope> {
         Ok(Self { state: Mutex::new(state) })
     }
 
+    /// Make the new buffer's own stream, where it is freed when dropped, wait for `stream`'s
+    /// work, which writes it: a read that fails may leave work there that must not find the
+    /// memory freed (an allocation on the read's stream was freed after it by construction). A
+    /// buffer whose free cannot be ordered so is leaked.
+    pub(crate) fn order_free_after(&self, stream: &CudaStream) {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let State::Ready(Some(out), _) = &*state else { return };
+        if std::ptr::eq(out.stream().as_ref(), stream) {
+            return;
+        }
+        if stream.record_event(None).and_then(|done| out.stream().wait(&done)).is_err() {
+            if let State::Ready(out, _) = std::mem::replace(&mut *state, State::Failed) {
+                std::mem::forget(out);
+            }
+        }
+    }
+
     /// The new buffer (None for a caller's destination), once allocated.
     pub(crate) fn into_buffer(self) -> Result<Option<CudaSlice<u8>>, GpuError> {
         self.ptr()?;
