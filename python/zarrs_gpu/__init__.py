@@ -55,7 +55,8 @@ def read_ahead(array: Any, keys: Iterable[Any], *, prefetch: int = 2, device: Op
     ``Array.read_ahead`` does: yields ``(box, DeviceArray)`` in order while the caller uses the
     ones before. ``array`` is a ``zarrs_gpu.Array``, or a zarr-python array in a local store
     (``zarr.storage.LocalStore``), read by zarrs_gpu on GPU ``device`` (default: CuPy's current
-    device, else 0), inside ``gpu_zarr_context()`` or not. Bad arguments raise here."""
+    device, else 0), inside ``gpu_zarr_context()`` or not; a ``zarrs_gpu.Array`` reads to the
+    device it was opened for, and ``device`` is not used. Bad arguments raise here."""
     if isinstance(array, Array):
         return array.read_ahead(keys, prefetch=prefetch)
     from .pipeline import zarrs_array_of
