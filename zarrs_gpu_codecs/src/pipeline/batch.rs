@@ -110,7 +110,7 @@ pub(crate) fn coalesce(spans: &[(&StoreKey, u64, u64)], gap: u64) -> (Vec<HostRe
 
 /// Keep `buffer` at least `len` bytes: a buffer that is too small (or none) is replaced by one a
 /// quarter larger than asked, so that batches of slowly growing size do not reallocate each time.
-/// The old buffer must no longer be in use. Returns whether the buffer is a new one (its
+/// The old buffer must no longer be in use. Returns the buffer, and whether it is a new one (its
 /// contents are not the old one's, whatever its address).
 pub(crate) fn ensure<B>(
     buffer: &mut Option<B>,
@@ -118,17 +118,17 @@ pub(crate) fn ensure<B>(
     capacity: impl Fn(&B) -> usize,
     take: impl Fn(usize) -> Result<B, GpuError>,
     give: impl Fn(B),
-) -> Result<bool, GpuError> {
-    if buffer.as_ref().is_some_and(|b| capacity(b) as u64 >= len) {
-        return Ok(false);
-    }
-    let grow = buffer.is_some();
-    if let Some(old) = buffer.take() {
-        give(old);
-    }
+) -> Result<(&mut B, bool), GpuError> {
+    let grow = match buffer.take() {
+        Some(fits) if capacity(&fits) as u64 >= len => return Ok((buffer.insert(fits), false)),
+        Some(old) => {
+            give(old);
+            true
+        }
+        None => false,
+    };
     let len = if grow { len.saturating_add(len / 4) } else { len };
-    *buffer = Some(take(len.max(1) as usize)?);
-    Ok(true)
+    Ok((buffer.insert(take(len.max(1) as usize)?), true))
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use zarrs_gds_store::GdsStore;
 use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
 use crate::codecs::{self, DeviceBatch, DeviceCodec, HostCheck};
-use crate::config::{DecodeTrust, GpuConfig};
+use crate::config::GpuConfig;
 use crate::device::context::GpuContext;
 use crate::device::kernels::{Kernels, FAULT_SOURCE};
 use crate::device::pool::DeviceBuffer;
@@ -163,6 +163,8 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         // The fill block is uniform and as long as the longest read.
         let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
         let job = Job {
+            array,
+            gds,
             units,
             chain,
             config,
@@ -178,8 +180,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         };
         let mut buffers = Buffers {
             slots: (0..slots).map(|_| Slot::default()).collect(),
-            // Every unit's decode results, digests included (see `MetaLayout::result_bytes`).
-            results: context.take_pinned(MetaLayout::new(0, units.len().max(1), true, 0, 0).result_bytes() as usize)?,
+            results: ResultLog::new(context, units.len())?,
             fill: None,
             scratch: None,
             // The caller's destination is not this read's memory.
@@ -192,18 +193,10 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
             "stored chunks are read to host memory, where they are checked",
         ));
-        let mut run = BatchRun {
-            deadline: Instant::now(),
-            bound: config.batch_timeout(0),
-            checks: Vec::new(),
-            results_at: 0,
-            done: 0,
-            report,
-            trace,
-        };
+        let mut run = BatchRun { deadline: Instant::now(), bound: config.batch_timeout(0), done: 0, report, trace };
         let result = (|| -> Result<(), GpuError> {
             for b in 0..batches.len() {
-                run.batch(&job, array, gds, &mut buffers, &batches, b)?;
+                run.batch(&job, &mut buffers, &batches, b)?;
             }
             run.finish(&job, &mut buffers, &batches)
         })();
@@ -237,10 +230,6 @@ struct BatchRun {
     /// The bound of the batch last planned: after an ordinary error, the work in flight gets
     /// that long from then.
     bound: std::time::Duration,
-    /// The content checks to make once every batch is done.
-    checks: Vec<DecodeCheck>,
-    /// Where the next batch's results go in the results buffer.
-    results_at: usize,
     /// Units whose batch has finished, for the progress callback.
     done: usize,
     report: RetrieveReport,
@@ -252,70 +241,46 @@ impl BatchRun {
     /// device decode, the host's share, results queued, placement; then its event.
     fn batch<S: ReadableStorageTraits + ?Sized + 'static>(
         &mut self,
-        job: &Job<'_>,
-        array: &Array<S>,
-        gds: Option<&GdsStore>,
+        job: &Job<'_, S>,
         buffers: &mut Buffers,
         batches: &[Vec<usize>],
         b: usize,
     ) -> Result<(), GpuError> {
-        let (units, chain, config, batch) = (job.units, job.chain, job.config, batches[b].as_slice());
         let slot = b % buffers.slots.len();
         if self.settle_slot(job, buffers, slot, batches)? {
             self.trace.mark("wait slot");
         }
-        let spans = stored_spans(job, array.storage().as_ref(), batch)?;
-        let Reads { requests, staged, at, stored_total, mut items, decoded_total } = plan_reads(units, batch, &spans);
-        self.bound = config.batch_timeout(decoded_total);
+        let mut batch = Batch::plan(job, &batches[b], b, slot)?;
+        self.bound = job.config.batch_timeout(batch.decoded_total);
         self.trace.mark("sizes");
-        let meta_bytes = meta_len(units, chain, batch);
-        // Room for the batch as if every stored unit decoded on the device: the stored bytes
-        // are copied to the staging while they are read, before the host check routes them.
-        let may_decode = chain.device_may_decode(config.decode_trust());
-        let stored = items.iter().filter(|it| it.route != Route::Missing && may_decode);
-        let staging = job.staging(stored, stored_total, decoded_total, meta_bytes)?.len;
-        let host_meta_at = read_batch(
-            job,
-            array,
-            gds,
-            buffers,
-            slot,
-            (&requests, staged, &at),
-            (stored_total, meta_bytes, staging),
-            &mut items,
-            &mut self.report,
-        )?;
+        let stored_bytes = batch.read(job, buffers, &mut self.report)?;
         self.trace.mark("read");
-        let stored_bytes = buffers.slots[slot].host.as_ref().expect("ensured").as_slice();
-        if let Some(schedule) = route_batch(job, &mut items, stored_bytes, batches.len() == 1)? {
+        if let Some(schedule) = batch.route(job, stored_bytes, batches.len() == 1)? {
             self.report.schedule = Some(schedule);
         }
         self.trace.mark("check");
-        let layout =
-            launch_device(job, buffers, slot, &items, stored_total, decoded_total, meta_bytes, host_meta_at, b)?;
+        let layout = batch.launch_device(job, buffers)?;
         // Meanwhile the host decodes its chunks, each copied to the device as soon as it is done.
-        self.report.host_decoded_chunks += decode_host_share(job, buffers, slot, &items, layout.dbase)?;
+        self.report.host_decoded_chunks += batch.decode_host_share(job, buffers, &layout)?;
         self.trace.mark("decode");
-        let on_device: Vec<&Item> = items.iter().filter(|it| it.route == Route::Device).collect();
-        let results_base = buffers.results.as_mut_slice().as_mut_ptr();
-        self.results_at += queue_results(job, &layout, &on_device, results_base, self.results_at, &mut self.checks)?;
-        let out_ptr = job.out.ptr()?;
-        place_batch(job, array, &layout, &items, &mut buffers.fill, job.out_shape, out_ptr, &mut self.report)?;
+        batch.queue_results(job, &layout, &mut buffers.results)?;
+        batch.place(job, &layout, &mut buffers.fill, &mut self.report)?;
         let event = job.stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
         // The bound covers the device's work only: it starts once the batch is enqueued,
         // after its storage reads and host checks (slow storage is no device fault).
         let batch_deadline = after(self.bound);
         self.deadline = self.deadline.max(batch_deadline);
-        buffers.slots[slot].pending = Some(Pending { event, deadline: batch_deadline, bound: self.bound, batch: b });
+        buffers.slots[slot].pending =
+            Some(Pending { event, deadline: batch_deadline, bound: self.bound, batch: batch.index });
         self.trace.mark("place");
         Ok(())
     }
 
     /// Wait for the batch in flight in `slot`, if any (until its deadline), and report
     /// progress; whether there was one.
-    fn settle_slot(
+    fn settle_slot<S: ?Sized>(
         &mut self,
-        job: &Job<'_>,
+        job: &Job<'_, S>,
         buffers: &mut Buffers,
         slot: usize,
         batches: &[Vec<usize>],
@@ -330,7 +295,12 @@ impl BatchRun {
 
     /// After the last batch: every batch in flight awaited, oldest first, then the results
     /// checked (nvCOMP's statuses and sizes, the content checks).
-    fn finish(&mut self, job: &Job<'_>, buffers: &mut Buffers, batches: &[Vec<usize>]) -> Result<(), GpuError> {
+    fn finish<S: ?Sized>(
+        &mut self,
+        job: &Job<'_, S>,
+        buffers: &mut Buffers,
+        batches: &[Vec<usize>],
+    ) -> Result<(), GpuError> {
         let slots = buffers.slots.len();
         // Oldest first: the slot after the last batch's holds the batch before it.
         for k in 1..=slots {
@@ -338,12 +308,16 @@ impl BatchRun {
         }
         job.stream.synchronize().map_err(GpuError::cuda("decoding on the device"))?;
         self.trace.mark("final sync");
-        check_results(job, &self.checks, buffers.results.as_slice())
+        buffers.results.check(job)
     }
 }
 
 /// What every stage of one decoded read shares.
-struct Job<'a> {
+struct Job<'a, S: ?Sized> {
+    /// The array read (its storage, its fill value).
+    array: &'a Array<S>,
+    /// The array's store as a GdsStore, when it is one.
+    gds: Option<&'a GdsStore>,
     units: &'a [Unit],
     chain: &'a DeviceChain,
     config: &'a GpuConfig,
@@ -363,7 +337,7 @@ struct Job<'a> {
     out_shape: &'a [u64],
 }
 
-impl Job<'_> {
+impl<S: ?Sized> Job<'_, S> {
     fn decoded_len(&self, u: usize) -> u64 {
         self.units[u].decoded_len()
     }
@@ -392,7 +366,7 @@ impl Job<'_> {
 }
 
 /// Offsets in a slot's staging (see [`Job::staging`]) and its length, and the decoder's scratch
-/// (one buffer of the read's, [`Buffers::ensure_scratch`]).
+/// (one buffer of the read's, [`ensure_scratch`]).
 struct Staging {
     decoded: u64,
     temp_bytes: usize,
@@ -419,9 +393,8 @@ struct Slot {
 /// A read's buffers: its slots, and what the whole read shares.
 struct Buffers {
     slots: Vec<Slot>,
-    /// What nvCOMP reports back, batch after batch: per batch its decoded sizes (u64) and
-    /// statuses (u32), and the content checks' values (and statuses): at most 20 bytes a chunk.
-    results: PinnedBuffer,
+    /// What nvCOMP reports back, batch after batch, and the checks to make of it.
+    results: ResultLog,
     /// The fill value block for missing units.
     fill: Option<DeviceBuffer>,
     /// The decoder's scratch, one for both slots: every batch decodes on the read's stream, so
@@ -432,33 +405,29 @@ struct Buffers {
     taken: std::cell::Cell<u64>,
 }
 
-impl Buffers {
-    /// The decoder's scratch of at least `len` bytes (its address), within the read's device
-    /// memory cap. A scratch too small is replaced only after the decodes queued on the read's
-    /// stream, which may still use it, have finished.
-    fn ensure_scratch(&mut self, job: &Job<'_>, len: usize) -> Result<u64, GpuError> {
-        if self.scratch.as_ref().is_some_and(|b| b.len() < len) {
-            job.stream.synchronize().map_err(GpuError::cuda("waiting for a decode's scratch"))?;
-        }
-        ensure_counted(&self.taken, job, &mut self.scratch, len as u64)?;
-        Ok(self.scratch.as_ref().expect("ensured").ptr())
+/// The decoder's scratch ([`Buffers::scratch`]) of at least `len` bytes (its address), within the
+/// read's device memory cap. A scratch too small is replaced only after the decodes queued on the
+/// read's stream, which may still use it, have finished.
+fn ensure_scratch<S: ?Sized>(
+    scratch: &mut Option<DeviceBuffer>,
+    taken: &std::cell::Cell<u64>,
+    job: &Job<'_, S>,
+    len: usize,
+) -> Result<u64, GpuError> {
+    if scratch.as_ref().is_some_and(|b| b.len() < len) {
+        job.stream.synchronize().map_err(GpuError::cuda("waiting for a decode's scratch"))?;
     }
-
-    /// Staging of at least `len` bytes for `slot`, within the read's device memory cap. Returns
-    /// whether the staging is a new buffer.
-    fn ensure_staging(&mut self, job: &Job<'_>, slot: usize, len: u64) -> Result<bool, GpuError> {
-        ensure_counted(&self.taken, job, &mut self.slots[slot].staging, len)
-    }
+    Ok(ensure_counted(taken, job, scratch, len as u64)?.0.ptr())
 }
 
 /// [`ensure`] a device buffer from the context's pool, counted in `taken` against the read's
-/// device memory cap (a replaced buffer no longer counts).
-fn ensure_counted(
+/// device memory cap (a replaced buffer no longer counts): the buffer, and whether it is new.
+fn ensure_counted<'b, S: ?Sized>(
     taken: &std::cell::Cell<u64>,
-    job: &Job<'_>,
-    buffer: &mut Option<DeviceBuffer>,
+    job: &Job<'_, S>,
+    buffer: &'b mut Option<DeviceBuffer>,
     len: u64,
-) -> Result<bool, GpuError> {
+) -> Result<(&'b mut DeviceBuffer, bool), GpuError> {
     let take = |len: usize| -> Result<DeviceBuffer, GpuError> {
         let now = taken.get().saturating_add(len as u64);
         if let Some(cap) = job.config.device_memory_cap().filter(|&cap| now > cap) {
@@ -548,7 +517,7 @@ fn plan_batches(
 /// sized here, batch by batch, so that later batches' queries overlap the device's work on
 /// earlier ones.
 fn stored_spans<S: ReadableStorageTraits + ?Sized>(
-    job: &Job<'_>,
+    job: &Job<'_, S>,
     storage: &S,
     batch: &[usize],
 ) -> Result<Vec<Option<(u64, u64)>>, GpuError> {
@@ -575,106 +544,396 @@ fn whole_span(unit: &Unit, len: u64) -> Result<(u64, u64), GpuError> {
     Ok((0, len))
 }
 
-/// Read a batch's stored bytes: into the slot's pinned buffer, where they are checked, each
-/// piece copied on to the slot's device staging as soon as it is read (the copy stream waits for
-/// those copies), or (chains with nothing to check) straight into the device staging (GdsStore:
-/// cuFile where native GDS works). Units whose value disappeared since it was sized become missing. Returns where the
-/// metadata staging starts in the pinned buffer.
-#[allow(clippy::too_many_arguments)]
-fn read_batch<S: ReadableStorageTraits + ?Sized + 'static>(
-    job: &Job<'_>,
-    array: &Array<S>,
-    gds: Option<&GdsStore>,
-    buffers: &mut Buffers,
+/// A batch in progress, stage by stage: its units' reads and items, where it lies in its slot.
+struct Batch {
+    /// Its place among the read's batches.
+    index: usize,
+    /// The slot whose buffers it uses.
     slot: usize,
-    (requests, staged, at): (&[HostReadRequest], usize, &[(usize, u64)]),
-    (stored_total, meta_bytes, staging): (u64, u64, u64),
-    items: &mut [Item],
-    report: &mut RetrieveReport,
-) -> Result<u64, GpuError> {
-    let context = job.context;
-    let storage = array.storage();
-    let direct = !job.chain.is_checked();
-    // The host keeps only the metadata staging when the bytes go straight to the device.
-    let host_meta_at = if direct { 0 } else { stored_total.next_multiple_of(STORED_ALIGN) };
-    ensure(
-        &mut buffers.slots[slot].host,
-        host_meta_at + meta_bytes,
-        PinnedBuffer::len,
-        |len| context.take_pinned(len),
-        |old| context.give_pinned(old),
-    )?;
-    buffers.ensure_staging(job, slot, staging)?;
-    let cbase = buffers.slots[slot].staging.as_ref().expect("ensured").ptr();
-    let found = if direct {
-        let out_ptr = if staged < requests.len() { job.out.ptr()? } else { 0 };
-        let base = |i: usize| if i < staged { cbase } else { out_ptr };
-        let requests: Vec<DeviceReadRequest> = requests
-            .iter()
-            .enumerate()
-            .map(|(i, r)| DeviceReadRequest {
-                key: r.key.clone(),
-                offset: r.offset,
-                len: r.len,
-                dst: base(i) + r.at as u64,
-                value_len: r.value_len,
-            })
-            .collect();
-        // SAFETY: each staged request lands at its offset below stored_total in the slot's
-        // staging, which has room for stored_total bytes; coalesced requests do not overlap; the
-        // slot's previous batch has finished (its event, awaited before this batch). The others
-        // land on the disjoint runs of the output their chunks' placements name.
-        let outcome = unsafe {
-            match gds {
-                Some(store) => context.reader().read_gds_to_device(
-                    store,
-                    &requests,
-                    job.config.backend(),
-                    Some(job.copy_stream),
-                )?,
-                None => context.reader().read_store_to_device(storage.as_ref(), &requests, Some(job.copy_stream))?,
-            }
-        };
-        report.io = Some(outcome.status);
-        outcome.found
-    } else {
-        debug_assert_eq!(staged, requests.len(), "checked chains read nothing straight into the output");
-        let hbuf = &mut buffers.slots[slot].host.as_mut().expect("ensured").as_mut_slice()[..stored_total as usize];
-        // SAFETY: the slot's staging starts with room for stored_total bytes, and its previous
-        // batch has finished (its event, awaited before this batch); the pinned host buffer is
-        // reused only after this batch's event, which follows the copy stream's wait for the copies.
-        let mirror = Some(unsafe { DeviceMirror::new(cbase, stored_total as usize, job.copy_stream) });
-        match gds {
-            Some(store) => context.reader().read_gds_to_host(store, requests, hbuf, mirror)?,
-            None => context.reader().read_store_to_host(storage.as_ref(), requests, hbuf, mirror)?,
-        }
-    };
-    report.bytes_read += requests.iter().zip(&found).filter(|(_, &f)| f).map(|(r, _)| r.len as u64).sum::<u64>();
-    let mut next_span = at.iter();
-    for it in items.iter_mut().filter(|it| it.route != Route::Missing) {
-        if !found[next_span.next().expect("one per span").0] {
-            it.route = Route::Missing; // deleted between the size query and the read
-        }
-    }
-    Ok(host_meta_at)
+    /// Its reads: the first `staged` land in the slot's staging at their `at`, the rest straight
+    /// into the output at theirs.
+    requests: Vec<HostReadRequest>,
+    staged: usize,
+    /// Per stored unit in batch order, its request and staging offset.
+    at: Vec<(usize, u64)>,
+    stored_total: u64,
+    decoded_total: u64,
+    items: Vec<Item>,
+    /// Device memory its metadata may take ([`meta_len`]).
+    meta_bytes: u64,
+    /// Where the metadata staging starts in the slot's pinned buffer; set by [`Batch::read`].
+    host_meta_at: u64,
 }
 
-/// The host check of every stored unit of a batch, then its route: nvCOMP, or host threads
-/// (what nvCOMP cannot or may not take, the host's share the scheduler gives it, inputs at an
-/// alignment nvCOMP cannot take).
-fn route_batch(job: &Job<'_>, items: &mut [Item], stored: &[u8], only: bool) -> Result<Option<String>, GpuError> {
-    let (units, chain) = (job.units, job.chain);
-    let can_hash = job.kernels.is_some();
-    check_stored(units, items, stored, chain, job.config.decode_trust(), can_hash, job.context.reader())?;
-    let schedule = route_by_cost(job, items, only);
-    if let Some(codec) = &chain.compression {
-        // 1 today: zstd and naive gzip take any byte; staging itself is 256-byte aligned.
-        let align = codec.input_alignment(job.nvcomp)? as u64;
-        for it in items.iter_mut().filter(|it| it.route == Route::Device && it.host_offset % align.max(1) != 0) {
-            it.route = Route::Host;
-        }
+impl Batch {
+    /// The batch of `units` (`index`, in `slot`): its stored sizes and its reads.
+    fn plan<S: ReadableStorageTraits + ?Sized>(
+        job: &Job<'_, S>,
+        units: &[usize],
+        index: usize,
+        slot: usize,
+    ) -> Result<Self, GpuError> {
+        let spans = stored_spans(job, job.array.storage().as_ref(), units)?;
+        let Reads { requests, staged, at, stored_total, items, decoded_total } = plan_reads(job.units, units, &spans);
+        let meta_bytes = meta_len(job.units, job.chain, units);
+        Ok(Batch { index, slot, requests, staged, at, stored_total, decoded_total, items, meta_bytes, host_meta_at: 0 })
     }
-    Ok(schedule)
+
+    /// Read the batch's stored bytes: into the slot's pinned buffer, where they are checked, each
+    /// piece copied on to the slot's device staging as soon as it is read (the copy stream waits
+    /// for those copies), or (chains with nothing to check) straight into the device staging
+    /// (GdsStore: cuFile where native GDS works). Units whose value disappeared since it was
+    /// sized become missing. Returns the slot's pinned buffer (the stored bytes, when checked).
+    fn read<'b, S: ReadableStorageTraits + ?Sized + 'static>(
+        &mut self,
+        job: &Job<'_, S>,
+        buffers: &'b mut Buffers,
+        report: &mut RetrieveReport,
+    ) -> Result<&'b [u8], GpuError> {
+        let (chain, config) = (job.chain, job.config);
+        let (stored_total, meta_bytes) = (self.stored_total, self.meta_bytes);
+        // Room for the batch as if every stored unit decoded on the device: the stored bytes
+        // are copied to the staging while they are read, before the host check routes them.
+        let may_decode = chain.device_may_decode(config.decode_trust());
+        let stored = self.items.iter().filter(|it| it.route != Route::Missing && may_decode);
+        let staging = job.staging(stored, stored_total, self.decoded_total, meta_bytes)?.len;
+        let (context, requests, staged) = (job.context, self.requests.as_slice(), self.staged);
+        let storage = job.array.storage();
+        let direct = !chain.is_checked();
+        // The host keeps only the metadata staging when the bytes go straight to the device.
+        let host_meta_at = if direct { 0 } else { stored_total.next_multiple_of(STORED_ALIGN) };
+        let Buffers { slots, taken, .. } = buffers;
+        let Slot { host, staging: device, .. } = &mut slots[self.slot];
+        let (hbuf, _) = ensure(
+            host,
+            host_meta_at + meta_bytes,
+            PinnedBuffer::len,
+            |len| context.take_pinned(len),
+            |old| context.give_pinned(old),
+        )?;
+        let cbase = ensure_counted(taken, job, device, staging)?.0.ptr();
+        let found = if direct {
+            let out_ptr = if staged < requests.len() { job.out.ptr()? } else { 0 };
+            let base = |i: usize| if i < staged { cbase } else { out_ptr };
+            let requests: Vec<DeviceReadRequest> = requests
+                .iter()
+                .enumerate()
+                .map(|(i, r)| DeviceReadRequest {
+                    key: r.key.clone(),
+                    offset: r.offset,
+                    len: r.len,
+                    dst: base(i) + r.at as u64,
+                    value_len: r.value_len,
+                })
+                .collect();
+            // SAFETY: each staged request lands at its offset below stored_total in the slot's
+            // staging, which has room for stored_total bytes; coalesced requests do not overlap; the
+            // slot's previous batch has finished (its event, awaited before this batch). The others
+            // land on the disjoint runs of the output their chunks' placements name.
+            let outcome = unsafe {
+                match job.gds {
+                    Some(store) => context.reader().read_gds_to_device(
+                        store,
+                        &requests,
+                        job.config.backend(),
+                        Some(job.copy_stream),
+                    )?,
+                    None => {
+                        context.reader().read_store_to_device(storage.as_ref(), &requests, Some(job.copy_stream))?
+                    }
+                }
+            };
+            report.io = Some(outcome.status);
+            outcome.found
+        } else {
+            debug_assert_eq!(staged, requests.len(), "checked chains read nothing straight into the output");
+            let hbuf = &mut hbuf.as_mut_slice()[..stored_total as usize];
+            // SAFETY: the slot's staging starts with room for stored_total bytes, and its previous
+            // batch has finished (its event, awaited before this batch); the pinned host buffer is
+            // reused only after this batch's event, which follows the copy stream's wait for the copies.
+            let mirror = Some(unsafe { DeviceMirror::new(cbase, stored_total as usize, job.copy_stream) });
+            match job.gds {
+                Some(store) => context.reader().read_gds_to_host(store, requests, hbuf, mirror)?,
+                None => context.reader().read_store_to_host(storage.as_ref(), requests, hbuf, mirror)?,
+            }
+        };
+        report.bytes_read += requests.iter().zip(&found).filter(|(_, &f)| f).map(|(r, _)| r.len as u64).sum::<u64>();
+        let mut next_span = self.at.iter();
+        for it in self.items.iter_mut().filter(|it| it.route != Route::Missing) {
+            if !found[next_span.next().expect("one per span").0] {
+                it.route = Route::Missing; // deleted between the size query and the read
+            }
+        }
+        self.host_meta_at = host_meta_at;
+        Ok(hbuf.as_slice())
+    }
+
+    /// The host check of every stored unit of the batch (`stored`: its bytes as read), then its
+    /// route: nvCOMP, or host threads (what nvCOMP cannot or may not take, the host's share the
+    /// scheduler gives it, inputs at an alignment nvCOMP cannot take). `only`: the read's one batch.
+    fn route<S: ?Sized>(&mut self, job: &Job<'_, S>, stored: &[u8], only: bool) -> Result<Option<String>, GpuError> {
+        let items = &mut self.items;
+        check_stored(job, items, stored)?;
+        let schedule = route_by_cost(job, items, only);
+        if let Some(codec) = &job.chain.compression {
+            // 1 today: zstd and naive gzip take any byte; staging itself is 256-byte aligned.
+            let align = codec.input_alignment(job.nvcomp)? as u64;
+            for it in items.iter_mut().filter(|it| it.route == Route::Device && it.host_offset % align.max(1) != 0) {
+                it.route = Route::Host;
+            }
+        }
+        Ok(schedule)
+    }
+
+    /// The units nvCOMP decodes.
+    fn on_device(&self) -> Vec<&Item> {
+        self.items.iter().filter(|it| it.route == Route::Device).collect()
+    }
+
+    /// The device's part of the batch: its stored bytes in the slot's staging, crc32c verified
+    /// there before anything is decoded, then the device codec's decode and the digests of the
+    /// decoded bytes (gzip CRC-32, zstd XXH64) on the read's stream.
+    fn launch_device<S: ?Sized>(&self, job: &Job<'_, S>, buffers: &mut Buffers) -> Result<Layout, GpuError> {
+        let on_device = self.on_device();
+        let (layout, staging) = self.verify_stored(job, buffers, &on_device)?;
+        self.decode_on_device(job, buffers, &layout, &staging, &on_device)?;
+        Ok(layout)
+    }
+
+    /// The batch's layout in its slot's staging (replaced when it is too small for `on_device`),
+    /// where its stored bytes are, crc32c verified (see [`copy_and_verify`]).
+    fn verify_stored<S: ?Sized>(
+        &self,
+        job: &Job<'_, S>,
+        buffers: &mut Buffers,
+        on_device: &[&Item],
+    ) -> Result<(Layout, Staging), GpuError> {
+        let chain = job.chain;
+        let (items, stored_total, decoded_total, meta_bytes) =
+            (&self.items, self.stored_total, self.decoded_total, self.meta_bytes);
+        let direct = !chain.is_checked();
+        let with_crc: Vec<&Item> = items.iter().filter(|it| it.crc.is_some()).collect();
+        let n_dec = if chain.compression.is_some() { on_device.len() } else { 0 };
+        let n_crc = with_crc.len();
+        let staging = job.staging(on_device.iter().copied(), stored_total, decoded_total, meta_bytes)?;
+        let Buffers { slots, taken, .. } = buffers;
+        let Slot { host, staging: device, .. } = &mut slots[self.slot];
+        // The stored bytes are already in this slot's staging (copied as they were read), which was
+        // sized for every stored unit on the device. Should nvCOMP ask for more temp space for fewer
+        // chunks, the staging is replaced once its copies are done, and the bytes copied again.
+        if device.as_ref().is_none_or(|b| (b.len() as u64) < staging.len) {
+            job.copy_stream.synchronize().map_err(GpuError::cuda("waiting for copies to the device"))?;
+        }
+        let (device, replaced) = ensure_counted(taken, job, device, staging.len)?;
+        let cbase = device.ptr();
+        // Direct reads' staging had exactly this size (no decoded bytes, no temp): never replaced.
+        debug_assert!(!direct || !replaced, "direct reads' staging was replaced");
+        // A new buffer (even at the old address) holds none of the bytes copied as they were read.
+        let copy_stored = !direct && replaced;
+        let (dbase, meta) = (cbase + staging.decoded, cbase + staging.meta);
+        let hbuf = host.as_mut().expect("ensured");
+        let host_meta = hbuf.as_mut_slice()[self.host_meta_at as usize..].as_mut_ptr() as usize;
+        let stored_bytes = hbuf.as_slice();
+        let (gather, copies) = table_room(job.units, chain, items.iter().map(|it| it.unit));
+        let digests = on_device.iter().any(|it| it.digest.is_some());
+        let arrays = MetaLayout::new(n_crc, n_dec, digests, gather, copies);
+        debug_assert!(arrays.len() <= meta_bytes, "a batch's layout outgrew its bound");
+        let layout = Layout { cbase, dbase, meta, host_meta, arrays };
+
+        copy_and_verify(job, &layout, copy_stored.then_some(stored_bytes), stored_total, &with_crc)?;
+        Ok((layout, staging))
+    }
+
+    /// The device codec's decode of `on_device` (laid out by `layout`, `staging`), and the digests
+    /// of the decoded bytes, on the read's stream once it has waited for the batch's copies.
+    fn decode_on_device<S: ?Sized>(
+        &self,
+        job: &Job<'_, S>,
+        buffers: &mut Buffers,
+        layout: &Layout,
+        staging: &Staging,
+        on_device: &[&Item],
+    ) -> Result<(), GpuError> {
+        let (chain, nvcomp, stream) = (job.chain, job.nvcomp, job.stream);
+        let (cbase, dbase, arrays) = (layout.cbase, layout.dbase, &layout.arrays);
+        let n_dec = if chain.compression.is_some() { on_device.len() } else { 0 };
+        let digests = on_device.iter().any(|it| it.digest.is_some());
+        let Buffers { taken, scratch, .. } = buffers;
+        // The decode's arrays go to the device on the copy stream, where the scratch the batch
+        // needs can be asked of its stored bytes before the read's stream waits for the copies.
+        let mut words: Vec<u64> = Vec::with_capacity(4 * n_dec);
+        words.extend(on_device.iter().map(|it| cbase + it.host_offset));
+        words.extend(on_device.iter().map(|it| it.data_len));
+        words.extend(on_device.iter().map(|it| job.decoded_len(it.unit)));
+        words.extend(on_device.iter().map(|it| dbase + it.decoded_offset));
+        if n_dec > 0 {
+            layout.stage(arrays.dec_arrays(), &words, job.copy_stream.as_ref())?;
+        }
+        let ptr = |k: usize| layout.at(arrays.dec_arrays()) + 8 * k as u64;
+        let query = DeviceBatch {
+            stream: job.copy_stream.as_ref(),
+            count: n_dec,
+            inputs: ptr(0),
+            input_sizes: ptr(n_dec),
+            capacities: ptr(2 * n_dec),
+            outputs: ptr(3 * n_dec),
+            decoded_sizes: layout.at(arrays.results()),
+            statuses: layout.at(arrays.statuses()),
+            temp: 0,
+            temp_bytes: 0,
+            max_decoded: staging.max_decoded as usize,
+            host_arrays: &words,
+            nvcomp,
+            kernels: job.kernels,
+        };
+        let temp_bytes = match &chain.compression {
+            Some(codec) if n_dec > 0 && staging.temp_bytes as u64 >= EXACT_SCRATCH_FROM => {
+                // SAFETY: the arrays just staged on the copy stream describe the batch's stored
+                // bytes there, checked on the host and (crc32c) on the device; statuses has n_dec
+                // entries, overwritten by the decode.
+                unsafe { codec.scratch_for(&query, self.decoded_total as usize) }?.unwrap_or(staging.temp_bytes)
+            }
+            _ => staging.temp_bytes,
+        };
+        // The decode and placement wait for every copy of the batch (staged, checked, or read
+        // straight into the output).
+        let copies_done = job.copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+        stream.wait(&copies_done).map_err(GpuError::cuda("ordering a copy before decoding"))?;
+        #[cfg(feature = "fault-injection")]
+        if let (0, Some(fault), Some(kernels)) = (self.index, job.config.injected_fault(), job.kernels) {
+            kernels.launch_fault(stream, fault)?;
+        }
+        if let (Some(codec), true) = (&chain.compression, n_dec > 0) {
+            let temp = if temp_bytes > 0 { ensure_scratch(scratch, taken, job, temp_bytes)? } else { 0 };
+            let batch = DeviceBatch { stream: stream.as_ref(), temp, temp_bytes, ..query };
+            // SAFETY: every chunk was checked on the host by the codec (a zstd frame walked, its
+            // recorded size that of the output buffer; a plain gzip member whose trailer records
+            // that size) and its crc32c, where the chain has one, on the device; arrays of n_dec
+            // entries in device memory, staged on the copy stream, which this stream waited for;
+            // outputs 8-byte aligned
+            // (decoded offsets are multiples of DECODED_ALIGN in 256-byte aligned staging); inputs
+            // aligned as the codec asked; temp sized by it (its bound, or what it computed for
+            // these frames).
+            unsafe { codec.decode(&batch) }?;
+            if digests {
+                let (values, statuses) = (layout.at(arrays.digest_values()), layout.at(arrays.digest_statuses()));
+                job.context.bind()?;
+                // SAFETY: n_dec u32 statuses in this batch's metadata, ordered on the stream.
+                unsafe { sys::cuMemsetD32Async(statuses, 0, n_dec, stream.cu_stream()) }
+                    .result()
+                    .map_err(GpuError::cuda("clearing digest statuses"))?;
+                // SAFETY: as for the decode, which ran before on this stream; n_dec u32 values and
+                // statuses in the layout.
+                unsafe { codec.digest(&batch, values, statuses) }?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The host's share of the batch (items routed to host threads), decoded into the slot's host
+    /// buffer and copied to the slot's decoded region (`layout.dbase`); the read's stream waits
+    /// for the copies. Returns how many.
+    fn decode_host_share<S: ?Sized>(
+        &self,
+        job: &Job<'_, S>,
+        buffers: &mut Buffers,
+        layout: &Layout,
+    ) -> Result<usize, GpuError> {
+        let host_items: Vec<&Item> = self.items.iter().filter(|it| it.route == Route::Host).collect();
+        if host_items.is_empty() {
+            return Ok(0);
+        }
+        // Only a codec's check routes units to host threads.
+        let codec = job
+            .chain
+            .compression
+            .as_deref()
+            .ok_or_else(|| GpuError::Unsupported("host decoding without a codec".into()))?;
+        let Slot { host, host_decoded, .. } = &mut buffers.slots[self.slot];
+        let stored_bytes = host.as_ref().expect("ensured").as_slice();
+        // SAFETY: dbase is the slot's decoded region, which holds every item's decoded bytes; the
+        // slot's host buffer is reused only after this batch's event.
+        unsafe { decode_on_host(job, codec, &host_items, stored_bytes, host_decoded, layout.dbase) }?;
+        let copied = job.copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+        job.stream.wait(&copied).map_err(GpuError::cuda("ordering host-decoded chunks before placement"))?;
+        Ok(host_items.len())
+    }
+
+    /// The batch's decode results queued to `results` (see [`ResultLog::queue`]).
+    fn queue_results<S: ?Sized>(
+        &self,
+        job: &Job<'_, S>,
+        layout: &Layout,
+        results: &mut ResultLog,
+    ) -> Result<(), GpuError> {
+        results.queue(job, layout, &self.on_device())
+    }
+
+    /// Placement: every copy of the batch in one kernel launch (or by the copy engines without
+    /// NVRTC); transposed or byte-swapped chunks element by element, by the gather kernel; missing
+    /// units from the fill block (`fill`, made at the first).
+    fn place<S: ?Sized>(
+        &self,
+        job: &Job<'_, S>,
+        layout: &Layout,
+        fill: &mut Option<DeviceBuffer>,
+        report: &mut RetrieveReport,
+    ) -> Result<(), GpuError> {
+        let out_ptr = job.out.ptr()?;
+        let (units, chain, stream) = (job.units, job.chain, job.stream);
+        let mut copies = Vec::new();
+        let mut srcs = Vec::new();
+        let mut jobs = Vec::new();
+        for it in &self.items {
+            let p = &units[it.unit].placement;
+            let base = if chain.compression.is_some() {
+                layout.dbase + it.decoded_offset
+            } else {
+                layout.cbase + it.host_offset
+            };
+            let src = match it.route {
+                Route::Missing => {
+                    report.missing_chunks += 1;
+                    fill_source(fill, job.context, job.array, job.fill_len, stream)?
+                }
+                // Read straight into the output: placed already.
+                _ if units[it.unit].direct.is_some() => continue,
+                _ if chain.needs_gather() => {
+                    jobs.push(gather_job(chain, job.elem, p, base, job.out_shape));
+                    continue;
+                }
+                // A narrowed read starts at byte_start.
+                _ if units[it.unit].narrowed => base,
+                _ => base + p.byte_start,
+            };
+            copies.extend_from_slice(&p.copies);
+            srcs.extend(std::iter::repeat_n(src, p.copies.len()));
+        }
+        if !jobs.is_empty() {
+            let placer = job
+                .kernels
+                .ok_or_else(|| GpuError::NoNvrtc("placing transposed or byte-swapped chunks needs it".into()))?;
+            let at = layout.arrays.gather();
+            layout.stage(at, &place::encode_gather(&jobs), stream.as_ref())?;
+            // SAFETY: each job stays within its decoded chunk and `out` (planned from both shapes).
+            unsafe { placer.launch_gather(stream, layout.at(at), &jobs, out_ptr) }?;
+        }
+        if let Some(placer) = job.kernels {
+            // Rows past MAX_ROW become several entries (the table has room: `table_room`).
+            let (copies, srcs) = place::split_rows(&copies, &srcs, place::MAX_ROW);
+            let table = place::encode(&copies, &srcs);
+            let at = layout.arrays.copies();
+            layout.stage(at, &table, stream.as_ref())?;
+            // SAFETY: copies stay within their decoded chunks (or the fill block) and `out`.
+            unsafe { placer.launch(stream, layout.at(at), &copies, out_ptr) }?;
+        } else {
+            for (copy, &src) in copies.iter().zip(&srcs) {
+                // SAFETY: as above.
+                unsafe { copy_dtod(copy, src, out_ptr, stream) }?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Where a batch lies in its slot's device staging: stored bytes at `cbase`, decoded bytes at
@@ -705,128 +964,12 @@ impl Layout {
     }
 }
 
-/// The device's part of a batch: its stored bytes in the slot's staging, crc32c verified there
-/// before anything is decoded, then the device codec's decode and the digests of the decoded
-/// bytes (gzip CRC-32, zstd XXH64) on the read's stream.
-#[allow(clippy::too_many_arguments)]
-fn launch_device(
-    job: &Job<'_>,
-    buffers: &mut Buffers,
-    slot: usize,
-    items: &[Item],
-    stored_total: u64,
-    decoded_total: u64,
-    meta_bytes: u64,
-    host_meta_at: u64,
-    #[allow(unused_variables)] b: usize,
-) -> Result<Layout, GpuError> {
-    let (chain, nvcomp, stream) = (job.chain, job.nvcomp, job.stream);
-    let direct = !chain.is_checked();
-    let on_device: Vec<&Item> = items.iter().filter(|it| it.route == Route::Device).collect();
-    let with_crc: Vec<&Item> = items.iter().filter(|it| it.crc.is_some()).collect();
-    let n_dec = if chain.compression.is_some() { on_device.len() } else { 0 };
-    let n_crc = with_crc.len();
-    let staging = job.staging(on_device.iter().copied(), stored_total, decoded_total, meta_bytes)?;
-    // The stored bytes are already in this slot's staging (copied as they were read), which was
-    // sized for every stored unit on the device. Should nvCOMP ask for more temp space for fewer
-    // chunks, the staging is replaced once its copies are done, and the bytes copied again.
-    if buffers.slots[slot].staging.as_ref().is_none_or(|b| (b.len() as u64) < staging.len) {
-        job.copy_stream.synchronize().map_err(GpuError::cuda("waiting for copies to the device"))?;
-    }
-    let replaced = buffers.ensure_staging(job, slot, staging.len)?;
-    let cbase = buffers.slots[slot].staging.as_ref().expect("ensured").ptr();
-    // Direct reads' staging had exactly this size (no decoded bytes, no temp): never replaced.
-    debug_assert!(!direct || !replaced, "direct reads' staging was replaced");
-    // A new buffer (even at the old address) holds none of the bytes copied as they were read.
-    let copy_stored = !direct && replaced;
-    let (dbase, meta) = (cbase + staging.decoded, cbase + staging.meta);
-    let hbuf = buffers.slots[slot].host.as_mut().expect("ensured");
-    let host_meta = hbuf.as_mut_slice()[host_meta_at as usize..].as_mut_ptr() as usize;
-    let stored_bytes = hbuf.as_slice();
-    let (gather, copies) = table_room(job.units, chain, items.iter().map(|it| it.unit));
-    let digests = on_device.iter().any(|it| it.digest.is_some());
-    let arrays = MetaLayout::new(n_crc, n_dec, digests, gather, copies);
-    debug_assert!(arrays.len() <= meta_bytes, "a batch's layout outgrew its bound");
-    let layout = Layout { cbase, dbase, meta, host_meta, arrays };
-
-    copy_and_verify(job, &layout, copy_stored.then_some(stored_bytes), stored_total, &with_crc)?;
-    // The decode's arrays go to the device on the copy stream, where the scratch the batch
-    // needs can be asked of its stored bytes before the read's stream waits for the copies.
-    let mut words: Vec<u64> = Vec::with_capacity(4 * n_dec);
-    words.extend(on_device.iter().map(|it| cbase + it.host_offset));
-    words.extend(on_device.iter().map(|it| it.data_len));
-    words.extend(on_device.iter().map(|it| job.decoded_len(it.unit)));
-    words.extend(on_device.iter().map(|it| dbase + it.decoded_offset));
-    if n_dec > 0 {
-        layout.stage(arrays.dec_arrays(), &words, job.copy_stream.as_ref())?;
-    }
-    let ptr = |k: usize| layout.at(arrays.dec_arrays()) + 8 * k as u64;
-    let query = DeviceBatch {
-        stream: job.copy_stream.as_ref(),
-        count: n_dec,
-        inputs: ptr(0),
-        input_sizes: ptr(n_dec),
-        capacities: ptr(2 * n_dec),
-        outputs: ptr(3 * n_dec),
-        decoded_sizes: layout.at(arrays.results()),
-        statuses: layout.at(arrays.statuses()),
-        temp: 0,
-        temp_bytes: 0,
-        max_decoded: staging.max_decoded as usize,
-        host_arrays: &words,
-        nvcomp,
-        kernels: job.kernels,
-    };
-    let temp_bytes = match &chain.compression {
-        Some(codec) if n_dec > 0 && staging.temp_bytes as u64 >= EXACT_SCRATCH_FROM => {
-            // SAFETY: the arrays just staged on the copy stream describe the batch's stored
-            // bytes there, checked on the host and (crc32c) on the device; statuses has n_dec
-            // entries, overwritten by the decode.
-            unsafe { codec.scratch_for(&query, decoded_total as usize) }?.unwrap_or(staging.temp_bytes)
-        }
-        _ => staging.temp_bytes,
-    };
-    // The decode and placement wait for every copy of the batch (staged, checked, or read
-    // straight into the output).
-    let copies_done = job.copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
-    stream.wait(&copies_done).map_err(GpuError::cuda("ordering a copy before decoding"))?;
-    #[cfg(feature = "fault-injection")]
-    if let (0, Some(fault), Some(kernels)) = (b, job.config.injected_fault(), job.kernels) {
-        kernels.launch_fault(stream, fault)?;
-    }
-    if let (Some(codec), true) = (&chain.compression, n_dec > 0) {
-        let temp = if temp_bytes > 0 { buffers.ensure_scratch(job, temp_bytes)? } else { 0 };
-        let batch = DeviceBatch { stream: stream.as_ref(), temp, temp_bytes, ..query };
-        // SAFETY: every chunk was checked on the host by the codec (a zstd frame walked, its
-        // recorded size that of the output buffer; a plain gzip member whose trailer records
-        // that size) and its crc32c, where the chain has one, on the device; arrays of n_dec
-        // entries in device memory, staged on the copy stream, which this stream waited for;
-        // outputs 8-byte aligned
-        // (decoded offsets are multiples of DECODED_ALIGN in 256-byte aligned staging); inputs
-        // aligned as the codec asked; temp sized by it (its bound, or what it computed for
-        // these frames).
-        unsafe { codec.decode(&batch) }?;
-        if digests {
-            let (values, statuses) = (layout.at(arrays.digest_values()), layout.at(arrays.digest_statuses()));
-            job.context.bind()?;
-            // SAFETY: n_dec u32 statuses in this batch's metadata, ordered on the stream.
-            unsafe { sys::cuMemsetD32Async(statuses, 0, n_dec, stream.cu_stream()) }
-                .result()
-                .map_err(GpuError::cuda("clearing digest statuses"))?;
-            // SAFETY: as for the decode, which ran before on this stream; n_dec u32 values and
-            // statuses in the layout.
-            unsafe { codec.digest(&batch, values, statuses) }?;
-        }
-    }
-    Ok(layout)
-}
-
 /// The batch's stored bytes on the device (copied as they were read; `copy`: once more, when
 /// the staging was replaced), then crc32c there too, awaited before anything is decoded: a corrupt frame must never reach nvCOMP (undefined
 /// behaviour; a kernel that never ends at worst). The wait overlaps the previous batch's decode
 /// on the other stream, which waits for the copy.
-fn copy_and_verify(
-    job: &Job<'_>,
+fn copy_and_verify<S: ?Sized>(
+    job: &Job<'_, S>,
     layout: &Layout,
     copy: Option<&[u8]>,
     stored_total: u64,
@@ -859,140 +1002,91 @@ fn copy_and_verify(
     Ok(())
 }
 
-/// Copy the batch's decode results back to the host in one copy (sizes, statuses and content
-/// checks lie together on the device) at `results_at` of the read's results, and note where each
-/// device-decoded unit's lie, for [`check_results`] after the last batch. Returns the bytes used.
-fn queue_results(
-    job: &Job<'_>,
-    layout: &Layout,
-    on_device: &[&Item],
-    results_base: *mut u8,
-    results_at: usize,
-    checks: &mut Vec<DecodeCheck>,
-) -> Result<usize, GpuError> {
-    let arrays = &layout.arrays;
-    let result_bytes = arrays.result_bytes() as usize;
-    if result_bytes > 0 {
-        // SAFETY: results holds every unit's results with digests; the source is this batch's
-        // contiguous results.
-        unsafe {
-            sys::cuMemcpyDtoHAsync_v2(
-                (results_base as usize + results_at) as *mut c_void,
-                layout.at(arrays.results()),
-                result_bytes,
-                job.stream.cu_stream(),
-            )
-        }
-        .result()
-        .map_err(GpuError::cuda("reading decode results"))?;
-    }
-    let at = |array: u64, k: usize, width: usize| results_at + (array - arrays.results()) as usize + k * width;
-    for (k, it) in on_device.iter().enumerate().take(arrays.dec) {
-        let digest = it.digest.map(|d| (d, at(arrays.digest_values(), k, 4), at(arrays.digest_statuses(), k, 4)));
-        let (size, status) = (at(arrays.results(), k, 8), at(arrays.statuses(), k, 4));
-        checks.push(DecodeCheck { unit: it.unit, size, status, digest });
-    }
-    Ok(result_bytes)
+/// What nvCOMP reports back, batch after batch, in one pinned buffer: per batch its decoded sizes
+/// (u64) and statuses (u32), and the content checks' values (and statuses): at most 20 bytes a
+/// chunk; and where each device-decoded unit's lie, to check once every batch is done.
+struct ResultLog {
+    buffer: PinnedBuffer,
+    /// Where the next batch's results go in the buffer.
+    at: usize,
+    /// The content checks to make once every batch is done.
+    checks: Vec<DecodeCheck>,
 }
 
-/// Placement: every copy of the batch in one kernel launch (or by the copy engines without
-/// NVRTC); transposed or byte-swapped chunks element by element, by the gather kernel; missing
-/// units from the fill block.
-#[allow(clippy::too_many_arguments)]
-fn place_batch<S: ReadableStorageTraits + ?Sized>(
-    job: &Job<'_>,
-    array: &Array<S>,
-    layout: &Layout,
-    items: &[Item],
-    fill: &mut Option<DeviceBuffer>,
-    out_shape: &[u64],
-    out_ptr: u64,
-    report: &mut RetrieveReport,
-) -> Result<(), GpuError> {
-    let (units, chain, stream) = (job.units, job.chain, job.stream);
-    let mut copies = Vec::new();
-    let mut srcs = Vec::new();
-    let mut jobs = Vec::new();
-    for it in items {
-        let p = &units[it.unit].placement;
-        let base =
-            if chain.compression.is_some() { layout.dbase + it.decoded_offset } else { layout.cbase + it.host_offset };
-        let src = match it.route {
-            Route::Missing => {
-                report.missing_chunks += 1;
-                fill_source(fill, job.context, array, job.fill_len, stream)?
-            }
-            // Read straight into the output: placed already.
-            _ if units[it.unit].direct.is_some() => continue,
-            _ if chain.needs_gather() => {
-                jobs.push(gather_job(chain, job.elem, p, base, out_shape));
-                continue;
-            }
-            // A narrowed read starts at byte_start.
-            _ if units[it.unit].narrowed => base,
-            _ => base + p.byte_start,
-        };
-        copies.extend_from_slice(&p.copies);
-        srcs.extend(std::iter::repeat_n(src, p.copies.len()));
+impl ResultLog {
+    /// Room for the results of `units` units, digests included (see `MetaLayout::result_bytes`).
+    fn new(context: &GpuContext, units: usize) -> Result<Self, GpuError> {
+        let len = MetaLayout::new(0, units.max(1), true, 0, 0).result_bytes() as usize;
+        Ok(ResultLog { buffer: context.take_pinned(len)?, at: 0, checks: Vec::new() })
     }
-    if !jobs.is_empty() {
-        let placer = job
-            .kernels
-            .ok_or_else(|| GpuError::NoNvrtc("placing transposed or byte-swapped chunks needs it".into()))?;
-        let at = layout.arrays.gather();
-        layout.stage(at, &place::encode_gather(&jobs), stream.as_ref())?;
-        // SAFETY: each job stays within its decoded chunk and `out` (planned from both shapes).
-        unsafe { placer.launch_gather(stream, layout.at(at), &jobs, out_ptr) }?;
-    }
-    if let Some(placer) = job.kernels {
-        // Rows past MAX_ROW become several entries (the table has room: `table_room`).
-        let (copies, srcs) = place::split_rows(&copies, &srcs, place::MAX_ROW);
-        let table = place::encode(&copies, &srcs);
-        let at = layout.arrays.copies();
-        layout.stage(at, &table, stream.as_ref())?;
-        // SAFETY: copies stay within their decoded chunks (or the fill block) and `out`.
-        unsafe { placer.launch(stream, layout.at(at), &copies, out_ptr) }?;
-    } else {
-        for (copy, &src) in copies.iter().zip(&srcs) {
-            // SAFETY: as above.
-            unsafe { copy_dtod(copy, src, out_ptr, stream) }?;
-        }
-    }
-    Ok(())
-}
 
-/// Every device-decoded unit's status and size, and the check of its decoded bytes it carries
-/// (gzip CRC-32, zstd XXH64; crc32c was checked before decoding), once the device is done.
-fn check_results(job: &Job<'_>, checks: &[DecodeCheck], results: &[u8]) -> Result<(), GpuError> {
-    let units = job.units;
-    let Some(codec) = job.chain.compression.as_deref() else { return Ok(()) };
-    let name = codec.name();
-    let status_string = |s: u32| codec.status_string(s, job.nvcomp);
-    let word = |at: usize| u32::from_ne_bytes(results[at..at + 4].try_into().expect("4 bytes"));
-    for &DecodeCheck { unit, size, status, digest } in checks {
-        let status = word(status);
-        if status != 0 {
-            return Err(units[unit].error(format!("{name} on the device: {}", status_string(status))));
-        }
-        let size = u64::from_ne_bytes(results[size..size + 8].try_into().expect("8 bytes"));
-        let expected = job.decoded_len(unit);
-        if size != expected {
-            return Err(units[unit].error(format!("{name} decoded {size} bytes, {expected} expected")));
-        }
-        if let Some((stored, value, status)) = digest {
-            let digest_name = codec.digest_name();
-            if word(status) != 0 {
-                return Err(units[unit].error(format!("{digest_name} on the device: {}", status_string(word(status)))));
+    /// Copy a batch's decode results back to the host in one copy (sizes, statuses and content
+    /// checks lie together on the device) after the results queued before, and note where each
+    /// device-decoded unit's lie, for [`ResultLog::check`] after the last batch.
+    fn queue<S: ?Sized>(&mut self, job: &Job<'_, S>, layout: &Layout, on_device: &[&Item]) -> Result<(), GpuError> {
+        let results_at = self.at;
+        let arrays = &layout.arrays;
+        let result_bytes = arrays.result_bytes() as usize;
+        if result_bytes > 0 {
+            let results_base = self.buffer.as_mut_slice().as_mut_ptr();
+            // SAFETY: results holds every unit's results with digests; the source is this batch's
+            // contiguous results.
+            unsafe {
+                sys::cuMemcpyDtoHAsync_v2(
+                    (results_base as usize + results_at) as *mut c_void,
+                    layout.at(arrays.results()),
+                    result_bytes,
+                    job.stream.cu_stream(),
+                )
             }
-            if word(value) != stored {
-                return Err(units[unit].error(format!(
-                    "{digest_name} mismatch: stored {stored:#010x}, decoded bytes give {:#010x}",
-                    word(value)
-                )));
-            }
+            .result()
+            .map_err(GpuError::cuda("reading decode results"))?;
         }
+        let at = |array: u64, k: usize, width: usize| results_at + (array - arrays.results()) as usize + k * width;
+        for (k, it) in on_device.iter().enumerate().take(arrays.dec) {
+            let digest = it.digest.map(|d| (d, at(arrays.digest_values(), k, 4), at(arrays.digest_statuses(), k, 4)));
+            let (size, status) = (at(arrays.results(), k, 8), at(arrays.statuses(), k, 4));
+            self.checks.push(DecodeCheck { unit: it.unit, size, status, digest });
+        }
+        self.at += result_bytes;
+        Ok(())
     }
-    Ok(())
+
+    /// Every device-decoded unit's status and size, and the check of its decoded bytes it carries
+    /// (gzip CRC-32, zstd XXH64; crc32c was checked before decoding), once the device is done.
+    fn check<S: ?Sized>(&self, job: &Job<'_, S>) -> Result<(), GpuError> {
+        let (units, results) = (job.units, self.buffer.as_slice());
+        let Some(codec) = job.chain.compression.as_deref() else { return Ok(()) };
+        let name = codec.name();
+        let status_string = |s: u32| codec.status_string(s, job.nvcomp);
+        let word = |at: usize| u32::from_ne_bytes(results[at..at + 4].try_into().expect("4 bytes"));
+        for &DecodeCheck { unit, size, status, digest } in &self.checks {
+            let status = word(status);
+            if status != 0 {
+                return Err(units[unit].error(format!("{name} on the device: {}", status_string(status))));
+            }
+            let size = u64::from_ne_bytes(results[size..size + 8].try_into().expect("8 bytes"));
+            let expected = job.decoded_len(unit);
+            if size != expected {
+                return Err(units[unit].error(format!("{name} decoded {size} bytes, {expected} expected")));
+            }
+            if let Some((stored, value, status)) = digest {
+                let digest_name = codec.digest_name();
+                if word(status) != 0 {
+                    return Err(
+                        units[unit].error(format!("{digest_name} on the device: {}", status_string(word(status))))
+                    );
+                }
+                if word(value) != stored {
+                    return Err(units[unit].error(format!(
+                        "{digest_name} mismatch: stored {stored:#010x}, decoded bytes give {:#010x}",
+                        word(value)
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Buffers go back to the pools only once the device is done with them. A batch that never
@@ -1000,11 +1094,13 @@ fn check_results(job: &Job<'_>, checks: &[DecodeCheck], results: &[u8]) -> Resul
 /// kernels that may still write them: they are leaked, and the context is lost for later reads.
 fn release(
     context: &GpuContext,
-    buffers: Buffers,
+    mut buffers: Buffers,
     result: &Result<(), GpuError>,
     streams: &[&CudaStream],
     deadline: Instant,
 ) -> Result<(), GpuError> {
+    // The checks are host memory no device work uses: dropped, whatever becomes of the buffers.
+    drop(std::mem::take(&mut buffers.results.checks));
     let settled = match result {
         Err(GpuError::Timeout { .. }) => Ok(false),
         _ => settle(streams, deadline),
@@ -1012,6 +1108,7 @@ fn release(
     match (settled, result) {
         (Ok(true), _) => {
             let Buffers { slots, results, fill, scratch, .. } = buffers;
+            let ResultLog { buffer: results, .. } = results;
             for slot in slots {
                 if let Some(staging) = slot.staging {
                     context.give_staging(staging);
@@ -1238,18 +1335,11 @@ fn plan_reads(units: &[Unit], batch: &[usize], spans: &[Option<(u64, u64)>]) -> 
 /// Check every stored chunk on the host before the device sees it: the crc32c trailer split off,
 /// the zstd frame's structure and recorded size, or the gzip member's header and trailer, or the
 /// raw size. A broken chunk is an error naming it; chunks nvCOMP cannot take, or may not under
-/// `trust`, are routed to the host, as are zstd frames carrying a content checksum when the
-/// device cannot hash (`can_hash`: no NVRTC), since libzstd there verifies it.
-#[allow(clippy::too_many_arguments)]
-fn check_stored(
-    units: &[Unit],
-    items: &mut [Item],
-    stored: &[u8],
-    chain: &DeviceChain,
-    trust: DecodeTrust,
-    can_hash: bool,
-    reader: &crate::reader::DeviceReader,
-) -> Result<(), GpuError> {
+/// the read's decode trust, are routed to the host, as are zstd frames carrying a content checksum
+/// when the device cannot hash (`can_hash`: no NVRTC), since libzstd there verifies it.
+fn check_stored<S: ?Sized>(job: &Job<'_, S>, items: &mut [Item], stored: &[u8]) -> Result<(), GpuError> {
+    let (units, chain, reader) = (job.units, job.chain, job.context.reader());
+    let (trust, can_hash) = (job.config.decode_trust(), job.kernels.is_some());
     if !chain.is_checked() {
         // Only the length to check (the bytes themselves were read straight to the device).
         return items.iter().filter(|it| it.route != Route::Missing).try_for_each(|it| {
@@ -1300,7 +1390,7 @@ fn check_stored(
 /// leaves the host threads to read the next batch while the device decodes; its rates are the
 /// set ones, else the codec's ([`DeviceCodec::decode_rates`]; large frames without any: the
 /// defaults), with the host thread rate this device's reads have shown.
-fn route_by_cost(job: &Job<'_>, items: &mut [Item], only: bool) -> Option<String> {
+fn route_by_cost<S: ?Sized>(job: &Job<'_, S>, items: &mut [Item], only: bool) -> Option<String> {
     let codec = job.chain.compression.as_ref()?;
     let units = job.units;
     let size = |it: &Item| units[it.unit].decoded_len();
@@ -1339,64 +1429,32 @@ fn route_by_cost(job: &Job<'_>, items: &mut [Item], only: bool) -> Option<String
     Some(format!("{share} of {} chunks on host threads: {why}", device.len()))
 }
 
-/// The host's share of a batch (items routed to host threads), decoded into the slot's host
-/// buffer and copied to the slot's decoded region at `dbase`; the read's stream waits for the
-/// copies. Returns how many.
-fn decode_host_share(
-    job: &Job<'_>,
-    buffers: &mut Buffers,
-    slot: usize,
-    items: &[Item],
-    dbase: u64,
-) -> Result<usize, GpuError> {
-    let host_items: Vec<&Item> = items.iter().filter(|it| it.route == Route::Host).collect();
-    if host_items.is_empty() {
-        return Ok(0);
-    }
-    // Only a codec's check routes units to host threads.
-    let codec = job
-        .chain
-        .compression
-        .as_deref()
-        .ok_or_else(|| GpuError::Unsupported("host decoding without a codec".into()))?;
-    let Slot { host, host_decoded, .. } = &mut buffers.slots[slot];
-    let stored_bytes = host.as_ref().expect("ensured").as_slice();
-    // SAFETY: dbase is the slot's decoded region, which holds every item's decoded bytes; the
-    // slot's host buffer is reused only after this batch's event.
-    unsafe {
-        decode_on_host(job.context, codec, job.units, &host_items, stored_bytes, host_decoded, dbase, job.copy_stream)
-    }?;
-    let copied = job.copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
-    job.stream.wait(&copied).map_err(GpuError::cuda("ordering host-decoded chunks before placement"))?;
-    Ok(host_items.len())
-}
-
-/// Decode `items` (`compression`) with the zstd crate or flate2 on the reader's threads into
-/// `buffer` (pinned, grown as needed), each chunk copied on `copy_stream` to `dbase` + its decoded
+/// Decode `items` (`codec`) with the zstd crate or flate2 on the reader's threads into `buffer`
+/// (pinned, grown as needed), each chunk copied on the job's copy stream to `dbase` + its decoded
 /// offset once done.
 ///
 /// # Safety
 /// `dbase` + each item's decoded offset must be device memory for its decoded bytes, untouched by
-/// other work until `copy_stream`'s copies complete; `buffer` must not be in use by earlier copies.
-#[allow(clippy::too_many_arguments)]
-unsafe fn decode_on_host(
-    context: &GpuContext,
+/// other work until the copy stream's copies complete; `buffer` must not be in use by earlier
+/// copies.
+unsafe fn decode_on_host<S: ?Sized>(
+    job: &Job<'_, S>,
     codec: &dyn DeviceCodec,
-    units: &[Unit],
     items: &[&Item],
     stored: &[u8],
     buffer: &mut Option<PinnedBuffer>,
     dbase: u64,
-    copy_stream: &CudaStream,
 ) -> Result<(), GpuError> {
+    let (context, units, copy_stream) = (job.context, job.units, job.copy_stream);
     let mut at = Vec::with_capacity(items.len());
     let mut need = 0u64;
     for it in items {
         at.push(need as usize);
         need += units[it.unit].decoded_len().next_multiple_of(DECODED_ALIGN);
     }
-    ensure(buffer, need, PinnedBuffer::len, |len| context.take_pinned(len), |old| context.give_pinned(old))?;
-    let base = buffer.as_mut().expect("ensured").as_mut_slice().as_mut_ptr() as usize;
+    let (buffer, _) =
+        ensure(buffer, need, PinnedBuffer::len, |len| context.take_pinned(len), |old| context.give_pinned(old))?;
+    let base = buffer.as_mut_slice().as_mut_ptr() as usize;
     // Thread time spent decoding, which teaches the scheduler this host's rate.
     let busy_ns = std::sync::atomic::AtomicU64::new(0);
     let decoded = context.reader().install(|| {
