@@ -260,8 +260,9 @@ class CpuTests(unittest.TestCase):
                 call()
             self.assertIn("device=-1", str(caught.exception))
 
-    def test_len_of_an_array_too_long_for_python_says_why(self):
-        path = os.path.join(self.dir.name, "tall.zarr")
+    def tall_array(self, name):
+        """An uncompressed float32 array of shape [2^63, 64] (metadata only), opened."""
+        path = os.path.join(self.dir.name, name)
         os.makedirs(path, exist_ok=True)
         meta = {"zarr_format": 3, "node_type": "array", "shape": [2**63, 64], "data_type": "float32",
                 "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1024, 64]}},
@@ -269,7 +270,10 @@ class CpuTests(unittest.TestCase):
                 "fill_value": 0.0, "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}
         with open(os.path.join(path, "zarr.json"), "w") as f:
             json.dump(meta, f)
-        a = zarrs_gpu.open(path)
+        return zarrs_gpu.open(path)
+
+    def test_len_of_an_array_too_long_for_python_says_why(self):
+        a = self.tall_array("tall.zarr")
         self.assertEqual(a.shape[0], 2**63)
         with self.assertRaises(OverflowError) as caught:
             len(a)
@@ -531,15 +535,7 @@ class CpuTests(unittest.TestCase):
         self.assertIn("too many indices", str(caught.exception))
 
     def test_tile_grids_too_large_to_list_are_value_errors(self):
-        path = os.path.join(self.dir.name, "huge.zarr")
-        os.makedirs(path, exist_ok=True)
-        meta = {"zarr_format": 3, "node_type": "array", "shape": [2**63, 64], "data_type": "float32",
-                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1024, 64]}},
-                "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-                "fill_value": 0.0, "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}
-        with open(os.path.join(path, "zarr.json"), "w") as f:
-            json.dump(meta, f)
-        a = zarrs_gpu.open(path)
+        a = self.tall_array("huge.zarr")
         with self.assertRaises(ValueError) as caught:
             zarrs_gpu.tiles(a, (1, 1))
         self.assertIn("more than 2^64", str(caught.exception))

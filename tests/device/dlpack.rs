@@ -1,25 +1,30 @@
 //! DLPack: a read's device array handed over without a copy (ordered on the consumer's stream),
 //! and wrapped back, compared with zarrs' host read; refusals of what cannot be wrapped.
 
-use zarrs::array::{data_type, ArrayBytes, FillValue};
+use zarrs::array::{data_type, Array, ArrayBytes, ArraySubset, FillValue};
 use zarrs_gpu::zarrs_gpu_codecs::dlpark::ffi::{DataType as DlType, DeviceType};
 use zarrs_gpu::zarrs_gpu_codecs::dlpark::traits::TensorView;
 use zarrs_gpu::zarrs_gpu_codecs::DlpackStream;
-use zarrs_gpu::{ArrayDeviceExt, DeviceArray};
+use zarrs_gpu::{ArrayDeviceExt, DeviceArray, GdsStore};
 
 use crate::compressed::{make_array, zstd};
 use crate::{child_command, posix, Result};
+
+/// A zstd array with edge chunks and missing ones (the fill value), a subset meeting both, and
+/// zarrs' host bytes of it.
+fn zstd_subset(dir: &std::path::Path) -> Result<(Array<GdsStore>, ArraySubset, Vec<u8>)> {
+    let (shape, chunks) = ([37u64, 70, 33], [16u64, 32, 16]);
+    let array = make_array(dir, data_type::float32(), FillValue::from(-7.5f32), &shape, &chunks, vec![zstd(3, false)])?;
+    let subset = ArraySubset::new_with_ranges(&[3..37, 5..70, 0..31]);
+    let want = array.retrieve_array_subset::<ArrayBytes<'static>>(&subset)?.into_fixed()?.into_owned();
+    Ok((array, subset, want))
+}
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn device_arrays_go_out_and_come_back_through_dlpack() -> Result {
     let dir = tempfile::tempdir()?;
-    // Edge chunks and missing ones (the fill value) in a zstd array.
-    let (shape, chunks) = ([37u64, 70, 33], [16u64, 32, 16]);
-    let array =
-        make_array(dir.path(), data_type::float32(), FillValue::from(-7.5f32), &shape, &chunks, vec![zstd(3, false)])?;
-    let subset = zarrs::array::ArraySubset::new_with_ranges(&[3..37, 5..70, 0..31]);
-    let want = array.retrieve_array_subset::<ArrayBytes<'static>>(&subset)?.into_fixed()?.into_owned();
+    let (array, subset, want) = zstd_subset(dir.path())?;
     for (round, how) in ["consumer stream", "synchronize", "legacy", "no sync"].into_iter().enumerate() {
         let (device, _) = array.retrieve_array_subset_device_opt::<f32>(&subset, &posix())?;
         let ptr = device.device_ptr();
@@ -87,7 +92,6 @@ fn progress_is_reported_batch_by_batch() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn reads_land_in_memory_the_caller_holds() -> Result {
-    use zarrs::array::ArraySubset;
     use zarrs_gpu::GpuError;
     let dir = tempfile::tempdir()?;
     let (shape, chunks) = ([37u64, 70, 33], [16u64, 32, 16]);
@@ -141,11 +145,7 @@ fn reads_land_in_memory_the_caller_holds() -> Result {
 fn the_callers_current_context_is_left_as_it_was() -> Result {
     use cudarc::driver::{result, sys};
     let dir = tempfile::tempdir()?;
-    let (shape, chunks) = ([37u64, 70, 33], [16u64, 32, 16]);
-    let array =
-        make_array(dir.path(), data_type::float32(), FillValue::from(-7.5f32), &shape, &chunks, vec![zstd(3, false)])?;
-    let subset = zarrs::array::ArraySubset::new_with_ranges(&[3..37, 5..70, 0..31]);
-    let want = array.retrieve_array_subset::<ArrayBytes<'static>>(&subset)?.into_fixed()?.into_owned();
+    let (array, subset, want) = zstd_subset(dir.path())?;
     result::init()?;
     let mut ours: sys::CUcontext = std::ptr::null_mut();
     // SAFETY: a fresh context of device 0 (made current by the call), destroyed at the end.
