@@ -45,7 +45,8 @@ struct Args {
     json: Option<PathBuf>,
     /// Cases: u1 (uncompressed, 16 MiB chunks), z1 (zstd 3, 16 MiB chunks), z2 (zstd 3, 1 MiB
     /// chunks), g2 (gzip 5, 1 MiB chunks), s1 (shards of 64 MiB, zstd 3 inner chunks of 1 MiB),
-    /// s1r (the same shards, inner chunks uncompressed), s1g (gzip 5 inner chunks).
+    /// s1r (the same shards, inner chunks uncompressed), s1g (gzip 5 inner chunks), b1 (Blosc
+    /// lz4 5, byte shuffle, 1 MiB chunks), b2 (Blosc zstd 5, bit shuffle, 1 MiB chunks).
     #[arg(long, value_delimiter = ',', default_value = "u1")]
     cases: Vec<String>,
     /// Only this project's reads (no zarrs peers, no ceilings): for A/B runs of settings.
