@@ -511,6 +511,10 @@ mod tests {
         out
     }
 
+    pub(super) fn compress_for_speed(data: &[u8]) -> Vec<u8> {
+        compress(data, "lz4", 5, 1, 4, 0)
+    }
+
     /// The decoded bytes of one compressed stream, on the host.
     fn decode_stream(compressor: Compressor, bytes: &[u8], len: usize) -> Vec<u8> {
         match compressor {
@@ -645,5 +649,47 @@ mod tests {
                 assert!(bytes.len() as u64 <= plan.tables_len(plan.items.len() as u64));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod speed {
+    /// The host check's rate on chunks like the benchmark's B1 (c-blosc lz4 level 5, byte
+    /// shuffle, float32 in 1 MiB chunks): run with `--release --ignored --nocapture`.
+    #[test]
+    #[ignore = "a timing, not a test: run by hand with --release"]
+    fn host_check_rate_on_b1_like_chunks() {
+        let chunks: Vec<(Vec<u8>, usize)> = (0..32)
+            .map(|k| {
+                // The benchmark's sample field (a 64^3 chunk): smooth, rounded, 4 bits of noise.
+                let data: Vec<u8> = (0..1u64 << 18)
+                    .flat_map(|i| {
+                        let (z, y, x) = ((i >> 12) as f32 + k as f32, ((i >> 6) & 63) as f32, (i & 63) as f32);
+                        let smooth = (x * 0.011).sin() * (y * 0.007).cos() * 1000.0 + z * 0.5;
+                        let mut h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                        h ^= h >> 29;
+                        (smooth.round() + (h & 0xF) as f32).to_le_bytes()
+                    })
+                    .collect();
+                (super::tests::compress_for_speed(&data), data.len())
+            })
+            .collect();
+        let stored: usize = chunks.iter().map(|c| c.0.len()).sum();
+        let start = std::time::Instant::now();
+        let rounds = 10;
+        for _ in 0..rounds {
+            for (bytes, len) in &chunks {
+                let verdict = super::check_chunk(bytes, *len as u64).unwrap();
+                assert!(matches!(verdict, super::BloscVerdict::Device(_)));
+            }
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let decoded = (rounds * chunks.len() << 20) as f64;
+        eprintln!(
+            "one thread: {:.2} GiB/s decoded, {:.2} GB/s stored (ratio {:.2})",
+            decoded / secs / (1u64 << 30) as f64,
+            (rounds * stored) as f64 / secs / 1e9,
+            (chunks.len() << 20) as f64 / stored as f64
+        );
     }
 }
