@@ -1,11 +1,12 @@
 //! DLPack: a read's device array handed over without a copy (ordered on the consumer's stream),
 //! and wrapped back, compared with zarrs' host read; refusals of what cannot be wrapped.
 
-use zarrs::array::{data_type, Array, ArrayBytes, ArraySubset, FillValue};
+use zarrs::array::codec::{TransposeCodec, TransposeOrder};
+use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, FillValue};
 use zarrs_gpu::zarrs_gpu_codecs::dlpark::ffi::{DataType as DlType, DeviceType};
 use zarrs_gpu::zarrs_gpu_codecs::dlpark::traits::TensorView;
 use zarrs_gpu::zarrs_gpu_codecs::DlpackStream;
-use zarrs_gpu::{ArrayDeviceExt, DeviceArray, GdsStore};
+use zarrs_gpu::{ArrayDeviceExt, DecodePath, DeviceArray, GdsStore};
 
 use crate::compressed::{make_array, zstd};
 use crate::{child_command, posix, Result};
@@ -101,19 +102,23 @@ fn reads_land_in_memory_the_caller_holds() -> Result {
     let zstd_array =
         make_array(dir.path(), data_type::float32(), FillValue::from(-7.5f32), &shape, &chunks, vec![zstd(3, false)])?;
     let host_dir = tempfile::tempdir()?;
-    // blosc: decoded by zarrs on the host, then copied into the destination.
-    let blosc = std::sync::Arc::new(zarrs::array::codec::BloscCodec::new(
-        zarrs::array::codec::BloscCompressor::LZ4,
-        5u8.try_into().map_err(|l| format!("blosc level {l}"))?,
-        None,
-        zarrs::array::codec::BloscShuffleMode::Shuffle,
-        Some(4),
-    )?);
-    let host_array =
-        make_array(host_dir.path(), data_type::float32(), FillValue::from(2.0f32), &shape, &chunks, vec![blosc])?;
+    // Two transposes in a row have no device plan: zarrs decodes on the host, then one copy into
+    // the destination.
+    let transpose = |order: &[usize]| -> Result<std::sync::Arc<TransposeCodec>> {
+        Ok(std::sync::Arc::new(TransposeCodec::new(TransposeOrder::new(order)?)))
+    };
+    let host_array = ArrayBuilder::new(shape.to_vec(), chunks.to_vec(), data_type::float32(), 2.0f32)
+        .array_to_array_codecs(vec![transpose(&[2, 1, 0])?, transpose(&[2, 1, 0])?])
+        .bytes_to_bytes_codecs(vec![zstd(3, false)])
+        .build(std::sync::Arc::new(GdsStore::new(host_dir.path())?), "/z")?;
+    host_array.store_metadata()?;
+    let values: Vec<f32> = (0..shape.iter().product::<u64>()).map(|i| (i % 1013) as f32 * 0.5).collect();
+    host_array.store_array_subset(&host_array.subset_all(), values)?;
     let a = ArraySubset::new_with_ranges(&[3..20, 5..70, 0..31]);
     let b = ArraySubset::new_with_ranges(&[20..37, 0..65, 2..33]);
-    for (name, array) in [("zstd (device decode)", &zstd_array), ("blosc (host decode)", &host_array)] {
+    let (_, report) = host_array.retrieve_array_subset_device_opt::<f32>(&a, &posix())?;
+    assert_eq!(report.decode, DecodePath::Host, "{report:?}");
+    for (name, array) in [("zstd (device decode)", &zstd_array), ("two transposes (host decode)", &host_array)] {
         // Into an array of ours: subset a's result, overwritten by subset b (the same size).
         let (mut out, _) = array.retrieve_array_subset_device_opt::<f32>(&a, &posix())?;
         let report = array.retrieve_array_subset_into_device_opt::<f32>(&b, &mut out, &posix())?;

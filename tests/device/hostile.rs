@@ -29,6 +29,11 @@ fn zstd() -> Value {
     json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "zstd", "configuration": {"level": 3, "checksum": false}}])
 }
 
+/// Two transposes in a row: no device plan (zarrs decodes on the host).
+fn host_only() -> Value {
+    json!([{"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "bytes", "configuration": {"endian": "little"}}])
+}
+
 fn blosc() -> Value {
     json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}}])
 }
@@ -70,6 +75,7 @@ fn reads_larger_than_free_device_memory_fail_at_once() -> Result {
         ("/zstd", [1 << 20, 1 << 20], zstd()),
         ("/sharded", [1 << 20, 1 << 20], sharded(512, &zstd())),
         ("/blosc", [1 << 20, 1 << 20], blosc()),
+        ("/host", [1 << 20, 1 << 20], host_only()),
         ("/huge", [TB, TB], bytes()),
     ];
     for (name, shape, codecs) in cases {
