@@ -489,7 +489,7 @@ fn plan_batches(
         Ok(())
     };
     refuse(out_bytes.saturating_add(largest))?;
-    let small_free = chain.compression.is_some().then_some(free);
+    let small_free = chain.compression.as_ref().filter(|c| c.prefers_large_batches()).map(|_| free);
     let budget = batch_budget(config.staging_bytes() as u64, config.staging_is_set(), largest, small_free, out_bytes);
     let batches = batches_by_size((0..units.len()).map(staged_len), budget);
     let slots = if batches.len() > 1 { 2 } else { 1 };
