@@ -8,6 +8,7 @@
 //! touches its folder and one `mod` line here.
 
 pub(crate) mod blosc;
+pub mod deflate;
 pub(crate) mod gzip;
 pub(crate) mod lz4;
 pub(crate) mod nvcomp;

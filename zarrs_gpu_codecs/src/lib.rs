@@ -60,6 +60,7 @@ mod shard_index_cache;
 
 // Public modules defined in their rooms: the host checks of stored chunks, the chunk plan.
 pub use codecs::blosc::header as blosc_header;
+pub use codecs::deflate as deflate_stream;
 pub use codecs::gzip::member as gzip_member;
 pub use codecs::lz4::block as lz4_block;
 pub use codecs::zstd::frame as zstd_frame;
