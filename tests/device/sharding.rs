@@ -96,7 +96,7 @@ fn sharded_arrays_with_device_inner_chains_plan_for_the_device() -> Result {
         Arc::new(zarrs::array::codec::ZlibCodec::new(5u32.try_into().expect("a zlib level")));
     let array =
         make_sharded(dir.path(), &[8, 8], &[8, 8], &[4, 4], sharding(&[4, 4], vec![zlib], ShardingIndexLocation::End))?;
-    assert!(host_decode_reason(&array).is_some_and(|r| r.contains("zlib")), "{:?}", host_decode_reason(&array));
+    on_device(&array);
     Ok(())
 }
 

@@ -21,6 +21,8 @@ pub(crate) struct Kernels {
     pub(crate) function: CudaFunction,
     pub(crate) gather: CudaFunction,
     pub(crate) xxh64: CudaFunction,
+    pub(crate) adler32: CudaFunction,
+    pub(crate) zlib_payloads: CudaFunction,
     #[cfg(feature = "fault-injection")]
     pub(crate) faults: (CudaFunction, CudaFunction),
 }
@@ -46,6 +48,8 @@ impl Kernels {
             function: load("place_copies")?,
             gather: load("gather_elements")?,
             xxh64: load("xxh64_chunks")?,
+            adler32: load("adler32_buffers")?,
+            zlib_payloads: load("zlib_payloads")?,
             #[cfg(feature = "fault-injection")]
             faults: (load("fault_spin")?, load("fault_illegal_address")?),
         })
