@@ -114,8 +114,10 @@ fn sharded_arrays_match_zarrs() -> Result {
         vec![Arc::new(GzipCodec::new(5)?)],
         vec![Arc::new(GzipCodec::new(1)?), Arc::new(Crc32cCodec::new())],
         // zlib streams too: their deflate streams, 2 bytes in, copied to aligned places first.
+        // (Not level 1: zlib-rs' fastest level can write more than zlib's compressBound, by
+        // which zarrs 0.23 sizes a shard's buffer, and the write fails.)
         vec![Arc::new(ZlibCodec::new(5u32.try_into().expect("a zlib level")))],
-        vec![Arc::new(ZlibCodec::new(1u32.try_into().expect("a zlib level"))), Arc::new(Crc32cCodec::new())],
+        vec![Arc::new(ZlibCodec::new(6u32.try_into().expect("a zlib level"))), Arc::new(Crc32cCodec::new())],
     ];
     for (c, codecs) in chains.into_iter().enumerate() {
         for location in [ShardingIndexLocation::End, ShardingIndexLocation::Start] {
