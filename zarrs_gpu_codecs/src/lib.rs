@@ -13,7 +13,7 @@
 //! Arrays whose codec chain is only `bytes` (Zarr v3) or have no compressor and no filters (Zarr
 //! v2) are read straight to the device and placed there (partial edge chunks, missing chunks
 //! filled with the fill value on the device). Chains of `transpose`, `bytes` (either byte order),
-//! `zstd` or `gzip`, and `crc32c`, sharded or not, are decoded on the device with nvCOMP in
+//! `zstd`, `gzip` or `zlib`, and `crc32c`, sharded or not, are decoded on the device with nvCOMP in
 //! batches (which chunks nvCOMP may decode: [`DecodeTrust`]). Other codec chains are decoded by
 //! zarrs on the host into pinned memory and copied once.
 //!
