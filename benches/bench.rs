@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use zarrs::array::codec::{GzipCodec, ZstdCodec};
+use zarrs::array::codec::{BloscCodec, BloscCompressor, BloscShuffleMode, GzipCodec, ZstdCodec};
 use zarrs::array::{
     Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset, BytesToBytesCodecTraits,
 };
@@ -45,7 +45,8 @@ struct Args {
     json: Option<PathBuf>,
     /// Cases: u1 (uncompressed, 16 MiB chunks), z1 (zstd 3, 16 MiB chunks), z2 (zstd 3, 1 MiB
     /// chunks), g2 (gzip 5, 1 MiB chunks), s1 (shards of 64 MiB, zstd 3 inner chunks of 1 MiB),
-    /// s1r (the same shards, inner chunks uncompressed), s1g (gzip 5 inner chunks).
+    /// s1r (the same shards, inner chunks uncompressed), s1g (gzip 5 inner chunks), b1 (Blosc
+    /// lz4 5, byte shuffle, 1 MiB chunks), b2 (Blosc zstd 5, bit shuffle, 1 MiB chunks).
     #[arg(long, value_delimiter = ',', default_value = "u1")]
     cases: Vec<String>,
     /// Only this project's reads (no zarrs peers, no ceilings): for A/B runs of settings.
@@ -102,6 +103,9 @@ fn run(args: &Args) -> Result<(), Error> {
     for case in &args.cases {
         let zstd = || -> Arc<dyn BytesToBytesCodecTraits> { Arc::new(ZstdCodec::new(3, false)) };
         let gzip = || -> Result<Arc<dyn BytesToBytesCodecTraits>, Error> { Ok(Arc::new(GzipCodec::new(5)?)) };
+        let blosc = |cname, shuffle| -> Result<Arc<dyn BytesToBytesCodecTraits>, Error> {
+            Ok(Arc::new(BloscCodec::new(cname, 5u8.try_into().map_err(|_| "level")?, None, shuffle, Some(4))?))
+        };
         let (name, chunks, codecs): (&str, [u64; 3], Vec<Arc<dyn BytesToBytesCodecTraits>>) = match case.as_str() {
             "u1" => ("U1", [64, 256, 256], vec![]),
             "z1" => ("Z1", [64, 256, 256], vec![zstd()]),
@@ -113,6 +117,16 @@ fn run(args: &Args) -> Result<(), Error> {
             "s1" => ("S1", [256, 256, 256], vec![zstd()]),
             "s1r" => ("S1 uncompressed", [256, 256, 256], vec![]),
             "s1g" => ("S1 gzip", [256, 256, 256], vec![gzip()?]),
+            // Blosc as zarr-python 2 writes it by default (lz4, byte shuffle), and zstd with bit
+            // shuffle: 1 MiB chunks like Z2.
+            "b1" => {
+                ("B1 blosc lz4 shuffle", [64, 64, 64], vec![blosc(BloscCompressor::LZ4, BloscShuffleMode::Shuffle)?])
+            }
+            "b2" => (
+                "B2 blosc zstd bitshuffle",
+                [64, 64, 64],
+                vec![blosc(BloscCompressor::Zstd, BloscShuffleMode::BitShuffle)?],
+            ),
             other => return Err(format!("unknown case {other}").into()),
         };
         let sharded = case.starts_with("s1");

@@ -6,7 +6,8 @@
 # Python with zarr, numcodecs, cupy (and tensorstore, nvidia-nvcomp-cu13 where installed). The
 # `bench` program is taken from PATH when there (a machine without a Rust toolchain, given the
 # built program), else built and run with cargo.
-# CASES (default u1,z1,z2,s1; also z2c (Z2 with zstd checksums), g2, s1r, s1g) picks cases; BENCH_DIR (default /tmp/zarrs-gpu-bench) keeps the
+# CASES (default u1,z1,z2,s1,b1,b2; also z2c (Z2 with zstd checksums), g2, s1r, s1g) picks cases
+# (b1, b2: Blosc lz4 + byte shuffle, zstd + bit shuffle); BENCH_DIR (default /tmp/zarrs-gpu-bench) keeps the
 # arrays, which are written once. OUT (default /tmp/out) receives bench.jsonl.
 # The tile step (issue 17), after the cases: `bench --tiles N --tiles-only` (random, chunk-aligned
 # and one-chunk reads of 64 x 256 x 256 tiles, median and p90 ms, the host-thread bound beside the
@@ -17,7 +18,7 @@
 set -euo pipefail
 gib=${1:-8}
 prep=${2:-3}
-cases=${CASES:-u1,z1,z2,s1}
+cases=${CASES:-u1,z1,z2,s1,b1,b2}
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 dir=${BENCH_DIR:-/tmp/zarrs-gpu-bench}
 export PYTHONUNBUFFERED=1
@@ -53,6 +54,9 @@ for case in ${cases//,/ }; do
       peers "$case" --subset 0:16 --peers zarr-gpu --repeat 1
       peers "$case" --subset 0:16 --peers zarr-gpu-nvcomp --repeat 1
       peers "$case" --subset 0:16 --peers zarr-gpu-nvcomp --batch-size 256 --repeat 1 ;;
+    b1|b2)
+      # zarr-python's host decode (c-blosc through numcodecs) on the whole array.
+      peers "$case" --peers zarr-host --repeat 1 ;;
     s1)
       # tensorstore (host read, then one copy) runs where its wheel is in .gpu/wheels (stage
       # --peers does not fetch it: put tensorstore and ml_dtypes cp312 wheels there by hand).

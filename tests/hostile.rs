@@ -70,7 +70,12 @@ fn whole_reads_whose_size_overflows_are_refused_at_once() -> Result {
     let compressed = array(dir.path(), "zstd.zarr", &[TB, TB], &[1024, 1024], &zstd)?;
     overflow_message(&refused(&compressed, &compressed.subset_all())?.0)?;
     let blosc = json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}}]);
-    let host = array(dir.path(), "blosc.zarr", &[TB, TB], &[1024, 1024], &blosc)?;
+    let blosc = array(dir.path(), "blosc.zarr", &[TB, TB], &[1024, 1024], &blosc)?;
+    overflow_message(&refused(&blosc, &blosc.subset_all())?.0)?;
+    // A chain with no device plan (two transposes: zarrs decodes on the host).
+    let transposes = json!([{"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "bytes", "configuration": {"endian": "little"}}]);
+    let host = array(dir.path(), "transposes.zarr", &[TB, TB], &[1024, 1024], &transposes)?;
+    assert!(zarrs_gpu::host_decode_reason(&host).is_some_and(|r| r.contains("no device implementation")));
     overflow_message(&refused(&host, &host.subset_all())?.0)?;
     Ok(())
 }

@@ -230,6 +230,9 @@ impl NvcompLibrary {
                 Decompressor::Deflate => {
                     f.nvcompBatchedDeflateDecompressGetRequiredAlignments(deflate_decompress_opts(), &raw mut out)
                 }
+                Decompressor::Lz4 => {
+                    f.nvcompBatchedLZ4DecompressGetRequiredAlignments(lz4_decompress_opts(), &raw mut out)
+                }
                 Decompressor::Gzip { lookahead } => {
                     f.nvcompBatchedGzipDecompressGetRequiredAlignments(gzip_decompress_opts(lookahead), &raw mut out)
                 }
@@ -304,6 +307,14 @@ impl NvcompLibrary {
                     total_bytes,
                     null,
                 ),
+                Decompressor::Lz4 => f.nvcompBatchedLZ4DecompressGetTempSize(
+                    num_chunks,
+                    max_chunk_bytes,
+                    lz4_decompress_opts(),
+                    &raw mut temp,
+                    total_bytes,
+                    null,
+                ),
                 Decompressor::Gzip { lookahead } => f.nvcompBatchedGzipDecompressGetTempSize(
                     num_chunks,
                     max_chunk_bytes,
@@ -346,7 +357,7 @@ impl NvcompLibrary {
     ) -> Result<usize, NvcompError> {
         let mut temp = 0usize;
         let f = &self.functions;
-        // The three functions take the same arguments but for their options.
+        // The functions take the same arguments but for their options.
         macro_rules! query {
             ($function:ident, $opts:expr) => {
                 f.$function(
@@ -369,6 +380,7 @@ impl NvcompLibrary {
                 Decompressor::Deflate => {
                     query!(nvcompBatchedDeflateDecompressGetTempSizeSync, deflate_decompress_opts())
                 }
+                Decompressor::Lz4 => query!(nvcompBatchedLZ4DecompressGetTempSizeSync, lz4_decompress_opts()),
                 Decompressor::Gzip { lookahead } => {
                     query!(nvcompBatchedGzipDecompressGetTempSizeSync, gzip_decompress_opts(lookahead))
                 }
@@ -406,7 +418,7 @@ impl NvcompLibrary {
         stream: sys::cudaStream_t,
     ) -> Result<(), NvcompError> {
         let f = &self.functions;
-        // The three functions take the same arguments but for their options.
+        // The functions take the same arguments but for their options.
         macro_rules! launch {
             ($function:ident, $opts:expr) => {
                 f.$function(
@@ -429,6 +441,7 @@ impl NvcompLibrary {
             match codec {
                 Decompressor::Zstd => launch!(nvcompBatchedZstdDecompressAsync, zstd_decompress_opts()),
                 Decompressor::Deflate => launch!(nvcompBatchedDeflateDecompressAsync, deflate_decompress_opts()),
+                Decompressor::Lz4 => launch!(nvcompBatchedLZ4DecompressAsync, lz4_decompress_opts()),
                 Decompressor::Gzip { lookahead } => {
                     launch!(nvcompBatchedGzipDecompressAsync, gzip_decompress_opts(lookahead))
                 }
@@ -485,6 +498,8 @@ pub enum Decompressor {
     Zstd,
     /// Raw DEFLATE streams (RFC 1951): the payload of a gzip member or a zlib stream.
     Deflate,
+    /// Raw LZ4 blocks (no frame): what Blosc's lz4 and lz4hc streams are.
+    Lz4,
     /// gzip members (RFC 1952), header included. `lookahead` picks nvCOMP's look-ahead
     /// algorithm, which wants 4-byte aligned input; the naive one takes any alignment.
     Gzip {
@@ -498,6 +513,7 @@ impl Decompressor {
         match self {
             Self::Zstd => "launching zstd decompression",
             Self::Deflate => "launching deflate decompression",
+            Self::Lz4 => "launching LZ4 decompression",
             Self::Gzip { .. } => "launching gzip decompression",
         }
     }
@@ -517,6 +533,18 @@ pub fn deflate_decompress_opts() -> sys::nvcompBatchedDeflateDecompressOpts_t {
         backend: sys::NVCOMP_DECOMPRESS_BACKEND_DEFAULT,
         sort_before_hw_decompress: 0,
         reserved: [0; 56],
+    }
+}
+
+/// LZ4 decompression options: the default backend, bytes (no bitshuffle), reserved bytes zeroed.
+#[must_use]
+pub fn lz4_decompress_opts() -> sys::nvcompBatchedLZ4DecompressOpts_t {
+    sys::nvcompBatchedLZ4DecompressOpts_t {
+        backend: sys::NVCOMP_DECOMPRESS_BACKEND_DEFAULT,
+        sort_before_hw_decompress: 0,
+        data_type: sys::NVCOMP_TYPE_CHAR,
+        bitshuffle_mode: sys::NVCOMP_BITSHUFFLE_NONE,
+        reserved: [0; 48],
     }
 }
 
@@ -872,7 +900,7 @@ mod tests {
     fn alignments_and_temp_sizes() {
         let library = installed();
         let gzip = |lookahead| Decompressor::Gzip { lookahead };
-        for codec in [Decompressor::Zstd, Decompressor::Deflate, gzip(false), gzip(true)] {
+        for codec in [Decompressor::Zstd, Decompressor::Deflate, Decompressor::Lz4, gzip(false), gzip(true)] {
             let align = library.decompress_alignments(codec).unwrap();
             eprintln!("{codec:?}: {align:?}");
             for a in [align.input, align.output, align.temp] {

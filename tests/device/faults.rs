@@ -9,12 +9,13 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zarrs::array::codec::{
-    BytesCodec, Crc32cCodec, GzipCodec, ShardingCodecBuilder, ShardingIndexLocation, TransposeCodec, TransposeOrder,
-    ZstdCodec,
+    BloscCompressor, BloscShuffleMode, BytesCodec, Crc32cCodec, GzipCodec, ShardingCodecBuilder, ShardingIndexLocation,
+    TransposeCodec, TransposeOrder, ZstdCodec,
 };
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, BytesToBytesCodecTraits, Endianness};
 use zarrs::filesystem::FilesystemStore;
 use zarrs_gpu::{ArrayDeviceExt, DecodePath, GdsStore, GpuConfig, GpuError};
+use zarrs_gpu_codecs::blosc_header::{check_chunk, BloscVerdict};
 use zarrs_storage::byte_range::ByteRangeIterator;
 use zarrs_storage::{
     Bytes, MaybeBytes, MaybeBytesIterator, ReadableStorageTraits, StorageError, StoreKey, WritableStorageTraits,
@@ -498,5 +499,179 @@ fn slow_storage_child() -> Result {
         let (data, _) = reader.retrieve_array_subset_device_opt::<f32>(&reader.subset_all(), &config)?;
         assert!(data.to_host_bytes()? == want, "the read after a corrupt chunk differs from zarrs'");
     }
+    Ok(())
+}
+
+/// The Blosc arrays of the fault rows: lz4 byte shuffled (blocks of 64 KiB, each split into four
+/// streams of LZ4 blocks) and zstd bit shuffled (blocks of 16 KiB, one zstd frame each).
+const BLOSC_FAULT_ARRAYS: [(&str, BloscCompressor, BloscShuffleMode); 2] = [
+    ("/blosc_lz4", BloscCompressor::LZ4, BloscShuffleMode::Shuffle),
+    ("/blosc_zstd", BloscCompressor::Zstd, BloscShuffleMode::BitShuffle),
+];
+
+/// A float32 Blosc array at `node`: [96, 2048] in chunks of [64, 1024] (256 KiB, several blocks;
+/// c-blosc enlarges the set 16 KiB to 64 KiB for lz4, whose blocks it splits), every chunk written.
+fn make_blosc<S: WritableStorageTraits + ReadableStorageTraits + 'static>(
+    store: Arc<S>,
+    node: &str,
+    compressor: BloscCompressor,
+    shuffle: BloscShuffleMode,
+) -> Result<Array<S>> {
+    let codec = super::blosc::blosc(compressor, 5, shuffle, 4, Some(16 << 10));
+    let array = ArrayBuilder::new(vec![96, 2048], vec![64, 1024], data_type::float32(), -1f32)
+        .bytes_to_bytes_codecs(vec![codec])
+        .build(store, node)?;
+    array.store_metadata()?;
+    // A wave and a little hashed noise: compressible, not periodic.
+    let values: Vec<f32> =
+        (0..96 * 2048u64).map(|i| (i as f32 * 1e-3).sin() * 100.0 + ((i * 2_654_435_761) % 97) as f32 * 0.01).collect();
+    array.store_array_subset(&array.subset_all(), values)?;
+    Ok(array)
+}
+
+fn le32(bytes: &[u8], at: usize) -> usize {
+    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize
+}
+
+fn set_le32(bytes: &mut [u8], at: usize, value: u32) {
+    bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+}
+
+/// Damaged values of `good`, a Blosc chunk of `compressor` streams (several blocks), each one
+/// c-blosc refuses: the header's fields, a block start, and the first compressed stream of block
+/// 0 (an LZ4 block or a zstd frame).
+fn blosc_damage(good: &[u8], compressor: BloscCompressor) -> Result<Vec<(&'static str, Vec<u8>)>> {
+    // The header: flags at 2, then nbytes, blocksize and cbytes; the block starts after it.
+    let (nbytes, blocksize, cbytes) = (le32(good, 4), le32(good, 8), le32(good, 12));
+    assert_eq!(cbytes, good.len(), "cbytes");
+    assert!(nbytes > 2 * blocksize && good[2] & 0x02 == 0, "a chunk of compressed blocks");
+    // Block 0's streams (four of a quarter block each where split, typesize 4), each its 4-byte
+    // size and its bytes: the first one compressed (shorter than what it decodes to).
+    let streams = if good[2] & 0x10 == 0 { 4 } else { 1 };
+    let mut at = le32(good, 16) + 4;
+    for _ in 0..streams {
+        if le32(good, at - 4) < blocksize / streams {
+            break;
+        }
+        at += le32(good, at - 4) + 4;
+    }
+    let len = le32(good, at - 4);
+    assert!(len < blocksize / streams, "a compressed stream in block 0");
+    let stream = at..at + len;
+    let edit = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut bytes = good.to_vec();
+        f(&mut bytes);
+        bytes
+    };
+    let mut rows = vec![
+        ("a truncated header", good[..10].to_vec()),
+        ("nbytes 4 short", edit(&|b| set_le32(b, 4, nbytes as u32 - 4))),
+        ("cbytes 1 long", edit(&|b| set_le32(b, 12, cbytes as u32 + 1))),
+        ("blocksize halved", edit(&|b| set_le32(b, 8, blocksize as u32 / 2))),
+        ("block 1 starting past the end", edit(&|b| set_le32(b, 20, cbytes as u32 + 100))),
+        ("block 1 starting at -1", edit(&|b| set_le32(b, 20, u32::MAX))),
+    ];
+    if compressor == BloscCompressor::Zstd {
+        // The frame header: magic, descriptor, window descriptor unless single segment, the
+        // dictionary id and content size fields; then the first block's 3-byte header.
+        let s = &good[stream.clone()];
+        assert_eq!(&s[..4], &[0x28, 0xB5, 0x2F, 0xFD], "a zstd frame");
+        let fhd = s[4];
+        let single = fhd & 0x20 != 0;
+        let fcs = match fhd >> 6 {
+            0 => usize::from(single),
+            1 => 2,
+            2 => 4,
+            _ => 8,
+        };
+        let header = 5 + usize::from(!single) + [0, 1, 2, 4][usize::from(fhd & 3)] + fcs;
+        let block = at + header;
+        let word = u32::from(good[block]) | u32::from(good[block + 1]) << 8 | u32::from(good[block + 2]) << 16;
+        let past = u32::try_from(stream.end - (block + 3) + 1)?;
+        let set_block = move |b: &mut Vec<u8>, word: u32| b[block..block + 3].copy_from_slice(&word.to_le_bytes()[..3]);
+        rows.push(("zstd block of the reserved type", edit(&|b| set_block(b, word | 0b110))));
+        rows.push(("zstd block running past its frame", edit(&|b| set_block(b, word & 0b111 | past << 3))));
+    } else {
+        // The first sequence: a token (literal length in its high nibble, 15 and more continued
+        // in the bytes after it), the literals, then the match's 2-byte offset.
+        let s = &good[stream.clone()];
+        let (mut pos, mut literals) = (1, usize::from(s[0] >> 4));
+        if literals == 15 {
+            loop {
+                literals += usize::from(s[pos]);
+                pos += 1;
+                if s[pos - 1] != 255 {
+                    break;
+                }
+            }
+        }
+        let offset = at + pos + literals;
+        assert!(literals < 0xFFFF && offset + 2 < stream.end, "a first sequence with a match");
+        rows.push(("LZ4 match offset before the block", edit(&|b| b[offset..offset + 2].fill(0xFF))));
+        // Literals of 15 + 255 x (all but the stream's last 2 bytes) + 16: past the stream's end
+        // and the block's.
+        let ext = at + 1..stream.end - 2;
+        assert!(15 + 255 * ext.len() + 16 > blocksize, "a stream long enough");
+        rows.push((
+            "LZ4 literal length past the end",
+            edit(&|b| {
+                b[at] |= 0xF0;
+                b[ext.clone()].fill(0xFF);
+                b[ext.end] = 16;
+            }),
+        ));
+    }
+    Ok(rows)
+}
+
+/// The Blosc rows of the fault matrix on the host alone: zarrs (c-blosc) refuses every damaged
+/// chunk, so the device rows below ask for errors; and none reaches nvCOMP (undefined on malformed
+/// input): the host check refuses it, or would leave it to c-blosc on a host thread.
+#[test]
+fn zarrs_refuses_the_damaged_blosc_chunks() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(FilesystemStore::new(dir.path())?);
+    for (node, compressor, shuffle) in BLOSC_FAULT_ARRAYS {
+        let array = make_blosc(store.clone(), node, compressor, shuffle)?;
+        let key = array.chunk_key(&[0, 1]);
+        let good = store.get(&key)?.ok_or("chunk [0, 1] missing")?.to_vec();
+        for (what, bytes) in blosc_damage(&good, compressor)? {
+            let verdict = check_chunk(&bytes, 256 << 10);
+            assert!(!matches!(verdict, Ok(BloscVerdict::Device(_))), "{node}, {what}: {verdict:?}");
+            store.set(&key, Bytes::from(bytes))?;
+            assert!(zarrs_read(&array).is_err(), "{node}, {what}: zarrs decodes it");
+        }
+        store.set(&key, Bytes::from(good))?;
+        zarrs_read(&array)?;
+    }
+    Ok(())
+}
+
+/// Damaged Blosc chunks (lz4 and zstd streams, on the device path): a header truncated, its
+/// sizes lying, a block starting outside the chunk, a damaged LZ4 block or zstd frame. Each is
+/// an error naming the chunk, as zarrs refuses it, and the next read is zarrs' data.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn damaged_blosc_chunks_are_errors_as_in_zarrs() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    let mut table = Vec::new();
+    for (node, compressor, shuffle) in BLOSC_FAULT_ARRAYS {
+        let array = make_blosc(store.clone(), node, compressor, shuffle)?;
+        let report = check::<f32>(&array, &array.subset_all(), &posix())?;
+        assert_eq!((report.decode, report.host_decoded_chunks), (DecodePath::Device, 0), "{node}: {report:?}");
+        let key = array.chunk_key(&[0, 1]);
+        let good = store.get(&key)?.ok_or("chunk [0, 1] missing")?.to_vec();
+        for (what, bytes) in blosc_damage(&good, compressor)? {
+            store.set(&key, Bytes::from(bytes))?;
+            let host = zarrs_read(&array).map_or("error", |_| "data");
+            let ours = outcome(&array, &key, &posix())?;
+            assert!(host == "error" && ours.starts_with("error"), "{node}, {what}: zarrs {host}, ours {ours}");
+            table.push(format!("| {node} | {what} | {host} | {ours} |"));
+            store.set(&key, Bytes::from(good.clone()))?;
+            check::<f32>(&array, &array.subset_all(), &posix())?;
+        }
+    }
+    println!("| array | stored value | zarrs | ours |\n| --- | --- | --- | --- |\n{}", table.join("\n"));
     Ok(())
 }

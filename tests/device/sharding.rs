@@ -18,7 +18,7 @@ fn shape_of(s: &[u64]) -> Vec<NonZeroU64> {
     s.iter().map(|&n| NonZeroU64::new(n).unwrap()).collect()
 }
 
-fn sharding(
+pub(crate) fn sharding(
     inner: &[u64],
     codecs: Vec<Arc<dyn BytesToBytesCodecTraits>>,
     location: ShardingIndexLocation,
@@ -32,7 +32,7 @@ fn sharding(
 /// A float32 array with chunks (shards) of `shard` whose codec is `a2b`: every fourth shard never
 /// written; in the others, inner chunks of `inner` whose position hashes to 1 mod 3 hold only the
 /// fill value (so zarrs leaves them out of the shard).
-fn make_sharded(
+pub(crate) fn make_sharded(
     dir: &std::path::Path,
     shape: &[u64],
     shard: &[u64],

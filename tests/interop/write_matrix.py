@@ -18,6 +18,7 @@ import numpy as np
 import zarr
 import zarr.codecs as zc
 import numcodecs
+from numcodecs import Blosc, blosc
 
 DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "float16", "float32", "float64", "complex64", "complex128"]
@@ -45,25 +46,56 @@ def fill_for(dtype):
     return {"b": True, "i": -7, "u": 9, "f": 1.5, "c": 0.5 - 2j}[dt.kind]
 
 
-def write_partial(arr, values):
+def ramps(dtype, shape, seed, chunks):
+    """Smooth ramps plus a little noise (compressible, like real data, but varied), with a band
+    of noise across three quarters of the second chunk column (along the second axis): there some
+    blocks, or some byte planes of a shuffled block, do not compress, and Blosc stores those
+    streams (or the whole chunk) as they are."""
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    i = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
+    x = np.clip(np.sin(i / 5000.0) * 0.4 + (i % 1531) / 1531 * 0.6 + rng.normal(0, 0.003, shape), -0.4, 1.0)
+    c = chunks[1]
+    band = (slice(None), slice(c, c + 3 * c // 4))
+    if dt == np.bool_:
+        out = x > 0.3
+        out[band] = rng.integers(0, 2, out[band].shape).astype(bool)
+    elif dt.kind in "iu":
+        info = np.iinfo(dt)
+        amplitude = {1: 100, 2: 20000}.get(dt.itemsize, 1_000_000) * (2 if dt.kind == "u" else 1)
+        out = np.round((x + 0.4) / 1.4 * amplitude if dt.kind == "u" else x * amplitude).astype(dt)
+        out[band] = rng.integers(info.min, info.max, out[band].shape, endpoint=True, dtype=dt)
+    elif dt.kind == "c":
+        out = (x * 100 + 1j * (1 - x) * 50).astype(dt)
+        out[band] = rng.uniform(-1e6, 1e6, out[band].shape) + 1j * rng.uniform(-1e6, 1e6, out[band].shape)
+    else:
+        out = (x * 100).astype(dt)
+        bound = 1e3 if dt.itemsize == 2 else 1e6
+        out[band] = rng.uniform(-bound, bound, out[band].shape)
+    return out
+
+
+def write_partial(arr, values, chunks=CHUNKS):
     """Write all but the last chunk row along the first axis' first chunk: some chunks stay
     missing (fill value)."""
-    arr[CHUNKS[0]:] = values[CHUNKS[0]:]
-    arr[: CHUNKS[0], : CHUNKS[1]] = values[: CHUNKS[0], : CHUNKS[1]]
+    arr[chunks[0]:] = values[chunks[0]:]
+    arr[: chunks[0], : chunks[1]] = values[: chunks[0], : chunks[1]]
 
 
 def main(out):
     os.makedirs(out, exist_ok=True)
     cases = []
 
-    def add(name, zarr_format, dtype, make, blank=None):
-        """`blank`: a region written with the fill value (inner chunks zarr leaves out)."""
+    def add(name, zarr_format, dtype, make, blank=None, shape=SHAPE, chunks=CHUNKS, values=None):
+        """`blank`: a region written with the fill value (inner chunks zarr leaves out); `shape`
+        and `chunks` those `make` was given; `values(dtype, shape, seed)`: the data, else `data`'s."""
+        assert all(c["name"] != name for c in cases), f"{name}: a second case of that name"
         path = os.path.join(out, name)
-        values = data(dtype, SHAPE, len(cases) + 1)
+        values = (values or data)(dtype, shape, len(cases) + 1)
         if blank is not None:
             values[blank] = fill_for(dtype)
         arr = make(path, dtype)
-        write_partial(arr, values)
+        write_partial(arr, values, chunks)
         back = zarr.open_array(path, mode="r")[...]
         written = getattr(arr, "tensorstore_read", None)
         if written is not None:  # another writer: zarr-python must read what it wrote
@@ -73,19 +105,19 @@ def main(out):
         cases.append({"name": name, "path": name, "zarr_format": zarr_format, "dtype": back.dtype.str,
                       "shape": list(back.shape), "expected": name + ".npy"})
 
-    def v3(compressors=None, filters=None, serializer="auto", chunks=CHUNKS, shards=None):
+    def v3(compressors=None, filters=None, serializer="auto", chunks=CHUNKS, shards=None, shape=SHAPE):
         def make(path, dtype):
-            return zarr.create_array(path, shape=SHAPE, chunks=chunks, shards=shards, dtype=dtype,
+            return zarr.create_array(path, shape=shape, chunks=chunks, shards=shards, dtype=dtype,
                                      fill_value=fill_for(dtype), compressors=compressors, filters=filters,
                                      serializer=serializer, zarr_format=3, overwrite=True)
         return make
 
-    def v2(compressor=None, filters=None, order="C", endian="<"):
+    def v2(compressor=None, filters=None, order="C", endian="<", shape=SHAPE, chunks=CHUNKS):
         def make(path, dtype):
             dt = np.dtype(dtype)
             if dt.itemsize > 1 and dt.kind != "b":
                 dt = dt.newbyteorder(endian)
-            return zarr.create_array(path, shape=SHAPE, chunks=CHUNKS, dtype=dt, fill_value=fill_for(dtype),
+            return zarr.create_array(path, shape=shape, chunks=chunks, dtype=dt, fill_value=fill_for(dtype),
                                      compressors=compressor, filters=filters, order=order, zarr_format=2,
                                      overwrite=True)
         return make
@@ -121,6 +153,7 @@ def main(out):
     add("v2_order_f_float32", 2, "float32", v2(order="F"))
     add("v2_order_f_zstd_int64", 2, "int64", v2(compressor=numcodecs.Zstd(level=3), order="F"))
     add("v2_bigendian_zstd_float32", 2, "float32", v2(compressor=numcodecs.Zstd(level=3), endian=">"))
+    blosc_cases(add, v2, v3)
     writers = f"zarr-python {zarr.__version__}, numcodecs {numcodecs.__version__}"
     try:
         import tensorstore as ts
@@ -134,6 +167,74 @@ def main(out):
         json.dump({"writer": writers,
                    "cases": cases}, f, indent=1)
     print(f"wrote {len(cases)} arrays to {out}")
+
+
+def blosc_cases(add, v2, v3):
+    """Blosc (c-blosc 1.x chunks), written by numcodecs' Blosc as the zarr v2 compressor and by
+    zarr-python's BloscCodec in v3: every compressor numcodecs' Blosc has, every shuffle,
+    typesizes 1, 2, 4 and 8 (and typesizes other than the data type's), blocks chosen by c-blosc
+    or set (4096 and 65536 bytes, and smaller), chunks of a single block and of many (a short last
+    block; split into one stream per byte of the typesize, or not), streams stored as they are,
+    partial edge chunks and missing chunks. Names: format, cname, shuffle, data type, then what
+    differs from c-blosc's choice (a set typesize or blocksize, large chunks)."""
+    cnames = blosc.list_compressors()  # blosclz, lz4, lz4hc, zlib, zstd (and snappy if built in)
+    shuffles = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
+    typed = {2: {1: "uint8", 2: "int16", 4: "float32", 8: "float64"},
+             3: {1: "int8", 2: "float16", 4: "uint32", 8: "int64"}}
+
+    def case(fmt, cname, shuffle, dtype, shape, chunks, clevel=5, blocksize=0, typesize=None, tail=""):
+        name = f"v{fmt}_blosc_{cname}_{shuffle}_{dtype}{tail}"
+        if fmt == 2:
+            make = v2(compressor=Blosc(cname=cname, clevel=clevel, shuffle=shuffles[shuffle], blocksize=blocksize,
+                                       typesize=typesize), shape=shape, chunks=chunks)
+        else:
+            make = v3(compressors=[zc.BloscCodec(cname=cname, clevel=clevel, shuffle=shuffle, blocksize=blocksize,
+                                                 typesize=typesize)], shape=shape, chunks=chunks)
+        add(name, fmt, dtype, make, shape=shape, chunks=chunks,
+            values=lambda dtype, shape, seed: ramps(dtype, shape, seed, chunks))
+
+    # Every format, compressor and shuffle, the typesize turning over so that each compressor
+    # meets every typesize and each shuffle every typesize: chunks of 7544 elements (7.4 to 59
+    # KiB, one block), a 3 x 3 grid with partial edge chunks and two chunks missing.
+    for fmt, turn in ((2, 0), (3, 2)):
+        for c, cname in enumerate(cnames):
+            for s, shuffle in enumerate(shuffles):
+                dtype = typed[fmt][(1, 2, 4, 8)[(c + s + turn) % 4]]
+                case(fmt, cname, shuffle, dtype, (60, 90, 8), (23, 41, 8))
+    # Chunks of 320 000 bytes (a 2 x 2 grid): several blocks of c-blosc's choosing (it enlarges
+    # those of split compressors), the last one short, at clevels 1, 5 and 9.
+    for c, cname in enumerate(cnames):
+        for fmt, dtype in ((2, ("float64", "float32", "uint16", "int32", "complex64")[c]),
+                           (3, ("float32", "int64", "int8", "uint32", "float16")[c])):
+            chunks = (32 // np.dtype(dtype).itemsize, 100, 100)
+            shuffle = list(shuffles)[(c + fmt) % 3]
+            case(fmt, cname, shuffle, dtype, (chunks[0] + 2, 120, 100), chunks,
+                 clevel=(1, 5, 9)[(c + fmt) % 3], tail="_large")
+    # Block sizes set, over chunks of 44585 elements (44 to 348 KiB), the last block short. A
+    # size is the metadata's: c-blosc keeps 4096 for zstd (which it never splits) but enlarges
+    # the blocks of split compressors to 64 KiB or to 4096 x typesize at least; it keeps sizes
+    # too small to split (under 128 x typesize: 128, 512, 1000, bit shuffled blocks of 125
+    # elements, which it stores unshuffled), hundreds of blocks a chunk.
+    for c, cname in enumerate(cnames):
+        for b, blocksize in enumerate((4096, 65536)):
+            fmt = 2 + (c + b) % 2
+            dtype = ("int16", "float32", "uint64", "bool", "float64", "int32")[(c + b) % 6]
+            shuffle = list(shuffles)[(c + 2 * b) % 3]
+            case(fmt, cname, shuffle, dtype, (6, 40, 260), (5, 37, 241), blocksize=blocksize, tail=f"_block{blocksize}")
+    for fmt, cname, shuffle, dtype, blocksize in ((2, "lz4", "shuffle", "float64", 512),
+                                                   (3, "blosclz", "bitshuffle", "int16", 128),
+                                                   (3, "lz4hc", "bitshuffle", "uint64", 1000)):
+        case(fmt, cname, shuffle, dtype, (6, 40, 260), (5, 37, 241), blocksize=blocksize, tail=f"_block{blocksize}")
+    # A typesize other than the data type's (v3 records it; in v2 only the chunks do): odd ones,
+    # and 24, above the 16 up to which c-blosc splits blocks into streams.
+    for fmt, cname, shuffle, dtype, typesize in ((3, "lz4", "shuffle", "float32", 3),
+                                                  (3, "zstd", "bitshuffle", "int16", 5),
+                                                  (3, "lz4hc", "shuffle", "float64", 6),
+                                                  (3, "zlib", "bitshuffle", "uint8", 7),
+                                                  (3, "blosclz", "shuffle", "int32", 3),
+                                                  (3, "lz4", "bitshuffle", "uint16", 24),
+                                                  (2, "lz4", "shuffle", "float64", 6)):
+        case(fmt, cname, shuffle, dtype, (6, 40, 260), (5, 37, 241), typesize=typesize, tail=f"_typesize{typesize}")
 
 
 class TensorstoreArray:

@@ -83,6 +83,9 @@ pub struct DeviceBatch<'a> {
     /// Host copies of the first four device arrays, `count` entries each in the same order
     /// (input pointers, input sizes, output capacities, output pointers).
     pub host_arrays: &'a [u64],
+    /// Each unit's stored bytes on the host, as read and checked: the bytes its input pointer
+    /// holds on the device (so a codec can lay out sub-items, such as Blosc's streams).
+    pub host_inputs: &'a [&'a [u8]],
     pub(crate) nvcomp: Option<&'a NvcompLibrary>,
     pub(crate) kernels: Option<&'a Kernels>,
 }
@@ -299,7 +302,8 @@ inventory::collect!(DeviceCodecPlugin);
 
 /// The sources of the kernels this crate's codecs launch (zstd's XXH64), compiled into each
 /// device's module with the pipeline's (`Kernels::load`).
-pub(crate) const KERNEL_SOURCES: &[&str] = &[zstd::xxhash::SOURCE, zlib::adler32::SOURCE, zlib::payload::SOURCE];
+pub(crate) const KERNEL_SOURCES: &[&str] =
+    &[zstd::xxhash::SOURCE, blosc::kernels::SOURCE, zlib::adler32::SOURCE, zlib::payload::SOURCE];
 
 /// The registered plugin for `name`, if any; an error when several crates registered one
 /// (which of them `inventory` lists first is not defined).

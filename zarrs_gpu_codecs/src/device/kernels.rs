@@ -7,13 +7,12 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaFunction};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 #[cfg(feature = "fault-injection")]
 use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
 
 #[cfg(feature = "fault-injection")]
 use crate::config::InjectedFault;
-#[cfg(feature = "fault-injection")]
 use crate::error::GpuError;
 
 /// The compiled kernels of one device context: placement, gather, XXH64.
@@ -21,10 +20,10 @@ pub(crate) struct Kernels {
     pub(crate) function: CudaFunction,
     pub(crate) gather: CudaFunction,
     pub(crate) xxh64: CudaFunction,
-    pub(crate) adler32: CudaFunction,
-    pub(crate) zlib_payloads: CudaFunction,
     #[cfg(feature = "fault-injection")]
     pub(crate) faults: (CudaFunction, CudaFunction),
+    /// The module, for the kernels codecs look up by name ([`Kernels::function`]).
+    module: Arc<CudaModule>,
 }
 
 impl Kernels {
@@ -48,11 +47,16 @@ impl Kernels {
             function: load("place_copies")?,
             gather: load("gather_elements")?,
             xxh64: load("xxh64_chunks")?,
-            adler32: load("adler32_buffers")?,
-            zlib_payloads: load("zlib_payloads")?,
             #[cfg(feature = "fault-injection")]
             faults: (load("fault_spin")?, load("fault_illegal_address")?),
+            module,
         })
+    }
+
+    /// The kernel `name` of the module (one a codec's `KERNEL_SOURCES` entry defines), so that a
+    /// codec family adds kernels without a field here.
+    pub(crate) fn function(&self, name: &str) -> Result<CudaFunction, GpuError> {
+        self.module.load_function(name).map_err(GpuError::cuda("loading a kernel"))
     }
 }
 

@@ -758,7 +758,16 @@ impl Batch {
         let (cbase, dbase, arrays) = (layout.cbase, layout.dbase, &layout.arrays);
         let n_dec = if chain.compression.is_some() { on_device.len() } else { 0 };
         let digests = on_device.iter().any(|it| it.digest.is_some());
-        let Buffers { taken, scratch, .. } = buffers;
+        let Buffers { taken, scratch, slots, .. } = buffers;
+        let stored_bytes = slots[self.slot].host.as_ref().map_or(&[][..], PinnedBuffer::as_slice);
+        let host_inputs: Vec<&[u8]> = if n_dec > 0 {
+            on_device
+                .iter()
+                .map(|it| &stored_bytes[it.host_offset as usize..(it.host_offset + it.data_len) as usize])
+                .collect()
+        } else {
+            Vec::new()
+        };
         // The decode's arrays go to the device on the copy stream, where the scratch the batch
         // needs can be asked of its stored bytes before the read's stream waits for the copies.
         let mut words: Vec<u64> = Vec::with_capacity(4 * n_dec);
@@ -783,6 +792,7 @@ impl Batch {
             temp_bytes: 0,
             max_decoded: staging.max_decoded as usize,
             host_arrays: &words,
+            host_inputs: &host_inputs,
             nvcomp,
             kernels: job.kernels,
         };

@@ -145,7 +145,8 @@ pub(crate) unsafe fn launch_adler32(
     let blocks = count.min(1 << 16) as u32;
     let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     let count = count as u64;
-    let mut launch = stream.launch_builder(&kernels.adler32);
+    let function = kernels.function("adler32_buffers")?;
+    let mut launch = stream.launch_builder(&function);
     launch.arg(&ptrs).arg(&lens).arg(&count).arg(&values);
     // SAFETY: the kernel takes three device addresses and a count, as pushed; the buffers are the
     // caller's contract.

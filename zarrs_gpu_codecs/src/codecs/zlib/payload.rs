@@ -130,7 +130,8 @@ impl Layout {
         let blocks = self.count.min(1 << 16) as u32;
         let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let (n, slots, stride) = (self.count as u64, scratch + self.slots_at as u64, self.stride as u64);
-        let mut launch = stream.launch_builder(&kernels.zlib_payloads);
+        let function = kernels.function("zlib_payloads")?;
+        let mut launch = stream.launch_builder(&function);
         launch.arg(&inputs).arg(&sizes).arg(&n).arg(&slots).arg(&stride).arg(&ptrs).arg(&lens);
         // SAFETY: the kernel takes two device arrays, a count, the slots' address, their stride
         // and two device arrays, as pushed; the memory is the caller's contract.

@@ -1,0 +1,695 @@
+//! Blosc's device codec: every compressed stream of a batch's chunks is one item of nvCOMP's
+//! batched decoder (LZ4, zstd, or deflate for zlib), decoded into scratch; each block is then
+//! assembled into its chunk's output by one kernel, from those streams and from the streams
+//! stored as they are, with the byte or bit shuffle undone on the way.
+
+use std::borrow::Cow;
+use std::ffi::c_void;
+
+use cudarc::driver::sys;
+use nvcomp_sys::{sys as nv, Decompressor, NvcompLibrary};
+use zarrs::metadata::Configuration;
+
+use super::decode_host;
+use super::header::{check_chunk, parse_chunk, BloscChunk, BloscVerdict, Compressor, Shuffle};
+use super::kernels::{self, FoldArrays, Task, ADLER_MISMATCH, BIT, BYTE, COPY, SIZE_MISMATCH};
+use crate::codecs::nvcomp::need;
+use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, HostCheck};
+use crate::config::DecodeTrust;
+use crate::device::upload::Uploads;
+use crate::error::GpuError;
+
+/// The device takes a chunk of at most this many streams plus one per this many decoded bytes:
+/// what bounds a batch's tables and nvCOMP's item count ahead of its bytes (c-blosc's own
+/// blocks split into streams of 8 KiB and more unless told otherwise).
+const STREAMS_FREE: usize = 16;
+const BYTES_PER_STREAM: usize = 4096;
+/// Alignment of each stream in the scratch (and of payloads copied for an aligned decoder).
+const ALIGN: u64 = 16;
+/// Alignment of each region of the scratch.
+const REGION: u64 = 256;
+
+/// `blosc`: Blosc1 chunks whose streams nvCOMP decodes (lz4 and lz4hc, zstd, zlib), as the
+/// codec's configuration names them; chunks of another compressor decode on host threads.
+#[derive(Debug)]
+pub(crate) struct Blosc {
+    /// The compressor the configuration names.
+    compressor: Compressor,
+    cname: String,
+    uploads: Uploads,
+}
+
+impl Blosc {
+    /// The device codec for a `blosc` configuration (zarrs maps the v2 compressor to it).
+    pub(crate) fn new(configuration: &Configuration) -> Result<Self, String> {
+        let cname = configuration.get("cname").and_then(|v| v.as_str()).unwrap_or("lz4").to_string();
+        let compressor = match cname.as_str() {
+            "lz4" | "lz4hc" => Compressor::Lz4,
+            "zstd" => Compressor::Zstd,
+            "zlib" => Compressor::Zlib,
+            "blosclz" => Compressor::BloscLz,
+            "snappy" => Compressor::Snappy,
+            other => return Err(format!("blosc compressor {other:?} is not one c-blosc 1.x has")),
+        };
+        Ok(Self { compressor, cname, uploads: Uploads::default() })
+    }
+
+    fn decompressor(&self) -> Option<Decompressor> {
+        match self.compressor {
+            Compressor::Lz4 => Some(Decompressor::Lz4),
+            Compressor::Zstd => Some(Decompressor::Zstd),
+            Compressor::Zlib => Some(Decompressor::Deflate),
+            _ => None,
+        }
+    }
+
+    /// Why the device does not take a chunk that checked out, if it does not.
+    fn device_refusal(&self, chunk: &BloscChunk, decoded_len: u64) -> Option<Cow<'static, str>> {
+        let compressed = chunk.streams.iter().any(|s| !s.raw);
+        if compressed && chunk.compressor != self.compressor {
+            return Some(
+                format!("its streams are {:?}, the codec's configuration names {}", chunk.compressor, self.cname)
+                    .into(),
+            );
+        }
+        if compressed && self.decompressor().is_none() {
+            return Some(format!("{} streams, which nvCOMP does not decode", self.cname).into());
+        }
+        if compressed && chunk.compressor == Compressor::Zlib {
+            return Some("zlib streams, whose Adler-32 the device does not verify yet".into());
+        }
+        let most = (decoded_len as usize / BYTES_PER_STREAM).saturating_add(STREAMS_FREE);
+        if chunk.streams.len() > most {
+            return Some(format!("{} streams, more than the device takes for its size", chunk.streams.len()).into());
+        }
+        // c-blosc stores a stream as it is rather than let it grow: never longer compressed.
+        if chunk.streams.iter().any(|s| !s.raw && s.src_len >= s.dst_len) {
+            return Some("a compressed stream no shorter than its decoded bytes".into());
+        }
+        None
+    }
+
+    /// The batch's plan, laid out from `base` (the scratch's address; 0 to size it).
+    fn plan(&self, batch: &DeviceBatch<'_>, base: u64) -> Result<Plan, GpuError> {
+        let n = batch.count;
+        let words = batch.host_arrays;
+        if batch.host_inputs.len() != n || words.len() < 4 * n {
+            return Err(GpuError::Unsupported("Blosc's device decode needs the chunks' stored bytes".into()));
+        }
+        // nvCOMP, for the configurations whose streams it decodes (the pipeline made sure of it).
+        let decoder = match self.decompressor() {
+            Some(d) => Some((d, need(batch.nvcomp)?)),
+            None => None,
+        };
+        let input_align = match decoder {
+            Some((d, nvcomp)) => nvcomp.decompress_alignments(d)?.input as u64,
+            None => 1,
+        };
+        let mut plan = Plan { input_align: input_align.max(1), ..Plan::default() };
+        for u in 0..n {
+            let (input, capacity, output) = (words[u], words[2 * n + u], words[3 * n + u]);
+            let chunk = parse_chunk(batch.host_inputs[u], capacity)
+                .map_err(|e| GpuError::Unsupported(format!("a Blosc chunk changed after its check: {e}")))?;
+            plan.add_chunk(&chunk, u as u32, input, output)?;
+        }
+        plan.nvcomp_temp = match (decoder, plan.items.len()) {
+            (Some((d, nvcomp)), 1..) => {
+                nvcomp.decompress_temp_size(d, plan.items.len(), plan.max_item, plan.scratch_len as usize)?
+            }
+            (None, 1..) => {
+                return Err(GpuError::Unsupported(format!("{} streams reached the device", self.cname)));
+            }
+            _ => 0,
+        };
+        plan.locate(base);
+        Ok(plan)
+    }
+}
+
+/// A batch's streams laid out: nvCOMP's items, the blocks to assemble, and where everything
+/// lies in the scratch (nvCOMP's temp, decoded streams, aligned payloads, tables).
+#[derive(Debug, Default)]
+struct Plan {
+    input_align: u64,
+    /// nvCOMP's items (inputs hold stored addresses until payloads are copied for alignment).
+    items: Vec<Item>,
+    /// Blocks to assemble, and the addresses of their streams (scratch offsets of decoded
+    /// streams are relative until [`Plan::locate`]).
+    tasks: Vec<Task>,
+    sources: Vec<Source>,
+    /// Payload copies to aligned places, for decoders that need aligned input.
+    packs: Vec<Task>,
+    pack_sources: Vec<u64>,
+    max_item: usize,
+    max_block: u32,
+    max_pack: u32,
+    nvcomp_temp: usize,
+    /// Bytes of decoded streams, and of aligned payloads.
+    scratch_len: u64,
+    packed_len: u64,
+    /// Where each region starts (after [`Plan::locate`]).
+    scratch_at: u64,
+    packed_at: u64,
+    tables_at: u64,
+    len: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Item {
+    input: u64,
+    input_len: u64,
+    /// Offset of its decoded bytes in the scratch.
+    at: u64,
+    len: u64,
+    unit: u32,
+    /// Offset of its aligned copy, where one is made.
+    packed_at: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// Stored bytes, as they are.
+    Stored(u64),
+    /// The decoded bytes of item `k`.
+    Item(usize),
+}
+
+impl Plan {
+    fn add_chunk(&mut self, chunk: &BloscChunk, unit: u32, input: u64, output: u64) -> Result<(), GpuError> {
+        let blocksize = u64::from(chunk.header.blocksize);
+        let mut streams = chunk.streams.iter().peekable();
+        for block in 0..chunk.nblocks {
+            let first = self.sources.len();
+            let mut count = 0u32;
+            while let Some(s) = streams.next_if(|s| s.block == block) {
+                count += 1;
+                let source = if s.raw {
+                    Source::Stored(input + s.src_offset as u64)
+                } else {
+                    let payload = chunk.payload(s);
+                    let at = self.scratch_len;
+                    self.scratch_len = (at + s.dst_len as u64).next_multiple_of(ALIGN);
+                    self.max_item = self.max_item.max(s.dst_len);
+                    let packed_at = if self.input_align > 1 {
+                        let at = self.packed_len;
+                        self.packed_len = (at + payload.len() as u64).next_multiple_of(ALIGN.max(self.input_align));
+                        at
+                    } else {
+                        0
+                    };
+                    self.items.push(Item {
+                        input: input + payload.start as u64,
+                        input_len: payload.len() as u64,
+                        at,
+                        len: s.dst_len as u64,
+                        unit,
+                        packed_at,
+                    });
+                    Source::Item(self.items.len() - 1)
+                };
+                self.sources.push(source);
+            }
+            if count == 0 {
+                return Err(GpuError::Unsupported(format!("Blosc block {block} without streams")));
+            }
+            let task = block_task(chunk, block, count, output + block as u64 * blocksize, first as u64)?;
+            self.max_block = self.max_block.max(task.len);
+            self.tasks.push(task);
+        }
+        Ok(())
+    }
+
+    /// Lay the regions out from `base`, and make the addresses absolute.
+    fn locate(&mut self, base: u64) {
+        let n = self.items.len() as u64;
+        self.scratch_at = base + (self.nvcomp_temp as u64).next_multiple_of(REGION);
+        self.packed_at = self.scratch_at + self.scratch_len.next_multiple_of(REGION);
+        self.tables_at = self.packed_at + self.packed_len.next_multiple_of(REGION);
+        self.len = self.tables_at - base + self.tables_len(n);
+        if self.input_align > 1 {
+            for it in &self.items {
+                self.pack_sources.push(it.input);
+                let len = it.input_len as u32;
+                self.max_pack = self.max_pack.max(len);
+                self.packs.push(Task {
+                    dst: self.packed_at + it.packed_at,
+                    first: self.pack_sources.len() as u64 - 1,
+                    len,
+                    stream_len: len.max(1),
+                    typesize: 1,
+                    mode: COPY,
+                });
+            }
+        }
+    }
+
+    /// Bytes of the tables: nvCOMP's six arrays (inputs, input sizes, capacities, outputs,
+    /// decoded sizes: u64; statuses and the owning units, Adler-32 values and the stored ones:
+    /// u32), the tasks and their sources, the payload copies and theirs.
+    fn tables_len(&self, n: u64) -> u64 {
+        let tasks = (self.tasks.len() + self.items.len()) as u64;
+        n * (5 * 8 + 4 * 4) + tasks * 32 + (self.sources.len() + self.items.len()) as u64 * 8 + 64
+    }
+
+    /// The tables' bytes, and the device addresses of each.
+    fn tables(&self) -> (Vec<u8>, Tables) {
+        let n = self.items.len();
+        let mut out: Vec<u8> = Vec::with_capacity(self.tables_len(n as u64) as usize);
+        let at = |out: &Vec<u8>| self.tables_at + out.len() as u64;
+        let input = |it: &Item| if self.input_align > 1 { self.packed_at + it.packed_at } else { it.input };
+        let words = |out: &mut Vec<u8>, values: &mut dyn Iterator<Item = u64>| {
+            values.for_each(|v| out.extend_from_slice(&v.to_le_bytes()));
+        };
+        let inputs = at(&out);
+        words(&mut out, &mut self.items.iter().map(input));
+        let input_sizes = at(&out);
+        words(&mut out, &mut self.items.iter().map(|it| it.input_len));
+        let capacities = at(&out);
+        words(&mut out, &mut self.items.iter().map(|it| it.len));
+        let outputs = at(&out);
+        words(&mut out, &mut self.items.iter().map(|it| self.scratch_at + it.at));
+        let actual = at(&out);
+        out.resize(out.len() + 8 * n, 0);
+        let statuses = at(&out);
+        out.resize(out.len() + 4 * n, 0);
+        let unit_of = at(&out);
+        self.items.iter().for_each(|it| out.extend_from_slice(&it.unit.to_le_bytes()));
+        let tasks = at(&out);
+        out.extend_from_slice(bytemuck::cast_slice(&self.tasks));
+        let sources = at(&out);
+        words(
+            &mut out,
+            &mut self.sources.iter().map(|s| match *s {
+                Source::Stored(address) => address,
+                Source::Item(k) => self.scratch_at + self.items[k].at,
+            }),
+        );
+        let packs = at(&out);
+        out.extend_from_slice(bytemuck::cast_slice(&self.packs));
+        let pack_sources = at(&out);
+        words(&mut out, &mut self.pack_sources.iter().copied());
+        debug_assert!(out.len() as u64 <= self.tables_len(n as u64), "Blosc's tables outgrew their room");
+        let tables = Tables {
+            inputs,
+            input_sizes,
+            capacities,
+            outputs,
+            actual,
+            statuses,
+            unit_of,
+            tasks,
+            sources,
+            packs,
+            pack_sources,
+        };
+        (out, tables)
+    }
+}
+
+/// The assembly of block `block` of `chunk` (`streams` of them, their addresses from `first` in
+/// the sources table) into `dst`.
+fn block_task(chunk: &BloscChunk, block: usize, streams: u32, dst: u64, first: u64) -> Result<Task, GpuError> {
+    let len =
+        u32::try_from(chunk.block_len(block)).map_err(|_| GpuError::Unsupported("a Blosc block over 4 GiB".into()))?;
+    let mode = match chunk.unshuffle(block) {
+        Shuffle::None => COPY,
+        Shuffle::Byte => BYTE,
+        Shuffle::Bit => BIT,
+    };
+    let typesize = if mode == COPY { 1 } else { u32::from(chunk.header.typesize).max(1) };
+    Ok(Task { dst, first, len, stream_len: len.div_ceil(streams.max(1)), typesize, mode })
+}
+
+/// Device addresses of a plan's tables.
+struct Tables {
+    inputs: u64,
+    input_sizes: u64,
+    capacities: u64,
+    outputs: u64,
+    actual: u64,
+    statuses: u64,
+    unit_of: u64,
+    tasks: u64,
+    sources: u64,
+    packs: u64,
+    pack_sources: u64,
+}
+
+/// Bytes the device decode of a batch of `count` chunks, `total` decoded bytes in all and at
+/// most `max` each, may need beside nvCOMP's own temp (see [`Blosc::device_refusal`]'s bounds).
+fn bound_beside_nvcomp(count: usize, total: usize, streams: usize) -> usize {
+    let regions = 3 * REGION as usize;
+    // Decoded streams, aligned payloads (compressed streams are shorter than decoded ones).
+    let bytes = 2 * total.saturating_add(streams * ALIGN as usize);
+    let tables = streams * (5 * 8 + 4 * 4 + 32 + 8 + 32 + 8) + 64;
+    let _ = count;
+    regions + bytes + tables
+}
+
+fn stream_bound(count: usize, total: usize) -> usize {
+    count.saturating_mul(STREAMS_FREE).saturating_add(total / BYTES_PER_STREAM)
+}
+
+impl DeviceCodec for Blosc {
+    fn name(&self) -> &'static str {
+        "blosc"
+    }
+
+    fn needs_nvcomp(&self) -> bool {
+        self.decompressor().is_some()
+    }
+
+    fn check(&self, encoded: &[u8], decoded_len: u64) -> Result<HostCheck, BoxError> {
+        Ok(match check_chunk(encoded, decoded_len)? {
+            BloscVerdict::Host(why) => HostCheck::Host(why),
+            BloscVerdict::Device(chunk) => match self.device_refusal(&chunk, decoded_len) {
+                Some(why) => HostCheck::Host(why),
+                None => HostCheck::Device { digest: None },
+            },
+        })
+    }
+
+    fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
+        // nvCOMP's deflate is not defined on malformed streams, which the host cannot rule out.
+        match self.compressor {
+            Compressor::Zlib => verified || trust == DecodeTrust::Trusted,
+            _ => verified || trust != DecodeTrust::Verified,
+        }
+    }
+
+    fn temp_bytes(
+        &self,
+        nvcomp: Option<&NvcompLibrary>,
+        count: usize,
+        max_decoded: usize,
+        total_decoded: usize,
+    ) -> Result<usize, GpuError> {
+        let streams = stream_bound(count, total_decoded);
+        let nvcomp_temp = match self.decompressor() {
+            Some(d) => need(nvcomp)?.decompress_temp_size(d, streams, max_decoded, total_decoded)?,
+            None => 0,
+        };
+        Ok(nvcomp_temp.saturating_add(bound_beside_nvcomp(count, total_decoded, streams)))
+    }
+
+    unsafe fn scratch_for(&self, batch: &DeviceBatch<'_>, _total_decoded: usize) -> Result<Option<usize>, GpuError> {
+        // Sized from the chunks' own streams, on the host.
+        let plan = self.plan(batch, 0)?;
+        Ok(Some(plan.len as usize))
+    }
+
+    unsafe fn decode(&self, batch: &DeviceBatch<'_>) -> Result<(), GpuError> {
+        let kernels = batch.kernels.ok_or_else(|| GpuError::NoNvrtc("assembling Blosc blocks needs it".into()))?;
+        let plan = self.plan(batch, batch.temp)?;
+        if plan.len > batch.temp_bytes as u64 {
+            return Err(GpuError::Unsupported(format!(
+                "Blosc's decode needs {} bytes of scratch, {} given",
+                plan.len, batch.temp_bytes
+            )));
+        }
+        let (bytes, t) = plan.tables();
+        let stream = batch.stream;
+        let n = plan.items.len();
+        // SAFETY: the tables' region is in this batch's scratch, which the stream owns until
+        // the batch's work has run.
+        unsafe { self.uploads.upload(stream, &bytes, plan.tables_at) }?;
+        // Every chunk decodes to its whole length unless a stream says otherwise (the fold).
+        // SAFETY: `count` u64 and u32 entries at the batch's arrays, ordered on the stream.
+        unsafe {
+            sys::cuMemcpyDtoDAsync_v2(batch.decoded_sizes, batch.capacities, 8 * batch.count, stream.cu_stream())
+                .result()
+                .map_err(GpuError::cuda("setting Blosc's decoded sizes"))?;
+            sys::cuMemsetD32Async(batch.statuses, 0, batch.count, stream.cu_stream())
+                .result()
+                .map_err(GpuError::cuda("clearing Blosc's statuses"))?;
+        }
+        if let (Some(decompressor), 1..) = (self.decompressor(), n) {
+            let nvcomp = need(batch.nvcomp)?;
+            // SAFETY: payload copies stay within the stored chunks and the packed region.
+            unsafe {
+                kernels::launch_assemble(kernels, stream, t.packs, t.pack_sources, plan.packs.len(), plan.max_pack)
+            }?;
+            // SAFETY: every stream passed the host check of its compressor (an LZ4 block walked
+            // to its decoded length, a zstd frame walked, a zlib stream only when crc32c
+            // verified it or under trust); inputs, capacities and outputs describe the stored
+            // (or aligned) payloads and their places in the scratch; nvCOMP's temp is the
+            // scratch's first bytes, sized for these items.
+            unsafe {
+                nvcomp.decompress_async(
+                    decompressor,
+                    t.inputs as *const *const c_void,
+                    t.input_sizes as *const usize,
+                    t.capacities as *const usize,
+                    t.actual as *mut usize,
+                    n,
+                    batch.temp as *mut c_void,
+                    plan.nvcomp_temp,
+                    t.outputs as *const *mut c_void,
+                    t.statuses as *mut nv::nvcompStatus_t,
+                    stream.cu_stream() as nv::cudaStream_t,
+                )
+            }?;
+            let fold = FoldArrays {
+                statuses: t.statuses,
+                actual: t.actual,
+                capacities: t.capacities,
+                unit_of: t.unit_of,
+                adler: 0,
+                adler_expected: 0,
+            };
+            // SAFETY: n entries each, ordered on the stream; unit indices below `count`.
+            unsafe { kernels::launch_fold(kernels, stream, &fold, n, batch.statuses) }?;
+        }
+        // SAFETY: each task's sources are its block's streams (stored, or decoded into the
+        // scratch) and its destination its place in the chunk's output, which holds the chunk's
+        // decoded length (the blocks tile it).
+        unsafe { kernels::launch_assemble(kernels, stream, t.tasks, t.sources, plan.tasks.len(), plan.max_block) }
+    }
+
+    fn status_string(&self, status: u32, nvcomp: Option<&NvcompLibrary>) -> String {
+        match status {
+            SIZE_MISMATCH => "a stream decoded to another length than its block's".into(),
+            ADLER_MISMATCH => "a zlib stream's Adler-32 does not match its decoded bytes".into(),
+            other => format!(
+                "a stream failed: {}",
+                nvcomp.map_or_else(|| format!("status {other}"), |n| n.status_string(other))
+            ),
+        }
+    }
+
+    fn decode_host(&self, encoded: &[u8], out: &mut [u8]) -> Result<usize, String> {
+        decode_host(encoded, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codecs::blosc::kernels::assemble_on_host;
+
+    /// A chunk c-blosc writes of `data`.
+    fn compress(data: &[u8], cname: &str, clevel: i32, shuffle: u32, typesize: usize, blocksize: usize) -> Vec<u8> {
+        let mut out = vec![0u8; data.len() + 16];
+        let cname = std::ffi::CString::new(cname).unwrap();
+        // SAFETY: buffers of the lengths given; c-blosc writes at most `out.len()` bytes.
+        let n = unsafe {
+            blosc_src::blosc_compress_ctx(
+                clevel,
+                shuffle as i32,
+                typesize,
+                data.len(),
+                data.as_ptr().cast(),
+                out.as_mut_ptr().cast(),
+                out.len(),
+                cname.as_ptr(),
+                blocksize,
+                1,
+            )
+        };
+        assert!(n > 0, "c-blosc could not compress ({n})");
+        out.truncate(n as usize);
+        out
+    }
+
+    pub(super) fn compress_for_speed(data: &[u8]) -> Vec<u8> {
+        compress(data, "lz4", 5, 1, 4, 0)
+    }
+
+    /// The decoded bytes of one compressed stream, on the host.
+    fn decode_stream(compressor: Compressor, bytes: &[u8], len: usize) -> Vec<u8> {
+        match compressor {
+            Compressor::Lz4 => lz4_flex::block::decompress(bytes, len).unwrap(),
+            Compressor::Zstd => zstd::bulk::decompress(bytes, len).unwrap(),
+            Compressor::Zlib => {
+                use std::io::Read;
+                let mut out = Vec::new();
+                flate2::read::ZlibDecoder::new(bytes).read_to_end(&mut out).unwrap();
+                out
+            }
+            other => panic!("no host decoder here for {other:?}"),
+        }
+    }
+
+    /// Each block assembled as the kernel does it (from its streams, decoded on the host, and
+    /// the task the plan makes), against c-blosc's own decode of the chunk.
+    fn assemble_like_the_device(chunk_bytes: &[u8], expected: &[u8]) {
+        let chunk = parse_chunk(chunk_bytes, expected.len() as u64).unwrap();
+        let mut out = vec![0u8; expected.len()];
+        let blocksize = chunk.header.blocksize as usize;
+        for block in 0..chunk.nblocks {
+            let streams: Vec<Vec<u8>> = chunk
+                .streams
+                .iter()
+                .filter(|s| s.block == block)
+                .map(|s| {
+                    let stored = &chunk_bytes[s.src_offset..s.src_offset + s.src_len];
+                    if s.raw {
+                        stored.to_vec()
+                    } else {
+                        // A zlib stream goes whole to the host's decoder (the device gets its payload).
+                        decode_stream(chunk.compressor, stored, s.dst_len)
+                    }
+                })
+                .collect();
+            let task = block_task(&chunk, block, streams.len() as u32, 0, 0).unwrap();
+            let views: Vec<&[u8]> = streams.iter().map(Vec::as_slice).collect();
+            let at = block * blocksize;
+            assemble_on_host(&task, &views, &mut out[at..at + task.len as usize]);
+        }
+        assert!(out == expected, "assembled blocks differ from c-blosc's decode");
+    }
+
+    fn data(len: usize, seed: u64) -> Vec<u8> {
+        // Smooth float32 values with noise in the low bits: shuffles matter, streams compress.
+        let mut state = seed;
+        (0..len / 4)
+            .flat_map(|i| {
+                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                let v = (i as f32 * 0.01).sin() * 1000.0 + ((state >> 40) as f32) * 1e-6;
+                v.to_le_bytes()
+            })
+            .chain((0..len % 4).map(|i| i as u8))
+            .collect()
+    }
+
+    #[test]
+    fn blocks_assembled_from_their_streams_equal_c_blosc_in_every_mode() {
+        let mut cases = 0;
+        for cname in ["lz4", "lz4hc", "zstd", "zlib"] {
+            for shuffle in [0, 1, 2] {
+                for typesize in [1usize, 2, 3, 4, 8, 16] {
+                    // Whole blocks, a short last block, a chunk not a multiple of the typesize.
+                    for (len, blocksize) in [(1 << 20, 0), (300_000, 65_536), (100_003, 8192), (4096 + 7, 0)] {
+                        let data = data(len, (len + typesize) as u64);
+                        let chunk = compress(&data, cname, 5, shuffle, typesize, blocksize);
+                        assemble_like_the_device(&chunk, &data);
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        // Stored as they are (clevel 0: memcpyed), and incompressible data (raw streams).
+        let data = data(200_000, 9);
+        assemble_like_the_device(&compress(&data, "lz4", 0, 1, 4, 0), &data);
+        let noise: Vec<u8> = (0..300_000u64).map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8).collect();
+        assemble_like_the_device(&compress(&noise, "lz4", 9, 1, 4, 65_536), &noise);
+        assert_eq!(cases, 4 * 3 * 6 * 4);
+    }
+
+    #[test]
+    fn the_device_takes_what_nvcomp_decodes_and_says_why_not_otherwise() {
+        let config = |cname: &str| {
+            let json =
+                format!(r#"{{"cname": "{cname}", "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}}"#);
+            serde_json::from_str::<Configuration>(&json).unwrap()
+        };
+        let data = data(1 << 18, 3);
+        let lz4 = compress(&data, "lz4", 5, 1, 4, 0);
+        let zstd = compress(&data, "zstd", 5, 2, 4, 0);
+        let blosclz = compress(&data, "blosclz", 5, 1, 4, 0);
+        let len = data.len() as u64;
+        let lz4_codec = Blosc::new(&config("lz4")).unwrap();
+        assert_eq!(lz4_codec.check(&lz4, len).unwrap(), HostCheck::Device { digest: None });
+        assert_eq!(Blosc::new(&config("zstd")).unwrap().check(&zstd, len).unwrap(), HostCheck::Device { digest: None });
+        // Another compressor than the configuration names; blosclz, which nvCOMP does not decode.
+        assert!(matches!(lz4_codec.check(&zstd, len).unwrap(), HostCheck::Host(why) if why.contains("configuration")));
+        let blosclz_codec = Blosc::new(&config("blosclz")).unwrap();
+        assert!(matches!(blosclz_codec.check(&blosclz, len).unwrap(), HostCheck::Host(why) if why.contains("blosclz")));
+        assert!(!blosclz_codec.needs_nvcomp() && lz4_codec.needs_nvcomp());
+        // Stored as they are: copies, whatever the compressor.
+        let stored = compress(&data, "blosclz", 0, 1, 4, 0);
+        assert_eq!(blosclz_codec.check(&stored, len).unwrap(), HostCheck::Device { digest: None });
+        // A corrupt chunk is an error, not a verdict; the host decode is c-blosc's.
+        assert!(lz4_codec.check(&lz4[..lz4.len() - 1], len).is_err());
+        let mut out = vec![0u8; data.len()];
+        assert_eq!(lz4_codec.decode_host(&lz4, &mut out), Ok(data.len()));
+        assert!(out == data);
+        assert!(lz4_codec.decode_host(&lz4[..40], &mut out).is_err());
+        assert!(Blosc::new(&config("lzma")).is_err());
+    }
+
+    #[test]
+    fn scratch_bounds_hold_the_exact_plans() {
+        // The plan's regions fit in `temp_bytes`' bound for any batch the device takes: checked
+        // without nvCOMP's temp (the same on both sides) on real chunks.
+        let data = data(1 << 20, 5);
+        for (cname, shuffle, typesize, blocksize) in [("lz4", 1, 4, 0), ("zstd", 2, 8, 0), ("lz4", 1, 4, 16_384)] {
+            let chunk_bytes = compress(&data, cname, 5, shuffle, typesize, blocksize);
+            let chunk = parse_chunk(&chunk_bytes, data.len() as u64).unwrap();
+            for align in [1, 4] {
+                let mut plan = Plan { input_align: align, ..Plan::default() };
+                for u in 0..3 {
+                    plan.add_chunk(&chunk, u, 1 << 40, 1 << 41).unwrap();
+                }
+                plan.locate(0);
+                let total = 3 * data.len();
+                let bound = bound_beside_nvcomp(3, total, stream_bound(3, total));
+                assert!(plan.len <= bound as u64, "{cname} {blocksize}: {} > {bound}", plan.len);
+                let (bytes, _) = plan.tables();
+                assert!(bytes.len() as u64 <= plan.tables_len(plan.items.len() as u64));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod speed {
+    /// The host check's rate on chunks like the benchmark's B1 (c-blosc lz4 level 5, byte
+    /// shuffle, float32 in 1 MiB chunks): run with `--release --ignored --nocapture`.
+    #[test]
+    #[ignore = "a timing, not a test: run by hand with --release"]
+    fn host_check_rate_on_b1_like_chunks() {
+        let chunks: Vec<(Vec<u8>, usize)> = (0..32)
+            .map(|k| {
+                // The benchmark's sample field (a 64^3 chunk): smooth, rounded, 4 bits of noise.
+                let data: Vec<u8> = (0..1u64 << 18)
+                    .flat_map(|i| {
+                        let (z, y, x) = ((i >> 12) as f32 + k as f32, ((i >> 6) & 63) as f32, (i & 63) as f32);
+                        let smooth = (x * 0.011).sin() * (y * 0.007).cos() * 1000.0 + z * 0.5;
+                        let mut h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                        h ^= h >> 29;
+                        (smooth.round() + (h & 0xF) as f32).to_le_bytes()
+                    })
+                    .collect();
+                (super::tests::compress_for_speed(&data), data.len())
+            })
+            .collect();
+        let stored: usize = chunks.iter().map(|c| c.0.len()).sum();
+        let start = std::time::Instant::now();
+        let rounds = 10;
+        for _ in 0..rounds {
+            for (bytes, len) in &chunks {
+                let verdict = super::check_chunk(bytes, *len as u64).unwrap();
+                assert!(matches!(verdict, super::BloscVerdict::Device(_)));
+            }
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let decoded = (rounds * chunks.len() << 20) as f64;
+        eprintln!(
+            "one thread: {:.2} GiB/s decoded, {:.2} GB/s stored (ratio {:.2})",
+            decoded / secs / (1u64 << 30) as f64,
+            (rounds * stored) as f64 / secs / 1e9,
+            (chunks.len() << 20) as f64 / stored as f64
+        );
+    }
+}

@@ -1,0 +1,86 @@
+//! Host tables to device memory through pinned buffers that are kept and reused once their copy
+//! has run: a copy from pageable memory would first wait for everything queued on the stream
+//! (the previous batch's decode), which the pipeline overlaps with the next batch's reads.
+
+use std::sync::Mutex;
+
+use cudarc::driver::{sys, CudaEvent, CudaStream};
+
+use crate::error::GpuError;
+use crate::reader::PinnedBuffer;
+
+/// Buffers kept for reuse (two batches in flight, and one being filled).
+const KEEP: usize = 4;
+
+/// A codec's table uploads (see the module docs).
+#[derive(Default)]
+pub(crate) struct Uploads {
+    kept: Mutex<Vec<Staged>>,
+}
+
+struct Staged {
+    host: PinnedBuffer,
+    /// Recorded after its last copy: the buffer is free once it completes.
+    copied: Option<CudaEvent>,
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        // The pinned memory is freed only after its copy has run.
+        if let Some(event) = &self.copied {
+            let _ = event.synchronize();
+        }
+    }
+}
+
+impl Staged {
+    fn free(&self) -> bool {
+        self.copied.as_ref().is_none_or(CudaEvent::is_complete)
+    }
+}
+
+impl std::fmt::Debug for Uploads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Uploads").finish_non_exhaustive()
+    }
+}
+
+impl Uploads {
+    /// Copy `bytes` to the device address `dst` on `stream`, through a pinned buffer.
+    ///
+    /// # Safety
+    /// `dst` is device memory with room for `bytes`, not in use by other work until `stream`
+    /// gets to the copy.
+    pub(crate) unsafe fn upload(&self, stream: &CudaStream, bytes: &[u8], dst: u64) -> Result<(), GpuError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let taken = {
+            let mut kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            kept.iter().position(|s| s.host.len() >= bytes.len() && s.free()).map(|i| kept.swap_remove(i))
+        };
+        let mut staged = match taken {
+            Some(staged) => staged,
+            None => Staged {
+                host: PinnedBuffer::new(stream.context(), bytes.len().next_power_of_two().max(1 << 16))
+                    .map_err(|e| GpuError::Unsupported(format!("pinned memory for a codec's tables: {e}")))?,
+                copied: None,
+            },
+        };
+        staged.host.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
+        // SAFETY: the pinned buffer holds the bytes and is not reused until the event recorded
+        // after this copy completes; `dst` is the caller's contract.
+        unsafe {
+            sys::cuMemcpyHtoDAsync_v2(dst, staged.host.as_slice().as_ptr().cast(), bytes.len(), stream.cu_stream())
+        }
+        .result()
+        .map_err(GpuError::cuda("copying a codec's tables to the device"))?;
+        staged.copied = Some(stream.record_event(None).map_err(GpuError::cuda("recording an event"))?);
+        let mut kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.len() < KEEP {
+            kept.push(staged);
+        }
+        // Not kept: dropped once its copy has run (`Staged`'s drop).
+        Ok(())
+    }
+}
