@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Seeds the fuzz corpora with valid frames and members (the zstd and gzip command-line tools).
+# Seeds the fuzz corpora with valid frames and members (the zstd and gzip command-line tools,
+# python3's zlib).
 # Each input starts with the bytes the targets read first: zstd_frame a mode byte (0: the rest is
 # the chunk) and the chunk's size / 97; gzip_member the chunk's size / 13.
 set -eu
@@ -22,6 +23,16 @@ for k in 1 3 17 60 200; do
     { printf "\\x$(printf %02x "$k")"; gzip -n -c "$tmp/g"; } > "corpus/gzip_member/$kind-$k"
   done
 done
+# zlib_stream: the chunk's size / 13, then a zlib stream (python3's zlib, every level).
+mkdir -p corpus/zlib_stream
+python3 - <<'PY'
+import zlib
+for k in (1, 3, 17, 60, 200):
+    for kind, raw in (("text", (b"zarr chunk %d of floats 0.25 0.5 " % k) * 40), ("zeros", bytes(k * 13))):
+        raw = raw[: k * 13]
+        for level in (0, 1, 6, 9):
+            open(f"corpus/zlib_stream/{kind}-{k}-{level}", "wb").write(bytes([k]) + zlib.compress(raw, level))
+PY
 # subset: the dimensionality, a byte per dimension picking its extent (5 or 6 mod 8: the byte / 8;
 # 7: the next 8 bytes), then the text. shard_index: a mode byte (even: an entry of four u64; odd:
 # shapes), then its numbers.

@@ -240,6 +240,7 @@ fn print_plan(codecs: &CodecChain, device: bool, depth: usize) {
         let what = match name(codec.as_ref()).as_str() {
             "zstd" => "nvCOMP batched zstd; frames checked on the host first; content checksums, where frames carry them, verified on the device (XXH64)",
             "gzip" => "nvCOMP batched gzip where crc32c verifies members first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), else host threads; the CRC-32 of the decoded bytes checked",
+            "numcodecs.zlib" => "nvCOMP batched deflate where crc32c verifies streams first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), else host threads; streams checked on the host first; the Adler-32 of the decoded bytes verified on the device",
             "crc32c" => "verified with nvCOMP CRC32C before anything is decoded",
             _ => "",
         };

@@ -10,9 +10,10 @@
         t = torch.from_dlpack(tile)
 
 Chunks are read with many parallel reads into pinned memory and copied to the device, then
-decoded there (zstd and gzip with nvCOMP, crc32c, transpose, sharding); other codecs are decoded
-by zarrs on the host and copied once. Errors are Python exceptions with the Rust messages: no GPU
-or driver is a RuntimeError, a bad index an IndexError, a bad option a ValueError.
+decoded there (zstd, gzip and zlib with nvCOMP, crc32c, transpose, sharding); other codecs are
+decoded by zarrs on the host and copied once. Errors are Python exceptions with the Rust
+messages: no GPU or driver is a RuntimeError, a bad index an IndexError, a bad option a
+ValueError.
 
 Existing zarr-python code gets the same decode inside ``with zarrs_gpu.gpu_zarr_context():``
 (zarr-python's GPU buffers and this package's codec pipeline, ``zarrs_gpu.pipeline``).

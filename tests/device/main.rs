@@ -18,6 +18,7 @@ mod reader;
 mod retrieval;
 mod sharding;
 mod sweep;
+mod zlib;
 
 use std::error::Error;
 

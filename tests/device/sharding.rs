@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use zarrs::array::codec::{Crc32cCodec, GzipCodec, ShardingCodecBuilder, ShardingIndexLocation, ZstdCodec};
+use zarrs::array::codec::{Crc32cCodec, GzipCodec, ShardingCodecBuilder, ShardingIndexLocation, ZlibCodec, ZstdCodec};
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayToBytesCodecTraits, BytesToBytesCodecTraits};
 use zarrs_gpu::{host_decode_reason, ArrayDeviceExt, DecodePath, DecodeTrust, GdsStore, GpuError, ShardIndexCache};
 use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
@@ -92,11 +92,10 @@ fn sharded_arrays_with_device_inner_chains_plan_for_the_device() -> Result {
     let array =
         make_sharded(dir.path(), &[8, 8], &[8, 8], &[4, 4], sharding(&[4, 4], vec![gzip], ShardingIndexLocation::End))?;
     on_device(&array);
-    let zlib: Arc<dyn BytesToBytesCodecTraits> =
-        Arc::new(zarrs::array::codec::ZlibCodec::new(5u32.try_into().expect("a zlib level")));
+    let zlib: Arc<dyn BytesToBytesCodecTraits> = Arc::new(ZlibCodec::new(5u32.try_into().expect("a zlib level")));
     let array =
         make_sharded(dir.path(), &[8, 8], &[8, 8], &[4, 4], sharding(&[4, 4], vec![zlib], ShardingIndexLocation::End))?;
-    assert!(host_decode_reason(&array).is_some_and(|r| r.contains("zlib")), "{:?}", host_decode_reason(&array));
+    on_device(&array);
     Ok(())
 }
 
@@ -114,6 +113,11 @@ fn sharded_arrays_match_zarrs() -> Result {
         // gzip members lie at any byte of a shard: nvCOMP's naive gzip algorithm.
         vec![Arc::new(GzipCodec::new(5)?)],
         vec![Arc::new(GzipCodec::new(1)?), Arc::new(Crc32cCodec::new())],
+        // zlib streams too: their deflate streams, 2 bytes in, copied to aligned places first.
+        // (Not level 1: zlib-rs' fastest level can write more than zlib's compressBound, by
+        // which zarrs 0.23 sizes a shard's buffer, and the write fails.)
+        vec![Arc::new(ZlibCodec::new(5u32.try_into().expect("a zlib level")))],
+        vec![Arc::new(ZlibCodec::new(6u32.try_into().expect("a zlib level"))), Arc::new(Crc32cCodec::new())],
     ];
     for (c, codecs) in chains.into_iter().enumerate() {
         for location in [ShardingIndexLocation::End, ShardingIndexLocation::Start] {

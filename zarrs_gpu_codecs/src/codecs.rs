@@ -6,11 +6,15 @@
 //! registration, device codec, host check, kernels and tests): `zstd`, `gzip`, and the nvCOMP
 //! glue they share (`nvcomp`); `blosc` and `lz4` have their host checks so far. Adding a family
 //! touches its folder and one `mod` line here.
+//! `zlib` decodes with nvCOMP's deflate decoder (its Adler-32 verified by our kernel) and shares
+//! the host check of deflate streams (`deflate`) with `gzip`.
 
 pub(crate) mod blosc;
+pub mod deflate;
 pub(crate) mod gzip;
 pub(crate) mod lz4;
 pub(crate) mod nvcomp;
+pub(crate) mod zlib;
 pub(crate) mod zstd;
 
 use std::borrow::Cow;
@@ -307,7 +311,8 @@ inventory::collect!(DeviceCodecPlugin);
 
 /// The sources of the kernels this crate's codecs launch (zstd's XXH64), compiled into each
 /// device's module with the pipeline's (`Kernels::load`).
-pub(crate) const KERNEL_SOURCES: &[&str] = &[zstd::xxhash::SOURCE, blosc::kernels::SOURCE];
+pub(crate) const KERNEL_SOURCES: &[&str] =
+    &[zstd::xxhash::SOURCE, blosc::kernels::SOURCE, zlib::adler32::SOURCE, zlib::payload::SOURCE];
 
 /// The registered plugin for `name`, if any; an error when several crates registered one
 /// (which of them `inventory` lists first is not defined).

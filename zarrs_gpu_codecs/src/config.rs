@@ -105,10 +105,12 @@ pub enum DecodeTrust {
     Verified,
     /// As `Verified`, and zstd frames whose structure checks out on the host (every block header,
     /// the recorded size): a corrupted entropy-coded payload can still reach nvCOMP. gzip members
-    /// without `crc32c`, which nothing short of decoding can check, decode on the host.
+    /// and zlib streams without `crc32c`, which nothing short of decoding can check, decode on
+    /// the host.
     #[default]
     Checked,
-    /// Every chunk nvCOMP can decode, gzip without `crc32c` too: for stored data you trust.
+    /// Every chunk nvCOMP can decode, gzip and zlib without `crc32c` too: for stored data you
+    /// trust.
     Trusted,
 }
 

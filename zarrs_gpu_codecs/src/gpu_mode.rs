@@ -1,10 +1,12 @@
 //! GPU mode: [`with_gpu_config`] scopes a configuration to the thread that runs a closure
 //! ([`gpu_config`] reads it, and `GpuConfig::current` where a read is given none), and GPU
 //! mode's codecs: inside a scope, the codecs zarrs builds for every name a
-//! [`DeviceCodecPlugin`] registers with host codecs (`zstd`, `gzip`) are [`GpuModeCodec`]s:
-//! zarrs' own codec on the host (same metadata, same decoding through the ordinary zarrs API)
-//! that carries its device implementation, which the device pipeline takes from the array's
-//! codec chain.
+//! [`DeviceCodecPlugin`] registers with host codecs (`zstd`, `gzip`, `numcodecs.zlib`) are
+//! [`GpuModeCodec`]s: zarrs' own codec on the host (same metadata, same decoding through the
+//! ordinary zarrs API) that carries its device implementation, which the device pipeline takes
+//! from the array's codec chain. (zarrs gives v2's `zlib` compressor the id `zlib`, which GPU mode
+//! does not register: such arrays keep zarrs' codec, and the pipeline finds the device codec by
+//! the v3 name.)
 
 use std::any::Any;
 use std::borrow::Cow;
@@ -40,7 +42,7 @@ impl Drop for ScopeGuard {
 
 /// Run `f` in GPU mode with `config`: device retrieval on this thread inside uses it, zarrs'
 /// generic retrieval into [`DeviceArray`](crate::DeviceArray) places its result on that device,
-/// and arrays opened inside get [`GpuModeCodec`]s for "zstd" and "gzip"
+/// and arrays opened inside get [`GpuModeCodec`]s for "zstd", "gzip" and (v3) "numcodecs.zlib"
 /// (zarrs' codecs carrying their device codecs, registered with zarrs as runtime codec plugins
 /// while any scope is open). Scopes nest (the inner one wins, the outer one is restored on exit)
 /// and end also when `f` panics.

@@ -13,7 +13,7 @@
 //! Arrays whose codec chain is only `bytes` (Zarr v3) or have no compressor and no filters (Zarr
 //! v2) are read straight to the device and placed there (partial edge chunks, missing chunks
 //! filled with the fill value on the device). Chains of `transpose`, `bytes` (either byte order),
-//! `zstd` or `gzip`, and `crc32c`, sharded or not, are decoded on the device with nvCOMP in
+//! `zstd`, `gzip` or `zlib`, and `crc32c`, sharded or not, are decoded on the device with nvCOMP in
 //! batches (which chunks nvCOMP may decode: [`DecodeTrust`]). Other codec chains are decoded by
 //! zarrs on the host into pinned memory and copied once.
 //!
@@ -60,8 +60,10 @@ mod shard_index_cache;
 
 // Public modules defined in their rooms: the host checks of stored chunks, the chunk plan.
 pub use codecs::blosc::header as blosc_header;
+pub use codecs::deflate as deflate_stream;
 pub use codecs::gzip::member as gzip_member;
 pub use codecs::lz4::block as lz4_block;
+pub use codecs::zlib::stream as zlib_stream;
 pub use codecs::zstd::frame as zstd_frame;
 pub use pipeline::plan;
 

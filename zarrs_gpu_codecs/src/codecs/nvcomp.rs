@@ -1,4 +1,4 @@
-//! The nvCOMP glue the device codecs of this crate share (`zstd`, `gzip`): nvCOMP where a batch
+//! The nvCOMP glue the device codecs of this crate share (`zstd`, `gzip`, `zlib`): nvCOMP where a batch
 //! needs it, its batched decode, and the methods of a device codec that it decodes.
 
 use std::ffi::c_void;

@@ -690,7 +690,7 @@ mod speed {
             }
         }
         let secs = start.elapsed().as_secs_f64();
-        let decoded = (rounds * chunks.len() << 20) as f64;
+        let decoded = ((rounds * chunks.len()) << 20) as f64;
         eprintln!(
             "one thread: {:.2} GiB/s decoded, {:.2} GB/s stored (ratio {:.2})",
             decoded / secs / (1u64 << 30) as f64,

@@ -5,10 +5,14 @@
 //! whose length (ISIZE) is the chunk's size. Anything else is decoded on the host by zarrs' own
 //! gzip codec, which also decides whether it is an error, so both routes fail alike.
 //!
-//! What cannot be checked before decoding: the deflate stream itself. Its CRC-32 (the trailer)
+//! Of the deflate stream inside, what can be read without decoding it: its first blocks' headers
+//! ([`crate::deflate_stream`], shared with zlib); a stream that check refuses or cannot decide
+//! goes to the host too. The rest cannot be checked before decoding. The CRC-32 (the trailer)
 //! covers the decoded bytes, so it is verified on the device after decoding: a corrupted stream
 //! that nvCOMP decodes without complaint is still an error, never wrong data. A chain with
 //! `crc32c` after gzip catches corruption before nvCOMP reads anything.
+
+use crate::codecs::deflate::{check_stream, DeflateVerdict};
 
 /// The gzip magic bytes and the deflate method.
 const MAGIC: [u8; 3] = [0x1F, 0x8B, 8];
@@ -55,7 +59,11 @@ pub fn check_member(data: &[u8], expected: u64) -> MemberVerdict {
     if expected == 0 {
         return MemberVerdict::Host("empty chunk");
     }
-    MemberVerdict::Device { crc32 }
+    match check_stream(&data[HEADER..data.len() - TRAILER], expected) {
+        Ok(DeflateVerdict::Device) => MemberVerdict::Device { crc32 },
+        Ok(DeflateVerdict::Host(reason)) => MemberVerdict::Host(reason),
+        Err(_) => MemberVerdict::Host("a deflate stream zlib rejects"),
+    }
 }
 
 #[cfg(test)]
