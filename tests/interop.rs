@@ -95,10 +95,10 @@ fn expects_host(name: &str) -> bool {
 }
 
 /// The compressors of Blosc streams the device leaves to host threads, chunk by chunk (the chain
-/// still has a device plan): blosclz and snappy, which nvCOMP does not decode, and zlib, until the
-/// device verifies its Adler-32 (then zlib chunks decode on the device under `Trusted`, as the
-/// device read below asks, and leave this list). lz4, lz4hc and zstd chunks decode on the device.
-const BLOSC_HOST_CNAMES: &[&str] = &["blosclz", "snappy", "zlib"];
+/// still has a device plan): blosclz and snappy, which nvCOMP does not decode. lz4, lz4hc and
+/// zstd chunks decode on the device, and zlib ones under `Trusted` (as the device read below
+/// asks), their Adler-32 verified there.
+const BLOSC_HOST_CNAMES: &[&str] = &["blosclz", "snappy"];
 
 /// The compressor of a blosc array's streams (`cname` in its metadata, v2 or v3), None for
 /// other arrays.

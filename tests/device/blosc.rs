@@ -84,9 +84,30 @@ fn blosc_chunks_the_device_does_not_take_decode_on_host_threads() -> Result {
         let present = report.chunks - report.missing_chunks;
         assert_eq!(report.decode, DecodePath::Device, "{compressor:?} {level}: {report:?}");
         assert_eq!(report.host_decoded_chunks, if host { present } else { 0 }, "{compressor:?} {level}: {report:?}");
+        // Trusted, zlib streams go to nvCOMP too (their Adler-32 verified on the device).
+        let trusted = posix().with_decode_trust(DecodeTrust::Trusted);
+        let report = check::<f32>(&array, &array.subset_all(), &trusted)?;
+        let host = host && compressor != BloscCompressor::Zlib;
+        assert_eq!(report.host_decoded_chunks, if host { present } else { 0 }, "{compressor:?} {level}: {report:?}");
         for subset in subsets(&shape, 4) {
-            check::<f32>(&array, &subset, &posix().with_decode_trust(DecodeTrust::Trusted))?;
+            check::<f32>(&array, &subset, &trusted)?;
         }
+    }
+    // zlib with every shuffle and large chunks (aligned copies of the deflate streams, the
+    // Adler-32 of each), trusted.
+    for shuffle in SHUFFLES {
+        let dir = tempfile::tempdir()?;
+        let codec = blosc(BloscCompressor::Zlib, 5, shuffle, 4, None);
+        let array = make_array(
+            dir.path(),
+            data_type::float32(),
+            FillValue::from(0f32),
+            &[64, 256, 256],
+            &[32, 64, 64],
+            vec![codec],
+        )?;
+        let report = check::<f32>(&array, &array.subset_all(), &posix().with_decode_trust(DecodeTrust::Trusted))?;
+        assert_eq!(report.host_decoded_chunks, 0, "zlib {shuffle:?}: {report:?}");
     }
     Ok(())
 }
@@ -133,6 +154,31 @@ fn large_and_sharded_blosc_arrays_match_zarrs() -> Result {
             assert_eq!(report.decode, DecodePath::Device, "{report:?}");
         }
     }
+    Ok(())
+}
+
+/// A Blosc zlib chunk whose last stream's Adler-32 is damaged: an error naming the chunk on the
+/// device (trusted, so nvCOMP decodes it), as in zarrs; the next read works.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn blosc_zlib_streams_with_a_wrong_adler32_are_errors() -> Result {
+    let dir = tempfile::tempdir()?;
+    let codec = blosc(BloscCompressor::Zlib, 5, BloscShuffleMode::Shuffle, 4, None);
+    let array = make_array(dir.path(), data_type::float32(), FillValue::from(0f32), &[64, 64], &[64, 64], vec![codec])?;
+    let trusted = posix().with_decode_trust(DecodeTrust::Trusted);
+    let key: zarrs_storage::StoreKey = "z/c/0/0".try_into()?;
+    let good = array.storage().get(&key)?.ok_or("chunk 0 missing")?.to_vec();
+    let mut bad = good.clone();
+    let n = bad.len();
+    bad[n - 1] ^= 0x01;
+    array.storage().set(&key, bad.into())?;
+    assert!(array.retrieve_array_subset::<Vec<f32>>(&array.subset_all()).is_err(), "zarrs read a wrong Adler-32");
+    let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &trusted).map(|_| ()).unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("c/0/0") && message.contains("Adler-32"), "{message}");
+    array.storage().set(&key, good.into())?;
+    let report = check::<f32>(&array, &array.subset_all(), &trusted)?;
+    assert_eq!(report.host_decoded_chunks, 0, "{report:?}");
     Ok(())
 }
 

@@ -14,6 +14,7 @@ use super::decode_host;
 use super::header::{check_chunk, parse_chunk, BloscChunk, BloscVerdict, Compressor, Shuffle};
 use super::kernels::{self, FoldArrays, Task, ADLER_MISMATCH, BIT, BYTE, COPY, SIZE_MISMATCH};
 use crate::codecs::nvcomp::need;
+use crate::codecs::zlib::adler32::launch_adler32;
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, HostCheck};
 use crate::config::DecodeTrust;
 use crate::device::upload::Uploads;
@@ -75,9 +76,6 @@ impl Blosc {
         if compressed && self.decompressor().is_none() {
             return Some(format!("{} streams, which nvCOMP does not decode", self.cname).into());
         }
-        if compressed && chunk.compressor == Compressor::Zlib {
-            return Some("zlib streams, whose Adler-32 the device does not verify yet".into());
-        }
         let most = (decoded_len as usize / BYTES_PER_STREAM).saturating_add(STREAMS_FREE);
         if chunk.streams.len() > most {
             return Some(format!("{} streams, more than the device takes for its size", chunk.streams.len()).into());
@@ -110,7 +108,7 @@ impl Blosc {
             let (input, capacity, output) = (words[u], words[2 * n + u], words[3 * n + u]);
             let chunk = parse_chunk(batch.host_inputs[u], capacity)
                 .map_err(|e| GpuError::Unsupported(format!("a Blosc chunk changed after its check: {e}")))?;
-            plan.add_chunk(&chunk, u as u32, input, output)?;
+            plan.add_chunk(&chunk, batch.host_inputs[u], u as u32, input, output)?;
         }
         plan.nvcomp_temp = match (decoder, plan.items.len()) {
             (Some((d, nvcomp)), 1..) => {
@@ -164,6 +162,8 @@ struct Item {
     unit: u32,
     /// Offset of its aligned copy, where one is made.
     packed_at: u64,
+    /// The Adler-32 its decoded bytes must have (zlib streams).
+    adler: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -175,7 +175,14 @@ enum Source {
 }
 
 impl Plan {
-    fn add_chunk(&mut self, chunk: &BloscChunk, unit: u32, input: u64, output: u64) -> Result<(), GpuError> {
+    fn add_chunk(
+        &mut self,
+        chunk: &BloscChunk,
+        bytes: &[u8],
+        unit: u32,
+        input: u64,
+        output: u64,
+    ) -> Result<(), GpuError> {
         let blocksize = u64::from(chunk.header.blocksize);
         let mut streams = chunk.streams.iter().peekable();
         for block in 0..chunk.nblocks {
@@ -197,6 +204,12 @@ impl Plan {
                     } else {
                         0
                     };
+                    // A zlib stream ends with the Adler-32 of its decoded bytes, big-endian.
+                    let end = s.src_offset + s.src_len;
+                    let adler = match (chunk.compressor, bytes.get(end.saturating_sub(4)..end)) {
+                        (Compressor::Zlib, Some(&[a, b, c, d])) => u32::from_be_bytes([a, b, c, d]),
+                        _ => 0,
+                    };
                     self.items.push(Item {
                         input: input + payload.start as u64,
                         input_len: payload.len() as u64,
@@ -204,6 +217,7 @@ impl Plan {
                         len: s.dst_len as u64,
                         unit,
                         packed_at,
+                        adler,
                     });
                     Source::Item(self.items.len() - 1)
                 };
@@ -274,6 +288,10 @@ impl Plan {
         out.resize(out.len() + 4 * n, 0);
         let unit_of = at(&out);
         self.items.iter().for_each(|it| out.extend_from_slice(&it.unit.to_le_bytes()));
+        let adler = at(&out);
+        out.resize(out.len() + 4 * n, 0);
+        let adler_expected = at(&out);
+        self.items.iter().for_each(|it| out.extend_from_slice(&it.adler.to_le_bytes()));
         let tasks = at(&out);
         out.extend_from_slice(bytemuck::cast_slice(&self.tasks));
         let sources = at(&out);
@@ -297,6 +315,8 @@ impl Plan {
             actual,
             statuses,
             unit_of,
+            adler,
+            adler_expected,
             tasks,
             sources,
             packs,
@@ -329,6 +349,9 @@ struct Tables {
     actual: u64,
     statuses: u64,
     unit_of: u64,
+    /// The Adler-32 of each item's decoded bytes (zlib), and the stored ones.
+    adler: u64,
+    adler_expected: u64,
     tasks: u64,
     sources: u64,
     packs: u64,
@@ -455,13 +478,20 @@ impl DeviceCodec for Blosc {
                     stream.cu_stream() as nv::cudaStream_t,
                 )
             }?;
+            // zlib: the Adler-32 of every decoded stream, against its trailer's.
+            let zlib = self.compressor == Compressor::Zlib;
+            if zlib {
+                // SAFETY: n outputs of their capacities in the scratch, decoded on this stream;
+                // n u32 values in the tables.
+                unsafe { launch_adler32(kernels, stream, t.outputs, t.capacities, n, t.adler) }?;
+            }
             let fold = FoldArrays {
                 statuses: t.statuses,
                 actual: t.actual,
                 capacities: t.capacities,
                 unit_of: t.unit_of,
-                adler: 0,
-                adler_expected: 0,
+                adler: if zlib { t.adler } else { 0 },
+                adler_expected: if zlib { t.adler_expected } else { 0 },
             };
             // SAFETY: n entries each, ordered on the stream; unit indices below `count`.
             unsafe { kernels::launch_fold(kernels, stream, &fold, n, batch.statuses) }?;
@@ -617,6 +647,14 @@ mod tests {
         let lz4_codec = Blosc::new(&config("lz4")).unwrap();
         assert_eq!(lz4_codec.check(&lz4, len).unwrap(), HostCheck::Device { digest: None });
         assert_eq!(Blosc::new(&config("zstd")).unwrap().check(&zstd, len).unwrap(), HostCheck::Device { digest: None });
+        // zlib streams: on the device (their Adler-32 verified there), only when verified or trusted.
+        let zlib_codec = Blosc::new(&config("zlib")).unwrap();
+        let zlib = compress(&data, "zlib", 5, 1, 4, 0);
+        assert_eq!(zlib_codec.check(&zlib, len).unwrap(), HostCheck::Device { digest: None });
+        assert!(
+            !zlib_codec.may_decode(DecodeTrust::Checked, false) && zlib_codec.may_decode(DecodeTrust::Trusted, false)
+        );
+        assert!(lz4_codec.may_decode(DecodeTrust::Checked, false));
         // Another compressor than the configuration names; blosclz, which nvCOMP does not decode.
         assert!(matches!(lz4_codec.check(&zstd, len).unwrap(), HostCheck::Host(why) if why.contains("configuration")));
         let blosclz_codec = Blosc::new(&config("blosclz")).unwrap();
@@ -645,7 +683,7 @@ mod tests {
             for align in [1, 4] {
                 let mut plan = Plan { input_align: align, ..Plan::default() };
                 for u in 0..3 {
-                    plan.add_chunk(&chunk, u, 1 << 40, 1 << 41).unwrap();
+                    plan.add_chunk(&chunk, &chunk_bytes, u, 1 << 40, 1 << 41).unwrap();
                 }
                 plan.locate(0);
                 let total = 3 * data.len();

@@ -65,6 +65,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use crate::codecs::lz4::block::{check_block, Lz4Error};
+use crate::codecs::zlib::{self, stream::StreamVerdict};
 use crate::codecs::zstd::frame::{check_frame, FrameError, FrameVerdict};
 
 /// Bytes of a Blosc1 header.
@@ -614,7 +615,13 @@ fn check_streams(data: &[u8], chunk: &BloscChunk) -> Result<Option<Cow<'static, 
             },
             Compressor::Zlib => {
                 zlib_stream(bytes).map_err(|what| flaw(StreamFlaw::Zlib(what)))?;
-                None
+                // The deflate stream's headers as zlib's own check reads them: what it doubts or
+                // rejects, c-blosc decides on the host.
+                match zlib::stream::check_stream(bytes, s.dst_len as u64) {
+                    Ok(StreamVerdict::Device { .. }) => None,
+                    Ok(StreamVerdict::Host(why)) => Some(format!("block {block}, stream {stream}: {why}").into()),
+                    Err(e) => Some(format!("block {block}, stream {stream}: {e}").into()),
+                }
             }
             _ => Some("streams of a compressor nvCOMP does not decode".into()),
         };
