@@ -10,7 +10,7 @@
         t = torch.from_dlpack(tile)
 
 Chunks are read with many parallel reads into pinned memory and copied to the device, then
-decoded there (zstd, gzip and zlib with nvCOMP, crc32c, transpose, sharding); other codecs are
+decoded there (zstd, gzip, zlib and Blosc with nvCOMP, crc32c, transpose, sharding); other codecs are
 decoded by zarrs on the host and copied once. Errors are Python exceptions with the Rust
 messages: no GPU or driver is a RuntimeError, a bad index an IndexError, a bad option a
 ValueError.
