@@ -414,8 +414,10 @@ impl DeviceCodec for Blosc {
         total_decoded: usize,
     ) -> Result<usize, GpuError> {
         let streams = stream_bound(count, total_decoded);
+        // Sized as the plan sizes it: the decoded streams, each aligned in the scratch.
+        let decoded = total_decoded.saturating_add(streams.saturating_mul(ALIGN as usize));
         let nvcomp_temp = match self.decompressor() {
-            Some(d) => need(nvcomp)?.decompress_temp_size(d, streams, max_decoded, total_decoded)?,
+            Some(d) => need(nvcomp)?.decompress_temp_size(d, streams, max_decoded, decoded)?,
             None => 0,
         };
         Ok(nvcomp_temp.saturating_add(bound_beside_nvcomp(count, total_decoded, streams)))
@@ -430,6 +432,8 @@ impl DeviceCodec for Blosc {
     unsafe fn decode(&self, batch: &DeviceBatch<'_>) -> Result<(), GpuError> {
         let kernels = batch.kernels.ok_or_else(|| GpuError::NoNvrtc("assembling Blosc blocks needs it".into()))?;
         let plan = self.plan(batch, batch.temp)?;
+        // The driver calls below act on the current context.
+        batch.stream.context().bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
         if plan.len > batch.temp_bytes as u64 {
             return Err(GpuError::Unsupported(format!(
                 "Blosc's decode needs {} bytes of scratch, {} given",
@@ -676,8 +680,11 @@ mod tests {
     fn scratch_bounds_hold_the_exact_plans() {
         // The plan's regions fit in `temp_bytes`' bound for any batch the device takes: checked
         // without nvCOMP's temp (the same on both sides) on real chunks.
-        let data = data(1 << 20, 5);
-        for (cname, shuffle, typesize, blocksize) in [("lz4", 1, 4, 0), ("zstd", 2, 8, 0), ("lz4", 1, 4, 16_384)] {
+        let cases = [("lz4", 1, 4, 0), ("zstd", 2, 8, 0), ("lz4", 1, 4, 16_384), ("zlib", 1, 4, 0), ("zstd", 0, 2, 0)];
+        for (len, (cname, shuffle, typesize, blocksize)) in
+            [1 << 20, 5000, 1000, 130].into_iter().flat_map(|len| cases.map(|case| (len, case)))
+        {
+            let data = data(len, 5);
             let chunk_bytes = compress(&data, cname, 5, shuffle, typesize, blocksize);
             let chunk = parse_chunk(&chunk_bytes, data.len() as u64).unwrap();
             for align in [1, 4] {
@@ -688,6 +695,9 @@ mod tests {
                 plan.locate(0);
                 let total = 3 * data.len();
                 let bound = bound_beside_nvcomp(3, total, stream_bound(3, total));
+                // What nvCOMP's temp is sized by on both sides: the bound's covers the plan's.
+                assert!(plan.items.len() <= stream_bound(3, total) && plan.max_item <= data.len());
+                assert!(plan.scratch_len as usize <= total + stream_bound(3, total) * ALIGN as usize);
                 assert!(plan.len <= bound as u64, "{cname} {blocksize}: {} > {bound}", plan.len);
                 let (bytes, _) = plan.tables();
                 assert!(bytes.len() as u64 <= plan.tables_len(plan.items.len() as u64));
