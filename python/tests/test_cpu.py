@@ -5,6 +5,7 @@ that there is no GPU. Needs zarr-python (to write the arrays).
     python -m unittest discover -s python/tests -p 'test_cpu.py'
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -596,6 +597,336 @@ class CpuTests(unittest.TestCase):
                 pending.result()
             self.assertIn("reading [0:4, 0:30, 0:7]: no CUDA device available", str(caught.exception))
         self.assertTrue(pending.done())
+
+
+try:
+    import dask.array  # noqa: F401
+
+    HAVE_DASK = True
+except ImportError:
+    HAVE_DASK = False
+
+
+def host_reader(path, array, device, box):
+    """zarrs_gpu.dask's reader replaced for tests without a GPU: zarr-python on the host."""
+    z = zarr.open_array(os.path.join(path, array.strip("/")), mode="r")
+    return z[tuple(slice(start, stop) for start, stop in box)]
+
+
+def host_meta(dtype, ndim):
+    return np.empty((0,) * ndim, dtype=dtype)
+
+
+def covered(shape, boxes):
+    """How many times the boxes cover each element of an array of `shape`."""
+    count = np.zeros(shape, dtype=np.int64)
+    for box in boxes:
+        count[tuple(slice(start, stop) for start, stop in box)] += 1
+    return count
+
+
+@unittest.skipUnless(HAVE_DASK, "dask[array] is not installed (pip install 'dask[array]')")
+class DaskCpuTests(unittest.TestCase):
+    """zarrs_gpu.dask without a GPU: the blocks it plans, the graph it builds, and (with the reader
+    replaced by zarr-python on the host, under dask's threaded scheduler) the values."""
+
+    @classmethod
+    def setUpClass(cls):
+        import warnings
+
+        cls.dir = tempfile.TemporaryDirectory()
+        root = cls.dir.name
+        rng = np.random.default_rng(19)
+        cls.arrays = {}
+
+        def make(name, data, **options):
+            path = os.path.join(root, name + ".zarr")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                z = zarr.create_array(store=path, shape=data.shape, dtype=data.dtype, **options)
+                z[...] = data
+            cls.arrays[name] = (path, data)
+
+        # Partial edge chunks on every axis.
+        make("v3_zstd", rng.standard_normal((37, 23, 5)), chunks=(8, 5, 2), compressors=zc.ZstdCodec(level=1))
+        # Sharded, partial edge shards, and a fill value where a shard was never written.
+        sharded = rng.integers(-1000, 1000, (43, 52)).astype("int16")
+        make("v3_sharded", sharded, chunks=(4, 5), shards=(8, 10))
+        make("v2", rng.integers(0, 60000, (19, 11)).astype("uint16"), chunks=(4, 4), zarr_format=2)
+        make("v2_f4", rng.standard_normal((50,)).astype("float32"), chunks=(7,), zarr_format=2,
+             compressors=None)
+        sparse = os.path.join(root, "v3_missing.zarr")
+        z = zarr.create_array(store=sparse, shape=(12, 9), chunks=(4, 4), dtype="float32", fill_value=2.5)
+        z[0:4, 0:4] = 1
+        want = np.full((12, 9), 2.5, "float32")
+        want[0:4, 0:4] = 1
+        cls.arrays["v3_missing"] = (sparse, want)
+        cls.group = os.path.join(root, "group.zarr")
+        g = zarr.open_group(cls.group, mode="w")
+        g.create_array("inner", shape=(10, 6), chunks=(3, 6), dtype="int32")[...] = np.arange(60).reshape(10, 6)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def host(self):
+        """Reads on the host (zarr-python), recording every box read."""
+        from unittest import mock
+
+        import zarrs_gpu.dask as zd
+
+        self.boxes = []
+
+        def record(path, array, device, box):
+            self.boxes.append(box)
+            return host_reader(path, array, device, box)
+
+        return mock.patch.multiple(zd, reader=record, make_meta=host_meta)
+
+    def test_the_plan_tiles_the_array_in_whole_chunks_within_the_budget(self):
+        from zarrs_gpu.dask import _boxes, plan_chunks
+
+        rng = np.random.default_rng(7)
+        for _ in range(300):
+            ndim = int(rng.integers(1, 5))
+            shape = tuple(int(rng.integers(0, 40)) for _ in range(ndim))
+            unit = tuple(int(rng.integers(1, 12)) for _ in range(ndim))
+            itemsize = int(rng.choice([1, 2, 4, 8]))
+            budget = int(rng.integers(1, 4 * math.prod(unit) * itemsize + 2)) * int(rng.choice([1, 8]))
+            with self.subTest(shape=shape, unit=unit, itemsize=itemsize, budget=budget):
+                chunks = plan_chunks(shape, unit, itemsize, budget)
+                self.assertEqual(tuple(sum(c) for c in chunks), shape)
+                boxes = [box for _, box in _boxes(chunks)]
+                if all(shape):
+                    np.testing.assert_array_equal(covered(shape, boxes), np.ones(shape, np.int64))
+                for sizes, u in zip(chunks, unit):
+                    # Every boundary is a chunk boundary; only the last block is partial.
+                    self.assertTrue(all(s % u == 0 for s in sizes[:-1]), (sizes, u))
+                    self.assertTrue(all(s > 0 for s in sizes) or sizes == (0,))
+                one_chunk = math.prod(min(u, max(s, 1)) for u, s in zip(unit, shape)) * itemsize
+                block = math.prod(max(c) for c in chunks) * itemsize
+                self.assertLessEqual(block, max(budget, one_chunk))
+
+    def test_the_plan_fills_the_last_axes_first_and_evens_out_blocks(self):
+        from zarrs_gpu.dask import BLOCK_BYTES, plan_chunks
+
+        # 1 MiB chunks of a (1000, 2048, 2048) float32 volume: rows of whole planes' width.
+        chunks = plan_chunks((1000, 2048, 2048), (64, 64, 64), 4)
+        self.assertEqual((chunks[0][0], chunks[1][0], chunks[2][0]), (64, 1024, 2048))
+        self.assertEqual(chunks[1], (1024, 1024))
+        self.assertEqual(64 * 1024 * 2048 * 4, BLOCK_BYTES)
+        # 33 chunks at up to 32 a block: 17 and 16 chunks.
+        self.assertEqual(plan_chunks((33,), (1,), 1, 32), ((17, 16),))
+        # A chunk larger than the budget is a block of its own; the whole array when it fits.
+        self.assertEqual(plan_chunks((10, 10), (5, 5), 8, 1), ((5, 5), (5, 5)))
+        self.assertEqual(plan_chunks((10, 10), (3, 3), 8, 10**6), ((10,), (10,)))
+        self.assertEqual(plan_chunks((), (), 8), ())
+        with self.assertRaises(ValueError):
+            plan_chunks((10,), (3, 3), 4)
+
+    def test_values_equal_dask_from_zarr_under_the_threaded_scheduler(self):
+        import dask
+        import dask.array as da
+
+        import zarrs_gpu.dask as zd
+
+        for name, (path, data) in self.arrays.items():
+            z = zarr.open_array(path, mode="r")
+            unit = z.shards or z.chunks
+            itemsize = data.dtype.itemsize
+            # Several grid chunks to a block, and several blocks.
+            for budget in (itemsize * math.prod(unit) * 3, zd.BLOCK_BYTES):
+                with self.subTest(array=name, budget=budget), self.host():
+                    x = zd.from_zarr(path, block_bytes=budget)
+                    self.assertEqual((x.shape, x.dtype), (data.shape, data.dtype))
+                    self.assertIsInstance(x._meta, np.ndarray)
+                    for sizes, u in zip(x.chunks, unit):
+                        self.assertTrue(all(s % u == 0 for s in sizes[:-1]), (x.chunks, unit))
+                    host = da.from_zarr(z)
+                    with dask.config.set(scheduler="threads"):
+                        np.testing.assert_array_equal(x.compute(), host.compute())
+                        np.testing.assert_array_equal(x.compute(), data)
+                        if data.dtype.kind == "f":
+                            # Block sums add in another order: float32 rounds differently.
+                            rtol = 1e-5 if itemsize == 4 else 1e-12
+                            np.testing.assert_allclose(x.mean().compute(), host.mean().compute(), rtol=rtol)
+                        self.assertEqual(x.max().compute(), host.max().compute())
+                        key = (slice(3, None), Ellipsis, slice(-2, None)) if data.ndim > 1 else slice(3, -2)
+                        np.testing.assert_array_equal(x[key].compute(), data[key])
+                    # One read per block, and the blocks tile the array once.
+                    self.boxes.clear()
+                    x.compute(scheduler="threads")
+                    self.assertEqual(len(self.boxes), x.npartitions)
+                    np.testing.assert_array_equal(covered(data.shape, self.boxes), np.ones(data.shape, np.int64))
+
+    def test_chunks_overrides_give_the_same_values(self):
+        import zarrs_gpu.dask as zd
+
+        path, data = self.arrays["v3_sharded"]
+        cases = {
+            (7, 11): ((7,) * 6 + (1,), (11,) * 4 + (8,)),
+            -1: ((43,), (52,)),
+            ((20, 23), (52,)): ((20, 23), (52,)),
+            (16, -1): ((16, 16, 11), (52,)),
+            "auto": None,
+        }
+        for chunks, want in cases.items():
+            with self.subTest(chunks=chunks), self.host():
+                x = zd.from_zarr(path, chunks=chunks)
+                if want is not None:
+                    self.assertEqual(x.chunks, want)
+                np.testing.assert_array_equal(x.compute(scheduler="threads"), data)
+                np.testing.assert_array_equal(covered(data.shape, self.boxes), np.ones(data.shape, np.int64))
+        with self.host(), self.assertRaises(ValueError) as caught:
+            zd.from_zarr(path, chunks=((20, 20), (52,)))  # do not add up to the shape
+        self.assertIn(path, str(caught.exception))
+
+    def test_arrays_in_groups_and_relative_paths(self):
+        import zarrs_gpu.dask as zd
+
+        with self.host():
+            x = zd.from_zarr(self.group, "/inner")
+            np.testing.assert_array_equal(x.compute(scheduler="threads"), np.arange(60).reshape(10, 6))
+            cwd = os.getcwd()
+            os.chdir(self.dir.name)
+            try:
+                y = zd.from_zarr("group.zarr", "inner")
+            finally:
+                os.chdir(cwd)
+            # The path is made absolute when the graph is built: tasks run wherever.
+            np.testing.assert_array_equal(y.compute(scheduler="threads"), np.arange(60).reshape(10, 6))
+
+    def test_the_graph_holds_plain_values_and_pickles(self):
+        import pickle
+
+        import dask
+
+        import zarrs_gpu.dask as zd
+
+        path, data = self.arrays["v3_sharded"]
+        with self.host():
+            x = zd.from_zarr(path, block_bytes=2 * 8 * 10 * 2, device=1)
+        blob = pickle.dumps(x.dask)
+        self.assertNotIn(b"_zarrs_gpu", blob)  # no Array, no handle of the compiled module
+        graph = pickle.loads(blob)
+        # The task arguments, where dask keeps them as tuples: path, array, device and box.
+        tasks = [v for v in dict(graph).values() if isinstance(v, tuple)]
+        self.assertEqual(len(tasks), x.npartitions)
+        for task in tasks:
+            self.assertEqual(task[1:4], (path, "/", 1))
+            self.assertTrue(all(isinstance(a, int) and isinstance(b, int) for a, b in task[4]))
+        # The unpickled graph runs (the reader is looked up when each task runs); so does the
+        # whole array through cloudpickle (what distributed sends), where it is installed.
+        import dask.array as da
+
+        arrays = [da.Array(graph, x.name, x.chunks, meta=host_meta(data.dtype, 2))]
+        try:
+            import cloudpickle
+
+            arrays.append(cloudpickle.loads(cloudpickle.dumps(x)))
+        except ImportError:
+            pass
+        for y in arrays:
+            with self.host():
+                np.testing.assert_array_equal(y.compute(scheduler="threads"), data)
+            self.assertEqual(len(self.boxes), x.npartitions)
+
+    def test_the_device_given_reaches_every_task(self):
+        from unittest import mock
+
+        import zarrs_gpu.dask as zd
+
+        path, data = self.arrays["v2"]
+        seen = []
+
+        def record(path, array, device, box):
+            seen.append(device)
+            return host_reader(path, array, device, box)
+
+        for device in (None, 0, 3):
+            seen.clear()
+            with mock.patch.multiple(zd, reader=record, make_meta=host_meta):
+                zd.from_zarr(path, chunks=(5, 5), device=device).compute(scheduler="threads")
+            self.assertEqual(set(seen), {device})
+        for bad in (-1, "0", True, 1.0):
+            with self.subTest(device=bad), self.host(), self.assertRaises(ValueError) as caught:
+                zd.from_zarr(path, device=bad)
+            self.assertIn("device", str(caught.exception))
+
+    def test_errors_name_the_path(self):
+        import zarrs_gpu.dask as zd
+
+        missing = os.path.join(self.dir.name, "missing.zarr")
+        with self.host():
+            with self.assertRaises(FileNotFoundError) as caught:
+                zd.from_zarr(missing)
+            self.assertIn(missing, str(caught.exception))
+            with self.assertRaises(ValueError) as caught:
+                zd.from_zarr(self.group)
+            self.assertIn(self.group, str(caught.exception))
+            self.assertIn("is a group, not an array", str(caught.exception))
+            with self.assertRaises(TypeError):
+                zd.from_zarr(self.group, 3)
+        # A failed read names the store, the array and the block's box, with the reader's type.
+        from unittest import mock
+
+        def failing(path, array, device, box):
+            raise OSError("disk on fire")
+
+        path, _ = self.arrays["v2"]
+        with mock.patch.multiple(zd, reader=failing, make_meta=host_meta):
+            x = zd.from_zarr(path, chunks=(10, 11))
+            with self.assertRaises(OSError) as caught:
+                x.compute(scheduler="threads")
+        message = str(caught.exception)
+        self.assertIn(path, message)
+        self.assertIn("disk on fire", message)
+        self.assertRegex(message, r"reading \[(0:10|10:19), 0:11\] of array '/'")
+        # A reader that returns the wrong shape is caught too.
+        with mock.patch.multiple(zd, reader=lambda *a: np.zeros((1, 1), "uint16"), make_meta=host_meta):
+            with self.assertRaises(ValueError) as caught:
+                zd.from_zarr(path).compute(scheduler="threads")
+        self.assertIn("gave shape (1, 1), not (19, 11)", str(caught.exception))
+
+    def test_the_workers_cache_keys_on_path_array_and_device(self):
+        import zarrs_gpu.dask as zd
+
+        path, _ = self.arrays["v2"]
+        a = zd._open(path, "/", 0)
+        self.assertIs(zd._open(path, "/", 0), a)
+        self.assertIsNot(zd._open(path, "/", 1), a)
+        self.assertEqual(a.shape, (19, 11))
+
+    def test_without_cupy_the_meta_and_the_reader_say_cupy_is_needed(self):
+        import zarrs_gpu.dask as zd
+
+        path, _ = self.arrays["v2"]
+        saved = sys.modules.get("cupy", None)
+        had = "cupy" in sys.modules
+        sys.modules["cupy"] = None  # `import cupy` raises ImportError
+        try:
+            with self.assertRaises(ImportError) as caught:
+                zd.from_zarr(path)
+            self.assertIn("needs CuPy", str(caught.exception))
+            with self.assertRaises(ImportError) as caught:
+                zd.read_on_device(path, "/", None, ((0, 1), (0, 1)))
+            self.assertIn("needs CuPy", str(caught.exception))
+        finally:
+            if had:
+                sys.modules["cupy"] = saved
+            else:
+                del sys.modules["cupy"]
+
+    def test_the_package_imports_without_dask(self):
+        code = ("import sys; sys.modules['dask'] = None\n"
+                "import zarrs_gpu, zarrs_gpu.dask\n"
+                "try:\n"
+                "    zarrs_gpu.dask.from_zarr('x.zarr')\n"
+                "except ImportError as e:\n"
+                "    print('ImportError', e)\n")
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("ImportError", run.stdout)
 
 
 if __name__ == "__main__":

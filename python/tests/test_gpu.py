@@ -1,13 +1,15 @@
 """zarrs_gpu on a GPU, against zarr-python element for element: every array of the project's
 interoperability matrix (v2 and v3, every codec chain, sharded, missing chunks, 14 data types),
 whole and in numpy-style subsets, taken by CuPy (CUDA array interface and DLPack) and PyTorch
-(DLPack) without a copy. Needs a CUDA GPU, cupy, torch, zarr-python and numcodecs; a missing one
-is a failure, not a skip.
+(DLPack) without a copy; zarrs_gpu.dask's arrays of device blocks against dask.array.from_zarr.
+Needs a CUDA GPU, cupy, torch, zarr-python, numcodecs and dask[array]; a missing one is a failure,
+not a skip.
 
     python -m unittest discover -s python/tests -p 'test_gpu.py'
 """
 import gc
 import json
+import math
 import os
 import subprocess
 import sys
@@ -331,7 +333,7 @@ class GpuTests(unittest.TestCase):
             path = os.path.join(d, "big.zarr")
             shape = (64, 2048, 2048)  # 1 GiB of float32, 1 MiB chunks
             z = zarr.create_array(store=path, shape=shape, chunks=(1, 512, 512), dtype="float32",
-                                  compressors=zarr.codecs.ZstdCodec(level=1))
+                                  compressors=zc.ZstdCodec(level=1))
             plane = (np.arange(2048 * 2048, dtype="float32") % 1000).reshape(2048, 2048)
             for i in range(0, 64, 8):
                 z[i:i + 8] = plane[None] + np.arange(i, i + 8, dtype="float32")[:, None, None]
@@ -364,7 +366,7 @@ class GpuTests(unittest.TestCase):
         and its values as zarr-python reads them."""
         path = os.path.join(d, "tiles.zarr")
         z = zarr.create_array(store=path, shape=(37, 70, 45), chunks=(8, 16, 16), dtype="float32",
-                              compressors=zarr.codecs.ZstdCodec(level=3), fill_value=-7.5)
+                              compressors=zc.ZstdCodec(level=3), fill_value=-7.5)
         z[:24] = np.random.default_rng(0).standard_normal((24, 70, 45), dtype="float32")
         return path, z, np.asarray(z[...])
 
@@ -471,6 +473,54 @@ class GpuTests(unittest.TestCase):
             # Reads go on after it.
             np.testing.assert_array_equal(cp.asnumpy(cp.asarray(a[3:5])), want[3:5])
 
+
+    def test_dask_arrays_of_device_blocks_match_dask_from_zarr(self):
+        # Needs dask[array] (a missing one is a failure here, as for the other dependencies).
+        import warnings
+
+        import dask
+        import dask.array as da
+        import zarr.codecs as zc
+
+        import zarrs_gpu.dask as zd
+
+        rng = np.random.default_rng(19)
+        with tempfile.TemporaryDirectory() as d:
+            arrays = {
+                "v3_zstd": (rng.standard_normal((37, 23, 5)).astype("float32"),
+                            dict(chunks=(8, 5, 2), compressors=zc.ZstdCodec(level=1))),
+                "v3_sharded": (rng.integers(-1000, 1000, (43, 52)).astype("int16"), dict(chunks=(4, 5), shards=(8, 10))),
+                "v2_blosc": (rng.integers(0, 60000, (19, 11)).astype("uint16"), dict(chunks=(4, 4), zarr_format=2)),
+                "v3_gzip_f8": (rng.standard_normal((50,)), dict(chunks=(7,), compressors=zc.GzipCodec())),
+                # Large enough for several default blocks of whole shards: 96 MiB at 32 MiB a block.
+                "v3_large": (rng.standard_normal((96, 512, 512)).astype("float32"),
+                             dict(chunks=(16, 64, 128), shards=(32, 128, 512), compressors=zc.ZstdCodec(level=1))),
+            }
+            for name, (data, options) in arrays.items():
+                path = os.path.join(d, name + ".zarr")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    z = zarr.create_array(store=path, shape=data.shape, dtype=data.dtype, **options)
+                z[...] = data
+                host = da.from_zarr(zarr.open_array(path, mode="r"))
+                budget = 32 * 2**20 if name == "v3_large" else data.dtype.itemsize * math.prod(z.shards or z.chunks) * 3
+                # Blocks that split chunks (7 a side; about 24 MiB for the large array) read right too.
+                split = (40, 200, 300) if name == "v3_large" else (7,) * data.ndim
+                for chunks, device in ((None, None), (None, 0), (split, None)):
+                    with self.subTest(array=name, chunks=chunks, device=device):
+                        x = zd.from_zarr(path, chunks=chunks, device=device, block_bytes=budget)
+                        self.assertIsInstance(x._meta, cp.ndarray)
+                        if chunks is None:
+                            self.assertGreater(x.npartitions, 1)
+                        with dask.config.set(scheduler="threads"):
+                            got = x.compute()
+                            self.assertIsInstance(got, cp.ndarray)
+                            np.testing.assert_array_equal(cp.asnumpy(got), host.compute())
+                            mean, top = dask.compute(x.mean(), x.max())
+                            self.assertIsInstance(top, cp.ndarray)
+                            rtol = 1e-5 if data.dtype.itemsize == 4 else 1e-12
+                            np.testing.assert_allclose(float(mean), float(host.mean().compute()), rtol=rtol)
+                            self.assertEqual(top.item(), host.max().compute().item())
 
 if __name__ == "__main__":
     unittest.main()

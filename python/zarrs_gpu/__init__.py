@@ -16,7 +16,8 @@ messages: no GPU or driver is a RuntimeError, a bad index an IndexError, a bad o
 ValueError.
 
 Existing zarr-python code gets the same decode inside ``with zarrs_gpu.gpu_zarr_context():``
-(zarr-python's GPU buffers and this package's codec pipeline, ``zarrs_gpu.pipeline``).
+(zarr-python's GPU buffers and this package's codec pipeline, ``zarrs_gpu.pipeline``), and Dask
+arrays of CuPy blocks from ``zarrs_gpu.dask.from_zarr`` (``import zarrs_gpu.dask``; needs dask).
 """
 
 import contextlib

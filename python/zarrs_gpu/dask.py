@@ -1,0 +1,246 @@
+"""Dask arrays whose blocks zarrs_gpu reads on the GPU: ``from_zarr`` is ``dask.array.from_zarr``
+with the chunks decoded on the device of the worker that runs each task, blocks that are CuPy
+arrays.
+
+    import zarrs_gpu.dask
+    x = zarrs_gpu.dask.from_zarr("volume.zarr", "/0")   # dask.array.Array of CuPy blocks
+    x.mean().compute()                                    # threaded scheduler: the current GPU
+
+Blocks, by default, are whole chunks of the array's chunk grid (its shards, when sharded), several
+to a block so that each task reads in bulk (``plan_chunks`` has the rule); ``chunks=`` takes any
+dask chunks spec instead. The graph holds only plain values, the store's path, the array's path,
+the device choice and each block's box, so it pickles and runs on any worker that sees the store:
+each task opens the array (once per process, per path and device) and reads its box.
+
+Needs dask (``pip install 'dask[array]'``) and, to read, CuPy; dask is imported when a function
+here is called, so ``import zarrs_gpu`` works without it.
+
+Tests read on the host by replacing ``reader`` (and ``make_meta``) in this module, see their
+docstrings.
+"""
+
+import functools
+import math
+import os
+from typing import Any, Callable, Optional, Sequence
+
+__all__ = ["BLOCK_BYTES", "from_zarr", "make_meta", "plan_chunks", "read_on_device", "reader"]
+
+#: The size a default block aims at: whole chunks (shards) are put together up to this many bytes.
+BLOCK_BYTES = 512 * 2**20
+
+_CUPY_NEEDED = ("zarrs_gpu.dask needs CuPy: its blocks are CuPy arrays on the GPU (install cupy-cuda12x or "
+                "cupy-cuda13x, the one for your CUDA version)")
+
+
+def plan_chunks(shape: Sequence[int], unit: Sequence[int], itemsize: int,
+                block_bytes: int = BLOCK_BYTES) -> tuple[tuple[int, ...], ...]:
+    """Dask chunks (a tuple of block sizes per axis) made of whole ``unit`` chunks (the array's
+    chunk grid: shards when sharded), for an array of ``shape``.
+
+    The rule: axes are filled from the last to the first, as C order lays the array out. Each
+    axis takes as many unit chunks as keep the block within ``block_bytes`` (at least one), up to
+    all of its chunks; once an axis cannot take all of its chunks, the axes before it take one
+    chunk each. The chunks an axis takes are then spread evenly over the blocks that axis needs
+    (33 chunks at up to 32 a block are blocks of 17 and 16 chunks, not 32 and 1). A block is
+    therefore never more than ``max(block_bytes, one unit chunk)`` bytes, and every block
+    boundary is a chunk boundary; the last block along an axis ends at the array's edge (a
+    partial chunk there is read as zarr reads it)."""
+    if len(unit) != len(shape):
+        raise ValueError(f"the chunk shape {tuple(unit)} does not have the array's {len(shape)} dimensions")
+    if any(u <= 0 for u in unit):
+        raise ValueError(f"the chunk shape {tuple(unit)} has an empty axis")
+    budget = max(1, block_bytes // max(1, itemsize))  # elements a block may hold
+    # A chunk's extent where it lies in the array (a chunk longer than its axis is the axis).
+    extent = [max(1, min(u, s)) for u, s in zip(unit, shape)]
+    taken = [1] * len(shape)  # unit chunks per block, per axis
+    elements = 1  # of the block along the axes filled so far
+    for axis in reversed(range(len(shape))):
+        count = max(1, math.ceil(shape[axis] / unit[axis]))  # chunks along the axis
+        before = math.prod(extent[:axis])  # the axes before take one chunk at least
+        fit = max(1, budget // (elements * extent[axis] * before))
+        if fit < count:
+            blocks = math.ceil(count / fit)
+            taken[axis] = math.ceil(count / blocks)
+            break
+        taken[axis] = count
+        elements *= min(shape[axis], count * unit[axis]) or 1
+    chunks = []
+    for size, u, k in zip(shape, unit, taken):
+        step = u * k
+        if size == 0:
+            chunks.append((0,))
+            continue
+        sizes = [step] * (size // step)
+        if size % step:
+            sizes.append(size % step)
+        chunks.append(tuple(sizes))
+    return tuple(chunks)
+
+
+def _boxes(chunks: Sequence[Sequence[int]]):
+    """(block index, box) for every block of ``chunks``, in C order; a box is a tuple of
+    ``(start, stop)`` per axis."""
+    import itertools
+
+    bounds = []
+    for sizes in chunks:
+        starts = [0]
+        for s in sizes:
+            starts.append(starts[-1] + s)
+        bounds.append([(starts[i], starts[i + 1]) for i in range(len(sizes))])
+    for index in itertools.product(*[range(len(b)) for b in bounds]):
+        yield index, tuple(bounds[axis][i] for axis, i in enumerate(index))
+
+
+def _current_device() -> int:
+    try:
+        import cupy
+    except ImportError as err:
+        raise ImportError(_CUPY_NEEDED) from err
+    return cupy.cuda.Device().id
+
+
+@functools.lru_cache(maxsize=64)
+def _open(path: str, array: str, device: int):
+    """The array, opened once per process for each (path, array, device)."""
+    import zarrs_gpu
+
+    return zarrs_gpu.open(path, array, device=device)
+
+
+def read_on_device(path: str, array: str, device: Optional[int], box: tuple[tuple[int, int], ...]) -> Any:
+    """The default ``reader``: the ``box`` (``(start, stop)`` per axis) of ``array`` in the store
+    at ``path``, read by zarrs_gpu on GPU ``device`` (None: this thread's current CUDA device, as
+    CuPy sees it), as a CuPy array (DLPack, no copy)."""
+    try:
+        import cupy
+    except ImportError as err:
+        raise ImportError(_CUPY_NEEDED) from err
+    if device is None:
+        device = cupy.cuda.Device().id
+    a = _open(path, array, device)
+    x = a[tuple(slice(start, stop) for start, stop in box)]
+    with cupy.cuda.Device(device):
+        return cupy.from_dlpack(x)
+
+
+#: What each task calls to read its block: ``reader(path, array, device, box)``, ``box`` a tuple of
+#: ``(start, stop)`` per axis, returning an array of the box's shape. Looked up when the task runs,
+#: so tests may replace it (with a zarr-python read on the host, say) for the threaded scheduler.
+reader: Callable[[str, str, Optional[int], tuple[tuple[int, int], ...]], Any] = read_on_device
+
+
+def make_meta(dtype: Any, ndim: int) -> Any:
+    """The ``meta`` of the dask array: an empty CuPy array of ``dtype`` and ``ndim`` dimensions
+    (an ImportError saying CuPy is needed without it). Tests that replace ``reader`` with a host
+    read replace this too (a numpy array)."""
+    try:
+        import cupy
+    except ImportError as err:
+        raise ImportError(_CUPY_NEEDED) from err
+    return cupy.empty((0,) * ndim, dtype=dtype)
+
+
+def _read_block(path: str, array: str, device: Optional[int], box: tuple[tuple[int, int], ...]) -> Any:
+    """One task: read ``box`` with this module's ``reader``; an error names the store, the array
+    and the box."""
+    try:
+        block = reader(path, array, device, box)
+    except Exception as err:
+        new = _with_context(err, f"zarrs_gpu.dask: reading {box_text(box)} of array {array!r} in {path!r}")
+        if new is err:
+            raise
+        raise new from err
+    expected = tuple(stop - start for start, stop in box)
+    if tuple(block.shape) != expected:
+        raise ValueError(f"zarrs_gpu.dask: reading {box_text(box)} of array {array!r} in {path!r} gave shape "
+                         f"{tuple(block.shape)}, not {expected}")
+    return block
+
+
+def box_text(box: tuple[tuple[int, int], ...]) -> str:
+    """A box as numpy-style slices: ``[0:64, 0:512]``."""
+    return "[" + ", ".join(f"{start}:{stop}" for start, stop in box) + "]"
+
+
+def _with_context(err: Exception, where: str) -> Exception:
+    """``err``'s type with ``where`` before its message, or ``err`` itself where its type cannot
+    be made from one message."""
+    try:
+        new = type(err)(f"{where}: {err}")
+    except Exception:
+        return err
+    return new if isinstance(new, type(err)) else err
+
+
+def from_zarr(store: Any, array: str = "/", chunks: Any = None, device: Optional[int] = None, *,
+              block_bytes: int = BLOCK_BYTES) -> Any:
+    """A ``dask.array.Array`` of the Zarr array ``array`` in the filesystem store at ``store``
+    (a path), whose blocks are read by zarrs_gpu on the GPU of the worker that runs each task:
+    GPU ``device`` where given, else that worker thread's current CUDA device (with one worker
+    per GPU, dask-cuda's or ``CUDA_VISIBLE_DEVICES``, its own GPU). Blocks are CuPy arrays;
+    ``meta`` is an empty CuPy array of the dtype.
+
+    ``chunks`` None: blocks of whole chunks of the array's grid (shards, when sharded), up to
+    ``block_bytes`` each (``plan_chunks``). Otherwise any dask chunks spec (``"auto"``, a block
+    shape, explicit sizes per axis, -1 for a whole axis), normalized by dask with the grid's
+    chunks as the previous chunks; blocks that split chunks are correct, but read those chunks
+    once per block.
+
+    The metadata is read here (no GPU needed); the path is made absolute, so workers on other
+    hosts need the store at the same path. Errors name the store and the array."""
+    import dask.array as da
+    from dask.array.core import normalize_chunks
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+    import numpy as np
+
+    import zarrs_gpu
+
+    path = os.path.abspath(os.fspath(store))
+    if not isinstance(array, str):
+        raise TypeError(f"zarrs_gpu.dask.from_zarr: array must be a str (the array's path in the store), "
+                        f"not {type(array).__name__}")
+    if device is not None and (not isinstance(device, int) or isinstance(device, bool) or device < 0):
+        raise ValueError(f"zarrs_gpu.dask.from_zarr: device must be a GPU ordinal (0 or more) or None, "
+                         f"not {device!r}")
+    where = f"zarrs_gpu.dask.from_zarr: array {array!r} in {path!r}"
+    try:
+        a = zarrs_gpu.open(path, array, device=0 if device is None else device)
+        shape, dtype_name, unit = tuple(a.shape), a.dtype, a.regular_chunks
+    except Exception as err:
+        new = _with_context(err, where)
+        if new is err:
+            raise
+        raise new from err
+    del a  # the graph holds no handle
+    try:
+        dtype = np.dtype(dtype_name)
+    except TypeError as err:
+        raise TypeError(f"{where}: its data type {dtype_name!r} is not one numpy (and so dask) knows") from err
+    if unit is None:
+        unit = tuple(max(1, s) for s in shape)  # an irregular grid: the whole array is one unit
+        unit_known = False
+    else:
+        unit = tuple(unit)
+        unit_known = True
+    if chunks is None:
+        if unit_known:
+            block_chunks = plan_chunks(shape, unit, dtype.itemsize, block_bytes)
+        else:
+            block_chunks = normalize_chunks("auto", shape, limit=block_bytes, dtype=dtype)
+    else:
+        try:
+            block_chunks = normalize_chunks(chunks, shape, limit=block_bytes, dtype=dtype,
+                                            previous_chunks=unit if unit_known else None)
+        except Exception as err:
+            new = _with_context(err, f"{where}: chunks={chunks!r}")
+            if new is err:
+                raise
+            raise new from err
+    meta = make_meta(dtype, len(shape))
+    name = "zarrs-gpu-from-zarr-" + tokenize(path, array, device, shape, str(dtype), block_chunks)
+    dsk = {(name, *index): (_read_block, path, array, device, box) for index, box in _boxes(block_chunks)}
+    graph = HighLevelGraph.from_collections(name, dsk, dependencies=())
+    return da.Array(graph, name, block_chunks, meta=meta)
