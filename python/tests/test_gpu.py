@@ -333,7 +333,7 @@ class GpuTests(unittest.TestCase):
             path = os.path.join(d, "big.zarr")
             shape = (64, 2048, 2048)  # 1 GiB of float32, 1 MiB chunks
             z = zarr.create_array(store=path, shape=shape, chunks=(1, 512, 512), dtype="float32",
-                                  compressors=zc.ZstdCodec(level=1))
+                                  compressors=zarr.codecs.ZstdCodec(level=1))
             plane = (np.arange(2048 * 2048, dtype="float32") % 1000).reshape(2048, 2048)
             for i in range(0, 64, 8):
                 z[i:i + 8] = plane[None] + np.arange(i, i + 8, dtype="float32")[:, None, None]
@@ -366,7 +366,7 @@ class GpuTests(unittest.TestCase):
         and its values as zarr-python reads them."""
         path = os.path.join(d, "tiles.zarr")
         z = zarr.create_array(store=path, shape=(37, 70, 45), chunks=(8, 16, 16), dtype="float32",
-                              compressors=zc.ZstdCodec(level=3), fill_value=-7.5)
+                              compressors=zarr.codecs.ZstdCodec(level=3), fill_value=-7.5)
         z[:24] = np.random.default_rng(0).standard_normal((24, 70, 45), dtype="float32")
         return path, z, np.asarray(z[...])
 
