@@ -3,11 +3,12 @@
 //! by `inventory`) and the lookup the pipeline uses.
 //!
 //! The codecs this crate registers live here too, one family to a module and its folder (its
-//! registration, device codec, host check, kernels and tests): `zstd`, `gzip`, and the nvCOMP
-//! glue they share (`nvcomp`); `blosc` and `lz4` have their host checks so far. Adding a family
-//! touches its folder and one `mod` line here.
-//! `zlib` decodes with nvCOMP's deflate decoder (its Adler-32 verified by our kernel) and shares
-//! the host check of deflate streams (`deflate`) with `gzip`.
+//! registration, device codec, host check, kernels and tests): `zstd`, `gzip`, `zlib`, `blosc`,
+//! the nvCOMP glue they share (`nvcomp`), the host check of deflate streams (`deflate`, shared by
+//! gzip, zlib and Blosc's zlib streams) and the LZ4 block walk (`lz4`, Blosc's lz4 streams).
+//! `zlib` decodes with nvCOMP's deflate decoder, its Adler-32 verified by our kernel; `blosc`
+//! hands each stream of a chunk to nvCOMP and assembles the blocks with its own kernels. Adding
+//! a family touches its folder, one `mod` line here and its kernels' line in `KERNEL_SOURCES`.
 
 pub(crate) mod blosc;
 pub mod deflate;
@@ -115,7 +116,7 @@ impl DeviceBatch<'_> {
 /// and decodes on a host thread what the device may not take. Implementations register with
 /// `inventory::submit!` as a [`DeviceCodecPlugin`] under a zarrs codec name; the pipeline finds
 /// them from an array's own codec chain, never by matching names itself. This crate registers
-/// `zstd` and `gzip` (nvCOMP); another crate adds one the same way:
+/// `zstd`, `gzip`, `numcodecs.zlib` and `blosc` (nvCOMP); another crate adds one the same way:
 ///
 /// ```text
 /// zarrs_gpu_codecs::inventory::submit! {
