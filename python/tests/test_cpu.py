@@ -929,5 +929,320 @@ class DaskCpuTests(unittest.TestCase):
         self.assertIn("ImportError", run.stdout)
 
 
+try:
+    import xarray  # noqa: F401
+
+    HAVE_XARRAY = True
+except ImportError:
+    HAVE_XARRAY = False
+
+
+def xarray_engine():
+    """engine="zarrs_gpu" where the package is installed (its entry point registered, as in CI),
+    else the backend class itself (a checkout on PYTHONPATH)."""
+    import xarray as xr
+
+    if "zarrs_gpu" in xr.backends.list_engines():
+        return "zarrs_gpu"
+    from zarrs_gpu.xarray import ZarrsGpuBackendEntrypoint
+
+    return ZarrsGpuBackendEntrypoint
+
+
+def xarray_test_dataset():
+    """What the xarray tests write with xarray's own to_zarr: a time coordinate, 1-D coordinates,
+    a 2-D coordinate named by `coordinates`, 3-D float32 with NaNs (a NaN _FillValue), int16
+    packing (scale_factor, add_offset, _FillValue), plain int32, and attributes."""
+    import pandas as pd
+    import xarray as xr
+
+    rng = np.random.default_rng(19)
+    temp = rng.standard_normal((6, 5, 7)).astype("float32")
+    temp[0, 0, :3] = np.nan
+    packed = rng.uniform(-3, 3, (5, 7))
+    packed[1, 2] = np.nan
+    ds = xr.Dataset(
+        {
+            "temp": (("time", "y", "x"), temp, {"units": "K", "long_name": "air temperature"}),
+            "packed": (("y", "x"), packed, {"long_name": "packed"}),
+            "counts": (("y", "x"), rng.integers(0, 100, (5, 7)).astype("int32"), {"flag": 1}),
+        },
+        coords={
+            "time": pd.date_range("2000-01-01", periods=6, freq="6h"),
+            "y": np.linspace(40.0, 44.0, 5),
+            "x": np.arange(7) * 10,
+            "lat": (("y", "x"), rng.uniform(-90, 90, (5, 7)), {"units": "degrees_north"}),
+        },
+        attrs={"title": "zarrs_gpu xarray test", "version": 3, "levels": [1, 2, 3]},
+    )
+    ds["packed"].encoding = {"dtype": "int16", "scale_factor": 0.001, "add_offset": 1.5, "_FillValue": -32768}
+    ds["temp"].encoding = {"chunks": (2, 3, 7)}
+    ds["counts"].encoding = {"chunks": (2, 4)}
+    return ds
+
+
+@unittest.skipUnless(HAVE_XARRAY and HAVE_DASK, "xarray (and dask[array]) are not installed")
+class XarrayCpuTests(unittest.TestCase):
+    """zarrs_gpu.xarray without a GPU: datasets written by xarray's to_zarr (v2 and v3,
+    consolidated or not, in a group), opened with engine="zarrs_gpu" with the reads replaced by
+    zarr-python on the host (zarrs_gpu.dask.reader), against xarray's own zarr engine."""
+
+    @classmethod
+    def setUpClass(cls):
+        import warnings
+
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.ds = xarray_test_dataset()
+        cls.stores = {}
+        for name, options in {
+            "v2": dict(zarr_format=2, consolidated=True),
+            "v3": dict(zarr_format=3, consolidated=True),
+            "v3_plain": dict(zarr_format=3, consolidated=False),
+            "v2_plain": dict(zarr_format=2, consolidated=False),
+            "v3_group": dict(zarr_format=3, consolidated=True, group="inner/g"),
+        }.items():
+            path = os.path.join(cls.dir.name, name + ".zarr")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cls.ds.to_zarr(path, mode="w", **options)
+            cls.stores[name] = (path, options.get("group"))
+        cls.engine = xarray_engine()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def host(self):
+        """Reads on the host (zarr-python), recording (array, box) of every read."""
+        from unittest import mock
+
+        import zarrs_gpu.dask as zd
+
+        self.reads = []
+
+        def record(path, array, device, box):
+            self.reads.append((array, box))
+            return host_reader(path, array, device, box)
+
+        return mock.patch.multiple(zd, reader=record, make_meta=host_meta)
+
+    def reference(self, name, **options):
+        import warnings
+
+        import xarray as xr
+
+        path, group = self.stores[name]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # v3 consolidated metadata's warning
+            return xr.open_dataset(path, engine="zarr", group=group, **options)
+
+    def test_datasets_equal_xarrays_zarr_engine(self):
+        import xarray as xr
+
+        for name, (path, group) in self.stores.items():
+            for options in ({}, dict(mask_and_scale=False), dict(decode_times=False), dict(decode_cf=False)):
+                with self.subTest(store=name, options=options), self.host():
+                    want = self.reference(name, **options)
+                    got = xr.open_dataset(path, engine=self.engine, group=group, **options)
+                    xr.testing.assert_identical(got, want)
+                    self.assertEqual(got.attrs, want.attrs)
+                    for v in got.variables:
+                        self.assertEqual(got[v].encoding.get("dtype"), want[v].encoding.get("dtype"), v)
+                    if options.get("decode_cf", True):
+                        self.assertEqual(set(got.coords), {"time", "y", "x", "lat"})
+                        self.assertEqual(set(got.data_vars), {"temp", "packed", "counts"})
+                    loaded = got.load()
+                    xr.testing.assert_identical(loaded, want.load())
+                    if options == {}:
+                        # The decoded values: NaNs kept, int16 packing undone, times as datetimes.
+                        xr.testing.assert_allclose(loaded, self.ds, atol=1e-3)
+                        self.assertEqual(loaded["packed"].dtype, np.float64)
+                        self.assertTrue(np.isnan(loaded["packed"].values[1, 2]))
+                        self.assertEqual(loaded["time"].dtype.kind, "M")
+                    # Every array read was this store's.
+                    self.assertTrue(all(a.startswith("/" + (group or "").strip("/")) for a, _ in self.reads))
+
+    def test_reads_stay_on_the_device_unless_xarray_decodes_them(self):
+        from zarrs_gpu.xarray import ZarrsGpuBackendEntrypoint, _ours
+
+        for name, (path, group) in self.stores.items():
+            with self.subTest(store=name), self.host():
+                ds = ZarrsGpuBackendEntrypoint().open_dataset(path, group=group)
+                # Data variables that decoding leaves alone (NaN fill value, plain int32) read
+                # straight from zarrs_gpu (CuPy on a GPU); the packed one and every coordinate
+                # are copied to the host, where xarray decodes them and builds its indexes.
+                self.assertFalse(_ours(ds["temp"].variable._data).host)
+                self.assertFalse(_ours(ds["counts"].variable._data).host)
+                self.assertIsNone(_ours(ds["packed"].variable._data))  # a decoding function on it
+                self.assertTrue(_ours(ds["lat"].variable._data).host)
+                raw = ZarrsGpuBackendEntrypoint().open_dataset(path, group=group, mask_and_scale=False)
+                self.assertFalse(_ours(raw["packed"].variable._data).host)
+
+    def test_chunks_give_dask_arrays_of_the_same_values(self):
+        import warnings
+
+        import dask.array as da
+        import xarray as xr
+
+        path, _ = self.stores["v3"]
+        want = self.reference("v3").load()
+        for chunks, temp_chunks in (({}, ((2, 2, 2), (3, 2), (7,))), ({"time": 3, "x": -1}, ((3, 3), (3, 2), (7,))),
+                                    ("auto", None)):
+            with self.subTest(chunks=chunks), self.host(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # chunks that split the stored ones
+                got = xr.open_dataset(path, engine=self.engine, chunks=chunks)
+                for v in ("temp", "packed", "counts"):
+                    self.assertIsInstance(got[v].data, da.Array, v)
+                if temp_chunks is not None:
+                    self.assertEqual(got["temp"].data.chunks, temp_chunks)
+                self.reads.clear()
+                with __import__("dask").config.set(scheduler="threads"):
+                    computed = got.compute()
+                xr.testing.assert_identical(computed, want)
+                temp_reads = [box for a, box in self.reads if a == "/temp"]
+                self.assertEqual(len(temp_reads), got["temp"].data.npartitions)
+                np.testing.assert_array_equal(covered((6, 5, 7), temp_reads), np.ones((6, 5, 7), np.int64))
+
+    def test_indexing_reads_one_box(self):
+        import xarray as xr
+
+        path, _ = self.stores["v2"]
+        want = self.reference("v2")
+        with self.host():
+            got = xr.open_dataset(path, engine=self.engine)
+            keys = [dict(time=slice(1, 5, 2), y=slice(3, 0, -1), x=3), dict(time=-1), dict(x=slice(5, 1, -2)),
+                    dict(time=slice(4, 4)), dict(y=[3, 0, 1]), dict(time=[0, 5], x=slice(0, 7, 3))]
+            for key in keys:
+                with self.subTest(key=key):
+                    self.reads.clear()
+                    xr.testing.assert_identical(got["temp"].isel(key).load(), want["temp"].isel(key).load())
+                    # One read of temp (its coordinate lat is read whole, with it).
+                    self.assertEqual([a for a, _ in self.reads if a != "/lat"], ["/temp"])
+            # A slice reversed down to 0, which xarray 2025.12 hands backends as stop -1 (its zarr
+            # engine fails on it: an IndexError in its decomposition, or an empty coordinate).
+            np.testing.assert_array_equal(got["counts"].variable[::-1, 1:6:2].values,
+                                          want["counts"].values[::-1, 1:6:2])
+            np.testing.assert_array_equal(got["lat"].variable[::-2].values, want["lat"].values[::-2])
+        # The box and the numpy key the backend takes a basic key's elements with.
+        from zarrs_gpu.xarray import _box_and_rest
+
+        rng = np.random.default_rng(5)
+        shape = (9, 1, 6)
+        data = np.arange(math.prod(shape)).reshape(shape)
+        for _ in range(500):
+            key = tuple(int(rng.integers(-s, s)) if rng.random() < 0.2 else
+                        slice(*(None if rng.random() < 0.2 else int(rng.integers(-2 * s - 2, 2 * s + 2))
+                                for _ in range(2)), None if rng.random() < 0.3 else int(rng.choice([-3, -2, -1, 1, 2, 4])))
+                        for s in shape)
+            with self.subTest(key=key):
+                box, rest = _box_and_rest(key, shape)
+                self.assertTrue(all(0 <= a <= b <= s for (a, b), s in zip(box, shape)))
+                read = data[tuple(slice(a, b) for a, b in box)]
+                np.testing.assert_array_equal(read[rest], data[key])
+
+    def test_errors_name_the_path(self):
+        import warnings
+
+        import xarray as xr
+
+        missing = os.path.join(self.dir.name, "missing.zarr")
+        with self.host():
+            with self.assertRaises(FileNotFoundError) as caught:
+                xr.open_dataset(missing, engine=self.engine)
+            self.assertIn(missing, str(caught.exception))
+            path, _ = self.stores["v3_group"]
+            with self.assertRaises(FileNotFoundError) as caught:
+                xr.open_dataset(path, engine=self.engine, group="nowhere")
+            self.assertIn(path, str(caught.exception))
+            self.assertIn("nowhere", str(caught.exception))
+            # A v2 array without _ARRAY_DIMENSIONS: xarray cannot name its dimensions.
+            bare = os.path.join(self.dir.name, "bare.zarr")
+            g = zarr.open_group(bare, mode="w", zarr_format=2)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                g.create_array("a", shape=(3,), chunks=(3,), dtype="int8")
+            with self.assertRaises(KeyError) as caught:
+                xr.open_dataset(bare, engine=self.engine)
+            self.assertIn(bare, str(caught.exception))
+            self.assertIn("_ARRAY_DIMENSIONS", str(caught.exception))
+            with self.assertRaises(TypeError):
+                xr.open_dataset(zarr.storage.MemoryStore(), engine=self.engine)
+            with self.assertRaises(ValueError) as caught:
+                xr.open_dataset(path, engine=self.engine, device=-1)
+            self.assertIn("device", str(caught.exception))
+        # A failed read names the store, the array and the box.
+        from unittest import mock
+
+        import zarrs_gpu.dask as zd
+
+        def failing(path, array, device, box):
+            if array == "/counts":
+                raise OSError("disk on fire")
+            return host_reader(path, array, device, box)
+
+        path, _ = self.stores["v3"]
+        with mock.patch.multiple(zd, reader=failing):
+            got = xr.open_dataset(path, engine=self.engine, decode_times=False)
+            with self.assertRaises(OSError) as caught:
+                got["counts"][1:3].load()
+        message = str(caught.exception)
+        self.assertIn(path, message)
+        self.assertIn("disk on fire", message)
+        self.assertIn("reading [1:3, 0:7] of array '/counts'", message)
+
+    def test_the_device_given_reaches_every_read(self):
+        from unittest import mock
+
+        import xarray as xr
+
+        import zarrs_gpu.dask as zd
+
+        seen = []
+
+        def record(path, array, device, box):
+            seen.append(device)
+            return host_reader(path, array, device, box)
+
+        path, _ = self.stores["v3"]
+        for device in (None, 2):
+            seen.clear()
+            with mock.patch.multiple(zd, reader=record):
+                xr.open_dataset(path, engine=self.engine, device=device).load()
+            self.assertEqual(set(seen), {device})
+
+    def test_the_backend_is_registered_and_only_used_when_asked_for(self):
+        import importlib.metadata
+
+        import xarray as xr
+
+        from zarrs_gpu.xarray import ZarrsGpuBackendEntrypoint
+
+        pyproject = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyproject.toml")
+        with open(pyproject) as f:
+            text = f.read()
+        self.assertIn('[project.entry-points."xarray.backends"]\nzarrs_gpu = "zarrs_gpu.xarray:ZarrsGpuBackendEntrypoint"',
+                      text)
+        try:
+            importlib.metadata.distribution("zarrs-gpu")
+            installed = True
+        except importlib.metadata.PackageNotFoundError:
+            installed = False
+        if installed:  # CI: pip installed ./python
+            self.assertIs(type(xr.backends.list_engines()["zarrs_gpu"]), ZarrsGpuBackendEntrypoint)
+        path, _ = self.stores["v3"]
+        self.assertFalse(ZarrsGpuBackendEntrypoint().guess_can_open(path))
+
+    def test_the_package_imports_without_xarray(self):
+        code = ("import sys; sys.modules['xarray'] = None\n"
+                "import zarrs_gpu, zarrs_gpu.dask\n"
+                "try:\n"
+                "    import zarrs_gpu.xarray\n"
+                "except ImportError as e:\n"
+                "    print('ImportError', e)\n")
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("ImportError", run.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()

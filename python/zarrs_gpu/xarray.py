@@ -102,6 +102,13 @@ class ZarrsGpuBackendArray(BackendArray):
         self.host = host
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> Any:
+        # xarray hands backends normalized slices (``slice.indices``), where a reversed slice
+        # down to 0 has stop -1, which its own decomposition for BASIC backends then reads as
+        # "the last element" (an IndexError); such a stop is "none".
+        items = tuple(slice(k.start, None, k.step) if isinstance(k, slice) and k.step is not None and k.step < 0
+                      and k.stop == -1 else k for k in key.tuple)
+        if items != key.tuple:
+            key = type(key)(items)
         return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC, self._read)
 
     def _read(self, key: tuple) -> Any:
