@@ -1,8 +1,9 @@
 """zarrs_gpu on a GPU, against zarr-python element for element: every array of the project's
 interoperability matrix (v2 and v3, every codec chain, sharded, missing chunks, 14 data types),
 whole and in numpy-style subsets, taken by CuPy (CUDA array interface and DLPack) and PyTorch
-(DLPack) without a copy; zarrs_gpu.dask's arrays of device blocks against dask.array.from_zarr.
-Needs a CUDA GPU, cupy, torch, zarr-python, numcodecs and dask[array]; a missing one is a failure,
+(DLPack) without a copy; zarrs_gpu.dask's arrays of device blocks against dask.array.from_zarr;
+zarrs_gpu.xarray's datasets against xarray's zarr engine.
+Needs a CUDA GPU, cupy, torch, zarr-python, numcodecs, dask[array] and xarray; a missing one is a failure,
 not a skip.
 
     python -m unittest discover -s python/tests -p 'test_gpu.py'
@@ -521,6 +522,74 @@ class GpuTests(unittest.TestCase):
                             rtol = 1e-5 if data.dtype.itemsize == 4 else 1e-12
                             np.testing.assert_allclose(float(mean), float(host.mean().compute()), rtol=rtol)
                             self.assertEqual(top.item(), host.max().compute().item())
+
+    def test_xarray_backend_reads_to_the_device_and_matches_xarrays_zarr_engine(self):
+        # Needs xarray and dask[array] (a missing one is a failure here, as for the other dependencies).
+        import warnings
+
+        import dask
+        import dask.array as da
+        import pandas as pd
+        import xarray as xr
+
+        from zarrs_gpu.xarray import ZarrsGpuBackendEntrypoint
+
+        engine = "zarrs_gpu" if "zarrs_gpu" in xr.backends.list_engines() else ZarrsGpuBackendEntrypoint
+        rng = np.random.default_rng(19)
+        temp = rng.standard_normal((6, 50, 70)).astype("float32")
+        temp[0, 0, :3] = np.nan
+        packed = rng.uniform(-3, 3, (50, 70))
+        packed[1, 2] = np.nan
+        ds = xr.Dataset(
+            {"temp": (("time", "y", "x"), temp, {"units": "K"}),
+             "packed": (("y", "x"), packed),
+             "counts": (("y", "x"), rng.integers(0, 100, (50, 70)).astype("int32"))},
+            coords={"time": pd.date_range("2000-01-01", periods=6, freq="6h"), "y": np.arange(50.0),
+                    "x": np.arange(70) * 10, "lat": (("y", "x"), rng.uniform(-90, 90, (50, 70)))},
+            attrs={"title": "zarrs_gpu xarray test"})
+        ds["packed"].encoding = {"dtype": "int16", "scale_factor": 0.001, "add_offset": 1.5, "_FillValue": -32768}
+        ds["temp"].encoding = {"chunks": (2, 16, 32)}
+
+        def host(x):
+            return cp.asnumpy(x) if isinstance(x, cp.ndarray) else np.asarray(x)
+
+        def assert_same(got, want):
+            self.assertEqual(got.attrs, want.attrs)
+            self.assertEqual(set(got.variables), set(want.variables))
+            self.assertEqual(set(got.coords), set(want.coords))
+            for name in want.variables:
+                self.assertEqual(got[name].dims, want[name].dims, name)
+                self.assertEqual(got[name].dtype, want[name].dtype, name)
+                np.testing.assert_array_equal(host(got[name].data), want[name].values, err_msg=name)
+
+        with tempfile.TemporaryDirectory() as d:
+            for zarr_format in (2, 3):
+                path = os.path.join(d, f"v{zarr_format}.zarr")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    ds.to_zarr(path, mode="w", zarr_format=zarr_format, consolidated=True)
+                    want = xr.open_dataset(path, engine="zarr").load()
+                with self.subTest(zarr_format=zarr_format):
+                    got = xr.open_dataset(path, engine=engine).load()
+                    # Data variables that xarray's decoding leaves alone are CuPy arrays; the
+                    # packed one is decoded by xarray on the host, coordinates are on the host.
+                    self.assertIsInstance(got["temp"].data, cp.ndarray)
+                    self.assertIsInstance(got["counts"].data, cp.ndarray)
+                    self.assertIsInstance(got["packed"].data, np.ndarray)
+                    self.assertIsInstance(got["lat"].data, np.ndarray)
+                    assert_same(got, want)
+                    sub = xr.open_dataset(path, engine=engine)["temp"].isel(time=slice(1, 5, 2), x=slice(3, 40))
+                    self.assertIsInstance(sub.data, cp.ndarray)
+                    np.testing.assert_array_equal(host(sub.data), want["temp"].isel(time=slice(1, 5, 2), x=slice(3, 40)).values)
+                    chunked = xr.open_dataset(path, engine=engine, chunks={})
+                    self.assertIsInstance(chunked["temp"].data, da.Array)
+                    self.assertEqual(chunked["temp"].data.chunks, ((2, 2, 2), (16, 16, 16, 2), (32, 32, 6)))
+                    with dask.config.set(scheduler="threads"):
+                        computed = chunked.compute()
+                        self.assertIsInstance(computed["temp"].data, cp.ndarray)
+                        assert_same(computed, want)
+                        mean = chunked["temp"].mean().compute()
+                    np.testing.assert_allclose(float(host(mean.data)), float(want["temp"].mean()), rtol=1e-5)
 
 if __name__ == "__main__":
     unittest.main()
