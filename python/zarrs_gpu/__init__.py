@@ -17,7 +17,8 @@ ValueError.
 
 Existing zarr-python code gets the same decode inside ``with zarrs_gpu.gpu_zarr_context():``
 (zarr-python's GPU buffers and this package's codec pipeline, ``zarrs_gpu.pipeline``), and Dask
-arrays of CuPy blocks from ``zarrs_gpu.dask.from_zarr`` (``import zarrs_gpu.dask``; needs dask).
+arrays of CuPy blocks from ``zarrs_gpu.dask.from_zarr`` (``import zarrs_gpu.dask``; needs dask), and
+xarray datasets from ``xr.open_dataset(path, engine="zarrs_gpu")`` (``zarrs_gpu.xarray``; needs xarray).
 """
 
 import contextlib
