@@ -237,7 +237,6 @@ class ZarrsGpuBackendEntrypoint(BackendEntrypoint):
     zarrs_gpu on the GPU; see the module's docstring."""
 
     description = "Zarr groups (v2 and v3) in local stores, read by zarrs_gpu into GPU memory (CuPy)"
-    url = "https://github.com/"  # the project's README: Python, xarray
     open_dataset_parameters = (
         "filename_or_obj", "drop_variables", "mask_and_scale", "decode_times", "concat_characters",
         "decode_coords", "use_cftime", "decode_timedelta", "group", "consolidated",
