@@ -31,6 +31,7 @@ use zarrs::plugin::PluginCreateError;
 
 use crate::config::DecodeTrust;
 use crate::device::kernels::Kernels;
+use crate::device::upload::Uploads;
 use crate::error::GpuError;
 use crate::schedule::DecodeRates;
 
@@ -89,6 +90,8 @@ pub struct DeviceBatch<'a> {
     pub host_inputs: &'a [&'a [u8]],
     pub(crate) nvcomp: Option<&'a NvcompLibrary>,
     pub(crate) kernels: Option<&'a Kernels>,
+    /// The device's pinned buffers for a codec's tables.
+    pub(crate) uploads: Option<&'a Uploads>,
 }
 
 impl std::fmt::Debug for DeviceBatch<'_> {

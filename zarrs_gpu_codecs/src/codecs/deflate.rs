@@ -20,6 +20,31 @@
 //! Huffman-coded block header is left to the check value the stream's container carries (zlib's
 //! Adler-32, gzip's CRC-32), verified after decoding.
 
+use crate::config::DecodeTrust;
+
+/// Whether nvCOMP may decode deflate streams (gzip members, zlib streams, Blosc's zlib streams):
+/// only those a crc32c verified first, or under [`DecodeTrust::Trusted`]. Its decoder is not
+/// defined on malformed streams, and the check here reads only up to the first Huffman-coded block.
+pub(crate) fn may_decode(trust: DecodeTrust, verified: bool) -> bool {
+    verified || trust == DecodeTrust::Trusted
+}
+
+/// Decode from `decoder` (flate2's, over one stored unit) into `out` as zarrs' codecs do: read to
+/// the stream's end, which checks its trailer; the bytes written, or `out.len() + 1` when the
+/// stream holds more.
+pub(crate) fn read_into(mut decoder: impl std::io::Read, out: &mut [u8]) -> std::io::Result<usize> {
+    let mut written = 0;
+    while written < out.len() {
+        match decoder.read(&mut out[written..])? {
+            0 => return Ok(written),
+            n => written += n,
+        }
+    }
+    // Reading on to the end checks the trailer; anything more is too long.
+    let more = decoder.read(&mut [0u8; 1])?;
+    Ok(written + more)
+}
+
 /// Why a deflate stream is not valid: what zlib reports for it too.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

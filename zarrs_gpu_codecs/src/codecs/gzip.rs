@@ -10,6 +10,7 @@ use nvcomp_sys::{sys as nv, Crc32, Decompressor};
 use zarrs::array::codec::GzipCodec;
 use zarrs::array::{CodecTraitsV2, CodecTraitsV3};
 
+use crate::codecs::deflate;
 use crate::codecs::nvcomp::{need, nvcomp_decoder};
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
 use crate::config::DecodeTrust;
@@ -44,7 +45,7 @@ impl DeviceCodec for Gzip {
     }
 
     fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
-        verified || trust == DecodeTrust::Trusted
+        deflate::may_decode(trust, verified)
     }
 
     nvcomp_decoder!(GZIP);
@@ -84,16 +85,5 @@ impl DeviceCodec for Gzip {
 /// member, its CRC-32 and length checked): the bytes written, or `out.len() + 1` when the member
 /// holds more.
 fn gunzip(data: &[u8], out: &mut [u8]) -> std::io::Result<usize> {
-    use std::io::Read;
-    let mut decoder = flate2::bufread::GzDecoder::new(data);
-    let mut written = 0;
-    while written < out.len() {
-        match decoder.read(&mut out[written..])? {
-            0 => return Ok(written),
-            n => written += n,
-        }
-    }
-    // Reading on to the end checks the trailer; anything more is too long.
-    let more = decoder.read(&mut [0u8; 1])?;
-    Ok(written + more)
+    deflate::read_into(flate2::bufread::GzDecoder::new(data), out)
 }

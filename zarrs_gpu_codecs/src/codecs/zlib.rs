@@ -28,6 +28,7 @@ use nvcomp_sys::{Decompressor, NvcompLibrary};
 use zarrs::array::codec::ZlibCodec;
 use zarrs::array::{CodecTraitsV2, CodecTraitsV3};
 
+use crate::codecs::deflate;
 use crate::codecs::nvcomp::{decompress, need};
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
 use crate::config::DecodeTrust;
@@ -72,7 +73,7 @@ impl DeviceCodec for Zlib {
     }
 
     fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
-        verified || trust == DecodeTrust::Trusted
+        deflate::may_decode(trust, verified)
     }
 
     fn temp_bytes(
@@ -152,18 +153,7 @@ impl DeviceCodec for Zlib {
 /// the Adler-32 checked at the stream's end): the bytes written, or `out.len() + 1` when the
 /// stream holds more.
 fn unzlib(data: &[u8], out: &mut [u8]) -> std::io::Result<usize> {
-    use std::io::Read;
-    let mut decoder = flate2::bufread::ZlibDecoder::new(data);
-    let mut written = 0;
-    while written < out.len() {
-        match decoder.read(&mut out[written..])? {
-            0 => return Ok(written),
-            n => written += n,
-        }
-    }
-    // Reading on to the end checks the Adler-32; anything more is too long.
-    let more = decoder.read(&mut [0u8; 1])?;
-    Ok(written + more)
+    deflate::read_into(flate2::bufread::ZlibDecoder::new(data), out)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use crate::config::{pool_keep_from_env, GpuConfig};
 use crate::device::current_context::CurrentContextGuard;
 use crate::device::kernels::Kernels;
 use crate::device::pool::{default_pool_keep, BufferPool, DeviceBuffer, OutputPool};
+use crate::device::upload::Uploads;
 use crate::error::GpuError;
 use crate::schedule::HostRate;
 
@@ -39,6 +40,8 @@ pub(crate) struct GpuContext {
     lost: OnceLock<String>,
     /// One host thread's decode rate as this device's reads see it, for the scheduler.
     host_rate: HostRate,
+    /// The pinned buffers through which codecs copy their tables.
+    uploads: Uploads,
 }
 
 impl GpuContext {
@@ -74,6 +77,7 @@ impl GpuContext {
             kernels: OnceLock::new(),
             lost: OnceLock::new(),
             host_rate: HostRate::default(),
+            uploads: Uploads::default(),
         });
         contexts.insert(ordinal, context.clone());
         Ok(context)
@@ -81,6 +85,11 @@ impl GpuContext {
 
     /// The device's kernels, loaded on first use from `sources` (every call passes the same:
     /// see [`Kernels::load`]); None without NVRTC.
+    /// The pinned buffers through which codecs copy their tables (see `device/upload.rs`).
+    pub(crate) fn uploads(&self) -> &Uploads {
+        &self.uploads
+    }
+
     pub(crate) fn kernels(&self, sources: &[&[&str]]) -> Option<&Kernels> {
         self.kernels.get_or_init(|| Kernels::load(&self.ctx, sources)).as_ref().ok()
     }
@@ -284,7 +293,9 @@ impl GpuContext {
     fn trim(&self, keep: u64) -> Result<(), GpuError> {
         self.bind()?;
         let staging = self.staging.trim(keep);
-        self.pinned.trim(keep);
+        // Codecs' table buffers count against the pinned bound first (a few MiB at most).
+        let uploads = self.uploads.trim(keep);
+        self.pinned.trim(keep.saturating_sub(uploads));
         self.pool.keep(keep.saturating_sub(staging)).map_err(GpuError::cuda("trimming the output memory pool"))
     }
 
@@ -374,7 +385,7 @@ pub fn memory_in_use(device: usize) -> Result<MemoryInUse, GpuError> {
         device_total: total as u64,
         output_pool_idle: context.pool.idle_bytes(),
         staging_pooled: context.staging.bytes(),
-        pinned_pooled: context.pinned.bytes(),
+        pinned_pooled: context.pinned.bytes() + context.uploads.bytes(),
         pool_keep: context.keep,
     })
 }

@@ -1,6 +1,8 @@
 //! Host tables to device memory through pinned buffers that are kept and reused once their copy
 //! has run: a copy from pageable memory would first wait for everything queued on the stream
-//! (the previous batch's decode), which the pipeline overlaps with the next batch's reads.
+//! (the previous batch's decode), which the pipeline overlaps with the next batch's reads. The
+//! device context holds them ([`GpuContext::uploads`](crate::device::context::GpuContext)), so
+//! that they outlive a read, and trims them with its pinned buffers.
 
 use std::sync::Mutex;
 
@@ -82,5 +84,29 @@ impl Uploads {
         }
         // Not kept: dropped once its copy has run (`Staged`'s drop).
         Ok(())
+    }
+
+    /// Keep the smallest buffers that fit in `limit` bytes (freed ones wait for their copy);
+    /// returns the bytes kept. Called when no read is in flight.
+    pub(crate) fn trim(&self, limit: u64) -> u64 {
+        let dropped: Vec<Staged> = {
+            let mut kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            kept.sort_by_key(|s| s.host.len());
+            let mut total = 0u64;
+            let fit = kept.iter().take_while(|s| {
+                total = total.saturating_add(s.host.len() as u64);
+                total <= limit
+            });
+            let fit = fit.count();
+            kept.split_off(fit)
+        };
+        drop(dropped);
+        self.bytes()
+    }
+
+    /// Bytes of the kept buffers.
+    pub(crate) fn bytes(&self) -> u64 {
+        let kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.iter().map(|s| s.host.len() as u64).sum()
     }
 }

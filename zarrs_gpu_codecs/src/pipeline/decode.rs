@@ -795,6 +795,7 @@ impl Batch {
             host_inputs: &host_inputs,
             nvcomp,
             kernels: job.kernels,
+            uploads: Some(job.context.uploads()),
         };
         let temp_bytes = match &chain.compression {
             Some(codec) if n_dec > 0 && staging.temp_bytes as u64 >= EXACT_SCRATCH_FROM => {

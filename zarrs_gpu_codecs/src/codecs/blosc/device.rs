@@ -13,11 +13,11 @@ use zarrs::metadata::Configuration;
 use super::decode_host;
 use super::header::{check_chunk, parse_chunk, BloscChunk, BloscVerdict, Compressor, Shuffle};
 use super::kernels::{self, FoldArrays, Task, ADLER_MISMATCH, BIT, BYTE, COPY, SIZE_MISMATCH};
+use crate::codecs::deflate;
 use crate::codecs::nvcomp::need;
 use crate::codecs::zlib::adler32::launch_adler32;
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, HostCheck};
 use crate::config::DecodeTrust;
-use crate::device::upload::Uploads;
 use crate::error::GpuError;
 
 /// The device takes a chunk of at most this many streams plus one per this many decoded bytes:
@@ -37,7 +37,6 @@ pub(crate) struct Blosc {
     /// The compressor the configuration names.
     compressor: Compressor,
     cname: String,
-    uploads: Uploads,
 }
 
 impl Blosc {
@@ -52,7 +51,7 @@ impl Blosc {
             "snappy" => Compressor::Snappy,
             other => return Err(format!("blosc compressor {other:?} is not one c-blosc 1.x has")),
         };
-        Ok(Self { compressor, cname, uploads: Uploads::default() })
+        Ok(Self { compressor, cname })
     }
 
     fn decompressor(&self) -> Option<Decompressor> {
@@ -393,9 +392,8 @@ impl DeviceCodec for Blosc {
     }
 
     fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
-        // nvCOMP's deflate is not defined on malformed streams, which the host cannot rule out.
         match self.compressor {
-            Compressor::Zlib => verified || trust == DecodeTrust::Trusted,
+            Compressor::Zlib => deflate::may_decode(trust, verified),
             _ => verified || trust != DecodeTrust::Verified,
         }
     }
@@ -443,9 +441,11 @@ impl DeviceCodec for Blosc {
         let (bytes, t) = plan.tables();
         let stream = batch.stream;
         let n = plan.items.len();
+        let uploads =
+            batch.uploads.ok_or_else(|| GpuError::Unsupported("Blosc's tables need the device's uploads".into()))?;
         // SAFETY: the tables' region is in this batch's scratch, which the stream owns until
         // the batch's work has run.
-        unsafe { self.uploads.upload(stream, &bytes, plan.tables_at) }?;
+        unsafe { uploads.upload(stream, &bytes, plan.tables_at) }?;
         // Every chunk decodes to its whole length unless a stream says otherwise (the fold).
         // SAFETY: `count` u64 and u32 entries at the batch's arrays, ordered on the stream.
         unsafe {
