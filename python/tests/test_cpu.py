@@ -1244,5 +1244,491 @@ class XarrayCpuTests(unittest.TestCase):
         self.assertIn("ImportError", run.stdout)
 
 
+
+class HostReadAhead:
+    """zarrs_gpu.ReadAhead on the host: reads each key when asked for it, yields (key, array)."""
+
+    def __init__(self, array, keys):
+        self.array, self.keys, self.closed = array, list(keys), False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.closed or not self.keys:
+            raise StopIteration
+        key = self.keys.pop(0)
+        return key, self.array[key]
+
+    def close(self):
+        self.closed = True
+
+
+class HostPending:
+    def __init__(self, array, key):
+        self.value = np.asarray(array.z[key])
+
+    def result(self):
+        return self.value
+
+
+class HostCropArray:
+    """The reads zarrs_gpu.torch asks of a zarrs_gpu.Array, by zarr-python on the host, each one
+    logged: ("get", key), ("ahead", keys, prefetch), ("async", key)."""
+
+    def __init__(self, path, array, device, log, fail_at=None):
+        self.z = zarr.open_array(os.path.join(path, array.strip("/")), mode="r")
+        self.path, self.device, self.log, self.fail_at, self.aheads = path, device, log, fail_at, []
+
+    def __getitem__(self, key):
+        if self.fail_at is not None and key[-1].start == self.fail_at:
+            raise RuntimeError("no chunk here")
+        self.log.append(("get", key))
+        return np.asarray(self.z[key])
+
+    def read_ahead(self, keys, prefetch):
+        keys = list(keys)
+        self.log.append(("ahead", keys, prefetch))
+        self.aheads.append(HostReadAhead(self, keys))
+        return self.aheads[-1]
+
+    def read_async(self, key):
+        self.log.append(("async", key))
+        return HostPending(self, key)
+
+
+class HostTorchBackend:
+    """zarrs_gpu.torch.backend for tests without a GPU or torch: zarr-python reads, numpy 'tensors'."""
+
+    def __init__(self, device=3, worker=False, fail_at=None):
+        self.device, self.worker, self.fail_at = device, worker, fail_at
+        self.log, self.opened, self.arrays = [], [], []
+
+    def current_device(self):
+        return self.device
+
+    def open(self, path, array, device):
+        self.opened.append((path, array, device))
+        self.arrays.append(HostCropArray(path, array, device, self.log, self.fail_at))
+        return self.arrays[-1]
+
+    def as_tensor(self, x):
+        return np.asarray(x)
+
+    def stack(self, tensors):
+        return np.stack(tensors)
+
+    def in_worker(self):
+        return self.worker
+
+
+class CountingSampler:
+    """A sampler whose order depends on its epoch (as DistributedSampler's), counting passes."""
+
+    def __init__(self, n, take):
+        self.n, self.take, self.epoch, self.passes = n, take, 0, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __iter__(self):
+        self.passes += 1
+        order = np.random.default_rng(self.epoch).permutation(self.n)[: self.take]
+        return iter(order.tolist())
+
+    def __len__(self):
+        return self.take
+
+
+class TorchCpuTests(unittest.TestCase):
+    """zarrs_gpu.torch without a GPU or torch: the crop plans (random, grid, given starts), and the
+    dataset and loader with the backend replaced by zarr-python reads and numpy arrays, against
+    zarr-python's crops."""
+
+    @classmethod
+    def setUpClass(cls):
+        import warnings
+
+        cls.dir = tempfile.TemporaryDirectory()
+        root = cls.dir.name
+        rng = np.random.default_rng(23)
+        # An input with a channel axis, partial edge chunks on every axis, zstd.
+        cls.image = rng.standard_normal((2, 37, 41, 29)).astype("float32")
+        cls.image_path = os.path.join(root, "image.zarr")
+        z = zarr.create_array(store=cls.image_path, shape=cls.image.shape, chunks=(1, 8, 16, 7), dtype="float32",
+                              compressors=zc.ZstdCodec(level=1))
+        z[...] = cls.image
+        # A label of the same grid in a group, another dtype, sharded, a shard never written (fill value).
+        cls.group = os.path.join(root, "group.zarr")
+        g = zarr.open_group(cls.group, mode="w")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            label = g.create_array("label", shape=(37, 41, 29), chunks=(5, 5, 5), shards=(10, 10, 10), dtype="uint8",
+                                   fill_value=255)
+        cls.label = rng.integers(0, 5, (37, 41, 29)).astype("uint8")
+        cls.label[:10, :10, :10] = 255
+        label[10:, :, :] = cls.label[10:]
+        label[:10, 10:, :] = cls.label[:10, 10:]
+        label[:10, :10, 10:] = cls.label[:10, :10, 10:]
+        cls.label_path = os.path.join(cls.group, "label")
+        cls.other = os.path.join(root, "other.zarr")
+        zarr.create_array(store=cls.other, shape=(37, 40, 29), chunks=(8, 8, 8), dtype="int16")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def backend(self, **options):
+        from unittest import mock
+
+        import zarrs_gpu.torch as zt
+
+        self.host = HostTorchBackend(**options)
+        return mock.patch.object(zt, "backend", self.host)
+
+    def crop(self, data, box):
+        lead = (slice(None),) * (data.ndim - len(box))
+        return data[lead + tuple(slice(a, b) for a, b in box)]
+
+    # ---- crop plans
+    def test_random_crops_are_in_bounds_reproducible_and_the_benchmarks_tiles(self):
+        from zarrs_gpu.torch import CropPlan
+
+        rng = np.random.default_rng(5)
+        for _ in range(200):
+            ndim = int(rng.integers(1, 5))
+            shape = tuple(int(n) for n in rng.integers(1, 60, ndim))
+            crop = tuple(int(rng.integers(1, n + 1)) for n in shape)
+            count, seed = int(rng.integers(1, 40)), int(rng.integers(0, 2**63))
+            plan = CropPlan(shape, crop, count, seed=seed)
+            boxes = list(plan)
+            self.assertEqual(len(plan), count)
+            for box in boxes:
+                self.assertEqual(tuple(b - a for a, b in box), crop)
+                self.assertTrue(all(0 <= a and b <= n for (a, b), n in zip(box, shape)), (box, shape))
+            # A function of its arguments: made again (another process), the same crops.
+            self.assertEqual(boxes, list(CropPlan(list(shape), list(crop), count, seed=seed)))
+            self.assertEqual(plan[-1], boxes[-1])
+            if math.prod(n - c + 1 for n, c in zip(shape, crop)) > 10**4 and count > 5:
+                self.assertNotEqual(boxes, list(CropPlan(shape, crop, count, seed=seed + 1)))
+        # Every start of a small range is drawn, the last included.
+        starts = {CropPlan((10, 3), (4, 3), 400, seed=1).start(i)[0] for i in range(400)}
+        self.assertEqual(starts, set(range(7)))
+        # The random tiles benches/bench.rs and benches/tiles.py read for seed 17 (an 8 GiB array).
+        plan = CropPlan((512, 2048, 2048), (64, 256, 256), 3, seed=17)
+        self.assertEqual([plan.start(i) for i in range(3)], [(225, 701, 588), (100, 30, 146), (14, 1171, 45)])
+        # Crop i does not depend on how many crops there are.
+        self.assertEqual(list(CropPlan((50, 50), (7, 9), 30, seed=4))[:10], list(CropPlan((50, 50), (7, 9), 10, seed=4)))
+
+    def test_the_grid_covers_the_array_as_stated(self):
+        from zarrs_gpu.torch import CropPlan
+
+        rng = np.random.default_rng(6)
+        for _ in range(200):
+            ndim = int(rng.integers(1, 4))
+            shape = tuple(int(n) for n in rng.integers(1, 30, ndim))
+            crop = tuple(int(rng.integers(1, n + 1)) for n in shape)
+            stride = tuple(int(rng.integers(1, c + 1)) for c in crop)
+            for options in ({}, {"stride": stride}):
+                plan = CropPlan(shape, crop, "grid", **options)
+                boxes = list(plan)
+                self.assertEqual(len(boxes), len(set(boxes)))
+                self.assertEqual(boxes, sorted(boxes), "C order")
+                count = covered(shape, boxes)
+                # Every element in some crop, every crop whole and within the array.
+                self.assertTrue((count >= 1).all(), (shape, crop, options))
+                for box in boxes:
+                    self.assertEqual(tuple(b - a for a, b in box), crop)
+                    self.assertTrue(all(b <= n for (_, b), n in zip(box, shape)))
+                if not options:
+                    # The tiling's crops meet only where the last one was shifted back to the edge.
+                    want = np.ones(shape, dtype=np.int64)
+                    for axis, (n, c) in enumerate(zip(shape, crop)):
+                        if n % c:
+                            index = [slice(None)] * ndim
+                            index[axis] = slice(n - c, n - n % c)
+                            want[tuple(index)] *= 2
+                    np.testing.assert_array_equal(count, want)
+            # edge="drop": whole tiles only, the remainder left out.
+            drop = list(CropPlan(shape, crop, edge="drop"))
+            self.assertEqual(len(drop), math.prod(n // c for n, c in zip(shape, crop)))
+            whole = np.zeros(shape, dtype=np.int64)
+            whole[tuple(slice(0, n - n % c) for n, c in zip(shape, crop))] = 1
+            np.testing.assert_array_equal(covered(shape, drop), whole)
+        # A stride larger than the crop leaves gaps, the last crop still at the edge.
+        self.assertEqual(list(CropPlan((10,), (2,), stride=(4,))), [((0, 2),), ((4, 6),), ((8, 10),)])
+        self.assertEqual(list(CropPlan((11,), (2,), stride=(4,))), [((0, 2),), ((4, 6),), ((8, 10),), ((9, 11),)])
+        self.assertEqual(CropPlan((11,), (2,), stride=(4,), edge="drop")[-1], ((8, 10),))
+        self.assertEqual(list(CropPlan((6, 4), (3, 4))), [((0, 3), (0, 4)), ((3, 6), (0, 4))])
+
+    def test_given_starts_and_bad_arguments(self):
+        from zarrs_gpu.torch import CropPlan, batches, shuffled
+
+        plan = CropPlan((20, 30), (5, 6), [(0, 0), (15, 24), np.array([3, 4])])
+        self.assertEqual(list(plan), [((0, 5), (0, 6)), ((15, 20), (24, 30)), ((3, 8), (4, 10))])
+        cases = [
+            (((20, 30), (21, 6)), {}, ValueError, "larger than the array's extent (20, 30) on axis 0 (21 > 20)"),
+            (((20, 30), (5,)), {}, ValueError, "has 1 axes"),
+            (((20, 30), (5, 0)), {}, ValueError, "of 1 or more"),
+            (((20, 30), (5, 2.5)), {}, TypeError, "must hold integers"),
+            (((20, 30), "56"), {}, TypeError, "sequence of integers"),
+            (((20, 30), (5, 6)), {"crops": 0}, ValueError, "1 or more"),
+            (((20, 30), (5, 6)), {"crops": -3}, ValueError, "1 or more"),
+            (((20, 30), (5, 6)), {"crops": True}, TypeError, "crops must be"),
+            (((20, 30), (5, 6)), {"crops": "random"}, ValueError, "crops must be"),
+            (((20, 30), (5, 6)), {"crops": 4.0}, TypeError, "crops must be"),
+            (((20, 30), (5, 6)), {"crops": 4, "stride": (1, 1)}, ValueError, "stride and edge are for crops='grid'"),
+            (((20, 30), (5, 6)), {"edge": "clip"}, ValueError, "edge must be"),
+            (((20, 30), (5, 6)), {"stride": (1,)}, ValueError, "stride (1,) has 1 axes"),
+            (((20, 30), (5, 6)), {"seed": 1.5}, TypeError, "seed must be an int"),
+            (((20, 30), (5, 6)), {"crops": [(16, 0)]}, ValueError, "crops[0]: a crop of (5, 6) at (16, 0)"),
+            (((20, 30), (5, 6)), {"crops": [(0, 0), (-1, 0)]}, ValueError, "crops[1]"),
+            (((20, 30), (5, 6)), {"crops": [(0, 0, 0)]}, ValueError, "crops[0]"),
+            (((20, 30), (5, 6)), {"crops": ["ab"]}, TypeError, "crops[0] must be a start"),
+            (((20, 30), (5, 6)), {"crops": []}, ValueError, "empty list"),
+        ]
+        for args, options, error, text in cases:
+            with self.subTest(args=args, options=options):
+                with self.assertRaises(error) as caught:
+                    CropPlan(*args, **options)
+                self.assertIn(text, str(caught.exception))
+        with self.assertRaisesRegex(IndexError, "crop 3 is out of range for 3 crops"):
+            plan[3]
+        with self.assertRaisesRegex(IndexError, "crop -4"):
+            plan[-4]
+        # Batches as BatchSampler makes them; the shuffled order a permutation fixed by seed + epoch.
+        self.assertEqual(batches(list(range(7)), 3), [[0, 1, 2], [3, 4, 5], [6]])
+        self.assertEqual(batches(list(range(7)), 3, drop_last=True), [[0, 1, 2], [3, 4, 5]])
+        self.assertEqual(batches([], 2), [])
+        for bad in (0, -1, True, 2.0):
+            with self.assertRaisesRegex(ValueError, "batch_size"):
+                batches([1], bad)
+        for n in (0, 1, 2, 50):
+            self.assertEqual(sorted(shuffled(n, 3, 1)), list(range(n)))
+        self.assertEqual(shuffled(50, 3, 1), shuffled(50, 3, 1))
+        self.assertEqual(shuffled(50, 3, 1), shuffled(50, 4, 0))
+        self.assertNotEqual(shuffled(50, 3, 1), shuffled(50, 3, 2))
+        self.assertNotEqual(shuffled(50, 3, 1), list(range(50)))
+
+    # ---- the dataset
+    def test_dataset_items_equal_zarr_pythons_crops(self):
+        import zarrs_gpu.torch as zt
+
+        with self.backend():
+            ds = zt.CropDataset([self.image_path, self.label_path], (9, 10, 11), crops=25, seed=5)
+            self.assertEqual(len(ds), 25)
+            self.assertEqual((ds.shapes, ds.dtypes), ([(2, 37, 41, 29), (37, 41, 29)], ["float32", "uint8"]))
+            self.assertIsNone(ds.device)  # not opened yet
+            self.assertEqual(self.host.opened, [])
+            for i in list(range(25)) + [-1]:
+                x, y = ds[i]
+                box = ds.plan[i]
+                self.assertEqual(x.shape, (2, 9, 10, 11))
+                np.testing.assert_array_equal(x, self.crop(self.image, box))
+                np.testing.assert_array_equal(y, self.crop(self.label, box))
+            self.assertEqual(ds.device, 3)  # the backend's current device, taken at the first read
+            self.assertEqual([d for _, _, d in self.host.opened], [3, 3])  # opened once each
+            # Crops that meet the never-written shard read its fill value.
+            ds = zt.CropDataset(self.label_path, (6, 6, 6), crops=[(0, 0, 0), (8, 8, 8)])
+            first = ds[0]
+            self.assertIsInstance(first, np.ndarray)  # one array given: items are not tuples
+            self.assertTrue((first == 255).all())
+            np.testing.assert_array_equal(ds[1], self.label[8:14, 8:14, 8:14])
+            # A grid, zarr-python arrays as the arrays, a device given.
+            image = zarr.open_array(self.image_path, mode="r")
+            label = zarr.open_group(self.group, mode="r")["label"]
+            ds = zt.CropDataset((image, label), (20, 41, 15), device="cuda:1")
+            self.assertEqual(len(ds), 2 * 1 * 2)
+            seen = np.zeros(self.label.shape, dtype=bool)
+            for i in range(len(ds)):
+                x, y = ds[i]
+                np.testing.assert_array_equal(x, self.crop(self.image, ds.plan[i]))
+                np.testing.assert_array_equal(y, self.crop(self.label, ds.plan[i]))
+                seen[tuple(slice(a, b) for a, b in ds.plan[i])] = True
+            self.assertTrue(seen.all())
+            self.assertEqual(self.host.opened[-1], (self.group, "/label", 1))
+            # A batch at once (DataLoader's __getitems__): every read started before any is taken.
+            self.host.log.clear()
+            items = ds.__getitems__([3, 0, 3])
+            self.assertEqual([kind for kind, _ in self.host.log], ["async"] * 6)
+            for i, (x, y) in zip([3, 0, 3], items):
+                np.testing.assert_array_equal(x, self.crop(self.image, ds.plan[i]))
+                np.testing.assert_array_equal(y, self.crop(self.label, ds.plan[i]))
+
+    def test_errors_name_the_arrays_and_crops(self):
+        import zarrs_gpu.torch as zt
+
+        with self.assertRaises(ValueError) as caught:
+            zt.CropDataset([self.label_path, self.other], (4, 4, 4))
+        text = str(caught.exception)
+        self.assertIn("arrays[1]", text)
+        self.assertIn("other.zarr", text)
+        self.assertIn("(37, 40, 29)", text)
+        self.assertIn("(37, 41, 29)", text)
+        with self.assertRaisesRegex(ValueError, r"on axis 0 \(38 > 37\)"):
+            zt.CropDataset([self.image_path, self.label_path], (38, 4, 4))
+        with self.assertRaisesRegex(ValueError, "crop_shape .* has 4 axes, arrays\\[1\\]"):
+            zt.CropDataset([self.image_path, self.label_path], (2, 4, 4, 4))
+        with self.assertRaisesRegex(ValueError, "arrays is empty"):
+            zt.CropDataset([], (4,))
+        with self.assertRaisesRegex(TypeError, "arrays\\[0\\]: expected a path, a zarrs_gpu.Array or a zarr-python"):
+            zt.CropDataset([np.zeros((5, 5))], (4,))
+        missing = os.path.join(self.dir.name, "nothing.zarr")
+        with self.assertRaises(Exception) as caught:
+            zt.CropDataset(missing, (4,))
+        self.assertIn("arrays[0]", str(caught.exception))
+        self.assertIn("nothing.zarr", str(caught.exception))
+        for device, error in (("cpu", ValueError), (-1, ValueError), ("cuda:x", ValueError), (True, TypeError)):
+            with self.subTest(device=device), self.assertRaises(error):
+                zt.CropDataset(self.label_path, (4, 4, 4), device=device)
+        self.assertEqual(zt.CropDataset(self.label_path, (4, 4, 4), device="cuda").device, None)
+        # A read that fails names the array and the crop.
+        with self.backend(fail_at=8):
+            ds = zt.CropDataset([self.image_path, self.label_path], (6, 6, 6), crops=[(0, 0, 0), (1, 2, 8)])
+            np.testing.assert_array_equal(ds[0][1], self.label[:6, :6, :6])
+            with self.assertRaises(RuntimeError) as caught:
+                ds[1]
+            text = str(caught.exception)
+            for part in ("crop 1 [1:7, 2:8, 8:14]", "arrays[0]", "image.zarr", "no chunk here"):
+                self.assertIn(part, text)
+        # In a DataLoader worker process: refused, saying what to use.
+        with self.backend(worker=True):
+            ds = zt.CropDataset(self.label_path, (4, 4, 4))
+            with self.assertRaisesRegex(RuntimeError, "num_workers=0"):
+                ds[0]
+
+    def test_the_dataset_pickles_and_reopens_where_it_is_read(self):
+        import pickle
+
+        import zarrs_gpu
+        import zarrs_gpu.torch as zt
+
+        with self.backend(device=2):
+            ds = zt.CropDataset([self.image_path, self.label_path], (5, 5, 5), crops=7, seed=9)
+            ds[0]
+            self.assertEqual(ds.device, 2)
+            copy = pickle.loads(pickle.dumps(ds))
+            # The copy opens its arrays again, on its process's current device.
+            self.assertIsNone(copy.device)
+            self.assertTrue(all(s.opened is None for s in copy._sources))
+            self.assertEqual(copy.plan, ds.plan)
+            self.host.device = 5
+            np.testing.assert_array_equal(copy[4][0], ds[4][0])
+            self.assertEqual(copy.device, 5)
+            fixed = pickle.loads(pickle.dumps(zt.CropDataset(self.label_path, (5, 5, 5), device=1)))
+            fixed[0]
+            self.assertEqual(fixed.device, 1)
+        # An open zarrs_gpu.Array is used as it is, but does not pickle.
+        ds = zt.CropDataset([zarrs_gpu.open(self.image_path), self.label_path], (5, 5, 5))
+        self.assertEqual(ds.shapes[0], (2, 37, 41, 29))
+        with self.assertRaisesRegex(TypeError, "give its path instead"):
+            pickle.dumps(ds)
+
+    # ---- the loader
+    def test_loader_batches_equal_zarr_pythons_crops(self):
+        import zarrs_gpu.torch as zt
+
+        with self.backend():
+            ds = zt.CropDataset([self.image_path, self.label_path], (7, 8, 9), crops=23, seed=2)
+            order = [5, 0, 22, 7, 7, 13, 1, 9, 2, 20]
+            for prefetch in (0, 1, 2, 5):
+                for drop_last in (False, True):
+                    with self.subTest(prefetch=prefetch, drop_last=drop_last):
+                        loader = zt.CropLoader(ds, 4, sampler=order, prefetch=prefetch, drop_last=drop_last,
+                                               return_indices=True)
+                        self.assertEqual(len(loader), 2 if drop_last else 3)
+                        self.host.log.clear()
+                        got = list(loader)
+                        want = zt.batches(order, 4, drop_last)
+                        self.assertEqual([indices for indices, _ in got], want)
+                        for indices, (x, y) in got:
+                            self.assertEqual(x.shape, (len(indices), 2, 7, 8, 9))
+                            np.testing.assert_array_equal(x, np.stack([self.crop(self.image, ds.plan[i]) for i in indices]))
+                            np.testing.assert_array_equal(y, np.stack([self.crop(self.label, ds.plan[i]) for i in indices]))
+                        aheads = [entry for entry in self.host.log if entry[0] == "ahead"]
+                        if prefetch:
+                            # One read-ahead per array over the pass's crops, prefetch batches deep.
+                            used = [i for g in want for i in g]
+                            self.assertEqual(len(aheads), 2)
+                            for n, (_, keys, depth) in enumerate(aheads):
+                                self.assertEqual(keys, [ds.keys(i)[n] for i in used])
+                                self.assertEqual(depth, 4 * prefetch)
+                        else:
+                            self.assertEqual(aheads, [])
+            # One array: batches are arrays, not tuples.
+            single = zt.CropDataset(self.label_path, (3, 4, 5), crops=6, seed=1)
+            batches_of = list(zt.CropLoader(single, 4))
+            self.assertEqual([b.shape for b in batches_of], [(4, 3, 4, 5), (2, 3, 4, 5)])
+            np.testing.assert_array_equal(np.concatenate(batches_of), np.stack([self.crop(self.label, b) for b in single.plan]))
+
+    def test_loader_orders_each_pass_from_the_sampler_or_the_epoch(self):
+        import zarrs_gpu.torch as zt
+
+        with self.backend():
+            ds = zt.CropDataset(self.label_path, (4, 4, 4), crops=30, seed=1)
+            sampler = CountingSampler(30, 12)
+            loader = zt.CropLoader(ds, 5, sampler=sampler, return_indices=True)
+            for epoch in range(3):
+                loader.set_epoch(epoch)
+                self.assertEqual(sampler.epoch, epoch)
+                got = [i for indices, _ in loader for i in indices]
+                self.assertEqual(got, list(sampler))
+                self.assertEqual(got, np.random.default_rng(epoch).permutation(30)[:12].tolist())
+            self.assertEqual(sampler.passes, 3 + 3)  # the loader iterated it afresh on every pass
+            # Without a sampler: in order, or shuffled by seed and epoch.
+            plain = zt.CropLoader(ds, 7, return_indices=True)
+            self.assertEqual([i for indices, _ in plain for i in indices], list(range(30)))
+            shuffled = zt.CropLoader(ds, 7, shuffle=True, seed=4, return_indices=True)
+            first = [i for indices, _ in shuffled for i in indices]
+            self.assertEqual(first, zt.shuffled(30, 4, 0))
+            self.assertEqual(first, [i for indices, _ in shuffled for i in indices])
+            shuffled.set_epoch(1)
+            self.assertEqual([i for indices, _ in shuffled for i in indices], zt.shuffled(30, 4, 1))
+            # Left early: the pass's reads are closed; the batches taken stay as they were.
+            it = iter(zt.CropLoader(ds, 2, prefetch=3))
+            taken = next(it)
+            it.close()
+            self.assertEqual(list(it), [])
+            aheads = self.host.arrays[-1].aheads
+            self.assertTrue(aheads and all(r.closed for r in aheads))
+            np.testing.assert_array_equal(taken, np.stack([self.crop(self.label, ds.plan[i]) for i in (0, 1)]))
+
+    def test_loader_refuses_bad_arguments_at_once(self):
+        import zarrs_gpu.torch as zt
+
+        with self.backend():
+            ds = zt.CropDataset(self.label_path, (4, 4, 4), crops=10)
+            cases = [
+                ((ds, 0), {}, ValueError, "batch_size"),
+                ((ds, 2), {"prefetch": -1}, ValueError, "prefetch"),
+                ((ds, 2), {"prefetch": 1.5}, ValueError, "prefetch"),
+                ((ds, 2), {"sampler": [1], "shuffle": True}, ValueError, "exclude each other"),
+                ((ds, 2), {"sampler": 3}, TypeError, "iterable of dataset indices"),
+                (([1, 2], 2), {}, TypeError, "CropDataset"),
+            ]
+            for args, options, error, text in cases:
+                with self.subTest(options=options), self.assertRaisesRegex(error, text):
+                    zt.CropLoader(*args, **options)
+            with self.assertRaisesRegex(IndexError, "item 2 is 10, out of range for a dataset of 10 crops"):
+                iter(zt.CropLoader(ds, 2, sampler=[0, 1, 10]))
+            with self.assertRaisesRegex(TypeError, "item 0 is 'a'"):
+                iter(zt.CropLoader(ds, 2, sampler=["a"]))
+            self.assertEqual(self.host.log, [], "nothing read for a bad sampler")
+
+    def test_the_package_imports_without_torch(self):
+        code = ("import sys; sys.modules['torch'] = None\n"
+                "import zarrs_gpu, zarrs_gpu.torch as zt\n"
+                f"ds = zt.CropDataset({self.label_path!r}, (4, 4, 4), crops=3)\n"
+                "print(len(ds), ds.plan[0])\n"
+                "try:\n"
+                "    ds[0]\n"
+                "except ImportError as e:\n"
+                "    print('ImportError', e)\n")
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("ImportError", run.stdout)
+        self.assertTrue(run.stdout.startswith("3 ("), run.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,616 @@
+"""PyTorch datasets of crops that zarrs_gpu reads on the GPU: ``CropDataset``, a map-style dataset
+whose items are CUDA tensors on this process's GPU (DLPack, no copy), and ``CropLoader``, which
+batches them with the reads of the next batches kept in flight while the caller trains on this one.
+
+    import torch, zarrs_gpu.torch as zt
+    torch.cuda.set_device(local_rank)                    # one process per GPU: the dataset follows
+    ds = zt.CropDataset(["data.zarr/raw", "data.zarr/label"], (64, 128, 128), crops=1000, seed=0)
+    sampler = torch.utils.data.DistributedSampler(ds)    # or any iterable of indices
+    loader = zt.CropLoader(ds, batch_size=4, sampler=sampler, prefetch=2)
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)                          # forwards to sampler.set_epoch
+        for x, y in loader:                              # (4, 64, 128, 128) CUDA tensors
+            ...
+
+Crops (``CropPlan``) are boxes of ``crop_shape`` over the last ``len(crop_shape)`` axes of every
+array (axes before those, channels say, are read whole): a regular grid, N random crops fixed by a
+seed, or starts you give. The list is a pure function of (shape, crop_shape, crops, seed, stride,
+edge), computed on demand, so index ``i`` means the same crop in every process: what
+``DistributedSampler`` needs for each rank to read only its own crops.
+
+Arrays are opened lazily, on first use, on GPU ``device`` (default: ``torch.cuda.current_device()``
+at that moment), so a dataset made before ``torch.cuda.set_device`` or pickled to another process
+reads on that process's GPU. A plain ``torch.utils.data.DataLoader(ds, batch_size=..., sampler=...)``
+works too (``num_workers=0``: reads run on zarrs_gpu's own threads, and CUDA does not work in the
+forked worker processes ``num_workers > 0`` starts; ``pin_memory`` is for host tensors, leave it off).
+
+torch is imported when a dataset first reads, so ``import zarrs_gpu.torch`` works without it.
+Tests without a GPU replace ``backend`` (where tensors come from: see ``TorchBackend``).
+"""
+
+import math
+import operator
+import os
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+
+from .dask import _with_context, box_text
+
+__all__ = ["CropDataset", "CropLoader", "CropPlan", "TorchBackend", "backend", "batches", "shuffled"]
+
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix(z: int) -> int:
+    """splitmix64's output function (Steele, Lea and Flood 2014)."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def _draw(seed: int, n: int, bound: int) -> int:
+    """The ``n``-th draw (from 0) of a splitmix64 generator seeded with ``seed``, reduced to
+    ``0..bound`` as ``(next() * bound) >> 64``. Counter-based: any draw without the ones before, so
+    crop ``i`` is found without drawing crops ``0..i``."""
+    return (_mix((seed + (n + 1) * _GOLDEN) & _MASK) * bound) >> 64
+
+
+def _positive_ints(value: Any, what: str) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"{what} must be a sequence of integers, not {type(value).__name__}")
+    out = []
+    for v in value:
+        if isinstance(v, bool):
+            raise TypeError(f"{what} must hold integers, not {v!r}")
+        try:
+            v = operator.index(v)
+        except TypeError:
+            raise TypeError(f"{what} must hold integers, not {v!r}") from None
+        if v < 1:
+            raise ValueError(f"{what} must hold integers of 1 or more, not {tuple(value)}")
+        out.append(v)
+    if not out:
+        raise ValueError(f"{what} is empty: give one extent per cropped axis")
+    return tuple(out)
+
+
+class CropPlan:
+    """The crops of an array of ``shape`` (its cropped axes): a sequence of boxes, each a tuple of
+    ``(start, stop)`` per axis with ``stop - start == crop_shape``. Made from nothing but its
+    arguments, so every process that makes it gets the same boxes in the same order.
+
+    ``crops``:
+      ``"grid"`` (or None): a regular grid in C order, starts ``0, stride, 2 * stride, ...`` on each
+        axis (``stride`` defaults to ``crop_shape``). ``edge="shift"`` (the default) adds a last
+        crop that ends at the array's edge where the grid stops short of it (it overlaps the one
+        before), so with ``stride <= crop_shape`` every element is in some crop and every crop
+        has the full shape; ``edge="drop"`` leaves that remainder out.
+      an int N (1 or more): N random crops, start ``d`` of crop ``i`` being draw ``i * ndim + d`` of
+        a splitmix64 generator seeded with ``seed``, reduced to ``0..shape - crop`` (the tile
+        starts of ``benches/tiles.py`` and ``bench --tiles``, for the same seed).
+      a sequence of starts: those crops, in that order (each start in bounds).
+    """
+
+    def __init__(self, shape: Sequence[int], crop_shape: Sequence[int], crops: Any = "grid", *, seed: int = 0,
+                 stride: Optional[Sequence[int]] = None, edge: str = "shift"):
+        self.shape = tuple(operator.index(n) for n in shape)
+        self.crop_shape = _positive_ints(crop_shape, "crop_shape")
+        if len(self.crop_shape) != len(self.shape):
+            raise ValueError(f"crop_shape {self.crop_shape} has {len(self.crop_shape)} axes, the shape "
+                             f"{self.shape} {len(self.shape)}")
+        for axis, (n, c) in enumerate(zip(self.shape, self.crop_shape)):
+            if c > n:
+                raise ValueError(f"crop_shape {self.crop_shape} is larger than the array's extent {self.shape} "
+                                 f"on axis {axis} ({c} > {n})")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, not {seed!r}")
+        self.seed = seed & _MASK
+        if edge not in ("shift", "drop"):
+            raise ValueError(f"edge must be 'shift' or 'drop', not {edge!r}")
+        if crops is None:
+            crops = "grid"
+        self._count: Optional[int] = None
+        self._starts: Optional[list[tuple[int, ...]]] = None
+        self._grid: Optional[list[list[int]]] = None
+        self.stride = None
+        self.edge = edge
+        if isinstance(crops, str):
+            if crops != "grid":
+                raise ValueError(f"crops must be 'grid', a number of random crops or a list of starts, not {crops!r}")
+            self.kind = "grid"
+            self.stride = self.crop_shape if stride is None else _positive_ints(stride, "stride")
+            if len(self.stride) != len(self.shape):
+                raise ValueError(f"stride {self.stride} has {len(self.stride)} axes, the crops {len(self.shape)}")
+            self._grid = []
+            for n, c, s in zip(self.shape, self.crop_shape, self.stride):
+                starts = list(range(0, n - c + 1, s))
+                if edge == "shift" and starts[-1] + c < n:
+                    starts.append(n - c)
+                self._grid.append(starts)
+            return
+        if stride is not None or edge != "shift":
+            raise ValueError("stride and edge are for crops='grid'")
+        if isinstance(crops, bool):
+            raise TypeError(f"crops must be 'grid', a number of random crops or a list of starts, not {crops!r}")
+        if isinstance(crops, int):
+            if crops < 1:
+                raise ValueError(f"crops={crops}: the number of random crops is 1 or more")
+            self.kind = "random"
+            self._count = crops
+            return
+        if not isinstance(crops, Iterable):
+            raise TypeError(f"crops must be 'grid', a number of random crops or a list of starts, not "
+                            f"{type(crops).__name__}")
+        self.kind = "starts"
+        self._starts = []
+        for n, start in enumerate(crops):
+            try:
+                start = tuple(operator.index(s) for s in start)
+            except TypeError:
+                raise TypeError(f"crops[{n}] must be a start (integers, one per cropped axis), not {start!r}") from None
+            if len(start) != len(self.shape) or any(
+                    s < 0 or s + c > e for s, c, e in zip(start, self.crop_shape, self.shape)):
+                raise ValueError(f"crops[{n}]: a crop of {self.crop_shape} at {start} does not lie within "
+                                 f"{self.shape}")
+            self._starts.append(start)
+        if not self._starts:
+            raise ValueError("crops is an empty list of starts")
+
+    def __len__(self) -> int:
+        if self._grid is not None:
+            return math.prod(len(s) for s in self._grid)
+        if self._starts is not None:
+            return len(self._starts)
+        return self._count  # type: ignore[return-value]
+
+    def start(self, i: int) -> tuple[int, ...]:
+        """Crop ``i``'s start (negative ``i`` counts from the end)."""
+        n = len(self)
+        i = operator.index(i)
+        if not -n <= i < n:
+            raise IndexError(f"crop {i} is out of range for {n} crops")
+        i %= n
+        if self._grid is not None:
+            out = []
+            for starts in reversed(self._grid):
+                i, r = divmod(i, len(starts))
+                out.append(starts[r])
+            return tuple(reversed(out))
+        if self._starts is not None:
+            return self._starts[i]
+        ndim = len(self.shape)
+        return tuple(_draw(self.seed, i * ndim + d, n - c + 1)
+                     for d, (n, c) in enumerate(zip(self.shape, self.crop_shape)))
+
+    def __getitem__(self, i: int) -> tuple[tuple[int, int], ...]:
+        """Crop ``i``'s box: ``(start, stop)`` per axis."""
+        return tuple((s, s + c) for s, c in zip(self.start(i), self.crop_shape))
+
+    def __iter__(self) -> Iterator[tuple[tuple[int, int], ...]]:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, CropPlan) and (self.shape, self.crop_shape, self.kind, len(self)) ==
+                (other.shape, other.crop_shape, other.kind, len(other)) and list(self) == list(other))
+
+    def __repr__(self) -> str:
+        what = {"grid": f"grid, stride={self.stride}, edge={self.edge!r}", "random": f"random, seed={self.seed}",
+                "starts": "given starts"}[self.kind]
+        return f"zarrs_gpu.torch.CropPlan(shape={self.shape}, crop_shape={self.crop_shape}, {len(self)} crops, {what})"
+
+
+def batches(indices: Sequence[int], batch_size: int, drop_last: bool = False) -> list[list[int]]:
+    """``indices`` in batches of ``batch_size``, in order; the last one shorter, or left out with
+    ``drop_last`` (as ``torch.utils.data.BatchSampler``)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int of 1 or more, not {batch_size!r}")
+    out = [list(indices[k:k + batch_size]) for k in range(0, len(indices), batch_size)]
+    if drop_last and out and len(out[-1]) < batch_size:
+        out.pop()
+    return out
+
+
+def shuffled(n: int, seed: int = 0, epoch: int = 0) -> list[int]:
+    """A permutation of ``range(n)``, a function of ``seed + epoch`` only (Fisher-Yates with
+    splitmix64 draws): ``CropLoader``'s order with ``shuffle=True`` and no sampler."""
+    key = (seed + epoch) & _MASK
+    order = list(range(n))
+    for k, i in enumerate(range(n - 1, 0, -1)):
+        j = _draw(key, k, i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+class TorchBackend:
+    """Where ``CropDataset`` and ``CropLoader`` get arrays and tensors: zarrs_gpu reads, torch
+    tensors. ``zarrs_gpu.torch.backend`` is the one used; tests without a GPU put one in its place
+    whose arrays read on the host (zarr-python) and whose tensors are numpy arrays."""
+
+    def current_device(self) -> int:
+        """The device reads go to when the dataset was given none: torch's current CUDA device."""
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("zarrs_gpu.torch reads to a CUDA GPU, and torch sees none "
+                               "(torch.cuda.is_available() is False)")
+        return torch.cuda.current_device()
+
+    def open(self, path: str, array: str, device: int) -> Any:
+        """The array at ``array`` in the store at ``path``, read on GPU ``device``."""
+        import zarrs_gpu
+
+        return zarrs_gpu.open(path, array, device=device)
+
+    def as_tensor(self, x: Any) -> Any:
+        """A read array as a tensor, without a copy (DLPack: torch's current stream on the array's
+        device waits for the read, which is complete when handed out anyway)."""
+        import torch
+
+        return torch.from_dlpack(x)
+
+    def stack(self, tensors: Sequence[Any]) -> Any:
+        """One batch of equal-shape tensors (torch's allocator, torch's current stream)."""
+        import torch
+
+        return torch.stack(list(tensors))
+
+    def in_worker(self) -> bool:
+        """Whether this runs in a DataLoader worker process."""
+        import torch.utils.data
+
+        return torch.utils.data.get_worker_info() is not None
+
+
+#: What the dataset and the loader use to open arrays and make tensors (see ``TorchBackend``).
+backend: Any = TorchBackend()
+
+
+def _device_ordinal(device: Any) -> Optional[int]:
+    """A CUDA device ordinal from an int, ``"cuda"``, ``"cuda:N"`` or a ``torch.device`` (None:
+    the current device, at first use)."""
+    if device is None:
+        return None
+    if isinstance(device, bool):
+        raise TypeError(f"device must be a CUDA device (an ordinal, 'cuda:N' or a torch.device), not {device!r}")
+    if isinstance(device, int):
+        if device < 0:
+            raise ValueError(f"device must be a GPU ordinal (0 or more), not {device}")
+        return device
+    kind, index = getattr(device, "type", None), getattr(device, "index", None)
+    if isinstance(device, str):
+        kind, _, rest = device.partition(":")
+        index = int(rest) if rest.isdigit() else None
+        if rest and index is None:
+            raise ValueError(f"device {device!r} is not 'cuda' or 'cuda:N'")
+    if kind != "cuda":
+        raise ValueError(f"zarrs_gpu.torch reads to a CUDA device, not {device!r}")
+    return index
+
+
+class _Source:
+    """One array of a dataset: a path (and the array's path in that store), opened lazily, or a
+    ``zarrs_gpu.Array`` given open."""
+
+    def __init__(self, spec: Any, n: int):
+        import zarrs_gpu
+
+        self.opened = None
+        if isinstance(spec, zarrs_gpu.Array):
+            self.path, self.array, self.opened = None, None, spec
+            self.name = repr(spec)
+            meta = spec
+        else:
+            if isinstance(spec, (str, os.PathLike)):
+                self.path, self.array = os.path.abspath(os.fspath(spec)), "/"
+            else:
+                # A zarr-python array in a local store: its store's root and its path there.
+                store = getattr(getattr(spec, "store_path", None), "store", None)
+                root = getattr(store, "root", None)
+                if root is None or type(store).__name__ != "LocalStore":
+                    where = f" in a {type(store).__name__}" if store is not None else ""
+                    raise TypeError(f"arrays[{n}]: expected a path, a zarrs_gpu.Array or a zarr-python array in "
+                                    f"a local store, not a {type(spec).__name__}{where}")
+                self.path, self.array = os.path.abspath(str(root)), "/" + spec.store_path.path.strip("/")
+            self.name = self.path if self.array == "/" else f"{self.path} (array {self.array!r})"
+            try:
+                meta = zarrs_gpu.open(self.path, self.array)  # metadata only: no GPU needed
+            except Exception as err:
+                new = _with_context(err, f"zarrs_gpu.torch: arrays[{n}], {self.name}")
+                if new is err:
+                    raise
+                raise new from err
+        self.shape, self.dtype = tuple(meta.shape), meta.dtype
+
+    def __getstate__(self):
+        if self.path is None:
+            raise TypeError(f"a zarrs_gpu.torch dataset holding an open zarrs_gpu.Array ({self.name}) does not "
+                            "pickle: give its path instead, which each process opens for itself")
+        state = dict(self.__dict__)
+        state["opened"] = None
+        return state
+
+
+class CropDataset:
+    """A map-style dataset of crops of one or several arrays, read by zarrs_gpu on the GPU.
+
+    ``arrays``: one array, or a list (tuple) of arrays; each a path (the array's directory, or a
+    store whose root is the array: ``"data.zarr/raw"``), a ``zarrs_gpu.Array`` (read on the device
+    it was opened for; such a dataset does not pickle), or a zarr-python array in a local store.
+    ``crop_shape`` crops the last ``len(crop_shape)`` axes of every array, which must have the same
+    extents there (input and label of one grid, of any data types); axes before those are read
+    whole. ``crops``, ``seed``, ``stride``, ``edge``: which crops (``CropPlan``). ``device``: the
+    GPU paths are opened on (an ordinal, ``"cuda:N"``, a ``torch.device``; None: torch's current
+    device at the first read).
+
+    ``ds[i]`` is crop ``i`` (``ds.plan[i]`` its box) as a CUDA tensor sharing the read's memory,
+    or a tuple of them, one per array, when ``arrays`` is a list. ``DataLoader`` (torch 2) asks
+    ``__getitems__`` for a whole batch: its crops are read at once, each on its own thread.
+    """
+
+    def __init__(self, arrays: Any, crop_shape: Sequence[int], *, crops: Any = "grid", seed: int = 0,
+                 stride: Optional[Sequence[int]] = None, edge: str = "shift", device: Any = None):
+        self._single = not isinstance(arrays, (list, tuple))
+        specs = [arrays] if self._single else list(arrays)
+        if not specs:
+            raise ValueError("arrays is empty: give one array or a list of them")
+        self._device_arg = _device_ordinal(device)
+        self._device: Optional[int] = None
+        self._sources = [_Source(spec, n) for n, spec in enumerate(specs)]
+        k = len(_positive_ints(crop_shape, "crop_shape"))
+        for n, s in enumerate(self._sources):
+            if len(s.shape) < k:
+                raise ValueError(f"crop_shape {tuple(crop_shape)} has {k} axes, arrays[{n}] ({s.name}) only "
+                                 f"{len(s.shape)}: shape {s.shape}")
+        cropped = [s.shape[len(s.shape) - k:] for s in self._sources]
+        for n, (s, c) in enumerate(zip(self._sources, cropped)):
+            if c != cropped[0]:
+                raise ValueError(f"arrays[{n}] ({s.name}) has shape {s.shape} and arrays[0] ({self._sources[0].name}) "
+                                 f"{self._sources[0].shape}: their last {k} axes, the cropped ones, differ")
+        self.plan = CropPlan(cropped[0], crop_shape, crops, seed=seed, stride=stride, edge=edge)
+
+    # ---- what it holds
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """Each array's shape."""
+        return [s.shape for s in self._sources]
+
+    @property
+    def dtypes(self) -> list[str]:
+        """Each array's data type (numpy's name)."""
+        return [s.dtype for s in self._sources]
+
+    @property
+    def crop_shape(self) -> tuple[int, ...]:
+        return self.plan.crop_shape
+
+    @property
+    def device(self) -> Optional[int]:
+        """The GPU paths are read on: the one given, or the one taken at the first read (None before)."""
+        return self._device_arg if self._device_arg is not None else self._device
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def keys(self, i: int) -> list[tuple[slice, ...]]:
+        """What crop ``i`` reads of each array: slices, whole axes before the cropped ones."""
+        box = self.plan[i]
+        crop = tuple(slice(a, b) for a, b in box)
+        return [(slice(None),) * (len(s.shape) - len(box)) + crop for s in self._sources]
+
+    def __repr__(self) -> str:
+        arrays = ", ".join(f"{s.name} {s.shape} {s.dtype}" for s in self._sources)
+        return f"zarrs_gpu.torch.CropDataset([{arrays}], {self.plan!r}, device={self.device})"
+
+    # ---- reads
+    def _arrays(self) -> list[Any]:
+        """The arrays, opened on first use on this process's device."""
+        if any(s.opened is None for s in self._sources):
+            if backend.in_worker():
+                raise RuntimeError("zarrs_gpu.torch.CropDataset reads on the GPU in the process that iterates it: "
+                                   "use DataLoader(num_workers=0) (reads run on zarrs_gpu's own threads; CUDA "
+                                   "does not work in forked worker processes) or zarrs_gpu.torch.CropLoader")
+            if self._device is None:
+                self._device = self._device_arg if self._device_arg is not None else backend.current_device()
+            for n, s in enumerate(self._sources):
+                if s.opened is None:
+                    try:
+                        s.opened = backend.open(s.path, s.array, self._device)
+                    except Exception as err:
+                        self._rethrow(err, f"opening arrays[{n}], {s.name}, on GPU {self._device}")
+        return [s.opened for s in self._sources]
+
+    @staticmethod
+    def _rethrow(err: Exception, where: str):
+        """Raise ``err`` with ``where`` before its message (or as it is, where its type cannot be
+        remade from a message)."""
+        new = _with_context(err, f"zarrs_gpu.torch: {where}")
+        if new is err:
+            raise err
+        raise new from err
+
+    def _where(self, n: int, i: int) -> str:
+        return f"crop {i} {box_text(self.plan[i])} of arrays[{n}], {self._sources[n].name}"
+
+    def _tensor(self, x: Any, n: int, i: int) -> Any:
+        try:
+            return backend.as_tensor(x)
+        except Exception as err:
+            self._rethrow(err, f"{self._where(n, i)} ({self._sources[n].dtype}) to a tensor")
+
+    def _item(self, tensors: list) -> Any:
+        return tensors[0] if self._single else tuple(tensors)
+
+    def __getitem__(self, i: int) -> Any:
+        i = operator.index(i)
+        keys = self.keys(i)
+        out = []
+        for n, (a, key) in enumerate(zip(self._arrays(), keys)):
+            try:
+                x = a[key]
+            except Exception as err:
+                self._rethrow(err, f"reading {self._where(n, i)}")
+            out.append(self._tensor(x, n, i))
+        return self._item(out)
+
+    def __getitems__(self, indices: Sequence[int]) -> list:
+        """The items of ``indices`` (a DataLoader batch), their reads all started at once."""
+        indices = [operator.index(i) for i in indices]
+        arrays = self._arrays()
+        pending = [[a.read_async(key) for a, key in zip(arrays, self.keys(i))] for i in indices]
+        out = []
+        for i, reads in zip(indices, pending):
+            tensors = []
+            for n, p in enumerate(reads):
+                try:
+                    x = p.result()
+                except Exception as err:
+                    self._rethrow(err, f"reading {self._where(n, i)}")
+                tensors.append(self._tensor(x, n, i))
+            out.append(self._item(tensors))
+        return out
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_device"] = None  # taken again where it is next read (another process, another GPU)
+        return state
+
+
+class CropLoader:
+    """Batches of a ``CropDataset`` on the GPU, the reads of the next ``prefetch`` batches kept in
+    flight while the caller uses this one.
+
+    The order: ``sampler`` (a ``torch.utils.data.Sampler`` such as ``DistributedSampler``, or any
+    iterable of dataset indices), iterated afresh on every pass, so ``sampler.set_epoch(epoch)``
+    (or ``loader.set_epoch(epoch)``, which calls it) before a pass gives that epoch's order;
+    without one, ``range(len(dataset))``, or with ``shuffle=True`` ``shuffled(n, seed, epoch)``.
+    ``batch_size`` and ``drop_last`` as ``DataLoader``'s.
+
+    Each pass starts, per array, one ``Array.read_ahead`` over the pass's crops in order
+    (``prefetch * batch_size`` reads ahead of the one in use, on zarrs_gpu's threads), and yields
+    a batch: ``torch.stack`` of its crops (of shape ``(batch, *array_shape_before_crop,
+    *crop_shape)``), or a tuple of those, one per array, when the dataset has a list of arrays;
+    with ``return_indices`` the pair ``(indices, batch)``. Each crop is complete on the device when
+    handed out and the stack runs on torch's current stream, so the batch is ready for any kernel
+    there. ``prefetch=0`` reads each crop when its batch is asked for. Device memory: up to
+    ``prefetch * batch_size + 1`` crops per array beyond the batch in use. Leaving a pass early
+    (``break``) stops its reads."""
+
+    def __init__(self, dataset: CropDataset, batch_size: int = 1, *, sampler: Optional[Iterable[int]] = None,
+                 shuffle: bool = False, seed: int = 0, drop_last: bool = False, prefetch: int = 2,
+                 return_indices: bool = False):
+        if not isinstance(dataset, CropDataset):
+            raise TypeError(f"CropLoader reads a zarrs_gpu.torch.CropDataset, not a {type(dataset).__name__} "
+                            "(use torch.utils.data.DataLoader for other datasets)")
+        batches([], batch_size)  # checks batch_size
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int of 0 or more (batches read ahead), not {prefetch!r}")
+        if sampler is not None and shuffle:
+            raise ValueError("sampler and shuffle=True exclude each other (as in DataLoader): shuffle in the sampler")
+        if sampler is not None and not isinstance(sampler, Iterable):
+            raise TypeError(f"sampler must be an iterable of dataset indices, not a {type(sampler).__name__}")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.sampler = sampler
+        self.shuffle = bool(shuffle)
+        self.seed = seed
+        self.drop_last = bool(drop_last)
+        self.prefetch = prefetch
+        self.return_indices = bool(return_indices)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch of the next pass: ``sampler.set_epoch(epoch)`` where the sampler has it, and the
+        shuffled order's epoch."""
+        self.epoch = epoch
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def indices(self) -> list[int]:
+        """The dataset indices of the next pass, in order (the sampler iterated now), each checked."""
+        n = len(self.dataset)
+        if self.sampler is None:
+            return shuffled(n, self.seed, self.epoch) if self.shuffle else list(range(n))
+        out = []
+        for k, i in enumerate(self.sampler):
+            try:
+                i = operator.index(i)
+            except TypeError:
+                raise TypeError(f"the sampler's item {k} is {i!r}, not a dataset index") from None
+            if not 0 <= i < n:
+                raise IndexError(f"the sampler's item {k} is {i}, out of range for a dataset of {n} crops")
+            out.append(i)
+        return out
+
+    def __len__(self) -> int:
+        n = len(self.sampler) if self.sampler is not None else len(self.dataset)  # type: ignore[arg-type]
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self) -> "_Pass":
+        return _Pass(self, batches(self.indices(), self.batch_size, self.drop_last))
+
+    def __repr__(self) -> str:
+        return (f"zarrs_gpu.torch.CropLoader({self.dataset!r}, batch_size={self.batch_size}, prefetch={self.prefetch}, "
+                f"drop_last={self.drop_last}, sampler={self.sampler!r})")
+
+
+class _Pass:
+    """One pass of a ``CropLoader``: its reads start when it is made (``iter(loader)``)."""
+
+    def __init__(self, loader: CropLoader, groups: list[list[int]]):
+        self.loader, self.groups, self.next_batch = loader, groups, 0
+        self.reads: list[Any] = []
+        ds = loader.dataset
+        self.arrays = ds._arrays()
+        if loader.prefetch and groups:
+            order = [i for g in groups for i in g]
+            depth = loader.prefetch * loader.batch_size
+            try:
+                for n, a in enumerate(self.arrays):
+                    self.reads.append(a.read_ahead([ds.keys(i)[n] for i in order], prefetch=depth))
+            except BaseException:
+                self.close()
+                raise
+
+    def __iter__(self) -> "_Pass":
+        return self
+
+    def __next__(self) -> Any:
+        if self.next_batch >= len(self.groups):
+            self.close()
+            raise StopIteration
+        group = self.groups[self.next_batch]
+        self.next_batch += 1
+        ds = self.loader.dataset
+        try:
+            if not self.loader.prefetch:
+                items = [ds[i] for i in group]
+                per_array = [[item] if ds._single else list(item) for item in items]
+                columns = list(zip(*per_array))
+            else:
+                columns = [[self._take(n, reads, i) for i in group] for n, reads in enumerate(self.reads)]
+            stacked = [backend.stack(c) for c in columns]
+        except BaseException:
+            self.close()
+            raise
+        batch = ds._item(stacked)
+        return (list(group), batch) if self.loader.return_indices else batch
+
+    def _take(self, n: int, reads: Any, i: int) -> Any:
+        ds = self.loader.dataset
+        try:
+            _, x = next(reads)
+        except StopIteration:
+            raise RuntimeError(f"zarrs_gpu.torch: the reads of arrays[{n}] ended before {ds._where(n, i)}") from None
+        except Exception as err:
+            ds._rethrow(err, f"reading {ds._where(n, i)}")
+        return ds._tensor(x, n, i)
+
+    def close(self) -> None:
+        """Stop the reads still ahead (the batches handed out stay valid)."""
+        for r in self.reads:
+            r.close()
+        self.reads = []
+        self.next_batch = len(self.groups)
+
+    def __len__(self) -> int:
+        return len(self.groups) - self.next_batch
