@@ -1591,11 +1591,21 @@ class TorchCpuTests(unittest.TestCase):
             text = str(caught.exception)
             for part in ("crop 1 [1:7, 2:8, 8:14]", "arrays[0]", "image.zarr", "no chunk here"):
                 self.assertIn(part, text)
-        # In a DataLoader worker process: refused, saying what to use.
+        # In a DataLoader worker process: refused, saying what to use, before any read, even
+        # with the arrays opened by the parent before it forked.
         with self.backend(worker=True):
-            ds = zt.CropDataset(self.label_path, (4, 4, 4))
-            with self.assertRaisesRegex(RuntimeError, "num_workers=0"):
-                ds[0]
+            for opened in (False, True):
+                ds = zt.CropDataset(self.label_path, (4, 4, 4))
+                if opened:
+                    self.host.worker = False
+                    ds[0]
+                    self.host.worker = True
+                self.host.log.clear()
+                with self.assertRaisesRegex(RuntimeError, "num_workers=0"):
+                    ds[1]
+                with self.assertRaisesRegex(RuntimeError, "num_workers=0"):
+                    ds.__getitems__([1, 2])
+                self.assertEqual(self.host.log, [])
 
     def test_the_dataset_pickles_and_reopens_where_it_is_read(self):
         import pickle

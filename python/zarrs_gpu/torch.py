@@ -31,7 +31,7 @@ Tests without a GPU replace ``backend`` (where tensors come from: see ``TorchBac
 import math
 import operator
 import os
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from .dask import _with_context, box_text
 
@@ -404,11 +404,12 @@ class CropDataset:
     # ---- reads
     def _arrays(self) -> list[Any]:
         """The arrays, opened on first use on this process's device."""
+        # Checked on every read: a forked worker inherits arrays its parent opened, and CUDA with them.
+        if backend.in_worker():
+            raise RuntimeError("zarrs_gpu.torch.CropDataset reads on the GPU in the process that iterates it: "
+                               "use DataLoader(num_workers=0) (reads run on zarrs_gpu's own threads; CUDA "
+                               "does not work in forked worker processes) or zarrs_gpu.torch.CropLoader")
         if any(s.opened is None for s in self._sources):
-            if backend.in_worker():
-                raise RuntimeError("zarrs_gpu.torch.CropDataset reads on the GPU in the process that iterates it: "
-                                   "use DataLoader(num_workers=0) (reads run on zarrs_gpu's own threads; CUDA "
-                                   "does not work in forked worker processes) or zarrs_gpu.torch.CropLoader")
             if self._device is None:
                 self._device = self._device_arg if self._device_arg is not None else backend.current_device()
             for n, s in enumerate(self._sources):
