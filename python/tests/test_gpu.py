@@ -2,7 +2,8 @@
 interoperability matrix (v2 and v3, every codec chain, sharded, missing chunks, 14 data types),
 whole and in numpy-style subsets, taken by CuPy (CUDA array interface and DLPack) and PyTorch
 (DLPack) without a copy; zarrs_gpu.dask's arrays of device blocks against dask.array.from_zarr;
-zarrs_gpu.xarray's datasets against xarray's zarr engine.
+zarrs_gpu.xarray's datasets against xarray's zarr engine; zarrs_gpu.torch's crops, batches and the
+DDP example (python/examples/ddp_train.py, two ranks).
 Needs a CUDA GPU, cupy, torch, zarr-python, numcodecs, dask[array] and xarray; a missing one is a failure,
 not a skip.
 
@@ -590,6 +591,221 @@ class GpuTests(unittest.TestCase):
                         assert_same(computed, want)
                         mean = chunked["temp"].mean().compute()
                     np.testing.assert_allclose(float(host(mean.data)), float(want["temp"].mean()), rtol=1e-5)
+
+
+class TorchGpuTests(unittest.TestCase):
+    """zarrs_gpu.torch on the GPU: dataset items and loader batches (CropLoader, DataLoader,
+    DistributedSampler halves) equal zarr-python's crops element for element, and the DDP example
+    trains with two ranks in separate processes."""
+
+    EXAMPLE = os.path.join(HERE, "..", "examples", "ddp_train.py")
+
+    @classmethod
+    def setUpClass(cls):
+        import warnings
+
+        import zarr.codecs as zc
+
+        cls.dir = tempfile.TemporaryDirectory()
+        rng = np.random.default_rng(31)
+        # Input: sharded zstd with partial edge shards and chunks, two shards never written.
+        cls.image = rng.standard_normal((40, 70, 45)).astype("float32")
+        cls.image[:16, :32, :32] = -3.5
+        cls.image[16:32, 32:64, 32:45] = -3.5
+        cls.image_path = os.path.join(cls.dir.name, "image.zarr")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            z = zarr.create_array(store=cls.image_path, shape=cls.image.shape, dtype="float32", chunks=(8, 16, 16),
+                                  shards=(16, 32, 32), compressors=zc.ZstdCodec(level=3), fill_value=-3.5)
+        for z0 in range(0, 40, 16):
+            for y0 in range(0, 70, 32):
+                for x0 in range(0, 45, 32):
+                    if (z0, y0, x0) not in ((0, 0, 0), (16, 32, 32)):
+                        box = (slice(z0, z0 + 16), slice(y0, y0 + 32), slice(x0, x0 + 32))
+                        z[box] = cls.image[box]
+        # Label: the same grid, uint8, gzip chunks, one chunk never written (fill value 9).
+        cls.label = rng.integers(0, 4, (40, 70, 45)).astype("uint8")
+        cls.label[10:20, 10:20, 10:20] = 9
+        cls.label_path = os.path.join(cls.dir.name, "label.zarr")
+        lz = zarr.create_array(store=cls.label_path, shape=cls.label.shape, dtype="uint8", chunks=(10, 10, 10),
+                               compressors=zc.GzipCodec(level=5), fill_value=9)
+        for z0 in range(0, 40, 10):
+            for y0 in range(0, 70, 10):
+                for x0 in range(0, 45, 10):
+                    if (z0, y0, x0) != (10, 10, 10):
+                        box = (slice(z0, z0 + 10), slice(y0, y0 + 10), slice(x0, x0 + 10))
+                        lz[box] = cls.label[box]
+        # Both as zarr-python reads them: what every crop is compared with.
+        cls.image = np.asarray(zarr.open_array(cls.image_path, mode="r")[...])
+        cls.label = np.asarray(zarr.open_array(cls.label_path, mode="r")[...])
+        assert (cls.image[:16, :32, :32] == -3.5).all() and (cls.label[10:20, 10:20, 10:20] == 9).all()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def crop(self, data, box):
+        return data[(slice(None),) * (data.ndim - len(box)) + tuple(slice(a, b) for a, b in box)]
+
+    def assert_batch(self, batch, indices, ds, data):
+        self.assertIsInstance(batch, torch.Tensor)
+        self.assertTrue(batch.is_cuda)
+        np.testing.assert_array_equal(batch.cpu().numpy(), np.stack([self.crop(data, ds.plan[i]) for i in indices]))
+
+    def test_dataset_items_match_zarr_python(self):
+        import zarrs_gpu.torch as zt
+
+        ds = zt.CropDataset([self.image_path, self.label_path], (9, 20, 17), crops=40, seed=3)
+        edge = 0
+        for i in range(len(ds)):
+            x, y = ds[i]
+            box = ds.plan[i]
+            edge += any(b > (n // c) * c for (_, b), n, c in zip(box, (40, 70, 45), (8, 16, 16)))
+            for t, data, dtype in ((x, self.image, torch.float32), (y, self.label, torch.uint8)):
+                self.assertEqual((t.dtype, t.device), (dtype, torch.device("cuda", torch.cuda.current_device())))
+                np.testing.assert_array_equal(t.cpu().numpy(), self.crop(data, box))
+        self.assertGreater(edge, 5, "crops on partial edge chunks")
+        self.assertEqual(ds.device, torch.cuda.current_device())
+        # The grid's crops put together are the whole array.
+        grid = zt.CropDataset(self.image_path, (16, 32, 20))
+        whole = torch.full(self.image.shape, float("nan"), device="cuda")
+        for i in range(len(grid)):
+            whole[tuple(slice(a, b) for a, b in grid.plan[i])] = grid[i]
+        np.testing.assert_array_equal(whole.cpu().numpy(), self.image)
+        # The current device at the first read, or the one given.
+        if torch.cuda.device_count() >= 2:
+            with torch.cuda.device(1):
+                other = zt.CropDataset(self.label_path, (4, 5, 6), crops=3)
+                self.assertEqual(other[0].device, torch.device("cuda", 1))
+            self.assertEqual(zt.CropDataset(self.label_path, (4, 5, 6), crops=3, device=1)[2].device.index, 1)
+            np.testing.assert_array_equal(other[1].cpu().numpy(), self.crop(self.label, other.plan[1]))
+
+    def test_loaders_batches_match_zarr_python(self):
+        import zarrs_gpu.torch as zt
+
+        ds = zt.CropDataset([self.image_path, self.label_path], (8, 24, 30), crops=30, seed=8)
+        order = np.random.default_rng(2).permutation(30)[:22].tolist()
+        side = torch.cuda.Stream()
+        for prefetch in (0, 1, 2):
+            with self.subTest(prefetch=prefetch):
+                loader = zt.CropLoader(ds, 4, sampler=order, prefetch=prefetch, return_indices=True)
+                seen = []
+                # On a side stream of torch's, with work queued between batches: batches are
+                # ready there (each crop complete when handed out; the stack on that stream).
+                with torch.cuda.stream(side):
+                    for indices, (x, y) in loader:
+                        self.assertEqual(tuple(x.shape), (len(indices), 8, 24, 30))
+                        busy = torch.randn(2048, 2048, device="cuda")
+                        for _ in range(5):
+                            busy = busy @ busy / 2048
+                        total = (x.double().sum(), y.long().sum())
+                        seen.append((indices, x, y, total))
+                side.synchronize()
+                self.assertEqual([i for indices, *_ in seen for i in indices], order)
+                for indices, x, y, (sx, sy) in seen:
+                    self.assert_batch(x, indices, ds, self.image)
+                    self.assert_batch(y, indices, ds, self.label)
+                    want = np.stack([self.crop(self.image, ds.plan[i]) for i in indices]).astype(np.float64).sum()
+                    self.assertAlmostEqual(sx.item(), want, delta=1e-9 * np.abs(self.image).sum())
+        # A pass left early, then a full one.
+        first = next(iter(zt.CropLoader(ds, 3, prefetch=2)))
+        self.assert_batch(first[0], [0, 1, 2], ds, self.image)
+        # torch's own DataLoader, in the process (its batches through __getitems__).
+        loader = torch.utils.data.DataLoader(ds, batch_size=5, sampler=order, num_workers=0)
+        for k, (x, y) in enumerate(loader):
+            indices = order[5 * k:5 * k + 5]
+            self.assert_batch(x, indices, ds, self.image)
+            self.assert_batch(y, indices, ds, self.label)
+        self.assertEqual(k, len(order) // 5)
+        # Worker processes are refused with a message saying what to use.
+        workers = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=1, timeout=120)
+        with self.assertRaisesRegex(RuntimeError, "num_workers=0"):
+            next(iter(workers))
+
+    def test_distributed_sampler_gives_each_rank_its_half(self):
+        import zarrs_gpu.torch as zt
+
+        ds = zt.CropDataset([self.image_path, self.label_path], (6, 10, 12), crops=24, seed=4)
+        halves = {}
+        for epoch in (0, 1):
+            for rank in (0, 1):
+                sampler = torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=True, seed=7)
+                loader = zt.CropLoader(ds, 5, sampler=sampler, return_indices=True)
+                loader.set_epoch(epoch)
+                read = []
+                for indices, (x, y) in loader:
+                    self.assert_batch(x, indices, ds, self.image)
+                    self.assert_batch(y, indices, ds, self.label)
+                    read.extend(indices)
+                self.assertEqual(read, list(sampler))
+                halves[epoch, rank] = read
+            self.assertEqual(set(halves[epoch, 0]) & set(halves[epoch, 1]), set())
+            self.assertEqual(sorted(halves[epoch, 0] + halves[epoch, 1]), list(range(24)))
+        self.assertNotEqual(halves[0, 0], halves[1, 0], "set_epoch gave another order")
+
+    def test_the_ddp_example_trains_two_ranks(self):
+        import warnings
+
+        import zarr.codecs as zc
+
+        rng = np.random.default_rng(5)
+        with tempfile.TemporaryDirectory() as d:
+            # Input with a channel axis before the cropped ones; label uint8 of the same grid.
+            image = rng.standard_normal((2, 24, 48, 40)).astype("float32")
+            image_path = os.path.join(d, "image.zarr")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                z = zarr.create_array(store=image_path, shape=image.shape, dtype="float32", chunks=(1, 8, 16, 16),
+                                      shards=(2, 8, 32, 32), compressors=zc.ZstdCodec(level=1))
+            z[...] = image
+            label_path = os.path.join(d, "label.zarr")
+            zarr.create_array(store=label_path, shape=(24, 48, 40), dtype="uint8", chunks=(8, 16, 16))[...] = \
+                (image.sum(0) > 0).astype("uint8")
+            report = os.path.join(d, "report")
+            os.makedirs(report)
+            # 16 crops over 2 ranks, 2 a batch: 4 steps an epoch, 8 steps are 2 epochs.
+            run = subprocess.run([sys.executable, self.EXAMPLE, "--array", image_path, "--label", label_path,
+                                  "--crop", "8,16,16", "--crops", "16", "--batch-size", "2", "--steps", "8",
+                                  "--nprocs", "2", "--seed", "3", "--report", report],
+                                 capture_output=True, text=True, timeout=600)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+            ranks = []
+            for rank in (0, 1):
+                with open(os.path.join(report, f"rank{rank}.json")) as f:
+                    ranks.append(json.load(f))
+            two = torch.cuda.device_count() >= 2
+            for rank, r in enumerate(ranks):
+                self.assertEqual((r["rank"], r["world_size"], r["dataset_len"]), (rank, 2, 16))
+                self.assertEqual(r["backend"], "nccl" if two else "gloo")
+                self.assertEqual(r["device"], rank if two else 0)
+                self.assertEqual(r["tensor_device"], r["device"])
+                self.assertEqual([e["epoch"] for e in r["epochs"]], [0, 1])
+                for e in r["epochs"]:
+                    self.assertEqual(e["read"], e["sampler"], "a rank reads exactly its sampler's crops")
+                self.assertEqual(len(r["losses"]), 8)
+                self.assertTrue(all(math.isfinite(v) for v in r["losses"]), r["losses"])
+                # The crops read were those crops' elements (zarr-python's sums of them).
+                from zarrs_gpu.torch import CropPlan
+
+                plan = CropPlan((24, 48, 40), (8, 16, 16), 16, seed=3)
+                for i, total in r["crop_sums"]:
+                    want = self.crop(image, plan[i]).astype(np.float64).sum()
+                    self.assertAlmostEqual(total, want, delta=1e-6 * (1 + abs(want)))
+            for epoch in (0, 1):
+                a, b = (set(r["epochs"][epoch]["read"]) for r in ranks)
+                self.assertEqual(a & b, set(), f"epoch {epoch}: the ranks' crops are disjoint")
+                self.assertEqual(a | b, set(range(16)), f"epoch {epoch}: together, every crop")
+            self.assertNotEqual(ranks[0]["epochs"][0]["read"], ranks[0]["epochs"][1]["read"])
+            # DDP's all-reduce kept the ranks' parameters identical.
+            self.assertEqual(ranks[0]["parameters_sha256"], ranks[1]["parameters_sha256"],
+                             (ranks[0]["parameters_sum"], ranks[1]["parameters_sum"]))
+            # The example's demo arrays, when given none.
+            demo = subprocess.run([sys.executable, self.EXAMPLE, "--steps", "4", "--nprocs", "2"],
+                                  capture_output=True, text=True, timeout=600)
+            self.assertEqual(demo.returncode, 0, demo.stdout + demo.stderr)
+            self.assertIn("2 ranks", demo.stdout)
+            self.assertIn("loss", demo.stdout)
+
 
 if __name__ == "__main__":
     unittest.main()
