@@ -18,7 +18,8 @@ ValueError.
 Existing zarr-python code gets the same decode inside ``with zarrs_gpu.gpu_zarr_context():``
 (zarr-python's GPU buffers and this package's codec pipeline, ``zarrs_gpu.pipeline``), and Dask
 arrays of CuPy blocks from ``zarrs_gpu.dask.from_zarr`` (``import zarrs_gpu.dask``; needs dask), and
-xarray datasets from ``xr.open_dataset(path, engine="zarrs_gpu")`` (``zarrs_gpu.xarray``; needs xarray).
+xarray datasets from ``xr.open_dataset(path, engine="zarrs_gpu")`` (``zarrs_gpu.xarray``; needs xarray), and
+PyTorch datasets of crops as CUDA tensors from ``zarrs_gpu.torch.CropDataset`` (needs torch).
 """
 
 import contextlib
