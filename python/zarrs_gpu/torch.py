@@ -356,10 +356,11 @@ class CropDataset:
         self._device_arg = _device_ordinal(device)
         self._device: Optional[int] = None
         self._sources = [_Source(spec, n) for n, spec in enumerate(specs)]
-        k = len(_positive_ints(crop_shape, "crop_shape"))
+        crop_shape = _positive_ints(crop_shape, "crop_shape")
+        k = len(crop_shape)
         for n, s in enumerate(self._sources):
             if len(s.shape) < k:
-                raise ValueError(f"crop_shape {tuple(crop_shape)} has {k} axes, arrays[{n}] ({s.name}) only "
+                raise ValueError(f"crop_shape {crop_shape} has {k} axes, arrays[{n}] ({s.name}) only "
                                  f"{len(s.shape)}: shape {s.shape}")
         cropped = [s.shape[len(s.shape) - k:] for s in self._sources]
         for n, (s, c) in enumerate(zip(self._sources, cropped)):
