@@ -20,7 +20,8 @@ and then --repeat times.
 
 Usage (on a GPU host; the array from `bench --dir /tmp/zb --gib 16 --cases z2`):
   python3 benches/dask_reduce.py --array /tmp/zb/z2.zarr [--methods zarrs-threads,host,host-cupy,zarrs-distributed]
-          [--workers 1,2] [--repeat 3] [--threads N] [--worker-threads 1] [--bins 64] [--range LO,HI]
+          [--workers 1,2] [--repeat 3] [--threads N] [--worker-threads 1] [--reader-threads N]
+          [--bins 64] [--range LO,HI]
           [--block-mib 512] [--json OUT.jsonl]
   python3 benches/dask_reduce.py --array PATH --dry-host   # numpy instead of CuPy, host reads, no GPU
   python3 benches/dask_reduce.py --self-test               # the dry-host run on a small array it writes
@@ -164,7 +165,7 @@ def run_distributed(n_workers, args, xp, blocks, hist_range):
         devices = [i % gpus for i in range(n_workers)]
     extra = {}
     with zd.local_cluster(devices=devices, dask_cuda=False, threads_per_worker=args.worker_threads,
-                          dashboard_address=None) as cluster, Client(cluster, set_as_default=False) as client:
+                          reader_threads=args.reader_threads, dashboard_address=None) as cluster, Client(cluster, set_as_default=False) as client:
         client.wait_for_workers(n_workers, timeout=120)
         if args.dry_host:
             client.register_plugin(host_reads_plugin())
@@ -176,7 +177,8 @@ def run_distributed(n_workers, args, xp, blocks, hist_range):
             raise RuntimeError(f"zarrs-distributed: blocks {x.chunks} differ from the plan {blocks}")
         todo = reductions(x, args.bins, hist_range)
         secs, runs, results = timed(lambda: client.compute(todo, sync=True), args.repeat)
-    extra.update(workers=n_workers, worker_threads=args.worker_threads, devices=[str(d) for d in devices],
+    extra.update(workers=n_workers, worker_threads=args.worker_threads, reader_threads=args.reader_threads,
+                 devices=[str(d) for d in devices],
                  shared_gpus=len(set(devices)) < len(devices))
     return secs, runs, results, extra
 
@@ -335,6 +337,9 @@ def main():
     ap.add_argument("--threads", type=int, default=None,
                     help="threads of the threaded scheduler (default: dask's, the CPU count)")
     ap.add_argument("--worker-threads", type=int, default=1, help="threads per distributed worker")
+    ap.add_argument("--reader-threads", type=int, default=None,
+                    help="zarrs_gpu reader threads per distributed worker (default: local_cluster's, the "
+                         "cores split between the workers; 0: every core)")
     ap.add_argument("--bins", type=int, default=64)
     ap.add_argument("--range", default=None, help="the histogram's LO,HI (default: from an untimed pass)")
     ap.add_argument("--block-mib", type=float, default=512, help="zarrs_gpu.dask's block budget, MiB")

@@ -1269,6 +1269,7 @@ def _worker_reads(dask_worker):
     reads = list(_WORKER_READS)
     _WORKER_READS.clear()
     return {"gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid(), "reads": reads,
+            "reader_threads": os.environ.get("ZARRS_GDS_NTHREADS"),
             "preloaded": zd._serialization_ready, "fetched": dask_worker.state.transfer_incoming_count_total}
 
 
@@ -1348,13 +1349,18 @@ class DistributedCpuTests(unittest.TestCase):
             return zd.from_zarr(path, **options)
 
     def test_the_workers_are_processes_each_with_its_gpu(self):
-        self.assertIsInstance(self.cluster, __import__("zarrs_gpu.dask").dask._local_gpu_cluster_class())
+        import zarrs_gpu.dask as zd
+
+        self.assertIsInstance(self.cluster, zd._local_gpu_cluster_class())
         state = self.worker_state()
         self.assertEqual(len(state), 2)
         self.assertEqual(sorted(s["gpu"] for s in state), sorted(self.devices))
         self.assertEqual(len({s["pid"] for s in state} | {os.getpid()}), 3)
         self.assertTrue(all(s["preloaded"] for s in state), state)
         self.assertEqual({w["nthreads"] for w in self.client.scheduler_info()["workers"].values()}, {1})
+        # Each worker's zarrs_gpu reader gets its share of this host's cores, not all of them.
+        share = os.environ.get("ZARRS_GDS_NTHREADS") or str(max(1, zd._cores() // 2))
+        self.assertEqual({s["reader_threads"] for s in state}, {share})
 
     def test_reductions_equal_dask_from_zarr_and_both_workers_read(self):
         import dask.array as da
@@ -1458,6 +1464,9 @@ class DistributedCpuTests(unittest.TestCase):
             zd.local_cluster()
         with self.assertRaises(ValueError):
             zd.local_cluster(devices=[0], threads_per_worker=0)
+        with self.assertRaises(ValueError) as caught:
+            zd.local_cluster(devices=[0], reader_threads=-1)
+        self.assertIn("reader_threads", str(caught.exception))
         # Where dask_cuda imports, its LocalCUDACluster gets the GPUs (a stand-in records the call).
         import types
 

@@ -398,21 +398,23 @@ def _local_gpu_cluster_class():
 
         _unnamed = itertools.count()
 
-        def __init__(self, *args, gpu_devices: Sequence[str], name: Any = None, env: Optional[dict] = None,
-                     **kwargs):
+        def __init__(self, *args, gpu_devices: Sequence[str], gpu_env: Mapping[str, str], name: Any = None,
+                     env: Optional[dict] = None, **kwargs):
             # LocalCluster names its workers 0, 1, ... (scale() goes on counting): worker i gets
             # the i-th device, round robin past the end.
             index = name if isinstance(name, int) and not isinstance(name, bool) else next(GpuNanny._unnamed)
             self.gpu = gpu_devices[index % len(gpu_devices)]
-            env = {**(env or {}), "CUDA_VISIBLE_DEVICES": self.gpu}
+            env = {**(env or {}), **gpu_env, "CUDA_VISIBLE_DEVICES": self.gpu}
             super().__init__(*args, name=name, env=env, **kwargs)
 
     class LocalGPUCluster(LocalCluster):
         """A ``distributed.LocalCluster`` of worker processes, one per entry of ``devices``
         (``CUDA_VISIBLE_DEVICES`` values), each seeing only that GPU (as its device 0) and
-        preloading ``zarrs_gpu.dask``. ``scale(n)`` adds workers on the devices round robin."""
+        preloading ``zarrs_gpu.dask``; ``worker_env`` is added to every worker's environment.
+        ``scale(n)`` adds workers on the devices round robin."""
 
-        def __init__(self, devices: Sequence[str], threads_per_worker: int = 1, **kwargs):
+        def __init__(self, devices: Sequence[str], threads_per_worker: int = 1,
+                     worker_env: Optional[Mapping[str, str]] = None, **kwargs):
             import dask
 
             if kwargs.get("processes", True) is False:
@@ -424,13 +426,15 @@ def _local_gpu_cluster_class():
                 preload.append(__name__)
             self.devices = tuple(devices)
             super().__init__(n_workers=len(self.devices), threads_per_worker=threads_per_worker, processes=True,
-                             worker_class=GpuNanny, gpu_devices=self.devices, preload=preload, **kwargs)
+                             worker_class=GpuNanny, gpu_devices=self.devices, gpu_env=dict(worker_env or {}),
+                             preload=preload, **kwargs)
 
     return LocalGPUCluster
 
 
 def local_cluster(n_workers: Optional[int] = None, *, devices: Optional[Sequence[Union[int, str]]] = None,
-                  threads_per_worker: int = 1, dask_cuda: Optional[bool] = None, **kwargs: Any) -> Any:
+                  threads_per_worker: int = 1, dask_cuda: Optional[bool] = None,
+                  reader_threads: Optional[int] = None, **kwargs: Any) -> Any:
     """A local Dask cluster of one worker process per GPU, for ``distributed.Client(cluster)``:
     tasks of ``from_zarr`` arrays then read on the GPU of the worker that runs them
     (``device=None``: the worker's own GPU).
@@ -444,12 +448,21 @@ def local_cluster(n_workers: Optional[int] = None, *, devices: Optional[Sequence
     their GPU; True: dask-cuda's or an error; False: never dask-cuda's. Other keyword arguments
     go to the cluster (``dashboard_address``, ``memory_limit``, ``local_directory``, ...).
 
+    ``reader_threads`` (``LocalGPUCluster`` only): each worker's zarrs_gpu reader threads
+    (``ZARRS_GDS_NTHREADS``). None: this process's cores split evenly between the workers, so
+    that workers on one host do not each start a thread per core, unless ``ZARRS_GDS_NTHREADS``
+    is set here (the workers inherit it); 0: not set (each worker's reads use every core).
+
     Note that distributed's memory manager counts device blocks held by a worker as worker
     memory and spills them to host disk past its target (``memory_limit``); dask-cuda's cluster
     manages device memory instead."""
     if not isinstance(threads_per_worker, int) or isinstance(threads_per_worker, bool) or threads_per_worker < 1:
         raise ValueError(f"zarrs_gpu.dask.local_cluster: threads_per_worker must be 1 or more, "
                          f"not {threads_per_worker!r}")
+    if reader_threads is not None and (not isinstance(reader_threads, int) or isinstance(reader_threads, bool)
+                                       or not 0 <= reader_threads <= 256):
+        raise ValueError(f"zarrs_gpu.dask.local_cluster: reader_threads must be None or 0 to 256, "
+                         f"not {reader_threads!r}")
     if dask_cuda not in (None, True, False):
         raise ValueError(f"zarrs_gpu.dask.local_cluster: dask_cuda must be None, True or False, not {dask_cuda!r}")
     import importlib.util
@@ -476,4 +489,19 @@ def local_cluster(n_workers: Optional[int] = None, *, devices: Optional[Sequence
             return LocalCUDACluster(n_workers=len(chosen), CUDA_VISIBLE_DEVICES=chosen,
                                     threads_per_worker=threads_per_worker, **kwargs)
     register_cupy_serialization()  # this process (the client's, usually) sends and receives too
-    return _local_gpu_cluster_class()(chosen, threads_per_worker=threads_per_worker, **kwargs)
+    worker_env = {}
+    if reader_threads is None:
+        if not os.environ.get("ZARRS_GDS_NTHREADS", "").strip():
+            worker_env["ZARRS_GDS_NTHREADS"] = str(min(256, max(1, _cores() // len(chosen))))
+    elif reader_threads > 0:
+        worker_env["ZARRS_GDS_NTHREADS"] = str(reader_threads)
+    return _local_gpu_cluster_class()(chosen, threads_per_worker=threads_per_worker, worker_env=worker_env,
+                                      **kwargs)
+
+
+def _cores() -> int:
+    """The cores this process may run on (its affinity where the platform says)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
