@@ -1740,5 +1740,271 @@ class TorchCpuTests(unittest.TestCase):
         self.assertTrue(run.stdout.startswith("3 ("), run.stdout)
 
 
+
+try:
+    import distributed  # noqa: F401
+
+    HAVE_DISTRIBUTED = True
+except ImportError:
+    HAVE_DISTRIBUTED = False
+
+#: In a worker process of DistributedCpuTests: (box, device) of every read there.
+_WORKER_READS = []
+
+
+def _recording_host_reader(path, array, device, box):
+    _WORKER_READS.append((box, device))
+    return host_reader(path, array, device, box)
+
+
+def _worker_reads(dask_worker):
+    """Run on a worker: its CUDA_VISIBLE_DEVICES, its process id, whether zarrs_gpu.dask's preload
+    ran, and the reads since the last call."""
+    import zarrs_gpu.dask as zd
+
+    reads = list(_WORKER_READS)
+    _WORKER_READS.clear()
+    return {"gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid(), "reads": reads,
+            "reader_threads": os.environ.get("ZARRS_GDS_NTHREADS"),
+            "preloaded": zd._serialization_ready, "fetched": dask_worker.state.transfer_incoming_count_total}
+
+
+if HAVE_DISTRIBUTED:
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class HostReads(WorkerPlugin):
+        """zarrs_gpu.dask's reader replaced by zarr-python on the host in every worker, those that
+        a restart starts too (distributed runs a registered plugin's setup on each)."""
+
+        name = "zarrs-gpu-host-reads"
+
+        def setup(self, worker):
+            import zarrs_gpu.dask as zd
+
+            zd.reader = _recording_host_reader
+
+
+@unittest.skipUnless(HAVE_DASK and HAVE_DISTRIBUTED, "dask[array] and distributed are not installed")
+class DistributedCpuTests(unittest.TestCase):
+    """zarrs_gpu.dask on distributed without a GPU: local_cluster's worker processes (two, one
+    thread each, each with its own CUDA_VISIBLE_DEVICES), the reads replaced by zarr-python's
+    on the host in every worker; reductions against dask.array.from_zarr."""
+
+    @classmethod
+    def setUpClass(cls):
+        import warnings
+
+        from distributed import Client
+
+        import zarrs_gpu.dask as zd
+
+        cls.dir = tempfile.TemporaryDirectory()
+        rng = np.random.default_rng(1919)
+        cls.arrays = {}
+
+        def make(name, data, **options):
+            path = os.path.join(cls.dir.name, name + ".zarr")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                z = zarr.create_array(store=path, shape=data.shape, dtype=data.dtype, **options)
+                z[...] = data
+            cls.arrays[name] = (path, data)
+
+        make("v3_zstd_f8", rng.standard_normal((29, 17, 6)) * 100, chunks=(4, 5, 6), compressors=zc.ZstdCodec(level=1))
+        sharded = rng.integers(-30000, 30000, (41, 33)).astype("int16")
+        sharded[32:, 30:] = 0  # a shard never written: the fill value
+        path = os.path.join(cls.dir.name, "v3_sharded_i2.zarr")
+        z = zarr.create_array(store=path, shape=sharded.shape, dtype="int16", chunks=(4, 3), shards=(8, 6))
+        z[:32] = sharded[:32]
+        z[32:, :30] = sharded[32:, :30]
+        cls.arrays["v3_sharded_i2"] = (path, sharded)
+        make("v2_u2", rng.integers(0, 65535, (23, 19)).astype("uint16"), chunks=(3, 4), zarr_format=2)
+        cls.devices = zd.worker_devices(devices=[0, 1])
+        cls.cluster = zd.local_cluster(devices=[0, 1], dask_cuda=False, threads_per_worker=1,
+                                       dashboard_address=None, memory_limit="1GiB")
+        cls.client = Client(cls.cluster, set_as_default=False)
+        cls.client.wait_for_workers(2, timeout=60)
+        cls.client.register_plugin(HostReads())
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.cluster.close()
+        cls.dir.cleanup()
+
+    def worker_state(self):
+        return list(self.client.run(_worker_reads).values())
+
+    def from_zarr(self, path, **options):
+        """zarrs_gpu.dask.from_zarr with numpy meta (built here, in the client)."""
+        from unittest import mock
+
+        import zarrs_gpu.dask as zd
+
+        with mock.patch.object(zd, "make_meta", host_meta):
+            return zd.from_zarr(path, **options)
+
+    def test_the_workers_are_processes_each_with_its_gpu(self):
+        import zarrs_gpu.dask as zd
+
+        self.assertIsInstance(self.cluster, zd._local_gpu_cluster_class())
+        state = self.worker_state()
+        self.assertEqual(len(state), 2)
+        self.assertEqual(sorted(s["gpu"] for s in state), sorted(self.devices))
+        self.assertEqual(len({s["pid"] for s in state} | {os.getpid()}), 3)
+        self.assertTrue(all(s["preloaded"] for s in state), state)
+        self.assertEqual({w["nthreads"] for w in self.client.scheduler_info()["workers"].values()}, {1})
+        # Each worker's zarrs_gpu reader gets its share of this host's cores, not all of them.
+        share = os.environ.get("ZARRS_GDS_NTHREADS") or str(max(1, zd._cores() // 2))
+        self.assertEqual({s["reader_threads"] for s in state}, {share})
+
+    def test_reductions_equal_dask_from_zarr_and_both_workers_read(self):
+        import dask.array as da
+
+        for name, (path, data) in self.arrays.items():
+            with self.subTest(array=name):
+                z = zarr.open_array(path, mode="r")
+                unit = z.shards or z.chunks
+                x = self.from_zarr(path, block_bytes=data.dtype.itemsize * math.prod(unit) * 2)
+                self.assertGreaterEqual(x.npartitions, 8)
+                host = da.from_zarr(z)
+                self.worker_state()  # forget earlier reads
+                # One graph: every block read once, its partial results sent on to be combined.
+                got = self.client.compute([x.mean(), x.max(), x.sum(), x.min(axis=0)], sync=True)
+                want = [r.compute(scheduler="threads") for r in (host.mean(), host.max(), host.sum(), host.min(axis=0))]
+                np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+                self.assertEqual(got[1], want[1])
+                np.testing.assert_array_equal(got[3], want[3])
+                if data.dtype.kind == "f":  # sums of blocks added in another order
+                    np.testing.assert_allclose(got[2], want[2], rtol=1e-12)
+                else:
+                    self.assertEqual(got[2], want[2])
+                    self.assertEqual(got[2], data.sum())
+                state = self.worker_state()
+                for s in state:
+                    self.assertTrue(s["reads"], f"worker on {s['gpu']} read nothing: {state}")
+                    self.assertEqual({device for _, device in s["reads"]}, {None})  # the worker's own GPU
+                boxes = [box for s in state for box, _ in s["reads"]]
+                self.assertEqual(len(boxes), x.npartitions)
+                np.testing.assert_array_equal(covered(data.shape, boxes), np.ones(data.shape, np.int64))
+                whole = self.client.compute(x, sync=True)
+                np.testing.assert_array_equal(whole, data)
+        # The partial results of the reductions went from worker to worker.
+        self.assertGreater(sum(s["fetched"] for s in self.worker_state()), 0)
+
+    def test_a_histogram_equals_dask_on_the_host(self):
+        import dask.array as da
+
+        path, data = self.arrays["v3_zstd_f8"]
+        x = self.from_zarr(path, block_bytes=8 * 4 * 5 * 6 * 3)
+        counts, edges = da.histogram(x, bins=16, range=(-250, 250))
+        want_counts, want_edges = da.histogram(da.from_zarr(zarr.open_array(path, mode="r")), bins=16, range=(-250, 250))
+        got = self.client.compute(counts, sync=True)
+        np.testing.assert_array_equal(got, want_counts.compute(scheduler="threads"))
+        np.testing.assert_array_equal(got, np.histogram(data, bins=16, range=(-250, 250))[0])
+        self.assertGreater(got.sum(), data.size // 2)
+
+    def test_after_a_restart_the_workers_keep_their_gpus(self):
+        path, data = self.arrays["v2_u2"]
+        before = {s["pid"] for s in self.worker_state()}
+        self.client.restart(wait_for_workers=True)
+        self.client.wait_for_workers(2, timeout=60)
+        state = self.worker_state()
+        self.assertTrue(before.isdisjoint(s["pid"] for s in state))  # new processes
+        self.assertEqual(sorted(s["gpu"] for s in state), sorted(self.devices))
+        self.assertTrue(all(s["preloaded"] for s in state), state)
+        x = self.from_zarr(path, block_bytes=2 * 3 * 4 * 4)
+        self.assertEqual(self.client.compute(x.max(), sync=True), data.max())
+        self.assertEqual(sum(len(s["reads"]) for s in self.worker_state()), x.npartitions)
+
+    def test_worker_devices(self):
+        from zarrs_gpu.dask import worker_devices
+
+        self.assertEqual(worker_devices(devices=[0, 1], environ={}), ["0", "1"])
+        self.assertEqual(worker_devices(devices=[0, 0, 1], environ={}), ["0", "0", "1"])
+        # Ordinals as this process sees them: through its own CUDA_VISIBLE_DEVICES.
+        env = {"CUDA_VISIBLE_DEVICES": "2, 3"}
+        self.assertEqual(worker_devices(devices=[1, 0], environ=env), ["3", "2"])
+        self.assertEqual(worker_devices(environ=env), ["2", "3"])
+        self.assertEqual(worker_devices(1, environ=env), ["2"])
+        self.assertEqual(worker_devices(devices=["GPU-5e1c", 0], environ=env), ["GPU-5e1c", "2"])
+        uuids = {"CUDA_VISIBLE_DEVICES": "GPU-aa,GPU-bb"}
+        self.assertEqual(worker_devices(devices=[1], environ=uuids), ["GPU-bb"])
+        for args, error, text in [
+            (dict(devices=[2], environ=env), ValueError, "sees CUDA_VISIBLE_DEVICES='2, 3'"),
+            (dict(n_workers=3, environ=env), ValueError, "n_workers=3 but 2 GPU(s) are visible"),
+            (dict(n_workers=2, devices=[0], environ={}), ValueError, "n_workers=2 but 1 devices"),
+            (dict(n_workers=0, environ=env), ValueError, "n_workers must be 1 or more"),
+            (dict(devices=[-1], environ={}), ValueError, "negative"),
+            (dict(devices=["0,1"], environ={}), ValueError, "not one CUDA_VISIBLE_DEVICES entry"),
+            (dict(devices=[], environ={}), ValueError, "empty"),
+            (dict(devices=0, environ={}), TypeError, "a sequence"),
+            (dict(devices=[True], environ={}), TypeError, "CUDA ordinal"),
+            (dict(devices=[1.0], environ={}), TypeError, "CUDA ordinal"),
+            (dict(environ={"CUDA_VISIBLE_DEVICES": ""}), RuntimeError, "no GPU is visible"),
+        ]:
+            with self.subTest(**{k: v for k, v in args.items() if k != "environ"}):
+                with self.assertRaises(error) as caught:
+                    worker_devices(**args)
+                self.assertIn(text, str(caught.exception))
+
+    def test_local_cluster_refusals_and_dask_cuda(self):
+        from unittest import mock
+
+        import zarrs_gpu.dask as zd
+
+        with self.assertRaises(ValueError) as caught:
+            zd.local_cluster(devices=[0], dask_cuda=False, processes=False)
+        self.assertIn("processes=False", str(caught.exception))
+        with mock.patch.dict(os.environ, {"CUDA_VISIBLE_DEVICES": ""}), self.assertRaises(RuntimeError):
+            zd.local_cluster()
+        with self.assertRaises(ValueError):
+            zd.local_cluster(devices=[0], threads_per_worker=0)
+        with self.assertRaises(ValueError) as caught:
+            zd.local_cluster(devices=[0], reader_threads=-1)
+        self.assertIn("reader_threads", str(caught.exception))
+        # Where dask_cuda imports, its LocalCUDACluster gets the GPUs (a stand-in records the call).
+        import types
+
+        calls = []
+        fake = types.ModuleType("dask_cuda")
+        fake.LocalCUDACluster = lambda **kwargs: calls.append(kwargs) or "dask-cuda cluster"
+        with mock.patch.dict(sys.modules, {"dask_cuda": fake}):
+            self.assertEqual(zd.local_cluster(devices=[1, 0], memory_limit="2GiB"), "dask-cuda cluster")
+            self.assertEqual(calls, [dict(n_workers=2, CUDA_VISIBLE_DEVICES=["1", "0"], threads_per_worker=1,
+                                          memory_limit="2GiB")])
+            with self.assertRaises(ValueError) as caught:  # dask-cuda cannot share a GPU
+                zd.local_cluster(devices=[0, 0], dask_cuda=True)
+            self.assertIn("repeat", str(caught.exception))
+        with mock.patch.dict(sys.modules, {"dask_cuda": None}), self.assertRaises(ImportError) as caught:
+            zd.local_cluster(devices=[0], dask_cuda=True)
+        self.assertIn("needs dask-cuda", str(caught.exception))
+
+    def test_cupy_arrays_are_pickled_where_distributeds_serializer_cannot_load(self):
+        # A stand-in CuPy, and no rmm or numba (what distributed's CuPy serializer imports).
+        code = ("import sys, types, numpy as np\n"
+                "cupy = types.ModuleType('cupy'); cupy.__version__ = '13.0.0'\n"
+                "class ndarray:\n"
+                "    def __init__(self, a): self.a = np.asarray(a)\n"
+                "ndarray.__module__ = 'cupy'; cupy.ndarray = ndarray\n"
+                "sys.modules.update(cupy=cupy, rmm=None, numba=None)\n"
+                "from distributed.protocol.serialize import serialize, deserialize\n"
+                "import zarrs_gpu.dask as zd\n"
+                "if sys.argv[1] == 'register':\n"
+                "    print(zd.register_cupy_serialization())\n"
+                "header, frames = serialize(ndarray([1, 2, 3]), serializers=('dask', 'pickle'), on_error='raise')\n"
+                "print(header['serializer'], deserialize(header, frames).a.tolist())\n")
+        without = subprocess.run([sys.executable, "-c", code, "no"], capture_output=True, text=True)
+        self.assertNotEqual(without.returncode, 0)  # the failure this guards against
+        self.assertIn("Could not serialize object of type ndarray", without.stderr)
+        registered = subprocess.run([sys.executable, "-c", code, "register"], capture_output=True, text=True)
+        self.assertEqual(registered.returncode, 0, registered.stderr)
+        self.assertEqual(registered.stdout.split("\n")[:2], ["pickle", "pickle [1, 2, 3]"])
+        # Without CuPy there is nothing to do.
+        plain = subprocess.run([sys.executable, "-c", "import sys; sys.modules['cupy'] = None\n"
+                                "import zarrs_gpu.dask as zd; print(zd.register_cupy_serialization())"],
+                               capture_output=True, text=True)
+        self.assertEqual(plain.stdout.strip(), "no cupy", plain.stderr)
+
 if __name__ == "__main__":
     unittest.main()

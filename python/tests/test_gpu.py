@@ -2,9 +2,9 @@
 interoperability matrix (v2 and v3, every codec chain, sharded, missing chunks, 14 data types),
 whole and in numpy-style subsets, taken by CuPy (CUDA array interface and DLPack) and PyTorch
 (DLPack) without a copy; zarrs_gpu.dask's arrays of device blocks against dask.array.from_zarr;
-zarrs_gpu.xarray's datasets against xarray's zarr engine; zarrs_gpu.torch's crops, batches and the
-DDP example (python/examples/ddp_train.py, two ranks).
-Needs a CUDA GPU, cupy, torch, zarr-python, numcodecs, dask[array] and xarray; a missing one is a failure,
+zarrs_gpu.dask on distributed worker processes; zarrs_gpu.xarray's datasets against xarray's zarr
+engine; zarrs_gpu.torch's crops, batches and the DDP example (python/examples/ddp_train.py, two ranks).
+Needs a CUDA GPU, cupy, torch, zarr-python, numcodecs, dask[array], distributed and xarray; a missing one is a failure,
 not a skip.
 
     python -m unittest discover -s python/tests -p 'test_gpu.py'
@@ -806,6 +806,106 @@ class TorchGpuTests(unittest.TestCase):
             self.assertIn("2 ranks", demo.stdout)
             self.assertIn("loss", demo.stdout)
 
+
+class DistributedGpuTests(unittest.TestCase):
+    """zarrs_gpu.dask on distributed: worker processes of zarrs_gpu.dask.local_cluster, one per
+    GPU (two on GPU 0 where there is one), each seeing only its GPU and reading its blocks there;
+    CuPy results of reductions sent between processes, equal to dask.array.from_zarr's on the
+    host. Needs distributed (a missing one is a failure here, as for the other dependencies)."""
+
+    def test_reductions_on_worker_processes_match_dask_from_zarr(self):
+        import warnings
+
+        import dask.array as da
+        import zarr.codecs as zc
+        from distributed import Client, get_task_stream
+
+        import zarrs_gpu.dask as zd
+
+        gpus = cp.cuda.runtime.getDeviceCount()
+        devices = list(range(gpus)) if gpus > 1 else [0, 0]
+        rng = np.random.default_rng(1919)
+        arrays = {
+            # Several default blocks of whole shards at 16 MiB a block.
+            "v3_sharded_f4": ((rng.standard_normal((64, 256, 512)) * 300).astype("float32"),
+                              dict(chunks=(16, 64, 128), shards=(32, 128, 512), compressors=zc.ZstdCodec(level=1))),
+            "v3_zstd_edges_f8": (rng.standard_normal((37, 53, 29)) * 300, dict(chunks=(8, 16, 7),
+                                                                                compressors=zc.ZstdCodec(level=1))),
+            "v2_blosc_i2": (rng.integers(-1000, 1000, (45, 67)).astype("int16"), dict(chunks=(4, 8), zarr_format=2)),
+        }
+        with tempfile.TemporaryDirectory() as d, \
+                zd.local_cluster(devices=devices, dask_cuda=False, dashboard_address=None) as cluster, \
+                Client(cluster, set_as_default=False) as client:
+            client.wait_for_workers(len(devices), timeout=120)
+
+            def seen():
+                import cupy
+
+                import zarrs_gpu.dask
+
+                return (os.environ.get("CUDA_VISIBLE_DEVICES"), cupy.cuda.runtime.getDeviceCount(),
+                        cupy.cuda.Device().id, zarrs_gpu.dask._serialization_ready, os.getpid())
+
+            state = list(client.run(seen).values())
+            self.assertEqual(sorted(s[0] for s in state), sorted(zd.worker_devices(devices=devices)))
+            self.assertEqual({s[1:4] for s in state}, {(1, 0, True)})  # one GPU each, as device 0; preloaded
+            self.assertEqual(len({s[4] for s in state} | {os.getpid()}), len(devices) + 1)
+            for name, (data, options) in arrays.items():
+                path = os.path.join(d, name + ".zarr")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    z = zarr.create_array(store=path, shape=data.shape, dtype=data.dtype, **options)
+                z[...] = data
+                unit = z.shards or z.chunks
+                budget = 16 * 2**20 if name == "v3_sharded_f4" else data.dtype.itemsize * math.prod(unit) * 2
+                with self.subTest(array=name):
+                    x = zd.from_zarr(path, block_bytes=budget)
+                    self.assertIsInstance(x._meta, cp.ndarray)
+                    self.assertGreaterEqual(x.npartitions, 4)
+                    host = da.from_zarr(zarr.open_array(path, mode="r"))
+                    counts, _ = da.histogram(x, bins=32, range=(-1000, 1000))  # edges exact: width 62.5
+                    # Float sums in float64 (the blocks add in another order than the host's).
+                    sum_dtype = "f8" if data.dtype.kind == "f" else None
+                    with get_task_stream(client) as stream:
+                        mean, top, total, low, hist = client.compute(
+                            [x.mean(dtype="f8"), x.max(), x.sum(dtype=sum_dtype), x.min(axis=0), counts], sync=True)
+                    for value in (mean, top, total, low, hist):
+                        self.assertIsInstance(value, cp.ndarray)
+                    np.testing.assert_allclose(float(mean), float(host.mean(dtype="f8").compute(scheduler="threads")),
+                                               rtol=1e-10)
+                    self.assertEqual(top.item(), host.max().compute(scheduler="threads").item())
+                    want_total = host.sum(dtype=sum_dtype).compute(scheduler="threads")
+                    if sum_dtype:
+                        np.testing.assert_allclose(float(total), float(want_total), rtol=1e-10)
+                    else:
+                        self.assertEqual(total.item(), want_total.item())
+                    np.testing.assert_array_equal(cp.asnumpy(low), host.min(axis=0).compute(scheduler="threads"))
+                    np.testing.assert_array_equal(cp.asnumpy(hist), np.histogram(data, bins=32, range=(-1000, 1000))[0])
+                    readers = {t["worker"] for t in stream.data if "zarrs-gpu-from-zarr" in str(t["key"])}
+                    self.assertEqual(len(readers), len(devices), stream.data[:4])
+                    whole = client.compute(x, sync=True)
+                    self.assertIsInstance(whole, cp.ndarray)
+                    np.testing.assert_array_equal(cp.asnumpy(whole), data)
+            # Partial results (CuPy arrays) went from worker to worker.
+            fetched = client.run(lambda dask_worker: dask_worker.state.transfer_incoming_count_total)
+            self.assertGreater(sum(fetched.values()), 0)
+            # How they travelled: distributed's serializer (rmm or numba there) or pickled.
+            self.assertEqual(len(set(client.run(zd.register_cupy_serialization).values())), 1)
+
+    def test_local_cluster_by_default_has_one_worker_per_gpu(self):
+        from distributed import Client
+
+        import zarrs_gpu.dask as zd
+
+        gpus = cp.cuda.runtime.getDeviceCount()
+        with zd.local_cluster(dashboard_address=None) as cluster, Client(cluster, set_as_default=False) as client:
+            client.wait_for_workers(gpus, timeout=120)
+            seen = client.run(lambda: (os.environ.get("CUDA_VISIBLE_DEVICES", ""), __import__("cupy").cuda.Device().id))
+            self.assertEqual(len(seen), gpus)
+            # dask-cuda's workers see every GPU, their own first; this package's see only theirs.
+            firsts = sorted(v[0].split(",")[0] for v in seen.values())
+            self.assertEqual(firsts, zd.worker_devices())
+            self.assertEqual({v[1] for v in seen.values()}, {0})
 
 if __name__ == "__main__":
     unittest.main()
