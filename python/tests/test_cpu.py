@@ -1063,17 +1063,19 @@ class XarrayCpuTests(unittest.TestCase):
                     self.assertTrue(all(a.startswith("/" + (group or "").strip("/")) for a, _ in self.reads))
 
     def test_reads_stay_on_the_device_unless_xarray_decodes_them(self):
-        from zarrs_gpu.xarray import ZarrsGpuBackendEntrypoint, _ours
+        from zarrs_gpu.xarray import CFMaskScaleArray, ZarrsGpuBackendEntrypoint, _ours
 
         for name, (path, group) in self.stores.items():
             with self.subTest(store=name), self.host():
                 ds = ZarrsGpuBackendEntrypoint().open_dataset(path, group=group)
                 # Data variables that decoding leaves alone (NaN fill value, plain int32) read
-                # straight from zarrs_gpu (CuPy on a GPU); the packed one and every coordinate
-                # are copied to the host, where xarray decodes them and builds its indexes.
+                # straight from zarrs_gpu (CuPy on a GPU), the packed one through
+                # CFMaskScaleArray (decoded on the device); every coordinate is copied to the
+                # host, where xarray decodes it and builds its indexes.
                 self.assertFalse(_ours(ds["temp"].variable._data).host)
                 self.assertFalse(_ours(ds["counts"].variable._data).host)
-                self.assertIsNone(_ours(ds["packed"].variable._data))  # a decoding function on it
+                self.assertIsInstance(ds["packed"].variable._data, CFMaskScaleArray)
+                self.assertFalse(_ours(ds["packed"].variable._data).host)
                 self.assertTrue(_ours(ds["lat"].variable._data).host)
                 raw = ZarrsGpuBackendEntrypoint().open_dataset(path, group=group, mask_and_scale=False)
                 self.assertFalse(_ours(raw["packed"].variable._data).host)
