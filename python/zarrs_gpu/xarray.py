@@ -395,7 +395,9 @@ def _decode_mask_and_scale(variables: dict, mask_and_scale: Any, drop_variables:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                decoded = CFMaskCoder().decode(var, name=name)
+                # On a copy: CFMaskCoder pops the fill values from the attributes it is given.
+                copy = Variable(var.dims, var._data, dict(var.attrs), dict(var.encoding), fastpath=True)
+                decoded = CFMaskCoder().decode(copy, name=name)
                 decoded = CFScaleOffsetCoder().decode(decoded, name=name)
             except Exception:
                 continue  # xarray raises it again, with its note naming the variable
