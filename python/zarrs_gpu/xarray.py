@@ -313,6 +313,14 @@ def _steps_of(data: Any, source: Any) -> Optional[tuple]:
         data = data.array
     if data is not source or not steps:
         return None
+    # Numbers only (an attribute of another type, a string scale_factor say, is left to xarray
+    # to fail on as it does), and numeric dtypes.
+    for step in steps:
+        values = step[1] if step[0] == "mask" else step[1:3] if step[0] == "scale" else ()
+        values = list(values) + ([step[2]] if step[0] == "mask" else [])
+        if not all(v is None or (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool))
+                   for v in values) or step[-1].kind not in "iuf":
+            return None
     return tuple(reversed(steps))
 
 
