@@ -279,9 +279,15 @@ def _apply_steps(x: Any, steps: tuple) -> Any:
                 if value is None:
                     continue
                 common = np.result_type(x.dtype, value)  # the in-place ufunc's loop, cast back
-                v = x.astype(common, copy=False)
                 operand = common.type(value)
-                x = (v * operand if op == "mul" else v + operand).astype(dtype, copy=False)
+                if common == x.dtype:  # x is this step's own copy: in place, as xarray does
+                    if op == "mul":
+                        x *= operand
+                    else:
+                        x += operand
+                else:
+                    v = x.astype(common)
+                    x = (v * operand if op == "mul" else v + operand).astype(dtype, copy=False)
         else:
             raise AssertionError(f"zarrs_gpu.xarray: unknown decoding step {kind!r}")
     return x
