@@ -12,21 +12,31 @@ here only lists the arrays, their shapes, data types, attributes and dimension n
 zarrs_gpu, lazily, one box per indexing (``ZarrsGpuBackendArray``), on GPU ``device`` (None:
 the reading thread's current CUDA device).
 
-CF decoding (``mask_and_scale``, ``decode_times``, ``decode_coords`` ...) is xarray's own
-(``xarray.conventions.decode_cf_variables``), as for its zarr engine, with the same fill value
-rule (v2: the array's ``fill_value`` is ``_FillValue``; v3: the ``_FillValue`` attribute). xarray
-decodes on the host only (its decoders call ``np.asarray``), so for now:
+CF decoding is xarray's own (``xarray.conventions.decode_cf_variables``, as for its zarr engine,
+with the same fill value rule: v2, the array's ``fill_value`` is ``_FillValue``; v3, the
+``_FillValue`` attribute), but for mask and scale, whose values are computed on the device:
 
-* a data variable that decoding leaves alone (no fill value other than NaN, no
-  ``scale_factor``/``add_offset``, no time units) stays on the device: its reads are CuPy arrays;
-* a variable that decoding transforms is read on the device and copied to the host, where xarray
-  decodes it (numpy results);
+* a variable whose decoding is mask and scale (``_Unsigned``, ``_FillValue``/``missing_value``,
+  ``scale_factor``/``add_offset``) and whose other decoders (times, timedeltas, booleans) leave
+  it alone is decoded by ``CFMaskScaleArray``, lazily (a read of ``ds.v[0:10]`` reads that box)
+  and with the array module of what was read: CuPy for data variables, which stay on the device.
+  xarray's own coders (CFMaskCoder, CFScaleOffsetCoder) decide its attrs, encoding, fill values
+  and dtype; their functions are read back as steps that this module computes with numpy's type
+  promotion in numpy's order, so the values are xarray's bit for bit. xarray is then asked not to
+  mask and scale that variable again (``mask_and_scale`` per variable); every other option
+  (``mask_and_scale=False``, ``decode_cf=False``, ``decode_times``, ``drop_variables``, per-variable
+  dicts) is xarray's;
+* a data variable that decoding leaves alone (no fill value other than NaN, no packing, no time
+  units) is read straight, a CuPy array;
+* a variable xarray decodes otherwise (times, timedeltas, a fill value with time units) is read on
+  the device and copied to the host, where xarray decodes it (numpy results);
 * coordinates (1-D arrays named like their dimension, and those named in ``coordinates``
-  attributes) are copied to the host too: xarray's indexes are pandas'.
+  attributes) are copied to the host too (xarray's indexes are pandas'), then decoded as above
+  with numpy.
 
-Decoding on the device is a later step. With ``chunks=`` xarray wraps each variable in a Dask
-array whose blocks are these reads (CuPy blocks for device variables); xarray sets such arrays'
-``meta`` to numpy's whatever their blocks are, so ``meta`` does not say CuPy there.
+With ``chunks=`` xarray wraps each variable in a Dask array whose blocks are these reads (CuPy
+blocks for device variables, decoded block by block); xarray sets such arrays' ``meta`` to numpy's
+whatever their blocks are, so ``meta`` does not say CuPy there.
 
 Tests read on the host by replacing ``zarrs_gpu.dask.reader`` (the one read function both
 modules use, looked up at each read).
@@ -42,7 +52,7 @@ from xarray.backends import BackendArray, BackendEntrypoint
 from xarray.backends.common import AbstractDataStore
 from xarray.core import indexing
 
-__all__ = ["ZarrsGpuBackendArray", "ZarrsGpuBackendEntrypoint", "ZarrsGpuStore"]
+__all__ = ["CFMaskScaleArray", "ZarrsGpuBackendArray", "ZarrsGpuBackendEntrypoint", "ZarrsGpuStore"]
 
 DIMENSION_KEY = "_ARRAY_DIMENSIONS"
 
