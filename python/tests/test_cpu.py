@@ -1463,6 +1463,11 @@ class XarrayCFDecodingCpuTests(unittest.TestCase):
                 self.assertEqual([a for a, _ in self.reads], ["/packed"])
                 self.assertIsInstance(computed, np.ndarray)
                 self.assertEqual(computed.dtype, np.float64)
+                # It pickles (Dask's distributed workers get it in their tasks), reads and all.
+                import pickle
+
+                again = pickle.loads(pickle.dumps(ds.variables["packed"]._data[1:3, 4:9]))
+                same_bits(self, again.get_duck_array(), computed[1:3, 4:9], "unpickled")
 
     def test_indexing_reads_only_the_box(self):
         for fmt in (2, 3):
@@ -1627,6 +1632,42 @@ class XarrayCFDecodingCpuTests(unittest.TestCase):
                         self.assertEqual(masked, 0)  # float32 0.1 is not float64 0.1
                     else:
                         self.assertGreater(masked, 0)
+
+    def test_big_endian_v2_arrays(self):
+        import warnings
+
+        import xarray as xr
+
+        path = os.path.join(self.dir.name, "big_endian.zarr")
+        g = zarr.open_group(path, mode="w", zarr_format=2)
+        rng = np.random.default_rng(3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            packed = g.create_array("packed", shape=(7, 9), chunks=(3, 4), dtype=">i2", fill_value=-32767,
+                                    attributes={"_ARRAY_DIMENSIONS": ["y", "x"], "scale_factor": 0.5,
+                                                "add_offset": 1.0})
+            floats = g.create_array("floats", shape=(7, 9), chunks=(3, 4), dtype=">f4", fill_value=-9.0,
+                                    attributes={"_ARRAY_DIMENSIONS": ["y", "x"]})
+        packed[:] = rng.integers(-32767, 32767, (7, 9)).astype(">i2")
+        packed[0, :3] = -32767
+        floats[:] = rng.standard_normal((7, 9)).astype(">f4")
+        floats[2, 2:5] = -9.0
+        with self.host():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                want = xr.open_dataset(path, engine="zarr").load()
+            got = xr.open_dataset(path, engine=self.engine)
+            for name in ("packed", "floats"):
+                data = mask_scale_array(got[name].variable._data)
+                self.assertIsNotNone(data, name)
+                # Native throughout (CuPy has no other byte order), and no EndianCoder after it.
+                self.assertIs(got[name].variable._data.array.array, data, name)
+                self.assertTrue(all(step[-1].isnative for step in data.steps), name)
+                self.assertEqual(got[name].encoding["dtype"], want[name].encoding["dtype"], name)
+                self.assertEqual(got[name].encoding["dtype"].str, want[name].encoding["dtype"].str, name)
+                same_bits(self, got[name].values, want[name].values, name)
+            self.assertEqual(int(np.isnan(want["floats"].values).sum()), 3)
+            self.assertEqual(int(np.isnan(want["packed"].values).sum()), 3)
 
     def test_a_variable_xarray_cannot_decode_fails_as_with_its_zarr_engine(self):
         import warnings

@@ -318,12 +318,15 @@ def _steps_of(data: Any, source: Any) -> Optional[tuple]:
         if not isinstance(f, partial) or f.args:
             return None
         kw = f.keywords
+        # Native byte order throughout (CuPy has no other; the values are the same): where
+        # xarray's result is not native, its EndianCoder makes it so next.
+        dtype = np.dtype(kw.get("dtype")).newbyteorder("=")
         if f.func is np.asarray and set(kw) == {"dtype"}:
-            steps.append(("cast", np.dtype(kw["dtype"])))
+            steps.append(("cast", dtype))
         elif f.func is xv._apply_mask and set(kw) == {"encoded_fill_values", "decoded_fill_value", "dtype"}:
-            steps.append(("mask", tuple(kw["encoded_fill_values"]), kw["decoded_fill_value"], np.dtype(kw["dtype"])))
+            steps.append(("mask", tuple(kw["encoded_fill_values"]), kw["decoded_fill_value"], dtype))
         elif f.func is xv._scale_offset_decoding and set(kw) == {"scale_factor", "add_offset", "dtype"}:
-            steps.append(("scale", kw["scale_factor"], kw["add_offset"], np.dtype(kw["dtype"])))
+            steps.append(("scale", kw["scale_factor"], kw["add_offset"], dtype))
         else:
             return None
         data = data.array
@@ -431,8 +434,11 @@ def _decode_mask_and_scale(variables: dict, mask_and_scale: Any, drop_variables:
         for w in caught:  # xarray's own warnings (multiple fill values, ...), said once
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         encoding = dict(decoded.encoding)
-        encoding["dtype"] = var.dtype  # as decode_cf_variable records it: the stored dtype
-        data = CFMaskScaleArray(var._data, steps, decoded._data.dtype)
+        dtype = decoded._data.dtype
+        # As decode_cf_variable records it: the stored dtype, unless the decoded one is not
+        # native (a big-endian float with a fill value), which its EndianCoder makes native.
+        encoding["dtype"] = var.dtype if dtype.isnative else dtype.newbyteorder("=")
+        data = CFMaskScaleArray(var._data, steps, dtype.newbyteorder("="))
         out[name] = Variable(decoded.dims, data, decoded.attrs, encoding, fastpath=True)
         per_variable[name] = False
     return out, per_variable
