@@ -1466,7 +1466,10 @@ class XarrayCFDecodingCpuTests(unittest.TestCase):
                 # It pickles (Dask's distributed workers get it in their tasks), reads and all.
                 import pickle
 
-                again = pickle.loads(pickle.dumps(ds.variables["packed"]._data[1:3, 4:9]))
+                from xarray.core.indexing import BasicIndexer
+
+                key = BasicIndexer((slice(1, 3), slice(4, 9), slice(None)))
+                again = pickle.loads(pickle.dumps(ds.variables["packed"]._data[key]))
                 same_bits(self, again.get_duck_array(), computed[1:3, 4:9], "unpickled")
 
     def test_indexing_reads_only_the_box(self):
