@@ -1063,17 +1063,19 @@ class XarrayCpuTests(unittest.TestCase):
                     self.assertTrue(all(a.startswith("/" + (group or "").strip("/")) for a, _ in self.reads))
 
     def test_reads_stay_on_the_device_unless_xarray_decodes_them(self):
-        from zarrs_gpu.xarray import ZarrsGpuBackendEntrypoint, _ours
+        from zarrs_gpu.xarray import CFMaskScaleArray, ZarrsGpuBackendEntrypoint, _ours
 
         for name, (path, group) in self.stores.items():
             with self.subTest(store=name), self.host():
                 ds = ZarrsGpuBackendEntrypoint().open_dataset(path, group=group)
                 # Data variables that decoding leaves alone (NaN fill value, plain int32) read
-                # straight from zarrs_gpu (CuPy on a GPU); the packed one and every coordinate
-                # are copied to the host, where xarray decodes them and builds its indexes.
+                # straight from zarrs_gpu (CuPy on a GPU), the packed one through
+                # CFMaskScaleArray (decoded on the device); every coordinate is copied to the
+                # host, where xarray decodes it and builds its indexes.
                 self.assertFalse(_ours(ds["temp"].variable._data).host)
                 self.assertFalse(_ours(ds["counts"].variable._data).host)
-                self.assertIsNone(_ours(ds["packed"].variable._data))  # a decoding function on it
+                self.assertIsInstance(ds["packed"].variable._data, CFMaskScaleArray)
+                self.assertFalse(_ours(ds["packed"].variable._data).host)
                 self.assertTrue(_ours(ds["lat"].variable._data).host)
                 raw = ZarrsGpuBackendEntrypoint().open_dataset(path, group=group, mask_and_scale=False)
                 self.assertFalse(_ours(raw["packed"].variable._data).host)
@@ -1242,6 +1244,455 @@ class XarrayCpuTests(unittest.TestCase):
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         self.assertEqual(run.returncode, 0, run.stderr)
         self.assertIn("ImportError", run.stdout)
+
+
+def cf_test_dataset(seed=23, shape=(6, 13, 17)):
+    """A dataset whose variables xarray's CF decoding transforms in every way mask-and-scale
+    can, written with to_zarr: int16 packing (scale_factor, add_offset, _FillValue), uint8
+    stored as int8 with _Unsigned, float32 with a non-NaN _FillValue (and NaNs), int32 with
+    missing_value only, int16 with scale_factor only, int16 with _FillValue only, several fill
+    values (missing_value list and _FillValue), a packed 2-D coordinate; and what it leaves to
+    the host: a time coordinate, integer times and timedeltas with fill values, plain floats."""
+    import pandas as pd
+    import xarray as xr
+
+    rng = np.random.default_rng(seed)
+    t, y, x = shape
+    nan_at = rng.random(shape) < 0.05
+    packed = rng.uniform(-300, 300, shape)
+    packed[nan_at] = np.nan
+    u8 = rng.integers(0, 255, (y, x)).astype("float32")  # 255 is the fill value (-1 as int8)
+    u8[rng.random((y, x)) < 0.1] = np.nan
+    f32 = rng.standard_normal(shape).astype("float32")
+    f32[nan_at] = np.nan
+    mv = rng.integers(-100000, 100000, (y, x)).astype("float64")
+    mv[rng.random((y, x)) < 0.1] = np.nan
+    multi = rng.integers(-4, 30, (y, x)).astype("int32")  # -1, -2 (missing_value) and -3 masked
+    valid = pd.date_range("2001-01-01", periods=y, freq="D").values.copy()
+    valid[1] = np.datetime64("NaT")
+    lead = (np.arange(y) * np.timedelta64(3, "h")).astype("timedelta64[ns]")
+    lead[2] = np.timedelta64("NaT")
+    ds = xr.Dataset(
+        {
+            "packed": (("time", "y", "x"), packed, {"long_name": "packed", "units": "m"}),
+            "u8": (("y", "x"), u8, {"long_name": "unsigned"}),
+            "f32": (("time", "y", "x"), f32, {"units": "K"}),
+            "mv": (("y", "x"), mv),
+            "scaled": (("y", "x"), rng.integers(-20000, 20000, (y, x)) * 0.25),
+            "i16": (("time", "y", "x"), np.where(nan_at, np.nan, rng.integers(-500, 500, shape)).astype("float32")),
+            "multi": (("y", "x"), multi, {"missing_value": [-1, -2]}),
+            "plain": (("time", "y", "x"), rng.standard_normal(shape)),
+            "valid": (("y",), valid),
+            "lead": (("y",), lead),
+        },
+        coords={
+            "time": pd.date_range("2000-01-01", periods=t, freq="6h"),
+            "y": np.linspace(-60.0, 60.0, y),
+            "x": np.arange(x) * 7,
+            "lat": (("y", "x"), rng.uniform(-90, 90, (y, x)), {"units": "degrees_north"}),
+        },
+        attrs={"title": "zarrs_gpu CF decoding test"},
+    )
+    ds["packed"].encoding = {"dtype": "int16", "scale_factor": 0.01, "add_offset": 10.0, "_FillValue": -32767,
+                             "chunks": (2, 5, 9)}
+    ds["u8"].encoding = {"dtype": "int8", "_Unsigned": "true", "_FillValue": -1}
+    ds["f32"].encoding = {"_FillValue": np.float32(-9999.0), "chunks": (3, 13, 8)}
+    ds["mv"].encoding = {"dtype": "int32", "missing_value": -999}
+    ds["scaled"].encoding = {"dtype": "int16", "scale_factor": 0.25}
+    ds["i16"].encoding = {"dtype": "int16", "_FillValue": -32768}
+    ds["multi"].encoding = {"_FillValue": -3}
+    ds["valid"].encoding = {"dtype": "int32", "_FillValue": -999, "units": "days since 2001-01-01"}
+    ds["lead"].encoding = {"dtype": "int32", "_FillValue": -1, "units": "hours"}
+    ds["lat"].encoding = {"dtype": "int16", "scale_factor": 0.003, "add_offset": 0.0, "_FillValue": -32768}
+    return ds
+
+
+#: The variables of cf_test_dataset that zarrs_gpu.xarray decodes itself (CFMaskScaleArray).
+CF_DEVICE_DECODED = {"packed", "u8", "f32", "mv", "scaled", "i16", "multi", "lat"}
+#: Encoding keys that say how a store keeps the array (the engines differ there), not CF decoding.
+STORAGE_ENCODING = {"compressors", "compressor", "filters", "serializer", "shards", "source"}
+
+
+def mask_scale_array(data):
+    """The CFMaskScaleArray under a variable's data (xarray's caching and copy-on-write
+    wrappers taken off), else None."""
+    from zarrs_gpu.xarray import CFMaskScaleArray
+
+    while not isinstance(data, CFMaskScaleArray):
+        if not hasattr(data, "array"):
+            return None
+        data = data.array
+    return data
+
+
+def same_bits(testcase, got, want, what):
+    """Equal dtypes and equal bytes (NaN payloads and signed zeros too)."""
+    got, want = np.asarray(got), np.asarray(want)
+    testcase.assertEqual(got.dtype, want.dtype, what)
+    testcase.assertEqual(got.shape, want.shape, what)
+    testcase.assertEqual(got.tobytes(), want.tobytes(), what)
+
+
+@unittest.skipUnless(HAVE_XARRAY and HAVE_DASK, "xarray (and dask[array]) are not installed")
+class XarrayCFDecodingCpuTests(unittest.TestCase):
+    """zarrs_gpu.xarray's own CF mask-and-scale decoding (CFMaskScaleArray, computed with the
+    data's array module: CuPy on a GPU, numpy here with zarr-python's host reads in place of the
+    GPU's) against xarray's zarr engine: values bit for bit, dtypes, attrs and encoding, for every
+    decoding option, lazily indexed, and under Dask."""
+
+    @classmethod
+    def setUpClass(cls):
+        import warnings
+
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.ds = cf_test_dataset()
+        cls.stores = {}
+        for fmt in (2, 3):
+            path = os.path.join(cls.dir.name, f"cf_v{fmt}.zarr")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cls.ds.to_zarr(path, mode="w", zarr_format=fmt, consolidated=True)
+            cls.stores[fmt] = path
+        cls.engine = xarray_engine()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def host(self):
+        """Reads on the host (zarr-python), recording (array, box) of every read."""
+        from unittest import mock
+
+        import zarrs_gpu.dask as zd
+
+        self.reads = []
+
+        def record(path, array, device, box):
+            self.reads.append((array, box))
+            return host_reader(path, array, device, box)
+
+        return mock.patch.multiple(zd, reader=record, make_meta=host_meta)
+
+    def open_both(self, fmt, **options):
+        import warnings
+
+        import xarray as xr
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # multiple fill values, decode_timedelta's FutureWarning
+            want = xr.open_dataset(self.stores[fmt], engine="zarr", **options)
+            got = xr.open_dataset(self.stores[fmt], engine=self.engine, **options)
+        return got, want
+
+    def assert_same_dataset(self, got, want, decoded_here):
+        import xarray as xr
+
+        # Which variables this module decodes, before anything is read (xarray's cache then
+        # holds the values in place of the lazy arrays).
+        for name in want.variables:
+            self.assertEqual(mask_scale_array(got[name].variable._data) is not None, name in decoded_here, name)
+        self.assertEqual(list(got.variables), list(want.variables))
+        for name in want.variables:
+            g, w = got[name].variable, want[name].variable
+            self.assertEqual(g.dtype, w.dtype, name)
+            # assertEqual's == says NaN != NaN: compare the reprs (types and values).
+            self.assertEqual(repr(sorted(g.attrs.items())), repr(sorted(w.attrs.items())), name)
+            ge = {k: v for k, v in g.encoding.items() if k not in STORAGE_ENCODING}
+            we = {k: v for k, v in w.encoding.items() if k not in STORAGE_ENCODING}
+            self.assertEqual(repr(sorted(ge.items())), repr(sorted(we.items())), name)
+        xr.testing.assert_identical(got, want)
+        loaded, expected = got.load(), want.load()
+        for name in want.variables:
+            same_bits(self, loaded[name].values, expected[name].values, name)
+
+    def test_datasets_equal_xarrays_zarr_engine_for_every_option(self):
+        with_times = CF_DEVICE_DECODED
+        cases = [
+            ({}, with_times),
+            (dict(decode_times=False), with_times),
+            (dict(mask_and_scale=False), set()),
+            (dict(decode_cf=False), set()),
+            (dict(mask_and_scale={"packed": False, "lat": False}), with_times - {"packed", "lat"}),
+            (dict(drop_variables=["packed", "valid"]), with_times - {"packed"}),
+            (dict(decode_coords=False), with_times),
+            (dict(decode_timedelta=True, use_cftime=False), with_times),
+            (dict(decode_times={"valid": False}), with_times),
+        ]
+        for fmt in (2, 3):
+            for options, decoded_here in cases:
+                with self.subTest(zarr_format=fmt, options=options), self.host():
+                    got, want = self.open_both(fmt, **options)
+                    self.assert_same_dataset(got, want, decoded_here)
+                    if options == {}:
+                        # Real decoding happened: NaNs where the data had them, packing undone.
+                        np.testing.assert_allclose(got["packed"].values, self.ds["packed"].values, atol=0.006)
+                        self.assertEqual(got["packed"].dtype, np.float64)
+                        self.assertEqual(got["u8"].dtype, np.float32)
+                        self.assertEqual(got["i16"].dtype, np.float32)
+                        self.assertEqual(got["mv"].dtype, np.float64)
+                        np.testing.assert_array_equal(got["u8"].values, self.ds["u8"].values)
+                        np.testing.assert_array_equal(np.isnan(got["f32"].values), np.isnan(self.ds["f32"].values))
+                        np.testing.assert_array_equal(np.isnan(got["multi"].values),
+                                                      np.isin(self.ds["multi"].values, [-1, -2, -3]))
+                        self.assertTrue(np.isnan(got["multi"].values).any())
+                        self.assertEqual(got["valid"].dtype.kind, "M")
+                        self.assertEqual(got["lead"].dtype.kind, "m")
+
+    def test_decoded_variables_read_through_the_device_path(self):
+        from zarrs_gpu.xarray import ZarrsGpuBackendEntrypoint, _ours
+
+        for fmt in (2, 3):
+            with self.subTest(zarr_format=fmt), self.host():
+                ds = ZarrsGpuBackendEntrypoint().open_dataset(self.stores[fmt])
+                for name in CF_DEVICE_DECODED:
+                    data = ds.variables[name]._data
+                    self.assertIs(mask_scale_array(data), data, name)
+                    # Data variables read to the device (host False), coordinates to the host.
+                    self.assertEqual(_ours(data).host, name == "lat", name)
+                for name in ("valid", "lead", "time", "plain"):
+                    self.assertIsNone(mask_scale_array(ds.variables[name]._data), name)
+                # The steps xarray's coders chose, read back from their functions.
+                steps = ds.variables["packed"]._data.steps
+                self.assertEqual([s[0] for s in steps], ["mask", "scale"])
+                self.assertEqual(steps[1][1:], (0.01, 10.0, np.dtype("float64")))
+                self.assertEqual([s[0] for s in ds.variables["u8"]._data.steps], ["cast", "mask"])
+                self.assertEqual(ds.variables["u8"]._data.steps[0][1], np.dtype("uint8"))
+                # Values computed by this module, not by xarray: the decoding of what was read.
+                self.reads.clear()
+                computed = ds.variables["packed"]._data.get_duck_array()
+                self.assertEqual([a for a, _ in self.reads], ["/packed"])
+                self.assertIsInstance(computed, np.ndarray)
+                self.assertEqual(computed.dtype, np.float64)
+                # It pickles (Dask's distributed workers get it in their tasks), reads and all.
+                import pickle
+
+                from xarray.core.indexing import BasicIndexer
+
+                key = BasicIndexer((slice(1, 3), slice(4, 9), slice(None)))
+                again = pickle.loads(pickle.dumps(ds.variables["packed"]._data[key]))
+                same_bits(self, again.get_duck_array(), computed[1:3, 4:9], "unpickled")
+
+    def test_indexing_reads_only_the_box(self):
+        for fmt in (2, 3):
+            with self.host():
+                got, want = self.open_both(fmt)
+                # In memory: xarray's zarr engine fails on slices reversed down to 0 (see
+                # XarrayCpuTests.test_indexing_reads_one_box), this engine does not.
+                want = want.load()
+                keys = [dict(time=slice(0, 2), y=slice(3, 8), x=slice(1, 4)), dict(time=-1, x=slice(16, 2, -3)),
+                        dict(time=slice(5, 0, -2), y=0), dict(y=slice(None, None, -1)), dict(x=[4, 0, 9]),
+                        dict(time=slice(3, 3)), dict(time=2, y=4, x=5), dict(x=slice(None, None, -5))]
+                for key in keys:
+                    for name in ("packed", "f32", "i16"):
+                        with self.subTest(zarr_format=fmt, key=key, variable=name):
+                            self.reads.clear()
+                            g = got[name].isel(key)
+                            w = want[name].isel(key)
+                            self.assertEqual(self.reads, [])  # lazy until asked for
+                            self.assertIsNotNone(mask_scale_array(g.variable._data))
+                            same_bits(self, g.values, w.values, name)
+                            self.assertEqual(len(self.reads), 1)
+                            (array, box), = self.reads
+                            self.assertEqual(array, "/" + name)
+                            # The box read is the smallest one holding the key's elements.
+                            full = self.ds[name].shape
+                            want_box = []
+                            for dim, size in zip(("time", "y", "x"), full):
+                                idx = np.arange(size)[key.get(dim, slice(None))]
+                                idx = np.atleast_1d(idx)
+                                want_box.append((int(idx.min()), int(idx.max()) + 1) if idx.size else None)
+                            if all(b is not None for b in want_box):
+                                self.assertEqual(box, tuple(want_box))
+                # Indexing in steps composes: a subset of a subset, a transpose, vectorized keys.
+                import xarray as xr
+
+                # (Not a transpose of a slice reversed down to 0: xarray 2025.12 makes that an
+                # empty vectorized key, for every engine; its zarr engine then gives empty data.)
+                self.reads.clear()
+                sub = got["packed"][1:5, 11:0:-2][:, 1:, 3:15:4].transpose("x", "time", "y")
+                same_bits(self, sub.values, want["packed"][1:5, 11:0:-2][:, 1:, 3:15:4].transpose("x", "time", "y").values,
+                          "packed subset")
+                self.assertEqual(len(self.reads), 1)
+                pick = dict(y=xr.DataArray([0, 5, 12], dims="p"), x=xr.DataArray([16, 1, 1], dims="p"))
+                same_bits(self, got["mv"].isel(pick).values, want["mv"].isel(pick).values, "vectorized")
+
+    def test_chunks_give_dask_arrays_of_the_same_values(self):
+        import warnings
+
+        import dask
+        import dask.array as da
+
+        for fmt in (2, 3):
+            for chunks in ({}, {"time": 1, "x": 5}):
+                with self.subTest(zarr_format=fmt, chunks=chunks), self.host(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    got, want = self.open_both(fmt, chunks=chunks)
+                    self.assertIsInstance(got["packed"].data, da.Array)
+                    self.assertEqual(got["packed"].data.chunks, want["packed"].data.chunks)
+                    self.assertEqual(got["packed"].data.dtype, np.float64)
+                    self.reads.clear()
+                    with dask.config.set(scheduler="threads"):
+                        computed = got.compute()
+                    packed_reads = [box for a, box in self.reads if a == "/packed"]
+                    self.assertEqual(len(packed_reads), got["packed"].data.npartitions)
+                    np.testing.assert_array_equal(covered(self.ds["packed"].shape, packed_reads),
+                                                  np.ones(self.ds["packed"].shape, np.int64))
+                    expected = want.compute()
+                    for name in want.variables:
+                        same_bits(self, computed[name].values, expected[name].values, name)
+
+    def test_xarrays_warnings_are_given_once(self):
+        import warnings
+
+        import xarray as xr
+
+        for fmt in (2, 3):
+            with self.subTest(zarr_format=fmt), self.host(), warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                xr.open_dataset(self.stores[fmt], engine=self.engine, drop_variables=["lead"])
+            multiple = [str(w.message) for w in caught if "multiple fill values" in str(w.message)]
+            # xarray's own: once for missing_value, once for missing_value with _FillValue.
+            self.assertEqual(len(multiple), 2, multiple)
+            self.assertTrue(all("'multi'" in m for m in multiple))
+
+    def test_steps_give_xarrays_values_bit_for_bit(self):
+        """The three decoding functions of xarray against CFMaskScaleArray's steps on random data
+        of every kind its coders meet, through the coders themselves (so the steps are those
+        xarray picks: float32 arithmetic for float32 packing, float64 comparisons, ...)."""
+        import warnings
+
+        import xarray as xr
+        from xarray.coding.variables import CFMaskCoder, CFScaleOffsetCoder
+        from xarray.core import indexing
+
+        from zarrs_gpu.xarray import _apply_steps, _steps_of
+
+        rng = np.random.default_rng(11)
+        f32_fill = np.float32(0.1)
+        cases = [
+            ("int16", dict(scale_factor=0.01, add_offset=10.0, _FillValue=np.int16(-32767))),
+            ("int16", dict(scale_factor=np.float32(0.1), add_offset=np.float32(3.3), _FillValue=np.int16(7))),
+            ("int8", dict(scale_factor=np.float32(0.37), add_offset=np.float32(-1.1))),
+            ("int32", dict(scale_factor=np.float32(0.001), add_offset=np.float32(5.5))),
+            ("int32", dict(scale_factor=1e-3, add_offset=np.float32(2.0), missing_value=np.int32(11))),
+            ("int16", dict(scale_factor=0.25)),
+            ("int16", dict(add_offset=100.5)),
+            ("uint16", dict(scale_factor=np.float64(0.002), _FillValue=np.uint16(65535))),
+            ("int8", dict(_Unsigned="true", _FillValue=np.int8(-1))),
+            ("int8", dict(_Unsigned="true", scale_factor=0.5, add_offset=1.0, _FillValue=np.int8(-128))),
+            ("uint16", dict(_Unsigned="false", _FillValue=np.uint16(65535))),
+            ("int32", dict(_Unsigned="true")),
+            ("float32", dict(_FillValue=-9999.0)),
+            ("float32", dict(_FillValue=f32_fill)),  # compared in float32: equal elements masked
+            ("float32", dict(_FillValue=0.1)),  # a float64 fill: float32 0.1 differs, kept
+            ("float32", dict(missing_value=[1.5, 2.5], _FillValue=np.float32(-1.0))),
+            ("float16", dict(_FillValue=np.float16(3.0))),
+            ("float64", dict(_FillValue=1e20, scale_factor=2.0)),
+            ("int64", dict(_FillValue=np.int64(2**53 + 1))),  # compared after the cast to float64
+            ("uint32", dict(missing_value=np.uint32(4000000000))),
+            ("int32", dict(missing_value=-999)),
+            ("int16", dict(_FillValue=np.int16(3), missing_value=np.int16(4))),
+        ]
+        for dtype, attrs in cases:
+            dtype = np.dtype(dtype)
+            with self.subTest(dtype=str(dtype), attrs=attrs):
+                if dtype.kind == "f":
+                    raw = (rng.standard_normal((40, 30)) * 10).astype(dtype)
+                    raw[rng.random(raw.shape) < 0.1] = np.nan
+                    raw[rng.random(raw.shape) < 0.1] = np.float32(0.1)
+                else:
+                    info = np.iinfo(dtype)
+                    lo, hi = max(int(info.min), -(2**62)), min(int(info.max), 2**62)
+                    raw = rng.integers(lo, hi, (40, 30), endpoint=True).astype(dtype)
+                    raw[rng.random(raw.shape) < 0.05] = np.array(info.max).astype(dtype)
+                    raw[rng.random(raw.shape) < 0.05] = np.array(info.min).astype(dtype)
+                    raw[rng.random(raw.shape) < 0.1] = np.array(rng.integers(0, 12)).astype(dtype)
+                # Every fill value occurs in the data (the cast as the coders read it).
+                for key in ("_FillValue", "missing_value"):
+                    if key in attrs:
+                        for fv in np.ravel(attrs[key]):
+                            raw.flat[rng.integers(0, raw.size, 20)] = np.array(fv).astype(dtype)
+                if dtype == np.dtype("int64"):
+                    raw.flat[:5] = 2**53  # equals 2**53 + 1 once both are float64
+                source = indexing.LazilyIndexedArray(indexing.NumpyIndexingAdapter(raw))
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    var = xr.Variable(("a", "b"), source, dict(attrs))
+                    decoded = CFScaleOffsetCoder().decode(CFMaskCoder().decode(var, name="v"), name="v")
+                steps = _steps_of(decoded._data, source)
+                self.assertIsNotNone(steps)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    want = decoded._data.get_duck_array()  # xarray's functions
+                got = _apply_steps(raw, steps)
+                same_bits(self, got, want, f"{dtype} {attrs}")
+                # Indexed first, then decoded (what a lazy read does).
+                same_bits(self, _apply_steps(raw[3:17:2, 29:1:-3], steps), want[3:17:2, 29:1:-3], "subset")
+                same_bits(self, _apply_steps(raw[5, 6], steps), want[5, 6], "one element")
+                if "_FillValue" in attrs or "missing_value" in attrs:
+                    masked = np.isnan(want).sum() - (np.isnan(raw).sum() if dtype.kind == "f" else 0)
+                    if attrs.get("_FillValue") == 0.1 and type(attrs["_FillValue"]) is float:
+                        self.assertEqual(masked, 0)  # float32 0.1 is not float64 0.1
+                    else:
+                        self.assertGreater(masked, 0)
+
+    def test_big_endian_v2_arrays(self):
+        import warnings
+
+        import xarray as xr
+
+        path = os.path.join(self.dir.name, "big_endian.zarr")
+        g = zarr.open_group(path, mode="w", zarr_format=2)
+        rng = np.random.default_rng(3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            packed = g.create_array("packed", shape=(7, 9), chunks=(3, 4), dtype=">i2", fill_value=-32767,
+                                    attributes={"_ARRAY_DIMENSIONS": ["y", "x"], "scale_factor": 0.5,
+                                                "add_offset": 1.0})
+            floats = g.create_array("floats", shape=(7, 9), chunks=(3, 4), dtype=">f4", fill_value=-9.0,
+                                    attributes={"_ARRAY_DIMENSIONS": ["y", "x"]})
+        packed[:] = rng.integers(-32767, 32767, (7, 9)).astype(">i2")
+        packed[0, :3] = -32767
+        floats[:] = rng.standard_normal((7, 9)).astype(">f4")
+        floats[2, 2:5] = -9.0
+        with self.host():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                want = xr.open_dataset(path, engine="zarr").load()
+            got = xr.open_dataset(path, engine=self.engine)
+            for name in ("packed", "floats"):
+                data = mask_scale_array(got[name].variable._data)
+                self.assertIsNotNone(data, name)
+                # Native throughout (CuPy has no other byte order), and no EndianCoder after it.
+                self.assertIs(got[name].variable._data.array.array, data, name)
+                self.assertTrue(all(step[-1].isnative for step in data.steps), name)
+                self.assertEqual(got[name].encoding["dtype"], want[name].encoding["dtype"], name)
+                self.assertEqual(got[name].encoding["dtype"].str, want[name].encoding["dtype"].str, name)
+                same_bits(self, got[name].values, want[name].values, name)
+            self.assertEqual(int(np.isnan(want["floats"].values).sum()), 3)
+            self.assertEqual(int(np.isnan(want["packed"].values).sum()), 3)
+
+    def test_a_variable_xarray_cannot_decode_fails_as_with_its_zarr_engine(self):
+        import warnings
+
+        import xarray as xr
+
+        path = os.path.join(self.dir.name, "conflict.zarr")
+        g = zarr.open_group(path, mode="w", zarr_format=3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a = g.create_array("v", shape=(4,), chunks=(4,), dtype="int16", dimension_names=["i"])
+        a[:] = np.arange(4, dtype="int16")
+        # A scale_factor that is a string: xarray's scale coder fails; so must this engine.
+        a.attrs.update({"scale_factor": "ten", "_FillValue": 3})
+        with self.host():
+            with self.assertRaises(Exception) as zarr_engine:
+                xr.open_dataset(path, engine="zarr").load()
+            lazy = xr.open_dataset(path, engine=self.engine)
+            self.assertIsNone(mask_scale_array(lazy["v"].variable._data))  # left to xarray
+            with self.assertRaises(type(zarr_engine.exception)) as caught:
+                lazy.load()
+        self.assertEqual(str(caught.exception), str(zarr_engine.exception))
 
 
 

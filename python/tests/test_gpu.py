@@ -572,11 +572,11 @@ class GpuTests(unittest.TestCase):
                     want = xr.open_dataset(path, engine="zarr").load()
                 with self.subTest(zarr_format=zarr_format):
                     got = xr.open_dataset(path, engine=engine).load()
-                    # Data variables that xarray's decoding leaves alone are CuPy arrays; the
-                    # packed one is decoded by xarray on the host, coordinates are on the host.
+                    # Data variables are CuPy arrays (the packed one decoded on the device by
+                    # zarrs_gpu.xarray.CFMaskScaleArray); coordinates are on the host.
                     self.assertIsInstance(got["temp"].data, cp.ndarray)
                     self.assertIsInstance(got["counts"].data, cp.ndarray)
-                    self.assertIsInstance(got["packed"].data, np.ndarray)
+                    self.assertIsInstance(got["packed"].data, cp.ndarray)
                     self.assertIsInstance(got["lat"].data, np.ndarray)
                     assert_same(got, want)
                     sub = xr.open_dataset(path, engine=engine)["temp"].isel(time=slice(1, 5, 2), x=slice(3, 40))
@@ -591,6 +591,179 @@ class GpuTests(unittest.TestCase):
                         assert_same(computed, want)
                         mean = chunked["temp"].mean().compute()
                     np.testing.assert_allclose(float(host(mean.data)), float(want["temp"].mean()), rtol=1e-5)
+
+
+def write_packed_int16(path, shape, chunks, seed=29):
+    """A v3 group with one int16 variable packed as xarray's to_zarr packs it (scale_factor,
+    add_offset, _FillValue attributes, dimension_names), written slab by slab with zarr-python;
+    about a tenth of the values are the fill value. Returns the attributes."""
+    import warnings
+
+    import zarr.codecs as zc
+
+    attrs = {"scale_factor": 0.002, "add_offset": -7.5, "_FillValue": -32768, "units": "m"}
+    g = zarr.open_group(path, mode="w", zarr_format=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = g.create_array("packed", shape=shape, chunks=chunks, dtype="int16", fill_value=0,
+                           dimension_names=["time", "y", "x"], compressors=zc.ZstdCodec(level=1))
+    a.attrs.update(attrs)
+    rng = np.random.default_rng(seed)
+    for t in range(shape[0]):
+        slab = rng.integers(-32767, 32768, shape[1:], dtype=np.int16)
+        slab[rng.random(shape[1:], dtype=np.float32) < 0.1] = -32768
+        a[t] = slab
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # v3 consolidated metadata's warning
+        zarr.consolidate_metadata(path)
+    return attrs
+
+
+class XarrayCFDecodingGpuTests(unittest.TestCase):
+    """zarrs_gpu.xarray's CF mask-and-scale decoding on the GPU (CFMaskScaleArray on CuPy):
+    decoded data variables are CuPy arrays equal bit for bit to xarray's zarr engine's (host)
+    values, with the same dtypes, attrs and encoding; and a GiB of packed int16 decoded on the
+    device. Uses test_cpu.py's dataset (every kind of mask and scale, v2 and v3)."""
+
+    @classmethod
+    def setUpClass(cls):
+        import warnings
+
+        sys.path.insert(0, HERE)
+        import xarray as xr
+        from test_cpu import cf_test_dataset
+
+        from zarrs_gpu.xarray import ZarrsGpuBackendEntrypoint
+
+        cls.engine = "zarrs_gpu" if "zarrs_gpu" in xr.backends.list_engines() else ZarrsGpuBackendEntrypoint
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.ds = cf_test_dataset(seed=31, shape=(6, 130, 170))
+        cls.stores = {}
+        for fmt in (2, 3):
+            path = os.path.join(cls.dir.name, f"cf_v{fmt}.zarr")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cls.ds.to_zarr(path, mode="w", zarr_format=fmt, consolidated=True)
+            cls.stores[fmt] = path
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def open_both(self, fmt, **options):
+        import warnings
+
+        import xarray as xr
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = xr.open_dataset(self.stores[fmt], engine="zarr", **options).load()
+            got = xr.open_dataset(self.stores[fmt], engine=self.engine, **options)
+        return got, want
+
+    def assert_bits(self, got, want, what):
+        """``got`` a CuPy array equal to numpy's ``want`` in dtype, shape and bytes."""
+        self.assertIsInstance(got, cp.ndarray, what)
+        got = cp.asnumpy(got)
+        self.assertEqual(got.dtype, want.dtype, what)
+        self.assertEqual(got.shape, want.shape, what)
+        self.assertEqual(got.tobytes(), np.ascontiguousarray(want).tobytes(), what)
+
+    def test_decoded_variables_are_cupy_arrays_equal_to_xarrays_zarr_engine(self):
+        from test_cpu import CF_DEVICE_DECODED, STORAGE_ENCODING, mask_scale_array
+
+        host_decoded = {"valid", "lead"}  # times and timedeltas: xarray's decoders, on the host
+        for fmt in (2, 3):
+            for options, decoded_here in (({}, CF_DEVICE_DECODED), (dict(mask_and_scale=False), set()),
+                                          (dict(decode_cf=False), set()),
+                                          (dict(mask_and_scale={"packed": False}), CF_DEVICE_DECODED - {"packed"})):
+                with self.subTest(zarr_format=fmt, options=options):
+                    got, want = self.open_both(fmt, **options)
+                    for name in want.variables:
+                        self.assertEqual(mask_scale_array(got[name].variable._data) is not None, name in decoded_here,
+                                         name)
+                        g, w = got[name].variable, want[name].variable
+                        self.assertEqual(repr(sorted(g.attrs.items())), repr(sorted(w.attrs.items())), name)
+                        ge = {k: v for k, v in g.encoding.items() if k not in STORAGE_ENCODING}
+                        we = {k: v for k, v in w.encoding.items() if k not in STORAGE_ENCODING}
+                        self.assertEqual(repr(sorted(ge.items())), repr(sorted(we.items())), name)
+                    for name in got.data_vars:
+                        data = got[name].data  # read (and decoded) now
+                        if name in host_decoded and options.get("decode_cf", True):
+                            np.testing.assert_array_equal(data, want[name].values)
+                        else:
+                            self.assert_bits(data, want[name].values, name)
+                    loaded = got.load()
+                    for name in loaded.data_vars:
+                        if name not in host_decoded:
+                            self.assertIsInstance(loaded[name].data, cp.ndarray, name)
+                    # Coordinates are on the host (pandas indexes; lat decoded there by numpy).
+                    np.testing.assert_array_equal(loaded["lat"].values, want["lat"].values)
+            with self.subTest(zarr_format=fmt, what="subsets"):
+                got, want = self.open_both(fmt)
+                for key in (dict(time=slice(1, 5, 2), x=slice(150, 3, -4)), dict(time=-1, y=slice(None, None, -3)),
+                            dict(y=[5, 100, 7]), dict(time=2, y=64, x=9)):
+                    for name in ("packed", "u8", "f32", "mv", "multi"):
+                        k = {d: v for d, v in key.items() if d in got[name].dims}
+                        self.assert_bits(got[name].isel(k).data, want[name].isel(k).values, f"{name} {key}")
+
+    def test_chunks_give_dask_arrays_of_cupy_blocks(self):
+        import dask
+        import dask.array as da
+
+        for fmt in (2, 3):
+            with self.subTest(zarr_format=fmt):
+                got, want = self.open_both(fmt, chunks={})
+                self.assertIsInstance(got["packed"].data, da.Array)
+                with dask.config.set(scheduler="threads"):
+                    computed = got.compute()
+                    mean = float(got["packed"].mean().compute().data.item())
+                for name in ("packed", "u8", "f32", "mv", "scaled", "i16", "multi"):
+                    self.assert_bits(computed[name].data, want[name].values, name)
+                np.testing.assert_allclose(mean, float(want["packed"].mean()), rtol=1e-12)
+
+    def test_a_gibibyte_of_packed_int16_is_decoded_on_the_device(self):
+        import warnings
+        from unittest import mock
+
+        import xarray as xr
+
+        import zarrs_gpu.dask as zd
+        from zarrs_gpu.xarray import CFMaskScaleArray, _ours
+
+        shape = (8, 8192, 8192)  # 1 GiB of int16; 4 GiB decoded (float64)
+        path = os.path.join(self.dir.name, "packed_1gib.zarr")
+        write_packed_int16(path, shape, chunks=(1, 2048, 2048))
+        read_types = []
+
+        def recording(path, array, device, box):
+            block = zd.read_on_device(path, array, device, box)
+            read_types.append(type(block))
+            return block
+
+        ds = xr.open_dataset(path, engine=self.engine)
+        lazy = ds["packed"].variable._data
+        while not isinstance(lazy, CFMaskScaleArray):
+            lazy = lazy.array  # xarray's cache and copy-on-write wrappers
+        self.assertFalse(_ours(lazy).host)
+        with mock.patch.object(zd, "reader", recording):
+            data = ds["packed"].data
+        # One read, a CuPy array, decoded into a CuPy float64 array: no step went through the
+        # host (CuPy refuses to be made a numpy array implicitly, so any np.asarray would raise).
+        self.assertEqual(read_types, [cp.ndarray])
+        self.assertIsInstance(data, cp.ndarray)
+        self.assertEqual(data.dtype, np.float64)
+        self.assertEqual(data.shape, shape)
+        nans = int(cp.isnan(data).sum())
+        self.assertGreater(nans, 0.09 * data.size)
+        self.assertLess(nans, 0.11 * data.size)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = xr.open_dataset(path, engine="zarr")["packed"].values
+        for t in range(shape[0]):  # slab by slab: bit for bit
+            self.assertTrue(np.array_equal(cp.asnumpy(data[t]).view(np.uint64), want[t].view(np.uint64)), t)
+        del data, lazy, ds
+        cp.get_default_memory_pool().free_all_blocks()
 
 
 class TorchGpuTests(unittest.TestCase):

@@ -12,21 +12,31 @@ here only lists the arrays, their shapes, data types, attributes and dimension n
 zarrs_gpu, lazily, one box per indexing (``ZarrsGpuBackendArray``), on GPU ``device`` (None:
 the reading thread's current CUDA device).
 
-CF decoding (``mask_and_scale``, ``decode_times``, ``decode_coords`` ...) is xarray's own
-(``xarray.conventions.decode_cf_variables``), as for its zarr engine, with the same fill value
-rule (v2: the array's ``fill_value`` is ``_FillValue``; v3: the ``_FillValue`` attribute). xarray
-decodes on the host only (its decoders call ``np.asarray``), so for now:
+CF decoding is xarray's own (``xarray.conventions.decode_cf_variables``, as for its zarr engine,
+with the same fill value rule: v2, the array's ``fill_value`` is ``_FillValue``; v3, the
+``_FillValue`` attribute), but for mask and scale, whose values are computed on the device:
 
-* a data variable that decoding leaves alone (no fill value other than NaN, no
-  ``scale_factor``/``add_offset``, no time units) stays on the device: its reads are CuPy arrays;
-* a variable that decoding transforms is read on the device and copied to the host, where xarray
-  decodes it (numpy results);
+* a variable whose decoding is mask and scale (``_Unsigned``, ``_FillValue``/``missing_value``,
+  ``scale_factor``/``add_offset``) and whose other decoders (times, timedeltas, booleans) leave
+  it alone is decoded by ``CFMaskScaleArray``, lazily (a read of ``ds.v[0:10]`` reads that box)
+  and with the array module of what was read: CuPy for data variables, which stay on the device.
+  xarray's own coders (CFMaskCoder, CFScaleOffsetCoder) decide its attrs, encoding, fill values
+  and dtype; their functions are read back as steps that this module computes with numpy's type
+  promotion in numpy's order, so the values are xarray's bit for bit. xarray is then asked not to
+  mask and scale that variable again (``mask_and_scale`` per variable); every other option
+  (``mask_and_scale=False``, ``decode_cf=False``, ``decode_times``, ``drop_variables``, per-variable
+  dicts) is xarray's;
+* a data variable that decoding leaves alone (no fill value other than NaN, no packing, no time
+  units) is read straight, a CuPy array;
+* a variable xarray decodes otherwise (times, timedeltas, a fill value with time units) is read on
+  the device and copied to the host, where xarray decodes it (numpy results);
 * coordinates (1-D arrays named like their dimension, and those named in ``coordinates``
-  attributes) are copied to the host too: xarray's indexes are pandas'.
+  attributes) are copied to the host too (xarray's indexes are pandas'), then decoded as above
+  with numpy.
 
-Decoding on the device is a later step. With ``chunks=`` xarray wraps each variable in a Dask
-array whose blocks are these reads (CuPy blocks for device variables); xarray sets such arrays'
-``meta`` to numpy's whatever their blocks are, so ``meta`` does not say CuPy there.
+With ``chunks=`` xarray wraps each variable in a Dask array whose blocks are these reads (CuPy
+blocks for device variables, decoded block by block); xarray sets such arrays' ``meta`` to numpy's
+whatever their blocks are, so ``meta`` does not say CuPy there.
 
 Tests read on the host by replacing ``zarrs_gpu.dask.reader`` (the one read function both
 modules use, looked up at each read).
@@ -42,7 +52,7 @@ from xarray.backends import BackendArray, BackendEntrypoint
 from xarray.backends.common import AbstractDataStore
 from xarray.core import indexing
 
-__all__ = ["ZarrsGpuBackendArray", "ZarrsGpuBackendEntrypoint", "ZarrsGpuStore"]
+__all__ = ["CFMaskScaleArray", "ZarrsGpuBackendArray", "ZarrsGpuBackendEntrypoint", "ZarrsGpuStore"]
 
 DIMENSION_KEY = "_ARRAY_DIMENSIONS"
 
@@ -225,11 +235,213 @@ def _rebuildable(err: Exception) -> bool:
 
 
 def _ours(data: Any) -> Optional[ZarrsGpuBackendArray]:
-    """The ZarrsGpuBackendArray a decoded variable's data reads straight from (no decoding
-    function in between), else None."""
+    """The ZarrsGpuBackendArray a decoded variable's data reads from, straight or through
+    ``CFMaskScaleArray`` (no xarray decoding function in between), else None."""
+    if isinstance(data, CFMaskScaleArray):
+        data = data.array
     if isinstance(data, indexing.LazilyIndexedArray) and isinstance(data.array, ZarrsGpuBackendArray):
         return data.array
     return None
+
+
+# CF mask and scale on the data's own array module. xarray's coders (CFMaskCoder,
+# CFScaleOffsetCoder) decide everything about a variable but its values: which attributes move to
+# ``encoding``, the fill values, the decoded dtype. They express the values as a chain of
+# ``functools.partial``s of three functions (np.asarray for ``_Unsigned``, _apply_mask,
+# _scale_offset_decoding) that call numpy, which refuses CuPy arrays. ``_steps_of`` reads that
+# chain back as plain steps and ``_apply_steps`` computes them with numpy or CuPy, with every
+# operation's dtype fixed by numpy's own promotion rule (np.result_type): CuPy's rule for scalars
+# need not be numpy's, and the same dtypes in the same order give the same bits.
+
+
+def _array_module(x: Any):
+    """CuPy for a CuPy array, else numpy."""
+    if type(x).__module__.split(".")[0] == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+def _apply_steps(x: Any, steps: tuple) -> Any:
+    """The values of xarray's decoding ``steps`` (``_steps_of``) on ``x``, in ``x``'s array module."""
+    xp = _array_module(x)
+    if xp is np:
+        x = np.asarray(x)  # a numpy scalar from an integer key: an array, as xarray's np.asarray makes it
+    for step in steps:
+        kind = step[0]
+        if kind == "cast":  # _Unsigned: np.asarray(data, dtype=...), a C cast (wraps)
+            x = x.astype(step[1], copy=False)
+        elif kind == "mask":  # _apply_mask: fill values to the decoded fill value, in ``dtype``
+            _, fills, decoded, dtype = step
+            x = x.astype(dtype, copy=False)
+            condition = None
+            for fv in fills:
+                common = np.result_type(x.dtype, fv)  # what ``data == fv`` compares in
+                equal = x.astype(common, copy=False) == xp.asarray(fv, dtype=common)
+                condition = equal if condition is None else condition | equal
+            out = np.result_type(decoded, x.dtype)  # what np.where(cond, decoded, data) makes
+            x = xp.where(condition, xp.asarray(decoded, dtype=out), x.astype(out, copy=False))
+        elif kind == "scale":  # _scale_offset_decoding: a copy in ``dtype``, then *= and += in place
+            _, scale_factor, add_offset, dtype = step
+            x = x.astype(dtype, copy=True)
+            for value, op in ((scale_factor, "mul"), (add_offset, "add")):
+                if value is None:
+                    continue
+                common = np.result_type(x.dtype, value)  # the in-place ufunc's loop, cast back
+                operand = common.type(value)
+                if common == x.dtype:  # x is this step's own copy: in place, as xarray does
+                    if op == "mul":
+                        x *= operand
+                    else:
+                        x += operand
+                else:
+                    v = x.astype(common)
+                    x = (v * operand if op == "mul" else v + operand).astype(dtype, copy=False)
+        else:
+            raise AssertionError(f"zarrs_gpu.xarray: unknown decoding step {kind!r}")
+    return x
+
+
+def _steps_of(data: Any, source: Any) -> Optional[tuple]:
+    """The steps of the chain of xarray decoding functions ``data`` is, from ``source`` (innermost
+    first), or None where ``data`` is not such a chain over ``source`` or a function in it is not
+    one of the three that this module computes (a later xarray: its host decoding is used)."""
+    from functools import partial
+
+    from xarray.coding import variables as xv
+    from xarray.coding.common import _ElementwiseFunctionArray
+
+    steps = []
+    while isinstance(data, _ElementwiseFunctionArray):
+        f = data.func
+        if not isinstance(f, partial) or f.args:
+            return None
+        kw = f.keywords
+        # Native byte order throughout (CuPy has no other; the values are the same): where
+        # xarray's result is not native, its EndianCoder makes it so next.
+        dtype = np.dtype(kw.get("dtype")).newbyteorder("=")
+        if f.func is np.asarray and set(kw) == {"dtype"}:
+            steps.append(("cast", dtype))
+        elif f.func is xv._apply_mask and set(kw) == {"encoded_fill_values", "decoded_fill_value", "dtype"}:
+            steps.append(("mask", tuple(kw["encoded_fill_values"]), kw["decoded_fill_value"], dtype))
+        elif f.func is xv._scale_offset_decoding and set(kw) == {"scale_factor", "add_offset", "dtype"}:
+            steps.append(("scale", kw["scale_factor"], kw["add_offset"], dtype))
+        else:
+            return None
+        data = data.array
+    if data is not source or not steps:
+        return None
+    # Numbers only (an attribute of another type, a string scale_factor say, is left to xarray
+    # to fail on as it does), and numeric dtypes.
+    for step in steps:
+        values = step[1] if step[0] == "mask" else step[1:3] if step[0] == "scale" else ()
+        values = list(values) + ([step[2]] if step[0] == "mask" else [])
+        if not all(v is None or (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool))
+                   for v in values) or step[-1].kind not in "iuf":
+            return None
+    return tuple(reversed(steps))
+
+
+class CFMaskScaleArray(indexing.ExplicitlyIndexedNDArrayMixin):
+    """A variable's CF mask-and-scale decoding (``_Unsigned``, ``_FillValue``/``missing_value``,
+    ``scale_factor``/``add_offset``), lazily: indexing composes with the wrapped (lazily indexed)
+    array, so a read is of the key's box only, and the values are computed when asked for with
+    the array module of what the read gave (CuPy on the GPU: they stay on the device)."""
+
+    def __init__(self, array: Any, steps: tuple, dtype: Any):
+        self.array = indexing.as_indexable(array)
+        self.steps = steps
+        self._dtype = np.dtype(dtype)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    def transpose(self, order):
+        return type(self)(self.array.transpose(order), self.steps, self._dtype)
+
+    def _oindex_get(self, key):
+        return type(self)(self.array.oindex[key], self.steps, self._dtype)
+
+    def _vindex_get(self, key):
+        return type(self)(self.array.vindex[key], self.steps, self._dtype)
+
+    def __getitem__(self, key):
+        return type(self)(self.array[key], self.steps, self._dtype)
+
+    def get_duck_array(self):
+        return _apply_steps(self.array.get_duck_array(), self.steps)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.array!r}, steps={self.steps!r}, dtype={self._dtype!r})"
+
+
+def _bounds_names(variables: dict) -> set:
+    """Variables named by a ``bounds`` attribute: xarray may give them the time attributes of
+    the variable they bound before decoding, so they are left to it."""
+    names = set()
+    for v in variables.values():
+        b = v.attrs.get("bounds")
+        if isinstance(b, str):
+            names.update(b.split())
+    return names
+
+
+def _decode_mask_and_scale(variables: dict, mask_and_scale: Any, drop_variables: Any):
+    """The variables with CF mask-and-scale decoding done by ``CFMaskScaleArray`` wherever that
+    is all xarray's ``decode_cf_variable`` would do to a variable's values before its other
+    decoders (times, booleans) and those would leave it alone; and the ``mask_and_scale`` to hand
+    xarray: per variable, False for those decoded here, the caller's choice for the rest.
+
+    Attributes, encoding and dtype are xarray's coders' own (run here with this module's array
+    under them); only the values are this module's."""
+    import warnings
+    from collections.abc import Mapping
+
+    from xarray import Variable
+    from xarray.coding.variables import CFMaskCoder, CFScaleOffsetCoder, _is_time_like
+
+    def wanted(name):  # xarray's reading of a per-variable option (conventions._item_or_default)
+        return mask_and_scale.get(name, True) if isinstance(mask_and_scale, Mapping) else mask_and_scale
+
+    if isinstance(drop_variables, str):
+        drop_variables = [drop_variables]
+    dropped = set(drop_variables or ())
+    bounds = _bounds_names(variables)
+    out, per_variable = {}, {}
+    for name, var in variables.items():
+        out[name] = var
+        per_variable[name] = wanted(name)
+        if name in dropped or not per_variable[name] or name in bounds:
+            continue
+        units = var.attrs.get("units")
+        if (_ours(var._data) is None or var.dtype.kind not in "iuf" or "dtype" in var.attrs
+                or (units is not None and ("since" in str(units) or _is_time_like(units)))):
+            continue  # not ours, or times, timedeltas or booleans: xarray's decoders, on the host
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                # On a copy: CFMaskCoder pops the fill values from the attributes it is given.
+                copy = Variable(var.dims, var._data, dict(var.attrs), dict(var.encoding), fastpath=True)
+                decoded = CFMaskCoder().decode(copy, name=name)
+                decoded = CFScaleOffsetCoder().decode(decoded, name=name)
+            except Exception:
+                continue  # xarray raises it again, with its note naming the variable
+        steps = _steps_of(decoded._data, var._data)
+        if steps is None:
+            continue  # nothing to compute (a NaN fill value only), or not a chain we know
+        for w in caught:  # xarray's own warnings (multiple fill values, ...), said once
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        encoding = dict(decoded.encoding)
+        dtype = decoded._data.dtype
+        # As decode_cf_variable records it: the stored dtype, unless the decoded one is not
+        # native (a big-endian float with a fill value), which its EndianCoder makes native.
+        encoding["dtype"] = var.dtype if dtype.isnative else dtype.newbyteorder("=")
+        data = CFMaskScaleArray(var._data, steps, dtype.newbyteorder("="))
+        out[name] = Variable(decoded.dims, data, decoded.attrs, encoding, fastpath=True)
+        per_variable[name] = False
+    return out, per_variable
 
 
 class ZarrsGpuBackendEntrypoint(BackendEntrypoint):
@@ -252,7 +464,8 @@ class ZarrsGpuBackendEntrypoint(BackendEntrypoint):
                      decode_coords: Any = True, use_cftime: Optional[bool] = None, decode_timedelta: Any = None,
                      group: Optional[str] = None, consolidated: Optional[bool] = None,
                      use_zarr_fill_value_as_mask: Optional[bool] = None, device: Optional[int] = None):
-        from xarray.backends import StoreBackendEntrypoint
+        from xarray import Coordinates, Dataset
+        from xarray.conventions import decode_cf_variables
 
         if not isinstance(filename_or_obj, (str, os.PathLike)):
             raise TypeError(f"zarrs_gpu.xarray: the store must be a path (a filesystem store), "
@@ -262,13 +475,21 @@ class ZarrsGpuBackendEntrypoint(BackendEntrypoint):
         path = os.path.abspath(os.fspath(filename_or_obj))
         store = ZarrsGpuStore(path, group, consolidated=consolidated,
                               use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, device=device)
-        ds = StoreBackendEntrypoint().open_dataset(
-            store, mask_and_scale=mask_and_scale, decode_times=decode_times, concat_characters=concat_characters,
-            decode_coords=decode_coords, drop_variables=drop_variables, use_cftime=use_cftime,
-            decode_timedelta=decode_timedelta)
-        # xarray decodes on the host only: every variable is read to the host but the data
-        # variables its decoding left alone (our array straight, no decoding function on it),
-        # which stay on the device. Coordinates stay on the host (pandas indexes).
+        # What xarray's StoreBackendEntrypoint does, with mask and scale done first by
+        # CFMaskScaleArray where it can (and then turned off for those variables only).
+        variables, attrs = store.load()
+        variables, mask_and_scale = _decode_mask_and_scale(dict(variables), mask_and_scale, drop_variables)
+        variables, attrs, coord_names = decode_cf_variables(
+            variables, attrs, mask_and_scale=mask_and_scale, decode_times=decode_times,
+            concat_characters=concat_characters, decode_coords=decode_coords, drop_variables=drop_variables,
+            use_cftime=use_cftime, decode_timedelta=decode_timedelta)
+        coords = {n: v for n, v in variables.items() if n in coord_names or v.dims == (n,)}
+        data_vars = {n: v for n, v in variables.items() if n not in coords}
+        ds = Dataset(data_vars, coords=Coordinates(coords, indexes={}), attrs=attrs)
+        ds.set_close(store.close)
+        ds.encoding = store.get_encoding()
+        # Data variables read straight or decoded by CFMaskScaleArray stay on the device; the
+        # rest (coordinates: pandas indexes; what xarray decodes, times say) are read to the host.
         for name in ds.data_vars:
             array = _ours(ds.variables[name]._data)
             if array is not None:
