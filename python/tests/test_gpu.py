@@ -582,7 +582,10 @@ class GpuTests(unittest.TestCase):
                     sub = xr.open_dataset(path, engine=engine)["temp"].isel(time=slice(1, 5, 2), x=slice(3, 40))
                     self.assertIsInstance(sub.data, cp.ndarray)
                     np.testing.assert_array_equal(host(sub.data), want["temp"].isel(time=slice(1, 5, 2), x=slice(3, 40)).values)
-                    chunked = xr.open_dataset(path, engine=engine, chunks={})
+                    # xarray's own chunk manager would make every block numpy (which CuPy refuses).
+                    import zarrs_gpu.xarray
+
+                    chunked = zarrs_gpu.xarray.open_dataset(path, chunks={})
                     self.assertIsInstance(chunked["temp"].data, da.Array)
                     self.assertEqual(chunked["temp"].data.chunks, ((2, 2, 2), (16, 16, 16, 2), (32, 32, 6)))
                     with dask.config.set(scheduler="threads"):
@@ -637,7 +640,10 @@ class XarrayCFDecodingGpuTests(unittest.TestCase):
 
         cls.engine = "zarrs_gpu" if "zarrs_gpu" in xr.backends.list_engines() else ZarrsGpuBackendEntrypoint
         cls.dir = tempfile.TemporaryDirectory()
-        cls.ds = cf_test_dataset(seed=31, shape=(6, 130, 170))
+        # The times with NaT fill values are left out: xarray's own zarr engine (the reference)
+        # overflows decoding them with the GPU host's numpy/pandas; they are host-decoded by
+        # xarray's code in this engine too, and the CPU tests compare them.
+        cls.ds = cf_test_dataset(seed=31, shape=(6, 130, 170)).drop_vars(["valid", "lead"])
         cls.stores = {}
         for fmt in (2, 3):
             path = os.path.join(cls.dir.name, f"cf_v{fmt}.zarr")
@@ -658,6 +664,10 @@ class XarrayCFDecodingGpuTests(unittest.TestCase):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             want = xr.open_dataset(self.stores[fmt], engine="zarr", **options).load()
+            import zarrs_gpu.xarray
+
+            if "chunks" in options:  # Dask of CuPy blocks (xarray's own manager makes them numpy)
+                options = dict(options, chunked_array_type=zarrs_gpu.xarray.DeviceDaskManager())
             got = xr.open_dataset(self.stores[fmt], engine=self.engine, **options)
         return got, want
 
@@ -698,7 +708,10 @@ class XarrayCFDecodingGpuTests(unittest.TestCase):
                         if name not in host_decoded:
                             self.assertIsInstance(loaded[name].data, cp.ndarray, name)
                     # Coordinates are on the host (pandas indexes; lat decoded there by numpy).
-                    np.testing.assert_array_equal(loaded["lat"].values, want["lat"].values)
+                    # (Without CF decoding lat is a data variable: on the device.)
+                    lat = loaded["lat"].data
+                    np.testing.assert_array_equal(cp.asnumpy(lat) if isinstance(lat, cp.ndarray) else lat,
+                                                  want["lat"].values)
             with self.subTest(zarr_format=fmt, what="subsets"):
                 got, want = self.open_both(fmt)
                 for key in (dict(time=slice(1, 5, 2), x=slice(150, 3, -4)), dict(time=-1, y=slice(None, None, -3)),
@@ -999,7 +1012,7 @@ class DistributedGpuTests(unittest.TestCase):
         devices = list(range(gpus)) if gpus > 1 else [0, 0]
         rng = np.random.default_rng(1919)
         arrays = {
-            # Several default blocks of whole shards at 16 MiB a block.
+            # Several default blocks of whole shards at 8 MiB a block (one shard each).
             "v3_sharded_f4": ((rng.standard_normal((64, 256, 512)) * 300).astype("float32"),
                               dict(chunks=(16, 64, 128), shards=(32, 128, 512), compressors=zc.ZstdCodec(level=1))),
             "v3_zstd_edges_f8": (rng.standard_normal((37, 53, 29)) * 300, dict(chunks=(8, 16, 7),
@@ -1030,7 +1043,7 @@ class DistributedGpuTests(unittest.TestCase):
                     z = zarr.create_array(store=path, shape=data.shape, dtype=data.dtype, **options)
                 z[...] = data
                 unit = z.shards or z.chunks
-                budget = 16 * 2**20 if name == "v3_sharded_f4" else data.dtype.itemsize * math.prod(unit) * 2
+                budget = 8 * 2**20 if name == "v3_sharded_f4" else data.dtype.itemsize * math.prod(unit) * 2
                 with self.subTest(array=name):
                     x = zd.from_zarr(path, block_bytes=budget)
                     self.assertIsInstance(x._meta, cp.ndarray)

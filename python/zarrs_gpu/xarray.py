@@ -3,7 +3,7 @@
     import xarray as xr
     ds = xr.open_dataset("climate.zarr", engine="zarrs_gpu")              # lazy; reads on the GPU
     t = ds["t2m"].isel(time=0).data                                       # a CuPy array
-    dsk = xr.open_dataset("climate.zarr", engine="zarrs_gpu", chunks={})  # Dask, blocks read on the GPU
+    dsk = zarrs_gpu.xarray.open_dataset("climate.zarr", chunks={})        # Dask of CuPy blocks
 
 The group's metadata (v2 ``.zgroup``/``.zarray``/``.zattrs`` or v3 ``zarr.json``, consolidated
 metadata where present) is read with zarr-python (``zarr.open_group(store, mode="r")``), which
@@ -34,9 +34,12 @@ with the same fill value rule: v2, the array's ``fill_value`` is ``_FillValue``;
   attributes) are copied to the host too (xarray's indexes are pandas'), then decoded as above
   with numpy.
 
-With ``chunks=`` xarray wraps each variable in a Dask array whose blocks are these reads (CuPy
-blocks for device variables, decoded block by block); xarray sets such arrays' ``meta`` to numpy's
-whatever their blocks are, so ``meta`` does not say CuPy there.
+With ``chunks=``, use ``zarrs_gpu.xarray.open_dataset(store, chunks=...)`` (or pass
+``chunked_array_type=zarrs_gpu.xarray.DeviceDaskManager()`` to ``xr.open_dataset``): device
+variables become Dask arrays of CuPy blocks (``meta`` CuPy), each block one read (decoded on the
+device). xarray's default chunk manager makes every block ``np.asarray`` of the read, which CuPy
+refuses ("Implicit conversion to a NumPy array is not allowed"), so ``xr.open_dataset(...,
+engine="zarrs_gpu", chunks=...)`` alone works only for variables read to the host.
 
 Tests read on the host by replacing ``zarrs_gpu.dask.reader`` (the one read function both
 modules use, looked up at each read).
@@ -52,7 +55,8 @@ from xarray.backends import BackendArray, BackendEntrypoint
 from xarray.backends.common import AbstractDataStore
 from xarray.core import indexing
 
-__all__ = ["CFMaskScaleArray", "ZarrsGpuBackendArray", "ZarrsGpuBackendEntrypoint", "ZarrsGpuStore"]
+__all__ = ["CFMaskScaleArray", "DeviceDaskManager", "ZarrsGpuBackendArray", "ZarrsGpuBackendEntrypoint",
+           "ZarrsGpuStore", "open_dataset"]
 
 DIMENSION_KEY = "_ARRAY_DIMENSIONS"
 
@@ -495,3 +499,72 @@ class ZarrsGpuBackendEntrypoint(BackendEntrypoint):
             if array is not None:
                 array.host = False
         return ds
+
+
+class _DeviceBlocks:
+    """What ``dask.array.from_array`` takes a device variable's blocks from: xarray's lazy adapter
+    of the variable, each block its duck array (CuPy) where xarray's own path makes it
+    ``np.asarray`` of one, which CuPy refuses."""
+
+    def __init__(self, adapter: Any):
+        self.adapter = adapter
+        self.shape = tuple(adapter.shape)
+        self.dtype = adapter.dtype
+        self.ndim = len(self.shape)
+
+    def __getitem__(self, key):
+        part = self.adapter[key]
+        get = getattr(part, "get_duck_array", None)  # still lazy: read (and decode) it now
+        return get() if callable(get) else part
+
+
+def _on_device(x: Any) -> bool:
+    """Whether a read landed in device memory (CuPy's arrays; host reads are numpy's)."""
+    return type(x).__module__.split(".")[0] == "cupy"
+
+
+def _device_dask_manager_class():
+    from xarray.core.indexing import ImplicitToExplicitIndexingAdapter
+    from xarray.namedarray.daskmanager import DaskManager
+
+    class DeviceDaskManager(DaskManager):
+        """xarray's Dask chunk manager, but a variable this engine reads to the device becomes a
+        Dask array of CuPy blocks (``meta`` CuPy) instead of xarray's numpy conversion of each
+        block. Pass an instance as ``chunked_array_type`` to ``xr.open_dataset`` with ``chunks=``
+        (``zarrs_gpu.xarray.open_dataset`` does); it is not registered, so every other Dask array
+        keeps xarray's own manager."""
+
+        def from_array(self, data: Any, chunks: Any, **kwargs: Any):
+            if isinstance(data, ImplicitToExplicitIndexingAdapter) and data.ndim:
+                # A read of an empty box says where the variable's reads land (no data is read).
+                meta = _DeviceBlocks(data)[(slice(0, 0),) * data.ndim]
+                if _on_device(meta):
+                    import dask.array as da
+
+                    kwargs.update(meta=meta, asarray=False)
+                    return da.from_array(_DeviceBlocks(data), chunks, **kwargs)
+            return super().from_array(data, chunks, **kwargs)
+
+    return DeviceDaskManager
+
+
+def __getattr__(name: str) -> Any:
+    # DeviceDaskManager subclasses xarray's DaskManager, which needs dask: made on first use.
+    if name == "DeviceDaskManager":
+        cls = _device_dask_manager_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def open_dataset(store: Any, *, chunks: Any = None, **kwargs: Any):
+    """``xr.open_dataset(store, engine="zarrs_gpu", chunks=chunks, **kwargs)``, with, when
+    ``chunks`` is given, Dask arrays of CuPy blocks for the variables read to the device (through
+    ``DeviceDaskManager``; xarray's default chunk manager would turn each block into numpy, which
+    CuPy refuses). Coordinates and host-decoded variables are Dask arrays of numpy blocks, as
+    xarray makes them."""
+    import xarray as xr
+
+    if chunks is not None and kwargs.get("chunked_array_type") is None:
+        kwargs["chunked_array_type"] = __getattr__("DeviceDaskManager")()
+    return xr.open_dataset(store, engine=ZarrsGpuBackendEntrypoint, chunks=chunks, **kwargs)
