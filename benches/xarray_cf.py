@@ -8,7 +8,7 @@ array, by each of
   zarrs-gpu-xarray-raw  the same with mask_and_scale=False: the read alone (int16 on the GPU)
   zarr-xarray-host      xr.open_dataset(engine="zarr")["packed"].values (zarr-python reads and
                         xarray decodes on the host), then cupy.asarray
-  zarrs-gpu-dask-mean   engine="zarrs_gpu", chunks={}: the mean under dask's threaded scheduler
+  zarrs-gpu-dask-mean   zarrs_gpu.xarray.open_dataset(chunks={}): the mean under dask's threaded scheduler
                         (blocks read and decoded on the GPU)
 
 Each row: the median of --repeat runs (after one untimed run), every run a fresh open_dataset
@@ -67,6 +67,8 @@ def main():
     import dask
     import xarray as xr
 
+    import zarrs_gpu.xarray
+
     steps = max(1, round(args.gib * 2**30 / (2 * PLANE[0] * PLANE[1])))
     path = os.path.join(args.dir, f"cf_packed_{steps}x128mib.zarr")
     if not os.path.exists(os.path.join(path, "zarr.json")):
@@ -95,7 +97,9 @@ def main():
 
     def gpu_dask_mean():
         with dask.config.set(scheduler="threads"):
-            return open_("zarrs_gpu", chunks={})["packed"].mean().compute().data
+            # DeviceDaskManager: CuPy blocks (xarray's own chunk manager would make them numpy).
+            return open_("zarrs_gpu", chunks={}, chunked_array_type=zarrs_gpu.xarray.DeviceDaskManager())[
+                "packed"].mean().compute().data
 
     rows = []
     for peer, run in (("zarrs-gpu-xarray", gpu_xarray), ("zarrs-gpu-xarray-raw", gpu_raw),

@@ -853,6 +853,46 @@ class DaskCpuTests(unittest.TestCase):
                 zd.from_zarr(path, device=bad)
             self.assertIn("device", str(caught.exception))
 
+    def test_reads_of_one_device_run_one_at_a_time(self):
+        import threading
+        import time
+        from unittest import mock
+
+        import dask
+        import dask.array as da
+
+        import zarrs_gpu.dask as zd
+
+        path, data = self.arrays["v2"]
+        state = {"now": {}, "most": {}}
+        lock = threading.Lock()
+
+        def record(path, array, device, box):
+            with lock:
+                state["now"][device] = state["now"].get(device, 0) + 1
+                state["most"][device] = max(state["most"].get(device, 0), state["now"][device])
+            time.sleep(0.02)  # long enough for eight threads to pile up
+            with lock:
+                state["now"][device] -= 1
+            return host_reader(path, array, device, box)
+
+        def run(env, devices):
+            state["most"].clear()
+            with mock.patch.dict(os.environ, env), mock.patch.multiple(zd, reader=record, make_meta=host_meta), \
+                    mock.patch.object(zd, "_gates", {}), dask.config.set(scheduler="threads", num_workers=8):
+                parts = [zd.from_zarr(path, chunks=(5, 3), device=d) for d in devices]
+                got = da.stack(parts).compute()
+            for part in got:
+                np.testing.assert_array_equal(part, data)
+            return dict(state["most"])
+
+        self.assertEqual(run({}, [0]), {0: 1})  # 16 blocks on 8 threads, one read at a time
+        self.assertEqual(run({}, [0, 1]), {0: 1, 1: 1})  # a gate per device
+        self.assertEqual(run({"ZARRS_GPU_DASK_READS": "3"}, [0])[0], 3)
+        for bad in ("0", "two", "-1"):
+            with self.subTest(bad=bad), self.assertRaisesRegex(ValueError, "ZARRS_GPU_DASK_READS"):
+                run({"ZARRS_GPU_DASK_READS": bad}, [0])
+
     def test_errors_name_the_path(self):
         import zarrs_gpu.dask as zd
 
