@@ -34,6 +34,9 @@ pub(crate) struct GpuContext {
     /// none is, since freeing device memory waits for all of the device's work (another thread's
     /// read, or one that hangs).
     reads: std::sync::atomic::AtomicUsize,
+    /// The most reads in flight at once since the pools were last trimmed idle: what the buffer
+    /// pools keep room for (reads that run together reuse each other's buffers round after round).
+    peak_reads: std::sync::atomic::AtomicUsize,
     /// Kernels loaded into this context (a module of another device's context cannot launch here).
     kernels: OnceLock<Result<Kernels, String>>,
     /// Why the context can no longer be used (a sticky fault, or a batch that never finished).
@@ -74,6 +77,7 @@ impl GpuContext {
             pinned: BufferPool::new(6),
             keep,
             reads: std::sync::atomic::AtomicUsize::new(0),
+            peak_reads: std::sync::atomic::AtomicUsize::new(0),
             kernels: OnceLock::new(),
             lost: OnceLock::new(),
             host_rate: HostRate::default(),
@@ -250,7 +254,7 @@ impl GpuContext {
 
     /// Return a staging buffer whose last use has completed.
     pub(crate) fn give_staging(&self, buffer: DeviceBuffer) {
-        self.staging.give(buffer);
+        self.staging.give(buffer, self.concurrency());
     }
 
     /// A pinned host buffer of at least `len` bytes from the pool (or a new one).
@@ -263,18 +267,32 @@ impl GpuContext {
 
     /// Return a pinned buffer whose last use has completed.
     pub(crate) fn give_pinned(&self, buffer: PinnedBuffer) {
-        self.pinned.give(buffer);
+        self.pinned.give(buffer, self.concurrency());
+    }
+
+    /// How many reads are in flight on this device (in this process).
+    pub(crate) fn reads_in_flight(&self) -> usize {
+        self.reads.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The reads the buffer pools keep room for: the most in flight at once since the pools were
+    /// last trimmed idle, or those in flight now.
+    fn concurrency(&self) -> usize {
+        self.peak_reads.load(std::sync::atomic::Ordering::SeqCst).max(self.reads_in_flight())
     }
 
     /// Count a read in flight until the returned guard drops.
     pub(crate) fn reading(&self) -> ReadInFlight<'_> {
-        self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let now = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        self.peak_reads.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
         ReadInFlight(self)
     }
 
     /// Trim to `keep` when no read is in flight (the last read to end trims).
     pub(crate) fn trim_when_idle(&self, keep: u64) -> Result<(), GpuError> {
         if self.reads.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            // Idle: what is kept is bounded in bytes now, and room is made again as reads come.
+            self.peak_reads.store(0, std::sync::atomic::Ordering::SeqCst);
             self.trim(keep)
         } else {
             Ok(())

@@ -157,11 +157,28 @@ impl PooledBuffer for PinnedBuffer {
     }
 }
 
-/// Buffers kept across reads: allocation is slow (pinned memory most of all), so each is reused.
+/// Buffers kept across reads: allocation is slow (pinned memory most of all) and freeing waits
+/// for the device, so each is reused.
+///
+/// How many are kept grows with the reads in flight ([`BufferPool::give`]): reads running
+/// together each hold a few, and a pool sized for one read made them allocate and free pinned
+/// memory on every round (four random tiles read at once took 3.4 times as long as in turn on
+/// the GPU host). What is kept idle once no read is in flight is bounded in bytes by `trim`.
 pub(super) struct BufferPool<B> {
     buffers: Mutex<Vec<B>>,
-    /// How many to keep.
+    /// How many to keep with no read in flight.
     keep: usize,
+}
+
+/// Buffers kept for each read in flight, beyond `keep`: a read holds up to three at once (a
+/// batch's host buffer, its host-decode buffer, its results).
+const KEPT_PER_READ: usize = 4;
+
+/// Whether a kept buffer of `capacity` bytes may serve a request of `len`: not one many times
+/// larger, which a small request (a batch's 1 KiB of results) would otherwise take from a large
+/// request that comes next, making it allocate.
+fn serves(capacity: usize, len: usize) -> bool {
+    capacity >= len && capacity <= len.saturating_mul(4).max(len.saturating_add(16 << 20))
 }
 
 impl<B: PooledBuffer> BufferPool<B> {
@@ -169,19 +186,29 @@ impl<B: PooledBuffer> BufferPool<B> {
         Self { buffers: Mutex::new(Vec::new()), keep }
     }
 
-    /// The smallest kept buffer of at least `len` bytes.
+    /// The smallest kept buffer that [`serves`] `len` bytes.
     pub(super) fn take(&self, len: usize) -> Option<B> {
         let mut buffers = self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let i = buffers.iter().enumerate().filter(|(_, b)| b.capacity() >= len).min_by_key(|(_, b)| b.capacity())?.0;
+        let i =
+            buffers.iter().enumerate().filter(|(_, b)| serves(b.capacity(), len)).min_by_key(|(_, b)| b.capacity())?.0;
         Some(buffers.swap_remove(i))
     }
 
-    /// Keep `buffer`, dropping the smallest when more than `keep` are kept.
-    pub(super) fn give(&self, buffer: B) {
-        let mut buffers = self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        buffers.push(buffer);
-        buffers.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
-        buffers.truncate(self.keep);
+    /// Keep `buffer`, with room for `reads` reads running together: at most `keep` plus
+    /// [`KEPT_PER_READ`] per read are kept, the smallest dropped beyond that, and freed after the lock is released (a free
+    /// waits for the device, and other reads' takes and gives must not wait for it too).
+    pub(super) fn give(&self, buffer: B, reads: usize) {
+        let room = self.keep.saturating_add(KEPT_PER_READ.saturating_mul(reads));
+        let dropped = {
+            let mut buffers = self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            buffers.push(buffer);
+            if buffers.len() <= room {
+                return;
+            }
+            buffers.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
+            buffers.split_off(room)
+        };
+        drop(dropped);
     }
 
     /// Keep the largest buffers that fit in `limit` bytes together, drop the rest (freed here);
@@ -229,10 +256,80 @@ mod tests {
     }
 
     #[test]
+    fn small_requests_leave_large_buffers_for_large_ones() {
+        let pool = BufferPool::new(8);
+        pool.give(Fake(50 << 20), 0);
+        assert!(pool.take(1024).is_none(), "a 1 KiB request took a 50 MiB buffer");
+        pool.give(Fake(4 << 20), 0);
+        assert_eq!(pool.take(1024).map(|b| b.0), Some(4 << 20)); // within 16 MiB of it
+        assert_eq!(pool.take(20 << 20).map(|b| b.0), Some(50 << 20)); // within 4 times
+        pool.give(Fake(1 << 30), 0);
+        assert!(pool.take(100 << 20).is_none());
+        assert_eq!(pool.take(300 << 20).map(|b| b.0), Some(1 << 30));
+    }
+
+    /// Reads in flight together, each taking what a tile read takes (a host buffer, a
+    /// host-decode buffer, 1 KiB of results, sizes varying a little), returning them at the end:
+    /// after the first round every take is served from the pool and nothing is dropped.
+    #[test]
+    fn concurrent_reads_reuse_their_buffers_round_after_round() {
+        for readers in [1usize, 4, 16] {
+            let pool = BufferPool::new(6);
+            let mut per_round = Vec::new();
+            for round in 0..10usize {
+                let mut held = Vec::new();
+                let mut missed = 0;
+                for r in 0..readers {
+                    let jitter = ((round * 7 + r * 3) % 5) << 20;
+                    for len in [1024, (33 << 20) + jitter, (45 << 20) + jitter] {
+                        held.push(pool.take(len).unwrap_or_else(|| {
+                            missed += 1;
+                            Fake(len + len / 4) // ensure() grows a miss by a quarter
+                        }));
+                    }
+                }
+                // Returned one by one, with room for the reads that ran together.
+                for b in held {
+                    pool.give(b, readers);
+                }
+                per_round.push(missed);
+            }
+            assert!(per_round[1..].iter().all(|&m| m == 0), "{readers} readers: misses per round {per_round:?}");
+            assert!(pool.buffers.lock().unwrap().len() <= 6 + 4 * readers);
+        }
+    }
+
+    /// A buffer dropped by give() is freed after the pool's lock is released.
+    #[test]
+    fn buffers_are_freed_outside_the_lock() {
+        use std::sync::OnceLock;
+        static POOL: OnceLock<BufferPool<Probe>> = OnceLock::new();
+        struct Probe(usize);
+        impl PooledBuffer for Probe {
+            fn capacity(&self) -> usize {
+                self.0
+            }
+        }
+        impl Drop for Probe {
+            fn drop(&mut self) {
+                if let Some(pool) = POOL.get() {
+                    assert!(pool.buffers.try_lock().is_ok(), "freed under the pool's lock");
+                }
+            }
+        }
+        let pool = POOL.get_or_init(|| BufferPool::new(1));
+        pool.give(Probe(2), 0);
+        pool.give(Probe(1), 0); // the smaller one is dropped
+        assert_eq!(pool.bytes(), 2);
+        pool.give(Probe(3), 0);
+        assert_eq!(pool.bytes(), 3);
+    }
+
+    #[test]
     fn trimmed_pools_keep_the_largest_buffers_that_fit_the_bound() {
         let pool = BufferPool::new(8);
         for size in [4usize, 1, 3, 2, 8] {
-            pool.give(Fake(size << 20));
+            pool.give(Fake(size << 20), 0);
         }
         assert_eq!(pool.bytes(), 18 << 20);
         // 8 + 4 fit in 13 MiB, 3 would not, 1 does.
@@ -248,7 +345,7 @@ mod tests {
     fn trims_after_takes_still_keep_the_largest() {
         let pool = BufferPool::new(8);
         for size in [1usize, 2, 3, 4, 5, 6] {
-            pool.give(Fake(size << 20));
+            pool.give(Fake(size << 20), 0);
         }
         // take() swaps the last into the hole: the order is no longer largest first.
         assert_eq!(pool.take(5 << 20).map(|b| b.0), Some(5 << 20));

@@ -1423,7 +1423,8 @@ fn route_by_cost<S: ?Sized>(job: &Job<'_, S>, items: &mut [Item], only: bool) ->
             (None, None) => return None,
         };
         let bytes = device.iter().map(|&k| size(&items[k])).sum();
-        let threads = job.context.reader().options().threads;
+        // Reads in flight together share the reader's threads: each plans with its share.
+        let threads = (job.context.reader().options().threads / job.context.reads_in_flight().max(1)).max(1);
         let k = rates.host_share(device.len(), bytes, largest, threads);
         let (host_s, device_s, alone_s) = rates.predict(device.len(), k, bytes, largest, threads);
         let why = format!(
