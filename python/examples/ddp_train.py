@@ -47,7 +47,7 @@ def write_demo(directory):
                for a in range(3) for b in range(3) for c in range(3)) / 27
     image = zarr.create_array(store=os.path.join(directory, "image.zarr"), shape=shape, dtype="float32",
                               chunks=(8, 32, 32), shards=(16, 64, 64), compressors=zarr.codecs.ZstdCodec(level=3),
-                              fill_value=0.0)
+                              fill_value=0.0, overwrite=True)
     for z0 in range(0, shape[0], 16):
         for y0 in range(0, shape[1], 64):
             for x0 in range(0, shape[2], 64):
@@ -55,7 +55,7 @@ def write_demo(directory):
                     box = (slice(z0, z0 + 16), slice(y0, y0 + 64), slice(x0, x0 + 64))
                     image[box] = x[box]
     label = zarr.create_array(store=os.path.join(directory, "label.zarr"), shape=shape, dtype="float16",
-                              chunks=(16, 64, 64), compressors=zarr.codecs.ZstdCodec(level=3))
+                              chunks=(16, 64, 64), compressors=zarr.codecs.ZstdCodec(level=3), overwrite=True)
     label[...] = mean.astype(np.float16)
     return os.path.join(directory, "image.zarr"), os.path.join(directory, "label.zarr")
 
@@ -85,7 +85,9 @@ def train(rank, world_size, args):
     gpus = torch.cuda.device_count()
     if gpus == 0:
         raise RuntimeError("this example trains on CUDA GPUs and torch sees none")
-    backend = args.backend or ("nccl" if gpus >= world_size else "gloo")
+    # The ranks of this host (torchrun sets LOCAL_WORLD_SIZE; across hosts world_size is larger).
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    backend = args.backend or ("nccl" if gpus >= local_ranks else "gloo")
     # One GPU per rank under NCCL (it refuses two ranks on one GPU); gloo may share them.
     device = local_rank % gpus
     torch.cuda.set_device(device)  # before the dataset's first read: it reads on the current GPU

@@ -937,6 +937,29 @@ class DaskCpuTests(unittest.TestCase):
         self.assertIsNot(zd._open(path, "/", 1), a)
         self.assertEqual(a.shape, (19, 11))
 
+    def test_an_array_rewritten_in_place_is_opened_again(self):
+        import warnings
+
+        import zarrs_gpu.dask as zd
+
+        # Same shape, same item size, another data type and fill value: reading it with the old
+        # metadata would give wrong values of the right shape.
+        path = os.path.join(self.dir.name, "rewritten.zarr")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            zarr.create_array(store=path, shape=(12, 5), chunks=(4, 5), dtype="int32", fill_value=7, zarr_format=2)
+            first = zd._open(path, "/", 0)
+            self.assertEqual((first.dtype, first.shape), ("int32", (12, 5)))
+            self.assertIs(zd._open(path, "/", 0), first)
+            zarr.create_array(store=path, shape=(12, 5), chunks=(4, 5), dtype="float32", fill_value=0.5,
+                              zarr_format=2, overwrite=True)
+        again = zd._open(path, "/", 0)
+        self.assertIsNot(again, first)
+        self.assertEqual((again.dtype, again.shape), ("float32", (12, 5)))
+        self.assertIs(zd._open(path, "/", 0), again)
+        with self.assertRaises(FileNotFoundError):  # the error zarrs_gpu.open gives, not None
+            zd._open(os.path.join(self.dir.name, "absent.zarr"), "/", 0)
+
     def test_without_cupy_the_meta_and_the_reader_say_cupy_is_needed(self):
         import zarrs_gpu.dask as zd
 
@@ -1122,7 +1145,6 @@ class XarrayCpuTests(unittest.TestCase):
 
     def test_chunks_give_dask_arrays_of_the_same_values(self):
         import warnings
-        from unittest import mock
 
         import dask.array as da
         import xarray as xr
@@ -1134,17 +1156,17 @@ class XarrayCpuTests(unittest.TestCase):
         for chunks, temp_chunks in (({}, ((2, 2, 2), (3, 2), (7,))), ({"time": 3, "x": -1}, ((3, 3), (3, 2), (7,))),
                                     ("auto", None)):
             for how in ("xarray", "device manager"):
-                with self.subTest(chunks=chunks, how=how), self.host(), warnings.catch_warnings(), \
-                        mock.patch.object(zarrs_gpu.xarray, "_on_device", lambda x: isinstance(x, np.ndarray)):
+                with self.subTest(chunks=chunks, how=how), self.host(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # chunks that split the stored ones
                     if how == "xarray":  # xarray's own chunk manager: blocks made numpy by np.asarray
                         got = xr.open_dataset(path, engine=self.engine, chunks=chunks)
-                    else:  # DeviceDaskManager's path, host reads standing in for device ones
+                    else:  # DeviceDaskManager's path for data variables, host reads standing in
                         got = zarrs_gpu.xarray.open_dataset(path, chunks=chunks)
-                        self.assertIsInstance(got["temp"].data._meta, np.ndarray)
+                        self.assertIsInstance(got["temp"].data._meta, np.ndarray)  # make_meta's, here numpy
                         # Its blocks come through _DeviceBlocks, whose reads are not np.asarray'd.
-                        graph = dict(got["temp"].data.__dask_graph__())
-                        self.assertTrue(any("_DeviceBlocks" in repr(v) for v in graph.values()))
+                        for v, device in (("temp", True), ("packed", True), ("counts", True), ("lat", False)):
+                            graph = dict(got[v].data.__dask_graph__())
+                            self.assertEqual(any("_DeviceBlocks" in repr(t) for t in graph.values()), device, v)
                     for v in ("temp", "packed", "counts"):
                         self.assertIsInstance(got[v].data, da.Array, v)
                     if temp_chunks is not None:
@@ -2217,6 +2239,8 @@ class TorchCpuTests(unittest.TestCase):
                 ((ds, 2), {"prefetch": 1.5}, ValueError, "prefetch"),
                 ((ds, 2), {"sampler": [1], "shuffle": True}, ValueError, "exclude each other"),
                 ((ds, 2), {"sampler": 3}, TypeError, "iterable of dataset indices"),
+                ((ds, 2), {"sampler": iter([1, 2])}, TypeError, "afresh on every pass"),
+                ((ds, 2), {"sampler": (i for i in range(3))}, TypeError, "afresh on every pass"),
                 (([1, 2], 2), {}, TypeError, "CropDataset"),
             ]
             for args, options, error, text in cases:

@@ -116,12 +116,17 @@ def _current_device() -> int:
     return cupy.cuda.Device().id
 
 
-@functools.lru_cache(maxsize=64)
 def _open(path: str, array: str, device: int):
-    """The array, opened once per process for each (path, array, device)."""
+    """The array, opened once per process for each (path, array, device) and again whenever its
+    metadata file changes (``zarrs_gpu._arrays``): a long-lived worker must not read an array
+    rewritten in place (another data type or fill value) with its old metadata."""
     import zarrs_gpu
 
-    return zarrs_gpu.open(path, array, device=device)
+    from ._arrays import open_cached
+
+    opened = open_cached(path, array.strip("/"), device)
+    # None: not an array zarrs can open; zarrs_gpu.open then raises the error naming why.
+    return opened if opened is not None else zarrs_gpu.open(path, array, device=device)
 
 
 def read_on_device(path: str, array: str, device: Optional[int], box: tuple[tuple[int, int], ...]) -> Any:
@@ -190,6 +195,16 @@ def _read_gate(device: Optional[int]) -> threading.Semaphore:
         return gate
 
 
+def _thread_device() -> Optional[int]:
+    """The device a read with ``device=None`` lands on: this thread's current CUDA device (CuPy's),
+    None without CuPy (host reads in tests)."""
+    try:
+        import cupy
+    except ImportError:
+        return None
+    return cupy.cuda.Device().id
+
+
 def _read_block(path: str, array: str, device: Optional[int], box: tuple[tuple[int, int], ...]) -> Any:
     """One task: read ``box`` with this module's ``reader`` (through the device's read gate); an
     error names the store, the array and the box."""
@@ -197,7 +212,7 @@ def _read_block(path: str, array: str, device: Optional[int], box: tuple[tuple[i
         # A distributed worker started without the preload: its blocks may still be sent on.
         register_cupy_serialization()
     try:
-        with _read_gate(device):
+        with _read_gate(device if device is not None else _thread_device()):
             block = reader(path, array, device, box)
     except Exception as err:
         new = _with_context(err, f"zarrs_gpu.dask: reading {box_text(box)} of array {array!r} in {path!r}")

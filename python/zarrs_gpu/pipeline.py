@@ -31,9 +31,9 @@ from zarr.core.codec_pipeline import BatchedCodecPipeline
 from zarr.registry import register_pipeline
 from zarr.storage import LocalStore
 
-import zarrs_gpu
+from ._arrays import _ARRAY_METADATA
+from ._arrays import open_cached as _open_array
 
-_ARRAY_METADATA = ("zarr.json", ".zarray")
 
 
 class GpuCodecPipeline(BatchedCodecPipeline):
@@ -42,7 +42,6 @@ class GpuCodecPipeline(BatchedCodecPipeline):
     #: Reads this process did on the device (the rest went to zarr-python's pipeline).
     device_reads = 0
     _lock = threading.Lock()
-    _arrays = {}  # (store root, array path, device) -> (its metadata file's stamp, zarrs_gpu.Array)
     _prefixes = {}  # store root -> array paths met there
 
     async def read(self, batch_info, out, drop_axes=()):
@@ -188,58 +187,6 @@ def _key_pattern(prefix, ndim):
     return re.compile(head + r"(?:c[./])?" + r"[./]".join([r"(\d+)"] * ndim) + "$")
 
 
-#: A metadata file modified this close (ns) before its array was cached may be rewritten within
-#: the same modification-time tick, same size and inode: its stamp is not trusted ("racy git").
-_RACY_NS = 2_000_000_000
-
-
-def _open_array(root, path, device=0):
-    """The zarrs_gpu array at `path` of the store at `root`, for reads to GPU `device`, or None:
-    kept between reads (its shard indexes too) while its metadata file is the same, so that an
-    array rewritten with another fill value, codec or shape is opened again. The same is its stamp
-    (inode, size, modification time) unless the file was modified within 2 s of the caching: then
-    (zarr-python and zarrs rewrite in place, within one tick of a coarse clock) its bytes are
-    compared. At most 64 are kept."""
-    import time
-
-    stamp = None
-    for name in _ARRAY_METADATA:
-        try:
-            st = os.stat(os.path.join(root, path, name))
-        except OSError:
-            continue
-        stamp = (name, st.st_ino, st.st_size, st.st_mtime_ns)
-        break
-    if stamp is None:
-        return None
-    metadata_file = os.path.join(root, path, stamp[0])
-    with GpuCodecPipeline._lock:
-        cached = GpuCodecPipeline._arrays.get((root, path, device))
-    if cached is not None and cached[0] == stamp:
-        cached_stamp, array, cached_at, cached_bytes = cached
-        if cached_at - stamp[3] >= _RACY_NS:
-            return array
-        now = time.time_ns()
-        if _read_bytes(metadata_file) == cached_bytes:
-            with GpuCodecPipeline._lock:
-                # Seen the same this long after its modification: a rewrite now changes the stamp.
-                GpuCodecPipeline._arrays[(root, path, device)] = (cached_stamp, array, now, cached_bytes)
-            return array
-    # Read (and the time taken) before opening: a change meanwhile only makes the next read open it
-    # again.
-    cached_at = time.time_ns()
-    metadata = _read_bytes(metadata_file)
-    try:
-        array = zarrs_gpu.open(root, "/" + path, device=device)
-    except (ValueError, FileNotFoundError, TypeError):
-        return None
-    with GpuCodecPipeline._lock:
-        if len(GpuCodecPipeline._arrays) >= 64:
-            GpuCodecPipeline._arrays.clear()
-        GpuCodecPipeline._arrays[(root, path, device)] = (stamp, array, cached_at, metadata)
-    return array
-
-
 def zarrs_array_of(array, device=0):
     """The zarrs_gpu array that reads a zarr-python `array` in a local store to GPU `device` (kept
     between calls like the pipeline's own, while its metadata is the same). TypeError for an
@@ -255,15 +202,6 @@ def zarrs_array_of(array, device=0):
     if gpu is None:
         raise ValueError(f"zarrs_gpu cannot open the array at {os.path.join(str(store.root), array.store_path.path)}")
     return gpu
-
-
-def _read_bytes(path):
-    """A file's bytes, or None when it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def _coords(rest, ndim):

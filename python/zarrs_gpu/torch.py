@@ -500,6 +500,11 @@ class CropLoader:
             raise ValueError("sampler and shuffle=True exclude each other (as in DataLoader): shuffle in the sampler")
         if sampler is not None and not isinstance(sampler, Iterable):
             raise TypeError(f"sampler must be an iterable of dataset indices, not a {type(sampler).__name__}")
+        if sampler is not None and isinstance(sampler, Iterator):
+            # An iterator (a generator, say) is used up by the first pass: every later epoch
+            # would be empty.
+            raise TypeError(f"sampler must be iterable afresh on every pass (a Sampler, a list, a range), "
+                            f"not an iterator ({type(sampler).__name__}): pass list(...) of it")
         self.dataset = dataset
         self.batch_size = batch_size
         self.sampler = sampler

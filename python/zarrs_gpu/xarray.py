@@ -268,10 +268,17 @@ def _array_module(x: Any):
 
 
 def _apply_steps(x: Any, steps: tuple) -> Any:
-    """The values of xarray's decoding ``steps`` (``_steps_of``) on ``x``, in ``x``'s array module."""
+    """The values of xarray's decoding ``steps`` (``_steps_of``) on ``x``, in ``x``'s array module
+    and, for CuPy, on ``x``'s device (a read on GPU 1 from a thread whose current device is 0
+    would otherwise be decoded on GPU 0, or refused)."""
     xp = _array_module(x)
     if xp is np:
-        x = np.asarray(x)  # a numpy scalar from an integer key: an array, as xarray's np.asarray makes it
+        return _steps(np, np.asarray(x), steps)  # a numpy scalar from an integer key: an array, as xarray's np.asarray makes it
+    with x.device:
+        return _steps(xp, x, steps)
+
+
+def _steps(xp: Any, x: Any, steps: tuple) -> Any:
     for step in steps:
         kind = step[0]
         if kind == "cast":  # _Unsigned: np.asarray(data, dtype=...), a C cast (wraps)
@@ -518,9 +525,15 @@ class _DeviceBlocks:
         return get() if callable(get) else part
 
 
-def _on_device(x: Any) -> bool:
-    """Whether a read landed in device memory (CuPy's arrays; host reads are numpy's)."""
-    return type(x).__module__.split(".")[0] == "cupy"
+def _on_device(adapter: Any) -> bool:
+    """Whether the variable xarray's lazy ``adapter`` wraps is read to the device: this engine's
+    backend array (straight or under ``CFMaskScaleArray``) not marked for the host. Decided from
+    the variable, not by reading, so that a client without a GPU can build the graph."""
+    data = adapter.array
+    while isinstance(data, (indexing.CopyOnWriteArray, indexing.MemoryCachedArray)):
+        data = data.array
+    array = _ours(data)
+    return array is not None and not array.host
 
 
 def _device_dask_manager_class():
@@ -535,14 +548,13 @@ def _device_dask_manager_class():
         keeps xarray's own manager."""
 
         def from_array(self, data: Any, chunks: Any, **kwargs: Any):
-            if isinstance(data, ImplicitToExplicitIndexingAdapter) and data.ndim:
-                # A read of an empty box says where the variable's reads land (no data is read).
-                meta = _DeviceBlocks(data)[(slice(0, 0),) * data.ndim]
-                if _on_device(meta):
-                    import dask.array as da
+            if isinstance(data, ImplicitToExplicitIndexingAdapter) and data.ndim and _on_device(data):
+                import dask.array as da
 
-                    kwargs.update(meta=meta, asarray=False)
-                    return da.from_array(_DeviceBlocks(data), chunks, **kwargs)
+                from . import dask as zd
+
+                kwargs.update(meta=zd.make_meta(data.dtype, data.ndim), asarray=False)
+                return da.from_array(_DeviceBlocks(data), chunks, **kwargs)
             return super().from_array(data, chunks, **kwargs)
 
     return DeviceDaskManager

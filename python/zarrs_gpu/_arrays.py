@@ -1,0 +1,74 @@
+"""zarrs_gpu arrays kept open per process while their metadata is unchanged: opening one reads and
+parses its metadata and loses its shard index cache, and an array rewritten in place (another
+fill value, data type, codec or shape) must be opened again, or its chunks would be read with the
+old metadata. Used by the zarr-python pipeline and by ``zarrs_gpu.dask`` (and so the xarray
+engine)."""
+
+import os
+import threading
+import time
+
+import zarrs_gpu
+
+_ARRAY_METADATA = ("zarr.json", ".zarray")
+_lock = threading.Lock()
+_arrays = {}  # (store root, array path, device) -> (stamp, zarrs_gpu.Array, cached at, metadata bytes)
+
+
+#: A metadata file modified this close (ns) before its array was cached may be rewritten within
+#: the same modification-time tick, same size and inode: its stamp is not trusted ("racy git").
+_RACY_NS = 2_000_000_000
+
+
+def open_cached(root, path, device=0):
+    """The zarrs_gpu array at `path` of the store at `root`, for reads to GPU `device`, or None:
+    kept between reads (its shard indexes too) while its metadata file is the same, so that an
+    array rewritten with another fill value, codec or shape is opened again. The same is its stamp
+    (inode, size, modification time) unless the file was modified within 2 s of the caching: then
+    (zarr-python and zarrs rewrite in place, within one tick of a coarse clock) its bytes are
+    compared. At most 64 are kept."""
+    stamp = None
+    for name in _ARRAY_METADATA:
+        try:
+            st = os.stat(os.path.join(root, path, name))
+        except OSError:
+            continue
+        stamp = (name, st.st_ino, st.st_size, st.st_mtime_ns)
+        break
+    if stamp is None:
+        return None
+    metadata_file = os.path.join(root, path, stamp[0])
+    with _lock:
+        cached = _arrays.get((root, path, device))
+    if cached is not None and cached[0] == stamp:
+        cached_stamp, array, cached_at, cached_bytes = cached
+        if cached_at - stamp[3] >= _RACY_NS:
+            return array
+        now = time.time_ns()
+        if _read_bytes(metadata_file) == cached_bytes:
+            with _lock:
+                # Seen the same this long after its modification: a rewrite now changes the stamp.
+                _arrays[(root, path, device)] = (cached_stamp, array, now, cached_bytes)
+            return array
+    # Read (and the time taken) before opening: a change meanwhile only makes the next read open it
+    # again.
+    cached_at = time.time_ns()
+    metadata = _read_bytes(metadata_file)
+    try:
+        array = zarrs_gpu.open(root, "/" + path, device=device)
+    except (ValueError, FileNotFoundError, TypeError):
+        return None
+    with _lock:
+        if len(_arrays) >= 64:
+            _arrays.clear()
+        _arrays[(root, path, device)] = (stamp, array, cached_at, metadata)
+    return array
+
+
+def _read_bytes(path):
+    """A file's bytes, or None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
