@@ -1915,6 +1915,37 @@ class TorchCpuTests(unittest.TestCase):
         lead = (slice(None),) * (data.ndim - len(box))
         return data[lead + tuple(slice(a, b) for a, b in box)]
 
+    def test_the_loader_drops_crops_off_the_training_thread(self):
+        # Freeing a DLPack-shared crop waits for the whole device: never on the training thread.
+        import threading
+
+        import zarrs_gpu.torch as zt
+
+        dropped_on = []
+
+        class Tracked:
+            def __init__(self, a):
+                self.a = a
+
+            def __array__(self, dtype=None, copy=None):
+                return self.a
+
+            def __del__(self):
+                dropped_on.append(threading.current_thread().name)
+
+        with self.backend():
+            self.host.as_tensor = lambda x: Tracked(np.asarray(x))
+            ds = zt.CropDataset(self.label_path, (4, 4, 4), crops=10)
+            for prefetch in (0, 2):
+                with self.subTest(prefetch=prefetch):
+                    dropped_on.clear()
+                    batches = list(zt.CropLoader(ds, 3, prefetch=prefetch))
+                    zt._releaser.drained()
+                    self.assertEqual(dropped_on, ["zarrs_gpu.torch releaser"] * 10)
+                    got = np.concatenate(batches)
+                    for i in range(10):
+                        np.testing.assert_array_equal(got[i], self.crop(self.label, ds.plan[i]))
+
     # ---- crop plans
     def test_random_crops_are_in_bounds_reproducible_and_the_benchmarks_tiles(self):
         from zarrs_gpu.torch import CropPlan
