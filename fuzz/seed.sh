@@ -81,7 +81,9 @@ done
 # small is one block and, where the typesize leaves a remainder, a last block of just that
 # remainder). Modes rotate through 3, 1 and 0 (1 and 3 only
 # where the size byte cannot say the size). Chunks over 19998 bytes are left out (run with
-# -max_len=20000). Needs a python with numcodecs (NUMCODECS_PYTHON, else
+# -max_len=20000). c-blosc compresses with numcodecs' default threads, which store blocks in the
+# order they finish, so some chunks have blocks out of order and differ from run to run (both
+# as zarr writes them). Needs a python with numcodecs (NUMCODECS_PYTHON, else
 # target/interop-venv/bin/python, else python3); skipped without one.
 py=${NUMCODECS_PYTHON:-}
 [[ -z $py && -x ../target/interop-venv/bin/python ]] && py=$PWD/../target/interop-venv/bin/python
