@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Seeds the fuzz corpora with valid frames and members (the zstd and gzip command-line tools,
-# python3's zlib).
+# Seeds the fuzz corpora with valid frames, members and chunks (the zstd, gzip and lz4 tools,
+# python3's zlib, numcodecs' Blosc).
 # Each input starts with the bytes the targets read first: zstd_frame a mode byte (0: the rest is
 # the chunk) and the chunk's size / 97; gzip_member the chunk's size / 13.
 set -eu
@@ -71,3 +71,67 @@ open(sys.argv[4] + '-memcpyed', 'wb').write(bytes([3, 0]) + copied)
 PY
   done
 done
+# blosc_header, more: real Blosc1 chunks from numcodecs' Blosc (c-blosc 1.21) with zstd, zlib,
+# lz4hc and lz4 streams, no, byte and bit shuffle, typesizes 1, 2, 4 and 8, and split or unsplit
+# blocks (c-blosc reads BLOSC_SPLITMODE on each threaded compression). Unsplit blocks are the
+# blocksize asked for (256 or 1024 bytes: a chunk of a few KB has several, the last one short);
+# c-blosc makes a split block (`typesize` streams) at least 64 KiB, so split chunks of
+# compressible data decode to 305,000 bytes (five blocks, the last one short), and the others to
+# 61 * k bytes (the size byte k gives the expected size whatever the mode; a split chunk that
+# small is one block and, where the typesize leaves a remainder, a last block of just that
+# remainder). Modes rotate through 3, 1 and 0 (1 and 3 only
+# where the size byte cannot say the size). Chunks over 19998 bytes are left out (run with
+# -max_len=20000). c-blosc compresses with numcodecs' default threads, which store blocks in the
+# order they finish, so some chunks have blocks out of order and differ from run to run (both
+# as zarr writes them). Needs a python with numcodecs (NUMCODECS_PYTHON, else
+# target/interop-venv/bin/python, else python3); skipped without one.
+py=${NUMCODECS_PYTHON:-}
+[[ -z $py && -x ../target/interop-venv/bin/python ]] && py=$PWD/../target/interop-venv/bin/python
+py=${py:-python3}
+rm -f corpus/blosc_header/nc-*
+if ! "$py" -c 'import numcodecs' 2>/dev/null; then
+  echo "seed.sh: no numcodecs in $py: blosc_header gets no zstd, zlib or lz4hc chunks" >&2
+else "$py" - <<'PY'
+import itertools, os, struct
+import numpy as np
+from numcodecs import Blosc, blosc
+
+blosc.use_threads = True  # c-blosc's global path, which reads BLOSC_SPLITMODE
+rng = np.random.default_rng(61)
+
+
+def data(kind, n, ts):
+    if kind == "ramp":
+        return (np.arange(n // ts + 1, dtype=f"<u{ts}") * 3).tobytes()[:n]
+    if kind == "floats":
+        dtype = {1: "<u1", 2: "<f2", 4: "<f4", 8: "<f8"}[ts]
+        return (np.round(np.sin(np.arange(n // ts + 1) / 50) * 64) / (1 if ts == 1 else 64)).astype(dtype).tobytes()[:n]
+    if kind == "noisy":  # random low bytes: some streams stored as they are
+        return rng.integers(0, 256, n // ts + 1).astype(f"<u{ts}").tobytes()[:n]
+    return (b"zarr chunk of floats 0.25 0.5 " * (n // 30 + 1))[:n]
+
+
+cases = itertools.product(("zstd", "zlib", "lz4hc", "lz4"), (0, 1, 2), (1, 2, 4, 8), ("ALWAYS", "NEVER"))
+kinds = ("ramp", "floats", "noisy", "text")
+written = 0
+for i, (cname, shuffle, ts, split) in enumerate(cases):
+    kind, k, mode = kinds[(i // 2 + i // 8) % 4], (50, 130, 250, 21)[i // 8 % 4], (3, 1, 0)[i % 3]
+    clevel, blocksize = (1, 5, 9)[i // 3 % 3], (256, 1024)[i // 5 % 2]
+    n = 61 * k
+    if split == "ALWAYS" and kind != "noisy":
+        n, mode = 305000, mode | 1
+    os.environ["BLOSC_SPLITMODE"] = split
+    codec = Blosc(cname=cname, clevel=clevel, shuffle=shuffle, blocksize=blocksize, typesize=ts)
+    raw = data(kind, n, ts)
+    chunk = codec.encode(raw)
+    assert bytes(codec.decode(chunk)) == raw
+    assert struct.unpack("<II", chunk[4:8] + chunk[12:16]) == (len(raw), len(chunk))
+    if len(chunk) + 2 > 20000:
+        continue
+    shuf = ("noshuffle", "shuffle", "bitshuffle")[shuffle]
+    name = f"corpus/blosc_header/nc-{cname}-{shuf}-t{ts}-{split.lower()}-{kind}-{n}"
+    open(name, "wb").write(bytes([mode, n // 61 % 256]) + chunk)
+    written += 1
+print(f"seed.sh: {written} numcodecs Blosc chunks in corpus/blosc_header")
+PY
+fi
