@@ -195,8 +195,8 @@ impl<B: PooledBuffer> BufferPool<B> {
     }
 
     /// Keep `buffer`, with room for `reads` reads running together: at most `keep` plus
-    /// [`KEPT_PER_READ`] per read are kept, the smallest dropped beyond that, and freed after the lock is released (a free
-    /// waits for the device, and other reads' takes and gives must not wait for it too).
+    /// [`KEPT_PER_READ`] per read are kept, the smallest dropped beyond that and freed after the
+    /// lock is released (a free waits for the device; other reads' takes and gives must not).
     pub(super) fn give(&self, buffer: B, reads: usize) {
         let room = self.keep.saturating_add(KEPT_PER_READ.saturating_mul(reads));
         let dropped = {
