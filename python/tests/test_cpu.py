@@ -922,6 +922,17 @@ class DaskCpuTests(unittest.TestCase):
         self.assertIn(path, message)
         self.assertIn("disk on fire", message)
         self.assertRegex(message, r"reading \[(0:10|10:19), 0:11\] of array '/'")
+        # An OSError with an errno keeps it, and its file name, under the added context.
+        import errno
+
+        def missing_file(path, array, device, box):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/data/c/0/0")
+
+        with mock.patch.multiple(zd, reader=missing_file, make_meta=host_meta):
+            with self.assertRaises(FileNotFoundError) as lost:
+                zd.from_zarr(path, chunks=(10, 11)).compute(scheduler="threads")
+        self.assertEqual((lost.exception.errno, lost.exception.filename), (errno.ENOENT, "/data/c/0/0"))
+        self.assertIn("zarrs_gpu.dask: reading", lost.exception.strerror)
         # A reader that returns the wrong shape is caught too.
         with mock.patch.multiple(zd, reader=lambda *a: np.zeros((1, 1), "uint16"), make_meta=host_meta):
             with self.assertRaises(ValueError) as caught:

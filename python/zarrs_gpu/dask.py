@@ -233,9 +233,13 @@ def box_text(box: tuple[tuple[int, int], ...]) -> str:
 
 def _with_context(err: Exception, where: str) -> Exception:
     """``err``'s type with ``where`` before its message, or ``err`` itself where its type cannot
-    be made from one message."""
+    be made from one message. An OSError keeps its errno and file name (``FileNotFoundError``
+    handlers read them)."""
     try:
-        new = type(err)(f"{where}: {err}")
+        if isinstance(err, OSError) and err.errno is not None:
+            new = type(err)(err.errno, f"{where}: {err.strerror}", *(() if err.filename is None else (err.filename,)))
+        else:
+            new = type(err)(f"{where}: {err}")
     except Exception:
         return err
     return new if isinstance(new, type(err)) else err
