@@ -1056,7 +1056,30 @@ def xarray_test_dataset():
 
 
 @unittest.skipUnless(HAVE_XARRAY and HAVE_DASK, "xarray (and dask[array]) are not installed")
-class XarrayCpuTests(unittest.TestCase):
+class XarrayHostReads:
+    """For the xarray test classes: host reads in place of the GPU's, and the class's temporary
+    directory removed at the end."""
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def host(self):
+        """Reads on the host (zarr-python), recording (array, box) of every read."""
+        from unittest import mock
+
+        import zarrs_gpu.dask as zd
+
+        self.reads = []
+
+        def record(path, array, device, box):
+            self.reads.append((array, box))
+            return host_reader(path, array, device, box)
+
+        return mock.patch.multiple(zd, reader=record, make_meta=host_meta)
+
+
+class XarrayCpuTests(XarrayHostReads, unittest.TestCase):
     """zarrs_gpu.xarray without a GPU: datasets written by xarray's to_zarr (v2 and v3,
     consolidated or not, in a group), opened with engine="zarrs_gpu" with the reads replaced by
     zarr-python on the host (zarrs_gpu.dask.reader), against xarray's own zarr engine."""
@@ -1081,24 +1104,6 @@ class XarrayCpuTests(unittest.TestCase):
                 cls.ds.to_zarr(path, mode="w", **options)
             cls.stores[name] = (path, options.get("group"))
         cls.engine = xarray_engine()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.dir.cleanup()
-
-    def host(self):
-        """Reads on the host (zarr-python), recording (array, box) of every read."""
-        from unittest import mock
-
-        import zarrs_gpu.dask as zd
-
-        self.reads = []
-
-        def record(path, array, device, box):
-            self.reads.append((array, box))
-            return host_reader(path, array, device, box)
-
-        return mock.patch.multiple(zd, reader=record, make_meta=host_meta)
 
     def reference(self, name, **options):
         import warnings
@@ -1331,6 +1336,20 @@ class XarrayCpuTests(unittest.TestCase):
         self.assertIn("ImportError", run.stdout)
 
 
+def write_cf_stores(directory, ds):
+    """``ds`` written by xarray's to_zarr as v2 and v3 (consolidated) in ``directory``: {2: path, 3: path}."""
+    import warnings
+
+    stores = {}
+    for fmt in (2, 3):
+        path = os.path.join(directory, f"cf_v{fmt}.zarr")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ds.to_zarr(path, mode="w", zarr_format=fmt, consolidated=True)
+        stores[fmt] = path
+    return stores
+
+
 def cf_test_dataset(seed=23, shape=(6, 13, 17)):
     """A dataset whose variables xarray's CF decoding transforms in every way mask-and-scale
     can, written with to_zarr: int16 packing (scale_factor, add_offset, _FillValue), uint8
@@ -1419,7 +1438,7 @@ def same_bits(testcase, got, want, what):
 
 
 @unittest.skipUnless(HAVE_XARRAY and HAVE_DASK, "xarray (and dask[array]) are not installed")
-class XarrayCFDecodingCpuTests(unittest.TestCase):
+class XarrayCFDecodingCpuTests(XarrayHostReads, unittest.TestCase):
     """zarrs_gpu.xarray's own CF mask-and-scale decoding (CFMaskScaleArray, computed with the
     data's array module: CuPy on a GPU, numpy here with zarr-python's host reads in place of the
     GPU's) against xarray's zarr engine: values bit for bit, dtypes, attrs and encoding, for every
@@ -1427,36 +1446,10 @@ class XarrayCFDecodingCpuTests(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        import warnings
-
         cls.dir = tempfile.TemporaryDirectory()
         cls.ds = cf_test_dataset()
-        cls.stores = {}
-        for fmt in (2, 3):
-            path = os.path.join(cls.dir.name, f"cf_v{fmt}.zarr")
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                cls.ds.to_zarr(path, mode="w", zarr_format=fmt, consolidated=True)
-            cls.stores[fmt] = path
+        cls.stores = write_cf_stores(cls.dir.name, cls.ds)
         cls.engine = xarray_engine()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.dir.cleanup()
-
-    def host(self):
-        """Reads on the host (zarr-python), recording (array, box) of every read."""
-        from unittest import mock
-
-        import zarrs_gpu.dask as zd
-
-        self.reads = []
-
-        def record(path, array, device, box):
-            self.reads.append((array, box))
-            return host_reader(path, array, device, box)
-
-        return mock.patch.multiple(zd, reader=record, make_meta=host_meta)
 
     def open_both(self, fmt, **options):
         import warnings

@@ -41,6 +41,17 @@ KEYS = [
 ]
 
 
+def write_array(path, data, options):
+    """``data`` written by zarr-python at ``path`` with ``create_array``'s ``options``; the array."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        z = zarr.create_array(store=path, shape=data.shape, dtype=data.dtype, **options)
+    z[...] = data
+    return z
+
+
 class GpuTests(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -478,8 +489,6 @@ class GpuTests(unittest.TestCase):
 
     def test_dask_arrays_of_device_blocks_match_dask_from_zarr(self):
         # Needs dask[array] (a missing one is a failure here, as for the other dependencies).
-        import warnings
-
         import dask
         import dask.array as da
         import zarr.codecs as zc
@@ -500,10 +509,7 @@ class GpuTests(unittest.TestCase):
             }
             for name, (data, options) in arrays.items():
                 path = os.path.join(d, name + ".zarr")
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    z = zarr.create_array(store=path, shape=data.shape, dtype=data.dtype, **options)
-                z[...] = data
+                z = write_array(path, data, options)
                 host = da.from_zarr(zarr.open_array(path, mode="r"))
                 budget = 32 * 2**20 if name == "v3_large" else data.dtype.itemsize * math.prod(z.shards or z.chunks) * 3
                 # Blocks that split chunks (7 a side; about 24 MiB for the large array) read right too.
@@ -630,11 +636,9 @@ class XarrayCFDecodingGpuTests(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        import warnings
-
         sys.path.insert(0, HERE)
         import xarray as xr
-        from test_cpu import cf_test_dataset
+        from test_cpu import cf_test_dataset, write_cf_stores
 
         from zarrs_gpu.xarray import ZarrsGpuBackendEntrypoint
 
@@ -644,13 +648,7 @@ class XarrayCFDecodingGpuTests(unittest.TestCase):
         # overflows decoding them with the GPU host's numpy/pandas; they are host-decoded by
         # xarray's code in this engine too, and the CPU tests compare them.
         cls.ds = cf_test_dataset(seed=31, shape=(6, 130, 170)).drop_vars(["valid", "lead"])
-        cls.stores = {}
-        for fmt in (2, 3):
-            path = os.path.join(cls.dir.name, f"cf_v{fmt}.zarr")
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                cls.ds.to_zarr(path, mode="w", zarr_format=fmt, consolidated=True)
-            cls.stores[fmt] = path
+        cls.stores = write_cf_stores(cls.dir.name, cls.ds)
 
     @classmethod
     def tearDownClass(cls):
@@ -1000,8 +998,6 @@ class DistributedGpuTests(unittest.TestCase):
     host. Needs distributed (a missing one is a failure here, as for the other dependencies)."""
 
     def test_reductions_on_worker_processes_match_dask_from_zarr(self):
-        import warnings
-
         import dask.array as da
         import zarr.codecs as zc
         from distributed import Client, get_task_stream
@@ -1038,10 +1034,7 @@ class DistributedGpuTests(unittest.TestCase):
             self.assertEqual(len({s[4] for s in state} | {os.getpid()}), len(devices) + 1)
             for name, (data, options) in arrays.items():
                 path = os.path.join(d, name + ".zarr")
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    z = zarr.create_array(store=path, shape=data.shape, dtype=data.dtype, **options)
-                z[...] = data
+                z = write_array(path, data, options)
                 unit = z.shards or z.chunks
                 budget = 8 * 2**20 if name == "v3_sharded_f4" else data.dtype.itemsize * math.prod(unit) * 2
                 with self.subTest(array=name):
