@@ -20,7 +20,7 @@ and then --repeat times.
 
 Usage (on a GPU host; the array from `bench --dir /tmp/zb --gib 16 --cases z2`):
   python3 benches/dask_reduce.py --array /tmp/zb/z2.zarr [--methods zarrs-threads,host,host-cupy,zarrs-distributed]
-          [--workers 1,2] [--repeat 3] [--threads N] [--worker-threads 1] [--reader-threads N]
+          [--workers 1,2] [--repeat 3] [--threads N] [--worker-threads 4] [--reader-threads N]
           [--bins 64] [--range LO,HI]
           [--block-mib 512] [--json OUT.jsonl]
   python3 benches/dask_reduce.py --array PATH --dry-host   # numpy instead of CuPy, host reads, no GPU
@@ -336,7 +336,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None,
                     help="threads of the threaded scheduler (default: dask's, the CPU count)")
-    ap.add_argument("--worker-threads", type=int, default=1, help="threads per distributed worker")
+    ap.add_argument("--worker-threads", type=int, default=4,
+                    help="threads per distributed worker (local_cluster's default, 4)")
     ap.add_argument("--reader-threads", type=int, default=None,
                     help="zarrs_gpu reader threads per distributed worker (default: local_cluster's, the "
                          "cores split between the workers; 0: every core)")

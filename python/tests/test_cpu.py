@@ -853,7 +853,7 @@ class DaskCpuTests(unittest.TestCase):
                 zd.from_zarr(path, device=bad)
             self.assertIn("device", str(caught.exception))
 
-    def test_reads_of_one_device_run_one_at_a_time(self):
+    def test_reads_of_one_device_are_limited_by_zarrs_gpu_dask_reads(self):
         import threading
         import time
         from unittest import mock
@@ -886,8 +886,9 @@ class DaskCpuTests(unittest.TestCase):
                 np.testing.assert_array_equal(part, data)
             return dict(state["most"])
 
-        self.assertEqual(run({}, [0]), {0: 1})  # 16 blocks on 8 threads, one read at a time
-        self.assertEqual(run({}, [0, 1]), {0: 1, 1: 1})  # a gate per device
+        self.assertGreater(run({}, [0])[0], 1)  # unset: no limit, 16 blocks on 8 threads overlap
+        self.assertEqual(run({"ZARRS_GPU_DASK_READS": "1"}, [0]), {0: 1})  # one read at a time
+        self.assertEqual(run({"ZARRS_GPU_DASK_READS": "1"}, [0, 1]), {0: 1, 1: 1})  # a gate per device
         self.assertEqual(run({"ZARRS_GPU_DASK_READS": "3"}, [0])[0], 3)
         for bad in ("0", "two", "-1"):
             with self.subTest(bad=bad), self.assertRaisesRegex(ValueError, "ZARRS_GPU_DASK_READS"):
@@ -2533,7 +2534,7 @@ class DistributedCpuTests(unittest.TestCase):
         fake.LocalCUDACluster = lambda **kwargs: calls.append(kwargs) or "dask-cuda cluster"
         with mock.patch.dict(sys.modules, {"dask_cuda": fake}):
             self.assertEqual(zd.local_cluster(devices=[1, 0], memory_limit="2GiB"), "dask-cuda cluster")
-            self.assertEqual(calls, [dict(n_workers=2, CUDA_VISIBLE_DEVICES=["1", "0"], threads_per_worker=1,
+            self.assertEqual(calls, [dict(n_workers=2, CUDA_VISIBLE_DEVICES=["1", "0"], threads_per_worker=4,
                                           memory_limit="2GiB")])
             with self.assertRaises(ValueError) as caught:  # dask-cuda cannot share a GPU
                 zd.local_cluster(devices=[0, 0], dask_cuda=True)
