@@ -488,6 +488,12 @@ impl PyZarrArray {
         self.array.dimensionality()
     }
 
+    /// The GPU this array's reads land on (`open`'s `device`).
+    #[getter]
+    fn device(&self) -> usize {
+        self.config.device()
+    }
+
     /// The chunk grid's chunk shape (the shard shape of a sharded array) when every chunk has it
     /// (a regular grid: every v2 array, v3 arrays with the "regular" chunk grid), else None.
     #[getter]

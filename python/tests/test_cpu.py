@@ -2194,6 +2194,16 @@ class TorchCpuTests(unittest.TestCase):
         self.assertEqual(ds.shapes[0], (2, 37, 41, 29))
         with self.assertRaisesRegex(TypeError, "give its path instead"):
             pickle.dumps(ds)
+        # A given Array's GPU is the dataset's: paths are opened there, and another is an error.
+        self.assertEqual(zarrs_gpu.open(self.image_path, device=2).device, 2)
+        on_2 = zt.CropDataset([zarrs_gpu.open(self.image_path, device=2), self.label_path], (5, 5, 5))
+        self.assertEqual(on_2.device, 2)
+        self.assertEqual(zt.CropDataset(zarrs_gpu.open(self.label_path, device=2), (5, 5, 5), device="cuda:2").device, 2)
+        with self.assertRaisesRegex(ValueError, r"device=0, but arrays\[0\] .* was opened for GPU 2"):
+            zt.CropDataset(zarrs_gpu.open(self.label_path, device=2), (5, 5, 5), device=0)
+        with self.assertRaisesRegex(ValueError, r"arrays\[1\] .* reads to GPU 1 and arrays\[0\] .* to GPU 2"):
+            zt.CropDataset([zarrs_gpu.open(self.image_path, device=2), zarrs_gpu.open(self.label_path, device=1)],
+                           (5, 5, 5))
 
     # ---- the loader
     def test_loader_batches_equal_zarr_pythons_crops(self):

@@ -350,8 +350,11 @@ class _Source:
         import zarrs_gpu
 
         self.opened = None
+        # The GPU a given Array reads to (paths are opened on the dataset's).
+        self.device: Optional[int] = None
         if isinstance(spec, zarrs_gpu.Array):
             self.path, self.array, self.opened = None, None, spec
+            self.device = spec.device
             self.name = repr(spec)
             meta = spec
         else:
@@ -390,12 +393,14 @@ class CropDataset:
 
     ``arrays``: one array, or a list (tuple) of arrays; each a path (the array's directory, or a
     store whose root is the array: ``"data.zarr/raw"``), a ``zarrs_gpu.Array`` (read on the device
-    it was opened for; such a dataset does not pickle), or a zarr-python array in a local store.
+    it was opened for, which is then the dataset's; such a dataset does not pickle), or a
+    zarr-python array in a local store.
     ``crop_shape`` crops the last ``len(crop_shape)`` axes of every array, which must have the same
     extents there (input and label of one grid, of any data types); axes before those are read
     whole. ``crops``, ``seed``, ``stride``, ``edge``: which crops (``CropPlan``). ``device``: the
-    GPU paths are opened on (an ordinal, ``"cuda:N"``, a ``torch.device``; None: torch's current
-    device at the first read).
+    GPU paths are opened on (an ordinal, ``"cuda:N"``, a ``torch.device``; None: the given
+    ``zarrs_gpu.Array``s' GPU, else torch's current device at the first read); given Arrays
+    opened for another GPU are an error.
 
     ``ds[i]`` is crop ``i`` (``ds.plan[i]`` its box) as a CUDA tensor sharing the read's memory,
     or a tuple of them, one per array, when ``arrays`` is a list. ``DataLoader`` (torch 2) asks
@@ -411,6 +416,7 @@ class CropDataset:
         self._device_arg = _device_ordinal(device)
         self._device: Optional[int] = None
         self._sources = [_Source(spec, n) for n, spec in enumerate(specs)]
+        self._device_arg = self._given_device(self._device_arg)
         crop_shape = _positive_ints(crop_shape, "crop_shape")
         k = len(crop_shape)
         for n, s in enumerate(self._sources):
@@ -423,6 +429,24 @@ class CropDataset:
                 raise ValueError(f"arrays[{n}] ({s.name}) has shape {s.shape} and arrays[0] ({self._sources[0].name}) "
                                  f"{self._sources[0].shape}: their last {k} axes, the cropped ones, differ")
         self.plan = CropPlan(cropped[0], crop_shape, crops, seed=seed, stride=stride, edge=edge)
+
+    def _given_device(self, device: Optional[int]) -> Optional[int]:
+        """The GPU the dataset reads on, where ``zarrs_gpu.Array``s were given: theirs, which must
+        be one, and ``device`` where that is given too (a crop's arrays on two GPUs could not be
+        stacked or trained on together)."""
+        given = [(n, s) for n, s in enumerate(self._sources) if s.device is not None]
+        for n, s in given:
+            first_n, first = given[0]
+            if s.device != first.device:
+                raise ValueError(f"arrays[{n}] ({s.name}) reads to GPU {s.device} and arrays[{first_n}] "
+                                 f"({first.name}) to GPU {first.device}: a dataset reads on one GPU")
+        if not given:
+            return device
+        n, s = given[0]
+        if device is not None and device != s.device:
+            raise ValueError(f"device={device}, but arrays[{n}] ({s.name}) was opened for GPU {s.device}: "
+                             f"give device={s.device}, or open it on GPU {device}")
+        return s.device
 
     # ---- what it holds
     @property
@@ -511,9 +535,9 @@ class CropDataset:
 
     def __getitems__(self, indices: Sequence[int]) -> list:
         """The items of ``indices`` (a DataLoader batch), read one after another: each read already
-        spreads its chunks over every host thread, and reads started together contend (on the
-        GPU host four random Z2 crops read at once with ``read_async`` took 196 ms, one after
-        another 58 ms). ``CropLoader`` reads ahead instead."""
+        spreads its chunks over every host thread, so reading a batch's crops together gains
+        little (on the GPU host four random Z2 crops read at once with ``read_async`` took 41 ms,
+        one after another 44). ``CropLoader`` reads the next batches ahead instead."""
         return [self[i] for i in indices]
 
     def __getstate__(self):
