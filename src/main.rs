@@ -285,6 +285,30 @@ fn read<T: ElementOwned>(
     o: &ReadOptions,
     npy_descr: &str,
 ) -> Result<(), Error> {
+    let (times, data, report) = timed_reads::<T>(array, subset, config, o.repeat)?;
+    let host = if o.digest || o.npy.is_some() { Some(data.to_host_bytes()?) } else { None };
+    let sha256 = host.as_ref().filter(|_| o.digest).map(|h| format!("{:x}", Sha256::digest(h)));
+    if let (Some(path), Some(host)) = (&o.npy, &host) {
+        write_npy(path, npy_descr, data.shape(), host)?;
+    }
+    let timing = Timing::of(&times, data.num_bytes());
+    let shown = Shown { array, config, shape: data.shape(), bytes: data.num_bytes(), report: &report, sha256 };
+    if o.json {
+        println!("{}", shown.json(&timing, o));
+    } else {
+        shown.print(&timing, o);
+    }
+    Ok(())
+}
+
+/// `repeat` reads of `subset`, each timed (the previous result freed first), with a progress bar
+/// on stderr for reads that last; the times and the last read.
+fn timed_reads<T: ElementOwned>(
+    array: &Array<GdsStore>,
+    subset: &ArraySubset,
+    config: &GpuConfig,
+    repeat: usize,
+) -> Result<(Vec<f64>, DeviceArray<T>, RetrieveReport), Error> {
     let mut times = Vec::new();
     let mut last: Option<(DeviceArray<T>, RetrieveReport)> = None;
     // Chunks done, batch by batch, on stderr; indicatif draws nothing when it is not a terminal,
@@ -301,10 +325,10 @@ fn read<T: ElementOwned>(
         shown.set_length(p.total as u64);
         shown.set_position(p.done as u64);
     });
-    for r in 0..o.repeat {
+    for r in 0..repeat {
         drop(last.take()); // free the previous result first
         bar.reset();
-        bar.set_message(format!("read {}/{}", r + 1, o.repeat));
+        bar.set_message(format!("read {}/{}", r + 1, repeat));
         let start = Instant::now();
         let result = array.retrieve_array_subset_device_opt::<T>(subset, &config);
         bar.finish_and_clear();
@@ -313,36 +337,58 @@ fn read<T: ElementOwned>(
         times.push(start.elapsed().as_secs_f64());
         last = Some(result);
     }
-    let config = &config;
-    let (data, report) = last.expect("at least one read");
-    // The library checked the subset's size (a size that overflows is refused before any read).
-    let gib = data.num_bytes() as f64 / f64::from(1u32 << 30);
-    let best = times.iter().copied().fold(f64::INFINITY, f64::min);
-    let mut sorted = times.clone();
-    sorted.sort_by(f64::total_cmp);
-    let median = sorted[sorted.len() / 2];
-    let host = if o.digest || o.npy.is_some() { Some(data.to_host_bytes()?) } else { None };
-    let sha256 = host.as_ref().filter(|_| o.digest).map(|h| format!("{:x}", Sha256::digest(h)));
-    if let (Some(path), Some(host)) = (&o.npy, &host) {
-        write_npy(path, npy_descr, data.shape(), host)?;
+    let (data, report) = last.ok_or("--repeat must be 1 or more")?;
+    Ok((times, data, report))
+}
+
+/// The reads' times: best, median, first, and the GiB read each time.
+struct Timing<'a> {
+    times: &'a [f64],
+    best: f64,
+    median: f64,
+    gib: f64,
+}
+
+impl<'a> Timing<'a> {
+    fn of(times: &'a [f64], bytes: usize) -> Self {
+        // The library checked the subset's size (a size that overflows is refused before any read).
+        let gib = bytes as f64 / f64::from(1u32 << 30);
+        let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+        let mut sorted = times.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        Self { times, best, median: sorted[sorted.len() / 2], gib }
     }
-    if o.json {
-        let io = report.io.as_ref();
+}
+
+/// What `read` shows of the last read.
+struct Shown<'a> {
+    array: &'a Array<GdsStore>,
+    config: &'a GpuConfig,
+    shape: &'a [u64],
+    bytes: usize,
+    report: &'a RetrieveReport,
+    sha256: Option<String>,
+}
+
+impl Shown<'_> {
+    /// One JSON object (`--json`).
+    fn json(&self, t: &Timing<'_>, o: &ReadOptions) -> serde_json::Value {
+        let (report, io) = (self.report, self.report.io.as_ref());
         let stages: Vec<_> = report
             .stages
             .iter()
             .map(|s| serde_json::json!({"stage": s.stage, "seconds": s.time.as_secs_f64(), "count": s.count}))
             .collect();
-        let object = serde_json::json!({
-            "shape": data.shape(),
-            "data_type": array.data_type().to_string(),
-            "device": config.device(),
-            "bytes": data.num_bytes(),
-            "seconds": times,
-            "best_seconds": best,
-            "median_seconds": median,
-            "best_gib_s": gib / best,
-            "median_gib_s": gib / median,
+        serde_json::json!({
+            "shape": self.shape,
+            "data_type": self.array.data_type().to_string(),
+            "device": self.config.device(),
+            "bytes": self.bytes,
+            "seconds": t.times,
+            "best_seconds": t.best,
+            "median_seconds": t.median,
+            "best_gib_s": t.gib / t.best,
+            "median_gib_s": t.gib / t.median,
             "decode": match report.decode {
                 DecodePath::Device => "device",
                 _ => "host",
@@ -360,53 +406,59 @@ fn read<T: ElementOwned>(
             "host_reason": report.host_reason,
             "schedule": report.schedule,
             "stages": stages,
-            "sha256": sha256,
+            "sha256": self.sha256,
             "npy": o.npy.as_ref().map(|p| p.display().to_string()),
-        });
-        println!("{object}");
-        return Ok(());
+        })
     }
-    println!(
-        "read {gib:.3} GiB, shape {:?}, {} on device {}: best {:.4} s ({:.2} GiB/s), median {:.4} s ({:.2} GiB/s), first {:.4} s",
-        data.shape(),
-        array.data_type(),
-        config.device(),
-        best,
-        gib / best,
-        median,
-        gib / median,
-        times[0]
-    );
-    println!(
-        "decode: {}; io: {}; chunks: {} ({} missing, {} decoded on host threads); bytes read: {}",
-        report.decode,
-        report.io.as_ref().map_or_else(|| "zarrs host reads".to_string(), ToString::to_string),
-        report.chunks,
-        report.missing_chunks,
-        report.host_decoded_chunks,
-        report.bytes_read
-    );
-    if o.stats {
-        if let Some(schedule) = &report.schedule {
-            println!("scheduler (last batch): {schedule}");
-        }
-        match report.stages.as_slice() {
-            [] => println!("stages: none (zarrs decoded on the host: {})", report.host_reason.as_deref().unwrap_or("")),
-            stages => {
-                println!("stages of the last read (host clock, summed over batches):");
-                for s in stages {
-                    println!("  {:<12} {:>9.3} ms  x{}", s.stage, s.time.as_secs_f64() * 1e3, s.count);
+
+    /// Lines for a person: the rates, the paths taken, and with `--stats` the stages.
+    fn print(&self, t: &Timing<'_>, o: &ReadOptions) {
+        let report = self.report;
+        println!(
+            "read {:.3} GiB, shape {:?}, {} on device {}: best {:.4} s ({:.2} GiB/s), median {:.4} s ({:.2} GiB/s), first {:.4} s",
+            t.gib,
+            self.shape,
+            self.array.data_type(),
+            self.config.device(),
+            t.best,
+            t.gib / t.best,
+            t.median,
+            t.gib / t.median,
+            t.times[0]
+        );
+        println!(
+            "decode: {}; io: {}; chunks: {} ({} missing, {} decoded on host threads); bytes read: {}",
+            report.decode,
+            report.io.as_ref().map_or_else(|| "zarrs host reads".to_string(), ToString::to_string),
+            report.chunks,
+            report.missing_chunks,
+            report.host_decoded_chunks,
+            report.bytes_read
+        );
+        if o.stats {
+            if let Some(schedule) = &report.schedule {
+                println!("scheduler (last batch): {schedule}");
+            }
+            match report.stages.as_slice() {
+                [] => println!(
+                    "stages: none (zarrs decoded on the host: {})",
+                    report.host_reason.as_deref().unwrap_or("")
+                ),
+                stages => {
+                    println!("stages of the last read (host clock, summed over batches):");
+                    for s in stages {
+                        println!("  {:<12} {:>9.3} ms  x{}", s.stage, s.time.as_secs_f64() * 1e3, s.count);
+                    }
                 }
             }
         }
+        if let Some(sha256) = &self.sha256 {
+            println!("sha256: {sha256}");
+        }
+        if let Some(path) = &o.npy {
+            println!("wrote {}", path.display());
+        }
     }
-    if let Some(sha256) = sha256 {
-        println!("sha256: {sha256}");
-    }
-    if let Some(path) = &o.npy {
-        println!("wrote {}", path.display());
-    }
-    Ok(())
 }
 
 fn write_npy(path: &Path, descr: &str, shape: &[u64], bytes: &[u8]) -> Result<(), Error> {
