@@ -286,6 +286,59 @@ fn uncompressed_inner_chunks_are_read_straight_to_the_device() -> Result {
     Ok(())
 }
 
+/// Tiles whose part of an uncompressed chunk (or inner chunk) is at most half of the bytes between
+/// its first and last are read row by row, packed: equal to zarrs, and only their bytes read.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiles_of_uncompressed_chunks_read_only_their_rows_and_match_zarrs() -> Result {
+    let (dir, dir2) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let shape = [40u64, 150, 600];
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    let plain =
+        ArrayBuilder::new(shape.to_vec(), vec![16, 64, 256], data_type::float32(), -2.5f32).build(store, "/p")?;
+    plain.store_metadata()?;
+    let mut rng = StdRng::seed_from_u64(23);
+    let grid = plain.chunks_in_array_subset(&plain.subset_all())?.expect("a regular grid");
+    for (n, indices) in grid.indices().into_iter().enumerate() {
+        if n % 5 == 3 {
+            continue; // never written: read as the fill value
+        }
+        let len = plain.chunk_subset(&indices)?.num_elements_usize();
+        plain.store_chunk(&indices, (0..len).map(|_| rng.random::<f32>()).collect::<Vec<f32>>())?;
+    }
+    // Inside chunk 0: 8 x 35 x 180 elements, rows of 720 bytes 1 KiB apart.
+    let tile = zarrs::array::ArraySubset::new_with_ranges(&[2..10, 5..40, 20..200]);
+    let report = check::<f32>(&plain, &tile, &posix())?;
+    assert_eq!(report.bytes_read, 8 * 35 * 180 * 4, "only the tile's bytes: {report:?}");
+    let inner = [16u64, 64, 256];
+    let sharded = make_sharded(
+        dir2.path(),
+        &shape,
+        &[32, 128, 512],
+        &inner,
+        sharding(&inner, vec![], ShardingIndexLocation::End),
+    )?;
+    for array in [&plain, &sharded] {
+        // Random tiles over chunk edges and missing chunks, and one in the partial edge chunks.
+        let mut tiles: Vec<Vec<std::ops::Range<u64>>> = (0..20)
+            .map(|_| {
+                [(40, 12), (150, 40), (600, 200)]
+                    .iter()
+                    .map(|&(s, t)| {
+                        let a = rng.random_range(0..=s - t);
+                        a..a + t
+                    })
+                    .collect()
+            })
+            .collect();
+        tiles.push(vec![28..40, 110..150, 400..600]);
+        for ranges in tiles {
+            check::<f32>(array, &zarrs::array::ArraySubset::new_with_ranges(&ranges), &posix())?;
+        }
+    }
+    Ok(())
+}
+
 /// Set the modification time of every file under `dir` a minute back: shard indexes of files
 /// modified in the last two seconds are never cached, and these tests need the cache in use.
 fn age(dir: &std::path::Path) -> Result {

@@ -3,12 +3,19 @@
 
 use std::collections::HashMap;
 use std::fs::{File, Metadata};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::cufile::{CuFileDriver, CuFileHandle};
 use crate::ReadError;
+
+/// Rows this far apart or closer are read with the gap between them (dropped), by one `preadv`:
+/// cheaper than another call per row.
+pub(crate) const ROW_GAP: u64 = 64 << 10;
+/// Rows per `preadv` (each row and gap an iovec, under the usual limit of 1024).
+const ROWS_PER_CALL: usize = 500;
 
 /// An open file, registered with cuFile when it could be.
 pub(crate) struct GdsFile {
@@ -21,6 +28,73 @@ impl GdsFile {
     /// Fill `buf` from byte `at` of the file (parallel preads on one descriptor are fine).
     pub(crate) fn read_host(&self, at: u64, buf: &mut [u8]) -> Result<(), ReadError> {
         self.file.read_exact_at(buf, at).map_err(|source| ReadError::Io { path: self.path.clone(), source })
+    }
+
+    /// Fill `buf` with rows of the file packed one after another: the first `width - col` bytes
+    /// from byte `at` (column `col` of its row), then whole rows of `width` bytes, each `pitch`
+    /// bytes after the one before, the last cut where `buf` ends. Gaps between rows of at most
+    /// [`ROW_GAP`] are read into a scratch buffer so that one `preadv` takes many rows; rows
+    /// farther apart are read one by one.
+    pub(crate) fn read_rows_host(
+        &self,
+        at: u64,
+        col: u64,
+        width: u64,
+        pitch: u64,
+        buf: &mut [u8],
+    ) -> Result<(), ReadError> {
+        let io = |source| ReadError::Io { path: self.path.clone(), source };
+        debug_assert!(col < width && width <= pitch, "rows of {width} bytes every {pitch}, from column {col}");
+        let gap = pitch - width;
+        // (offset in buf, offset in the file, bytes) of each row, the first and last cut.
+        let mut rows = Vec::new();
+        let (mut done, mut file_at, mut take) = (0usize, at, width - col);
+        while done < buf.len() {
+            let n = (take as usize).min(buf.len() - done);
+            rows.push((done, file_at, n));
+            done += n;
+            file_at += take + gap; // within the range the caller checked, so no overflow
+            take = width;
+        }
+        if gap > ROW_GAP || rows.len() == 1 {
+            for &(b, f, n) in &rows {
+                self.read_host(f, &mut buf[b..b + n])?;
+            }
+            return Ok(());
+        }
+        let mut scratch = vec![0u8; gap as usize];
+        // Each preadv: up to ROWS_PER_CALL rows and the gaps between them.
+        for group in rows.chunks(ROWS_PER_CALL) {
+            let mut iov: Vec<libc::iovec> = Vec::with_capacity(2 * group.len());
+            let mut expected = 0usize;
+            for (k, &(b, _, n)) in group.iter().enumerate() {
+                if k > 0 && gap > 0 {
+                    iov.push(libc::iovec { iov_base: scratch.as_mut_ptr().cast(), iov_len: gap as usize });
+                    expected += gap as usize;
+                }
+                // SAFETY: b + n <= buf.len() (the rows split buf), so the pointer stays within it.
+                iov.push(libc::iovec { iov_base: unsafe { buf.as_mut_ptr().add(b) }.cast(), iov_len: n });
+                expected += n;
+            }
+            let offset = libc::off_t::try_from(group[0].1).map_err(|_| io(std::io::ErrorKind::InvalidInput.into()))?;
+            // SAFETY: every iovec points into buf or scratch, both borrowed mutably here and valid
+            // for the lengths given; the rows' parts of buf are disjoint (the scratch takes the
+            // gaps, whose bytes are dropped); the descriptor is this file's, open while self is.
+            let got = unsafe { libc::preadv(self.file.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int, offset) };
+            if got < 0 {
+                let err = std::io::Error::last_os_error();
+                if err.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(io(err));
+                }
+            }
+            if usize::try_from(got).ok() != Some(expected) {
+                // Short (a signal, or a file cut meanwhile): each row again, which says which.
+                for &(b, f, n) in group {
+                    self.read_host(f, &mut buf[b..b + n])?;
+                }
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn is_registered(&self) -> bool {

@@ -109,6 +109,50 @@ impl<R: ValueRange> GdsRanges<'_, R> {
         Ok(true)
     }
 
+    /// Fill `buf` with bytes `offset..offset + buf.len()` of range `i` read as rows: `width`
+    /// bytes from the range's start, then `width` bytes every `pitch` bytes, packed one after
+    /// another (byte `p` of the packed rows is byte `(p / width) * pitch + p % width` of the
+    /// range). What lies between rows is not returned (gaps of at most 64 KiB are read and
+    /// dropped, farther rows read one by one). Returns `Ok(false)` when its key does not exist.
+    ///
+    /// # Errors
+    /// Returns an error when `width` is 0 or more than `pitch`, a row leaves the range, or a read
+    /// fails, naming the file.
+    pub fn read_host_rows(
+        &self,
+        i: usize,
+        offset: u64,
+        width: u64,
+        pitch: u64,
+        buf: &mut [u8],
+    ) -> Result<bool, ReadError> {
+        let Some(file) = self.file(i) else { return Ok(false) };
+        if buf.is_empty() {
+            return Ok(true);
+        }
+        let range = &self.ranges[i];
+        let outside = |start: u64, end: u64| ReadError::PastEnd {
+            what: format!("{} (rows of {width} bytes every {pitch} in a range of {} bytes)", range.key(), range.len()),
+            start,
+            end,
+            size: range.len() as u64,
+        };
+        if width == 0 || width > pitch {
+            return Err(outside(offset, offset));
+        }
+        // Where the first and one past the last packed byte lie in the range (checked: a
+        // hostile width or pitch is refused, never wrapped).
+        let in_range = |p: u64| (p / width).checked_mul(pitch).and_then(|row| row.checked_add(p % width));
+        let end = offset.checked_add(buf.len() as u64);
+        let Some((Some(first), Some(last))) = end.map(|end| (in_range(offset), in_range(end - 1))) else {
+            return Err(outside(offset, u64::MAX));
+        };
+        let len = usize::try_from(last - first + 1).map_err(|_| outside(first, last))?;
+        let at = self.at(i, first, len)?;
+        file.read_rows_host(at, offset % width, width, pitch, buf)?;
+        Ok(true)
+    }
+
     /// Read bytes `offset..offset + dst.len()` of range `i` into `dst` with cuFile, after the work
     /// `stream` has queued (this waits for it: cuFile writes from the host's side). Returns
     /// `Ok(false)` when the key does not exist.

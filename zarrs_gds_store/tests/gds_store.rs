@@ -94,6 +94,59 @@ fn ranges_open_once_read_in_parts_and_refuse_what_does_not_fit() -> Result {
     Ok(())
 }
 
+/// Bytes `offset..offset + len` of `data`'s rows (`width` every `pitch`) packed: what
+/// `read_host_rows` must return.
+fn packed_rows(data: &[u8], width: usize, pitch: usize, offset: usize, len: usize) -> Vec<u8> {
+    (offset..offset + len).map(|p| data[(p / width) * pitch + p % width]).collect()
+}
+
+#[test]
+fn rows_of_a_range_read_packed_in_any_piece() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = GdsStore::new(dir.path())?;
+    let key = StoreKey::new("c/0/0")?;
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 13 + i / 251) as u8).collect();
+    store.set(&key, Bytes::from(data.clone()))?;
+    // (range start, width, pitch, rows): gaps read and dropped (small and 64 KiB), one gap past
+    // that (rows read one by one), no gap, more rows than one preadv takes, one byte wide rows.
+    let cases = [
+        (100, 784, 1024, 300),
+        (7, 1000, 1000 + 65536, 20),
+        (3, 40, 70_000, 30),
+        (0, 512, 512, 900),
+        (11, 96, 1024, 1200),
+        (5, 1, 3, 5000),
+    ];
+    for (start, width, pitch, rows) in cases {
+        let span = (rows - 1) * pitch + width;
+        let ranges = [Range(key.clone(), start as u64, span, None)];
+        let files = store.open_for_host(&ranges)?;
+        let range = &data[start..start + span];
+        let packed = rows * width;
+        // The whole, then pieces that start and end inside rows.
+        for (offset, len) in [(0, packed), (width / 2, packed - width / 2), (width + 1, 2 * width + 3), (packed - 1, 1)]
+        {
+            let mut buf = vec![0xEEu8; len];
+            assert!(files.read_host_rows(0, offset as u64, width as u64, pitch as u64, &mut buf)?);
+            assert_eq!(buf, packed_rows(range, width, pitch, offset, len), "{width} every {pitch}, {offset}+{len}");
+        }
+        // One byte past the last row: outside the range.
+        let mut buf = vec![0u8; 2];
+        let err = files.read_host_rows(0, packed as u64 - 1, width as u64, pitch as u64, &mut buf).unwrap_err();
+        assert!(matches!(err, ReadError::PastEnd { .. }) && err.to_string().contains("c/0/0"), "{err}");
+    }
+    let ranges = [Range(key.clone(), 0, 4096, None), Range(StoreKey::new("c/9/9")?, 0, 10, None)];
+    let files = store.open_for_host(&ranges)?;
+    let mut buf = vec![0u8; 64];
+    assert!(!files.read_host_rows(1, 0, 4, 8, &mut buf[..4])?, "a missing key is not found, not an error");
+    for (width, pitch) in [(0, 8), (9, 8)] {
+        assert!(files.read_host_rows(0, 0, width, pitch, &mut buf).is_err(), "rows of {width} every {pitch}");
+    }
+    // Offsets whose rows lie past 2^64: refused, not wrapped.
+    assert!(files.read_host_rows(0, u64::MAX - 8, 4, u64::MAX / 2, &mut buf[..4]).is_err());
+    Ok(())
+}
+
 #[test]
 fn device_reads_say_which_path_and_why() -> Result {
     let dir = tempfile::tempdir()?;

@@ -34,7 +34,7 @@ use crate::pipeline::plan::{plan_chunks, ChunkPlacement};
 use crate::pipeline::route::{ChunkRef, DeviceChain, DevicePlan};
 use crate::pipeline::shard::{sharded_units, ShardSource};
 use crate::pipeline::unit::{Source, Unit};
-use crate::reader::{DeviceMirror, DeviceReadRequest, HostReadRequest, PinnedBuffer};
+use crate::reader::{DeviceMirror, DeviceReadRequest, DeviceRowsRequest, HostReadRequest, PinnedBuffer};
 use crate::report::{DecodePath, RetrieveReport, Trace};
 use crate::schedule::DecodeRates;
 
@@ -93,7 +93,10 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
     if plan.shards.is_empty() {
         let unit = if plan.chain.is_raw() { Unit::raw } else { Unit::whole };
-        let units: Vec<Unit> = plan_chunks(elem, subset, chunks)?.into_iter().map(unit).collect();
+        let mut units: Vec<Unit> = plan_chunks(elem, subset, chunks)?.into_iter().map(unit).collect();
+        if gds.is_some() {
+            units.iter_mut().for_each(Unit::read_as_rows);
+        }
         return decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp, output);
     }
     let storage = array.storage();
@@ -111,6 +114,9 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     )?;
     if plan.chain.is_raw() {
         narrow_raw(&mut units)?;
+        if gds.is_some() {
+            units.iter_mut().for_each(Unit::read_as_rows);
+        }
     }
     let (out, mut report) =
         decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp, output)?;
@@ -554,8 +560,10 @@ struct Batch {
     /// into the output at theirs.
     requests: Vec<HostReadRequest>,
     staged: usize,
-    /// Per stored unit in batch order, its request and staging offset.
-    at: Vec<(usize, u64)>,
+    /// Per stored unit in batch order, its read and staging offset.
+    at: Vec<(ReadOf, u64)>,
+    /// The rows of units read as rows ([`Reads::rows`]).
+    rows: Vec<DeviceRowsRequest>,
     stored_total: u64,
     decoded_total: u64,
     items: Vec<Item>,
@@ -574,9 +582,22 @@ impl Batch {
         slot: usize,
     ) -> Result<Self, GpuError> {
         let spans = stored_spans(job, job.array.storage().as_ref(), units)?;
-        let Reads { requests, staged, at, stored_total, items, decoded_total } = plan_reads(job.units, units, &spans);
+        let Reads { requests, staged, at, rows, stored_total, items, decoded_total } =
+            plan_reads(job.units, units, &spans);
         let meta_bytes = meta_len(job.units, job.chain, units);
-        Ok(Batch { index, slot, requests, staged, at, stored_total, decoded_total, items, meta_bytes, host_meta_at: 0 })
+        Ok(Batch {
+            index,
+            slot,
+            requests,
+            staged,
+            at,
+            rows,
+            stored_total,
+            decoded_total,
+            items,
+            meta_bytes,
+            host_meta_at: 0,
+        })
     }
 
     /// Read the batch's stored bytes: into the slot's pinned buffer, where they are checked, each
@@ -646,6 +667,7 @@ impl Batch {
             report.io = Some(outcome.status);
             outcome.found
         } else {
+            debug_assert!(self.rows.is_empty(), "checked chains read no units as rows");
             debug_assert_eq!(staged, requests.len(), "checked chains read nothing straight into the output");
             let hbuf = &mut hbuf.as_mut_slice()[..stored_total as usize];
             // SAFETY: the slot's staging starts with room for stored_total bytes, and its previous
@@ -658,14 +680,44 @@ impl Batch {
             }
         };
         report.bytes_read += requests.iter().zip(&found).filter(|(_, &f)| f).map(|(r, _)| r.len as u64).sum::<u64>();
+        let rows_found = self.read_rows(job, cbase)?;
+        report.bytes_read +=
+            self.rows.iter().zip(&rows_found).filter(|(_, &f)| f).map(|(r, _)| r.packed_len()).sum::<u64>();
         let mut next_span = self.at.iter();
         for it in self.items.iter_mut().filter(|it| it.route != Route::Missing) {
-            if !found[next_span.next().expect("one per span").0] {
+            let present = match &next_span.next().expect("one per span").0 {
+                ReadOf::Request(r) => found[*r],
+                ReadOf::Rows(rows) => {
+                    let found = &rows_found[rows.clone()];
+                    if found.iter().any(|&f| f != found[0]) {
+                        return Err(job.units[it.unit].error("its value disappeared while its rows were read"));
+                    }
+                    found.first().copied().unwrap_or(true)
+                }
+            };
+            if !present {
                 it.route = Route::Missing; // deleted between the size query and the read
             }
         }
         self.host_meta_at = host_meta_at;
         Ok(hbuf.as_slice())
+    }
+
+    /// Read the rows of the batch's units read as rows into the slot's staging at `cbase`, packed
+    /// (after the coalesced reads), ordered before the copy stream's later work like the other
+    /// reads. Per row read, whether its value exists.
+    fn read_rows<S: ?Sized>(&self, job: &Job<'_, S>, cbase: u64) -> Result<Vec<bool>, GpuError> {
+        if self.rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let store = job.gds.ok_or_else(|| GpuError::Unsupported("rows are read from a GdsStore only".into()))?;
+        let rows: Vec<DeviceRowsRequest> =
+            self.rows.iter().map(|r| DeviceRowsRequest { dst: cbase + r.dst, ..r.clone() }).collect();
+        // SAFETY: each row read lands at its packed offset in the slot's staging, below
+        // stored_total (which the staging holds), after the coalesced reads and disjoint from
+        // them and from each other; the slot's previous batch has finished (its event).
+        let found = unsafe { job.context.reader().read_gds_rows_to_device(store, &rows, Some(job.copy_stream)) }?;
+        Ok(found)
     }
 
     /// The host check of every stored unit of the batch (`stored`: its bytes as read), then its
@@ -1284,7 +1336,10 @@ fn narrow_raw(units: &mut [Unit]) -> Result<(), GpuError> {
 struct Reads {
     requests: Vec<HostReadRequest>,
     staged: usize,
-    at: Vec<(usize, u64)>,
+    at: Vec<(ReadOf, u64)>,
+    /// The rows of units read as rows, packed in the staging after the coalesced reads (`dst`:
+    /// the staging offset).
+    rows: Vec<DeviceRowsRequest>,
     stored_total: u64,
     items: Vec<Item>,
     decoded_total: u64,
@@ -1296,11 +1351,12 @@ fn plan_reads(units: &[Unit], batch: &[usize], spans: &[Option<(u64, u64)>]) -> 
     let staged_spans: Vec<(&StoreKey, u64, u64)> = batch
         .iter()
         .zip(spans)
-        .filter(|(&u, _)| units[u].direct.is_none())
+        .filter(|(&u, _)| units[u].direct.is_none() && units[u].rows.is_none())
         .filter_map(|(&u, s)| s.map(|(offset, len)| (&units[u].placement.key, offset, len)))
         .collect();
-    let (mut requests, staged_at, stored_total) = coalesce(&staged_spans, COALESCE_GAP);
+    let (mut requests, staged_at, mut stored_total) = coalesce(&staged_spans, COALESCE_GAP);
     let staged = requests.len();
+    let mut rows = Vec::new();
     let mut next_staged = staged_at.into_iter();
     let mut at = Vec::with_capacity(batch.len());
     let mut items = Vec::with_capacity(batch.len());
@@ -1313,8 +1369,16 @@ fn plan_reads(units: &[Unit], batch: &[usize], spans: &[Option<(u64, u64)>]) -> 
                 let key = unit.placement.key.clone();
                 let (offset, len) = (*offset, *len as usize);
                 requests.push(HostReadRequest { key, offset, len, at: out as usize, value_len: unit.value_len });
-                at.push((requests.len() - 1, 0));
+                at.push((ReadOf::Request(requests.len() - 1), 0));
                 (Route::Device, len as u64, 0)
+            }
+            (Some((offset, _)), None) if unit.rows.is_some() => {
+                let start = stored_total.next_multiple_of(STORED_ALIGN);
+                let first = rows.len();
+                let packed = plan_rows(unit, *offset, start, &mut rows);
+                stored_total = start + packed;
+                at.push((ReadOf::Rows(first..rows.len()), start));
+                (Route::Device, packed, start)
             }
             (Some((_, len)), None) => {
                 let (request, offset) = next_staged.next().expect("one per staged span");
@@ -1322,7 +1386,7 @@ fn plan_reads(units: &[Unit], batch: &[usize], spans: &[Option<(u64, u64)>]) -> 
                 if unit.value_len.is_some() {
                     requests[request].value_len = unit.value_len;
                 }
-                at.push((request, offset));
+                at.push((ReadOf::Request(request), offset));
                 (Route::Device, *len, offset)
             }
         };
@@ -1340,7 +1404,37 @@ fn plan_reads(units: &[Unit], batch: &[usize], spans: &[Option<(u64, u64)>]) -> 
         decoded_at =
             decoded_at.saturating_add(unit.decoded_len().checked_next_multiple_of(DECODED_ALIGN).unwrap_or(u64::MAX));
     }
-    Reads { requests, staged, at, stored_total, items, decoded_total: decoded_at }
+    Reads { requests, staged, at, rows, stored_total, items, decoded_total: decoded_at }
+}
+
+/// Which read brings a stored unit's bytes: a request, or the rows of a unit read as rows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum ReadOf {
+    Request(usize),
+    Rows(std::ops::Range<usize>),
+}
+
+/// The row reads of `unit` (read as rows, its bytes from `offset` of its value), packed from
+/// staging offset `start`: one per slice of each of its copies, appended to `rows`. Returns the
+/// packed bytes.
+fn plan_rows(unit: &Unit, offset: u64, start: u64, rows: &mut Vec<DeviceRowsRequest>) -> u64 {
+    let mut at = start;
+    // Offsets within the chunk's bytes, checked by `plan_chunks`, and so within its value.
+    for c in unit.rows.as_deref().unwrap_or_default() {
+        for z in 0..c.depth {
+            rows.push(DeviceRowsRequest {
+                key: unit.placement.key.clone(),
+                offset: offset + c.src_offset + z * c.src_height * c.src_pitch,
+                rows: c.height,
+                width: c.width,
+                pitch: c.src_pitch,
+                dst: at,
+                value_len: unit.value_len,
+            });
+            at += c.width * c.height;
+        }
+    }
+    at - start
 }
 
 /// Check every stored chunk on the host before the device sees it: the crc32c trailer split off,
@@ -1569,14 +1663,14 @@ mod tests {
         ];
         // The sizes as the pipeline learns them: ranges as they are, the whole value asked.
         let spans = [Some((40, 30)), None, Some((10, 30)), Some((0, 55))];
-        let Reads { requests, staged, at, stored_total: stored, items, decoded_total: decoded } =
+        let Reads { requests, staged, at, stored_total: stored, items, decoded_total: decoded, .. } =
             plan_reads(&units, &[0, 1, 2, 3], &spans);
         assert_eq!(staged, requests.len());
         let got: Vec<(&str, u64, usize, u64)> =
             requests.iter().map(|r| (r.key.as_str(), r.offset, r.len, r.at as u64)).collect();
         // The two ranges of s/c/0 touch: one read of 60 bytes; the whole value apart.
         assert_eq!(got, vec![("s/c/0", 10, 60, 0), ("z/c/1", 0, 55, 256)]);
-        assert_eq!(at, vec![(0, 30), (0, 0), (1, 256)]);
+        assert_eq!(at, vec![(ReadOf::Request(0), 30), (ReadOf::Request(0), 0), (ReadOf::Request(1), 256)]);
         assert_eq!(stored, 311);
         let routes: Vec<Route> = items.iter().map(|it| it.route).collect();
         assert_eq!(routes, vec![Route::Device, Route::Missing, Route::Device, Route::Device]);
@@ -1606,9 +1700,76 @@ mod tests {
             requests.iter().map(|r| (r.offset, r.len, r.at as u64, r.value_len)).collect();
         // Both check the value's size (the chunk's 128 bytes); the direct one lands at output 0.
         assert_eq!(got, vec![(40, 48, 0, Some(128)), (32, 64, 0, Some(128))]);
-        assert_eq!(at, vec![(0, 0), (1, 0)]);
+        assert_eq!(at, vec![(ReadOf::Request(0), 0), (ReadOf::Request(1), 0)]);
         assert_eq!(stored_total, 48, "nothing staged for the direct read");
         assert!(items.iter().all(|it| it.route == Route::Device));
+    }
+
+    #[test]
+    fn tiles_of_uncompressed_chunks_read_only_their_rows_and_place_the_same_bytes() {
+        // (chunk shape, subset) in u32: rows of 384 bytes 1 KiB apart over two slices; whole rows
+        // of a few rows per slice; a subset meeting the chunk's corner, of shape 3 x 5 x 70.
+        let cases: [(Vec<u64>, Vec<std::ops::Range<u64>>); 3] = [
+            (vec![4, 8, 256], vec![1..3, 2..6, 32..128]),
+            (vec![8, 16, 64], vec![2..6, 3..7, 0..64]),
+            (vec![6, 9, 100], vec![3..9, 4..9, 30..100]),
+        ];
+        for (shape, ranges) in cases {
+            let chunk = ArraySubset::new_with_start_shape(vec![0; 3], shape.clone()).unwrap();
+            let key = StoreKey::new("c/0/0/0").unwrap();
+            let subset = ArraySubset::new_with_ranges(&ranges);
+            let placement = plan_chunks(4, &subset, [(vec![0; 3], key, chunk)]).unwrap().pop().unwrap();
+            let data: Vec<u8> = (0..placement.chunk_bytes as u32).map(|i| (i * 31 + i / 257) as u8).collect();
+            let plain = Unit::raw(placement);
+            let mut unit = plain.clone();
+            unit.read_as_rows();
+            assert!(unit.rows.is_some(), "{shape:?} {ranges:?}");
+            let out_len = subset.num_elements_usize() * 4;
+            // As before: the narrowed range, its copies.
+            let Source::Range { offset, len } = plain.source else { panic!("a range") };
+            let mut expected = vec![0u8; out_len];
+            for c in &plain.placement.copies {
+                c.apply_host(&data[offset as usize..][..len as usize], &mut expected);
+            }
+            // Read as rows: after 100 coalesced bytes, each row read lands packed in the staging,
+            // and the rewritten copies place the same bytes.
+            let mut units = vec![
+                Unit { source: Source::Range { offset: 0, len: 100 }, ..Unit::whole(plain.placement.clone()) },
+                unit,
+            ];
+            units[0].placement.key = StoreKey::new("c/9").unwrap();
+            let Reads { requests, rows, at, stored_total, items, .. } =
+                plan_reads(&units, &[0, 1], &[Some((0, 100)), Some((offset, len))]);
+            assert_eq!(requests.len(), 1, "only the other unit is coalesced");
+            assert_eq!(at[1], (ReadOf::Rows(0..rows.len()), 256), "rows packed from the next aligned offset");
+            let packed: u64 = rows.iter().map(DeviceRowsRequest::packed_len).sum();
+            assert!(2 * packed <= len && stored_total == 256 + packed, "{packed} of {len}");
+            let mut staging = vec![0xEEu8; stored_total as usize];
+            for r in &rows {
+                assert_eq!(r.value_len, Some(data.len() as u64));
+                for k in 0..r.rows {
+                    let from = (r.offset + k * r.pitch) as usize;
+                    let to = (r.dst + k * r.width) as usize;
+                    staging[to..to + r.width as usize].copy_from_slice(&data[from..from + r.width as usize]);
+                }
+            }
+            assert_eq!((items[1].host_offset, items[1].stored_len), (256, packed));
+            let mut got = vec![0u8; out_len];
+            for c in &units[1].placement.copies {
+                c.apply_host(&staging[items[1].host_offset as usize..], &mut got);
+            }
+            assert_eq!(got, expected, "{shape:?} {ranges:?}");
+        }
+        // Left as they are: rows narrower than MIN_ROW, a range mostly needed, a direct read.
+        let chunk = ArraySubset::new_with_start_shape(vec![0, 0], vec![16, 512]).unwrap();
+        let key = StoreKey::new("c/0/0").unwrap();
+        for ranges in [[2..9, 0..60], [2..9, 0..400], [2..9, 0..512]] {
+            let subset = ArraySubset::new_with_ranges(&ranges);
+            let placement = plan_chunks(4, &subset, [(vec![0, 0], key.clone(), chunk.clone())]).unwrap().pop().unwrap();
+            let mut unit = Unit::raw(placement);
+            unit.read_as_rows();
+            assert!(unit.rows.is_none(), "{ranges:?}");
+        }
     }
 
     #[test]

@@ -401,6 +401,7 @@ pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
                         narrowed: false,
                         value_len: None,
                         direct: None,
+                        rows: None,
                     });
                 }
             }
@@ -444,6 +445,7 @@ fn missing_units(
                 narrowed: false,
                 value_len: None,
                 direct: None,
+                rows: None,
             });
         }
     }

@@ -2,7 +2,7 @@
 //! with where its stored bytes are and where its decoded bytes go.
 
 use crate::error::GpuError;
-use crate::pipeline::plan::ChunkPlacement;
+use crate::pipeline::plan::{ChunkPlacement, Copy3D};
 
 /// Check `len` stored bytes of a unit that decodes to `decoded` bytes against the most any
 /// encoding the device decodes could take (zstd's and gzip's worst cases are a few bytes in a
@@ -42,12 +42,27 @@ pub(crate) struct Unit {
     /// Where in the output the read lands, for an uncompressed chunk whose needed bytes are one
     /// run of the output: read straight there, nothing to stage or place.
     pub(crate) direct: Option<u64>,
+    /// For an uncompressed chunk read row by row ([`Unit::read_as_rows`]): its copies as they lie
+    /// in the bytes `source` names, whose rows are read packed one after another; the
+    /// placement's copies then take them from there.
+    pub(crate) rows: Option<Vec<Copy3D>>,
 }
+
+/// Rows narrower than this are not read one by one (a `preadv` entry each).
+const MIN_ROW: u64 = 256;
 
 impl Unit {
     /// Each chunk a whole stored value.
     pub(crate) fn whole(placement: ChunkPlacement) -> Self {
-        Self { placement, source: Source::Whole, inner: None, narrowed: false, value_len: None, direct: None }
+        Self {
+            placement,
+            source: Source::Whole,
+            inner: None,
+            narrowed: false,
+            value_len: None,
+            direct: None,
+            rows: None,
+        }
     }
 
     /// An uncompressed chunk in the platform's byte order (its own value): only the bytes the
@@ -56,7 +71,32 @@ impl Unit {
         let source = Source::Range { offset: placement.byte_start, len: placement.read_len() };
         let direct = placement.is_direct().then(|| placement.direct_output_offset());
         let value_len = Some(placement.chunk_bytes);
-        Self { placement, source, inner: None, narrowed: true, value_len, direct }
+        Self { placement, source, inner: None, narrowed: true, value_len, direct, rows: None }
+    }
+
+    /// Read only the rows this uncompressed chunk's part needs, packed, where that is at most
+    /// half of its narrowed range (a tile's part of a chunk: the gaps between its rows are most
+    /// of the range) and its rows are at least [`MIN_ROW`] bytes; the placement's copies then
+    /// read the packed rows. Other units stay as they are.
+    pub(crate) fn read_as_rows(&mut self) {
+        let copies = &self.placement.copies;
+        let needed = copies.iter().map(|c| c.width * c.height * c.depth).sum::<u64>();
+        if !self.narrowed
+            || self.direct.is_some()
+            || self.rows.is_some()
+            || !matches!(self.source, Source::Range { .. })
+            || needed.saturating_mul(2) > self.placement.read_len()
+            || copies.iter().any(|c| c.width < MIN_ROW)
+        {
+            return;
+        }
+        let mut packed = Vec::with_capacity(copies.len());
+        let mut at = 0u64;
+        for c in copies {
+            packed.push(Copy3D { src_offset: at, src_pitch: c.width, src_height: c.height, ..*c });
+            at += c.width * c.height * c.depth;
+        }
+        self.rows = Some(std::mem::replace(&mut self.placement.copies, packed));
     }
 
     /// The whole decoded chunk's bytes (checked once, by `plan_chunks`).

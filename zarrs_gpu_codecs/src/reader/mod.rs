@@ -18,7 +18,7 @@ mod error;
 mod store;
 
 pub use error::DeviceReadError;
-pub use store::{DeviceReadRequest, HostReadRequest};
+pub use store::{DeviceReadRequest, DeviceRowsRequest, HostReadRequest};
 pub use zarrs_gds_store::DeviceReadOutcome;
 
 /// The environment variable that sets the number of reader threads.

@@ -40,6 +40,53 @@ pub struct HostReadRequest {
     pub value_len: Option<u64>,
 }
 
+/// Rows of one value read packed into device memory: `rows` rows of `width` bytes, the first at
+/// byte `offset` of the value and each `pitch` bytes after the one before, to `dst` one after
+/// another (`rows * width` bytes): part of an uncompressed chunk, without the bytes between.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceRowsRequest {
+    /// The key.
+    pub key: StoreKey,
+    /// The first row's first byte in the value.
+    pub offset: u64,
+    /// How many rows.
+    pub rows: u64,
+    /// Bytes per row (1 or more).
+    pub width: u64,
+    /// Bytes from one row's start to the next's (`width` or more).
+    pub pitch: u64,
+    /// Where the packed rows land.
+    pub dst: DevicePtr,
+    /// The value's whole size, where the caller knows what it must be.
+    pub value_len: Option<u64>,
+}
+
+impl DeviceRowsRequest {
+    /// The bytes it lands: `rows * width` (saturating: a length past 2^64 is refused when the
+    /// value is opened, its span being longer still).
+    #[must_use]
+    pub fn packed_len(&self) -> u64 {
+        self.rows.saturating_mul(self.width)
+    }
+}
+
+impl ValueRange for DeviceRowsRequest {
+    fn key(&self) -> &StoreKey {
+        &self.key
+    }
+    fn offset(&self) -> u64 {
+        self.offset
+    }
+    /// From the first row's start to the last row's end (saturating: past any file's end).
+    fn len(&self) -> usize {
+        let span = self.rows.saturating_sub(1).saturating_mul(self.pitch).saturating_add(self.width);
+        usize::try_from(span).unwrap_or(usize::MAX)
+    }
+    fn value_len(&self) -> Option<u64> {
+        self.value_len
+    }
+}
+
 macro_rules! value_range {
     ($t:ty) => {
         impl ValueRange for $t {
@@ -94,6 +141,40 @@ impl DeviceReader {
         // SAFETY: the destinations are the caller's, under the same contract.
         let found = unsafe { self.transfer(&device_transfers(requests), &files, stream) }?;
         Ok(DeviceReadOutcome::new(found, files.status().clone()))
+    }
+
+    /// Read every request's rows from `store`'s files, packed, into device memory: parallel
+    /// preads into pinned buffers (a `preadv` takes many rows, the short gaps between them read
+    /// and dropped) and async copies, as [`Self::read_gds_to_device`]'s host path. Returns, per
+    /// request, whether its key exists.
+    ///
+    /// # Safety
+    /// Every `dst` must be valid device memory of the reader's context for the request's
+    /// [`DeviceRowsRequest::packed_len`] bytes, and no two destinations may overlap.
+    ///
+    /// # Errors
+    /// Returns an error naming the file when a read fails, a row lies past its value's end or the
+    /// value is not its known size.
+    pub unsafe fn read_gds_rows_to_device(
+        &self,
+        store: &GdsStore,
+        requests: &[DeviceRowsRequest],
+        stream: Option<&CudaStream>,
+    ) -> Result<Vec<bool>, DeviceReadError> {
+        let files = self.install(|| store.open_for_host(requests))?;
+        let mut transfers = Vec::with_capacity(requests.len());
+        for r in requests {
+            let len = usize::try_from(r.packed_len()).map_err(|_| ReadError::PastEnd {
+                what: r.key.to_string(),
+                start: r.offset,
+                end: u64::MAX,
+                size: 0,
+            })?;
+            transfers.push(DeviceTransfer { dst: r.dst, len });
+        }
+        let source = RowsSource { files, requests };
+        // SAFETY: the destinations are the caller's, under the same contract.
+        unsafe { self.transfer(&transfers, &source, stream) }
     }
 
     /// Read every request's bytes from `store`'s files into `buf` at its `at` offset (parallel
@@ -195,6 +276,19 @@ impl<R: ValueRange> PieceSource for GdsRanges<'_, R> {
     ) -> Result<bool, DeviceReadError> {
         // SAFETY: the trait's contract is the store's.
         Ok(unsafe { self.read_device_raw(transfer, offset, dst, len) }?)
+    }
+}
+
+/// Rows of a GdsStore's values, packed ([`DeviceRowsRequest`]).
+struct RowsSource<'a> {
+    files: GdsRanges<'a, DeviceRowsRequest>,
+    requests: &'a [DeviceRowsRequest],
+}
+
+impl PieceSource for RowsSource<'_> {
+    fn read_host(&self, transfer: usize, offset: u64, buf: &mut [u8]) -> Result<bool, DeviceReadError> {
+        let r = &self.requests[transfer];
+        Ok(self.files.read_host_rows(transfer, offset, r.width, r.pitch, buf)?)
     }
 }
 
