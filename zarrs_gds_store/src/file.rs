@@ -53,7 +53,9 @@ impl GdsFile {
             let n = (take as usize).min(buf.len() - done);
             rows.push((done, file_at, n));
             done += n;
-            file_at += take + gap; // within the range the caller checked, so no overflow
+            if done < buf.len() {
+                file_at += take + gap; // the next row's start, within the range the caller checked
+            }
             take = width;
         }
         if gap > ROW_GAP || rows.len() == 1 {

@@ -142,8 +142,10 @@ fn rows_of_a_range_read_packed_in_any_piece() -> Result {
     for (width, pitch) in [(0, 8), (9, 8)] {
         assert!(files.read_host_rows(0, 0, width, pitch, &mut buf).is_err(), "rows of {width} every {pitch}");
     }
-    // Offsets whose rows lie past 2^64: refused, not wrapped.
+    // Offsets whose rows lie past 2^64: refused, not wrapped; one row of a huge pitch is one row.
     assert!(files.read_host_rows(0, u64::MAX - 8, 4, u64::MAX / 2, &mut buf[..4]).is_err());
+    assert!(files.read_host_rows(0, 0, 64, u64::MAX, &mut buf)?);
+    assert_eq!(buf, data[..64]);
     Ok(())
 }
 

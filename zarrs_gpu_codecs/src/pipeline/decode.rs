@@ -1754,6 +1754,7 @@ mod tests {
                 }
             }
             assert_eq!((items[1].host_offset, items[1].stored_len), (256, packed));
+            assert_eq!(units[1].raw_len(), packed, "what the host check expects of it");
             let mut got = vec![0u8; out_len];
             for c in &units[1].placement.copies {
                 c.apply_host(&staging[items[1].host_offset as usize..], &mut got);

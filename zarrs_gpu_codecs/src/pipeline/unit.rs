@@ -104,12 +104,13 @@ impl Unit {
         self.placement.chunk_bytes
     }
 
-    /// The bytes read for an uncompressed chunk: all of it, or the placement's part.
+    /// The bytes read for an uncompressed chunk: all of it, the placement's part, or (read as
+    /// rows) its rows, packed.
     pub(crate) fn raw_len(&self) -> u64 {
-        if self.narrowed {
-            self.placement.read_len()
-        } else {
-            self.decoded_len()
+        match &self.rows {
+            Some(rows) => rows.iter().map(|c| c.width * c.height * c.depth).sum(),
+            None if self.narrowed => self.placement.read_len(),
+            None => self.decoded_len(),
         }
     }
 
