@@ -681,6 +681,13 @@ impl Batch {
         };
         report.bytes_read += requests.iter().zip(&found).filter(|(_, &f)| f).map(|(r, _)| r.len as u64).sum::<u64>();
         let rows_found = self.read_rows(job, cbase)?;
+        if requests.is_empty() && !self.rows.is_empty() {
+            // Only rows were read: say so, not what opening no file for the device found.
+            report.io = Some(zarrs_gds_store::IoStatus::new(
+                zarrs_gds_store::IoPath::Posix,
+                "rows of uncompressed chunks read with preadv into pinned memory, copied to the device",
+            ));
+        }
         report.bytes_read +=
             self.rows.iter().zip(&rows_found).filter(|(_, &f)| f).map(|(r, _)| r.packed_len()).sum::<u64>();
         let mut next_span = self.at.iter();
