@@ -43,6 +43,8 @@ import time
 
 import numpy as np
 
+from common import emit
+
 METHODS = ("zarrs-threads", "host", "host-cupy", "zarrs-distributed")
 
 
@@ -184,13 +186,6 @@ def run_distributed(n_workers, args, xp, blocks, hist_range):
 
 
 # ---------------------------------------------------------------- driver
-def emit(row, path):
-    print(json.dumps(row), flush=True)
-    if path:
-        with open(path, "a") as f:
-            f.write(json.dumps(row) + "\n")
-
-
 def run(args):
     if args.dry_host:
         xp = np

@@ -10,7 +10,6 @@ Run it with and without ZARRS_GPU_POOL_KEEP_BYTES to compare bounds in the same 
 """
 import argparse
 import gc
-import json
 import os
 import statistics
 import time
@@ -18,6 +17,8 @@ import time
 import cupy as cp
 
 import zarrs_gpu
+
+from common import emit
 
 
 def main():
@@ -68,10 +69,7 @@ def main():
         "seconds": statistics.median(times),
         "gib_s": nbytes / 2**30 / statistics.median(times),
     }
-    print(json.dumps(row))
-    if args.json:
-        with open(args.json, "a") as f:
-            f.write(json.dumps(row) + "\n")
+    emit(row, args.json)
 
 
 if __name__ == "__main__":

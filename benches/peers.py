@@ -39,6 +39,8 @@ import time
 
 import numpy as np
 
+from common import emit
+
 PEERS = ("kvikio", "zarr-gpu", "zarr-host")  # also: zarr-gpu-nvcomp, tensorstore, zarrs-gpu-python, zarr-gpu-zarrs, nvcomp-ceiling
 
 
@@ -377,10 +379,7 @@ def run(args):
         except Exception as e:  # noqa: BLE001 - report and go on with the next peer
             text = f"{type(e).__name__}: {e}"
             res = {"peer": peer, "error": text if len(text) <= 600 else text[:300] + " ... " + text[-300:]}
-        print(json.dumps(res), flush=True)
-        if args.json:
-            with open(args.json, "a") as f:
-                f.write(json.dumps(res) + "\n")
+        emit(res, args.json)
         if xp is not np:
             xp.get_default_memory_pool().free_all_blocks()
 

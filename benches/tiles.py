@@ -55,6 +55,8 @@ import statistics
 import sys
 import time
 
+from common import emit, median_p90
+
 TILE = (64, 256, 256)
 SEED = 17
 WARMUP = 2
@@ -113,13 +115,6 @@ def units_met(start, extent, unit):
 def make_key(start, extent):
     """The index of the box start, extent: a tuple of slices."""
     return tuple(slice(s, s + e) for s, e in zip(start, extent))
-
-
-def median_p90(values):
-    """statistics.median, and p90 by nearest rank (the ceil(0.9 n)-th smallest), as bench.rs."""
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * 9 // 10))
-    return statistics.median(ordered), ordered[rank - 1]
 
 
 def dims(extent):
@@ -436,13 +431,6 @@ def tile_loop(path, meta, tile, count, prefetch, repeat, compute_ms, xp):
 def configure_zarr():
     import zarr
     zarr.config.set({"async.concurrency": 64})
-
-
-def emit(res, json_path):
-    print(json.dumps(res), flush=True)
-    if json_path:
-        with open(json_path, "a") as f:
-            f.write(json.dumps(res) + "\n")
 
 
 def table(rows):

@@ -37,12 +37,12 @@ checksum; a failing peer prints {"peer": ..., "case": ..., "error": ...} and the
 table closes the output.
 """
 import argparse
-import json
 import math
 import os
-import statistics
 import sys
 import time
+
+from common import emit, median_p90
 
 CROP = (64, 256, 256)
 SEED = 17
@@ -65,13 +65,6 @@ def crop_boxes(shape, crop, count, seed=SEED):
 
 def dims(extent):
     return "x".join(map(str, extent))
-
-
-def median_p90(values):
-    """statistics.median, and p90 by nearest rank, as benches/tiles.py."""
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * 9 // 10))
-    return statistics.median(ordered), ordered[rank - 1]
 
 
 class ZarrCrops:
@@ -239,13 +232,6 @@ def bench(args):
         print(f"warning: the peers' checksums differ: {sorted(sums)}", file=sys.stderr)
     print(table(rows))
     return rows
-
-
-def emit(res, json_path):
-    print(json.dumps(res), flush=True)
-    if json_path:
-        with open(json_path, "a") as f:
-            f.write(json.dumps(res) + "\n")
 
 
 def table(rows):

@@ -22,12 +22,13 @@ Usage:
 Output: one JSON object per row on stdout (and appended to --json), then a table.
 """
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 import warnings
+
+from common import emit
 
 PLANE = (8192, 8192)  # one time step: 128 MiB of int16
 CHUNKS = (1, 2048, 2048)
@@ -120,10 +121,7 @@ def main():
         except Exception as err:  # a failing peer is a row; the others go on
             row = {"peer": peer, "case": "cf_packed_int16", "error": f"{type(err).__name__}: {err}"}
         rows.append(row)
-        print(json.dumps(row), flush=True)
-        if args.json:
-            with open(args.json, "a") as f:
-                f.write(json.dumps(row) + "\n")
+        emit(row, args.json)
     print(f"\n{'peer':24} {'seconds':>9} {'GiB/s (float64 out)':>20}")
     for row in rows:
         if "error" in row:

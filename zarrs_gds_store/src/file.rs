@@ -17,6 +17,11 @@ pub(crate) const ROW_GAP: u64 = 64 << 10;
 /// Rows per `preadv` (each row and gap an iovec, under the usual limit of 1024).
 const ROWS_PER_CALL: usize = 500;
 
+thread_local! {
+    /// Where a thread's row reads drop the gaps between rows (kept: read after read).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// An open file, registered with cuFile when it could be.
 pub(crate) struct GdsFile {
     pub(crate) path: PathBuf,
@@ -46,57 +51,70 @@ impl GdsFile {
         let io = |source| ReadError::Io { path: self.path.clone(), source };
         debug_assert!(col < width && width <= pitch, "rows of {width} bytes every {pitch}, from column {col}");
         let gap = pitch - width;
-        // (offset in buf, offset in the file, bytes) of each row, the first and last cut.
-        let mut rows = Vec::new();
-        let (mut done, mut file_at, mut take) = (0usize, at, width - col);
-        while done < buf.len() {
-            let n = (take as usize).min(buf.len() - done);
-            rows.push((done, file_at, n));
-            done += n;
-            if done < buf.len() {
-                file_at += take + gap; // the next row's start, within the range the caller checked
-            }
-            take = width;
-        }
-        if gap > ROW_GAP || rows.len() == 1 {
-            for &(b, f, n) in &rows {
+        let (first, len) = ((width - col) as usize, buf.len());
+        let count = if len <= first { 1 } else { 1 + (len - first).div_ceil(width as usize) };
+        // Row k as (offset in buf, offset in the file, bytes), the first and last cut; every row
+        // lies within the range the caller checked, so no offset overflows.
+        let row = |k: usize| {
+            let (b, f, n) = if k == 0 {
+                (0, at, first)
+            } else {
+                let later = (k - 1) as u64;
+                (first + (k - 1) * width as usize, at + (width - col) + gap + later * pitch, width as usize)
+            };
+            (b, f, n.min(len - b))
+        };
+        if gap > ROW_GAP || count == 1 {
+            for k in 0..count {
+                let (b, f, n) = row(k);
                 self.read_host(f, &mut buf[b..b + n])?;
             }
             return Ok(());
         }
-        let mut scratch = vec![0u8; gap as usize];
-        // Each preadv: up to ROWS_PER_CALL rows and the gaps between them.
-        for group in rows.chunks(ROWS_PER_CALL) {
-            let mut iov: Vec<libc::iovec> = Vec::with_capacity(2 * group.len());
-            let mut expected = 0usize;
-            for (k, &(b, _, n)) in group.iter().enumerate() {
-                if k > 0 && gap > 0 {
-                    iov.push(libc::iovec { iov_base: scratch.as_mut_ptr().cast(), iov_len: gap as usize });
-                    expected += gap as usize;
-                }
-                // SAFETY: b + n <= buf.len() (the rows split buf), so the pointer stays within it.
-                iov.push(libc::iovec { iov_base: unsafe { buf.as_mut_ptr().add(b) }.cast(), iov_len: n });
-                expected += n;
+        SCRATCH.with_borrow_mut(|scratch| {
+            if scratch.len() < gap as usize {
+                scratch.resize(gap as usize, 0);
             }
-            let offset = libc::off_t::try_from(group[0].1).map_err(|_| io(std::io::ErrorKind::InvalidInput.into()))?;
-            // SAFETY: every iovec points into buf or scratch, both borrowed mutably here and valid
-            // for the lengths given; the rows' parts of buf are disjoint (the scratch takes the
-            // gaps, whose bytes are dropped); the descriptor is this file's, open while self is.
-            let got = unsafe { libc::preadv(self.file.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int, offset) };
-            if got < 0 {
-                let err = std::io::Error::last_os_error();
-                if err.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(io(err));
+            let mut iov: Vec<libc::iovec> = Vec::with_capacity(2 * ROWS_PER_CALL.min(count));
+            // Each preadv: up to ROWS_PER_CALL rows and the gaps between them.
+            for start in (0..count).step_by(ROWS_PER_CALL) {
+                let group = start..(start + ROWS_PER_CALL).min(count);
+                iov.clear();
+                let mut expected = 0usize;
+                for k in group.clone() {
+                    let (b, _, n) = row(k);
+                    if k > start && gap > 0 {
+                        iov.push(libc::iovec { iov_base: scratch.as_mut_ptr().cast(), iov_len: gap as usize });
+                        expected += gap as usize;
+                    }
+                    // SAFETY: b + n <= buf.len() (the rows split buf), so the pointer stays within it.
+                    iov.push(libc::iovec { iov_base: unsafe { buf.as_mut_ptr().add(b) }.cast(), iov_len: n });
+                    expected += n;
+                }
+                let offset =
+                    libc::off_t::try_from(row(start).1).map_err(|_| io(std::io::ErrorKind::InvalidInput.into()))?;
+                // SAFETY: every iovec points into buf or this thread's scratch, both borrowed mutably
+                // here and valid for the lengths given; the rows' parts of buf are disjoint (the
+                // scratch takes the gaps, whose bytes are dropped); the descriptor is this file's,
+                // open while self is.
+                let got =
+                    unsafe { libc::preadv(self.file.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int, offset) };
+                if got < 0 {
+                    let err = std::io::Error::last_os_error();
+                    if err.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(io(err));
+                    }
+                }
+                if usize::try_from(got).ok() != Some(expected) {
+                    // Short (a signal, or a file cut meanwhile): each row again, which says which.
+                    for k in group {
+                        let (b, f, n) = row(k);
+                        self.read_host(f, &mut buf[b..b + n])?;
+                    }
                 }
             }
-            if usize::try_from(got).ok() != Some(expected) {
-                // Short (a signal, or a file cut meanwhile): each row again, which says which.
-                for &(b, f, n) in group {
-                    self.read_host(f, &mut buf[b..b + n])?;
-                }
-            }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     pub(crate) fn is_registered(&self) -> bool {

@@ -680,7 +680,7 @@ impl Batch {
             }
         };
         report.bytes_read += requests.iter().zip(&found).filter(|(_, &f)| f).map(|(r, _)| r.len as u64).sum::<u64>();
-        let rows_found = self.read_rows(job, cbase)?;
+        let rows_found = Self::read_rows(&mut self.rows, job, cbase)?;
         if requests.is_empty() && !self.rows.is_empty() {
             // Only rows were read: say so, not what opening no file for the device found.
             report.io = Some(zarrs_gds_store::IoStatus::new(
@@ -710,20 +710,25 @@ impl Batch {
         Ok(hbuf.as_slice())
     }
 
-    /// Read the rows of the batch's units read as rows into the slot's staging at `cbase`, packed
-    /// (after the coalesced reads), ordered before the copy stream's later work like the other
-    /// reads. Per row read, whether its value exists.
-    fn read_rows<S: ?Sized>(&self, job: &Job<'_, S>, cbase: u64) -> Result<Vec<bool>, GpuError> {
-        if self.rows.is_empty() {
+    /// Read `rows` (the batch's units read as rows) into the slot's staging at `cbase`, packed
+    /// (after the coalesced reads; their `dst`, staging offsets, become addresses), ordered before
+    /// the copy stream's later work like the other reads. Per row read, whether its value exists.
+    fn read_rows<S: ?Sized>(
+        rows: &mut [DeviceRowsRequest],
+        job: &Job<'_, S>,
+        cbase: u64,
+    ) -> Result<Vec<bool>, GpuError> {
+        if rows.is_empty() {
             return Ok(Vec::new());
         }
         let store = job.gds.ok_or_else(|| GpuError::Unsupported("rows are read from a GdsStore only".into()))?;
-        let rows: Vec<DeviceRowsRequest> =
-            self.rows.iter().map(|r| DeviceRowsRequest { dst: cbase + r.dst, ..r.clone() }).collect();
+        for r in rows.iter_mut() {
+            r.dst += cbase;
+        }
         // SAFETY: each row read lands at its packed offset in the slot's staging, below
         // stored_total (which the staging holds), after the coalesced reads and disjoint from
         // them and from each other; the slot's previous batch has finished (its event).
-        let found = unsafe { job.context.reader().read_gds_rows_to_device(store, &rows, Some(job.copy_stream)) }?;
+        let found = unsafe { job.context.reader().read_gds_rows_to_device(store, rows, Some(job.copy_stream)) }?;
         Ok(found)
     }
 

@@ -55,6 +55,12 @@ impl Copy3D {
         self.height == 1 && self.depth == 1
     }
 
+    /// The bytes it copies.
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.width * self.height * self.depth
+    }
+
     /// One past the last source byte touched.
     #[must_use]
     pub fn src_end(&self) -> u64 {

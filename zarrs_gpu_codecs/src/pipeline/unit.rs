@@ -80,7 +80,7 @@ impl Unit {
     /// read the packed rows. Other units stay as they are.
     pub(crate) fn read_as_rows(&mut self) {
         let copies = &self.placement.copies;
-        let needed = copies.iter().map(|c| c.width * c.height * c.depth).sum::<u64>();
+        let needed = copies.iter().map(Copy3D::bytes).sum::<u64>();
         if !self.narrowed
             || self.direct.is_some()
             || self.rows.is_some()
@@ -94,7 +94,7 @@ impl Unit {
         let mut at = 0u64;
         for c in copies {
             packed.push(Copy3D { src_offset: at, src_pitch: c.width, src_height: c.height, ..*c });
-            at += c.width * c.height * c.depth;
+            at += c.bytes();
         }
         self.rows = Some(std::mem::replace(&mut self.placement.copies, packed));
     }
@@ -108,7 +108,7 @@ impl Unit {
     /// rows) its rows, packed.
     pub(crate) fn raw_len(&self) -> u64 {
         match &self.rows {
-            Some(rows) => rows.iter().map(|c| c.width * c.height * c.depth).sum(),
+            Some(rows) => rows.iter().map(Copy3D::bytes).sum(),
             None if self.narrowed => self.placement.read_len(),
             None => self.decoded_len(),
         }
