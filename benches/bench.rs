@@ -163,7 +163,10 @@ fn run(args: &Args) -> Result<(), Error> {
             let bytes = subset.num_elements() * 4;
             // Shard indexes kept between the repeats, as an application reading one array does.
             let cache = Arc::new(ShardIndexCache::new());
-            let config = GpuConfig::default().with_backend(IoBackend::Auto).with_shard_index_cache(Some(cache));
+            let config = GpuConfig::default()
+                .with_backend(IoBackend::Auto)
+                .with_row_reads(GpuConfig::from_env()?.row_reads())
+                .with_shard_index_cache(Some(cache));
             // Timed like a user's load: allocation and read; the previous result is freed untimed.
             let mut io = String::new();
             let mut runs = Vec::new();
@@ -249,8 +252,9 @@ fn ours(config: &GpuConfig, label: &str) -> String {
         DecodeTrust::Trusted => "zarrs_gpu (decode trust: trusted)",
         _ => "zarrs_gpu (decode trust: verified)",
     };
+    let who = if config.row_reads() { who.to_string() } else { format!("{who} (row reads off)") };
     if label.is_empty() {
-        who.to_string()
+        who
     } else {
         format!("{who} {label}")
     }
@@ -470,7 +474,11 @@ impl Tiles<'_> {
             (format!("{} {one} {}", self.name, dims(&unit)), "random chunks", &unit, true),
         ];
         let cache = Arc::new(ShardIndexCache::new());
-        let config = GpuConfig::default().with_backend(IoBackend::Auto).with_shard_index_cache(Some(cache));
+        // ZARRS_GPU_ROW_READS=0 applies, for an A/B of row reads.
+        let config = GpuConfig::default()
+            .with_backend(IoBackend::Auto)
+            .with_row_reads(GpuConfig::from_env()?.row_reads())
+            .with_shard_index_cache(Some(cache));
         let who = ours(&config, label);
         let mut lines = Vec::new();
         for (case, what, extent, aligned) in kinds {

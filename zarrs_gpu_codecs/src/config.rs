@@ -28,6 +28,7 @@ pub struct GpuConfig {
     device_memory_cap: Option<u64>,
     pool_keep: Option<u64>,
     trace: bool,
+    row_reads: bool,
     shard_index_cache: Option<CacheHandle>,
     progress: Option<ProgressHandle>,
     #[cfg(feature = "fault-injection")]
@@ -140,6 +141,10 @@ pub const HOST_DECODE_FRACTION_ENV: &str = "ZARRS_GPU_HOST_DECODE_FRACTION";
 /// `off`, `no` or empty: off), printed to stderr after each decoded read.
 pub const TRACE_ENV: &str = "ZARRS_GPU_TRACE";
 
+/// The environment variable that turns row reads of uncompressed tiles off (`0`, `false`, `off`,
+/// `no`) or on (`1`, `true`, `on`, `yes`; the default): see [`GpuConfig::with_row_reads`].
+pub const ROW_READS_ENV: &str = "ZARRS_GPU_ROW_READS";
+
 /// The environment variable that bounds the device memory this library's pools keep idle
 /// between reads (freed results and staging buffers together; default
 /// [`default_pool_keep`](crate::default_pool_keep): the larger of 1 GiB and 2% of the device's
@@ -179,6 +184,7 @@ impl Default for GpuConfig {
             device_memory_cap: None,
             pool_keep: None,
             trace: false,
+            row_reads: true,
             shard_index_cache: None,
             progress: None,
             #[cfg(feature = "fault-injection")]
@@ -192,13 +198,23 @@ fn var(variable: &'static str) -> Option<String> {
     std::env::var(variable).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// An on/off variable's value.
+fn switch(variable: &'static str, value: &str) -> Result<bool, GpuError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Ok(true),
+        "0" | "false" | "off" | "no" => Ok(false),
+        _ => Err(bad(variable, value, "1, true, on, yes, 0, false, off or no")),
+    }
+}
+
 fn bad(variable: &'static str, value: &str, expected: &str) -> GpuError {
     GpuError::Config { variable, value: value.to_string(), expected: expected.to_string() }
 }
 
 impl GpuConfig {
     /// The defaults, then every variable set in the environment: [`STAGING_BYTES_ENV`],
-    /// [`DECODE_TRUST_ENV`], [`HOST_DECODE_FRACTION_ENV`], [`TRACE_ENV`] and `ZARRS_GDS_BACKEND`.
+    /// [`DECODE_TRUST_ENV`], [`HOST_DECODE_FRACTION_ENV`], [`TRACE_ENV`], [`ROW_READS_ENV`] and
+    /// `ZARRS_GDS_BACKEND`.
     /// Settings made in code after this call win over the environment. The variables read once
     /// per device (`ZARRS_GDS_NTHREADS`, `ZARRS_GDS_TASK_SIZE`) are checked too;
     /// `ZARRS_GPU_POOL_KEEP_BYTES` sets [`GpuConfig::with_pool_keep_bytes`].
@@ -222,11 +238,10 @@ impl GpuConfig {
                 Some(fraction.ok_or_else(|| bad(HOST_DECODE_FRACTION_ENV, &v, "a number from 0 to 1"))?);
         }
         if let Some(v) = var(TRACE_ENV) {
-            config.trace = match v.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "on" | "yes" => true,
-                "0" | "false" | "off" | "no" => false,
-                _ => return Err(bad(TRACE_ENV, &v, "1, true, on, yes, 0, false, off or no")),
-            };
+            config.trace = switch(TRACE_ENV, &v)?;
+        }
+        if let Some(v) = var(ROW_READS_ENV) {
+            config.row_reads = switch(ROW_READS_ENV, &v)?;
         }
         if let Some(v) = var(BACKEND_ENV) {
             config.backend = Some(v.parse().map_err(|_| bad(BACKEND_ENV, &v, "auto, gds or posix"))?);
@@ -361,6 +376,22 @@ impl GpuConfig {
     pub fn with_trace(mut self, trace: bool) -> Self {
         self.trace = trace;
         self
+    }
+
+    /// Read an uncompressed chunk's part of a tile row by row (on by default), where its rows
+    /// are at most half the bytes between its first and last needed byte and each row is at
+    /// least 256 bytes: fewer bytes read and copied, more reads. Off: one range per chunk.
+    /// Applies to [`GdsStore`](zarrs_gds_store::GdsStore)s.
+    #[must_use]
+    pub fn with_row_reads(mut self, on: bool) -> Self {
+        self.row_reads = on;
+        self
+    }
+
+    /// Whether uncompressed tiles may be read row by row.
+    #[must_use]
+    pub fn row_reads(&self) -> bool {
+        self.row_reads
     }
 
     /// Whether phase timings are printed.

@@ -94,7 +94,7 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     if plan.shards.is_empty() {
         let unit = if plan.chain.is_raw() { Unit::raw } else { Unit::whole };
         let mut units: Vec<Unit> = plan_chunks(elem, subset, chunks)?.into_iter().map(unit).collect();
-        if gds.is_some() {
+        if gds.is_some() && config.row_reads() {
             units.iter_mut().for_each(Unit::read_as_rows);
         }
         return decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp, output);
@@ -114,7 +114,7 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     )?;
     if plan.chain.is_raw() {
         narrow_raw(&mut units)?;
-        if gds.is_some() {
+        if gds.is_some() && config.row_reads() {
             units.iter_mut().for_each(Unit::read_as_rows);
         }
     }

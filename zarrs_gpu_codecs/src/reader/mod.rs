@@ -302,6 +302,40 @@ impl SendPtr {
     }
 }
 
+/// Split transfers into pieces of at most `task` bytes for the reader's threads. A piece is one
+/// or more segments `(transfer, offset, len)` whose destinations follow one another: small
+/// transfers packed side by side (rows of a tile, small chunks) are read into one pinned buffer
+/// and go to the device in one copy, not one each. A direct transfer's pieces have one segment.
+fn group_pieces(
+    transfers: &[DeviceTransfer],
+    task: u64,
+    is_direct: impl Fn(usize) -> bool,
+) -> Vec<Vec<(usize, u64, usize)>> {
+    let task = task.max(1);
+    let mut pieces: Vec<Vec<(usize, u64, usize)>> = Vec::new();
+    // The destination just past the last piece and its bytes, while it may still grow.
+    let mut open: Option<(DevicePtr, u64)> = None;
+    for (i, t) in transfers.iter().enumerate() {
+        let len = t.len as u64;
+        let direct = is_direct(i);
+        for offset in (0..len).step_by(usize::try_from(task).unwrap_or(usize::MAX)) {
+            let n = (len - offset).min(task);
+            let dst = t.dst + offset;
+            match (open, pieces.last_mut()) {
+                (Some((end, filled)), Some(last)) if !direct && end == dst && filled + n <= task => {
+                    last.push((i, offset, n as usize));
+                    open = Some((dst + n, filled + n));
+                }
+                _ => {
+                    pieces.push(vec![(i, offset, n as usize)]);
+                    open = (!direct).then_some((dst + n, n));
+                }
+            }
+        }
+    }
+    pieces
+}
+
 struct Worker {
     stream: Arc<CudaStream>,
     /// Recorded after a transfer's copies, for a consumer stream to wait on.
@@ -402,20 +436,22 @@ impl DeviceReader {
         stream: Option<&CudaStream>,
     ) -> Result<Vec<bool>, DeviceReadError> {
         let lens: Vec<usize> = transfers.iter().map(|t| t.len).collect();
-        let pieces = self.pieces(&lens);
+        let pieces = group_pieces(transfers, self.task_size(&lens), |i| source.is_direct(i));
         let outcome = Outcome::new(transfers.len());
         let result: Result<(), DeviceReadError> = self.pool.install(|| {
-            pieces.par_iter().try_for_each(|&(i, offset, len)| {
+            pieces.par_iter().try_for_each(|piece| {
+                let (i, offset, len) = piece[0];
                 let dst = transfers[i].dst + offset;
-                let present = if source.is_direct(i) {
+                if source.is_direct(i) {
                     self.ctx.bind_to_thread().map_err(DeviceReadError::cuda("binding the CUDA context"))?;
                     // SAFETY: the piece's destination lies in its transfer's, which the caller
-                    // vouches for; pieces are disjoint; the context is bound above.
-                    unsafe { source.read_device(i, offset, dst, len) }?
+                    // vouches for; pieces are disjoint; the context is bound above. A direct
+                    // transfer's pieces have one segment each (group_pieces).
+                    let present = unsafe { source.read_device(i, offset, dst, len) }?;
+                    outcome.record(i, present);
                 } else {
-                    self.piece_via_pinned(source, i, offset, len, dst)?
-                };
-                outcome.record(i, present);
+                    self.piece_via_pinned(source, piece, dst, &outcome)?;
+                }
                 Ok(())
             })
         });
@@ -510,9 +546,7 @@ impl DeviceReader {
     /// to 1 MiB), so that every thread has several in flight and reads overlap copies; large reads
     /// use the full task size.
     fn pieces(&self, lens: &[usize]) -> Vec<(usize, u64, usize)> {
-        let total: u64 = lens.iter().fold(0u64, |acc, &len| acc.saturating_add(len as u64));
-        let per_thread = total / (self.workers.len() as u64 * 8);
-        let task = per_thread.next_multiple_of(4096).max(1 << 20).min(self.options.task_size as u64);
+        let task = self.task_size(lens);
         lens.iter()
             .enumerate()
             .flat_map(|(i, &len)| {
@@ -533,14 +567,23 @@ impl DeviceReader {
         Ok(())
     }
 
+    /// The size of a piece for transfers of these lengths (see [`Self::pieces`]).
+    fn task_size(&self, lens: &[usize]) -> u64 {
+        let total: u64 = lens.iter().fold(0u64, |acc, &len| acc.saturating_add(len as u64));
+        let per_thread = total / (self.workers.len() as u64 * 8);
+        per_thread.next_multiple_of(4096).max(1 << 20).min(self.options.task_size as u64)
+    }
+
+    /// Read a piece's segments one after another into a pinned buffer and copy them to the
+    /// device from `dst` on (their destinations follow one another): one copy for the piece, or
+    /// one per run of segments whose sources exist.
     fn piece_via_pinned(
         &self,
         source: &dyn PieceSource,
-        transfer: usize,
-        offset: u64,
-        len: usize,
+        piece: &[(usize, u64, usize)],
         dst: DevicePtr,
-    ) -> Result<bool, DeviceReadError> {
+        outcome: &Outcome,
+    ) -> Result<(), DeviceReadError> {
         let index = rayon::current_thread_index().unwrap_or(0) % self.workers.len();
         let mut worker = self.workers[index].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let worker = &mut *worker;
@@ -552,17 +595,38 @@ impl DeviceReader {
             event.synchronize().map_err(DeviceReadError::cuda("waiting for a host-to-device copy"))?;
             *in_use = false;
         }
-        let host = &mut buffer.as_mut_slice()[..len];
-        if !source.read_host(transfer, offset, host)? {
+        let total: usize = piece.iter().map(|s| s.2).sum();
+        let host = &mut buffer.as_mut_slice()[..total];
+        // Bytes run..at are read and not yet copied; a missing source ends a run.
+        let (mut run, mut at, mut copied) = (0, 0, false);
+        for &(i, offset, len) in piece {
+            let present = source.read_host(i, offset, &mut host[at..at + len])?;
+            outcome.record(i, present);
+            if !present {
+                copied |= self.copy_run(&host[run..at], dst + run as u64, &worker.stream)?;
+                run = at + len;
+            }
+            at += len;
+        }
+        copied |= self.copy_run(&host[run..at], dst + run as u64, &worker.stream)?;
+        if copied {
+            event.record(&worker.stream).map_err(DeviceReadError::cuda("recording an event"))?;
+            *in_use = true;
+        }
+        Ok(())
+    }
+
+    /// Enqueue the copy of `bytes` (pinned) to `dst` on `stream`; false when there are none.
+    fn copy_run(&self, bytes: &[u8], dst: DevicePtr, stream: &CudaStream) -> Result<bool, DeviceReadError> {
+        if bytes.is_empty() {
             return Ok(false);
         }
         self.ctx.bind_to_thread().map_err(DeviceReadError::cuda("binding the CUDA context"))?;
-        // SAFETY: dst is valid for len bytes (the caller's contract); the host buffer stays
-        // untouched until the event recorded after the copy completes.
-        unsafe { result::memcpy_htod_async(dst, &*host, worker.stream.cu_stream()) }
+        // SAFETY: dst is valid for these bytes (the caller's contract: a piece's destinations
+        // follow one another); the pinned bytes stay untouched until the event recorded after
+        // the piece's copies completes.
+        unsafe { result::memcpy_htod_async(dst, bytes, stream.cu_stream()) }
             .map_err(DeviceReadError::cuda("copying to the device"))?;
-        event.record(&worker.stream).map_err(DeviceReadError::cuda("recording an event"))?;
-        *in_use = true;
         Ok(true)
     }
 
@@ -579,5 +643,71 @@ impl DeviceReader {
             }
         }
         first
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn transfers(spans: &[(u64, usize)]) -> Vec<DeviceTransfer> {
+        spans.iter().map(|&(dst, len)| DeviceTransfer { dst, len }).collect()
+    }
+
+    /// Every byte of every transfer, once, in order, with destinations that follow one
+    /// another within each piece and no piece over `task`.
+    fn check(t: &[DeviceTransfer], task: u64, pieces: &[Vec<(usize, u64, usize)>]) {
+        let mut next = vec![0u64; t.len()];
+        for piece in pieces {
+            assert!(!piece.is_empty());
+            assert!(piece.iter().map(|s| s.2 as u64).sum::<u64>() <= task, "{piece:?} over {task}");
+            let mut end = None;
+            for &(i, offset, len) in piece {
+                assert_eq!(offset, next[i], "transfer {i} out of order in {pieces:?}");
+                next[i] += len as u64;
+                let dst = t[i].dst + offset;
+                assert!(end.is_none_or(|e| e == dst), "{piece:?}: destinations do not follow one another");
+                end = Some(dst + len as u64);
+            }
+        }
+        for (i, tr) in t.iter().enumerate() {
+            assert_eq!(next[i], tr.len as u64, "transfer {i}");
+        }
+    }
+
+    #[test]
+    fn small_transfers_side_by_side_share_a_piece_and_others_do_not() {
+        // Rows of a tile packed one after another: 300 transfers of 3000 bytes from 1 << 20.
+        let packed: Vec<(u64, usize)> = (0..300).map(|k| ((1 << 20) + k * 3000, 3000)).collect();
+        let t = transfers(&packed);
+        let pieces = group_pieces(&t, 64 << 10, |_| false);
+        check(&t, 64 << 10, &pieces);
+        // 21 transfers of 3000 bytes fit in 64 KiB: 300 of them in 15 pieces, not 300.
+        assert_eq!(pieces.len(), 300usize.div_ceil(21));
+        // Apart (a gap between destinations) or direct: one piece each.
+        let apart = transfers(&[(0, 100), (200, 100), (300, 100)]);
+        let pieces = group_pieces(&apart, 4096, |_| false);
+        check(&apart, 4096, &pieces);
+        assert_eq!(pieces.len(), 2, "{pieces:?}");
+        let pieces = group_pieces(&t, 64 << 10, |i| i % 2 == 0);
+        check(&t, 64 << 10, &pieces);
+        assert!(pieces.iter().all(|p| p.len() == 1), "a direct transfer's neighbours stay apart");
+    }
+
+    #[test]
+    fn large_transfers_split_at_the_task_size_and_their_tails_join_the_next() {
+        // 2.5 tasks, then 0.5 task right after: the tail and the next share a piece.
+        let task = 1u64 << 20;
+        let t = transfers(&[(0, (5 * task / 2) as usize), (5 * task / 2, (task / 2) as usize), (1 << 40, 0)]);
+        let pieces = group_pieces(&t, task, |_| false);
+        check(&t, task, &pieces);
+        assert_eq!(
+            pieces,
+            vec![
+                vec![(0, 0, task as usize)],
+                vec![(0, task, task as usize)],
+                vec![(0, 2 * task, (task / 2) as usize), (1, 0, (task / 2) as usize)],
+            ]
+        );
     }
 }
