@@ -60,6 +60,16 @@ impl DecodeRates {
         self
     }
 
+    /// With the device's three rates `factor` times slower (a factor this device's decodes have
+    /// shown: [`DeviceSlowness`]).
+    #[must_use]
+    pub(crate) fn device_slower(mut self, factor: f64) -> Self {
+        self.device_call_s *= factor;
+        self.device_frame_rate /= factor;
+        self.device_rate /= factor;
+        self
+    }
+
     /// Seconds the device takes for `m` frames of `mean` bytes, the largest `largest`.
     fn device(&self, m: usize, mean: f64, largest: f64) -> f64 {
         if m == 0 {
@@ -126,6 +136,39 @@ impl HostRate {
     }
 }
 
+/// How much longer than its [`DecodeRates`] predicted nvCOMP has taken on this device's reads (a
+/// factor, 1 at first). Frames of another content decode at other rates: 8 MiB zstd frames of
+/// noisy int16, almost all Huffman-coded literals, took four times as long per byte as the
+/// float32 frames the defaults come from. Each batch timed on the device moves the factor half
+/// way (in the logarithm) to what it showed, within 1/4 to 16.
+#[derive(Debug)]
+pub(crate) struct DeviceSlowness(AtomicU64);
+
+impl Default for DeviceSlowness {
+    fn default() -> Self {
+        Self(AtomicU64::new(1f64.to_bits()))
+    }
+}
+
+impl DeviceSlowness {
+    /// Batches predicted to take less are not timed: the call's fixed cost would dominate.
+    pub(crate) const MIN_PREDICTED_S: f64 = 4e-3;
+
+    pub(crate) fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
+    }
+
+    /// A batch's decode on the device: `predicted_s` by the rates (unscaled), `seen_s` timed.
+    pub(crate) fn observe(&self, predicted_s: f64, seen_s: f64) {
+        if predicted_s < Self::MIN_PREDICTED_S || !seen_s.is_finite() || seen_s <= 0.0 {
+            return;
+        }
+        let next = (0.5 * (self.get().ln() + (seen_s / predicted_s).ln())).exp().clamp(0.25, 16.0);
+        // A lost race between two reads loses one of their observations: harmless.
+        self.0.store(next.to_bits(), Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +202,38 @@ mod tests {
         assert!(k > 16 && k < 256, "{k}");
         // 4096 frames of 16 KiB: two milliseconds on the device, which keeps most of them.
         assert!(rates.host_share(4096, 4096 * (16 << 10), 16 << 10, 16) < 1024);
+    }
+
+    #[test]
+    fn a_slow_device_learned_moves_large_noisy_frames_to_the_host() {
+        let rates = DecodeRates::default();
+        // 128 frames of 8 MiB: the defaults give the device about half.
+        let (n, size) = (128, 8 * M);
+        let k = rates.host_share(n, n as u64 * size, size, 16);
+        assert!(k > 16 && k < 112, "{k}");
+        // The device took four times as long as predicted, twice: the factor nears 4 and the
+        // host takes (nearly) all.
+        let slow = DeviceSlowness::default();
+        let predicted = rates.predict(n, k, n as u64 * size, size, 16).1;
+        slow.observe(predicted, 4.0 * predicted);
+        slow.observe(predicted, 4.0 * predicted);
+        assert!((slow.get() - 4f64.powf(0.75)).abs() < 1e-9, "{}", slow.get());
+        let slower = rates.device_slower(slow.get());
+        assert!(slower.host_share(n, n as u64 * size, size, 16) > k + 16);
+        // Too short to time, or nonsense: no change; bounded either way.
+        let now = slow.get();
+        slow.observe(1e-3, 1.0);
+        slow.observe(1.0, f64::NAN);
+        slow.observe(1.0, 0.0);
+        assert_eq!(slow.get().to_bits(), now.to_bits());
+        for _ in 0..20 {
+            slow.observe(1.0, 1e6);
+        }
+        assert_eq!(slow.get().to_bits(), 16f64.to_bits());
+        for _ in 0..20 {
+            slow.observe(1.0, 1e-6);
+        }
+        assert_eq!(slow.get().to_bits(), 0.25f64.to_bits());
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::device::kernels::Kernels;
 use crate::device::pool::{default_pool_keep, BufferPool, DeviceBuffer, OutputPool};
 use crate::device::upload::Uploads;
 use crate::error::GpuError;
-use crate::schedule::HostRate;
+use crate::schedule::{DeviceSlowness, HostRate};
 
 /// The state of one device.
 pub(crate) struct GpuContext {
@@ -43,6 +43,7 @@ pub(crate) struct GpuContext {
     lost: OnceLock<String>,
     /// One host thread's decode rate as this device's reads see it, for the scheduler.
     host_rate: HostRate,
+    device_slowness: DeviceSlowness,
     /// The pinned buffers through which codecs copy their tables.
     uploads: Uploads,
 }
@@ -81,6 +82,7 @@ impl GpuContext {
             kernels: OnceLock::new(),
             lost: OnceLock::new(),
             host_rate: HostRate::default(),
+            device_slowness: DeviceSlowness::default(),
             uploads: Uploads::default(),
         });
         contexts.insert(ordinal, context.clone());
@@ -170,6 +172,11 @@ impl GpuContext {
     /// One host thread's decode rate as this device's reads have seen it.
     pub(crate) fn host_rate(&self) -> &HostRate {
         &self.host_rate
+    }
+
+    /// How much slower than its rates nvCOMP has decoded on this device's reads.
+    pub(crate) fn device_slowness(&self) -> &DeviceSlowness {
+        &self.device_slowness
     }
 
     pub(crate) fn reader(&self) -> &DeviceReader {

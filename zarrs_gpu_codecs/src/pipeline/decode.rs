@@ -199,7 +199,14 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             if gds.is_some() { zarrs_gds_store::IoPath::Posix } else { zarrs_gds_store::IoPath::Staged },
             "stored chunks are read to host memory, where they are checked",
         ));
-        let mut run = BatchRun { deadline: Instant::now(), bound: config.batch_timeout(0), done: 0, report, trace };
+        let mut run = BatchRun {
+            deadline: Instant::now(),
+            bound: config.batch_timeout(0),
+            done: 0,
+            report,
+            trace,
+            timed: Vec::new(),
+        };
         let result = (|| -> Result<(), GpuError> {
             for b in 0..batches.len() {
                 run.batch(&job, &mut buffers, &batches, b)?;
@@ -240,6 +247,8 @@ struct BatchRun {
     done: usize,
     report: RetrieveReport,
     trace: Trace,
+    /// Decodes timed on the device, compared with their prediction once the read is done.
+    timed: Vec<DecodeTiming>,
 }
 
 impl BatchRun {
@@ -265,7 +274,8 @@ impl BatchRun {
             self.report.schedule = Some(schedule);
         }
         self.trace.mark("check");
-        let layout = batch.launch_device(job, buffers)?;
+        let (layout, timed) = batch.launch_device(job, buffers)?;
+        self.timed.extend(timed);
         // Meanwhile the host decodes its chunks, each copied to the device as soon as it is done.
         self.report.host_decoded_chunks += batch.decode_host_share(job, buffers, &layout)?;
         self.trace.mark("decode");
@@ -314,6 +324,13 @@ impl BatchRun {
         }
         job.stream.synchronize().map_err(GpuError::cuda("decoding on the device"))?;
         self.trace.mark("final sync");
+        for t in self.timed.drain(..) {
+            // Both events are done (the stream is): the query does not wait. Learning is a
+            // hint: a failed query costs the read nothing.
+            if let Ok(seen_ms) = t.start.elapsed_ms(&t.end) {
+                job.context.device_slowness().observe(t.predicted_s, f64::from(seen_ms) * 1e-3);
+            }
+        }
         buffers.results.check(job)
     }
 }
@@ -757,11 +774,16 @@ impl Batch {
     /// The device's part of the batch: its stored bytes in the slot's staging, crc32c verified
     /// there before anything is decoded, then the device codec's decode and the digests of the
     /// decoded bytes (gzip CRC-32, zstd XXH64) on the read's stream.
-    fn launch_device<S: ?Sized>(&self, job: &Job<'_, S>, buffers: &mut Buffers) -> Result<Layout, GpuError> {
+    /// With the decode's timing, when it is long enough to teach the scheduler.
+    fn launch_device<S: ?Sized>(
+        &self,
+        job: &Job<'_, S>,
+        buffers: &mut Buffers,
+    ) -> Result<(Layout, Option<DecodeTiming>), GpuError> {
         let on_device = self.on_device();
         let (layout, staging) = self.verify_stored(job, buffers, &on_device)?;
-        self.decode_on_device(job, buffers, &layout, &staging, &on_device)?;
-        Ok(layout)
+        let timed = self.decode_on_device(job, buffers, &layout, &staging, &on_device)?;
+        Ok((layout, timed))
     }
 
     /// The batch's layout in its slot's staging (replaced when it is too small for `on_device`),
@@ -817,7 +839,7 @@ impl Batch {
         layout: &Layout,
         staging: &Staging,
         on_device: &[&Item],
-    ) -> Result<(), GpuError> {
+    ) -> Result<Option<DecodeTiming>, GpuError> {
         let (chain, nvcomp, stream) = (job.chain, job.nvcomp, job.stream);
         let (cbase, dbase, arrays) = (layout.cbase, layout.dbase, &layout.arrays);
         let n_dec = if chain.compression.is_some() { on_device.len() } else { 0 };
@@ -878,9 +900,17 @@ impl Batch {
         if let (0, Some(fault), Some(kernels)) = (self.index, job.config.injected_fault(), job.kernels) {
             kernels.launch_fault(stream, fault)?;
         }
+        let mut timed = None;
         if let (Some(codec), true) = (&chain.compression, n_dec > 0) {
             let temp = if temp_bytes > 0 { ensure_scratch(scratch, taken, job, temp_bytes)? } else { 0 };
             let batch = DeviceBatch { stream: stream.as_ref(), temp, temp_bytes, ..query };
+            let predicted_s = predicted_device_s(job, on_device);
+            let timing_event = || {
+                stream
+                    .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(GpuError::cuda("recording a timing event"))
+            };
+            let start = predicted_s.map(|_| timing_event()).transpose()?;
             // SAFETY: every chunk was checked on the host by the codec (a zstd frame walked, its
             // recorded size that of the output buffer; a plain gzip member whose trailer records
             // that size) and its crc32c, where the chain has one, on the device; arrays of n_dec
@@ -890,6 +920,9 @@ impl Batch {
             // aligned as the codec asked; temp sized by it (its bound, or what it computed for
             // these frames).
             unsafe { codec.decode(&batch) }?;
+            if let (Some(start), Some(predicted_s)) = (start, predicted_s) {
+                timed = Some(DecodeTiming { start, end: timing_event()?, predicted_s });
+            }
             if digests {
                 let (values, statuses) = (layout.at(arrays.digest_values()), layout.at(arrays.digest_statuses()));
                 job.context.bind()?;
@@ -902,7 +935,7 @@ impl Batch {
                 unsafe { codec.digest(&batch, values, statuses) }?;
             }
         }
-        Ok(())
+        Ok(timed)
     }
 
     /// The host's share of the batch (items routed to host threads), decoded into the slot's host
@@ -1508,7 +1541,7 @@ fn check_stored<S: ?Sized>(job: &Job<'_, S>, items: &mut [Item], stored: &[u8]) 
 /// set ones, else the codec's ([`DeviceCodec::decode_rates`]; large frames without any: the
 /// defaults), with the host thread rate this device's reads have shown.
 fn route_by_cost<S: ?Sized>(job: &Job<'_, S>, items: &mut [Item], only: bool) -> Option<String> {
-    let codec = job.chain.compression.as_ref()?;
+    job.chain.compression.as_ref()?; // no codec: nothing to schedule
     let units = job.units;
     let size = |it: &Item| units[it.unit].decoded_len();
     let mut device: Vec<usize> = (0..items.len()).filter(|&k| items[k].route == Route::Device).collect();
@@ -1521,12 +1554,9 @@ fn route_by_cost<S: ?Sized>(job: &Job<'_, S>, items: &mut [Item], only: bool) ->
         if device.is_empty() || !(only || large) {
             return None;
         }
-        let learned = |rates: DecodeRates| DecodeRates { host_thread_rate: job.context.host_rate().get(), ..rates };
-        let rates = match (job.config.decode_rates(), codec.decode_rates()) {
-            (Some(set), _) => set,
-            (None, Some(codec)) => learned(codec),
-            (None, None) if large => learned(DecodeRates::default()),
-            (None, None) => return None,
+        let rates = match job.config.decode_rates() {
+            Some(set) => set,
+            None => learned_rates(job, large)?.device_slower(job.context.device_slowness().get()),
         };
         let bytes = device.iter().map(|&k| size(&items[k])).sum();
         // Reads in flight together share the reader's threads: each plans with its share.
@@ -1545,6 +1575,41 @@ fn route_by_cost<S: ?Sized>(job: &Job<'_, S>, items: &mut [Item], only: bool) ->
         items[k].route = Route::Host;
     }
     Some(format!("{share} of {} chunks on host threads: {why}", device.len()))
+}
+
+/// The rates a batch is scheduled by when none are set: the codec's (large frames without any:
+/// the defaults) with the host thread rate this device's reads have shown; before nvCOMP's
+/// slowness, which a timed decode is compared with. None: the codec has none and the frames are
+/// small, or there is no codec.
+fn learned_rates<S: ?Sized>(job: &Job<'_, S>, large: bool) -> Option<DecodeRates> {
+    let rates = match job.chain.compression.as_ref()?.decode_rates() {
+        Some(rates) => rates,
+        None if large => DecodeRates::default(),
+        None => return None,
+    };
+    Some(DecodeRates { host_thread_rate: job.context.host_rate().get(), ..rates })
+}
+
+/// What the rates predict of nvCOMP decoding `on_device`, before its slowness, when that is long
+/// enough to time (at least [`DeviceSlowness::MIN_PREDICTED_S`](crate::schedule::DeviceSlowness));
+/// None with rates set in the config (nothing is learned then).
+fn predicted_device_s<S: ?Sized>(job: &Job<'_, S>, on_device: &[&Item]) -> Option<f64> {
+    if job.config.decode_rates().is_some() || on_device.is_empty() {
+        return None;
+    }
+    let sizes = on_device.iter().map(|it| job.decoded_len(it.unit));
+    let (bytes, largest) = sizes.fold((0u64, 0u64), |(sum, max), len| (sum.saturating_add(len), max.max(len)));
+    let rates = learned_rates(job, largest >= LARGE_CHUNK)?;
+    let predicted_s = rates.predict(on_device.len(), 0, bytes, largest, 1).2;
+    (predicted_s >= crate::schedule::DeviceSlowness::MIN_PREDICTED_S).then_some(predicted_s)
+}
+
+/// A batch's decode on the device between two timing events, and what the rates predicted of it
+/// (see [`DeviceSlowness`](crate::schedule::DeviceSlowness)).
+struct DecodeTiming {
+    start: cudarc::driver::CudaEvent,
+    end: cudarc::driver::CudaEvent,
+    predicted_s: f64,
 }
 
 /// Decode `items` (`codec`) with the zstd crate or flate2 on the reader's threads into `buffer`
