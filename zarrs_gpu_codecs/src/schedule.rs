@@ -139,14 +139,20 @@ impl HostRate {
 /// How much longer than its [`DecodeRates`] predicted nvCOMP has taken on this device's reads (a
 /// factor, 1 at first). Frames of another content decode at other rates: 8 MiB zstd frames of
 /// noisy int16, almost all Huffman-coded literals, took four times as long per byte as the
-/// float32 frames the defaults come from. Each batch timed on the device moves the factor half
-/// way (in the logarithm) to what it showed, within 1/4 to 16.
+/// float32 frames the defaults come from (and as written by another library, a quarter). Each
+/// batch timed on the device moves the factor half way (in the logarithm) to what it showed,
+/// within 1/4 to 16; the first is not counted (it may include loading nvCOMP's kernels). A batch
+/// scheduled wholly on host threads moves a factor above 1 an eighth of the way back to 1, so
+/// that a factor learned on one array does not keep the device idle for good.
 #[derive(Debug)]
-pub(crate) struct DeviceSlowness(AtomicU64);
+pub(crate) struct DeviceSlowness {
+    factor: AtomicU64,
+    warmed: std::sync::atomic::AtomicBool,
+}
 
 impl Default for DeviceSlowness {
     fn default() -> Self {
-        Self(AtomicU64::new(1f64.to_bits()))
+        Self { factor: AtomicU64::new(1f64.to_bits()), warmed: std::sync::atomic::AtomicBool::new(false) }
     }
 }
 
@@ -155,7 +161,12 @@ impl DeviceSlowness {
     pub(crate) const MIN_PREDICTED_S: f64 = 4e-3;
 
     pub(crate) fn get(&self) -> f64 {
-        f64::from_bits(self.0.load(Ordering::Relaxed))
+        f64::from_bits(self.factor.load(Ordering::Relaxed))
+    }
+
+    fn set(&self, factor: f64) {
+        // A lost race between two reads loses one of their updates: harmless.
+        self.factor.store(factor.clamp(0.25, 16.0).to_bits(), Ordering::Relaxed);
     }
 
     /// A batch's decode on the device: `predicted_s` by the rates (unscaled), `seen_s` timed.
@@ -163,9 +174,18 @@ impl DeviceSlowness {
         if predicted_s < Self::MIN_PREDICTED_S || !seen_s.is_finite() || seen_s <= 0.0 {
             return;
         }
-        let next = (0.5 * (self.get().ln() + (seen_s / predicted_s).ln())).exp().clamp(0.25, 16.0);
-        // A lost race between two reads loses one of their observations: harmless.
-        self.0.store(next.to_bits(), Ordering::Relaxed);
+        if !self.warmed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        self.set((0.5 * (self.get().ln() + (seen_s / predicted_s).ln())).exp());
+    }
+
+    /// A batch scheduled wholly on host threads (nothing timed on the device).
+    pub(crate) fn relax(&self) {
+        let factor = self.get();
+        if factor > 1.0 {
+            self.set((0.875 * factor.ln()).exp());
+        }
     }
 }
 
@@ -215,6 +235,8 @@ mod tests {
         // host takes (nearly) all.
         let slow = DeviceSlowness::default();
         let predicted = rates.predict(n, k, n as u64 * size, size, 16).1;
+        slow.observe(predicted, 100.0 * predicted); // the first: not counted
+        assert_eq!(slow.get().to_bits(), 1f64.to_bits());
         slow.observe(predicted, 4.0 * predicted);
         slow.observe(predicted, 4.0 * predicted);
         assert!((slow.get() - 4f64.powf(0.75)).abs() < 1e-9, "{}", slow.get());
@@ -226,6 +248,13 @@ mod tests {
         slow.observe(1.0, f64::NAN);
         slow.observe(1.0, 0.0);
         assert_eq!(slow.get().to_bits(), now.to_bits());
+        // Unobserved batches relax it towards 1, never past it.
+        slow.relax();
+        assert!((slow.get() - now.powf(0.875)).abs() < 1e-9);
+        for _ in 0..200 {
+            slow.relax();
+        }
+        assert!(slow.get() >= 1.0 && slow.get() < 1.001, "{}", slow.get());
         for _ in 0..20 {
             slow.observe(1.0, 1e6);
         }
@@ -233,6 +262,8 @@ mod tests {
         for _ in 0..20 {
             slow.observe(1.0, 1e-6);
         }
+        assert_eq!(slow.get().to_bits(), 0.25f64.to_bits());
+        slow.relax(); // below 1: only a timed batch moves it
         assert_eq!(slow.get().to_bits(), 0.25f64.to_bits());
     }
 

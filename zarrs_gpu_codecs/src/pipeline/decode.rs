@@ -324,6 +324,8 @@ impl BatchRun {
         }
         job.stream.synchronize().map_err(GpuError::cuda("decoding on the device"))?;
         self.trace.mark("final sync");
+        buffers.results.check(job)?;
+        // Only decodes that succeeded teach the scheduler.
         for t in self.timed.drain(..) {
             // Both events are done (the stream is): the query does not wait. Learning is a
             // hint: a failed query costs the read nothing.
@@ -331,7 +333,7 @@ impl BatchRun {
                 job.context.device_slowness().observe(t.predicted_s, f64::from(seen_ms) * 1e-3);
             }
         }
-        buffers.results.check(job)
+        Ok(())
     }
 }
 
@@ -1554,14 +1556,21 @@ fn route_by_cost<S: ?Sized>(job: &Job<'_, S>, items: &mut [Item], only: bool) ->
         if device.is_empty() || !(only || large) {
             return None;
         }
-        let rates = match job.config.decode_rates() {
-            Some(set) => set,
-            None => learned_rates(job, large)?.device_slower(job.context.device_slowness().get()),
+        let slowness = job.context.device_slowness();
+        let (rates, learning) = match job.config.decode_rates() {
+            Some(set) => (set, false),
+            None => match learned_rates(job, large)? {
+                (rates, true) => (rates.device_slower(slowness.get()), true),
+                (rates, false) => (rates, false),
+            },
         };
         let bytes = device.iter().map(|&k| size(&items[k])).sum();
         // Reads in flight together share the reader's threads: each plans with its share.
         let threads = (job.context.reader().options().threads / job.context.reads_in_flight().max(1)).max(1);
         let k = rates.host_share(device.len(), bytes, largest, threads);
+        if learning && k == device.len() {
+            slowness.relax();
+        }
         let (host_s, device_s, alone_s) = rates.predict(device.len(), k, bytes, largest, threads);
         let why = format!(
             "predicted {:.1} ms on {threads} host threads and {:.1} ms on nvCOMP (nvCOMP alone {:.1} ms)",
@@ -1579,27 +1588,29 @@ fn route_by_cost<S: ?Sized>(job: &Job<'_, S>, items: &mut [Item], only: bool) ->
 
 /// The rates a batch is scheduled by when none are set: the codec's (large frames without any:
 /// the defaults) with the host thread rate this device's reads have shown; before nvCOMP's
-/// slowness, which a timed decode is compared with. None: the codec has none and the frames are
-/// small, or there is no codec.
-fn learned_rates<S: ?Sized>(job: &Job<'_, S>, large: bool) -> Option<DecodeRates> {
-    let rates = match job.chain.compression.as_ref()?.decode_rates() {
-        Some(rates) => rates,
-        None if large => DecodeRates::default(),
+/// slowness, which a timed decode is compared with. The flag: whether they are the codec's own,
+/// the only ones nvCOMP's slowness is learned for (the defaults are zstd's; other codecs' large
+/// frames would teach zstd's reads). None: no codec, or no rates for small frames.
+fn learned_rates<S: ?Sized>(job: &Job<'_, S>, large: bool) -> Option<(DecodeRates, bool)> {
+    let (rates, own) = match job.chain.compression.as_ref()?.decode_rates() {
+        Some(rates) => (rates, true),
+        None if large => (DecodeRates::default(), false),
         None => return None,
     };
-    Some(DecodeRates { host_thread_rate: job.context.host_rate().get(), ..rates })
+    Some((DecodeRates { host_thread_rate: job.context.host_rate().get(), ..rates }, own))
 }
 
-/// What the rates predict of nvCOMP decoding `on_device`, before its slowness, when that is long
-/// enough to time (at least [`DeviceSlowness::MIN_PREDICTED_S`](crate::schedule::DeviceSlowness));
-/// None with rates set in the config (nothing is learned then).
+/// What the rates predict of nvCOMP decoding `on_device`, before its slowness, when the timing
+/// can teach it (see [`DeviceSlowness`](crate::schedule::DeviceSlowness)): long enough (at least
+/// `MIN_PREDICTED_S`), the codec's own rates, no other read on the device meanwhile (it would
+/// share the GPU). None with rates set in the config: nothing is learned then.
 fn predicted_device_s<S: ?Sized>(job: &Job<'_, S>, on_device: &[&Item]) -> Option<f64> {
-    if job.config.decode_rates().is_some() || on_device.is_empty() {
+    if job.config.decode_rates().is_some() || on_device.is_empty() || job.context.reads_in_flight() > 1 {
         return None;
     }
     let sizes = on_device.iter().map(|it| job.decoded_len(it.unit));
     let (bytes, largest) = sizes.fold((0u64, 0u64), |(sum, max), len| (sum.saturating_add(len), max.max(len)));
-    let rates = learned_rates(job, largest >= LARGE_CHUNK)?;
+    let (rates, true) = learned_rates(job, largest >= LARGE_CHUNK)? else { return None };
     let predicted_s = rates.predict(on_device.len(), 0, bytes, largest, 1).2;
     (predicted_s >= crate::schedule::DeviceSlowness::MIN_PREDICTED_S).then_some(predicted_s)
 }

@@ -230,6 +230,12 @@ pub trait PieceSource: Sync {
     /// Returns an error when the source cannot be read.
     fn read_host(&self, transfer: usize, offset: u64, buf: &mut [u8]) -> Result<bool, DeviceReadError>;
 
+    /// Whether transfers whose destinations follow one another lie in one allocation, so that
+    /// one copy may span them (and their reads share a piece).
+    fn shares_pieces(&self) -> bool {
+        false
+    }
+
     /// Whether transfer `transfer` is read straight into device memory by [`Self::read_device`].
     fn is_direct(&self, _transfer: usize) -> bool {
         false
@@ -303,15 +309,17 @@ impl SendPtr {
 }
 
 /// Split transfers into pieces of at most `task` bytes for the reader's threads. A piece is one
-/// or more segments `(transfer, offset, len)` whose destinations follow one another: small
-/// transfers packed side by side (rows of a tile, small chunks) are read into one pinned buffer
-/// and go to the device in one copy, not one each. A direct transfer's pieces have one segment.
+/// or more segments `(transfer, offset, len)` whose destinations follow one another, up to
+/// `group` bytes (0: one segment a piece): small transfers packed side by side in one allocation
+/// (the rows of a tile) are read into one pinned buffer and go to the device in one copy, not one
+/// each. A direct transfer's pieces have one segment.
 fn group_pieces(
     transfers: &[DeviceTransfer],
     task: u64,
+    group: u64,
     is_direct: impl Fn(usize) -> bool,
 ) -> Vec<Vec<(usize, u64, usize)>> {
-    let task = task.max(1);
+    let (task, group) = (task.max(1), group.min(task));
     let mut pieces: Vec<Vec<(usize, u64, usize)>> = Vec::new();
     // The destination just past the last piece and its bytes, while it may still grow.
     let mut open: Option<(DevicePtr, u64)> = None;
@@ -322,7 +330,7 @@ fn group_pieces(
             let n = (len - offset).min(task);
             let dst = t.dst + offset;
             match (open, pieces.last_mut()) {
-                (Some((end, filled)), Some(last)) if !direct && end == dst && filled + n <= task => {
+                (Some((end, filled)), Some(last)) if !direct && end == dst && filled + n <= group => {
                     last.push((i, offset, n as usize));
                     open = Some((dst + n, filled + n));
                 }
@@ -436,7 +444,11 @@ impl DeviceReader {
         stream: Option<&CudaStream>,
     ) -> Result<Vec<bool>, DeviceReadError> {
         let lens: Vec<usize> = transfers.iter().map(|t| t.len).collect();
-        let pieces = group_pieces(transfers, self.task_size(&lens), |i| source.is_direct(i));
+        let task = self.task_size(&lens);
+        // Grouped, a piece a thread at least: its segments are read one after another.
+        let total: u64 = lens.iter().fold(0u64, |acc, &len| acc.saturating_add(len as u64));
+        let group = if source.shares_pieces() { (total / self.workers.len() as u64).max(64 << 10) } else { 0 };
+        let pieces = group_pieces(transfers, task, group, |i| source.is_direct(i));
         let outcome = Outcome::new(transfers.len());
         let result: Result<(), DeviceReadError> = self.pool.install(|| {
             pieces.par_iter().try_for_each(|piece| {
@@ -599,21 +611,25 @@ impl DeviceReader {
         let host = &mut buffer.as_mut_slice()[..total];
         // Bytes run..at are read and not yet copied; a missing source ends a run.
         let (mut run, mut at, mut copied) = (0, 0, false);
-        for &(i, offset, len) in piece {
-            let present = source.read_host(i, offset, &mut host[at..at + len])?;
-            outcome.record(i, present);
-            if !present {
-                copied |= self.copy_run(&host[run..at], dst + run as u64, &worker.stream)?;
-                run = at + len;
+        let result = (|| {
+            for &(i, offset, len) in piece {
+                let present = source.read_host(i, offset, &mut host[at..at + len])?;
+                outcome.record(i, present);
+                if !present {
+                    copied |= self.copy_run(&host[run..at], dst + run as u64, &worker.stream)?;
+                    run = at + len;
+                }
+                at += len;
             }
-            at += len;
-        }
-        copied |= self.copy_run(&host[run..at], dst + run as u64, &worker.stream)?;
+            copied |= self.copy_run(&host[run..at], dst + run as u64, &worker.stream)?;
+            Ok(())
+        })();
+        // Even after an error: a copy enqueued keeps the buffer until its event.
         if copied {
             event.record(&worker.stream).map_err(DeviceReadError::cuda("recording an event"))?;
             *in_use = true;
         }
-        Ok(())
+        result
     }
 
     /// Enqueue the copy of `bytes` (pinned) to `dst` on `stream`; false when there are none.
@@ -680,16 +696,20 @@ mod tests {
         // Rows of a tile packed one after another: 300 transfers of 3000 bytes from 1 << 20.
         let packed: Vec<(u64, usize)> = (0..300).map(|k| ((1 << 20) + k * 3000, 3000)).collect();
         let t = transfers(&packed);
-        let pieces = group_pieces(&t, 64 << 10, |_| false);
-        check(&t, 64 << 10, &pieces);
-        // 21 transfers of 3000 bytes fit in 64 KiB: 300 of them in 15 pieces, not 300.
+        let pieces = group_pieces(&t, 1 << 20, 64 << 10, |_| false);
+        check(&t, 1 << 20, &pieces);
+        // 21 transfers of 3000 bytes fit in a group of 64 KiB: 300 of them in 15 pieces, not 300.
         assert_eq!(pieces.len(), 300usize.div_ceil(21));
+        // Not grouped (a source whose destinations may lie in several allocations): one each.
+        let pieces = group_pieces(&t, 1 << 20, 0, |_| false);
+        check(&t, 1 << 20, &pieces);
+        assert_eq!(pieces.len(), 300);
         // Apart (a gap between destinations) or direct: one piece each.
         let apart = transfers(&[(0, 100), (200, 100), (300, 100)]);
-        let pieces = group_pieces(&apart, 4096, |_| false);
+        let pieces = group_pieces(&apart, 4096, 4096, |_| false);
         check(&apart, 4096, &pieces);
         assert_eq!(pieces.len(), 2, "{pieces:?}");
-        let pieces = group_pieces(&t, 64 << 10, |i| i % 2 == 0);
+        let pieces = group_pieces(&t, 64 << 10, 64 << 10, |i| i % 2 == 0);
         check(&t, 64 << 10, &pieces);
         assert!(pieces.iter().all(|p| p.len() == 1), "a direct transfer's neighbours stay apart");
     }
@@ -699,7 +719,7 @@ mod tests {
         // 2.5 tasks, then 0.5 task right after: the tail and the next share a piece.
         let task = 1u64 << 20;
         let t = transfers(&[(0, (5 * task / 2) as usize), (5 * task / 2, (task / 2) as usize), (1 << 40, 0)]);
-        let pieces = group_pieces(&t, task, |_| false);
+        let pieces = group_pieces(&t, task, task, |_| false);
         check(&t, task, &pieces);
         assert_eq!(
             pieces,

@@ -286,6 +286,11 @@ struct RowsSource<'a> {
 }
 
 impl PieceSource for RowsSource<'_> {
+    /// Rows are packed in the batch's staging, one allocation.
+    fn shares_pieces(&self) -> bool {
+        true
+    }
+
     fn read_host(&self, transfer: usize, offset: u64, buf: &mut [u8]) -> Result<bool, DeviceReadError> {
         let r = &self.requests[transfer];
         Ok(self.files.read_host_rows(transfer, offset, r.width, r.pitch, buf)?)
