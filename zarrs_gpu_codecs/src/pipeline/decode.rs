@@ -906,25 +906,16 @@ impl Batch {
         if let (Some(codec), true) = (&chain.compression, n_dec > 0) {
             let temp = if temp_bytes > 0 { ensure_scratch(scratch, taken, job, temp_bytes)? } else { 0 };
             let batch = DeviceBatch { stream: stream.as_ref(), temp, temp_bytes, ..query };
-            let predicted_s = predicted_device_s(job, on_device);
-            let timing_event = || {
-                stream
-                    .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-                    .map_err(GpuError::cuda("recording a timing event"))
-            };
-            let start = predicted_s.map(|_| timing_event()).transpose()?;
-            // SAFETY: every chunk was checked on the host by the codec (a zstd frame walked, its
-            // recorded size that of the output buffer; a plain gzip member whose trailer records
-            // that size) and its crc32c, where the chain has one, on the device; arrays of n_dec
-            // entries in device memory, staged on the copy stream, which this stream waited for;
-            // outputs 8-byte aligned
-            // (decoded offsets are multiples of DECODED_ALIGN in 256-byte aligned staging); inputs
-            // aligned as the codec asked; temp sized by it (its bound, or what it computed for
-            // these frames).
-            unsafe { codec.decode(&batch) }?;
-            if let (Some(start), Some(predicted_s)) = (start, predicted_s) {
-                timed = Some(DecodeTiming { start, end: timing_event()?, predicted_s });
-            }
+            timed = DecodeTiming::around(stream, predicted_device_s(job, on_device), || {
+                // SAFETY: every chunk was checked on the host by the codec (a zstd frame walked,
+                // its recorded size that of the output buffer; a plain gzip member whose trailer
+                // records that size) and its crc32c, where the chain has one, on the device;
+                // arrays of n_dec entries in device memory, staged on the copy stream, which this
+                // stream waited for; outputs 8-byte aligned (decoded offsets are multiples of
+                // DECODED_ALIGN in 256-byte aligned staging); inputs aligned as the codec asked;
+                // temp sized by it (its bound, or what it computed for these frames).
+                unsafe { codec.decode(&batch) }
+            })?;
             if digests {
                 let (values, statuses) = (layout.at(arrays.digest_values()), layout.at(arrays.digest_statuses()));
                 job.context.bind()?;
@@ -1621,6 +1612,28 @@ struct DecodeTiming {
     start: cudarc::driver::CudaEvent,
     end: cudarc::driver::CudaEvent,
     predicted_s: f64,
+}
+
+impl DecodeTiming {
+    /// Enqueue `decode` on `stream`, between two timing events when there is a prediction to
+    /// compare it with.
+    fn around(
+        stream: &CudaStream,
+        predicted_s: Option<f64>,
+        decode: impl FnOnce() -> Result<(), GpuError>,
+    ) -> Result<Option<Self>, GpuError> {
+        let event = || {
+            stream
+                .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(GpuError::cuda("recording a timing event"))
+        };
+        let start = predicted_s.map(|_| event()).transpose()?;
+        decode()?;
+        match (start, predicted_s) {
+            (Some(start), Some(predicted_s)) => Ok(Some(Self { start, end: event()?, predicted_s })),
+            _ => Ok(None),
+        }
+    }
 }
 
 /// Decode `items` (`codec`) with the zstd crate or flate2 on the reader's threads into `buffer`
