@@ -169,7 +169,7 @@ pub(crate) fn pool_keep_from_env() -> Result<Option<u64>, GpuError> {
 impl Default for GpuConfig {
     /// Device 0, the store's own I/O backend, 1 GiB of device staging per batch (batches of compressed chunks
     /// are sized to free device memory unless a budget is set), [`DecodeTrust::Checked`], the
-    /// host's share of large chunks estimated, no trace. The environment is not read: see
+    /// host's share of large chunks estimated, row reads, no trace. The environment is not read: see
     /// [`GpuConfig::from_env`].
     fn default() -> Self {
         Self {
