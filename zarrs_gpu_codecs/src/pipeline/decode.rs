@@ -91,10 +91,12 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     output: Output,
 ) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
+    // Rows are read with preadv on a GdsStore's files.
+    let rows = gds.is_some() && config.row_reads();
     if plan.shards.is_empty() {
         let unit = if plan.chain.is_raw() { Unit::raw } else { Unit::whole };
         let mut units: Vec<Unit> = plan_chunks(elem, subset, chunks)?.into_iter().map(unit).collect();
-        if gds.is_some() && config.row_reads() {
+        if rows {
             units.iter_mut().for_each(Unit::read_as_rows);
         }
         return decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp, output);
@@ -114,7 +116,7 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     )?;
     if plan.chain.is_raw() {
         narrow_raw(&mut units)?;
-        if gds.is_some() && config.row_reads() {
+        if rows {
             units.iter_mut().for_each(Unit::read_as_rows);
         }
     }

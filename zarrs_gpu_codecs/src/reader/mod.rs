@@ -308,6 +308,11 @@ impl SendPtr {
     }
 }
 
+/// The bytes of transfers of these lengths (saturating).
+fn total_len(lens: &[usize]) -> u64 {
+    lens.iter().fold(0u64, |acc, &len| acc.saturating_add(len as u64))
+}
+
 /// Split transfers into pieces of at most `task` bytes for the reader's threads. A piece is one
 /// or more segments `(transfer, offset, len)` whose destinations follow one another, up to
 /// `group` bytes (0: one segment a piece): small transfers packed side by side in one allocation
@@ -444,9 +449,9 @@ impl DeviceReader {
         stream: Option<&CudaStream>,
     ) -> Result<Vec<bool>, DeviceReadError> {
         let lens: Vec<usize> = transfers.iter().map(|t| t.len).collect();
-        let task = self.task_size(&lens);
+        let total = total_len(&lens);
+        let task = self.task_size(total);
         // Grouped, a piece a thread at least: its segments are read one after another.
-        let total: u64 = lens.iter().fold(0u64, |acc, &len| acc.saturating_add(len as u64));
         let group = if source.shares_pieces() { (total / self.workers.len() as u64).max(64 << 10) } else { 0 };
         let pieces = group_pieces(transfers, task, group, |i| source.is_direct(i));
         let outcome = Outcome::new(transfers.len());
@@ -558,7 +563,7 @@ impl DeviceReader {
     /// to 1 MiB), so that every thread has several in flight and reads overlap copies; large reads
     /// use the full task size.
     fn pieces(&self, lens: &[usize]) -> Vec<(usize, u64, usize)> {
-        let task = self.task_size(lens);
+        let task = self.task_size(total_len(lens));
         lens.iter()
             .enumerate()
             .flat_map(|(i, &len)| {
@@ -579,9 +584,8 @@ impl DeviceReader {
         Ok(())
     }
 
-    /// The size of a piece for transfers of these lengths (see [`Self::pieces`]).
-    fn task_size(&self, lens: &[usize]) -> u64 {
-        let total: u64 = lens.iter().fold(0u64, |acc, &len| acc.saturating_add(len as u64));
+    /// The size of a piece for transfers of `total` bytes (see [`Self::pieces`]).
+    fn task_size(&self, total: u64) -> u64 {
         let per_thread = total / (self.workers.len() as u64 * 8);
         per_thread.next_multiple_of(4096).max(1 << 20).min(self.options.task_size as u64)
     }
