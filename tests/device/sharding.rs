@@ -9,7 +9,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zarrs::array::codec::{Crc32cCodec, GzipCodec, ShardingCodecBuilder, ShardingIndexLocation, ZlibCodec, ZstdCodec};
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayToBytesCodecTraits, BytesToBytesCodecTraits};
-use zarrs_gpu::{host_decode_reason, ArrayDeviceExt, DecodePath, DecodeTrust, GdsStore, GpuError, ShardIndexCache};
+use zarrs_gpu::{
+    host_decode_reason, ArrayDeviceExt, DecodePath, DecodeTrust, GdsStore, GpuConfig, GpuError, IoBackend, IoPath,
+    RetrieveReport, ShardIndexCache,
+};
 use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
 
 use super::{check, check_chunk, posix, subsets, Result};
@@ -256,7 +259,6 @@ fn inner_chunks_transposed_and_big_endian_match_zarrs() -> Result {
 #[ignore = "needs a CUDA GPU"]
 fn uncompressed_inner_chunks_are_read_straight_to_the_device() -> Result {
     use zarrs::filesystem::FilesystemStore;
-    use zarrs_gpu::IoPath;
     let dir = tempfile::tempdir()?;
     let shape = [40u64, 50, 12];
     let array = make_sharded(
@@ -310,6 +312,13 @@ fn tiles_of_uncompressed_chunks_read_only_their_rows_and_match_zarrs() -> Result
     let tile = zarrs::array::ArraySubset::new_with_ranges(&[2..10, 5..40, 20..200]);
     let report = check::<f32>(&plain, &tile, &posix())?;
     assert_eq!(report.bytes_read, 8 * 35 * 180 * 4, "only the tile's bytes: {report:?}");
+    assert!(rows_read(&report), "{report:?}");
+    // Row reads are preads: a forced GDS backend reads ranges through cuFile, or is an error
+    // where GDS is not usable, never preads that succeed.
+    match check::<f32>(&plain, &tile, &GpuConfig::default().with_backend(IoBackend::Gds)) {
+        Ok(report) => assert!(report.io.as_ref().is_some_and(|s| s.path == IoPath::Gds) && !rows_read(&report)),
+        Err(err) => assert!(err.to_string().contains("GPUDirect Storage"), "{err}"),
+    }
     let inner = [16u64, 64, 256];
     let sharded = make_sharded(
         dir2.path(),
@@ -332,11 +341,26 @@ fn tiles_of_uncompressed_chunks_read_only_their_rows_and_match_zarrs() -> Result
             })
             .collect();
         tiles.push(vec![28..40, 110..150, 400..600]);
+        // Every tile equal to zarrs with row reads on and off; on, no tile reads more bytes, and
+        // the tiles together read fewer (units whose rows are short or dense still read ranges).
+        let (mut on, mut off, mut by_rows) = (0, 0, 0);
         for ranges in tiles {
-            check::<f32>(array, &zarrs::array::ArraySubset::new_with_ranges(&ranges), &posix())?;
+            let tile = zarrs::array::ArraySubset::new_with_ranges(&ranges);
+            let with_rows = check::<f32>(array, &tile, &posix())?;
+            let without = check::<f32>(array, &tile, &posix().with_row_reads(false))?;
+            assert!(!rows_read(&without), "{without:?}");
+            assert!(with_rows.bytes_read <= without.bytes_read, "{ranges:?}: {with_rows:?} against {without:?}");
+            (on, off) = (on + with_rows.bytes_read, off + without.bytes_read);
+            by_rows += usize::from(rows_read(&with_rows));
         }
+        assert!(on < off && by_rows > 10, "{on} bytes with rows, {off} without; {by_rows} of 21 tiles by rows");
     }
     Ok(())
+}
+
+/// Whether a read's report says rows of uncompressed chunks were read.
+fn rows_read(report: &RetrieveReport) -> bool {
+    report.io.as_ref().is_some_and(|s| s.reason.contains("rows of uncompressed chunks"))
 }
 
 /// Set the modification time of every file under `dir` a minute back: shard indexes of files

@@ -324,10 +324,7 @@ impl GdsStore {
         ranges: &'a [R],
         backend: Option<IoBackend>,
     ) -> Result<GdsRanges<'a, R>, ReadError> {
-        let backend = match backend {
-            Some(backend) => backend,
-            None => self.options.backend.resolve().map_err(ReadError::GdsUnavailable)?,
-        };
+        let backend = self.backend_for(backend)?;
         let (driver, mut reason) = self.gds_driver(backend)?;
         let mut ranges = self.open_ranges(ranges, driver)?;
         let mut any_gds = false;
@@ -353,6 +350,32 @@ impl GdsStore {
         };
         *self.last_status.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(ranges.status.clone());
         Ok(ranges)
+    }
+
+    /// Why [`Self::open_for_device`] would read this store's files with preads into pinned memory
+    /// under `backend` (`Some`: the reason), or `None` where it would try native GPUDirect Storage
+    /// first. Decided before any file is opened, as `open_for_device` decides it: a reader with a
+    /// faster pread-only way of its own (rows of uncompressed chunks) takes it only where this is
+    /// `Some`, so that a forced `Gds` backend stays an error where GDS is not usable and native GDS
+    /// is never skipped where it is up.
+    ///
+    /// # Errors
+    /// As `open_for_device`: when native GDS was forced but is not usable, or the environment
+    /// names an unknown backend.
+    pub fn pread_reason(&self, backend: Option<IoBackend>) -> Result<Option<String>, ReadError> {
+        let backend = self.backend_for(backend)?;
+        Ok(match self.gds_driver(backend)? {
+            (None, reason) => Some(reason),
+            (Some(_), _) => None,
+        })
+    }
+
+    /// `backend` when given (a read's own), else the store's option under the environment's override.
+    fn backend_for(&self, backend: Option<IoBackend>) -> Result<IoBackend, ReadError> {
+        match backend {
+            Some(backend) => Ok(backend),
+            None => self.options.backend.resolve().map_err(ReadError::GdsUnavailable),
+        }
     }
 
     /// Open the files of `ranges` for reads into host memory (parallel preads), in parallel on the

@@ -175,3 +175,30 @@ fn device_reads_say_which_path_and_why() -> Result {
     }
     Ok(())
 }
+
+/// `pread_reason` decides as `open_for_device` does: a forced `Gds` backend never says "pread"
+/// (a read that uses it must be an error where GDS is not usable), `Posix` always does, and
+/// wherever it says pread, a device open takes the pread path.
+#[test]
+fn pread_reason_agrees_with_the_device_open() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = GdsStore::new(dir.path())?;
+    let key = StoreKey::new("c/0")?;
+    store.set(&key, Bytes::from(vec![7u8; 4096]))?;
+    let ranges = [Range(key, 0, 4096, Some(4096))];
+    assert_eq!(store.pread_reason(Some(IoBackend::Posix))?.as_deref(), Some("posix backend requested"));
+    match store.pread_reason(Some(IoBackend::Gds)) {
+        Ok(reason) => assert_eq!(reason, None, "forced GDS must not be read with preads"),
+        Err(err) => assert!(matches!(err, ReadError::GdsUnavailable(_)), "{err}"),
+    }
+    for backend in [IoBackend::Auto, IoBackend::Posix, IoBackend::Gds] {
+        let Ok(reason) = store.pread_reason(Some(backend)) else { continue };
+        let path = store.open_for_device(&ranges, Some(backend)).map(|r| r.status().path);
+        if reason.is_some() {
+            assert_eq!(path.ok(), Some(IoPath::Posix), "{backend}: {reason:?}");
+        } else {
+            assert!(!matches!(path, Ok(IoPath::Posix)), "{backend}: native GDS expected, {path:?}");
+        }
+    }
+    Ok(())
+}

@@ -48,6 +48,9 @@ pub struct RetrieveReport {
     pub schedule: Option<String>,
     /// Time in each stage of the device pipeline (empty when zarrs decoded on the host).
     pub stages: Vec<StageTime>,
+    /// The most device memory the read held at once: the output it allocated (not a caller's
+    /// destination), its staging, the decoder's scratch and its tables.
+    pub peak_device_bytes: u64,
 }
 
 impl RetrieveReport {
@@ -63,6 +66,7 @@ impl RetrieveReport {
             host_reason: None,
             schedule: None,
             stages: Vec::new(),
+            peak_device_bytes: 0,
         }
     }
 }

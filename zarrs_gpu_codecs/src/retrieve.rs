@@ -373,5 +373,6 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     };
     stream.synchronize().map_err(GpuError::cuda("waiting for the copy to the device"))?;
     context.give_pinned(pinned);
-    Ok((out, RetrieveReport { host_reason, ..RetrieveReport::new(DecodePath::Host, chunks.len()) }))
+    let peak_device_bytes = if out.is_some() { len as u64 } else { 0 };
+    Ok((out, RetrieveReport { host_reason, peak_device_bytes, ..RetrieveReport::new(DecodePath::Host, chunks.len()) }))
 }

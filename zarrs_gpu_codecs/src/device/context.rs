@@ -210,9 +210,12 @@ impl GpuContext {
         self.ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
         let mut ptr = 0;
         // SAFETY: allocation from our pool on the caller's stream; the slice below owns it.
-        unsafe { sys::cuMemAllocFromPoolAsync(&raw mut ptr, len.max(1), self.pool.pool, stream.cu_stream()) }
-            .result()
-            .map_err(GpuError::cuda("allocating device memory"))?;
+        let mut alloc = || {
+            unsafe { sys::cuMemAllocFromPoolAsync(&raw mut ptr, len.max(1), self.pool.pool, stream.cu_stream()) }
+                .result()
+        };
+        // The output pool reuses its own idle memory; idle staging buffers are released for it.
+        self.retry_out_of_memory(&mut alloc).map_err(GpuError::cuda("allocating device memory"))?;
         // SAFETY: ptr is a fresh allocation of len bytes on this stream; every byte is written
         // (data or fill value) before the result is handed out.
         Ok(unsafe { stream.upgrade_device_ptr::<u8>(ptr, len) })
@@ -256,12 +259,29 @@ impl GpuContext {
             return Ok(buffer);
         }
         self.check_free(len as u64)?;
-        DeviceBuffer::new(&self.ctx, len)
+        self.retry_out_of_memory(|| DeviceBuffer::new(&self.ctx, len))
+            .map_err(GpuError::cuda("allocating device staging memory"))
     }
 
-    /// Return a staging buffer whose last use has completed.
+    /// `alloc`, and once more when the device is out of memory after what our pools hold idle
+    /// (staging buffers none of our reads is using, freed results) has gone back to the driver:
+    /// the free-memory check counts that memory as ours, and a caller beside PyTorch or CuPy may
+    /// have left no other.
+    fn retry_out_of_memory<T>(&self, mut alloc: impl FnMut() -> Result<T, DriverError>) -> Result<T, DriverError> {
+        match alloc() {
+            Err(err) if err.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+                self.staging.trim(0);
+                self.pool.release_idle()?;
+                self.ctx.bind_to_thread()?;
+                alloc()
+            }
+            other => other,
+        }
+    }
+
+    /// Return a staging buffer whose last use has completed (kept within the device's idle bound).
     pub(crate) fn give_staging(&self, buffer: DeviceBuffer) {
-        self.staging.give(buffer, self.concurrency());
+        self.staging.give(buffer, self.concurrency(), self.keep);
     }
 
     /// A pinned host buffer of at least `len` bytes from the pool (or a new one).
@@ -274,7 +294,7 @@ impl GpuContext {
 
     /// Return a pinned buffer whose last use has completed.
     pub(crate) fn give_pinned(&self, buffer: PinnedBuffer) {
-        self.pinned.give(buffer, self.concurrency());
+        self.pinned.give(buffer, self.concurrency(), self.keep);
     }
 
     /// How many reads are in flight on this device (in this process).

@@ -18,11 +18,12 @@ pub(crate) struct DeviceBuffer {
 }
 
 impl DeviceBuffer {
-    pub(super) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, GpuError> {
-        ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
+    /// A new buffer of `len` bytes; the driver's error as it is, so that the caller can tell
+    /// an exhausted device (worth a retry once idle memory is released) from the rest.
+    pub(super) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, DriverError> {
+        ctx.bind_to_thread()?;
         // SAFETY: a plain allocation owned by the returned value.
-        let ptr =
-            unsafe { result::malloc_sync(len.max(1)) }.map_err(GpuError::cuda("allocating device staging memory"))?;
+        let ptr = unsafe { result::malloc_sync(len.max(1)) }?;
         Ok(Self { ptr, len, ctx: ctx.clone() })
     }
 
@@ -118,6 +119,12 @@ impl OutputPool {
         Ok(())
     }
 
+    /// Give back to the driver everything the pool holds idle (its threshold is unchanged).
+    pub(super) fn release_idle(&self) -> Result<(), DriverError> {
+        // SAFETY: trimming releases only memory no allocation uses.
+        unsafe { sys::cuMemPoolTrimTo(self.pool, 0) }.result()
+    }
+
     /// What the pool may keep idle now (its release threshold).
     pub(super) fn threshold(&self) -> u64 {
         *self.threshold.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -163,7 +170,9 @@ impl PooledBuffer for PinnedBuffer {
 /// How many are kept grows with the reads in flight ([`BufferPool::give`]): reads running
 /// together each hold a few, and a pool sized for one read made them allocate and free pinned
 /// memory on every round (four random tiles read at once took 3.4 times as long as in turn on
-/// the GPU host). What is kept idle once no read is in flight is bounded in bytes by `trim`.
+/// the GPU host). What is kept is bounded in bytes too, at all times (a Dask worker keeps a read
+/// in flight, so the pools never saw an idle moment to be trimmed in), and more tightly by `trim`
+/// once no read is in flight.
 pub(super) struct BufferPool<B> {
     buffers: Mutex<Vec<B>>,
     /// How many to keep with no read in flight.
@@ -195,18 +204,23 @@ impl<B: PooledBuffer> BufferPool<B> {
     }
 
     /// Keep `buffer`, with room for `reads` reads running together: at most `keep` plus
-    /// [`KEPT_PER_READ`] per read are kept, the smallest dropped beyond that and freed after the
-    /// lock is released (a free waits for the device; other reads' takes and gives must not).
-    pub(super) fn give(&self, buffer: B, reads: usize) {
+    /// [`KEPT_PER_READ`] per read are kept, the smallest dropped beyond that, and at most `limit`
+    /// bytes (the largest buffers that fit). What is dropped is freed after the lock is released
+    /// (a free waits for the device; other reads' takes and gives must not).
+    pub(super) fn give(&self, buffer: B, reads: usize, limit: u64) {
         let room = self.keep.saturating_add(KEPT_PER_READ.saturating_mul(reads));
         let dropped = {
             let mut buffers = self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             buffers.push(buffer);
-            if buffers.len() <= room {
+            let bytes = buffers.iter().fold(0u64, |a, b| a.saturating_add(b.capacity() as u64));
+            if buffers.len() <= room && bytes <= limit {
                 return;
             }
             buffers.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
-            buffers.split_off(room)
+            let count = room.min(buffers.len());
+            let mut dropped = buffers.split_off(count);
+            dropped.extend(keep_largest_within(&mut buffers, limit));
+            dropped
         };
         drop(dropped);
     }
@@ -218,19 +232,7 @@ impl<B: PooledBuffer> BufferPool<B> {
             let mut buffers = self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             // Largest first (take() leaves them out of order).
             buffers.sort_by_key(|b| std::cmp::Reverse(b.capacity()));
-            let mut kept = 0u64;
-            let mut dropped = Vec::new();
-            let mut i = 0;
-            while i < buffers.len() {
-                let size = buffers[i].capacity() as u64;
-                if kept.saturating_add(size) <= limit {
-                    kept += size;
-                    i += 1;
-                } else {
-                    dropped.push(buffers.remove(i));
-                }
-            }
-            dropped
+            keep_largest_within(&mut buffers, limit)
         };
         // Freed outside the lock: cuMemFree waits for the device.
         drop(dropped);
@@ -241,6 +243,24 @@ impl<B: PooledBuffer> BufferPool<B> {
     pub(super) fn bytes(&self) -> u64 {
         self.buffers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().map(|b| b.capacity() as u64).sum()
     }
+}
+
+/// Of `buffers` (largest first), keep the largest that fit in `limit` bytes together; returns
+/// the others.
+fn keep_largest_within<B: PooledBuffer>(buffers: &mut Vec<B>, limit: u64) -> Vec<B> {
+    let mut kept = 0u64;
+    let mut dropped = Vec::new();
+    let mut i = 0;
+    while i < buffers.len() {
+        let size = buffers[i].capacity() as u64;
+        if kept.saturating_add(size) <= limit {
+            kept += size;
+            i += 1;
+        } else {
+            dropped.push(buffers.remove(i));
+        }
+    }
+    dropped
 }
 
 #[cfg(test)]
@@ -258,12 +278,12 @@ mod tests {
     #[test]
     fn small_requests_leave_large_buffers_for_large_ones() {
         let pool = BufferPool::new(8);
-        pool.give(Fake(50 << 20), 0);
+        pool.give(Fake(50 << 20), 0, u64::MAX);
         assert!(pool.take(1024).is_none(), "a 1 KiB request took a 50 MiB buffer");
-        pool.give(Fake(4 << 20), 0);
+        pool.give(Fake(4 << 20), 0, u64::MAX);
         assert_eq!(pool.take(1024).map(|b| b.0), Some(4 << 20)); // within 16 MiB of it
         assert_eq!(pool.take(20 << 20).map(|b| b.0), Some(50 << 20)); // within 4 times
-        pool.give(Fake(1 << 30), 0);
+        pool.give(Fake(1 << 30), 0, u64::MAX);
         assert!(pool.take(100 << 20).is_none());
         assert_eq!(pool.take(300 << 20).map(|b| b.0), Some(1 << 30));
     }
@@ -290,7 +310,7 @@ mod tests {
                 }
                 // Returned one by one, with room for the reads that ran together.
                 for b in held {
-                    pool.give(b, readers);
+                    pool.give(b, readers, u64::MAX);
                 }
                 per_round.push(missed);
             }
@@ -318,10 +338,10 @@ mod tests {
             }
         }
         let pool = POOL.get_or_init(|| BufferPool::new(1));
-        pool.give(Probe(2), 0);
-        pool.give(Probe(1), 0); // the smaller one is dropped
+        pool.give(Probe(2), 0, u64::MAX);
+        pool.give(Probe(1), 0, u64::MAX); // the smaller one is dropped
         assert_eq!(pool.bytes(), 2);
-        pool.give(Probe(3), 0);
+        pool.give(Probe(3), 0, u64::MAX);
         assert_eq!(pool.bytes(), 3);
     }
 
@@ -329,7 +349,7 @@ mod tests {
     fn trimmed_pools_keep_the_largest_buffers_that_fit_the_bound() {
         let pool = BufferPool::new(8);
         for size in [4usize, 1, 3, 2, 8] {
-            pool.give(Fake(size << 20), 0);
+            pool.give(Fake(size << 20), 0, u64::MAX);
         }
         assert_eq!(pool.bytes(), 18 << 20);
         // 8 + 4 fit in 13 MiB, 3 would not, 1 does.
@@ -345,7 +365,7 @@ mod tests {
     fn trims_after_takes_still_keep_the_largest() {
         let pool = BufferPool::new(8);
         for size in [1usize, 2, 3, 4, 5, 6] {
-            pool.give(Fake(size << 20), 0);
+            pool.give(Fake(size << 20), 0, u64::MAX);
         }
         // take() swaps the last into the hole: the order is no longer largest first.
         assert_eq!(pool.take(5 << 20).map(|b| b.0), Some(5 << 20));
@@ -353,6 +373,23 @@ mod tests {
         let mut left: Vec<usize> = pool.buffers.lock().unwrap().iter().map(|b| b.0 >> 20).collect();
         left.sort_unstable();
         assert_eq!(left, [4, 6]);
+    }
+
+    /// With reads in flight (room for many buffers by count), the bytes kept stay within the
+    /// bound: the largest buffers that fit are kept, a buffer larger than the bound is freed.
+    #[test]
+    fn pools_with_reads_in_flight_stay_within_their_bytes() {
+        let pool = BufferPool::new(8);
+        for size in [300usize, 200, 500, 100, 400] {
+            pool.give(Fake(size << 20), 16, 1 << 30);
+            assert!(pool.bytes() <= 1 << 30, "{} MiB kept", pool.bytes() >> 20);
+        }
+        let mut left: Vec<usize> = pool.buffers.lock().unwrap().iter().map(|b| b.0 >> 20).collect();
+        left.sort_unstable();
+        assert_eq!(left, [400, 500]); // 500 + 400 fit, then neither 300 nor 200 does
+        pool.give(Fake(2 << 30), 16, 1 << 30);
+        assert!(pool.take(2 << 30).is_none(), "a buffer past the bound was kept");
+        assert_eq!(pool.bytes(), 900 << 20);
     }
 
     #[test]

@@ -91,8 +91,14 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     output: Output,
 ) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
-    // Rows are read with preadv on a GdsStore's files.
-    let rows = gds.is_some() && config.row_reads();
+    // Rows are read with preadv on a GdsStore's files: only where its device reads would go
+    // through preads anyway (a forced GDS backend errs, and native GDS is never skipped).
+    let rows = match gds {
+        Some(store) if config.row_reads() => {
+            store.pread_reason(config.backend()).map_err(crate::reader::DeviceReadError::from)?.is_some()
+        }
+        _ => false,
+    };
     if plan.shards.is_empty() {
         let unit = if plan.chain.is_raw() { Unit::raw } else { Unit::whole };
         let mut units: Vec<Unit> = plan_chunks(elem, subset, chunks)?.into_iter().map(unit).collect();
@@ -192,7 +198,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             fill: None,
             scratch: None,
             // The caller's destination is not this read's memory.
-            taken: std::cell::Cell::new(output.allocated(out_bytes)),
+            taken: Taken::new(output.allocated(out_bytes)),
         };
         trace.mark("buffers");
 
@@ -219,9 +225,11 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         // After an ordinary error (a corrupt chunk, a failed read), what is in flight gets a
         // batch's bound from now: only work that never ends marks the context lost.
         let deadline = if result.is_err() { run.deadline.max(after(run.bound)) } else { run.deadline };
+        let peak = buffers.taken.peak.get();
         release(context, buffers, &result, &[stream.as_ref(), copy_stream.as_ref()], deadline)?;
         result?;
         let BatchRun { mut report, trace, .. } = run;
+        report.peak_device_bytes = peak;
         report.stages = trace.finish(&format!(
             "{out_bytes} bytes decoded on the device, {} chunks, {} batches",
             report.chunks,
@@ -428,8 +436,34 @@ struct Buffers {
     /// batch k+1's decode starts after batch k's has finished with it (nvCOMP's zstd scratch is
     /// about 3 times a batch's decoded bytes: two of them doubled a read's working set).
     scratch: Option<DeviceBuffer>,
-    /// Device memory this read has taken, against `GpuConfig::with_device_memory_cap`.
-    taken: std::cell::Cell<u64>,
+    taken: Taken,
+}
+
+/// Device memory a read has taken (its output where it allocates it, staging, scratch), against
+/// `GpuConfig::with_device_memory_cap`, and the most it held at once (its report's peak).
+struct Taken {
+    now: std::cell::Cell<u64>,
+    peak: std::cell::Cell<u64>,
+}
+
+impl Taken {
+    fn new(bytes: u64) -> Self {
+        Self { now: bytes.into(), peak: bytes.into() }
+    }
+
+    /// What the read would hold with `len` more bytes.
+    fn with(&self, len: u64) -> u64 {
+        self.now.get().saturating_add(len)
+    }
+
+    fn add(&self, len: u64) {
+        self.now.set(self.with(len));
+        self.peak.set(self.peak.get().max(self.now.get()));
+    }
+
+    fn sub(&self, len: u64) {
+        self.now.set(self.now.get().saturating_sub(len));
+    }
 }
 
 /// The decoder's scratch ([`Buffers::scratch`]) of at least `len` bytes (its address), within the
@@ -437,7 +471,7 @@ struct Buffers {
 /// read's stream, which may still use it, have finished.
 fn ensure_scratch<S: ?Sized>(
     scratch: &mut Option<DeviceBuffer>,
-    taken: &std::cell::Cell<u64>,
+    taken: &Taken,
     job: &Job<'_, S>,
     len: usize,
 ) -> Result<u64, GpuError> {
@@ -450,22 +484,25 @@ fn ensure_scratch<S: ?Sized>(
 /// [`ensure`] a device buffer from the context's pool, counted in `taken` against the read's
 /// device memory cap (a replaced buffer no longer counts): the buffer, and whether it is new.
 fn ensure_counted<'b, S: ?Sized>(
-    taken: &std::cell::Cell<u64>,
+    taken: &Taken,
     job: &Job<'_, S>,
     buffer: &'b mut Option<DeviceBuffer>,
     len: u64,
 ) -> Result<(&'b mut DeviceBuffer, bool), GpuError> {
     let take = |len: usize| -> Result<DeviceBuffer, GpuError> {
-        let now = taken.get().saturating_add(len as u64);
+        let now = taken.with(len as u64);
         if let Some(cap) = job.config.device_memory_cap().filter(|&cap| now > cap) {
             return Err(GpuError::OutOfMemory { needed: now, free: cap, device: job.config.device() });
         }
-        taken.set(now);
-        job.context.take_staging(len)
+        let buffer = job.context.take_staging(len)?;
+        taken.add(len as u64);
+        Ok(buffer)
     };
+    // A buffer outgrown is freed, not pooled: kept, it and its larger successor would both
+    // hold device memory, and the successor's allocation could fail for want of it.
     let give = |old: DeviceBuffer| {
-        taken.set(taken.get().saturating_sub(old.len() as u64));
-        job.context.give_staging(old);
+        taken.sub(old.len() as u64);
+        drop(old);
     };
     ensure(buffer, len, DeviceBuffer::len, take, give)
 }
@@ -488,7 +525,9 @@ fn table_room(units: &[Unit], chain: &DeviceChain, batch: impl Iterator<Item = u
 /// The batches of `units`, after checking that the output this read allocates (`out_bytes`:
 /// none for a caller's destination) and two slots of the largest batch (stored bytes at most
 /// about the decoded bytes, decoded bytes, nvCOMP's temp space, metadata) fit the `free` device
-/// memory, before anything is allocated.
+/// memory, before anything is allocated. Where they do not, the batches shrink (halved, down to
+/// the largest unit alone) until they do: a device filled by PyTorch or CuPy still reads, in more
+/// batches, what fits beside its output.
 fn plan_batches(
     units: &[Unit],
     chain: &DeviceChain,
@@ -497,14 +536,7 @@ fn plan_batches(
     nvcomp: Option<&NvcompLibrary>,
     out_bytes: u64,
 ) -> Result<Vec<Vec<usize>>, GpuError> {
-    let decoded_len = |u: usize| units[u].decoded_len();
-    // What a unit takes in a slot's staging: its decoded bytes (and stored ones as many at
-    // most), the bytes read for an uncompressed one, nothing when read straight into the output.
-    let staged_len = |u: usize| match &units[u] {
-        unit if unit.direct.is_some() => 0,
-        unit if !chain.is_checked() => unit.raw_len(),
-        unit => unit.decoded_len(),
-    };
+    let staged_len = |u: usize| staged_len(&units[u], chain);
     let largest = (0..units.len()).map(staged_len).max().unwrap_or(0);
     // Every unit is staged whole (decoded, or the bytes read of an uncompressed one): one that
     // (with the output) exceeds the free memory is refused before any batch is planned, which
@@ -517,17 +549,59 @@ fn plan_batches(
     };
     refuse(out_bytes.saturating_add(largest))?;
     let small_free = chain.compression.as_ref().filter(|c| c.prefers_large_batches()).map(|_| free);
-    let budget = batch_budget(config.staging_bytes() as u64, config.staging_is_set(), largest, small_free, out_bytes);
-    let batches = batches_by_size((0..units.len()).map(staged_len), budget);
+    let mut budget =
+        batch_budget(config.staging_bytes() as u64, config.staging_is_set(), largest, small_free, out_bytes);
+    let floor = largest.next_multiple_of(DECODED_ALIGN).max(DECODED_ALIGN);
+    let mut temps = std::collections::HashMap::new();
+    loop {
+        let batches = batches_by_size((0..units.len()).map(staged_len), budget);
+        let needed = working_set(units, chain, config, nvcomp, &batches, &mut temps)?.saturating_add(out_bytes);
+        if needed <= free || budget <= floor {
+            refuse(needed)?;
+            return Ok(batches);
+        }
+        budget = (budget / 2).max(floor);
+    }
+}
+
+/// What a unit takes in a slot's staging: its decoded bytes (and stored ones as many at most),
+/// the bytes read for an uncompressed one, nothing when read straight into the output.
+fn staged_len(unit: &Unit, chain: &DeviceChain) -> u64 {
+    match unit {
+        unit if unit.direct.is_some() => 0,
+        unit if !chain.is_checked() => unit.raw_len(),
+        unit => unit.decoded_len(),
+    }
+}
+
+/// The device memory `batches` take beside the output: two slots of the largest batch (one when
+/// there is one batch) and one decoder scratch. nvCOMP's temp sizes are asked once per batch
+/// shape (`temps`: most batches of a read have the same).
+fn working_set(
+    units: &[Unit],
+    chain: &DeviceChain,
+    config: &GpuConfig,
+    nvcomp: Option<&NvcompLibrary>,
+    batches: &[Vec<usize>],
+    temps: &mut std::collections::HashMap<(usize, u64, u64), u64>,
+) -> Result<u64, GpuError> {
+    let staged_len = |u: usize| staged_len(&units[u], chain);
     let slots = if batches.len() > 1 { 2 } else { 1 };
     let (mut largest_slot, mut largest_temp) = (0u64, 0u64);
-    for batch in &batches {
-        // Saturating: a sum past 2^64 (a huge staging budget) is refused below.
+    for batch in batches {
+        // Saturating: a sum past 2^64 (a huge staging budget) is refused by the caller.
         let decoded = batch.iter().fold(0u64, |a, &u| a.saturating_add(staged_len(u).next_multiple_of(DECODED_ALIGN)));
-        let max_chunk = batch.iter().map(|&u| decoded_len(u)).max().unwrap_or(0);
+        let max_chunk = batch.iter().map(|&u| units[u].decoded_len()).max().unwrap_or(0);
         let temp = match &chain.compression {
             Some(codec) if chain.device_may_decode(config.decode_trust()) => {
-                codec.temp_bytes(nvcomp, batch.len(), max_chunk as usize, decoded as usize)? as u64
+                let key = (batch.len(), max_chunk, decoded);
+                match temps.get(&key) {
+                    Some(&temp) => temp,
+                    None => {
+                        let temp = codec.temp_bytes(nvcomp, batch.len(), max_chunk as usize, decoded as usize)? as u64;
+                        *temps.entry(key).or_insert(temp)
+                    }
+                }
             }
             _ => 0,
         };
@@ -536,8 +610,7 @@ fn plan_batches(
         // One scratch serves both slots (`Buffers::scratch`).
         largest_temp = largest_temp.max(temp);
     }
-    refuse(out_bytes.saturating_add(largest_slot.saturating_mul(slots as u64)).saturating_add(largest_temp))?;
-    Ok(batches)
+    Ok(largest_slot.saturating_mul(slots).saturating_add(largest_temp))
 }
 
 /// The stored (offset, length) of each unit of `batch`, None when missing: whole values are
@@ -702,12 +775,15 @@ impl Batch {
         };
         report.bytes_read += requests.iter().zip(&found).filter(|(_, &f)| f).map(|(r, _)| r.len as u64).sum::<u64>();
         let rows_found = Self::read_rows(&mut self.rows, job, cbase)?;
-        if requests.is_empty() && !self.rows.is_empty() {
-            // Only rows were read: say so, not what opening no file for the device found.
-            report.io = Some(zarrs_gds_store::IoStatus::new(
-                zarrs_gds_store::IoPath::Posix,
-                "rows of uncompressed chunks read with preadv into pinned memory, copied to the device",
-            ));
+        if !self.rows.is_empty() {
+            // Rows are read only where the store's device reads take preads: the path is that, and
+            // the reason names both kinds of read when there were ranges too.
+            const ROWS: &str = "rows of uncompressed chunks read with preadv into pinned memory, copied to the device";
+            let reason = match report.io.take() {
+                Some(io) if !requests.is_empty() => format!("{ROWS}; other ranges: {}", io.reason),
+                _ => ROWS.to_string(),
+            };
+            report.io = Some(zarrs_gds_store::IoStatus::new(zarrs_gds_store::IoPath::Posix, reason));
         }
         report.bytes_read +=
             self.rows.iter().zip(&rows_found).filter(|(_, &f)| f).map(|(r, _)| r.packed_len()).sum::<u64>();
@@ -1929,6 +2005,38 @@ mod tests {
         // Staging alone still has to fit.
         let tight = plan_batches(&units, &chain, &config, 3 << 20, None, into.allocated(out_bytes));
         assert!(matches!(tight, Err(GpuError::OutOfMemory { .. })), "{tight:?}");
+    }
+
+    /// With the default staging budget (1 GiB) the 64 chunks of 1 MiB are one batch, whose
+    /// slot takes twice their bytes; with less free memory the batches shrink until two slots
+    /// fit beside the output, rather than the read being refused; only when one chunk a batch
+    /// does not fit is it refused.
+    #[test]
+    fn batches_shrink_to_the_free_memory_before_a_read_is_refused() {
+        let array = ArraySubset::new_with_shape(vec![64, 1 << 20]);
+        let chunks = (0..64u64).map(|c| {
+            let subset = ArraySubset::new_with_start_shape(vec![0, c * 16384], vec![64, 16384]).unwrap();
+            (vec![0, c], StoreKey::new(format!("c/0/{c}")).unwrap(), subset)
+        });
+        let units: Vec<Unit> = plan_chunks(1, &array, chunks).unwrap().into_iter().map(Unit::whole).collect();
+        let (chain, config) = (DeviceChain::default(), GpuConfig::default());
+        let out_bytes = 64 << 20;
+        let roomy = plan_batches(&units, &chain, &config, 1 << 30, None, out_bytes).unwrap();
+        assert_eq!(roomy.len(), 1);
+        // Output plus 32 MiB: two slots of at most 16 MiB, so batches of at most 8 chunks.
+        let tight = plan_batches(&units, &chain, &config, (64 << 20) + (32 << 20), None, out_bytes).unwrap();
+        assert!(
+            tight.len() >= 8 && tight.iter().all(|b| b.len() <= 8),
+            "{:?}",
+            tight.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        assert_eq!(tight.concat(), (0..64).collect::<Vec<_>>(), "every unit once, in order");
+        let mut temps = std::collections::HashMap::new();
+        let set = working_set(&units, &chain, &config, None, &tight, &mut temps).unwrap();
+        assert!(set <= 32 << 20, "{set}");
+        // Room for the output and a chunk but not for two slots of one: refused, with the sizes.
+        let none = plan_batches(&units, &chain, &config, (64 << 20) + (3 << 20), None, out_bytes);
+        assert!(matches!(none, Err(GpuError::OutOfMemory { needed, .. }) if needed > (67 << 20)), "{none:?}");
     }
 
     /// What the gather kernel does, on the host.
