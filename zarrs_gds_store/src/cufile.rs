@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use cudarc::cufile::sys::{CUfileDescr_t, CUfileDescr_t__bindgen_ty_1, CUfileDrvProps_t, CUfileFileHandleType};
 
-use crate::ReadError;
+use crate::error::ReadError;
 
 /// The environment variable naming the cuFile library to load, before the usual names.
 pub const CUFILE_LIBRARY_ENV: &str = "CUFILE_LIBRARY_PATH";

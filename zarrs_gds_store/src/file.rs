@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::cufile::{CuFileDriver, CuFileHandle};
-use crate::ReadError;
+use crate::error::ReadError;
 
 /// Rows this far apart or closer are read with the gap between them (dropped), by one `preadv`:
 /// cheaper than another call per row.

@@ -10,9 +10,10 @@ use zarrs_storage::{
     StorageError, StoreKey, StoreKeys, StoreKeysPrefixes, StorePrefix, WritableStorageTraits,
 };
 
+use crate::backend::{IoBackend, IoPath, IoStatus};
 use crate::cufile::CuFileDriver;
+use crate::error::ReadError;
 use crate::file::{FileCache, GdsFile, OpenValue};
-use crate::{IoBackend, IoPath, IoStatus, ReadError};
 
 /// Files registered with cuFile kept open per store (each holds two descriptors).
 const REGISTERED_FILES: usize = 256;
