@@ -3,7 +3,7 @@
 //! The Python peers run beside it on the same data (benches/run.sh).
 //!
 //! ```text
-//! bench --dir /tmp/bench [--gib 8] [--repeat 5] [--json results.jsonl] [--tiles 48] [--tiles-only]
+//! bench --dir /tmp/bench [--gib 8] [--repeat 5] [--json results.jsonl] [--tiles 48] [--tiles-only] [--filled 512]
 //! ```
 //!
 //! Tiles (issue 17): for each case, `--tiles N` reads of 64 x 256 x 256 tiles at random starts
@@ -61,6 +61,11 @@ struct Args {
     /// Only the tile rows (no whole-array or slab rows, no peers, no ceilings).
     #[arg(long)]
     tiles_only: bool,
+    /// Rows of the 1 GiB slab (the first 64 planes) read with the device filled by another
+    /// allocator, as a training job fills it, but for the output and this many MiB; beside the
+    /// same slab read unconstrained in the same run. 0: none.
+    #[arg(long, default_value_t = 0)]
+    filled: u64,
 }
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -220,6 +225,9 @@ fn run(args: &Args) -> Result<(), Error> {
         if case == "u1" && !args.ours_only && !args.tiles_only {
             lines.extend(ceilings(&path, &array)?);
         }
+        if args.filled > 0 {
+            lines.extend(filled_rows(&array, name, args.filled << 20, args.repeat, &args.label)?);
+        }
         if args.tiles > 0 {
             let compression = match case.as_str() {
                 "z1" | "z2" | "z2c" | "s1" => Some(Compression::Zstd),
@@ -243,6 +251,75 @@ fn run(args: &Args) -> Result<(), Error> {
         std::fs::OpenOptions::new().create(true).append(true).open(json)?.write_all(out.as_bytes())?;
     }
     Ok(())
+}
+
+/// Device memory held by another allocator of the process, freed on drop.
+struct Filler {
+    ptr: u64,
+    ctx: Arc<cudarc::driver::CudaContext>,
+}
+
+impl Filler {
+    /// Take all of device 0's free memory but `leave` bytes.
+    fn leaving(leave: u64) -> Result<Self, Error> {
+        let ctx = cuda_context(0)?;
+        ctx.bind_to_thread()?;
+        let (free, _) = cudarc::driver::result::mem_get_info()?;
+        let take = (free as u64).checked_sub(leave).ok_or(format!("{free} bytes free, fewer than {leave}"))?;
+        // SAFETY: a plain allocation, freed on drop.
+        let ptr = unsafe { cudarc::driver::result::malloc_sync(take as usize) }?;
+        Ok(Self { ptr, ctx })
+    }
+}
+
+impl Drop for Filler {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: allocated in leaving(); nothing uses it.
+        let _ = unsafe { cudarc::driver::result::free_sync(self.ptr) };
+    }
+}
+
+/// The 1 GiB slab read unconstrained, then with the device filled but for its output and
+/// `extra` bytes (our pools emptied first, as a training job's allocator would have taken
+/// them): medians, the ratio of the two rates, and each read's peak device memory.
+fn filled_rows(array: &Array<GdsStore>, name: &str, extra: u64, repeat: usize, label: &str) -> Result<Vec<String>, Error> {
+    let subset = parse_subset("0:64", array.shape())?;
+    let bytes = subset.num_elements() * 4;
+    let config = GpuConfig::default().with_backend(IoBackend::Auto);
+    let timed = |filled: bool| -> Result<(f64, Vec<f64>, String), Error> {
+        zarrs_gpu::empty_cache()?;
+        let filler = if filled { Some(Filler::leaving(bytes + extra)?) } else { None };
+        let mut runs = Vec::new();
+        let mut io = String::new();
+        for i in 0..=repeat {
+            let start = Instant::now();
+            let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&subset, &config)?;
+            let elapsed = start.elapsed().as_secs_f64();
+            drop(data);
+            if i > 0 {
+                runs.push(elapsed);
+            }
+            io = format!(
+                "peak device memory {} MiB; {} of {} chunks on host threads; {}",
+                report.peak_device_bytes >> 20,
+                report.host_decoded_chunks,
+                report.chunks,
+                report.schedule.unwrap_or_default()
+            );
+        }
+        drop(filler);
+        Ok((median(runs.clone()), runs, io))
+    };
+    let (free_secs, free_runs, free_io) = timed(false)?;
+    let (secs, runs, io) = timed(true)?;
+    let who = ours(&config, label);
+    let case = format!("{name} 1 GiB slab");
+    let io = format!("{io}; {:.2} of the unconstrained rate", free_secs / secs);
+    Ok(vec![
+        line(&who, &format!("{case}, unconstrained"), &subset, bytes, free_secs, &free_runs, &free_io),
+        line(&who, &format!("{case}, device filled but output + {} MiB", extra >> 20), &subset, bytes, secs, &runs, &io),
+    ])
 }
 
 /// The peer name of this project's rows: its decode trust and the run's label.

@@ -9,6 +9,7 @@ mod faults;
 mod hostile;
 mod integrity;
 mod load;
+mod memory;
 #[path = "../common/metadata.rs"]
 mod metadata;
 mod multi_gpu;

@@ -160,7 +160,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     };
     // Free device memory, asked once (each query is a driver call).
     let free = context.free_bytes()?;
-    let batches = plan_batches(units, chain, config, free, nvcomp, output.allocated(out_bytes))?;
+    let (batches, shrunk) = plan_batches(units, chain, config, free, nvcomp, output.allocated(out_bytes))?;
     let slots = if batches.len() > 1 { 2 } else { 1 };
     trace.mark("plan");
 
@@ -191,6 +191,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             fill_len,
             out: &out,
             out_shape,
+            shrunk,
         };
         let mut buffers = Buffers {
             slots: (0..slots).map(|_| Slot::default()).collect(),
@@ -280,7 +281,7 @@ impl BatchRun {
         self.trace.mark("sizes");
         let stored_bytes = batch.read(job, buffers, &mut self.report)?;
         self.trace.mark("read");
-        if let Some(schedule) = batch.route(job, stored_bytes, batches.len() == 1)? {
+        if let Some(schedule) = batch.route(job, stored_bytes, batches.len() == 1 || job.shrunk)? {
             self.report.schedule = Some(schedule);
         }
         self.trace.mark("check");
@@ -370,6 +371,10 @@ struct Job<'a, S: ?Sized> {
     out: &'a dyn OutputAddress,
     /// The output's shape (C order).
     out_shape: &'a [u64],
+    /// The batches were shrunk to fit the free device memory: each is split between host threads
+    /// and nvCOMP by cost, as a read of one batch is (nvCOMP's fixed cost per call weighs on
+    /// many small batches, and host threads need no scratch).
+    shrunk: bool,
 }
 
 impl<S: ?Sized> Job<'_, S> {
@@ -525,9 +530,9 @@ fn table_room(units: &[Unit], chain: &DeviceChain, batch: impl Iterator<Item = u
 /// The batches of `units`, after checking that the output this read allocates (`out_bytes`:
 /// none for a caller's destination) and two slots of the largest batch (stored bytes at most
 /// about the decoded bytes, decoded bytes, nvCOMP's temp space, metadata) fit the `free` device
-/// memory, before anything is allocated. Where they do not, the batches shrink (halved, down to
-/// the largest unit alone) until they do: a device filled by PyTorch or CuPy still reads, in more
-/// batches, what fits beside its output.
+/// memory, before anything is allocated. Where they do not, the batches shrink (down to the
+/// largest unit alone) until they fit with [`HEADROOM`] to spare: a device filled by PyTorch or
+/// CuPy still reads, in more batches, what fits beside its output. The flag: whether they shrank.
 fn plan_batches(
     units: &[Unit],
     chain: &DeviceChain,
@@ -535,7 +540,7 @@ fn plan_batches(
     free: u64,
     nvcomp: Option<&NvcompLibrary>,
     out_bytes: u64,
-) -> Result<Vec<Vec<usize>>, GpuError> {
+) -> Result<(Vec<Vec<usize>>, bool), GpuError> {
     let staged_len = |u: usize| staged_len(&units[u], chain);
     let largest = (0..units.len()).map(staged_len).max().unwrap_or(0);
     // Every unit is staged whole (decoded, or the bytes read of an uncompressed one): one that
@@ -553,16 +558,26 @@ fn plan_batches(
         batch_budget(config.staging_bytes() as u64, config.staging_is_set(), largest, small_free, out_bytes);
     let floor = largest.next_multiple_of(DECODED_ALIGN).max(DECODED_ALIGN);
     let mut temps = std::collections::HashMap::new();
+    let room = free.saturating_sub(out_bytes).saturating_sub(HEADROOM);
+    let mut shrunk = false;
     loop {
         let batches = batches_by_size((0..units.len()).map(staged_len), budget);
-        let needed = working_set(units, chain, config, nvcomp, &batches, &mut temps)?.saturating_add(out_bytes);
-        if needed <= free || budget <= floor {
-            refuse(needed)?;
-            return Ok(batches);
+        let set = working_set(units, chain, config, nvcomp, &batches, &mut temps)?;
+        if set <= room || budget <= floor {
+            refuse(set.saturating_add(out_bytes))?;
+            return Ok((batches, shrunk));
         }
-        budget = (budget / 2).max(floor);
+        // The working set grows about linearly with the budget: aim at what fits, and shrink by
+        // an eighth at least, so that batches whose shape does not change still end.
+        let aim = (budget as f64 * room as f64 / set as f64) as u64;
+        budget = aim.min(budget - budget / 8).max(floor);
+        shrunk = true;
     }
 }
+
+/// Device memory a read leaves free beyond its plan: for what it does not plan (the fill block,
+/// streams and events), and the driver's granularity.
+const HEADROOM: u64 = 16 << 20;
 
 /// What a unit takes in a slot's staging: its decoded bytes (and stored ones as many at most),
 /// the bytes read for an uncompressed one, nothing when read straight into the output.
@@ -2000,7 +2015,7 @@ mod tests {
         assert!(matches!(new, Err(GpuError::OutOfMemory { .. })), "{new:?}");
         // Into a caller's destination of 16 MiB, which exists already: only staging counts.
         let into = Output::Into { ptr: 0, len: out_bytes as usize };
-        let batches = plan_batches(&units, &chain, &config, free, None, into.allocated(out_bytes)).unwrap();
+        let (batches, _) = plan_batches(&units, &chain, &config, free, None, into.allocated(out_bytes)).unwrap();
         assert_eq!(batches.len(), 16);
         // Staging alone still has to fit.
         let tight = plan_batches(&units, &chain, &config, 3 << 20, None, into.allocated(out_bytes));
@@ -2021,10 +2036,12 @@ mod tests {
         let units: Vec<Unit> = plan_chunks(1, &array, chunks).unwrap().into_iter().map(Unit::whole).collect();
         let (chain, config) = (DeviceChain::default(), GpuConfig::default());
         let out_bytes = 64 << 20;
-        let roomy = plan_batches(&units, &chain, &config, 1 << 30, None, out_bytes).unwrap();
-        assert_eq!(roomy.len(), 1);
-        // Output plus 32 MiB: two slots of at most 16 MiB, so batches of at most 8 chunks.
-        let tight = plan_batches(&units, &chain, &config, (64 << 20) + (32 << 20), None, out_bytes).unwrap();
+        let (roomy, shrunk) = plan_batches(&units, &chain, &config, 1 << 30, None, out_bytes).unwrap();
+        assert!(roomy.len() == 1 && !shrunk);
+        // Output plus 48 MiB, less the headroom: two slots of at most 16 MiB, so batches of at
+        // most 8 chunks.
+        let (tight, shrunk) = plan_batches(&units, &chain, &config, (64 << 20) + (48 << 20), None, out_bytes).unwrap();
+        assert!(shrunk);
         assert!(
             tight.len() >= 8 && tight.iter().all(|b| b.len() <= 8),
             "{:?}",
