@@ -613,21 +613,9 @@ impl DeviceReader {
         }
         let total: usize = piece.iter().map(|s| s.2).sum();
         let host = &mut buffer.as_mut_slice()[..total];
-        // Bytes run..at are read and not yet copied; a missing source ends a run.
-        let (mut run, mut at, mut copied) = (0, 0, false);
-        let result = (|| {
-            for &(i, offset, len) in piece {
-                let present = source.read_host(i, offset, &mut host[at..at + len])?;
-                outcome.record(i, present);
-                if !present {
-                    copied |= self.copy_run(&host[run..at], dst + run as u64, &worker.stream)?;
-                    run = at + len;
-                }
-                at += len;
-            }
-            copied |= self.copy_run(&host[run..at], dst + run as u64, &worker.stream)?;
-            Ok(())
-        })();
+        let stream = &worker.stream;
+        let (copied, result) =
+            read_piece_runs(source, piece, host, outcome, |run, bytes| self.copy_run(bytes, dst + run as u64, stream));
         // Even after an error: a copy enqueued keeps the buffer until its event.
         if copied {
             event.record(&worker.stream).map_err(DeviceReadError::cuda("recording an event"))?;
@@ -666,9 +654,91 @@ impl DeviceReader {
     }
 }
 
+/// Read `piece`'s segments one after another into `host` and hand each run of them whose
+/// sources exist to `copy` (its offset in `host`, its bytes): a missing source ends a run. Returns
+/// whether any copy was enqueued, also after an error (the buffer is then in use until the
+/// copies finish), and the first error.
+fn read_piece_runs(
+    source: &dyn PieceSource,
+    piece: &[(usize, u64, usize)],
+    host: &mut [u8],
+    outcome: &Outcome,
+    mut copy: impl FnMut(usize, &[u8]) -> Result<bool, DeviceReadError>,
+) -> (bool, Result<(), DeviceReadError>) {
+    // Bytes run..at are read and not yet copied.
+    let (mut run, mut at, mut copied) = (0, 0, false);
+    let result = (|| {
+        for &(i, offset, len) in piece {
+            let present = source.read_host(i, offset, &mut host[at..at + len])?;
+            outcome.record(i, present);
+            if !present {
+                copied |= copy(run, &host[run..at])?;
+                run = at + len;
+            }
+            at += len;
+        }
+        copied |= copy(run, &host[run..at])?;
+        Ok(())
+    })();
+    (copied, result)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Segments of transfers 0 to 4: transfer 2 is missing, transfer 4 fails to read.
+    struct Segments;
+
+    impl PieceSource for Segments {
+        fn read_host(&self, transfer: usize, offset: u64, buf: &mut [u8]) -> Result<bool, DeviceReadError> {
+            match transfer {
+                2 => Ok(false),
+                4 => Err(zarrs_storage::StorageError::Other("transfer 4 cannot be read".into()).into()),
+                _ => {
+                    buf.iter_mut().enumerate().for_each(|(k, b)| *b = (transfer * 50 + offset as usize + k) as u8);
+                    Ok(true)
+                }
+            }
+        }
+    }
+
+    /// A piece with a missing segment in its middle is copied as the runs on either side of it,
+    /// each from its own offset with its own bytes; a read error after a copy was queued still
+    /// reports the copy, so that the pinned buffer stays guarded until it finishes.
+    #[test]
+    fn pieces_copy_the_runs_around_missing_segments_and_guard_queued_copies_after_errors() {
+        let expect = |t: usize, o: usize, n: usize| -> Vec<u8> { (0..n).map(|k| (t * 50 + o + k) as u8).collect() };
+        let run = |piece: &[(usize, u64, usize)]| {
+            let outcome = Outcome::new(5);
+            let mut host = vec![0u8; piece.iter().map(|s| s.2).sum()];
+            let mut copies: Vec<(usize, Vec<u8>)> = Vec::new();
+            let (copied, result) = read_piece_runs(&Segments, piece, &mut host, &outcome, |at, bytes| {
+                if !bytes.is_empty() {
+                    copies.push((at, bytes.to_vec()));
+                }
+                Ok(!bytes.is_empty())
+            });
+            (copied, result, copies, outcome)
+        };
+        let (copied, result, copies, outcome) = run(&[(0, 10, 6), (1, 0, 4), (2, 0, 5), (3, 7, 3)]);
+        assert!(copied && result.is_ok());
+        assert_eq!(copies, vec![(0, [expect(0, 10, 6), expect(1, 0, 4)].concat()), (15, expect(3, 7, 3))]);
+        assert!(outcome.finish([6, 4, 5, 3, 1].into_iter()).is_ok_and(|f| f == [true, true, false, true, false]));
+        // The missing segment first, then last: no empty copies, nothing lost.
+        let (_, _, copies, _) = run(&[(2, 0, 5), (0, 0, 2)]);
+        assert_eq!(copies, vec![(5, expect(0, 0, 2))]);
+        let (_, _, copies, _) = run(&[(0, 0, 2), (2, 0, 5)]);
+        assert_eq!(copies, vec![(0, expect(0, 0, 2))]);
+        // An error after a run was copied: the copy is reported with the error.
+        let (copied, result, copies, _) = run(&[(0, 0, 3), (2, 0, 1), (4, 0, 2)]);
+        assert!(copied, "a queued copy must keep its buffer guarded");
+        assert!(result.is_err_and(|e| e.to_string().contains("transfer 4")));
+        assert_eq!(copies, vec![(0, expect(0, 0, 3))]);
+        // An error before anything was copied: nothing to guard.
+        let (copied, result, copies, _) = run(&[(4, 0, 2), (0, 0, 3)]);
+        assert!(!copied && result.is_err() && copies.is_empty());
+    }
 
     fn transfers(spans: &[(u64, usize)]) -> Vec<DeviceTransfer> {
         spans.iter().map(|&(dst, len)| DeviceTransfer { dst, len }).collect()
