@@ -119,24 +119,32 @@ fn clamp(
 }
 
 /// A subset written as numpy-style slices, one per dimension, separated by commas, as its index
-/// items: `0:64,:,100:`, `-16:`, `5`, `...,0:8`. An empty part is a whole dimension (`:`);
-/// numbers too large for 128 bits saturate (they clamp like any bound past the end).
+/// items: `0:64,:,100:`, `-16:`, `5`, `...,0:8`, `0:1,` (one trailing comma, as numpy allows).
+/// An empty text is the whole array; numbers too large for 128 bits saturate (they clamp like
+/// any bound past the end).
 ///
 /// # Errors
-/// Returns a message naming the dimension and the part that is not an integer or a slice.
+/// Returns a message naming the part that is empty (`,`, `0:1,,:`: numpy's syntax errors; `:`
+/// is a whole dimension), or not an integer or a slice.
 pub fn parse_index(spec: &str) -> Result<Vec<IndexItem>, String> {
     if spec.trim().is_empty() {
         return Ok(Vec::new());
     }
-    let whole = IndexItem::Slice { start: None, stop: None, step: None };
-    spec.split(',')
-        .map(str::trim)
+    let mut parts: Vec<&str> = spec.split(',').map(str::trim).collect();
+    // numpy's `a[0:1,]` is `a[0:1]`: one trailing comma is dropped, and only after an item.
+    if parts.len() > 1 && parts.last() == Some(&"") {
+        parts.pop();
+    }
+    parts
+        .into_iter()
         .enumerate()
         .map(|(at, part)| {
             let pieces: Vec<&str> = part.split(':').map(str::trim).collect();
             let optional = |s: &str| if s.is_empty() { Ok(None) } else { number(s, at).map(Some) };
             match pieces.as_slice() {
-                [""] => Ok(whole),
+                [""] => Err(format!(
+                    "index part {at} of {spec:?} is empty (numpy refuses it; write : for a whole dimension)"
+                )),
                 ["..."] => Ok(IndexItem::Ellipsis),
                 [index] => number(index, at).map(IndexItem::Index),
                 [a, b] => Ok(IndexItem::Slice { start: optional(a)?, stop: optional(b)?, step: None }),
@@ -210,7 +218,7 @@ mod tests {
             ("9:10,19,-30:1", &[9..10, 19..20, 0..1], &[1, 1]),
             ("10:10,:0,30:", &[10..10, 0..0, 30..30], &[0, 0, 0]),
             ("1:2,", &[1..2, 0..20, 0..30], &[1, 20, 30]),
-            (" 0 : 4 , , -2: ", &[0..4, 0..20, 28..30], &[4, 20, 2]),
+            (" 0 : 4 , : , -2: ", &[0..4, 0..20, 28..30], &[4, 20, 2]),
         ];
         for &(spec, ranges, result) in cases {
             assert_eq!(sel(spec, &shape), (ranges.to_vec(), result.to_vec()), "{spec:?}");
@@ -274,6 +282,24 @@ mod tests {
             .contains("index 20 is out of bounds for axis 1 with size 20"));
         assert!(parse_subset("...,...", &shape).unwrap_err().contains("single ellipsis"));
         assert!(parse_subset("1:2:3:4", &shape).unwrap_err().contains("not a slice"));
+    }
+
+    /// numpy's `a[,]`, `a[0:1,,:]` and `a[0:1,,]` are syntax errors, `a[0:1,]` is `a[0:1]`: an
+    /// empty part was read as a whole dimension.
+    #[test]
+    fn empty_parts_are_refused_and_one_trailing_comma_is_not() {
+        let shape = [10u64, 20, 30];
+        for (spec, at) in [(",", 0), ("0:1,,:", 1), ("0:1,,", 1), (",0", 0), (" , ", 0), ("...,,", 1), (",,", 0)] {
+            let err = parse_index(spec).unwrap_err();
+            assert!(err.contains(&format!("index part {at} of {spec:?} is empty")), "{spec:?}: {err}");
+            assert!(err.contains("write : for a whole dimension"), "{err}");
+            assert!(parse_subset(spec, &shape).is_err(), "{spec:?}");
+        }
+        assert_eq!(parse_subset("0:1,", &shape).unwrap().to_ranges(), vec![0..1, 0..20, 0..30]);
+        assert_eq!(parse_subset("0:1, :,", &shape).unwrap().to_ranges(), vec![0..1, 0..20, 0..30]);
+        assert_eq!(parse_index("...,").unwrap(), vec![IndexItem::Ellipsis]);
+        assert_eq!(parse_index(":").unwrap().len(), 1);
+        assert_eq!(parse_index(" ").unwrap(), vec![]);
     }
 
     /// What a parse that succeeded must satisfy: one range per dimension, inside the shape.
