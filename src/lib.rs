@@ -30,7 +30,7 @@ pub mod sample;
 mod subset;
 
 pub use element::{element_type, ELEMENT_TYPES};
-pub use open::{node_path, open_array, store_at};
+pub use open::{multiscale_levels, node_path, open_array, store_at, Multiscale, OpenError};
 // For `by_element_type!` in other crates.
 #[doc(hidden)]
 pub use {half, num_complex};

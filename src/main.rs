@@ -16,7 +16,7 @@ use zarrs::metadata::NodeMetadata;
 use zarrs::node::NodePath;
 use zarrs_gpu::{
     host_decode_reason, parse_subset, sample, ArrayDeviceExt, DecodePath, DecodeTrust, DeviceArray, GdsStore,
-    GpuConfig, IoBackend, IoPath, RetrieveReport, ShardIndexCache,
+    GpuConfig, GpuError, IoBackend, IoPath, OpenError, RetrieveReport, ShardIndexCache,
 };
 
 #[derive(Parser)]
@@ -81,13 +81,118 @@ enum Command {
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    // Asked before parsing, so that a usage error is JSON too where JSON was asked for.
+    let json_asked = std::env::args_os().skip(1).any(|a| a == "--json");
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if json_asked && err.use_stderr() => {
+            // clap's text: "error: ..." first, then the usage and where help is.
+            let text = err.render().to_string();
+            let message = text.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
+            println!("{}", serde_json::json!({"error": message, "kind": "usage", "usage": text.trim_end()}));
+            return ExitCode::from(u8::try_from(err.exit_code()).unwrap_or(2));
+        }
+        Err(err) => err.exit(),
+    };
+    let context = ErrorContext::of(&cli);
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(err) if context.json => {
+            // The same stream as a read's JSON object: a script reads one object either way.
+            println!("{}", context.error_json(err.as_ref()));
+            ExitCode::FAILURE
+        }
         Err(err) => {
             eprintln!("zarrs-gpu: error: {err}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// What a failed command was asked, for its `--json` error object.
+struct ErrorContext {
+    json: bool,
+    command: &'static str,
+    path: Option<PathBuf>,
+    array: String,
+    subset: Option<String>,
+}
+
+impl ErrorContext {
+    fn of(cli: &Cli) -> Self {
+        match &cli.command {
+            Command::Read { path, array, subset, json, .. } => Self {
+                json: *json,
+                command: "read",
+                path: path.clone(),
+                array: array.clone(),
+                subset: Some(subset.clone()),
+            },
+            Command::Info { path, array } => {
+                Self { json: false, command: "info", path: Some(path.clone()), array: array.clone(), subset: None }
+            }
+        }
+    }
+
+    /// `{"error": message, "kind": ..., "command", "path", "array", "subset"}`, and for a node
+    /// that is not an array what is there instead (`nearest_group`, `arrays`, `levels`).
+    fn error_json(&self, err: &(dyn std::error::Error + 'static)) -> serde_json::Value {
+        let mut object = serde_json::json!({
+            "error": err.to_string(),
+            "kind": "error",
+            "command": self.command,
+            "path": self.path.as_ref().map(|p| p.display().to_string()),
+            "array": zarrs_gpu::node_path(&self.array),
+            "subset": self.subset,
+        });
+        let kind = if let Some(err) = err.downcast_ref::<Failed>() {
+            err.kind
+        } else if let Some(err) = err.downcast_ref::<OpenError>() {
+            match err {
+                OpenError::NodeNotFound { nearest_group, arrays, levels, .. } => {
+                    object["nearest_group"] = serde_json::json!(nearest_group);
+                    object["arrays"] = serde_json::json!(arrays);
+                    object["levels"] = serde_json::json!(levels);
+                    "node_not_found"
+                }
+                OpenError::IsAGroup { arrays, levels, .. } => {
+                    object["arrays"] = serde_json::json!(arrays);
+                    object["levels"] = serde_json::json!(levels);
+                    "is_a_group"
+                }
+                _ => "open",
+            }
+        } else if let Some(err) = err.downcast_ref::<GpuError>() {
+            match err {
+                GpuError::NoCuda(_) => "no_cuda",
+                GpuError::Config { .. } => "config",
+                _ => "read",
+            }
+        } else {
+            "error"
+        };
+        object["kind"] = kind.into();
+        object
+    }
+}
+
+/// An error of a step of a command that the `--json` error object names (`kind`).
+#[derive(Debug)]
+struct Failed {
+    kind: &'static str,
+    message: String,
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failed {}
+
+fn failed(kind: &'static str) -> impl FnOnce(String) -> Failed {
+    move |message| Failed { kind, message }
 }
 
 fn run(cli: Cli) -> Result<(), Error> {
@@ -104,6 +209,9 @@ fn run(cli: Cli) -> Result<(), Error> {
             if let Some(trust) = decode_trust {
                 config = config.with_decode_trust(trust);
             }
+            if let Some(npy) = &npy {
+                npy_target_ok(npy).map_err(failed("npy"))?;
+            }
             let (path, _sample_dir) = sample::given_or_sample(path.as_deref(), "sample.zarr", |path| {
                 // No 256 MiB written for nothing: the device first.
                 zarrs_gpu::zarrs_gpu_codecs::reader::cuda_context(device)?;
@@ -113,11 +221,27 @@ fn run(cli: Cli) -> Result<(), Error> {
                 Ok(())
             })?;
             let array = open(&path, &array)?;
-            let subset = parse_subset(&subset, array.shape())?;
+            let subset = parse_subset(&subset, array.shape()).map_err(failed("subset"))?;
             let options = ReadOptions { repeat: repeat.max(1), digest, npy, stats, json };
             dispatch_read(&array, &subset, &config, &options)
         }
     }
+}
+
+/// Where `--npy` writes can take a file, checked before any read (which may take minutes): its
+/// directory exists and the path is not a directory.
+fn npy_target_ok(npy: &Path) -> Result<(), String> {
+    let dir = match npy.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(format!("--npy {}: the directory {} does not exist", npy.display(), dir.display()));
+    }
+    if npy.is_dir() {
+        return Err(format!("--npy {}: is a directory (give a file name)", npy.display()));
+    }
+    Ok(())
 }
 
 fn open(path: &Path, node: &str) -> Result<Array<GdsStore>, Error> {
@@ -155,20 +279,10 @@ fn info(path: &Path, node: &str) -> Result<(), Error> {
 /// under it, one line each: shape, data type, chunk grid, and whether the device decodes it.
 fn group_info(store: &Arc<GdsStore>, group: &Group<GdsStore>, node: &str) -> Result<(), Error> {
     println!("group {node}");
-    let attributes = group.attributes();
-    // OME-Zarr 0.4 keeps "multiscales" among the attributes, 0.5 under "ome".
-    let multiscales = attributes
-        .get("multiscales")
-        .or_else(|| attributes.get("ome").and_then(|ome| ome.get("multiscales")))
-        .and_then(serde_json::Value::as_array);
-    for (m, multiscale) in multiscales.into_iter().flatten().enumerate() {
-        let name = multiscale.get("name").and_then(serde_json::Value::as_str).unwrap_or("");
-        println!("OME-Zarr multiscale {m} {name}");
-        let datasets = multiscale.get("datasets").and_then(serde_json::Value::as_array).cloned().unwrap_or_default();
-        for (level, dataset) in datasets.iter().enumerate() {
-            let Some(path) = dataset.get("path").and_then(serde_json::Value::as_str) else { continue };
-            let full = format!("{}/{path}", node.trim_end_matches('/'));
-            match Array::open(store.clone(), &full) {
+    for (m, multiscale) in zarrs_gpu::multiscale_levels(group).iter().enumerate() {
+        println!("OME-Zarr multiscale {m} {}", multiscale.name);
+        for (level, full) in multiscale.levels.iter().enumerate() {
+            match Array::open(store.clone(), full) {
                 Ok(array) => println!("  level {level}: {full} shape {:?}", array.shape()),
                 Err(err) => println!("  level {level}: {full} cannot be opened: {err}"),
             }
@@ -177,6 +291,9 @@ fn group_info(store: &Arc<GdsStore>, group: &Group<GdsStore>, node: &str) -> Res
     let nodes = group.traverse()?;
     let arrays: Vec<&NodePath> =
         nodes.iter().filter(|(_, m)| matches!(m, NodeMetadata::Array(_))).map(|(p, _)| p).collect();
+    // nvCOMP's load error lists every place it looked (hundreds of characters): said once, below.
+    let nvcomp = zarrs_gpu::nvcomp_sys::NvcompLibrary::get().err().map(|e| e.to_string());
+    let mut nvcomp_needed = false;
     println!("{} arrays:", arrays.len());
     for path in arrays {
         match Array::open(store.clone(), path.as_str()) {
@@ -186,6 +303,10 @@ fn group_info(store: &Arc<GdsStore>, group: &Group<GdsStore>, node: &str) -> Res
                     .map(|c| c.iter().map(|n| n.get()).collect::<Vec<_>>());
                 let route = match host_decode_reason(&array) {
                     None => "decoded on the device".to_string(),
+                    Some(reason) if Some(&reason) == nvcomp.as_ref() => {
+                        nvcomp_needed = true;
+                        "host route: nvCOMP could not be loaded (below)".to_string()
+                    }
                     Some(reason) => format!("host route: {reason}"),
                 };
                 println!(
@@ -198,6 +319,9 @@ fn group_info(store: &Arc<GdsStore>, group: &Group<GdsStore>, node: &str) -> Res
             }
             Err(err) => println!("  {} cannot be opened: {err}", path.as_str()),
         }
+    }
+    if let (true, Some(nvcomp)) = (nvcomp_needed, nvcomp) {
+        println!("{nvcomp}");
     }
     Ok(())
 }
@@ -216,10 +340,37 @@ fn inner_codecs(codecs: &CodecChain) -> Option<(CodecChain, CodecChain)> {
 
 /// One line per codec, inner chains of shards indented: where it runs and how.
 fn print_plan(codecs: &CodecChain, device: bool, depth: usize) {
+    for line in plan_lines(codecs, device, depth) {
+        println!("{line}");
+    }
+}
+
+/// How the device decodes a bytes-to-bytes codec, for its plan line (empty: a plugin's codec).
+fn device_codec_text(name: &str) -> &'static str {
+    match name {
+        "zstd" => "nvCOMP batched zstd; frames checked on the host first; content checksums, where frames carry them, verified on the device (XXH64)",
+        "gzip" => "nvCOMP batched gzip where crc32c verifies members first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), else host threads; the CRC-32 of the decoded bytes checked",
+        "numcodecs.zlib" | "zlib" => "nvCOMP batched deflate where crc32c verifies streams first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), else host threads; streams checked on the host first; the Adler-32 of the decoded bytes verified on the device",
+        "blosc" => "nvCOMP batched lz4, zstd or deflate for every lz4, lz4hc, zstd or zlib stream of a chunk, after the host checks the chunk's layout and each stream (zlib under gzip's decode trust rule, its Adler-32 verified on the device), then one kernel assembles the blocks and undoes the shuffle; blosclz and snappy chunks on host threads (c-blosc)",
+        "crc32c" => "verified with nvCOMP CRC32C before anything is decoded",
+        _ => "",
+    }
+}
+
+/// [`print_plan`]'s lines.
+fn plan_lines(codecs: &CodecChain, device: bool, depth: usize) -> Vec<String> {
+    let mut lines = Vec::new();
     let indent = "  ".repeat(depth);
-    let route = |on_device: &str| if device { format!("device ({on_device})") } else { "host".to_string() };
+    let route = |on_device: &str| match (device, on_device) {
+        (false, _) => "host".to_string(),
+        (true, "") => "device".to_string(),
+        (true, how) => format!("device ({how})"),
+    };
     for codec in codecs.array_to_array_codecs() {
-        println!("{indent}{:<18} host", name(codec.as_ref()));
+        let name = name(codec.as_ref());
+        let how = if name == "transpose" { "elements gathered into C order by the placement kernel" } else { "" };
+        let how = zarrs_gpu::zarrs_gpu_codecs::delta_device_text(codec.as_ref()).unwrap_or(how);
+        lines.push(format!("{indent}{name:<18} {}", route(how)));
     }
     let a2b = codecs.array_to_bytes_codec();
     if let Some((inner, index)) = inner_codecs(codecs) {
@@ -231,21 +382,16 @@ fn print_plan(codecs: &CodecChain, device: bool, depth: usize) {
         } else {
             format!("host ({index})")
         };
-        println!("{indent}{:<18} {what}", "sharding_indexed");
-        print_plan(&inner, device, depth + 1);
-        return;
+        lines.push(format!("{indent}{:<18} {what}", "sharding_indexed"));
+        lines.extend(plan_lines(&inner, device, depth + 1));
+        return lines;
     }
-    println!("{indent}{:<18} {}", name(a2b.as_ref()), route("placed by one kernel per batch"));
+    lines.push(format!("{indent}{:<18} {}", name(a2b.as_ref()), route("placed by one kernel per batch")));
     for codec in codecs.bytes_to_bytes_codecs() {
-        let what = match name(codec.as_ref()).as_str() {
-            "zstd" => "nvCOMP batched zstd; frames checked on the host first; content checksums, where frames carry them, verified on the device (XXH64)",
-            "gzip" => "nvCOMP batched gzip where crc32c verifies members first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), else host threads; the CRC-32 of the decoded bytes checked",
-            "numcodecs.zlib" => "nvCOMP batched deflate where crc32c verifies streams first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), else host threads; streams checked on the host first; the Adler-32 of the decoded bytes verified on the device",
-            "crc32c" => "verified with nvCOMP CRC32C before anything is decoded",
-            _ => "",
-        };
-        println!("{indent}{:<18} {}", name(codec.as_ref()), route(what));
+        let name = name(codec.as_ref());
+        lines.push(format!("{indent}{name:<18} {}", route(device_codec_text(&name))));
     }
+    lines
 }
 
 fn name(codec: &dyn zarrs::plugin::ExtensionName) -> String {
@@ -476,4 +622,39 @@ fn write_npy(path: &Path, descr: &str, shape: &[u64], bytes: &[u8]) -> Result<()
     file.write_all(bytes)?;
     file.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use zarrs::array::codec::{
+        BloscCodec, BloscCompressor, BloscShuffleMode, BytesCodec, TransposeCodec, TransposeOrder,
+    };
+
+    use super::*;
+
+    /// A Blosc line read `blosc device ()` and a transpose `transpose host` on the device route.
+    #[test]
+    fn plan_lines_say_how_the_device_decodes_each_codec() {
+        let level = 5u8.try_into().expect("a blosc level");
+        let blosc = BloscCodec::new(BloscCompressor::LZ4, level, None, BloscShuffleMode::Shuffle, Some(4)).unwrap();
+        let transpose = TransposeCodec::new(TransposeOrder::new(&[1, 0]).unwrap());
+        let chain = CodecChain::new(vec![Arc::new(transpose)], Arc::new(BytesCodec::little()), vec![Arc::new(blosc)]);
+        let lines = plan_lines(&chain, true, 1);
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(
+            lines[0].trim_start().starts_with("transpose") && lines[0].contains("device (elements gathered"),
+            "{lines:#?}"
+        );
+        assert!(
+            lines[2].trim_start().starts_with("blosc") && lines[2].contains("device (nvCOMP batched lz4"),
+            "{lines:#?}"
+        );
+        assert!(lines.iter().all(|l| !l.contains("()")), "{lines:#?}");
+        // A plugin's codec without a text: the route alone, no empty brackets.
+        assert_eq!(format!("{:?}", device_codec_text("a.plugin")), "\"\"");
+        // The host route says host for each.
+        assert!(plan_lines(&chain, false, 0).iter().all(|l| l.ends_with(" host")));
+    }
 }

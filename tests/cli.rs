@@ -52,7 +52,8 @@ fn errors_are_plain_messages() -> Result {
     assert!(text.contains("index -11 is out of bounds for axis 0 with size 10"), "{text}");
     let (out, text) = zarrs_gpu(&["read", p, "--array", "/missing"])?;
     assert_eq!(out.status.code(), Some(1));
-    assert!(text.contains("opening array \"/missing\""), "{text}");
+    assert!(text.contains("no array or group at \"/missing\""), "{text}");
+    assert!(text.contains("\"/\" above it is an array (pick it with --array)"), "{text}");
     let (out, text) = zarrs_gpu(&["read", p, "--backend", "fastest"])?;
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("unknown I/O backend"), "{text}");
@@ -185,14 +186,21 @@ fn info_on_a_group_and_on_an_array_agree_without_nvcomp() -> Result {
     zarrs::group::GroupBuilder::new().build(store.clone(), "/")?.store_metadata()?;
     ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::uint16(), 0u16)
         .bytes_to_bytes_codecs(vec![Arc::new(GzipCodec::new(5)?)])
-        .build(store, "/g")?
+        .build(store.clone(), "/g")?
+        .store_metadata()?;
+    ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::uint16(), 0u16)
+        .bytes_to_bytes_codecs(vec![Arc::new(GzipCodec::new(5)?)])
+        .build(store, "/h")?
         .store_metadata()?;
     let p = dir.path().to_str().unwrap();
     let missing = [("NVCOMP_LIBRARY_PATH", "/nonexistent/libnvcomp.so.6")];
     let (out, group) = zarrs_gpu_with(&["info", p], &missing)?;
     assert!(out.status.success(), "{group}");
     let line = group.lines().find(|l| l.trim_start().starts_with("/g ")).unwrap_or_default();
-    assert!(line.contains("host route") && line.contains("/nonexistent/libnvcomp.so.6"), "{group}");
+    assert!(line.contains("host route") && line.contains("nvCOMP could not be loaded (below)"), "{group}");
+    // Where it looked, said once for the group (it was repeated on every array's line).
+    assert!(group.contains("/nonexistent/libnvcomp.so.6"), "{group}");
+    assert_eq!(group.matches("could not be loaded; tried").count(), 1, "{group}");
     let (out, array) = zarrs_gpu_with(&["info", p, "--array", "/g"], &missing)?;
     assert!(out.status.success(), "{array}");
     assert!(array.contains("decoded by zarrs on the host") && array.contains("/nonexistent/libnvcomp.so.6"), "{array}");
@@ -203,6 +211,163 @@ fn info_on_a_group_and_on_an_array_agree_without_nvcomp() -> Result {
         assert!(group.contains("/g ") && group.contains("decoded on the device"), "{group}");
         assert!(array.contains("decoded and placed on the device"), "{array}");
     }
+    Ok(())
+}
+
+/// `info --array 0` on an OME-Zarr group (levels s0, s1) said only "array metadata is missing".
+#[test]
+fn a_missing_node_names_what_is_there() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    // OME-Zarr 0.5: the multiscales under "ome".
+    let attributes: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+        r#"{"ome": {"version": "0.5", "multiscales": [{"datasets": [{"path": "s0"}, {"path": "s1"}]}]}}"#,
+    )?;
+    zarrs::group::GroupBuilder::new().attributes(attributes).build(store.clone(), "/")?.store_metadata()?;
+    for (path, n) in [("/s0", 16u64), ("/s1", 8)] {
+        ArrayBuilder::new(vec![n, n], vec![8, 8], data_type::uint8(), 0u8)
+            .build(store.clone(), path)?
+            .store_metadata()?;
+    }
+    let p = dir.path().to_str().unwrap();
+    for command in ["info", "read"] {
+        let (out, text) = zarrs_gpu(&[command, p, "--array", "0"])?;
+        assert_eq!(out.status.code(), Some(1), "{text}");
+        assert!(!text.contains("metadata is missing"), "{command}: {text}");
+        assert!(
+            text.contains("no array or group at \"/0\"")
+                && text
+                    .contains("the nearest group, \"/\": its arrays: /s0, /s1; OME-Zarr multiscale levels: /s0, /s1")
+                && text.contains("(pick one with --array)"),
+            "{command}: {text}"
+        );
+    }
+    // And for scripts, the same as fields of the JSON error.
+    let (out, text) = zarrs_gpu(&["read", p, "--array", "0", "--json"])?;
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(json["kind"], "node_not_found", "{json}");
+    assert_eq!(json["nearest_group"], "/", "{json}");
+    assert_eq!(json["levels"], serde_json::json!(["/s0", "/s1"]), "{json}");
+    Ok(())
+}
+
+/// With `--json`, every error is one JSON object on stdout (nothing on stderr), with the exit
+/// code it had: they printed as plain text.
+#[test]
+fn json_errors_are_json_objects() -> Result {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("a.zarr");
+    sample::create_sample_array(&path, &[10, 12], &[4, 5])?;
+    let p = path.to_str().unwrap();
+    let error = |args: &[&str], code: i32, kind: &str| -> Result<serde_json::Value> {
+        let (out, text) = zarrs_gpu(args)?;
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {text}");
+        assert!(out.stderr.is_empty(), "{args:?}: {text}");
+        let json: serde_json::Value =
+            serde_json::from_slice(&out.stdout).map_err(|e| format!("{args:?}: {e}: {text}"))?;
+        assert_eq!(json["kind"], kind, "{args:?}: {json}");
+        assert!(json["error"].as_str().is_some_and(|e| !e.is_empty() && !e.contains("zarrs-gpu: error")), "{json}");
+        Ok(json)
+    };
+    let json = error(&["read", "/nonexistent/volume.zarr", "--json"], 1, "open")?;
+    assert!(json["error"].as_str().unwrap_or_default().contains("is not a directory"), "{json}");
+    assert_eq!((&json["command"], &json["path"]), (&"read".into(), &"/nonexistent/volume.zarr".into()), "{json}");
+    let json = error(&["read", p, "--json", "--subset", "0:1,,:"], 1, "subset")?;
+    assert!(json["error"].as_str().unwrap_or_default().contains("index part 1 of \"0:1,,:\" is empty"), "{json}");
+    assert_eq!(json["subset"], "0:1,,:", "{json}");
+    let json = error(&["read", p, "--json", "--npy", "/nonexistent/dir/out.npy"], 1, "npy")?;
+    assert!(json["error"].as_str().unwrap_or_default().contains("does not exist"), "{json}");
+    let json = error(&["read", p, "--json", "--array", "labels"], 1, "node_not_found")?;
+    assert_eq!(json["array"], "/labels", "{json}");
+    // clap's own errors (exit code 2) too.
+    let json = error(&["read", p, "--json", "--backend", "fastest"], 2, "usage")?;
+    assert!(json["error"].as_str().unwrap_or_default().contains("unknown I/O backend"), "{json}");
+    let json = error(&["read", p, "--json", "--no-such-flag"], 2, "usage")?;
+    assert!(json["error"].as_str().unwrap_or_default().contains("--no-such-flag"), "{json}");
+    error(&["read", p, "--json", "--subset", "0:10:2"], 1, "subset")?;
+    let (_, text) = zarrs_gpu_with(&["read", p, "--json"], &[("ZARRS_GPU_TRACE", "maybe")])?;
+    assert!(text.contains("\"kind\":\"config\"") && text.contains("ZARRS_GPU_TRACE"), "{text}");
+    if !gpu_present() {
+        let json = error(&["read", p, "--json"], 1, "no_cuda")?;
+        assert!(json["error"].as_str().unwrap_or_default().contains("no CUDA device available"), "{json}");
+    }
+    // Without --json, plain text on stderr as before.
+    let (out, text) = zarrs_gpu(&["read", p, "--subset", "0:1,,:"])?;
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(out.stdout.is_empty() && text.starts_with("zarrs-gpu: error: index part 1"), "{text}");
+    Ok(())
+}
+
+/// `--npy` into a directory that is not there failed only after the read (minutes, for a large one).
+#[test]
+fn npy_into_a_missing_directory_is_refused_before_reading() -> Result {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("a.zarr");
+    sample::create_sample_array(&path, &[10, 12], &[4, 5])?;
+    let p = path.to_str().unwrap();
+    let npy = dir.path().join("no/such/dir/out.npy");
+    let (out, text) = zarrs_gpu(&["read", p, "--npy", npy.to_str().unwrap()])?;
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!("the directory {} does not exist", dir.path().join("no/such/dir").display())),
+        "{text}"
+    );
+    // Before the device is asked for (no GPU here) or anything is read.
+    assert!(!text.contains("no CUDA device") && !text.contains("GiB/s"), "{text}");
+    let (out, text) = zarrs_gpu(&["read", p, "--npy", dir.path().to_str().unwrap()])?;
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("is a directory (give a file name)"), "{text}");
+    // A bare file name is in the current directory, which exists.
+    let (_, text) = zarrs_gpu(&["read", p, "--npy", "out.npy", "--repeat", "1"])?;
+    assert!(!text.contains("does not exist"), "{text}");
+    if gpu_present() {
+        std::fs::remove_file("out.npy")?;
+    }
+    Ok(())
+}
+
+/// numpy refuses `a[,]` and `a[0:1,,:]` (syntax errors); they were read as whole dimensions.
+/// `a[0:1,]` is numpy's `a[0:1]`.
+#[test]
+fn empty_subset_parts_are_refused() -> Result {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("a.zarr");
+    sample::create_sample_array(&path, &[10, 12], &[4, 5])?;
+    let p = path.to_str().unwrap();
+    for (subset, at) in [(",", 0), ("0:1,,:", 1), (",:", 0)] {
+        let text = refused(&["read", p, "--subset", subset])?;
+        assert!(text.contains(&format!("index part {at} of {subset:?} is empty")), "{subset}: {text}");
+        assert!(text.contains("write : for a whole dimension"), "{text}");
+    }
+    for subset in ["0:1,", "...", ":", "...,0:2", ":,:"] {
+        let (out, text) = zarrs_gpu(&["read", p, "--subset", subset, "--repeat", "1"])?;
+        assert!(!text.contains("is empty"), "{subset}: {text}");
+        if gpu_present() {
+            assert!(out.status.success(), "{subset}: {text}");
+        } else {
+            assert!(text.contains("no CUDA device available"), "{subset}: {text}");
+        }
+    }
+    Ok(())
+}
+
+/// A transpose is placed on the device (the gather kernel): its plan line said `host`.
+#[test]
+fn info_shows_a_transpose_on_the_device() -> Result {
+    use zarrs::array::codec::{TransposeCodec, TransposeOrder};
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    ArrayBuilder::new(vec![8, 6], vec![4, 3], data_type::float32(), 0f32)
+        .array_to_array_codecs(vec![Arc::new(TransposeCodec::new(TransposeOrder::new(&[1, 0])?))])
+        .build(store, "/")?
+        .store_metadata()?;
+    let (out, text) = zarrs_gpu(&["info", dir.path().to_str().unwrap()])?;
+    assert!(out.status.success(), "{text}");
+    let plan = text.split("decode plan:").nth(1).unwrap_or_default();
+    let line = plan.lines().find(|l| l.trim_start().starts_with("transpose")).unwrap_or_default();
+    assert!(line.contains("device (elements gathered into C order"), "{text}");
+    assert!(!plan.contains("()"), "{text}");
     Ok(())
 }
 
