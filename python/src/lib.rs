@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use dlpark::{SafeManagedTensor, SafeManagedTensorVersioned};
 use pyo3::exceptions::{
-    PyBufferError, PyFileNotFoundError, PyIndexError, PyOverflowError, PyRuntimeError, PyTypeError, PyValueError,
+    PyBufferError, PyFileNotFoundError, PyImportError, PyIndexError, PyOverflowError, PyRuntimeError, PyTypeError,
+    PyValueError,
 };
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyEllipsis, PySlice, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyEllipsis, PyFloat, PySlice, PyString, PyTuple};
 use zarrs::array::{Array, ArraySubset, ElementOwned};
 use zarrs_gds_store::GdsStore;
 use zarrs_gpu::{
@@ -118,6 +119,29 @@ fn element_type(array: &Array<GdsStore>) -> PyResult<(&'static str, Option<&'sta
             array.data_type()
         ))
     })
+}
+
+/// numpy's dtype of the element type `name` (ml_dtypes' for bfloat16, or the name itself where
+/// that is not installed); numpy missing is an ImportError naming `what` needs it.
+fn numpy_dtype<'py>(py: Python<'py>, name: &str, what: &str) -> PyResult<Bound<'py, PyAny>> {
+    let numpy = py.import("numpy").map_err(|err| {
+        let new = PyErr::from_type(
+            err.get_type(py),
+            format!("zarrs_gpu.Array.{what} needs numpy (pip install numpy): {}", err.value(py)),
+        );
+        // `name`, as the import system sets it: handlers that check which module is missing.
+        let _ = new.value(py).setattr("name", "numpy");
+        new.set_cause(py, Some(err));
+        new
+    })?;
+    if name == "bfloat16" {
+        match py.import("ml_dtypes") {
+            Ok(ml_dtypes) => return numpy.getattr("dtype")?.call1((ml_dtypes.getattr("bfloat16")?,)),
+            Err(err) if err.is_instance_of::<PyImportError>(py) => return Ok(PyString::new(py, name).into_any()),
+            Err(err) => return Err(err),
+        }
+    }
+    numpy.getattr("dtype")?.call1((name,))
 }
 
 /// Read `subset` as `T`, with the shape `out_shape` (the subset's, less the dimensions an
@@ -455,10 +479,72 @@ impl PyZarrArray {
         PyTuple::new(py, self.array.shape())
     }
 
-    /// numpy's name of the element type (`float32`, ...).
+    /// numpy's dtype of what reads return, as zarr-python's `Array.dtype` but in native byte order
+    /// (a big-endian array's reads are native): `numpy.dtype("float32")`, ... bfloat16, which
+    /// numpy lacks, is ml_dtypes' where that is installed, else the name `"bfloat16"`.
     #[getter]
-    fn dtype(&self) -> PyResult<&'static str> {
-        Ok(element_type(&self.array)?.0)
+    fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        numpy_dtype(py, element_type(&self.array)?.0, "dtype")
+    }
+
+    /// The number of elements (the product of the shape), as zarr-python's `Array.size`.
+    #[getter]
+    fn size<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        // Python's integers: a shape's product may pass 2^64.
+        py.import("math")?.call_method1("prod", (PyTuple::new(py, self.array.shape())?,))
+    }
+
+    /// The bytes of the whole array: `size` times the element size, as zarr-python's
+    /// `Array.nbytes` (not what its chunks take in the store).
+    #[getter]
+    fn nbytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let element = self.array.data_type().fixed_size().ok_or_else(|| {
+            PyTypeError::new_err(format!("data type {} has no fixed element size", self.array.data_type()))
+        })?;
+        self.size(py)?.mul(element)
+    }
+
+    /// The array's attributes (`zarr.json`'s `attributes`, a v2 array's `.zattrs`), as
+    /// zarr-python's `Array.attrs` holds them: a new dict at each call, changed in memory only.
+    #[getter]
+    fn attrs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let loads = py.import("json")?.getattr("loads")?;
+        let attrs = PyDict::new(py);
+        for (key, value) in self.array.attributes() {
+            // A JSON value displays as its JSON text.
+            attrs.set_item(key, loads.call1((value.to_string(),))?)?;
+        }
+        Ok(attrs)
+    }
+
+    /// The fill value, as zarr-python's `Array.fill_value`: a numpy scalar of `dtype`, or None
+    /// where a v2 array's metadata says `null` (zarrs then fills with zeros). bfloat16 without
+    /// ml_dtypes: a Python float.
+    #[getter]
+    fn fill_value<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if let zarrs::metadata::ArrayMetadata::V2(metadata) = self.array.metadata() {
+            if metadata.fill_value.is_null() {
+                return Ok(py.None().into_bound(py));
+            }
+        }
+        let (name, _) = element_type(&self.array)?;
+        let bytes = self.array.fill_value().as_ne_bytes();
+        let expected = self.array.data_type().fixed_size();
+        if expected != Some(bytes.len()) {
+            return Err(PyValueError::new_err(format!(
+                "the fill value of {} has {} bytes, its data type {} {expected:?}",
+                self.path.display(),
+                bytes.len(),
+                self.array.data_type()
+            )));
+        }
+        let dtype = numpy_dtype(py, name, "fill_value")?;
+        if dtype.is_instance_of::<PyString>() {
+            let bits: [u8; 2] = bytes.try_into().map_err(|_| PyValueError::new_err("a bfloat16 has 2 bytes"))?;
+            return Ok(PyFloat::new(py, zarrs_gpu::half::bf16::from_ne_bytes(bits).to_f64()).into_any());
+        }
+        let numpy = py.import("numpy")?;
+        numpy.call_method1("frombuffer", (PyBytes::new(py, bytes), dtype))?.get_item(0)
     }
 
     /// The shape of the chunks a read decodes, as zarr-python's `Array.chunks`: for an array

@@ -599,6 +599,191 @@ class CpuTests(unittest.TestCase):
         self.assertTrue(pending.done())
 
 
+def run_python(code, *args):
+    """``code`` run by this interpreter in a new process (modules set to None in sys.modules there
+    are missing): its completed process."""
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+
+
+class ArrayLikeZarrPythonTests(unittest.TestCase):
+    """zarrs_gpu.Array's metadata beside zarr-python's for the arrays zarr-python writes (opening
+    needs no GPU): dtype, size, nbytes, attrs, fill_value; and the package's namespace."""
+
+    #: (zarr format, dtype, fill value) written; None: zarr-python's default (v2: null).
+    CASES = [
+        (fmt, dtype, fill)
+        for fmt in (2, 3)
+        for dtype, fill in [
+            ("bool", True), ("int8", -7), ("int16", None), ("int32", -(2**31)), ("int64", 2**62 + 3),
+            ("uint8", 255), ("uint16", 5), (">u2", 513), ("uint32", 2**32 - 1), ("uint64", 2**64 - 1),
+            ("float16", float("-inf")), ("float32", -1.5), ("float32", float("nan")), (">f4", 0.25),
+            ("float64", -0.0), ("float64", None), ("complex64", 1 - 2j), ("complex128", complex(float("nan"), 3)),
+        ]
+    ]
+
+    ATTRIBUTES = {"units": "m/s", "scale": 0.5, "count": 2**53 + 1, "flags": [True, False, None],
+                  "nested": {"a": [1, [2.5, "x"]], "empty": {}}, "name": "Ω ü"}
+
+    @classmethod
+    def setUpClass(cls):
+        import warnings
+
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.arrays = []
+        for n, (fmt, dtype, fill) in enumerate(cls.CASES):
+            path = os.path.join(cls.dir.name, f"a{n}.zarr")
+            options = {} if fill is None else {"fill_value": fill}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                z = zarr.create_array(store=path, shape=(5, 3, 2), chunks=(2, 3, 2), dtype=dtype, zarr_format=fmt,
+                                      attributes=cls.ATTRIBUTES if n % 2 == 0 else {}, **options)
+            cls.arrays.append((fmt, dtype, fill, path, z))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def test_metadata_is_zarr_pythons(self):
+        for fmt, dtype, fill, path, z in self.arrays:
+            with self.subTest(zarr_format=fmt, dtype=dtype, fill_value=fill):
+                a = zarrs_gpu.open(path)
+                # numpy's dtype, in the byte order reads return (zarr-python keeps a big-endian one).
+                self.assertIsInstance(a.dtype, np.dtype)
+                self.assertEqual(a.dtype, z.dtype.newbyteorder("="))
+                self.assertEqual((a.size, a.nbytes), (z.size, z.nbytes))
+                self.assertIsInstance(a.attrs, dict)
+                self.assertEqual(a.attrs, dict(z.attrs))
+                if z.fill_value is None:  # v2's null
+                    self.assertIsNone(a.fill_value)
+                else:
+                    self.assertIs(type(a.fill_value), type(z.fill_value))
+                    # Bit for bit: NaN, -0.0 and the extremes of 64-bit integers too.
+                    self.assertEqual(np.asarray(a.fill_value).tobytes(), np.asarray(z.fill_value).tobytes())
+        self.assertEqual(zarrs_gpu.open(self.arrays[0][3]).attrs, self.ATTRIBUTES)
+
+    def test_attrs_are_a_new_dict_each_time(self):
+        a = zarrs_gpu.open(self.arrays[0][3])
+        attrs = a.attrs
+        attrs["units"] = "changed"
+        attrs["nested"]["a"].append(3)
+        self.assertEqual(a.attrs, self.ATTRIBUTES)
+
+    def test_sizes_past_two_to_the_64_and_empty_arrays(self):
+        root = self.dir.name
+        for name, shape, dtype in [("huge", (2**40, 2**40, 3), "float64"), ("empty", (0, 7), "int16"),
+                                   ("scalar", (), "uint32")]:
+            with self.subTest(array=name):
+                path = os.path.join(root, name + ".zarr")
+                chunks = tuple(max(1, min(s, 1024)) for s in shape)
+                z = zarr.create_array(store=path, shape=shape, chunks=chunks, dtype=dtype)
+                a = zarrs_gpu.open(path)
+                self.assertEqual((a.size, a.nbytes), (math.prod(shape), math.prod(shape) * np.dtype(dtype).itemsize))
+                if name != "huge":  # zarr-python's numpy product wraps around there (0)
+                    self.assertEqual((a.size, a.nbytes), (z.size, z.nbytes))
+
+    def test_bfloat16_is_ml_dtypes_else_its_name(self):
+        # zarr-python 3.1 writes no bfloat16: a float32 array's metadata relabelled (zarrs reads it).
+        path = os.path.join(self.dir.name, "bf16.zarr")
+        zarr.create_array(store=path, shape=(4,), chunks=(2,), dtype="float32", fill_value=0.0)
+        with open(os.path.join(path, "zarr.json")) as f:
+            meta = json.load(f)
+        meta["data_type"], meta["fill_value"] = "bfloat16", -2.5
+        with open(os.path.join(path, "zarr.json"), "w") as f:
+            json.dump(meta, f)
+        code = ("import sys\n"
+                "if sys.argv[2] == 'without': sys.modules['ml_dtypes'] = None\n"
+                "import zarrs_gpu\n"
+                "a = zarrs_gpu.open(sys.argv[1])\n"
+                "print(isinstance(a.dtype, str), a.dtype, type(a.fill_value).__name__, a.fill_value, a.nbytes)\n")
+        without = run_python(code, path, "without")
+        self.assertEqual(without.returncode, 0, without.stderr)
+        self.assertEqual(without.stdout.split(), ["True", "bfloat16", "float", "-2.5", "8"])
+        try:
+            import ml_dtypes
+        except ImportError:
+            return
+        self.assertEqual(zarrs_gpu.open(path).dtype, np.dtype(ml_dtypes.bfloat16))
+        with_ml = run_python(code, path, "with")
+        self.assertEqual(with_ml.returncode, 0, with_ml.stderr)
+        self.assertEqual(with_ml.stdout.split(), ["False", "bfloat16", "bfloat16", "-2.5", "8"])
+
+    def test_dtype_without_numpy_says_numpy_is_needed(self):
+        code = ("import sys; sys.modules['numpy'] = None\n"
+                "import zarrs_gpu\n"
+                "a = zarrs_gpu.open(sys.argv[1])\n"
+                "print(a.shape, a.size, a.nbytes, a.attrs['units'])\n"
+                "for what in ('dtype', 'fill_value'):\n"
+                "    try:\n"
+                "        getattr(a, what)\n"
+                "    except ModuleNotFoundError as e:\n"
+                "        print(type(e).__name__, e.name, e)\n")
+        run = run_python(code, self.arrays[0][3])
+        self.assertEqual(run.returncode, 0, run.stderr)
+        lines = run.stdout.splitlines()
+        self.assertEqual(lines[0], "(5, 3, 2) 30 30 m/s")
+        for line, what in zip(lines[1:], ("dtype", "fill_value"), strict=True):
+            self.assertTrue(line.startswith(f"ModuleNotFoundError numpy zarrs_gpu.Array.{what} needs numpy "
+                                            "(pip install numpy)"), line)
+
+    def test_dir_lists_the_public_api_only(self):
+        import types
+
+        # Every module of the package imported, as a user's program may have.
+        for name in ("pipeline", "dask", "torch"):
+            __import__(f"zarrs_gpu.{name}")
+        extra = set()
+        for name in dir(zarrs_gpu):
+            value = getattr(zarrs_gpu, name)
+            # Dunders, and private names (what the package imports for itself: `_contextlib`).
+            hidden = name.startswith("_")
+            submodule = isinstance(value, types.ModuleType) and value.__name__ == f"zarrs_gpu.{name}"
+            if not (hidden or submodule or name in zarrs_gpu.__all__):
+                extra.add(name)
+        self.assertEqual(extra, set(), "dir(zarrs_gpu) beyond its __all__, submodules and private names")
+        for name in zarrs_gpu.__all__:
+            self.assertTrue(hasattr(zarrs_gpu, name), name)
+
+    def test_the_modules_share_helpers_not_each_other(self):
+        # zarrs_gpu.torch needs nothing of zarrs_gpu.dask (its helpers are the package's own).
+        run = run_python("import sys, zarrs_gpu.torch\nprint('zarrs_gpu.dask' in sys.modules)")
+        self.assertEqual((run.returncode, run.stdout.strip()), (0, "False"), run.stderr)
+        import zarrs_gpu.dask as zd
+        import zarrs_gpu._cluster as cluster
+
+        # The cluster's public names are still zarrs_gpu.dask's, and workers preload zarrs_gpu.dask,
+        # whose dask_setup distributed looks up by that name.
+        for name in ("dask_setup", "local_cluster", "register_cupy_serialization", "worker_devices"):
+            self.assertIs(getattr(zd, name), getattr(cluster, name), name)
+            self.assertIn(name, zd.__all__)
+        self.assertEqual(cluster.PRELOAD, "zarrs_gpu.dask")
+        self.assertIs(__import__(cluster.PRELOAD, fromlist=["dask_setup"]).dask_setup, cluster.dask_setup)
+
+    def test_missing_optional_dependencies_say_which_extra_installs_them(self):
+        v3 = self.arrays[-1][3]
+        cases = [
+            # (modules missing, what runs, the module named, the extra)
+            (["numpy"], "import zarrs_gpu.xarray", "numpy", "xarray"),
+            (["xarray"], "import zarrs_gpu.xarray", "xarray", "xarray"),
+            (["dask"], "import zarrs_gpu.dask as zd; zd.from_zarr(sys.argv[1])", "dask", "dask"),
+            (["distributed"], "import zarrs_gpu.dask as zd; zd.local_cluster(devices=[0])", "distributed",
+             "distributed"),
+            (["torch"], "import zarrs_gpu.torch as zt; zt.CropDataset(sys.argv[1], (2, 2))[0]", "torch", "torch"),
+        ]
+        for missing, code, name, extra in cases:
+            with self.subTest(missing=missing, code=code):
+                run = run_python(f"import sys; sys.modules.update(dict.fromkeys({missing!r}))\n"
+                                 "try:\n"
+                                 + "".join(f"    {line}\n" for line in code.split("; ")) +
+                                 "except ModuleNotFoundError as e:\n"
+                                 "    print(e.name); print(e)\n", v3)
+                self.assertEqual(run.returncode, 0, run.stderr)
+                lines = run.stdout.splitlines()
+                # The name Python gave (a submodule's, "dask.array", where the package is None).
+                self.assertEqual(lines[0].partition(".")[0], name, run.stdout)
+                self.assertIn(f"pip install 'zarrs-gpu[{extra}]'", lines[1])
+                self.assertIn(f"needs {name}", lines[1])
+
+
 try:
     import dask.array  # noqa: F401
 
@@ -2333,13 +2518,13 @@ def _recording_host_reader(path, array, device, box):
 def _worker_reads(dask_worker):
     """Run on a worker: its CUDA_VISIBLE_DEVICES, its process id, whether zarrs_gpu.dask's preload
     ran, and the reads since the last call."""
-    import zarrs_gpu.dask as zd
+    import zarrs_gpu._cluster as cluster
 
     reads = list(_WORKER_READS)
     _WORKER_READS.clear()
     return {"gpu": os.environ.get("CUDA_VISIBLE_DEVICES"), "pid": os.getpid(), "reads": reads,
             "reader_threads": os.environ.get("ZARRS_GDS_NTHREADS"),
-            "preloaded": zd._serialization_ready, "fetched": dask_worker.state.transfer_incoming_count_total}
+            "preloaded": cluster._serialization_ready, "fetched": dask_worker.state.transfer_incoming_count_total}
 
 
 if HAVE_DISTRIBUTED:
@@ -2418,9 +2603,9 @@ class DistributedCpuTests(unittest.TestCase):
             return zd.from_zarr(path, **options)
 
     def test_the_workers_are_processes_each_with_its_gpu(self):
-        import zarrs_gpu.dask as zd
+        import zarrs_gpu._cluster as cluster
 
-        self.assertIsInstance(self.cluster, zd._local_gpu_cluster_class())
+        self.assertIsInstance(self.cluster, cluster._local_gpu_cluster_class())
         state = self.worker_state()
         self.assertEqual(len(state), 2)
         self.assertEqual(sorted(s["gpu"] for s in state), sorted(self.devices))
@@ -2428,7 +2613,7 @@ class DistributedCpuTests(unittest.TestCase):
         self.assertTrue(all(s["preloaded"] for s in state), state)
         self.assertEqual({w["nthreads"] for w in self.client.scheduler_info()["workers"].values()}, {1})
         # Each worker's zarrs_gpu reader gets its share of this host's cores, not all of them.
-        share = os.environ.get("ZARRS_GDS_NTHREADS") or str(max(1, zd._cores() // 2))
+        share = os.environ.get("ZARRS_GDS_NTHREADS") or str(max(1, cluster._cores() // 2))
         self.assertEqual({s["reader_threads"] for s in state}, {share})
 
     def test_reductions_equal_dask_from_zarr_and_both_workers_read(self):

@@ -1023,10 +1023,10 @@ class DistributedGpuTests(unittest.TestCase):
             def seen():
                 import cupy
 
-                import zarrs_gpu.dask
+                import zarrs_gpu._cluster
 
                 return (os.environ.get("CUDA_VISIBLE_DEVICES"), cupy.cuda.runtime.getDeviceCount(),
-                        cupy.cuda.Device().id, zarrs_gpu.dask._serialization_ready, os.getpid())
+                        cupy.cuda.Device().id, zarrs_gpu._cluster._serialization_ready, os.getpid())
 
             state = list(client.run(seen).values())
             self.assertEqual(sorted(s[0] for s in state), sorted(zd.worker_devices(devices=devices)))

@@ -22,8 +22,11 @@ xarray datasets from ``xr.open_dataset(path, engine="zarrs_gpu")`` (``zarrs_gpu.
 PyTorch datasets of crops as CUDA tensors from ``zarrs_gpu.torch.CropDataset`` (needs torch).
 """
 
-import contextlib
-from typing import Any, Iterable, Optional
+# Imported under private names: dir(zarrs_gpu) lists the package's API only.
+import contextlib as _contextlib
+from typing import Any as _Any
+from typing import Iterable as _Iterable
+from typing import Optional as _Optional
 
 from ._zarrs_gpu import (
     Array,
@@ -54,7 +57,7 @@ __all__ = [
 ]
 
 
-def read_ahead(array: Any, keys: Iterable[Any], *, prefetch: int = 2, device: Optional[int] = None) -> ReadAhead:
+def read_ahead(array: _Any, keys: _Iterable[_Any], *, prefetch: int = 2, device: _Optional[int] = None) -> ReadAhead:
     """Reads of ``keys`` (what ``array[key]`` takes) kept in flight on a background thread, as
     ``Array.read_ahead`` does: yields ``(box, DeviceArray)`` in order while the caller uses the
     ones before. ``array`` is a ``zarrs_gpu.Array``, or a zarr-python array in a local store
@@ -75,7 +78,7 @@ def read_ahead(array: Any, keys: Iterable[Any], *, prefetch: int = 2, device: Op
     return zarrs_array_of(array, device).read_ahead(keys, prefetch=prefetch)
 
 
-@contextlib.contextmanager
+@_contextlib.contextmanager
 def gpu_zarr_context():
     """zarr-python with GPU buffers and this package's codec pipeline: inside, ``zarr`` reads of
     rectangular selections of arrays in local stores are decoded on the GPU by zarrs_gpu into

@@ -5,6 +5,7 @@ from types import EllipsisType
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, Optional, SupportsIndex, TypedDict, Union, final
 
+import numpy
 from typing_extensions import CapsuleType, TypeAlias
 
 __version__: str
@@ -56,7 +57,21 @@ class Array:
     @property
     def shape(self) -> tuple[int, ...]: ...
     @property
-    def dtype(self) -> str: ...
+    def dtype(self) -> Union[numpy.dtype[Any], str]:
+        """numpy's dtype of what reads return (native byte order); bfloat16 without ml_dtypes
+        installed: the name "bfloat16"."""
+    @property
+    def size(self) -> int: ...
+    @property
+    def nbytes(self) -> int:
+        """``size`` times the element size (as zarr-python's ``Array.nbytes``)."""
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The array's attributes, a new dict at each call."""
+    @property
+    def fill_value(self) -> Union[numpy.generic, float, None]:
+        """A numpy scalar of ``dtype`` (as zarr-python's ``Array.fill_value``); None where a v2
+        array's metadata says null; a float for bfloat16 without ml_dtypes."""
     @property
     def chunks(self) -> tuple[int, ...]: ...
     @property

@@ -24,7 +24,8 @@ reads on that process's GPU. A plain ``torch.utils.data.DataLoader(ds, batch_siz
 works too (``num_workers=0``: reads run on zarrs_gpu's own threads, and CUDA does not work in the
 forked worker processes ``num_workers > 0`` starts; ``pin_memory`` is for host tensors, leave it off).
 
-torch is imported when a dataset first reads, so ``import zarrs_gpu.torch`` works without it.
+torch is imported when a dataset first reads, so ``import zarrs_gpu.torch`` works without it (the read
+then says to ``pip install 'zarrs-gpu[torch]'``).
 Tests without a GPU replace ``backend`` (where tensors come from: see ``TorchBackend``).
 """
 
@@ -33,7 +34,8 @@ import operator
 import os
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
-from .dask import _with_context, box_text
+from ._common import box_text, require
+from ._common import with_context as _with_context
 
 __all__ = ["CropDataset", "CropLoader", "CropPlan", "TorchBackend", "backend", "batches", "shuffled"]
 
@@ -221,6 +223,12 @@ def shuffled(n: int, seed: int = 0, epoch: int = 0) -> list[int]:
     return order
 
 
+def _torch(module: str = "torch") -> Any:
+    """torch (or its ``module``), imported at first use; without it, an ImportError saying what
+    installs it."""
+    return require(module, "zarrs_gpu.torch", "torch")
+
+
 class TorchBackend:
     """Where ``CropDataset`` and ``CropLoader`` get arrays and tensors: zarrs_gpu reads, torch
     tensors. ``zarrs_gpu.torch.backend`` is the one used; tests without a GPU put one in its place
@@ -228,8 +236,7 @@ class TorchBackend:
 
     def current_device(self) -> int:
         """The device reads go to when the dataset was given none: torch's current CUDA device."""
-        import torch
-
+        torch = _torch()
         if not torch.cuda.is_available():
             raise RuntimeError("zarrs_gpu.torch reads to a CUDA GPU, and torch sees none "
                                "(torch.cuda.is_available() is False)")
@@ -244,21 +251,15 @@ class TorchBackend:
     def as_tensor(self, x: Any) -> Any:
         """A read array as a tensor, without a copy (DLPack: torch's current stream on the array's
         device waits for the read, which is complete when handed out anyway)."""
-        import torch
-
-        return torch.from_dlpack(x)
+        return _torch().from_dlpack(x)
 
     def stack(self, tensors: Sequence[Any]) -> Any:
         """One batch of equal-shape tensors (torch's allocator, torch's current stream)."""
-        import torch
-
-        return torch.stack(list(tensors))
+        return _torch().stack(list(tensors))
 
     def in_worker(self) -> bool:
         """Whether this runs in a DataLoader worker process."""
-        import torch.utils.data
-
-        return torch.utils.data.get_worker_info() is not None
+        return _torch("torch.utils.data").get_worker_info() is not None
 
 
 #: What the dataset and the loader use to open arrays and make tensors (see ``TorchBackend``).
@@ -377,7 +378,8 @@ class _Source:
                 if new is err:
                     raise
                 raise new from err
-        self.shape, self.dtype = tuple(meta.shape), meta.dtype
+        # numpy's name ("float32"; "bfloat16", which numpy lacks, too), whatever meta's dtype is.
+        self.shape, self.dtype = tuple(meta.shape), str(meta.dtype)
 
     def __getstate__(self):
         if self.path is None:

@@ -41,6 +41,9 @@ device). xarray's default chunk manager makes every block ``np.asarray`` of the 
 refuses ("Implicit conversion to a NumPy array is not allowed"), so ``xr.open_dataset(...,
 engine="zarrs_gpu", chunks=...)`` alone works only for variables read to the host.
 
+Needs xarray, numpy and zarr-python (``pip install 'zarrs-gpu[xarray]'``; without them, importing
+this module says so), and dask for ``chunks=``.
+
 Tests read on the host by replacing ``zarrs_gpu.dask.reader`` (the one read function both
 modules use, looked up at each read).
 """
@@ -50,10 +53,16 @@ import os
 import struct
 from typing import Any, Iterable, Optional
 
-import numpy as np
-from xarray.backends import BackendArray, BackendEntrypoint
-from xarray.backends.common import AbstractDataStore
-from xarray.core import indexing
+from ._common import missing_dependency, require
+from ._common import with_context as _with_context
+
+try:
+    import numpy as np
+    from xarray.backends import BackendArray, BackendEntrypoint
+    from xarray.backends.common import AbstractDataStore
+    from xarray.core import indexing
+except ImportError as _err:
+    raise missing_dependency(_err, "zarrs_gpu.xarray", "xarray") from _err
 
 __all__ = ["CFMaskScaleArray", "DeviceDaskManager", "ZarrsGpuBackendArray", "ZarrsGpuBackendEntrypoint",
            "ZarrsGpuStore", "open_dataset"]
@@ -133,7 +142,7 @@ class ZarrsGpuBackendArray(BackendArray):
             # zarrs_gpu.dask._read_block: the module's reader, errors naming store, array and box.
             block = zd._read_block(self.path, self.array, self.device, box)
         except Exception as err:
-            new = zd._with_context(err, "zarrs_gpu.xarray")
+            new = _with_context(err, "zarrs_gpu.xarray")
             if new is err:
                 raise
             raise new from err
@@ -160,8 +169,7 @@ class ZarrsGpuStore(AbstractDataStore):
 
     def __init__(self, path: str, group: Optional[str] = None, *, consolidated: Optional[bool] = None,
                  use_zarr_fill_value_as_mask: Optional[bool] = None, device: Optional[int] = None):
-        import zarr
-
+        zarr = require("zarr", "zarrs_gpu.xarray", "xarray")  # lists the group
         self.path = path
         self.group_path = (group or "").strip("/")
         self.device = device
