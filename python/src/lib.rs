@@ -1042,7 +1042,17 @@ fn open(
         return Err(PyFileNotFoundError::new_err(format!("{}: no such directory", store_path.display())));
     }
     let config = config(device, backend, decode_trust)?;
-    let opened = zarrs_gpu::open_array(&store_path, array, "array=...").map_err(PyValueError::new_err)?;
+    let opened = zarrs_gpu::open_array(&store_path, array, "array=...").map_err(|err| match err {
+        // zarr-python raises its ArrayNotFoundError here; ours is a FileNotFoundError and a
+        // ValueError as zarr's is (zarrs_gpu/errors.py says why it is not zarr's class).
+        zarrs_gpu::OpenError::NodeNotFound { .. } => Python::with_gil(|py| {
+            py.import("zarrs_gpu.errors")
+                .and_then(|m| m.getattr("ArrayNotFoundError"))
+                .and_then(|class| Ok(class.downcast_into::<pyo3::types::PyType>()?))
+                .map_or_else(|e| e, |class| PyErr::from_type(class, err.to_string()))
+        }),
+        err => PyValueError::new_err(err.to_string()),
+    })?;
     Ok(PyZarrArray { array: Arc::new(opened), config, path: store_path, node: zarrs_gpu::node_path(array) })
 }
 

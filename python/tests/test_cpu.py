@@ -2764,5 +2764,59 @@ class DistributedCpuTests(unittest.TestCase):
                                capture_output=True, text=True)
         self.assertEqual(plain.stdout.strip(), "no cupy", plain.stderr)
 
+
+class MissingNodeTests(unittest.TestCase):
+    """A node that is not there: zarrs_gpu.ArrayNotFoundError, a FileNotFoundError (what zarr-python's
+    own ArrayNotFoundError is too) and a ValueError (what zarrs_gpu raised before), naming what is
+    there. It said only "array metadata is missing", as a plain ValueError."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+
+    def image(self, version):
+        path = os.path.join(self.dir.name, f"image{version}.zarr")
+        group = zarr.open_group(path, mode="w", zarr_format=3)
+        multiscales = [{"name": "cells", "datasets": [{"path": "s0"}, {"path": "s1"}]}]
+        if version == "0.5":
+            group.attrs["ome"] = {"version": "0.5", "multiscales": multiscales}
+        else:
+            group.attrs["multiscales"] = multiscales
+        for name, n in (("s0", 8), ("s1", 4)):
+            group.create_array(name, shape=(n, n), chunks=(4, 4), dtype="uint8")
+        return path
+
+    def test_a_missing_node_raises_array_not_found_naming_the_levels(self):
+        for version in ("0.4", "0.5"):
+            path = self.image(version)
+            with self.assertRaises(zarrs_gpu.ArrayNotFoundError) as caught:
+                zarrs_gpu.open(path, "/0")
+            err = caught.exception
+            self.assertIsInstance(err, FileNotFoundError)
+            self.assertIsInstance(err, ValueError)
+            self.assertIs(zarrs_gpu.ArrayNotFoundError, zarrs_gpu.errors.ArrayNotFoundError)
+            message = str(err)
+            self.assertIn('no array or group at "/0"', message)
+            self.assertIn("its arrays: /s0, /s1; OME-Zarr multiscale levels: /s0, /s1", message)
+            self.assertIn("(pick one with array=...)", message)
+            self.assertNotIn("metadata is missing", message)
+            # read() opens the same way.
+            with self.assertRaises(zarrs_gpu.ArrayNotFoundError):
+                zarrs_gpu.read(path, "s0/x")
+            # zarr-python's own error for the same node is caught by the same except clause.
+            for opener in (lambda: zarr.open_array(path, path="0", mode="r"), lambda: zarrs_gpu.open(path, "0")):
+                with self.assertRaises(FileNotFoundError):
+                    opener()
+
+    def test_a_group_and_a_missing_store_keep_their_classes(self):
+        path = self.image("0.4")
+        with self.assertRaises(ValueError) as caught:
+            zarrs_gpu.open(path)
+        self.assertNotIsInstance(caught.exception, zarrs_gpu.ArrayNotFoundError)
+        self.assertIn("is a group, not an array; its arrays: /s0, /s1", str(caught.exception))
+        with self.assertRaises(FileNotFoundError) as caught:
+            zarrs_gpu.open(os.path.join(self.dir.name, "absent.zarr"))
+        self.assertNotIsInstance(caught.exception, zarrs_gpu.ArrayNotFoundError)
+
 if __name__ == "__main__":
     unittest.main()

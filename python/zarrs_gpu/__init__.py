@@ -40,9 +40,11 @@ from ._zarrs_gpu import (
     read,
     tiles,
 )
+from .errors import ArrayNotFoundError
 
 __all__ = [
     "Array",
+    "ArrayNotFoundError",
     "DeviceArray",
     "PendingRead",
     "ReadAhead",
