@@ -79,6 +79,8 @@ class GpuTests(unittest.TestCase):
                 # The CUDA array interface (cupy.asarray) and DLPack (cupy.from_dlpack), no copy.
                 c = cp.asarray(x)
                 self.assertEqual(c.data.ptr, x.__cuda_array_interface__["data"][0])
+                # Array.dtype (numpy's) is what reads give.
+                self.assertEqual(zarrs_gpu.open(self.path(case)).dtype, c.dtype)
                 np.testing.assert_array_equal(cp.asnumpy(c), want)
                 np.testing.assert_array_equal(cp.asnumpy(cp.from_dlpack(x)), want)
                 if x.dtype in TORCH_DTYPES:
@@ -287,6 +289,7 @@ class GpuTests(unittest.TestCase):
             values.view(torch.int16).numpy().tofile(os.path.join(path, "c", "0", "0"))
             x = zarrs_gpu.read(path)
             self.assertEqual(x.dtype, "bfloat16")
+            self.assertEqual(str(zarrs_gpu.open(path).dtype), "bfloat16")  # ml_dtypes' or the name
             with self.assertRaises(TypeError):
                 x.__cuda_array_interface__
             t = torch.from_dlpack(x)
@@ -387,6 +390,9 @@ class GpuTests(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             path, z, want = self.tiles_array(d)
             a = zarrs_gpu.open(path)
+            # Chunks never written read as Array.fill_value, zarr-python's.
+            self.assertEqual((type(a.fill_value), a.fill_value), (type(z.fill_value), z.fill_value))
+            self.assertTrue(bool((cp.asarray(a[30:32]) == a.fill_value).all()))
             # Tiles that divide neither the shape nor the chunks, in both orders.
             for options in ({}, {"order": "random", "seed": 3, "prefetch": 1},
                             {"order": "random", "seed": 4, "prefetch": 5}):

@@ -131,7 +131,7 @@ def _device_plan(batch_info, out, drop_axes):
             lows = chunk_lows
         elif chunk_lows != lows:
             return None
-    if array is None or str(target.dtype) != array.dtype or len(lows) != target.ndim:
+    if array is None or str(target.dtype) != str(array.dtype) or len(lows) != target.ndim:
         return None
     key, out_dim = [], 0
     for dim in range(array.ndim):
@@ -260,7 +260,7 @@ def _selection_plan(array, indexer, prototype, out, fields):
     gpu_array = _open_array(str(store.root), array.store_path.path, target.device.id)
     if gpu_array is None or gpu_array.regular_chunks is None or gpu_array.shape != tuple(array.shape):
         return None
-    if str(target.dtype) != gpu_array.dtype:
+    if str(target.dtype) != str(gpu_array.dtype):
         return None
     return gpu_array, tuple(key), buffer
 
@@ -474,7 +474,7 @@ def _advanced_plan(array, indexer, prototype, fields):
 
     dtype = array.metadata.dtype.to_native_dtype()
     gpu_array = _open_array(str(store.root), array.store_path.path, cupy.cuda.Device().id)
-    if gpu_array is None or gpu_array.shape != tuple(array.shape) or str(dtype) != gpu_array.dtype:
+    if gpu_array is None or gpu_array.shape != tuple(array.shape) or str(dtype) != str(gpu_array.dtype):
         return None
     try:
         pieces = _advanced_pieces(indexer, dtype.itemsize)
