@@ -6,12 +6,15 @@
 //! registration, device codec, host check, kernels and tests): `zstd`, `gzip`, `zlib`, `blosc`,
 //! the nvCOMP glue they share (`nvcomp`), the host check of deflate streams (`deflate`, shared by
 //! gzip, zlib and Blosc's zlib streams) and the LZ4 block walk (`lz4`, Blosc's lz4 streams).
+//! `delta` is numcodecs' delta filter, an array-to-array codec: its zarrs codec (registered with
+//! zarrs here, which lacks it) and the running sum the device pipeline runs on decoded chunks.
 //! `zlib` decodes with nvCOMP's deflate decoder, its Adler-32 verified by our kernel; `blosc`
 //! hands each stream of a chunk to nvCOMP and assembles the blocks with its own kernels. Adding
 //! a family touches its folder, one `mod` line here and its kernels' line in `KERNEL_SOURCES`.
 
 pub(crate) mod blosc;
 pub mod deflate;
+pub(crate) mod delta;
 pub(crate) mod gzip;
 pub(crate) mod lz4;
 pub(crate) mod nvcomp;
@@ -315,8 +318,13 @@ inventory::collect!(DeviceCodecPlugin);
 
 /// The sources of the kernels this crate's codecs launch (zstd's XXH64), compiled into each
 /// device's module with the pipeline's (`Kernels::load`).
-pub(crate) const KERNEL_SOURCES: &[&str] =
-    &[zstd::xxhash::SOURCE, blosc::kernels::SOURCE, zlib::adler32::SOURCE, zlib::payload::SOURCE];
+pub(crate) const KERNEL_SOURCES: &[&str] = &[
+    zstd::xxhash::SOURCE,
+    blosc::kernels::SOURCE,
+    zlib::adler32::SOURCE,
+    zlib::payload::SOURCE,
+    delta::kernels::SOURCE,
+];
 
 /// The registered plugin for `name`, if any; an error when several crates registered one
 /// (which of them `inventory` lists first is not defined).

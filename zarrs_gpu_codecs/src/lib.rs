@@ -67,6 +67,7 @@ pub use codecs::zlib::stream as zlib_stream;
 pub use codecs::zstd::frame as zstd_frame;
 pub use pipeline::plan;
 
+pub use codecs::delta::{delta_device_text, delta_type_of, DeltaCodec, DeltaType, DELTA_NAME};
 pub use codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck, HostCodecV2, HostCodecV3};
 #[cfg(feature = "fault-injection")]
 pub use config::InjectedFault;

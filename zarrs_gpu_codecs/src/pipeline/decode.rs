@@ -1075,6 +1075,17 @@ impl Batch {
     ) -> Result<(), GpuError> {
         let out_ptr = job.out.ptr()?;
         let (units, chain, stream) = (job.units, job.chain, job.stream);
+        if let Some(delta) = &chain.delta {
+            // numcodecs' delta: each whole decoded chunk (never narrowed: not raw) summed in place.
+            let chunks: Vec<(u64, u64)> = (self.items.iter().filter(|it| it.route != Route::Missing))
+                .map(|it| match chain.compression {
+                    Some(_) => (layout.dbase + it.decoded_offset, job.decoded_len(it.unit)),
+                    None => (layout.cbase + it.host_offset, job.decoded_len(it.unit)),
+                })
+                .collect();
+            // SAFETY: the chunks' decoded bytes in this batch's staging, ordered on the stream.
+            unsafe { codecs::delta::kernels::launch_delta_scan(job.kernels, stream, *delta, &chunks) }?;
+        }
         let mut copies = Vec::new();
         let mut srcs = Vec::new();
         let mut jobs = Vec::new();

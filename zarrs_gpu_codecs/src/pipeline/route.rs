@@ -9,6 +9,7 @@ use zarrs::array::codec::{BytesDataTypeExt, TransposeCodecConfiguration};
 use zarrs::array::{Array, ArrayMetadata, ArraySubset, CodecMetadataOptions, DataType, Endianness};
 use zarrs::plugin::ExtensionName;
 
+use crate::codecs::delta::{delta_of, DeviceDelta};
 use crate::codecs::DeviceCodec;
 use crate::config::DecodeTrust;
 use crate::error::GpuError;
@@ -16,8 +17,8 @@ use crate::gpu_mode::device_codec_of;
 use crate::pipeline::place::GATHER_DIMS;
 use crate::pipeline::shard::ShardLevel;
 
-/// The codecs of a chunk the device pipeline decodes: an optional transpose, the `bytes` codec
-/// in either byte order, then a registered device codec (zstd, gzip, or a plugin's), and crc32c.
+/// The codecs of a chunk the device pipeline decodes: an optional transpose or delta, the `bytes`
+/// codec in either byte order, then a registered device codec (zstd, gzip, or a plugin's), and crc32c.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct DeviceChain {
     /// The bytes-to-bytes codec decoded on the device, if any.
@@ -30,12 +31,15 @@ pub(crate) struct DeviceChain {
     /// The transpose codec's order: a chunk is stored as its C-order transpose by this
     /// permutation (v2 order F is the reversal).
     pub(crate) transpose: Option<Vec<usize>>,
+    /// numcodecs' delta: each whole decoded chunk's running sum, in staging before placement
+    /// (its byte swap, if any, done there first: `swap` is then 0).
+    pub(crate) delta: Option<DeviceDelta>,
 }
 
 impl DeviceChain {
     /// Chunk bytes are the elements in C order: copied as they are.
     pub(crate) fn is_raw(&self) -> bool {
-        !self.is_checked() && !self.needs_gather()
+        !self.is_checked() && !self.needs_gather() && self.delta.is_none()
     }
 
     /// Stored bytes are checked on the host before the device sees them (a codec or crc32c):
@@ -84,8 +88,13 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
     let mut codecs = array.codecs();
     loop {
         let a2a = codecs.array_to_array_codecs();
+        let mut delta = None;
         let transpose = match a2a {
             [] => None,
+            [codec] if delta_of(codec.as_ref()).is_some() => {
+                delta = delta_of(codec.as_ref()).map(|d| d.device(array.data_type())).transpose()?;
+                None
+            }
             [codec] if name(codec.as_ref()) == "transpose" => {
                 let configuration: TransposeCodecConfiguration = codec
                     .configuration_v3(&CodecMetadataOptions::default())
@@ -118,7 +127,7 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
         let names: Vec<String> = codecs.bytes_to_bytes_codecs().iter().map(|c| name(c.as_ref())).collect();
         match name(a2b.as_ref()).as_str() {
             "sharding_indexed" => {
-                if !names.is_empty() || transpose.is_some() {
+                if !names.is_empty() || transpose.is_some() || delta.is_some() {
                     return Err("codecs over whole shards (before or after sharding) run on the host".into());
                 }
                 let configuration = a2b
@@ -140,7 +149,12 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
                         }
                     })
                 });
-                let swap = swap_word(array.data_type(), endian)?;
+                let mut swap = swap_word(array.data_type(), endian)?;
+                if let Some(delta) = &mut delta {
+                    // The sum needs native words: the scan swaps them as it reads.
+                    delta.swap = swap > 1;
+                    swap = 0;
+                }
                 if swap > 0 && array.dimensionality() > GATHER_DIMS {
                     return Err(format!("byte swaps of more than {GATHER_DIMS} dimensions are done on the host"));
                 }
@@ -158,7 +172,7 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
                     }
                 };
                 let compression = codec.map(|c| device_codec_of(c.as_ref(), &name(c.as_ref()))).transpose()?;
-                return Ok(DevicePlan { shards, chain: DeviceChain { compression, crc32c, swap, transpose } });
+                return Ok(DevicePlan { shards, chain: DeviceChain { compression, crc32c, swap, transpose, delta } });
             }
             other => return Err(format!("array-to-bytes codec {other} has no device implementation yet")),
         }
