@@ -82,10 +82,10 @@ fn open(case: &Case) -> Result<Array<GdsStore>> {
     Ok(Array::open(Arc::new(GdsStore::new(&case.path)?), "/")?)
 }
 
-/// The compressors of the matrix whose chains have no device plan: none since zlib's device codec
-/// (the v2 `zlib` compressor, `v2_zlib_int32`). Everything in the matrix (zstd, gzip, zlib,
-/// blosc, crc32c, transpose and F order, either byte order, sharding) decodes on the device.
-const HOST_CODECS: &[&str] = &[];
+/// The codecs of the matrix whose chains have no device plan: numcodecs' delta with an astype of
+/// another width (`delta_astype_`). Everything else in the matrix (zstd, gzip, zlib, blosc,
+/// crc32c, transpose and F order, delta, either byte order, sharding) decodes on the device.
+const HOST_CODECS: &[&str] = &["delta_astype_"];
 
 /// Whether a case's codecs have no device plan. A blosc chain always has one, whatever its
 /// streams' compressor (a blosc case's name carries it: `v2_blosc_zlib_...`); which chunks the

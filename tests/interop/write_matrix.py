@@ -153,6 +153,7 @@ def main(out):
     add("v2_order_f_float32", 2, "float32", v2(order="F"))
     add("v2_order_f_zstd_int64", 2, "int64", v2(compressor=numcodecs.Zstd(level=3), order="F"))
     add("v2_bigendian_zstd_float32", 2, "float32", v2(compressor=numcodecs.Zstd(level=3), endian=">"))
+    delta_cases(add, v2, v3)
     blosc_cases(add, v2, v3)
     writers = f"zarr-python {zarr.__version__}, numcodecs {numcodecs.__version__}"
     try:
@@ -167,6 +168,33 @@ def main(out):
         json.dump({"writer": writers,
                    "cases": cases}, f, indent=1)
     print(f"wrote {len(cases)} arrays to {out}")
+
+
+def delta_cases(add, v2, v3):
+    """numcodecs' Delta filter (v2 filter `delta`, v3 `numcodecs.delta` through numcodecs.zarr3) on
+    every integer and float data type, with zstd; then uncompressed, sharded, big-endian (v2) and
+    with an astype narrower or wider than the dtype (names `delta_astype_`: decoded on the host)."""
+    from numcodecs.zarr3 import Delta as DeltaV3
+    zstd_v3 = [zc.ZstdCodec(level=3)]
+    for dtype in [d for d in DTYPES if np.dtype(d).kind in "iuf"]:
+        little = np.dtype(dtype).newbyteorder("<").str
+        add(f"v2_delta_zstd_{dtype}", 2, dtype,
+            v2(compressor=numcodecs.Zstd(level=3), filters=[numcodecs.Delta(dtype=little)]))
+        add(f"v3_delta_zstd_{dtype}", 3, dtype, v3(compressors=zstd_v3, filters=[DeltaV3(dtype=dtype)]))
+    add("v3_delta_raw_uint16", 3, "uint16", v3(filters=[DeltaV3(dtype="uint16")]))
+    add("v3_delta_raw_float32", 3, "float32", v3(filters=[DeltaV3(dtype="float32")]))
+    add("v3_sharded_delta_zstd_int32", 3, "int32",
+        v3(compressors=zstd_v3, filters=[DeltaV3(dtype="int32")], chunks=(4, 4, 2), shards=CHUNKS))
+    add("v2_delta_bigendian_zstd_int32", 2, "int32",
+        v2(compressor=numcodecs.Zstd(level=3), filters=[numcodecs.Delta(dtype=">i4")], endian=">"))
+    add("v2_delta_bigendian_float64", 2, "float64", v2(filters=[numcodecs.Delta(dtype=">f8")], endian=">"))
+    # The data's differences fit int16 (values within +-1000): the narrowing round-trips.
+    add("v2_delta_astype_int32_int16", 2, "int32",
+        v2(compressor=numcodecs.Zstd(level=3), filters=[numcodecs.Delta(dtype="<i4", astype="<i2")]))
+    add("v3_delta_astype_int16_int64", 3, "int16",
+        v3(compressors=zstd_v3, filters=[DeltaV3(dtype="<i2", astype="<i8")]))
+    add("v3_delta_astype_float32_float64", 3, "float32",
+        v3(compressors=zstd_v3, filters=[DeltaV3(dtype="<f4", astype="<f8")]))
 
 
 def blosc_cases(add, v2, v3):
