@@ -43,3 +43,59 @@ pub use zarrs_gpu_codecs::{
     with_gpu_config, ArrayDeviceExt, DecodePath, DecodeRates, DecodeTrust, DeviceArray, GpuConfig, GpuError,
     MemoryInUse, PendingRead, ReadAhead, RetrieveReport, ShardIndexCache, TileOrder, TileRead,
 };
+
+/// The README is a quick start: the commands first, the depth in docs/ (issue 27: it was 671
+/// lines, with the two commands at line 70).
+#[cfg(test)]
+mod readme_tests {
+    use std::path::Path;
+
+    const README: &str = include_str!("../README.md");
+
+    #[test]
+    fn the_readme_opens_with_the_commands_and_ci_runs_its_test_command() {
+        assert!(README.lines().count() <= 200, "README.md has {} lines: depth goes to docs/", README.lines().count());
+        let head: String = README.lines().take(40).collect::<Vec<_>>().join("\n");
+        for command in [
+            "cargo run --release -- read",
+            "cargo test --workspace",
+            "pip install './python[test]'",
+            "zarrs-gpu read",
+            "-- info",
+        ] {
+            assert!(head.contains(command), "{command:?} not in the README's first 40 lines");
+        }
+        let ci = include_str!("../.ci/run");
+        assert!(
+            ci.lines().any(|l| l.starts_with("cargo test --workspace")),
+            ".ci/run must run the README's test command"
+        );
+    }
+
+    /// Every relative link of the README and of docs/ names a file that is there.
+    #[test]
+    fn links_in_the_readme_and_docs_resolve() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut pages = vec![(root.join("README.md"), README.to_string())];
+        for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
+            let path = entry.expect("an entry").path();
+            if path.extension().is_some_and(|e| e == "md") {
+                let text = std::fs::read_to_string(&path).expect("a page");
+                pages.push((path, text));
+            }
+        }
+        assert!(pages.len() > 5, "docs/ pages: {}", pages.len() - 1);
+        for (page, text) in &pages {
+            for (at, _) in text.match_indices("](") {
+                let target = &text[at + 2..];
+                let target = &target[..target.find(')').unwrap_or(target.len())];
+                if target.contains("://") || target.starts_with('#') {
+                    continue;
+                }
+                let file = target.split('#').next().unwrap_or_default();
+                let resolved = page.parent().expect("a directory").join(file);
+                assert!(resolved.exists(), "{}: link {target:?} names nothing", page.display());
+            }
+        }
+    }
+}
