@@ -283,7 +283,13 @@ impl Drop for Filler {
 /// The 1 GiB slab read unconstrained, then with the device filled but for its output and
 /// `extra` bytes (our pools emptied first, as a training job's allocator would have taken
 /// them): medians, the ratio of the two rates, and each read's peak device memory.
-fn filled_rows(array: &Array<GdsStore>, name: &str, extra: u64, repeat: usize, label: &str) -> Result<Vec<String>, Error> {
+fn filled_rows(
+    array: &Array<GdsStore>,
+    name: &str,
+    extra: u64,
+    repeat: usize,
+    label: &str,
+) -> Result<Vec<String>, Error> {
     let subset = parse_subset("0:64", array.shape())?;
     let bytes = subset.num_elements() * 4;
     let config = GpuConfig::default().with_backend(IoBackend::Auto);
@@ -318,7 +324,15 @@ fn filled_rows(array: &Array<GdsStore>, name: &str, extra: u64, repeat: usize, l
     let io = format!("{io}; {:.2} of the unconstrained rate", free_secs / secs);
     Ok(vec![
         line(&who, &format!("{case}, unconstrained"), &subset, bytes, free_secs, &free_runs, &free_io),
-        line(&who, &format!("{case}, device filled but output + {} MiB", extra >> 20), &subset, bytes, secs, &runs, &io),
+        line(
+            &who,
+            &format!("{case}, device filled but output + {} MiB", extra >> 20),
+            &subset,
+            bytes,
+            secs,
+            &runs,
+            &io,
+        ),
     ])
 }
 

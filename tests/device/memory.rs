@@ -43,7 +43,14 @@ impl Drop for Filler {
 /// that wants the most device memory for its output (nvCOMP's scratch is about three times a
 /// batch's decoded bytes).
 fn array(dir: &std::path::Path) -> Result<zarrs::array::Array<zarrs_gpu::GdsStore>> {
-    make_array(dir, data_type::float32(), FillValue::from(1.5f32), &[128, 512, 512], &[32, 64, 128], vec![zstd(3, false)])
+    make_array(
+        dir,
+        data_type::float32(),
+        FillValue::from(1.5f32),
+        &[128, 512, 512],
+        &[32, 64, 128],
+        vec![zstd(3, false)],
+    )
 }
 
 /// With the device filled but for the output and half as much again, the read shrinks its
