@@ -305,6 +305,7 @@ fn report_dict<'py>(py: Python<'py>, r: &RetrieveReport) -> PyResult<Bound<'py, 
     dict.set_item("host_decoded_chunks", r.host_decoded_chunks)?;
     dict.set_item("schedule", r.schedule.as_deref())?;
     dict.set_item("bytes_read", r.bytes_read)?;
+    dict.set_item("peak_device_bytes", r.peak_device_bytes)?;
     dict.set_item("host_reason", r.host_reason.clone())?;
     let stages = PyDict::new(py);
     for s in &r.stages {

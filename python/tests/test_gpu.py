@@ -183,6 +183,7 @@ class GpuTests(unittest.TestCase):
         self.assertEqual(x.__dlpack_device__(), (2, 0))
         self.assertEqual(x.report["decode"], "device")
         self.assertGreater(x.report["stages"]["decode"], 0)
+        self.assertGreaterEqual(x.report["peak_device_bytes"], x.nbytes)
         # On a side stream of torch's: the stream waits for the read, the host does not.
         side = torch.cuda.Stream()
         with torch.cuda.stream(side):

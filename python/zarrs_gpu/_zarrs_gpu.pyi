@@ -36,6 +36,8 @@ class _ReadReport(TypedDict):
     missing_chunks: int
     host_decoded_chunks: int
     bytes_read: int
+    #: The most device memory the read held at once (its output, staging, nvCOMP's scratch).
+    peak_device_bytes: int
     host_reason: Optional[str]
     schedule: Optional[str]
     stages: dict[str, float]
