@@ -657,4 +657,15 @@ mod tests {
         // The host route says host for each.
         assert!(plan_lines(&chain, false, 0).iter().all(|l| l.ends_with(" host")));
     }
+
+    #[test]
+    fn npy_targets_are_checked_before_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        // A bare file name is in the current directory (its parent is the empty path).
+        assert_eq!(npy_target_ok(Path::new("out.npy")), Ok(()));
+        assert_eq!(npy_target_ok(&dir.path().join("out.npy")), Ok(()));
+        let err = npy_target_ok(&dir.path().join("no/out.npy")).unwrap_err();
+        assert!(err.contains("does not exist"), "{err}");
+        assert!(npy_target_ok(dir.path()).unwrap_err().contains("is a directory"));
+    }
 }
