@@ -4,6 +4,7 @@
 
 mod blosc;
 mod compressed;
+mod delta;
 mod dlpack;
 mod faults;
 mod hostile;
