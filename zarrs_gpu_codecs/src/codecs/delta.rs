@@ -355,7 +355,7 @@ pub(crate) struct DeviceDelta {
 #[must_use]
 pub fn delta_device_text(codec: &dyn ArrayToArrayCodecTraits) -> Option<&'static str> {
     delta_of(codec).map(|_| {
-        "the running sum of each whole decoded chunk, in staging before placement (integers: a block scan; floats: in order, as numpy adds)"
+        "the running sum of each whole decoded chunk in staging, before placement; integers by a block scan, floats in order as numpy adds them"
     })
 }
 
