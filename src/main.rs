@@ -549,6 +549,7 @@ impl Shown<'_> {
             "missing_chunks": report.missing_chunks,
             "host_decoded_chunks": report.host_decoded_chunks,
             "bytes_read": report.bytes_read,
+            "peak_device_bytes": report.peak_device_bytes,
             "host_reason": report.host_reason,
             "schedule": report.schedule,
             "stages": stages,
@@ -573,13 +574,14 @@ impl Shown<'_> {
             t.times[0]
         );
         println!(
-            "decode: {}; io: {}; chunks: {} ({} missing, {} decoded on host threads); bytes read: {}",
+            "decode: {}; io: {}; chunks: {} ({} missing, {} decoded on host threads); bytes read: {}; peak device memory: {} MiB",
             report.decode,
             report.io.as_ref().map_or_else(|| "zarrs host reads".to_string(), ToString::to_string),
             report.chunks,
             report.missing_chunks,
             report.host_decoded_chunks,
-            report.bytes_read
+            report.bytes_read,
+            report.peak_device_bytes.div_ceil(1 << 20)
         );
         if o.stats {
             if let Some(schedule) = &report.schedule {
