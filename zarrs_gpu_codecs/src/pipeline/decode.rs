@@ -610,12 +610,11 @@ fn working_set(
         let temp = match &chain.compression {
             Some(codec) if chain.device_may_decode(config.decode_trust()) => {
                 let key = (batch.len(), max_chunk, decoded);
-                match temps.get(&key) {
-                    Some(&temp) => temp,
-                    None => {
-                        let temp = codec.temp_bytes(nvcomp, batch.len(), max_chunk as usize, decoded as usize)? as u64;
-                        *temps.entry(key).or_insert(temp)
-                    }
+                if let Some(&temp) = temps.get(&key) {
+                    temp
+                } else {
+                    let temp = codec.temp_bytes(nvcomp, batch.len(), max_chunk as usize, decoded as usize)? as u64;
+                    *temps.entry(key).or_insert(temp)
                 }
             }
             _ => 0,

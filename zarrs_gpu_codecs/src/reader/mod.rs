@@ -707,37 +707,37 @@ mod tests {
     /// each from its own offset with its own bytes; a read error after a copy was queued still
     /// reports the copy, so that the pinned buffer stays guarded until it finishes.
     #[test]
-    fn pieces_copy_the_runs_around_missing_segments_and_guard_queued_copies_after_errors() {
+    fn pieces_copy_the_runs_around_missing_segments_and_guard_queued_runs_after_errors() {
         let expect = |t: usize, o: usize, n: usize| -> Vec<u8> { (0..n).map(|k| (t * 50 + o + k) as u8).collect() };
         let run = |piece: &[(usize, u64, usize)]| {
             let outcome = Outcome::new(5);
             let mut host = vec![0u8; piece.iter().map(|s| s.2).sum()];
-            let mut copies: Vec<(usize, Vec<u8>)> = Vec::new();
-            let (copied, result) = read_piece_runs(&Segments, piece, &mut host, &outcome, |at, bytes| {
+            let mut runs: Vec<(usize, Vec<u8>)> = Vec::new();
+            let (queued, result) = read_piece_runs(&Segments, piece, &mut host, &outcome, |at, bytes| {
                 if !bytes.is_empty() {
-                    copies.push((at, bytes.to_vec()));
+                    runs.push((at, bytes.to_vec()));
                 }
                 Ok(!bytes.is_empty())
             });
-            (copied, result, copies, outcome)
+            (queued, result, runs, outcome)
         };
-        let (copied, result, copies, outcome) = run(&[(0, 10, 6), (1, 0, 4), (2, 0, 5), (3, 7, 3)]);
-        assert!(copied && result.is_ok());
-        assert_eq!(copies, vec![(0, [expect(0, 10, 6), expect(1, 0, 4)].concat()), (15, expect(3, 7, 3))]);
+        let (queued, result, runs, outcome) = run(&[(0, 10, 6), (1, 0, 4), (2, 0, 5), (3, 7, 3)]);
+        assert!(queued && result.is_ok());
+        assert_eq!(runs, vec![(0, [expect(0, 10, 6), expect(1, 0, 4)].concat()), (15, expect(3, 7, 3))]);
         assert!(outcome.finish([6, 4, 5, 3, 1].into_iter()).is_ok_and(|f| f == [true, true, false, true, false]));
-        // The missing segment first, then last: no empty copies, nothing lost.
-        let (_, _, copies, _) = run(&[(2, 0, 5), (0, 0, 2)]);
-        assert_eq!(copies, vec![(5, expect(0, 0, 2))]);
-        let (_, _, copies, _) = run(&[(0, 0, 2), (2, 0, 5)]);
-        assert_eq!(copies, vec![(0, expect(0, 0, 2))]);
-        // An error after a run was copied: the copy is reported with the error.
-        let (copied, result, copies, _) = run(&[(0, 0, 3), (2, 0, 1), (4, 0, 2)]);
-        assert!(copied, "a queued copy must keep its buffer guarded");
+        // The missing segment first, then last: no empty runs, nothing lost.
+        let (_, _, runs, _) = run(&[(2, 0, 5), (0, 0, 2)]);
+        assert_eq!(runs, vec![(5, expect(0, 0, 2))]);
+        let (_, _, runs, _) = run(&[(0, 0, 2), (2, 0, 5)]);
+        assert_eq!(runs, vec![(0, expect(0, 0, 2))]);
+        // An error after a run was queued: the copy is reported with the error.
+        let (queued, result, runs, _) = run(&[(0, 0, 3), (2, 0, 1), (4, 0, 2)]);
+        assert!(queued, "a queued copy must keep its buffer guarded");
         assert!(result.is_err_and(|e| e.to_string().contains("transfer 4")));
-        assert_eq!(copies, vec![(0, expect(0, 0, 3))]);
-        // An error before anything was copied: nothing to guard.
-        let (copied, result, copies, _) = run(&[(4, 0, 2), (0, 0, 3)]);
-        assert!(!copied && result.is_err() && copies.is_empty());
+        assert_eq!(runs, vec![(0, expect(0, 0, 3))]);
+        // An error before anything was queued: nothing to guard.
+        let (queued, result, runs, _) = run(&[(4, 0, 2), (0, 0, 3)]);
+        assert!(!queued && result.is_err() && runs.is_empty());
     }
 
     fn transfers(spans: &[(u64, usize)]) -> Vec<DeviceTransfer> {
