@@ -91,9 +91,15 @@ fn make(
         }
         let subset = array.chunk_subset(&indices)?;
         // Floats: every byte below 0x40 keeps them finite (no NaN, whose bits a sum may change).
-        let bytes: Vec<u8> = (0..subset.num_elements_usize() * elem)
+        let mut bytes: Vec<u8> = (0..subset.num_elements_usize() * elem)
             .map(|_| if float { rng.random::<u8>() & 0x3F } else { rng.random() })
             .collect();
+        // Unsigned values stored as signed differences: numpy refuses a first element past the
+        // signed type's range, so every value keeps its top bit clear (the differences still wrap).
+        if dtype.contains('u') && astype.is_some_and(|a| a.contains('i')) {
+            let top = if cfg!(target_endian = "little") { elem - 1 } else { 0 };
+            bytes.chunks_exact_mut(elem).for_each(|e| e[top] &= 0x7F);
+        }
         array.store_chunk(&indices, ArrayBytes::new_flen(bytes))?;
     }
     Ok(array)
