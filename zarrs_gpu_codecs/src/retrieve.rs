@@ -250,6 +250,7 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
         return retrieve_empty(config, output);
     }
     let context = GpuContext::get(config.device())?;
+    context.note_keep(context.keep_for(config));
     // A result larger than the device's free memory fails now, before any planning.
     // A caller's destination exists already: only a new output counts against free memory.
     if output.allocated(out_bytes) > 0 {

@@ -37,6 +37,10 @@ pub(crate) struct GpuContext {
     /// The most reads in flight at once since the pools were last trimmed idle: what the buffer
     /// pools keep room for (reads that run together reuse each other's buffers round after round).
     peak_reads: std::sync::atomic::AtomicUsize,
+    /// The largest idle bound of the reads since the pools were last trimmed idle (a read's
+    /// `GpuConfig::with_pool_keep_bytes` may be larger than the device's): what the pools keep
+    /// at most while reads are in flight.
+    peak_keep: std::sync::atomic::AtomicU64,
     /// Kernels loaded into this context (a module of another device's context cannot launch here).
     kernels: OnceLock<Result<Kernels, String>>,
     /// Why the context can no longer be used (a sticky fault, or a batch that never finished).
@@ -79,6 +83,7 @@ impl GpuContext {
             keep,
             reads: std::sync::atomic::AtomicUsize::new(0),
             peak_reads: std::sync::atomic::AtomicUsize::new(0),
+            peak_keep: std::sync::atomic::AtomicU64::new(0),
             kernels: OnceLock::new(),
             lost: OnceLock::new(),
             host_rate: HostRate::default(),
@@ -271,17 +276,30 @@ impl GpuContext {
         match alloc() {
             Err(err) if err.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
                 self.staging.trim(0);
-                self.pool.release_idle()?;
-                self.ctx.bind_to_thread()?;
+                // Where the release or the binding fails, the device's answer stays the error.
+                if self.pool.release_idle().is_err() || self.ctx.bind_to_thread().is_err() {
+                    return Err(err);
+                }
                 alloc()
             }
             other => other,
         }
     }
 
-    /// Return a staging buffer whose last use has completed (kept within the device's idle bound).
+    /// Return a staging buffer whose last use has completed (kept within the reads' idle bound).
     pub(crate) fn give_staging(&self, buffer: DeviceBuffer) {
-        self.staging.give(buffer, self.concurrency(), self.keep);
+        self.staging.give(buffer, self.concurrency(), self.bound_in_flight());
+    }
+
+    /// A read with idle bound `keep` (its config's, else the device's) starts: until the pools are
+    /// next trimmed idle, they keep up to the largest such bound.
+    pub(crate) fn note_keep(&self, keep: u64) {
+        self.peak_keep.fetch_max(keep, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// What the staging and pinned pools keep at most while reads are in flight.
+    fn bound_in_flight(&self) -> u64 {
+        self.keep.max(self.peak_keep.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// A pinned host buffer of at least `len` bytes from the pool (or a new one).
@@ -294,7 +312,7 @@ impl GpuContext {
 
     /// Return a pinned buffer whose last use has completed.
     pub(crate) fn give_pinned(&self, buffer: PinnedBuffer) {
-        self.pinned.give(buffer, self.concurrency(), self.keep);
+        self.pinned.give(buffer, self.concurrency(), self.bound_in_flight());
     }
 
     /// How many reads are in flight on this device (in this process).
@@ -320,6 +338,7 @@ impl GpuContext {
         if self.reads.load(std::sync::atomic::Ordering::SeqCst) == 0 {
             // Idle: what is kept is bounded in bytes now, and room is made again as reads come.
             self.peak_reads.store(0, std::sync::atomic::Ordering::SeqCst);
+            self.peak_keep.store(0, std::sync::atomic::Ordering::SeqCst);
             self.trim(keep)
         } else {
             Ok(())

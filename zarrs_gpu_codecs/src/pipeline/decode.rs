@@ -91,10 +91,12 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     output: Output,
 ) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
-    // Rows are read with preadv on a GdsStore's files: only where its device reads would go
-    // through preads anyway (a forced GDS backend errs, and native GDS is never skipped).
+    // Rows of uncompressed chunks are read with preadv on a GdsStore's files: only where its
+    // device reads would go through preads anyway (a forced GDS backend errs, and native GDS is
+    // never skipped). Asked only for raw chains (checked ones read to host memory, whatever the
+    // backend; asking would open cuFile's driver for nothing).
     let rows = match gds {
-        Some(store) if config.row_reads() => {
+        Some(store) if config.row_reads() && plan.chain.is_raw() => {
             store.pread_reason(config.backend()).map_err(crate::reader::DeviceReadError::from)?.is_some()
         }
         _ => false,
@@ -158,9 +160,13 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         None if !chain.needs_nvcomp() => None,
         None => return Err(GpuError::NoNvcomp("this codec chain needs it".into())),
     };
-    // Free device memory, asked once (each query is a driver call).
-    let free = context.free_bytes()?;
-    let (batches, shrunk) = plan_batches(units, chain, config, free, nvcomp, output.allocated(out_bytes))?;
+    // Free device memory, asked once (each query is a driver call), within the read's cap.
+    let free = context.free_bytes()?.min(config.device_memory_cap().unwrap_or(u64::MAX));
+    // The fill block is uniform and as long as the longest read; planned beside the output (any
+    // unit may turn out missing when its value is sized).
+    let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
+    let (batches, shrunk) =
+        plan_batches(units, chain, config, free, nvcomp, output.allocated(out_bytes).saturating_add(fill_len))?;
     let slots = if batches.len() > 1 { 2 } else { 1 };
     trace.mark("plan");
 
@@ -174,8 +180,6 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         let kernels = context.kernels(&[&[place::SOURCE, FAULT_SOURCE], codecs::KERNEL_SOURCES]);
         #[cfg(feature = "fault-injection")]
         let kernels = kernels.filter(|_| config.injected_fault() != Some(crate::config::InjectedFault::NoKernels));
-        // The fill block is uniform and as long as the longest read.
-        let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
         let job = Job {
             array,
             gds,
@@ -291,7 +295,11 @@ impl BatchRun {
         self.report.host_decoded_chunks += batch.decode_host_share(job, buffers, &layout)?;
         self.trace.mark("decode");
         batch.queue_results(job, &layout, &mut buffers.results)?;
+        let had_fill = buffers.fill.is_some();
         batch.place(job, &layout, &mut buffers.fill, &mut self.report)?;
+        if let (false, Some(fill)) = (had_fill, &buffers.fill) {
+            buffers.taken.add(fill.len() as u64); // made at the first missing unit
+        }
         let event = job.stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
         // The bound covers the device's work only: it starts once the batch is enqueued,
         // after its storage reads and host checks (slow storage is no device fault).
@@ -495,12 +503,18 @@ fn ensure_counted<'b, S: ?Sized>(
     len: u64,
 ) -> Result<(&'b mut DeviceBuffer, bool), GpuError> {
     let take = |len: usize| -> Result<DeviceBuffer, GpuError> {
-        let now = taken.with(len as u64);
-        if let Some(cap) = job.config.device_memory_cap().filter(|&cap| now > cap) {
-            return Err(GpuError::OutOfMemory { needed: now, free: cap, device: job.config.device() });
+        let cap = job.config.device_memory_cap();
+        let over = |now: u64| cap.filter(|&cap| now > cap).map(|cap| (now, cap));
+        if let Some((needed, free)) = over(taken.with(len as u64)) {
+            return Err(GpuError::OutOfMemory { needed, free, device: job.config.device() });
         }
+        // A pooled buffer may be larger than asked: what the read holds is its whole length.
         let buffer = job.context.take_staging(len)?;
-        taken.add(len as u64);
+        if let Some((needed, free)) = over(taken.with(buffer.len() as u64)) {
+            job.context.give_staging(buffer);
+            return Err(GpuError::OutOfMemory { needed, free, device: job.config.device() });
+        }
+        taken.add(buffer.len() as u64);
         Ok(buffer)
     };
     // A buffer outgrown is freed, not pooled: kept, it and its larger successor would both
@@ -624,7 +638,10 @@ fn working_set(
         // One scratch serves both slots (`Buffers::scratch`).
         largest_temp = largest_temp.max(temp);
     }
-    Ok(largest_slot.saturating_mul(slots).saturating_add(largest_temp))
+    // A buffer that a later, larger batch outgrows is replaced by one a quarter larger than asked
+    // (`ensure`): each may reach that.
+    let grown = |bytes: u64| bytes.saturating_add(bytes / 4);
+    Ok(grown(largest_slot).saturating_mul(slots).saturating_add(grown(largest_temp)))
 }
 
 /// The stored (offset, length) of each unit of `batch`, None when missing: whole values are
