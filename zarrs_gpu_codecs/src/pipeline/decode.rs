@@ -160,8 +160,9 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
         None if !chain.needs_nvcomp() => None,
         None => return Err(GpuError::NoNvcomp("this codec chain needs it".into())),
     };
-    // Free device memory, asked once (each query is a driver call), within the read's cap.
-    let free = context.free_bytes()?.min(config.device_memory_cap().unwrap_or(u64::MAX));
+    // Free device memory, asked once (each query is a driver call). Not the read's cap: that
+    // reproduces memory running out in the middle of a read, which a plan within it never would.
+    let free = context.free_bytes()?;
     // The fill block is uniform and as long as the longest read; planned beside the output (any
     // unit may turn out missing when its value is sized).
     let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
