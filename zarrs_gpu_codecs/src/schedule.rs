@@ -141,9 +141,11 @@ impl HostRate {
 /// noisy int16, almost all Huffman-coded literals, decoded at least four times faster than the
 /// rates (from float32 frames, whose sequences execute serially) predict. Each
 /// batch timed on the device moves the factor half way (in the logarithm) to what it showed,
-/// within 1/4 to 16; the first is not counted (it may include loading nvCOMP's kernels). A batch
-/// scheduled wholly on host threads moves a factor above 1 an eighth of the way back to 1, so
-/// that a factor learned on one array does not keep the device idle for good.
+/// within 1/4 to 16; the first is not counted (it may include loading nvCOMP's kernels). A read
+/// with a batch that the factor alone sent wholly to host threads (the unscaled rates would have
+/// split it) moves a factor above 1 an eighth of the way back to 1, once, at its end, so that a
+/// factor learned on one array does not keep the device idle for good; small reads, which go to
+/// host threads at any factor, leave it.
 #[derive(Debug)]
 pub(crate) struct DeviceSlowness {
     factor: AtomicU64,
@@ -180,7 +182,25 @@ impl DeviceSlowness {
         self.set((0.5 * (self.get().ln() + (seen_s / predicted_s).ln())).exp());
     }
 
-    /// A batch scheduled wholly on host threads (nothing timed on the device).
+    /// Whether the learned factor is what sends a batch wholly to host threads: with `rates`
+    /// (unscaled) the device would keep some of its `n` frames, with the factor none. Only then
+    /// does the batch say anything against the factor (a small read goes to the host at any).
+    pub(crate) fn sends_all_to_host(
+        &self,
+        rates: &DecodeRates,
+        n: usize,
+        bytes: u64,
+        largest: u64,
+        threads: usize,
+    ) -> bool {
+        let factor = self.get();
+        factor > 1.0
+            && rates.device_slower(factor).host_share(n, bytes, largest, threads) == n
+            && rates.host_share(n, bytes, largest, threads) < n
+    }
+
+    /// A read none of whose batches nvCOMP decoded because of the factor ([`Self::sends_all_to_host`]):
+    /// once per read, at its end, as its timings are.
     pub(crate) fn relax(&self) {
         let factor = self.get();
         if factor > 1.0 {
@@ -194,6 +214,28 @@ mod tests {
     use super::*;
 
     const M: u64 = 1 << 20;
+
+    /// Small batches go to host threads whatever the factor: they say nothing against it. A
+    /// batch the unscaled rates would split, sent wholly to the host by the factor, does.
+    #[test]
+    fn only_batches_the_factor_sends_to_the_host_relax_it() {
+        let rates = DecodeRates::default();
+        let slowness = DeviceSlowness::default();
+        assert!(!slowness.sends_all_to_host(&rates, 4096, 4096 * M, M, 16), "a factor of 1");
+        slowness.set(16.0);
+        assert!(!slowness.sends_all_to_host(&rates, 50, 50 * M, M, 16), "a tile goes to the host anyway");
+        assert!(!slowness.sends_all_to_host(&rates, 1, M, M, 16));
+        assert_eq!(rates.device_slower(16.0).host_share(1024, 1024 * M, M, 16), 1024);
+        assert!(rates.host_share(1024, 1024 * M, M, 16) < 1024);
+        assert!(slowness.sends_all_to_host(&rates, 1024, 1024 * M, M, 16));
+        // Twenty small reads leave the factor where it was.
+        for _ in 0..20 {
+            if slowness.sends_all_to_host(&rates, 50, 50 * M, M, 16) {
+                slowness.relax();
+            }
+        }
+        assert!((slowness.get() - 16.0).abs() < 1e-9, "{}", slowness.get());
+    }
 
     #[test]
     fn a_few_frames_go_to_host_threads_thousands_to_the_device() {

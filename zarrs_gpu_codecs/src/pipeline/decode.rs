@@ -196,6 +196,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             fill_len,
             out: &out,
             out_shape,
+            relax: std::sync::atomic::AtomicBool::new(false),
             shrunk,
         };
         let mut buffers = Buffers {
@@ -353,6 +354,9 @@ impl BatchRun {
                 job.context.device_slowness().observe(t.predicted_s, f64::from(seen_ms) * 1e-3);
             }
         }
+        if job.relax.load(std::sync::atomic::Ordering::Relaxed) {
+            job.context.device_slowness().relax();
+        }
         Ok(())
     }
 }
@@ -380,6 +384,9 @@ struct Job<'a, S: ?Sized> {
     out: &'a dyn OutputAddress,
     /// The output's shape (C order).
     out_shape: &'a [u64],
+    /// A batch of this read went wholly to host threads because of nvCOMP's learned slowness
+    /// (`DeviceSlowness::sends_all_to_host`): the factor relaxes once, when the read has succeeded.
+    relax: std::sync::atomic::AtomicBool,
     /// The batches were shrunk to fit the free device memory: each is split between host threads
     /// and nvCOMP by cost, as a read of one batch is (nvCOMP's fixed cost per call weighs on
     /// many small batches, and host threads need no scratch).
@@ -1669,20 +1676,22 @@ fn route_by_cost<S: ?Sized>(job: &Job<'_, S>, items: &mut [Item], only: bool) ->
             return None;
         }
         let slowness = job.context.device_slowness();
-        let (rates, learning) = match job.config.decode_rates() {
-            Some(set) => (set, false),
-            None => match learned_rates(job, large)? {
-                (rates, true) => (rates.device_slower(slowness.get()), true),
-                (rates, false) => (rates, false),
-            },
-        };
         let bytes = device.iter().map(|&k| size(&items[k])).sum();
         // Reads in flight together share the reader's threads: each plans with its share.
         let threads = (job.context.reader().options().threads / job.context.reads_in_flight().max(1)).max(1);
+        let rates = match job.config.decode_rates() {
+            Some(set) => set,
+            None => match learned_rates(job, large)? {
+                (rates, true) => {
+                    if slowness.sends_all_to_host(&rates, device.len(), bytes, largest, threads) {
+                        job.relax.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    rates.device_slower(slowness.get())
+                }
+                (rates, false) => rates,
+            },
+        };
         let k = rates.host_share(device.len(), bytes, largest, threads);
-        if learning && k == device.len() {
-            slowness.relax();
-        }
         let (host_s, device_s, alone_s) = rates.predict(device.len(), k, bytes, largest, threads);
         let why = format!(
             "predicted {:.1} ms on {threads} host threads and {:.1} ms on nvCOMP (nvCOMP alone {:.1} ms)",
