@@ -11,7 +11,7 @@ use zarrs_gds_store::GdsStore;
 use zarrs_storage::ReadableStorageTraits;
 
 use crate::config::GpuConfig;
-use crate::device::context::GpuContext;
+use crate::device::context::{GpuContext, ReadInFlight};
 use crate::device::current_context::CurrentContextGuard;
 use crate::device_array::{check_element, DeviceArray};
 use crate::error::GpuError;
@@ -183,10 +183,8 @@ fn contained<R>(config: &GpuConfig, read: impl FnOnce() -> Result<R, GpuError>) 
     if let Some(context) = GpuContext::existing(config.device()) {
         context.check_alive()?;
     }
-    // Counted in flight on the device where a read has set it up (the first read of a process
-    // makes it, uncounted: nothing is pooled yet that a trim could free).
-    let in_flight = GpuContext::existing(config.device());
-    let counted = in_flight.as_ref().map(|c| c.reading());
+    // Counted in flight on the device, the first read of a process (which sets it up) too.
+    let counted = ReadInFlight::start(config.device());
     let result = read().map_err(|err| match GpuContext::existing(config.device()) {
         Some(context) => context.contain(err),
         None => err,

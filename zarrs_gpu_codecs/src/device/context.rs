@@ -30,13 +30,8 @@ pub(crate) struct GpuContext {
     /// Idle device memory kept between reads where a read's config sets none (and pinned host
     /// memory kept, likewise): `ZARRS_GPU_POOL_KEEP_BYTES`, else [`default_pool_keep`].
     keep: u64,
-    /// Reads in flight on the device ([`GpuContext::reading`]): the pools are trimmed only when
-    /// none is, since freeing device memory waits for all of the device's work (another thread's
-    /// read, or one that hangs).
-    reads: std::sync::atomic::AtomicUsize,
-    /// The most reads in flight at once since the pools were last trimmed idle: what the buffer
-    /// pools keep room for (reads that run together reuse each other's buffers round after round).
-    peak_reads: std::sync::atomic::AtomicUsize,
+    /// Reads in flight on the device ([`ReadInFlight`]), counted from before this state existed.
+    in_flight: Arc<InFlight>,
     /// The largest idle bound of the reads since the pools were last trimmed idle (a read's
     /// `GpuConfig::with_pool_keep_bytes` may be larger than the device's): what the pools keep
     /// at most while reads are in flight.
@@ -81,8 +76,7 @@ impl GpuContext {
             staging: BufferPool::new(8),
             pinned: BufferPool::new(6),
             keep,
-            reads: std::sync::atomic::AtomicUsize::new(0),
-            peak_reads: std::sync::atomic::AtomicUsize::new(0),
+            in_flight: InFlight::of(ordinal),
             peak_keep: std::sync::atomic::AtomicU64::new(0),
             kernels: OnceLock::new(),
             lost: OnceLock::new(),
@@ -317,27 +311,20 @@ impl GpuContext {
 
     /// How many reads are in flight on this device (in this process).
     pub(crate) fn reads_in_flight(&self) -> usize {
-        self.reads.load(std::sync::atomic::Ordering::SeqCst)
+        self.in_flight.reads.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The reads the buffer pools keep room for: the most in flight at once since the pools were
     /// last trimmed idle, or those in flight now.
     fn concurrency(&self) -> usize {
-        self.peak_reads.load(std::sync::atomic::Ordering::SeqCst).max(self.reads_in_flight())
-    }
-
-    /// Count a read in flight until the returned guard drops.
-    pub(crate) fn reading(&self) -> ReadInFlight<'_> {
-        let now = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        self.peak_reads.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
-        ReadInFlight(self)
+        self.in_flight.peak.load(std::sync::atomic::Ordering::SeqCst).max(self.reads_in_flight())
     }
 
     /// Trim to `keep` when no read is in flight (the last read to end trims).
     pub(crate) fn trim_when_idle(&self, keep: u64) -> Result<(), GpuError> {
-        if self.reads.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        if self.reads_in_flight() == 0 {
             // Idle: what is kept is bounded in bytes now, and room is made again as reads come.
-            self.peak_reads.store(0, std::sync::atomic::Ordering::SeqCst);
+            self.in_flight.peak.store(0, std::sync::atomic::Ordering::SeqCst);
             self.peak_keep.store(0, std::sync::atomic::Ordering::SeqCst);
             self.trim(keep)
         } else {
@@ -406,9 +393,42 @@ pub fn empty_cache() -> Result<(), GpuError> {
 }
 
 /// A read in flight on a device ([`GpuContext::reading`]).
-pub(crate) struct ReadInFlight<'a>(&'a GpuContext);
+/// Reads in flight on one device, and the most at once since its pools were last trimmed idle
+/// (what the buffer pools keep room for: reads that run together reuse each other's buffers
+/// round after round). The pools are trimmed only when no read is in flight, since freeing device
+/// memory waits for all of the device's work (another thread's read, or one that hangs). Kept
+/// apart from [`GpuContext`], so that the first read of a process, which makes the context, counts
+/// too: uncounted, two reads at start-up each planned with every reader thread, learned from
+/// timings the other shared, and one could trim while the other read.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    reads: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+}
 
-impl Drop for ReadInFlight<'_> {
+impl InFlight {
+    /// The count of device `ordinal` (made on first use, without any CUDA call).
+    fn of(ordinal: usize) -> Arc<Self> {
+        static COUNTS: OnceLock<Mutex<HashMap<usize, Arc<InFlight>>>> = OnceLock::new();
+        let mut counts = COUNTS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        counts.entry(ordinal).or_default().clone()
+    }
+}
+
+/// A read counted in flight on a device until it drops.
+pub(crate) struct ReadInFlight(Arc<InFlight>);
+
+impl ReadInFlight {
+    /// Count a read on device `ordinal` (no CUDA call: the device may not be set up yet).
+    pub(crate) fn start(ordinal: usize) -> Self {
+        let count = InFlight::of(ordinal);
+        let now = count.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        count.peak.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for ReadInFlight {
     fn drop(&mut self) {
         self.0.reads.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
@@ -470,4 +490,24 @@ fn is_sticky(err: DriverError) -> bool {
             | E::CUDA_ERROR_ECC_UNCORRECTABLE
             | E::CUDA_ERROR_CONTEXT_IS_DESTROYED
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    /// Reads are counted before any device state exists (no CUDA here), per device, and the
+    /// peak stays until the pools are trimmed idle.
+    #[test]
+    fn reads_count_in_flight_without_a_device() {
+        let count = InFlight::of(9001);
+        let first = ReadInFlight::start(9001);
+        let second = ReadInFlight::start(9001);
+        assert_eq!(count.reads.load(Ordering::SeqCst), 2);
+        assert_eq!(InFlight::of(9002).reads.load(Ordering::SeqCst), 0, "another device");
+        drop(first);
+        drop(second);
+        assert_eq!((count.reads.load(Ordering::SeqCst), count.peak.load(Ordering::SeqCst)), (0, 2));
+    }
 }
