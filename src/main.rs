@@ -280,7 +280,8 @@ fn info(path: &Path, node: &str) -> Result<(), Error> {
 fn group_info(store: &Arc<GdsStore>, group: &Group<GdsStore>, node: &str) -> Result<(), Error> {
     println!("group {node}");
     for (m, multiscale) in zarrs_gpu::multiscale_levels(group).iter().enumerate() {
-        println!("OME-Zarr multiscale {m} {}", multiscale.name);
+        let name = if multiscale.name.is_empty() { String::new() } else { format!(" {}", multiscale.name) };
+        println!("OME-Zarr multiscale {m}{name}");
         for (level, full) in multiscale.levels.iter().enumerate() {
             match Array::open(store.clone(), full) {
                 Ok(array) => println!("  level {level}: {full} shape {:?}", array.shape()),
