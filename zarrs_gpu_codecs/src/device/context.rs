@@ -392,7 +392,6 @@ pub fn empty_cache() -> Result<(), GpuError> {
     Ok(())
 }
 
-/// A read in flight on a device ([`GpuContext::reading`]).
 /// Reads in flight on one device, and the most at once since its pools were last trimmed idle
 /// (what the buffer pools keep room for: reads that run together reuse each other's buffers
 /// round after round). The pools are trimmed only when no read is in flight, since freeing device
