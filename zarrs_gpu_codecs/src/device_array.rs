@@ -62,6 +62,27 @@ impl<T> Drop for DeviceArray<T> {
     }
 }
 
+/// One allocation of ours that several arrays view ([`DeviceArray::views_of`]): freed with the
+/// last of them, as an array's own memory is.
+struct SharedBytes {
+    data: Option<CudaSlice<u8>>,
+    stream: Arc<CudaStream>,
+}
+
+impl Drop for SharedBytes {
+    fn drop(&mut self) {
+        let _current = CurrentContextGuard::new();
+        if let Some(data) = self.data.take() {
+            drop(data);
+            if let Some(context) = GpuContext::existing(self.stream.context().ordinal()) {
+                if context.holds_freed_beyond_bound() {
+                    run_release_wait(&mut || context.after_free(&self.stream));
+                }
+            }
+        }
+    }
+}
+
 impl<T> std::fmt::Debug for DeviceArray<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceArray")
@@ -147,6 +168,48 @@ impl<T: ElementOwned> DeviceArray<T> {
             abandoned: AtomicBool::new(false),
             _marker: PhantomData,
         }
+    }
+
+    /// Views of `bytes`, one per `(byte offset, shape)` of `views`, sharing it: the allocation
+    /// goes back to the pool (or, beyond its bound, the driver) once the last view is dropped.
+    ///
+    /// # Safety
+    /// Each view's bytes must hold valid elements of `data_type` (C order, its shape), written by
+    /// work ordered before any later use on `bytes`' stream.
+    pub(crate) unsafe fn views_of(
+        bytes: CudaSlice<u8>,
+        views: &[(u64, Vec<u64>)],
+        data_type: &DataType,
+    ) -> Result<Vec<Self>, GpuError> {
+        check_element::<T>(data_type)?;
+        let elem = std::mem::size_of::<T>() as u64;
+        let total = bytes.len() as u64;
+        let mut lens = Vec::with_capacity(views.len());
+        for (offset, shape) in views {
+            let num_bytes = crate::pipeline::plan::checked_bytes(shape, elem)
+                .ok_or_else(|| GpuError::bytes_overflow("a device array of shape", shape, elem))?;
+            if offset.checked_add(num_bytes).is_none_or(|end| end > total) || offset % elem.max(1) != 0 {
+                let reason = format!("a view of shape {shape:?} at byte {offset} of {total} device bytes");
+                return Err(GpuError::Array(ArrayError::Other(reason)));
+            }
+            lens.push((num_bytes / elem.max(1)) as usize);
+        }
+        let stream = bytes.stream().clone();
+        let len = bytes.len();
+        let base = bytes.leak();
+        // SAFETY: the allocation just leaked, on this stream, of `len` bytes.
+        let bytes = unsafe { stream.upgrade_device_ptr::<u8>(base, len) };
+        let shared = Arc::new(SharedBytes { data: Some(bytes), stream: stream.clone() });
+        Ok(views
+            .iter()
+            .zip(lens)
+            .map(|((offset, shape), len)| {
+                let owner: Box<dyn Send + Sync> = Box::new(shared.clone());
+                // SAFETY: within `bytes` (checked above), which `owner` keeps alive; valid
+                // elements by the caller's word.
+                unsafe { Self::from_foreign(base + offset, len, shape.clone(), data_type.clone(), stream.clone(), owner) }
+            })
+            .collect())
     }
 
     /// Never free this memory nor hand it back to its owner: device work that may still write

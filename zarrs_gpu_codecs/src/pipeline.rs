@@ -3,6 +3,7 @@
 //!
 //! - [`route`]: which codec chains the device decodes (`device_plan`), the chunks a subset meets;
 //! - [`plan`]: chunk regions to strided copies (pure);
+//! - [`request`]: the subsets one retrieval reads, their outputs, their chunks merged (pure);
 //! - [`unit`](mod@unit): the units decoded: a chunk, an inner chunk of a shard, or a missing one;
 //! - [`shard`]: shard indexes to units;
 //! - [`batch`]: batch planning (pure): budgets, coalesced reads, the host's share;
@@ -17,6 +18,7 @@ pub(crate) mod layout;
 pub(crate) mod output;
 pub(crate) mod place;
 pub mod plan;
+pub(crate) mod request;
 pub(crate) mod route;
 pub(crate) mod shard;
 pub(crate) mod unit;

@@ -17,6 +17,7 @@ use crate::device_array::{check_element, DeviceArray};
 use crate::error::GpuError;
 use crate::pipeline::output::Output;
 use crate::pipeline::plan::{checked_bytes, end_fits};
+use crate::pipeline::request::{Layout, Request};
 use crate::pipeline::route::{chunk_subset, chunks_meeting, read_route, ChunkRef};
 use crate::report::{DecodePath, RetrieveReport};
 
@@ -67,6 +68,56 @@ pub trait ArrayDeviceExt {
         config: &GpuConfig,
     ) -> Result<RetrieveReport, GpuError>;
 
+    /// Retrieve each of `subsets` into device memory as one request, and say how: the request is
+    /// planned once, a chunk that several subsets meet is read and decoded once, and the split
+    /// between host threads and the device covers all of it. The arrays are views of one
+    /// allocation ([`DeviceArray::as_cuda_slice`] is None for them), which goes back to the pool
+    /// once the last of them is dropped. Subsets may overlap each other and differ in shape.
+    ///
+    /// # Errors
+    /// As [`Self::retrieve_array_subset_device_opt`], for any of the subsets.
+    fn retrieve_array_subsets_device_opt<T: ElementOwned>(
+        &self,
+        subsets: &[ArraySubset],
+        config: &GpuConfig,
+    ) -> Result<(Vec<DeviceArray<T>>, RetrieveReport), GpuError>;
+
+    /// Retrieve each of `subsets` into device memory as one request (see
+    /// [`Self::retrieve_array_subsets_device_opt`]).
+    ///
+    /// # Errors
+    /// As [`Self::retrieve_array_subsets_device_opt`].
+    fn retrieve_array_subsets_device<T: ElementOwned>(
+        &self,
+        subsets: &[ArraySubset],
+    ) -> Result<Vec<DeviceArray<T>>, GpuError> {
+        Ok(self.retrieve_array_subsets_device_opt(subsets, &GpuConfig::current()?)?.0)
+    }
+
+    /// Retrieve `subsets`, which share their shape, as one request into one device array of
+    /// shape `(subsets.len(), *shape)`, subset `i` at index `i` (a training batch of crops, with
+    /// no stacking copy after it), and say how.
+    ///
+    /// # Errors
+    /// As [`Self::retrieve_array_subsets_device_opt`], and when the subsets' shapes differ.
+    fn retrieve_array_subsets_stacked_device_opt<T: ElementOwned>(
+        &self,
+        subsets: &[ArraySubset],
+        config: &GpuConfig,
+    ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError>;
+
+    /// Retrieve `subsets`, which share their shape, into one device array of shape
+    /// `(subsets.len(), *shape)` (see [`Self::retrieve_array_subsets_stacked_device_opt`]).
+    ///
+    /// # Errors
+    /// As [`Self::retrieve_array_subsets_stacked_device_opt`].
+    fn retrieve_array_subsets_stacked_device<T: ElementOwned>(
+        &self,
+        subsets: &[ArraySubset],
+    ) -> Result<DeviceArray<T>, GpuError> {
+        Ok(self.retrieve_array_subsets_stacked_device_opt(subsets, &GpuConfig::current()?)?.0)
+    }
+
     /// Retrieve the chunk at `chunk_indices` into device memory: its full shape as stored, like
     /// zarrs' `retrieve_chunk` (an edge chunk includes the part beyond the array's shape).
     ///
@@ -107,6 +158,26 @@ macro_rules! impl_array_device_ext {
             contained(config, || retrieve_new(self, subset, gds, config, None))
         }
 
+        fn retrieve_array_subsets_device_opt<T: ElementOwned>(
+            &self,
+            subsets: &[ArraySubset],
+            config: &GpuConfig,
+        ) -> Result<(Vec<DeviceArray<T>>, RetrieveReport), GpuError> {
+            let storage = self.storage();
+            let gds: Option<&GdsStore> = ($gds)(&storage);
+            contained(config, || retrieve_many(self, subsets, gds, config))
+        }
+
+        fn retrieve_array_subsets_stacked_device_opt<T: ElementOwned>(
+            &self,
+            subsets: &[ArraySubset],
+            config: &GpuConfig,
+        ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+            let storage = self.storage();
+            let gds: Option<&GdsStore> = ($gds)(&storage);
+            contained(config, || retrieve_stacked(self, subsets, gds, config))
+        }
+
         fn retrieve_array_subset_into_device_opt<T: ElementOwned>(
             &self,
             subset: &ArraySubset,
@@ -125,7 +196,10 @@ macro_rules! impl_array_device_ext {
             let gds: Option<&GdsStore> = ($gds)(&storage);
             // `out` is borrowed mutably for the whole read: nothing else writes it meanwhile.
             let output = Output::Into { ptr: out.device_ptr(), len: out.num_bytes() };
-            let result = contained(config, || Ok(retrieve::<_, T>(self, subset, gds, config, None, output)?.1));
+            let subsets = std::slice::from_ref(subset);
+            let result = contained(config, || {
+                Ok(retrieve::<_, T>(self, subsets, Layout::Stacked, gds, config, None, output)?.2)
+            });
             if matches!(result, Err(GpuError::Timeout { .. } | GpuError::ContextLost { .. })) {
                 // Work that writes `out` may still be running: its memory must never be reused.
                 out.abandon();
@@ -221,31 +295,41 @@ impl ArrayDeviceExt for Array<dyn ReadableStorageTraits> {
     impl_array_device_ext!(not_gds);
 }
 
-fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
-    array: &Array<S>,
-    subset: &ArraySubset,
-    gds: Option<&GdsStore>,
-    config: &GpuConfig,
-    whole_chunk: Option<&[u64]>,
-    output: Output,
-) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
-    check_element::<T>(array.data_type())?;
+/// Check `subset` against the array: its end within u64 and (unless it is a whole chunk, which
+/// may reach past the array's edge) within the array's shape.
+fn check_subset<S: ?Sized>(array: &Array<S>, subset: &ArraySubset, whole_chunk: bool) -> Result<(), GpuError> {
     if subset.start().iter().zip(subset.shape()).any(|(&a, &n)| a.checked_add(n).is_none()) {
         // Not InvalidArraySubset: zarrs' Display of such a subset overflows.
         let (start, shape) = (subset.start(), subset.shape());
         return Err(GpuError::Overflow(format!("the subset from {start:?} of shape {shape:?} ends past 2^64")));
     }
     if subset.dimensionality() != array.dimensionality()
-        || !(whole_chunk.is_some() || within(subset.start(), subset.shape(), array.shape()))
+        || !(whole_chunk || within(subset.start(), subset.shape(), array.shape()))
     {
         return Err(zarrs::array::ArrayError::InvalidArraySubset(subset.clone(), array.shape().to_vec()).into());
     }
+    Ok(())
+}
+
+fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
+    array: &Array<S>,
+    subsets: &[ArraySubset],
+    layout: Layout,
+    gds: Option<&GdsStore>,
+    config: &GpuConfig,
+    whole_chunk: Option<&[u64]>,
+    output: Output,
+) -> Result<(Option<CudaSlice<u8>>, Request, RetrieveReport), GpuError> {
+    check_element::<T>(array.data_type())?;
+    for subset in subsets {
+        check_subset(array, subset, whole_chunk.is_some())?;
+    }
     // Pure arithmetic before any CUDA call: a request whose size overflows is refused as such.
-    let elem = std::mem::size_of::<T>() as u64;
-    let out_bytes = checked_bytes(subset.shape(), elem)
-        .ok_or_else(|| GpuError::bytes_overflow("the subset of shape", subset.shape(), elem))?;
+    let request = Request::new(subsets, std::mem::size_of::<T>() as u64, layout)?;
+    let out_bytes = request.out_bytes;
     if out_bytes == 0 {
-        return retrieve_empty(config, output);
+        let (out, report) = retrieve_empty(config, output)?;
+        return Ok((out, request, report));
     }
     let context = GpuContext::get(config.device())?;
     context.note_keep(context.keep_for(config));
@@ -257,18 +341,19 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     let stream = context.new_stream()?;
     // A whole chunk (its full shape, past the array's edge too) is that chunk alone.
     let chunks = match whole_chunk {
-        Some(indices) => vec![(indices.to_vec(), array.chunk_key(indices), subset.clone())],
-        None => chunks_meeting(array, subset)?,
+        Some(indices) => vec![vec![(indices.to_vec(), array.chunk_key(indices), subsets[0].clone())]],
+        None => subsets.iter().map(|subset| chunks_meeting(array, subset)).collect::<Result<_, _>>()?,
     };
-    match read_route(array) {
+    let (out, report) = match read_route(array) {
         Ok((plan, nvcomp)) => crate::pipeline::decode::retrieve_decoded(
-            array, subset, chunks, gds, config, &context, &stream, &plan, nvcomp, output,
+            array, &request, chunks, gds, config, &context, &stream, &plan, nvcomp, output,
         ),
         Err(reason) => {
-            let host = HostRead { chunks: &chunks, out_bytes, whole_chunk, host_reason: Some(reason), output };
-            retrieve_host(array, subset, &context, &stream, host)
+            let host = HostRead { chunks: &chunks, whole_chunk, host_reason: Some(reason), output };
+            retrieve_host(array, &request, &context, &stream, host)
         }
-    }
+    }?;
+    Ok((out, request, report))
 }
 
 /// An empty selection (numpy's `a[3:3]`) reads no chunk: a new array of no elements (one byte
@@ -297,36 +382,87 @@ fn retrieve_new<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     config: &GpuConfig,
     whole_chunk: Option<&[u64]>,
 ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
-    let (out, report) = retrieve::<_, T>(array, subset, gds, config, whole_chunk, Output::New)?;
+    let subsets = std::slice::from_ref(subset);
+    let (out, _, report) = retrieve::<_, T>(array, subsets, Layout::Stacked, gds, config, whole_chunk, Output::New)?;
     let out = out.ok_or_else(|| GpuError::Unsupported("no output was allocated".into()))?;
     // SAFETY: every byte of `out` was written by the pipeline, synchronized on its stream.
     let device = unsafe { DeviceArray::from_device_bytes(out, subset.shape().to_vec(), array.data_type().clone()) }?;
     Ok((device, report))
 }
 
+/// [`retrieve`] of `subsets` as one request, into one new device array of shape
+/// `(n, *shape)`: the subsets must share their shape.
+fn retrieve_stacked<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
+    array: &Array<S>,
+    subsets: &[ArraySubset],
+    gds: Option<&GdsStore>,
+    config: &GpuConfig,
+) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+    let shape = stacked_shape(array, subsets)?;
+    let (out, _, report) = retrieve::<_, T>(array, subsets, Layout::Stacked, gds, config, None, Output::New)?;
+    let out = out.ok_or_else(|| GpuError::Unsupported("no output was allocated".into()))?;
+    // SAFETY: every byte of `out` was written by the pipeline, synchronized on its stream.
+    let device = unsafe { DeviceArray::from_device_bytes(out, shape, array.data_type().clone()) }?;
+    Ok((device, report))
+}
+
+/// The shape of `subsets` stacked: `(n, *shape)`, where they share `shape`.
+fn stacked_shape<S: ?Sized>(array: &Array<S>, subsets: &[ArraySubset]) -> Result<Vec<u64>, GpuError> {
+    let shape = subsets.first().map_or_else(|| vec![0; array.dimensionality()], |s| s.shape().to_vec());
+    if let Some((i, other)) = subsets.iter().enumerate().find(|(_, s)| s.shape() != shape.as_slice()) {
+        return Err(GpuError::Unsupported(format!(
+            "stacked subsets share their shape: subset 0 has shape {shape:?}, subset {i} {:?}",
+            other.shape()
+        )));
+    }
+    Ok(std::iter::once(subsets.len() as u64).chain(shape).collect())
+}
+
+/// [`retrieve`] of `subsets` as one request, one new device array each: views of one buffer,
+/// which goes back to the pool once the last of them is dropped.
+fn retrieve_many<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
+    array: &Array<S>,
+    subsets: &[ArraySubset],
+    gds: Option<&GdsStore>,
+    config: &GpuConfig,
+) -> Result<(Vec<DeviceArray<T>>, RetrieveReport), GpuError> {
+    if subsets.is_empty() {
+        return Ok((Vec::new(), RetrieveReport::new(DecodePath::Device, 0)));
+    }
+    let (out, request, report) = retrieve::<_, T>(array, subsets, Layout::Aligned, gds, config, None, Output::New)?;
+    let out = out.ok_or_else(|| GpuError::Unsupported("no output was allocated".into()))?;
+    let views: Vec<(u64, Vec<u64>)> =
+        request.bases.iter().zip(subsets).map(|(&base, subset)| (base, subset.shape().to_vec())).collect();
+    // SAFETY: every byte of each view was written by the pipeline, synchronized on its stream.
+    let arrays = unsafe { DeviceArray::views_of(out, &views, array.data_type()) }?;
+    Ok((arrays, report))
+}
+
 /// What the host route reads and where its result goes.
 struct HostRead<'a> {
-    chunks: &'a [ChunkRef],
-    out_bytes: u64,
+    /// Each subset's chunks.
+    chunks: &'a [Vec<ChunkRef>],
     whole_chunk: Option<&'a [u64]>,
     host_reason: Option<String>,
     output: Output,
 }
 
-/// Host decode by zarrs into pinned memory from the pool, then one copy.
+/// Host decode by zarrs into pinned memory from the pool (each subset at its base), then one
+/// copy.
 fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     array: &Array<S>,
-    subset: &ArraySubset,
+    request: &Request,
     context: &GpuContext,
     stream: &Arc<CudaStream>,
     read: HostRead<'_>,
 ) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
-    let HostRead { chunks, out_bytes, whole_chunk, host_reason, output } = read;
+    let HostRead { chunks, whole_chunk, host_reason, output } = read;
+    let out_bytes = request.out_bytes;
     // zarrs decodes whole chunks on the host: a chunk shape that overflows, or one larger than
     // the device could ever take, is refused rather than handed to zarrs' allocations.
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
     let mut largest = 0u64;
-    for (_, key, chunk) in chunks {
+    for (_, key, chunk) in chunks.iter().flatten() {
         let bytes = checked_bytes(chunk.shape(), elem)
             .ok_or_else(|| GpuError::bytes_overflow(&format!("chunk {key} of shape"), chunk.shape(), elem))?;
         largest = largest.max(bytes);
@@ -345,15 +481,18 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
         }
         pinned.as_mut_slice()[..len].copy_from_slice(&bytes);
     } else {
-        let bytes = unsafe_cell_slice::UnsafeCellSlice::new(&mut pinned.as_mut_slice()[..len]);
-        let shape = subset.shape().to_vec();
-        let elem = array.data_type().fixed_size().expect("checked by check_element");
-        // SAFETY: the view covers the whole buffer; nothing else writes it meanwhile.
-        let mut view = unsafe {
-            ArrayBytesFixedDisjointView::new(bytes, elem, &shape, ArraySubset::new_with_shape(shape.clone()))
+        let elem = elem as usize;
+        for ((subset, base), &part_len) in request.parts().zip(&request.lens) {
+            let part = &mut pinned.as_mut_slice()[base as usize..(base + part_len) as usize];
+            let bytes = unsafe_cell_slice::UnsafeCellSlice::new(part);
+            let shape = subset.shape().to_vec();
+            // SAFETY: the view covers the whole part; nothing else writes it meanwhile.
+            let mut view = unsafe {
+                ArrayBytesFixedDisjointView::new(bytes, elem, &shape, ArraySubset::new_with_shape(shape.clone()))
+            }
+            .map_err(|e| GpuError::Array(e.into()))?;
+            array.retrieve_array_subset_into(subset, ArrayBytesDecodeIntoTarget::Fixed(&mut view))?;
         }
-        .map_err(|e| GpuError::Array(e.into()))?;
-        array.retrieve_array_subset_into(subset, ArrayBytesDecodeIntoTarget::Fixed(&mut view))?;
     }
     let out = match output {
         Output::New => {
@@ -373,5 +512,6 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     stream.synchronize().map_err(GpuError::cuda("waiting for the copy to the device"))?;
     context.give_pinned(pinned);
     let peak_device_bytes = if out.is_some() { len as u64 } else { 0 };
-    Ok((out, RetrieveReport { host_reason, peak_device_bytes, ..RetrieveReport::new(DecodePath::Host, chunks.len()) }))
+    let count = chunks.iter().map(Vec::len).sum();
+    Ok((out, RetrieveReport { host_reason, peak_device_bytes, ..RetrieveReport::new(DecodePath::Host, count) }))
 }

@@ -13,7 +13,7 @@ use std::time::Instant;
 use cudarc::driver::{sys, CudaEvent, CudaSlice, CudaStream};
 use nvcomp_sys::{sys as nv, Crc32, NvcompLibrary};
 use rayon::prelude::*;
-use zarrs::array::{Array, ArraySubset};
+use zarrs::array::Array;
 use zarrs_gds_store::GdsStore;
 use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
@@ -30,7 +30,8 @@ use crate::pipeline::batch::{
 use crate::pipeline::layout::MetaLayout;
 use crate::pipeline::output::{Output, OutputAddress, OutputBuffer};
 use crate::pipeline::place::{self, copy_dtod, fill_source};
-use crate::pipeline::plan::{plan_chunks, ChunkPlacement};
+use crate::pipeline::plan::{plan_chunks, PlacementPart};
+use crate::pipeline::request::{merge_placements, merge_units, Request};
 use crate::pipeline::route::{ChunkRef, DeviceChain, DevicePlan};
 use crate::pipeline::shard::{sharded_units, ShardSource};
 use crate::pipeline::unit::{Source, Unit};
@@ -75,13 +76,14 @@ struct Item {
     digest: Option<u32>,
 }
 
-/// Decode `subset` of an array on the device: its chunks (or, for sharded arrays, the inner
-/// chunks meeting the subset) are stored as `plan` says.
+/// Decode the subsets of `request` on the device: their chunks (`chunks`, each subset's; or,
+/// for sharded arrays, the inner chunks meeting them) are stored as `plan` says. A chunk met by
+/// several subsets is read and decoded once.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
     array: &Array<S>,
-    subset: &ArraySubset,
-    chunks: Vec<ChunkRef>,
+    request: &Request,
+    chunks: Vec<Vec<ChunkRef>>,
     gds: Option<&GdsStore>,
     config: &GpuConfig,
     context: &GpuContext,
@@ -101,27 +103,49 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
         }
         _ => false,
     };
+    let out_bytes = request.out_bytes;
     if plan.shards.is_empty() {
+        let mut placements = Vec::new();
+        for ((subset, base), chunks) in request.parts().zip(chunks) {
+            for mut placement in plan_chunks(elem, subset, chunks)? {
+                placement.shift_output(base)?;
+                placements.push(placement);
+            }
+        }
         let unit = if plan.chain.is_raw() { Unit::raw } else { Unit::whole };
-        let mut units: Vec<Unit> = plan_chunks(elem, subset, chunks)?.into_iter().map(unit).collect();
+        let mut units: Vec<Unit> = merge_placements(placements)?.into_iter().map(unit).collect();
         if rows {
             units.iter_mut().for_each(Unit::read_as_rows);
         }
-        return decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp, output);
+        return decode_units(array, &units, gds, config, context, stream, out_bytes, &plan.chain, nvcomp, output);
     }
     let storage = array.storage();
-    let cache = config.shard_index_cache();
+    // A request of several subsets reads each shard's index once: through the caller's cache,
+    // else one of its own.
+    let own_cache;
+    let cache = match config.shard_index_cache() {
+        Some(cache) => Some(cache),
+        None if request.subsets.len() > 1 => {
+            own_cache = crate::shard_index_cache::ShardIndexCache::new();
+            Some(&own_cache)
+        }
+        None => None,
+    };
     if let Some(cache) = cache {
         cache.bind(&storage);
     }
-    let (mut units, index_bytes) = sharded_units(
-        &ShardSource { storage: storage.as_ref(), gds, cache },
-        context.reader(),
-        &plan.shards,
-        elem,
-        subset,
-        chunks,
-    )?;
+    let source = ShardSource { storage: storage.as_ref(), gds, cache };
+    let mut units = Vec::new();
+    let mut index_bytes = 0;
+    for ((subset, base), shards) in request.parts().zip(chunks) {
+        let (part, read) = sharded_units(&source, context.reader(), &plan.shards, elem, subset, shards)?;
+        index_bytes += read;
+        for mut unit in part {
+            unit.placement.shift_output(base)?;
+            units.push(unit);
+        }
+    }
+    let mut units = if request.subsets.len() > 1 { merge_units(units)? } else { units };
     if plan.chain.is_raw() {
         narrow_raw(&mut units)?;
         if rows {
@@ -129,13 +153,13 @@ pub(crate) fn retrieve_decoded<S: ReadableStorageTraits + ?Sized + 'static>(
         }
     }
     let (out, mut report) =
-        decode_units(array, &units, gds, config, context, stream, subset.shape(), &plan.chain, nvcomp, output)?;
+        decode_units(array, &units, gds, config, context, stream, out_bytes, &plan.chain, nvcomp, output)?;
     report.bytes_read += index_bytes;
     Ok((out, report))
 }
 
 /// Read, check, decode and place `units` (chunks or inner chunks, all stored as `chain` says)
-/// into a new C-order output of `out_shape`. Per batch: stored sizes, read, host check and
+/// into an output of `out_bytes` (the request's). Per batch: stored sizes, read, host check and
 /// routing, device decode (with the content checks), host decode of the host's share, results
 /// queued, placement; then the results checked and the buffers released.
 #[allow(clippy::too_many_arguments)]
@@ -146,15 +170,13 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
     config: &GpuConfig,
     context: &GpuContext,
     stream: &Arc<CudaStream>,
-    out_shape: &[u64],
+    out_bytes: u64,
     chain: &DeviceChain,
     nvcomp: Option<&NvcompLibrary>,
     output: Output,
 ) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
     let mut trace = Trace::new(config.trace());
     let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
-    let out_bytes = crate::pipeline::plan::checked_bytes(out_shape, elem)
-        .ok_or_else(|| GpuError::bytes_overflow("the output of shape", out_shape, elem))?;
     let nvcomp = match nvcomp {
         Some(nvcomp) => Some(nvcomp),
         None if !chain.needs_nvcomp() => None,
@@ -195,7 +217,6 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             elem,
             fill_len,
             out: &out,
-            out_shape,
             relax: std::sync::atomic::AtomicBool::new(false),
             shrunk,
         };
@@ -382,8 +403,6 @@ struct Job<'a, S: ?Sized> {
     fill_len: u64,
     /// The output (reads of units with `direct` land in it).
     out: &'a dyn OutputAddress,
-    /// The output's shape (C order).
-    out_shape: &'a [u64],
     /// A batch of this read went wholly to host threads because of nvCOMP's learned slowness
     /// (`DeviceSlowness::sends_all_to_host`): the factor relaxes once, when the read has succeeded.
     relax: std::sync::atomic::AtomicBool,
@@ -1128,7 +1147,7 @@ impl Batch {
                 // Read straight into the output: placed already.
                 _ if units[it.unit].direct.is_some() => continue,
                 _ if chain.needs_gather() => {
-                    jobs.push(gather_job(chain, job.elem, p, base, job.out_shape));
+                    jobs.extend(p.parts.iter().map(|part| gather_job(chain, job.elem, &p.chunk_shape, part, base)));
                     continue;
                 }
                 // A narrowed read starts at byte_start.
@@ -1831,9 +1850,9 @@ unsafe fn decode_on_host<S: ?Sized>(
     decoded
 }
 
-/// The gather job placing `p`'s part of a chunk decoded at `base` (its elements in the chunk's
-/// stored layout: C order of its transpose, if any) into an output of `out_shape`.
-fn gather_job(chain: &DeviceChain, elem: u64, p: &ChunkPlacement, base: u64, out_shape: &[u64]) -> place::Gather {
+/// The gather job placing `part` of a chunk of `shape` decoded at `base` (its elements in the
+/// chunk's stored layout: C order of its transpose, if any) into its subset's output.
+fn gather_job(chain: &DeviceChain, elem: u64, shape: &[u64], part: &PlacementPart, base: u64) -> place::Gather {
     let c_strides = |shape: &[u64]| -> Vec<u64> {
         let mut strides = vec![elem; shape.len()];
         for d in (0..shape.len().saturating_sub(1)).rev() {
@@ -1841,7 +1860,6 @@ fn gather_job(chain: &DeviceChain, elem: u64, p: &ChunkPlacement, base: u64, out
         }
         strides
     };
-    let shape = &p.chunk_shape;
     // Stored as the transpose by `order`: stored dimension j is chunk dimension order[j].
     let src_stride = match &chain.transpose {
         Some(order) => {
@@ -1855,14 +1873,14 @@ fn gather_job(chain: &DeviceChain, elem: u64, p: &ChunkPlacement, base: u64, out
         }
         None => c_strides(shape),
     };
-    let dst_stride = c_strides(out_shape);
+    let dst_stride = c_strides(&part.output_shape);
     let dot = |start: &[u64], strides: &[u64]| start.iter().zip(strides).map(|(a, b)| a * b).sum::<u64>();
     place::Gather {
-        src: base + dot(p.chunk_region.start(), &src_stride),
-        dst: dot(p.output_region.start(), &dst_stride),
+        src: base + dot(part.chunk_region.start(), &src_stride),
+        dst: part.output_base + dot(part.output_region.start(), &dst_stride),
         elem,
         swap: chain.swap,
-        extent: p.chunk_region.shape().to_vec(),
+        extent: part.chunk_region.shape().to_vec(),
         src_stride,
         dst_stride,
     }
@@ -1876,6 +1894,7 @@ fn nvcomp_err(err: nvcomp_sys::NvcompError) -> GpuError {
 mod tests {
     use super::*;
     use crate::pipeline::plan::plan_chunks;
+    use zarrs::array::ArraySubset;
 
     #[test]
     fn reads_of_a_batch_coalesce_ranges_and_skip_missing_units() {
@@ -2133,13 +2152,13 @@ mod tests {
         let chunk = ArraySubset::new_with_start_shape(vec![4, 0, 0], shape.to_vec()).unwrap();
         let key = StoreKey::new("c").unwrap();
         let p = plan_chunks(2, &out_subset, [(vec![0, 0, 0], key, chunk)]).unwrap().pop().unwrap();
-        let p = ChunkPlacement {
+        let part = PlacementPart {
             chunk_region: subset.relative_to(&[4, 0, 0]).unwrap(),
             output_region: subset.relative_to(&[4, 0, 0]).unwrap(),
-            ..p
+            ..p.parts[0].clone()
         };
         let chain = DeviceChain { swap: 2, transpose: Some(vec![2, 0, 1]), ..DeviceChain::default() };
-        let job = gather_job(&chain, 2, &p, 0, out_subset.shape());
+        let job = gather_job(&chain, 2, &p.chunk_shape, &part, 0);
         let mut out = vec![0u8; 2 * 24];
         apply_gather(&job, &stored, &mut out);
         for z in 0..2u64 {

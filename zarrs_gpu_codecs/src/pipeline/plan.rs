@@ -188,10 +188,9 @@ pub struct ChunkPlacement {
     /// Bytes of the whole decoded chunk (`chunk_shape` elements), checked against overflow once
     /// here.
     pub chunk_bytes: u64,
-    /// The part of the chunk that meets the subset, relative to the chunk.
-    pub chunk_region: ArraySubset,
-    /// Where that part lands, relative to the subset.
-    pub output_region: ArraySubset,
+    /// The parts of the chunk that land in the output: one per subset of the request that the
+    /// chunk meets (see [`ChunkPlacement::absorb`]).
+    pub parts: Vec<PlacementPart>,
     /// The bytes of the chunk's decoded form to read: `byte_start..byte_end`.
     pub byte_start: u64,
     /// One past the last byte to read.
@@ -200,7 +199,60 @@ pub struct ChunkPlacement {
     pub copies: Vec<Copy3D>,
 }
 
+/// One part of a chunk placed in the output: the box of the chunk that meets one subset, and
+/// where it lands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacementPart {
+    /// The part of the chunk that meets the subset, relative to the chunk.
+    pub chunk_region: ArraySubset,
+    /// Where that part lands, relative to the subset.
+    pub output_region: ArraySubset,
+    /// The subset's shape: its output is C order of this shape.
+    pub output_shape: Vec<u64>,
+    /// Where the subset's output starts in the request's output, in bytes.
+    pub output_base: u64,
+}
+
 impl ChunkPlacement {
+    /// Move the placement to a subset whose output starts `base` bytes into the request's
+    /// output (the copies' destinations shift by as much).
+    ///
+    /// # Errors
+    /// Returns an error when a destination then overflows u64.
+    pub fn shift_output(&mut self, base: u64) -> Result<(), GpuError> {
+        let overflow = || GpuError::Overflow(format!("chunk {}: an output offset + {base} overflows", self.key));
+        for copy in &mut self.copies {
+            copy.dst_offset = copy.dst_offset.checked_add(base).ok_or_else(overflow)?;
+        }
+        for part in &mut self.parts {
+            part.output_base = part.output_base.checked_add(base).ok_or_else(overflow)?;
+        }
+        Ok(())
+    }
+
+    /// Take `other`, the same chunk placed for another subset of the request, into this one: the
+    /// bytes read become the span of both, and every copy and part of both is kept, so that the
+    /// chunk is read and decoded once and placed wherever the request needs it.
+    ///
+    /// # Errors
+    /// Returns an error when `other` is another chunk (key, indices or shape).
+    pub fn absorb(&mut self, other: ChunkPlacement) -> Result<(), GpuError> {
+        if other.key != self.key || other.chunk_indices != self.chunk_indices || other.chunk_shape != self.chunk_shape {
+            return Err(invalid(format!("chunk {} cannot take the placement of chunk {}", self.key, other.key)));
+        }
+        let start = self.byte_start.min(other.byte_start);
+        let end = self.byte_end.max(other.byte_end);
+        // Copies' sources are relative to byte_start, which moves to the span's start.
+        for copy in &mut self.copies {
+            copy.src_offset += self.byte_start - start;
+        }
+        self.copies.extend(other.copies.into_iter().map(|c| Copy3D { src_offset: c.src_offset + (other.byte_start - start), ..c }));
+        self.parts.extend(other.parts);
+        self.byte_start = start;
+        self.byte_end = end;
+        Ok(())
+    }
+
     /// Bytes to read.
     #[must_use]
     pub fn read_len(&self) -> u64 {
@@ -288,8 +340,7 @@ pub fn plan_chunks(
             key,
             chunk_shape,
             chunk_bytes,
-            chunk_region,
-            output_region,
+            parts: vec![PlacementPart { chunk_region, output_region, output_shape: subset.shape().to_vec(), output_base: 0 }],
             byte_start,
             byte_end,
             copies,
