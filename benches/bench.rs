@@ -3,7 +3,7 @@
 //! The Python peers run beside it on the same data (benches/run.sh).
 //!
 //! ```text
-//! bench --dir /tmp/bench [--gib 8] [--repeat 5] [--json results.jsonl] [--tiles 48] [--tiles-only] [--filled 512]
+//! bench --dir /tmp/bench [--gib 8] [--repeat 5] [--json results.jsonl] [--tiles 48] [--tiles-only] [--filled 512] [--batch 32]
 //! ```
 //!
 //! Tiles (issue 17): for each case, `--tiles N` reads of 64 x 256 x 256 tiles at random starts
@@ -66,6 +66,10 @@ struct Args {
     /// same slab read unconstrained in the same run. 0: none.
     #[arg(long, default_value_t = 0)]
     filled: u64,
+    /// Rows of batches of this many random 64x256x256 crops: read one at a time, and as one
+    /// request (stacked), with the scheduler's split and with each side alone. 0: none.
+    #[arg(long, default_value_t = 0)]
+    batch: usize,
 }
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -228,6 +232,9 @@ fn run(args: &Args) -> Result<(), Error> {
         if args.filled > 0 {
             lines.extend(filled_rows(&array, name, args.filled << 20, args.repeat, &args.label)?);
         }
+        if args.batch > 0 {
+            lines.extend(batch_rows(&array, name, args.batch, &args.label)?);
+        }
         if args.tiles > 0 {
             let compression = match case.as_str() {
                 "z1" | "z2" | "z2c" | "s1" => Some(Compression::Zstd),
@@ -251,6 +258,88 @@ fn run(args: &Args) -> Result<(), Error> {
         std::fs::OpenOptions::new().create(true).append(true).open(json)?.write_all(out.as_bytes())?;
     }
     Ok(())
+}
+
+/// Batches timed per batch row (after one untimed).
+const BATCH_ROUNDS: usize = 11;
+
+/// Batches of `n` random crops of [`TILE`] (starts drawn as the tile rows draw theirs, batch after
+/// batch from one stream): read one at a time (each kept until the batch is done, as a training
+/// step holds its samples), then as one request, stacked, with the scheduler's split, all on
+/// nvCOMP and all on host threads. Each batch synchronised and freed; median and p90 per row.
+fn batch_rows(array: &Array<GdsStore>, name: &str, n: usize, label: &str) -> Result<Vec<String>, Error> {
+    let shape = array.shape().to_vec();
+    let extent: Vec<u64> = TILE.iter().zip(&shape).map(|(&e, &s)| e.min(s)).collect();
+    let starts = tile_starts(&shape, &extent, n * (BATCH_ROUNDS + 1), false);
+    let batches: Vec<Vec<ArraySubset>> = starts
+        .chunks(n)
+        .map(|batch| {
+            batch
+                .iter()
+                .map(|s| {
+                    ArraySubset::new_with_ranges(&s.iter().zip(&extent).map(|(&a, &e)| a..a + e).collect::<Vec<_>>())
+                })
+                .collect()
+        })
+        .collect();
+    let cache = Arc::new(ShardIndexCache::new());
+    let base = GpuConfig::default()
+        .with_backend(IoBackend::Auto)
+        .with_row_reads(GpuConfig::from_env()?.row_reads())
+        .with_shard_index_cache(Some(cache));
+    let modes: [(&str, GpuConfig, bool); 4] = [
+        ("one at a time", base.clone(), false),
+        ("as one request", base.clone(), true),
+        ("as one request, all nvCOMP", base.clone().with_host_decode_fraction(Some(0.0)), true),
+        ("as one request, all host threads", base.clone().with_decode_trust(DecodeTrust::Verified), true),
+    ];
+    let bytes = extent.iter().product::<u64>() * 4 * n as u64;
+    let mut lines = Vec::new();
+    for (mode, config, one_request) in modes {
+        let (mut runs, mut peaks, mut chunks, mut host) = (Vec::new(), Vec::new(), 0usize, 0usize);
+        for (b, batch) in batches.iter().enumerate() {
+            let start = Instant::now();
+            let (peak, met, on_host) = if one_request {
+                let (data, report) = array.retrieve_array_subsets_stacked_device_opt::<f32>(batch, &config)?;
+                data.stream().synchronize()?;
+                (report.peak_device_bytes, report.chunks, report.host_decoded_chunks)
+            } else {
+                let mut held = Vec::with_capacity(batch.len());
+                let (mut peak, mut met, mut on_host) = (0, 0, 0);
+                for subset in batch {
+                    let (data, report) = array.retrieve_array_subset_device_opt::<f32>(subset, &config)?;
+                    data.stream().synchronize()?;
+                    peak = peak.max(report.peak_device_bytes);
+                    met += report.chunks;
+                    on_host += report.host_decoded_chunks;
+                    held.push(data);
+                }
+                (peak, met, on_host)
+            };
+            let secs = start.elapsed().as_secs_f64();
+            if b > 0 {
+                runs.push(secs);
+                peaks.push(peak as f64);
+                chunks += met;
+                host += on_host;
+            }
+        }
+        let (secs, p90) = median_p90(&runs);
+        let case = format!(
+            "{name} batch of {n} random tiles {} {mode}",
+            extent.iter().map(u64::to_string).collect::<Vec<_>>().join("x")
+        );
+        let row = serde_json::json!({
+            "peer": ours(&config, label), "case": case,
+            "subset": format!("{BATCH_ROUNDS} batches of {n} random starts, splitmix64 seed {TILE_SEED}"),
+            "bytes": bytes, "seconds": secs, "gib_s": bytes as f64 / f64::from(1u32 << 30) / secs, "runs": runs,
+            "median_ms": secs * 1e3, "p90_ms": p90 * 1e3, "crops_per_s": n as f64 / secs,
+            "peak_device_mib": median_p90(&peaks).0 / f64::from(1u32 << 20),
+            "io": format!("{} chunks decoded per batch, {} on host threads", chunks / BATCH_ROUNDS, host / BATCH_ROUNDS),
+        });
+        lines.push(row.to_string());
+    }
+    Ok(lines)
 }
 
 /// Device memory held by another allocator of the process, freed on drop.

@@ -175,6 +175,37 @@ fn read_any(
     read(array, subset, config, out_shape)
 }
 
+/// Read `subsets` as one request: one array per subset with the shape its key selects, or
+/// (`stack`) one array of shape `(n, *shape)` where they share `shape`.
+fn read_many_typed<T: ElementOwned + Send + Sync + 'static>(
+    array: &Array<GdsStore>,
+    boxes: &[(ArraySubset, Vec<u64>)],
+    config: &GpuConfig,
+    stack: bool,
+) -> Result<(Vec<Box<dyn AnyArray>>, RetrieveReport), GpuError> {
+    let subsets: Vec<ArraySubset> = boxes.iter().map(|(subset, _)| subset.clone()).collect();
+    if stack {
+        let (data, report) = array.retrieve_array_subsets_stacked_device_opt::<T>(&subsets, config)?;
+        let shape: Vec<u64> = std::iter::once(boxes.len() as u64).chain(boxes[0].1.iter().copied()).collect();
+        return Ok((vec![Box::new(Typed(Arc::new(data.reshape(shape)?)))], report));
+    }
+    let (arrays, report) = array.retrieve_array_subsets_device_opt::<T>(&subsets, config)?;
+    let arrays = arrays
+        .into_iter()
+        .zip(boxes)
+        .map(|(data, (_, shape))| Ok(Box::new(Typed(Arc::new(data.reshape(shape.clone())?))) as Box<dyn AnyArray>))
+        .collect::<Result<_, GpuError>>()?;
+    Ok((arrays, report))
+}
+
+/// [`read_many_typed`] for one element type.
+type ReadMany = fn(
+    &Array<GdsStore>,
+    &[(ArraySubset, Vec<u64>)],
+    &GpuConfig,
+    bool,
+) -> Result<(Vec<Box<dyn AnyArray>>, RetrieveReport), GpuError>;
+
 /// A result of a read kept in flight: the box read and, where the read succeeded, its data
 /// (shaped as its key selects) and report.
 type AnyRead = (ArraySubset, Result<(Box<dyn AnyArray>, RetrieveReport), GpuError>);
@@ -454,6 +485,24 @@ impl PyZarrArray {
         Ok(PyDeviceArray::new(data, (dtype, typestr), report))
     }
 
+    /// The boxes `keys` select (each with the shape its key selects), every key checked: a bad
+    /// one raises, naming its position.
+    fn boxes_of(&self, keys: &Bound<'_, PyAny>) -> PyResult<Boxes> {
+        if keys.is_instance_of::<pyo3::types::PyString>() {
+            return Err(PyTypeError::new_err("keys is a list of keys, not one string key: pass [key]"));
+        }
+        let mut boxes = Vec::new();
+        for (n, key) in keys.try_iter()?.enumerate() {
+            let key = key?;
+            let (ranges, out_shape) = key_to_subset(Some(&key), self.array.shape()).map_err(|err| {
+                let py = key.py();
+                PyErr::from_type(err.get_type(py), format!("keys[{n}]: {}", err.value(py)))
+            })?;
+            boxes.push((ArraySubset::new_with_ranges(&ranges), out_shape));
+        }
+        Ok(boxes)
+    }
+
     /// Read `boxes` (each with the shape its key selects) in order on a background thread, at
     /// most `prefetch` ahead of the caller.
     fn start_read_ahead(&self, boxes: Boxes, prefetch: i64) -> PyResult<PyReadAhead> {
@@ -663,19 +712,46 @@ impl PyZarrArray {
     /// iterator yields `(key, DeviceArray)` with `key` the tuple of slices of the box read.
     #[pyo3(signature = (keys, *, prefetch=2))]
     fn read_ahead(&self, keys: &Bound<'_, PyAny>, prefetch: i64) -> PyResult<PyReadAhead> {
-        if keys.is_instance_of::<pyo3::types::PyString>() {
-            return Err(PyTypeError::new_err("keys is a list of keys, not one string key: read_ahead([key])"));
-        }
-        let mut boxes = Vec::new();
-        for (n, key) in keys.try_iter()?.enumerate() {
-            let key = key?;
-            let (ranges, out_shape) = key_to_subset(Some(&key), self.array.shape()).map_err(|err| {
-                let py = key.py();
-                PyErr::from_type(err.get_type(py), format!("keys[{n}]: {}", err.value(py)))
-            })?;
-            boxes.push((ArraySubset::new_with_ranges(&ranges), out_shape));
-        }
+        let boxes = self.boxes_of(keys)?;
         self.start_read_ahead(boxes, prefetch)
+    }
+
+    /// Read the selections `keys` (a finite iterable of keys as for `array[...]` or `read`'s
+    /// string form) as one request: planned once, a chunk that several selections meet read and
+    /// decoded once. Returns a list of `DeviceArray`s, one per key (views of one allocation, freed
+    /// with the last), or with `stack=True` one `DeviceArray` of shape `(len(keys), *shape)`,
+    /// where every key selects `shape` (a training batch: no stacking copy). Every key is checked
+    /// before anything is read.
+    #[pyo3(signature = (keys, *, stack=false))]
+    fn read_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>, stack: bool) -> PyResult<Py<PyAny>> {
+        let boxes = self.boxes_of(keys)?;
+        if stack {
+            if let Some((n, (_, other))) = boxes.iter().enumerate().find(|(_, (_, shape))| *shape != boxes[0].1) {
+                return Err(PyValueError::new_err(format!(
+                    "stack=True needs keys of one shape: keys[0] selects {:?}, keys[{n}] {other:?}",
+                    boxes[0].1
+                )));
+            }
+            if boxes.is_empty() {
+                return Err(PyValueError::new_err("stack=True needs at least one key (the shape comes from it)"));
+            }
+        }
+        let types = element_type(&self.array)?;
+        let read: ReadMany = zarrs_gpu::by_element_type!(types.0, read_many_typed)
+            .ok_or_else(|| PyTypeError::new_err(format!("data type {} has no device element type", types.0)))?;
+        let (array, config) = (&self.array, &self.config);
+        // The read runs without the interpreter lock: other Python threads go on meanwhile.
+        let (arrays, report) = py.allow_threads(|| read(array, &boxes, config, stack)).map_err(py_err)?;
+        let mut arrays: Vec<PyDeviceArray> =
+            arrays.into_iter().map(|data| PyDeviceArray::new(data, types, report.clone())).collect();
+        if stack {
+            return Ok(Py::new(py, arrays.remove(0))?.into_any());
+        }
+        let list = pyo3::types::PyList::empty(py);
+        for array in arrays {
+            list.append(Py::new(py, array)?)?;
+        }
+        Ok(list.into_any().unbind())
     }
 
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyDeviceArray> {

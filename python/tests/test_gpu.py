@@ -444,6 +444,43 @@ class GpuTests(unittest.TestCase):
             self.assertEqual(box, (slice(1, 30), slice(2, 3), slice(4, 40)))
             np.testing.assert_array_equal(cp.asnumpy(cp.asarray(tile)), want[1:30, 2:3, 4:40])
 
+    def test_read_many_as_one_request_matches_zarr_python(self):
+        # Every sharded, zstd and v2 case of the matrix: crops overlapping each other and the
+        # edges, repeated, integer keys, as a list of arrays and stacked.
+        for case in self.cases:
+            if not case["name"].startswith(("v3_sharded", "v3_zstd", "v2_", "v3_raw")):
+                continue
+            z = zarr.open_array(self.path(case), mode="r")
+            a = zarrs_gpu.open(self.path(case))
+            want = np.asarray(z[...])
+            rng = np.random.default_rng(len(case["name"]))
+            crop = [max(1, n // 2) for n in want.shape]
+            boxes = []
+            for _ in range(6):
+                start = [int(rng.integers(0, n - c + 1)) for n, c in zip(want.shape, crop)]
+                boxes.append(tuple(slice(s, s + c) for s, c in zip(start, crop)))
+            boxes.append(boxes[0])
+            with self.subTest(case=case["name"]):
+                got = a.read_many(boxes)
+                self.assertIsInstance(got, list)
+                self.assertEqual(len(got), len(boxes))
+                for box, x in zip(boxes, got):
+                    np.testing.assert_array_equal(cp.asnumpy(cp.asarray(x)), want[box])
+                stacked = a.read_many(boxes, stack=True)
+                self.assertEqual(stacked.shape, (len(boxes), *crop))
+                np.testing.assert_array_equal(cp.asnumpy(cp.asarray(stacked)), np.stack([want[b] for b in boxes]))
+                if stacked.dtype in TORCH_DTYPES:
+                    t = torch.from_dlpack(stacked)
+                    self.assertEqual(tuple(t.shape), (len(boxes), *crop))
+                    np.testing.assert_array_equal(t.cpu().numpy(), np.stack([want[b] for b in boxes]))
+                # Keys of other shapes, integers dropping their dimension, as numpy does.
+                mixed = [KEYS[0], KEYS[1], KEYS[4], (Ellipsis,)]
+                for key, x in zip(mixed, a.read_many(mixed)):
+                    np.testing.assert_array_equal(cp.asnumpy(cp.asarray(x)), np.asarray(z[key]))
+                with self.assertRaisesRegex(ValueError, "one shape"):
+                    a.read_many(mixed, stack=True)
+        self.assertEqual(a.read_many([]), [])
+
     def test_read_ahead_of_a_zarr_python_array_matches_it(self):
         with tempfile.TemporaryDirectory() as d:
             path, z, want = self.tiles_array(d)

@@ -2,6 +2,7 @@
 //! test binaries travel to the GPU host, so there are few). GPU tests are
 //! `#[ignore = "needs a CUDA GPU"]`.
 
+mod batch;
 mod blosc;
 mod compressed;
 mod delta;

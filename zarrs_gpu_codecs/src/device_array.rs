@@ -207,7 +207,9 @@ impl<T: ElementOwned> DeviceArray<T> {
                 let owner: Box<dyn Send + Sync> = Box::new(shared.clone());
                 // SAFETY: within `bytes` (checked above), which `owner` keeps alive; valid
                 // elements by the caller's word.
-                unsafe { Self::from_foreign(base + offset, len, shape.clone(), data_type.clone(), stream.clone(), owner) }
+                unsafe {
+                    Self::from_foreign(base + offset, len, shape.clone(), data_type.clone(), stream.clone(), owner)
+                }
             })
             .collect())
     }

@@ -197,9 +197,11 @@ macro_rules! impl_array_device_ext {
             // `out` is borrowed mutably for the whole read: nothing else writes it meanwhile.
             let output = Output::Into { ptr: out.device_ptr(), len: out.num_bytes() };
             let subsets = std::slice::from_ref(subset);
-            let result = contained(config, || {
-                Ok(retrieve::<_, T>(self, subsets, Layout::Stacked, gds, config, None, output)?.2)
-            });
+            let result =
+                contained(
+                    config,
+                    || Ok(retrieve::<_, T>(self, subsets, Layout::Stacked, gds, config, None, output)?.2),
+                );
             if matches!(result, Err(GpuError::Timeout { .. } | GpuError::ContextLost { .. })) {
                 // Work that writes `out` may still be running: its memory must never be reused.
                 out.abandon();

@@ -246,7 +246,9 @@ impl ChunkPlacement {
         for copy in &mut self.copies {
             copy.src_offset += self.byte_start - start;
         }
-        self.copies.extend(other.copies.into_iter().map(|c| Copy3D { src_offset: c.src_offset + (other.byte_start - start), ..c }));
+        self.copies.extend(
+            other.copies.into_iter().map(|c| Copy3D { src_offset: c.src_offset + (other.byte_start - start), ..c }),
+        );
         self.parts.extend(other.parts);
         self.byte_start = start;
         self.byte_end = end;
@@ -340,7 +342,12 @@ pub fn plan_chunks(
             key,
             chunk_shape,
             chunk_bytes,
-            parts: vec![PlacementPart { chunk_region, output_region, output_shape: subset.shape().to_vec(), output_base: 0 }],
+            parts: vec![PlacementPart {
+                chunk_region,
+                output_region,
+                output_shape: subset.shape().to_vec(),
+                output_base: 0,
+            }],
             byte_start,
             byte_end,
             copies,

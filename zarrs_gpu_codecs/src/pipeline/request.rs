@@ -68,12 +68,11 @@ pub(crate) fn merge_placements(placements: Vec<ChunkPlacement>) -> Result<Vec<Ch
     let mut at: HashMap<Vec<u64>, usize> = HashMap::with_capacity(placements.len());
     let mut merged: Vec<ChunkPlacement> = Vec::with_capacity(placements.len());
     for placement in placements {
-        match at.get(&placement.chunk_indices) {
-            Some(&i) => merged[i].absorb(placement)?,
-            None => {
-                at.insert(placement.chunk_indices.clone(), merged.len());
-                merged.push(placement);
-            }
+        if let Some(&i) = at.get(&placement.chunk_indices) {
+            merged[i].absorb(placement)?;
+        } else {
+            at.insert(placement.chunk_indices.clone(), merged.len());
+            merged.push(placement);
         }
     }
     Ok(merged)
@@ -90,18 +89,15 @@ pub(crate) fn merge_units(units: Vec<Unit>) -> Result<Vec<Unit>, GpuError> {
             return Err(unit.error("only units read whole merge across subsets"));
         }
         let key = (unit.placement.key.clone(), unit.inner.clone());
-        match at.get(&key) {
-            Some(&i) => {
-                let held = &mut merged[i];
-                if held.source != unit.source || held.value_len != unit.value_len {
-                    return Err(unit.error("its shard index gave two sources in one request"));
-                }
-                held.placement.absorb(unit.placement)?;
+        if let Some(&i) = at.get(&key) {
+            let held = &mut merged[i];
+            if held.source != unit.source || held.value_len != unit.value_len {
+                return Err(unit.error("its shard index gave two sources in one request"));
             }
-            None => {
-                at.insert(key, merged.len());
-                merged.push(unit);
-            }
+            held.placement.absorb(unit.placement)?;
+        } else {
+            at.insert(key, merged.len());
+            merged.push(unit);
         }
     }
     Ok(merged)
