@@ -560,12 +560,13 @@ fn meta_len(units: &[Unit], chain: &DeviceChain, batch: &[usize]) -> u64 {
     MetaLayout::new(batch.len(), batch.len(), true, gather, copies).len()
 }
 
-/// Room for a batch's placement tables: a gather job per unit (chains that gather) and every
-/// unit's strided copies, as table entries (rows wider than `place::MAX_ROW` take several).
+/// Room for a batch's placement tables: a gather job per part of each unit (chains that gather;
+/// a unit several subsets of a request meet has a part for each) and every unit's strided
+/// copies, as table entries (rows wider than `place::MAX_ROW` take several).
 fn table_room(units: &[Unit], chain: &DeviceChain, batch: impl Iterator<Item = usize>) -> (usize, usize) {
     let pieces = |u: usize| units[u].placement.copies.iter().map(place::row_pieces).sum::<usize>();
-    let (n, copies) = batch.fold((0, 0), |(n, c), u| (n + 1, c + pieces(u)));
-    (if chain.needs_gather() { n } else { 0 }, copies)
+    let (parts, copies) = batch.fold((0, 0), |(n, c), u| (n + units[u].placement.parts.len(), c + pieces(u)));
+    (if chain.needs_gather() { parts } else { 0 }, copies)
 }
 
 /// The batches of `units`, after checking that the output this read allocates (`out_bytes`:
@@ -1157,6 +1158,17 @@ impl Batch {
             copies.extend_from_slice(&p.copies);
             srcs.extend(std::iter::repeat_n(src, p.copies.len()));
         }
+        // Planned from the same units (`table_room`); a miss here is this crate's bug, refused
+        // before it could write past the tables.
+        // Rows past MAX_ROW become several entries (the table has room: `table_room`).
+        let split = job.kernels.map(|_| place::split_rows(&copies, &srcs, place::MAX_ROW));
+        let entries = split.as_ref().map_or(0, |(entries, _)| entries.len());
+        if !layout.arrays.holds_tables(jobs.len(), entries) {
+            return Err(GpuError::Unsupported(format!(
+                "a batch's placement needs {} gather jobs and {entries} copies, more than its metadata was planned for",
+                jobs.len()
+            )));
+        }
         if !jobs.is_empty() {
             let placer = job
                 .kernels
@@ -1166,9 +1178,7 @@ impl Batch {
             // SAFETY: each job stays within its decoded chunk and `out` (planned from both shapes).
             unsafe { placer.launch_gather(stream, layout.at(at), &jobs, out_ptr) }?;
         }
-        if let Some(placer) = job.kernels {
-            // Rows past MAX_ROW become several entries (the table has room: `table_room`).
-            let (copies, srcs) = place::split_rows(&copies, &srcs, place::MAX_ROW);
+        if let (Some(placer), Some((copies, srcs))) = (job.kernels, split) {
             let table = place::encode(&copies, &srcs);
             let at = layout.arrays.copies();
             layout.stage(at, &table, stream.as_ref())?;
@@ -2051,6 +2061,33 @@ mod tests {
         assert_eq!(whole_span(&unit, 900 << 10).unwrap(), (0, 900 << 10));
         let err = whole_span(&unit, 64 << 30).unwrap_err().to_string();
         assert!(err.contains("a/c/0/1") && err.contains("68719476736 stored bytes for 1048576 decoded"), "{err}");
+    }
+
+    #[test]
+    fn placement_tables_have_room_for_every_part_of_a_chunk_several_subsets_meet() {
+        // A chunk three crops meet is one unit with three parts: a gather job each (the first
+        // GPU run of requests sized one per unit, and the gather table ran past its room).
+        let key = StoreKey::new("c/0/0").unwrap();
+        let chunk = ArraySubset::new_with_start_shape(vec![0, 0], vec![8, 8]).unwrap();
+        let crops = [[0..4, 0..4], [2..6, 3..8], [0..8, 5..6]].map(|r| ArraySubset::new_with_ranges(&r));
+        let mut placements = Vec::new();
+        for (i, crop) in crops.iter().enumerate() {
+            let mut p = plan_chunks(2, crop, [(vec![0, 0], key.clone(), chunk.clone())]).unwrap().pop().unwrap();
+            p.shift_output(i as u64 * 1024).unwrap();
+            placements.push(p);
+        }
+        let merged = crate::pipeline::request::merge_placements(placements).unwrap();
+        assert_eq!(merged.len(), 1);
+        let units: Vec<Unit> = merged.into_iter().map(Unit::whole).collect();
+        let gather = DeviceChain { swap: 2, ..DeviceChain::default() };
+        let (jobs, copies) = table_room(&units, &gather, 0..1);
+        assert_eq!(jobs, 3);
+        assert_eq!(copies, units[0].placement.copies.len());
+        let layout = MetaLayout::new(1, 1, false, jobs, copies);
+        assert!(
+            layout.holds_tables(3, copies) && !layout.holds_tables(4, copies) && !layout.holds_tables(3, copies + 1)
+        );
+        assert_eq!(table_room(&units, &DeviceChain::default(), 0..1).0, 0);
     }
 
     #[test]

@@ -68,6 +68,13 @@ impl MetaLayout {
         self.dec as u64 * if self.digests { 20 } else { 12 }
     }
 
+    /// Whether the placement tables have room for `gather_jobs` jobs and `copies` table entries:
+    /// checked before they are staged, since past their room they would overwrite the next array
+    /// (or past the region, memory the kernels must never see).
+    pub(crate) fn holds_tables(&self, gather_jobs: usize, copies: usize) -> bool {
+        gather_jobs <= self.gather_jobs && copies <= self.copies
+    }
+
     /// The gather kernel's jobs.
     pub(crate) fn gather(&self) -> u64 {
         (self.results() + self.result_bytes()).next_multiple_of(8)
