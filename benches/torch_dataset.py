@@ -10,8 +10,9 @@ Peers (--peers, all by default):
   zarrs-gpu-loader     zarrs_gpu.torch.CropLoader(CropDataset, batch_size, prefetch=--prefetch): the
                        next batches' reads in flight while the step runs
   zarrs-gpu-loader-p0  the same with prefetch=0: each batch read when asked for
-  zarrs-gpu-dataloader torch.utils.data.DataLoader(CropDataset, num_workers=0) (a batch's crops read
-                       at once through __getitems__, no read-ahead)
+  zarrs-gpu-dataloader torch.utils.data.DataLoader(CropDataset, num_workers=0) (a batch read as one
+                       request through __getitems__, no read-ahead; torch's default collate copies it)
+  zarrs-gpu-collate    the same with collate_fn=zarrs_gpu.torch.collate (the batch as read, no copy)
   zarr-w0              DataLoader(num_workers=0) over a dataset whose __getitem__ is
                        zarr.open_array (once) + a numpy crop + torch.from_numpy(...).cuda()
   zarr-workers         the same dataset returning host tensors, DataLoader(num_workers=--workers,
@@ -51,6 +52,7 @@ PEERS = {
     "zarrs-gpu-loader": "zarrs_gpu CropLoader",
     "zarrs-gpu-loader-p0": "zarrs_gpu CropLoader prefetch=0",
     "zarrs-gpu-dataloader": "zarrs_gpu CropDataset + DataLoader(num_workers=0)",
+    "zarrs-gpu-collate": "zarrs_gpu CropDataset + DataLoader(num_workers=0, collate_fn=zarrs_gpu.torch.collate)",
     "zarr-w0": "zarr-python dataset + DataLoader(num_workers=0)",
     "zarr-workers": "zarr-python dataset + DataLoader(workers, pin_memory)",
 }
@@ -163,7 +165,9 @@ def loaders(peer, args, boxes, torch):
             return zt.CropLoader(ds, args.batch_size, sampler=indices, prefetch=args.prefetch), args.prefetch, 0
         if peer == "zarrs-gpu-loader-p0":
             return zt.CropLoader(ds, args.batch_size, sampler=indices, prefetch=0), 0, 0
-        return torch.utils.data.DataLoader(ds, batch_size=args.batch_size, sampler=indices, num_workers=0), 0, 0
+        collate = {"collate_fn": zt.collate} if peer == "zarrs-gpu-collate" else {}
+        return torch.utils.data.DataLoader(ds, batch_size=args.batch_size, sampler=indices, num_workers=0,
+                                           **collate), 0, 0
     if peer == "zarr-w0":
         ds = ZarrCrops(args.array, boxes, on_device=True)
         return torch.utils.data.DataLoader(ds, batch_size=args.batch_size, sampler=indices, num_workers=0), 0, 0

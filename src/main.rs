@@ -432,14 +432,23 @@ fn read<T: ElementOwned>(
     o: &ReadOptions,
     npy_descr: &str,
 ) -> Result<(), Error> {
-    let (times, data, report) = timed_reads::<T>(array, subset, config, o.repeat)?;
+    let (times, data, reports) = timed_reads::<T>(array, subset, config, o.repeat)?;
+    let report = reports.last().cloned().ok_or("--repeat must be 1 or more")?;
     let host = if o.digest || o.npy.is_some() { Some(data.to_host_bytes()?) } else { None };
     let sha256 = host.as_ref().filter(|_| o.digest).map(|h| format!("{:x}", Sha256::digest(h)));
     if let (Some(path), Some(host)) = (&o.npy, &host) {
         write_npy(path, npy_descr, data.shape(), host)?;
     }
     let timing = Timing::of(&times, data.num_bytes());
-    let shown = Shown { array, config, shape: data.shape(), bytes: data.num_bytes(), report: &report, sha256 };
+    let shown = Shown {
+        array,
+        config,
+        shape: data.shape(),
+        bytes: data.num_bytes(),
+        report: &report,
+        reports: &reports,
+        sha256,
+    };
     if o.json {
         println!("{}", shown.json(&timing, o));
     } else {
@@ -449,15 +458,16 @@ fn read<T: ElementOwned>(
 }
 
 /// `repeat` reads of `subset`, each timed (the previous result freed first), with a progress bar
-/// on stderr for reads that last; the times and the last read.
+/// on stderr for reads that last; the times, the last read and every read's report.
 fn timed_reads<T: ElementOwned>(
     array: &Array<GdsStore>,
     subset: &ArraySubset,
     config: &GpuConfig,
     repeat: usize,
-) -> Result<(Vec<f64>, DeviceArray<T>, RetrieveReport), Error> {
+) -> Result<(Vec<f64>, DeviceArray<T>, Vec<RetrieveReport>), Error> {
     let mut times = Vec::new();
-    let mut last: Option<(DeviceArray<T>, RetrieveReport)> = None;
+    let mut reports = Vec::new();
+    let mut last: Option<DeviceArray<T>> = None;
     // Chunks done, batch by batch, on stderr; indicatif draws nothing when it is not a terminal,
     // and a short read is over before the first draw.
     let bar = ProgressBar::hidden();
@@ -480,12 +490,13 @@ fn timed_reads<T: ElementOwned>(
         let result = array.retrieve_array_subset_device_opt::<T>(subset, &config);
         bar.finish_and_clear();
         bar.set_draw_target(ProgressDrawTarget::hidden()); // the next read shows it after 500 ms too
-        let result = result?;
+        let (data, report) = result?;
         times.push(start.elapsed().as_secs_f64());
-        last = Some(result);
+        reports.push(report);
+        last = Some(data);
     }
-    let (data, report) = last.ok_or("--repeat must be 1 or more")?;
-    Ok((times, data, report))
+    let data = last.ok_or("--repeat must be 1 or more")?;
+    Ok((times, data, reports))
 }
 
 /// The reads' times: best, median, first, and the GiB read each time.
@@ -514,6 +525,8 @@ struct Shown<'a> {
     shape: &'a [u64],
     bytes: usize,
     report: &'a RetrieveReport,
+    /// Every read's report, the last one's too.
+    reports: &'a [RetrieveReport],
     sha256: Option<String>,
 }
 
@@ -521,10 +534,25 @@ impl Shown<'_> {
     /// One JSON object (`--json`).
     fn json(&self, t: &Timing<'_>, o: &ReadOptions) -> serde_json::Value {
         let (report, io) = (self.report, self.report.io.as_ref());
-        let stages: Vec<_> = report
-            .stages
+        let stages_of = |r: &RetrieveReport| -> Vec<serde_json::Value> {
+            r.stages
+                .iter()
+                .map(|s| serde_json::json!({"stage": s.stage, "seconds": s.time.as_secs_f64(), "count": s.count}))
+                .collect()
+        };
+        let stages = stages_of(report);
+        // Each read in turn: what the scheduler chose and where the time went (reads of one
+        // subset that differ in time differ here).
+        let reads: Vec<_> = self
+            .reports
             .iter()
-            .map(|s| serde_json::json!({"stage": s.stage, "seconds": s.time.as_secs_f64(), "count": s.count}))
+            .zip(t.times)
+            .map(|(r, &seconds)| {
+                serde_json::json!({
+                    "seconds": seconds, "host_decoded_chunks": r.host_decoded_chunks, "schedule": r.schedule,
+                    "peak_device_bytes": r.peak_device_bytes, "stages": stages_of(r),
+                })
+            })
             .collect();
         serde_json::json!({
             "shape": self.shape,
@@ -554,6 +582,7 @@ impl Shown<'_> {
             "host_reason": report.host_reason,
             "schedule": report.schedule,
             "stages": stages,
+            "reads": reads,
             "sha256": self.sha256,
             "npy": o.npy.as_ref().map(|p| p.display().to_string()),
         })

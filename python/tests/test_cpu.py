@@ -2011,6 +2011,14 @@ class HostCropArray:
         self.log.append(("async", key))
         return HostPending(self, key)
 
+    def read_many(self, keys, stack=False):
+        keys = list(keys)
+        if self.fail_at is not None and any(key[-1].start == self.fail_at for key in keys):
+            raise RuntimeError("no chunk here")
+        self.log.append(("many", keys, stack))
+        reads = [np.asarray(self.z[key]) for key in keys]
+        return np.stack(reads) if stack else reads
+
 
 class HostTorchBackend:
     """zarrs_gpu.torch.backend for tests without a GPU or torch: zarr-python reads, numpy 'tensors'."""
@@ -2030,11 +2038,14 @@ class HostTorchBackend:
     def as_tensor(self, x):
         return np.asarray(x)
 
-    def stack(self, tensors):
-        return np.stack(tensors)
-
     def in_worker(self):
         return self.worker
+
+    def default_collate(self, samples):
+        self.log.append(("default_collate", len(samples)))
+        if isinstance(samples[0], tuple):
+            return tuple(np.stack(column) for column in zip(*samples))
+        return np.stack(samples)
 
 
 class CountingSampler:
@@ -2105,34 +2116,48 @@ class TorchCpuTests(unittest.TestCase):
         lead = (slice(None),) * (data.ndim - len(box))
         return data[lead + tuple(slice(a, b) for a, b in box)]
 
-    def test_the_loader_drops_crops_off_the_training_thread(self):
-        # Freeing a DLPack-shared crop waits for the whole device: never on the training thread.
+    def test_the_loader_drops_reads_off_the_training_thread(self):
+        # Freeing a DLPack-shared read waits for the whole device: never on the training thread.
+        # Batches are views of their request's read, which the loader lets go of once it is two
+        # requests past it (the caller has dropped those batches by then, as a training loop does).
         import threading
 
         import zarrs_gpu.torch as zt
 
         dropped_on = []
 
-        class Tracked:
-            def __init__(self, a):
-                self.a = a
+        class Owner:
+            def __del__(self):
+                dropped_on.append(threading.current_thread().name)
+
+        class View:
+            """A tensor: slices share their owner, as torch's views share the DLPack capsule."""
+
+            def __init__(self, a, owner):
+                self.a, self.owner = a, owner
+
+            def __getitem__(self, key):
+                return View(self.a[key], self.owner)
 
             def __array__(self, dtype=None, copy=None):
                 return self.a
 
-            def __del__(self):
-                dropped_on.append(threading.current_thread().name)
-
         with self.backend():
-            self.host.as_tensor = lambda x: Tracked(np.asarray(x))
+            self.host.as_tensor = lambda x: View(np.asarray(x), Owner())
             ds = zt.CropDataset(self.label_path, (4, 4, 4), crops=10)
-            for prefetch in (0, 2):
+            for prefetch in (0, 1, 2):
                 with self.subTest(prefetch=prefetch):
                     dropped_on.clear()
-                    batches = list(zt.CropLoader(ds, 3, prefetch=prefetch))
+                    got = []
+                    for batch in zt.CropLoader(ds, 3, prefetch=prefetch):
+                        got.append(np.array(batch))  # a copy: the loop drops the batch itself
                     zt._releaser.drained()
-                    self.assertEqual(dropped_on, ["zarrs_gpu.torch releaser"] * 10)
-                    got = np.concatenate(batches)
+                    requests = -(-4 // max(prefetch, 1))
+                    self.assertEqual(dropped_on, ["zarrs_gpu.torch releaser"] * (requests - 1))
+                    # The last batch is still the loop's: its read goes with it, where it is dropped.
+                    del batch
+                    self.assertEqual(dropped_on[-1], threading.current_thread().name)
+                    got = np.concatenate(got)
                     for i in range(10):
                         np.testing.assert_array_equal(got[i], self.crop(self.label, ds.plan[i]))
 
@@ -2293,13 +2318,26 @@ class TorchCpuTests(unittest.TestCase):
                 seen[tuple(slice(a, b) for a, b in ds.plan[i])] = True
             self.assertTrue(seen.all())
             self.assertEqual(self.host.opened[-1], (self.group, "/label", 1))
-            # A batch (DataLoader's __getitems__): the crops read one after another, both arrays each.
+            # A batch (DataLoader's __getitems__): one request per array, stacked; its items views
+            # of it, and collate hands the batch on as read.
             self.host.log.clear()
             items = ds.__getitems__([3, 0, 3])
-            self.assertEqual([kind for kind, _ in self.host.log], ["get"] * 6)
+            self.assertEqual(self.host.log, [("many", [ds.keys(i)[n] for i in (3, 0, 3)], True) for n in (0, 1)])
             for i, (x, y) in zip([3, 0, 3], items):
                 np.testing.assert_array_equal(x, self.crop(self.image, ds.plan[i]))
                 np.testing.assert_array_equal(y, self.crop(self.label, ds.plan[i]))
+            x, y = zt.collate(items)
+            self.assertEqual(x.shape, (3, 2, 20, 41, 15))
+            self.assertTrue(np.shares_memory(x, items[0][0]), "the batch as read, not a copy")
+            np.testing.assert_array_equal(y, np.stack([self.crop(self.label, ds.plan[i]) for i in (3, 0, 3)]))
+            self.assertNotIn("default_collate", [entry[0] for entry in self.host.log])
+            # Anything else goes to torch's default collate.
+            plain = zt.collate([ds[0], ds[1]])
+            self.assertEqual(self.host.log[-1], ("default_collate", 2))
+            np.testing.assert_array_equal(plain[1], np.stack([self.crop(self.label, ds.plan[i]) for i in (0, 1)]))
+            self.assertEqual(ds.__getitems__([]), [])
+            with self.assertRaisesRegex(IndexError, "crop 9 is out of range"):
+                ds.read_batch([0, 9])
 
     def test_errors_name_the_arrays_and_crops(self):
         import zarrs_gpu.torch as zt
@@ -2411,16 +2449,12 @@ class TorchCpuTests(unittest.TestCase):
                             self.assertEqual(x.shape, (len(indices), 2, 7, 8, 9))
                             np.testing.assert_array_equal(x, np.stack([self.crop(self.image, ds.plan[i]) for i in indices]))
                             np.testing.assert_array_equal(y, np.stack([self.crop(self.label, ds.plan[i]) for i in indices]))
-                        aheads = [entry for entry in self.host.log if entry[0] == "ahead"]
-                        if prefetch:
-                            # One read-ahead per array over the pass's crops, prefetch batches deep.
-                            used = [i for g in want for i in g]
-                            self.assertEqual(len(aheads), 2)
-                            for n, (_, keys, depth) in enumerate(aheads):
-                                self.assertEqual(keys, [ds.keys(i)[n] for i in used])
-                                self.assertEqual(depth, 4 * prefetch)
-                        else:
-                            self.assertEqual(aheads, [])
+                        # One request per array for every `prefetch` batches (one each without).
+                        span = max(prefetch, 1)
+                        requests = [want[k:k + span] for k in range(0, len(want), span)]
+                        expected = [("many", [ds.keys(i)[n] for g in r for i in g], True)
+                                    for r in requests for n in (0, 1)]
+                        self.assertEqual(self.host.log, expected)
             # One array: batches are arrays, not tuples.
             single = zt.CropDataset(self.label_path, (3, 4, 5), crops=6, seed=1)
             batches_of = list(zt.CropLoader(single, 4))
@@ -2450,13 +2484,13 @@ class TorchCpuTests(unittest.TestCase):
             self.assertEqual(first, [i for indices, _ in shuffled for i in indices])
             shuffled.set_epoch(1)
             self.assertEqual([i for indices, _ in shuffled for i in indices], zt.shuffled(30, 4, 1))
-            # Left early: the pass's reads are closed; the batches taken stay as they were.
+            # Left early: the pass reads nothing more; the batches taken stay as they were.
             it = iter(zt.CropLoader(ds, 2, prefetch=3))
             taken = next(it)
             it.close()
+            self.host.log.clear()
             self.assertEqual(list(it), [])
-            aheads = self.host.arrays[-1].aheads
-            self.assertTrue(aheads and all(r.closed for r in aheads))
+            self.assertEqual(self.host.log, [])
             np.testing.assert_array_equal(taken, np.stack([self.crop(self.label, ds.plan[i]) for i in (0, 1)]))
 
     def test_loader_refuses_bad_arguments_at_once(self):

@@ -945,6 +945,16 @@ class TorchGpuTests(unittest.TestCase):
             self.assert_batch(x, indices, ds, self.image)
             self.assert_batch(y, indices, ds, self.label)
         self.assertEqual(k, len(order) // 5)
+        # With zarrs_gpu.torch.collate: each batch one request per array, handed on as read.
+        loader = torch.utils.data.DataLoader(ds, batch_size=5, sampler=order, num_workers=0, collate_fn=zt.collate)
+        for k, (x, y) in enumerate(loader):
+            indices = order[5 * k:5 * k + 5]
+            self.assertEqual(tuple(x.shape), (len(indices), 8, 24, 30))
+            self.assert_batch(x, indices, ds, self.image)
+            self.assert_batch(y, indices, ds, self.label)
+        x, y = ds.read_batch([3, 3, 29])
+        self.assert_batch(x, [3, 3, 29], ds, self.image)
+        self.assert_batch(y, [3, 3, 29], ds, self.label)
         # Worker processes are refused with a message saying what to use.
         workers = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=1, timeout=120)
         with self.assertRaisesRegex(RuntimeError, "num_workers=0"):

@@ -18,11 +18,18 @@ seed, or starts you give. The list is a pure function of (shape, crop_shape, cro
 edge), computed on demand, so index ``i`` means the same crop in every process: what
 ``DistributedSampler`` needs for each rank to read only its own crops.
 
+A batch is one request per array (``Array.read_many(keys, stack=True)``): planned once, each chunk
+that several crops meet read and decoded once, the batch landing as one tensor of shape
+``(batch, *crop)`` with no stacking copy. ``CropLoader`` merges the batches it reads ahead into
+larger requests; ``DataLoader(ds, batch_size=..., collate_fn=zarrs_gpu.torch.collate)`` gets the
+same one-request batches through ``CropDataset.__getitems__``.
+
 Arrays are opened lazily, on first use, on GPU ``device`` (default: ``torch.cuda.current_device()``
 at that moment), so a dataset made before ``torch.cuda.set_device`` or pickled to another process
 reads on that process's GPU. A plain ``torch.utils.data.DataLoader(ds, batch_size=..., sampler=...)``
 works too (``num_workers=0``: reads run on zarrs_gpu's own threads, and CUDA does not work in the
-forked worker processes ``num_workers > 0`` starts; ``pin_memory`` is for host tensors, leave it off).
+forked worker processes ``num_workers > 0`` starts; ``pin_memory`` is for host tensors, leave it off;
+``collate_fn=zarrs_gpu.torch.collate`` keeps the batch as read, where the default collate copies it).
 
 torch is imported when a dataset first reads, so ``import zarrs_gpu.torch`` works without it (the read
 then says to ``pip install 'zarrs-gpu[torch]'``).
@@ -37,7 +44,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 from ._common import box_text, require
 from ._common import with_context as _with_context
 
-__all__ = ["CropDataset", "CropLoader", "CropPlan", "TorchBackend", "backend", "batches", "shuffled"]
+__all__ = ["CropDataset", "CropLoader", "CropPlan", "TorchBackend", "backend", "batches", "collate", "shuffled"]
 
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -253,13 +260,13 @@ class TorchBackend:
         device waits for the read, which is complete when handed out anyway)."""
         return _torch().from_dlpack(x)
 
-    def stack(self, tensors: Sequence[Any]) -> Any:
-        """One batch of equal-shape tensors (torch's allocator, torch's current stream)."""
-        return _torch().stack(list(tensors))
-
     def in_worker(self) -> bool:
         """Whether this runs in a DataLoader worker process."""
         return _torch("torch.utils.data").get_worker_info() is not None
+
+    def default_collate(self, samples: Any) -> Any:
+        """torch's own collate, for batches ``collate`` did not read."""
+        return _torch("torch.utils.data").default_collate(samples)
 
 
 #: What the dataset and the loader use to open arrays and make tensors (see ``TorchBackend``).
@@ -267,7 +274,8 @@ backend: Any = TorchBackend()
 
 
 class _Releaser:
-    """Drops what it is given on a thread of its own. Freeing a tensor that zarrs_gpu shared through
+    """Drops what it is given (the reads of batches handed out, once the loader is past them) on a
+    thread of its own. Freeing a tensor that zarrs_gpu shared through
     DLPack waits for the whole device first (its deleter cannot know which of the consumer's
     streams still use the memory). On the training thread that wait would drain the step just
     queued (and any read in flight) before the next batch is handed out; with a 40 ms step a
@@ -405,8 +413,9 @@ class CropDataset:
     opened for another GPU are an error.
 
     ``ds[i]`` is crop ``i`` (``ds.plan[i]`` its box) as a CUDA tensor sharing the read's memory,
-    or a tuple of them, one per array, when ``arrays`` is a list. ``DataLoader`` (torch 2) asks
-    ``__getitems__`` for a whole batch: its crops are read one after another (see there).
+    or a tuple of them, one per array, when ``arrays`` is a list. ``ds.read_batch(indices)`` reads
+    crops as one request per array, a tensor of shape ``(len(indices), ...)`` each; ``DataLoader``
+    (torch 2) asks ``__getitems__`` for a whole batch, which reads it so too (see there).
     """
 
     def __init__(self, arrays: Any, crop_shape: Sequence[int], *, crops: Any = "grid", seed: int = 0,
@@ -535,17 +544,66 @@ class CropDataset:
             out.append(self._tensor(x, n, i))
         return self._item(out)
 
+    def read_batch(self, indices: Sequence[int]) -> Any:
+        """Crops ``indices`` as one batch: one request per array (``Array.read_many(keys,
+        stack=True)``: planned once, a chunk that several crops meet read and decoded once, the
+        host threads and the device sharing all of it), each a tensor of shape ``(len(indices),
+        *axes_before_the_crop, *crop_shape)`` with crop ``indices[k]`` at ``k``, no stacking copy;
+        a tuple of them when the dataset has a list of arrays."""
+        indices = [operator.index(i) for i in indices]
+        if not indices:
+            raise ValueError("read_batch needs at least one crop index")
+        for i in indices:
+            self.plan.start(i)  # an IndexError naming the crop, before anything is read
+        out = []
+        for n, a in enumerate(self._arrays()):
+            keys = [self.keys(i)[n] for i in indices]
+            try:
+                x = a.read_many(keys, stack=True)
+            except Exception as err:
+                self._rethrow(err, f"reading {self._where_batch(n, indices)}")
+            try:
+                out.append(backend.as_tensor(x))
+            except Exception as err:
+                self._rethrow(err, f"{self._where_batch(n, indices)} ({self._sources[n].dtype}) to a tensor")
+        return self._item(out)
+
+    def _where_batch(self, n: int, indices: list[int]) -> str:
+        shown = ", ".join(f"{i} {box_text(self.plan[i])}" for i in indices[:3])
+        more = f" and {len(indices) - 3} more" if len(indices) > 3 else ""
+        return f"crops {shown}{more} of arrays[{n}], {self._sources[n].name}"
+
     def __getitems__(self, indices: Sequence[int]) -> list:
-        """The items of ``indices`` (a DataLoader batch), read one after another: each read already
-        spreads its chunks over every host thread, so reading a batch's crops together gains
-        little (on the GPU host four random Z2 crops read at once with ``read_async`` took 41 ms,
-        one after another 44). ``CropLoader`` reads the next batches ahead instead."""
-        return [self[i] for i in indices]
+        """The items of ``indices`` (a DataLoader batch), read as one batch (``read_batch``): the
+        items are views of its tensors, and ``collate`` gives those tensors back as the batch
+        (torch's default collate copies the items into a new one)."""
+        if not len(indices):
+            return []
+        batch = self.read_batch(indices)
+        columns = [batch] if self._single else list(batch)
+        return _Batch([self._item([c[k] for c in columns]) for k in range(len(indices))], batch)
 
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_device"] = None  # taken again where it is next read (another process, another GPU)
         return state
+
+
+class _Batch(list):
+    """The items of one batch read by ``CropDataset.__getitems__``, with the batch as read."""
+
+    def __init__(self, items: list, stacked: Any):
+        super().__init__(items)
+        self.stacked = stacked
+
+
+def collate(samples: Any) -> Any:
+    """``collate_fn`` for ``DataLoader(CropDataset(...), batch_size=..., collate_fn=collate)``: a
+    batch that ``CropDataset.__getitems__`` read is handed on as read (one tensor per array, no
+    copy); anything else goes to torch's ``default_collate``."""
+    if isinstance(samples, _Batch):
+        return samples.stacked
+    return backend.default_collate(samples)
 
 
 class CropLoader:
@@ -558,15 +616,17 @@ class CropLoader:
     without one, ``range(len(dataset))``, or with ``shuffle=True`` ``shuffled(n, seed, epoch)``.
     ``batch_size`` and ``drop_last`` as ``DataLoader``'s.
 
-    Each pass starts, per array, one ``Array.read_ahead`` over the pass's crops in order
-    (``prefetch * batch_size`` reads ahead of the one in use, on zarrs_gpu's threads), and yields
-    a batch: ``torch.stack`` of its crops (of shape ``(batch, *array_shape_before_crop,
-    *crop_shape)``), or a tuple of those, one per array, when the dataset has a list of arrays;
-    with ``return_indices`` the pair ``(indices, batch)``. Each crop is complete on the device when
-    handed out and the stack runs on torch's current stream, so the batch is ready for any kernel
-    there. ``prefetch=0`` reads each crop when its batch is asked for. Device memory: up to
-    ``prefetch * batch_size + 1`` crops per array beyond the batch in use. Leaving a pass early
-    (``break``) stops its reads."""
+    A pass reads ``prefetch`` batches at a time as one request per array
+    (``CropDataset.read_batch``: each chunk read and decoded once, the device's batch rate rather
+    than one crop's latency), on a thread of its own, the next request in flight while the caller
+    uses the batches of the one before. It yields a batch: a tensor of shape ``(batch,
+    *array_shape_before_crop, *crop_shape)``, a view of the request's (no stacking copy), or a
+    tuple of those, one per array, when the dataset has a list of arrays; with
+    ``return_indices`` the pair ``(indices, batch)``. Each batch is complete on the device when
+    handed out, ready for any kernel on any stream. ``prefetch=0`` reads each batch as one request
+    when it is asked for. Device memory: up to ``3 * max(prefetch, 1)`` batches per array (the
+    request in flight, the one in use, the one before, freed off the training thread once the
+    pass is past it). Leaving a pass early (``break``) stops its reads."""
 
     def __init__(self, dataset: CropDataset, batch_size: int = 1, *, sampler: Optional[Iterable[int]] = None,
                  shuffle: bool = False, seed: int = 0, drop_last: bool = False, prefetch: int = 2,
@@ -635,19 +695,31 @@ class _Pass:
     """One pass of a ``CropLoader``: its reads start when it is made (``iter(loader)``)."""
 
     def __init__(self, loader: CropLoader, groups: list[list[int]]):
+        import collections
+
         self.loader, self.groups, self.next_batch = loader, groups, 0
-        self.reads: list[Any] = []
-        ds = loader.dataset
-        self.arrays = ds._arrays()
-        if loader.prefetch and groups:
-            order = [i for g in groups for i in g]
-            depth = loader.prefetch * loader.batch_size
-            try:
-                for n, a in enumerate(self.arrays):
-                    self.reads.append(a.read_ahead([ds.keys(i)[n] for i in order], prefetch=depth))
-            except BaseException:
-                self.close()
-                raise
+        span = max(1, loader.prefetch)
+        # Consecutive batches read as one request per array.
+        self.requests = [groups[k:k + span] for k in range(0, len(groups), span)]
+        self.next_request = 0
+        self.ready: Any = collections.deque()  # (indices, batch) of the request in use
+        # Each request's tensors, kept until the pass is two requests past it: then the caller
+        # has let go of its batches, and the release (a wait for the device) runs off this thread.
+        self.held: Any = collections.deque()
+        self.pending: Any = None
+        self.pool: Any = None
+        loader.dataset._arrays()  # opened here, on the caller's thread (and its device)
+        if loader.prefetch and self.requests:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="zarrs_gpu.torch reads")
+            self.pending = self.pool.submit(self._read, 0)
+
+    def _read(self, r: int) -> list:
+        """Request ``r``: each array's tensor over its batches' crops."""
+        ds = self.loader.dataset
+        batch = ds.read_batch([i for g in self.requests[r] for i in g])
+        return [batch] if ds._single else list(batch)
 
     def __iter__(self) -> "_Pass":
         return self
@@ -656,41 +728,49 @@ class _Pass:
         if self.next_batch >= len(self.groups):
             self.close()
             raise StopIteration
-        group = self.groups[self.next_batch]
+        if not self.ready:
+            try:
+                self._advance()
+            except BaseException:
+                self.close()
+                raise
+        indices, batch = self.ready.popleft()
         self.next_batch += 1
-        ds = self.loader.dataset
-        try:
-            if not self.loader.prefetch:
-                per_array = [[item] if ds._single else list(item) for item in (ds[i] for i in group)]
-                columns = list(zip(*per_array))
-                del per_array  # the columns hold the crops now (released below, off this thread)
-            else:
-                columns = [[self._take(n, reads, i) for i in group] for n, reads in enumerate(self.reads)]
-            stacked = [backend.stack(c) for c in columns]
-        except BaseException:
-            self.close()
-            raise
-        # The crops, now copied into the batch, are dropped off this thread (see _Releaser).
-        _releaser.release(columns)
-        del columns
-        batch = ds._item(stacked)
-        return (list(group), batch) if self.loader.return_indices else batch
+        return (list(indices), batch) if self.loader.return_indices else batch
 
-    def _take(self, n: int, reads: Any, i: int) -> Any:
+    def _advance(self) -> None:
+        """The next request's batches, ready to hand out; the one after it started."""
+        r = self.next_request
+        tensors = self.pending.result() if self.pool is not None else self._read(r)
+        self.pending = None
+        self.next_request += 1
+        if self.pool is not None and self.next_request < len(self.requests):
+            self.pending = self.pool.submit(self._read, self.next_request)
         ds = self.loader.dataset
-        try:
-            _, x = next(reads)
-        except StopIteration:
-            raise RuntimeError(f"zarrs_gpu.torch: the reads of arrays[{n}] ended before {ds._where(n, i)}") from None
-        except Exception as err:
-            ds._rethrow(err, f"reading {ds._where(n, i)}")
-        return ds._tensor(x, n, i)
+        at = 0
+        for group in self.requests[r]:
+            self.ready.append((group, ds._item([t[at:at + len(group)] for t in tensors])))
+            at += len(group)
+        self.held.append(tensors)
+        del tensors
+        while len(self.held) > 2:
+            _releaser.release(self.held.popleft())
 
     def close(self) -> None:
         """Stop the reads still ahead (the batches handed out stay valid)."""
-        for r in self.reads:
-            r.close()
-        self.reads = []
+        if self.pool is not None:
+            if self.pending is not None:
+                self.pending.cancel()
+            # A read already running finishes (its result is dropped with the rest).
+            self.pool.shutdown(wait=True)
+            self.pool = None
+        if self.pending is not None and self.pending.done() and not self.pending.cancelled() \
+                and self.pending.exception() is None:
+            self.held.append(self.pending.result())
+        self.pending = None
+        self.ready.clear()
+        while self.held:
+            _releaser.release(self.held.popleft())
         self.next_batch = len(self.groups)
 
     def __len__(self) -> int:
