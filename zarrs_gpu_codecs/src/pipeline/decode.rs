@@ -314,6 +314,7 @@ impl BatchRun {
         self.trace.mark("check");
         let (layout, timed) = batch.launch_device(job, buffers)?;
         self.timed.extend(timed);
+        self.trace.mark("launch");
         // Meanwhile the host decodes its chunks, each copied to the device as soon as it is done.
         self.report.host_decoded_chunks += batch.decode_host_share(job, buffers, &layout)?;
         self.trace.mark("decode");
