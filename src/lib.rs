@@ -42,6 +42,7 @@ pub use zarrs_gpu_codecs::{
     self, default_pool_keep, empty_cache, gpu_config, host_decode_reason, memory_in_use, read_async, tile_subsets,
     with_gpu_config, ArrayDeviceExt, DecodePath, DecodeRates, DecodeTrust, DeviceArray, GpuConfig, GpuError,
     MemoryInUse, PendingRead, ReadAhead, RetrieveReport, ShardIndexCache, TileOrder, TileRead,
+    READ_AHEAD_REQUEST_BYTES,
 };
 
 /// The README is a quick start: the commands first, the depth in docs/ (issue 27: it was 671

@@ -457,6 +457,9 @@ fn read<T: ElementOwned>(
     Ok(())
 }
 
+/// Each read's seconds, the last read's array, and each read's report.
+type TimedReads<T> = (Vec<f64>, DeviceArray<T>, Vec<RetrieveReport>);
+
 /// `repeat` reads of `subset`, each timed (the previous result freed first), with a progress bar
 /// on stderr for reads that last; the times, the last read and every read's report.
 fn timed_reads<T: ElementOwned>(
@@ -464,7 +467,7 @@ fn timed_reads<T: ElementOwned>(
     subset: &ArraySubset,
     config: &GpuConfig,
     repeat: usize,
-) -> Result<(Vec<f64>, DeviceArray<T>, Vec<RetrieveReport>), Error> {
+) -> Result<TimedReads<T>, Error> {
     let mut times = Vec::new();
     let mut reports = Vec::new();
     let mut last: Option<DeviceArray<T>> = None;

@@ -531,6 +531,16 @@ class CpuTests(unittest.TestCase):
         with self.assertRaises(IndexError) as caught:
             a.read_ahead([slice(0, 10, 2)])
         self.assertIn("keys[0]: dimension 0: steps are not supported", str(caught.exception))
+        # read_many checks every key, and stack=True one shape, before any read (here: no GPU).
+        with self.assertRaises(IndexError) as caught:
+            a.read_many([(slice(0, 4),), (slice(0, 4), 40)])
+        self.assertIn("keys[1]: index 40 is out of bounds for axis 1 with size 30", str(caught.exception))
+        with self.assertRaisesRegex(TypeError, "not one string key"):
+            a.read_many("0:4")
+        with self.assertRaisesRegex(ValueError, r"keys\[0\] selects \[4, 30, 7\], keys\[1\] \[5, 30, 7\]"):
+            a.read_many([slice(0, 4), slice(0, 5)], stack=True)
+        with self.assertRaisesRegex(ValueError, "at least one key"):
+            a.read_many([], stack=True)
         with self.assertRaises(IndexError) as caught:
             a.read_async((0, 0, 0, 0))
         self.assertIn("too many indices", str(caught.exception))

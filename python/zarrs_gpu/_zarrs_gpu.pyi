@@ -3,7 +3,7 @@
 import os
 from types import EllipsisType
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, Optional, SupportsIndex, TypedDict, Union, final
+from typing import Any, Literal, Optional, SupportsIndex, TypedDict, Union, final, overload
 
 import numpy
 from typing_extensions import CapsuleType, TypeAlias
@@ -92,9 +92,18 @@ class Array:
         once; `.result()` waits for the DeviceArray. A bad key raises here."""
     def read_ahead(self, keys: Iterable[Union[str, _Index]], *, prefetch: int = 2) -> ReadAhead:
         """Read the selections `keys` (a finite iterable, taken at once: random crops, say) in
-        order on a background thread, `prefetch` (1 or more) reads ahead of the one in use. Every
-        key is checked here; iterating yields ``(key, DeviceArray)``, `key` the tuple of slices
-        of the box read."""
+        order on a background thread, `prefetch` (1 or more) reads ahead of the one in use, in
+        requests of up to `prefetch` keys (one read each: a chunk several keys meet is decoded
+        once). Every key is checked here; iterating yields ``(key, DeviceArray)``, `key` the
+        tuple of slices of the box read."""
+    @overload
+    def read_many(self, keys: Iterable[Union[str, _Index]], *, stack: Literal[False] = False) -> list[DeviceArray]: ...
+    @overload
+    def read_many(self, keys: Iterable[Union[str, _Index]], *, stack: Literal[True]) -> DeviceArray:
+        """Read the selections `keys` as one request (planned once; a chunk several keys meet
+        read and decoded once): a list of DeviceArrays, one per key (views of one allocation), or
+        with `stack=True` one DeviceArray of shape ``(len(keys), *shape)`` where every key selects
+        `shape`. Every key is checked before anything is read."""
     def __getitem__(self, key: _Index, /) -> DeviceArray: ...
     def __len__(self) -> int: ...
 

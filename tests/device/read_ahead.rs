@@ -34,6 +34,8 @@ fn tiles_read_ahead_match_zarrs_in_c_and_random_order() -> Result {
         assert_eq!(tiles.len(), 4 * 3 * 3);
         let mut missing = 0;
         let mut seen = Vec::new();
+        // Reads ahead go in requests of up to `depth` tiles: a report counts its request's chunks.
+        let mut grouped = false;
         for (n, read) in ReadAhead::<f32>::new(array.clone(), tiles.clone(), posix(), depth).enumerate() {
             let (subset, device, report) = read?;
             assert_eq!(subset, tiles[n], "{order:?}: tile {n} out of order");
@@ -42,9 +44,13 @@ fn tiles_read_ahead_match_zarrs_in_c_and_random_order() -> Result {
             let got = device.to_host_bytes()?;
             assert!(got == host_bytes(&array, &subset)?, "{order:?}: tile {subset} differs from zarrs'");
             missing += report.missing_chunks;
+            let own = array.chunks_in_array_subset(&subset)?.map_or(0, |g| g.num_elements_usize());
+            assert!(report.chunks >= own, "{order:?}: {report:?}");
+            grouped |= report.chunks > own;
             seen.push(subset);
         }
         assert_eq!(seen, tiles, "{order:?}: every tile, once");
+        assert_eq!(grouped, depth > 1, "{order:?}, depth {depth}: tiles read in requests of up to {depth}");
         assert!(missing > 0, "{order:?}: no tile met a missing chunk");
     }
     Ok(())
