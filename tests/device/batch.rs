@@ -14,7 +14,7 @@ use zarrs_gpu::{ArrayDeviceExt, DecodePath, GdsStore, GpuConfig, GpuError};
 
 use super::compressed::{make_array, zstd};
 use super::sharding::{make_sharded, sharding};
-use super::{posix, scheduled, Result};
+use super::{posix, scheduled, subsets, Result};
 
 /// `n` crops of `crop` (clipped to the array) at random places, some reaching past the edges,
 /// the first repeated at the end.
@@ -38,22 +38,10 @@ fn crops(shape: &[u64], crop: &[u64], n: usize, seed: u64) -> Vec<ArraySubset> {
     out
 }
 
-/// Boxes of any shape: random, the whole array, an empty one, one element at the far corner.
+/// Boxes of any shape: the whole array and random ones (`subsets`), an empty one, one element at
+/// the far corner.
 fn mixed(shape: &[u64], seed: u64) -> Vec<ArraySubset> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut out: Vec<ArraySubset> = (0..5)
-        .map(|_| {
-            let ranges: Vec<_> = shape
-                .iter()
-                .map(|&s| {
-                    let a = rng.random_range(0..s);
-                    a..rng.random_range(a + 1..=s)
-                })
-                .collect();
-            ArraySubset::new_with_ranges(&ranges)
-        })
-        .collect();
-    out.push(ArraySubset::new_with_shape(shape.to_vec()));
+    let mut out = subsets(shape, seed);
     out.insert(2, ArraySubset::new_with_ranges(&shape.iter().map(|&s| s / 2..s / 2).collect::<Vec<_>>()));
     out.push(ArraySubset::new_with_ranges(&shape.iter().map(|&s| s - 1..s).collect::<Vec<_>>()));
     out
