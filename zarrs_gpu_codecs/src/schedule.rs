@@ -26,8 +26,8 @@ pub struct DecodeRates {
     pub host_thread_rate: f64,
 }
 
-const MIB: f64 = (1u64 << 20) as f64;
-const GIB: f64 = (1u64 << 30) as f64;
+pub(crate) const MIB: f64 = (1u64 << 20) as f64;
+pub(crate) const GIB: f64 = (1u64 << 30) as f64;
 
 impl Default for DecodeRates {
     /// An H200 with nvCOMP 6, zstd level 3 of float32 data: batches of 1 MiB frames took 17.1,
@@ -50,6 +50,12 @@ impl DecodeRates {
     pub fn with_host_thread_rate(mut self, rate: f64) -> Self {
         self.host_thread_rate = rate;
         self
+    }
+
+    /// The key a device learns these rates under: codecs of one name whose rates differ
+    /// (Blosc's compressors) learn apart.
+    pub(crate) fn key(&self) -> [u64; 4] {
+        [self.device_call_s, self.device_frame_rate, self.device_rate, self.host_thread_rate].map(f64::to_bits)
     }
 
     /// With nvCOMP's fixed cost per call (`call_s`), one frame's rate and the rate over a
@@ -108,18 +114,38 @@ impl DecodeRates {
     }
 }
 
+/// What this device's reads have shown of one codec: a host thread's rate and nvCOMP's
+/// slowness against the codec's rates. Each codec learns its own: a host thread decodes Blosc's
+/// LZ4 several times faster than zstd, and nvCOMP's deflate runs at other rates than its zstd.
+#[derive(Debug)]
+pub(crate) struct Learned {
+    pub(crate) host: HostRate,
+    pub(crate) slowness: DeviceSlowness,
+}
+
+impl Learned {
+    /// Starting from `rates` (the codec's).
+    pub(crate) fn new(rates: &DecodeRates) -> Self {
+        Self { host: HostRate::new(rates.host_thread_rate), slowness: DeviceSlowness::default() }
+    }
+}
+
 /// One host thread's decode rate as observed on this device's reads (bytes a second), starting
-/// from the default; each batch's host decodes move it a fifth of the way to what they showed.
+/// from the codec's; each batch's host decodes move it a fifth of the way to what they showed.
 #[derive(Debug)]
 pub(crate) struct HostRate(AtomicU64);
 
 impl Default for HostRate {
     fn default() -> Self {
-        Self(AtomicU64::new(DecodeRates::default().host_thread_rate.to_bits()))
+        Self::new(DecodeRates::default().host_thread_rate)
     }
 }
 
 impl HostRate {
+    pub(crate) fn new(rate: f64) -> Self {
+        Self(AtomicU64::new(rate.to_bits()))
+    }
+
     pub(crate) fn get(&self) -> f64 {
         f64::from_bits(self.0.load(Ordering::Relaxed))
     }

@@ -16,7 +16,7 @@ use crate::device::kernels::Kernels;
 use crate::device::pool::{default_pool_keep, BufferPool, DeviceBuffer, OutputPool};
 use crate::device::upload::Uploads;
 use crate::error::GpuError;
-use crate::schedule::{DeviceSlowness, HostRate};
+use crate::schedule::{DecodeRates, Learned};
 
 /// The state of one device.
 pub(crate) struct GpuContext {
@@ -41,8 +41,8 @@ pub(crate) struct GpuContext {
     /// Why the context can no longer be used (a sticky fault, or a batch that never finished).
     lost: OnceLock<String>,
     /// One host thread's decode rate as this device's reads see it, for the scheduler.
-    host_rate: HostRate,
-    device_slowness: DeviceSlowness,
+    /// Each codec's rates as this device's reads have shown them, by codec name.
+    learned: Mutex<HashMap<(String, [u64; 4]), Arc<Learned>>>,
     /// The pinned buffers through which codecs copy their tables.
     uploads: Uploads,
 }
@@ -80,8 +80,7 @@ impl GpuContext {
             peak_keep: std::sync::atomic::AtomicU64::new(0),
             kernels: OnceLock::new(),
             lost: OnceLock::new(),
-            host_rate: HostRate::default(),
-            device_slowness: DeviceSlowness::default(),
+            learned: Mutex::default(),
             uploads: Uploads::default(),
         });
         contexts.insert(ordinal, context.clone());
@@ -168,14 +167,11 @@ impl GpuContext {
         self.ctx.bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))
     }
 
-    /// One host thread's decode rate as this device's reads have seen it.
-    pub(crate) fn host_rate(&self) -> &HostRate {
-        &self.host_rate
-    }
-
-    /// How much slower than its rates nvCOMP has decoded on this device's reads.
-    pub(crate) fn device_slowness(&self) -> &DeviceSlowness {
-        &self.device_slowness
+    /// What this device's reads have shown of the codec `name` (whose rates are `rates`): one
+    /// host thread's decode rate, and how much slower than its rates nvCOMP has decoded.
+    pub(crate) fn learned(&self, name: &str, rates: &DecodeRates) -> Arc<Learned> {
+        let mut learned = self.learned.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(learned.entry((name.to_owned(), rates.key())).or_insert_with(|| Arc::new(Learned::new(rates))))
     }
 
     pub(crate) fn reader(&self) -> &DeviceReader {

@@ -19,6 +19,7 @@ use crate::codecs::zlib::adler32::launch_adler32;
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, HostCheck};
 use crate::config::DecodeTrust;
 use crate::error::GpuError;
+use crate::schedule::{DecodeRates, GIB, MIB};
 
 /// The device takes a chunk of at most this many streams plus one per this many decoded bytes:
 /// what bounds a batch's tables and nvCOMP's item count ahead of its bytes (c-blosc's own
@@ -398,6 +399,27 @@ impl DeviceCodec for Blosc {
         }
     }
 
+    fn decode_rates(&self) -> Option<DecodeRates> {
+        // First estimates for 1 MiB chunks of float32 on an H200 (B1, B2 of `bench`: one chunk
+        // took 5.7 ms (lz4) and 3.7 ms (zstd) on nvCOMP, its blocks decoding side by side, and
+        // a whole batch decodes far faster than the host reads and checks it); a host thread
+        // runs c-blosc at about 1.5 GiB/s for lz4 with byte shuffle, less for zstd and zlib. A
+        // device's reads refine the host's rate and nvCOMP's slowness.
+        let rates = DecodeRates::default();
+        match self.compressor {
+            Compressor::Lz4 => {
+                Some(rates.with_device_rates(1.0e-3, 220.0 * MIB, 60.0 * GIB).with_host_thread_rate(1.5 * GIB))
+            }
+            Compressor::Zstd => {
+                Some(rates.with_device_rates(0.8e-3, 340.0 * MIB, 60.0 * GIB).with_host_thread_rate(0.6 * GIB))
+            }
+            Compressor::Zlib => {
+                Some(rates.with_device_rates(1.0e-3, 160.0 * MIB, 20.0 * GIB).with_host_thread_rate(0.3 * GIB))
+            }
+            Compressor::BloscLz | Compressor::Snappy | Compressor::Unknown(_) => None,
+        }
+    }
+
     fn prefers_large_batches(&self) -> bool {
         // LZ4 streams: reads are bound by the host's walk of every block (nvCOMP's LZ4 is fast);
         // batches of the 1 GiB staging budget ran B1 at 27.5 GiB/s, of 4 GiB at 23.4 (run AO).
@@ -674,6 +696,29 @@ mod tests {
         assert!(out == data);
         assert!(lz4_codec.decode_host(&lz4[..40], &mut out).is_err());
         assert!(Blosc::new(&config("lzma")).is_err());
+    }
+
+    /// Issue 28: a single Blosc chunk went to nvCOMP's latency (5.7 ms against well under one on
+    /// a host thread) because Blosc had no rates. Each device compressor has its own: a chunk or a
+    /// tile's 16 go to host threads, thousands mostly to the device, and they learn apart.
+    #[test]
+    fn small_blosc_reads_go_to_host_threads_and_large_ones_to_the_device() {
+        let config = |cname: &str| {
+            let json =
+                format!(r#"{{"cname": "{cname}", "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}}"#);
+            serde_json::from_str::<Configuration>(&json).unwrap()
+        };
+        let mib = 1u64 << 20;
+        let mut keys = std::collections::HashSet::new();
+        for cname in ["lz4", "zstd", "zlib"] {
+            let rates = Blosc::new(&config(cname)).unwrap().decode_rates().expect("rates");
+            assert_eq!(rates.host_share(1, mib, mib, 16), 1, "{cname}: one chunk");
+            assert_eq!(rates.host_share(16, 16 * mib, mib, 16), 16, "{cname}: a tile's chunks");
+            let k = rates.host_share(4096, 4096 * mib, mib, 16);
+            assert!(k < 4096 / 2, "{cname}: {k} of 4096 chunks on the host");
+            assert!(keys.insert(rates.key()), "{cname} learns under its own key");
+        }
+        assert!(Blosc::new(&config("blosclz")).unwrap().decode_rates().is_none());
     }
 
     #[test]

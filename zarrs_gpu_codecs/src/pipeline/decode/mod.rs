@@ -17,7 +17,7 @@ use zarrs::array::Array;
 use zarrs_gds_store::GdsStore;
 use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
-use crate::codecs::{self, DeviceBatch, DeviceCodec, HostCheck};
+use crate::codecs::{self, DeviceBatch, HostCheck};
 use crate::config::GpuConfig;
 use crate::device::context::GpuContext;
 use crate::device::kernels::{Kernels, FAULT_SOURCE};
@@ -37,7 +37,10 @@ use crate::pipeline::shard::{sharded_units, ShardSource};
 use crate::pipeline::unit::{Source, Unit};
 use crate::reader::{DeviceMirror, DeviceReadRequest, DeviceRowsRequest, HostReadRequest, PinnedBuffer};
 use crate::report::{DecodePath, RetrieveReport, Trace};
-use crate::schedule::DecodeRates;
+use crate::schedule::{DecodeRates, Learned};
+
+mod host;
+use host::{decode_on_host, HostRing};
 
 /// How one unit of a batch is decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,6 +222,10 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             out: &out,
             relax: std::sync::atomic::AtomicBool::new(false),
             shrunk,
+            learned: chain
+                .compression
+                .as_ref()
+                .map(|c| context.learned(c.name(), &c.decode_rates().unwrap_or_default())),
         };
         let mut buffers = Buffers {
             slots: (0..slots).map(|_| Slot::default()).collect(),
@@ -227,6 +234,7 @@ pub(crate) fn decode_units<S: ReadableStorageTraits + ?Sized + 'static>(
             scratch: None,
             // The caller's destination is not this read's memory.
             taken: Taken::new(output.allocated(out_bytes)),
+            host_ring: HostRing::default(),
         };
         trace.mark("buffers");
 
@@ -372,12 +380,12 @@ impl BatchRun {
         for t in self.timed.drain(..) {
             // Both events are done (the stream is): the query does not wait. Learning is a
             // hint: a failed query costs the read nothing.
-            if let Ok(seen_ms) = t.start.elapsed_ms(&t.end) {
-                job.context.device_slowness().observe(t.predicted_s, f64::from(seen_ms) * 1e-3);
+            if let (Ok(seen_ms), Some(learned)) = (t.start.elapsed_ms(&t.end), &job.learned) {
+                learned.slowness.observe(t.predicted_s, f64::from(seen_ms) * 1e-3);
             }
         }
-        if job.relax.load(std::sync::atomic::Ordering::Relaxed) {
-            job.context.device_slowness().relax();
+        if let (true, Some(learned)) = (job.relax.load(std::sync::atomic::Ordering::Relaxed), &job.learned) {
+            learned.slowness.relax();
         }
         Ok(())
     }
@@ -411,6 +419,8 @@ struct Job<'a, S: ?Sized> {
     /// and nvCOMP by cost, as a read of one batch is (nvCOMP's fixed cost per call weighs on
     /// many small batches, and host threads need no scratch).
     shrunk: bool,
+    /// What this device's reads have shown of the chain's codec (None without one).
+    learned: Option<Arc<Learned>>,
 }
 
 impl<S: ?Sized> Job<'_, S> {
@@ -460,8 +470,6 @@ struct Slot {
     staging: Option<DeviceBuffer>,
     /// Pinned stored chunks, then the mirror of the metadata for async copies.
     host: Option<PinnedBuffer>,
-    /// Chunks decoded on host threads.
-    host_decoded: Option<PinnedBuffer>,
     /// The batch in flight here.
     pending: Option<Pending>,
 }
@@ -478,6 +486,8 @@ struct Buffers {
     /// about 3 times a batch's decoded bytes: two of them doubled a read's working set).
     scratch: Option<DeviceBuffer>,
     taken: Taken,
+    /// Chunks decoded on host threads, batch after batch, on their way to the device.
+    host_ring: HostRing,
 }
 
 /// Device memory a read has taken (its output where it allocates it, staging, scratch), against
@@ -1088,11 +1098,11 @@ impl Batch {
             .compression
             .as_deref()
             .ok_or_else(|| GpuError::Unsupported("host decoding without a codec".into()))?;
-        let Slot { host, host_decoded, .. } = &mut buffers.slots[self.slot];
-        let stored_bytes = host.as_ref().expect("ensured").as_slice();
-        // SAFETY: dbase is the slot's decoded region, which holds every item's decoded bytes; the
-        // slot's host buffer is reused only after this batch's event.
-        unsafe { decode_on_host(job, codec, &host_items, stored_bytes, host_decoded, layout.dbase) }?;
+        let Buffers { slots, host_ring, .. } = buffers;
+        let stored_bytes = slots[self.slot].host.as_ref().expect("ensured").as_slice();
+        // SAFETY: dbase is the slot's decoded region, which holds every item's decoded bytes and
+        // is reused only after this batch's event, which follows the copies queued here.
+        unsafe { decode_on_host(job, codec, &host_items, stored_bytes, host_ring, layout.dbase) }?;
         let copied = job.copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
         job.stream.wait(&copied).map_err(GpuError::cuda("ordering host-decoded chunks before placement"))?;
         Ok(host_items.len())
@@ -1366,13 +1376,13 @@ fn release(
     };
     match (settled, result) {
         (Ok(true), _) => {
-            let Buffers { slots, results, fill, scratch, .. } = buffers;
+            let Buffers { slots, results, fill, scratch, host_ring, .. } = buffers;
             let ResultLog { buffer: results, .. } = results;
             for slot in slots {
                 if let Some(staging) = slot.staging {
                     context.give_staging(staging);
                 }
-                for buffer in slot.host.into_iter().chain(slot.host_decoded) {
+                if let Some(buffer) = slot.host {
                     context.give_pinned(buffer);
                 }
             }
@@ -1380,6 +1390,9 @@ fn release(
                 context.give_staging(buffer);
             }
             context.give_pinned(results);
+            if let Some(buffer) = host_ring.into_buffer() {
+                context.give_pinned(buffer);
+            }
         }
         (Ok(false), result) => {
             let cause = result.as_ref().err().map_or_else(String::new, ToString::to_string);
@@ -1705,21 +1718,19 @@ fn route_by_cost<S: ?Sized>(job: &Job<'_, S>, items: &mut [Item], only: bool) ->
         if device.is_empty() || !(only || large) {
             return None;
         }
-        let slowness = job.context.device_slowness();
+        let slowness = &job.learned.as_ref()?.slowness;
         let bytes = device.iter().map(|&k| size(&items[k])).sum();
         // Reads in flight together share the reader's threads: each plans with its share.
         let threads = (job.context.reader().options().threads / job.context.reads_in_flight().max(1)).max(1);
         let rates = match job.config.decode_rates() {
             Some(set) => set,
-            None => match learned_rates(job, large)? {
-                (rates, true) => {
-                    if slowness.sends_all_to_host(&rates, device.len(), bytes, largest, threads) {
-                        job.relax.store(true, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    rates.device_slower(slowness.get())
+            None => {
+                let rates = learned_rates(job, large)?;
+                if slowness.sends_all_to_host(&rates, device.len(), bytes, largest, threads) {
+                    job.relax.store(true, std::sync::atomic::Ordering::Relaxed);
                 }
-                (rates, false) => rates,
-            },
+                rates.device_slower(slowness.get())
+            }
         };
         let k = rates.host_share(device.len(), bytes, largest, threads);
         let (host_s, device_s, alone_s) = rates.predict(device.len(), k, bytes, largest, threads);
@@ -1738,30 +1749,30 @@ fn route_by_cost<S: ?Sized>(job: &Job<'_, S>, items: &mut [Item], only: bool) ->
 }
 
 /// The rates a batch is scheduled by when none are set: the codec's (large frames without any:
-/// the defaults) with the host thread rate this device's reads have shown; before nvCOMP's
-/// slowness, which a timed decode is compared with. The flag: whether they are the codec's own,
-/// the only ones nvCOMP's slowness is learned for (the defaults are zstd's; other codecs' large
-/// frames would teach zstd's reads). None: no codec, or no rates for small frames.
-fn learned_rates<S: ?Sized>(job: &Job<'_, S>, large: bool) -> Option<(DecodeRates, bool)> {
-    let (rates, own) = match job.chain.compression.as_ref()?.decode_rates() {
-        Some(rates) => (rates, true),
-        None if large => (DecodeRates::default(), false),
+/// the defaults) with the host thread rate this device's reads have shown of the codec, before
+/// nvCOMP's slowness, which a timed decode is compared with. None: no codec, or no rates for
+/// small frames.
+fn learned_rates<S: ?Sized>(job: &Job<'_, S>, large: bool) -> Option<DecodeRates> {
+    let (codec, learned) = (job.chain.compression.as_ref()?, job.learned.as_ref()?);
+    let rates = match codec.decode_rates() {
+        Some(rates) => rates,
+        None if large => DecodeRates::default(),
         None => return None,
     };
-    Some((DecodeRates { host_thread_rate: job.context.host_rate().get(), ..rates }, own))
+    Some(DecodeRates { host_thread_rate: learned.host.get(), ..rates })
 }
 
 /// What the rates predict of nvCOMP decoding `on_device`, before its slowness, when the timing
 /// can teach it (see [`DeviceSlowness`](crate::schedule::DeviceSlowness)): long enough (at least
-/// `MIN_PREDICTED_S`), the codec's own rates, no other read on the device meanwhile (it would
-/// share the GPU). None with rates set in the config: nothing is learned then.
+/// `MIN_PREDICTED_S`), no other read on the device meanwhile (it would share the GPU). What it
+/// teaches is the codec's alone ([`Learned`]). None with rates set in the config: nothing is learned then.
 fn predicted_device_s<S: ?Sized>(job: &Job<'_, S>, on_device: &[&Item]) -> Option<f64> {
     if job.config.decode_rates().is_some() || on_device.is_empty() || job.context.reads_in_flight() > 1 {
         return None;
     }
     let sizes = on_device.iter().map(|it| job.decoded_len(it.unit));
     let (bytes, largest) = sizes.fold((0u64, 0u64), |(sum, max), len| (sum.saturating_add(len), max.max(len)));
-    let (rates, true) = learned_rates(job, largest >= LARGE_CHUNK)? else { return None };
+    let rates = learned_rates(job, largest >= LARGE_CHUNK)?;
     let predicted_s = rates.predict(on_device.len(), 0, bytes, largest, 1).2;
     (predicted_s >= crate::schedule::DeviceSlowness::MIN_PREDICTED_S).then_some(predicted_s)
 }
@@ -1794,71 +1805,6 @@ impl DecodeTiming {
             _ => Ok(None),
         }
     }
-}
-
-/// Decode `items` (`codec`) with the zstd crate or flate2 on the reader's threads into `buffer`
-/// (pinned, grown as needed), each chunk copied on the job's copy stream to `dbase` + its decoded
-/// offset once done.
-///
-/// # Safety
-/// `dbase` + each item's decoded offset must be device memory for its decoded bytes, untouched by
-/// other work until the copy stream's copies complete; `buffer` must not be in use by earlier
-/// copies.
-unsafe fn decode_on_host<S: ?Sized>(
-    job: &Job<'_, S>,
-    codec: &dyn DeviceCodec,
-    items: &[&Item],
-    stored: &[u8],
-    buffer: &mut Option<PinnedBuffer>,
-    dbase: u64,
-) -> Result<(), GpuError> {
-    let (context, units, copy_stream) = (job.context, job.units, job.copy_stream);
-    let mut at = Vec::with_capacity(items.len());
-    let mut need = 0u64;
-    for it in items {
-        at.push(need as usize);
-        need += units[it.unit].decoded_len().next_multiple_of(DECODED_ALIGN);
-    }
-    let (buffer, _) =
-        ensure(buffer, need, PinnedBuffer::len, |len| context.take_pinned(len), |old| context.give_pinned(old))?;
-    let base = buffer.as_mut_slice().as_mut_ptr() as usize;
-    // Thread time spent decoding, which teaches the scheduler this host's rate.
-    let busy_ns = std::sync::atomic::AtomicU64::new(0);
-    let decoded = context.reader().install(|| {
-        items.par_iter().zip(&at).try_for_each(|(it, &offset)| {
-            let unit = &units[it.unit];
-            let len = unit.decoded_len() as usize;
-            // SAFETY: the regions at `at` are disjoint and lie within the buffer (sized to their sum).
-            let out = unsafe { std::slice::from_raw_parts_mut((base + offset) as *mut u8, len) };
-            let data = &stored[it.host_offset as usize..][..it.data_len as usize];
-            let name = codec.name();
-            let start = Instant::now();
-            let written = codec.decode_host(data, out).map_err(|e| unit.error(format!("{name}: {e}")))?;
-            let spent = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            busy_ns.fetch_add(spent, std::sync::atomic::Ordering::Relaxed);
-            if written != len {
-                return Err(unit.error(format!("{name} decoded {written} bytes, {len} expected")));
-            }
-            context.bind()?;
-            // SAFETY: pinned source within the buffer (reused only after this batch's event);
-            // destination as the caller promises.
-            unsafe {
-                sys::cuMemcpyHtoDAsync_v2(
-                    dbase + it.decoded_offset,
-                    (base + offset) as *const c_void,
-                    len,
-                    copy_stream.cu_stream(),
-                )
-            }
-            .result()
-            .map_err(GpuError::cuda("copying host-decoded chunks"))
-        })
-    });
-    if decoded.is_ok() {
-        let bytes = items.iter().map(|it| units[it.unit].decoded_len()).sum();
-        context.host_rate().observe(bytes, busy_ns.into_inner() as f64 * 1e-9);
-    }
-    decoded
 }
 
 /// The gather job placing `part` of a chunk of `shape` decoded at `base` (its elements in the
