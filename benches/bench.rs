@@ -70,6 +70,14 @@ struct Args {
     /// request (stacked), with the scheduler's split and with each side alone. 0: none.
     #[arg(long, default_value_t = 0)]
     batch: usize,
+    /// Rows of chunk-aligned reads meeting these many chunks (a shard's inner chunks for sharded
+    /// cases), e.g. 1,16,64,288,1024,4096: median and p90 of `--size-reads` reads each, with the
+    /// scheduler's split, then all on nvCOMP, then all on host threads.
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<u64>,
+    /// Timed reads per size row (after one untimed).
+    #[arg(long, default_value_t = 15)]
+    size_reads: usize,
 }
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -235,6 +243,11 @@ fn run(args: &Args) -> Result<(), Error> {
         if args.batch > 0 {
             lines.extend(batch_rows(&array, name, args.batch, &args.label)?);
         }
+        if !args.sizes.is_empty() {
+            let unit = if sharded { INNER_CHUNK.to_vec() } else { chunks.to_vec() };
+            let compressed = !matches!(case.as_str(), "u1" | "s1r");
+            lines.extend(size_rows(&array, name, &unit, &args.sizes, args.size_reads, compressed, &args.label)?);
+        }
         if args.tiles > 0 {
             let compression = match case.as_str() {
                 "z1" | "z2" | "z2c" | "s1" => Some(Compression::Zstd),
@@ -338,6 +351,91 @@ fn batch_rows(array: &Array<GdsStore>, name: &str, n: usize, label: &str) -> Res
             "io": format!("{} chunks decoded per batch, {} on host threads", chunks / BATCH_ROUNDS, host / BATCH_ROUNDS),
         });
         lines.push(row.to_string());
+    }
+    Ok(lines)
+}
+
+/// A box of whole units (`unit`, from the origin) meeting exactly `n` of them within `shape`:
+/// the factorisation with the squarest last two sides, then the fewest planes. None: no box.
+fn box_of_units(shape: &[u64], unit: &[u64], n: u64) -> Option<Vec<u64>> {
+    let grid: Vec<u64> = shape.iter().zip(unit).map(|(&s, &u)| s / u.max(1)).collect();
+    let [gz, gy, gx] = grid[..] else { return None };
+    let mut best: Option<(u64, [u64; 3])> = None;
+    for a in (1..=gz.min(n)).filter(|a| n % a == 0) {
+        for b in (1..=gy.min(n / a)).filter(|b| (n / a) % b == 0) {
+            let c = n / a / b;
+            let score = b.abs_diff(c) * 1_000_000 + a;
+            if c <= gx && best.is_none_or(|(s, _)| score < s) {
+                best = Some((score, [a, b, c]));
+            }
+        }
+    }
+    best.map(|(_, counts)| counts.iter().zip(unit).map(|(&k, &u)| k * u).collect())
+}
+
+/// Reads of chunk-aligned boxes meeting each of `sizes` units, `reads` times each after one
+/// untimed: with the scheduler's split, then all on nvCOMP, then all on host threads (for
+/// compressed cases), each read synchronised and freed. Rows give the median and p90; the
+/// scheduled row also its median over the faster side's median (issue 28: at most 1.15).
+fn size_rows(
+    array: &Array<GdsStore>,
+    name: &str,
+    unit: &[u64],
+    sizes: &[u64],
+    reads: usize,
+    compressed: bool,
+    label: &str,
+) -> Result<Vec<String>, Error> {
+    let cache = Arc::new(ShardIndexCache::new());
+    let base = GpuConfig::default()
+        .with_backend(IoBackend::Auto)
+        .with_row_reads(GpuConfig::from_env()?.row_reads())
+        .with_shard_index_cache(Some(cache));
+    let mut modes = vec![("scheduled", base.clone())];
+    if compressed {
+        modes.push(("all nvCOMP", base.clone().with_host_decode_fraction(Some(0.0))));
+        modes.push(("all host threads", base.clone().with_decode_trust(DecodeTrust::Verified)));
+    }
+    let mut lines = Vec::new();
+    for &n in sizes {
+        let Some(extent) = box_of_units(array.shape(), unit, n) else {
+            eprintln!("bench: no box of {n} chunks fits {name}; size row left out");
+            continue;
+        };
+        let subset = ArraySubset::new_with_ranges(&extent.iter().map(|&e| 0..e).collect::<Vec<_>>());
+        let bytes = subset.num_elements() * 4;
+        let mut medians = Vec::new();
+        for (mode, config) in &modes {
+            let (mut runs, mut host, mut peak) = (Vec::new(), 0usize, 0u64);
+            for i in 0..=reads {
+                let start = Instant::now();
+                let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&subset, config)?;
+                data.stream().synchronize()?;
+                let secs = start.elapsed().as_secs_f64();
+                drop(data);
+                if i > 0 {
+                    runs.push(secs);
+                    host += report.host_decoded_chunks;
+                    peak = peak.max(report.peak_device_bytes);
+                }
+            }
+            let (median, p90) = median_p90(&runs);
+            medians.push(median);
+            let mut row = serde_json::json!({
+                "peer": ours(config, label),
+                "case": format!("{name} read of {n} chunks {mode}"),
+                "subset": format!("{} ({reads} reads after one)", extent.iter().map(|e| format!("0:{e}")).collect::<Vec<_>>().join(",")),
+                "bytes": bytes, "seconds": median, "gib_s": bytes as f64 / f64::from(1u32 << 30) / median, "runs": runs,
+                "median_ms": median * 1e3, "p90_ms": p90 * 1e3, "p90_over_median": p90 / median,
+                "peak_device_mib": peak >> 20,
+                "io": format!("{:.1} of {n} chunks on host threads a read", host as f64 / reads as f64),
+            });
+            if *mode == "all host threads" {
+                let faster = medians[1].min(medians[2]);
+                row["scheduled_over_faster_side"] = serde_json::json!(medians[0] / faster);
+            }
+            lines.push(row.to_string());
+        }
     }
     Ok(lines)
 }
@@ -787,5 +885,26 @@ impl Tiles<'_> {
             .get(offset..offset.checked_add(len).ok_or("an inner chunk past 2^64")?)
             .map(<[u8]>::to_vec)
             .ok_or_else(|| format!("{}: inner chunk {entry} lies outside the shard", file.display()).into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boxes_meet_exactly_the_chunks_asked_for() {
+        let (shape, unit) = ([512, 2048, 2048], [64, 64, 64]);
+        for (n, want) in [(1, [64, 64, 64]), (16, [64, 256, 256]), (64, [64, 512, 512]), (288, [128, 768, 768])] {
+            assert_eq!(box_of_units(&shape, &unit, n), Some(want.to_vec()), "{n} chunks");
+        }
+        for n in [1024, 4096, 8192] {
+            let b = box_of_units(&shape, &unit, n).expect("fits");
+            assert_eq!(units_met(&[0, 0, 0], &b, &unit), n);
+            assert!(b.iter().zip(&shape).all(|(e, s)| e <= s));
+        }
+        // More chunks than the grid holds, or a count no box of the grid takes.
+        assert_eq!(box_of_units(&shape, &unit, 8193), None);
+        assert_eq!(box_of_units(&[64, 64, 384], &unit, 7), None);
     }
 }
