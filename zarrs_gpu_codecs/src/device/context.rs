@@ -13,7 +13,7 @@ use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream,
 use crate::config::{pool_keep_from_env, GpuConfig};
 use crate::device::current_context::CurrentContextGuard;
 use crate::device::kernels::Kernels;
-use crate::device::pool::{default_pool_keep, BufferPool, DeviceBuffer, OutputPool};
+use crate::device::pool::{default_pool_keep, pinned_class, BufferPool, DeviceBuffer, OutputPool};
 use crate::device::upload::Uploads;
 use crate::error::GpuError;
 use crate::schedule::{DecodeRates, Learned};
@@ -296,7 +296,7 @@ impl GpuContext {
     pub(crate) fn take_pinned(&self, len: usize) -> Result<PinnedBuffer, GpuError> {
         match self.pinned.take(len) {
             Some(buffer) => Ok(buffer),
-            None => Ok(PinnedBuffer::new(&self.ctx, len)?),
+            None => Ok(PinnedBuffer::new(&self.ctx, pinned_class(len))?),
         }
     }
 

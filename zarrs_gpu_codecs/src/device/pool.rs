@@ -164,6 +164,17 @@ impl PooledBuffer for PinnedBuffer {
     }
 }
 
+/// The length a new pinned buffer for `len` bytes is given: an eighth more, rounded up to a
+/// sixteenth of its power of two (at most 27% more in all, for all but a few KiB). Requests that differ a little from read to read (the stored bytes
+/// of a batch of random crops) are then served by the buffer the first one made: allocated
+/// exactly, each new largest request mapped a fresh buffer (a batch of 32 crops of Z2 took 311
+/// ms instead of 65 when its 400 MB of stored bytes outgrew the last one's on the GPU host).
+pub(crate) fn pinned_class(len: usize) -> usize {
+    let want = len.saturating_add(len / 8);
+    let step = (want.checked_next_power_of_two().unwrap_or(usize::MAX) / 16).max(4096);
+    want.div_ceil(step).saturating_mul(step)
+}
+
 /// Buffers kept across reads: allocation is slow (pinned memory most of all) and freeing waits
 /// for the device, so each is reused.
 ///
@@ -273,6 +284,22 @@ mod tests {
         fn capacity(&self) -> usize {
             self.0
         }
+    }
+
+    /// Requests within an eighth above the first are served by the buffer it made, whose
+    /// length stays within 27% above the request (or a page or two); a pinned buffer serves what
+    /// it was made for.
+    #[test]
+    fn pinned_buffers_are_made_with_room_for_requests_a_little_larger() {
+        for len in [1usize, 1000, 4096, 1 << 20, 50 << 20, 415_000_000, (3 << 30) + 17] {
+            let made = pinned_class(len);
+            assert!(made >= len + len / 8 && made <= (len + len / 100 * 27).max(len + 8192), "{len}: {made}");
+            assert!(serves(made, len), "{len}: {made}");
+            let pool = BufferPool::new(8);
+            pool.give(Fake(made), 0, u64::MAX);
+            assert_eq!(pool.take(len + len / 8).map(|b| b.0), Some(made), "{len}");
+        }
+        assert_eq!(pinned_class(usize::MAX), usize::MAX);
     }
 
     #[test]
