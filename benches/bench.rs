@@ -361,8 +361,8 @@ fn box_of_units(shape: &[u64], unit: &[u64], n: u64) -> Option<Vec<u64>> {
     let grid: Vec<u64> = shape.iter().zip(unit).map(|(&s, &u)| s / u.max(1)).collect();
     let [gz, gy, gx] = grid[..] else { return None };
     let mut best: Option<(u64, [u64; 3])> = None;
-    for a in (1..=gz.min(n)).filter(|a| n % a == 0) {
-        for b in (1..=gy.min(n / a)).filter(|b| (n / a) % b == 0) {
+    for a in (1..=gz.min(n)).filter(|a| n.is_multiple_of(*a)) {
+        for b in (1..=gy.min(n / a)).filter(|b| (n / a).is_multiple_of(*b)) {
             let c = n / a / b;
             let score = b.abs_diff(c) * 1_000_000 + a;
             if c <= gx && best.is_none_or(|(s, _)| score < s) {

@@ -20,7 +20,7 @@ use zarrs_gpu::{
     read_async, tile_subsets, ArrayDeviceExt, DecodeTrust, DeviceArray, GpuConfig, GpuError, IndexItem, IoBackend,
     PendingRead, ReadAhead, RetrieveReport, ShardIndexCache, TileOrder,
 };
-use zarrs_gpu_codecs::DlpackStream;
+use zarrs_gpu_codecs::{Coalescer, DlpackStream};
 
 /// DLPack's device type of CUDA memory.
 const KDL_CUDA: i32 = 2;
@@ -232,6 +232,9 @@ impl<T: ElementOwned + Send + Sync + 'static> AnyReadAhead for TypedReadAhead<T>
     }
 }
 
+/// A read's device array (shaped as its key selects) and report.
+type AnyResult = (Box<dyn AnyArray>, RetrieveReport);
+
 /// Boxes to read, each with the shape its key selects.
 type Boxes = Vec<(ArraySubset, Vec<u64>)>;
 
@@ -337,6 +340,7 @@ fn report_dict<'py>(py: Python<'py>, r: &RetrieveReport) -> PyResult<Bound<'py, 
     dict.set_item("schedule", r.schedule.as_deref())?;
     dict.set_item("bytes_read", r.bytes_read)?;
     dict.set_item("peak_device_bytes", r.peak_device_bytes)?;
+    dict.set_item("coalesced_reads", r.coalesced_reads)?;
     dict.set_item("host_reason", r.host_reason.clone())?;
     let stages = PyDict::new(py);
     for s in &r.stages {
@@ -446,6 +450,9 @@ fn check_device_destination(out: &Bound<'_, PyAny>) -> PyResult<()> {
 struct PyZarrArray {
     array: Arc<Array<GdsStore>>,
     config: GpuConfig,
+    /// Reads from many threads gathered into requests, where the configuration's coalesce window
+    /// is set (`ZARRS_GPU_COALESCE_WINDOW_US`).
+    coalescer: Coalescer<(ArraySubset, Vec<u64>), AnyResult>,
     path: PathBuf,
     node: String,
 }
@@ -480,8 +487,21 @@ impl PyZarrArray {
         let (dtype, typestr) = element_type(&self.array)?;
         let subset = ArraySubset::new_with_ranges(ranges);
         let (array, config) = (&self.array, &self.config);
-        // The read runs without the interpreter lock: other Python threads go on meanwhile.
-        let (data, report) = py.allow_threads(|| read_any(array, &subset, config, out_shape)).map_err(py_err)?;
+        if config.coalesce_window().is_none() {
+            // The read runs without the interpreter lock: other Python threads go on meanwhile.
+            let (data, report) = py.allow_threads(|| read_any(array, &subset, config, out_shape)).map_err(py_err)?;
+            return Ok(PyDeviceArray::new(data, (dtype, typestr), report));
+        }
+        // With the reads of other threads that arrive while a request is in flight, as one.
+        let read: ReadMany = zarrs_gpu::by_element_type!(dtype, read_many_typed)
+            .ok_or_else(|| PyTypeError::new_err(format!("data type {dtype} has no device element type")))?;
+        let many = |boxes: &[(ArraySubset, Vec<u64>)]| {
+            let (arrays, mut report) = read(array, boxes, config, false)?;
+            report.coalesced_reads = boxes.len();
+            Ok::<Vec<_>, GpuError>(arrays.into_iter().map(|data| (data, report.clone())).collect())
+        };
+        let ((data, report), _) =
+            py.allow_threads(|| self.coalescer.read((subset, out_shape), many)).map_err(py_err)?;
         Ok(PyDeviceArray::new(data, (dtype, typestr), report))
     }
 
@@ -1130,7 +1150,8 @@ fn open(
         }),
         err => PyValueError::new_err(err.to_string()),
     })?;
-    Ok(PyZarrArray { array: Arc::new(opened), config, path: store_path, node: zarrs_gpu::node_path(array) })
+    let coalescer = Coalescer::new(config.coalesce_window().unwrap_or_default());
+    Ok(PyZarrArray { array: Arc::new(opened), config, coalescer, path: store_path, node: zarrs_gpu::node_path(array) })
 }
 
 /// Read `subset` of the Zarr array `array` of the store at `store_path` to GPU `device`: one

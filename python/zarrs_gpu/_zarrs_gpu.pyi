@@ -38,6 +38,9 @@ class _ReadReport(TypedDict):
     bytes_read: int
     #: The most device memory the read held at once (its output, staging, nvCOMP's scratch).
     peak_device_bytes: int
+    #: Reads of other threads served by the same request, this one included (1: alone;
+    #: ZARRS_GPU_COALESCE_WINDOW_US gathers them).
+    coalesced_reads: int
     host_reason: Optional[str]
     schedule: Optional[str]
     stages: dict[str, float]

@@ -203,3 +203,55 @@ fn stacked_subsets_of_two_shapes_and_out_of_bounds_ones_are_refused_before_readi
     assert_eq!(last.to_host_bytes()?, host_bytes(&array, &crops(&shape, &[5, 7], 4, 40)[4])?);
     Ok(())
 }
+
+/// Reads of one array from many threads at once through `CoalescedReads` (issue 28, item 4):
+/// each thread's crop equals zarrs' host read of it, the reads that queued behind a request
+/// were served by one (a report says how many), and a crop that is out of bounds is that
+/// thread's own error while the others' reads go on.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn reads_from_many_threads_are_gathered_into_requests_and_match_zarrs() -> Result {
+    let dir = tempfile::tempdir()?;
+    let shape = [40u64, 96, 80];
+    let array =
+        make_array(dir.path(), data_type::float32(), (-2.0f32).into(), &shape, &[8, 16, 16], vec![zstd(3, false)])?;
+    let array = Arc::new(array);
+    for (config, name) in [(posix(), "nvCOMP"), (scheduled(), "scheduled")] {
+        let reads = zarrs_gpu::CoalescedReads::<_, f32>::new(Arc::clone(&array), config);
+        let mut all = crops(&shape, &[12, 40, 30], 23, 50);
+        all.push(ArraySubset::new_with_ranges(&[30..44, 0..8, 0..8])); // past the edge: an error
+        let barrier = std::sync::Barrier::new(all.len());
+        let results: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = all
+                .iter()
+                .map(|subset| {
+                    let (reads, barrier) = (&reads, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        // to_host_bytes waits for the array's stream.
+                        reads
+                            .retrieve_array_subset_device(subset)
+                            .and_then(|(data, report)| Ok((data.to_host_bytes()?, report)))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("no panic")).collect()
+        });
+        let mut most = 0;
+        for (i, (subset, result)) in all.iter().zip(results).enumerate() {
+            if i == all.len() - 1 {
+                assert!(result.is_err(), "{name}: the crop past the edge read");
+                continue;
+            }
+            let (got, report) = result.map_err(|e| format!("{name}: crop {i}: {e}"))?;
+            assert!(
+                got == host_bytes(&array, subset)?,
+                "{name}: crop {i} {:?} differs from zarrs'",
+                subset.to_ranges()
+            );
+            most = most.max(report.coalesced_reads);
+        }
+        assert!(most > 1, "{name}: no request served several reads");
+    }
+    Ok(())
+}

@@ -29,6 +29,7 @@ pub struct GpuConfig {
     pool_keep: Option<u64>,
     trace: bool,
     row_reads: bool,
+    coalesce_window: Option<Duration>,
     shard_index_cache: Option<CacheHandle>,
     progress: Option<ProgressHandle>,
     #[cfg(feature = "fault-injection")]
@@ -145,6 +146,11 @@ pub const TRACE_ENV: &str = "ZARRS_GPU_TRACE";
 /// `no`) or on (`1`, `true`, `on`, `yes`; the default): see [`GpuConfig::with_row_reads`].
 pub const ROW_READS_ENV: &str = "ZARRS_GPU_ROW_READS";
 
+/// The environment variable that gathers reads of one array from many threads into requests,
+/// with this window in microseconds (`0`: only the reads that queue behind a request in flight;
+/// unset: each read alone): see [`GpuConfig::with_coalesce_window`].
+pub const COALESCE_WINDOW_ENV: &str = "ZARRS_GPU_COALESCE_WINDOW_US";
+
 /// The environment variable that bounds the device memory this library's pools keep idle
 /// between reads (freed results and staging buffers together; default
 /// [`default_pool_keep`](crate::default_pool_keep): the larger of 1 GiB and 2% of the device's
@@ -185,6 +191,7 @@ impl Default for GpuConfig {
             pool_keep: None,
             trace: false,
             row_reads: true,
+            coalesce_window: None,
             shard_index_cache: None,
             progress: None,
             #[cfg(feature = "fault-injection")]
@@ -213,7 +220,8 @@ fn bad(variable: &'static str, value: &str, expected: &str) -> GpuError {
 
 impl GpuConfig {
     /// The defaults, then every variable set in the environment: [`STAGING_BYTES_ENV`],
-    /// [`DECODE_TRUST_ENV`], [`HOST_DECODE_FRACTION_ENV`], [`TRACE_ENV`], [`ROW_READS_ENV`] and
+    /// [`DECODE_TRUST_ENV`], [`HOST_DECODE_FRACTION_ENV`], [`TRACE_ENV`], [`ROW_READS_ENV`],
+    /// [`COALESCE_WINDOW_ENV`] and
     /// `ZARRS_GDS_BACKEND`.
     /// Settings made in code after this call win over the environment. The variables read once
     /// per device (`ZARRS_GDS_NTHREADS`, `ZARRS_GDS_TASK_SIZE`) are checked too;
@@ -242,6 +250,11 @@ impl GpuConfig {
         }
         if let Some(v) = var(ROW_READS_ENV) {
             config.row_reads = switch(ROW_READS_ENV, &v)?;
+        }
+        if let Some(v) = var(COALESCE_WINDOW_ENV) {
+            let us = v.trim().parse::<u64>().ok().filter(|&us| us <= 1_000_000);
+            let us = us.ok_or_else(|| bad(COALESCE_WINDOW_ENV, &v, "microseconds from 0 to 1000000"))?;
+            config.coalesce_window = Some(Duration::from_micros(us));
         }
         if let Some(v) = var(BACKEND_ENV) {
             config.backend = Some(v.parse().map_err(|_| bad(BACKEND_ENV, &v, "auto, gds or posix"))?);
@@ -386,6 +399,24 @@ impl GpuConfig {
     pub fn with_row_reads(mut self, on: bool) -> Self {
         self.row_reads = on;
         self
+    }
+
+    /// Gather reads of one array made from many threads into requests (see
+    /// [`CoalescedReads`](crate::CoalescedReads)): reads that arrive while a request is in flight
+    /// become the next one, and a read that arrives within `window` of a request's end (reads are
+    /// streaming in) waits that long for others first. A lone read never waits. None (the
+    /// default): [`CoalescedReads`](crate::CoalescedReads) takes a zero window, and the Python
+    /// package's `Array` reads each read alone.
+    #[must_use]
+    pub fn with_coalesce_window(mut self, window: Option<Duration>) -> Self {
+        self.coalesce_window = window;
+        self
+    }
+
+    /// The window set by [`GpuConfig::with_coalesce_window`].
+    #[must_use]
+    pub fn coalesce_window(&self) -> Option<Duration> {
+        self.coalesce_window
     }
 
     /// Whether uncompressed tiles may be read row by row.

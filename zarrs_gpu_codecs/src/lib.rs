@@ -43,6 +43,7 @@
 //! `zarrs_gpu_codecs` is licensed under either of the Apache License, Version 2.0 or the MIT
 //! license, at your option.
 
+mod coalesce;
 mod codecs;
 mod config;
 mod device;
@@ -67,13 +68,14 @@ pub use codecs::zlib::stream as zlib_stream;
 pub use codecs::zstd::frame as zstd_frame;
 pub use pipeline::plan;
 
+pub use coalesce::{CoalescedReads, Coalescer};
 pub use codecs::delta::{delta_device_text, delta_type_of, DeltaCodec, DeltaType, DELTA_NAME};
 pub use codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck, HostCodecV2, HostCodecV3};
 #[cfg(feature = "fault-injection")]
 pub use config::InjectedFault;
 pub use config::{
-    DecodeTrust, GpuConfig, Progress, DECODE_TRUST_ENV, HOST_DECODE_FRACTION_ENV, POOL_KEEP_ENV, ROW_READS_ENV,
-    STAGING_BYTES_ENV, TRACE_ENV,
+    DecodeTrust, GpuConfig, Progress, COALESCE_WINDOW_ENV, DECODE_TRUST_ENV, HOST_DECODE_FRACTION_ENV, POOL_KEEP_ENV,
+    ROW_READS_ENV, STAGING_BYTES_ENV, TRACE_ENV,
 };
 pub use device::context::{empty_cache, memory_in_use, MemoryInUse};
 pub use device::current_context::CurrentContextGuard;

@@ -51,6 +51,9 @@ pub struct RetrieveReport {
     /// The most device memory the read held at once: the output it allocated (not a caller's
     /// destination), its staging, the decoder's scratch and its tables.
     pub peak_device_bytes: u64,
+    /// Reads of other threads served by the same request, this one included (1: read alone; see
+    /// [`CoalescedReads`](crate::CoalescedReads)).
+    pub coalesced_reads: usize,
 }
 
 impl RetrieveReport {
@@ -67,6 +70,7 @@ impl RetrieveReport {
             schedule: None,
             stages: Vec::new(),
             peak_device_bytes: 0,
+            coalesced_reads: 1,
         }
     }
 }

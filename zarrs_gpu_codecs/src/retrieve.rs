@@ -299,7 +299,11 @@ impl ArrayDeviceExt for Array<dyn ReadableStorageTraits> {
 
 /// Check `subset` against the array: its end within u64 and (unless it is a whole chunk, which
 /// may reach past the array's edge) within the array's shape.
-fn check_subset<S: ?Sized>(array: &Array<S>, subset: &ArraySubset, whole_chunk: bool) -> Result<(), GpuError> {
+pub(crate) fn check_subset<S: ?Sized>(
+    array: &Array<S>,
+    subset: &ArraySubset,
+    whole_chunk: bool,
+) -> Result<(), GpuError> {
     if subset.start().iter().zip(subset.shape()).any(|(&a, &n)| a.checked_add(n).is_none()) {
         // Not InvalidArraySubset: zarrs' Display of such a subset overflows.
         let (start, shape) = (subset.start(), subset.shape());

@@ -18,6 +18,9 @@ use crate::device::upload::Uploads;
 use crate::error::GpuError;
 use crate::schedule::{DecodeRates, Learned};
 
+/// A codec's name and the key of its rates ([`DecodeRates::key`]).
+type LearnedKey = (String, [u64; 4]);
+
 /// The state of one device.
 pub(crate) struct GpuContext {
     ctx: Arc<CudaContext>,
@@ -42,7 +45,7 @@ pub(crate) struct GpuContext {
     lost: OnceLock<String>,
     /// One host thread's decode rate as this device's reads see it, for the scheduler.
     /// Each codec's rates as this device's reads have shown them, by codec name.
-    learned: Mutex<HashMap<(String, [u64; 4]), Arc<Learned>>>,
+    learned: Mutex<HashMap<LearnedKey, Arc<Learned>>>,
     /// The pinned buffers through which codecs copy their tables.
     uploads: Uploads,
 }

@@ -1722,15 +1722,14 @@ fn route_by_cost<S: ?Sized>(job: &Job<'_, S>, items: &mut [Item], only: bool) ->
         let bytes = device.iter().map(|&k| size(&items[k])).sum();
         // Reads in flight together share the reader's threads: each plans with its share.
         let threads = (job.context.reader().options().threads / job.context.reads_in_flight().max(1)).max(1);
-        let rates = match job.config.decode_rates() {
-            Some(set) => set,
-            None => {
-                let rates = learned_rates(job, large)?;
-                if slowness.sends_all_to_host(&rates, device.len(), bytes, largest, threads) {
-                    job.relax.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
-                rates.device_slower(slowness.get())
+        let rates = if let Some(set) = job.config.decode_rates() {
+            set
+        } else {
+            let rates = learned_rates(job, large)?;
+            if slowness.sends_all_to_host(&rates, device.len(), bytes, largest, threads) {
+                job.relax.store(true, std::sync::atomic::Ordering::Relaxed);
             }
+            rates.device_slower(slowness.get())
         };
         let k = rates.host_share(device.len(), bytes, largest, threads);
         let (host_s, device_s, alone_s) = rates.predict(device.len(), k, bytes, largest, threads);
