@@ -483,7 +483,8 @@ fn read_digest_and_npy_match_zarrs() -> Result {
     for stage in ["plan", "read", "check", "decode", "place", "final sync"] {
         assert!(text.lines().any(|l| l.trim_start().starts_with(stage) && l.contains(" ms")), "{stage}: {text}");
     }
-    let (out, text) = zarrs_gpu(&["read", p, "--repeat", "2", "--digest", "--json", "--decode-trust", "trusted"])?;
+    let (out, text) =
+        zarrs_gpu_with(&["read", p, "--repeat", "2", "--digest", "--json", "--decode-trust", "trusted"], &all_device)?;
     assert!(out.status.success(), "{text}");
     let line = text.lines().find(|l| l.starts_with('{')).ok_or("no JSON line")?;
     let json: serde_json::Value = serde_json::from_str(line)?;

@@ -164,12 +164,27 @@ impl PooledBuffer for PinnedBuffer {
     }
 }
 
+/// The most pinned memory a read's ring for host-decoded chunks takes (two halves), unless one
+/// chunk needs more (`pipeline/decode/host.rs`).
+pub(crate) const HOST_RING_MAX: u64 = 256 << 20;
+
+/// The least length [`pinned_class`] leaves as it is.
+pub(crate) const PINNED_EXACT_FROM: usize = 1 << 30;
+
 /// The length a new pinned buffer for `len` bytes is given: an eighth more, rounded up to a
 /// sixteenth of its power of two (at most 27% more in all, for all but a few KiB). Requests that differ a little from read to read (the stored bytes
 /// of a batch of random crops) are then served by the buffer the first one made: allocated
 /// exactly, each new largest request mapped a fresh buffer (a batch of 32 crops of Z2 took 311
 /// ms instead of 65 when its 400 MB of stored bytes outgrew the last one's on the GPU host).
+///
+/// From [`PINNED_EXACT_FROM`] up, exact: such buffers are the batches of large reads (a whole
+/// array's), whose sizes repeat, and rounded they crowded the pool's byte bound, so that the next
+/// smaller read's buffer was dropped after each read and mapped again (S1's 1 GiB slab after a
+/// whole read took 220 ms instead of 45 on the GPU host).
 pub(crate) fn pinned_class(len: usize) -> usize {
+    if len >= PINNED_EXACT_FROM {
+        return len;
+    }
     let want = len.saturating_add(len / 8);
     let step = (want.checked_next_power_of_two().unwrap_or(usize::MAX) / 16).max(4096);
     want.div_ceil(step).saturating_mul(step)
@@ -291,7 +306,7 @@ mod tests {
     /// it was made for.
     #[test]
     fn pinned_buffers_are_made_with_room_for_requests_a_little_larger() {
-        for len in [1usize, 1000, 4096, 1 << 20, 50 << 20, 415_000_000, (3 << 30) + 17] {
+        for len in [1usize, 1000, 4096, 1 << 20, 50 << 20, 415_000_000, PINNED_EXACT_FROM / 8 * 7] {
             let made = pinned_class(len);
             assert!(made >= len + len / 8 && made <= (len + len / 100 * 27).max(len + 8192), "{len}: {made}");
             assert!(serves(made, len), "{len}: {made}");
@@ -299,6 +314,9 @@ mod tests {
             pool.give(Fake(made), 0, u64::MAX);
             assert_eq!(pool.take(len + len / 8).map(|b| b.0), Some(made), "{len}");
         }
+        // Large buffers (a whole array's batches) are made as asked.
+        assert_eq!(pinned_class(PINNED_EXACT_FROM), PINNED_EXACT_FROM);
+        assert_eq!(pinned_class((3 << 30) + 17), (3 << 30) + 17);
         assert_eq!(pinned_class(usize::MAX), usize::MAX);
     }
 

@@ -5,7 +5,7 @@
 //! to the share, a read whose share grew (as the scheduler learns the host's rate, read after
 //! read) mapped a fresh pinned buffer of that size, 50 to 80 ms for 200 MiB on the GPU host: a
 //! 288-chunk read of Z2 swung from 27 to 121 ms. The ring takes a few sizes (powers of two up to
-//! [`HOST_RING_MAX`]), which the pinned pool keeps between reads; a larger share goes through it
+//! [`HOST_RING_MAX`]), which the device's pool of rings keeps between reads; a larger share goes through it
 //! in waves, alternating halves, each reused once its copies have finished.
 
 use std::ffi::c_void;
@@ -17,12 +17,11 @@ use rayon::prelude::*;
 
 use super::{Item, Job};
 use crate::codecs::DeviceCodec;
+use crate::device::pool::HOST_RING_MAX;
 use crate::error::GpuError;
 use crate::pipeline::batch::DECODED_ALIGN;
 use crate::reader::PinnedBuffer;
 
-/// The most pinned memory a read's ring takes (two halves), unless one chunk needs more.
-pub(crate) const HOST_RING_MAX: u64 = 256 << 20;
 /// The least: small shares share one size, so a pooled ring serves them all.
 const HOST_RING_MIN: u64 = 8 << 20;
 
@@ -68,11 +67,11 @@ impl HostRing {
     fn ensure<S: ?Sized>(&mut self, job: &Job<'_, S>, len: u64) -> Result<&mut PinnedBuffer, GpuError> {
         if self.buffer.as_ref().is_some_and(|b| (b.len() as u64) < len) {
             self.wait_all()?;
-            job.context.give_pinned(self.buffer.take().expect("checked"));
+            job.context.give_ring(self.buffer.take().expect("checked"));
         }
         match &mut self.buffer {
             Some(buffer) => Ok(buffer),
-            none => Ok(none.insert(job.context.take_pinned(len as usize)?)),
+            none => Ok(none.insert(job.context.take_ring(len as usize)?)),
         }
     }
 

@@ -1391,7 +1391,7 @@ fn release(
             }
             context.give_pinned(results);
             if let Some(buffer) = host_ring.into_buffer() {
-                context.give_pinned(buffer);
+                context.give_ring(buffer);
             }
         }
         (Ok(false), result) => {
