@@ -481,6 +481,42 @@ class GpuTests(unittest.TestCase):
                     a.read_many(mixed, stack=True)
         self.assertEqual(a.read_many([]), [])
 
+    def test_reads_from_many_threads_coalesce_and_match_zarr_python(self):
+        # ZARRS_GPU_COALESCE_WINDOW_US (read when the array is opened): reads of one array made
+        # from a thread pool at once are gathered into requests; each is its own key's data.
+        import concurrent.futures
+
+        for case in self.cases:
+            if not case["name"].startswith(("v3_sharded", "v3_zstd", "v2_")):
+                continue
+            z = zarr.open_array(self.path(case), mode="r")
+            want = np.asarray(z[...])
+            if want.ndim == 0 or min(want.shape) == 0:
+                continue
+            # A window: the pool's threads start right after a read, so the first waits for the
+            # others (threads woken together reach the array when the host schedules them).
+            os.environ["ZARRS_GPU_COALESCE_WINDOW_US"] = "50000"
+            try:
+                a = zarrs_gpu.open(self.path(case))
+            finally:
+                del os.environ["ZARRS_GPU_COALESCE_WINDOW_US"]
+            rng = np.random.default_rng(len(case["name"]) + 1)
+            crop = [max(1, n // 3) for n in want.shape]
+            boxes = []
+            for _ in range(24):
+                start = [int(rng.integers(0, n - c + 1)) for n, c in zip(want.shape, crop)]
+                boxes.append(tuple(slice(s, s + c) for s, c in zip(start, crop)))
+            with self.subTest(case=case["name"]):
+                with concurrent.futures.ThreadPoolExecutor(16) as pool:
+                    self.assertEqual(a[boxes[0]].report["coalesced_reads"], 1)  # alone, no wait
+                    got = list(pool.map(lambda box: a[box], boxes))
+                for box, x in zip(boxes, got):
+                    np.testing.assert_array_equal(cp.asnumpy(cp.asarray(x)), want[box])
+                served = [x.report["coalesced_reads"] for x in got]
+                self.assertTrue(all(1 <= n <= len(boxes) for n in served), served)
+                # Sixteen threads within the window: they share requests.
+                self.assertGreater(max(served), 1, served)
+
     def test_read_ahead_of_a_zarr_python_array_matches_it(self):
         with tempfile.TemporaryDirectory() as d:
             path, z, want = self.tiles_array(d)
