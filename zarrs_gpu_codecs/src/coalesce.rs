@@ -25,6 +25,8 @@ use crate::retrieve::ArrayDeviceExt;
 pub struct Coalescer<K, R> {
     window: Duration,
     state: Mutex<State<K, R>>,
+    /// Requests of several reads that failed (each read then made alone), and the last error.
+    failures: Mutex<(usize, Option<String>)>,
 }
 
 struct State<K, R> {
@@ -61,7 +63,20 @@ impl<K: Clone, R> Coalescer<K, R> {
     /// (zero: a read waits only for the request in flight).
     #[must_use]
     pub fn new(window: Duration) -> Self {
-        Self { window, state: Mutex::new(State { running: false, queue: Vec::new(), last_end: None }) }
+        Self {
+            window,
+            state: Mutex::new(State { running: false, queue: Vec::new(), last_end: None }),
+            failures: Mutex::new((0, None)),
+        }
+    }
+
+    /// How many requests of several reads failed (their reads were then made alone, each with
+    /// its own result), and the last one's error. A request fails as a whole where one of its
+    /// reads would fail alone; a failure with reads that succeed alone is a bug of the request
+    /// path, which this makes visible.
+    #[must_use]
+    pub fn failures(&self) -> (usize, Option<String>) {
+        lock(&self.failures).clone()
     }
 
     /// The window reads wait for others while reads are streaming in.
@@ -80,7 +95,11 @@ impl<K: Clone, R> Coalescer<K, R> {
     ///
     /// # Panics
     /// Where `many` panics on this thread's request (the other reads of it are made alone).
-    pub fn read<E>(&self, key: K, many: impl Fn(&[K]) -> Result<Vec<R>, E>) -> Result<(R, usize), E> {
+    pub fn read<E: std::fmt::Display>(
+        &self,
+        key: K,
+        many: impl Fn(&[K]) -> Result<Vec<R>, E>,
+    ) -> Result<(R, usize), E> {
         let me = Arc::new(Waiter { key, turn: Mutex::new(Turn::Waiting), changed: Condvar::new() });
         let mut state = lock(&self.state);
         if state.running {
@@ -114,7 +133,11 @@ impl<K: Clone, R> Coalescer<K, R> {
 
     /// Read `batch` (this thread's read first) as one request, hand the queue to its first read,
     /// then give each read of the batch its result.
-    fn lead<E>(&self, batch: &[Arc<Waiter<K, R>>], many: &impl Fn(&[K]) -> Result<Vec<R>, E>) -> Result<(R, usize), E> {
+    fn lead<E: std::fmt::Display>(
+        &self,
+        batch: &[Arc<Waiter<K, R>>],
+        many: &impl Fn(&[K]) -> Result<Vec<R>, E>,
+    ) -> Result<(R, usize), E> {
         let keys: Vec<K> = batch.iter().map(|w| w.key.clone()).collect();
         let n = keys.len();
         let outcome = catch_unwind(AssertUnwindSafe(|| many(&keys)));
@@ -134,7 +157,14 @@ impl<K: Clone, R> Coalescer<K, R> {
                 Ok((own, n))
             }
             Ok(Err(err)) if n == 1 => Err(err),
-            Ok(_) => {
+            Ok(outcome) => {
+                let why = match outcome {
+                    Err(err) => format!("a request of {n} reads failed: {err}"),
+                    Ok(results) => format!("a request of {n} reads gave {} results", results.len()),
+                };
+                let mut failures = lock(&self.failures);
+                *failures = (failures.0 + 1, Some(why));
+                drop(failures);
                 for waiter in &batch[1..] {
                     give(waiter, Turn::Alone);
                 }
@@ -203,6 +233,13 @@ where
     #[must_use]
     pub fn array(&self) -> &Arc<Array<S>> {
         &self.array
+    }
+
+    /// Requests of several reads that failed and were made again read by read, and the last
+    /// error ([`Coalescer::failures`]).
+    #[must_use]
+    pub fn failures(&self) -> (usize, Option<String>) {
+        self.coalescer.failures()
     }
 
     /// Retrieve `subset` into device memory, in one request with the reads of other threads
@@ -297,6 +334,9 @@ mod tests {
         }
         assert_eq!(sizes.iter().filter(|&&n| n > 1).count(), 1, "{sizes:?}");
         assert_eq!(sizes.iter().filter(|&&n| n == 1).count(), 6, "{sizes:?}");
+        let (count, last) = coalescer.failures();
+        assert_eq!(count, 1);
+        assert!(last.is_some_and(|why| why.starts_with("a request of 5 reads failed: request [")));
     }
 
     #[test]
@@ -339,7 +379,7 @@ mod tests {
     #[test]
     fn a_lone_read_never_waits_for_the_window_and_a_streaming_one_gathers_others() {
         let coalescer = Coalescer::new(Duration::from_millis(300));
-        let many = |keys: &[u64]| Ok::<_, ()>(keys.to_vec());
+        let many = |keys: &[u64]| Ok::<_, String>(keys.to_vec());
         let start = Instant::now();
         assert_eq!(coalescer.read(1, many), Ok((1, 1)));
         assert!(start.elapsed() < Duration::from_millis(150), "a lone read waited {:?}", start.elapsed());
