@@ -250,7 +250,7 @@ fn reads_from_many_threads_are_gathered_into_requests_and_match_zarrs() -> Resul
             Ok::<_, GpuError>(arrays)
         };
         let shared = on_threads(&all[..all.len() - 1], |subset| {
-            let (data, n) = coalescer.read(subset.clone(), &many)?;
+            let (data, n) = coalescer.read(subset.clone(), many)?;
             Ok((data.to_host_bytes()?, n))
         });
         let mut sizes = Vec::new();
