@@ -658,13 +658,15 @@ mod tests {
         assert_eq!(cases, 4 * 3 * 6 * 4);
     }
 
+    /// The codec's configuration for compressor `cname` (level 5, byte shuffle, typesize 4).
+    fn config(cname: &str) -> Configuration {
+        let json =
+            format!(r#"{{"cname": "{cname}", "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}}"#);
+        serde_json::from_str::<Configuration>(&json).unwrap()
+    }
+
     #[test]
     fn the_device_takes_what_nvcomp_decodes_and_says_why_not_otherwise() {
-        let config = |cname: &str| {
-            let json =
-                format!(r#"{{"cname": "{cname}", "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}}"#);
-            serde_json::from_str::<Configuration>(&json).unwrap()
-        };
         let data = data(1 << 18, 3);
         let lz4 = compress(&data, "lz4", 5, 1, 4, 0);
         let zstd = compress(&data, "zstd", 5, 2, 4, 0);
@@ -703,11 +705,6 @@ mod tests {
     /// tile's 16 go to host threads, thousands mostly to the device, and they learn apart.
     #[test]
     fn small_blosc_reads_go_to_host_threads_and_large_ones_to_the_device() {
-        let config = |cname: &str| {
-            let json =
-                format!(r#"{{"cname": "{cname}", "clevel": 5, "shuffle": "shuffle", "typesize": 4, "blocksize": 0}}"#);
-            serde_json::from_str::<Configuration>(&json).unwrap()
-        };
         let mib = 1u64 << 20;
         let mut keys = std::collections::HashSet::new();
         for cname in ["lz4", "zstd", "zlib"] {
