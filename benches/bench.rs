@@ -403,6 +403,7 @@ fn size_rows(
             continue;
         };
         let subset = ArraySubset::new_with_ranges(&extent.iter().map(|&e| 0..e).collect::<Vec<_>>());
+        let spec = extent.iter().map(|e| format!("0:{e}")).collect::<Vec<_>>().join(",");
         let bytes = subset.num_elements() * 4;
         let mut medians = Vec::new();
         for (mode, config) in &modes {
@@ -424,7 +425,7 @@ fn size_rows(
             let mut row = serde_json::json!({
                 "peer": ours(config, label),
                 "case": format!("{name} read of {n} chunks {mode}"),
-                "subset": format!("{} ({reads} reads after one)", extent.iter().map(|e| format!("0:{e}")).collect::<Vec<_>>().join(",")),
+                "subset": format!("{spec} ({reads} reads after one)"),
                 "bytes": bytes, "seconds": median, "gib_s": bytes as f64 / f64::from(1u32 << 30) / median, "runs": runs,
                 "median_ms": median * 1e3, "p90_ms": p90 * 1e3, "p90_over_median": p90 / median,
                 "peak_device_mib": peak >> 20,

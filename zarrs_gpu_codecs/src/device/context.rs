@@ -50,8 +50,8 @@ pub(crate) struct GpuContext {
     kernels: OnceLock<Result<Kernels, String>>,
     /// Why the context can no longer be used (a sticky fault, or a batch that never finished).
     lost: OnceLock<String>,
-    /// One host thread's decode rate as this device's reads see it, for the scheduler.
-    /// Each codec's rates as this device's reads have shown them, by codec name.
+    /// What this device's reads have shown the scheduler of each codec (one host thread's decode
+    /// rate, nvCOMP's slowness), by codec name and rates.
     learned: Mutex<HashMap<LearnedKey, Arc<Learned>>>,
     /// The pinned buffers through which codecs copy their tables.
     uploads: Uploads,

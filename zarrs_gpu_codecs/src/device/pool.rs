@@ -172,10 +172,11 @@ pub(crate) const HOST_RING_MAX: u64 = 256 << 20;
 pub(crate) const PINNED_EXACT_FROM: usize = 1 << 30;
 
 /// The length a new pinned buffer for `len` bytes is given: an eighth more, rounded up to a
-/// sixteenth of its power of two (at most 27% more in all, for all but a few KiB). Requests that differ a little from read to read (the stored bytes
-/// of a batch of random crops) are then served by the buffer the first one made: allocated
-/// exactly, each new largest request mapped a fresh buffer (a batch of 32 crops of Z2 took 311
-/// ms instead of 65 when its 400 MB of stored bytes outgrew the last one's on the GPU host).
+/// sixteenth of its power of two (at most 27% more in all, for all but a few KiB). Requests that
+/// differ a little from read to read (the stored bytes of a batch of random crops) are then
+/// served by the buffer the first one made: allocated exactly, each new largest request mapped a
+/// fresh buffer (a batch of 32 crops of Z2 took 311 ms instead of 65 when its 400 MB of stored
+/// bytes outgrew the last one's on the GPU host).
 ///
 /// From [`PINNED_EXACT_FROM`] up, exact: such buffers are the batches of large reads (a whole
 /// array's), whose sizes repeat, and rounded they crowded the pool's byte bound, so that the next

@@ -5,8 +5,8 @@
 //! to the share, a read whose share grew (as the scheduler learns the host's rate, read after
 //! read) mapped a fresh pinned buffer of that size, 50 to 80 ms for 200 MiB on the GPU host: a
 //! 288-chunk read of Z2 swung from 27 to 121 ms. The ring takes a few sizes (powers of two up to
-//! [`HOST_RING_MAX`]), which the device's pool of rings keeps between reads; a larger share goes through it
-//! in waves, alternating halves, each reused once its copies have finished.
+//! [`HOST_RING_MAX`]), which the device's pool of rings keeps between reads; a larger share goes
+//! through it in waves, alternating halves, each reused once its copies have finished.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
