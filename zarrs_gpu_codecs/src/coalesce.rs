@@ -18,7 +18,7 @@ use crate::config::GpuConfig;
 use crate::device_array::DeviceArray;
 use crate::error::GpuError;
 use crate::report::RetrieveReport;
-use crate::retrieve::ArrayDeviceExt;
+use crate::retrieve::{check_subset, ArrayDeviceExt};
 
 /// Gathers reads of keys `K` (subsets) into requests; `R` is one read's result. Every read of one
 /// coalescer must be served by the same request function (one array, one configuration).
@@ -252,6 +252,10 @@ where
         &self,
         subset: &ArraySubset,
     ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+        // A subset the array cannot have is this read's error before it joins a request: it
+        // would fail the request, and every read of it would be made again alone (the GPU test
+        // of 24 threads shared no request in runs BR to BU for want of this check).
+        check_subset(&self.array, subset, false)?;
         let many = |subsets: &[ArraySubset]| {
             let (arrays, mut report) = self.array.retrieve_array_subsets_device_opt::<T>(subsets, &self.config)?;
             report.coalesced_reads = subsets.len();
@@ -374,6 +378,48 @@ mod tests {
             }
         }
         assert!(!lock(&coalescer.state).running);
+    }
+
+    /// `CoalescedReads` end to end on a device that cannot be had: a lone read is its own error,
+    /// the threads that follow within the window are gathered into one request, which fails, so
+    /// each is made again alone and gets its own error; a subset out of bounds never joins.
+    #[test]
+    fn coalesced_reads_gather_threads_and_give_each_its_own_error() {
+        let store = Arc::new(zarrs_storage::store::MemoryStore::new());
+        let array = zarrs::array::ArrayBuilder::new(
+            vec![40, 96],
+            vec![8, 16],
+            zarrs::array::data_type::float32(),
+            zarrs::array::FillValue::from(0f32),
+        )
+        .build(store, "/")
+        .unwrap();
+        // A long window: the threads gather behind the first however slowly a loaded host starts them.
+        let config = GpuConfig::default().with_device(4096).with_coalesce_window(Some(Duration::from_secs(2)));
+        let reads = CoalescedReads::<_, f32>::new(Arc::new(array), config);
+        let subset = |i: u64| ArraySubset::new_with_ranges(&[i..i + 4, 0..16]);
+        assert!(reads.retrieve_array_subset_device(&subset(0)).is_err());
+        assert_eq!(reads.failures().0, 0, "a lone read is no request of several");
+        let barrier = Barrier::new(9);
+        let errors: Vec<String> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..9u64)
+                .map(|i| {
+                    let (reads, barrier) = (&reads, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        // The ninth reaches past the array's edge.
+                        let subset = if i == 8 { ArraySubset::new_with_ranges(&[38..42, 0..4]) } else { subset(i) };
+                        reads.retrieve_array_subset_device(&subset).map(|_| ()).unwrap_err().to_string()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(errors[..8].iter().all(|e| e.contains("4096") || e.to_lowercase().contains("cuda")), "{errors:?}");
+        assert!(errors[8].contains("not compatible"), "the subset out of bounds is refused first: {}", errors[8]);
+        let (count, last) = reads.failures();
+        assert_eq!(count, 1, "one request of the eight: {last:?}");
+        assert!(last.as_ref().is_some_and(|why| why.starts_with("a request of 8 reads failed")), "{last:?}");
     }
 
     #[test]
