@@ -101,6 +101,15 @@ fn time(repeat: usize, mut f: impl FnMut() -> Result<(), Error>) -> Result<(f64,
     Ok((median(runs.clone()), runs))
 }
 
+/// The configuration of this project's timed reads: the store's backend chosen per file, row
+/// reads as the environment says (the A/B switch), shard indexes kept in `cache` between reads.
+fn bench_config(cache: Arc<ShardIndexCache>) -> Result<GpuConfig, Error> {
+    Ok(GpuConfig::default()
+        .with_backend(IoBackend::Auto)
+        .with_row_reads(GpuConfig::from_env()?.row_reads())
+        .with_shard_index_cache(Some(cache)))
+}
+
 fn main() -> std::process::ExitCode {
     match run(&Args::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -180,10 +189,7 @@ fn run(args: &Args) -> Result<(), Error> {
             let bytes = subset.num_elements() * 4;
             // Shard indexes kept between the repeats, as an application reading one array does.
             let cache = Arc::new(ShardIndexCache::new());
-            let config = GpuConfig::default()
-                .with_backend(IoBackend::Auto)
-                .with_row_reads(GpuConfig::from_env()?.row_reads())
-                .with_shard_index_cache(Some(cache));
+            let config = bench_config(cache)?;
             // Timed like a user's load: allocation and read; the previous result is freed untimed.
             let mut io = String::new();
             let mut runs = Vec::new();
@@ -296,10 +302,7 @@ fn batch_rows(array: &Array<GdsStore>, name: &str, n: usize, label: &str) -> Res
         })
         .collect();
     let cache = Arc::new(ShardIndexCache::new());
-    let base = GpuConfig::default()
-        .with_backend(IoBackend::Auto)
-        .with_row_reads(GpuConfig::from_env()?.row_reads())
-        .with_shard_index_cache(Some(cache));
+    let base = bench_config(cache)?;
     let modes: [(&str, GpuConfig, bool); 4] = [
         ("one at a time", base.clone(), false),
         ("as one request", base.clone(), true),
@@ -387,10 +390,7 @@ fn size_rows(
     label: &str,
 ) -> Result<Vec<String>, Error> {
     let cache = Arc::new(ShardIndexCache::new());
-    let base = GpuConfig::default()
-        .with_backend(IoBackend::Auto)
-        .with_row_reads(GpuConfig::from_env()?.row_reads())
-        .with_shard_index_cache(Some(cache));
+    let base = bench_config(cache)?;
     let mut modes = vec![("scheduled", base.clone())];
     if compressed {
         modes.push(("all nvCOMP", base.clone().with_host_decode_fraction(Some(0.0))));
@@ -754,10 +754,7 @@ impl Tiles<'_> {
         ];
         let cache = Arc::new(ShardIndexCache::new());
         // ZARRS_GPU_ROW_READS=0 applies, for an A/B of row reads.
-        let config = GpuConfig::default()
-            .with_backend(IoBackend::Auto)
-            .with_row_reads(GpuConfig::from_env()?.row_reads())
-            .with_shard_index_cache(Some(cache));
+        let config = bench_config(cache)?;
         let who = ours(&config, label);
         let mut lines = Vec::new();
         for (case, what, extent, aligned) in kinds {

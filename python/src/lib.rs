@@ -496,9 +496,8 @@ impl PyZarrArray {
         let read: ReadMany = zarrs_gpu::by_element_type!(dtype, read_many_typed)
             .ok_or_else(|| PyTypeError::new_err(format!("data type {dtype} has no device element type")))?;
         let many = |boxes: &[(ArraySubset, Vec<u64>)]| {
-            let (arrays, mut report) = read(array, boxes, config, false)?;
-            report.coalesced_reads = boxes.len();
-            Ok::<Vec<_>, GpuError>(arrays.into_iter().map(|data| (data, report.clone())).collect())
+            let (arrays, report) = read(array, boxes, config, false)?;
+            Ok::<Vec<_>, GpuError>(report.shared_by(arrays))
         };
         let ((data, report), _) =
             py.allow_threads(|| self.coalescer.read((subset, out_shape), many)).map_err(py_err)?;

@@ -257,9 +257,8 @@ where
         // of 24 threads shared no request in runs BR to BU for want of this check).
         check_subset(&self.array, subset, false)?;
         let many = |subsets: &[ArraySubset]| {
-            let (arrays, mut report) = self.array.retrieve_array_subsets_device_opt::<T>(subsets, &self.config)?;
-            report.coalesced_reads = subsets.len();
-            Ok::<_, GpuError>(arrays.into_iter().map(|a| (a, report.clone())).collect())
+            let (arrays, report) = self.array.retrieve_array_subsets_device_opt::<T>(subsets, &self.config)?;
+            Ok::<_, GpuError>(report.shared_by(arrays))
         };
         Ok(self.coalescer.read(subset.clone(), many)?.0)
     }

@@ -57,6 +57,14 @@ pub struct RetrieveReport {
 }
 
 impl RetrieveReport {
+    /// This report (a request's) for each of `results`, the request's reads, each saying how
+    /// many reads the request served ([`RetrieveReport::coalesced_reads`]).
+    #[must_use]
+    pub fn shared_by<A>(mut self, results: Vec<A>) -> Vec<(A, Self)> {
+        self.coalesced_reads = results.len();
+        results.into_iter().map(|a| (a, self.clone())).collect()
+    }
+
     /// A report of `chunks` chunks before anything was read.
     pub(crate) fn new(decode: DecodePath, chunks: usize) -> Self {
         Self {

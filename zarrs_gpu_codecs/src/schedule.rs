@@ -135,12 +135,6 @@ impl Learned {
 #[derive(Debug)]
 pub(crate) struct HostRate(AtomicU64);
 
-impl Default for HostRate {
-    fn default() -> Self {
-        Self::new(DecodeRates::default().host_thread_rate)
-    }
-}
-
 impl HostRate {
     pub(crate) fn new(rate: f64) -> Self {
         Self(AtomicU64::new(rate.to_bits()))
@@ -339,7 +333,7 @@ mod tests {
 
     #[test]
     fn the_host_rate_moves_towards_what_is_observed() {
-        let rate = HostRate::default();
+        let rate = HostRate::new(DecodeRates::default().host_thread_rate);
         let start = rate.get();
         rate.observe(64 * M, 2.0 * 64.0 * M as f64 / start); // half the rate
         assert!(rate.get() < start && rate.get() > start / 2.0);

@@ -15,7 +15,7 @@ use crate::codecs::nvcomp::{need, nvcomp_decoder};
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
 use crate::config::DecodeTrust;
 use crate::error::GpuError;
-use crate::schedule::{DecodeRates, GIB, MIB};
+use crate::schedule::DecodeRates;
 use member::{check_member, MemberVerdict};
 
 inventory::submit! {
@@ -52,10 +52,7 @@ impl DeviceCodec for Gzip {
     nvcomp_decoder!(GZIP);
 
     fn decode_rates(&self) -> Option<DecodeRates> {
-        // First estimates for 1 MiB deflate streams on an H200: nvCOMP decodes one stream
-        // serially (about 40 MiB/s; 4096 members of G2 at 15.5 GiB/s), a host thread inflates
-        // about 0.35 GiB/s. A device's reads refine both.
-        Some(DecodeRates::default().with_device_rates(1.0e-3, 40.0 * MIB, 20.0 * GIB).with_host_thread_rate(0.35 * GIB))
+        Some(deflate::decode_rates())
     }
 
     fn digest_name(&self) -> &'static str {

@@ -33,7 +33,7 @@ use crate::codecs::nvcomp::{decompress, need};
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
 use crate::config::DecodeTrust;
 use crate::error::GpuError;
-use crate::schedule::{DecodeRates, GIB, MIB};
+use crate::schedule::DecodeRates;
 use payload::Layout;
 use stream::{check_stream, StreamVerdict};
 
@@ -74,10 +74,7 @@ impl DeviceCodec for Zlib {
     }
 
     fn decode_rates(&self) -> Option<DecodeRates> {
-        // First estimates for 1 MiB deflate streams on an H200: nvCOMP decodes one stream
-        // serially (about 40 MiB/s; 4096 members of G2 at 15.5 GiB/s), a host thread inflates
-        // about 0.35 GiB/s. A device's reads refine both.
-        Some(DecodeRates::default().with_device_rates(1.0e-3, 40.0 * MIB, 20.0 * GIB).with_host_thread_rate(0.35 * GIB))
+        Some(deflate::decode_rates())
     }
 
     fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
