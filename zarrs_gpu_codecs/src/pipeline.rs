@@ -5,6 +5,7 @@
 //! - [`plan`]: chunk regions to strided copies (pure);
 //! - [`request`]: the subsets one retrieval reads, their outputs, their chunks merged (pure);
 //! - [`unit`](mod@unit): the units decoded: a chunk, an inner chunk of a shard, or a missing one;
+//! - [`units`]: a request's units (`units_of`), each chunk met once;
 //! - [`shard`]: shard indexes to units;
 //! - [`batch`]: batch planning (pure): budgets, coalesced reads, the host's share;
 //! - [`layout`]: every offset of a batch's device metadata (`MetaLayout`);
@@ -22,3 +23,4 @@ pub(crate) mod request;
 pub(crate) mod route;
 pub(crate) mod shard;
 pub(crate) mod unit;
+pub(crate) mod units;

@@ -2,12 +2,10 @@
 //! place with strided device copies, fill missing chunks; or, for codec chains with no device
 //! implementation yet, decode on the host into pinned memory and copy once.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use zarrs::array::{Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset, ElementOwned};
-use zarrs_gds_store::GdsStore;
 use zarrs_storage::ReadableStorageTraits;
 
 use crate::config::GpuConfig;
@@ -15,10 +13,13 @@ use crate::device::context::{GpuContext, ReadInFlight};
 use crate::device::current_context::CurrentContextGuard;
 use crate::device_array::{check_element, DeviceArray};
 use crate::error::GpuError;
+use crate::pipeline::decode::{decode_units, OnDevice};
 use crate::pipeline::output::Output;
 use crate::pipeline::plan::{checked_bytes, end_fits};
 use crate::pipeline::request::{Layout, Request};
 use crate::pipeline::route::{chunk_subset, chunks_meeting, read_route, ChunkRef};
+use crate::pipeline::units::units_of;
+use crate::reader::ReadSource;
 use crate::report::{DecodePath, RetrieveReport};
 
 /// Whether `indices` (a box of `shape` from `start`) lies within `bound`, checked: zarrs'
@@ -30,7 +31,7 @@ fn within(start: &[u64], shape: &[u64], bound: &[u64]) -> bool {
 /// Device retrieval for zarrs arrays: results land in CUDA device memory as [`DeviceArray`]s.
 ///
 /// Uses the GPU mode in force ([`with_gpu_config`](crate::with_gpu_config)), else the default
-/// [`GpuConfig`]. Arrays on a [`GdsStore`] are read with GPUDirect Storage or its pread fallback;
+/// [`GpuConfig`]. Arrays on a [`GdsStore`](zarrs_gds_store::GdsStore) are read with GPUDirect Storage or its pread fallback;
 /// other stores are staged through pinned memory.
 pub trait ArrayDeviceExt {
     /// Retrieve `subset` of the array into device memory, and say how.
@@ -147,15 +148,15 @@ pub trait ArrayDeviceExt {
 }
 
 macro_rules! impl_array_device_ext {
-    ($gds:expr) => {
+    ($source:expr) => {
         fn retrieve_array_subset_device_opt<T: ElementOwned>(
             &self,
             subset: &ArraySubset,
             config: &GpuConfig,
         ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
             let storage = self.storage();
-            let gds: Option<&GdsStore> = ($gds)(&storage);
-            contained(config, || retrieve_new(self, subset, gds, config, None))
+            let source = ($source)(&storage);
+            contained(config, || retrieve_new(self, subset, source, config, None))
         }
 
         fn retrieve_array_subsets_device_opt<T: ElementOwned>(
@@ -164,8 +165,8 @@ macro_rules! impl_array_device_ext {
             config: &GpuConfig,
         ) -> Result<(Vec<DeviceArray<T>>, RetrieveReport), GpuError> {
             let storage = self.storage();
-            let gds: Option<&GdsStore> = ($gds)(&storage);
-            contained(config, || retrieve_many(self, subsets, gds, config))
+            let source = ($source)(&storage);
+            contained(config, || retrieve_many(self, subsets, source, config))
         }
 
         fn retrieve_array_subsets_stacked_device_opt<T: ElementOwned>(
@@ -174,8 +175,8 @@ macro_rules! impl_array_device_ext {
             config: &GpuConfig,
         ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
             let storage = self.storage();
-            let gds: Option<&GdsStore> = ($gds)(&storage);
-            contained(config, || retrieve_stacked(self, subsets, gds, config))
+            let source = ($source)(&storage);
+            contained(config, || retrieve_stacked(self, subsets, source, config))
         }
 
         fn retrieve_array_subset_into_device_opt<T: ElementOwned>(
@@ -193,15 +194,13 @@ macro_rules! impl_array_device_ext {
                 )));
             }
             let storage = self.storage();
-            let gds: Option<&GdsStore> = ($gds)(&storage);
+            let source = ($source)(&storage);
             // `out` is borrowed mutably for the whole read: nothing else writes it meanwhile.
             let output = Output::Into { ptr: out.device_ptr(), len: out.num_bytes() };
             let subsets = std::slice::from_ref(subset);
-            let result =
-                contained(
-                    config,
-                    || Ok(retrieve::<_, T>(self, subsets, Layout::Stacked, gds, config, None, output)?.2),
-                );
+            let result = contained(config, || {
+                Ok(retrieve::<_, T>(self, subsets, Layout::Stacked, source, config, None, output)?.2)
+            });
             if matches!(result, Err(GpuError::Timeout { .. } | GpuError::ContextLost { .. })) {
                 // Work that writes `out` may still be running: its memory must never be reused.
                 out.abandon();
@@ -220,8 +219,8 @@ macro_rules! impl_array_device_ext {
             }
             let subset = chunk_subset(self, chunk_indices)?;
             let storage = self.storage();
-            let gds: Option<&GdsStore> = ($gds)(&storage);
-            contained(config, || retrieve_new(self, &subset, gds, config, Some(chunk_indices)))
+            let source = ($source)(&storage);
+            contained(config, || retrieve_new(self, &subset, source, config, Some(chunk_indices)))
         }
 
         fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
@@ -279,22 +278,14 @@ fn contained<R>(config: &GpuConfig, read: impl FnOnce() -> Result<R, GpuError>) 
     result
 }
 
-fn as_gds<S: 'static>(storage: &Arc<S>) -> Option<&GdsStore> {
-    (storage.as_ref() as &dyn Any).downcast_ref::<GdsStore>()
-}
-
-fn not_gds(_: &Arc<dyn ReadableStorageTraits>) -> Option<&GdsStore> {
-    None
-}
-
 impl<S: ReadableStorageTraits + 'static> ArrayDeviceExt for Array<S> {
-    impl_array_device_ext!(as_gds::<S>);
+    impl_array_device_ext!(ReadSource::of::<S>);
 }
 
 /// Type-erased storage is staged through pinned memory: a `GdsStore` behind `dyn` is not
 /// recognised (keep the concrete `Array<GdsStore>` for GPUDirect reads).
 impl ArrayDeviceExt for Array<dyn ReadableStorageTraits> {
-    impl_array_device_ext!(not_gds);
+    impl_array_device_ext!(ReadSource::of_dyn);
 }
 
 /// Check `subset` against the array: its end within u64 and (unless it is a whole chunk, which
@@ -321,7 +312,7 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     array: &Array<S>,
     subsets: &[ArraySubset],
     layout: Layout,
-    gds: Option<&GdsStore>,
+    source: ReadSource<'_>,
     config: &GpuConfig,
     whole_chunk: Option<&[u64]>,
     output: Output,
@@ -351,14 +342,20 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
         None => subsets.iter().map(|subset| chunks_meeting(array, subset)).collect::<Result<_, _>>()?,
     };
     let (out, report) = match read_route(array) {
-        Ok((plan, nvcomp)) => crate::pipeline::decode::retrieve_decoded(
-            array, &request, chunks, gds, config, &context, &stream, &plan, nvcomp, output,
-        ),
+        Ok((plan, nvcomp)) => {
+            // A chunk met by several subsets is one unit, read and decoded once.
+            let (units, index_bytes) = units_of(array, &request, chunks, source, config, context.reader(), &plan)?;
+            let device = OnDevice { context: &context, stream: &stream, nvcomp };
+            let output = (output, request.out_bytes);
+            let (out, mut report) = decode_units(array, &units, source, config, device, &plan.chain, output)?;
+            report.bytes_read += index_bytes;
+            (out, report)
+        }
         Err(reason) => {
             let host = HostRead { chunks: &chunks, whole_chunk, host_reason: Some(reason), output };
-            retrieve_host(array, &request, &context, &stream, host)
+            retrieve_host(array, &request, &context, &stream, host)?
         }
-    }?;
+    };
     Ok((out, request, report))
 }
 
@@ -384,12 +381,12 @@ fn retrieve_empty(config: &GpuConfig, output: Output) -> Result<(Option<CudaSlic
 fn retrieve_new<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     array: &Array<S>,
     subset: &ArraySubset,
-    gds: Option<&GdsStore>,
+    source: ReadSource<'_>,
     config: &GpuConfig,
     whole_chunk: Option<&[u64]>,
 ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
     let subsets = std::slice::from_ref(subset);
-    let (out, _, report) = retrieve::<_, T>(array, subsets, Layout::Stacked, gds, config, whole_chunk, Output::New)?;
+    let (out, _, report) = retrieve::<_, T>(array, subsets, Layout::Stacked, source, config, whole_chunk, Output::New)?;
     let out = out.ok_or_else(|| GpuError::Unsupported("no output was allocated".into()))?;
     // SAFETY: every byte of `out` was written by the pipeline, synchronized on its stream.
     let device = unsafe { DeviceArray::from_device_bytes(out, subset.shape().to_vec(), array.data_type().clone()) }?;
@@ -401,11 +398,11 @@ fn retrieve_new<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
 fn retrieve_stacked<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     array: &Array<S>,
     subsets: &[ArraySubset],
-    gds: Option<&GdsStore>,
+    source: ReadSource<'_>,
     config: &GpuConfig,
 ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
     let shape = stacked_shape(array, subsets)?;
-    let (out, _, report) = retrieve::<_, T>(array, subsets, Layout::Stacked, gds, config, None, Output::New)?;
+    let (out, _, report) = retrieve::<_, T>(array, subsets, Layout::Stacked, source, config, None, Output::New)?;
     let out = out.ok_or_else(|| GpuError::Unsupported("no output was allocated".into()))?;
     // SAFETY: every byte of `out` was written by the pipeline, synchronized on its stream.
     let device = unsafe { DeviceArray::from_device_bytes(out, shape, array.data_type().clone()) }?;
@@ -429,13 +426,13 @@ fn stacked_shape<S: ?Sized>(array: &Array<S>, subsets: &[ArraySubset]) -> Result
 fn retrieve_many<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     array: &Array<S>,
     subsets: &[ArraySubset],
-    gds: Option<&GdsStore>,
+    source: ReadSource<'_>,
     config: &GpuConfig,
 ) -> Result<(Vec<DeviceArray<T>>, RetrieveReport), GpuError> {
     if subsets.is_empty() {
         return Ok((Vec::new(), RetrieveReport::new(DecodePath::Device, 0)));
     }
-    let (out, request, report) = retrieve::<_, T>(array, subsets, Layout::Aligned, gds, config, None, Output::New)?;
+    let (out, request, report) = retrieve::<_, T>(array, subsets, Layout::Aligned, source, config, None, Output::New)?;
     let out = out.ok_or_else(|| GpuError::Unsupported("no output was allocated".into()))?;
     let views: Vec<(u64, Vec<u64>)> =
         request.bases.iter().zip(subsets).map(|(&base, subset)| (base, subset.shape().to_vec())).collect();

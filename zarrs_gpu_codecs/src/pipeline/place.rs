@@ -5,16 +5,13 @@
 //! they are compiled with NVRTC once per process with the other kernels and loaded once per
 //! device context (`device/kernels.rs`). Without NVRTC, placement falls back to the copy engines
 //! ([`copy_dtod`]). Missing chunks are placed from a block holding the fill value
-//! ([`fill_source`]), with the same copies as present ones.
+//! (`ReadMemory::fill` in the decode stages), with the same copies as present ones.
 
 use std::ffi::c_void;
 
 use cudarc::driver::{sys, CudaStream, LaunchConfig, PushKernelArg};
-use zarrs::array::Array;
 
-use crate::device::context::GpuContext;
 use crate::device::kernels::Kernels;
-use crate::device::pool::DeviceBuffer;
 use crate::error::GpuError;
 use crate::pipeline::plan::Copy3D;
 
@@ -351,25 +348,6 @@ pub(crate) unsafe fn fill_pattern(
         }
     };
     status.result().map_err(what)
-}
-
-/// A device block holding the fill value repeated over the largest read, made on first need.
-pub(crate) fn fill_source<S: ?Sized>(
-    fill: &mut Option<DeviceBuffer>,
-    context: &GpuContext,
-    array: &Array<S>,
-    len: u64,
-    stream: &CudaStream,
-) -> Result<u64, GpuError> {
-    if let Some(buffer) = fill {
-        return Ok(buffer.ptr());
-    }
-    let len = len as usize;
-    let buffer = context.take_staging(len)?;
-    let pattern = array.fill_value().as_ne_bytes();
-    // SAFETY: the buffer holds at least len bytes, len is a whole number of elements.
-    unsafe { fill_pattern(pattern, buffer.ptr(), len, stream) }?;
-    Ok(fill.insert(buffer).ptr())
 }
 
 #[cfg(test)]

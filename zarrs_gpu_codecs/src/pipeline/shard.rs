@@ -10,13 +10,13 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use zarrs::array::codec::{CodecChain, ShardingCodec, ShardingCodecConfiguration, ShardingIndexLocation};
 use zarrs::array::{ArraySubset, ArrayToBytesCodecTraits, BytesRepresentation, CodecOptions, FillValue};
-use zarrs_gds_store::GdsStore;
 use zarrs_storage::byte_range::ByteRange;
-use zarrs_storage::{ReadableStorageTraits, StoreKey};
+use zarrs_storage::StoreKey;
 
 use crate::error::GpuError;
 use crate::pipeline::plan::plan_chunks;
 use crate::pipeline::unit::{Source, Unit};
+use crate::reader::ReadSource;
 use crate::shard_index_cache::{settled, ShardIndexCache};
 
 /// One level of sharding: the inner chunk shape and how to find and decode the index.
@@ -99,12 +99,10 @@ struct ShardRef {
     subset: ArraySubset,
 }
 
-/// Where a read's shards come from: the array's store (a `GdsStore` too, when it is one) and
-/// the caller's index cache.
-pub(crate) struct ShardSource<'a, S: ?Sized> {
-    pub(crate) storage: &'a S,
-    pub(crate) gds: Option<&'a GdsStore>,
-    /// The caller's cache, bound to `storage`'s store.
+/// Where a read's shards come from: the array's store and the caller's index cache.
+pub(crate) struct ShardSource<'a> {
+    pub(crate) source: ReadSource<'a>,
+    /// The caller's cache, bound to the source's store.
     pub(crate) cache: Option<&'a ShardIndexCache>,
 }
 
@@ -118,13 +116,14 @@ type ReadIndex = (Arc<Vec<u64>>, u64, Option<u64>);
 
 /// Read and decode one shard's index (or take it from `cache`): None when the shard does not
 /// exist.
-fn read_index<S: ReadableStorageTraits + ?Sized>(
-    source: &ShardSource<'_, S>,
+fn read_index(
+    source: &ShardSource<'_>,
     depth: usize,
     level: &ShardLevel,
     shard: &ShardRef,
 ) -> Result<Option<ReadIndex>, GpuError> {
-    let ShardSource { storage, gds, cache } = *source;
+    let ShardSource { source, cache } = *source;
+    let storage = source.storage();
     let shard_shape = shard.subset.shape();
     let label = || format!("{} (shard at byte {})", shard.key, shard.base);
     let error = |reason: String| GpuError::chunk(label(), reason);
@@ -134,7 +133,7 @@ fn read_index<S: ReadableStorageTraits + ?Sized>(
     // cache, so that an index cached from an older version of the file is not used.
     let mut stamp = None;
     // (Nested shards without a cache need neither: their length is known.)
-    if let Some(store) = gds.filter(|_| shard.len.is_none() || cache.is_some()) {
+    if let Some(store) = source.gds().filter(|_| shard.len.is_none() || cache.is_some()) {
         use std::os::unix::fs::MetadataExt;
         let path = store.key_to_fspath(&shard.key);
         match std::fs::metadata(&path) {
@@ -316,8 +315,8 @@ fn ravel(idx: &[u64], shape: &[NonZeroU64]) -> u64 {
 /// The decode units of `subset` of a sharded array: every innermost chunk meeting it, with its
 /// byte range (or missing). `shards` are the array's chunks meeting the subset: (indices, key,
 /// unbounded subset). Returns the units and the index bytes read.
-pub(crate) fn sharded_units<S: ReadableStorageTraits + ?Sized>(
-    source: &ShardSource<'_, S>,
+pub(crate) fn sharded_units(
+    source: &ShardSource<'_>,
     reader: &crate::reader::DeviceReader,
     levels: &[ShardLevel],
     elem: u64,

@@ -15,9 +15,11 @@ use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaStream};
 use rayon::prelude::*;
 
 mod error;
+mod source;
 mod store;
 
 pub use error::DeviceReadError;
+pub(crate) use source::ReadSource;
 pub use store::{DeviceReadRequest, DeviceRowsRequest, HostReadRequest};
 pub use zarrs_gds_store::DeviceReadOutcome;
 

@@ -12,28 +12,20 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use cudarc::driver::{sys, CudaEvent};
+use cudarc::driver::sys;
 use rayon::prelude::*;
 
-use super::{Item, Job};
+use super::device::Layout;
+use super::job::{Item, Job, Route};
+use super::memory::{HostRing, ReadMemory};
+use super::read::Batch;
 use crate::codecs::DeviceCodec;
 use crate::device::pool::HOST_RING_MAX;
 use crate::error::GpuError;
 use crate::pipeline::batch::DECODED_ALIGN;
-use crate::reader::PinnedBuffer;
 
 /// The least: small shares share one size, so a pooled ring serves them all.
 const HOST_RING_MIN: u64 = 8 << 20;
-
-/// A read's pinned ring for host-decoded chunks: two halves, and for each, the event after the
-/// last copies out of it (it is written again only once they have finished).
-#[derive(Default)]
-pub(super) struct HostRing {
-    buffer: Option<PinnedBuffer>,
-    copied: [Option<CudaEvent>; 2],
-    /// The half the next wave writes.
-    next: usize,
-}
 
 /// The ring's length for a share of `need` bytes whose largest chunk takes `largest`: a wave of
 /// the whole share fits one half where the bound allows, and any chunk fits a half.
@@ -62,29 +54,33 @@ fn waves(lens: &[u64], half: u64) -> (Vec<std::ops::Range<usize>>, Vec<u64>) {
     (waves, at)
 }
 
-impl HostRing {
-    /// The ring, at least `len` bytes: a smaller one is given back once its copies are done.
-    fn ensure<S: ?Sized>(&mut self, job: &Job<'_, S>, len: u64) -> Result<&mut PinnedBuffer, GpuError> {
-        if self.buffer.as_ref().is_some_and(|b| (b.len() as u64) < len) {
-            self.wait_all()?;
-            job.context.give_ring(self.buffer.take().expect("checked"));
+impl Batch {
+    /// The host's share of the batch (items routed to host threads), decoded into the slot's host
+    /// buffer and copied to the slot's decoded region (`layout.dbase`); the read's stream waits
+    /// for the copies. Returns how many.
+    pub(super) fn decode_host_share(
+        &self,
+        job: &Job<'_>,
+        memory: &mut ReadMemory<'_>,
+        layout: &Layout,
+    ) -> Result<usize, GpuError> {
+        let host_items: Vec<&Item> = self.items.iter().filter(|it| it.route == Route::Host).collect();
+        if host_items.is_empty() {
+            return Ok(0);
         }
-        match &mut self.buffer {
-            Some(buffer) => Ok(buffer),
-            none => Ok(none.insert(job.context.take_ring(len as usize)?)),
-        }
-    }
-
-    fn wait_all(&mut self) -> Result<(), GpuError> {
-        for event in self.copied.iter_mut().filter_map(Option::take) {
-            event.synchronize().map_err(GpuError::cuda("waiting for host-decoded copies"))?;
-        }
-        Ok(())
-    }
-
-    /// The ring's buffer, for the pools once the read's device work has finished.
-    pub(super) fn into_buffer(self) -> Option<PinnedBuffer> {
-        self.buffer
+        // Only a codec's check routes units to host threads.
+        let codec = job
+            .chain
+            .compression
+            .as_deref()
+            .ok_or_else(|| GpuError::Unsupported("host decoding without a codec".into()))?;
+        let (stored_bytes, host_ring) = memory.host_share(self.slot);
+        // SAFETY: dbase is the slot's decoded region, which holds every item's decoded bytes and
+        // is reused only after this batch's event, which follows the copies queued here.
+        unsafe { decode_on_host(job, codec, &host_items, stored_bytes, host_ring, layout.dbase) }?;
+        let copied = job.copy_stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+        job.stream.wait(&copied).map_err(GpuError::cuda("ordering host-decoded chunks before placement"))?;
+        Ok(host_items.len())
     }
 }
 
@@ -95,8 +91,8 @@ impl HostRing {
 /// # Safety
 /// `dbase` plus each item's decoded offset must be device memory holding its decoded length, not
 /// used by other work until the copy stream's work queued here has finished.
-pub(super) unsafe fn decode_on_host<S: ?Sized>(
-    job: &Job<'_, S>,
+unsafe fn decode_on_host(
+    job: &Job<'_>,
     codec: &dyn DeviceCodec,
     items: &[&Item],
     stored: &[u8],
@@ -107,7 +103,7 @@ pub(super) unsafe fn decode_on_host<S: ?Sized>(
     let lens: Vec<u64> = items.iter().map(|it| units[it.unit].decoded_len().next_multiple_of(DECODED_ALIGN)).collect();
     let need = lens.iter().fold(0u64, |a, &l| a.saturating_add(l));
     let largest = lens.iter().copied().max().unwrap_or(0);
-    let half = ring.ensure(job, ring_len(need, largest))?.len() as u64 / 2;
+    let half = ring.ensure(context, ring_len(need, largest))?.len() as u64 / 2;
     let (waves, at) = waves(&lens, half);
     // Thread time spent decoding, which teaches the scheduler this host's rate.
     let busy_ns = AtomicU64::new(0);

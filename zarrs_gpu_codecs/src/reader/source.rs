@@ -1,0 +1,132 @@
+//! Where a read's stored bytes come from: a [`GdsStore`]'s files, or any zarrs store's values.
+//! Chosen once per read (as kvikio's `FileHandle` chooses GDS or compat once), so that the
+//! pipeline's stages call one method per kind of read instead of matching on the store.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use zarrs_gds_store::{DeviceReadOutcome, GdsStore, IoBackend, IoPath};
+use zarrs_storage::{ReadableStorageTraits, StorageError, StoreKey};
+
+use super::{DeviceMirror, DeviceReadError, DeviceReadRequest, DeviceReader, DeviceRowsRequest, HostReadRequest};
+
+/// The store a read takes its stored bytes from.
+#[derive(Clone, Copy)]
+pub(crate) enum ReadSource<'a> {
+    /// A `GdsStore`: its files, read with cuFile where native GDS is up, else parallel preads.
+    Gds(&'a GdsStore),
+    /// Any other store: its partial reads, staged through pinned memory.
+    Store(&'a dyn ReadableStorageTraits),
+}
+
+impl<'a> ReadSource<'a> {
+    /// The source of a concrete store: a `GdsStore` is recognised as one.
+    pub(crate) fn of<S: ReadableStorageTraits + 'static>(storage: &'a Arc<S>) -> Self {
+        match (storage.as_ref() as &dyn Any).downcast_ref::<GdsStore>() {
+            Some(store) => Self::Gds(store),
+            None => Self::Store(storage.as_ref()),
+        }
+    }
+
+    /// The source of a type-erased store: a `GdsStore` behind `dyn` is not recognised (it is
+    /// read through its partial reads, as any store).
+    pub(crate) fn of_dyn(storage: &'a Arc<dyn ReadableStorageTraits>) -> Self {
+        Self::Store(storage.as_ref())
+    }
+
+    /// The store, for what every store answers alike (sizes, partial reads of indexes).
+    pub(crate) fn storage(self) -> &'a dyn ReadableStorageTraits {
+        match self {
+            Self::Gds(store) => store,
+            Self::Store(store) => store,
+        }
+    }
+
+    /// The `GdsStore`, when it is one.
+    pub(crate) fn gds(self) -> Option<&'a GdsStore> {
+        match self {
+            Self::Gds(store) => Some(store),
+            Self::Store(_) => None,
+        }
+    }
+
+    /// The size of `key`'s value, None when it does not exist.
+    pub(crate) fn size_key(self, key: &StoreKey) -> Result<Option<u64>, StorageError> {
+        self.storage().size_key(key)
+    }
+
+    /// The I/O path a read staged through host memory (to be checked there) takes.
+    pub(crate) fn host_path(self) -> IoPath {
+        match self {
+            Self::Gds(_) => IoPath::Posix,
+            Self::Store(_) => IoPath::Staged,
+        }
+    }
+
+    /// Whether rows of uncompressed chunks may be read with preadv: only from a `GdsStore` whose
+    /// device reads under `backend` would go through preads anyway (a forced GDS backend errs,
+    /// and native GDS is never skipped).
+    pub(crate) fn reads_rows(self, backend: Option<IoBackend>) -> Result<bool, DeviceReadError> {
+        match self {
+            Self::Gds(store) => Ok(store.pread_reason(backend)?.is_some()),
+            Self::Store(_) => Ok(false),
+        }
+    }
+
+    /// Read `requests` into device memory (see [`DeviceReader::read_gds_to_device`] and
+    /// [`DeviceReader::read_store_to_device`]).
+    ///
+    /// # Safety
+    /// As those: every `dst` valid device memory of the reader's context for its `len` bytes, no
+    /// two overlapping.
+    pub(crate) unsafe fn to_device(
+        self,
+        reader: &DeviceReader,
+        requests: &[DeviceReadRequest],
+        backend: Option<IoBackend>,
+        stream: Option<&CudaStream>,
+    ) -> Result<DeviceReadOutcome, DeviceReadError> {
+        // SAFETY: the caller's contract, which both reads share.
+        unsafe {
+            match self {
+                Self::Gds(store) => reader.read_gds_to_device(store, requests, backend, stream),
+                Self::Store(store) => reader.read_store_to_device(store, requests, stream),
+            }
+        }
+    }
+
+    /// Read `requests` into `buf`, mirrored to the device (see [`DeviceReader::read_gds_to_host`]
+    /// and [`DeviceReader::read_store_to_host`]). Per request, whether its value exists.
+    pub(crate) fn to_host(
+        self,
+        reader: &DeviceReader,
+        requests: &[HostReadRequest],
+        buf: &mut [u8],
+        mirror: Option<DeviceMirror<'_>>,
+    ) -> Result<Vec<bool>, DeviceReadError> {
+        match self {
+            Self::Gds(store) => reader.read_gds_to_host(store, requests, buf, mirror),
+            Self::Store(store) => reader.read_store_to_host(store, requests, buf, mirror),
+        }
+    }
+
+    /// Read rows into device memory, packed (see [`DeviceReader::read_gds_rows_to_device`]): a
+    /// `GdsStore`'s only ([`Self::reads_rows`]).
+    ///
+    /// # Safety
+    /// As [`DeviceReader::read_gds_rows_to_device`].
+    pub(crate) unsafe fn rows_to_device(
+        self,
+        reader: &DeviceReader,
+        rows: &[DeviceRowsRequest],
+        stream: Option<&CudaStream>,
+    ) -> Result<Vec<bool>, DeviceReadError> {
+        match self {
+            // SAFETY: the caller's contract.
+            Self::Gds(store) => unsafe { reader.read_gds_rows_to_device(store, rows, stream) },
+            // Never planned (`reads_rows` is false): refused rather than read wrongly.
+            Self::Store(_) => Err(StorageError::Other("rows are read from a GdsStore only".into()).into()),
+        }
+    }
+}
