@@ -7,7 +7,8 @@
 //! the `python3` on `PATH`: see [`candidates`]), then tries the system loader. A missing library is
 //! an error that lists what was tried, where, and how to install it. The function bindings
 //! (generated with bindgen from the wheel's headers) come
-//! with a thin checked layer: batched zstd, deflate and gzip decompression, CRC32 options.
+//! with a thin checked layer: batched zstd, deflate, gzip and LZ4 decompression and compression,
+//! CRC32 options.
 //!
 //! ```no_run
 //! let nvcomp = nvcomp_sys::NvcompLibrary::get()?;
@@ -40,6 +41,9 @@ pub mod sys {
     //! Raw nvCOMP 6 bindings (generated; see `scripts/generate-bindings.sh`).
     include!("bindings.rs");
 }
+
+mod compress;
+pub use compress::{deflate_compress_opts, gzip_compress_opts, lz4_compress_opts, zstd_compress_opts, Compressor};
 
 /// The nvCOMP major version these bindings are for.
 pub const MAJOR_VERSION: u32 = 6;
@@ -893,6 +897,38 @@ mod tests {
         let err = library.check("decoding chunk c/0", sys::nvcompErrorInvalidValue).unwrap_err();
         assert!(err.to_string().contains("decoding chunk c/0") && err.status == sys::nvcompErrorInvalidValue, "{err}");
         assert!(!library.status_string(123_456).is_empty());
+    }
+
+    #[test]
+    #[ignore = "needs nvCOMP (NVCOMP_LIBRARY_PATH or pip install nvidia-libnvcomp-cu13); CI runs it"]
+    fn compression_bounds_hold_any_chunk_and_temp_sizes_grow_with_the_batch() {
+        let library = installed();
+        let no_gpu = !Path::new("/dev/nvidiactl").exists();
+        let codecs = [
+            Compressor::Zstd,
+            Compressor::Deflate { algorithm: 0 },
+            Compressor::Gzip { algorithm: 0 },
+            Compressor::Lz4,
+        ];
+        for codec in codecs {
+            let align = library.compress_alignments(codec).unwrap();
+            for a in [align.input, align.output, align.temp] {
+                assert!(a.is_power_of_two() && a <= 4096, "{codec:?} {align:?}");
+            }
+            // Every bound holds an incompressible chunk and its framing (DEFLATE's is generous:
+            // 2.26 times the chunk).
+            let bound = library.compress_max_output_chunk_size(codec, 1 << 20).unwrap();
+            assert!(bound > 1 << 20 && bound < 4 << 20, "{codec:?}: {bound}");
+            let small = library.compress_temp_size(codec, 16, 1 << 20, 16 << 20);
+            let large = library.compress_temp_size(codec, 1024, 1 << 20, 1 << 30);
+            match (small, large) {
+                (Ok(small), Ok(large)) => assert!(large >= small, "{codec:?}: {small} then {large}"),
+                // Sizes asked of the device's properties are a CUDA error without one (CI).
+                (Err(err), _) | (_, Err(err)) => {
+                    assert!(no_gpu && err.status == sys::nvcompErrorCudaError, "{codec:?}: {err}");
+                }
+            }
+        }
     }
 
     #[test]

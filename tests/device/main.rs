@@ -4,6 +4,7 @@
 
 mod batch;
 mod blosc;
+mod compress;
 mod compressed;
 mod delta;
 mod dlpack;
