@@ -12,6 +12,11 @@
 //! path it can take and why ([`IoStatus`]); [`IoBackend`] forces one, also through the
 //! `ZARRS_GDS_BACKEND` environment variable (`auto`, `gds`, `posix`).
 //!
+//! Every write replaces its value whole and atomically (a temporary file beside it, renamed over
+//! it): a reader, or a writer killed mid-write, sees the old value or the new one, never a mix.
+//! [`Durability`] (a [`GdsStoreOptions`] setting) says whether a write is flushed to the disk
+//! before it returns (the default) or left to the operating system.
+//!
 //! The store does not schedule reads: a device read engine (`zarrs_gpu_codecs`' reader: many
 //! preads in flight on a thread pool into reused pinned buffers, async copies to the device on a
 //! stream per thread) reads the ranges in parallel pieces. The CUDA driver and cuFile are loaded
@@ -49,11 +54,13 @@ mod cufile;
 mod error;
 mod file;
 mod store;
+mod write;
 
 pub use backend::{IoBackend, IoPath, IoStatus, BACKEND_ENV};
 pub use cufile::CUFILE_LIBRARY_ENV;
 pub use error::ReadError;
 pub use store::{DeviceReadOutcome, GdsRanges, GdsStore, GdsStoreOptions, ValueRange};
+pub use write::Durability;
 
 /// The cudarc version this crate is built with, for callers that share CUDA objects with it.
 pub use cudarc;
@@ -69,6 +76,7 @@ mod tests {
             ("error", include_str!("error.rs")),
             ("file", include_str!("file.rs")),
             ("store", include_str!("store.rs")),
+            ("write", include_str!("write.rs")),
         ];
         for (name, source) in modules {
             for (at, _) in source.match_indices("crate::") {

@@ -14,6 +14,7 @@ use crate::backend::{IoBackend, IoPath, IoStatus};
 use crate::cufile::CuFileDriver;
 use crate::error::ReadError;
 use crate::file::{FileCache, GdsFile, OpenValue};
+use crate::write::{is_temp, patched, write_atomic, Durability};
 
 /// Files registered with cuFile kept open per store (each holds two descriptors).
 const REGISTERED_FILES: usize = 256;
@@ -23,6 +24,7 @@ const REGISTERED_FILES: usize = 256;
 #[non_exhaustive]
 pub struct GdsStoreOptions {
     backend: IoBackend,
+    durability: Durability,
 }
 
 impl GdsStoreOptions {
@@ -43,6 +45,25 @@ impl GdsStoreOptions {
     #[must_use]
     pub fn backend(&self) -> IoBackend {
         self.backend
+    }
+
+    /// What a write guarantees once it has returned (every write replaces its value whole).
+    #[must_use]
+    pub fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Set what a write guarantees once it has returned.
+    pub fn set_durability(&mut self, durability: Durability) -> &mut Self {
+        self.durability = durability;
+        self
+    }
+
+    /// What a write guarantees once it has returned.
+    #[must_use]
+    pub fn durability(&self) -> Durability {
+        self.durability
     }
 }
 
@@ -478,13 +499,19 @@ impl ReadableStorageTraits for GdsStore {
     }
 }
 
+/// Values are written whole and atomically (see [`Durability`]): a partial write reads the value,
+/// patches it and writes it whole, so `supports_set_partial` is false and zarrs writes whole shards.
 impl WritableStorageTraits for GdsStore {
     fn set(&self, key: &StoreKey, value: Bytes) -> Result<(), StorageError> {
-        self.fs.set(key, value)
+        let path = self.key_to_fspath(key);
+        write_atomic(&path, &value, self.options.durability).map_err(|err| write_error(key, &path, &err))
     }
 
     fn set_partial_many(&self, key: &StoreKey, offset_values: OffsetBytesIterator<'_>) -> Result<(), StorageError> {
-        self.fs.set_partial_many(key, offset_values)
+        let path = self.key_to_fspath(key);
+        let old = self.fs.get(key)?.map(|bytes| bytes.to_vec()).unwrap_or_default();
+        let value = patched(old, offset_values).map_err(|err| write_error(key, &path, &err))?;
+        write_atomic(&path, &value, self.options.durability).map_err(|err| write_error(key, &path, &err))
     }
 
     fn erase(&self, key: &StoreKey) -> Result<(), StorageError> {
@@ -496,24 +523,37 @@ impl WritableStorageTraits for GdsStore {
     }
 
     fn supports_set_partial(&self) -> bool {
-        self.fs.supports_set_partial()
+        false
     }
 }
 
+/// The temporary files of writes in flight (or of a writer that was killed) are not keys.
 impl ListableStorageTraits for GdsStore {
     fn list(&self) -> Result<StoreKeys, StorageError> {
-        self.fs.list()
+        Ok(values_only(self.fs.list()?))
     }
 
     fn list_prefix(&self, prefix: &StorePrefix) -> Result<StoreKeys, StorageError> {
-        self.fs.list_prefix(prefix)
+        Ok(values_only(self.fs.list_prefix(prefix)?))
     }
 
     fn list_dir(&self, prefix: &StorePrefix) -> Result<StoreKeysPrefixes, StorageError> {
-        self.fs.list_dir(prefix)
+        let listed = self.fs.list_dir(prefix)?;
+        Ok(StoreKeysPrefixes::new(values_only(listed.keys().clone()), listed.prefixes().clone()))
     }
 
     fn size_prefix(&self, prefix: &StorePrefix) -> Result<u64, StorageError> {
         self.fs.size_prefix(prefix)
     }
+}
+
+/// `keys` without the temporary files of writes.
+fn values_only(mut keys: StoreKeys) -> StoreKeys {
+    keys.retain(|key| !is_temp(key.as_str().rsplit('/').next().unwrap_or_default()));
+    keys
+}
+
+/// A write that failed, naming the key and its file (a full disk, a read-only directory).
+fn write_error(key: &StoreKey, path: &Path, err: &std::io::Error) -> StorageError {
+    StorageError::Other(format!("writing {key} to {}: {err}", path.display()))
 }

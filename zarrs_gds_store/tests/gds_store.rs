@@ -2,7 +2,7 @@
 
 use std::error::Error;
 
-use zarrs_gds_store::{GdsStore, GdsStoreOptions, IoBackend, IoPath, ReadError, ValueRange};
+use zarrs_gds_store::{Durability, GdsStore, GdsStoreOptions, IoBackend, IoPath, ReadError, ValueRange};
 use zarrs_storage::byte_range::ByteRange;
 use zarrs_storage::{Bytes, ReadableStorageTraits, StoreKey, WritableStorageTraits};
 
@@ -200,5 +200,86 @@ fn pread_reason_agrees_with_the_device_open() -> Result {
             assert!(!matches!(path, Ok(IoPath::Posix)), "{backend}: native GDS expected, {path:?}");
         }
     }
+    Ok(())
+}
+
+/// The environment variable that makes [`writer_child`] write (its directory: the store in
+/// `store/`, a file `started` once the first value is written).
+const CHILD_DIR_ENV: &str = "ZARRS_GDS_TEST_WRITER_DIR";
+
+/// Two values of 8 MiB, each one byte repeated: a torn value would hold both.
+fn whole_value(k: usize) -> Vec<u8> {
+    vec![if k.is_multiple_of(2) { 0xAA } else { 0x55 }; 8 << 20]
+}
+
+/// The child of [`a_writer_killed_mid_write_leaves_the_old_or_the_new_value`]: writes the two
+/// values to one key, in turn, until it is killed.
+#[test]
+#[ignore = "the child process of the kill test, which runs it with --ignored"]
+fn writer_child() -> Result {
+    let dir = std::env::var(CHILD_DIR_ENV).map_err(|_| format!("{CHILD_DIR_ENV} is not set: run by the kill test"))?;
+    let options = GdsStoreOptions::default().with_durability(Durability::NoSync);
+    let store = GdsStore::new_with_options(std::path::Path::new(&dir).join("store"), options)?;
+    let key = StoreKey::new("c/0/0")?;
+    for k in 0.. {
+        store.set(&key, Bytes::from(whole_value(k)))?;
+        if k == 0 {
+            std::fs::write(std::path::Path::new(&dir).join("started"), b"")?;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_writer_killed_mid_write_leaves_the_old_or_the_new_value() -> Result {
+    let dir = tempfile::tempdir()?;
+    for round in 0..6 {
+        let _ = std::fs::remove_file(dir.path().join("started"));
+        let mut child = std::process::Command::new(std::env::current_exe()?)
+            .args(["writer_child", "--exact", "--ignored", "--quiet"])
+            .env(CHILD_DIR_ENV, dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()?;
+        let start = std::time::Instant::now();
+        while !dir.path().join("started").exists() {
+            assert!(start.elapsed().as_secs() < 30, "the writer never started");
+            assert!(child.try_wait()?.is_none(), "the writer ended early");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // Killed somewhere in a write: a few milliseconds in, at a different place each round.
+        std::thread::sleep(std::time::Duration::from_millis(3 + 7 * round));
+        child.kill()?; // SIGKILL
+        child.wait()?;
+        let store = GdsStore::new(dir.path().join("store"))?;
+        let key = StoreKey::new("c/0/0")?;
+        let value = store.get(&key)?.ok_or("the value is gone")?;
+        assert!(
+            value.as_ref() == whole_value(0).as_slice() || value.as_ref() == whole_value(1).as_slice(),
+            "round {round}: a torn value of {} bytes",
+            value.len()
+        );
+        // A write cut short may leave its temporary file, which is no key of the store.
+        let keys = zarrs_storage::ListableStorageTraits::list(&store)?;
+        assert_eq!(keys, [key], "round {round}");
+    }
+    Ok(())
+}
+
+#[test]
+fn partial_writes_rewrite_the_whole_value_and_errors_name_the_key() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = GdsStore::new(dir.path())?;
+    assert!(!store.supports_set_partial(), "zarrs writes whole shards: each replaced atomically");
+    let key = StoreKey::new("s/0")?;
+    store.set(&key, Bytes::from_static(b"0123456789"))?;
+    let writes = vec![(2, Bytes::from_static(b"ab")), (12, Bytes::from_static(b"z"))];
+    store.set_partial_many(&key, Box::new(writes.into_iter()))?;
+    assert_eq!(store.get(&key)?.unwrap().as_ref(), b"01ab456789\0\0z");
+    // A key whose directory is a file: the error names the key and its path, the value is kept.
+    let blocked = StoreKey::new("s/0/inner")?;
+    let err = store.set(&blocked, Bytes::from_static(b"x")).unwrap_err().to_string();
+    assert!(err.contains("s/0/inner") && err.contains(&dir.path().display().to_string()), "{err}");
+    assert_eq!(store.get(&key)?.unwrap().as_ref(), b"01ab456789\0\0z");
+    assert_eq!(store.options().durability(), Durability::Sync, "flushed before a write returns, by default");
     Ok(())
 }
