@@ -3,7 +3,7 @@
 //! The Python peers run beside it on the same data (benches/run.sh).
 //!
 //! ```text
-//! bench --dir /tmp/bench [--gib 8] [--repeat 5] [--json results.jsonl] [--tiles 48] [--tiles-only] [--filled 512] [--batch 32]
+//! bench --dir /tmp/bench [--gib 8] [--repeat 5] [--json results.jsonl] [--tiles 48] [--tiles-only] [--filled 512] [--batch 32] [--write]
 //! ```
 //!
 //! Tiles (issue 17): for each case, `--tiles N` reads of 64 x 256 x 256 tiles at random starts
@@ -21,12 +21,13 @@ use std::time::Instant;
 use clap::Parser;
 use zarrs::array::codec::{BloscCodec, BloscCompressor, BloscShuffleMode, GzipCodec, ZstdCodec};
 use zarrs::array::{
-    Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset, BytesToBytesCodecTraits,
+    data_type, Array, ArrayBuilder, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset,
+    BytesToBytesCodecTraits, FillValue,
 };
 use zarrs_gpu::zarrs_gpu_codecs::reader::{cuda_context, PinnedBuffer};
 use zarrs_gpu::{
-    parse_subset, sample, with_gpu_config, ArrayDeviceExt, DecodeTrust, DeviceArray, GdsStore, GpuConfig, IoBackend,
-    ShardIndexCache,
+    parse_subset, sample, with_gpu_config, ArrayDeviceExt, ArrayDeviceWriteExt, DecodeTrust, DeviceArray, GdsStore,
+    GpuConfig, IoBackend, ShardIndexCache,
 };
 
 #[derive(Parser)]
@@ -78,6 +79,11 @@ struct Args {
     /// Timed reads per size row (after one untimed).
     #[arg(long, default_value_t = 15)]
     size_reads: usize,
+    /// Rows of the whole array written from device memory into a new array of the same chunks
+    /// and codecs (`<dir>/write-<case>.zarr`, made afresh each time), a final `sync` included:
+    /// `store_array_subset_device`, and zarrs' `store_array_subset` from host memory.
+    #[arg(long)]
+    write: bool,
 }
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -160,9 +166,9 @@ fn run(args: &Args) -> Result<(), Error> {
         if !path.join("zarr.json").exists() {
             let start = Instant::now();
             let written = if sharded {
-                sample::create_sharded_sample_array(&path, &shape, &chunks, &INNER_CHUNK, codecs)
+                sample::create_sharded_sample_array(&path, &shape, &chunks, &INNER_CHUNK, codecs.clone())
             } else {
-                sample::create_sample_array_with_codecs(&path, &shape, &chunks, codecs)
+                sample::create_sample_array_with_codecs(&path, &shape, &chunks, codecs.clone())
             };
             if let Err(err) = written {
                 // No half-written array left behind (it would pass for a whole one next time).
@@ -243,6 +249,10 @@ fn run(args: &Args) -> Result<(), Error> {
         if case == "u1" && !args.ours_only && !args.tiles_only {
             lines.extend(ceilings(&path, &array)?);
         }
+        if args.write && !sharded {
+            let target = Target { dir: &args.dir, case, chunks: &chunks, codecs: &codecs };
+            lines.extend(write_rows(&array, name, &target, args.repeat.min(2), &args.label)?);
+        }
         if args.filled > 0 {
             lines.extend(filled_rows(&array, name, args.filled << 20, args.repeat, &args.label)?);
         }
@@ -277,6 +287,110 @@ fn run(args: &Args) -> Result<(), Error> {
         std::fs::OpenOptions::new().create(true).append(true).open(json)?.write_all(out.as_bytes())?;
     }
     Ok(())
+}
+
+/// Where a write row writes: a new array of the case's chunks and codecs.
+struct Target<'a> {
+    dir: &'a std::path::Path,
+    case: &'a str,
+    chunks: &'a [u64; 3],
+    codecs: &'a [Arc<dyn BytesToBytesCodecTraits>],
+}
+
+impl Target<'_> {
+    /// The target array, made afresh (the previous one removed, untimed).
+    fn fresh(&self, shape: &[u64]) -> Result<(Array<GdsStore>, PathBuf), Error> {
+        let path = self.dir.join(format!("write-{}.zarr", self.case));
+        let _ = std::fs::remove_dir_all(&path);
+        let store = Arc::new(GdsStore::new(&path)?);
+        let array =
+            ArrayBuilder::new(shape.to_vec(), self.chunks.to_vec(), data_type::float32(), FillValue::from(0.0f32))
+                .bytes_to_bytes_codecs(self.codecs.to_vec())
+                .build(store, "/")?;
+        array.store_metadata()?;
+        Ok((array, path))
+    }
+}
+
+/// Bytes of the files under `path`.
+fn stored_bytes(path: &std::path::Path) -> u64 {
+    std::fs::read_dir(path)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => stored_bytes(&e.path()),
+            _ => e.metadata().map_or(0, |m| m.len()),
+        })
+        .sum()
+}
+
+/// The whole array read to the device once, then written into a fresh array of the same chunks
+/// and codecs `repeat` times after one untimed (each timed with a final `sync`), by
+/// `store_array_subset_device` and by zarrs from host memory; the stored ratio of each.
+fn write_rows(
+    array: &Array<GdsStore>,
+    name: &str,
+    target: &Target,
+    repeat: usize,
+    label: &str,
+) -> Result<Vec<String>, Error> {
+    let all = array.subset_all();
+    let bytes = all.num_elements() * 4;
+    let config = GpuConfig::default().with_backend(IoBackend::Auto);
+    let data = array.retrieve_array_subset_device_opt::<f32>(&all, &config)?.0;
+    let label_of = |what: &str| format!("{name} write whole array {what}");
+    let sync = || -> Result<(), Error> {
+        std::process::Command::new("sync").status()?;
+        Ok(())
+    };
+    let mut lines = Vec::new();
+    let (mut runs, mut io) = (Vec::new(), String::new());
+    for i in 0..=repeat {
+        let (out, path) = target.fresh(array.shape())?;
+        sync()?;
+        let start = Instant::now();
+        let report = out.store_array_subset_device(&all, &data)?;
+        sync()?;
+        let elapsed = start.elapsed().as_secs_f64();
+        if i > 0 {
+            runs.push(elapsed);
+        }
+        let stored = stored_bytes(&path);
+        io = format!(
+            "{:?}{}; {} chunks written, {} erased; ratio {:.3} (files {:.3}); store_array_subset_device {:.2} s of it",
+            report.path,
+            report.reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default(),
+            report.written,
+            report.erased,
+            report.ratio().unwrap_or(0.0),
+            bytes as f64 / stored.max(1) as f64,
+            report.seconds
+        );
+    }
+    let who = if label.is_empty() { "zarrs_gpu".to_string() } else { format!("zarrs_gpu {label}") };
+    lines.push(line(&who, &label_of("from device memory"), &all, bytes, median(runs.clone()), &runs, &io));
+    // zarrs' writer, from host memory (the copy from the device untimed).
+    let host = data.to_host()?;
+    drop(data);
+    let (out, path) = target.fresh(array.shape())?;
+    sync()?;
+    let start = Instant::now();
+    out.store_array_subset(&all, &host)?;
+    sync()?;
+    let secs = start.elapsed().as_secs_f64();
+    let io = format!("ratio (files) {:.3}", bytes as f64 / stored_bytes(&path).max(1) as f64);
+    lines.push(line(
+        "zarrs store_array_subset (host memory)",
+        &label_of("from host memory"),
+        &all,
+        bytes,
+        secs,
+        &[secs],
+        &io,
+    ));
+    let _ = std::fs::remove_dir_all(&path);
+    Ok(lines)
 }
 
 /// Batches timed per batch row (after one untimed).

@@ -12,9 +12,9 @@ use zarrs_gpu::nvcomp_sys::{sys, Compressor, NvcompLibrary};
 
 use crate::Result;
 
-/// `n` chunks of `len` bytes: float32 of a smooth field with noise in the low bits (what
-/// microscopy and simulation data look like to a compressor), one chunk all zero, one of random
-/// bytes (incompressible), and a short last chunk.
+/// `n` chunks of `len` bytes: float32 of a smooth field, quantised, with a little noise (a
+/// fourth of a step), one chunk all zero, one of random bytes (incompressible), and a short last
+/// chunk.
 fn chunks(n: usize, len: usize) -> Vec<Vec<u8>> {
     let mut rng = StdRng::seed_from_u64(29);
     (0..n)
@@ -26,7 +26,7 @@ fn chunks(n: usize, len: usize) -> Vec<Vec<u8>> {
                 (0..len / 4)
                     .flat_map(|i| {
                         let x = i as f32 * 0.001 + c as f32;
-                        (x.sin() * 1000.0 + rng.random_range(0.0..1.0f32)).to_le_bytes()
+                        ((x.sin() * 1000.0).round() + f32::from(rng.random_range(0u8..4)) * 0.25).to_le_bytes()
                     })
                     .collect()
             }
@@ -147,7 +147,7 @@ fn device_compression_decodes_with_the_host_libraries_and_reports_its_ratio() ->
             raw as f64 / zstd3 as f64
         );
         // nvCOMP compresses: the smooth chunks shrink (a bound that only copied would not).
-        assert!(stored < raw * 9 / 10, "{codec:?}: {stored} of {raw} bytes");
+        assert!(stored < raw * 9 / 10, "{codec:?}: {stored} of {raw} bytes (libzstd level 1: {zstd1})");
     }
     Ok(())
 }

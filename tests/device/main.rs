@@ -22,6 +22,7 @@ mod reader;
 mod retrieval;
 mod sharding;
 mod sweep;
+mod write;
 mod zlib;
 
 use std::error::Error;

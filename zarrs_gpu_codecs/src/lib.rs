@@ -58,6 +58,7 @@ mod report;
 mod retrieve;
 mod schedule;
 mod shard_index_cache;
+mod write;
 
 // Public modules defined in their rooms: the host checks of stored chunks, the chunk plan.
 pub use codecs::blosc::header as blosc_header;
@@ -88,10 +89,11 @@ pub use gpu_mode::{gpu_config, with_gpu_config, GpuModeCodec};
 pub use inventory;
 pub use pipeline::route::host_decode_reason;
 pub use read_ahead::{read_async, tile_subsets, PendingRead, ReadAhead, TileOrder, TileRead, READ_AHEAD_REQUEST_BYTES};
-pub use report::{DecodePath, RetrieveReport, StageTime};
+pub use report::{DecodePath, RetrieveReport, StageTime, WritePath, WriteReport};
 pub use retrieve::ArrayDeviceExt;
 pub use schedule::DecodeRates;
 pub use shard_index_cache::ShardIndexCache;
+pub use write::ArrayDeviceWriteExt;
 
 // For the fuzz targets only (`fuzz/`); hidden, not part of the API.
 #[doc(hidden)]

@@ -26,6 +26,62 @@ impl std::fmt::Display for DecodePath {
     }
 }
 
+/// How a write's chunks were encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WritePath {
+    /// Assembled and encoded on the device (nvCOMP), written by the store.
+    Device,
+    /// Copied to the host and written by zarrs (the report's `reason` says why).
+    Host,
+}
+
+/// What a write from the device did.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct WriteReport {
+    /// How the chunks were encoded.
+    pub path: WritePath,
+    /// Why they were encoded on the host, where they were.
+    pub reason: Option<String>,
+    /// Chunks the subset meets.
+    pub chunks: usize,
+    /// Chunks stored (device path).
+    pub written: usize,
+    /// Chunks erased because they are all fill value (device path).
+    pub erased: usize,
+    /// Chunks the subset covers in part: read, modified and encoded again (device path).
+    pub modified: usize,
+    /// Raw chunk bytes encoded (device path).
+    pub bytes_encoded: u64,
+    /// Bytes stored, checksums included (device path).
+    pub bytes_stored: u64,
+    /// Seconds the write took, storing included.
+    pub seconds: f64,
+}
+
+impl WriteReport {
+    pub(crate) fn new(path: WritePath, chunks: usize) -> Self {
+        Self {
+            path,
+            reason: None,
+            chunks,
+            written: 0,
+            erased: 0,
+            modified: 0,
+            bytes_encoded: 0,
+            bytes_stored: 0,
+            seconds: 0.0,
+        }
+    }
+
+    /// Raw bytes over stored bytes of the chunks stored (device path; None before any).
+    #[must_use]
+    pub fn ratio(&self) -> Option<f64> {
+        (self.bytes_stored > 0).then(|| self.bytes_encoded as f64 / self.bytes_stored as f64)
+    }
+}
+
 /// What a device retrieval did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

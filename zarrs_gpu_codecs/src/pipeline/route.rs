@@ -1,6 +1,6 @@
 //! What a read takes: which codec chains the device pipeline decodes (`device_plan`, from the
 //! array's own codecs; else the host route and why: `host_decode_reason`) and the chunks a
-//! subset meets.
+//! subset meets; which chains it encodes for a write (`write_chain`).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -260,6 +260,46 @@ pub(crate) fn chunk_subset<S: ?Sized>(array: &Array<S>, indices: &[u64]) -> Resu
         return Err(GpuError::Overflow(format!("chunk {indices:?} at {origin:?} of shape {shape:?} ends past 2^64")));
     }
     ArraySubset::new_with_start_shape(origin, shape).map_err(|e| GpuError::Array(e.into()))
+}
+
+/// What the device encodes of a chunk: its elements in the platform's byte order, then zstd
+/// (nvCOMP) where the chain has it, then crc32c (on the host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WriteChain {
+    pub(crate) zstd: bool,
+    pub(crate) crc32c: bool,
+}
+
+/// The chain the device encodes `array`'s chunks with, or why they are encoded on the host:
+/// sharded arrays, transposes, byte swaps, filters and codecs other than zstd are not encoded on
+/// the device yet, and zstd with `checksum: true` wants a content checksum nvCOMP does not write.
+pub(crate) fn write_chain<S: ?Sized>(array: &Array<S>) -> Result<WriteChain, String> {
+    let plan = device_plan(array)?;
+    let chain = &plan.chain;
+    if !plan.shards.is_empty() {
+        return Err("sharded arrays are encoded on the host (device sharded writes are not built yet)".into());
+    }
+    if chain.transpose.is_some() || chain.swap != 0 || chain.delta.is_some() {
+        return Err("transposes, byte swaps and filters are encoded on the host".into());
+    }
+    let zstd = match &chain.compression {
+        None => false,
+        Some(codec) if codec.name() == "zstd" => {
+            let codecs = array.codecs();
+            let checksum = codecs.bytes_to_bytes_codecs().first().and_then(|c| {
+                c.configuration_v3(&CodecMetadataOptions::default())
+                    .and_then(|configuration| configuration.get("checksum").and_then(serde_json::Value::as_bool))
+            });
+            if checksum == Some(true) {
+                return Err(
+                    "zstd with checksum: true is encoded on the host (nvCOMP writes no content checksum)".into()
+                );
+            }
+            true
+        }
+        Some(codec) => return Err(format!("{} is encoded on the host (no device encoder for it yet)", codec.name())),
+    };
+    Ok(WriteChain { zstd, crc32c: chain.crc32c })
 }
 
 fn name(codec: &dyn ExtensionName) -> String {

@@ -1,0 +1,119 @@
+//! Writes from the device (`ArrayDeviceWriteExt`): device arrays stored into arrays of several
+//! codec chains, whole and in unaligned tiles (edge chunks and partial chunks included), read back
+//! by zarrs on the host and compared element for element with the same writes made on the host.
+
+use std::sync::Arc;
+
+use zarrs::array::codec::{Crc32cCodec, GzipCodec};
+use zarrs::array::{data_type, Array, ArrayBuilder, ArraySubset, BytesToBytesCodecTraits, FillValue};
+use zarrs_gpu::{ArrayDeviceExt, ArrayDeviceWriteExt, GdsStore, WritePath};
+use zarrs_storage::ReadableStorageTraits;
+
+use super::compressed::zstd;
+use super::{posix, Result};
+
+/// Values of a smooth field with a zero block (a chunk of the destination all fill value).
+fn values(shape: &[u64], seed: u32) -> Vec<f32> {
+    let (ny, nx) = (shape[1], shape[2]);
+    (0..shape.iter().product::<u64>())
+        .map(|i| {
+            let (z, y, x) = (i / (ny * nx), i / nx % ny, i % nx);
+            if z < 16 && y < 32 && x < 32 {
+                0.0
+            } else {
+                ((z * 3 + y * 7 + x * 11 + u64::from(seed)) % 1000) as f32 * 0.5 + (x as f32 * 0.01).sin()
+            }
+        })
+        .collect()
+}
+
+type Codecs = Vec<Arc<dyn BytesToBytesCodecTraits>>;
+
+/// An empty array of shape `shape` with chunks of `chunks` and `codecs`, fill value 0.
+fn empty(dir: &std::path::Path, name: &str, codecs: Codecs) -> Result<Array<GdsStore>> {
+    let store = Arc::new(GdsStore::new(dir)?);
+    let array = ArrayBuilder::new(vec![40, 70, 90], vec![16, 32, 32], data_type::float32(), FillValue::from(0.0f32))
+        .bytes_to_bytes_codecs(codecs)
+        .build(store, &format!("/{name}"))?;
+    array.store_metadata()?;
+    Ok(array)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn device_writes_equal_host_writes_for_every_chain_tile_and_edge() -> Result {
+    let dir = tempfile::tempdir()?;
+    let shape = [40u64, 70, 90];
+    // The source: an uncompressed array of the values, read to the device.
+    let source = empty(dir.path(), "source", vec![])?;
+    let all = ArraySubset::new_with_shape(shape.to_vec());
+    source.store_array_subset(&all, values(&shape, 1))?;
+    let on_device = source.retrieve_array_subset_device_opt::<f32>(&all, &posix())?.0;
+    // A tile of other values at an unaligned place, meeting partial and edge chunks.
+    let tile = ArraySubset::new_with_ranges(&[5..37, 20..70, 33..90]);
+    let tile_source = empty(dir.path(), "tile_source", vec![])?;
+    tile_source.store_array_subset(&all, values(&shape, 2))?;
+    let tile_data = tile_source.retrieve_array_subset_device_opt::<f32>(&tile, &posix())?.0;
+    let mut want = values(&shape, 1);
+    let tile_values = values(&shape, 2);
+    for z in 5..37u64 {
+        for y in 20..70u64 {
+            for x in 33..90u64 {
+                let i = ((z * 70 + y) * 90 + x) as usize;
+                want[i] = tile_values[i];
+            }
+        }
+    }
+    let chains: Vec<(&str, Codecs, WritePath)> = vec![
+        ("raw", vec![], WritePath::Device),
+        ("zstd", vec![zstd(3, false)], WritePath::Device),
+        ("zstd_crc", vec![zstd(1, false), Arc::new(Crc32cCodec::new())], WritePath::Device),
+        ("zstd_checksum", vec![zstd(3, true)], WritePath::Host),
+        ("gzip", vec![Arc::new(GzipCodec::new(5)?)], WritePath::Host),
+    ];
+    for (name, codecs, path) in chains {
+        let array = empty(dir.path(), name, codecs)?;
+        let report = array.store_array_subset_device(&all, &on_device)?;
+        assert_eq!(report.path, path, "{name}: {report:?}");
+        let first: Vec<f32> = array.retrieve_array_subset(&all)?;
+        assert!(first == values(&shape, 1), "{name}: the whole write differs from the values");
+        let report_tile = array.store_array_subset_device(&tile, &tile_data)?;
+        let got: Vec<f32> = array.retrieve_array_subset(&all)?;
+        assert!(got == want, "{name}: the tile write differs from the same write on the host");
+        if path == WritePath::Device {
+            // The zero block is a whole chunk of fill value: erased (never stored).
+            let zero_chunk = array.chunk_key(&[0, 0, 0]);
+            assert!(array.storage().get(&zero_chunk)?.is_none(), "{name}: an all-fill chunk was stored");
+            // 3 x 3 x 3 chunks; the tile meets 3 x 3 x 2 of them, all but [1, 1, 2] and
+            // [1, 2, 2] (their parts within the array covered) in part.
+            assert_eq!((report.chunks, report.written, report.erased), (27, 26, 1), "{name}: {report:?}");
+            assert_eq!((report_tile.chunks, report_tile.modified), (18, 16), "{name}: {report_tile:?}");
+            eprintln!("{name}: ratio {:?}, {:.1} ms whole", report.ratio(), report.seconds * 1e3);
+        } else {
+            assert!(report.reason.is_some(), "{name}: {report:?}");
+        }
+    }
+    // A chunk stored whole (an edge chunk: its part within the array is what is kept).
+    let array = empty(dir.path(), "chunk", vec![zstd(3, false)])?;
+    let chunk_source = source.retrieve_chunk_device_opt::<f32>(&[2, 2, 2], &posix())?.0;
+    array.store_chunk_device(&[2, 2, 2], &chunk_source)?;
+    let edge = ArraySubset::new_with_ranges(&[32..40, 64..70, 64..90]);
+    let got: Vec<f32> = array.retrieve_array_subset(&edge)?;
+    let want_edge: Vec<f32> = source.retrieve_array_subset(&edge)?;
+    assert!(got == want_edge, "an edge chunk stored from the device differs");
+    // Wrong shape, type and bounds: errors before anything is written.
+    let wrong = ArraySubset::new_with_ranges(&[0..4, 0..4, 0..4]);
+    assert!(array.store_array_subset_device(&wrong, &on_device).is_err());
+    let past = ArraySubset::new_with_ranges(&[30..70, 0..70, 0..90]);
+    assert!(array.store_array_subset_device(&past, &on_device).is_err());
+    let as_u32 = source.retrieve_array_subset_device_opt::<f32>(&wrong, &posix())?.0;
+    let int_array = {
+        let store = Arc::new(GdsStore::new(dir.path())?);
+        let a = ArrayBuilder::new(vec![8, 8, 8], vec![4, 4, 4], data_type::uint32(), FillValue::from(0u32))
+            .build(store, "/int")?;
+        a.store_metadata()?;
+        a
+    };
+    assert!(int_array.store_array_subset_device(&wrong, &as_u32).is_err(), "f32 data into a uint32 array");
+    Ok(())
+}

@@ -1,0 +1,425 @@
+//! Writes from device memory: a [`DeviceArray`] stored into a subset of a Zarr array, its chunks
+//! assembled and encoded on the device (nvCOMP's batched zstd), then written by the store (a
+//! [`GdsStore`](zarrs_gds_store::GdsStore) replaces each chunk file atomically). Chunks the
+//! subset covers in part are read (on the device), modified there and encoded again; chunks that
+//! come out all fill value are erased, as zarrs does. Chains the device does not encode yet go
+//! through zarrs on the host, the report says why.
+
+use std::ffi::c_void;
+use std::time::Instant;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use rayon::prelude::*;
+use zarrs::array::{Array, ArraySubset, ElementOwned};
+use zarrs_storage::{Bytes, ReadableWritableStorageTraits, StoreKey};
+
+use crate::config::GpuConfig;
+use crate::device_array::{check_element, DeviceArray};
+use crate::error::GpuError;
+use crate::pipeline::place::{copy_dtod, fill_pattern};
+use crate::pipeline::plan::{plan_chunks, ChunkPlacement, Copy3D};
+use crate::pipeline::route::{chunk_subset, chunks_meeting, write_chain, WriteChain};
+use crate::report::{WritePath, WriteReport};
+use crate::retrieve::{check_subset, ArrayDeviceExt};
+
+/// Raw chunk bytes assembled and encoded on the device at once, at most (about): the working set
+/// is twice this (raw and compressed), freed after the batch.
+const WRITE_BATCH_BYTES: u64 = 1 << 30;
+
+/// Storing device arrays into a Zarr array, beside zarrs' `store_array_subset`.
+pub trait ArrayDeviceWriteExt {
+    /// Store `data` (of `subset`'s shape) into `subset` of the array, as
+    /// [`Self::store_array_subset_device_opt`] with the default configuration.
+    ///
+    /// # Errors
+    /// As [`Self::store_array_subset_device_opt`].
+    fn store_array_subset_device<T: ElementOwned>(
+        &self,
+        subset: &ArraySubset,
+        data: &DeviceArray<T>,
+    ) -> Result<WriteReport, GpuError> {
+        self.store_array_subset_device_opt(subset, data, &GpuConfig::default())
+    }
+
+    /// Store `data` (of `subset`'s shape, on `config`'s device) into `subset` of the array: its
+    /// chunks are assembled and encoded on the device where the chain allows (the `bytes` codec in
+    /// the platform's order, then zstd without a content checksum and crc32c), else by zarrs on
+    /// the host. Chunks the subset covers in part are read, modified and encoded again; chunks
+    /// that are all fill value are erased.
+    ///
+    /// # Errors
+    /// Returns an error before anything is written when the element type, shape or device of
+    /// `data` does not fit, or the subset lies outside the array; and an error naming the chunk
+    /// when encoding or storing one fails (chunks written before it keep their new values).
+    fn store_array_subset_device_opt<T: ElementOwned>(
+        &self,
+        subset: &ArraySubset,
+        data: &DeviceArray<T>,
+        config: &GpuConfig,
+    ) -> Result<WriteReport, GpuError>;
+
+    /// Store `data` (the chunk's full shape) as the chunk at `chunk_indices`.
+    ///
+    /// # Errors
+    /// As [`Self::store_array_subset_device_opt`], and for chunk indices outside the grid.
+    fn store_chunk_device<T: ElementOwned>(
+        &self,
+        chunk_indices: &[u64],
+        data: &DeviceArray<T>,
+    ) -> Result<WriteReport, GpuError>;
+}
+
+impl<S: ReadableWritableStorageTraits + 'static> ArrayDeviceWriteExt for Array<S> {
+    fn store_array_subset_device_opt<T: ElementOwned>(
+        &self,
+        subset: &ArraySubset,
+        data: &DeviceArray<T>,
+        config: &GpuConfig,
+    ) -> Result<WriteReport, GpuError> {
+        check_element::<T>(self.data_type())?;
+        check_subset(self, subset, false)?;
+        if data.shape() != subset.shape() {
+            return Err(GpuError::Unsupported(format!(
+                "the data has shape {:?}, the subset {:?}",
+                data.shape(),
+                subset.shape()
+            )));
+        }
+        let ordinal = data.stream().context().ordinal();
+        if ordinal != config.device() {
+            return Err(GpuError::Unsupported(format!(
+                "the data is on device {ordinal}, the write on device {}",
+                config.device()
+            )));
+        }
+        let start = Instant::now();
+        let chain = write_chain(self).and_then(|chain| {
+            if chain.zstd {
+                nvcomp_sys::NvcompLibrary::get().map_err(|e| e.to_string())?;
+            }
+            Ok(chain)
+        });
+        let mut report = match chain {
+            Ok(chain) => write_on_device(self, subset, data, chain, config)?,
+            Err(reason) => write_on_host(self, subset, data, reason)?,
+        };
+        report.seconds = start.elapsed().as_secs_f64();
+        Ok(report)
+    }
+
+    fn store_chunk_device<T: ElementOwned>(
+        &self,
+        chunk_indices: &[u64],
+        data: &DeviceArray<T>,
+    ) -> Result<WriteReport, GpuError> {
+        let grid = self.chunk_grid_shape();
+        if chunk_indices.len() != grid.len() || chunk_indices.iter().zip(grid).any(|(i, n)| i >= n) {
+            return Err(zarrs::array::ArrayError::InvalidChunkGridIndicesError(chunk_indices.to_vec()).into());
+        }
+        // The chunk's part within the array: what zarrs stores of it (the rest is fill value).
+        let chunk = chunk_subset(self, chunk_indices)?;
+        if data.shape() != chunk.shape() {
+            return Err(GpuError::Unsupported(format!(
+                "the data has shape {:?}, chunk {chunk_indices:?} {:?}",
+                data.shape(),
+                chunk.shape()
+            )));
+        }
+        let bounded: Vec<std::ops::Range<u64>> =
+            chunk.start().iter().zip(chunk.shape()).zip(self.shape()).map(|((&a, &n), &e)| a..(a + n).min(e)).collect();
+        let bounded = ArraySubset::new_with_ranges(&bounded);
+        if bounded.shape() == chunk.shape() {
+            return self.store_array_subset_device(&bounded, data);
+        }
+        // An edge chunk: its part within the array, taken from the full-shape data.
+        let within = ArraySubset::new_with_start_shape(vec![0; chunk.dimensionality()], bounded.shape().to_vec())
+            .map_err(|e| GpuError::Array(e.into()))?;
+        let part = copy_region(data, &within)?;
+        self.store_array_subset_device(&bounded, &part)
+    }
+}
+
+/// `region` of `data`, as a new device array on its stream.
+fn copy_region<T: ElementOwned>(data: &DeviceArray<T>, region: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
+    let elem = std::mem::size_of::<T>() as u64;
+    let whole = ArraySubset::new_with_shape(data.shape().to_vec());
+    let chunk = (vec![0; data.shape().len()], StoreKey::new("data").expect("a valid key"), whole);
+    let placement =
+        plan_chunks(elem, region, [chunk])?.pop().ok_or_else(|| GpuError::Unsupported("an empty region".into()))?;
+    let stream = data.stream();
+    let len = region.num_elements() as usize;
+    let out: CudaSlice<u8> = stream.alloc_zeros(len * elem as usize).map_err(GpuError::cuda("allocating a region"))?;
+    let (dst, guard) = out.device_ptr(stream);
+    for copy in &placement.copies {
+        let copy = Copy3D { src_offset: copy.src_offset + placement.byte_start, ..*copy };
+        // SAFETY: the copies lie within `data` (its whole shape) and `out` (the region's shape).
+        unsafe { copy_dtod(&copy, data.device_ptr(), dst, stream) }?;
+    }
+    drop(guard);
+    // SAFETY: every byte of `out` was written by the copies above, ordered on its stream.
+    unsafe { DeviceArray::from_device_bytes(out, region.shape().to_vec(), data.data_type().clone()) }
+}
+
+/// zarrs' own write, from a host copy of `data`.
+fn write_on_host<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
+    array: &Array<S>,
+    subset: &ArraySubset,
+    data: &DeviceArray<T>,
+    reason: String,
+) -> Result<WriteReport, GpuError> {
+    let elements = data.to_host()?;
+    let chunks = array.chunks_in_array_subset(subset).map_err(|e| GpuError::Array(e.into()))?;
+    array.store_array_subset(subset, elements)?;
+    let mut report = WriteReport::new(WritePath::Host, chunks.map_or(0, |c| c.num_elements() as usize));
+    report.reason = Some(reason);
+    Ok(report)
+}
+
+/// A chunk of a write: where it lies, and whether the subset covers all of its part within the
+/// array (else its old value is read first).
+struct WriteUnit {
+    placement: ChunkPlacement,
+    whole: bool,
+}
+
+fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
+    array: &Array<S>,
+    subset: &ArraySubset,
+    data: &DeviceArray<T>,
+    chain: WriteChain,
+    config: &GpuConfig,
+) -> Result<WriteReport, GpuError> {
+    let elem = std::mem::size_of::<T>() as u64;
+    let chunks = chunks_meeting(array, subset)?;
+    let mut units = Vec::with_capacity(chunks.len());
+    for (indices, key, chunk) in chunks {
+        // The chunk's part within the array: covered by the subset, nothing of it is read.
+        let within: Vec<std::ops::Range<u64>> = chunk
+            .start()
+            .iter()
+            .zip(chunk.shape())
+            .zip(array.shape())
+            .map(|((&a, &n), &e)| a..(a + n).min(e))
+            .collect();
+        let whole = within
+            .iter()
+            .zip(subset.start().iter().zip(subset.shape()))
+            .all(|(r, (&s, &n))| s <= r.start && r.end <= s + n);
+        let placement = plan_chunks(elem, subset, [(indices, key, chunk)])?.pop().expect("the chunk meets the subset");
+        units.push(WriteUnit { placement, whole });
+    }
+    // nvCOMP's zstd takes chunks up to a size (16 MiB in nvCOMP 6): larger ones go to zarrs.
+    let largest = units.iter().map(|u| u.placement.chunk_bytes).max().unwrap_or(0);
+    if chain.zstd {
+        let nvcomp = nvcomp_sys::NvcompLibrary::get().map_err(|e| GpuError::NoNvcomp(e.to_string()))?;
+        if let Err(err) = nvcomp.compress_max_output_chunk_size(nvcomp_sys::Compressor::Zstd, largest as usize) {
+            return write_on_host(array, subset, data, format!("chunks of {largest} bytes: {err}"));
+        }
+    }
+    let mut report = WriteReport::new(WritePath::Device, units.len());
+    let mut batch = Vec::new();
+    let mut batch_bytes = 0u64;
+    let mut units = units.into_iter().peekable();
+    while let Some(unit) = units.next() {
+        batch_bytes += unit.placement.chunk_bytes;
+        batch.push(unit);
+        if batch_bytes >= WRITE_BATCH_BYTES || units.peek().is_none() {
+            write_batch(array, data, &std::mem::take(&mut batch), chain, config, &mut report)?;
+            batch_bytes = 0;
+        }
+    }
+    Ok(report)
+}
+
+/// Assemble, encode and store one batch of chunks.
+fn write_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
+    array: &Array<S>,
+    data: &DeviceArray<T>,
+    units: &[WriteUnit],
+    chain: WriteChain,
+    config: &GpuConfig,
+    report: &mut WriteReport,
+) -> Result<(), GpuError> {
+    let stream = data.stream().clone();
+    let cuda = |what| GpuError::cuda(what);
+    // Each chunk's raw bytes at an offset aligned for nvCOMP.
+    let align = |len: u64| len.next_multiple_of(256);
+    let offsets: Vec<u64> =
+        units.iter().scan(0u64, |at, u| Some(std::mem::replace(at, *at + align(u.placement.chunk_bytes)))).collect();
+    let total = offsets.last().copied().unwrap_or(0) + units.last().map_or(0, |u| align(u.placement.chunk_bytes));
+    let raw: CudaSlice<u8> = stream.alloc_zeros(total.max(1) as usize).map_err(cuda("allocating chunks to encode"))?;
+    let (raw_ptr, raw_guard) = raw.device_ptr(&stream);
+    let fill = array.fill_value().as_ne_bytes();
+    // Chunks covered in part: their old values first (decoded on the device).
+    let mut olds = Vec::new();
+    for (unit, &at) in units.iter().zip(&offsets) {
+        let p = &unit.placement;
+        if unit.whole {
+            // Elements past the array's edge (an edge chunk's) hold the fill value.
+            // SAFETY: the chunk's place in `raw`, ordered on the stream.
+            unsafe { fill_pattern(fill, raw_ptr + at, p.chunk_bytes as usize, &stream) }?;
+        } else {
+            let (old, _) = array.retrieve_chunk_device_opt::<T>(&p.chunk_indices, config)?;
+            // The read's own stream: the copy waits for it.
+            old.stream().synchronize().map_err(cuda("reading a chunk to modify"))?;
+            let copy = Copy3D {
+                src_offset: 0,
+                dst_offset: 0,
+                width: p.chunk_bytes,
+                height: 1,
+                depth: 1,
+                src_pitch: p.chunk_bytes,
+                src_height: 1,
+                dst_pitch: p.chunk_bytes,
+                dst_height: 1,
+            };
+            // SAFETY: the old chunk has the chunk's full shape (chunk_bytes), as its place in `raw`.
+            unsafe { copy_dtod(&copy, old.device_ptr(), raw_ptr + at, &stream) }?;
+            olds.push(old);
+            report.modified += 1;
+        }
+        // The subset's part of the chunk, from `data` (the copies that a read makes, reversed).
+        for c in &p.copies {
+            let back = Copy3D {
+                src_offset: c.dst_offset,
+                dst_offset: p.byte_start + c.src_offset,
+                src_pitch: c.dst_pitch,
+                src_height: c.dst_height,
+                dst_pitch: c.src_pitch,
+                dst_height: c.src_height,
+                ..*c
+            };
+            // SAFETY: the copies of a read of this chunk into `data`'s subset, reversed: within
+            // `data` and the chunk's place in `raw`.
+            unsafe { copy_dtod(&back, data.device_ptr(), raw_ptr + at, &stream) }?;
+        }
+    }
+    drop(raw_guard);
+    let lens: Vec<u64> = units.iter().map(|u| u.placement.chunk_bytes).collect();
+    let mut encoded: Vec<Vec<u8>> = if chain.zstd {
+        compress_zstd(&stream, &raw, &offsets, &lens)?
+    } else {
+        let host = stream.clone_dtoh(&raw).map_err(cuda("copying chunks to the host"))?;
+        offsets.iter().zip(&lens).map(|(&at, &len)| host[at as usize..(at + len) as usize].to_vec()).collect()
+    };
+    drop(olds);
+    // All fill value: erased, not stored (zarrs' behaviour). A zstd chunk can only be so when it
+    // compressed to a small fraction of its size: only those are decoded again to check.
+    let is_fill = |bytes: &[u8], len: u64| -> bool {
+        let all_fill = |raw: &[u8]| raw.len() as u64 == len && raw.chunks_exact(fill.len().max(1)).all(|e| e == fill);
+        if !chain.zstd {
+            return all_fill(bytes);
+        }
+        bytes.len() as u64 * 32 <= len && zstd::bulk::decompress(bytes, len as usize).is_ok_and(|raw| all_fill(&raw))
+    };
+    let storage = array.storage();
+    let outcomes: Vec<Result<Option<u64>, GpuError>> = encoded
+        .par_iter_mut()
+        .zip(units)
+        .zip(&lens)
+        .map(|((bytes, unit), &len)| {
+            let key = &unit.placement.key;
+            let named = |e: zarrs_storage::StorageError| GpuError::chunk(key.to_string(), format!("storing it: {e}"));
+            if is_fill(bytes, len) {
+                storage.erase(key).map_err(named)?;
+                return Ok(None);
+            }
+            if chain.crc32c {
+                let crc = crc32c::crc32c(bytes);
+                bytes.extend_from_slice(&crc.to_le_bytes());
+            }
+            let stored = bytes.len() as u64;
+            storage.set(key, Bytes::from(std::mem::take(bytes))).map_err(named)?;
+            Ok(Some(stored))
+        })
+        .collect();
+    for outcome in outcomes {
+        match outcome? {
+            Some(stored) => {
+                report.written += 1;
+                report.bytes_stored += stored;
+            }
+            None => report.erased += 1,
+        }
+    }
+    report.bytes_encoded += lens.iter().sum::<u64>();
+    Ok(())
+}
+
+/// nvCOMP's batched zstd of the chunks at `offsets` (lengths `lens`) of `raw`: each chunk's frame.
+fn compress_zstd(
+    stream: &std::sync::Arc<CudaStream>,
+    raw: &CudaSlice<u8>,
+    offsets: &[u64],
+    lens: &[u64],
+) -> Result<Vec<Vec<u8>>, GpuError> {
+    use nvcomp_sys::{sys, Compressor};
+    let nvcomp = nvcomp_sys::NvcompLibrary::get().map_err(|e| GpuError::NoNvcomp(e.to_string()))?;
+    let cuda = |what| GpuError::cuda(what);
+    let n = lens.len();
+    let max_len = lens.iter().copied().max().unwrap_or(0) as usize;
+    let total = lens.iter().sum::<u64>() as usize;
+    let bound = nvcomp.compress_max_output_chunk_size(Compressor::Zstd, max_len).map_err(GpuError::Nvcomp)?;
+    let slot = bound.next_multiple_of(256);
+    let temp_bytes = nvcomp.compress_temp_size(Compressor::Zstd, n, max_len, total).map_err(GpuError::Nvcomp)?;
+    let mut out: CudaSlice<u8> = stream.alloc_zeros(n * slot).map_err(cuda("allocating compressed chunks"))?;
+    let mut temp: CudaSlice<u8> = stream.alloc_zeros(temp_bytes.max(1)).map_err(cuda("allocating nvCOMP's scratch"))?;
+    let mut sizes: CudaSlice<u64> = stream.alloc_zeros(n).map_err(cuda("allocating sizes"))?;
+    let mut statuses: CudaSlice<u32> = stream.alloc_zeros(n).map_err(cuda("allocating statuses"))?;
+    {
+        let (raw_ptr, _a) = raw.device_ptr(stream);
+        let (out_ptr, _b) = out.device_ptr_mut(stream);
+        let (temp_ptr, _c) = temp.device_ptr_mut(stream);
+        let inputs: Vec<u64> = offsets.iter().map(|&at| raw_ptr + at).collect();
+        let outputs: Vec<u64> = (0..n).map(|k| out_ptr + (k * slot) as u64).collect();
+        let d_inputs = stream.clone_htod(&inputs).map_err(cuda("staging compression arrays"))?;
+        let d_lens = stream.clone_htod(lens).map_err(cuda("staging compression arrays"))?;
+        let d_outputs = stream.clone_htod(&outputs).map_err(cuda("staging compression arrays"))?;
+        let (p_inputs, _d) = d_inputs.device_ptr(stream);
+        let (p_lens, _e) = d_lens.device_ptr(stream);
+        let (p_outputs, _f) = d_outputs.device_ptr(stream);
+        let (p_sizes, _g) = sizes.device_ptr_mut(stream);
+        let (p_statuses, _h) = statuses.device_ptr_mut(stream);
+        // SAFETY: n device pointers to chunks within `raw` (256-byte aligned, each at most
+        // max_len bytes) and their lengths; n output slots of nvCOMP's bound; its temp size; n
+        // sizes and statuses; all alive until the stream has run the work (awaited below).
+        unsafe {
+            nvcomp.compress_async(
+                Compressor::Zstd,
+                p_inputs as *const *const c_void,
+                p_lens as *const usize,
+                max_len,
+                n,
+                temp_ptr as *mut c_void,
+                temp_bytes,
+                p_outputs as *const *mut c_void,
+                p_sizes as *mut usize,
+                p_statuses as *mut sys::nvcompStatus_t,
+                stream.cu_stream() as sys::cudaStream_t,
+            )
+        }
+        .map_err(GpuError::Nvcomp)?;
+        stream.synchronize().map_err(cuda("compressing chunks"))?;
+    }
+    let statuses = stream.clone_dtoh(&statuses).map_err(cuda("reading compression statuses"))?;
+    let sizes = stream.clone_dtoh(&sizes).map_err(cuda("reading compressed sizes"))?;
+    if let Some(k) = statuses.iter().position(|&s| s != sys::nvcompSuccess) {
+        return Err(GpuError::Unsupported(format!(
+            "nvCOMP zstd compression of a chunk failed: {}",
+            nvcomp.status_string(statuses[k])
+        )));
+    }
+    let mut frames = Vec::with_capacity(n);
+    for (k, &size) in sizes.iter().enumerate() {
+        let size = size as usize;
+        if size == 0 || size > bound {
+            return Err(GpuError::Unsupported(format!("nvCOMP zstd wrote {size} bytes for a chunk (bound {bound})")));
+        }
+        let mut frame = vec![0u8; size];
+        let view = out.slice(k * slot..k * slot + size);
+        stream.memcpy_dtoh(&view, &mut frame).map_err(cuda("copying compressed chunks to the host"))?;
+        frames.push(frame);
+    }
+    stream.synchronize().map_err(cuda("copying compressed chunks to the host"))?;
+    Ok(frames)
+}
