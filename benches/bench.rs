@@ -26,8 +26,8 @@ use zarrs::array::{
 };
 use zarrs_gpu::zarrs_gpu_codecs::reader::{cuda_context, PinnedBuffer};
 use zarrs_gpu::{
-    parse_subset, sample, with_gpu_config, ArrayDeviceExt, ArrayDeviceWriteExt, DecodeTrust, DeviceArray, GdsStore,
-    GpuConfig, IoBackend, ShardIndexCache,
+    parse_subset, sample, with_gpu_config, ArrayDeviceExt, ArrayDeviceWriteExt, DecodeTrust, DeviceArray, Durability,
+    GdsStore, GdsStoreOptions, GpuConfig, IoBackend, ShardIndexCache,
 };
 
 #[derive(Parser)]
@@ -84,6 +84,11 @@ struct Args {
     /// `store_array_subset_device`, and zarrs' `store_array_subset` from host memory.
     #[arg(long)]
     write: bool,
+    /// The written arrays' `GdsStore` durability: sync (each write flushed before it returns; the
+    /// device writer flushes a batch's files together) or nosync (left to the OS; the timed `sync`
+    /// still flushes everything).
+    #[arg(long, default_value = "sync")]
+    write_durability: String,
 }
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -250,7 +255,12 @@ fn run(args: &Args) -> Result<(), Error> {
             lines.extend(ceilings(&path, &array)?);
         }
         if args.write && !sharded {
-            let target = Target { dir: &args.dir, case, chunks: &chunks, codecs: &codecs };
+            let durability = match args.write_durability.as_str() {
+                "sync" => Durability::Sync,
+                "nosync" => Durability::NoSync,
+                other => return Err(format!("--write-durability {other}: sync or nosync").into()),
+            };
+            let target = Target { dir: &args.dir, case, chunks: &chunks, codecs: &codecs, durability };
             lines.extend(write_rows(&array, name, &target, args.repeat.min(2), &args.label)?);
         }
         if args.filled > 0 {
@@ -295,6 +305,7 @@ struct Target<'a> {
     case: &'a str,
     chunks: &'a [u64; 3],
     codecs: &'a [Arc<dyn BytesToBytesCodecTraits>],
+    durability: Durability,
 }
 
 impl Target<'_> {
@@ -302,7 +313,8 @@ impl Target<'_> {
     fn fresh(&self, shape: &[u64]) -> Result<(Array<GdsStore>, PathBuf), Error> {
         let path = self.dir.join(format!("write-{}.zarr", self.case));
         let _ = std::fs::remove_dir_all(&path);
-        let store = Arc::new(GdsStore::new(&path)?);
+        let options = GdsStoreOptions::default().with_durability(self.durability);
+        let store = Arc::new(GdsStore::new_with_options(&path, options)?);
         let array =
             ArrayBuilder::new(shape.to_vec(), self.chunks.to_vec(), data_type::float32(), FillValue::from(0.0f32))
                 .bytes_to_bytes_codecs(self.codecs.to_vec())
@@ -368,7 +380,7 @@ fn write_rows(
             report.seconds
         );
     }
-    let who = if label.is_empty() { "zarrs_gpu".to_string() } else { format!("zarrs_gpu {label}") };
+    let who = format!("zarrs_gpu (durability {:?}) {label}", target.durability);
     lines.push(line(&who, &label_of("from device memory"), &all, bytes, median(runs.clone()), &runs, &io));
     // zarrs' writer, from host memory (the copy from the device untimed).
     let host = data.to_host()?;
@@ -380,15 +392,8 @@ fn write_rows(
     sync()?;
     let secs = start.elapsed().as_secs_f64();
     let io = format!("ratio (files) {:.3}", bytes as f64 / stored_bytes(&path).max(1) as f64);
-    lines.push(line(
-        "zarrs store_array_subset (host memory)",
-        &label_of("from host memory"),
-        &all,
-        bytes,
-        secs,
-        &[secs],
-        &io,
-    ));
+    let zarrs = format!("zarrs store_array_subset (host memory, durability {:?})", target.durability);
+    lines.push(line(&zarrs, &label_of("from host memory"), &all, bytes, secs, &[secs], &io));
     let _ = std::fs::remove_dir_all(&path);
     Ok(lines)
 }

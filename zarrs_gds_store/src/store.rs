@@ -14,7 +14,7 @@ use crate::backend::{IoBackend, IoPath, IoStatus};
 use crate::cufile::CuFileDriver;
 use crate::error::ReadError;
 use crate::file::{FileCache, GdsFile, OpenValue};
-use crate::write::{is_temp, patched, write_atomic, Durability};
+use crate::write::{is_temp, patched, write_atomic, write_many_atomic, Durability};
 
 /// Files registered with cuFile kept open per store (each holds two descriptors).
 const REGISTERED_FILES: usize = 256;
@@ -318,6 +318,28 @@ impl GdsStore {
     #[must_use]
     pub fn options(&self) -> &GdsStoreOptions {
         &self.options
+    }
+
+    /// Store many values at once, each replaced whole (atomically) as [`WritableStorageTraits::set`]
+    /// replaces one, flushed together: under [`Durability::Sync`] every file is flushed in
+    /// parallel before any is renamed into place, then each directory once, so that the values
+    /// are durable when the call returns at the cost of one directory flush per directory rather
+    /// than one per value.
+    ///
+    /// # Errors
+    /// Returns the first error, naming its key and file; values written before it keep their new
+    /// bytes (each whole), the rest their old ones.
+    pub fn set_many(&self, values: &[(StoreKey, Bytes)]) -> Result<(), StorageError> {
+        let paths: Vec<(PathBuf, &[u8])> =
+            values.iter().map(|(key, value)| (self.key_to_fspath(key), value.as_ref())).collect();
+        write_many_atomic(&paths, self.options.durability).map_err(|(path, err)| {
+            let key = values
+                .iter()
+                .zip(&paths)
+                .find(|(_, (p, _))| *p == path)
+                .map_or_else(|| format!("a directory of {} values", values.len()), |((key, _), _)| key.to_string());
+            StorageError::Other(format!("writing {key} to {}: {err}", path.display()))
+        })
     }
 
     /// The file that holds `key`.

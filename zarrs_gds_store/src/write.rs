@@ -67,6 +67,56 @@ pub(crate) fn write_atomic(path: &Path, value: &[u8], durability: Durability) ->
     result
 }
 
+/// Write each of `values` (path, bytes) atomically, as [`write_atomic`] does, but flushed as one:
+/// every temporary file written and (under [`Durability::Sync`]) flushed in parallel, then renamed
+/// into place, then each directory flushed once (one flush per directory rather than one per
+/// value). Each value is replaced whole; when the call returns without error every one is durable
+/// as `durability` says. The first error is returned, naming its path; values renamed before it
+/// keep their new bytes, the others their old ones.
+pub(crate) fn write_many_atomic(
+    values: &[(PathBuf, &[u8])],
+    durability: Durability,
+) -> Result<(), (PathBuf, std::io::Error)> {
+    use rayon::prelude::*;
+    let temps: Vec<PathBuf> = values.iter().map(|(path, _)| temp_path(path)).collect();
+    let clean = |temps: &[PathBuf]| {
+        for temp in temps {
+            let _ = fs::remove_file(temp);
+        }
+    };
+    let written = values.par_iter().zip(&temps).try_for_each(|((path, bytes), temp)| {
+        let write = || -> std::io::Result<()> {
+            let dir = path.parent().ok_or_else(|| std::io::Error::other("a value's path has no directory"))?;
+            fs::create_dir_all(dir)?;
+            let mut file = OpenOptions::new().write(true).create_new(true).open(temp)?;
+            file.write_all(bytes)?;
+            if durability == Durability::Sync {
+                file.sync_all()?;
+            }
+            Ok(())
+        };
+        write().map_err(|err| (path.clone(), err))
+    });
+    if let Err(err) = written {
+        clean(&temps);
+        return Err(err);
+    }
+    for (k, ((path, _), temp)) in values.iter().zip(&temps).enumerate() {
+        if let Err(err) = fs::rename(temp, path) {
+            clean(&temps[k..]);
+            return Err((path.clone(), err));
+        }
+    }
+    if durability == Durability::Sync {
+        let mut dirs: Vec<&Path> = values.iter().filter_map(|(path, _)| path.parent()).collect();
+        dirs.sort_unstable();
+        dirs.dedup();
+        dirs.par_iter()
+            .try_for_each(|dir| File::open(dir).and_then(|d| d.sync_all()).map_err(|err| (dir.to_path_buf(), err)))?;
+    }
+    Ok(())
+}
+
 /// `value` with `writes` (offset, bytes) applied, grown with zeros where a write reaches past its
 /// end (as a file written at those offsets would be).
 pub(crate) fn patched<B: AsRef<[u8]>>(
@@ -106,6 +156,30 @@ mod tests {
         assert_eq!(fs::read(&path).unwrap(), b"second");
         assert!(is_temp(&temp_path(&path).file_name().unwrap().to_string_lossy()));
         assert!(!is_temp("c.0") && !is_temp("zarr.json"));
+    }
+
+    #[test]
+    fn many_values_are_written_together_and_a_failure_names_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let values: Vec<(PathBuf, Vec<u8>)> =
+            (0..40u8).map(|k| (dir.path().join(format!("c/{}/{k}", k % 3)), vec![k; 1000 + usize::from(k)])).collect();
+        for durability in [Durability::Sync, Durability::NoSync] {
+            let borrowed: Vec<(PathBuf, &[u8])> = values.iter().map(|(p, v)| (p.clone(), v.as_slice())).collect();
+            write_many_atomic(&borrowed, durability).unwrap();
+            for (path, value) in &values {
+                assert_eq!(&fs::read(path).unwrap(), value);
+            }
+        }
+        let names = |d: &str| fs::read_dir(dir.path().join(d)).unwrap().count();
+        assert_eq!((names("c/0"), names("c/1"), names("c/2")), (14, 13, 13), "no temporary file is left");
+        // One value whose directory is a file: an error naming it, the others' old values kept
+        // (nothing is renamed when a write fails).
+        fs::write(dir.path().join("blocker"), b"").unwrap();
+        let bad = vec![(values[0].0.clone(), &b"new"[..]), (dir.path().join("blocker/x"), &b"x"[..])];
+        let (path, _) = write_many_atomic(&bad, Durability::Sync).unwrap_err();
+        assert_eq!(path, dir.path().join("blocker/x"));
+        assert_eq!(fs::read(&values[0].0).unwrap(), values[0].1);
+        assert_eq!(names("c/0"), 14);
     }
 
     #[test]

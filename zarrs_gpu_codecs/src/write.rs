@@ -11,6 +11,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use rayon::prelude::*;
 use zarrs::array::{Array, ArraySubset, ElementOwned};
+use zarrs_gds_store::GdsStore;
 use zarrs_storage::{Bytes, ReadableWritableStorageTraits, StoreKey};
 
 use crate::config::GpuConfig;
@@ -297,7 +298,8 @@ fn write_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     drop(raw_guard);
     let lens: Vec<u64> = units.iter().map(|u| u.placement.chunk_bytes).collect();
     let mut encoded: Vec<Vec<u8>> = if chain.zstd {
-        compress_zstd(&stream, &raw, &offsets, &lens)?
+        let keys: Vec<&StoreKey> = units.iter().map(|u| &u.placement.key).collect();
+        compress_zstd(&stream, &raw, &offsets, &lens, &keys)?
     } else {
         let host = stream.clone_dtoh(&raw).map_err(cuda("copying chunks to the host"))?;
         offsets.iter().zip(&lens).map(|(&at, &len)| host[at as usize..(at + len) as usize].to_vec()).collect()
@@ -312,46 +314,51 @@ fn write_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         }
         bytes.len() as u64 * 32 <= len && zstd::bulk::decompress(bytes, len as usize).is_ok_and(|raw| all_fill(&raw))
     };
-    let storage = array.storage();
-    let outcomes: Vec<Result<Option<u64>, GpuError>> = encoded
+    // Each chunk's stored value (its crc32c appended), or None where it is all fill value.
+    let values: Vec<Option<Bytes>> = encoded
         .par_iter_mut()
-        .zip(units)
         .zip(&lens)
-        .map(|((bytes, unit), &len)| {
-            let key = &unit.placement.key;
-            let named = |e: zarrs_storage::StorageError| GpuError::chunk(key.to_string(), format!("storing it: {e}"));
+        .map(|(bytes, &len)| {
             if is_fill(bytes, len) {
-                storage.erase(key).map_err(named)?;
-                return Ok(None);
+                return None;
             }
             if chain.crc32c {
                 let crc = crc32c::crc32c(bytes);
                 bytes.extend_from_slice(&crc.to_le_bytes());
             }
-            let stored = bytes.len() as u64;
-            storage.set(key, Bytes::from(std::mem::take(bytes))).map_err(named)?;
-            Ok(Some(stored))
+            Some(Bytes::from(std::mem::take(bytes)))
         })
         .collect();
-    for outcome in outcomes {
-        match outcome? {
-            Some(stored) => {
-                report.written += 1;
-                report.bytes_stored += stored;
-            }
-            None => report.erased += 1,
-        }
+    let storage = array.storage();
+    let named = |key: &StoreKey| {
+        let key = key.to_string();
+        move |e: zarrs_storage::StorageError| GpuError::chunk(key, format!("storing it: {e}"))
+    };
+    let (sets, erases): (Vec<_>, Vec<_>) =
+        units.iter().map(|u| &u.placement.key).zip(values).partition(|(_, value)| value.is_some());
+    erases.par_iter().try_for_each(|(key, _)| storage.erase(key).map_err(named(key)))?;
+    let sets: Vec<(StoreKey, Bytes)> =
+        sets.into_iter().filter_map(|(key, value)| value.map(|v| ((*key).clone(), v))).collect();
+    // A GdsStore writes them as one: every file flushed in parallel, each directory once.
+    match (storage.as_ref() as &dyn std::any::Any).downcast_ref::<GdsStore>() {
+        Some(store) => store.set_many(&sets).map_err(|e| GpuError::Array(e.into()))?,
+        None => sets.par_iter().try_for_each(|(key, value)| storage.set(key, value.clone()).map_err(named(key)))?,
     }
+    report.written += sets.len();
+    report.erased += erases.len();
+    report.bytes_stored += sets.iter().map(|(_, v)| v.len() as u64).sum::<u64>();
     report.bytes_encoded += lens.iter().sum::<u64>();
     Ok(())
 }
 
-/// nvCOMP's batched zstd of the chunks at `offsets` (lengths `lens`) of `raw`: each chunk's frame.
+/// nvCOMP's batched zstd of the chunks at `offsets` (lengths `lens`) of `raw`: each chunk's frame
+/// (`keys`: the chunks', for errors).
 fn compress_zstd(
     stream: &std::sync::Arc<CudaStream>,
     raw: &CudaSlice<u8>,
     offsets: &[u64],
     lens: &[u64],
+    keys: &[&StoreKey],
 ) -> Result<Vec<Vec<u8>>, GpuError> {
     use nvcomp_sys::{sys, Compressor};
     let nvcomp = nvcomp_sys::NvcompLibrary::get().map_err(|e| GpuError::NoNvcomp(e.to_string()))?;
@@ -404,16 +411,17 @@ fn compress_zstd(
     let statuses = stream.clone_dtoh(&statuses).map_err(cuda("reading compression statuses"))?;
     let sizes = stream.clone_dtoh(&sizes).map_err(cuda("reading compressed sizes"))?;
     if let Some(k) = statuses.iter().position(|&s| s != sys::nvcompSuccess) {
-        return Err(GpuError::Unsupported(format!(
-            "nvCOMP zstd compression of a chunk failed: {}",
-            nvcomp.status_string(statuses[k])
-        )));
+        let reason = format!("nvCOMP zstd compression: {}", nvcomp.status_string(statuses[k]));
+        return Err(GpuError::chunk(keys[k].to_string(), reason));
     }
     let mut frames = Vec::with_capacity(n);
     for (k, &size) in sizes.iter().enumerate() {
         let size = size as usize;
         if size == 0 || size > bound {
-            return Err(GpuError::Unsupported(format!("nvCOMP zstd wrote {size} bytes for a chunk (bound {bound})")));
+            return Err(GpuError::chunk(
+                keys[k].to_string(),
+                format!("nvCOMP zstd wrote {size} bytes (bound {bound})"),
+            ));
         }
         let mut frame = vec![0u8; size];
         let view = out.slice(k * slot..k * slot + size);
