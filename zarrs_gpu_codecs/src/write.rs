@@ -218,29 +218,45 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         }
     }
     let mut report = WriteReport::new(WritePath::Device, units.len());
-    let mut batch = Vec::new();
+    let mut batches: Vec<Vec<WriteUnit>> = Vec::new();
     let mut batch_bytes = 0u64;
-    let mut units = units.into_iter().peekable();
-    while let Some(unit) = units.next() {
-        batch_bytes += unit.placement.chunk_bytes;
-        batch.push(unit);
-        if batch_bytes >= WRITE_BATCH_BYTES || units.peek().is_none() {
-            write_batch(array, data, &std::mem::take(&mut batch), chain, config, &mut report)?;
+    for unit in units {
+        if batches.is_empty() || batch_bytes >= WRITE_BATCH_BYTES {
+            batches.push(Vec::new());
             batch_bytes = 0;
         }
+        batch_bytes += unit.placement.chunk_bytes;
+        batches.last_mut().expect("pushed").push(unit);
     }
+    // Batch k's files are stored on another thread while batch k + 1 is assembled and encoded.
+    std::thread::scope(|scope| -> Result<(), GpuError> {
+        let mut storing = None;
+        for batch in &batches {
+            let encoded = encode_batch(array, data, batch, chain, config, &mut report);
+            let stored = storing.take().map(|h: std::thread::ScopedJoinHandle<'_, _>| h.join());
+            if let Some(stored) = stored {
+                report.add(stored.map_err(|_| GpuError::Unsupported("storing a batch of chunks panicked".into()))??);
+            }
+            let encoded = encoded?;
+            storing = Some(scope.spawn(move || store_batch(array, batch, encoded, chain)));
+        }
+        if let Some(h) = storing {
+            report.add(h.join().map_err(|_| GpuError::Unsupported("storing a batch of chunks panicked".into()))??);
+        }
+        Ok(())
+    })?;
     Ok(report)
 }
 
-/// Assemble, encode and store one batch of chunks.
-fn write_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
+/// Assemble and encode one batch of chunks on the device: each chunk's encoded bytes, on the host.
+fn encode_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     array: &Array<S>,
     data: &DeviceArray<T>,
     units: &[WriteUnit],
     chain: WriteChain,
     config: &GpuConfig,
     report: &mut WriteReport,
-) -> Result<(), GpuError> {
+) -> Result<Vec<Vec<u8>>, GpuError> {
     let stream = data.stream().clone();
     let cuda = |what| GpuError::cuda(what);
     // Each chunk's raw bytes at an offset aligned for nvCOMP.
@@ -297,16 +313,49 @@ fn write_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     }
     drop(raw_guard);
     let lens: Vec<u64> = units.iter().map(|u| u.placement.chunk_bytes).collect();
-    let mut encoded: Vec<Vec<u8>> = if chain.zstd {
+    let encoded = if chain.zstd {
         let keys: Vec<&StoreKey> = units.iter().map(|u| &u.placement.key).collect();
         compress_zstd(&stream, &raw, &offsets, &lens, &keys)?
     } else {
-        let host = stream.clone_dtoh(&raw).map_err(cuda("copying chunks to the host"))?;
-        offsets.iter().zip(&lens).map(|(&at, &len)| host[at as usize..(at + len) as usize].to_vec()).collect()
+        // Each chunk straight into its own host buffer.
+        let mut chunks = Vec::with_capacity(units.len());
+        for (&at, &len) in offsets.iter().zip(&lens) {
+            let mut chunk = vec![0u8; len as usize];
+            let view = raw.slice(at as usize..(at + len) as usize);
+            stream.memcpy_dtoh(&view, &mut chunk).map_err(cuda("copying chunks to the host"))?;
+            chunks.push(chunk);
+        }
+        stream.synchronize().map_err(cuda("copying chunks to the host"))?;
+        chunks
     };
+    // The copies out of the old chunks have run (the stream was synchronised): free them.
     drop(olds);
-    // All fill value: erased, not stored (zarrs' behaviour). A zstd chunk can only be so when it
-    // compressed to a small fraction of its size: only those are decoded again to check.
+    report.bytes_encoded += lens.iter().sum::<u64>();
+    Ok(encoded)
+}
+
+/// What storing a batch did: chunks written, erased, and the bytes stored.
+type Stored = (usize, usize, u64);
+
+impl WriteReport {
+    fn add(&mut self, (written, erased, bytes): Stored) {
+        self.written += written;
+        self.erased += erased;
+        self.bytes_stored += bytes;
+    }
+}
+
+/// Store one batch's encoded chunks (`encoded`, in the units' order): those all fill value are
+/// erased (zarrs' behaviour), the others stored with their crc32c where the chain has one.
+fn store_batch<S: ReadableWritableStorageTraits + 'static>(
+    array: &Array<S>,
+    units: &[WriteUnit],
+    mut encoded: Vec<Vec<u8>>,
+    chain: WriteChain,
+) -> Result<Stored, GpuError> {
+    let fill = array.fill_value().as_ne_bytes();
+    // A zstd chunk can be all fill value only when it compressed to a small fraction of its size:
+    // only those are decoded again to check.
     let is_fill = |bytes: &[u8], len: u64| -> bool {
         let all_fill = |raw: &[u8]| raw.len() as u64 == len && raw.chunks_exact(fill.len().max(1)).all(|e| e == fill);
         if !chain.zstd {
@@ -317,9 +366,9 @@ fn write_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     // Each chunk's stored value (its crc32c appended), or None where it is all fill value.
     let values: Vec<Option<Bytes>> = encoded
         .par_iter_mut()
-        .zip(&lens)
-        .map(|(bytes, &len)| {
-            if is_fill(bytes, len) {
+        .zip(units)
+        .map(|(bytes, unit)| {
+            if is_fill(bytes, unit.placement.chunk_bytes) {
                 return None;
             }
             if chain.crc32c {
@@ -344,11 +393,8 @@ fn write_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         Some(store) => store.set_many(&sets).map_err(|e| GpuError::Array(e.into()))?,
         None => sets.par_iter().try_for_each(|(key, value)| storage.set(key, value.clone()).map_err(named(key)))?,
     }
-    report.written += sets.len();
-    report.erased += erases.len();
-    report.bytes_stored += sets.iter().map(|(_, v)| v.len() as u64).sum::<u64>();
-    report.bytes_encoded += lens.iter().sum::<u64>();
-    Ok(())
+    let bytes = sets.iter().map(|(_, v)| v.len() as u64).sum();
+    Ok((sets.len(), erases.len(), bytes))
 }
 
 /// nvCOMP's batched zstd of the chunks at `offsets` (lengths `lens`) of `raw`: each chunk's frame
