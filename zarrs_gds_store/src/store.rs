@@ -14,7 +14,7 @@ use crate::backend::{IoBackend, IoPath, IoStatus};
 use crate::cufile::CuFileDriver;
 use crate::error::ReadError;
 use crate::file::{FileCache, GdsFile, OpenValue};
-use crate::write::{is_temp, patched, write_atomic, write_many_atomic, Durability};
+use crate::write::{is_temp, patched, sync_dir, write_atomic, write_many_atomic, Durability};
 
 /// Files registered with cuFile kept open per store (each holds two descriptors).
 const REGISTERED_FILES: usize = 256;
@@ -268,6 +268,8 @@ pub struct GdsStore {
     gds_off: OnceLock<String>,
     registered: FileCache<GdsFile>,
     last_status: Mutex<Option<IoStatus>>,
+    /// Partial writes read, patch and rewrite a value: one at a time, so that none is lost.
+    partial_writes: Mutex<()>,
 }
 
 impl std::fmt::Debug for GdsStore {
@@ -305,6 +307,7 @@ impl GdsStore {
             gds_off: OnceLock::new(),
             registered: FileCache::new(REGISTERED_FILES),
             last_status: Mutex::new(None),
+            partial_writes: Mutex::new(()),
         })
     }
 
@@ -530,6 +533,7 @@ impl WritableStorageTraits for GdsStore {
     }
 
     fn set_partial_many(&self, key: &StoreKey, offset_values: OffsetBytesIterator<'_>) -> Result<(), StorageError> {
+        let _one_at_a_time = self.partial_writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let path = self.key_to_fspath(key);
         let old = self.fs.get(key)?.map(|bytes| bytes.to_vec()).unwrap_or_default();
         let value = patched(old, offset_values).map_err(|err| write_error(key, &path, &err))?;
@@ -537,7 +541,15 @@ impl WritableStorageTraits for GdsStore {
     }
 
     fn erase(&self, key: &StoreKey) -> Result<(), StorageError> {
-        self.fs.erase(key)
+        self.fs.erase(key)?;
+        // Under Sync an erase is durable too: the directory's entry is flushed.
+        let path = self.key_to_fspath(key);
+        match path.parent() {
+            Some(dir) if self.options.durability == Durability::Sync && dir.is_dir() => {
+                sync_dir(dir).map_err(|err| write_error(key, &path, &err))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn erase_prefix(&self, prefix: &StorePrefix) -> Result<(), StorageError> {

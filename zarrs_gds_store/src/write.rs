@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Durability {
-    /// The value's file, then its directory, are flushed to the disk (`fsync`) before the write
-    /// returns: a write that returned survives a crash of the machine.
+    /// The value's file, then its directory (and any directory the write made), are flushed to
+    /// the disk (`fsync`) before the write returns, as is the directory of an erased value: a
+    /// write that returned survives a crash of the machine.
     #[default]
     Sync,
     /// Written and renamed into place; the operating system flushes it when it chooses, so a
@@ -32,22 +33,59 @@ pub(crate) fn is_temp(name: &str) -> bool {
 }
 
 /// A name no other write of this process or another uses at the same time: the target's name,
-/// the process, a counter.
+/// the process, the clock's nanoseconds and a counter (a writer killed earlier with the same
+/// process id, as containers reuse them, left names of another time; a clash is retried).
 fn temp_path(path: &Path) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let name = path.file_name().map_or_else(Default::default, |n| n.to_string_lossy().into_owned());
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    path.with_file_name(format!(".{name}.{}.{n}{TEMP_SUFFIX}", std::process::id()))
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    path.with_file_name(format!(".{name}.{pid}.{nanos:x}.{n}{TEMP_SUFFIX}", pid = std::process::id()))
+}
+
+/// A new temporary file beside `path`, and its name (a name taken, by a file left behind, is
+/// passed over).
+fn create_temp(path: &Path) -> std::io::Result<(File, PathBuf)> {
+    let mut tries = 0;
+    loop {
+        let temp = temp_path(path);
+        match OpenOptions::new().write(true).create_new(true).open(&temp) {
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
+            opened => return opened.map(|file| (file, temp)),
+        }
+    }
+}
+
+/// Flush `dir`'s entries (a rename or removal in it) to the disk.
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Make `dir` and its missing ancestors; under [`Durability::Sync`] each new directory's entry is
+/// flushed in its parent, so that a value flushed inside it is found after a crash too.
+pub(crate) fn create_dirs(dir: &Path, durability: Durability) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.is_dir()).collect();
+    fs::create_dir_all(dir)?;
+    if durability == Durability::Sync {
+        for created in missing {
+            if let Some(parent) = created.parent() {
+                sync_dir(parent)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Write `value` to `path` atomically, making its directories as needed. On an error (a full
 /// disk, say) the old value, if any, is still there and the temporary file is removed.
 pub(crate) fn write_atomic(path: &Path, value: &[u8], durability: Durability) -> std::io::Result<()> {
     let dir = path.parent().ok_or_else(|| std::io::Error::other("a value's path has no directory"))?;
-    fs::create_dir_all(dir)?;
-    let temp = temp_path(path);
+    create_dirs(dir, durability)?;
+    let (mut file, temp) = create_temp(path)?;
     let result = (|| {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&temp)?;
         file.write_all(value)?;
         if durability == Durability::Sync {
             file.sync_all()?;
@@ -56,7 +94,7 @@ pub(crate) fn write_atomic(path: &Path, value: &[u8], durability: Durability) ->
         fs::rename(&temp, path)?;
         if durability == Durability::Sync {
             // The rename itself is durable once the directory is.
-            File::open(dir)?.sync_all()?;
+            sync_dir(dir)?;
         }
         Ok(())
     })();
@@ -78,41 +116,53 @@ pub(crate) fn write_many_atomic(
     durability: Durability,
 ) -> Result<(), (PathBuf, std::io::Error)> {
     use rayon::prelude::*;
-    let temps: Vec<PathBuf> = values.iter().map(|(path, _)| temp_path(path)).collect();
-    let clean = |temps: &[PathBuf]| {
-        for temp in temps {
+    let clean = |temps: &[Option<PathBuf>]| {
+        for temp in temps.iter().flatten() {
             let _ = fs::remove_file(temp);
         }
     };
-    let written = values.par_iter().zip(&temps).try_for_each(|((path, bytes), temp)| {
-        let write = || -> std::io::Result<()> {
-            let dir = path.parent().ok_or_else(|| std::io::Error::other("a value's path has no directory"))?;
-            fs::create_dir_all(dir)?;
-            let mut file = OpenOptions::new().write(true).create_new(true).open(temp)?;
-            file.write_all(bytes)?;
-            if durability == Durability::Sync {
-                file.sync_all()?;
+    // Directories first, each once (their entries flushed under Sync).
+    let mut dirs: Vec<&Path> = values.iter().filter_map(|(path, _)| path.parent()).collect();
+    dirs.sort_unstable();
+    dirs.dedup();
+    for dir in &dirs {
+        // A directory that cannot be made is named by the first value in it.
+        let first = || values.iter().find(|(path, _)| path.parent() == Some(*dir)).map(|(path, _)| path.clone());
+        create_dirs(dir, durability).map_err(|err| (first().unwrap_or_else(|| dir.to_path_buf()), err))?;
+    }
+    let written: Vec<Result<PathBuf, (PathBuf, std::io::Error)>> = values
+        .par_iter()
+        .map(|(path, bytes)| {
+            let (mut file, temp) = create_temp(path).map_err(|err| (path.clone(), err))?;
+            let mut write = || -> std::io::Result<()> {
+                file.write_all(bytes)?;
+                if durability == Durability::Sync {
+                    file.sync_all()?;
+                }
+                Ok(())
+            };
+            match write() {
+                Ok(()) => Ok(temp),
+                Err(err) => {
+                    let _ = fs::remove_file(&temp);
+                    Err((path.clone(), err))
+                }
             }
-            Ok(())
-        };
-        write().map_err(|err| (path.clone(), err))
-    });
-    if let Err(err) = written {
+        })
+        .collect();
+    let temps: Vec<Option<PathBuf>> = written.iter().map(|w| w.as_ref().ok().cloned()).collect();
+    if let Some(Err(err)) = written.into_iter().find(Result::is_err) {
         clean(&temps);
         return Err(err);
     }
     for (k, ((path, _), temp)) in values.iter().zip(&temps).enumerate() {
-        if let Err(err) = fs::rename(temp, path) {
+        if let Err(err) = fs::rename(temp.as_ref().expect("written"), path) {
             clean(&temps[k..]);
             return Err((path.clone(), err));
         }
     }
     if durability == Durability::Sync {
-        let mut dirs: Vec<&Path> = values.iter().filter_map(|(path, _)| path.parent()).collect();
-        dirs.sort_unstable();
-        dirs.dedup();
-        dirs.par_iter()
-            .try_for_each(|dir| File::open(dir).and_then(|d| d.sync_all()).map_err(|err| (dir.to_path_buf(), err)))?;
+        dirs.par_iter().try_for_each(|dir| sync_dir(dir).map_err(|err| (dir.to_path_buf(), err)))?;
     }
     Ok(())
 }

@@ -339,7 +339,7 @@ impl GpuConfig {
         self.batch_timeout.unwrap_or_else(|| Duration::from_mins(1) + Duration::from_millis(20 * (decoded_bytes >> 20)))
     }
 
-    /// The most device memory one decoded read's output and staging may take: an allocation
+    /// The most device memory one decoded read's output, staging, scratch and fill block may take: an allocation
     /// past it fails with [`GpuError::OutOfMemory`] as if the device had run out, in the middle of
     /// the read (the up-front check uses the device's free memory). For reproducing memory
     /// exhaustion, and for a hard bound on a shared device.

@@ -250,7 +250,7 @@ macro_rules! impl_array_device_ext {
 
 /// Run a retrieval on `config`'s device: fail fast when an earlier fault lost the device's
 /// context, and record such a loss when this retrieval causes it.
-fn contained<R>(config: &GpuConfig, read: impl FnOnce() -> Result<R, GpuError>) -> Result<R, GpuError> {
+pub(crate) fn contained<R>(config: &GpuConfig, read: impl FnOnce() -> Result<R, GpuError>) -> Result<R, GpuError> {
     // The read binds the device's context on this thread: the caller's comes back after it.
     let _current = CurrentContextGuard::new();
     // Only a device some read has set up can be lost; requests refused on the host (overflowing

@@ -15,13 +15,14 @@ use zarrs_gds_store::GdsStore;
 use zarrs_storage::{Bytes, ReadableWritableStorageTraits, StoreKey};
 
 use crate::config::GpuConfig;
+use crate::device::context::GpuContext;
 use crate::device_array::{check_element, DeviceArray};
 use crate::error::GpuError;
 use crate::pipeline::place::{copy_dtod, fill_pattern};
 use crate::pipeline::plan::{plan_chunks, ChunkPlacement, Copy3D};
 use crate::pipeline::route::{chunk_subset, chunks_meeting, write_chain, WriteChain};
 use crate::report::{WritePath, WriteReport};
-use crate::retrieve::{check_subset, ArrayDeviceExt};
+use crate::retrieve::{check_subset, contained, ArrayDeviceExt};
 
 /// Raw chunk bytes assembled and encoded on the device at once, at most (about): the working set
 /// is twice this (raw and compressed), freed after the batch.
@@ -100,10 +101,11 @@ impl<S: ReadableWritableStorageTraits + 'static> ArrayDeviceWriteExt for Array<S
             }
             Ok(chain)
         });
-        let mut report = match chain {
-            Ok(chain) => write_on_device(self, subset, data, chain, config)?,
-            Err(reason) => write_on_host(self, subset, data, reason)?,
-        };
+        // As a read is: the caller's context restored after, a lost context refused before.
+        let mut report = contained(config, || match chain {
+            Ok(chain) => write_on_device(self, subset, data, chain, config),
+            Err(reason) => write_on_host(self, subset, data, reason),
+        })?;
         report.seconds = start.elapsed().as_secs_f64();
         Ok(report)
     }
@@ -151,12 +153,13 @@ fn copy_region<T: ElementOwned>(data: &DeviceArray<T>, region: &ArraySubset) -> 
     let len = region.num_elements() as usize;
     let out: CudaSlice<u8> = stream.alloc_zeros(len * elem as usize).map_err(GpuError::cuda("allocating a region"))?;
     let (dst, guard) = out.device_ptr(stream);
+    let source_guard = data.as_cuda_slice().map(|slice| slice.device_ptr(stream));
     for copy in &placement.copies {
         let copy = Copy3D { src_offset: copy.src_offset + placement.byte_start, ..*copy };
         // SAFETY: the copies lie within `data` (its whole shape) and `out` (the region's shape).
         unsafe { copy_dtod(&copy, data.device_ptr(), dst, stream) }?;
     }
-    drop(guard);
+    drop((guard, source_guard));
     // SAFETY: every byte of `out` was written by the copies above, ordered on its stream.
     unsafe { DeviceArray::from_device_bytes(out, region.shape().to_vec(), data.data_type().clone()) }
 }
@@ -217,6 +220,8 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             return write_on_host(array, subset, data, format!("chunks of {largest} bytes: {err}"));
         }
     }
+    // The driver calls below (fills, copies) run in the device's context.
+    GpuContext::get(config.device())?.bind()?;
     let mut report = WriteReport::new(WritePath::Device, units.len());
     let mut batches: Vec<Vec<WriteUnit>> = Vec::new();
     let mut batch_bytes = 0u64;
@@ -225,7 +230,7 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             batches.push(Vec::new());
             batch_bytes = 0;
         }
-        batch_bytes += unit.placement.chunk_bytes;
+        batch_bytes = batch_bytes.saturating_add(unit.placement.chunk_bytes);
         batches.last_mut().expect("pushed").push(unit);
     }
     // Batch k's files are stored on another thread while batch k + 1 is assembled and encoded.
@@ -259,17 +264,60 @@ fn encode_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
 ) -> Result<Vec<Vec<u8>>, GpuError> {
     let stream = data.stream().clone();
     let cuda = |what| GpuError::cuda(what);
-    // Each chunk's raw bytes at an offset aligned for nvCOMP.
-    let align = |len: u64| len.next_multiple_of(256);
-    let offsets: Vec<u64> =
-        units.iter().scan(0u64, |at, u| Some(std::mem::replace(at, *at + align(u.placement.chunk_bytes)))).collect();
-    let total = offsets.last().copied().unwrap_or(0) + units.last().map_or(0, |u| align(u.placement.chunk_bytes));
+    // Each chunk's raw bytes at an offset aligned for nvCOMP (checked: chunk shapes come from
+    // metadata).
+    let mut offsets = Vec::with_capacity(units.len());
+    let mut total = 0u64;
+    for unit in units {
+        offsets.push(total);
+        total = unit
+            .placement
+            .chunk_bytes
+            .checked_next_multiple_of(256)
+            .and_then(|len| total.checked_add(len))
+            .ok_or_else(|| GpuError::bytes_overflow("a batch of chunks of shape", &unit.placement.chunk_shape, 1))?;
+    }
     let raw: CudaSlice<u8> = stream.alloc_zeros(total.max(1) as usize).map_err(cuda("allocating chunks to encode"))?;
+    // Old chunks are read on their own streams and copied out on this one: whatever happens, they
+    // are freed only after this stream has run those copies.
+    let mut olds = Vec::new();
+    let encoded = assemble_and_encode(array, data, units, chain, config, report, (&raw, &offsets), &mut olds);
+    if !olds.is_empty() {
+        let synced = stream.synchronize().map_err(cuda("copying chunks to modify"));
+        if synced.is_err() {
+            // The copies may still run: their sources must never be reused.
+            olds.iter().for_each(DeviceArray::abandon);
+        }
+        synced?;
+    }
+    drop(olds);
+    let encoded = encoded?;
+    report.bytes_encoded += units.iter().map(|u| u.placement.chunk_bytes).sum::<u64>();
+    Ok(encoded)
+}
+
+/// [`encode_batch`]'s work on `raw` (the batch's chunks at `offsets`): each chunk assembled, then
+/// encoded; the old values of chunks covered in part go to `olds`.
+#[allow(clippy::too_many_arguments)]
+fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
+    array: &Array<S>,
+    data: &DeviceArray<T>,
+    units: &[WriteUnit],
+    chain: WriteChain,
+    config: &GpuConfig,
+    report: &mut WriteReport,
+    (raw, offsets): (&CudaSlice<u8>, &[u64]),
+    olds: &mut Vec<DeviceArray<T>>,
+) -> Result<Vec<Vec<u8>>, GpuError> {
+    let stream = data.stream().clone();
+    let cuda = |what| GpuError::cuda(what);
     let (raw_ptr, raw_guard) = raw.device_ptr(&stream);
+    // The stream waits for the data's last writer where cudarc tracks it (a slice written on
+    // another stream).
+    let source_guard = data.as_cuda_slice().map(|slice| slice.device_ptr(&stream));
     let fill = array.fill_value().as_ne_bytes();
     // Chunks covered in part: their old values first (decoded on the device).
-    let mut olds = Vec::new();
-    for (unit, &at) in units.iter().zip(&offsets) {
+    for (unit, &at) in units.iter().zip(offsets) {
         let p = &unit.placement;
         if unit.whole {
             // Elements past the array's edge (an edge chunk's) hold the fill value.
@@ -311,11 +359,11 @@ fn encode_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             unsafe { copy_dtod(&back, data.device_ptr(), raw_ptr + at, &stream) }?;
         }
     }
-    drop(raw_guard);
+    drop((raw_guard, source_guard));
     let lens: Vec<u64> = units.iter().map(|u| u.placement.chunk_bytes).collect();
     let encoded = if chain.zstd {
         let keys: Vec<&StoreKey> = units.iter().map(|u| &u.placement.key).collect();
-        compress_zstd(&stream, &raw, &offsets, &lens, &keys)?
+        compress_zstd(&stream, raw, offsets, &lens, &keys)?
     } else {
         // Each chunk straight into its own host buffer.
         let mut chunks = Vec::with_capacity(units.len());
@@ -328,9 +376,6 @@ fn encode_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         stream.synchronize().map_err(cuda("copying chunks to the host"))?;
         chunks
     };
-    // The copies out of the old chunks have run (the stream was synchronised): free them.
-    drop(olds);
-    report.bytes_encoded += lens.iter().sum::<u64>();
     Ok(encoded)
 }
 
@@ -354,14 +399,15 @@ fn store_batch<S: ReadableWritableStorageTraits + 'static>(
     chain: WriteChain,
 ) -> Result<Stored, GpuError> {
     let fill = array.fill_value().as_ne_bytes();
-    // A zstd chunk can be all fill value only when it compressed to a small fraction of its size:
-    // only those are decoded again to check.
+    // A zstd chunk can be all fill value only when it compressed to a small fraction of its size
+    // (or is small, when its frame's overhead weighs): only those are decoded again to check.
     let is_fill = |bytes: &[u8], len: u64| -> bool {
         let all_fill = |raw: &[u8]| raw.len() as u64 == len && raw.chunks_exact(fill.len().max(1)).all(|e| e == fill);
         if !chain.zstd {
             return all_fill(bytes);
         }
-        bytes.len() as u64 * 32 <= len && zstd::bulk::decompress(bytes, len as usize).is_ok_and(|raw| all_fill(&raw))
+        (bytes.len() as u64 * 32 <= len || len <= 1 << 16)
+            && zstd::bulk::decompress(bytes, len as usize).is_ok_and(|raw| all_fill(&raw))
     };
     // Each chunk's stored value (its crc32c appended), or None where it is all fill value.
     let values: Vec<Option<Bytes>> = encoded
