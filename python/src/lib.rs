@@ -17,8 +17,8 @@ use pyo3::types::{PyBytes, PyDict, PyEllipsis, PyFloat, PySlice, PyString, PyTup
 use zarrs::array::{Array, ArraySubset, ElementOwned};
 use zarrs_gds_store::GdsStore;
 use zarrs_gpu::{
-    read_async, tile_subsets, ArrayDeviceExt, DecodeTrust, DeviceArray, GpuConfig, GpuError, IndexItem, IoBackend,
-    PendingRead, ReadAhead, RetrieveReport, ShardIndexCache, TileOrder,
+    read_async, tile_subsets, ArrayDeviceExt, ArrayDeviceWriteExt, DecodeTrust, DeviceArray, GpuConfig, GpuError,
+    IndexItem, IoBackend, PendingRead, ReadAhead, RetrieveReport, ShardIndexCache, TileOrder, WritePath, WriteReport,
 };
 use zarrs_gpu_codecs::{Coalescer, DlpackStream};
 
@@ -420,6 +420,89 @@ fn saturated(int: &Bound<'_, PyAny>) -> PyResult<i128> {
     }
 }
 
+/// Whether `value` is in CUDA device memory by DLPack's account (`__dlpack_device__`).
+fn on_cuda_device(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if !value.hasattr("__dlpack_device__")? {
+        return Ok(false);
+    }
+    let device = value.call_method0("__dlpack_device__")?;
+    Ok(device.extract::<(i32, i32)>().is_ok_and(|(device_type, _)| device_type == KDL_CUDA))
+}
+
+/// `value.__dlpack__(stream=1, max_version=(1, 0))` as a DLPack 1.0 tensor (`what` names it in
+/// errors): the producer's work is ordered before the legacy default stream.
+fn versioned_capsule(py: Python<'_>, value: &Bound<'_, PyAny>, what: &str) -> PyResult<SafeManagedTensorVersioned> {
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("stream", 1)?;
+    kwargs.set_item("max_version", (1, 0))?;
+    let capsule = value.call_method("__dlpack__", (), Some(&kwargs))?;
+    let capsule = capsule
+        .downcast::<pyo3::types::PyCapsule>()
+        .map_err(|_| PyTypeError::new_err(format!("{what}'s __dlpack__() did not return a capsule")))?;
+    let name = capsule.name()?.map(|n| n.to_bytes().to_vec());
+    if name.as_deref() != Some(b"dltensor_versioned".as_slice()) {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be a DLPack 1.0 producer (its __dlpack__(max_version=(1, 0)) gave an unversioned capsule)"
+        )));
+    }
+    capsule.extract()
+}
+
+/// Write `tensor` (another library's device memory, the subset's shape) into `subset`, as `T`.
+/// The write runs without the interpreter lock; the tensor is released with it held.
+fn write_from_typed<T: ElementOwned + Send + Sync + 'static>(
+    py: Python<'_>,
+    array: &Array<GdsStore>,
+    subset: &ArraySubset,
+    config: &GpuConfig,
+    tensor: SafeManagedTensorVersioned,
+) -> PyResult<WriteReport> {
+    // The selection's shape (integers as 1s) over the value's (integers dropped).
+    let data = DeviceArray::<T>::from_dlpack(tensor, array.data_type().clone())
+        .and_then(|data| data.reshape(subset.shape().to_vec()))
+        .map_err(py_err)?;
+    let report = py.allow_threads(|| {
+        let _current = zarrs_gpu_codecs::CurrentContextGuard::new();
+        // The producer ordered its work before the legacy default stream: wait for it.
+        data.stream()
+            .synchronize()
+            .map_err(|source| GpuError::Cuda { what: "waiting for the value's producer", source })?;
+        array.store_array_subset_device_opt(subset, &data, config)
+    });
+    drop(data);
+    report.map_err(py_err)
+}
+
+fn write_from_any(
+    py: Python<'_>,
+    array: &Array<GdsStore>,
+    subset: &ArraySubset,
+    config: &GpuConfig,
+    tensor: SafeManagedTensorVersioned,
+) -> PyResult<WriteReport> {
+    type WriteFrom =
+        fn(Python<'_>, &Array<GdsStore>, &ArraySubset, &GpuConfig, SafeManagedTensorVersioned) -> PyResult<WriteReport>;
+    let (name, _) = element_type(array)?;
+    let write: WriteFrom = zarrs_gpu::by_element_type!(name, write_from_typed)
+        .ok_or_else(|| PyTypeError::new_err(format!("data type {name} has no device element type")))?;
+    write(py, array, subset, config, tensor)
+}
+
+/// A write's report as a dict (the keys of `WriteReport`).
+fn write_report_dict<'py>(py: Python<'py>, r: &WriteReport) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("path", if r.path == WritePath::Device { "device" } else { "host" })?;
+    dict.set_item("reason", r.reason.clone())?;
+    dict.set_item("chunks", r.chunks)?;
+    dict.set_item("written", r.written)?;
+    dict.set_item("erased", r.erased)?;
+    dict.set_item("modified", r.modified)?;
+    dict.set_item("bytes_encoded", r.bytes_encoded)?;
+    dict.set_item("bytes_stored", r.bytes_stored)?;
+    dict.set_item("seconds", r.seconds)?;
+    Ok(dict)
+}
+
 /// `read_into`'s `out` must be device memory that DLPack hands over: refuse anything else (a
 /// numpy array, whose `__dlpack__` would only say that numpy takes no stream) plainly.
 fn check_device_destination(out: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -455,6 +538,8 @@ struct PyZarrArray {
     coalescer: Coalescer<(ArraySubset, Vec<u64>), AnyResult>,
     path: PathBuf,
     node: String,
+    /// Opened with mode "r+": writes are allowed.
+    writable: bool,
 }
 
 impl PyZarrArray {
@@ -776,6 +861,62 @@ impl PyZarrArray {
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyDeviceArray> {
         let (ranges, out_shape) = index_to_subset(key, self.array.shape())?;
         self.read_ranges(py, &ranges, out_shape)
+    }
+
+    /// `a[key] = value`: see `write`.
+    fn __setitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.write(py, key, value).map(|_| ())
+    }
+
+    /// Store `value` into the selection `key` (numpy's basic indexing, as `a[key]` reads) and
+    /// return the write's report. From device memory (a CuPy array, a PyTorch CUDA tensor: any
+    /// DLPack 1.0 producer on a CUDA device, of the array's dtype and the selection's shape,
+    /// C-contiguous), its chunks assembled and encoded on the device where the array's codecs
+    /// allow; from anything else numpy takes (broadcast to the selection and cast to the array's
+    /// dtype, as numpy's assignment does), written by zarrs on the host. Needs `mode="r+"`.
+    fn write<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if !self.writable {
+            return Err(PyValueError::new_err(format!(
+                "{} was opened for reading (mode=\"r\"): open it with mode=\"r+\" to write",
+                self.node
+            )));
+        }
+        let (ranges, selected) = index_to_subset(key, self.array.shape())?;
+        let subset = ArraySubset::new_with_ranges(&ranges);
+        if on_cuda_device(value)? {
+            let shape: Vec<u64> = value.getattr("shape")?.extract()?;
+            if shape != selected {
+                return Err(PyValueError::new_err(format!(
+                    "the value has shape {shape:?}, the selection {selected:?}"
+                )));
+            }
+            let tensor = versioned_capsule(py, value, "the value")?;
+            let report = write_from_any(py, &self.array, &subset, &self.config, tensor)?;
+            return write_report_dict(py, &report);
+        }
+        // Host memory: numpy's assignment rules, then zarrs' own write.
+        let numpy = py.import("numpy")?;
+        let dtype = self.dtype(py)?;
+        let broadcast = numpy.call_method1("broadcast_to", (value, PyTuple::new(py, &selected)?))?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("dtype", dtype)?;
+        let host = numpy.call_method("ascontiguousarray", (broadcast,), Some(&kwargs))?;
+        let bytes: Vec<u8> = host.call_method0("tobytes")?.extract()?;
+        let array = &self.array;
+        py.allow_threads(|| {
+            array
+                .store_array_subset(&subset, zarrs::array::ArrayBytes::new_flen(bytes))
+                .map_err(|e| py_err(GpuError::from(e)))
+        })?;
+        let report = PyDict::new(py);
+        report.set_item("path", "host")?;
+        report.set_item("reason", "the value is in host memory: zarrs encodes and writes it")?;
+        Ok(report)
     }
 
     fn __len__(&self) -> PyResult<usize> {
@@ -1122,17 +1263,23 @@ fn config(device: usize, backend: Option<&str>, decode_trust: Option<&str>) -> P
 }
 
 /// Open the Zarr array `array` (a node path; the leading `/` is optional) of the filesystem store
-/// at `store_path` for reads to GPU `device`. `backend`: "auto", "gds" or "posix";
-/// `decode_trust`: "verified", "checked" or "trusted".
+/// at `store_path` for reads to GPU `device` (and writes, with `mode="r+"`). `backend`: "auto",
+/// "gds" or "posix"; `decode_trust`: "verified", "checked" or "trusted".
 #[pyfunction]
-#[pyo3(signature = (store_path, array="/", *, device=0, backend=None, decode_trust=None))]
+#[pyo3(signature = (store_path, array="/", *, device=0, backend=None, decode_trust=None, mode="r"))]
 fn open(
     store_path: PathBuf,
     array: &str,
     device: i128,
     backend: Option<&str>,
     decode_trust: Option<&str>,
+    mode: &str,
 ) -> PyResult<PyZarrArray> {
+    let writable = match mode {
+        "r" => false,
+        "r+" => true,
+        other => return Err(PyValueError::new_err(format!("mode={other:?}: \"r\" (read) or \"r+\" (read and write)"))),
+    };
     let device = device_ordinal(device)?;
     if !store_path.exists() {
         return Err(PyFileNotFoundError::new_err(format!("{}: no such directory", store_path.display())));
@@ -1150,7 +1297,14 @@ fn open(
         err => PyValueError::new_err(err.to_string()),
     })?;
     let coalescer = Coalescer::new(config.coalesce_window().unwrap_or_default());
-    Ok(PyZarrArray { array: Arc::new(opened), config, coalescer, path: store_path, node: zarrs_gpu::node_path(array) })
+    Ok(PyZarrArray {
+        array: Arc::new(opened),
+        config,
+        coalescer,
+        path: store_path,
+        node: zarrs_gpu::node_path(array),
+        writable,
+    })
 }
 
 /// Read `subset` of the Zarr array `array` of the store at `store_path` to GPU `device`: one
@@ -1166,7 +1320,7 @@ fn read(
     backend: Option<&str>,
     decode_trust: Option<&str>,
 ) -> PyResult<PyDeviceArray> {
-    open(store_path, array, device, backend, decode_trust)?.read(py, subset)
+    open(store_path, array, device, backend, decode_trust, "r")?.read(py, subset)
 }
 
 /// Give back to the driver the device memory (and pinned host memory) this package keeps idle

@@ -72,6 +72,38 @@ class CpuTests(unittest.TestCase):
         self.assertEqual(zarrs_gpu.open(self.group, "raw").shape, (4,))
         self.assertEqual(zarrs_gpu.open(self.group, "/raw").dtype, "int64")
 
+    def test_host_values_are_written_as_numpy_assigns_and_read_back_by_zarr_python(self):
+        path = os.path.join(self.dir.name, "write.zarr")
+        z = zarr.create_array(store=path, shape=(11, 13, 6), chunks=(4, 5, 6), dtype="int32",
+                              compressors=zc.ZstdCodec(level=3), fill_value=0)
+        want = np.zeros((11, 13, 6), dtype="int32")
+        a = zarrs_gpu.open(path, mode="r+")
+        # Unaligned boxes, an integer index (its dimension dropped), a scalar broadcast, floats cast.
+        value = np.arange(3 * 9 * 6).reshape(3, 9, 6)
+        report = a.write((slice(2, 5), slice(1, 10)), value)
+        want[2:5, 1:10] = value
+        self.assertEqual(report["path"], "host")
+        a[7] = np.full((13, 6), 5.9)
+        want[7] = np.full((13, 6), 5.9)
+        a[9:, :, 2] = -3
+        want[9:, :, 2] = -3
+        np.testing.assert_array_equal(zarr.open_array(path, mode="r")[:], want)
+        # A chunk written to hold the fill value alone is erased (zarrs' rule, zarr-python's too).
+        a[:4, :5] = 3
+        self.assertTrue(os.path.exists(os.path.join(path, "c", "0", "0", "0")))
+        a[:4, :5] = 0
+        want[:4, :5] = 0
+        self.assertFalse(os.path.exists(os.path.join(path, "c", "0", "0", "0")))
+        np.testing.assert_array_equal(zarr.open_array(path, mode="r")[:], want)
+        # A shape that does not broadcast, a read-only array, an unknown mode.
+        with self.assertRaises(ValueError):
+            a[0:2] = np.ones((3, 13, 6))
+        with self.assertRaisesRegex(ValueError, 'mode="r\\+"'):
+            zarrs_gpu.open(path)[0] = 1
+        with self.assertRaisesRegex(ValueError, "mode"):
+            zarrs_gpu.open(path, mode="w")
+        np.testing.assert_array_equal(zarr.open_array(path, mode="r")[:], want)
+
     def test_bad_indices_are_index_errors_before_any_device_work(self):
         a = zarrs_gpu.open(self.v3)
         cases = [
@@ -331,7 +363,7 @@ class CpuTests(unittest.TestCase):
         public = {n for n in dir(module) if not n.startswith("_")} | {"__version__"}
         self.assertEqual(public - names, set(), "public names of the module missing from the stub")
         for cls in (module.Array, module.DeviceArray):
-            defined = {n for n in vars(cls) if not n.startswith("_") or n in ("__getitem__", "__len__", "__dlpack__",
+            defined = {n for n in vars(cls) if not n.startswith("_") or n in ("__getitem__", "__setitem__", "__len__", "__dlpack__",
                                                                              "__dlpack_device__",
                                                                              "__cuda_array_interface__")}
             self.assertEqual(defined - members[cls.__name__], set(), f"{cls.__name__}: missing from the stub")

@@ -481,6 +481,36 @@ class GpuTests(unittest.TestCase):
                     a.read_many(mixed, stack=True)
         self.assertEqual(a.read_many([]), [])
 
+    def test_device_values_are_written_and_read_back_by_zarr_python(self):
+        import zarr.codecs as zc
+
+        rng = np.random.default_rng(29)
+        for name, compressors in (("zstd", zc.ZstdCodec(level=3)), ("raw", None), ("gzip", zc.GzipCodec(level=5))):
+            path = os.path.join(self.dir.name, f"device-write-{name}.zarr")
+            zarr.create_array(store=path, shape=(40, 70, 90), chunks=(16, 32, 32), dtype="float32",
+                              compressors=compressors, fill_value=0)
+            a = zarrs_gpu.open(path, mode="r+")
+            want = np.round(rng.random((40, 70, 90), dtype=np.float32) * 100)
+            want[:16, :32, :32] = 0  # a chunk of the fill value: erased
+            report = a.write(slice(None), cp.asarray(want))
+            self.assertEqual(report["path"], "host" if name == "gzip" else "device", report)
+            # A PyTorch tile at an unaligned place (partial and edge chunks read, modified, written
+            # again), then a CuPy plane at an integer index (its dimension dropped).
+            tile = torch.arange(32 * 50 * 57, dtype=torch.float32, device="cuda").reshape(32, 50, 57)
+            a[5:37, 20:70, 33:90] = tile
+            want[5:37, 20:70, 33:90] = tile.cpu().numpy()
+            plane = cp.full((70, 90), 7.5, dtype=cp.float32)
+            a[38] = plane
+            want[38] = 7.5
+            np.testing.assert_array_equal(zarr.open_array(path, mode="r")[:], want, err_msg=name)
+            self.assertFalse(os.path.exists(os.path.join(path, "c", "0", "0", "0")), name)
+            # The wrong dtype or shape on the device: refused before anything is written.
+            with self.assertRaises((TypeError, ValueError, RuntimeError)):
+                a[0:2] = cp.zeros((2, 70, 90), dtype=cp.float64)
+            with self.assertRaises(ValueError):
+                a[0:2] = cp.zeros((3, 70, 90), dtype=cp.float32)
+            np.testing.assert_array_equal(zarr.open_array(path, mode="r")[:], want, err_msg=name)
+
     def test_reads_from_many_threads_coalesce_and_match_zarr_python(self):
         # ZARRS_GPU_COALESCE_WINDOW_US (read when the array is opened): reads of one array made
         # from a thread pool at once are gathered into requests; each is its own key's data.

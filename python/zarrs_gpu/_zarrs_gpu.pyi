@@ -56,8 +56,23 @@ class _CudaArrayInterface(TypedDict):
     version: int
 
 @final
+class _WriteReport(TypedDict, total=False):
+    """What a write did: "path" ("device" or "host") and "reason" always; the counts and times
+    for writes from device memory."""
+
+    path: str
+    reason: Optional[str]
+    chunks: int
+    written: int
+    erased: int
+    modified: int
+    bytes_encoded: int
+    bytes_stored: int
+    seconds: float
+
 class Array:
-    """A Zarr array in a filesystem store, opened for reads to the GPU."""
+    """A Zarr array in a filesystem store, opened for reads to the GPU (and writes, with
+    ``mode="r+"``)."""
 
     @property
     def shape(self) -> tuple[int, ...]: ...
@@ -107,7 +122,13 @@ class Array:
         read and decoded once): a list of DeviceArrays, one per key (views of one allocation), or
         with `stack=True` one DeviceArray of shape ``(len(keys), *shape)`` where every key selects
         `shape`. Every key is checked before anything is read."""
+    def write(self, key: _Index, value: Any) -> _WriteReport:
+        """Store `value` into the selection `key` (needs ``mode="r+"``): from device memory (a CuPy
+        array, a PyTorch CUDA tensor, any DLPack 1.0 producer on a CUDA device, of the array's dtype
+        and the selection's shape) encoded on the device where the codecs allow; from anything
+        numpy takes (broadcast and cast as numpy's assignment does) written by zarrs."""
     def __getitem__(self, key: _Index, /) -> DeviceArray: ...
+    def __setitem__(self, key: _Index, value: Any, /) -> None: ...
     def __len__(self) -> int: ...
 
 @final
@@ -182,6 +203,7 @@ def open(
     device: int = 0,
     backend: Optional[Literal["auto", "gds", "posix"]] = None,
     decode_trust: Optional[Literal["verified", "checked", "trusted"]] = None,
+    mode: Literal["r", "r+"] = "r",
 ) -> Array: ...
 def read(
     store_path: Union[str, os.PathLike[str]],
