@@ -31,7 +31,8 @@ const WRITE_BATCH_BYTES: u64 = 1 << 30;
 /// Storing device arrays into a Zarr array, beside zarrs' `store_array_subset`.
 pub trait ArrayDeviceWriteExt {
     /// Store `data` (of `subset`'s shape) into `subset` of the array, as
-    /// [`Self::store_array_subset_device_opt`] with the default configuration.
+    /// [`Self::store_array_subset_device_opt`] with the configuration reads use
+    /// ([`GpuConfig::current`]: GPU mode's, else the environment's).
     ///
     /// # Errors
     /// As [`Self::store_array_subset_device_opt`].
@@ -40,7 +41,7 @@ pub trait ArrayDeviceWriteExt {
         subset: &ArraySubset,
         data: &DeviceArray<T>,
     ) -> Result<WriteReport, GpuError> {
-        self.store_array_subset_device_opt(subset, data, &GpuConfig::default())
+        self.store_array_subset_device_opt(subset, data, &GpuConfig::current()?)
     }
 
     /// Store `data` (of `subset`'s shape, on `config`'s device) into `subset` of the array: its
@@ -60,14 +61,30 @@ pub trait ArrayDeviceWriteExt {
         config: &GpuConfig,
     ) -> Result<WriteReport, GpuError>;
 
-    /// Store `data` (the chunk's full shape) as the chunk at `chunk_indices`.
+    /// Store `data` (the chunk's full shape) as the chunk at `chunk_indices`, as
+    /// [`Self::store_chunk_device_opt`] with the configuration reads use.
     ///
     /// # Errors
-    /// As [`Self::store_array_subset_device_opt`], and for chunk indices outside the grid.
+    /// As [`Self::store_chunk_device_opt`].
     fn store_chunk_device<T: ElementOwned>(
         &self,
         chunk_indices: &[u64],
         data: &DeviceArray<T>,
+    ) -> Result<WriteReport, GpuError> {
+        self.store_chunk_device_opt(chunk_indices, data, &GpuConfig::current()?)
+    }
+
+    /// Store `data` (the chunk's full shape, on `config`'s device) as the chunk at
+    /// `chunk_indices`: its part within the array, as [`Self::store_array_subset_device_opt`]
+    /// stores a subset.
+    ///
+    /// # Errors
+    /// As [`Self::store_array_subset_device_opt`], and for chunk indices outside the grid.
+    fn store_chunk_device_opt<T: ElementOwned>(
+        &self,
+        chunk_indices: &[u64],
+        data: &DeviceArray<T>,
+        config: &GpuConfig,
     ) -> Result<WriteReport, GpuError>;
 }
 
@@ -110,10 +127,11 @@ impl<S: ReadableWritableStorageTraits + 'static> ArrayDeviceWriteExt for Array<S
         Ok(report)
     }
 
-    fn store_chunk_device<T: ElementOwned>(
+    fn store_chunk_device_opt<T: ElementOwned>(
         &self,
         chunk_indices: &[u64],
         data: &DeviceArray<T>,
+        config: &GpuConfig,
     ) -> Result<WriteReport, GpuError> {
         let grid = self.chunk_grid_shape();
         if chunk_indices.len() != grid.len() || chunk_indices.iter().zip(grid).any(|(i, n)| i >= n) {
@@ -132,13 +150,15 @@ impl<S: ReadableWritableStorageTraits + 'static> ArrayDeviceWriteExt for Array<S
             chunk.start().iter().zip(chunk.shape()).zip(self.shape()).map(|((&a, &n), &e)| a..(a + n).min(e)).collect();
         let bounded = ArraySubset::new_with_ranges(&bounded);
         if bounded.shape() == chunk.shape() {
-            return self.store_array_subset_device(&bounded, data);
+            return self.store_array_subset_device_opt(&bounded, data, config);
         }
-        // An edge chunk: its part within the array, taken from the full-shape data.
+        // An edge chunk: its part within the array, taken from the full-shape data (the copy binds
+        // the device's context on this thread: the caller's comes back after).
+        let _current = crate::device::current_context::CurrentContextGuard::new();
         let within = ArraySubset::new_with_start_shape(vec![0; chunk.dimensionality()], bounded.shape().to_vec())
             .map_err(|e| GpuError::Array(e.into()))?;
         let part = copy_region(data, &within)?;
-        self.store_array_subset_device(&bounded, &part)
+        self.store_array_subset_device_opt(&bounded, &part, config)
     }
 }
 
