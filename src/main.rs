@@ -7,6 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
+
+mod convert;
+use convert::convert as convert_as;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sha2::{Digest, Sha256};
 use zarrs::array::codec::{CodecChain, ShardingCodecConfiguration};
@@ -67,6 +70,33 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Re-encode an array into a new one (other codecs, chunks or shards) through the GPU: slab
+    /// after slab read to the device and written from there, encoded on the device where the new
+    /// codecs allow (zstd, crc32c, none), else by zarrs.
+    Convert {
+        /// The source Zarr store (a directory).
+        src: PathBuf,
+        /// The new store (a directory without a Zarr node): the array at its root, Zarr v3.
+        dst: PathBuf,
+        /// The source array's node path.
+        #[arg(long, default_value = "/")]
+        array: String,
+        /// The new codec: none, zstd[:LEVEL] (default level 3) or gzip[:LEVEL] (default 5).
+        #[arg(long, default_value = "zstd")]
+        codec: String,
+        /// Append crc32c to each chunk.
+        #[arg(long)]
+        crc32c: bool,
+        /// The new chunk shape, e.g. 64,64,64 (inner chunks with --shard; default: the source's).
+        #[arg(long)]
+        chunks: Option<String>,
+        /// Shards of this shape holding the chunks, e.g. 256,256,256.
+        #[arg(long)]
+        shard: Option<String>,
+        /// CUDA device ordinal.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+    },
     /// Print an array's metadata and how each codec would be decoded; for a group, its arrays
     /// (and OME-Zarr multiscale levels) with shapes, data types, chunks and decode routes.
     Info {
@@ -79,6 +109,9 @@ enum Command {
 }
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// `convert`, for one element type.
+type ConvertFn = fn(&Array<GdsStore>, &Path, &convert::Target, &GpuConfig) -> Result<(), Error>;
 
 fn main() -> ExitCode {
     // Asked before parsing, so that a usage error is JSON too where JSON was asked for.
@@ -130,6 +163,9 @@ impl ErrorContext {
             },
             Command::Info { path, array } => {
                 Self { json: false, command: "info", path: Some(path.clone()), array: array.clone(), subset: None }
+            }
+            Command::Convert { src, array, .. } => {
+                Self { json: false, command: "convert", path: Some(src.clone()), array: array.clone(), subset: None }
             }
         }
     }
@@ -198,6 +234,20 @@ fn failed(kind: &'static str) -> impl FnOnce(String) -> Failed {
 fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Info { path, array } => info(&path, &array),
+        Command::Convert { src, dst, array, codec, crc32c, chunks, shard, device } => {
+            let source = open(&src, &array)?;
+            let n = source.dimensionality();
+            // Every argument checked before the device is asked for.
+            convert::codecs(&codec, crc32c).map_err(failed("codec"))?;
+            let chunks = chunks.map(|c| convert::shape_arg("--chunks", &c, n)).transpose().map_err(failed("chunks"))?;
+            let shard = shard.map(|s| convert::shape_arg("--shard", &s, n)).transpose().map_err(failed("shard"))?;
+            let target = convert::Target { codec: &codec, crc32c, chunks, shard };
+            let config = GpuConfig::from_env()?.with_device(device);
+            let dt = source.data_type();
+            let (name, _) = zarrs_gpu::element_type(dt).ok_or_else(|| unsupported(dt))?;
+            let run: ConvertFn = zarrs_gpu::by_element_type!(name, convert_as).ok_or_else(|| unsupported(dt))?;
+            run(&source, &dst, &target, &config)
+        }
         Command::Read { path, array, subset, backend, device, decode_trust, repeat, digest, npy, stats, json } => {
             // The environment first (every bad value an error naming its variable), then flags.
             // Shard indexes are kept between the repeats.

@@ -587,3 +587,65 @@ fn hostile_metadata_and_subsets_are_refused_without_panics() -> Result {
     }
     Ok(())
 }
+
+#[test]
+fn convert_checks_its_arguments_and_its_target_before_any_device_work() -> Result {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("a.zarr");
+    sample::create_sample_array(&path, &[10, 12], &[4, 5])?;
+    let (p, out) = (path.to_str().unwrap(), dir.path().join("b.zarr"));
+    let o = out.to_str().unwrap();
+    for (args, wanted) in [
+        (vec!["--codec", "lz4"], "--codec lz4: none, zstd[:LEVEL] or gzip[:LEVEL]"),
+        (vec!["--codec", "zstd:99"], "the level lies in"),
+        (vec!["--chunks", "4,0"], "--chunks 4,0: sizes of at least 1"),
+        (vec!["--chunks", "4,4,4"], "3 sizes for an array of 2 dimensions"),
+        (vec!["--shard", "8"], "--shard 8: 1 sizes for an array of 2 dimensions"),
+    ] {
+        let mut all = vec!["convert", p, o];
+        all.extend(args);
+        let (status, text) = zarrs_gpu(&all)?;
+        assert_eq!(status.status.code(), Some(1), "{text}");
+        assert!(text.contains(wanted), "{all:?}: {text}");
+        assert!(!out.exists(), "{all:?}: nothing is made before the arguments are checked");
+    }
+    // A Zarr node at the target already: refused, left as it was.
+    let (status, text) = zarrs_gpu(&["convert", p, p])?;
+    assert_eq!(status.status.code(), Some(1), "{text}");
+    assert!(text.contains("a Zarr node is there already"), "{text}");
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn convert_reencodes_arrays_that_read_back_equal() -> Result {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("src.zarr");
+    let store = Arc::new(GdsStore::new(&path)?);
+    let array = ArrayBuilder::new(vec![70, 90, 33], vec![16, 32, 32], data_type::float32(), 0.0f32)
+        .bytes_to_bytes_codecs(vec![Arc::new(GzipCodec::new(5)?)])
+        .build(store, "/")?;
+    array.store_metadata()?;
+    let values: Vec<f32> = (0..70 * 90 * 33).map(|i| ((i % 977) as f32).sin() * 100.0).collect();
+    let all = ArraySubset::new_with_shape(vec![70, 90, 33]);
+    array.store_array_subset(&all, values.clone())?;
+    let p = path.to_str().unwrap();
+    for (name, args) in [
+        ("zstd", vec!["--codec", "zstd", "--chunks", "20,32,16"]),
+        ("zstd_crc", vec!["--codec", "zstd:1", "--crc32c"]),
+        ("raw", vec!["--codec", "none", "--chunks", "64,64,64"]),
+        ("sharded", vec!["--codec", "zstd", "--chunks", "16,32,11", "--shard", "32,64,33"]),
+    ] {
+        let out = dir.path().join(format!("{name}.zarr"));
+        let mut all_args = vec!["convert", p, out.to_str().unwrap()];
+        all_args.extend(args);
+        let (status, text) = zarrs_gpu(&all_args)?;
+        assert!(status.status.success(), "{name}: {text}");
+        let converted = zarrs::array::Array::open(Arc::new(GdsStore::new(&out)?), "/")?;
+        let got: Vec<f32> = converted.retrieve_array_subset(&all)?;
+        assert!(got == values, "{name}: the converted array differs");
+        let encoded_on_device = text.contains("encoded on the device");
+        assert_eq!(encoded_on_device, name != "sharded", "{name}: {text}");
+    }
+    Ok(())
+}

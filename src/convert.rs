@@ -1,0 +1,175 @@
+//! `zarrs-gpu convert`: an array re-encoded into a new one (other codecs, chunks or shards)
+//! through the GPU, slab after slab: each read to the device and written from there (encoded on
+//! the device where the new codecs allow, else by zarrs from a host copy).
+
+use std::num::NonZeroU64;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use zarrs::array::codec::{Crc32cCodec, GzipCodec, ShardingCodecBuilder, ZstdCodec};
+use zarrs::array::{Array, ArrayBuilder, ArraySubset, BytesToBytesCodecTraits, ElementOwned};
+use zarrs_gpu::{ArrayDeviceExt, ArrayDeviceWriteExt, GdsStore, GpuConfig, WritePath};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// Bytes of the source read to the device at once (about: whole rows of destination chunks).
+const SLAB_BYTES: u64 = 1 << 30;
+
+/// What the new array is.
+pub(crate) struct Target<'a> {
+    /// `none`, `zstd[:LEVEL]` or `gzip[:LEVEL]`.
+    pub(crate) codec: &'a str,
+    pub(crate) crc32c: bool,
+    /// Chunk shape (inner chunks where sharded); None: the source's.
+    pub(crate) chunks: Option<Vec<u64>>,
+    /// Shard shape; None: not sharded.
+    pub(crate) shard: Option<Vec<u64>>,
+}
+
+/// The bytes-to-bytes codecs `codec` (and `crc32c`) name.
+pub(crate) fn codecs(codec: &str, crc32c: bool) -> Result<Vec<Arc<dyn BytesToBytesCodecTraits>>, String> {
+    let (name, level) = match codec.split_once(':') {
+        Some((name, level)) => (name, Some(level)),
+        None => (codec, None),
+    };
+    let level = |default: i64, range: std::ops::RangeInclusive<i64>| -> Result<i64, String> {
+        let level =
+            level.map_or(Ok(default), str::parse).map_err(|_| format!("--codec {codec}: the level is a number"))?;
+        if range.contains(&level) {
+            Ok(level)
+        } else {
+            Err(format!("--codec {codec}: the level lies in {range:?}"))
+        }
+    };
+    let mut codecs: Vec<Arc<dyn BytesToBytesCodecTraits>> = match name {
+        "none" if level(0, 0..=0).is_ok() => vec![],
+        "zstd" => vec![Arc::new(ZstdCodec::new(level(3, -7..=22)? as i32, false))],
+        "gzip" => vec![Arc::new(GzipCodec::new(level(5, 0..=9)? as u32).map_err(|e| e.to_string())?)],
+        _ => return Err(format!("--codec {codec}: none, zstd[:LEVEL] or gzip[:LEVEL]")),
+    };
+    if crc32c {
+        codecs.push(Arc::new(Crc32cCodec::new()));
+    }
+    Ok(codecs)
+}
+
+/// A shape of `n` dimensions from `a,b,c` (each at least 1).
+pub(crate) fn shape_arg(flag: &str, text: &str, n: usize) -> Result<Vec<u64>, String> {
+    let shape: Vec<u64> = text
+        .split(',')
+        .map(|s| s.trim().parse::<u64>().ok().filter(|&v| v > 0))
+        .collect::<Option<_>>()
+        .ok_or_else(|| format!("{flag} {text}: sizes of at least 1, separated by commas"))?;
+    if shape.len() != n {
+        return Err(format!("{flag} {text}: {} sizes for an array of {n} dimensions", shape.len()));
+    }
+    Ok(shape)
+}
+
+/// Make the new array at `dst` (refused where a Zarr node is there already): the source's shape,
+/// data type, fill value, dimension names and attributes, the target's codecs and chunks.
+fn create(src: &Array<GdsStore>, dst: &Path, target: &Target) -> Result<Array<GdsStore>, Error> {
+    if dst.join("zarr.json").exists() || dst.join(".zarray").exists() || dst.join(".zgroup").exists() {
+        return Err(format!("{}: a Zarr node is there already (convert writes a new array)", dst.display()).into());
+    }
+    let n = src.dimensionality();
+    let source_chunks: Vec<u64> = src.chunk_shape(&vec![0; n])?.iter().map(|c| c.get()).collect();
+    let chunks = target.chunks.clone().unwrap_or(source_chunks);
+    let codecs = codecs(target.codec, target.crc32c)?;
+    let store = Arc::new(GdsStore::new(dst)?);
+    let mut builder = if let Some(shard) = &target.shard {
+        if shard.iter().zip(&chunks).any(|(s, c)| s % c != 0) {
+            return Err(format!("--shard {shard:?} is not a multiple of the chunks {chunks:?}").into());
+        }
+        let inner: Vec<NonZeroU64> = chunks.iter().map(|&c| NonZeroU64::new(c).expect("at least 1")).collect();
+        let sharding = ShardingCodecBuilder::new(inner, src.data_type()).bytes_to_bytes_codecs(codecs).build_arc();
+        let mut b =
+            ArrayBuilder::new(src.shape().to_vec(), shard.clone(), src.data_type().clone(), src.fill_value().clone());
+        b.array_to_bytes_codec(sharding);
+        b
+    } else {
+        let mut b = ArrayBuilder::new(src.shape().to_vec(), chunks, src.data_type().clone(), src.fill_value().clone());
+        b.bytes_to_bytes_codecs(codecs);
+        b
+    };
+    builder.attributes(src.attributes().clone());
+    if let Some(names) = src.dimension_names() {
+        builder.dimension_names(Some(names.clone()));
+    }
+    let array = builder.build(store, "/")?;
+    array.store_metadata()?;
+    Ok(array)
+}
+
+/// Convert `src` into a new array at `dst`, as `T`, slab after slab; print what it did.
+pub(crate) fn convert<T: ElementOwned>(
+    src: &Array<GdsStore>,
+    dst: &Path,
+    target: &Target,
+    config: &GpuConfig,
+) -> Result<(), Error> {
+    let out = create(src, dst, target)?;
+    let shape = src.shape().to_vec();
+    let elem = std::mem::size_of::<T>() as u64;
+    // Slabs along the first dimension, whole rows of the new chunks (or shards), ~SLAB_BYTES each.
+    let row = out.chunk_shape(&vec![0; shape.len()])?[0].get();
+    let plane: u64 = shape[1..].iter().product::<u64>().saturating_mul(elem).max(1);
+    let rows = (SLAB_BYTES / plane.saturating_mul(row).max(1)).max(1);
+    let step = row.saturating_mul(rows);
+    let total = shape.iter().product::<u64>().saturating_mul(elem);
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    bar.set_style(ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} {eta}")?);
+    let start = Instant::now();
+    let (mut stored, mut encoded, mut host) = (0u64, 0u64, None);
+    let mut z = 0;
+    while z < shape.first().copied().unwrap_or(0) {
+        let end = z.saturating_add(step).min(shape[0]);
+        let ranges: Vec<std::ops::Range<u64>> =
+            std::iter::once(z..end).chain(shape[1..].iter().map(|&n| 0..n)).collect();
+        let slab = ArraySubset::new_with_ranges(&ranges);
+        let (data, _) = src.retrieve_array_subset_device_opt::<T>(&slab, config)?;
+        let report = out.store_array_subset_device_opt(&slab, &data, config)?;
+        if report.path == WritePath::Host {
+            host.clone_from(&report.reason);
+        }
+        stored += report.bytes_stored;
+        encoded += report.bytes_encoded;
+        bar.inc(slab.num_elements() * elem);
+        z = end;
+    }
+    bar.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{} -> {}: {} bytes in {secs:.2} s ({:.2} GiB/s); {}",
+        src.path(),
+        dst.display(),
+        total,
+        total as f64 / f64::from(1u32 << 30) / secs.max(1e-9),
+        match host {
+            Some(reason) => format!("encoded by zarrs on the host: {reason}"),
+            None => format!("encoded on the device, ratio {:.2}", encoded as f64 / stored.max(1) as f64),
+        }
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codec_and_shape_arguments_are_checked_before_any_work() {
+        assert_eq!(codecs("none", false).unwrap().len(), 0);
+        assert_eq!(codecs("zstd", true).unwrap().len(), 2);
+        assert_eq!(codecs("zstd:-3", false).unwrap().len(), 1);
+        assert_eq!(codecs("gzip:9", false).unwrap().len(), 1);
+        for bad in ["lz4", "zstd:x", "zstd:23", "gzip:10", "none:1", ""] {
+            assert!(codecs(bad, false).unwrap_err().contains("--codec"), "{bad}");
+        }
+        assert_eq!(shape_arg("--chunks", "64, 64,32", 3).unwrap(), [64, 64, 32]);
+        assert!(shape_arg("--chunks", "64,0,32", 3).unwrap_err().contains("at least 1"));
+        assert!(shape_arg("--chunks", "64,64", 3).unwrap_err().contains("2 sizes for an array of 3"));
+    }
+}
