@@ -910,6 +910,33 @@ class DaskCpuTests(unittest.TestCase):
 
         return mock.patch.multiple(zd, reader=record, make_meta=host_meta)
 
+    def test_to_zarr_writes_aligned_blocks_and_refuses_misaligned_ones(self):
+        import dask.array as da
+
+        import zarrs_gpu.dask
+
+        rng = np.random.default_rng(23)
+        data = rng.integers(-500, 500, (37, 23, 6)).astype("int32")
+        for name, options in (("plain", {}), ("sharded", {"shards": (16, 10, 6)})):
+            path = os.path.join(self.dir.name, f"to_zarr_{name}.zarr")
+            zarr.create_array(store=path, shape=data.shape, dtype="int32", chunks=(8, 5, 6),
+                              compressors=zc.ZstdCodec(level=1), fill_value=0, **options)
+            unit = (16, 10, 6) if name == "sharded" else (8, 5, 6)
+            x = da.from_array(data, chunks=unit)
+            zarrs_gpu.dask.to_zarr(x, path)
+            np.testing.assert_array_equal(zarr.open_array(path, mode="r")[:], data, err_msg=name)
+            # Blocks that split a chunk (or shard): refused before anything is written.
+            with self.assertRaisesRegex(ValueError, "axis 0"):
+                zarrs_gpu.dask.to_zarr(da.from_array(data * 0, chunks=(unit[0] + 1, unit[1], 6)), path)
+            np.testing.assert_array_equal(zarr.open_array(path, mode="r")[:], data, err_msg=name)
+            # compute=False: nothing written until computed.
+            writes = zarrs_gpu.dask.to_zarr(da.from_array(data + 1, chunks=unit), path, compute=False)
+            np.testing.assert_array_equal(zarr.open_array(path, mode="r")[:], data, err_msg=name)
+            writes.compute()
+            np.testing.assert_array_equal(zarr.open_array(path, mode="r")[:], data + 1, err_msg=name)
+        with self.assertRaisesRegex(ValueError, "shape"):
+            zarrs_gpu.dask.to_zarr(da.zeros((3, 3), chunks=3), path)
+
     def test_the_plan_tiles_the_array_in_whole_chunks_within_the_budget(self):
         from zarrs_gpu.dask import _boxes, plan_chunks
 

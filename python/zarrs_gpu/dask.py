@@ -12,6 +12,9 @@ dask chunks spec instead. The graph holds only plain values, the store's path, t
 the device choice and each block's box, so it pickles and runs on any worker that sees the store:
 each task opens the array (once per process, per path and device) and reads its box.
 
+``to_zarr(x, "result.zarr", "/0")`` writes a dask array (CuPy blocks encoded on their GPU) into an
+existing array whose chunks its blocks align with.
+
 Needs dask (``pip install 'zarrs-gpu[dask]'``) and, to read, CuPy; dask is imported when a function
 here is called, so ``import zarrs_gpu`` works without it.
 
@@ -43,7 +46,7 @@ from ._common import box_text, missing_dependency
 from ._common import with_context as _with_context
 
 __all__ = ["BLOCK_BYTES", "dask_setup", "from_zarr", "local_cluster", "make_meta", "plan_chunks", "read_on_device",
-           "reader", "register_cupy_serialization", "worker_devices"]
+           "reader", "register_cupy_serialization", "to_zarr", "worker_devices"]
 
 #: The size a default block aims at: whole chunks (shards) are put together up to this many bytes.
 BLOCK_BYTES = 512 * 2**20
@@ -296,3 +299,70 @@ def from_zarr(store: Any, array: str = "/", chunks: Any = None, device: Optional
     dsk = {(name, *index): (_read_block, path, array, device, box) for index, box in _boxes(block_chunks)}
     graph = HighLevelGraph.from_collections(name, dsk, dependencies=())
     return da.Array(graph, name, block_chunks, meta=meta)
+
+
+def _store_block(block: Any, path: str, array: str, device: Optional[int], block_info: Any = None) -> Any:
+    """One task of ``to_zarr``: ``block`` written into its place of the array (opened for writing
+    on ``device``, else the block's own device for a CuPy block, else GPU 0); a count of 1."""
+    import numpy as np
+
+    import zarrs_gpu
+
+    box = tuple(tuple(loc) for loc in block_info[0]["array-location"])
+    if device is None:
+        block_device = getattr(block, "device", None)
+        device = getattr(block_device, "id", 0) if block_device is not None else 0
+    try:
+        a = zarrs_gpu.open(path, array, device=device, mode="r+")
+        a.write(tuple(slice(start, stop) for start, stop in box), block)
+    except Exception as err:
+        new = _with_context(err, f"zarrs_gpu.dask.to_zarr: writing {box_text(box)} of array {array!r} in {path!r}")
+        if new is err:
+            raise
+        raise new from err
+    return np.ones((1,) * len(box), dtype=np.int64)
+
+
+def to_zarr(x: Any, store: Any, array: str = "/", *, device: Optional[int] = None, compute: bool = True) -> Any:
+    """Write the dask array ``x`` into the existing Zarr array ``array`` of the filesystem store at
+    ``store`` (a path; create the array first, with zarr-python or zarrs, of ``x``'s shape): each
+    block by the task that makes it. CuPy blocks are encoded on their GPU where the array's codecs
+    allow (``Array.write``), other blocks are written through numpy and zarrs.
+
+    Every block boundary must fall on a boundary of the array's chunks (its shards, when sharded),
+    so that no two tasks write one chunk: a ValueError names the axis otherwise (``x.rechunk``
+    to the array's chunks first). ``compute=False`` returns the dask array of the writes (a 1 per
+    block) for ``dask.compute`` to run with others."""
+    try:
+        import numpy as np
+    except ImportError as err:
+        raise missing_dependency(err, "zarrs_gpu.dask.to_zarr", "dask") from err
+
+    import zarrs_gpu
+
+    path = os.path.abspath(os.fspath(store))
+    where = f"zarrs_gpu.dask.to_zarr: array {array!r} in {path!r}"
+    try:
+        a = zarrs_gpu.open(path, array, mode="r+")
+        shape, unit = tuple(a.shape), a.regular_chunks
+    except Exception as err:
+        new = _with_context(err, where)
+        if new is err:
+            raise
+        raise new from err
+    del a
+    if tuple(x.shape) != shape:
+        raise ValueError(f"{where}: the dask array has shape {tuple(x.shape)}, the Zarr array {shape}")
+    if unit is None:
+        raise ValueError(f"{where}: its chunk grid is not regular; to_zarr writes arrays of regular chunks")
+    for axis, (sizes, step) in enumerate(zip(x.chunks, unit)):
+        ends = np.cumsum(sizes)[:-1]
+        if any(end % step for end in ends):
+            raise ValueError(f"{where}: blocks on axis {axis} ({tuple(sizes)}) do not end on its chunks of {step}: "
+                             f"two tasks would write one chunk (x.rechunk({tuple(unit)}) first)")
+    writes = x.map_blocks(_store_block, path, array, device, dtype=np.int64,
+                          chunks=tuple((1,) * len(c) for c in x.chunks), meta=np.empty((0,) * x.ndim, np.int64))
+    if not compute:
+        return writes
+    writes.sum().compute()
+    return None
