@@ -776,20 +776,7 @@ impl PyZarrArray {
         if out_shape != selected {
             return Err(PyValueError::new_err(format!("out has shape {out_shape:?}, the selection {selected:?}")));
         }
-        let kwargs = PyDict::new(py);
-        kwargs.set_item("stream", 1)?;
-        kwargs.set_item("max_version", (1, 0))?;
-        let capsule = out.call_method("__dlpack__", (), Some(&kwargs))?;
-        let capsule = capsule
-            .downcast::<pyo3::types::PyCapsule>()
-            .map_err(|_| PyTypeError::new_err("out.__dlpack__() did not return a capsule"))?;
-        let name = capsule.name()?.map(|n| n.to_bytes().to_vec());
-        if name.as_deref() != Some(b"dltensor_versioned".as_slice()) {
-            return Err(PyTypeError::new_err(
-                "out must be a DLPack 1.0 producer (its __dlpack__(max_version=(1, 0)) gave an unversioned capsule)",
-            ));
-        }
-        let tensor: SafeManagedTensorVersioned = capsule.extract()?;
+        let tensor = versioned_capsule(py, out, "out")?;
         let subset = ArraySubset::new_with_ranges(&ranges);
         let report = read_into_any(py, &self.array, &subset, &self.config, tensor)?;
         report_dict(py, &report)
