@@ -68,11 +68,16 @@ pub(crate) fn shape_arg(flag: &str, text: &str, n: usize) -> Result<Vec<u64>, St
     Ok(shape)
 }
 
-/// Make the new array at `dst` (refused where a Zarr node is there already): the source's shape,
-/// data type, fill value, dimension names and attributes, the target's codecs and chunks.
+/// The new array at `dst` (an empty or new directory: a Zarr node, or anything, there already is
+/// refused): the source's shape, data type, fill value, dimension names and attributes, the
+/// target's codecs and chunks. Its metadata is not stored yet: a convert that fails leaves no
+/// array that reads as whole.
 fn create(src: &Array<GdsStore>, dst: &Path, target: &Target) -> Result<Array<GdsStore>, Error> {
     if dst.join("zarr.json").exists() || dst.join(".zarray").exists() || dst.join(".zgroup").exists() {
         return Err(format!("{}: a Zarr node is there already (convert writes a new array)", dst.display()).into());
+    }
+    if std::fs::read_dir(dst).is_ok_and(|mut entries| entries.next().is_some()) {
+        return Err(format!("{}: the directory is not empty (convert writes a new array)", dst.display()).into());
     }
     let n = src.dimensionality();
     let source_chunks: Vec<u64> = src.chunk_shape(&vec![0; n])?.iter().map(|c| c.get()).collect();
@@ -98,9 +103,41 @@ fn create(src: &Array<GdsStore>, dst: &Path, target: &Target) -> Result<Array<Gd
     if let Some(names) = src.dimension_names() {
         builder.dimension_names(Some(names.clone()));
     }
-    let array = builder.build(store, "/")?;
-    array.store_metadata()?;
-    Ok(array)
+    Ok(builder.build(store, "/")?)
+}
+
+/// The blocks a convert reads and writes: whole units (the new chunks, or shards) that tile
+/// `shape`, each within `budget` bytes where one unit allows: the last dimensions kept whole as
+/// long as they fit, the first ones cut to as many units as fit.
+pub(crate) fn blocks(shape: &[u64], unit: &[u64], elem: u64, budget: u64) -> Vec<ArraySubset> {
+    let mut block: Vec<u64> = shape.iter().map(|&n| n.max(1)).collect();
+    let bytes = |b: &[u64]| b.iter().fold(elem, |acc, &n| acc.saturating_mul(n));
+    for d in 0..block.len() {
+        if bytes(&block) <= budget {
+            break;
+        }
+        // As many units along `d` as fit with the dimensions after it whole (one at least).
+        let rest = bytes(&block) / block[d].max(1);
+        let units = (budget / rest.saturating_mul(unit[d]).max(1)).max(1);
+        block[d] = units.saturating_mul(unit[d]).min(block[d]);
+    }
+    // The grid of blocks, in C order.
+    let counts: Vec<u64> = shape.iter().zip(&block).map(|(&n, &b)| n.div_ceil(b)).collect();
+    if counts.contains(&0) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut index = vec![0u64; shape.len()];
+    loop {
+        let ranges: Vec<std::ops::Range<u64>> =
+            index.iter().zip(&block).zip(shape).map(|((&i, &b), &n)| i * b..((i + 1) * b).min(n)).collect();
+        out.push(ArraySubset::new_with_ranges(&ranges));
+        // The next index, the last dimension fastest; done after the last.
+        let Some(d) = (0..index.len()).rev().find(|&d| index[d] + 1 < counts[d]) else { break };
+        index[d] += 1;
+        index[d + 1..].iter_mut().for_each(|i| *i = 0);
+    }
+    out
 }
 
 /// Convert `src` into a new array at `dst`, as `T`, slab after slab; print what it did.
@@ -113,22 +150,15 @@ pub(crate) fn convert<T: ElementOwned>(
     let out = create(src, dst, target)?;
     let shape = src.shape().to_vec();
     let elem = std::mem::size_of::<T>() as u64;
-    // Slabs along the first dimension, whole rows of the new chunks (or shards), ~SLAB_BYTES each.
-    let row = out.chunk_shape(&vec![0; shape.len()])?[0].get();
-    let plane: u64 = shape[1..].iter().product::<u64>().saturating_mul(elem).max(1);
-    let rows = (SLAB_BYTES / plane.saturating_mul(row).max(1)).max(1);
-    let step = row.saturating_mul(rows);
+    // Blocks of whole new chunks (or shards), about SLAB_BYTES each.
+    let unit: Vec<u64> = out.chunk_shape(&vec![0; shape.len()])?.iter().map(|n| n.get()).collect();
+    let blocks = blocks(&shape, &unit, elem, SLAB_BYTES);
     let total = shape.iter().product::<u64>().saturating_mul(elem);
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     bar.set_style(ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} {eta}")?);
     let start = Instant::now();
     let (mut stored, mut encoded, mut host) = (0u64, 0u64, None);
-    let mut z = 0;
-    while z < shape.first().copied().unwrap_or(0) {
-        let end = z.saturating_add(step).min(shape[0]);
-        let ranges: Vec<std::ops::Range<u64>> =
-            std::iter::once(z..end).chain(shape[1..].iter().map(|&n| 0..n)).collect();
-        let slab = ArraySubset::new_with_ranges(&ranges);
+    for slab in blocks {
         let (data, _) = src.retrieve_array_subset_device_opt::<T>(&slab, config)?;
         let report = out.store_array_subset_device_opt(&slab, &data, config)?;
         if report.path == WritePath::Host {
@@ -137,8 +167,9 @@ pub(crate) fn convert<T: ElementOwned>(
         stored += report.bytes_stored;
         encoded += report.bytes_encoded;
         bar.inc(slab.num_elements() * elem);
-        z = end;
     }
+    // Every block written: now the array exists.
+    out.store_metadata()?;
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
     println!(
@@ -171,5 +202,26 @@ mod tests {
         assert_eq!(shape_arg("--chunks", "64, 64,32", 3).unwrap(), [64, 64, 32]);
         assert!(shape_arg("--chunks", "64,0,32", 3).unwrap_err().contains("at least 1"));
         assert!(shape_arg("--chunks", "64,64", 3).unwrap_err().contains("2 sizes for an array of 3"));
+    }
+
+    /// Every element once, in whole units, within the budget where one unit allows.
+    #[test]
+    fn blocks_tile_the_array_in_whole_units_within_the_budget() {
+        let covered = |blocks: &[ArraySubset]| blocks.iter().map(ArraySubset::num_elements).sum::<u64>();
+        // Whole planes fit: blocks cut along the first dimension only, in whole units.
+        let b = blocks(&[100, 64, 64], &[8, 32, 32], 4, 8 * 64 * 64 * 4 * 3);
+        assert_eq!(b[0].to_ranges(), [0..24, 0..64, 0..64]);
+        assert_eq!((b.len(), covered(&b)), (5, 100 * 64 * 64));
+        // A plane too large: the second dimension is cut too.
+        let b = blocks(&[10, 1000, 100], &[4, 10, 100], 1, 4 * 30 * 100);
+        assert_eq!(b[0].to_ranges(), [0..4, 0..30, 0..100]);
+        assert_eq!(covered(&b), 10 * 1000 * 100);
+        assert!(b.iter().all(|s| s.num_elements() <= 4 * 30 * 100));
+        // One unit larger than the budget: one unit a block.
+        let b = blocks(&[9, 9], &[4, 4], 8, 16);
+        assert_eq!((b.len(), b[0].to_ranges()), (9, vec![0..4, 0..4]));
+        // A 0-d array is one block of its one element; an empty one none.
+        assert_eq!(blocks(&[], &[], 4, 1 << 30).len(), 1);
+        assert!(blocks(&[0, 5], &[2, 2], 4, 1 << 30).is_empty());
     }
 }

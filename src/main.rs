@@ -76,18 +76,21 @@ enum Command {
     Convert {
         /// The source Zarr store (a directory).
         src: PathBuf,
-        /// The new store (a directory without a Zarr node): the array at its root, Zarr v3.
+        /// The new store (a new or empty directory): the array at its root, Zarr v3, its metadata
+        /// written once every block is.
         dst: PathBuf,
         /// The source array's node path.
         #[arg(long, default_value = "/")]
         array: String,
-        /// The new codec: none, zstd[:LEVEL] (default level 3) or gzip[:LEVEL] (default 5).
+        /// The new codec: none, zstd[:LEVEL] (default level 3; nvCOMP's zstd on the device has no
+        /// level, which applies where zarrs encodes) or gzip[:LEVEL] (default 5).
         #[arg(long, default_value = "zstd")]
         codec: String,
         /// Append crc32c to each chunk.
         #[arg(long)]
         crc32c: bool,
-        /// The new chunk shape, e.g. 64,64,64 (inner chunks with --shard; default: the source's).
+        /// The new chunk shape, e.g. 64,64,64 (inner chunks with --shard; default: the source's
+        /// chunk grid, its shards for a sharded source).
         #[arg(long)]
         chunks: Option<String>,
         /// Shards of this shape holding the chunks, e.g. 256,256,256.

@@ -886,14 +886,20 @@ impl PyZarrArray {
             let report = write_from_any(py, &self.array, &subset, &self.config, tensor)?;
             return write_report_dict(py, &report);
         }
-        // Host memory: numpy's assignment rules, then zarrs' own write.
+        // Host memory: numpy's own assignment (its broadcasting, casting and errors) into an array
+        // of the selection, then zarrs' own write of its bytes.
         let numpy = py.import("numpy")?;
         let dtype = self.dtype(py)?;
-        let broadcast = numpy.call_method1("broadcast_to", (value, PyTuple::new(py, &selected)?))?;
-        let kwargs = PyDict::new(py);
-        kwargs.set_item("dtype", dtype)?;
-        let host = numpy.call_method("ascontiguousarray", (broadcast,), Some(&kwargs))?;
-        let bytes: Vec<u8> = host.call_method0("tobytes")?.extract()?;
+        if dtype.is_instance_of::<pyo3::types::PyString>() {
+            return Err(PyTypeError::new_err(format!(
+                "{} holds {dtype}, which numpy knows only with ml_dtypes installed: write it from device memory",
+                self.node
+            )));
+        }
+        let host = numpy.call_method1("empty", (PyTuple::new(py, &selected)?, dtype))?;
+        host.set_item(pyo3::types::PyEllipsis::get(py), value)?;
+        let bytes = host.call_method0("tobytes")?;
+        let bytes = bytes.downcast::<pyo3::types::PyBytes>()?.as_bytes().to_vec();
         let array = &self.array;
         py.allow_threads(|| {
             array

@@ -87,6 +87,11 @@ class CpuTests(unittest.TestCase):
         want[7] = np.full((13, 6), 5.9)
         a[9:, :, 2] = -3
         want[9:, :, 2] = -3
+        # numpy's rules exactly: leading dimensions of 1 dropped, a Python integer out of range refused.
+        a[10, 0] = np.full((1, 6), 11)
+        want[10, 0] = 11
+        with self.assertRaises(OverflowError):
+            a[0, 0, 0] = 2**40
         np.testing.assert_array_equal(zarr.open_array(path, mode="r")[:], want)
         # A chunk written to hold the fill value alone is erased (zarrs' rule, zarr-python's too).
         a[:4, :5] = 3

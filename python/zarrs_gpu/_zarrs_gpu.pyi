@@ -55,7 +55,6 @@ class _CudaArrayInterface(TypedDict):
     stream: None
     version: int
 
-@final
 class _WriteReport(TypedDict, total=False):
     """What a write did: "path" ("device" or "host") and "reason" always; the counts and times
     for writes from device memory."""
@@ -70,6 +69,7 @@ class _WriteReport(TypedDict, total=False):
     bytes_stored: int
     seconds: float
 
+@final
 class Array:
     """A Zarr array in a filesystem store, opened for reads to the GPU (and writes, with
     ``mode="r+"``)."""

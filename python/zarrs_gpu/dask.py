@@ -309,9 +309,15 @@ def _store_block(block: Any, path: str, array: str, device: Optional[int], block
     import zarrs_gpu
 
     box = tuple(tuple(loc) for loc in block_info[0]["array-location"])
+    block_device = getattr(block, "device", None)
     if device is None:
-        block_device = getattr(block, "device", None)
-        device = getattr(block_device, "id", 0) if block_device is not None else 0
+        # CuPy's device has .id, PyTorch's .index (None on the CPU); numpy's is the string "cpu".
+        ordinals = (getattr(block_device, attr, None) for attr in ("id", "index"))
+        device = next((o for o in ordinals if isinstance(o, int) and not isinstance(o, bool)), 0)
+    if type(block).__module__.startswith("cupy"):
+        import cupy
+
+        block = cupy.ascontiguousarray(block)  # a view (transposed, sliced) is written as its values
     try:
         a = zarrs_gpu.open(path, array, device=device, mode="r+")
         a.write(tuple(slice(start, stop) for start, stop in box), block)
@@ -350,9 +356,15 @@ def to_zarr(x: Any, store: Any, array: str = "/", *, device: Optional[int] = Non
         if new is err:
             raise
         raise new from err
-    del a
     if tuple(x.shape) != shape:
         raise ValueError(f"{where}: the dask array has shape {tuple(x.shape)}, the Zarr array {shape}")
+    # Blocks of another dtype are cast as numpy's assignment casts (device blocks are written only
+    # in the array's own dtype).
+    if isinstance(a.dtype, str):
+        raise TypeError(f"{where}: its data type {a.dtype} needs ml_dtypes for dask to know it")
+    if x.dtype != a.dtype:
+        x = x.astype(a.dtype)
+    del a
     if unit is None:
         raise ValueError(f"{where}: its chunk grid is not regular; to_zarr writes arrays of regular chunks")
     for axis, (sizes, step) in enumerate(zip(x.chunks, unit)):

@@ -541,11 +541,13 @@ impl WritableStorageTraits for GdsStore {
     }
 
     fn erase(&self, key: &StoreKey) -> Result<(), StorageError> {
-        self.fs.erase(key)?;
-        // Under Sync an erase is durable too: the directory's entry is flushed.
         let path = self.key_to_fspath(key);
+        let existed = path.exists();
+        self.fs.erase(key)?;
+        // Under Sync an erase is durable too: the directory's entry is flushed (where there was
+        // one to remove: a fresh array's fill chunks cost nothing).
         match path.parent() {
-            Some(dir) if self.options.durability == Durability::Sync && dir.is_dir() => {
+            Some(dir) if existed && self.options.durability == Durability::Sync && dir.is_dir() => {
                 sync_dir(dir).map_err(|err| write_error(key, &path, &err))
             }
             _ => Ok(()),
