@@ -82,30 +82,10 @@ pub(crate) fn create_dirs(dir: &Path, durability: Durability) -> std::io::Result
 /// Write `value` to `path` atomically, making its directories as needed. On an error (a full
 /// disk, say) the old value, if any, is still there and the temporary file is removed.
 pub(crate) fn write_atomic(path: &Path, value: &[u8], durability: Durability) -> std::io::Result<()> {
-    let dir = path.parent().ok_or_else(|| std::io::Error::other("a value's path has no directory"))?;
-    create_dirs(dir, durability)?;
-    let (mut file, temp) = create_temp(path)?;
-    let result = (|| {
-        file.write_all(value)?;
-        if durability == Durability::Sync {
-            file.sync_all()?;
-        }
-        drop(file);
-        fs::rename(&temp, path)?;
-        if durability == Durability::Sync {
-            // The rename itself is durable once the directory is.
-            sync_dir(dir)?;
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        // After a failed rename the file is still there; after a failed directory sync, not.
-        let _ = fs::remove_file(&temp);
-    }
-    result
+    write_many_atomic(&[(path.to_path_buf(), value)], durability).map_err(|(_, err)| err)
 }
 
-/// Write each of `values` (path, bytes) atomically, as [`write_atomic`] does, but flushed as one:
+/// Write each of `values` (path, bytes) atomically, flushed as one:
 /// every temporary file written and (under [`Durability::Sync`]) flushed in parallel, then renamed
 /// into place, then each directory flushed once (one flush per directory rather than one per
 /// value). Each value is replaced whole; when the call returns without error every one is durable

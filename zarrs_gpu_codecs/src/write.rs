@@ -171,7 +171,9 @@ fn copy_region<T: ElementOwned>(data: &DeviceArray<T>, region: &ArraySubset) -> 
         plan_chunks(elem, region, [chunk])?.pop().ok_or_else(|| GpuError::Unsupported("an empty region".into()))?;
     let stream = data.stream();
     let len = region.num_elements() as usize;
-    let out: CudaSlice<u8> = stream.alloc_zeros(len * elem as usize).map_err(GpuError::cuda("allocating a region"))?;
+    // SAFETY: every byte is written by the copies below before the array is handed out.
+    let out: CudaSlice<u8> =
+        unsafe { stream.alloc(len * elem as usize) }.map_err(GpuError::cuda("allocating a region"))?;
     let (dst, guard) = out.device_ptr(stream);
     let source_guard = data.as_cuda_slice().map(|slice| slice.device_ptr(stream));
     for copy in &placement.copies {
@@ -297,7 +299,10 @@ fn encode_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             .and_then(|len| total.checked_add(len))
             .ok_or_else(|| GpuError::bytes_overflow("a batch of chunks of shape", &unit.placement.chunk_shape, 1))?;
     }
-    let raw: CudaSlice<u8> = stream.alloc_zeros(total.max(1) as usize).map_err(cuda("allocating chunks to encode"))?;
+    // SAFETY: each chunk's place is written whole (fill or old value, then the data) before it is
+    // encoded or copied out; the alignment padding between chunks is never read.
+    let raw: CudaSlice<u8> =
+        unsafe { stream.alloc(total.max(1) as usize) }.map_err(cuda("allocating chunks to encode"))?;
     // Old chunks are read on their own streams and copied out on this one: whatever happens, they
     // are freed only after this stream has run those copies.
     let mut olds = Vec::new();
@@ -481,8 +486,12 @@ fn compress_zstd(
     let bound = nvcomp.compress_max_output_chunk_size(Compressor::Zstd, max_len).map_err(GpuError::Nvcomp)?;
     let slot = bound.next_multiple_of(256);
     let temp_bytes = nvcomp.compress_temp_size(Compressor::Zstd, n, max_len, total).map_err(GpuError::Nvcomp)?;
-    let mut out: CudaSlice<u8> = stream.alloc_zeros(n * slot).map_err(cuda("allocating compressed chunks"))?;
-    let mut temp: CudaSlice<u8> = stream.alloc_zeros(temp_bytes.max(1)).map_err(cuda("allocating nvCOMP's scratch"))?;
+    // SAFETY: nvCOMP writes the frames and uses the scratch; only the bytes of each frame it
+    // reports are copied out.
+    let mut out: CudaSlice<u8> = unsafe { stream.alloc(n * slot) }.map_err(cuda("allocating compressed chunks"))?;
+    // SAFETY: as above.
+    let mut temp: CudaSlice<u8> =
+        unsafe { stream.alloc(temp_bytes.max(1)) }.map_err(cuda("allocating nvCOMP's scratch"))?;
     let mut sizes: CudaSlice<u64> = stream.alloc_zeros(n).map_err(cuda("allocating sizes"))?;
     let mut statuses: CudaSlice<u32> = stream.alloc_zeros(n).map_err(cuda("allocating statuses"))?;
     {
