@@ -332,7 +332,7 @@ impl GdsStore {
     /// # Errors
     /// Returns the first error, naming its key and file; values written before it keep their new
     /// bytes (each whole), the rest their old ones.
-    pub fn set_many(&self, values: &[(StoreKey, Bytes)]) -> Result<(), StorageError> {
+    pub fn set_many<V: AsRef<[u8]> + Sync>(&self, values: &[(StoreKey, V)]) -> Result<(), StorageError> {
         let paths: Vec<(PathBuf, &[u8])> =
             values.iter().map(|(key, value)| (self.key_to_fspath(key), value.as_ref())).collect();
         write_many_atomic(&paths, self.options.durability).map_err(|(path, err)| {
@@ -578,8 +578,14 @@ impl ListableStorageTraits for GdsStore {
         Ok(StoreKeysPrefixes::new(values_only(listed.keys().clone()), listed.prefixes().clone()))
     }
 
+    /// The sizes of the values listed (a killed writer's temporary files are not counted).
     fn size_prefix(&self, prefix: &StorePrefix) -> Result<u64, StorageError> {
-        self.fs.size_prefix(prefix)
+        let mut total = 0u64;
+        for key in self.list_prefix(prefix)? {
+            // A value erased since the listing counts nothing.
+            total = total.saturating_add(self.fs.size_key(&key)?.unwrap_or(0));
+        }
+        Ok(total)
     }
 }
 
