@@ -21,8 +21,7 @@ use std::time::Instant;
 use clap::Parser;
 use zarrs::array::codec::{BloscCodec, BloscCompressor, BloscShuffleMode, GzipCodec, ZstdCodec};
 use zarrs::array::{
-    data_type, Array, ArrayBuilder, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset,
-    BytesToBytesCodecTraits, FillValue,
+    Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset, BytesToBytesCodecTraits,
 };
 use zarrs_gpu::zarrs_gpu_codecs::reader::{cuda_context, PinnedBuffer};
 use zarrs_gpu::{
@@ -254,13 +253,13 @@ fn run(args: &Args) -> Result<(), Error> {
         if case == "u1" && !args.ours_only && !args.tiles_only {
             lines.extend(ceilings(&path, &array)?);
         }
-        if args.write && !sharded {
+        if args.write {
             let durability = match args.write_durability.as_str() {
                 "sync" => Durability::Sync,
                 "nosync" => Durability::NoSync,
                 other => return Err(format!("--write-durability {other}: sync or nosync").into()),
             };
-            let target = Target { dir: &args.dir, case, chunks: &chunks, codecs: &codecs, durability };
+            let target = Target { dir: &args.dir, case, durability };
             lines.extend(write_rows(&array, name, &target, args.repeat.min(2), &args.label)?);
         }
         if args.filled > 0 {
@@ -299,28 +298,23 @@ fn run(args: &Args) -> Result<(), Error> {
     Ok(())
 }
 
-/// Where a write row writes: a new array of the case's chunks and codecs.
+/// Where a write row writes: a new array with the case's metadata (chunks or shards, codecs).
 struct Target<'a> {
     dir: &'a std::path::Path,
     case: &'a str,
-    chunks: &'a [u64; 3],
-    codecs: &'a [Arc<dyn BytesToBytesCodecTraits>],
     durability: Durability,
 }
 
 impl Target<'_> {
-    /// The target array, made afresh (the previous one removed, untimed).
-    fn fresh(&self, shape: &[u64]) -> Result<(Array<GdsStore>, PathBuf), Error> {
+    /// The target array, a fresh copy of `array`'s metadata (the previous one removed, untimed).
+    fn fresh(&self, array: &Array<GdsStore>) -> Result<(Array<GdsStore>, PathBuf), Error> {
         let path = self.dir.join(format!("write-{}.zarr", self.case));
         let _ = std::fs::remove_dir_all(&path);
         let options = GdsStoreOptions::default().with_durability(self.durability);
         let store = Arc::new(GdsStore::new_with_options(&path, options)?);
-        let array =
-            ArrayBuilder::new(shape.to_vec(), self.chunks.to_vec(), data_type::float32(), FillValue::from(0.0f32))
-                .bytes_to_bytes_codecs(self.codecs.to_vec())
-                .build(store, "/")?;
-        array.store_metadata()?;
-        Ok((array, path))
+        let out = Array::new_with_metadata(store, "/", array.metadata().clone())?;
+        out.store_metadata()?;
+        Ok((out, path))
     }
 }
 
@@ -357,9 +351,9 @@ fn write_rows(
         Ok(())
     };
     let mut lines = Vec::new();
-    let (mut runs, mut io) = (Vec::new(), String::new());
+    let (mut runs, mut io, mut last) = (Vec::new(), String::new(), None);
     for i in 0..=repeat {
-        let (out, path) = target.fresh(array.shape())?;
+        let (out, path) = target.fresh(array)?;
         sync()?;
         let start = Instant::now();
         let report = out.store_array_subset_device(&all, &data)?;
@@ -370,22 +364,56 @@ fn write_rows(
         }
         let stored = stored_bytes(&path);
         io = format!(
-            "{:?}{}; {} chunks written, {} erased; ratio {:.3} (files {:.3}); store_array_subset_device {:.2} s of it",
+            "{:?}{}; {} chunks written, {} erased; ratio {:.3} (files {:.3}); store_array_subset_device {:.2} s \
+             of it (encode {:.2} s, store {:.2} s on another thread)",
             report.path,
             report.reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default(),
             report.written,
             report.erased,
             report.ratio().unwrap_or(0.0),
             bytes as f64 / stored.max(1) as f64,
-            report.seconds
+            report.seconds,
+            report.encode_seconds,
+            report.store_seconds
         );
+        last = Some((out, path));
     }
     let who = format!("zarrs_gpu (durability {:?}) {label}", target.durability);
     lines.push(line(&who, &label_of("from device memory"), &all, bytes, median(runs.clone()), &runs, &io));
+    if let Some((out, path)) = last {
+        lines.push(tile_write_row(array, &out, name, &who)?);
+        let _ = std::fs::remove_dir_all(&path);
+    }
+    if matches!(target.case, "z2" | "s1") {
+        // The same write with every zstd chunk on nvCOMP (the split's device side alone).
+        let config = GpuConfig::current()?.with_host_encode_fraction(Some(0.0));
+        let (out, path) = target.fresh(array)?;
+        sync()?;
+        let start = Instant::now();
+        let report = out.store_array_subset_device_opt(&all, &data, &config)?;
+        sync()?;
+        let secs = start.elapsed().as_secs_f64();
+        let io = format!(
+            "ratio {:.3}; encode {:.2} s, store {:.2} s on another thread",
+            report.ratio().unwrap_or(0.0),
+            report.encode_seconds,
+            report.store_seconds
+        );
+        lines.push(line(
+            &format!("{who}, all nvCOMP"),
+            &label_of("from device memory"),
+            &all,
+            bytes,
+            secs,
+            &[secs],
+            &io,
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+    }
     // zarrs' writer, from host memory (the copy from the device untimed).
     let host = data.to_host()?;
     drop(data);
-    let (out, path) = target.fresh(array.shape())?;
+    let (out, path) = target.fresh(array)?;
     sync()?;
     let start = Instant::now();
     out.store_array_subset(&all, &host)?;
@@ -396,6 +424,55 @@ fn write_rows(
     lines.push(line(&zarrs, &label_of("from host memory"), &all, bytes, secs, &[secs], &io));
     let _ = std::fs::remove_dir_all(&path);
     Ok(lines)
+}
+
+/// Tiles written per tile-write row, after [`TILE_WRITE_WARMUP`] untimed.
+const TILE_WRITES: usize = 20;
+const TILE_WRITE_WARMUP: usize = 3;
+
+/// [`TILE`]s written one at a time at random unaligned places of `out` (a written copy of
+/// `array`), each the values of another random place of `array` (read to the device untimed): the
+/// chunks a tile covers in part are read, modified and written again. Median and p90.
+fn tile_write_row(array: &Array<GdsStore>, out: &Array<GdsStore>, name: &str, who: &str) -> Result<String, Error> {
+    let shape = out.shape().to_vec();
+    let extent: Vec<u64> = TILE.iter().zip(&shape).map(|(&e, &s)| e.min(s)).collect();
+    let n = TILE_WRITE_WARMUP + TILE_WRITES;
+    let starts = tile_starts(&shape, &extent, n + 1, false);
+    let boxed =
+        |s: &[u64]| ArraySubset::new_with_ranges(&s.iter().zip(&extent).map(|(&a, &e)| a..a + e).collect::<Vec<_>>());
+    let config = GpuConfig::default().with_backend(IoBackend::Auto);
+    let (mut runs, mut modified, mut met, mut phases) = (Vec::new(), 0, 0, (Vec::new(), Vec::new()));
+    for k in 0..n {
+        let (tile, _) = array.retrieve_array_subset_device_opt::<f32>(&boxed(&starts[k]), &config)?;
+        tile.stream().synchronize()?;
+        let start = Instant::now();
+        let report = out.store_array_subset_device(&boxed(&starts[k + 1]), &tile)?;
+        let secs = start.elapsed().as_secs_f64();
+        if k >= TILE_WRITE_WARMUP {
+            runs.push(secs);
+            modified += report.modified;
+            met += report.chunks;
+            phases.0.push(report.encode_seconds);
+            phases.1.push(report.store_seconds);
+        }
+    }
+    let (secs, p90) = median_p90(&runs);
+    let bytes = extent.iter().product::<u64>() * 4;
+    let case = format!(
+        "{name} write a {} tile at a random place",
+        extent.iter().map(u64::to_string).collect::<Vec<_>>().join("x")
+    );
+    let row = serde_json::json!({
+        "peer": who, "case": case,
+        "subset": format!("{TILE_WRITES} random starts after {TILE_WRITE_WARMUP}, splitmix64 seed {TILE_SEED}"),
+        "bytes": bytes, "seconds": secs, "p90_seconds": p90,
+        "gib_s": bytes as f64 / f64::from(1u32 << 30) / secs, "runs": runs,
+        "io": format!("{:.1} chunks met and {:.1} read-modified-written per tile; median encode {:.1} ms (old \
+            values read, assembled, encoded, copied out), store {:.1} ms",
+            met as f64 / TILE_WRITES as f64, modified as f64 / TILE_WRITES as f64,
+            median(phases.0) * 1e3, median(phases.1) * 1e3),
+    });
+    Ok(row.to_string())
 }
 
 /// Batches timed per batch row (after one untimed).

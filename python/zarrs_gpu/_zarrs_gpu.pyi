@@ -68,6 +68,8 @@ class _WriteReport(TypedDict, total=False):
     bytes_encoded: int
     bytes_stored: int
     seconds: float
+    encode_seconds: float
+    store_seconds: float
 
 @final
 class Array:

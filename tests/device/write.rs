@@ -4,12 +4,15 @@
 
 use std::sync::Arc;
 
-use zarrs::array::codec::{Crc32cCodec, GzipCodec};
-use zarrs::array::{data_type, Array, ArrayBuilder, ArraySubset, BytesToBytesCodecTraits, FillValue};
+use zarrs::array::codec::{Crc32cCodec, GzipCodec, ShardingIndexLocation};
+use zarrs::array::{
+    data_type, Array, ArrayBuilder, ArraySubset, ArrayToBytesCodecTraits, BytesToBytesCodecTraits, FillValue,
+};
 use zarrs_gpu::{ArrayDeviceExt, ArrayDeviceWriteExt, GdsStore, WritePath};
 use zarrs_storage::ReadableStorageTraits;
 
 use super::compressed::zstd;
+use super::sharding::sharding;
 use super::{posix, Result};
 
 /// Values of a smooth field with a zero block (a chunk of the destination all fill value).
@@ -29,11 +32,21 @@ fn values(shape: &[u64], seed: u32) -> Vec<f32> {
 
 type Codecs = Vec<Arc<dyn BytesToBytesCodecTraits>>;
 
-/// An empty array of shape `shape` with chunks of `chunks` and `codecs`, fill value 0.
+/// An empty array of shape 40 x 70 x 90 with chunks of 16 x 32 x 32 and `codecs`, fill value 0.
 fn empty(dir: &std::path::Path, name: &str, codecs: Codecs) -> Result<Array<GdsStore>> {
     let store = Arc::new(GdsStore::new(dir)?);
     let array = ArrayBuilder::new(vec![40, 70, 90], vec![16, 32, 32], data_type::float32(), FillValue::from(0.0f32))
         .bytes_to_bytes_codecs(codecs)
+        .build(store, &format!("/{name}"))?;
+    array.store_metadata()?;
+    Ok(array)
+}
+
+/// An empty array of shape 40 x 70 x 90 in shards of 16 x 32 x 64 whose codec is `a2b`.
+fn empty_sharded(dir: &std::path::Path, name: &str, a2b: Arc<dyn ArrayToBytesCodecTraits>) -> Result<Array<GdsStore>> {
+    let store = Arc::new(GdsStore::new(dir)?);
+    let array = ArrayBuilder::new(vec![40, 70, 90], vec![16, 32, 64], data_type::float32(), FillValue::from(0.0f32))
+        .array_to_bytes_codec(a2b)
         .build(store, &format!("/{name}"))?;
     array.store_metadata()?;
     Ok(array)
@@ -71,13 +84,20 @@ fn device_writes_equal_host_writes_for_every_chain_tile_and_edge() -> Result {
         ("zstd_checksum", vec![zstd(3, true)], WritePath::Host),
         ("gzip", vec![Arc::new(GzipCodec::new(5)?)], WritePath::Host),
     ];
-    for (name, codecs, path) in chains {
+    // zstd chunks all by nvCOMP, half by host threads, and as the split chooses (here: all on host
+    // threads, for so few chunks).
+    let splits = [(Some(0.0), "nvcomp"), (Some(0.5), "half"), (None, "auto")];
+    for ((name, codecs, path), (fraction, split)) in
+        chains.into_iter().flat_map(|chain| splits.iter().map(move |s| (chain.clone(), *s)))
+    {
+        let name = &format!("{name}_{split}");
+        let config = posix().with_host_encode_fraction(fraction);
         let array = empty(dir.path(), name, codecs)?;
-        let report = array.store_array_subset_device(&all, &on_device)?;
+        let report = array.store_array_subset_device_opt(&all, &on_device, &config)?;
         assert_eq!(report.path, path, "{name}: {report:?}");
         let first: Vec<f32> = array.retrieve_array_subset(&all)?;
         assert!(first == values(&shape, 1), "{name}: the whole write differs from the values");
-        let report_tile = array.store_array_subset_device(&tile, &tile_data)?;
+        let report_tile = array.store_array_subset_device_opt(&tile, &tile_data, &config)?;
         let got: Vec<f32> = array.retrieve_array_subset(&all)?;
         assert!(got == want, "{name}: the tile write differs from the same write on the host");
         if path == WritePath::Device {
@@ -115,5 +135,72 @@ fn device_writes_equal_host_writes_for_every_chain_tile_and_edge() -> Result {
         a
     };
     assert!(int_array.store_array_subset_device(&wrong, &as_u32).is_err(), "f32 data into a uint32 array");
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sharded_device_writes_equal_host_writes_with_the_index_at_either_end() -> Result {
+    let dir = tempfile::tempdir()?;
+    let shape = [40u64, 70, 90];
+    let all = ArraySubset::new_with_shape(shape.to_vec());
+    let source = empty(dir.path(), "source", vec![])?;
+    source.store_array_subset(&all, values(&shape, 1))?;
+    let on_device = source.retrieve_array_subset_device_opt::<f32>(&all, &posix())?.0;
+    // A tile at an unaligned place: partial shards (read, modified, written again) and edge ones.
+    let tile = ArraySubset::new_with_ranges(&[5..37, 20..70, 33..90]);
+    let tile_source = empty(dir.path(), "tile_source", vec![])?;
+    tile_source.store_array_subset(&all, values(&shape, 2))?;
+    let tile_data = tile_source.retrieve_array_subset_device_opt::<f32>(&tile, &posix())?.0;
+    let zstd_crc = || -> Codecs { vec![zstd(1, false), Arc::new(Crc32cCodec::new())] };
+    let inner = [8u64, 16, 32];
+    let chains: Vec<(&str, Arc<dyn ArrayToBytesCodecTraits>)> = vec![
+        ("raw_end", sharding(&inner, vec![], ShardingIndexLocation::End)),
+        ("raw_start", sharding(&inner, vec![], ShardingIndexLocation::Start)),
+        ("zstd_end", sharding(&inner, vec![zstd(3, false)], ShardingIndexLocation::End)),
+        ("zstd_crc_start", sharding(&inner, zstd_crc(), ShardingIndexLocation::Start)),
+    ];
+    for (name, a2b) in chains {
+        let array = empty_sharded(dir.path(), name, a2b.clone())?;
+        let host = empty_sharded(dir.path(), &format!("{name}_host"), a2b)?;
+        let report = array.store_array_subset_device(&all, &on_device)?;
+        assert_eq!(report.path, WritePath::Device, "{name}: {report:?}");
+        // 3 x 3 x 2 shards, none all fill value.
+        assert_eq!((report.chunks, report.written, report.erased), (18, 18, 0), "{name}: {report:?}");
+        host.store_array_subset(&all, values(&shape, 1))?;
+        let got: Vec<f32> = array.retrieve_array_subset(&all)?;
+        assert!(got == values(&shape, 1), "{name}: the whole write differs from the values");
+        // Shard [0, 0, 0] holds the zero block: 4 of its 8 inner chunks are fill value and left out
+        // (uncompressed: 4 chunks of 16 KiB, and the index of 8 entries with its crc32c).
+        let first = array.storage().get(&array.chunk_key(&[0, 0, 0]))?.expect("shard [0, 0, 0] stored");
+        if name.starts_with("raw") {
+            assert_eq!(first.len(), 4 * 8 * 16 * 32 * 4 + 8 * 16 + 4, "{name}: shard [0, 0, 0]");
+        }
+        let report_tile = array.store_array_subset_device(&tile, &tile_data)?;
+        host.store_array_subset(&tile, tile_source.retrieve_array_subset::<Vec<f32>>(&tile)?)?;
+        let got: Vec<f32> = array.retrieve_array_subset(&all)?;
+        let want: Vec<f32> = host.retrieve_array_subset(&all)?;
+        assert!(got == want, "{name}: the tile write differs from the same write on the host");
+        // The tile meets 3 x 3 x 2 shards; it covers the parts within the array of [1, 1, 1] and
+        // [1, 2, 1] whole, the others in part.
+        assert_eq!((report_tile.chunks, report_tile.modified), (18, 16), "{name}: {report_tile:?}");
+        // A shard that becomes all fill value is erased, as zarrs erases it.
+        let blank = empty(dir.path(), &format!("{name}_blank"), vec![])?;
+        let first_shard = ArraySubset::new_with_ranges(&[0..16, 0..32, 0..64]);
+        let zero_data = blank.retrieve_array_subset_device_opt::<f32>(&first_shard, &posix())?.0;
+        let report_zero = array.store_chunk_device(&[0, 0, 0], &zero_data)?;
+        assert_eq!(report_zero.erased, 1, "{name}: {report_zero:?}");
+        assert!(array.storage().get(&array.chunk_key(&[0, 0, 0]))?.is_none(), "{name}: an all-fill shard was stored");
+        let got: Vec<f32> = array.retrieve_array_subset(&all)?;
+        host.store_chunk(&[0, 0, 0], vec![0.0f32; 16 * 32 * 64])?;
+        let want: Vec<f32> = host.retrieve_array_subset(&all)?;
+        assert!(got == want, "{name}: erasing a shard changed other values");
+        eprintln!(
+            "{name}: ratio {:?}, {:.1} ms whole, {:.1} ms tile",
+            report.ratio(),
+            report.seconds * 1e3,
+            report_tile.seconds * 1e3
+        );
+    }
     Ok(())
 }

@@ -22,6 +22,7 @@ pub struct GpuConfig {
     /// Whether the staging budget was chosen (here or by the environment) rather than defaulted.
     staging_set: bool,
     host_decode_fraction: Option<f64>,
+    host_encode_fraction: Option<f64>,
     decode_rates: Option<DecodeRates>,
     decode_trust: DecodeTrust,
     batch_timeout: Option<Duration>,
@@ -184,6 +185,7 @@ impl Default for GpuConfig {
             staging_bytes: 1 << 30,
             staging_set: false,
             host_decode_fraction: None,
+            host_encode_fraction: None,
             decode_rates: None,
             decode_trust: DecodeTrust::default(),
             batch_timeout: None,
@@ -477,6 +479,23 @@ impl GpuConfig {
     #[must_use]
     pub fn decode_rates(&self) -> Option<DecodeRates> {
         self.decode_rates
+    }
+
+    /// The share (0 to 1) of the zstd chunks of a write from the device encoded by libzstd on host
+    /// threads (at the codec's level: a better ratio than nvCOMP's, which has no levels) while
+    /// nvCOMP encodes the rest; `None` (the default): host threads for batches of fewer than 64
+    /// chunks (nvCOMP's zstd takes over 100 ms for any batch on the GPU host), nvCOMP for larger
+    /// ones (twice libzstd's rate on the GPU host's 16 cores). Set, a fraction is clamped to 0..=1.
+    #[must_use]
+    pub fn with_host_encode_fraction(mut self, fraction: Option<f64>) -> Self {
+        self.host_encode_fraction = fraction.map(|f| f.clamp(0.0, 1.0));
+        self
+    }
+
+    /// The share of a write's zstd chunks encoded on host threads, if set.
+    #[must_use]
+    pub fn host_encode_fraction(&self) -> Option<f64> {
+        self.host_encode_fraction
     }
 
     /// The share of large zstd chunks decoded on host threads, if set.

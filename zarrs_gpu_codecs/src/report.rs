@@ -58,6 +58,11 @@ pub struct WriteReport {
     pub bytes_stored: u64,
     /// Seconds the write took, storing included.
     pub seconds: f64,
+    /// Seconds spent assembling chunks, encoding them and copying them to the host (device path).
+    pub encode_seconds: f64,
+    /// Seconds spent storing them (device path): on another thread, overlapping the next batch's
+    /// encode.
+    pub store_seconds: f64,
 }
 
 impl WriteReport {
@@ -72,6 +77,8 @@ impl WriteReport {
             bytes_encoded: 0,
             bytes_stored: 0,
             seconds: 0.0,
+            encode_seconds: 0.0,
+            store_seconds: 0.0,
         }
     }
 

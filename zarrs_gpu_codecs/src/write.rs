@@ -1,11 +1,15 @@
 //! Writes from device memory: a [`DeviceArray`] stored into a subset of a Zarr array, its chunks
-//! assembled and encoded on the device (nvCOMP's batched zstd), then written by the store (a
-//! [`GdsStore`](zarrs_gds_store::GdsStore) replaces each chunk file atomically). Chunks the
-//! subset covers in part are read (on the device), modified there and encoded again; chunks that
-//! come out all fill value are erased, as zarrs does. Chains the device does not encode yet go
-//! through zarrs on the host, the report says why.
+//! (or shards) assembled and encoded on the device (nvCOMP's batched zstd; a shard's inner chunks
+//! gathered and encoded in the same batch), copied to pinned host memory, then written by the
+//! store from there (a [`GdsStore`](zarrs_gds_store::GdsStore) replaces each file atomically)
+//! while the next batch encodes. Chunks the subset covers in part are read (on the device),
+//! modified there and encoded again; chunks (and inner chunks) that come out all fill value are
+//! erased or left out, as zarrs does. Chains the device does not encode yet go through zarrs on
+//! the host, the report says why.
 
+use std::borrow::Cow;
 use std::ffi::c_void;
+use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
@@ -21,12 +25,17 @@ use crate::error::GpuError;
 use crate::pipeline::place::{copy_dtod, fill_pattern};
 use crate::pipeline::plan::{plan_chunks, ChunkPlacement, Copy3D};
 use crate::pipeline::route::{chunk_subset, chunks_meeting, write_chain, WriteChain};
+use crate::reader::PinnedBuffer;
 use crate::report::{WritePath, WriteReport};
 use crate::retrieve::{check_subset, contained, ArrayDeviceExt};
 
 /// Raw chunk bytes assembled and encoded on the device at once, at most (about): the working set
-/// is twice this (raw and compressed), freed after the batch.
-const WRITE_BATCH_BYTES: u64 = 1 << 30;
+/// is twice this on the device (raw and compressed, freed after the batch) and up to this in
+/// pinned host memory for each of the two batches in flight (kept in the pinned pool).
+const WRITE_BATCH_BYTES: u64 = 256 << 20;
+
+/// Room left after each encoded chunk in host memory for its crc32c.
+const CRC_ROOM: usize = 4;
 
 /// Storing device arrays into a Zarr array, beside zarrs' `store_array_subset`.
 pub trait ArrayDeviceWriteExt {
@@ -113,14 +122,14 @@ impl<S: ReadableWritableStorageTraits + 'static> ArrayDeviceWriteExt for Array<S
         }
         let start = Instant::now();
         let chain = write_chain(self).and_then(|chain| {
-            if chain.zstd {
+            if chain.zstd.is_some() {
                 nvcomp_sys::NvcompLibrary::get().map_err(|e| e.to_string())?;
             }
             Ok(chain)
         });
         // As a read is: the caller's context restored after, a lost context refused before.
         let mut report = contained(config, || match chain {
-            Ok(chain) => write_on_device(self, subset, data, chain, config),
+            Ok(chain) => write_on_device(self, subset, data, &chain, config),
             Err(reason) => write_on_host(self, subset, data, reason),
         })?;
         report.seconds = start.elapsed().as_secs_f64();
@@ -201,23 +210,102 @@ fn write_on_host<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     Ok(report)
 }
 
-/// A chunk of a write: where it lies, and whether the subset covers all of its part within the
-/// array (else its old value is read first).
+/// A chunk (or shard) of a write: where it lies, whether the subset covers all of its part within
+/// the array (else its old value is read first), and a shard's inner chunks.
 struct WriteUnit {
     placement: ChunkPlacement,
     whole: bool,
+    /// The chunk reaches past the array's edge: the elements there hold the fill value.
+    edge: bool,
+    /// Where the chunk lies in the array, bounded by its edge: what is read of a chunk covered in
+    /// part, and the copies that put it in the chunk's place (none for a chunk covered whole).
+    within: ArraySubset,
+    old_copies: Vec<Copy3D>,
+    inner: Option<Arc<InnerChunks>>,
+}
+
+impl WriteUnit {
+    /// The values it encodes (its inner chunks, or itself) and the raw bytes of each.
+    fn encoded(&self) -> (usize, u64) {
+        self.inner.as_ref().map_or((1, self.placement.chunk_bytes), |inner| (inner.count, inner.bytes))
+    }
+}
+
+/// A shard's inner chunks, gathered from its raw bytes (C order of the shard's shape) into slots
+/// [`SLOT_ALIGN`]-aligned one after another, in C order of the inner grid (the shard's layout).
+struct InnerChunks {
+    count: usize,
+    /// Raw bytes of each.
+    bytes: u64,
+    /// The copies from the shard's bytes into the slots.
+    copies: Vec<Copy3D>,
+}
+
+/// Where chunks start in a device buffer of chunks to encode (nvCOMP's alignment, and more).
+const SLOT_ALIGN: u64 = 256;
+
+impl InnerChunks {
+    /// The inner chunks of `inner_shape` of a shard of `shard_shape`, elements of `elem` bytes.
+    fn new(elem: u64, shard_shape: &[u64], inner_shape: &[u64]) -> Result<Self, GpuError> {
+        let shard = ArraySubset::new_with_shape(shard_shape.to_vec());
+        let grid: Vec<u64> = shard_shape.iter().zip(inner_shape).map(|(&s, &c)| s / c.max(1)).collect();
+        let count = grid.iter().try_fold(1u64, |n, &g| n.checked_mul(g));
+        let bytes = inner_shape.iter().try_fold(elem, |n, &c| n.checked_mul(c));
+        let (Some(count), Some(bytes)) = (count, bytes) else {
+            return Err(GpuError::bytes_overflow("inner chunks of shape", inner_shape, elem));
+        };
+        let slot = bytes
+            .checked_next_multiple_of(SLOT_ALIGN)
+            .ok_or_else(|| GpuError::bytes_overflow("inner chunks of shape", inner_shape, elem))?;
+        let key = StoreKey::new("inner").expect("a valid key");
+        let mut copies = Vec::new();
+        let inner_grid = ArraySubset::new_with_shape(grid);
+        for (k, indices) in inner_grid.indices().into_iter().enumerate() {
+            let start: Vec<u64> = indices.iter().zip(inner_shape).map(|(&i, &c)| i * c).collect();
+            let chunk = ArraySubset::new_with_start_shape(start, inner_shape.to_vec())
+                .map_err(|e| GpuError::Array(e.into()))?;
+            let placement =
+                plan_chunks(elem, &shard, [(indices.to_vec(), key.clone(), chunk)])?.pop().expect("inside the shard");
+            // A read's copies (chunk to shard), reversed into slot k.
+            let base =
+                slot.checked_mul(k as u64).ok_or_else(|| GpuError::bytes_overflow("a shard of", shard_shape, elem))?;
+            copies.extend(placement.copies.iter().map(|c| reversed(c, base + placement.byte_start)));
+        }
+        Ok(Self { count: usize::try_from(count).map_err(|e| GpuError::Unsupported(e.to_string()))?, bytes, copies })
+    }
+
+    /// Bytes of its slots, one after another.
+    fn slots_len(&self) -> u64 {
+        self.bytes.next_multiple_of(SLOT_ALIGN) * self.count as u64
+    }
+}
+
+/// A read's copy (stored chunk to output) the other way: from the output into the chunk's
+/// bytes, which start at `chunk_at`.
+fn reversed(c: &Copy3D, chunk_at: u64) -> Copy3D {
+    Copy3D {
+        src_offset: c.dst_offset,
+        dst_offset: chunk_at + c.src_offset,
+        src_pitch: c.dst_pitch,
+        src_height: c.dst_height,
+        dst_pitch: c.src_pitch,
+        dst_height: c.src_height,
+        ..*c
+    }
 }
 
 fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     array: &Array<S>,
     subset: &ArraySubset,
     data: &DeviceArray<T>,
-    chain: WriteChain,
+    chain: &WriteChain,
     config: &GpuConfig,
 ) -> Result<WriteReport, GpuError> {
     let elem = std::mem::size_of::<T>() as u64;
     let chunks = chunks_meeting(array, subset)?;
     let mut units = Vec::with_capacity(chunks.len());
+    // Shards of one shape share their inner layout (a regular grid has one shape).
+    let mut layouts: Vec<(Vec<u64>, Arc<InnerChunks>)> = Vec::new();
     for (indices, key, chunk) in chunks {
         // The chunk's part within the array: covered by the subset, nothing of it is read.
         let within: Vec<std::ops::Range<u64>> = chunk
@@ -231,12 +319,35 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             .iter()
             .zip(subset.start().iter().zip(subset.shape()))
             .all(|(r, (&s, &n))| s <= r.start && r.end <= s + n);
+        let edge = within.iter().zip(chunk.shape()).any(|(r, &n)| r.end - r.start < n);
+        let within = ArraySubset::new_with_ranges(&within);
+        let old_copies = if whole {
+            Vec::new()
+        } else {
+            // A read of the chunk into its part within the array, reversed.
+            let old = plan_chunks(elem, &within, [(indices.clone(), key.clone(), chunk.clone())])?.pop();
+            let old = old.expect("a chunk meets its own part");
+            old.copies.iter().map(|c| reversed(c, old.byte_start)).collect()
+        };
         let placement = plan_chunks(elem, subset, [(indices, key, chunk)])?.pop().expect("the chunk meets the subset");
-        units.push(WriteUnit { placement, whole });
+        let inner = match &chain.shard {
+            None => None,
+            Some(level) => {
+                let known = layouts.iter().find(|(shape, _)| *shape == placement.chunk_shape).map(|(_, i)| i.clone());
+                if let Some(inner) = known {
+                    Some(inner)
+                } else {
+                    let inner = Arc::new(InnerChunks::new(elem, &placement.chunk_shape, level.inner_shape())?);
+                    layouts.push((placement.chunk_shape.clone(), inner.clone()));
+                    Some(inner)
+                }
+            }
+        };
+        units.push(WriteUnit { placement, whole, edge, within, old_copies, inner });
     }
     // nvCOMP's zstd takes chunks up to a size (16 MiB in nvCOMP 6): larger ones go to zarrs.
-    let largest = units.iter().map(|u| u.placement.chunk_bytes).max().unwrap_or(0);
-    if chain.zstd {
+    let largest = units.iter().map(|u| u.encoded().1).max().unwrap_or(0);
+    if chain.zstd.is_some() {
         let nvcomp = nvcomp_sys::NvcompLibrary::get().map_err(|e| GpuError::NoNvcomp(e.to_string()))?;
         if let Err(err) = nvcomp.compress_max_output_chunk_size(nvcomp_sys::Compressor::Zstd, largest as usize) {
             return write_on_host(array, subset, data, format!("chunks of {largest} bytes: {err}"));
@@ -255,11 +366,15 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         batch_bytes = batch_bytes.saturating_add(unit.placement.chunk_bytes);
         batches.last_mut().expect("pushed").push(unit);
     }
+    let ctx = GpuContext::get(config.device())?;
+    let split = EncodeSplit::new(config.host_encode_fraction());
     // Batch k's files are stored on another thread while batch k + 1 is assembled and encoded.
-    std::thread::scope(|scope| -> Result<(), GpuError> {
+    let stored = std::thread::scope(|scope| -> Result<(), GpuError> {
         let mut storing = None;
         for batch in &batches {
-            let encoded = encode_batch(array, data, batch, chain, config, &mut report);
+            let start = Instant::now();
+            let encoded = encode_batch(array, data, batch, (chain.zstd, &split), config, &ctx, &mut report);
+            report.encode_seconds += start.elapsed().as_secs_f64();
             let stored = storing.take().map(|h: std::thread::ScopedJoinHandle<'_, _>| h.join());
             if let Some(stored) = stored {
                 report.add(stored.map_err(|_| GpuError::Unsupported("storing a batch of chunks panicked".into()))??);
@@ -271,8 +386,81 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             report.add(h.join().map_err(|_| GpuError::Unsupported("storing a batch of chunks panicked".into()))??);
         }
         Ok(())
-    })?;
+    });
+    // The pinned buffers went back to the pool: kept within the idle bound, as after a read.
+    ctx.trim_when_idle(ctx.keep_for(config))?;
+    stored?;
     Ok(report)
+}
+
+/// Where an encoded chunk is before it is copied out: on the device (pointer, length), or
+/// already on the host (encoded by host threads).
+enum Source<'a> {
+    Device(u64, usize),
+    Host(&'a [u8]),
+}
+
+impl Source<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Self::Device(_, len) => *len,
+            Self::Host(bytes) => bytes.len(),
+        }
+    }
+}
+
+/// A batch's encoded chunks in pinned host memory, one after another, each followed by
+/// [`CRC_ROOM`] bytes for its checksum: copied out of the device at once, stored from here.
+struct EncodedBatch {
+    /// None once given back (on drop).
+    buffer: Option<PinnedBuffer>,
+    /// Each chunk's encoded bytes in `buffer`: start and length.
+    frames: Vec<(usize, usize)>,
+    ctx: Arc<GpuContext>,
+}
+
+impl EncodedBatch {
+    /// Copy `sources`, in order, into a pinned buffer of `ctx`'s pool.
+    fn copy_out(ctx: &Arc<GpuContext>, stream: &CudaStream, sources: &[Source<'_>]) -> Result<Self, GpuError> {
+        let mut frames = Vec::with_capacity(sources.len());
+        let mut total = 0usize;
+        for source in sources {
+            let len = source.len();
+            frames.push((total, len));
+            total = len
+                .checked_add(CRC_ROOM)
+                .and_then(|len| total.checked_add(len))
+                .ok_or_else(|| GpuError::Unsupported("a batch of encoded chunks overflows usize".into()))?;
+        }
+        let mut buffer = ctx.take_pinned(total.max(1))?;
+        let host = buffer.as_mut_slice();
+        let queued = sources.iter().zip(&frames).try_for_each(|(source, &(at, len))| match *source {
+            // SAFETY: `ptr` holds `len` bytes on the device until the stream has run the copy
+            // (the caller keeps them and synchronizes below); the destination is within `host`.
+            Source::Device(ptr, _) => unsafe {
+                cudarc::driver::result::memcpy_dtoh_async(&mut host[at..at + len], ptr, stream.cu_stream())
+            },
+            Source::Host(bytes) => {
+                host[at..at + len].copy_from_slice(bytes);
+                Ok(())
+            }
+        });
+        let synced = stream.synchronize();
+        if let Err(err) = queued.and(synced) {
+            // Copies may still be writing into it: never reused, never freed.
+            std::mem::forget(buffer);
+            return Err(GpuError::cuda("copying encoded chunks to the host")(err));
+        }
+        Ok(Self { buffer: Some(buffer), frames, ctx: ctx.clone() })
+    }
+}
+
+impl Drop for EncodedBatch {
+    fn drop(&mut self) {
+        if let Some(buffer) = self.buffer.take() {
+            self.ctx.give_pinned(buffer);
+        }
+    }
 }
 
 /// Assemble and encode one batch of chunks on the device: each chunk's encoded bytes, on the host.
@@ -280,10 +468,11 @@ fn encode_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     array: &Array<S>,
     data: &DeviceArray<T>,
     units: &[WriteUnit],
-    chain: WriteChain,
+    zstd: (Option<i32>, &EncodeSplit),
     config: &GpuConfig,
+    ctx: &Arc<GpuContext>,
     report: &mut WriteReport,
-) -> Result<Vec<Vec<u8>>, GpuError> {
+) -> Result<EncodedBatch, GpuError> {
     let stream = data.stream().clone();
     let cuda = |what| GpuError::cuda(what);
     // Each chunk's raw bytes at an offset aligned for nvCOMP (checked: chunk shapes come from
@@ -295,18 +484,19 @@ fn encode_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         total = unit
             .placement
             .chunk_bytes
-            .checked_next_multiple_of(256)
+            .checked_next_multiple_of(SLOT_ALIGN)
             .and_then(|len| total.checked_add(len))
             .ok_or_else(|| GpuError::bytes_overflow("a batch of chunks of shape", &unit.placement.chunk_shape, 1))?;
     }
-    // SAFETY: each chunk's place is written whole (fill or old value, then the data) before it is
-    // encoded or copied out; the alignment padding between chunks is never read.
+    // SAFETY: each chunk's place is written whole (fill past the edge, the old value where the
+    // subset covers it in part, the data) before it is encoded or copied out; the alignment
+    // padding between chunks is never read.
     let raw: CudaSlice<u8> =
         unsafe { stream.alloc(total.max(1) as usize) }.map_err(cuda("allocating chunks to encode"))?;
     // Old chunks are read on their own streams and copied out on this one: whatever happens, they
     // are freed only after this stream has run those copies.
     let mut olds = Vec::new();
-    let encoded = assemble_and_encode(array, data, units, chain, config, report, (&raw, &offsets), &mut olds);
+    let encoded = assemble_and_encode(array, data, units, zstd, (config, ctx), report, (&raw, &offsets), &mut olds);
     if !olds.is_empty() {
         let synced = stream.synchronize().map_err(cuda("copying chunks to modify"));
         if synced.is_err() {
@@ -328,12 +518,12 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
     array: &Array<S>,
     data: &DeviceArray<T>,
     units: &[WriteUnit],
-    chain: WriteChain,
-    config: &GpuConfig,
+    zstd: (Option<i32>, &EncodeSplit),
+    (config, ctx): (&GpuConfig, &Arc<GpuContext>),
     report: &mut WriteReport,
     (raw, offsets): (&CudaSlice<u8>, &[u64]),
     olds: &mut Vec<DeviceArray<T>>,
-) -> Result<Vec<Vec<u8>>, GpuError> {
+) -> Result<EncodedBatch, GpuError> {
     let stream = data.stream().clone();
     let cuda = |what| GpuError::cuda(what);
     let (raw_ptr, raw_guard) = raw.device_ptr(&stream);
@@ -341,77 +531,153 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
     // another stream).
     let source_guard = data.as_cuda_slice().map(|slice| slice.device_ptr(&stream));
     let fill = array.fill_value().as_ne_bytes();
-    // Chunks covered in part: their old values first (decoded on the device).
+    // Chunks covered in part: their old values (their parts within the array), read as one
+    // request (decoded on the device), then copied into their places.
+    let partial: Vec<ArraySubset> = units.iter().filter(|u| !u.whole).map(|u| u.within.clone()).collect();
+    if !partial.is_empty() {
+        let (parts, _) = array.retrieve_array_subsets_device_opt::<T>(&partial, config)?;
+        // The read's own stream: the copies wait for it.
+        if let Some(first) = parts.first() {
+            first.stream().synchronize().map_err(cuda("reading chunks to modify"))?;
+        }
+        olds.extend(parts);
+    }
+    let mut old_parts = olds.iter();
     for (unit, &at) in units.iter().zip(offsets) {
         let p = &unit.placement;
-        if unit.whole {
-            // Elements past the array's edge (an edge chunk's) hold the fill value.
+        if unit.edge {
+            // Elements past the array's edge hold the fill value.
             // SAFETY: the chunk's place in `raw`, ordered on the stream.
             unsafe { fill_pattern(fill, raw_ptr + at, p.chunk_bytes as usize, &stream) }?;
-        } else {
-            let (old, _) = array.retrieve_chunk_device_opt::<T>(&p.chunk_indices, config)?;
-            // The read's own stream: the copy waits for it.
-            old.stream().synchronize().map_err(cuda("reading a chunk to modify"))?;
-            let copy = Copy3D {
-                src_offset: 0,
-                dst_offset: 0,
-                width: p.chunk_bytes,
-                height: 1,
-                depth: 1,
-                src_pitch: p.chunk_bytes,
-                src_height: 1,
-                dst_pitch: p.chunk_bytes,
-                dst_height: 1,
-            };
-            // SAFETY: the old chunk has the chunk's full shape (chunk_bytes), as its place in `raw`.
-            unsafe { copy_dtod(&copy, old.device_ptr(), raw_ptr + at, &stream) }?;
-            olds.push(old);
+        }
+        if !unit.whole {
+            let old = old_parts.next().expect("one old part per chunk covered in part");
+            for c in &unit.old_copies {
+                // SAFETY: a read's copies of this chunk into its part within the array (the shape
+                // of `old`), reversed: within `old` and the chunk's place in `raw`.
+                unsafe { copy_dtod(c, old.device_ptr(), raw_ptr + at, &stream) }?;
+            }
             report.modified += 1;
         }
         // The subset's part of the chunk, from `data` (the copies that a read makes, reversed).
         for c in &p.copies {
-            let back = Copy3D {
-                src_offset: c.dst_offset,
-                dst_offset: p.byte_start + c.src_offset,
-                src_pitch: c.dst_pitch,
-                src_height: c.dst_height,
-                dst_pitch: c.src_pitch,
-                dst_height: c.src_height,
-                ..*c
-            };
             // SAFETY: the copies of a read of this chunk into `data`'s subset, reversed: within
             // `data` and the chunk's place in `raw`.
-            unsafe { copy_dtod(&back, data.device_ptr(), raw_ptr + at, &stream) }?;
+            unsafe { copy_dtod(&reversed(c, p.byte_start), data.device_ptr(), raw_ptr + at, &stream) }?;
         }
     }
     drop((raw_guard, source_guard));
-    let lens: Vec<u64> = units.iter().map(|u| u.placement.chunk_bytes).collect();
-    let encoded = if chain.zstd {
+    if units.iter().all(|u| u.inner.is_none()) {
+        let lens: Vec<u64> = units.iter().map(|u| u.placement.chunk_bytes).collect();
         let keys: Vec<&StoreKey> = units.iter().map(|u| &u.placement.key).collect();
-        compress_zstd(&stream, raw, offsets, &lens, &keys)?
-    } else {
-        // Each chunk straight into its own host buffer.
-        let mut chunks = Vec::with_capacity(units.len());
-        for (&at, &len) in offsets.iter().zip(&lens) {
-            let mut chunk = vec![0u8; len as usize];
-            let view = raw.slice(at as usize..(at + len) as usize);
-            stream.memcpy_dtoh(&view, &mut chunk).map_err(cuda("copying chunks to the host"))?;
-            chunks.push(chunk);
+        return encode_slots(zstd, (ctx, &stream), raw, offsets, &lens, &keys);
+    }
+    // Shards: each inner chunk gathered into a slot of its own, then encoded as chunks are.
+    let mut slots_at = Vec::with_capacity(units.len());
+    let mut total = 0u64;
+    for unit in units {
+        slots_at.push(total);
+        let len = unit.inner.as_ref().map_or(0, |inner| inner.slots_len());
+        total = total
+            .checked_add(len)
+            .ok_or_else(|| GpuError::bytes_overflow("a batch of shards of shape", &unit.placement.chunk_shape, 1))?;
+    }
+    // SAFETY: every slot is written whole by the gathers below (the inner chunks tile the shard);
+    // the alignment padding is never read.
+    let slots: CudaSlice<u8> =
+        unsafe { stream.alloc(total.max(1) as usize) }.map_err(cuda("allocating inner chunks to encode"))?;
+    let (mut offsets_inner, mut lens, mut keys) = (Vec::new(), Vec::new(), Vec::new());
+    {
+        let (raw_ptr, _a) = raw.device_ptr(&stream);
+        let (slots_ptr, _b) = slots.device_ptr(&stream);
+        for ((unit, &at), &base) in units.iter().zip(offsets).zip(&slots_at) {
+            let inner = unit.inner.as_ref().expect("every unit of a sharded array is a shard");
+            for c in &inner.copies {
+                // SAFETY: within the shard's raw bytes and its slots (planned from their shapes).
+                unsafe { copy_dtod(c, raw_ptr + at, slots_ptr + base, &stream) }?;
+            }
+            let slot = inner.bytes.next_multiple_of(SLOT_ALIGN);
+            offsets_inner.extend((0..inner.count as u64).map(|k| base + k * slot));
+            lens.extend(std::iter::repeat_n(inner.bytes, inner.count));
+            keys.extend(std::iter::repeat_n(&unit.placement.key, inner.count));
         }
-        stream.synchronize().map_err(cuda("copying chunks to the host"))?;
-        chunks
-    };
-    Ok(encoded)
+    }
+    encode_slots(zstd, (ctx, &stream), &slots, &offsets_inner, &lens, &keys)
 }
 
-/// What storing a batch did: chunks written, erased, and the bytes stored.
-type Stored = (usize, usize, u64);
+/// The chunks at `offsets` (lengths `lens`) of `buffer` encoded (zstd at a level) or as they
+/// are, copied to the host (`keys`: each chunk's, or its shard's, for errors). zstd chunks are
+/// split between nvCOMP (the first ones) and libzstd on host threads (the rest, from a pinned
+/// copy of their raw bytes), both at once.
+fn encode_slots(
+    (zstd, split): (Option<i32>, &EncodeSplit),
+    (ctx, stream): (&Arc<GpuContext>, &Arc<CudaStream>),
+    buffer: &CudaSlice<u8>,
+    offsets: &[u64],
+    lens: &[u64],
+    keys: &[&StoreKey],
+) -> Result<EncodedBatch, GpuError> {
+    let (ptr, _guard) = buffer.device_ptr(stream);
+    let sources: Vec<Source<'_>> =
+        offsets.iter().zip(lens).map(|(&at, &len)| Source::Device(ptr + at, len as usize)).collect();
+    let Some(level) = zstd else {
+        return EncodedBatch::copy_out(ctx, stream, &sources);
+    };
+    let on_device = lens.len() - split.on_host(lens.len());
+    let staged = EncodedBatch::copy_out(ctx, stream, &sources[on_device..])?;
+    let on_host = || -> Result<Vec<Vec<u8>>, GpuError> {
+        let host = staged.buffer.as_ref().expect("held until dropped").as_slice();
+        let frames = staged
+            .frames
+            .par_iter()
+            .zip(&keys[on_device..])
+            .map(|(&(at, len), key)| {
+                zstd::bulk::compress(&host[at..at + len], level)
+                    .map_err(|e| GpuError::chunk(key.to_string(), format!("zstd level {level}: {e}")))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(frames)
+    };
+    compress_zstd(ctx, stream, buffer, (&offsets[..on_device], &lens[..on_device], &keys[..on_device]), on_host)
+}
+
+/// How a write splits zstd chunks between nvCOMP and host threads: a share the caller set, else
+/// host threads for small batches and nvCOMP for the rest. On the GPU host (16 cores) libzstd
+/// level 3 encoded about 1.2 GiB/s of float32 on all threads, nvCOMP 2.3, and an even split ran
+/// slower than nvCOMP alone (the host's share also competes with the stores for the cores).
+struct EncodeSplit {
+    fixed: Option<f64>,
+}
+
+/// Batches of fewer chunks than this are encoded on host threads alone (unless a share is set):
+/// nvCOMP's zstd took over 100 ms for a batch of 50 chunks of 1 MiB on the GPU host, host threads
+/// about 60.
+const NVCOMP_ENCODE_FROM: usize = 64;
+
+impl EncodeSplit {
+    fn new(fixed: Option<f64>) -> Self {
+        Self { fixed }
+    }
+
+    /// How many of `n` chunks host threads encode (the last ones).
+    fn on_host(&self, n: usize) -> usize {
+        match self.fixed {
+            Some(share) => ((n as f64 * share).round() as usize).min(n),
+            None if n < NVCOMP_ENCODE_FROM => n,
+            None => 0,
+        }
+    }
+}
+
+/// What storing a batch did: chunks written, erased, the bytes stored, and the seconds it took.
+type Stored = (usize, usize, u64, f64);
 
 impl WriteReport {
-    fn add(&mut self, (written, erased, bytes): Stored) {
+    fn add(&mut self, (written, erased, bytes, seconds): Stored) {
         self.written += written;
         self.erased += erased;
         self.bytes_stored += bytes;
+        self.store_seconds += seconds;
     }
 }
 
@@ -420,35 +686,81 @@ impl WriteReport {
 fn store_batch<S: ReadableWritableStorageTraits + 'static>(
     array: &Array<S>,
     units: &[WriteUnit],
-    mut encoded: Vec<Vec<u8>>,
-    chain: WriteChain,
+    mut encoded: EncodedBatch,
+    chain: &WriteChain,
 ) -> Result<Stored, GpuError> {
+    let start = Instant::now();
     let fill = array.fill_value().as_ne_bytes();
     // A zstd chunk can be all fill value only when it compressed to a small fraction of its size
     // (or is small, when its frame's overhead weighs): only those are decoded again to check.
     let is_fill = |bytes: &[u8], len: u64| -> bool {
         let all_fill = |raw: &[u8]| raw.len() as u64 == len && raw.chunks_exact(fill.len().max(1)).all(|e| e == fill);
-        if !chain.zstd {
+        if chain.zstd.is_none() {
             return all_fill(bytes);
         }
         (bytes.len() as u64 * 32 <= len || len <= 1 << 16)
             && zstd::bulk::decompress(bytes, len as usize).is_ok_and(|raw| all_fill(&raw))
     };
-    // Each chunk's stored value (its crc32c appended), or None where it is all fill value.
-    let values: Vec<Option<Bytes>> = encoded
-        .par_iter_mut()
-        .zip(units)
-        .map(|(bytes, unit)| {
-            if is_fill(bytes, unit.placement.chunk_bytes) {
-                return None;
-            }
-            if chain.crc32c {
-                let crc = crc32c::crc32c(bytes);
-                bytes.extend_from_slice(&crc.to_le_bytes());
-            }
-            Some(Bytes::from(std::mem::take(bytes)))
+    // Each chunk's bytes with the room after them, in turn (the frames lie in order).
+    let host = encoded.buffer.as_mut().expect("held until dropped").as_mut_slice();
+    let mut slots = Vec::with_capacity(encoded.frames.len());
+    let mut rest = host;
+    let mut at = 0;
+    for &(start, len) in &encoded.frames {
+        let (slot, tail) = std::mem::take(&mut rest)[start - at..].split_at_mut(len + CRC_ROOM);
+        slots.push(slot);
+        rest = tail;
+        at = start + len + CRC_ROOM;
+    }
+    // The raw length of each encoded chunk (a shard's are its inner chunks).
+    let raw_lens: Vec<u64> = units
+        .iter()
+        .flat_map(|u| {
+            let (count, bytes) = u.encoded();
+            std::iter::repeat_n(bytes, count)
         })
         .collect();
+    if raw_lens.len() != slots.len() {
+        return Err(GpuError::Unsupported(format!("{} chunks encoded for {} to store", slots.len(), raw_lens.len())));
+    }
+    // Each chunk's stored bytes (its crc32c appended), or None where it is all fill value.
+    let mut chunks: Vec<Option<&[u8]>> = slots
+        .into_par_iter()
+        .zip(raw_lens)
+        .map(|(slot, raw_len)| {
+            let len = slot.len() - CRC_ROOM;
+            if is_fill(&slot[..len], raw_len) {
+                return None;
+            }
+            if !chain.crc32c {
+                return Some(&slot[..len]);
+            }
+            let crc = crc32c::crc32c(&slot[..len]);
+            slot[len..].copy_from_slice(&crc.to_le_bytes());
+            Some(&*slot)
+        })
+        .collect();
+    // Each unit's value: the chunk's bytes as they are, a shard laid out with its index; None
+    // (erased) where all of it is fill value.
+    let values: Vec<Option<Cow<'_, [u8]>>> = match &chain.shard {
+        None => chunks.into_iter().map(|c| c.map(Cow::Borrowed)).collect(),
+        Some(level) => {
+            let mut parts = Vec::with_capacity(units.len());
+            for unit in units {
+                let rest = chunks.split_off(unit.encoded().0);
+                parts.push((unit, std::mem::replace(&mut chunks, rest)));
+            }
+            parts
+                .into_par_iter()
+                .map(|(unit, inner)| {
+                    let shard = level
+                        .encode_shard(&unit.placement.chunk_shape, &inner)
+                        .map_err(|e| GpuError::chunk(unit.placement.key.to_string(), e))?;
+                    Ok(shard.map(Cow::Owned))
+                })
+                .collect::<Result<_, GpuError>>()?
+        }
+    };
     let storage = array.storage();
     let named = |key: &StoreKey| {
         let key = key.to_string();
@@ -457,30 +769,39 @@ fn store_batch<S: ReadableWritableStorageTraits + 'static>(
     let (sets, erases): (Vec<_>, Vec<_>) =
         units.iter().map(|u| &u.placement.key).zip(values).partition(|(_, value)| value.is_some());
     erases.par_iter().try_for_each(|(key, _)| storage.erase(key).map_err(named(key)))?;
-    let sets: Vec<(StoreKey, Bytes)> =
+    let sets: Vec<(StoreKey, Cow<'_, [u8]>)> =
         sets.into_iter().filter_map(|(key, value)| value.map(|v| ((*key).clone(), v))).collect();
-    // A GdsStore writes them as one: every file flushed in parallel, each directory once.
+    // A GdsStore writes them as one, from the pinned buffer: every file flushed in parallel, each
+    // directory once. Other stores take owned bytes.
     match (storage.as_ref() as &dyn std::any::Any).downcast_ref::<GdsStore>() {
         Some(store) => store.set_many(&sets).map_err(|e| GpuError::Array(e.into()))?,
-        None => sets.par_iter().try_for_each(|(key, value)| storage.set(key, value.clone()).map_err(named(key)))?,
+        None => sets
+            .par_iter()
+            .try_for_each(|(key, value)| storage.set(key, Bytes::copy_from_slice(value)).map_err(named(key)))?,
     }
     let bytes = sets.iter().map(|(_, v)| v.len() as u64).sum();
-    Ok((sets.len(), erases.len(), bytes))
+    Ok((sets.len(), erases.len(), bytes, start.elapsed().as_secs_f64()))
 }
 
-/// nvCOMP's batched zstd of the chunks at `offsets` (lengths `lens`) of `raw`: each chunk's frame
-/// (`keys`: the chunks', for errors).
+/// nvCOMP's batched zstd of the chunks at `offsets` (lengths `lens`) of `raw` (`keys`: the
+/// chunks', for errors), with `alongside` run while the device compresses (its frames follow the
+/// device's): every frame, copied out in order.
 fn compress_zstd(
-    stream: &std::sync::Arc<CudaStream>,
+    ctx: &Arc<GpuContext>,
+    stream: &Arc<CudaStream>,
     raw: &CudaSlice<u8>,
-    offsets: &[u64],
-    lens: &[u64],
-    keys: &[&StoreKey],
-) -> Result<Vec<Vec<u8>>, GpuError> {
+    (offsets, lens, keys): (&[u64], &[u64], &[&StoreKey]),
+    alongside: impl FnOnce() -> Result<Vec<Vec<u8>>, GpuError>,
+) -> Result<EncodedBatch, GpuError> {
     use nvcomp_sys::{sys, Compressor};
+    let n = lens.len();
+    if n == 0 {
+        let frames = alongside()?;
+        let sources: Vec<Source<'_>> = frames.iter().map(|f| Source::Host(f)).collect();
+        return EncodedBatch::copy_out(ctx, stream, &sources);
+    }
     let nvcomp = nvcomp_sys::NvcompLibrary::get().map_err(|e| GpuError::NoNvcomp(e.to_string()))?;
     let cuda = |what| GpuError::cuda(what);
-    let n = lens.len();
     let max_len = lens.iter().copied().max().unwrap_or(0) as usize;
     let total = lens.iter().sum::<u64>() as usize;
     let bound = nvcomp.compress_max_output_chunk_size(Compressor::Zstd, max_len).map_err(GpuError::Nvcomp)?;
@@ -494,7 +815,7 @@ fn compress_zstd(
         unsafe { stream.alloc(temp_bytes.max(1)) }.map_err(cuda("allocating nvCOMP's scratch"))?;
     let mut sizes: CudaSlice<u64> = stream.alloc_zeros(n).map_err(cuda("allocating sizes"))?;
     let mut statuses: CudaSlice<u32> = stream.alloc_zeros(n).map_err(cuda("allocating statuses"))?;
-    {
+    let host_frames = {
         let (raw_ptr, _a) = raw.device_ptr(stream);
         let (out_ptr, _b) = out.device_ptr_mut(stream);
         let (temp_ptr, _c) = temp.device_ptr_mut(stream);
@@ -527,28 +848,28 @@ fn compress_zstd(
             )
         }
         .map_err(GpuError::Nvcomp)?;
+        // The host's share runs now; whatever happens there, the device's work ends before its
+        // buffers go.
+        let host_frames = alongside();
         stream.synchronize().map_err(cuda("compressing chunks"))?;
-    }
+        host_frames?
+    };
     let statuses = stream.clone_dtoh(&statuses).map_err(cuda("reading compression statuses"))?;
     let sizes = stream.clone_dtoh(&sizes).map_err(cuda("reading compressed sizes"))?;
     if let Some(k) = statuses.iter().position(|&s| s != sys::nvcompSuccess) {
         let reason = format!("nvCOMP zstd compression: {}", nvcomp.status_string(statuses[k]));
         return Err(GpuError::chunk(keys[k].to_string(), reason));
     }
-    let mut frames = Vec::with_capacity(n);
-    for (k, &size) in sizes.iter().enumerate() {
-        let size = size as usize;
-        if size == 0 || size > bound {
-            return Err(GpuError::chunk(
-                keys[k].to_string(),
-                format!("nvCOMP zstd wrote {size} bytes (bound {bound})"),
-            ));
-        }
-        let mut frame = vec![0u8; size];
-        let view = out.slice(k * slot..k * slot + size);
-        stream.memcpy_dtoh(&view, &mut frame).map_err(cuda("copying compressed chunks to the host"))?;
-        frames.push(frame);
+    if let Some(k) = sizes.iter().position(|&size| size == 0 || size as usize > bound) {
+        let reason = format!("nvCOMP zstd wrote {} bytes (bound {bound})", sizes[k]);
+        return Err(GpuError::chunk(keys[k].to_string(), reason));
     }
-    stream.synchronize().map_err(cuda("copying compressed chunks to the host"))?;
-    Ok(frames)
+    let (out_ptr, _guard) = out.device_ptr(stream);
+    let sources: Vec<Source<'_>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &size)| Source::Device(out_ptr + (k * slot) as u64, size as usize))
+        .chain(host_frames.iter().map(|f| Source::Host(f)))
+        .collect();
+    EncodedBatch::copy_out(ctx, stream, &sources)
 }

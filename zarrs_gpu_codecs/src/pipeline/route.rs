@@ -262,44 +262,70 @@ pub(crate) fn chunk_subset<S: ?Sized>(array: &Array<S>, indices: &[u64]) -> Resu
     ArraySubset::new_with_start_shape(origin, shape).map_err(|e| GpuError::Array(e.into()))
 }
 
-/// What the device encodes of a chunk: its elements in the platform's byte order, then zstd
-/// (nvCOMP) where the chain has it, then crc32c (on the host).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What the device encodes of a chunk (of each inner chunk, in a sharded array): its elements in
+/// the platform's byte order, then zstd (nvCOMP) where the chain has it, then crc32c (on the
+/// host); a sharded array's shards are then laid out with their index on the host.
+#[derive(Clone, Debug)]
 pub(crate) struct WriteChain {
-    pub(crate) zstd: bool,
+    /// zstd's level where the chain has zstd (host threads encode at it; nvCOMP has no levels).
+    pub(crate) zstd: Option<i32>,
     pub(crate) crc32c: bool,
+    /// The sharding level of a sharded array (one level: nested shards are encoded on the host).
+    pub(crate) shard: Option<ShardLevel>,
 }
 
 /// The chain the device encodes `array`'s chunks with, or why they are encoded on the host:
-/// sharded arrays, transposes, byte swaps, filters and codecs other than zstd are not encoded on
+/// nested shards, transposes, byte swaps, filters and codecs other than zstd are not encoded on
 /// the device yet, and zstd with `checksum: true` wants a content checksum nvCOMP does not write.
 pub(crate) fn write_chain<S: ?Sized>(array: &Array<S>) -> Result<WriteChain, String> {
     let plan = device_plan(array)?;
     let chain = &plan.chain;
-    if !plan.shards.is_empty() {
-        return Err("sharded arrays are encoded on the host (device sharded writes are not built yet)".into());
+    if plan.shards.len() > 1 {
+        return Err("nested shards are encoded on the host".into());
     }
     if chain.transpose.is_some() || chain.swap != 0 || chain.delta.is_some() {
         return Err("transposes, byte swaps and filters are encoded on the host".into());
     }
     let zstd = match &chain.compression {
-        None => false,
+        None => None,
         Some(codec) if codec.name() == "zstd" => {
-            let codecs = array.codecs();
-            let checksum = codecs.bytes_to_bytes_codecs().first().and_then(|c| {
-                c.configuration_v3(&CodecMetadataOptions::default())
-                    .and_then(|configuration| configuration.get("checksum").and_then(serde_json::Value::as_bool))
-            });
-            if checksum == Some(true) {
+            let (level, checksum) = zstd_settings(array)?;
+            if checksum {
                 return Err(
                     "zstd with checksum: true is encoded on the host (nvCOMP writes no content checksum)".into()
                 );
             }
-            true
+            Some(level)
         }
         Some(codec) => return Err(format!("{} is encoded on the host (no device encoder for it yet)", codec.name())),
     };
-    Ok(WriteChain { zstd, crc32c: chain.crc32c })
+    Ok(WriteChain { zstd, crc32c: chain.crc32c, shard: plan.shards.into_iter().next() })
+}
+
+/// The level and content-checksum setting of the zstd codec of `array`'s chunks (a shard's inner
+/// chunks'), from its metadata: v3 `{"name": "zstd", "configuration": {...}}` (in a
+/// `sharding_indexed` configuration's codecs too) or a v2 compressor `{"id": "zstd", ...}`.
+fn zstd_settings<S: ?Sized>(array: &Array<S>) -> Result<(i32, bool), String> {
+    fn find(value: &serde_json::Value) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        match value {
+            serde_json::Value::Object(map) => {
+                if map.get("name").and_then(|n| n.as_str()) == Some("zstd") {
+                    return map.get("configuration").and_then(|c| c.as_object());
+                }
+                if map.get("id").and_then(|n| n.as_str()) == Some("zstd") {
+                    return Some(map);
+                }
+                map.values().find_map(find)
+            }
+            serde_json::Value::Array(items) => items.iter().find_map(find),
+            _ => None,
+        }
+    }
+    let metadata = serde_json::to_value(array.metadata()).map_err(|e| e.to_string())?;
+    let settings = find(&metadata).ok_or("no zstd codec configuration in the metadata")?;
+    let level = settings.get("level").and_then(serde_json::Value::as_i64).unwrap_or(0);
+    let level = i32::try_from(level).map_err(|_| format!("zstd level {level} is out of range"))?;
+    Ok((level, settings.get("checksum").and_then(serde_json::Value::as_bool).unwrap_or(false)))
 }
 
 fn name(codec: &dyn ExtensionName) -> String {

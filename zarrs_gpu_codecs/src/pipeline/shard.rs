@@ -47,6 +47,70 @@ impl ShardLevel {
         Ok((level, inner))
     }
 
+    /// The inner chunks' shape.
+    pub(crate) fn inner_shape(&self) -> &[u64] {
+        &self.inner_shape
+    }
+
+    /// The file of a shard of `shard_shape` whose inner chunks (in C order) have the encoded
+    /// bytes `chunks`, None for a missing one (all fill value): the chunks one after another in
+    /// that order, and the index, encoded with the index codecs, where the codec puts it. None
+    /// when every chunk is missing (the shard is erased, as zarrs does).
+    ///
+    /// # Errors
+    /// Returns an error when the shard's shape does not fit the inner chunks, `chunks` is not one
+    /// per inner chunk, or the index does not encode to its fixed size.
+    pub(crate) fn encode_shard(
+        &self,
+        shard_shape: &[u64],
+        chunks: &[Option<&[u8]>],
+    ) -> Result<Option<Vec<u8>>, String> {
+        let per = self.chunks_per_shard(shard_shape)?;
+        let count = per.iter().try_fold(1usize, |n, p| usize::try_from(p.get()).ok().and_then(|p| n.checked_mul(p)));
+        if count != Some(chunks.len()) {
+            return Err(format!("a shard of {per:?} inner chunks given {} of them", chunks.len()));
+        }
+        if chunks.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        let index_len = self.index_len(&per)?;
+        let index_usize = usize::try_from(index_len).map_err(|e| e.to_string())?;
+        let data_len = chunks.iter().flatten().map(|c| c.len()).sum::<usize>();
+        let mut shard = Vec::with_capacity(data_len + index_usize);
+        if self.location == ShardingIndexLocation::Start {
+            shard.resize(index_usize, 0);
+        }
+        // Offsets are from the start of the shard; u64::MAX twice marks a missing chunk.
+        let mut index = vec![u64::MAX; chunks.len() * 2];
+        for (k, chunk) in chunks.iter().enumerate() {
+            if let Some(chunk) = chunk {
+                index[2 * k] = shard.len() as u64;
+                index[2 * k + 1] = chunk.len() as u64;
+                shard.extend_from_slice(chunk);
+            }
+        }
+        let mut shape = per;
+        shape.push(NonZeroU64::new(2).expect("2"));
+        let encoded = self
+            .index_codecs
+            .encode(
+                zarrs::array::ArrayBytes::from(bytemuck::cast_slice::<u64, u8>(&index).to_vec()),
+                &shape,
+                &zarrs::array::data_type::uint64(),
+                &FillValue::from(u64::MAX),
+                &CodecOptions::default(),
+            )
+            .map_err(|e| format!("encoding the shard index: {e}"))?;
+        if encoded.len() != index_usize {
+            return Err(format!("the shard index encoded to {} bytes, not {index_len}", encoded.len()));
+        }
+        match self.location {
+            ShardingIndexLocation::Start => shard[..index_usize].copy_from_slice(&encoded),
+            ShardingIndexLocation::End => shard.extend_from_slice(&encoded),
+        }
+        Ok(Some(shard))
+    }
+
     /// Inner chunks per shard of `shard_shape` along each dimension.
     fn chunks_per_shard(&self, shard_shape: &[u64]) -> Result<Vec<NonZeroU64>, String> {
         if shard_shape.len() != self.inner_shape.len() {
