@@ -14,8 +14,13 @@ use zarrs_gpu::{ArrayDeviceExt, ArrayDeviceWriteExt, GdsStore, GpuConfig, WriteP
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
-/// Bytes of the source read to the device at once (about: whole rows of destination chunks).
-const SLAB_BYTES: u64 = 1 << 30;
+/// Bytes of the source read to the device at once (about: whole rows of destination chunks), at
+/// most: a write's last batch is stored after its encode, not beside the next one's, so fewer,
+/// larger blocks overlap more. Beside a block, the device holds the read's staging and a write
+/// batch's buffers (about 1 GiB together): a sixth of the free memory bounds a block below this.
+const SLAB_BYTES: u64 = 4 << 30;
+/// The least block (whole units still exceed it where one is larger).
+const SLAB_MIN_BYTES: u64 = 256 << 20;
 
 /// What the new array is.
 pub(crate) struct Target<'a> {
@@ -150,9 +155,10 @@ pub(crate) fn convert<T: ElementOwned>(
     let out = create(src, dst, target)?;
     let shape = src.shape().to_vec();
     let elem = std::mem::size_of::<T>() as u64;
-    // Blocks of whole new chunks (or shards), about SLAB_BYTES each.
+    // Blocks of whole new chunks (or shards), within what the device has free.
     let unit: Vec<u64> = out.chunk_shape(&vec![0; shape.len()])?.iter().map(|n| n.get()).collect();
-    let blocks = blocks(&shape, &unit, elem, SLAB_BYTES);
+    let free = zarrs_gpu::memory_in_use(config.device())?.device_free;
+    let blocks = blocks(&shape, &unit, elem, (free / 6).clamp(SLAB_MIN_BYTES, SLAB_BYTES));
     let total = shape.iter().product::<u64>().saturating_mul(elem);
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     bar.set_style(ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} {eta}")?);

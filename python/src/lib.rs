@@ -900,14 +900,23 @@ impl PyZarrArray {
         }
         let host = numpy.call_method1("empty", (PyTuple::new(py, &selected)?, dtype))?;
         host.set_item(pyo3::types::PyEllipsis::get(py), value)?;
-        let bytes = host.call_method0("tobytes")?;
-        let bytes = bytes.downcast::<pyo3::types::PyBytes>()?.as_bytes().to_vec();
+        // Its bytes where numpy keeps them (no copy: 1 GiB took three before).
+        let (ptr, _): (usize, bool) = host.getattr("__array_interface__")?.get_item("data")?.extract()?;
+        let len: usize = host.getattr("nbytes")?.extract()?;
+        let bytes: &[u8] = if len == 0 || ptr == 0 {
+            &[]
+        } else {
+            // SAFETY: `host` is the C-contiguous array of `len` bytes numpy.empty made above; no
+            // one else refers to it, and it lives (held here) until the write below has returned.
+            unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
+        };
         let array = &self.array;
         py.allow_threads(|| {
             array
-                .store_array_subset(&subset, zarrs::array::ArrayBytes::new_flen(bytes))
+                .store_array_subset(&subset, zarrs::array::ArrayBytes::new_flen(std::borrow::Cow::Borrowed(bytes)))
                 .map_err(|e| py_err(GpuError::from(e)))
         })?;
+        drop(host);
         let report = PyDict::new(py);
         report.set_item("path", "host")?;
         report.set_item("reason", "the value is in host memory: zarrs encodes and writes it")?;
