@@ -52,21 +52,38 @@ fn empty_sharded(dir: &std::path::Path, name: &str, a2b: Arc<dyn ArrayToBytesCod
     Ok(array)
 }
 
+/// What the write tests write: the values of an uncompressed array read whole to the device, and
+/// a tile of other values at an unaligned place (meeting partial and edge chunks) on the device.
+struct Sources {
+    shape: [u64; 3],
+    all: ArraySubset,
+    source: Array<GdsStore>,
+    on_device: zarrs_gpu::DeviceArray<f32>,
+    tile: ArraySubset,
+    tile_source: Array<GdsStore>,
+    tile_data: zarrs_gpu::DeviceArray<f32>,
+}
+
+impl Sources {
+    fn new(dir: &std::path::Path) -> Result<Self> {
+        let shape = [40u64, 70, 90];
+        let all = ArraySubset::new_with_shape(shape.to_vec());
+        let source = empty(dir, "source", vec![])?;
+        source.store_array_subset(&all, values(&shape, 1))?;
+        let on_device = source.retrieve_array_subset_device_opt::<f32>(&all, &posix())?.0;
+        let tile = ArraySubset::new_with_ranges(&[5..37, 20..70, 33..90]);
+        let tile_source = empty(dir, "tile_source", vec![])?;
+        tile_source.store_array_subset(&all, values(&shape, 2))?;
+        let tile_data = tile_source.retrieve_array_subset_device_opt::<f32>(&tile, &posix())?.0;
+        Ok(Self { shape, all, source, on_device, tile, tile_source, tile_data })
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn device_writes_equal_host_writes_for_every_chain_tile_and_edge() -> Result {
     let dir = tempfile::tempdir()?;
-    let shape = [40u64, 70, 90];
-    // The source: an uncompressed array of the values, read to the device.
-    let source = empty(dir.path(), "source", vec![])?;
-    let all = ArraySubset::new_with_shape(shape.to_vec());
-    source.store_array_subset(&all, values(&shape, 1))?;
-    let on_device = source.retrieve_array_subset_device_opt::<f32>(&all, &posix())?.0;
-    // A tile of other values at an unaligned place, meeting partial and edge chunks.
-    let tile = ArraySubset::new_with_ranges(&[5..37, 20..70, 33..90]);
-    let tile_source = empty(dir.path(), "tile_source", vec![])?;
-    tile_source.store_array_subset(&all, values(&shape, 2))?;
-    let tile_data = tile_source.retrieve_array_subset_device_opt::<f32>(&tile, &posix())?.0;
+    let Sources { shape, all, source, on_device, tile, tile_source: _, tile_data } = Sources::new(dir.path())?;
     let mut want = values(&shape, 1);
     let tile_values = values(&shape, 2);
     for z in 5..37u64 {
@@ -142,16 +159,8 @@ fn device_writes_equal_host_writes_for_every_chain_tile_and_edge() -> Result {
 #[ignore = "needs a CUDA GPU"]
 fn sharded_device_writes_equal_host_writes_with_the_index_at_either_end() -> Result {
     let dir = tempfile::tempdir()?;
-    let shape = [40u64, 70, 90];
-    let all = ArraySubset::new_with_shape(shape.to_vec());
-    let source = empty(dir.path(), "source", vec![])?;
-    source.store_array_subset(&all, values(&shape, 1))?;
-    let on_device = source.retrieve_array_subset_device_opt::<f32>(&all, &posix())?.0;
-    // A tile at an unaligned place: partial shards (read, modified, written again) and edge ones.
-    let tile = ArraySubset::new_with_ranges(&[5..37, 20..70, 33..90]);
-    let tile_source = empty(dir.path(), "tile_source", vec![])?;
-    tile_source.store_array_subset(&all, values(&shape, 2))?;
-    let tile_data = tile_source.retrieve_array_subset_device_opt::<f32>(&tile, &posix())?.0;
+    // The tile meets partial shards (read, modified, written again) and edge ones.
+    let Sources { shape, all, source: _, on_device, tile, tile_source, tile_data } = Sources::new(dir.path())?;
     let zstd_crc = || -> Codecs { vec![zstd(1, false), Arc::new(Crc32cCodec::new())] };
     let inner = [8u64, 16, 32];
     let chains: Vec<(&str, Arc<dyn ArrayToBytesCodecTraits>)> = vec![
