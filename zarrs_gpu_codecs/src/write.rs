@@ -624,8 +624,14 @@ fn encode_slots(
         return EncodedBatch::copy_out(ctx, stream, &sources);
     };
     let on_device = lens.len() - split.on_host(lens.len());
-    let staged = EncodedBatch::copy_out(ctx, stream, &sources[on_device..])?;
+    // The host's share: its raw bytes in pinned memory first (none to copy when it has none).
+    let staged = if on_device < lens.len() {
+        Some(EncodedBatch::copy_out(ctx, stream, &sources[on_device..])?)
+    } else {
+        None
+    };
     let on_host = || -> Result<Vec<Vec<u8>>, GpuError> {
+        let Some(staged) = &staged else { return Ok(Vec::new()) };
         let host = staged.buffer.as_ref().expect("held until dropped").as_slice();
         let frames = staged
             .frames
