@@ -102,6 +102,11 @@ impl ShardIndexCache {
         }
     }
 
+    /// Forget the indexes of the values at `keys` (a device write replaced or erased them).
+    pub(crate) fn forget(&self, keys: &std::collections::HashSet<&StoreKey>) {
+        self.lock().indexes.retain(|(_, key, ..), _| !keys.contains(key));
+    }
+
     pub(crate) fn get(&self, key: &CacheKey) -> Option<CachedIndex> {
         self.lock().indexes.get(key).cloned()
     }

@@ -276,7 +276,7 @@ impl InnerChunks {
 
     /// Bytes of its slots, one after another.
     fn slots_len(&self) -> u64 {
-        self.bytes.next_multiple_of(SLOT_ALIGN) * self.count as u64
+        self.bytes.next_multiple_of(SLOT_ALIGN).saturating_mul(self.count as u64)
     }
 }
 
@@ -363,7 +363,9 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             batches.push(Vec::new());
             batch_bytes = 0;
         }
-        batch_bytes = batch_bytes.saturating_add(unit.placement.chunk_bytes);
+        // A shard's inner chunks take their aligned slots beside its raw bytes.
+        let slots = unit.inner.as_ref().map_or(0, |inner| inner.slots_len());
+        batch_bytes = batch_bytes.saturating_add(unit.placement.chunk_bytes.max(slots));
         batches.last_mut().expect("pushed").push(unit);
     }
     let ctx = GpuContext::get(config.device())?;
@@ -387,8 +389,11 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         }
         Ok(())
     });
-    // The pinned buffers went back to the pool: kept within the idle bound, as after a read.
-    ctx.trim_when_idle(ctx.keep_for(config))?;
+    // Shards replaced or erased (all of them, or some before an error): the caller's cache must
+    // not serve their old indexes (on stores without file stamps it would).
+    if let (Some(cache), Some(_)) = (config.shard_index_cache(), &chain.shard) {
+        cache.forget(&batches.iter().flatten().map(|u| &u.placement.key).collect());
+    }
     stored?;
     Ok(report)
 }
@@ -446,9 +451,14 @@ impl EncodedBatch {
             }
         });
         let synced = stream.synchronize();
-        if let Err(err) = queued.and(synced) {
+        if let Err(err) = synced {
             // Copies may still be writing into it: never reused, never freed.
             std::mem::forget(buffer);
+            return Err(GpuError::cuda("copying encoded chunks to the host")(err));
+        }
+        if let Err(err) = queued {
+            // The copies queued before the failure have run: the buffer may be used again.
+            ctx.give_pinned(buffer);
             return Err(GpuError::cuda("copying encoded chunks to the host")(err));
         }
         Ok(Self { buffer: Some(buffer), frames, ctx: ctx.clone() })
@@ -625,11 +635,8 @@ fn encode_slots(
     };
     let on_device = lens.len() - split.on_host(lens.len());
     // The host's share: its raw bytes in pinned memory first (none to copy when it has none).
-    let staged = if on_device < lens.len() {
-        Some(EncodedBatch::copy_out(ctx, stream, &sources[on_device..])?)
-    } else {
-        None
-    };
+    let staged =
+        if on_device < lens.len() { Some(EncodedBatch::copy_out(ctx, stream, &sources[on_device..])?) } else { None };
     let on_host = || -> Result<Vec<Vec<u8>>, GpuError> {
         let Some(staged) = &staged else { return Ok(Vec::new()) };
         let host = staged.buffer.as_ref().expect("held until dropped").as_slice();

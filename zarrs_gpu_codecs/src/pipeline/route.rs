@@ -322,7 +322,9 @@ fn zstd_settings<S: ?Sized>(array: &Array<S>) -> Result<(i32, bool), String> {
         }
     }
     let metadata = serde_json::to_value(array.metadata()).map_err(|e| e.to_string())?;
-    let settings = find(&metadata).ok_or("no zstd codec configuration in the metadata")?;
+    // The codecs only (v3 `codecs`, v2 `compressor`): not attributes or extension configurations.
+    let codecs = ["codecs", "compressor"].iter().filter_map(|field| metadata.get(*field));
+    let settings = codecs.into_iter().find_map(find).ok_or("no zstd codec configuration in the metadata")?;
     let level = settings.get("level").and_then(serde_json::Value::as_i64).unwrap_or(0);
     let level = i32::try_from(level).map_err(|_| format!("zstd level {level} is out of range"))?;
     Ok((level, settings.get("checksum").and_then(serde_json::Value::as_bool).unwrap_or(false)))
@@ -384,5 +386,44 @@ mod tests {
         let gzip_alone: Vec<bool> = all.iter().map(|&t| chain(Some(&gzip), false).device_may_decode(t)).collect();
         assert_eq!(zstd_alone, [false, true, true]);
         assert_eq!(gzip_alone, [false, false, true]);
+    }
+
+    #[test]
+    fn write_chains_take_zstd_settings_from_the_codecs_inner_ones_too() {
+        use zarrs::array::codec::{Crc32cCodec, ShardingCodecBuilder, ZstdCodec};
+        use zarrs::array::{ArrayBuilder, FillValue};
+        let store = Arc::new(zarrs::storage::store::MemoryStore::new());
+        let zstd = |level, checksum| -> Arc<dyn zarrs::array::BytesToBytesCodecTraits> {
+            Arc::new(ZstdCodec::new(level, checksum))
+        };
+        let plain = |level, checksum| {
+            ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::float32(), FillValue::from(0.0f32))
+                .bytes_to_bytes_codecs(vec![zstd(level, checksum), Arc::new(Crc32cCodec::new())])
+                // A user's attribute that looks like a codec is not one.
+                .attributes(
+                    serde_json::json!({"x": {"name": "zstd", "configuration": {"checksum": true}}})
+                        .as_object()
+                        .unwrap()
+                        .clone(),
+                )
+                .build(store.clone(), "/a")
+                .unwrap()
+        };
+        let chain = write_chain(&plain(5, false)).unwrap();
+        assert_eq!((chain.zstd, chain.crc32c, chain.shard.is_some()), (Some(5), true, false));
+        assert!(write_chain(&plain(3, true)).unwrap_err().contains("checksum"));
+        let sharded = |checksum| {
+            let a2b = ShardingCodecBuilder::new(vec![std::num::NonZeroU64::new(2).unwrap(); 2], &data_type::float32())
+                .bytes_to_bytes_codecs(vec![zstd(7, checksum)])
+                .build_arc();
+            ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::float32(), FillValue::from(0.0f32))
+                .array_to_bytes_codec(a2b)
+                .build(store.clone(), "/s")
+                .unwrap()
+        };
+        let chain = write_chain(&sharded(false)).unwrap();
+        assert_eq!((chain.zstd, chain.shard.is_some()), (Some(7), true));
+        // The inner chunks' checksum counts (the outer chain has no zstd of its own).
+        assert!(write_chain(&sharded(true)).unwrap_err().contains("checksum"));
     }
 }
