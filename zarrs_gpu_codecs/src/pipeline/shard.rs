@@ -529,6 +529,74 @@ mod tests {
         ShardLevel::new(&configuration).unwrap().0
     }
 
+    /// Shards laid out by `encode_shard` read back by zarrs' own sharding codec: inner chunks
+    /// raw and zstd-compressed, some missing, the index (with crc32c) at either end, an edge shard.
+    #[test]
+    fn encoded_shards_read_back_by_zarrs() {
+        use zarrs::array::{ArrayBuilder, FillValue};
+        use zarrs_storage::WritableStorageTraits;
+        for location in ["start", "end"] {
+            for compressed in [false, true] {
+                let inner_codecs = if compressed {
+                    serde_json::json!([{"name": "bytes", "configuration": {"endian": "little"}},
+                        {"name": "zstd", "configuration": {"level": 3, "checksum": false}}])
+                } else {
+                    serde_json::json!([{"name": "bytes", "configuration": {"endian": "little"}}])
+                };
+                let configuration: ShardingCodecConfiguration = serde_json::from_value(serde_json::json!({
+                    "chunk_shape": [4, 8],
+                    "codecs": inner_codecs,
+                    "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+                    "index_location": location,
+                }))
+                .unwrap();
+                let (level, _) = ShardLevel::new(&configuration).unwrap();
+                let store = Arc::new(zarrs::storage::store::MemoryStore::new());
+                let a2b = Arc::new(ShardingCodec::new_with_configuration(&configuration).unwrap());
+                // 12 x 24 in shards of 8 x 16: the shards of the last row and column reach past
+                // the edge.
+                let array = ArrayBuilder::new(
+                    vec![12, 24],
+                    vec![8, 16],
+                    zarrs::array::data_type::float32(),
+                    FillValue::from(0.0f32),
+                )
+                .array_to_bytes_codec(a2b)
+                .build(store.clone(), "/")
+                .unwrap();
+                let mut want = vec![0.0f32; 12 * 24];
+                for (shard_index, shard_origin) in [([0u64, 0u64], [0u64, 0u64]), ([1, 1], [8, 16])] {
+                    // Inner chunks in C order of the 2 x 2 grid; [0, 1] missing (fill value).
+                    let mut chunks = Vec::new();
+                    for k in 0..4u64 {
+                        if k == 1 {
+                            chunks.push(None);
+                            continue;
+                        }
+                        let (row, col) = (shard_origin[0] + (k / 2) * 4, shard_origin[1] + (k % 2) * 8);
+                        let values: Vec<f32> = (0..32u64).map(|e| (row * 100 + col + e) as f32 + 0.5).collect();
+                        for e in 0..32u64 {
+                            let (r, c) = (row + e / 8, col + e % 8);
+                            if r < 12 && c < 24 {
+                                want[(r * 24 + c) as usize] = values[e as usize];
+                            }
+                        }
+                        let raw: Vec<u8> = bytemuck::cast_slice(&values).to_vec();
+                        chunks.push(Some(if compressed { zstd::bulk::compress(&raw, 3).unwrap() } else { raw }));
+                    }
+                    let parts: Vec<Option<&[u8]>> = chunks.iter().map(|c| c.as_deref()).collect();
+                    let shard = level.encode_shard(&[8, 16], &parts).unwrap().expect("not all missing");
+                    store.set(&array.chunk_key(&shard_index), shard.into()).unwrap();
+                }
+                let got: Vec<f32> = array.retrieve_array_subset(&array.subset_all()).unwrap();
+                assert_eq!(got, want, "index at the {location}, compressed {compressed}");
+                // Every inner chunk missing: no shard at all.
+                assert_eq!(level.encode_shard(&[8, 16], &[None; 4]).unwrap(), None);
+                assert!(level.encode_shard(&[8, 16], &[None; 3]).is_err(), "one entry per inner chunk");
+            }
+        }
+    }
+
     #[test]
     fn inner_chunks_meeting_a_subset() {
         let level = level(&[4, 8]);
