@@ -498,11 +498,10 @@ fn encode_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             .and_then(|len| total.checked_add(len))
             .ok_or_else(|| GpuError::bytes_overflow("a batch of chunks of shape", &unit.placement.chunk_shape, 1))?;
     }
-    // SAFETY: each chunk's place is written whole (fill past the edge, the old value where the
-    // subset covers it in part, the data) before it is encoded or copied out; the alignment
-    // padding between chunks is never read.
-    let raw: CudaSlice<u8> =
-        unsafe { stream.alloc(total.max(1) as usize) }.map_err(cuda("allocating chunks to encode"))?;
+    // From the device's pool, as a read's buffers. Each chunk's place is written whole (fill past
+    // the edge, the old value where the subset covers it in part, the data) before it is encoded
+    // or copied out; the alignment padding between chunks is never read.
+    let raw = ctx.alloc(&stream, total.max(1) as usize)?;
     // Old chunks are read on their own streams and copied out on this one: whatever happens, they
     // are freed only after this stream has run those copies.
     let mut olds = Vec::new();
@@ -592,10 +591,9 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
             .checked_add(len)
             .ok_or_else(|| GpuError::bytes_overflow("a batch of shards of shape", &unit.placement.chunk_shape, 1))?;
     }
-    // SAFETY: every slot is written whole by the gathers below (the inner chunks tile the shard);
-    // the alignment padding is never read.
-    let slots: CudaSlice<u8> =
-        unsafe { stream.alloc(total.max(1) as usize) }.map_err(cuda("allocating inner chunks to encode"))?;
+    // Every slot is written whole by the gathers below (the inner chunks tile the shard); the
+    // alignment padding is never read.
+    let slots = ctx.alloc(&stream, total.max(1) as usize)?;
     let (mut offsets_inner, mut lens, mut keys) = (Vec::new(), Vec::new(), Vec::new());
     {
         let (raw_ptr, _a) = raw.device_ptr(&stream);
@@ -820,26 +818,26 @@ fn compress_zstd(
     let bound = nvcomp.compress_max_output_chunk_size(Compressor::Zstd, max_len).map_err(GpuError::Nvcomp)?;
     let slot = bound.next_multiple_of(256);
     let temp_bytes = nvcomp.compress_temp_size(Compressor::Zstd, n, max_len, total).map_err(GpuError::Nvcomp)?;
-    // SAFETY: nvCOMP writes the frames and uses the scratch; only the bytes of each frame it
-    // reports are copied out.
-    let mut out: CudaSlice<u8> = unsafe { stream.alloc(n * slot) }.map_err(cuda("allocating compressed chunks"))?;
-    // SAFETY: as above.
-    let mut temp: CudaSlice<u8> =
-        unsafe { stream.alloc(temp_bytes.max(1)) }.map_err(cuda("allocating nvCOMP's scratch"))?;
+    // From the device's pool: nvCOMP writes the frames and uses the scratch; only the bytes of
+    // each frame it reports are copied out.
+    let out_len =
+        n.checked_mul(slot).ok_or_else(|| GpuError::Overflow(format!("{n} compressed slots of {slot} bytes")))?;
+    let mut out = ctx.alloc(stream, out_len)?;
+    let mut temp = ctx.alloc(stream, temp_bytes.max(1))?;
     let mut sizes: CudaSlice<u64> = stream.alloc_zeros(n).map_err(cuda("allocating sizes"))?;
     let mut statuses: CudaSlice<u32> = stream.alloc_zeros(n).map_err(cuda("allocating statuses"))?;
     let host_frames = {
         let (raw_ptr, _a) = raw.device_ptr(stream);
         let (out_ptr, _b) = out.device_ptr_mut(stream);
         let (temp_ptr, _c) = temp.device_ptr_mut(stream);
-        let inputs: Vec<u64> = offsets.iter().map(|&at| raw_ptr + at).collect();
-        let outputs: Vec<u64> = (0..n).map(|k| out_ptr + (k * slot) as u64).collect();
-        let d_inputs = stream.clone_htod(&inputs).map_err(cuda("staging compression arrays"))?;
-        let d_lens = stream.clone_htod(lens).map_err(cuda("staging compression arrays"))?;
-        let d_outputs = stream.clone_htod(&outputs).map_err(cuda("staging compression arrays"))?;
-        let (p_inputs, _d) = d_inputs.device_ptr(stream);
-        let (p_lens, _e) = d_lens.device_ptr(stream);
-        let (p_outputs, _f) = d_outputs.device_ptr(stream);
+        // nvCOMP's three arrays (input pointers, lengths, output pointers) in one upload.
+        let table: Vec<u64> = (offsets.iter().map(|&at| raw_ptr + at))
+            .chain(lens.iter().copied())
+            .chain((0..n).map(|k| out_ptr + (k * slot) as u64))
+            .collect();
+        let d_table = stream.clone_htod(&table).map_err(cuda("staging compression arrays"))?;
+        let (p_inputs, _d) = d_table.device_ptr(stream);
+        let (p_lens, p_outputs) = (p_inputs + 8 * n as u64, p_inputs + 16 * n as u64);
         let (p_sizes, _g) = sizes.device_ptr_mut(stream);
         let (p_statuses, _h) = statuses.device_ptr_mut(stream);
         // SAFETY: n device pointers to chunks within `raw` (256-byte aligned, each at most
