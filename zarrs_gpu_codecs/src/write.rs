@@ -369,13 +369,13 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         batches.last_mut().expect("pushed").push(unit);
     }
     let ctx = GpuContext::get(config.device())?;
-    let split = EncodeSplit::new(config.host_encode_fraction());
+    let share = config.host_encode_fraction();
     // Batch k's files are stored on another thread while batch k + 1 is assembled and encoded.
     let stored = std::thread::scope(|scope| -> Result<(), GpuError> {
         let mut storing = None;
         for batch in &batches {
             let start = Instant::now();
-            let encoded = encode_batch(array, data, batch, (chain.zstd, &split), config, &ctx, &mut report);
+            let encoded = encode_batch(array, data, batch, (chain.zstd, share), config, &ctx, &mut report);
             report.encode_seconds += start.elapsed().as_secs_f64();
             let stored = storing.take().map(|h: std::thread::ScopedJoinHandle<'_, _>| h.join());
             if let Some(stored) = stored {
@@ -478,7 +478,7 @@ fn encode_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     array: &Array<S>,
     data: &DeviceArray<T>,
     units: &[WriteUnit],
-    zstd: (Option<i32>, &EncodeSplit),
+    zstd: (Option<i32>, Option<f64>),
     config: &GpuConfig,
     ctx: &Arc<GpuContext>,
     report: &mut WriteReport,
@@ -527,7 +527,7 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
     array: &Array<S>,
     data: &DeviceArray<T>,
     units: &[WriteUnit],
-    zstd: (Option<i32>, &EncodeSplit),
+    zstd: (Option<i32>, Option<f64>),
     (config, ctx): (&GpuConfig, &Arc<GpuContext>),
     report: &mut WriteReport,
     (raw, offsets): (&CudaSlice<u8>, &[u64]),
@@ -618,7 +618,7 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
 /// split between nvCOMP (the first ones) and libzstd on host threads (the rest, from a pinned
 /// copy of their raw bytes), both at once.
 fn encode_slots(
-    (zstd, split): (Option<i32>, &EncodeSplit),
+    (zstd, share): (Option<i32>, Option<f64>),
     (ctx, stream): (&Arc<GpuContext>, &Arc<CudaStream>),
     buffer: &CudaSlice<u8>,
     offsets: &[u64],
@@ -631,7 +631,7 @@ fn encode_slots(
     let Some(level) = zstd else {
         return EncodedBatch::copy_out(ctx, stream, &sources);
     };
-    let on_device = lens.len() - split.on_host(lens.len());
+    let on_device = lens.len() - host_encoded(share, lens.len());
     // The host's share: its raw bytes in pinned memory first (none to copy when it has none).
     let staged =
         if on_device < lens.len() { Some(EncodedBatch::copy_out(ctx, stream, &sources[on_device..])?) } else { None };
@@ -652,33 +652,23 @@ fn encode_slots(
     compress_zstd(ctx, stream, buffer, (&offsets[..on_device], &lens[..on_device], &keys[..on_device]), on_host)
 }
 
-/// How a write splits zstd chunks between nvCOMP and host threads: a share the caller set, else
-/// host threads for small batches and nvCOMP for the rest. On the GPU host (16 cores) libzstd
-/// level 3 encoded about 1.2 GiB/s of float32 on all threads, nvCOMP 2.3, and an even split ran
-/// slower than nvCOMP alone (the host's share also competes with the stores for the cores).
-struct EncodeSplit {
-    fixed: Option<f64>,
+/// How many of a batch's `n` zstd chunks host threads encode (the last ones): the share the
+/// caller set, else all of a small batch and none of a larger one. On the GPU host (16 cores)
+/// libzstd level 3 encoded about 1.2 GiB/s of float32 on all threads, nvCOMP 2.3, and an even
+/// split ran slower than nvCOMP alone (the host's share also competes with the stores for the
+/// cores).
+fn host_encoded(share: Option<f64>, n: usize) -> usize {
+    match share {
+        Some(share) => ((n as f64 * share).round() as usize).min(n),
+        None if n < NVCOMP_ENCODE_FROM => n,
+        None => 0,
+    }
 }
 
 /// Batches of fewer chunks than this are encoded on host threads alone (unless a share is set):
 /// nvCOMP's zstd took over 100 ms for a batch of 50 chunks of 1 MiB on the GPU host, host threads
 /// about 60.
 const NVCOMP_ENCODE_FROM: usize = 64;
-
-impl EncodeSplit {
-    fn new(fixed: Option<f64>) -> Self {
-        Self { fixed }
-    }
-
-    /// How many of `n` chunks host threads encode (the last ones).
-    fn on_host(&self, n: usize) -> usize {
-        match self.fixed {
-            Some(share) => ((n as f64 * share).round() as usize).min(n),
-            None if n < NVCOMP_ENCODE_FROM => n,
-            None => 0,
-        }
-    }
-}
 
 /// What storing a batch did: chunks written, erased, the bytes stored, and the seconds it took.
 type Stored = (usize, usize, u64, f64);
