@@ -378,6 +378,16 @@ fn write_rows(
         );
         last = Some((out, path));
     }
+    // What the pools keep idle after the writes (batch buffers go back to the output pool).
+    if let Ok(m) = zarrs_gpu::memory_in_use(0) {
+        use std::fmt::Write as _;
+        let _ = write!(
+            io,
+            "; idle after the write: device {} MiB, pinned {} MiB",
+            (m.output_pool_idle + m.staging_pooled) >> 20,
+            m.pinned_pooled >> 20
+        );
+    }
     let who = format!("zarrs_gpu (durability {:?}) {label}", target.durability);
     lines.push(line(&who, &label_of("from device memory"), &all, bytes, median(runs.clone()), &runs, &io));
     if let Some((out, path)) = last {

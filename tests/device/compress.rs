@@ -34,8 +34,10 @@ fn chunks(n: usize, len: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Compress `chunks` with `codec` on the device; the compressed bytes of each, as copied back.
-fn compress_on_device(codec: Compressor, chunks: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+/// Compress `chunks` with `codec` on the device; the compressed bytes of each, as copied back, and
+/// the seconds nvCOMP's compression took (the call and a synchronise, copies and allocations
+/// apart).
+fn compress_on_device(codec: Compressor, chunks: &[Vec<u8>]) -> Result<(Vec<Vec<u8>>, f64)> {
     let nvcomp = NvcompLibrary::get()?;
     let ctx = CudaContext::new(0)?;
     let stream = ctx.default_stream();
@@ -66,12 +68,15 @@ fn compress_on_device(codec: Compressor, chunks: &[Vec<u8>]) -> Result<Vec<Vec<u
     let d_out_ptrs = stream.clone_htod(&out_ptrs)?;
     let mut d_out_sizes: CudaSlice<u64> = stream.alloc_zeros(n)?;
     let mut d_statuses: CudaSlice<u32> = stream.alloc_zeros(n)?;
+    let seconds;
     {
         let (p_in, _a) = d_in_ptrs.device_ptr(&stream);
         let (p_sizes, _b) = d_sizes.device_ptr(&stream);
         let (p_out, _c) = d_out_ptrs.device_ptr(&stream);
         let (p_out_sizes, _d) = d_out_sizes.device_ptr_mut(&stream);
         let (p_status, _e) = d_statuses.device_ptr_mut(&stream);
+        stream.synchronize()?;
+        let start = std::time::Instant::now();
         // SAFETY: n pointers and sizes into `input` (each chunk within its aligned slot), n output
         // slots of the codec's bound, its temp size, n sizes and statuses; all live until the
         // stream is synchronised below.
@@ -90,6 +95,8 @@ fn compress_on_device(codec: Compressor, chunks: &[Vec<u8>]) -> Result<Vec<Vec<u
                 stream.cu_stream() as sys::cudaStream_t,
             )
         }?;
+        stream.synchronize()?;
+        seconds = start.elapsed().as_secs_f64();
     }
     let statuses = stream.clone_dtoh(&d_statuses)?;
     let out_sizes = stream.clone_dtoh(&d_out_sizes)?;
@@ -98,13 +105,14 @@ fn compress_on_device(codec: Compressor, chunks: &[Vec<u8>]) -> Result<Vec<Vec<u
     for (k, &status) in statuses.iter().enumerate() {
         assert_eq!(status, sys::nvcompSuccess, "{codec:?} chunk {k}: {}", nvcomp.status_string(status));
     }
-    Ok((0..n)
+    let chunks = (0..n)
         .map(|k| {
             let len = out_sizes[k] as usize;
             assert!(len > 0 && len <= bound, "{codec:?} chunk {k}: {len} bytes, bound {bound}");
             bytes[k * slot(bound)..][..len].to_vec()
         })
-        .collect())
+        .collect();
+    Ok((chunks, seconds))
 }
 
 /// `data` decoded by the host's standard library for `codec`'s format.
@@ -131,16 +139,36 @@ fn device_compression_decodes_with_the_host_libraries_and_reports_its_ratio() ->
         raw as f64 / zstd1 as f64,
         raw as f64 / zstd3 as f64
     );
-    for codec in [Compressor::Zstd, Compressor::Gzip { algorithm: 0 }, Compressor::Deflate { algorithm: 0 }] {
-        let compressed = compress_on_device(codec, &chunks)?;
+    let zlib = |l: u32| -> usize {
+        chunks
+            .iter()
+            .map(|c| {
+                let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(l));
+                std::io::Write::write_all(&mut e, c).and_then(|()| e.finish()).map_or(0, |v| v.len())
+            })
+            .sum()
+    };
+    eprintln!(
+        "zlib (flate2): level 1 ratio {:.3}, level 6 ratio {:.3}",
+        raw as f64 / zlib(1) as f64,
+        raw as f64 / zlib(6) as f64
+    );
+    // Every deflate and gzip algorithm nvCOMP offers (0, fastest, to 5, its best ratio).
+    let codecs = std::iter::once(Compressor::Zstd)
+        .chain((0..=5).map(|algorithm| Compressor::Deflate { algorithm }))
+        .chain((0..=5).map(|algorithm| Compressor::Gzip { algorithm }));
+    for codec in codecs {
+        let (compressed, seconds) = compress_on_device(codec, &chunks)?;
         for (k, (c, z)) in chunks.iter().zip(&compressed).enumerate() {
             let back = decode_on_host(codec, z, c.len()).map_err(|e| format!("{codec:?} chunk {k}: {e}"))?;
             assert!(back == *c, "{codec:?} chunk {k}: decoded bytes differ");
         }
         let stored: usize = compressed.iter().map(Vec::len).sum();
         eprintln!(
-            "{codec:?}: ratio {:.3} ({stored} of {raw} bytes); libzstd level 1 {:.3}, level 3 {:.3}",
+            "{codec:?}: ratio {:.3} ({stored} of {raw} bytes) in {:.1} ms ({:.2} GiB/s); libzstd level 1 {:.3}, level 3 {:.3}",
             raw as f64 / stored as f64,
+            seconds * 1e3,
+            raw as f64 / seconds / f64::from(1u32 << 30),
             raw as f64 / zstd1 as f64,
             raw as f64 / zstd3 as f64
         );

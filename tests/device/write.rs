@@ -4,15 +4,21 @@
 
 use std::sync::Arc;
 
-use zarrs::array::codec::{Crc32cCodec, GzipCodec, ShardingIndexLocation};
+use zarrs::array::codec::{
+    BloscCompressor, BloscShuffleMode, BytesCodec, Crc32cCodec, GzipCodec, ShardingIndexLocation, TransposeCodec,
+    TransposeOrder,
+};
 use zarrs::array::{
-    data_type, Array, ArrayBuilder, ArraySubset, ArrayToBytesCodecTraits, BytesToBytesCodecTraits, FillValue,
+    data_type, Array, ArrayBuilder, ArraySubset, ArrayToBytesCodecTraits, BytesToBytesCodecTraits, Endianness,
+    FillValue,
 };
 use zarrs_gpu::{ArrayDeviceExt, ArrayDeviceWriteExt, GdsStore, WritePath};
 use zarrs_storage::ReadableStorageTraits;
 
+use super::blosc::blosc;
 use super::compressed::zstd;
 use super::sharding::sharding;
+use super::zlib::zlib;
 use super::{posix, Result};
 
 /// Values of a smooth field with a zero block (a chunk of the destination all fill value).
@@ -34,10 +40,29 @@ type Codecs = Vec<Arc<dyn BytesToBytesCodecTraits>>;
 
 /// An empty array of shape 40 x 70 x 90 with chunks of 16 x 32 x 32 and `codecs`, fill value 0.
 fn empty(dir: &std::path::Path, name: &str, codecs: Codecs) -> Result<Array<GdsStore>> {
+    empty_with(dir, name, Layout::default(), codecs)
+}
+
+/// A chunk layout: a transpose order, big-endian bytes.
+#[derive(Clone, Copy, Default)]
+struct Layout {
+    transpose: Option<&'static [usize]>,
+    big: bool,
+}
+
+/// As [`empty`], with chunks laid out by `layout`.
+fn empty_with(dir: &std::path::Path, name: &str, layout: Layout, codecs: Codecs) -> Result<Array<GdsStore>> {
     let store = Arc::new(GdsStore::new(dir)?);
-    let array = ArrayBuilder::new(vec![40, 70, 90], vec![16, 32, 32], data_type::float32(), FillValue::from(0.0f32))
-        .bytes_to_bytes_codecs(codecs)
-        .build(store, &format!("/{name}"))?;
+    let mut builder =
+        ArrayBuilder::new(vec![40, 70, 90], vec![16, 32, 32], data_type::float32(), FillValue::from(0.0f32));
+    builder.bytes_to_bytes_codecs(codecs);
+    if let Some(order) = layout.transpose {
+        builder.array_to_array_codecs(vec![Arc::new(TransposeCodec::new(TransposeOrder::new(order)?))]);
+    }
+    if layout.big {
+        builder.array_to_bytes_codec(Arc::new(BytesCodec::new(Some(Endianness::Big))));
+    }
+    let array = builder.build(store, &format!("/{name}"))?;
     array.store_metadata()?;
     Ok(array)
 }
@@ -94,22 +119,42 @@ fn device_writes_equal_host_writes_for_every_chain_tile_and_edge() -> Result {
             }
         }
     }
-    let chains: Vec<(&str, Codecs, WritePath)> = vec![
-        ("raw", vec![], WritePath::Device),
-        ("zstd", vec![zstd(3, false)], WritePath::Device),
-        ("zstd_crc", vec![zstd(1, false), Arc::new(Crc32cCodec::new())], WritePath::Device),
-        ("zstd_checksum", vec![zstd(3, true)], WritePath::Host),
-        ("gzip", vec![Arc::new(GzipCodec::new(5)?)], WritePath::Host),
+    let plain = Layout::default();
+    let (t201, big) = (Layout { transpose: Some(&[2, 0, 1]), big: false }, Layout { transpose: None, big: true });
+    let both = Layout { transpose: Some(&[1, 2, 0]), big: true };
+    let crc = || -> Arc<dyn BytesToBytesCodecTraits> { Arc::new(Crc32cCodec::new()) };
+    let b = |compressor, level, shuffle, blocksize| blosc(compressor, level, shuffle, 4, blocksize);
+    let (lz4, bzstd) = (BloscCompressor::LZ4, BloscCompressor::Zstd);
+    let chains: Vec<(&str, Layout, Codecs, WritePath)> = vec![
+        ("raw", plain, vec![], WritePath::Device),
+        ("zstd", plain, vec![zstd(3, false)], WritePath::Device),
+        ("zstd_crc", plain, vec![zstd(1, false), crc()], WritePath::Device),
+        ("zstd_checksum", plain, vec![zstd(3, true)], WritePath::Host),
+        ("gzip", plain, vec![Arc::new(GzipCodec::new(5)?)], WritePath::Device),
+        ("gzip9_crc", plain, vec![Arc::new(GzipCodec::new(9)?), crc()], WritePath::Device),
+        ("zlib", plain, vec![zlib(1)], WritePath::Device),
+        ("zlib6", plain, vec![zlib(6)], WritePath::Device),
+        ("blosc_lz4_bit", plain, vec![b(lz4, 5, BloscShuffleMode::BitShuffle, None)], WritePath::Device),
+        ("blosc_zstd_byte_crc", plain, vec![b(bzstd, 3, BloscShuffleMode::Shuffle, None), crc()], WritePath::Device),
+        ("blosc_lz4_none", plain, vec![b(lz4, 9, BloscShuffleMode::NoShuffle, None)], WritePath::Device),
+        ("blosc_level0", plain, vec![b(lz4, 0, BloscShuffleMode::Shuffle, None)], WritePath::Device),
+        ("blosc_blocksize", plain, vec![b(lz4, 5, BloscShuffleMode::Shuffle, Some(4096))], WritePath::Host),
+        ("blosc_lz4hc", plain, vec![b(BloscCompressor::LZ4HC, 5, BloscShuffleMode::Shuffle, None)], WritePath::Host),
+        ("t201_raw", t201, vec![], WritePath::Device),
+        ("t201_gzip", t201, vec![Arc::new(GzipCodec::new(5)?)], WritePath::Device),
+        ("be_zstd", big, vec![zstd(3, false)], WritePath::Device),
+        ("be_blosc_bit", big, vec![b(lz4, 5, BloscShuffleMode::BitShuffle, None)], WritePath::Device),
+        ("t120_be_raw_crc", both, vec![crc()], WritePath::Device),
     ];
-    // zstd chunks all by nvCOMP, half by host threads, and as the split chooses (here: all on host
+    // Chunks all by nvCOMP, half by host threads, and as the split chooses (here: all on host
     // threads, for so few chunks).
     let splits = [(Some(0.0), "nvcomp"), (Some(0.5), "half"), (None, "auto")];
-    for ((name, codecs, path), (fraction, split)) in
+    for ((name, layout, codecs, path), (fraction, split)) in
         chains.into_iter().flat_map(|chain| splits.iter().map(move |s| (chain.clone(), *s)))
     {
         let name = &format!("{name}_{split}");
         let config = posix().with_host_encode_fraction(fraction);
-        let array = empty(dir.path(), name, codecs)?;
+        let array = empty_with(dir.path(), name, layout, codecs)?;
         let report = array.store_array_subset_device_opt(&all, &on_device, &config)?;
         assert_eq!(report.path, path, "{name}: {report:?}");
         let first: Vec<f32> = array.retrieve_array_subset(&all)?;

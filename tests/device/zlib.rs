@@ -16,7 +16,7 @@ use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
 use super::{check, check_chunk, posix, scheduled, subsets, Result};
 use zarrs_gpu::ArrayDeviceExt;
 
-fn zlib(level: u32) -> Arc<dyn BytesToBytesCodecTraits> {
+pub(crate) fn zlib(level: u32) -> Arc<dyn BytesToBytesCodecTraits> {
     Arc::new(ZlibCodec::new(level.try_into().expect("a zlib level")))
 }
 

@@ -13,6 +13,11 @@
 //! - [`place`]: the placement and gather kernels, the copy-engine fallback, the fill;
 //! - [`output`]: where a read's elements go (a new buffer, allocated meanwhile, or the caller's).
 
+/// Every kernel source of a device context, in the groups `Kernels::load` compiles once per
+/// process (reads and writes pass the same).
+pub(crate) const KERNELS: &[&[&str]] =
+    &[&[place::SOURCE, crate::device::kernels::FAULT_SOURCE], crate::codecs::KERNEL_SOURCES];
+
 pub(crate) mod batch;
 pub(crate) mod decode;
 pub(crate) mod layout;

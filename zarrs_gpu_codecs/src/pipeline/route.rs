@@ -1,6 +1,6 @@
 //! What a read takes: which codec chains the device pipeline decodes (`device_plan`, from the
-//! array's own codecs; else the host route and why: `host_decode_reason`) and the chunks a
-//! subset meets; which chains it encodes for a write (`write_chain`).
+//! array's own codecs; else the host route and why: `host_decode_reason`) and the chunks a subset
+//! meets. A write encodes from the same plan (`write::codec`).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -23,6 +23,8 @@ use crate::pipeline::shard::ShardLevel;
 pub(crate) struct DeviceChain {
     /// The bytes-to-bytes codec decoded on the device, if any.
     pub(crate) compression: Option<Arc<dyn DeviceCodec>>,
+    /// Its v3 configuration as zarrs gives it (for v2 arrays too): what a write encodes with.
+    pub(crate) configuration: Option<zarrs::metadata::Configuration>,
     /// crc32c after everything else (nvCOMP CRC32C).
     pub(crate) crc32c: bool,
     /// Bytes per word to reverse when the stored byte order is not the platform's: the words
@@ -172,7 +174,9 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
                     }
                 };
                 let compression = codec.map(|c| device_codec_of(c.as_ref(), &name(c.as_ref()))).transpose()?;
-                return Ok(DevicePlan { shards, chain: DeviceChain { compression, crc32c, swap, transpose, delta } });
+                let configuration = codec.and_then(|c| c.configuration_v3(&CodecMetadataOptions::default()));
+                let chain = DeviceChain { compression, configuration, crc32c, swap, transpose, delta };
+                return Ok(DevicePlan { shards, chain });
             }
             other => return Err(format!("array-to-bytes codec {other} has no device implementation yet")),
         }
@@ -262,74 +266,6 @@ pub(crate) fn chunk_subset<S: ?Sized>(array: &Array<S>, indices: &[u64]) -> Resu
     ArraySubset::new_with_start_shape(origin, shape).map_err(|e| GpuError::Array(e.into()))
 }
 
-/// What the device encodes of a chunk (of each inner chunk, in a sharded array): its elements in
-/// the platform's byte order, then zstd (nvCOMP) where the chain has it, then crc32c (on the
-/// host); a sharded array's shards are then laid out with their index on the host.
-#[derive(Clone, Debug)]
-pub(crate) struct WriteChain {
-    /// zstd's level where the chain has zstd (host threads encode at it; nvCOMP has no levels).
-    pub(crate) zstd: Option<i32>,
-    pub(crate) crc32c: bool,
-    /// The sharding level of a sharded array (one level: nested shards are encoded on the host).
-    pub(crate) shard: Option<ShardLevel>,
-}
-
-/// The chain the device encodes `array`'s chunks with, or why they are encoded on the host:
-/// nested shards, transposes, byte swaps, filters and codecs other than zstd are not encoded on
-/// the device yet, and zstd with `checksum: true` wants a content checksum nvCOMP does not write.
-pub(crate) fn write_chain<S: ?Sized>(array: &Array<S>) -> Result<WriteChain, String> {
-    let plan = device_plan(array)?;
-    let chain = &plan.chain;
-    if plan.shards.len() > 1 {
-        return Err("nested shards are encoded on the host".into());
-    }
-    if chain.transpose.is_some() || chain.swap != 0 || chain.delta.is_some() {
-        return Err("transposes, byte swaps and filters are encoded on the host".into());
-    }
-    let zstd = match &chain.compression {
-        None => None,
-        Some(codec) if codec.name() == "zstd" => {
-            let (level, checksum) = zstd_settings(array)?;
-            if checksum {
-                return Err(
-                    "zstd with checksum: true is encoded on the host (nvCOMP writes no content checksum)".into()
-                );
-            }
-            Some(level)
-        }
-        Some(codec) => return Err(format!("{} is encoded on the host (no device encoder for it yet)", codec.name())),
-    };
-    Ok(WriteChain { zstd, crc32c: chain.crc32c, shard: plan.shards.into_iter().next() })
-}
-
-/// The level and content-checksum setting of the zstd codec of `array`'s chunks (a shard's inner
-/// chunks'), from its metadata: v3 `{"name": "zstd", "configuration": {...}}` (in a
-/// `sharding_indexed` configuration's codecs too) or a v2 compressor `{"id": "zstd", ...}`.
-fn zstd_settings<S: ?Sized>(array: &Array<S>) -> Result<(i32, bool), String> {
-    fn find(value: &serde_json::Value) -> Option<&serde_json::Map<String, serde_json::Value>> {
-        match value {
-            serde_json::Value::Object(map) => {
-                if map.get("name").and_then(|n| n.as_str()) == Some("zstd") {
-                    return map.get("configuration").and_then(|c| c.as_object());
-                }
-                if map.get("id").and_then(|n| n.as_str()) == Some("zstd") {
-                    return Some(map);
-                }
-                map.values().find_map(find)
-            }
-            serde_json::Value::Array(items) => items.iter().find_map(find),
-            _ => None,
-        }
-    }
-    let metadata = serde_json::to_value(array.metadata()).map_err(|e| e.to_string())?;
-    // The codecs only (v3 `codecs`, v2 `compressor`): not attributes or extension configurations.
-    let codecs = ["codecs", "compressor"].iter().filter_map(|field| metadata.get(*field));
-    let settings = codecs.into_iter().find_map(find).ok_or("no zstd codec configuration in the metadata")?;
-    let level = settings.get("level").and_then(serde_json::Value::as_i64).unwrap_or(0);
-    let level = i32::try_from(level).map_err(|_| format!("zstd level {level} is out of range"))?;
-    Ok((level, settings.get("checksum").and_then(serde_json::Value::as_bool).unwrap_or(false)))
-}
-
 fn name(codec: &dyn ExtensionName) -> String {
     codec.name_v3().map_or_else(|| "(unnamed)".to_string(), |n| n.to_string())
 }
@@ -386,44 +322,5 @@ mod tests {
         let gzip_alone: Vec<bool> = all.iter().map(|&t| chain(Some(&gzip), false).device_may_decode(t)).collect();
         assert_eq!(zstd_alone, [false, true, true]);
         assert_eq!(gzip_alone, [false, false, true]);
-    }
-
-    #[test]
-    fn write_chains_take_zstd_settings_from_the_codecs_inner_ones_too() {
-        use zarrs::array::codec::{Crc32cCodec, ShardingCodecBuilder, ZstdCodec};
-        use zarrs::array::{ArrayBuilder, FillValue};
-        let store = Arc::new(zarrs::storage::store::MemoryStore::new());
-        let zstd = |level, checksum| -> Arc<dyn zarrs::array::BytesToBytesCodecTraits> {
-            Arc::new(ZstdCodec::new(level, checksum))
-        };
-        let plain = |level, checksum| {
-            ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::float32(), FillValue::from(0.0f32))
-                .bytes_to_bytes_codecs(vec![zstd(level, checksum), Arc::new(Crc32cCodec::new())])
-                // A user's attribute that looks like a codec is not one.
-                .attributes(
-                    serde_json::json!({"x": {"name": "zstd", "configuration": {"checksum": true}}})
-                        .as_object()
-                        .unwrap()
-                        .clone(),
-                )
-                .build(store.clone(), "/a")
-                .unwrap()
-        };
-        let chain = write_chain(&plain(5, false)).unwrap();
-        assert_eq!((chain.zstd, chain.crc32c, chain.shard.is_some()), (Some(5), true, false));
-        assert!(write_chain(&plain(3, true)).unwrap_err().contains("checksum"));
-        let sharded = |checksum| {
-            let a2b = ShardingCodecBuilder::new(vec![std::num::NonZeroU64::new(2).unwrap(); 2], &data_type::float32())
-                .bytes_to_bytes_codecs(vec![zstd(7, checksum)])
-                .build_arc();
-            ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::float32(), FillValue::from(0.0f32))
-                .array_to_bytes_codec(a2b)
-                .build(store.clone(), "/s")
-                .unwrap()
-        };
-        let chain = write_chain(&sharded(false)).unwrap();
-        assert_eq!((chain.zstd, chain.shard.is_some()), (Some(7), true));
-        // The inner chunks' checksum counts (the outer chain has no zstd of its own).
-        assert!(write_chain(&sharded(true)).unwrap_err().contains("checksum"));
     }
 }

@@ -1,15 +1,17 @@
 //! Blosc's kernels: the assembly of decoded blocks (their streams gathered, byte or bit shuffle
-//! undone) and the fold of its streams' results into one status per chunk.
+//! undone), the fold of its streams' results into one status per chunk, and for writes the
+//! shuffle (the assembly's inverse).
 
 use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
 
 use crate::device::kernels::Kernels;
 use crate::error::GpuError;
 
-/// Mode of a [`Task`]: the bytes as they are, byte unshuffle, bit unshuffle.
+/// Mode of a [`Task`] or [`ShuffleTask`]: the bytes as they are, byte (un)shuffle, bit
+/// (un)shuffle.
 pub(super) const COPY: u32 = 0;
-pub(super) const BYTE: u32 = 1;
-pub(super) const BIT: u32 = 2;
+pub(crate) const BYTE: u32 = 1;
+pub(crate) const BIT: u32 = 2;
 
 /// A chunk whose streams nvCOMP failed or decoded to another length gets this status (or
 /// nvCOMP's own, which is lower); one whose zlib stream's Adler-32 differs, [`ADLER_MISMATCH`].
@@ -66,6 +68,50 @@ extern "C" __global__ void blosc_assemble(const struct BloscTask* tasks, const u
             v = blosc_byte(src, t.stream_len, p);
         }
         dst[p] = v;
+    }
+}
+
+struct BloscShuffleTask {
+    unsigned long long src;
+    unsigned long long dst;
+    unsigned int len;
+    unsigned int typesize;
+    unsigned int mode;
+    unsigned int pad;
+};
+
+// The shuffle c-blosc applies before compressing a block, blosc_assemble's inverse: one block
+// per task (grid x), a span of it per thread block (grid y); output byte q is computed from the
+// element bytes it takes. Byte shuffle: q = j * n + i takes byte j of element i; bit shuffle
+// (n a multiple of 8): bit k of byte `at` of row j * 8 + b is bit b of byte j of element
+// at * 8 + k; bytes past the last element as they are.
+extern "C" __global__ void blosc_shuffle(const struct BloscShuffleTask* tasks, unsigned int span) {
+    const struct BloscShuffleTask t = tasks[blockIdx.x];
+    const unsigned int begin = blockIdx.y * span;
+    if (begin >= t.len) return;
+    const unsigned int end = min(t.len - begin, span) + begin;
+    const unsigned char* src = (const unsigned char*)t.src;
+    unsigned char* dst = (unsigned char*)t.dst;
+    const unsigned int T = t.typesize;
+    const unsigned int n = t.len / T;
+    const unsigned int whole = n * T;
+    for (unsigned int q = begin + threadIdx.x; q < end; q += blockDim.x) {
+        unsigned char v;
+        if (t.mode == 1 && q < whole) {
+            const unsigned int j = q / n, i = q - j * n;
+            v = src[i * T + j];
+        } else if (t.mode == 2 && q < whole) {
+            const unsigned int row_len = n >> 3;
+            const unsigned int r = q / row_len, at = q - r * row_len;
+            const unsigned int j = r >> 3, b = r & 7;
+            v = 0;
+            for (unsigned int k = 0; k < 8; ++k) {
+                v |= ((src[(at * 8 + k) * T + j] >> b) & 1) << k;
+            }
+        } else {
+            v = src[q];
+        }
+        dst[q] = v;
     }
 }
 
@@ -129,6 +175,48 @@ pub(super) unsafe fn launch_assemble(
     // SAFETY: two device tables and the span, as the kernel takes them; the rest is the
     // caller's contract.
     unsafe { launch.launch(config) }.map_err(GpuError::cuda("launching Blosc's block assembly"))?;
+    Ok(())
+}
+
+/// One chunk to shuffle (the kernel's `BloscShuffleTask`, 32 bytes): `len` bytes from `src` to
+/// `dst` in [`COPY`], [`BYTE`] or [`BIT`] mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+pub(crate) struct ShuffleTask {
+    pub(crate) src: u64,
+    pub(crate) dst: u64,
+    pub(crate) len: u32,
+    pub(crate) typesize: u32,
+    pub(crate) mode: u32,
+    pub(crate) pad: u32,
+}
+
+/// Enqueue the shuffle of `count` tasks (a device array at `tasks`), the longest `max_len`
+/// bytes, on `stream`.
+///
+/// # Safety
+/// Each task's source holds `len` readable bytes and its destination room for them, not
+/// overlapping; the table is device memory ordered on `stream`.
+pub(crate) unsafe fn launch_shuffle(
+    kernels: &Kernels,
+    stream: &CudaStream,
+    tasks: u64,
+    count: usize,
+    max_len: u32,
+) -> Result<(), GpuError> {
+    if count == 0 || max_len == 0 {
+        return Ok(());
+    }
+    let function = kernels.function("blosc_shuffle")?;
+    let grid_x =
+        u32::try_from(count).map_err(|_| GpuError::Unsupported(format!("{count} Blosc chunks in one batch")))?;
+    let config =
+        LaunchConfig { grid_dim: (grid_x, max_len.div_ceil(SPAN), 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let mut launch = stream.launch_builder(&function);
+    launch.arg(&tasks).arg(&SPAN);
+    // SAFETY: a device table and the span, as the kernel takes them; the rest is the caller's
+    // contract.
+    unsafe { launch.launch(config) }.map_err(GpuError::cuda("launching Blosc's shuffle"))?;
     Ok(())
 }
 

@@ -19,13 +19,10 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use nvcomp_sys::NvcompLibrary;
 use zarrs::array::Array;
 
-use crate::codecs;
 use crate::config::GpuConfig;
 use crate::device::context::GpuContext;
-use crate::device::kernels::FAULT_SOURCE;
 use crate::error::GpuError;
 use crate::pipeline::output::{Output, OutputBuffer};
-use crate::pipeline::place;
 use crate::pipeline::route::DeviceChain;
 use crate::pipeline::unit::Unit;
 use crate::reader::ReadSource;
@@ -95,7 +92,7 @@ pub(crate) fn decode_units<S: ?Sized>(
         // Host-to-device copies of stored and host-decoded bytes run on their own stream, so
         // that a batch's copy overlaps the previous batch's decode.
         let copy_stream = context.new_stream()?;
-        let kernels = context.kernels(&[&[place::SOURCE, FAULT_SOURCE], codecs::KERNEL_SOURCES]);
+        let kernels = context.kernels(crate::pipeline::KERNELS);
         #[cfg(feature = "fault-injection")]
         let kernels = kernels.filter(|_| config.injected_fault() != Some(crate::config::InjectedFault::NoKernels));
         let job = Job {

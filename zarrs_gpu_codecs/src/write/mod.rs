@@ -1,18 +1,21 @@
 //! Writes from device memory: a [`DeviceArray`] stored into a subset of a Zarr array, its chunks
-//! (or shards) assembled and encoded on the device (nvCOMP's batched zstd; a shard's inner chunks
-//! gathered and encoded in the same batch), copied to pinned host memory, then written by the
+//! (or shards) assembled and encoded on the device (`codec`: which chains; `encode`: the stored
+//! layout, nvCOMP's batched compression, the frames; a shard's inner chunks gathered and encoded
+//! in the same batch), copied to pinned host memory, then written by the
 //! store from there (a [`GdsStore`](zarrs_gds_store::GdsStore) replaces each file atomically)
 //! while the next batch encodes. Chunks the subset covers in part are read (on the device),
 //! modified there and encoded again; chunks (and inner chunks) that come out all fill value are
 //! erased or left out, as zarrs does. Chains the device does not encode yet go through zarrs on
 //! the host, the report says why.
 
+mod codec;
+mod encode;
+
 use std::borrow::Cow;
-use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use cudarc::driver::{CudaSlice, DevicePtr};
 use rayon::prelude::*;
 use zarrs::array::{Array, ArraySubset, ElementOwned};
 use zarrs_gds_store::GdsStore;
@@ -24,18 +27,16 @@ use crate::device_array::{check_element, DeviceArray};
 use crate::error::GpuError;
 use crate::pipeline::place::{copy_dtod, fill_pattern};
 use crate::pipeline::plan::{plan_chunks, ChunkPlacement, Copy3D};
-use crate::pipeline::route::{chunk_subset, chunks_meeting, write_chain, WriteChain};
-use crate::reader::PinnedBuffer;
+use crate::pipeline::route::{chunk_subset, chunks_meeting};
 use crate::report::{WritePath, WriteReport};
 use crate::retrieve::{check_subset, contained, ArrayDeviceExt};
+use codec::{write_chain, WriteChain, WriteCodec};
+use encode::{encode_slots, is_memcpyed, EncodedBatch, Slots, BLOSC_HEADER, CRC_ROOM};
 
 /// Raw chunk bytes assembled and encoded on the device at once, at most (about): the working set
 /// is twice this on the device (raw and compressed, freed after the batch) and up to this in
 /// pinned host memory for each of the two batches in flight (kept in the pinned pool).
 const WRITE_BATCH_BYTES: u64 = 256 << 20;
-
-/// Room left after each encoded chunk in host memory for its crc32c.
-const CRC_ROOM: usize = 4;
 
 /// Storing device arrays into a Zarr array, beside zarrs' `store_array_subset`.
 pub trait ArrayDeviceWriteExt {
@@ -122,7 +123,7 @@ impl<S: ReadableWritableStorageTraits + 'static> ArrayDeviceWriteExt for Array<S
         }
         let start = Instant::now();
         let chain = write_chain(self).and_then(|chain| {
-            if chain.zstd.is_some() {
+            if chain.codec.as_ref().and_then(WriteCodec::nvcomp).is_some() {
                 nvcomp_sys::NvcompLibrary::get().map_err(|e| e.to_string())?;
             }
             Ok(chain)
@@ -345,16 +346,20 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         };
         units.push(WriteUnit { placement, whole, edge, within, old_copies, inner });
     }
-    // nvCOMP's zstd takes chunks up to a size (16 MiB in nvCOMP 6): larger ones go to zarrs.
+    // nvCOMP compresses chunks up to a size (16 MiB for zstd and LZ4 in nvCOMP 6): larger ones go
+    // to zarrs.
     let largest = units.iter().map(|u| u.encoded().1).max().unwrap_or(0);
-    if chain.zstd.is_some() {
+    if let Some(compressor) = chain.codec.as_ref().and_then(WriteCodec::nvcomp) {
         let nvcomp = nvcomp_sys::NvcompLibrary::get().map_err(|e| GpuError::NoNvcomp(e.to_string()))?;
-        if let Err(err) = nvcomp.compress_max_output_chunk_size(nvcomp_sys::Compressor::Zstd, largest as usize) {
+        if let Err(err) = nvcomp.compress_max_output_chunk_size(compressor, largest as usize) {
             return write_on_host(array, subset, data, format!("chunks of {largest} bytes: {err}"));
         }
     }
     // The driver calls below (fills, copies) run in the device's context.
     GpuContext::get(config.device())?.bind()?;
+    if encode::needs_kernels(chain) && GpuContext::get(config.device())?.kernels(crate::pipeline::KERNELS).is_none() {
+        return write_on_host(array, subset, data, "this chain's device encoders need NVRTC, not found".into());
+    }
     let mut report = WriteReport::new(WritePath::Device, units.len());
     let mut batches: Vec<Vec<WriteUnit>> = Vec::new();
     let mut batch_bytes = 0u64;
@@ -375,7 +380,7 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         let mut storing = None;
         for batch in &batches {
             let start = Instant::now();
-            let encoded = encode_batch(array, data, batch, (chain.zstd, share), config, &ctx, &mut report);
+            let encoded = encode_batch(array, data, batch, (chain, share), config, &ctx, &mut report);
             report.encode_seconds += start.elapsed().as_secs_f64();
             let stored = storing.take().map(|h: std::thread::ScopedJoinHandle<'_, _>| h.join());
             if let Some(stored) = stored {
@@ -398,87 +403,12 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     Ok(report)
 }
 
-/// Where an encoded chunk is before it is copied out: on the device (pointer, length), or
-/// already on the host (encoded by host threads).
-enum Source<'a> {
-    Device(u64, usize),
-    Host(&'a [u8]),
-}
-
-impl Source<'_> {
-    fn len(&self) -> usize {
-        match self {
-            Self::Device(_, len) => *len,
-            Self::Host(bytes) => bytes.len(),
-        }
-    }
-}
-
-/// A batch's encoded chunks in pinned host memory, one after another, each followed by
-/// [`CRC_ROOM`] bytes for its checksum: copied out of the device at once, stored from here.
-struct EncodedBatch {
-    /// None once given back (on drop).
-    buffer: Option<PinnedBuffer>,
-    /// Each chunk's encoded bytes in `buffer`: start and length.
-    frames: Vec<(usize, usize)>,
-    ctx: Arc<GpuContext>,
-}
-
-impl EncodedBatch {
-    /// Copy `sources`, in order, into a pinned buffer of `ctx`'s pool.
-    fn copy_out(ctx: &Arc<GpuContext>, stream: &CudaStream, sources: &[Source<'_>]) -> Result<Self, GpuError> {
-        let mut frames = Vec::with_capacity(sources.len());
-        let mut total = 0usize;
-        for source in sources {
-            let len = source.len();
-            frames.push((total, len));
-            total = len
-                .checked_add(CRC_ROOM)
-                .and_then(|len| total.checked_add(len))
-                .ok_or_else(|| GpuError::Unsupported("a batch of encoded chunks overflows usize".into()))?;
-        }
-        let mut buffer = ctx.take_pinned(total.max(1))?;
-        let host = buffer.as_mut_slice();
-        let queued = sources.iter().zip(&frames).try_for_each(|(source, &(at, len))| match *source {
-            // SAFETY: `ptr` holds `len` bytes on the device until the stream has run the copy
-            // (the caller keeps them and synchronizes below); the destination is within `host`.
-            Source::Device(ptr, _) => unsafe {
-                cudarc::driver::result::memcpy_dtoh_async(&mut host[at..at + len], ptr, stream.cu_stream())
-            },
-            Source::Host(bytes) => {
-                host[at..at + len].copy_from_slice(bytes);
-                Ok(())
-            }
-        });
-        let synced = stream.synchronize();
-        if let Err(err) = synced {
-            // Copies may still be writing into it: never reused, never freed.
-            std::mem::forget(buffer);
-            return Err(GpuError::cuda("copying encoded chunks to the host")(err));
-        }
-        if let Err(err) = queued {
-            // The copies queued before the failure have run: the buffer may be used again.
-            ctx.give_pinned(buffer);
-            return Err(GpuError::cuda("copying encoded chunks to the host")(err));
-        }
-        Ok(Self { buffer: Some(buffer), frames, ctx: ctx.clone() })
-    }
-}
-
-impl Drop for EncodedBatch {
-    fn drop(&mut self) {
-        if let Some(buffer) = self.buffer.take() {
-            self.ctx.give_pinned(buffer);
-        }
-    }
-}
-
 /// Assemble and encode one batch of chunks on the device: each chunk's encoded bytes, on the host.
 fn encode_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     array: &Array<S>,
     data: &DeviceArray<T>,
     units: &[WriteUnit],
-    zstd: (Option<i32>, Option<f64>),
+    chain: (&WriteChain, Option<f64>),
     config: &GpuConfig,
     ctx: &Arc<GpuContext>,
     report: &mut WriteReport,
@@ -505,7 +435,7 @@ fn encode_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     // Old chunks are read on their own streams and copied out on this one: whatever happens, they
     // are freed only after this stream has run those copies.
     let mut olds = Vec::new();
-    let encoded = assemble_and_encode(array, data, units, zstd, (config, ctx), report, (&raw, &offsets), &mut olds);
+    let encoded = assemble_and_encode(array, data, units, chain, (config, ctx), report, (&raw, &offsets), &mut olds);
     if !olds.is_empty() {
         let synced = stream.synchronize().map_err(cuda("copying chunks to modify"));
         if synced.is_err() {
@@ -527,7 +457,7 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
     array: &Array<S>,
     data: &DeviceArray<T>,
     units: &[WriteUnit],
-    zstd: (Option<i32>, Option<f64>),
+    (chain, share): (&WriteChain, Option<f64>),
     (config, ctx): (&GpuConfig, &Arc<GpuContext>),
     report: &mut WriteReport,
     (raw, offsets): (&CudaSlice<u8>, &[u64]),
@@ -576,10 +506,17 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
         }
     }
     drop((raw_guard, source_guard));
+    let kernels = ctx.kernels(crate::pipeline::KERNELS);
+    let elem = std::mem::size_of::<T>() as u64;
     if units.iter().all(|u| u.inner.is_none()) {
-        let lens: Vec<u64> = units.iter().map(|u| u.placement.chunk_bytes).collect();
-        let keys: Vec<&StoreKey> = units.iter().map(|u| &u.placement.key).collect();
-        return encode_slots(zstd, (ctx, &stream), raw, offsets, &lens, &keys);
+        let slots = Slots {
+            offsets: offsets.to_vec(),
+            lens: units.iter().map(|u| u.placement.chunk_bytes).collect(),
+            shapes: units.iter().map(|u| u.placement.chunk_shape.as_slice()).collect(),
+            keys: units.iter().map(|u| &u.placement.key).collect(),
+            elem,
+        };
+        return encode_slots(chain, share, (ctx, &stream, kernels), raw, &slots);
     }
     // Shards: each inner chunk gathered into a slot of its own, then encoded as chunks are.
     let mut slots_at = Vec::with_capacity(units.len());
@@ -594,7 +531,8 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
     // Every slot is written whole by the gathers below (the inner chunks tile the shard); the
     // alignment padding is never read.
     let slots = ctx.alloc(&stream, total.max(1) as usize)?;
-    let (mut offsets_inner, mut lens, mut keys) = (Vec::new(), Vec::new(), Vec::new());
+    let mut inner_slots = Slots { offsets: Vec::new(), lens: Vec::new(), shapes: Vec::new(), keys: Vec::new(), elem };
+    let inner_shape = chain.shard.as_ref().map_or(&[][..], |level| level.inner_shape());
     {
         let (raw_ptr, _a) = raw.device_ptr(&stream);
         let (slots_ptr, _b) = slots.device_ptr(&stream);
@@ -605,70 +543,14 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
                 unsafe { copy_dtod(c, raw_ptr + at, slots_ptr + base, &stream) }?;
             }
             let slot = inner.bytes.next_multiple_of(SLOT_ALIGN);
-            offsets_inner.extend((0..inner.count as u64).map(|k| base + k * slot));
-            lens.extend(std::iter::repeat_n(inner.bytes, inner.count));
-            keys.extend(std::iter::repeat_n(&unit.placement.key, inner.count));
+            inner_slots.offsets.extend((0..inner.count as u64).map(|k| base + k * slot));
+            inner_slots.lens.extend(std::iter::repeat_n(inner.bytes, inner.count));
+            inner_slots.shapes.extend(std::iter::repeat_n(inner_shape, inner.count));
+            inner_slots.keys.extend(std::iter::repeat_n(&unit.placement.key, inner.count));
         }
     }
-    encode_slots(zstd, (ctx, &stream), &slots, &offsets_inner, &lens, &keys)
+    encode_slots(chain, share, (ctx, &stream, kernels), &slots, &inner_slots)
 }
-
-/// The chunks at `offsets` (lengths `lens`) of `buffer` encoded (zstd at a level) or as they
-/// are, copied to the host (`keys`: each chunk's, or its shard's, for errors). zstd chunks are
-/// split between nvCOMP (the first ones) and libzstd on host threads (the rest, from a pinned
-/// copy of their raw bytes), both at once.
-fn encode_slots(
-    (zstd, share): (Option<i32>, Option<f64>),
-    (ctx, stream): (&Arc<GpuContext>, &Arc<CudaStream>),
-    buffer: &CudaSlice<u8>,
-    offsets: &[u64],
-    lens: &[u64],
-    keys: &[&StoreKey],
-) -> Result<EncodedBatch, GpuError> {
-    let (ptr, _guard) = buffer.device_ptr(stream);
-    let sources: Vec<Source<'_>> =
-        offsets.iter().zip(lens).map(|(&at, &len)| Source::Device(ptr + at, len as usize)).collect();
-    let Some(level) = zstd else {
-        return EncodedBatch::copy_out(ctx, stream, &sources);
-    };
-    let on_device = lens.len() - host_encoded(share, lens.len());
-    // The host's share: its raw bytes in pinned memory first (none to copy when it has none).
-    let staged =
-        if on_device < lens.len() { Some(EncodedBatch::copy_out(ctx, stream, &sources[on_device..])?) } else { None };
-    let on_host = || -> Result<Vec<Vec<u8>>, GpuError> {
-        let Some(staged) = &staged else { return Ok(Vec::new()) };
-        let host = staged.buffer.as_ref().expect("held until dropped").as_slice();
-        let frames = staged
-            .frames
-            .par_iter()
-            .zip(&keys[on_device..])
-            .map(|(&(at, len), key)| {
-                zstd::bulk::compress(&host[at..at + len], level)
-                    .map_err(|e| GpuError::chunk(key.to_string(), format!("zstd level {level}: {e}")))
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(frames)
-    };
-    compress_zstd(ctx, stream, buffer, (&offsets[..on_device], &lens[..on_device], &keys[..on_device]), on_host)
-}
-
-/// How many of a batch's `n` zstd chunks host threads encode (the last ones): the share the
-/// caller set, else all of a small batch and none of a larger one. On the GPU host (16 cores)
-/// libzstd level 3 encoded about 1.2 GiB/s of float32 on all threads, nvCOMP 2.3, and an even
-/// split ran slower than nvCOMP alone (the host's share also competes with the stores for the
-/// cores).
-fn host_encoded(share: Option<f64>, n: usize) -> usize {
-    match share {
-        Some(share) => ((n as f64 * share).round() as usize).min(n),
-        None if n < NVCOMP_ENCODE_FROM => n,
-        None => 0,
-    }
-}
-
-/// Batches of fewer chunks than this are encoded on host threads alone (unless a share is set):
-/// nvCOMP's zstd took over 100 ms for a batch of 50 chunks of 1 MiB on the GPU host, host threads
-/// about 60.
-const NVCOMP_ENCODE_FROM: usize = 64;
 
 /// What storing a batch did: chunks written, erased, the bytes stored, and the seconds it took.
 type Stored = (usize, usize, u64, f64);
@@ -691,16 +573,28 @@ fn store_batch<S: ReadableWritableStorageTraits + 'static>(
     chain: &WriteChain,
 ) -> Result<Stored, GpuError> {
     let start = Instant::now();
-    let fill = array.fill_value().as_ne_bytes();
-    // A zstd chunk can be all fill value only when it compressed to a small fraction of its size
-    // (or is small, when its frame's overhead weighs): only those are decoded again to check.
+    // The fill value as stored (its words swapped where the chunk's are).
+    let mut fill = array.fill_value().as_ne_bytes().to_vec();
+    if let Some(swap) =
+        chain.layout.as_ref().map(|l| l.swap as usize).filter(|&w| w > 1 && fill.len().is_multiple_of(w))
+    {
+        fill.chunks_exact_mut(swap).for_each(<[u8]>::reverse);
+    }
+    let all_fill =
+        |raw: &[u8], len: u64| raw.len() as u64 == len && raw.chunks_exact(fill.len().max(1)).all(|e| *e == *fill);
+    // An encoded chunk can be all fill value only when it compressed to a small fraction of its
+    // size (or is small, when its frame's overhead weighs): only those are decoded again to check,
+    // by the codec's host decoder. A memcpyed Blosc chunk holds its raw bytes.
     let is_fill = |bytes: &[u8], len: u64| -> bool {
-        let all_fill = |raw: &[u8]| raw.len() as u64 == len && raw.chunks_exact(fill.len().max(1)).all(|e| e == fill);
-        if chain.zstd.is_none() {
-            return all_fill(bytes);
+        let Some(decoder) = &chain.decoder else { return all_fill(bytes, len) };
+        if matches!(chain.codec, Some(WriteCodec::Blosc(_))) && is_memcpyed(bytes) {
+            return all_fill(&bytes[BLOSC_HEADER..], len);
         }
-        (bytes.len() as u64 * 32 <= len || len <= 1 << 16)
-            && zstd::bulk::decompress(bytes, len as usize).is_ok_and(|raw| all_fill(&raw))
+        if bytes.len() as u64 * 32 > len && len > 1 << 16 {
+            return false;
+        }
+        let mut raw = vec![0u8; len as usize];
+        decoder.decode_host(bytes, &mut raw).is_ok_and(|n| n as u64 == len && all_fill(&raw, len))
     };
     // Each chunk's bytes with the room after them, in turn (the frames lie in order).
     let host = encoded.buffer.as_mut().expect("held until dropped").as_mut_slice();
@@ -782,95 +676,4 @@ fn store_batch<S: ReadableWritableStorageTraits + 'static>(
     }
     let bytes = sets.iter().map(|(_, v)| v.len() as u64).sum();
     Ok((sets.len(), erases.len(), bytes, start.elapsed().as_secs_f64()))
-}
-
-/// nvCOMP's batched zstd of the chunks at `offsets` (lengths `lens`) of `raw` (`keys`: the
-/// chunks', for errors), with `alongside` run while the device compresses (its frames follow the
-/// device's): every frame, copied out in order.
-fn compress_zstd(
-    ctx: &Arc<GpuContext>,
-    stream: &Arc<CudaStream>,
-    raw: &CudaSlice<u8>,
-    (offsets, lens, keys): (&[u64], &[u64], &[&StoreKey]),
-    alongside: impl FnOnce() -> Result<Vec<Vec<u8>>, GpuError>,
-) -> Result<EncodedBatch, GpuError> {
-    use nvcomp_sys::{sys, Compressor};
-    let n = lens.len();
-    if n == 0 {
-        let frames = alongside()?;
-        let sources: Vec<Source<'_>> = frames.iter().map(|f| Source::Host(f)).collect();
-        return EncodedBatch::copy_out(ctx, stream, &sources);
-    }
-    let nvcomp = nvcomp_sys::NvcompLibrary::get().map_err(|e| GpuError::NoNvcomp(e.to_string()))?;
-    let cuda = |what| GpuError::cuda(what);
-    let max_len = lens.iter().copied().max().unwrap_or(0) as usize;
-    let total = lens.iter().sum::<u64>() as usize;
-    let bound = nvcomp.compress_max_output_chunk_size(Compressor::Zstd, max_len).map_err(GpuError::Nvcomp)?;
-    let slot = bound.next_multiple_of(256);
-    let temp_bytes = nvcomp.compress_temp_size(Compressor::Zstd, n, max_len, total).map_err(GpuError::Nvcomp)?;
-    // From the device's pool: nvCOMP writes the frames and uses the scratch; only the bytes of
-    // each frame it reports are copied out.
-    let out_len =
-        n.checked_mul(slot).ok_or_else(|| GpuError::Overflow(format!("{n} compressed slots of {slot} bytes")))?;
-    let mut out = ctx.alloc(stream, out_len)?;
-    let mut temp = ctx.alloc(stream, temp_bytes.max(1))?;
-    let mut sizes: CudaSlice<u64> = stream.alloc_zeros(n).map_err(cuda("allocating sizes"))?;
-    let mut statuses: CudaSlice<u32> = stream.alloc_zeros(n).map_err(cuda("allocating statuses"))?;
-    let host_frames = {
-        let (raw_ptr, _a) = raw.device_ptr(stream);
-        let (out_ptr, _b) = out.device_ptr_mut(stream);
-        let (temp_ptr, _c) = temp.device_ptr_mut(stream);
-        // nvCOMP's three arrays (input pointers, lengths, output pointers) in one upload.
-        let table: Vec<u64> = (offsets.iter().map(|&at| raw_ptr + at))
-            .chain(lens.iter().copied())
-            .chain((0..n).map(|k| out_ptr + (k * slot) as u64))
-            .collect();
-        let d_table = stream.clone_htod(&table).map_err(cuda("staging compression arrays"))?;
-        let (p_inputs, _d) = d_table.device_ptr(stream);
-        let (p_lens, p_outputs) = (p_inputs + 8 * n as u64, p_inputs + 16 * n as u64);
-        let (p_sizes, _g) = sizes.device_ptr_mut(stream);
-        let (p_statuses, _h) = statuses.device_ptr_mut(stream);
-        // SAFETY: n device pointers to chunks within `raw` (256-byte aligned, each at most
-        // max_len bytes) and their lengths; n output slots of nvCOMP's bound; its temp size; n
-        // sizes and statuses; all alive until the stream has run the work (awaited below).
-        unsafe {
-            nvcomp.compress_async(
-                Compressor::Zstd,
-                p_inputs as *const *const c_void,
-                p_lens as *const usize,
-                max_len,
-                n,
-                temp_ptr as *mut c_void,
-                temp_bytes,
-                p_outputs as *const *mut c_void,
-                p_sizes as *mut usize,
-                p_statuses as *mut sys::nvcompStatus_t,
-                stream.cu_stream() as sys::cudaStream_t,
-            )
-        }
-        .map_err(GpuError::Nvcomp)?;
-        // The host's share runs now; whatever happens there, the device's work ends before its
-        // buffers go.
-        let host_frames = alongside();
-        stream.synchronize().map_err(cuda("compressing chunks"))?;
-        host_frames?
-    };
-    let statuses = stream.clone_dtoh(&statuses).map_err(cuda("reading compression statuses"))?;
-    let sizes = stream.clone_dtoh(&sizes).map_err(cuda("reading compressed sizes"))?;
-    if let Some(k) = statuses.iter().position(|&s| s != sys::nvcompSuccess) {
-        let reason = format!("nvCOMP zstd compression: {}", nvcomp.status_string(statuses[k]));
-        return Err(GpuError::chunk(keys[k].to_string(), reason));
-    }
-    if let Some(k) = sizes.iter().position(|&size| size == 0 || size as usize > bound) {
-        let reason = format!("nvCOMP zstd wrote {} bytes (bound {bound})", sizes[k]);
-        return Err(GpuError::chunk(keys[k].to_string(), reason));
-    }
-    let (out_ptr, _guard) = out.device_ptr(stream);
-    let sources: Vec<Source<'_>> = sizes
-        .iter()
-        .enumerate()
-        .map(|(k, &size)| Source::Device(out_ptr + (k * slot) as u64, size as usize))
-        .chain(host_frames.iter().map(|f| Source::Host(f)))
-        .collect();
-    EncodedBatch::copy_out(ctx, stream, &sources)
 }
