@@ -394,8 +394,8 @@ fn write_rows(
         lines.push(tile_write_row(array, &out, name, &who)?);
         let _ = std::fs::remove_dir_all(&path);
     }
-    if matches!(target.case, "z2" | "s1") {
-        // The same write with every zstd chunk on nvCOMP (the split's device side alone).
+    if matches!(target.case, "z2" | "s1" | "g2" | "b1" | "b2") {
+        // The same write with every chunk on nvCOMP (the split's device side alone).
         let config = GpuConfig::current()?.with_host_encode_fraction(Some(0.0));
         let (out, path) = target.fresh(array)?;
         sync()?;

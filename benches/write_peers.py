@@ -6,8 +6,9 @@
 
 The data: a float32 array of about --gib GiB in 1 MiB chunks (64 x 64 x 64), a smooth field
 rounded to integers plus 4 bits of noise (src/sample.rs's recipe, noise from a generator seeded
-with 29), made once; every writer writes the same values. Cases: "zstd" (zstd level 3) and "raw"
-(no compressor), fill value 0.
+with 29), made once; every writer writes the same values. Cases: "zstd" (zstd level 3), "gzip"
+(level 5), "blosc" (lz4 level 5, byte shuffle: zarr-python 2's default) and "raw" (no
+compressor), fill value 0.
 
 Each run writes into a fresh array in a new directory under --dir: the array created untimed
 (metadata only), `sync`, then the write and a final os.sync() timed. One untimed warm-up, then
@@ -45,7 +46,14 @@ from common import emit
 from peers import configure_zarr
 
 CHUNKS = (64, 64, 64)  # float32: 1 MiB
-CASES = {"zstd": "zstd level 3", "raw": "no compressor"}
+CASES = {"zstd": "zstd level 3", "gzip": "gzip level 5", "blosc": "blosc lz4 level 5 shuffle", "raw": "no compressor"}
+# Each case's v3 bytes-to-bytes codec (zarr-python builds it from this too).
+CODECS = {
+    "zstd": {"name": "zstd", "configuration": {"level": 3, "checksum": False}},
+    "gzip": {"name": "gzip", "configuration": {"level": 5}},
+    "blosc": {"name": "blosc", "configuration": {"cname": "lz4", "clevel": 5, "shuffle": "shuffle", "typesize": 4,
+                                                 "blocksize": 0}},
+}
 WRITERS = {  # name: (row's peer, source)
     "zarr-numpy": ("zarr-python, numpy source", "numpy"),
     "zarr-gpu-cupy": ("zarr-python enable_gpu(), CuPy source", "cupy"),
@@ -94,7 +102,11 @@ def stored_bytes(path):
 # ---------------------------------------------------------------- writers
 def zarr_create(path, shape, case):
     import zarr
-    compressors = zarr.codecs.ZstdCodec(level=3) if case == "zstd" else None
+    compressors = {
+        "zstd": lambda: zarr.codecs.ZstdCodec(level=3),
+        "gzip": lambda: zarr.codecs.GzipCodec(level=5),
+        "blosc": lambda: zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),
+    }.get(case, lambda: None)()
     return zarr.create_array(store=path, shape=shape, chunks=CHUNKS, dtype="float32",
                              compressors=compressors, filters=None, fill_value=0)
 
@@ -102,8 +114,8 @@ def zarr_create(path, shape, case):
 def tensorstore_create(path, shape, case):
     ts = need("tensorstore")
     codecs = [{"name": "bytes", "configuration": {"endian": "little"}}]
-    if case == "zstd":
-        codecs.append({"name": "zstd", "configuration": {"level": 3, "checksum": False}})
+    if case in CODECS:
+        codecs.append(CODECS[case])
     spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": os.path.abspath(path)},
             "metadata": {"shape": list(shape), "data_type": "float32", "fill_value": 0, "codecs": codecs,
                          "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(CHUNKS)}},
