@@ -34,7 +34,8 @@ use codec::{write_chain, WriteChain, WriteCodec};
 use encode::{encode_slots, is_memcpyed, EncodedBatch, Slots, BLOSC_HEADER, CRC_ROOM};
 
 /// Raw chunk bytes assembled and encoded on the device at once, at most (about): the working set
-/// is twice this on the device (raw and compressed, freed after the batch) and up to this in
+/// on the device is two to five times this (raw, a shard's inner slots, a laid-out or shuffled
+/// copy, compressed; all from the output pool, back in it after the batch) and up to this in
 /// pinned host memory for each of the two batches in flight (kept in the pinned pool).
 const WRITE_BATCH_BYTES: u64 = 256 << 20;
 
