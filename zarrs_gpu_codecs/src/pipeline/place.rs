@@ -97,6 +97,31 @@ pub(crate) struct Gather {
     pub(crate) dst_stride: Vec<u64>,
 }
 
+/// Byte strides of a chunk of `shape` (elements of `elem` bytes) as stored: C order, or the C order
+/// of its transpose by `order` (stored dimension j is chunk dimension order[j]). Reads gather from
+/// these strides, writes to them.
+pub(crate) fn stored_strides(order: Option<&[usize]>, shape: &[u64], elem: u64) -> Vec<u64> {
+    let c_strides = |shape: &[u64]| -> Vec<u64> {
+        let mut strides = vec![elem; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * shape[d + 1];
+        }
+        strides
+    };
+    match order {
+        Some(order) => {
+            let stored: Vec<u64> = order.iter().map(|&d| shape[d]).collect();
+            let stored_strides = c_strides(&stored);
+            let mut strides = vec![0; shape.len()];
+            for (j, &d) in order.iter().enumerate() {
+                strides[d] = stored_strides[j];
+            }
+            strides
+        }
+        None => c_strides(shape),
+    }
+}
+
 const GATHER_WORDS: usize = 6 + 3 * GATHER_DIMS;
 
 /// Bytes of the device table for `n` gather jobs.

@@ -13,6 +13,10 @@ use rayon::prelude::*;
 use zarrs_storage::StoreKey;
 
 use super::codec::{BloscShuffle, BloscWrite, Layout, WriteChain, WriteCodec};
+use crate::codecs::blosc::header::{
+    COMPRESSOR_VERSION as BLOSC_VERSION_LZ, DOBITSHUFFLE as BLOSC_DOBITSHUFFLE, DONT_SPLIT as BLOSC_DONT_SPLIT,
+    DOSHUFFLE as BLOSC_DOSHUFFLE, FORMAT_VERSION as BLOSC_VERSION, MEMCPYED as BLOSC_MEMCPYED,
+};
 use crate::codecs::blosc::kernels::{launch_shuffle, ShuffleTask, BIT, BYTE};
 use crate::codecs::zlib::adler32::launch_adler32;
 use crate::device::context::GpuContext;
@@ -268,38 +272,20 @@ fn lay_out(
 /// each to its own offset of the output.
 fn layout_jobs(layout: &Layout, slots: &Slots<'_>, src: u64) -> Vec<place::Gather> {
     let elem = slots.elem;
-    let c_strides = |shape: &[u64]| -> Vec<u64> {
-        let mut strides = vec![elem; shape.len()];
-        for d in (0..shape.len().saturating_sub(1)).rev() {
-            strides[d] = strides[d + 1] * shape[d + 1];
-        }
-        strides
-    };
     slots
         .offsets
         .iter()
         .zip(&slots.shapes)
         .map(|(&at, &shape)| {
-            // Chunk dimension order[j] is stored dimension j (the read's gather, the other way).
-            let dst_stride = match &layout.transpose {
-                Some(order) => {
-                    let stored: Vec<u64> = order.iter().map(|&d| shape[d]).collect();
-                    let stored_strides = c_strides(&stored);
-                    let mut strides = vec![0; shape.len()];
-                    for (j, &d) in order.iter().enumerate() {
-                        strides[d] = stored_strides[j];
-                    }
-                    strides
-                }
-                None => c_strides(shape),
-            };
+            // Stored as a read gathers from it.
+            let dst_stride = place::stored_strides(layout.transpose.as_deref(), shape, elem);
             place::Gather {
                 src: src + at,
                 dst: at,
                 elem,
                 swap: layout.swap,
                 extent: shape.to_vec(),
-                src_stride: c_strides(shape),
+                src_stride: place::stored_strides(None, shape, elem),
                 dst_stride,
             }
         })
@@ -407,16 +393,9 @@ fn compress(
     Ok(Compressed { out, slot, sizes, adler, host })
 }
 
-/// c-blosc 1.x's header flags and format versions.
-const BLOSC_VERSION: u8 = 2;
-const BLOSC_VERSION_LZ: u8 = 1;
-const BLOSC_DOSHUFFLE: u8 = 0x01;
-const BLOSC_MEMCPYED: u8 = 0x02;
-const BLOSC_DOBITSHUFFLE: u8 = 0x04;
-const BLOSC_DONT_SPLIT: u8 = 0x10;
 /// Bytes of a Blosc1 header, and of a one-block frame's header with its block start and its
 /// stream's length.
-pub(super) const BLOSC_HEADER: usize = 16;
+pub(super) const BLOSC_HEADER: usize = crate::codecs::blosc::header::HEADER_LEN;
 const BLOSC_FRAME_HEAD: usize = BLOSC_HEADER + 8;
 
 /// Whether a Blosc chunk is stored memcpyed (its raw bytes after the header).

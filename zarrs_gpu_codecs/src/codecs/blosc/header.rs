@@ -71,14 +71,14 @@ use crate::codecs::zstd::frame::{check_frame, FrameError, FrameVerdict};
 /// Bytes of a Blosc1 header.
 pub const HEADER_LEN: usize = 16;
 /// The format version c-blosc 1.x writes and reads (`BLOSC_VERSION_FORMAT`).
-const FORMAT_VERSION: u8 = 2;
+pub(crate) const FORMAT_VERSION: u8 = 2;
 /// The compressor format version of every compressor in c-blosc 1.x.
-const COMPRESSOR_VERSION: u8 = 1;
-const DOSHUFFLE: u8 = 0x01;
-const MEMCPYED: u8 = 0x02;
-const DOBITSHUFFLE: u8 = 0x04;
+pub(crate) const COMPRESSOR_VERSION: u8 = 1;
+pub(crate) const DOSHUFFLE: u8 = 0x01;
+pub(crate) const MEMCPYED: u8 = 0x02;
+pub(crate) const DOBITSHUFFLE: u8 = 0x04;
 const RESERVED: u8 = 0x08;
-const DONT_SPLIT: u8 = 0x10;
+pub(crate) const DONT_SPLIT: u8 = 0x10;
 /// Blocks split into at most this many streams (`MAX_SPLITS`).
 const MAX_SPLITS: usize = 16;
 /// Split streams are at least this long (`MIN_BUFFERSIZE`).

@@ -103,27 +103,8 @@ impl Batch {
 /// The gather job placing `part` of a chunk of `shape` decoded at `base` (its elements in the
 /// chunk's stored layout: C order of its transpose, if any) into its subset's output.
 fn gather_job(chain: &DeviceChain, elem: u64, shape: &[u64], part: &PlacementPart, base: u64) -> place::Gather {
-    let c_strides = |shape: &[u64]| -> Vec<u64> {
-        let mut strides = vec![elem; shape.len()];
-        for d in (0..shape.len().saturating_sub(1)).rev() {
-            strides[d] = strides[d + 1] * shape[d + 1];
-        }
-        strides
-    };
-    // Stored as the transpose by `order`: stored dimension j is chunk dimension order[j].
-    let src_stride = match &chain.transpose {
-        Some(order) => {
-            let stored: Vec<u64> = order.iter().map(|&d| shape[d]).collect();
-            let stored_strides = c_strides(&stored);
-            let mut strides = vec![0; shape.len()];
-            for (j, &d) in order.iter().enumerate() {
-                strides[d] = stored_strides[j];
-            }
-            strides
-        }
-        None => c_strides(shape),
-    };
-    let dst_stride = c_strides(&part.output_shape);
+    let src_stride = place::stored_strides(chain.transpose.as_deref(), shape, elem);
+    let dst_stride = place::stored_strides(None, &part.output_shape, elem);
     let dot = |start: &[u64], strides: &[u64]| start.iter().zip(strides).map(|(a, b)| a * b).sum::<u64>();
     place::Gather {
         src: base + dot(part.chunk_region.start(), &src_stride),
