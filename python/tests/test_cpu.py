@@ -184,6 +184,60 @@ class CpuTests(unittest.TestCase):
             np.testing.assert_array_equal(z.oindex[[3, 1], :, [0, 6]], host[...][[3, 1]][:, :, [0, 6]])
         self.assertEqual(GpuCodecPipeline.device_reads, before)
 
+    def test_the_pipeline_hands_device_writes_of_a_box_to_zarrs_gpu_and_the_rest_to_zarr_python(self):
+        from zarr.core.indexing import BasicIndexer
+
+        from zarrs_gpu import pipeline
+        from zarrs_gpu.pipeline import GpuCodecPipeline
+
+        class DeviceValue:
+            """What the plan looks at of a CuPy array or CUDA tensor (never written here)."""
+
+            def __init__(self, shape, dtype="float32", device=(2, 0), contiguous=True):
+                self.shape, self.dtype, self._device = shape, np.dtype(dtype), device
+                self.flags = type("Flags", (), {"c_contiguous": contiguous})()
+
+            def __dlpack_device__(self):
+                return self._device
+
+        path = os.path.join(self.dir.name, "device-writes.zarr")
+        zarr.create_array(store=path, shape=(20, 30), chunks=(8, 8), dtype="float32", fill_value=0)
+        with zarr.config.set({"codec_pipeline.path": "zarrs_gpu.pipeline.GpuCodecPipeline"}):
+            z = zarr.open_array(path, mode="r+")
+            a = z._async_array
+
+            def plan(selection, value, array=a):
+                return pipeline._write_plan(array, BasicIndexer(selection, z.shape, z.metadata.chunk_grid), value, None)
+
+            got = plan((slice(3, 17), 5), DeviceValue((14,)))
+            self.assertIsNotNone(got)
+            gpu_array, key = got
+            self.assertEqual(key, (slice(3, 17), 5))
+            self.assertEqual(gpu_array.shape, (20, 30))
+            # Host values, another dtype, shape or device kind, strided values, steps: zarr-python's.
+            self.assertIsNone(plan((slice(3, 17), 5), np.zeros(14, "float32")))
+            self.assertIsNone(plan((slice(3, 17), 5), DeviceValue((14,), "float64")))
+            self.assertIsNone(plan((slice(3, 17), 5), DeviceValue((13,))))
+            self.assertIsNone(plan((slice(3, 17), 5), DeviceValue((14,), device=(1, 0))))
+            self.assertIsNone(plan((slice(3, 17), 5), DeviceValue((14,), contiguous=False)))
+            self.assertIsNone(plan((slice(3, 17, 2), 5), DeviceValue((7,))))
+            # A big-endian v2 array takes native values (zarrs stores them in its byte order).
+            v2 = os.path.join(self.dir.name, "device-writes-v2.zarr")
+            zarr.create_array(store=v2, shape=(6,), chunks=(4,), dtype=">f4", fill_value=0, zarr_format=2)
+            big = zarr.open_array(v2, mode="r+")
+            self.assertIsNotNone(pipeline._write_plan(
+                big._async_array, BasicIndexer(slice(0, 6), big.shape, big.metadata.chunk_grid), DeviceValue((6,)), None))
+            # Arrays that keep chunks of fill value: zarr-python's (zarrs erases them).
+            keeps = z.with_config({"write_empty_chunks": True})
+            self.assertIsNone(plan((slice(0, 20), 0), DeviceValue((20,)), array=keeps._async_array))
+            # Host values are written by zarr-python, through the hook, as before.
+            before = GpuCodecPipeline.device_writes
+            z[2:9, 4:12] = np.arange(56, dtype="float32").reshape(7, 8)
+            self.assertEqual(GpuCodecPipeline.device_writes, before)
+        want = np.zeros((20, 30), "float32")
+        want[2:9, 4:12] = np.arange(56, dtype="float32").reshape(7, 8)
+        np.testing.assert_array_equal(zarr.open_array(path, mode="r")[...], want)
+
     def test_the_pipeline_opens_a_rewritten_array_again(self):
         from zarrs_gpu import pipeline
 

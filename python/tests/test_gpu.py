@@ -481,6 +481,37 @@ class GpuTests(unittest.TestCase):
                     a.read_many(mixed, stack=True)
         self.assertEqual(a.read_many([]), [])
 
+    def test_zarr_python_writes_of_device_values_are_encoded_on_the_device(self):
+        import zarr.codecs as zc
+
+        from zarrs_gpu.pipeline import GpuCodecPipeline
+
+        rng = np.random.default_rng(31)
+        codecs = (("zstd", zc.ZstdCodec(level=3)), ("blosc", zc.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")))
+        for name, compressors in codecs:
+            path = os.path.join(self.dir.name, f"zarr-python-device-write-{name}.zarr")
+            zarr.create_array(store=path, shape=(40, 70, 90), chunks=(16, 32, 32), dtype="float32",
+                              compressors=compressors, fill_value=0)
+            want = np.round(rng.random((40, 70, 90), dtype=np.float32) * 100)
+            want[:16, :32, :32] = 0
+            before = GpuCodecPipeline.device_writes
+            with zarrs_gpu.gpu_zarr_context():
+                z = zarr.open_array(path, mode="r+")
+                z[...] = cp.asarray(want)
+                # A CuPy tile at an unaligned place, a PyTorch one, an integer index.
+                tile = cp.asarray(rng.random((32, 50, 57), dtype=np.float32))
+                z[5:37, 20:70, 33:90] = tile
+                want[5:37, 20:70, 33:90] = cp.asnumpy(tile)
+                plane = torch.full((70, 90), 2.5, dtype=torch.float32, device="cuda")
+                z[38] = plane
+                want[38] = 2.5
+                # A broadcast scalar: zarr-python's own write, as before.
+                z[39, 0:3] = 4.0
+                want[39, 0:3] = 4.0
+                np.testing.assert_array_equal(cp.asnumpy(z[...]), want, err_msg=name)
+            self.assertEqual(GpuCodecPipeline.device_writes - before, 3, name)
+            np.testing.assert_array_equal(zarr.open_array(path, mode="r")[:], want, err_msg=name)
+
     def test_device_values_are_written_and_read_back_by_zarr_python(self):
         import zarr.codecs as zc
 

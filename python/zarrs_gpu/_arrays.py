@@ -21,7 +21,8 @@ _RACY_NS = 2_000_000_000
 
 
 def open_cached(root, path, device=0):
-    """The zarrs_gpu array at `path` of the store at `root`, for reads to GPU `device`, or None:
+    """The zarrs_gpu array at `path` of the store at `root`, for reads to GPU `device` (and writes
+    from it), or None:
     kept between reads (its shard indexes too) while its metadata file is the same, so that an
     array rewritten with another fill value, codec or shape is opened again. The same is its stamp
     (inode, size, modification time) unless the file was modified within 2 s of the caching: then
@@ -55,7 +56,9 @@ def open_cached(root, path, device=0):
     cached_at = time.time_ns()
     metadata = _read_bytes(metadata_file)
     try:
-        array = zarrs_gpu.open(root, "/" + path, device=device)
+        # Writable: zarr-python writes of device values go through the same instance (its shard
+        # index cache sees them); opening "r+" touches nothing.
+        array = zarrs_gpu.open(root, "/" + path, device=device, mode="r+")
     except (ValueError, FileNotFoundError, TypeError):
         return None
     with _lock:

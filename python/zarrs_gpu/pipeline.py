@@ -3,8 +3,11 @@
 Under ``zarr.config.enable_gpu()`` zarr-python asks its codec pipeline to fill a CuPy output
 buffer chunk by chunk, decoding on the host. With this pipeline, a read of a rectangular
 selection of an array in a local store is read by zarrs_gpu straight into that buffer (chunks
-read in parallel, checked, decoded and placed on the device); anything else (host buffers, other
-stores, writes) is zarr-python's own ``BatchedCodecPipeline``. Errors of a device
+read in parallel, checked, decoded and placed on the device), and a write of a device value (a
+CuPy array, a PyTorch CUDA tensor) of the selection's shape and the array's dtype into such a
+selection is zarrs_gpu's (chunks assembled and encoded on the device where the codecs allow);
+anything else (host buffers and values, other stores, broadcasts, casts) is zarr-python's own
+``BatchedCodecPipeline``. Errors of a device
 read (a corrupt chunk, say) are raised, never answered by the fallback. For arrays using this
 pipeline, a selection that is one box is handed to zarrs_gpu before zarr-python walks its chunks
 one by one (``AsyncArray._get_selection`` is wrapped: zarr-python's walk costs tens of ms for
@@ -41,6 +44,8 @@ class GpuCodecPipeline(BatchedCodecPipeline):
 
     #: Reads this process did on the device (the rest went to zarr-python's pipeline).
     device_reads = 0
+    #: Writes of device values this process handed to zarrs_gpu.
+    device_writes = 0
     _lock = threading.Lock()
     _prefixes = {}  # store root -> array paths met there
 
@@ -240,18 +245,9 @@ def _selection_plan(array, indexer, prototype, out, fields):
         return None
     if getattr(array.metadata, "order", "C") != "C" or getattr(array.config, "order", "C") != "C":
         return None
-    kind = type(indexer).__name__
-    if kind not in ("BasicIndexer", "OrthogonalIndexer") or getattr(indexer, "is_advanced", False):
+    key = _box_key(indexer)
+    if key is None:
         return None
-    key = []
-    for dim in indexer.dim_indexers:
-        name = type(dim).__name__
-        if name == "SliceDimIndexer" and dim.step == 1 and dim.stop > dim.start:
-            key.append(slice(dim.start, dim.stop))
-        elif name == "IntDimIndexer":
-            key.append(dim.dim_sel)
-        else:
-            return None
     buffer = prototype.nd_buffer.empty(shape=indexer.shape, dtype=array.metadata.dtype.to_native_dtype(), order="C")
     target = buffer.as_ndarray_like()
     if type(target).__module__.split(".")[0] != "cupy":
@@ -262,7 +258,7 @@ def _selection_plan(array, indexer, prototype, out, fields):
         return None
     if str(target.dtype) != str(gpu_array.dtype):
         return None
-    return gpu_array, tuple(key), buffer
+    return gpu_array, key, buffer
 
 
 #: A bounding box this many times larger than the elements selected, and this large in bytes, is
@@ -583,6 +579,109 @@ def _install_coordinate_hook():
     Array.get_coordinate_selection = get_coordinate_selection
 
 
+def _box_key(indexer):
+    """The box a basic or orthogonal indexer selects (slices of step 1 and integers), as a key of
+    zarrs_gpu's `read`/`write`, or None."""
+    kind = type(indexer).__name__
+    if kind not in ("BasicIndexer", "OrthogonalIndexer") or getattr(indexer, "is_advanced", False):
+        return None
+    key = []
+    for dim in indexer.dim_indexers:
+        name = type(dim).__name__
+        if name == "SliceDimIndexer" and dim.step == 1 and dim.stop > dim.start:
+            key.append(slice(dim.start, dim.stop))
+        elif name == "IntDimIndexer":
+            key.append(dim.dim_sel)
+        else:
+            return None
+    return tuple(key)
+
+
+def _cuda_device(value):
+    """The CUDA device a DLPack value lives on, or None (host memory, or not DLPack)."""
+    try:
+        kind, device = value.__dlpack_device__()
+    except (AttributeError, TypeError, ValueError):
+        return None
+    # kDLCUDA (2) and kDLCUDAManaged (13).
+    return int(device) if int(kind) in (2, 13) else None
+
+
+def _same_dtype(value, dtype):
+    """Whether a device value holds `dtype`'s elements (byte order aside: zarrs stores it as the
+    array's codecs say)."""
+    import numpy as np
+
+    name = str(value.dtype).removeprefix("torch.")
+    try:
+        return np.dtype(name).newbyteorder("=") == np.dtype(dtype).newbyteorder("=")
+    except TypeError:
+        return False
+
+
+def _c_contiguous(value):
+    flags = getattr(value, "flags", None)
+    if flags is not None:
+        return bool(flags.c_contiguous)
+    is_contiguous = getattr(value, "is_contiguous", None)
+    return bool(is_contiguous()) if callable(is_contiguous) else False
+
+
+def _write_plan(array, indexer, value, fields):
+    """For an array whose codec pipeline is this one: the writable zarrs_gpu array and the key of
+    a write of `value` zarrs_gpu does (a C-contiguous device value of the array's dtype and the
+    box's shape, into a regular-grid array of a local store that erases chunks of fill value, as
+    zarrs does), or None for zarr-python's own way."""
+    if not isinstance(array.codec_pipeline, GpuCodecPipeline) or fields:
+        return None
+    store = array.store_path.store
+    if not isinstance(store, LocalStore) or getattr(array.config, "write_empty_chunks", False):
+        return None
+    device = _cuda_device(value)
+    if device is None or not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        return None
+    key = _box_key(indexer)
+    if key is None or tuple(value.shape) != tuple(indexer.shape) or not _c_contiguous(value):
+        return None
+    dtype = array.metadata.dtype.to_native_dtype()
+    if not _same_dtype(value, dtype):
+        return None
+    gpu_array = _open_array(str(store.root), array.store_path.path, device)
+    if gpu_array is None or gpu_array.regular_chunks is None or gpu_array.shape != tuple(array.shape):
+        return None
+    return gpu_array, key
+
+
+def _install_set_hook():
+    """zarr-python encodes every chunk of a write on the host, even from a CuPy value. For arrays
+    whose pipeline is this one, a device value written into a box goes to zarrs_gpu's device
+    writer (`_write_plan`); anything else goes on as zarr-python's own. Installed only where
+    AsyncArray._set_selection has the shape this was written against (zarr-python 3.1 to 3.4)."""
+    import inspect
+
+    from zarr.core.array import AsyncArray
+
+    original = AsyncArray._set_selection
+    if getattr(original, "_zarrs_gpu", False):
+        return
+    if list(inspect.signature(original).parameters) != ["self", "indexer", "value", "prototype", "fields"]:
+        return
+
+    async def _set_selection(self, indexer, value, *, prototype, fields=None):
+        plan = _write_plan(self, indexer, value, fields)
+        if plan is None:
+            return await original(self, indexer, value, prototype=prototype, fields=fields)
+        gpu_array, key = plan
+        await asyncio.to_thread(gpu_array.write, key, value)
+        with GpuCodecPipeline._lock:
+            GpuCodecPipeline.device_writes += 1
+        return None
+
+    _set_selection._zarrs_gpu = True
+    AsyncArray._set_selection = _set_selection
+
+
 register_pipeline(GpuCodecPipeline)
 _install_selection_hook()
 _install_coordinate_hook()
+_install_set_hook()
