@@ -170,6 +170,10 @@ fn device_writes_equal_host_writes_for_every_chain_tile_and_edge() -> Result {
             // [1, 2, 2] (their parts within the array covered) in part.
             assert_eq!((report.chunks, report.written, report.erased), (27, 26, 1), "{name}: {report:?}");
             assert_eq!((report_tile.chunks, report_tile.modified), (18, 16), "{name}: {report_tile:?}");
+            // Only the inner chunks the tile meets are encoded again (40, and the 4 + 6 past the edge
+            // of the two shards it covers whole), not all 144 of the 18 shards: the rest keep their
+            // stored bytes.
+            assert_eq!(report_tile.bytes_encoded, 50 * 8 * 16 * 32 * 4, "{name}: {report_tile:?}");
             eprintln!("{name}: ratio {:?}, {:.1} ms whole", report.ratio(), report.seconds * 1e3);
         } else {
             assert!(report.reason.is_some(), "{name}: {report:?}");
@@ -238,6 +242,10 @@ fn sharded_device_writes_equal_host_writes_with_the_index_at_either_end() -> Res
         // The tile meets 3 x 3 x 2 shards; it covers the parts within the array of [1, 1, 1] and
         // [1, 2, 1] whole, the others in part.
         assert_eq!((report_tile.chunks, report_tile.modified), (18, 16), "{name}: {report_tile:?}");
+        // Only the inner chunks the tile meets are encoded again (40, and the 4 + 6 past the edge
+        // of the two shards it covers whole), not all 144 of the 18 shards: the rest keep their
+        // stored bytes.
+        assert_eq!(report_tile.bytes_encoded, 50 * 8 * 16 * 32 * 4, "{name}: {report_tile:?}");
         // A shard that becomes all fill value is erased, as zarrs erases it.
         let blank = empty(dir.path(), &format!("{name}_blank"), vec![])?;
         let first_shard = ArraySubset::new_with_ranges(&[0..16, 0..32, 0..64]);

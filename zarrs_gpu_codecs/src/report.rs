@@ -50,9 +50,12 @@ pub struct WriteReport {
     pub written: usize,
     /// Chunks erased because they are all fill value (device path).
     pub erased: usize,
-    /// Chunks the subset covers in part: read, modified and encoded again (device path).
+    /// Chunks the subset covers in part: read, modified and encoded again (device path; a shard
+    /// covered in part encodes again only the inner chunks the subset meets, and keeps the
+    /// others' stored bytes).
     pub modified: usize,
-    /// Raw chunk bytes encoded (device path).
+    /// Raw chunk bytes encoded (device path; of a shard covered in part, its inner chunks encoded
+    /// again).
     pub bytes_encoded: u64,
     /// Bytes stored, checksums included (device path).
     pub bytes_stored: u64,
@@ -82,7 +85,8 @@ impl WriteReport {
         }
     }
 
-    /// Raw bytes over stored bytes of the chunks stored (device path; None before any).
+    /// Raw bytes over stored bytes of the chunks stored (device path; None before any). Of a
+    /// write that keeps inner chunks of shards it covers in part, less than the codecs' ratio.
     #[must_use]
     pub fn ratio(&self) -> Option<f64> {
         (self.bytes_stored > 0).then(|| self.bytes_encoded as f64 / self.bytes_stored as f64)

@@ -111,6 +111,45 @@ impl ShardLevel {
         Ok(Some(shard))
     }
 
+    /// Where each inner chunk's stored bytes lie in `shard` (a whole shard of `shard_shape`, as
+    /// read from its file), in C order of the inner grid, None for a missing one: the index
+    /// decoded (its checksum verified) and every entry checked against the shard's length.
+    /// What a write keeps of a shard it changes in part.
+    ///
+    /// # Errors
+    /// Returns an error when the shard cannot hold its index, the index does not decode, or an
+    /// entry overflows or leaves the shard.
+    pub(crate) fn stored_chunks(
+        &self,
+        shard_shape: &[u64],
+        shard: &[u8],
+    ) -> Result<Vec<Option<std::ops::Range<usize>>>, String> {
+        let per = self.chunks_per_shard(shard_shape)?;
+        let index_len = usize::try_from(self.index_len(&per)?).map_err(|e| e.to_string())?;
+        if shard.len() < index_len {
+            return Err(format!("{} bytes cannot hold its {index_len}-byte index", shard.len()));
+        }
+        let bytes = match self.location {
+            ShardingIndexLocation::Start => &shard[..index_len],
+            ShardingIndexLocation::End => &shard[shard.len() - index_len..],
+        };
+        let index = self
+            .codec
+            .decode_index(bytes, &per, &CodecOptions::default())
+            .map_err(|e| format!("decoding its index: {e}"))?;
+        index
+            .chunks_exact(2)
+            .enumerate()
+            .map(|(k, entry)| match inner_source((entry[0], entry[1]), Some(shard.len() as u64), None) {
+                Ok(Source::Missing) => Ok(None),
+                // Within the shard's length, so within usize.
+                Ok(Source::Range { offset, len }) => Ok(Some(offset as usize..(offset + len) as usize)),
+                Ok(_) => Err(format!("inner chunk {k}: an index entry of another kind")),
+                Err(reason) => Err(format!("inner chunk {k}: {reason}")),
+            })
+            .collect()
+    }
+
     /// Inner chunks per shard of `shard_shape` along each dimension.
     fn chunks_per_shard(&self, shard_shape: &[u64]) -> Result<Vec<NonZeroU64>, String> {
         if shard_shape.len() != self.inner_shape.len() {
@@ -594,6 +633,59 @@ mod tests {
                 assert_eq!(level.encode_shard(&[8, 16], &[None; 4]).unwrap(), None);
                 assert!(level.encode_shard(&[8, 16], &[None; 3]).is_err(), "one entry per inner chunk");
             }
+        }
+    }
+
+    /// A shard laid out by `encode_shard` (and one by zarrs) gives back each inner chunk's bytes;
+    /// a damaged index or an entry past the end is an error.
+    #[test]
+    fn stored_chunks_are_what_encode_shard_laid_out() {
+        for location in ["start", "end"] {
+            let configuration: ShardingCodecConfiguration = serde_json::from_value(serde_json::json!({
+                "chunk_shape": [4, 8],
+                "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+                "index_location": location,
+            }))
+            .unwrap();
+            let (level, _) = ShardLevel::new(&configuration).unwrap();
+            let chunks: Vec<Option<Vec<u8>>> =
+                (0..4u8).map(|k| (k != 2).then(|| (0..(10 + k)).map(|b| b * 3 + k).collect())).collect();
+            let parts: Vec<Option<&[u8]>> = chunks.iter().map(|c| c.as_deref()).collect();
+            let shard = level.encode_shard(&[8, 16], &parts).unwrap().unwrap();
+            let ranges = level.stored_chunks(&[8, 16], &shard).unwrap();
+            let back: Vec<Option<&[u8]>> = ranges.iter().map(|r| r.clone().map(|r| &shard[r])).collect();
+            assert_eq!(back, parts, "index at the {location}");
+            // zarrs' own shard of the same chunks.
+            let store = Arc::new(zarrs::storage::store::MemoryStore::new());
+            let a2b = Arc::new(ShardingCodec::new_with_configuration(&configuration).unwrap());
+            let array = zarrs::array::ArrayBuilder::new(
+                vec![8, 16],
+                vec![8, 16],
+                zarrs::array::data_type::uint8(),
+                FillValue::from(0u8),
+            )
+            .array_to_bytes_codec(a2b)
+            .build(store.clone(), "/")
+            .unwrap();
+            let values: Vec<u8> = (0..128u32).map(|i| if i < 64 { 0 } else { (i % 7) as u8 + 1 }).collect();
+            array.store_chunk(&[0, 0], values.clone()).unwrap();
+            let stored =
+                zarrs_storage::ReadableStorageTraits::get(&*store, &array.chunk_key(&[0, 0])).unwrap().unwrap();
+            let ranges = level.stored_chunks(&[8, 16], &stored).unwrap();
+            // Rows 0..4 (inner chunks 0 and 1) are fill value: zarrs leaves them out.
+            assert_eq!(ranges.iter().map(Option::is_some).collect::<Vec<_>>(), [false, false, true, true]);
+            for (k, range) in ranges.iter().enumerate().skip(2) {
+                let (row, col) = (4 * (k / 2), 8 * (k % 2));
+                let want: Vec<u8> = (0..32).map(|e| values[(row + e / 8) * 16 + col + e % 8]).collect();
+                assert_eq!(&stored[range.clone().unwrap()], &want[..], "zarrs' inner chunk {k}");
+            }
+            // A damaged index (its crc32c fails), a truncated shard: errors.
+            let mut damaged = shard.clone();
+            let at = if location == "start" { 3 } else { damaged.len() - 7 };
+            damaged[at] ^= 0x40;
+            assert!(level.stored_chunks(&[8, 16], &damaged).is_err(), "index at the {location}");
+            assert!(level.stored_chunks(&[8, 16], &shard[..20]).is_err());
         }
     }
 

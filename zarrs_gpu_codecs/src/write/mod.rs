@@ -216,20 +216,31 @@ fn write_on_host<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
 /// the array (else its old value is read first), and a shard's inner chunks.
 struct WriteUnit {
     placement: ChunkPlacement,
-    whole: bool,
     /// The chunk reaches past the array's edge: the elements there hold the fill value.
     edge: bool,
-    /// Where the chunk lies in the array, bounded by its edge: what is read of a chunk covered in
-    /// part, and the copies that put it in the chunk's place (none for a chunk covered whole).
-    within: ArraySubset,
-    old_copies: Vec<Copy3D>,
+    /// Old values read before the chunk is assembled (regions of the array, bounded by its edge)
+    /// and the copies that put each into the chunk's place: a chunk covered in part, its part
+    /// within the array; a shard covered in part, the parts of the inner chunks covered in part.
+    olds: Vec<(ArraySubset, Vec<Copy3D>)>,
     inner: Option<Arc<InnerChunks>>,
+    /// A shard covered in part: the inner chunks it encodes again (those the subset meets, in C
+    /// order of the inner grid); the others keep their stored bytes. None: all of them.
+    touched: Option<Vec<usize>>,
 }
 
 impl WriteUnit {
     /// The values it encodes (its inner chunks, or itself) and the raw bytes of each.
     fn encoded(&self) -> (usize, u64) {
-        self.inner.as_ref().map_or((1, self.placement.chunk_bytes), |inner| (inner.count, inner.bytes))
+        match (&self.inner, &self.touched) {
+            (None, _) => (1, self.placement.chunk_bytes),
+            (Some(inner), Some(touched)) => (touched.len(), inner.bytes),
+            (Some(inner), None) => (inner.count, inner.bytes),
+        }
+    }
+
+    /// Bytes of its inner chunks' slots (those it encodes), one after another.
+    fn slots_len(&self) -> u64 {
+        self.inner.as_ref().map_or(0, |inner| inner.slot.saturating_mul(self.encoded().0 as u64))
     }
 }
 
@@ -237,10 +248,13 @@ impl WriteUnit {
 /// [`SLOT_ALIGN`]-aligned one after another, in C order of the inner grid (the shard's layout).
 struct InnerChunks {
     count: usize,
-    /// Raw bytes of each.
+    /// Raw bytes of each, and of its slot ([`SLOT_ALIGN`]-aligned).
     bytes: u64,
-    /// The copies from the shard's bytes into the slots.
+    slot: u64,
+    /// The copies from the shard's bytes into the slots: those of inner chunk k (into slot k) are
+    /// `copies[per_chunk[k]]`.
     copies: Vec<Copy3D>,
+    per_chunk: Vec<std::ops::Range<usize>>,
 }
 
 /// Where chunks start in a device buffer of chunks to encode (nvCOMP's alignment, and more).
@@ -260,7 +274,7 @@ impl InnerChunks {
             .checked_next_multiple_of(SLOT_ALIGN)
             .ok_or_else(|| GpuError::bytes_overflow("inner chunks of shape", inner_shape, elem))?;
         let key = StoreKey::new("inner").expect("a valid key");
-        let mut copies = Vec::new();
+        let (mut copies, mut per_chunk) = (Vec::new(), Vec::new());
         let inner_grid = ArraySubset::new_with_shape(grid);
         for (k, indices) in inner_grid.indices().into_iter().enumerate() {
             let start: Vec<u64> = indices.iter().zip(inner_shape).map(|(&i, &c)| i * c).collect();
@@ -271,15 +285,54 @@ impl InnerChunks {
             // A read's copies (chunk to shard), reversed into slot k.
             let base =
                 slot.checked_mul(k as u64).ok_or_else(|| GpuError::bytes_overflow("a shard of", shard_shape, elem))?;
+            let first = copies.len();
             copies.extend(placement.copies.iter().map(|c| reversed(c, base + placement.byte_start)));
+            per_chunk.push(first..copies.len());
         }
-        Ok(Self { count: usize::try_from(count).map_err(|e| GpuError::Unsupported(e.to_string()))?, bytes, copies })
+        let count = usize::try_from(count).map_err(|e| GpuError::Unsupported(e.to_string()))?;
+        Ok(Self { count, bytes, slot, copies, per_chunk })
     }
+}
 
-    /// Bytes of its slots, one after another.
-    fn slots_len(&self) -> u64 {
-        self.bytes.next_multiple_of(SLOT_ALIGN).saturating_mul(self.count as u64)
-    }
+/// The parts within the array (bounded by its `shape`) of the inner chunks of `inner_shape` of a
+/// shard at `shard` (unbounded), in C order of the inner grid; None for one wholly past the edge.
+fn inner_parts(shard: &ArraySubset, inner_shape: &[u64], shape: &[u64]) -> Result<Vec<Option<ArraySubset>>, GpuError> {
+    let grid: Vec<u64> = shard.shape().iter().zip(inner_shape).map(|(&s, &c)| s / c.max(1)).collect();
+    ArraySubset::new_with_shape(grid)
+        .indices()
+        .into_iter()
+        .map(|indices| {
+            let mut ranges = Vec::with_capacity(indices.len());
+            for (((&i, &c), &origin), &end) in indices.iter().zip(inner_shape).zip(shard.start()).zip(shape) {
+                // Within the shard, whose end was checked.
+                let start = origin + i * c;
+                if start >= end {
+                    return Ok(None);
+                }
+                ranges.push(start..(start + c).min(end));
+            }
+            Ok(Some(ArraySubset::new_with_ranges(&ranges)))
+        })
+        .collect()
+}
+
+/// Whether two subsets share an element.
+fn meets(a: &ArraySubset, b: &ArraySubset) -> bool {
+    a.start()
+        .iter()
+        .zip(a.shape())
+        .zip(b.start().iter().zip(b.shape()))
+        .all(|((&a0, &an), (&b0, &bn))| a0 < b0 + bn && b0 < a0 + an)
+}
+
+/// Whether `outer` holds every element of `inner`.
+fn covers(outer: &ArraySubset, inner: &ArraySubset) -> bool {
+    outer
+        .start()
+        .iter()
+        .zip(outer.shape())
+        .zip(inner.start().iter().zip(inner.shape()))
+        .all(|((&o0, &on), (&i0, &in_))| o0 <= i0 && i0 + in_ <= o0 + on)
 }
 
 /// A read's copy (stored chunk to output) the other way: from the output into the chunk's
@@ -323,13 +376,32 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             .all(|(r, (&s, &n))| s <= r.start && r.end <= s + n);
         let edge = within.iter().zip(chunk.shape()).any(|(r, &n)| r.end - r.start < n);
         let within = ArraySubset::new_with_ranges(&within);
-        let old_copies = if whole {
-            Vec::new()
-        } else {
-            // A read of the chunk into its part within the array, reversed.
-            let old = plan_chunks(elem, &within, [(indices.clone(), key.clone(), chunk.clone())])?.pop();
+        // A read of the chunk into `region` (within the array), reversed: the old values' copies.
+        let old = |region: ArraySubset| -> Result<(ArraySubset, Vec<Copy3D>), GpuError> {
+            let old = plan_chunks(elem, &region, [(indices.clone(), key.clone(), chunk.clone())])?.pop();
             let old = old.expect("a chunk meets its own part");
-            old.copies.iter().map(|c| reversed(c, old.byte_start)).collect()
+            let copies = old.copies.iter().map(|c| reversed(c, old.byte_start)).collect();
+            Ok((region, copies))
+        };
+        let (olds, touched) = match &chain.shard {
+            _ if whole => (Vec::new(), None),
+            None => (vec![old(within.clone())?], None),
+            // A shard covered in part: its inner chunks the subset meets are encoded again (those
+            // it covers in part read first), the others kept as they are stored.
+            Some(level) => {
+                let (mut olds, mut touched) = (Vec::new(), Vec::new());
+                for (k, part) in inner_parts(&chunk, level.inner_shape(), array.shape())?.into_iter().enumerate() {
+                    let Some(part) = part else { continue };
+                    if !meets(&part, subset) {
+                        continue;
+                    }
+                    touched.push(k);
+                    if !covers(subset, &part) {
+                        olds.push(old(part)?);
+                    }
+                }
+                (olds, Some(touched))
+            }
         };
         let placement = plan_chunks(elem, subset, [(indices, key, chunk)])?.pop().expect("the chunk meets the subset");
         let inner = match &chain.shard {
@@ -345,7 +417,7 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
                 }
             }
         };
-        units.push(WriteUnit { placement, whole, edge, within, old_copies, inner });
+        units.push(WriteUnit { placement, edge, olds, inner, touched });
     }
     // nvCOMP compresses chunks up to a size (16 MiB for zstd and LZ4 in nvCOMP 6): larger ones go
     // to zarrs.
@@ -370,7 +442,7 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             batch_bytes = 0;
         }
         // A shard's inner chunks take their aligned slots beside its raw bytes.
-        let slots = unit.inner.as_ref().map_or(0, |inner| inner.slots_len());
+        let slots = unit.slots_len();
         batch_bytes = batch_bytes.saturating_add(unit.placement.chunk_bytes.max(slots));
         batches.last_mut().expect("pushed").push(unit);
     }
@@ -387,8 +459,8 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             if let Some(stored) = stored {
                 report.add(stored.map_err(|_| GpuError::Unsupported("storing a batch of chunks panicked".into()))??);
             }
-            let encoded = encoded?;
-            storing = Some(scope.spawn(move || store_batch(array, batch, encoded, chain)));
+            let (encoded, kept) = encoded?;
+            storing = Some(scope.spawn(move || store_batch(array, batch, (encoded, kept), chain)));
         }
         if let Some(h) = storing {
             report.add(h.join().map_err(|_| GpuError::Unsupported("storing a batch of chunks panicked".into()))??);
@@ -413,9 +485,10 @@ fn encode_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     config: &GpuConfig,
     ctx: &Arc<GpuContext>,
     report: &mut WriteReport,
-) -> Result<EncodedBatch, GpuError> {
+) -> Result<(EncodedBatch, Vec<Kept>), GpuError> {
     let stream = data.stream().clone();
     let cuda = |what| GpuError::cuda(what);
+    let kept = kept_shards(array, units, chain.0)?;
     // Each chunk's raw bytes at an offset aligned for nvCOMP (checked: chunk shapes come from
     // metadata).
     let mut offsets = Vec::with_capacity(units.len());
@@ -429,9 +502,10 @@ fn encode_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             .and_then(|len| total.checked_add(len))
             .ok_or_else(|| GpuError::bytes_overflow("a batch of chunks of shape", &unit.placement.chunk_shape, 1))?;
     }
-    // From the device's pool, as a read's buffers. Each chunk's place is written whole (fill past
-    // the edge, the old value where the subset covers it in part, the data) before it is encoded
-    // or copied out; the alignment padding between chunks is never read.
+    // From the device's pool, as a read's buffers. What is encoded of each chunk's place is written
+    // whole (fill past the edge, the old value where the subset covers it in part, the data)
+    // before it is encoded or copied out; the alignment padding between chunks, and the inner
+    // chunks a shard keeps, are never read.
     let raw = ctx.alloc(&stream, total.max(1) as usize)?;
     // Old chunks are read on their own streams and copied out on this one: whatever happens, they
     // are freed only after this stream has run those copies.
@@ -447,8 +521,8 @@ fn encode_batch<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     }
     drop(olds);
     let encoded = encoded?;
-    report.bytes_encoded += units.iter().map(|u| u.placement.chunk_bytes).sum::<u64>();
-    Ok(encoded)
+    report.bytes_encoded += units.iter().map(|u| u.encoded().0 as u64 * u.encoded().1).sum::<u64>();
+    Ok((encoded, kept))
 }
 
 /// [`encode_batch`]'s work on `raw` (the batch's chunks at `offsets`): each chunk assembled, then
@@ -471,9 +545,11 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
     // another stream).
     let source_guard = data.as_cuda_slice().map(|slice| slice.device_ptr(&stream));
     let fill = array.fill_value().as_ne_bytes();
-    // Chunks covered in part: their old values (their parts within the array), read as one
-    // request (decoded on the device), then copied into their places.
-    let partial: Vec<ArraySubset> = units.iter().filter(|u| !u.whole).map(|u| u.within.clone()).collect();
+    // Chunks covered in part: their old values (their parts within the array; a shard's, those of
+    // its inner chunks covered in part), read as one request (decoded on the device), then copied
+    // into their places.
+    let partial: Vec<ArraySubset> =
+        units.iter().flat_map(|u| u.olds.iter().map(|(region, _)| region.clone())).collect();
     if !partial.is_empty() {
         let (parts, _) = array.retrieve_array_subsets_device_opt::<T>(&partial, config)?;
         // The read's own stream: the copies wait for it.
@@ -490,13 +566,15 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
             // SAFETY: the chunk's place in `raw`, ordered on the stream.
             unsafe { fill_pattern(fill, raw_ptr + at, p.chunk_bytes as usize, &stream) }?;
         }
-        if !unit.whole {
-            let old = old_parts.next().expect("one old part per chunk covered in part");
-            for c in &unit.old_copies {
-                // SAFETY: a read's copies of this chunk into its part within the array (the shape
-                // of `old`), reversed: within `old` and the chunk's place in `raw`.
+        for (_, copies) in &unit.olds {
+            let old = old_parts.next().expect("one old part per region read");
+            for c in copies {
+                // SAFETY: a read's copies of this chunk into the region (the shape of `old`),
+                // reversed: within `old` and the chunk's place in `raw`.
                 unsafe { copy_dtod(c, old.device_ptr(), raw_ptr + at, &stream) }?;
             }
+        }
+        if unit.touched.is_some() || !unit.olds.is_empty() {
             report.modified += 1;
         }
         // The subset's part of the chunk, from `data` (the copies that a read makes, reversed).
@@ -524,12 +602,12 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
     let mut total = 0u64;
     for unit in units {
         slots_at.push(total);
-        let len = unit.inner.as_ref().map_or(0, |inner| inner.slots_len());
+        let len = unit.slots_len();
         total = total
             .checked_add(len)
             .ok_or_else(|| GpuError::bytes_overflow("a batch of shards of shape", &unit.placement.chunk_shape, 1))?;
     }
-    // Every slot is written whole by the gathers below (the inner chunks tile the shard); the
+    // Every slot is written whole by the gathers below (an inner chunk's copies cover it); the
     // alignment padding is never read.
     let slots = ctx.alloc(&stream, total.max(1) as usize)?;
     let mut inner_slots = Slots { offsets: Vec::new(), lens: Vec::new(), shapes: Vec::new(), keys: Vec::new(), elem };
@@ -539,18 +617,65 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
         let (slots_ptr, _b) = slots.device_ptr(&stream);
         for ((unit, &at), &base) in units.iter().zip(offsets).zip(&slots_at) {
             let inner = unit.inner.as_ref().expect("every unit of a sharded array is a shard");
-            for c in &inner.copies {
-                // SAFETY: within the shard's raw bytes and its slots (planned from their shapes).
-                unsafe { copy_dtod(c, raw_ptr + at, slots_ptr + base, &stream) }?;
+            let all: Vec<usize>;
+            let encoded = if let Some(touched) = &unit.touched {
+                touched
+            } else {
+                all = (0..inner.count).collect();
+                &all
+            };
+            // Inner chunk k into the j-th slot of those encoded.
+            for (j, &k) in encoded.iter().enumerate() {
+                let moved = (j as u64 * inner.slot).wrapping_sub(k as u64 * inner.slot);
+                for c in &inner.copies[inner.per_chunk[k].clone()] {
+                    let c = Copy3D { dst_offset: c.dst_offset.wrapping_add(moved), ..*c };
+                    // SAFETY: within the shard's raw bytes and its j-th slot (planned from their
+                    // shapes, for slot k).
+                    unsafe { copy_dtod(&c, raw_ptr + at, slots_ptr + base, &stream) }?;
+                }
             }
-            let slot = inner.bytes.next_multiple_of(SLOT_ALIGN);
-            inner_slots.offsets.extend((0..inner.count as u64).map(|k| base + k * slot));
-            inner_slots.lens.extend(std::iter::repeat_n(inner.bytes, inner.count));
-            inner_slots.shapes.extend(std::iter::repeat_n(inner_shape, inner.count));
-            inner_slots.keys.extend(std::iter::repeat_n(&unit.placement.key, inner.count));
+            let n = encoded.len();
+            inner_slots.offsets.extend((0..n as u64).map(|j| base + j * inner.slot));
+            inner_slots.lens.extend(std::iter::repeat_n(inner.bytes, n));
+            inner_slots.shapes.extend(std::iter::repeat_n(inner_shape, n));
+            inner_slots.keys.extend(std::iter::repeat_n(&unit.placement.key, n));
         }
     }
     encode_slots(chain, share, (ctx, &stream, kernels), &slots, &inner_slots)
+}
+
+/// What a shard covered in part keeps of its stored value: the value and where each inner
+/// chunk's stored bytes lie in it (None: missing); None for a shard not stored yet (or a unit
+/// that keeps nothing).
+type Kept = Option<(Bytes, Vec<Option<std::ops::Range<usize>>>)>;
+
+/// The stored values of the shards of `units` covered in part, read on host threads (one per
+/// unit, in order), their indexes decoded: a damaged one is an error naming the shard, never a
+/// shard rewritten without its other inner chunks.
+fn kept_shards<S: ReadableWritableStorageTraits + 'static>(
+    array: &Array<S>,
+    units: &[WriteUnit],
+    chain: &WriteChain,
+) -> Result<Vec<Kept>, GpuError> {
+    let Some(level) = &chain.shard else { return Ok(units.iter().map(|_| None).collect()) };
+    let storage = array.storage();
+    units
+        .par_iter()
+        .map(|unit| {
+            if unit.touched.is_none() {
+                return Ok(None);
+            }
+            let key = &unit.placement.key;
+            let named = |reason: String| GpuError::chunk(key.to_string(), reason);
+            let Some(bytes) = storage.get(key).map_err(|e| named(format!("reading the shard to keep: {e}")))? else {
+                return Ok(None);
+            };
+            let ranges = level
+                .stored_chunks(&unit.placement.chunk_shape, &bytes)
+                .map_err(|e| named(format!("the stored shard: {e}")))?;
+            Ok(Some((bytes, ranges)))
+        })
+        .collect()
 }
 
 /// What storing a batch did: chunks written, erased, the bytes stored, and the seconds it took.
@@ -570,7 +695,7 @@ impl WriteReport {
 fn store_batch<S: ReadableWritableStorageTraits + 'static>(
     array: &Array<S>,
     units: &[WriteUnit],
-    mut encoded: EncodedBatch,
+    (mut encoded, kept): (EncodedBatch, Vec<Kept>),
     chain: &WriteChain,
 ) -> Result<Stored, GpuError> {
     let start = Instant::now();
@@ -642,16 +767,37 @@ fn store_batch<S: ReadableWritableStorageTraits + 'static>(
         None => chunks.into_iter().map(|c| c.map(Cow::Borrowed)).collect(),
         Some(level) => {
             let mut parts = Vec::with_capacity(units.len());
-            for unit in units {
+            for (unit, kept) in units.iter().zip(&kept) {
                 let rest = chunks.split_off(unit.encoded().0);
-                parts.push((unit, std::mem::replace(&mut chunks, rest)));
+                parts.push((unit, kept, std::mem::replace(&mut chunks, rest)));
             }
             parts
                 .into_par_iter()
-                .map(|(unit, inner)| {
-                    let shard = level
-                        .encode_shard(&unit.placement.chunk_shape, &inner)
-                        .map_err(|e| GpuError::chunk(unit.placement.key.to_string(), e))?;
+                .map(|(unit, kept, new)| {
+                    let named = |reason: String| GpuError::chunk(unit.placement.key.to_string(), reason);
+                    // A shard covered in part: its other inner chunks as stored, the ones encoded
+                    // again in their places.
+                    let inner = match (&unit.touched, &unit.inner) {
+                        (Some(touched), Some(inner)) => {
+                            let mut all: Vec<Option<&[u8]>> = match kept {
+                                Some((bytes, ranges)) => ranges.iter().map(|r| r.clone().map(|r| &bytes[r])).collect(),
+                                None => vec![None; inner.count],
+                            };
+                            if all.len() != inner.count {
+                                return Err(named(format!(
+                                    "{} inner chunks stored, {} planned",
+                                    all.len(),
+                                    inner.count
+                                )));
+                            }
+                            for (&k, chunk) in touched.iter().zip(new) {
+                                all[k] = chunk;
+                            }
+                            all
+                        }
+                        _ => new,
+                    };
+                    let shard = level.encode_shard(&unit.placement.chunk_shape, &inner).map_err(named)?;
                     Ok(shard.map(Cow::Owned))
                 })
                 .collect::<Result<_, GpuError>>()?
@@ -677,4 +823,38 @@ fn store_batch<S: ReadableWritableStorageTraits + 'static>(
     }
     let bytes = sets.iter().map(|(_, v)| v.len() as u64).sum();
     Ok((sets.len(), erases.len(), bytes, start.elapsed().as_secs_f64()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inner_parts_of_edge_shards_and_the_inner_chunks_a_tile_meets() {
+        let sub = |r: &[std::ops::Range<u64>]| ArraySubset::new_with_ranges(r);
+        // A shard of 8 x 16 in 4 x 8 inner chunks, at the array's edge (14 x 30).
+        let parts = inner_parts(&sub(&[8..16, 16..32]), &[4, 8], &[14, 30]).unwrap();
+        let want = [sub(&[8..12, 16..24]), sub(&[8..12, 24..30]), sub(&[12..14, 16..24]), sub(&[12..14, 24..30])];
+        assert_eq!(parts, want.map(Some).to_vec());
+        // Inner chunks wholly past the edge have no part.
+        let parts = inner_parts(&sub(&[8..16, 16..32]), &[4, 8], &[12, 24]).unwrap();
+        assert_eq!(parts, vec![Some(sub(&[8..12, 16..24])), None, None, None]);
+        assert!(meets(&sub(&[0..4, 0..4]), &sub(&[3..9, 3..9])) && !meets(&sub(&[0..4, 0..4]), &sub(&[4..9, 0..9])));
+        assert!(
+            covers(&sub(&[0..10, 0..10]), &sub(&[3..10, 0..1])) && !covers(&sub(&[0..10, 1..10]), &sub(&[3..9, 0..2]))
+        );
+        // The GPU test's tile (5..37, 20..70, 33..90 of 40 x 70 x 90) in shards of 16 x 32 x 64
+        // and inner chunks of 8 x 16 x 32 meets 5 x 4 x 2 inner chunks and covers 3 x 3 x 1 of
+        // their parts within the array whole (z 8..32, y 32..70, x 64..90): 31 are read first.
+        let tile = sub(&[5..37, 20..70, 33..90]);
+        let (mut met, mut covered) = (0, 0);
+        for (z, y, x) in (0..3u64).flat_map(|z| (0..3u64).flat_map(move |y| (0..2u64).map(move |x| (z, y, x)))) {
+            let shard = sub(&[z * 16..z * 16 + 16, y * 32..y * 32 + 32, x * 64..x * 64 + 64]);
+            for part in inner_parts(&shard, &[8, 16, 32], &[40, 70, 90]).unwrap().into_iter().flatten() {
+                met += usize::from(meets(&part, &tile));
+                covered += usize::from(covers(&tile, &part));
+            }
+        }
+        assert_eq!((met, covered), (40, 9));
+    }
 }
