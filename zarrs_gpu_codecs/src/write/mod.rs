@@ -132,7 +132,7 @@ impl<S: ReadableWritableStorageTraits + 'static> ArrayDeviceWriteExt for Array<S
         // As a read is: the caller's context restored after, a lost context refused before.
         let mut report = contained(config, || match chain {
             Ok(chain) => write_on_device(self, subset, data, &chain, config),
-            Err(reason) => write_on_host(self, subset, data, reason),
+            Err(reason) => write_on_host(self, subset, data, (reason, config)),
         })?;
         report.seconds = start.elapsed().as_secs_f64();
         Ok(report)
@@ -202,11 +202,21 @@ fn write_on_host<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     array: &Array<S>,
     subset: &ArraySubset,
     data: &DeviceArray<T>,
-    reason: String,
+    (reason, config): (String, &GpuConfig),
 ) -> Result<WriteReport, GpuError> {
     let elements = data.to_host()?;
     let chunks = array.chunks_in_array_subset(subset).map_err(|e| GpuError::Array(e.into()))?;
-    array.store_array_subset(subset, elements)?;
+    // Whatever zarrs replaces, the caller's shard index cache forgets (as after a device write).
+    let forget = || -> Result<(), GpuError> {
+        if let Some(cache) = config.shard_index_cache() {
+            let keys: Vec<StoreKey> = chunks_meeting(array, subset)?.into_iter().map(|(_, key, _)| key).collect();
+            cache.forget(&keys.iter().collect());
+        }
+        Ok(())
+    };
+    let stored = array.store_array_subset(subset, elements);
+    forget()?;
+    stored?;
     let mut report = WriteReport::new(WritePath::Host, chunks.map_or(0, |c| c.num_elements() as usize));
     report.reason = Some(reason);
     Ok(report)
@@ -316,6 +326,11 @@ fn inner_parts(shard: &ArraySubset, inner_shape: &[u64], shape: &[u64]) -> Resul
         .collect()
 }
 
+/// Inner chunks of `inner_shape` in a shard at `shard` (past the array's edge too).
+fn inner_parts_count(shard: &ArraySubset, inner_shape: &[u64]) -> usize {
+    shard.shape().iter().zip(inner_shape).map(|(&s, &c)| (s / c.max(1)) as usize).product()
+}
+
 /// Whether two subsets share an element.
 fn meets(a: &ArraySubset, b: &ArraySubset) -> bool {
     a.start()
@@ -400,7 +415,9 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
                         olds.push(old(part)?);
                     }
                 }
-                (olds, Some(touched))
+                // Every inner chunk met: nothing to keep (the shard is encoded whole).
+                let count = inner_parts_count(&chunk, level.inner_shape());
+                (olds, (touched.len() != count).then_some(touched))
             }
         };
         let placement = plan_chunks(elem, subset, [(indices, key, chunk)])?.pop().expect("the chunk meets the subset");
@@ -425,13 +442,18 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     if let Some(compressor) = chain.codec.as_ref().and_then(WriteCodec::nvcomp) {
         let nvcomp = nvcomp_sys::NvcompLibrary::get().map_err(|e| GpuError::NoNvcomp(e.to_string()))?;
         if let Err(err) = nvcomp.compress_max_output_chunk_size(compressor, largest as usize) {
-            return write_on_host(array, subset, data, format!("chunks of {largest} bytes: {err}"));
+            return write_on_host(array, subset, data, (format!("chunks of {largest} bytes: {err}"), config));
         }
     }
     // The driver calls below (fills, copies) run in the device's context.
     GpuContext::get(config.device())?.bind()?;
     if encode::needs_kernels(chain) && GpuContext::get(config.device())?.kernels(crate::pipeline::KERNELS).is_none() {
-        return write_on_host(array, subset, data, "this chain's device encoders need NVRTC, not found".into());
+        return write_on_host(
+            array,
+            subset,
+            data,
+            ("this chain's device encoders need NVRTC, not found".into(), config),
+        );
     }
     let mut report = WriteReport::new(WritePath::Device, units.len());
     let mut batches: Vec<Vec<WriteUnit>> = Vec::new();
