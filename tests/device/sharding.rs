@@ -380,7 +380,7 @@ fn age(dir: &std::path::Path) -> Result {
 
 /// A sharding codec nesting `levels` (inner chunk shape and index location, outermost first)
 /// around innermost chunks encoded with `codecs`.
-fn nested(
+pub(crate) fn nested(
     levels: &[(&[u64], ShardingIndexLocation)],
     codecs: &[Arc<dyn BytesToBytesCodecTraits>],
 ) -> Arc<dyn ArrayToBytesCodecTraits> {

@@ -191,6 +191,55 @@ impl ShardLevel {
     }
 }
 
+/// A shard of `shard_shape` laid out by `levels` (outermost first: nested shards), from its
+/// innermost chunks' encoded bytes `chunks` (None: missing) in nested order: the innermost chunks
+/// of the first inner shard in C order of its grid, then the second's, and so on, as
+/// [`nested_origins`] lists them. None when every chunk is missing.
+///
+/// # Errors
+/// As [`ShardLevel::encode_shard`] at any level, or when `chunks` does not fill the levels.
+pub(crate) fn encode_shards(
+    levels: &[ShardLevel],
+    shard_shape: &[u64],
+    chunks: &[Option<&[u8]>],
+) -> Result<Option<Vec<u8>>, String> {
+    let Some((level, rest)) = levels.split_first() else {
+        return Err("no sharding level".into());
+    };
+    if rest.is_empty() {
+        return level.encode_shard(shard_shape, chunks);
+    }
+    // Each inner shard takes an equal run of the innermost chunks.
+    let inner_shards = level.chunks_per_shard(shard_shape)?.iter().map(|n| n.get() as usize).product::<usize>();
+    if inner_shards == 0 || !chunks.len().is_multiple_of(inner_shards) {
+        return Err(format!("{} innermost chunks for {inner_shards} inner shards", chunks.len()));
+    }
+    let inner: Vec<Option<Vec<u8>>> = chunks
+        .chunks(chunks.len() / inner_shards)
+        .map(|run| encode_shards(rest, level.inner_shape(), run))
+        .collect::<Result<_, _>>()?;
+    let inner: Vec<Option<&[u8]>> = inner.iter().map(Option::as_deref).collect();
+    level.encode_shard(shard_shape, &inner)
+}
+
+/// The origins (within a shard of `shard_shape`) of its innermost chunks, whose levels' inner
+/// shapes are `inner_shapes` (outermost first), in nested order (see [`encode_shards`]).
+pub(crate) fn nested_origins(shard_shape: &[u64], inner_shapes: &[&[u64]]) -> Vec<Vec<u64>> {
+    let Some((inner, rest)) = inner_shapes.split_first() else {
+        return vec![vec![0; shard_shape.len()]];
+    };
+    let grid: Vec<u64> = shard_shape.iter().zip(*inner).map(|(&s, &c)| s / c.max(1)).collect();
+    let below = nested_origins(inner, rest);
+    ArraySubset::new_with_shape(grid)
+        .indices()
+        .into_iter()
+        .flat_map(|indices| {
+            let origin: Vec<u64> = indices.iter().zip(*inner).map(|(&i, &c)| i * c).collect();
+            below.iter().map(move |b| origin.iter().zip(b).map(|(o, b)| o + b).collect()).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// A shard to open: where its bytes are and which part of the array it holds.
 struct ShardRef {
     key: StoreKey,
@@ -687,6 +736,73 @@ mod tests {
             assert!(level.stored_chunks(&[8, 16], &damaged).is_err(), "index at the {location}");
             assert!(level.stored_chunks(&[8, 16], &shard[..20]).is_err());
         }
+    }
+
+    /// Nested shards laid out by `encode_shards` (innermost chunks in `nested_origins`' order)
+    /// read back by zarrs: an outer shard of 8 x 16 in inner shards of 4 x 8, each of 2 x 4
+    /// chunks; one inner shard all missing, single chunks missing in others.
+    #[test]
+    fn nested_shards_read_back_by_zarrs() {
+        use zarrs::array::{ArrayBuilder, FillValue};
+        use zarrs_storage::WritableStorageTraits;
+        let inner_json = serde_json::json!({
+            "name": "sharding_indexed",
+            "configuration": {
+                "chunk_shape": [2, 4],
+                "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+                "index_location": "start",
+            },
+        });
+        let outer: ShardingCodecConfiguration = serde_json::from_value(serde_json::json!({
+            "chunk_shape": [4, 8],
+            "codecs": [inner_json],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+            "index_location": "end",
+        }))
+        .unwrap();
+        let (outer_level, middle) = ShardLevel::new(&outer).unwrap();
+        let middle_configuration: ShardingCodecConfiguration = middle
+            .array_to_bytes_codec()
+            .configuration_v3(&zarrs::array::CodecMetadataOptions::default())
+            .unwrap()
+            .to_typed()
+            .unwrap();
+        let (middle_level, _) = ShardLevel::new(&middle_configuration).unwrap();
+        let levels = [outer_level, middle_level];
+        let origins = nested_origins(&[8, 16], &[&[4, 8], &[2, 4]]);
+        assert_eq!(origins.len(), 16);
+        assert_eq!(&origins[..5], &[vec![0, 0], vec![0, 4], vec![2, 0], vec![2, 4], vec![0, 8]]);
+        let mut want = vec![0.0f32; 8 * 16];
+        let chunks: Vec<Option<Vec<u8>>> = origins
+            .iter()
+            .enumerate()
+            // Inner shard 3 (origins 12..16) all missing; chunk 5 missing.
+            .map(|(k, o)| {
+                if k >= 12 || k == 5 {
+                    return None;
+                }
+                let values: Vec<f32> = (0..8u64).map(|e| (k as u64 * 10 + e) as f32 + 0.25).collect();
+                for e in 0..8u64 {
+                    want[((o[0] + e / 4) * 16 + o[1] + e % 4) as usize] = values[e as usize];
+                }
+                Some(bytemuck::cast_slice(&values).to_vec())
+            })
+            .collect();
+        let parts: Vec<Option<&[u8]>> = chunks.iter().map(|c| c.as_deref()).collect();
+        let shard = encode_shards(&levels, &[8, 16], &parts).unwrap().unwrap();
+        let store = Arc::new(zarrs::storage::store::MemoryStore::new());
+        let a2b = Arc::new(ShardingCodec::new_with_configuration(&outer).unwrap());
+        let array =
+            ArrayBuilder::new(vec![8, 16], vec![8, 16], zarrs::array::data_type::float32(), FillValue::from(0.0f32))
+                .array_to_bytes_codec(a2b)
+                .build(store.clone(), "/")
+                .unwrap();
+        store.set(&array.chunk_key(&[0, 0]), shard.into()).unwrap();
+        let got: Vec<f32> = array.retrieve_array_subset(&array.subset_all()).unwrap();
+        assert_eq!(got, want);
+        assert_eq!(encode_shards(&levels, &[8, 16], &[None; 16]).unwrap(), None);
+        assert!(encode_shards(&levels, &[8, 16], &[None; 15]).is_err());
     }
 
     #[test]

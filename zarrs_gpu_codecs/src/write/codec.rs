@@ -23,8 +23,8 @@ pub(crate) struct WriteChain {
     pub(crate) layout: Option<Layout>,
     pub(crate) codec: Option<WriteCodec>,
     pub(crate) crc32c: bool,
-    /// The sharding level of a sharded array (one level: nested shards are encoded on the host).
-    pub(crate) shard: Option<ShardLevel>,
+    /// The sharding levels of a sharded array, outermost first (none for an unsharded one).
+    pub(crate) shards: Vec<ShardLevel>,
     /// The codec's device decoder: its host decoder tells which encoded chunks are all fill value.
     pub(crate) decoder: Option<Arc<dyn DeviceCodec>>,
 }
@@ -163,14 +163,11 @@ impl BloscWrite {
 }
 
 /// The chain the device encodes `array`'s chunks with, or why they are encoded on the host:
-/// nested shards, filters (numcodecs' delta), codecs without a device encoder, and zstd with
-/// `checksum: true` (nvCOMP writes no content checksum).
+/// filters (numcodecs' delta), codecs without a device encoder, and zstd with `checksum: true`
+/// (nvCOMP writes no content checksum).
 pub(crate) fn write_chain<S: ?Sized>(array: &Array<S>) -> Result<WriteChain, String> {
     let plan = device_plan(array)?;
     let chain = plan.chain;
-    if plan.shards.len() > 1 {
-        return Err("nested shards are encoded on the host".into());
-    }
     if chain.delta.is_some() {
         return Err("filters (delta) are encoded on the host".into());
     }
@@ -184,13 +181,7 @@ pub(crate) fn write_chain<S: ?Sized>(array: &Array<S>) -> Result<WriteChain, Str
             Some(write_codec(codec.name(), &configuration, elem)?)
         }
     };
-    Ok(WriteChain {
-        layout,
-        codec,
-        crc32c: chain.crc32c,
-        shard: plan.shards.into_iter().next(),
-        decoder: chain.compression,
-    })
+    Ok(WriteChain { layout, codec, crc32c: chain.crc32c, shards: plan.shards, decoder: chain.compression })
 }
 
 /// The device encoder of codec `name` with its v3 `configuration` (elements of `elem` bytes).
@@ -271,8 +262,8 @@ mod tests {
         };
         let chain = write_chain(&plain(vec![zstd(5, false), Arc::new(Crc32cCodec::new())])).unwrap();
         assert_eq!(
-            (chain.codec, chain.crc32c, chain.shard.is_some()),
-            (Some(WriteCodec::Zstd { level: 5 }), true, false)
+            (chain.codec, chain.crc32c, chain.shards.is_empty()),
+            (Some(WriteCodec::Zstd { level: 5 }), true, true)
         );
         assert!(write_chain(&plain(vec![zstd(3, true)])).unwrap_err().contains("checksum"));
         let chain = write_chain(&plain(vec![Arc::new(GzipCodec::new(7).unwrap())])).unwrap();
@@ -288,7 +279,7 @@ mod tests {
                 .unwrap()
         };
         let chain = write_chain(&sharded(false)).unwrap();
-        assert_eq!((chain.codec, chain.shard.is_some()), (Some(WriteCodec::Zstd { level: 7 }), true));
+        assert_eq!((chain.codec, chain.shards.len()), (Some(WriteCodec::Zstd { level: 7 }), 1));
         // The inner chunks' checksum counts (the outer chain has no zstd of its own).
         assert!(write_chain(&sharded(true)).unwrap_err().contains("checksum"));
     }

@@ -28,6 +28,7 @@ use crate::error::GpuError;
 use crate::pipeline::place::{copy_dtod, fill_pattern};
 use crate::pipeline::plan::{plan_chunks, ChunkPlacement, Copy3D};
 use crate::pipeline::route::{chunk_subset, chunks_meeting};
+use crate::pipeline::shard::{encode_shards, nested_origins, ShardLevel};
 use crate::report::{WritePath, WriteReport};
 use crate::retrieve::{check_subset, contained, ArrayDeviceExt};
 use codec::{write_chain, WriteChain, WriteCodec};
@@ -271,8 +272,11 @@ struct InnerChunks {
 const SLOT_ALIGN: u64 = 256;
 
 impl InnerChunks {
-    /// The inner chunks of `inner_shape` of a shard of `shard_shape`, elements of `elem` bytes.
-    fn new(elem: u64, shard_shape: &[u64], inner_shape: &[u64]) -> Result<Self, GpuError> {
+    /// The innermost chunks of a shard of `shard_shape` whose levels' inner shapes are
+    /// `inner_shapes` (outermost first; one for a shard of chunks), elements of `elem` bytes, in
+    /// the order [`nested_origins`] lists them.
+    fn new(elem: u64, shard_shape: &[u64], inner_shapes: &[&[u64]]) -> Result<Self, GpuError> {
+        let inner_shape = *inner_shapes.last().ok_or_else(|| GpuError::Unsupported("no sharding level".into()))?;
         let shard = ArraySubset::new_with_shape(shard_shape.to_vec());
         let grid: Vec<u64> = shard_shape.iter().zip(inner_shape).map(|(&s, &c)| s / c.max(1)).collect();
         let count = grid.iter().try_fold(1u64, |n, &g| n.checked_mul(g));
@@ -285,13 +289,12 @@ impl InnerChunks {
             .ok_or_else(|| GpuError::bytes_overflow("inner chunks of shape", inner_shape, elem))?;
         let key = StoreKey::new("inner").expect("a valid key");
         let (mut copies, mut per_chunk) = (Vec::new(), Vec::new());
-        let inner_grid = ArraySubset::new_with_shape(grid);
-        for (k, indices) in inner_grid.indices().into_iter().enumerate() {
-            let start: Vec<u64> = indices.iter().zip(inner_shape).map(|(&i, &c)| i * c).collect();
+        for (k, start) in nested_origins(shard_shape, inner_shapes).into_iter().enumerate() {
+            let indices: Vec<u64> = start.iter().zip(inner_shape).map(|(&o, &c)| o / c.max(1)).collect();
             let chunk = ArraySubset::new_with_start_shape(start, inner_shape.to_vec())
                 .map_err(|e| GpuError::Array(e.into()))?;
             let placement =
-                plan_chunks(elem, &shard, [(indices.to_vec(), key.clone(), chunk)])?.pop().expect("inside the shard");
+                plan_chunks(elem, &shard, [(indices, key.clone(), chunk)])?.pop().expect("inside the shard");
             // A read's copies (chunk to shard), reversed into slot k.
             let base =
                 slot.checked_mul(k as u64).ok_or_else(|| GpuError::bytes_overflow("a shard of", shard_shape, elem))?;
@@ -398,12 +401,13 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             let copies = old.copies.iter().map(|c| reversed(c, old.byte_start)).collect();
             Ok((region, copies))
         };
-        let (olds, touched) = match &chain.shard {
+        let (olds, touched) = match chain.shards.as_slice() {
             _ if whole => (Vec::new(), None),
-            None => (vec![old(within.clone())?], None),
+            // A chunk, or nested shards (encoded whole again), covered in part.
+            [] | [_, _, ..] => (vec![old(within.clone())?], None),
             // A shard covered in part: its inner chunks the subset meets are encoded again (those
             // it covers in part read first), the others kept as they are stored.
-            Some(level) => {
+            [level] => {
                 let (mut olds, mut touched) = (Vec::new(), Vec::new());
                 for (k, part) in inner_parts(&chunk, level.inner_shape(), array.shape())?.into_iter().enumerate() {
                     let Some(part) = part else { continue };
@@ -421,18 +425,15 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             }
         };
         let placement = plan_chunks(elem, subset, [(indices, key, chunk)])?.pop().expect("the chunk meets the subset");
-        let inner = match &chain.shard {
-            None => None,
-            Some(level) => {
-                let known = layouts.iter().find(|(shape, _)| *shape == placement.chunk_shape).map(|(_, i)| i.clone());
-                if let Some(inner) = known {
-                    Some(inner)
-                } else {
-                    let inner = Arc::new(InnerChunks::new(elem, &placement.chunk_shape, level.inner_shape())?);
-                    layouts.push((placement.chunk_shape.clone(), inner.clone()));
-                    Some(inner)
-                }
-            }
+        let inner = if chain.shards.is_empty() {
+            None
+        } else if let Some((_, inner)) = layouts.iter().find(|(shape, _)| *shape == placement.chunk_shape) {
+            Some(inner.clone())
+        } else {
+            let shapes: Vec<&[u64]> = chain.shards.iter().map(ShardLevel::inner_shape).collect();
+            let inner = Arc::new(InnerChunks::new(elem, &placement.chunk_shape, &shapes)?);
+            layouts.push((placement.chunk_shape.clone(), inner.clone()));
+            Some(inner)
         };
         units.push(WriteUnit { placement, edge, olds, inner, touched });
     }
@@ -491,7 +492,7 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     });
     // Shards replaced or erased (all of them, or some before an error): the caller's cache must
     // not serve their old indexes (on stores without file stamps it would).
-    if let (Some(cache), Some(_)) = (config.shard_index_cache(), &chain.shard) {
+    if let (Some(cache), false) = (config.shard_index_cache(), chain.shards.is_empty()) {
         cache.forget(&batches.iter().flatten().map(|u| &u.placement.key).collect());
     }
     stored?;
@@ -633,7 +634,7 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
     // alignment padding is never read.
     let slots = ctx.alloc(&stream, total.max(1) as usize)?;
     let mut inner_slots = Slots { offsets: Vec::new(), lens: Vec::new(), shapes: Vec::new(), keys: Vec::new(), elem };
-    let inner_shape = chain.shard.as_ref().map_or(&[][..], |level| level.inner_shape());
+    let inner_shape = chain.shards.last().map_or(&[][..], ShardLevel::inner_shape);
     {
         let (raw_ptr, _a) = raw.device_ptr(&stream);
         let (slots_ptr, _b) = slots.device_ptr(&stream);
@@ -679,7 +680,8 @@ fn kept_shards<S: ReadableWritableStorageTraits + 'static>(
     units: &[WriteUnit],
     chain: &WriteChain,
 ) -> Result<Vec<Kept>, GpuError> {
-    let Some(level) = &chain.shard else { return Ok(units.iter().map(|_| None).collect()) };
+    // Units keep inner chunks only with one level of sharding.
+    let [level] = chain.shards.as_slice() else { return Ok(units.iter().map(|_| None).collect()) };
     let storage = array.storage();
     units
         .par_iter()
@@ -785,9 +787,9 @@ fn store_batch<S: ReadableWritableStorageTraits + 'static>(
         .collect();
     // Each unit's value: the chunk's bytes as they are, a shard laid out with its index; None
     // (erased) where all of it is fill value.
-    let values: Vec<Option<Cow<'_, [u8]>>> = match &chain.shard {
-        None => chunks.into_iter().map(|c| c.map(Cow::Borrowed)).collect(),
-        Some(level) => {
+    let values: Vec<Option<Cow<'_, [u8]>>> = match chain.shards.as_slice() {
+        [] => chunks.into_iter().map(|c| c.map(Cow::Borrowed)).collect(),
+        levels => {
             let mut parts = Vec::with_capacity(units.len());
             for (unit, kept) in units.iter().zip(&kept) {
                 let rest = chunks.split_off(unit.encoded().0);
@@ -819,7 +821,7 @@ fn store_batch<S: ReadableWritableStorageTraits + 'static>(
                         }
                         _ => new,
                     };
-                    let shard = level.encode_shard(&unit.placement.chunk_shape, &inner).map_err(named)?;
+                    let shard = encode_shards(levels, &unit.placement.chunk_shape, &inner).map_err(named)?;
                     Ok(shard.map(Cow::Owned))
                 })
                 .collect::<Result<_, GpuError>>()?
