@@ -227,7 +227,7 @@ fn device_writes_of_every_chain_read_back_by_zarrs_zarr_python_and_tensorstore()
         }));
     }
     // Most of the matrix is encoded on the device (what is not: delta, Blosc's other compressors
-    // and set block sizes, zstd checksums, nested shards).
+    // and set block sizes, zstd checksums).
     assert!(on_device * 2 > written.len(), "{on_device} of {} cases written on the device", written.len());
     let list = out.path().join("written.json");
     std::fs::write(&list, serde_json::to_vec(&written)?)?;
