@@ -238,6 +238,58 @@ class CpuTests(unittest.TestCase):
         want[2:9, 4:12] = np.arange(56, dtype="float32").reshape(7, 8)
         np.testing.assert_array_equal(zarr.open_array(path, mode="r")[...], want)
 
+    def test_create_writes_what_zarr_python_and_zarrs_open_and_writes_land(self):
+        import numcodecs
+
+        root = os.path.join(self.dir.name, "created.zarr")
+        rng = np.random.default_rng(7)
+        cases = [
+            ("/plain", dict(shape=(30, 41), chunks=(8, 16), dtype="float32", fill_value=1.5)),
+            ("/a/b/sharded", dict(shape=(30, 41), chunks=(4, 8), shards=(8, 16), dtype="uint16",
+                                  compressors=["zstd", "crc32c"], dimension_names=["y", "x"])),
+            ("/gz", dict(shape=(5, 6, 7), chunks=(2, 3, 4), dtype="int8", compressors="gzip", fill_value=-3)),
+            ("/bl", dict(shape=(33,), chunks=(10,), dtype="complex64", compressors=zc.BloscCodec(cname="lz4"))),
+            ("/none", dict(shape=(9, 9), chunks=(9, 2), dtype="bool", compressors=None, fill_value=True)),
+            ("/big", dict(shape=(9, 9), chunks=(4, 4), dtype=">i4", compressors="zlib")),
+        ]
+        for node, kwargs in cases:
+            a = zarrs_gpu.create(root, node, **kwargs)
+            z = zarr.open_array(root, path=node.strip("/"), mode="r")
+            # v3 data types have no byte order (the bytes codec has it).
+            native = np.dtype(kwargs["dtype"]).newbyteorder("=")
+            self.assertEqual((z.shape, z.dtype.newbyteorder("="), z.chunks), (kwargs["shape"], native, kwargs["chunks"]),
+                             node)
+            self.assertEqual(a.shape, kwargs["shape"], node)
+            # Unwritten: the fill value everywhere, as zarr-python reads it.
+            np.testing.assert_array_equal(z[...], np.full(kwargs["shape"], kwargs.get("fill_value", 0), kwargs["dtype"]))
+            values = rng.integers(0, 100, kwargs["shape"]).astype(kwargs["dtype"])
+            a.write(Ellipsis, values)
+            np.testing.assert_array_equal(zarr.open_array(root, path=node.strip("/"), mode="r")[...], values, err_msg=node)
+        self.assertEqual(zarr.open_array(root, path="a/b/sharded").metadata.dimension_names, ("y", "x"))
+        with open(os.path.join(root, "big", "zarr.json")) as f:
+            self.assertEqual(json.load(f)["codecs"][0], {"name": "bytes", "configuration": {"endian": "big"}})
+        self.assertIsInstance(zarr.open_group(root, path="a", mode="r"), zarr.Group)
+        # v2, with zarr-python's default separator and a numcodecs compressor.
+        v2 = zarrs_gpu.create(root, "/v2", shape=(12, 7), chunks=(5, 5), dtype=">f8", zarr_format=2,
+                              compressors=numcodecs.Zstd(level=2), fill_value=float("nan"))
+        z2 = zarr.open_array(root, path="v2", mode="r")
+        self.assertEqual((z2.metadata.zarr_format, z2.dtype), (2, np.dtype(">f8")))
+        self.assertTrue(np.isnan(z2[0, 0]))
+        v2.write((slice(0, 12), slice(0, 7)), np.arange(84.0).reshape(12, 7))
+        np.testing.assert_array_equal(zarr.open_array(root, path="v2", mode="r")[...], np.arange(84.0).reshape(12, 7))
+        # An existing node: an error unless overwrite; bad arguments name themselves.
+        with self.assertRaises(FileExistsError):
+            zarrs_gpu.create(root, "/plain", shape=(3,), chunks=(3,), dtype="float32")
+        again = zarrs_gpu.create(root, "/plain", shape=(3,), chunks=(3,), dtype="float32", overwrite=True)
+        self.assertEqual(again.shape, (3,))
+        with self.assertRaisesRegex(ValueError, "shards"):
+            zarrs_gpu.create(root, "/bad", shape=(8,), chunks=(3,), shards=(8,), dtype="float32")
+        with self.assertRaisesRegex(ValueError, "compressor"):
+            zarrs_gpu.create(root, "/bad", shape=(8,), chunks=(4,), dtype="float32", compressors="lzma")
+        with self.assertRaisesRegex(TypeError, "dtype"):
+            zarrs_gpu.create(root, "/bad", shape=(8,), chunks=(4,), dtype="U3")
+        self.assertFalse(os.path.exists(os.path.join(root, "bad", "zarr.json")))
+
     def test_the_pipeline_opens_a_rewritten_array_again(self):
         from zarrs_gpu import pipeline
 

@@ -481,6 +481,20 @@ class GpuTests(unittest.TestCase):
                     a.read_many(mixed, stack=True)
         self.assertEqual(a.read_many([]), [])
 
+    def test_created_arrays_take_device_writes_that_zarr_python_reads(self):
+        root = os.path.join(self.dir.name, "created-gpu.zarr")
+        rng = np.random.default_rng(37)
+        for node, kwargs in (("/zstd", {}), ("/sharded", {"shards": (32, 64, 64), "compressors": ["zstd", "crc32c"]}),
+                             ("/blosc", {"compressors": "blosc"}), ("/v2", {"zarr_format": 2, "compressors": "gzip"})):
+            a = zarrs_gpu.create(root, node, shape=(40, 70, 90), chunks=(16, 32, 32), dtype="float32", **kwargs)
+            want = np.round(rng.random((40, 70, 90), dtype=np.float32) * 50)
+            report = a.write(Ellipsis, cp.asarray(want))
+            self.assertEqual(report["path"], "device", (node, report))
+            a[3:30, 5:66, 7:80] = cp.asarray(want[3:30, 5:66, 7:80] + 1)
+            want[3:30, 5:66, 7:80] += 1
+            np.testing.assert_array_equal(zarr.open_array(root, path=node.strip("/"), mode="r")[...], want, err_msg=node)
+            np.testing.assert_array_equal(cp.asnumpy(cp.asarray(a[...])), want, err_msg=node)
+
     def test_zarr_python_writes_of_device_values_are_encoded_on_the_device(self):
         import zarr.codecs as zc
 

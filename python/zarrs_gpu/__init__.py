@@ -40,6 +40,7 @@ from ._zarrs_gpu import (
     read,
     tiles,
 )
+from ._create import create
 from .errors import ArrayNotFoundError
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "DeviceArray",
     "PendingRead",
     "ReadAhead",
+    "create",
     "empty_cache",
     "gpu_zarr_context",
     "memory_in_use",
