@@ -7,8 +7,6 @@ import os
 import shutil
 from typing import Any, Optional, Sequence, Union
 
-import numpy as np
-
 #: A compressor: a name ("zstd", "gzip", "zlib", "blosc"), a v3 codec's JSON (``{"name": ...,
 #: "configuration": {...}}``), or a zarr-python codec (anything with ``to_dict()``).
 Compressor = Union[str, dict, Any]
@@ -17,7 +15,7 @@ _V3_TYPES = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
 _ZARR_FILES = ("zarr.json", ".zarray", ".zgroup", ".zattrs")
 
 
-def _data_type(dtype: np.dtype) -> str:
+def _data_type(dtype) -> str:
     """The v3 data type name of a numpy dtype (fixed-size numbers and booleans)."""
     kind = _V3_TYPES.get(dtype.kind)
     if kind is None:
@@ -25,8 +23,10 @@ def _data_type(dtype: np.dtype) -> str:
     return "bool" if kind == "bool" else f"{kind}{dtype.itemsize * 8}"
 
 
-def _fill(dtype: np.dtype, fill_value: Any) -> Any:
+def _fill(dtype, fill_value: Any) -> Any:
     """A fill value as JSON, in the dtype (NaN and infinities as v3 and v2 spell them)."""
+    import numpy as np
+
     value = np.asarray(fill_value if fill_value is not None else 0).astype(dtype)[()]
     if dtype.kind == "b":
         return bool(value)
@@ -147,6 +147,8 @@ def create(store_path: Union[str, os.PathLike], array: str = "/", *, shape: Sequ
     the inner chunks, with a crc32c index at the end). Parent groups are created as needed. An
     existing node at the path is a FileExistsError unless `overwrite` (then it is removed first).
     """
+    import numpy as np
+
     import zarrs_gpu
 
     dtype = np.dtype(dtype)
