@@ -118,6 +118,7 @@ fn bad_environment_values_are_errors_naming_the_variable() -> Result {
         ("ZARRS_GPU_STAGING_BYTES", "1G", "a byte count of at least 1048576"),
         ("ZARRS_GPU_STAGING_BYTES", "4096", "a byte count of at least 1048576"),
         ("ZARRS_GPU_HOST_DECODE_FRACTION", "1.5", "a number from 0 to 1"),
+        ("ZARRS_GPU_HOST_ENCODE_LEVEL", "high", "a codec level (an integer)"),
         ("ZARRS_GPU_TRACE", "maybe", "1, true, on, yes, 0, false, off or no"),
         ("ZARRS_GPU_ROW_READS", "sometimes", "1, true, on, yes, 0, false, off or no"),
         ("ZARRS_GDS_BACKEND", "fastest", "auto, gds or posix"),

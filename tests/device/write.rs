@@ -181,6 +181,18 @@ fn device_writes_equal_host_writes_for_every_chain_tile_and_edge() -> Result {
             assert!(report.reason.is_some(), "{name}: {report:?}");
         }
     }
+    // The level option: zstd level 9 asked for, every chunk on host threads (libzstd at 9) even
+    // where the share says nvCOMP: smaller than nvCOMP's chunks, the same values.
+    let nvcomp_only = posix().with_host_encode_fraction(Some(0.0));
+    let on_nvcomp = empty(dir.path(), "level_nvcomp", vec![zstd(9, false)])?;
+    let by_nvcomp = on_nvcomp.store_array_subset_device_opt(&all, &on_device, &nvcomp_only)?;
+    let on_host = empty(dir.path(), "level_host", vec![zstd(9, false)])?;
+    let by_host =
+        on_host.store_array_subset_device_opt(&all, &on_device, &nvcomp_only.with_host_encode_level(Some(5)))?;
+    assert_eq!(by_host.path, WritePath::Device, "{by_host:?}");
+    assert!(by_host.bytes_stored < by_nvcomp.bytes_stored, "{by_host:?} against {by_nvcomp:?}");
+    let got: Vec<f32> = on_host.retrieve_array_subset(&all)?;
+    assert!(got == values(&shape, 1), "the level-9 write differs from the values");
     // A chunk stored whole (an edge chunk: its part within the array is what is kept).
     let array = empty(dir.path(), "chunk", vec![zstd(3, false)])?;
     let chunk_source = source.retrieve_chunk_device_opt::<f32>(&[2, 2, 2], &posix())?.0;

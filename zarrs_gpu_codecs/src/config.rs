@@ -23,6 +23,7 @@ pub struct GpuConfig {
     staging_set: bool,
     host_decode_fraction: Option<f64>,
     host_encode_fraction: Option<f64>,
+    host_encode_level: Option<i32>,
     decode_rates: Option<DecodeRates>,
     decode_trust: DecodeTrust,
     batch_timeout: Option<Duration>,
@@ -139,6 +140,10 @@ pub const STAGING_BYTES_ENV: &str = "ZARRS_GPU_STAGING_BYTES";
 /// The environment variable that sets the share (0 to 1) of large chunks decoded on host threads.
 pub const HOST_DECODE_FRACTION_ENV: &str = "ZARRS_GPU_HOST_DECODE_FRACTION";
 
+/// The environment variable that sends writes whose codec level is at least this (zstd, gzip,
+/// zlib level, Blosc clevel) to host threads: [`GpuConfig::with_host_encode_level`].
+pub const HOST_ENCODE_LEVEL_ENV: &str = "ZARRS_GPU_HOST_ENCODE_LEVEL";
+
 /// The environment variable that turns phase timings on (`1`, `true`, `on`, `yes`; `0`, `false`,
 /// `off`, `no` or empty: off), printed to stderr after each decoded read.
 pub const TRACE_ENV: &str = "ZARRS_GPU_TRACE";
@@ -186,6 +191,7 @@ impl Default for GpuConfig {
             staging_set: false,
             host_decode_fraction: None,
             host_encode_fraction: None,
+            host_encode_level: None,
             decode_rates: None,
             decode_trust: DecodeTrust::default(),
             batch_timeout: None,
@@ -222,8 +228,8 @@ fn bad(variable: &'static str, value: &str, expected: &str) -> GpuError {
 
 impl GpuConfig {
     /// The defaults, then every variable set in the environment: [`STAGING_BYTES_ENV`],
-    /// [`DECODE_TRUST_ENV`], [`HOST_DECODE_FRACTION_ENV`], [`TRACE_ENV`], [`ROW_READS_ENV`],
-    /// [`COALESCE_WINDOW_ENV`] and
+    /// [`DECODE_TRUST_ENV`], [`HOST_DECODE_FRACTION_ENV`], [`HOST_ENCODE_LEVEL_ENV`], [`TRACE_ENV`],
+    /// [`ROW_READS_ENV`], [`COALESCE_WINDOW_ENV`] and
     /// `ZARRS_GDS_BACKEND`.
     /// Settings made in code after this call win over the environment. The variables read once
     /// per device (`ZARRS_GDS_NTHREADS`, `ZARRS_GDS_TASK_SIZE`) are checked too;
@@ -246,6 +252,11 @@ impl GpuConfig {
             let fraction = v.trim().parse::<f64>().ok().filter(|f| (0.0..=1.0).contains(f));
             config.host_decode_fraction =
                 Some(fraction.ok_or_else(|| bad(HOST_DECODE_FRACTION_ENV, &v, "a number from 0 to 1"))?);
+        }
+        if let Some(v) = var(HOST_ENCODE_LEVEL_ENV) {
+            let level =
+                v.trim().parse::<i32>().map_err(|_| bad(HOST_ENCODE_LEVEL_ENV, &v, "a codec level (an integer)"))?;
+            config.host_encode_level = Some(level);
         }
         if let Some(v) = var(TRACE_ENV) {
             config.trace = switch(TRACE_ENV, &v)?;
@@ -481,21 +492,39 @@ impl GpuConfig {
         self.decode_rates
     }
 
-    /// The share (0 to 1) of the zstd chunks of a write from the device encoded by libzstd on host
-    /// threads (at the codec's level: a better ratio than nvCOMP's, which has no levels) while
-    /// nvCOMP encodes the rest; `None` (the default): host threads for batches of fewer than 64
-    /// chunks (nvCOMP's zstd takes over 100 ms for any batch on the GPU host), nvCOMP for larger
-    /// ones (twice libzstd's rate on the GPU host's 16 cores). Set, a fraction is clamped to 0..=1.
+    /// The share (0 to 1) of the chunks of a write from the device encoded on host threads (by
+    /// libzstd, zlib-rs or c-blosc at the codec's level: a better ratio than nvCOMP's, which has
+    /// no levels) while nvCOMP encodes the rest; `None` (the default): host threads for batches
+    /// of fewer than 64 chunks (nvCOMP's zstd takes over 100 ms for any batch on the GPU host),
+    /// nvCOMP for larger ones (twice libzstd's rate on the GPU host's 16 cores). Set, a fraction
+    /// is clamped to 0..=1. [`Self::with_host_encode_level`] sends whole writes to host threads.
     #[must_use]
     pub fn with_host_encode_fraction(mut self, fraction: Option<f64>) -> Self {
         self.host_encode_fraction = fraction.map(|f| f.clamp(0.0, 1.0));
         self
     }
 
-    /// The share of a write's zstd chunks encoded on host threads, if set.
+    /// The share of a write's chunks encoded on host threads, if set.
     #[must_use]
     pub fn host_encode_fraction(&self) -> Option<f64> {
         self.host_encode_fraction
+    }
+
+    /// Encode on host threads every chunk of a write whose codec asks for at least `level` (zstd's
+    /// level, gzip's or zlib's, Blosc's clevel): nvCOMP has no levels, and its ratio is that of a
+    /// fast one (zstd: 2.88 on the benchmark's float32 against libzstd level 3's 3.62), so an
+    /// array asking for more gets it, at the host's rate. `None` (the default): the level does
+    /// not decide (`ZARRS_GPU_HOST_ENCODE_LEVEL` sets it from the environment).
+    #[must_use]
+    pub fn with_host_encode_level(mut self, level: Option<i32>) -> Self {
+        self.host_encode_level = level;
+        self
+    }
+
+    /// The codec level from which writes are encoded on host threads, if set.
+    #[must_use]
+    pub fn host_encode_level(&self) -> Option<i32> {
+        self.host_encode_level
     }
 
     /// The share of large zstd chunks decoded on host threads, if set.

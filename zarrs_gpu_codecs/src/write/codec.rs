@@ -90,6 +90,15 @@ pub(crate) fn deflate_algorithm(level: u32) -> i32 {
 }
 
 impl WriteCodec {
+    /// The level the codec asks for (zstd's, gzip's or zlib's level; Blosc's clevel).
+    pub(crate) fn level(&self) -> i32 {
+        match *self {
+            Self::Zstd { level } => level,
+            Self::Gzip { level } | Self::Zlib { level } => level as i32,
+            Self::Blosc(b) => i32::from(b.clevel),
+        }
+    }
+
     /// nvCOMP's compressor of the codec (None: Blosc at level 0, stored memcpyed).
     pub(crate) fn nvcomp(&self) -> Option<Compressor> {
         match *self {

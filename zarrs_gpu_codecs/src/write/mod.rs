@@ -470,7 +470,9 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         batches.last_mut().expect("pushed").push(unit);
     }
     let ctx = GpuContext::get(config.device())?;
-    let share = config.host_encode_fraction();
+    // A codec level at or above the configured one: every chunk on host threads.
+    let at_level = chain.codec.as_ref().zip(config.host_encode_level()).is_some_and(|(c, l)| c.level() >= l);
+    let share = if at_level { Some(1.0) } else { config.host_encode_fraction() };
     // Batch k's files are stored on another thread while batch k + 1 is assembled and encoded.
     let stored = std::thread::scope(|scope| -> Result<(), GpuError> {
         let mut storing = None;
