@@ -501,6 +501,7 @@ fn write_report_dict<'py>(py: Python<'py>, r: &WriteReport) -> PyResult<Bound<'p
     dict.set_item("bytes_stored", r.bytes_stored)?;
     dict.set_item("seconds", r.seconds)?;
     dict.set_item("encode_seconds", r.encode_seconds)?;
+    dict.set_item("read_seconds", r.read_seconds)?;
     dict.set_item("store_seconds", r.store_seconds)?;
     Ok(dict)
 }

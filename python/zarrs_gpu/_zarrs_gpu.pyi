@@ -69,6 +69,7 @@ class _WriteReport(TypedDict, total=False):
     bytes_stored: int
     seconds: float
     encode_seconds: float
+    read_seconds: float
     store_seconds: float
 
 @final

@@ -61,8 +61,12 @@ pub struct WriteReport {
     pub bytes_stored: u64,
     /// Seconds the write took, storing included.
     pub seconds: f64,
-    /// Seconds spent assembling chunks, encoding them and copying them to the host (device path).
+    /// Seconds spent assembling chunks, encoding them and copying them to the host (device path),
+    /// `read_seconds` included.
     pub encode_seconds: f64,
+    /// Of `encode_seconds`, those spent reading the old values of chunks covered in part (device
+    /// path).
+    pub read_seconds: f64,
     /// Seconds spent storing them (device path): on another thread, overlapping the next batch's
     /// encode.
     pub store_seconds: f64,
@@ -81,6 +85,7 @@ impl WriteReport {
             bytes_stored: 0,
             seconds: 0.0,
             encode_seconds: 0.0,
+            read_seconds: 0.0,
             store_seconds: 0.0,
         }
     }

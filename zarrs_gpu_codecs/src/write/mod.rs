@@ -576,12 +576,14 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
     let partial: Vec<ArraySubset> =
         units.iter().flat_map(|u| u.olds.iter().map(|(region, _)| region.clone())).collect();
     if !partial.is_empty() {
+        let start = Instant::now();
         let (parts, _) = array.retrieve_array_subsets_device_opt::<T>(&partial, config)?;
         // The read's own stream: the copies wait for it.
         if let Some(first) = parts.first() {
             first.stream().synchronize().map_err(cuda("reading chunks to modify"))?;
         }
         olds.extend(parts);
+        report.read_seconds += start.elapsed().as_secs_f64();
     }
     let mut old_parts = olds.iter();
     for (unit, &at) in units.iter().zip(offsets) {
