@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use zarrs::array::codec::{Crc32cCodec, GzipCodec, ShardingCodecBuilder, ZstdCodec};
+use zarrs::array::codec::{
+    BloscCodec, BloscCompressor, BloscShuffleMode, Crc32cCodec, GzipCodec, ShardingCodecBuilder, ZlibCodec, ZstdCodec,
+};
 use zarrs::array::{Array, ArrayBuilder, ArraySubset, BytesToBytesCodecTraits, ElementOwned};
 use zarrs_gpu::{ArrayDeviceExt, ArrayDeviceWriteExt, GdsStore, GpuConfig, WritePath};
 
@@ -33,8 +35,17 @@ pub(crate) struct Target<'a> {
     pub(crate) shard: Option<Vec<u64>>,
 }
 
-/// The bytes-to-bytes codecs `codec` (and `crc32c`) name.
-pub(crate) fn codecs(codec: &str, crc32c: bool) -> Result<Vec<Arc<dyn BytesToBytesCodecTraits>>, String> {
+/// The forms `--codec` takes.
+const CODEC_FORMS: &str = "none, zstd[:LEVEL], gzip[:LEVEL], zlib[:LEVEL] or blosc-{lz4,zstd}[-{noshuffle,shuffle,\
+     bitshuffle}][:LEVEL]";
+
+/// The bytes-to-bytes codecs `codec` (and `crc32c`) name, for elements of `typesize` bytes
+/// (Blosc's shuffle).
+pub(crate) fn codecs(
+    codec: &str,
+    crc32c: bool,
+    typesize: usize,
+) -> Result<Vec<Arc<dyn BytesToBytesCodecTraits>>, String> {
     let (name, level) = match codec.split_once(':') {
         Some((name, level)) => (name, Some(level)),
         None => (codec, None),
@@ -52,7 +63,29 @@ pub(crate) fn codecs(codec: &str, crc32c: bool) -> Result<Vec<Arc<dyn BytesToByt
         "none" if level(0, 0..=0).is_ok() => vec![],
         "zstd" => vec![Arc::new(ZstdCodec::new(level(3, -7..=22)? as i32, false))],
         "gzip" => vec![Arc::new(GzipCodec::new(level(5, 0..=9)? as u32).map_err(|e| e.to_string())?)],
-        _ => return Err(format!("--codec {codec}: none, zstd[:LEVEL] or gzip[:LEVEL]")),
+        "zlib" => {
+            let level = (level(1, 0..=9)? as u32).try_into().map_err(|e| format!("--codec {codec}: {e}"))?;
+            vec![Arc::new(ZlibCodec::new(level))]
+        }
+        blosc if blosc.starts_with("blosc-") => {
+            let mut parts = blosc["blosc-".len()..].splitn(2, '-');
+            let compressor = match parts.next() {
+                Some("lz4") => BloscCompressor::LZ4,
+                Some("zstd") => BloscCompressor::Zstd,
+                _ => return Err(format!("--codec {codec}: {CODEC_FORMS}")),
+            };
+            let shuffle = match parts.next() {
+                None | Some("shuffle") => BloscShuffleMode::Shuffle,
+                Some("noshuffle") => BloscShuffleMode::NoShuffle,
+                Some("bitshuffle") => BloscShuffleMode::BitShuffle,
+                Some(_) => return Err(format!("--codec {codec}: {CODEC_FORMS}")),
+            };
+            let clevel = (level(5, 0..=9)? as u8).try_into().map_err(|_| format!("--codec {codec}: a Blosc level"))?;
+            let blosc =
+                BloscCodec::new(compressor, clevel, None, shuffle, Some(typesize)).map_err(|e| e.to_string())?;
+            vec![Arc::new(blosc)]
+        }
+        _ => return Err(format!("--codec {codec}: {CODEC_FORMS}")),
     };
     if crc32c {
         codecs.push(Arc::new(Crc32cCodec::new()));
@@ -87,7 +120,8 @@ fn create(src: &Array<GdsStore>, dst: &Path, target: &Target) -> Result<Array<Gd
     let n = src.dimensionality();
     let source_chunks: Vec<u64> = src.chunk_shape(&vec![0; n])?.iter().map(|c| c.get()).collect();
     let chunks = target.chunks.clone().unwrap_or(source_chunks);
-    let codecs = codecs(target.codec, target.crc32c)?;
+    let elem = src.data_type().fixed_size().unwrap_or(1);
+    let codecs = codecs(target.codec, target.crc32c, elem)?;
     let store = Arc::new(GdsStore::new(dst)?);
     let mut builder = if let Some(shard) = &target.shard {
         if shard.iter().zip(&chunks).any(|(s, c)| s % c != 0) {
@@ -198,12 +232,16 @@ mod tests {
 
     #[test]
     fn codec_and_shape_arguments_are_checked_before_any_work() {
-        assert_eq!(codecs("none", false).unwrap().len(), 0);
-        assert_eq!(codecs("zstd", true).unwrap().len(), 2);
-        assert_eq!(codecs("zstd:-3", false).unwrap().len(), 1);
-        assert_eq!(codecs("gzip:9", false).unwrap().len(), 1);
-        for bad in ["lz4", "zstd:x", "zstd:23", "gzip:10", "none:1", ""] {
-            assert!(codecs(bad, false).unwrap_err().contains("--codec"), "{bad}");
+        assert_eq!(codecs("none", false, 4).unwrap().len(), 0);
+        assert_eq!(codecs("zstd", true, 4).unwrap().len(), 2);
+        assert_eq!(codecs("zstd:-3", false, 4).unwrap().len(), 1);
+        assert_eq!(codecs("gzip:9", false, 4).unwrap().len(), 1);
+        assert_eq!(codecs("zlib:6", true, 4).unwrap().len(), 2);
+        for blosc in ["blosc-lz4", "blosc-zstd-bitshuffle:3", "blosc-lz4-noshuffle:9", "blosc-zstd-shuffle"] {
+            assert_eq!(codecs(blosc, false, 2).unwrap().len(), 1, "{blosc}");
+        }
+        for bad in ["lz4", "zstd:x", "zstd:23", "gzip:10", "none:1", "", "zlib:12", "blosc-snappy", "blosc-lz4-twice"] {
+            assert!(codecs(bad, false, 4).unwrap_err().contains("--codec"), "{bad}");
         }
         assert_eq!(shape_arg("--chunks", "64, 64,32", 3).unwrap(), [64, 64, 32]);
         assert!(shape_arg("--chunks", "64,0,32", 3).unwrap_err().contains("at least 1"));

@@ -82,8 +82,10 @@ enum Command {
         /// The source array's node path.
         #[arg(long, default_value = "/")]
         array: String,
-        /// The new codec: none, zstd[:LEVEL] (default level 3; nvCOMP's zstd on the device has no
-        /// level, which applies where zarrs encodes) or gzip[:LEVEL] (default 5).
+        /// The new codec: none, zstd[:LEVEL] (default level 3), gzip[:LEVEL] (default 5),
+        /// zlib[:LEVEL] (default 1) or blosc-{lz4,zstd}[-{noshuffle,shuffle,bitshuffle}][:LEVEL]
+        /// (default byte shuffle, level 5). nvCOMP has no zstd levels: a level applies where host
+        /// threads encode (small batches, ZARRS_GPU_HOST_ENCODE_LEVEL).
         #[arg(long, default_value = "zstd")]
         codec: String,
         /// Append crc32c to each chunk.
@@ -241,7 +243,8 @@ fn run(cli: Cli) -> Result<(), Error> {
             let source = open(&src, &array)?;
             let n = source.dimensionality();
             // Every argument checked before the device is asked for.
-            convert::codecs(&codec, crc32c).map_err(failed("codec"))?;
+            let elem = source.data_type().fixed_size().unwrap_or(1);
+            convert::codecs(&codec, crc32c, elem).map_err(failed("codec"))?;
             let chunks = chunks.map(|c| convert::shape_arg("--chunks", &c, n)).transpose().map_err(failed("chunks"))?;
             let shard = shard.map(|s| convert::shape_arg("--shard", &s, n)).transpose().map_err(failed("shard"))?;
             let target = convert::Target { codec: &codec, crc32c, chunks, shard };

@@ -597,7 +597,8 @@ fn convert_checks_its_arguments_and_its_target_before_any_device_work() -> Resul
     let (p, out) = (path.to_str().unwrap(), dir.path().join("b.zarr"));
     let o = out.to_str().unwrap();
     for (args, wanted) in [
-        (vec!["--codec", "lz4"], "--codec lz4: none, zstd[:LEVEL] or gzip[:LEVEL]"),
+        (vec!["--codec", "lz4"], "--codec lz4: none, zstd[:LEVEL], gzip[:LEVEL], zlib[:LEVEL] or blosc-"),
+        (vec!["--codec", "blosc-snappy"], "--codec blosc-snappy: none,"),
         (vec!["--codec", "zstd:99"], "the level lies in"),
         (vec!["--chunks", "4,0"], "--chunks 4,0: sizes of at least 1"),
         (vec!["--chunks", "4,4,4"], "3 sizes for an array of 2 dimensions"),
@@ -636,6 +637,10 @@ fn convert_reencodes_arrays_that_read_back_equal() -> Result {
         ("zstd_crc", vec!["--codec", "zstd:1", "--crc32c"]),
         ("raw", vec!["--codec", "none", "--chunks", "64,64,64"]),
         ("sharded", vec!["--codec", "zstd", "--chunks", "16,32,11", "--shard", "32,64,33"]),
+        ("gzip", vec!["--codec", "gzip:6"]),
+        ("zlib_crc", vec!["--codec", "zlib", "--crc32c", "--chunks", "32,32,33"]),
+        ("blosc", vec!["--codec", "blosc-lz4-bitshuffle", "--chunks", "16,32,16"]),
+        ("blosc_sharded", vec!["--codec", "blosc-zstd:3", "--chunks", "16,32,11", "--shard", "32,64,33"]),
     ] {
         let out = dir.path().join(format!("{name}.zarr"));
         let mut all_args = vec!["convert", p, out.to_str().unwrap()];
