@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{CudaSlice, DevicePtr};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use rayon::prelude::*;
 use zarrs::array::{Array, ArraySubset, ElementOwned};
 use zarrs_gds_store::GdsStore;
@@ -367,14 +367,15 @@ fn reversed(c: &Copy3D, chunk_at: u64) -> Copy3D {
     }
 }
 
-fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
+/// The units of a write of `subset` (elements of `elem` bytes): each chunk (or shard) it meets,
+/// where its data goes, the old values read first, a shard's inner chunks and which of them it
+/// encodes again.
+fn plan_units<S: ?Sized>(
     array: &Array<S>,
     subset: &ArraySubset,
-    data: &DeviceArray<T>,
     chain: &WriteChain,
-    config: &GpuConfig,
-) -> Result<WriteReport, GpuError> {
-    let elem = std::mem::size_of::<T>() as u64;
+    elem: u64,
+) -> Result<Vec<WriteUnit>, GpuError> {
     let chunks = chunks_meeting(array, subset)?;
     let mut units = Vec::with_capacity(chunks.len());
     // Shards of one shape share their inner layout (a regular grid has one shape).
@@ -437,6 +438,17 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         };
         units.push(WriteUnit { placement, edge, olds, inner, touched });
     }
+    Ok(units)
+}
+
+fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
+    array: &Array<S>,
+    subset: &ArraySubset,
+    data: &DeviceArray<T>,
+    chain: &WriteChain,
+    config: &GpuConfig,
+) -> Result<WriteReport, GpuError> {
+    let units = plan_units(array, subset, chain, std::mem::size_of::<T>() as u64)?;
     // nvCOMP compresses chunks up to a size (16 MiB for zstd and LZ4 in nvCOMP 6): larger ones go
     // to zarrs.
     let largest = units.iter().map(|u| u.encoded().1).max().unwrap_or(0);
@@ -625,6 +637,21 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
         return encode_slots(chain, share, (ctx, &stream, kernels), raw, &slots);
     }
     // Shards: each inner chunk gathered into a slot of its own, then encoded as chunks are.
+    let inner_shape = chain.shards.last().map_or(&[][..], ShardLevel::inner_shape);
+    let (slots, inner_slots) = gather_inner_chunks(units, (ctx, &stream), (raw, offsets), inner_shape, elem)?;
+    encode_slots(chain, share, (ctx, &stream, kernels), &slots, &inner_slots)
+}
+
+/// The inner chunks each shard of `units` encodes, gathered from the shards' raw bytes (`raw`, at
+/// `offsets`) into slots of a new buffer: the buffer and its slots (chunks of `inner_shape`,
+/// elements of `elem` bytes).
+fn gather_inner_chunks<'a>(
+    units: &'a [WriteUnit],
+    (ctx, stream): (&Arc<GpuContext>, &Arc<CudaStream>),
+    (raw, offsets): (&CudaSlice<u8>, &[u64]),
+    inner_shape: &'a [u64],
+    elem: u64,
+) -> Result<(CudaSlice<u8>, Slots<'a>), GpuError> {
     let mut slots_at = Vec::with_capacity(units.len());
     let mut total = 0u64;
     for unit in units {
@@ -636,12 +663,11 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
     }
     // Every slot is written whole by the gathers below (an inner chunk's copies cover it); the
     // alignment padding is never read.
-    let slots = ctx.alloc(&stream, total.max(1) as usize)?;
+    let slots = ctx.alloc(stream, total.max(1) as usize)?;
     let mut inner_slots = Slots { offsets: Vec::new(), lens: Vec::new(), shapes: Vec::new(), keys: Vec::new(), elem };
-    let inner_shape = chain.shards.last().map_or(&[][..], ShardLevel::inner_shape);
     {
-        let (raw_ptr, _a) = raw.device_ptr(&stream);
-        let (slots_ptr, _b) = slots.device_ptr(&stream);
+        let (raw_ptr, _a) = raw.device_ptr(stream);
+        let (slots_ptr, _b) = slots.device_ptr(stream);
         for ((unit, &at), &base) in units.iter().zip(offsets).zip(&slots_at) {
             let inner = unit.inner.as_ref().expect("every unit of a sharded array is a shard");
             let all: Vec<usize>;
@@ -658,7 +684,7 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
                     let c = Copy3D { dst_offset: c.dst_offset.wrapping_add(moved), ..*c };
                     // SAFETY: within the shard's raw bytes and its j-th slot (planned from their
                     // shapes, for slot k).
-                    unsafe { copy_dtod(&c, raw_ptr + at, slots_ptr + base, &stream) }?;
+                    unsafe { copy_dtod(&c, raw_ptr + at, slots_ptr + base, stream) }?;
                 }
             }
             let n = encoded.len();
@@ -668,7 +694,7 @@ fn assemble_and_encode<S: ReadableWritableStorageTraits + 'static, T: ElementOwn
             inner_slots.keys.extend(std::iter::repeat_n(&unit.placement.key, n));
         }
     }
-    encode_slots(chain, share, (ctx, &stream, kernels), &slots, &inner_slots)
+    Ok((slots, inner_slots))
 }
 
 /// What a shard covered in part keeps of its stored value: the value and where each inner
@@ -773,7 +799,7 @@ fn store_batch<S: ReadableWritableStorageTraits + 'static>(
         return Err(GpuError::Unsupported(format!("{} chunks encoded for {} to store", slots.len(), raw_lens.len())));
     }
     // Each chunk's stored bytes (its crc32c appended), or None where it is all fill value.
-    let mut chunks: Vec<Option<&[u8]>> = slots
+    let chunks: Vec<Option<&[u8]>> = slots
         .into_par_iter()
         .zip(raw_lens)
         .map(|(slot, raw_len)| {
@@ -793,43 +819,7 @@ fn store_batch<S: ReadableWritableStorageTraits + 'static>(
     // (erased) where all of it is fill value.
     let values: Vec<Option<Cow<'_, [u8]>>> = match chain.shards.as_slice() {
         [] => chunks.into_iter().map(|c| c.map(Cow::Borrowed)).collect(),
-        levels => {
-            let mut parts = Vec::with_capacity(units.len());
-            for (unit, kept) in units.iter().zip(&kept) {
-                let rest = chunks.split_off(unit.encoded().0);
-                parts.push((unit, kept, std::mem::replace(&mut chunks, rest)));
-            }
-            parts
-                .into_par_iter()
-                .map(|(unit, kept, new)| {
-                    let named = |reason: String| GpuError::chunk(unit.placement.key.to_string(), reason);
-                    // A shard covered in part: its other inner chunks as stored, the ones encoded
-                    // again in their places.
-                    let inner = match (&unit.touched, &unit.inner) {
-                        (Some(touched), Some(inner)) => {
-                            let mut all: Vec<Option<&[u8]>> = match kept {
-                                Some((bytes, ranges)) => ranges.iter().map(|r| r.clone().map(|r| &bytes[r])).collect(),
-                                None => vec![None; inner.count],
-                            };
-                            if all.len() != inner.count {
-                                return Err(named(format!(
-                                    "{} inner chunks stored, {} planned",
-                                    all.len(),
-                                    inner.count
-                                )));
-                            }
-                            for (&k, chunk) in touched.iter().zip(new) {
-                                all[k] = chunk;
-                            }
-                            all
-                        }
-                        _ => new,
-                    };
-                    let shard = encode_shards(levels, &unit.placement.chunk_shape, &inner).map_err(named)?;
-                    Ok(shard.map(Cow::Owned))
-                })
-                .collect::<Result<_, GpuError>>()?
-        }
+        levels => shard_values(levels, units, &kept, chunks)?.into_iter().map(|shard| shard.map(Cow::Owned)).collect(),
     };
     let storage = array.storage();
     let named = |key: &StoreKey| {
@@ -851,6 +841,48 @@ fn store_batch<S: ReadableWritableStorageTraits + 'static>(
     }
     let bytes = sets.iter().map(|(_, v)| v.len() as u64).sum();
     Ok((sets.len(), erases.len(), bytes, start.elapsed().as_secs_f64()))
+}
+
+/// Each shard's value from its encoded inner chunks `chunks` (the units' in order; None: fill
+/// value): a shard covered in part with its other inner chunks as `kept`, laid out by `levels`;
+/// None where all of it is missing (erased).
+fn shard_values(
+    levels: &[ShardLevel],
+    units: &[WriteUnit],
+    kept: &[Kept],
+    mut chunks: Vec<Option<&[u8]>>,
+) -> Result<Vec<Option<Vec<u8>>>, GpuError> {
+    let mut parts = Vec::with_capacity(units.len());
+    for (unit, kept) in units.iter().zip(kept) {
+        let rest = chunks.split_off(unit.encoded().0);
+        parts.push((unit, kept, std::mem::replace(&mut chunks, rest)));
+    }
+    parts
+        .into_par_iter()
+        .map(|(unit, kept, new)| {
+            let named = |reason: String| GpuError::chunk(unit.placement.key.to_string(), reason);
+            // A shard covered in part: its other inner chunks as stored, the ones encoded
+            // again in their places.
+            let inner = match (&unit.touched, &unit.inner) {
+                (Some(touched), Some(inner)) => {
+                    let mut all: Vec<Option<&[u8]>> = match kept {
+                        Some((bytes, ranges)) => ranges.iter().map(|r| r.clone().map(|r| &bytes[r])).collect(),
+                        None => vec![None; inner.count],
+                    };
+                    if all.len() != inner.count {
+                        return Err(named(format!("{} inner chunks stored, {} planned", all.len(), inner.count)));
+                    }
+                    for (&k, chunk) in touched.iter().zip(new) {
+                        all[k] = chunk;
+                    }
+                    all
+                }
+                _ => new,
+            };
+            let shard = encode_shards(levels, &unit.placement.chunk_shape, &inner).map_err(named)?;
+            Ok(shard)
+        })
+        .collect()
 }
 
 #[cfg(test)]
