@@ -57,10 +57,11 @@ pub trait ArrayDeviceWriteExt {
     }
 
     /// Store `data` (of `subset`'s shape, on `config`'s device) into `subset` of the array: its
-    /// chunks are assembled and encoded on the device where the chain allows (the `bytes` codec in
-    /// the platform's order, then zstd without a content checksum and crc32c), else by zarrs on
-    /// the host. Chunks the subset covers in part are read, modified and encoded again; chunks
-    /// that are all fill value are erased.
+    /// chunks are assembled and encoded on the device where the chain allows (a transpose, the
+    /// `bytes` codec in either order, then zstd without a content checksum, gzip, zlib or Blosc
+    /// with lz4 or zstd, then crc32c; sharded, nested too), else by zarrs on the host. Chunks the
+    /// subset covers in part are read, modified and encoded again (of a shard, the inner chunks it
+    /// meets); chunks that are all fill value are erased.
     ///
     /// # Errors
     /// Returns an error before anything is written when the element type, shape or device of
