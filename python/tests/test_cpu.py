@@ -227,6 +227,9 @@ class CpuTests(unittest.TestCase):
             big = zarr.open_array(v2, mode="r+")
             self.assertIsNotNone(pipeline._write_plan(
                 big._async_array, BasicIndexer(slice(0, 6), big.shape, big.metadata.chunk_grid), DeviceValue((6,)), None))
+            # An array opened read-only: zarr-python's (which refuses the write).
+            ro = zarr.open_array(path, mode="r")
+            self.assertIsNone(plan((slice(0, 20), 0), DeviceValue((20,)), array=ro._async_array))
             # Arrays that keep chunks of fill value: zarr-python's (zarrs erases them).
             keeps = z.with_config({"write_empty_chunks": True})
             self.assertIsNone(plan((slice(0, 20), 0), DeviceValue((20,)), array=keeps._async_array))

@@ -637,6 +637,9 @@ def _write_plan(array, indexer, value, fields):
     store = array.store_path.store
     if not isinstance(store, LocalStore) or getattr(array.config, "write_empty_chunks", False):
         return None
+    # A read-only array or store: zarr-python's own write raises.
+    if getattr(store, "read_only", False) or getattr(array, "read_only", False):
+        return None
     device = _cuda_device(value)
     if device is None or not hasattr(value, "shape") or not hasattr(value, "dtype"):
         return None

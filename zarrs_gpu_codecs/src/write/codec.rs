@@ -214,9 +214,12 @@ fn write_codec(name: &str, configuration: &Configuration, elem: usize) -> Result
             Ok(WriteCodec::Zstd { level: level(0, -131_072..=22)? as i32 })
         }
         // Level 0 stores deflate blocks uncompressed, which nvCOMP does not write.
-        "gzip" | "numcodecs.zlib" if int("level") == Some(0) => Err(format!("{name} level 0 is encoded on the host")),
+        // The zlib device codec's name is "zlib" (numcodecs.zlib in v3 metadata).
+        "gzip" | "zlib" | "numcodecs.zlib" if int("level") == Some(0) => {
+            Err(format!("{name} level 0 is encoded on the host"))
+        }
         "gzip" => Ok(WriteCodec::Gzip { level: level(6, 1..=9)? as u32 }),
-        "numcodecs.zlib" => Ok(WriteCodec::Zlib { level: level(6, 1..=9)? as u32 }),
+        "zlib" | "numcodecs.zlib" => Ok(WriteCodec::Zlib { level: level(6, 1..=9)? as u32 }),
         "blosc" => blosc_write(configuration, elem).map(WriteCodec::Blosc),
         other => Err(format!("{other} is encoded on the host (no device encoder for it yet)")),
     }
@@ -278,6 +281,9 @@ mod tests {
         let chain = write_chain(&plain(vec![Arc::new(GzipCodec::new(7).unwrap())])).unwrap();
         assert_eq!(chain.codec, Some(WriteCodec::Gzip { level: 7 }));
         assert_eq!(chain.codec.unwrap().nvcomp(), Some(Compressor::Gzip { algorithm: 4 }));
+        let zlib = zarrs::array::codec::ZlibCodec::new(3u32.try_into().unwrap());
+        let chain = write_chain(&plain(vec![Arc::new(zlib)])).unwrap();
+        assert_eq!(chain.codec, Some(WriteCodec::Zlib { level: 3 }));
         let sharded = |checksum| {
             let a2b = ShardingCodecBuilder::new(vec![std::num::NonZeroU64::new(2).unwrap(); 2], &data_type::float32())
                 .bytes_to_bytes_codecs(vec![zstd(7, checksum)])
