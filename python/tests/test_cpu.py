@@ -292,6 +292,26 @@ class CpuTests(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "dtype"):
             zarrs_gpu.create(root, "/bad", shape=(8,), chunks=(4,), dtype="U3")
         self.assertFalse(os.path.exists(os.path.join(root, "bad", "zarr.json")))
+        # A fill value the dtype cannot hold is refused, not wrapped.
+        for dtype, fill in (("uint8", 300), ("int8", -129), ("int32", 1.5), ("uint16", -1)):
+            with self.assertRaisesRegex(ValueError, "fill_value"):
+                zarrs_gpu.create(root, "/bad", shape=(8,), chunks=(4,), dtype=dtype, fill_value=fill)
+        # Metadata zarrs refuses leaves the node it would have replaced as it was.
+        with self.assertRaises(Exception):
+            zarrs_gpu.create(root, "/plain", shape=(3,), chunks=(3,), dtype="float32", overwrite=True,
+                             compressors={"name": "no-such-codec", "configuration": {}})
+        self.assertEqual(zarr.open_array(root, path="plain", mode="r").shape, (3,))
+        # zarr-python's Blosc with typesize and shuffle unset: the element size and shuffle, as
+        # zarr-python itself evolves them; set ones are kept.
+        zarrs_gpu.create(root, "/bl4", shape=(8,), chunks=(4,), dtype="float32", compressors=zc.BloscCodec())
+        zarrs_gpu.create(root, "/bl1", shape=(8,), chunks=(4,), dtype="uint8",
+                         compressors=zc.BloscCodec(shuffle="noshuffle"))
+        blosc = {}
+        for node in ("bl4", "bl1"):
+            with open(os.path.join(root, node, "zarr.json")) as f:
+                blosc[node] = json.load(f)["codecs"][1]["configuration"]
+        self.assertEqual((blosc["bl4"]["typesize"], blosc["bl4"]["shuffle"]), (4, "shuffle"))
+        self.assertEqual((blosc["bl1"]["typesize"], blosc["bl1"]["shuffle"]), (1, "noshuffle"))
 
     def test_the_pipeline_opens_a_rewritten_array_again(self):
         from zarrs_gpu import pipeline

@@ -27,7 +27,11 @@ def _fill(dtype, fill_value: Any) -> Any:
     """A fill value as JSON, in the dtype (NaN and infinities as v3 and v2 spell them)."""
     import numpy as np
 
-    value = np.asarray(fill_value if fill_value is not None else 0).astype(dtype)[()]
+    given = np.asarray(fill_value if fill_value is not None else 0)
+    value = given.astype(dtype)[()]
+    # A cast that changes an integer (out of range, or a fraction) would store another fill value.
+    if dtype.kind in "biu" and (given.dtype.kind not in "biuf" or value != given[()]):
+        raise ValueError(f"zarrs_gpu.create: fill_value {fill_value!r} is not a value of dtype {dtype}")
     if dtype.kind == "b":
         return bool(value)
     if dtype.kind in "iu":
@@ -52,7 +56,7 @@ _DEFAULT_LEVELS = {"zstd": 0, "gzip": 5, "zlib": 1}
 def _v3_codec(compressor: Compressor, itemsize: int) -> dict:
     """A bytes-to-bytes codec's v3 JSON."""
     if hasattr(compressor, "to_dict"):
-        compressor = compressor.to_dict()
+        compressor = _evolved(compressor, itemsize)
     if isinstance(compressor, dict):
         return compressor
     if compressor == "zstd":
@@ -68,6 +72,22 @@ def _v3_codec(compressor: Compressor, itemsize: int) -> dict:
         return {"name": "crc32c"}
     raise ValueError(f"zarrs_gpu.create: compressor {compressor!r}: a name (zstd, gzip, zlib, blosc, crc32c), "
                      "a v3 codec's JSON, or a zarr-python codec")
+
+
+def _evolved(codec: Any, itemsize: int) -> dict:
+    """A zarr-python codec's JSON for an array of `itemsize`-byte elements: what zarr-python's
+    ``evolve_from_array_spec`` sets for Blosc (typesize and shuffle left unset are the element
+    size, and bit-shuffle for bytes, shuffle otherwise)."""
+    value = codec.to_dict()
+    unset = getattr(codec, "_tunable_attrs", set())
+    if value.get("name") == "blosc":
+        config = dict(value.get("configuration", {}))
+        if "typesize" in unset or config.get("typesize") is None:
+            config["typesize"] = itemsize
+        if "shuffle" in unset or config.get("shuffle") is None:
+            config["shuffle"] = "bitshuffle" if itemsize == 1 else "shuffle"
+        value = {**value, "configuration": config}
+    return value
 
 
 def _v2_compressor(compressor: Compressor, itemsize: int) -> Optional[dict]:
@@ -159,6 +179,8 @@ def create(store_path: Union[str, os.PathLike], array: str = "/", *, shape: Sequ
     if any(os.path.exists(os.path.join(node, f)) for f in _ZARR_FILES):
         if not overwrite:
             raise FileExistsError(f"zarrs_gpu.create: {node} holds a Zarr node already (overwrite=True replaces it)")
+        # The old node is removed only once zarrs has accepted the new metadata.
+        _validate(name, metadata, device)
         shutil.rmtree(node)
     # Parent groups, as zarr-python writes them (a root group too).
     for depth in range(len(parts)):
@@ -178,6 +200,17 @@ def create(store_path: Union[str, os.PathLike], array: str = "/", *, shape: Sequ
         # Metadata zarrs refuses is not left behind.
         os.remove(path)
         raise
+
+
+def _validate(name: str, metadata: dict, device: int) -> None:
+    """Raise what zarrs raises when opening an array of `metadata`, without touching the target."""
+    import tempfile
+
+    import zarrs_gpu
+
+    with tempfile.TemporaryDirectory(prefix="zarrs_gpu_create_") as scratch:
+        _write_json(os.path.join(scratch, name), metadata)
+        zarrs_gpu.open(scratch, "/", device=device)
 
 
 def _write_json(path, value):
