@@ -12,7 +12,7 @@ use zarrs::array::codec::{
     BloscCodec, BloscCompressor, BloscShuffleMode, Crc32cCodec, GzipCodec, ShardingCodecBuilder, ZlibCodec, ZstdCodec,
 };
 use zarrs::array::{Array, ArrayBuilder, ArraySubset, BytesToBytesCodecTraits, ElementOwned};
-use zarrs_gpu::{ArrayDeviceExt, ArrayDeviceWriteExt, GdsStore, GpuConfig, WritePath};
+use zarrs_gpu::{AnyStore, ArrayDeviceExt, ArrayDeviceWriteExt, GdsStore, GpuConfig, WritePath};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -110,7 +110,7 @@ pub(crate) fn shape_arg(flag: &str, text: &str, n: usize) -> Result<Vec<u64>, St
 /// refused): the source's shape, data type, fill value, dimension names and attributes, the
 /// target's codecs and chunks. Its metadata is not stored yet: a convert that fails leaves no
 /// array that reads as whole.
-fn create(src: &Array<GdsStore>, dst: &Path, target: &Target) -> Result<Array<GdsStore>, Error> {
+fn create(src: &Array<AnyStore>, dst: &Path, target: &Target) -> Result<Array<GdsStore>, Error> {
     if dst.join("zarr.json").exists() || dst.join(".zarray").exists() || dst.join(".zgroup").exists() {
         return Err(format!("{}: a Zarr node is there already (convert writes a new array)", dst.display()).into());
     }
@@ -181,7 +181,7 @@ pub(crate) fn blocks(shape: &[u64], unit: &[u64], elem: u64, budget: u64) -> Vec
 
 /// Convert `src` into a new array at `dst`, as `T`, slab after slab; print what it did.
 pub(crate) fn convert<T: ElementOwned>(
-    src: &Array<GdsStore>,
+    src: &Array<AnyStore>,
     dst: &Path,
     target: &Target,
     config: &GpuConfig,

@@ -30,14 +30,18 @@ pub mod sample;
 mod subset;
 
 pub use element::{element_type, ELEMENT_TYPES};
-pub use open::{multiscale_levels, node_path, open_array, store_at, Multiscale, OpenError};
+pub use open::{
+    multiscale_levels, node_path, open_array, open_array_in, store_at, store_with_options, Multiscale, OpenError,
+};
 // For `by_element_type!` in other crates.
 #[doc(hidden)]
 pub use {half, num_complex};
 
 pub use nvcomp_sys;
 pub use subset::{parse_index, parse_subset, select, IndexItem, Selection};
-pub use zarrs_gds_store::{self, Durability, GdsStore, GdsStoreOptions, IoBackend, IoPath, IoStatus};
+pub use zarrs_gds_store::{
+    self, AnyStore, Durability, GdsStore, GdsStoreOptions, IoBackend, IoPath, IoStatus, RemoteRange, RemoteStore,
+};
 pub use zarrs_gpu_codecs::{
     self, default_pool_keep, empty_cache, gpu_config, host_decode_reason, memory_in_use, read_async, tile_subsets,
     with_gpu_config, ArrayDeviceExt, ArrayDeviceWriteExt, CoalescedReads, DecodePath, DecodeRates, DecodeTrust,

@@ -18,7 +18,7 @@ use zarrs::group::Group;
 use zarrs::metadata::NodeMetadata;
 use zarrs::node::NodePath;
 use zarrs_gpu::{
-    host_decode_reason, parse_subset, sample, ArrayDeviceExt, DecodePath, DecodeTrust, DeviceArray, GdsStore,
+    host_decode_reason, parse_subset, sample, AnyStore, ArrayDeviceExt, DecodePath, DecodeTrust, DeviceArray,
     GpuConfig, GpuError, IoBackend, IoPath, OpenError, RetrieveReport, ShardIndexCache,
 };
 
@@ -116,7 +116,7 @@ enum Command {
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// `convert`, for one element type.
-type ConvertFn = fn(&Array<GdsStore>, &Path, &convert::Target, &GpuConfig) -> Result<(), Error>;
+type ConvertFn = fn(&Array<AnyStore>, &Path, &convert::Target, &GpuConfig) -> Result<(), Error>;
 
 fn main() -> ExitCode {
     // Asked before parsing, so that a usage error is JSON too where JSON was asked for.
@@ -300,7 +300,7 @@ fn npy_target_ok(npy: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn open(path: &Path, node: &str) -> Result<Array<GdsStore>, Error> {
+fn open(path: &Path, node: &str) -> Result<Array<AnyStore>, Error> {
     Ok(zarrs_gpu::open_array(path, node, "--array")?)
 }
 
@@ -333,7 +333,7 @@ fn info(path: &Path, node: &str) -> Result<(), Error> {
 
 /// A group: its OME-Zarr multiscale levels (if its attributes describe them), then every array
 /// under it, one line each: shape, data type, chunk grid, and whether the device decodes it.
-fn group_info(store: &Arc<GdsStore>, group: &Group<GdsStore>, node: &str) -> Result<(), Error> {
+fn group_info(store: &Arc<AnyStore>, group: &Group<AnyStore>, node: &str) -> Result<(), Error> {
     println!("group {node}");
     for (m, multiscale) in zarrs_gpu::multiscale_levels(group).iter().enumerate() {
         let name = if multiscale.name.is_empty() { String::new() } else { format!(" {}", multiscale.name) };
@@ -464,12 +464,12 @@ struct ReadOptions {
 }
 
 fn dispatch_read(
-    array: &Array<GdsStore>,
+    array: &Array<AnyStore>,
     subset: &ArraySubset,
     config: &GpuConfig,
     o: &ReadOptions,
 ) -> Result<(), Error> {
-    type Read = fn(&Array<GdsStore>, &ArraySubset, &GpuConfig, &ReadOptions, &str) -> Result<(), Error>;
+    type Read = fn(&Array<AnyStore>, &ArraySubset, &GpuConfig, &ReadOptions, &str) -> Result<(), Error>;
     let dt = array.data_type();
     let (name, typestr) = zarrs_gpu::element_type(dt).ok_or_else(|| unsupported(dt))?;
     let read: Read = zarrs_gpu::by_element_type!(name, read).ok_or_else(|| unsupported(dt))?;
@@ -482,7 +482,7 @@ fn unsupported(dt: &DataType) -> Error {
 }
 
 fn read<T: ElementOwned>(
-    array: &Array<GdsStore>,
+    array: &Array<AnyStore>,
     subset: &ArraySubset,
     config: &GpuConfig,
     o: &ReadOptions,
@@ -519,7 +519,7 @@ type TimedReads<T> = (Vec<f64>, DeviceArray<T>, Vec<RetrieveReport>);
 /// `repeat` reads of `subset`, each timed (the previous result freed first), with a progress bar
 /// on stderr for reads that last; the times, the last read and every read's report.
 fn timed_reads<T: ElementOwned>(
-    array: &Array<GdsStore>,
+    array: &Array<AnyStore>,
     subset: &ArraySubset,
     config: &GpuConfig,
     repeat: usize,
@@ -579,7 +579,7 @@ impl<'a> Timing<'a> {
 
 /// What `read` shows of the last read.
 struct Shown<'a> {
-    array: &'a Array<GdsStore>,
+    array: &'a Array<AnyStore>,
     config: &'a GpuConfig,
     shape: &'a [u64],
     bytes: usize,

@@ -1,4 +1,4 @@
-//! Opening arrays by path, as the command line and the Python package do.
+//! Opening arrays by path or URL, as the command line and the Python package do.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -8,7 +8,8 @@ use zarrs::array::{Array, ArrayCreateError};
 use zarrs::filesystem::FilesystemStoreCreateError;
 use zarrs::group::{Group, GroupCreateError};
 use zarrs::metadata::NodeMetadata;
-use zarrs_gds_store::GdsStore;
+use zarrs_gds_store::{AnyStore, GdsStore};
+use zarrs_storage::StorageError;
 
 /// At most this many array paths in a message: a group may hold thousands.
 const LISTED: usize = 16;
@@ -31,10 +32,19 @@ pub enum OpenError {
         /// The filesystem store's error.
         source: FilesystemStoreCreateError,
     },
+    /// An object store's URL or its options cannot be used (the message names the URL, never
+    /// its credentials).
+    #[error("opening {location}: {source}")]
+    Remote {
+        /// The URL, without credentials.
+        location: String,
+        /// The store's error.
+        source: StorageError,
+    },
     /// The node is a group: the message names its arrays and how to pick one.
     #[error("{node:?} in {} is a group, not an array; {}", path.display(), group_text(arrays, levels, pick))]
     IsAGroup {
-        /// The store's path.
+        /// The store's path or URL.
         path: PathBuf,
         /// The group's node path.
         node: String,
@@ -52,7 +62,7 @@ pub enum OpenError {
         nearest_text(nearest_group.as_deref(), array_above.as_deref(), arrays, levels, pick)
     )]
     NodeNotFound {
-        /// The store's path.
+        /// The store's path or URL.
         path: PathBuf,
         /// The node path asked for.
         node: String,
@@ -70,7 +80,7 @@ pub enum OpenError {
     /// The node's metadata is there but zarrs refuses it (or the store cannot be read).
     #[error("opening array {node:?} in {}: {source}", path.display())]
     Array {
-        /// The store's path.
+        /// The store's path or URL.
         path: PathBuf,
         /// The node path.
         node: String,
@@ -119,30 +129,66 @@ pub fn node_path(node: &str) -> String {
     }
 }
 
-/// The store at `path`, which must be an existing directory (a [`GdsStore`] would create it).
+/// The store at `path`: an existing directory (a [`GdsStore`] would create it), or an object
+/// store's URL (`s3://bucket/prefix`, `https://host/prefix`: see [`store_with_options`]).
 ///
 /// # Errors
 /// [`OpenError::NotADirectory`] when `path` is not a directory, [`OpenError::Store`] when it
-/// cannot be opened.
+/// cannot be opened, [`OpenError::Remote`] for a URL that cannot be used.
 #[allow(clippy::result_large_err)] // once per opening, and callers match on it
-pub fn store_at(path: &Path) -> Result<Arc<GdsStore>, OpenError> {
-    if !path.is_dir() {
-        return Err(OpenError::NotADirectory { path: path.to_path_buf() });
+pub fn store_at(path: &Path) -> Result<Arc<AnyStore>, OpenError> {
+    match path.to_str() {
+        Some(url) if AnyStore::is_url(url) => store_with_options(url, &[]),
+        _ => {
+            if !path.is_dir() {
+                return Err(OpenError::NotADirectory { path: path.to_path_buf() });
+            }
+            let store = GdsStore::new(path).map_err(|source| OpenError::Store { path: path.to_path_buf(), source })?;
+            Ok(Arc::new(AnyStore::Gds(store)))
+        }
     }
-    GdsStore::new(path).map(Arc::new).map_err(|source| OpenError::Store { path: path.to_path_buf(), source })
 }
 
-/// The array at `node` (with or without its leading `/`) of the store at `path`. A group, or a
-/// node that is not there, is an error that names the arrays there are (those of the nearest
-/// group above the node, and its OME-Zarr multiscale levels) and how to pick one (`pick`: the
-/// caller's option, as `--array`).
+/// The store at `location` (a directory's path or an object store's URL) with `options` (an
+/// object store's, as [`zarrs_gds_store::RemoteStore::from_url`] takes them; none for a
+/// directory).
+///
+/// # Errors
+/// As [`store_at`], and [`OpenError::Remote`] for options a directory or the URL's store does
+/// not take.
+#[allow(clippy::result_large_err)] // once per opening, and callers match on it
+pub fn store_with_options(location: &str, options: &[(String, String)]) -> Result<Arc<AnyStore>, OpenError> {
+    if !AnyStore::is_url(location) {
+        if let Some((key, _)) = options.first() {
+            let source = StorageError::Other(format!("a directory takes no storage options ({key} given)"));
+            return Err(OpenError::Remote { location: location.to_string(), source });
+        }
+        return store_at(Path::new(location));
+    }
+    AnyStore::open(location, options.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map(Arc::new).map_err(|source| {
+        OpenError::Remote { location: location.split(['?', '#']).next().unwrap_or_default().to_string(), source }
+    })
+}
+
+/// The array at `node` (with or without its leading `/`) of the store at `path` (a directory or
+/// an object store's URL, as [`store_at`]). A group, or a node that is not there, is an error
+/// that names the arrays there are (those of the nearest group above the node, and its OME-Zarr
+/// multiscale levels) and how to pick one (`pick`: the caller's option, as `--array`).
 ///
 /// # Errors
 /// [`OpenError::IsAGroup`], [`OpenError::NodeNotFound`], [`OpenError::Array`] for metadata zarrs
 /// refuses, and [`store_at`]'s errors; each names the path and the node.
 #[allow(clippy::result_large_err)] // once per opening, and callers match on it
-pub fn open_array(path: &Path, node: &str, pick: &str) -> Result<Array<GdsStore>, OpenError> {
-    let store = store_at(path)?;
+pub fn open_array(path: &Path, node: &str, pick: &str) -> Result<Array<AnyStore>, OpenError> {
+    open_array_in(&store_at(path)?, path, node, pick)
+}
+
+/// The array at `node` of `store` (opened from `path`, which messages name), as [`open_array`].
+///
+/// # Errors
+/// As [`open_array`].
+#[allow(clippy::result_large_err)] // once per opening, and callers match on it
+pub fn open_array_in(store: &Arc<AnyStore>, path: &Path, node: &str, pick: &str) -> Result<Array<AnyStore>, OpenError> {
     let node = node_path(node);
     let err = match Array::open(store.clone(), &node) {
         Ok(array) => return Ok(array),
@@ -181,7 +227,7 @@ fn ancestors(node: &str) -> impl Iterator<Item = String> + '_ {
 
 /// A group's arrays (all of them, under it at any depth; none where it cannot be listed) and
 /// its multiscale levels' arrays.
-fn group_contents(group: &Group<GdsStore>) -> (Vec<String>, Vec<String>) {
+fn group_contents(group: &Group<AnyStore>) -> (Vec<String>, Vec<String>) {
     let arrays = group.traverse().map_or_else(
         |_| Vec::new(),
         |nodes| {

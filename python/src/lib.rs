@@ -15,7 +15,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyEllipsis, PyFloat, PySlice, PyString, PyTuple};
 use zarrs::array::{Array, ArraySubset, ElementOwned};
-use zarrs_gds_store::GdsStore;
+use zarrs_gds_store::AnyStore;
 use zarrs_gpu::{
     read_async, tile_subsets, ArrayDeviceExt, ArrayDeviceWriteExt, DecodeTrust, DeviceArray, GpuConfig, GpuError,
     IndexItem, IoBackend, PendingRead, ReadAhead, RetrieveReport, ShardIndexCache, TileOrder, WritePath, WriteReport,
@@ -112,7 +112,7 @@ impl<T: ElementOwned + Send + Sync + 'static> AnyArray for Typed<T> {
 
 /// The array's element type: its name (zarrs' and numpy's) and the CUDA array interface's type
 /// string (None where numpy has none: bfloat16).
-fn element_type(array: &Array<GdsStore>) -> PyResult<(&'static str, Option<&'static str>)> {
+fn element_type(array: &Array<AnyStore>) -> PyResult<(&'static str, Option<&'static str>)> {
     zarrs_gpu::element_type(array.data_type()).ok_or_else(|| {
         PyTypeError::new_err(format!(
             "data type {} is not supported on the device (fixed-size numeric types are)",
@@ -147,7 +147,7 @@ fn numpy_dtype<'py>(py: Python<'py>, name: &str, what: &str) -> PyResult<Bound<'
 /// Read `subset` as `T`, with the shape `out_shape` (the subset's, less the dimensions an
 /// integer index dropped).
 fn read_typed<T: ElementOwned + Send + Sync + 'static>(
-    array: &Array<GdsStore>,
+    array: &Array<AnyStore>,
     subset: &ArraySubset,
     config: &GpuConfig,
     out_shape: Vec<u64>,
@@ -157,13 +157,13 @@ fn read_typed<T: ElementOwned + Send + Sync + 'static>(
 }
 
 fn read_any(
-    array: &Array<GdsStore>,
+    array: &Array<AnyStore>,
     subset: &ArraySubset,
     config: &GpuConfig,
     out_shape: Vec<u64>,
 ) -> Result<(Box<dyn AnyArray>, RetrieveReport), GpuError> {
     type Read = fn(
-        &Array<GdsStore>,
+        &Array<AnyStore>,
         &ArraySubset,
         &GpuConfig,
         Vec<u64>,
@@ -178,7 +178,7 @@ fn read_any(
 /// Read `subsets` as one request: one array per subset with the shape its key selects, or
 /// (`stack`) one array of shape `(n, *shape)` where they share `shape`.
 fn read_many_typed<T: ElementOwned + Send + Sync + 'static>(
-    array: &Array<GdsStore>,
+    array: &Array<AnyStore>,
     boxes: &[(ArraySubset, Vec<u64>)],
     config: &GpuConfig,
     stack: bool,
@@ -200,7 +200,7 @@ fn read_many_typed<T: ElementOwned + Send + Sync + 'static>(
 
 /// [`read_many_typed`] for one element type.
 type ReadMany = fn(
-    &Array<GdsStore>,
+    &Array<AnyStore>,
     &[(ArraySubset, Vec<u64>)],
     &GpuConfig,
     bool,
@@ -239,10 +239,10 @@ type AnyResult = (Box<dyn AnyArray>, RetrieveReport);
 type Boxes = Vec<(ArraySubset, Vec<u64>)>;
 
 /// [`start_read_ahead`] for one element type.
-type StartReadAhead = fn(Arc<Array<GdsStore>>, Boxes, GpuConfig, usize) -> Box<dyn AnyReadAhead>;
+type StartReadAhead = fn(Arc<Array<AnyStore>>, Boxes, GpuConfig, usize) -> Box<dyn AnyReadAhead>;
 
 fn start_read_ahead<T: ElementOwned + Send + Sync + 'static>(
-    array: Arc<Array<GdsStore>>,
+    array: Arc<Array<AnyStore>>,
     boxes: Boxes,
     config: GpuConfig,
     depth: usize,
@@ -274,10 +274,10 @@ impl<T: ElementOwned + Send + Sync + 'static> AnyPending for TypedPending<T> {
 }
 
 /// [`start_pending`] for one element type.
-type StartPending = fn(Arc<Array<GdsStore>>, ArraySubset, Vec<u64>, GpuConfig) -> Box<dyn AnyPending>;
+type StartPending = fn(Arc<Array<AnyStore>>, ArraySubset, Vec<u64>, GpuConfig) -> Box<dyn AnyPending>;
 
 fn start_pending<T: ElementOwned + Send + Sync + 'static>(
-    array: Arc<Array<GdsStore>>,
+    array: Arc<Array<AnyStore>>,
     subset: ArraySubset,
     shape: Vec<u64>,
     config: GpuConfig,
@@ -289,7 +289,7 @@ fn start_pending<T: ElementOwned + Send + Sync + 'static>(
 /// interpreter lock; the tensor is released with it held (a Python producer's deleter needs it).
 fn read_into_typed<T: ElementOwned + Send + Sync + 'static>(
     py: Python<'_>,
-    array: &Array<GdsStore>,
+    array: &Array<AnyStore>,
     subset: &ArraySubset,
     config: &GpuConfig,
     tensor: SafeManagedTensorVersioned,
@@ -311,14 +311,14 @@ fn read_into_typed<T: ElementOwned + Send + Sync + 'static>(
 
 fn read_into_any(
     py: Python<'_>,
-    array: &Array<GdsStore>,
+    array: &Array<AnyStore>,
     subset: &ArraySubset,
     config: &GpuConfig,
     tensor: SafeManagedTensorVersioned,
 ) -> PyResult<RetrieveReport> {
     type ReadInto = fn(
         Python<'_>,
-        &Array<GdsStore>,
+        &Array<AnyStore>,
         &ArraySubset,
         &GpuConfig,
         SafeManagedTensorVersioned,
@@ -452,7 +452,7 @@ fn versioned_capsule(py: Python<'_>, value: &Bound<'_, PyAny>, what: &str) -> Py
 /// The write runs without the interpreter lock; the tensor is released with it held.
 fn write_from_typed<T: ElementOwned + Send + Sync + 'static>(
     py: Python<'_>,
-    array: &Array<GdsStore>,
+    array: &Array<AnyStore>,
     subset: &ArraySubset,
     config: &GpuConfig,
     tensor: SafeManagedTensorVersioned,
@@ -475,13 +475,13 @@ fn write_from_typed<T: ElementOwned + Send + Sync + 'static>(
 
 fn write_from_any(
     py: Python<'_>,
-    array: &Array<GdsStore>,
+    array: &Array<AnyStore>,
     subset: &ArraySubset,
     config: &GpuConfig,
     tensor: SafeManagedTensorVersioned,
 ) -> PyResult<WriteReport> {
     type WriteFrom =
-        fn(Python<'_>, &Array<GdsStore>, &ArraySubset, &GpuConfig, SafeManagedTensorVersioned) -> PyResult<WriteReport>;
+        fn(Python<'_>, &Array<AnyStore>, &ArraySubset, &GpuConfig, SafeManagedTensorVersioned) -> PyResult<WriteReport>;
     let (name, _) = element_type(array)?;
     let write: WriteFrom = zarrs_gpu::by_element_type!(name, write_from_typed)
         .ok_or_else(|| PyTypeError::new_err(format!("data type {name} has no device element type")))?;
@@ -534,7 +534,7 @@ fn check_device_destination(out: &Bound<'_, PyAny>) -> PyResult<()> {
 /// device arrays.
 #[pyclass(name = "Array", module = "zarrs_gpu", frozen)]
 struct PyZarrArray {
-    array: Arc<Array<GdsStore>>,
+    array: Arc<Array<AnyStore>>,
     config: GpuConfig,
     /// Reads from many threads gathered into requests, where the configuration's coalesce window
     /// is set (`ZARRS_GPU_COALESCE_WINDOW_US`).
@@ -1267,11 +1267,31 @@ fn config(device: usize, backend: Option<&str>, decode_trust: Option<&str>) -> P
     Ok(config)
 }
 
-/// Open the Zarr array `array` (a node path; the leading `/` is optional) of the filesystem store
-/// at `store_path` for reads to GPU `device` (and writes, with `mode="r+"`). `backend`: "auto",
-/// "gds" or "posix"; `decode_trust`: "verified", "checked" or "trusted".
+/// `storage_options` values as object_store reads them: booleans as "true"/"false", the rest as
+/// Python's `str` of them.
+fn storage_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
+    let Some(options) = options else { return Ok(Vec::new()) };
+    options
+        .iter()
+        .map(|(key, value)| {
+            let key: String = key.extract()?;
+            let value = match value.extract::<bool>() {
+                Ok(flag) if value.is_instance_of::<pyo3::types::PyBool>() => flag.to_string(),
+                _ => value.str()?.to_string(),
+            };
+            Ok((key, value))
+        })
+        .collect()
+}
+
+/// Open the Zarr array `array` (a node path; the leading `/` is optional) of the store at
+/// `store_path` (a directory, or an object store's URL: `s3://bucket/prefix`,
+/// `https://host/prefix`, with `storage_options`) for reads to GPU `device` (and writes, with
+/// `mode="r+"`). `backend`: "auto", "gds" or "posix"; `decode_trust`: "verified", "checked" or
+/// "trusted".
 #[pyfunction]
-#[pyo3(signature = (store_path, array="/", *, device=0, backend=None, decode_trust=None, mode="r"))]
+#[pyo3(signature = (store_path, array="/", *, device=0, backend=None, decode_trust=None, mode="r", storage_options=None))]
+#[allow(clippy::too_many_arguments)] // Python's keywords
 fn open(
     store_path: PathBuf,
     array: &str,
@@ -1279,6 +1299,7 @@ fn open(
     backend: Option<&str>,
     decode_trust: Option<&str>,
     mode: &str,
+    storage_options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyZarrArray> {
     let writable = match mode {
         "r" => false,
@@ -1286,21 +1307,27 @@ fn open(
         other => return Err(PyValueError::new_err(format!("mode={other:?}: \"r\" (read) or \"r+\" (read and write)"))),
     };
     let device = device_ordinal(device)?;
-    if !store_path.exists() {
+    let url = store_path.to_str().filter(|location| AnyStore::is_url(location));
+    if url.is_none() && !store_path.exists() {
         return Err(PyFileNotFoundError::new_err(format!("{}: no such directory", store_path.display())));
     }
+    let options = self::storage_options(storage_options)?;
     let config = config(device, backend, decode_trust)?;
-    let opened = zarrs_gpu::open_array(&store_path, array, "array=...").map_err(|err| match err {
-        // zarr-python raises its ArrayNotFoundError here; ours is a FileNotFoundError and a
-        // ValueError as zarr's is (zarrs_gpu/errors.py says why it is not zarr's class).
-        zarrs_gpu::OpenError::NodeNotFound { .. } => Python::with_gil(|py| {
-            py.import("zarrs_gpu.errors")
-                .and_then(|m| m.getattr("ArrayNotFoundError"))
-                .and_then(|class| Ok(class.downcast_into::<pyo3::types::PyType>()?))
-                .map_or_else(|e| e, |class| PyErr::from_type(class, err.to_string()))
-        }),
-        err => PyValueError::new_err(err.to_string()),
-    })?;
+    let location = store_path.to_string_lossy();
+    #[allow(clippy::result_large_err)] // once per opening
+    let opened = zarrs_gpu::store_with_options(&location, &options)
+        .and_then(|store| zarrs_gpu::open_array_in(&store, &store_path, array, "array=..."))
+        .map_err(|err| match err {
+            // zarr-python raises its ArrayNotFoundError here; ours is a FileNotFoundError and a
+            // ValueError as zarr's is (zarrs_gpu/errors.py says why it is not zarr's class).
+            zarrs_gpu::OpenError::NodeNotFound { .. } => Python::with_gil(|py| {
+                py.import("zarrs_gpu.errors")
+                    .and_then(|m| m.getattr("ArrayNotFoundError"))
+                    .and_then(|class| Ok(class.downcast_into::<pyo3::types::PyType>()?))
+                    .map_or_else(|e| e, |class| PyErr::from_type(class, err.to_string()))
+            }),
+            err => PyValueError::new_err(err.to_string()),
+        })?;
     let coalescer = Coalescer::new(config.coalesce_window().unwrap_or_default());
     Ok(PyZarrArray {
         array: Arc::new(opened),
@@ -1315,7 +1342,8 @@ fn open(
 /// Read `subset` of the Zarr array `array` of the store at `store_path` to GPU `device`: one
 /// call of `open(...).read(subset)`.
 #[pyfunction]
-#[pyo3(signature = (store_path, array="/", subset=None, *, device=0, backend=None, decode_trust=None))]
+#[pyo3(signature = (store_path, array="/", subset=None, *, device=0, backend=None, decode_trust=None, storage_options=None))]
+#[allow(clippy::too_many_arguments)] // Python's keywords
 fn read(
     py: Python<'_>,
     store_path: PathBuf,
@@ -1324,8 +1352,9 @@ fn read(
     device: i128,
     backend: Option<&str>,
     decode_trust: Option<&str>,
+    storage_options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyDeviceArray> {
-    open(store_path, array, device, backend, decode_trust, "r")?.read(py, subset)
+    open(store_path, array, device, backend, decode_trust, "r", storage_options)?.read(py, subset)
 }
 
 /// Give back to the driver the device memory (and pinned host memory) this package keeps idle

@@ -70,6 +70,9 @@ pub enum IoPath {
     Posix,
     /// A non-GDS zarrs store: its reads staged through pinned host memory.
     Staged,
+    /// An object store: many ranged GETs in flight, each value copied through pinned host memory
+    /// to the device as it arrives.
+    Remote,
 }
 
 impl fmt::Display for IoPath {
@@ -78,6 +81,7 @@ impl fmt::Display for IoPath {
             Self::Gds => "gds (cuFile)",
             Self::Posix => "posix (parallel pread + pinned + async copy)",
             Self::Staged => "staged (store reads + pinned + async copy)",
+            Self::Remote => "remote (concurrent ranged GETs + pinned + async copy)",
         })
     }
 }

@@ -43,6 +43,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! [`RemoteStore`] is the store for arrays in object stores (S3 and S3-compatible servers,
+//! HTTP(S), any `object_store` or async zarrs store): zarrs' synchronous traits over them, and
+//! [`RemoteStore::fetch_many`], many ranged GETs in flight, for the device reader. [`AnyStore`]
+//! is either store, chosen from a path or a URL ([`AnyStore::open`]).
+//!
 //! ## Licence
 //! `zarrs_gds_store` is licensed under either of the Apache License, Version 2.0 or the MIT
 //! license, at your option.
@@ -53,13 +58,17 @@ mod backend;
 mod cufile;
 mod error;
 mod file;
+mod remote;
 mod store;
+mod stores;
 mod write;
 
 pub use backend::{IoBackend, IoPath, IoStatus, BACKEND_ENV};
 pub use cufile::CUFILE_LIBRARY_ENV;
 pub use error::ReadError;
+pub use remote::{RemoteRange, RemoteStore, DEFAULT_CONCURRENCY};
 pub use store::{DeviceReadOutcome, GdsRanges, GdsStore, GdsStoreOptions, ValueRange};
+pub use stores::AnyStore;
 pub use write::Durability;
 
 /// The cudarc version this crate is built with, for callers that share CUDA objects with it.
@@ -75,7 +84,9 @@ mod tests {
             ("cufile", include_str!("cufile.rs")),
             ("error", include_str!("error.rs")),
             ("file", include_str!("file.rs")),
+            ("remote", include_str!("remote.rs")),
             ("store", include_str!("store.rs")),
+            ("stores", include_str!("stores.rs")),
             ("write", include_str!("write.rs")),
         ];
         for (name, source) in modules {

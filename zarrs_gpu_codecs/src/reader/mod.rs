@@ -15,6 +15,7 @@ use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaStream};
 use rayon::prelude::*;
 
 mod error;
+mod remote;
 mod source;
 mod store;
 
@@ -504,22 +505,7 @@ impl DeviceReader {
         buf: &mut [u8],
         mirror: Option<DeviceMirror<'_>>,
     ) -> Result<Vec<bool>, DeviceReadError> {
-        // Saturating: an end past 2^64 lies outside any buffer and is refused below.
-        let mut spans: Vec<(u64, u64)> =
-            transfers.iter().map(|t| (t.at as u64, (t.at as u64).saturating_add(t.len as u64))).collect();
-        spans.sort_unstable();
-        let overlapping = spans.windows(2).any(|w| w[1].0 < w[0].1);
-        if overlapping || spans.last().is_some_and(|s| s.1 > buf.len() as u64) {
-            return Err(zarrs_storage::StorageError::Other(
-                "host read destinations overlap or lie outside the buffer".into(),
-            )
-            .into());
-        }
-        if mirror.as_ref().is_some_and(|m| m.len < buf.len()) {
-            return Err(
-                zarrs_storage::StorageError::Other("the device mirror is shorter than the host buffer".into()).into()
-            );
-        }
+        check_host_destinations(transfers, buf.len(), mirror.as_ref())?;
         let base = SendPtr(buf.as_mut_ptr());
         let lens: Vec<usize> = transfers.iter().map(|t| t.len).collect();
         let pieces = self.pieces(&lens);
@@ -654,6 +640,32 @@ impl DeviceReader {
         }
         first
     }
+}
+
+/// Host destinations must lie in a buffer of `buf_len` bytes, none overlapping another, and a
+/// device mirror must be as long as the buffer.
+fn check_host_destinations(
+    transfers: &[HostTransfer],
+    buf_len: usize,
+    mirror: Option<&DeviceMirror<'_>>,
+) -> Result<(), DeviceReadError> {
+    // Saturating: an end past 2^64 lies outside any buffer and is refused below.
+    let mut spans: Vec<(u64, u64)> =
+        transfers.iter().map(|t| (t.at as u64, (t.at as u64).saturating_add(t.len as u64))).collect();
+    spans.sort_unstable();
+    let overlapping = spans.windows(2).any(|w| w[1].0 < w[0].1);
+    if overlapping || spans.last().is_some_and(|s| s.1 > buf_len as u64) {
+        return Err(zarrs_storage::StorageError::Other(
+            "host read destinations overlap or lie outside the buffer".into(),
+        )
+        .into());
+    }
+    if mirror.is_some_and(|m| m.len < buf_len) {
+        return Err(
+            zarrs_storage::StorageError::Other("the device mirror is shorter than the host buffer".into()).into()
+        );
+    }
+    Ok(())
 }
 
 /// Read `piece`'s segments one after another into `host` and hand each run of them whose

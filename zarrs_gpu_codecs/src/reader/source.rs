@@ -1,4 +1,5 @@
-//! Where a read's stored bytes come from: a [`GdsStore`]'s files, or any zarrs store's values.
+//! Where a read's stored bytes come from: a [`GdsStore`]'s files, a [`RemoteStore`]'s objects, or
+//! any zarrs store's values.
 //! Chosen once per read (as kvikio's `FileHandle` chooses GDS or compat once), so that the
 //! pipeline's stages call one method per kind of read instead of matching on the store.
 
@@ -6,7 +7,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use zarrs_gds_store::{DeviceReadOutcome, GdsStore, IoBackend, IoPath};
+use zarrs_gds_store::{AnyStore, DeviceReadOutcome, GdsStore, IoBackend, IoPath, RemoteStore};
 use zarrs_storage::{ReadableStorageTraits, StorageError, StoreKey};
 
 use super::{DeviceMirror, DeviceReadError, DeviceReadRequest, DeviceReader, DeviceRowsRequest, HostReadRequest};
@@ -16,16 +17,28 @@ use super::{DeviceMirror, DeviceReadError, DeviceReadRequest, DeviceReader, Devi
 pub(crate) enum ReadSource<'a> {
     /// A `GdsStore`: its files, read with cuFile where native GDS is up, else parallel preads.
     Gds(&'a GdsStore),
+    /// An object store: many ranged GETs in flight, staged through pinned memory.
+    Remote(&'a RemoteStore),
     /// Any other store: its partial reads, staged through pinned memory.
     Store(&'a dyn ReadableStorageTraits),
 }
 
 impl<'a> ReadSource<'a> {
-    /// The source of a concrete store: a `GdsStore` is recognised as one.
+    /// The source of a concrete store: a `GdsStore` or a `RemoteStore` is recognised as one,
+    /// also behind an `AnyStore`.
     pub(crate) fn of<S: ReadableStorageTraits + 'static>(storage: &'a Arc<S>) -> Self {
-        match (storage.as_ref() as &dyn Any).downcast_ref::<GdsStore>() {
-            Some(store) => Self::Gds(store),
-            None => Self::Store(storage.as_ref()),
+        let any = storage.as_ref() as &dyn Any;
+        if let Some(store) = any.downcast_ref::<GdsStore>() {
+            Self::Gds(store)
+        } else if let Some(store) = any.downcast_ref::<RemoteStore>() {
+            Self::Remote(store)
+        } else if let Some(store) = any.downcast_ref::<AnyStore>() {
+            match store {
+                AnyStore::Gds(store) => Self::Gds(store),
+                AnyStore::Remote(store) => Self::Remote(store),
+            }
+        } else {
+            Self::Store(storage.as_ref())
         }
     }
 
@@ -39,6 +52,7 @@ impl<'a> ReadSource<'a> {
     pub(crate) fn storage(self) -> &'a dyn ReadableStorageTraits {
         match self {
             Self::Gds(store) => store,
+            Self::Remote(store) => store,
             Self::Store(store) => store,
         }
     }
@@ -47,7 +61,7 @@ impl<'a> ReadSource<'a> {
     pub(crate) fn gds(self) -> Option<&'a GdsStore> {
         match self {
             Self::Gds(store) => Some(store),
-            Self::Store(_) => None,
+            Self::Remote(_) | Self::Store(_) => None,
         }
     }
 
@@ -56,10 +70,21 @@ impl<'a> ReadSource<'a> {
         self.storage().size_key(key)
     }
 
+    /// The size of each key's value (None: missing): an object store's with many requests in
+    /// flight, other stores' in parallel on the reader's threads.
+    pub(crate) fn sizes(self, reader: &DeviceReader, keys: &[&StoreKey]) -> Result<Vec<Option<u64>>, StorageError> {
+        use rayon::prelude::*;
+        match self {
+            Self::Remote(store) => store.sizes(keys),
+            _ => reader.install(|| keys.par_iter().map(|key| self.size_key(key)).collect()),
+        }
+    }
+
     /// The I/O path a read staged through host memory (to be checked there) takes.
     pub(crate) fn host_path(self) -> IoPath {
         match self {
             Self::Gds(_) => IoPath::Posix,
+            Self::Remote(_) => IoPath::Remote,
             Self::Store(_) => IoPath::Staged,
         }
     }
@@ -70,7 +95,7 @@ impl<'a> ReadSource<'a> {
     pub(crate) fn reads_rows(self, backend: Option<IoBackend>) -> Result<bool, DeviceReadError> {
         match self {
             Self::Gds(store) => Ok(store.pread_reason(backend)?.is_some()),
-            Self::Store(_) => Ok(false),
+            Self::Remote(_) | Self::Store(_) => Ok(false),
         }
     }
 
@@ -91,6 +116,7 @@ impl<'a> ReadSource<'a> {
         unsafe {
             match self {
                 Self::Gds(store) => reader.read_gds_to_device(store, requests, backend, stream),
+                Self::Remote(store) => reader.read_remote_to_device(store, requests, stream),
                 Self::Store(store) => reader.read_store_to_device(store, requests, stream),
             }
         }
@@ -107,6 +133,7 @@ impl<'a> ReadSource<'a> {
     ) -> Result<Vec<bool>, DeviceReadError> {
         match self {
             Self::Gds(store) => reader.read_gds_to_host(store, requests, buf, mirror),
+            Self::Remote(store) => reader.read_remote_to_host(store, requests, buf, mirror),
             Self::Store(store) => reader.read_store_to_host(store, requests, buf, mirror),
         }
     }
@@ -126,7 +153,9 @@ impl<'a> ReadSource<'a> {
             // SAFETY: the caller's contract.
             Self::Gds(store) => unsafe { reader.read_gds_rows_to_device(store, rows, stream) },
             // Never planned (`reads_rows` is false): refused rather than read wrongly.
-            Self::Store(_) => Err(StorageError::Other("rows are read from a GdsStore only".into()).into()),
+            Self::Remote(_) | Self::Store(_) => {
+                Err(StorageError::Other("rows are read from a GdsStore only".into()).into())
+            }
         }
     }
 }

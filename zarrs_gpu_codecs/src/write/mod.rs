@@ -18,7 +18,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use rayon::prelude::*;
 use zarrs::array::{Array, ArraySubset, ElementOwned};
-use zarrs_gds_store::GdsStore;
+use zarrs_gds_store::{AnyStore, GdsStore};
 use zarrs_storage::{Bytes, ReadableWritableStorageTraits, StoreKey};
 
 use crate::config::GpuConfig;
@@ -834,7 +834,9 @@ fn store_batch<S: ReadableWritableStorageTraits + 'static>(
         sets.into_iter().filter_map(|(key, value)| value.map(|v| ((*key).clone(), v))).collect();
     // A GdsStore writes them as one, from the pinned buffer: every file flushed in parallel, each
     // directory once. Other stores take owned bytes.
-    match (storage.as_ref() as &dyn std::any::Any).downcast_ref::<GdsStore>() {
+    let any = storage.as_ref() as &dyn std::any::Any;
+    let gds = any.downcast_ref::<GdsStore>().or_else(|| any.downcast_ref::<AnyStore>().and_then(AnyStore::gds));
+    match gds {
         Some(store) => store.set_many(&sets).map_err(|e| GpuError::Array(e.into()))?,
         None => sets
             .par_iter()

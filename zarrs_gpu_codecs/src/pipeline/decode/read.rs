@@ -2,7 +2,6 @@
 //! straight into the output) and made from the read's source, into pinned memory mirrored to the
 //! device or straight into device memory.
 
-use rayon::prelude::*;
 use zarrs_storage::StoreKey;
 
 use super::budget::meta_len;
@@ -19,19 +18,19 @@ use crate::report::RetrieveReport;
 /// earlier ones.
 fn stored_spans(job: &Job<'_>, batch: &[usize]) -> Result<Vec<Option<(u64, u64)>>, GpuError> {
     let units = job.units;
-    job.context.reader().install(|| {
-        batch
-            .par_iter()
-            .map(|&u| match units[u].source {
-                Source::Whole => {
-                    let size = job.source.size_key(&units[u].placement.key).map_err(|e| GpuError::Array(e.into()))?;
-                    size.map(|len| whole_span(&units[u], len)).transpose()
-                }
-                Source::Range { offset, len } => Ok(Some((offset, len))),
-                Source::Missing => Ok(None),
-            })
-            .collect()
-    })
+    let whole: Vec<&StoreKey> =
+        batch.iter().filter(|&&u| units[u].source == Source::Whole).map(|&u| &units[u].placement.key).collect();
+    let mut sizes = job.source.sizes(job.context.reader(), &whole).map_err(|e| GpuError::Array(e.into()))?.into_iter();
+    batch
+        .iter()
+        .map(|&u| match units[u].source {
+            Source::Whole => {
+                sizes.next().expect("a size per whole unit").map(|len| whole_span(&units[u], len)).transpose()
+            }
+            Source::Range { offset, len } => Ok(Some((offset, len))),
+            Source::Missing => Ok(None),
+        })
+        .collect()
 }
 
 /// The span of `unit`'s whole value of `len` bytes, its size checked as soon as it is learned,

@@ -1,0 +1,141 @@
+//! Real object store servers on loopback for the remote store's tests: `s3s-fs` (an S3 server
+//! over a directory, from the Rust registry) and RangeHTTPServer (Python's HTTP server with
+//! `Range` support, from PyPI), both installed by `.ci/run`. Each serves a fresh directory; the
+//! servers are killed when dropped. Shared by the test binaries that include it with `#[path]`.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use zarrs_gpu::RemoteStore;
+
+/// The S3 server's credentials (loopback only).
+pub(crate) const ACCESS_KEY: &str = "zarrs-gpu-test";
+pub(crate) const SECRET_KEY: &str = "zarrs-gpu-test-secret-0123456789";
+/// The S3 server's bucket: a directory under its root.
+pub(crate) const BUCKET: &str = "volumes";
+
+/// A free port on loopback (the next bind may race another process: rare, and an error then).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free loopback port").port()
+}
+
+/// Wait until `port` accepts connections, or fail naming `what`.
+fn wait_for(port: u16, child: &mut Child, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited before listening ({status})");
+        }
+        assert!(Instant::now() < deadline, "{what} did not listen on port {port} within 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A program: `$VAR` where set, else `default` under the checkout where it exists, else `name`
+/// on the PATH.
+fn program(var: &str, default: &str, name: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(var) {
+        return PathBuf::from(path);
+    }
+    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join(default);
+    if local.exists() {
+        local
+    } else {
+        PathBuf::from(name)
+    }
+}
+
+/// A running server and the directory it serves.
+pub(crate) struct Server {
+    child: Child,
+    pub(crate) port: u16,
+    /// The directory served (the S3 server's root: `root/BUCKET` is the bucket).
+    pub(crate) root: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// `s3s-fs` serving a fresh directory holding the empty bucket [`BUCKET`]
+    /// (`S3S_FS` names the binary; `.ci/run` installs it under `target/tools/bin`).
+    pub(crate) fn s3() -> Self {
+        let root = tempfile::tempdir().expect("a temporary directory");
+        std::fs::create_dir(root.path().join(BUCKET)).expect("the bucket's directory");
+        let port = free_port();
+        let bin = program("S3S_FS", "target/tools/bin/s3s-fs", "s3s-fs");
+        let mut child = Command::new(&bin)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+            .arg(root.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {} (S3S_FS; .ci/run installs it): {e}", bin.display()));
+        wait_for(port, &mut child, "s3s-fs");
+        Self { child, port, root }
+    }
+
+    /// RangeHTTPServer serving a fresh directory (`RANGE_HTTP_PYTHON` names a Python that has
+    /// it; `.ci/run` installs it in `target/interop-venv`).
+    pub(crate) fn http() -> Self {
+        let root = tempfile::tempdir().expect("a temporary directory");
+        let port = free_port();
+        let python = program("RANGE_HTTP_PYTHON", "target/interop-venv/bin/python", "python3");
+        let mut child = Command::new(&python)
+            .args(["-m", "RangeHTTPServer", &port.to_string(), "--bind", "127.0.0.1"])
+            .current_dir(root.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting RangeHTTPServer with {}: {e}", python.display()));
+        wait_for(port, &mut child, "RangeHTTPServer");
+        Self { child, port, root }
+    }
+
+    /// Stop the server now (a server that went away).
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The S3 URL of `prefix` in the bucket, and its options.
+    pub(crate) fn s3_url(&self, prefix: &str) -> (String, Vec<(String, String)>) {
+        let options = [
+            ("aws_endpoint", format!("http://127.0.0.1:{}", self.port)),
+            ("aws_region", "us-east-1".to_string()),
+            ("aws_access_key_id", ACCESS_KEY.to_string()),
+            ("aws_secret_access_key", SECRET_KEY.to_string()),
+            ("allow_http", "true".to_string()),
+            ("aws_virtual_hosted_style_request", "false".to_string()),
+        ];
+        (format!("s3://{BUCKET}/{prefix}"), options.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    }
+
+    /// The S3 store of `prefix` in the bucket.
+    pub(crate) fn s3_store(&self, prefix: &str) -> RemoteStore {
+        let (url, options) = self.s3_url(prefix);
+        RemoteStore::from_url(&url, options).expect("the S3 store")
+    }
+
+    /// The HTTP store of `prefix` under the served directory.
+    pub(crate) fn http_store(&self, prefix: &str) -> RemoteStore {
+        let url = format!("http://127.0.0.1:{}/{prefix}", self.port);
+        RemoteStore::from_url(&url, [("allow_http", "true")]).expect("the HTTP store")
+    }
+
+    /// Where `prefix` of the bucket (S3) or the served directory (HTTP) lies on disk.
+    pub(crate) fn dir(&self, prefix: &str, s3: bool) -> PathBuf {
+        if s3 {
+            self.root.path().join(BUCKET).join(prefix)
+        } else {
+            self.root.path().join(prefix)
+        }
+    }
+}

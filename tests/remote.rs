@@ -1,0 +1,311 @@
+//! `RemoteStore` against real servers on loopback (`s3s-fs` for S3, RangeHTTPServer for HTTP):
+//! zarrs' host reads through it equal the same arrays read from their directories, writes
+//! through S3 land, and failures (a server gone, a server that dies mid-response, wrong
+//! credentials) are errors naming the chunk, within a bounded time, that never show a secret.
+//!
+//! The servers are installed by `.ci/run` (`target/tools/bin/s3s-fs`, RangeHTTPServer in
+//! `target/interop-venv`); the tests that need them are `#[ignore]`d so that a machine without
+//! them names them as not run, and CI runs them with `--ignored`.
+
+#[path = "common/servers.rs"]
+mod servers;
+
+use std::error::Error;
+use std::io::{Read, Write};
+use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use servers::{Server, SECRET_KEY};
+use zarrs::array::codec::{Crc32cCodec, GzipCodec, ShardingCodecBuilder, ZstdCodec};
+use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, DataType};
+use zarrs::filesystem::FilesystemStore;
+use zarrs_gpu::{AnyStore, RemoteRange, RemoteStore};
+use zarrs_storage::{ListableStorageTraits, ReadableStorageTraits, StorageError, StoreKey, StorePrefix};
+
+type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
+
+const SERVERS: &str = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)";
+
+/// The arrays each server holds: a name, its data type and how it is built.
+fn build(name: &str, store: Arc<FilesystemStore>) -> Result<Array<FilesystemStore>> {
+    let nz = |s: &[u64]| s.iter().map(|&n| NonZeroU64::new(n).unwrap()).collect::<Vec<_>>();
+    let (shape, chunks, data_type): (Vec<u64>, Vec<u64>, DataType) = match name {
+        "raw" => (vec![37, 50, 21], vec![16, 16, 8], data_type::float32()),
+        "zstd" => (vec![40, 33], vec![8, 16], data_type::uint16()),
+        "gzip" => (vec![29, 31], vec![10, 10], data_type::int32()),
+        _ => (vec![64, 48], vec![32, 24], data_type::float32()),
+    };
+    let fill = match name {
+        "zstd" => zarrs::array::FillValue::from(0u16),
+        "gzip" => zarrs::array::FillValue::from(7i32),
+        _ => zarrs::array::FillValue::from(-1.5f32),
+    };
+    let mut builder = ArrayBuilder::new(shape.clone(), chunks, data_type, fill);
+    match name {
+        "raw" => builder.bytes_to_bytes_codecs(vec![]),
+        "zstd" => builder.bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, false)), Arc::new(Crc32cCodec::new())]),
+        "gzip" => builder.bytes_to_bytes_codecs(vec![Arc::new(GzipCodec::new(5)?)]),
+        _ => builder.array_to_bytes_codec(
+            ShardingCodecBuilder::new(nz(&[8, 8]), &data_type::float32())
+                .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(1, true))])
+                .build_arc(),
+        ),
+    };
+    let array = builder.build(store, &format!("/{name}.zarr"))?;
+    array.store_metadata()?;
+    // Random values, every fifth chunk left unwritten (missing: the fill value).
+    let mut rng = StdRng::seed_from_u64(name.len() as u64);
+    let elem = array.data_type().fixed_size().unwrap();
+    for (n, indices) in array.chunks_in_array_subset(&array.subset_all())?.unwrap().indices().into_iter().enumerate() {
+        if n % 5 == 2 {
+            continue;
+        }
+        let len = array.chunk_subset(&indices)?.num_elements_usize() * elem;
+        let bytes: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        array.store_chunk(&indices, ArrayBytes::new_flen(bytes))?;
+    }
+    Ok(array)
+}
+
+const NAMES: [&str; 4] = ["raw", "zstd", "gzip", "sharded"];
+
+/// Every array written into the directory `dir` (the bucket, or the HTTP server's root).
+fn write_arrays(dir: &std::path::Path) -> Result<Vec<Array<FilesystemStore>>> {
+    std::fs::create_dir_all(dir)?;
+    let store = Arc::new(FilesystemStore::new(dir)?);
+    NAMES.iter().map(|name| build(name, store.clone())).collect()
+}
+
+/// Subsets of `shape`: the whole array, an edge box, and a few random boxes.
+fn subsets(shape: &[u64], rng: &mut StdRng) -> Vec<ArraySubset> {
+    let mut out = vec![ArraySubset::new_with_shape(shape.to_vec())];
+    out.push(ArraySubset::new_with_ranges(&shape.iter().map(|&s| (s - s / 3)..s).collect::<Vec<_>>()));
+    for _ in 0..4 {
+        let ranges: Vec<_> = shape
+            .iter()
+            .map(|&s| {
+                let a = rng.random_range(0..s);
+                a..rng.random_range(a + 1..=s)
+            })
+            .collect();
+        out.push(ArraySubset::new_with_ranges(&ranges));
+    }
+    out
+}
+
+/// zarrs' reads of every array through `store` equal its reads from the directory.
+fn reads_equal(local: &[Array<FilesystemStore>], store: &Arc<RemoteStore>, what: &str) -> Result {
+    let mut rng = StdRng::seed_from_u64(3);
+    for built in local {
+        let path = built.path().as_str();
+        let want = Array::open(built.storage(), path)?;
+        let remote = Array::open(store.clone(), path)?;
+        assert_eq!(remote.metadata(), want.metadata(), "{what} {path}");
+        for subset in subsets(want.shape(), &mut rng) {
+            let a = remote.retrieve_array_subset::<ArrayBytes<'static>>(&subset)?.into_fixed()?.into_owned();
+            let b = want.retrieve_array_subset::<ArrayBytes<'static>>(&subset)?.into_fixed()?.into_owned();
+            assert!(a == b, "{what} {path} {subset:?}: the remote read differs from the directory's");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)"]
+fn s3_and_http_reads_equal_the_directory_reads() -> Result {
+    let _ = SERVERS;
+    let s3 = Server::s3();
+    let local = write_arrays(&s3.dir("", true))?;
+    reads_equal(&local, &Arc::new(s3.s3_store("")), "s3")?;
+    // A prefix in the URL: keys are under it.
+    let nested = write_arrays(&s3.dir("a/b", true))?;
+    reads_equal(&nested, &Arc::new(s3.s3_store("a/b")), "s3 prefix")?;
+    let http = Server::http();
+    let local = write_arrays(&http.dir("data", false))?;
+    reads_equal(&local, &Arc::new(http.http_store("data")), "http")?;
+    // Opened by URL as the command line and Python do: an AnyStore holding a RemoteStore.
+    let (url, options) = s3.s3_url("");
+    let any = AnyStore::open(&url, options.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+    assert!(any.remote().is_some());
+    let array = Array::open(Arc::new(any), "/zstd.zarr")?;
+    let subset = array.subset_all();
+    let want = Array::open(Arc::new(FilesystemStore::new(s3.dir("", true))?), "/zstd.zarr")?;
+    assert!(
+        array.retrieve_array_subset::<ArrayBytes<'static>>(&subset)?.into_fixed()?.into_owned()
+            == want.retrieve_array_subset::<ArrayBytes<'static>>(&subset)?.into_fixed()?.into_owned()
+    );
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)"]
+fn fetch_many_hands_over_each_range_sizes_and_missing_keys() -> Result {
+    for (server, s3) in [(Server::s3(), true), (Server::http(), false)] {
+        let dir = server.dir("f", s3);
+        write_arrays(&dir)?;
+        let store = if s3 { server.s3_store("f") } else { server.http_store("f") }.with_concurrency(3);
+        let key = StoreKey::new("gzip.zarr/c/1/2")?;
+        let file = std::fs::read(dir.join("gzip.zarr/c/1/2"))?;
+        let len = file.len() as u64;
+        let ranges = vec![
+            RemoteRange { key: key.clone(), offset: 0, len },
+            RemoteRange { key: key.clone(), offset: 5, len: len - 9 },
+            RemoteRange { key: StoreKey::new("gzip.zarr/c/9/9")?, offset: 0, len: 4 },
+            RemoteRange { key: StoreKey::new("raw.zarr/c/1/1/1")?, offset: 1000, len: 3000 },
+            RemoteRange { key: key.clone(), offset: 3, len: 0 },
+        ];
+        let mut got = vec![None; ranges.len()];
+        store.fetch_many(&ranges, |i, bytes| {
+            got[i] = Some(bytes);
+            Ok::<(), StorageError>(())
+        })?;
+        let raw = std::fs::read(dir.join("raw.zarr/c/1/1/1"))?;
+        assert_eq!(got[0].clone().unwrap().unwrap().as_ref(), &file[..]);
+        assert_eq!(got[1].clone().unwrap().unwrap().as_ref(), &file[5..file.len() - 4]);
+        assert_eq!(got[2], Some(None), "a missing key is None");
+        assert_eq!(got[3].clone().unwrap().unwrap().as_ref(), &raw[1000..4000]);
+        assert_eq!(got[4].clone().unwrap().unwrap().len(), 0);
+        // Past the value's end: an error naming the key.
+        let past = [RemoteRange { key: key.clone(), offset: len - 2, len: 10 }];
+        let err = store.fetch_many(&past, |_, _| Ok::<(), StorageError>(())).unwrap_err().to_string();
+        assert!(err.contains("gzip.zarr/c/1/2"), "{err}");
+        let sizes = store.sizes(&[&key, &StoreKey::new("nothing/here")?])?;
+        assert_eq!(sizes, vec![Some(len), None]);
+        // A zarrs partial read of a missing key is None; a suffix read is the value's end.
+        assert_eq!(store.get(&StoreKey::new("gzip.zarr/c/9/9")?)?, None);
+        let suffix = store.get_partial(&key, zarrs_storage::byte_range::ByteRange::Suffix(6))?.unwrap();
+        assert_eq!(suffix.as_ref(), &file[file.len() - 6..]);
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)"]
+fn writes_through_s3_land_and_list() -> Result {
+    let server = Server::s3();
+    let store = Arc::new(server.s3_store("w"));
+    let array = ArrayBuilder::new(vec![20, 30], vec![8, 8], data_type::float32(), 0.0f32)
+        .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, false))])
+        .build(store.clone(), "/out.zarr")?;
+    array.store_metadata()?;
+    let values: Vec<f32> = (0..600).map(|i| i as f32 * 0.5).collect();
+    array.store_array_subset(&array.subset_all(), &values)?;
+    // A chunk of fill values only is erased, as zarrs does on any store.
+    array.store_chunk(&[0, 0], vec![0.0f32; 64])?;
+    let local = Array::open(Arc::new(FilesystemStore::new(server.dir("w", true))?), "/out.zarr")?;
+    let mut want = values.clone();
+    for y in 0..8 {
+        for x in 0..8 {
+            want[y * 30 + x] = 0.0;
+        }
+    }
+    assert_eq!(local.retrieve_array_subset::<Vec<f32>>(&local.subset_all())?, want);
+    assert!(!server.dir("w", true).join("out.zarr/c/0/0").exists());
+    let keys = store.list_prefix(&StorePrefix::new("out.zarr/")?)?;
+    assert!(keys.contains(&StoreKey::new("out.zarr/zarr.json")?) && keys.contains(&StoreKey::new("out.zarr/c/2/3")?));
+    assert!(!keys.contains(&StoreKey::new("out.zarr/c/0/0")?));
+    let dir = store.list_dir(&StorePrefix::new("out.zarr/")?)?;
+    assert_eq!(dir.keys(), &[StoreKey::new("out.zarr/zarr.json")?]);
+    assert_eq!(dir.prefixes(), &[StorePrefix::new("out.zarr/c/")?]);
+    Ok(())
+}
+
+/// A server that answers every request with a 200 whose body stops a long way short of its
+/// length, then closes the connection.
+fn dying_server() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n");
+            let _ = stream.write_all(&[7u8; 1000]);
+        }
+    });
+    port
+}
+
+#[test]
+#[ignore = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)"]
+fn a_server_gone_or_dying_mid_read_is_an_error_naming_the_chunk_never_a_hang() -> Result {
+    // Dies mid-response, every time: retried, then an error naming the key.
+    let port = dying_server();
+    let store = RemoteStore::from_url(&format!("http://127.0.0.1:{port}/x"), [("allow_http", "true")])?;
+    let start = Instant::now();
+    let ranges = [RemoteRange { key: StoreKey::new("arr/c/4/2")?, offset: 0, len: 100_000 }];
+    let err = store.fetch_many(&ranges, |_, _| Ok::<(), StorageError>(())).unwrap_err().to_string();
+    assert!(err.contains("arr/c/4/2"), "{err}");
+    assert!(start.elapsed() < Duration::from_mins(1), "took {:?}", start.elapsed());
+    // A server gone: reads of an array opened before are errors naming the chunk.
+    let mut server = Server::s3();
+    write_arrays(&server.dir("", true))?;
+    let (url, mut options) = server.s3_url("");
+    options.push(("max_retries".into(), "1".into()));
+    let array = Array::open(Arc::new(RemoteStore::from_url(&url, options)?), "/gzip.zarr")?;
+    server.kill();
+    let start = Instant::now();
+    let err = array.retrieve_chunk::<ArrayBytes<'static>>(&[1, 2]).unwrap_err().to_string();
+    assert!(err.contains("gzip.zarr/c/1/2"), "{err}");
+    assert!(start.elapsed() < Duration::from_mins(1), "took {:?}", start.elapsed());
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)"]
+fn credentials_are_used_and_never_shown() -> Result {
+    let server = Server::s3();
+    write_arrays(&server.dir("", true))?;
+    let (url, options) = server.s3_url("");
+    let wrong: Vec<(String, String)> =
+        options
+            .iter()
+            .map(|(k, v)| {
+                if k == "aws_secret_access_key" {
+                    (k.clone(), "not-the-secret".into())
+                } else {
+                    (k.clone(), v.clone())
+                }
+            })
+            .collect();
+    let store = RemoteStore::from_url(&url, wrong)?;
+    let err = store.get(&StoreKey::new("zstd.zarr/zarr.json")?).unwrap_err().to_string();
+    assert!(err.contains("zstd.zarr/zarr.json") && !err.contains("not-the-secret"), "{err}");
+    // fsspec's names (zarr-python's storage_options) are taken too; the store shows no secret.
+    let fsspec = [
+        ("endpoint_url", format!("http://127.0.0.1:{}", server.port)),
+        ("key", servers::ACCESS_KEY.to_string()),
+        ("secret", SECRET_KEY.to_string()),
+        ("region_name", "us-east-1".to_string()),
+        ("allow_http", "True".to_string()),
+    ];
+    let store = RemoteStore::from_url(&url, fsspec)?;
+    assert!(store.get(&StoreKey::new("zstd.zarr/zarr.json")?)?.is_some());
+    for shown in [format!("{store}"), format!("{store:?}")] {
+        assert!(!shown.contains(SECRET_KEY), "{shown}");
+    }
+    // Credentials in the URL itself are left out of every message.
+    let err = RemoteStore::from_url("s3://user:hunter2@bucket/x", [("no_such_option", "1")]).unwrap_err().to_string();
+    assert!(err.contains("no_such_option") && !err.contains("hunter2"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn urls_and_options_are_checked_before_any_request() {
+    for (url, option, expected) in [
+        ("s3://bucket/x", ("no_such_option", "1"), "no_such_option"),
+        ("http://127.0.0.1:1/x", ("aws_region", "us-east-1"), "aws_region"),
+        ("s3://bucket/x", ("max_retries", "many"), "max_retries"),
+        ("gs://bucket/x", ("timeout", "1s"), "s3, http, https"),
+    ] {
+        let err = RemoteStore::from_url(url, [option]).unwrap_err().to_string();
+        assert!(err.contains(expected), "{url} {option:?}: {err}");
+    }
+    assert!(AnyStore::is_url("s3://b/x") && AnyStore::is_url("HTTPS://h/x") && !AnyStore::is_url("/data/x.zarr"));
+    let err = AnyStore::open("/tmp", [("endpoint_url", "x")]).unwrap_err().to_string();
+    assert!(err.contains("no storage options"), "{err}");
+}

@@ -1,0 +1,564 @@
+//! [`RemoteStore`]: object stores (S3 and S3-compatible servers, HTTP(S)) and any async zarrs
+//! store, read through zarrs' synchronous traits, with many ranged GETs in flight at once for the
+//! device reader ([`RemoteStore::fetch_many`]).
+//!
+//! One tokio runtime serves every remote store of the process: HTTP clients keep pooled
+//! connections tied to the runtime that opened them.
+
+use std::fmt;
+use std::future::Future;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::http::HttpBuilder;
+use object_store::path::Path as ObjectPath;
+use object_store::prefix::PrefixStore;
+use object_store::{
+    ClientConfigKey, GetOptions, GetRange, ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutPayload, RetryConfig,
+};
+use zarrs_storage::byte_range::{ByteRange, ByteRangeIterator};
+use zarrs_storage::{
+    AsyncReadableStorageTraits, Bytes, ListableStorageTraits, MaybeBytes, MaybeBytesIterator, OffsetBytesIterator,
+    ReadableStorageTraits, StorageError, StoreKey, StoreKeys, StoreKeysPrefixes, StorePrefix, StorePrefixes,
+    WritableStorageTraits,
+};
+
+/// Ranged GETs a [`RemoteStore`] keeps in flight by default.
+pub const DEFAULT_CONCURRENCY: usize = 64;
+
+/// Retries of a failed request (5xx, timeouts, dropped connections) with exponential backoff, and
+/// the time after which a request is no longer retried: a server that dies mid-read is an error
+/// within about a minute, never a hang.
+const MAX_RETRIES: usize = 3;
+const RETRY_TIMEOUT: Duration = Duration::from_mins(1);
+/// Per request; object_store's default too (`timeout` in the options sets another).
+const REQUEST_TIMEOUT: &str = "30s";
+const CONNECT_TIMEOUT: &str = "5s";
+
+/// The process's runtime for remote stores (a few threads: the work is waiting on sockets).
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        let threads = std::thread::available_parallelism().map_or(4, std::num::NonZero::get).clamp(2, 8);
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("zarrs-remote")
+            .enable_all()
+            .build()
+            .expect("a tokio runtime for remote stores")
+    })
+}
+
+/// Run `future` to completion on the remote stores' runtime. From a thread already inside a
+/// tokio runtime (where `block_on` would panic) the thread waits for it with the remote runtime
+/// entered, so that the requests it spawns run there.
+fn block_on<F: Future>(future: F) -> F::Output {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        let _entered = runtime().enter();
+        futures::executor::block_on(future)
+    } else {
+        runtime().block_on(future)
+    }
+}
+
+/// What a [`RemoteStore`] reads from.
+#[derive(Clone)]
+enum Backend {
+    /// An object store (its paths relative to the store's root prefix).
+    Object(Arc<dyn ObjectStore>),
+    /// Any async zarrs store (reads only).
+    Async(Arc<dyn AsyncReadableStorageTraits>),
+}
+
+/// One ranged read of [`RemoteStore::fetch_many`]: `len` bytes of `key` from `offset`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteRange {
+    /// The key.
+    pub key: StoreKey,
+    /// The first byte.
+    pub offset: u64,
+    /// How many bytes (a value shorter than `offset + len` is an error).
+    pub len: u64,
+}
+
+/// A zarrs store over an object store or any async zarrs store: zarrs' synchronous traits (each
+/// call waits for its requests, a value's ranges fetched together), and for the device pipeline
+/// [`Self::fetch_many`], which keeps many ranged GETs in flight and hands each value over as it
+/// arrives.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// let store = zarrs_gds_store::RemoteStore::from_url(
+///     "s3://bucket/volume.zarr",
+///     [("endpoint", "http://127.0.0.1:9000"), ("region", "us-east-1")],
+/// )?;
+/// let array = zarrs::array::Array::open(Arc::new(store), "/0")?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RemoteStore {
+    backend: Backend,
+    /// What it reads, for messages: a URL without credentials, or the store's own name.
+    name: String,
+    concurrency: usize,
+}
+
+impl fmt::Debug for RemoteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The backend is left out: an object store's Debug may show its credentials.
+        f.debug_struct("RemoteStore")
+            .field("name", &self.name)
+            .field("concurrency", &self.concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for RemoteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// An option of [`RemoteStore::from_url`] under the name object_store gives it, fsspec's names
+/// (`storage_options` of zarr-python and s3fs) translated.
+fn option_name(key: &str) -> &str {
+    match key {
+        "key" => "aws_access_key_id",
+        "secret" => "aws_secret_access_key",
+        "token" => "aws_session_token",
+        "endpoint_url" => "aws_endpoint",
+        "region_name" => "aws_region",
+        "anon" => "aws_skip_signature",
+        other => other,
+    }
+}
+
+/// fsspec's booleans (`anon=True` arrives as "True") as object_store parses them.
+fn option_value(value: &str) -> String {
+    match value {
+        "True" => "true".to_string(),
+        "False" => "false".to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn config_error(url: &str, what: impl fmt::Display) -> StorageError {
+    StorageError::Other(format!("{}: {what}", without_credentials(url)))
+}
+
+/// `url` without user information or query (which may carry credentials or signatures).
+fn without_credentials(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.set_query(None);
+            parsed.to_string()
+        }
+        Err(_) => url.split(['?', '#']).next().unwrap_or_default().to_string(),
+    }
+}
+
+impl RemoteStore {
+    /// A store over `store`, its keys the store's paths.
+    #[must_use]
+    pub fn new(store: Arc<dyn ObjectStore>) -> Self {
+        let name = store.to_string();
+        Self { backend: Backend::Object(store), name, concurrency: DEFAULT_CONCURRENCY }
+    }
+
+    /// A store over any async zarrs store (reads only: listing and writes are errors).
+    #[must_use]
+    pub fn from_async(store: Arc<dyn AsyncReadableStorageTraits>, name: impl Into<String>) -> Self {
+        Self { backend: Backend::Async(store), name: name.into(), concurrency: DEFAULT_CONCURRENCY }
+    }
+
+    /// The store a URL names: `s3://bucket/prefix` (S3 and S3-compatible servers: credentials,
+    /// region and endpoint from the usual `AWS_*` environment, then `options`) or
+    /// `http(s)://host/prefix` (ranged GETs; listing needs WebDAV). `options` are object_store's
+    /// configuration keys (`aws_endpoint`, `aws_region`, `aws_access_key_id`, `allow_http`,
+    /// `timeout`, ...) or fsspec's (`endpoint_url`, `key`, `secret`, `anon`, ...), and
+    /// `max_retries`, `retry_timeout` (seconds) and `concurrency` (ranged GETs in flight).
+    ///
+    /// # Errors
+    /// Returns an error naming the URL (never its credentials) when it cannot be parsed, its
+    /// scheme has no store here, or an option is unknown or invalid.
+    pub fn from_url<K: AsRef<str>, V: AsRef<str>>(
+        url: &str,
+        options: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<Self, StorageError> {
+        let parsed = url::Url::parse(url).map_err(|e| config_error(url, e))?;
+        let (scheme, prefix) = ObjectStoreScheme::parse(&parsed).map_err(|e| config_error(url, e))?;
+        let mut concurrency = DEFAULT_CONCURRENCY;
+        let mut retry = RetryConfig { max_retries: MAX_RETRIES, retry_timeout: RETRY_TIMEOUT, ..Default::default() };
+        let mut settings: Vec<(String, String)> =
+            vec![("timeout".into(), REQUEST_TIMEOUT.into()), ("connect_timeout".into(), CONNECT_TIMEOUT.into())];
+        for (key, value) in options {
+            let (key, value) = (option_name(key.as_ref()), option_value(value.as_ref()));
+            match key {
+                "concurrency" => {
+                    concurrency = value.parse().map_err(|_| config_error(url, "concurrency: a count"))?;
+                }
+                "max_retries" => {
+                    retry.max_retries = value.parse().map_err(|_| config_error(url, "max_retries: a count"))?;
+                }
+                "retry_timeout" => {
+                    let secs: f64 = value.parse().map_err(|_| config_error(url, "retry_timeout: seconds"))?;
+                    retry.retry_timeout =
+                        Duration::try_from_secs_f64(secs).map_err(|_| config_error(url, "retry_timeout: seconds"))?;
+                }
+                _ => settings.push((key.to_string(), value)),
+            }
+        }
+        let store: Arc<dyn ObjectStore> = match scheme {
+            ObjectStoreScheme::AmazonS3 => {
+                let mut builder = AmazonS3Builder::from_env().with_url(url).with_retry(retry);
+                for (key, value) in settings {
+                    let key: AmazonS3ConfigKey =
+                        key.parse().map_err(|_| config_error(url, format!("unknown S3 option {key}")))?;
+                    builder = builder.with_config(key, value);
+                }
+                Arc::new(builder.build().map_err(|e| config_error(url, e))?)
+            }
+            ObjectStoreScheme::Http => {
+                let base = &parsed[..url::Position::BeforePath];
+                let mut builder = HttpBuilder::new().with_url(base).with_retry(retry);
+                for (key, value) in settings {
+                    let key: ClientConfigKey =
+                        key.parse().map_err(|_| config_error(url, format!("unknown HTTP option {key}")))?;
+                    builder = builder.with_config(key, value);
+                }
+                Arc::new(builder.build().map_err(|e| config_error(url, e))?)
+            }
+            other => {
+                return Err(config_error(url, format!("{other:?} URLs have no remote store here (s3, http, https)")))
+            }
+        };
+        let prefix = ObjectPath::parse(prefix).map_err(|e| config_error(url, e))?;
+        let store: Arc<dyn ObjectStore> =
+            if prefix.as_ref().is_empty() { store } else { Arc::new(PrefixStore::new(store, prefix)) };
+        let mut remote = Self::new(store).with_concurrency(concurrency);
+        remote.name = without_credentials(url);
+        Ok(remote)
+    }
+
+    /// Ranged GETs kept in flight by [`Self::fetch_many`] (at least 1).
+    #[must_use]
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency.max(1);
+        self
+    }
+
+    /// Ranged GETs kept in flight by [`Self::fetch_many`].
+    #[must_use]
+    pub fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+
+    fn object_path(key: &StoreKey) -> ObjectPath {
+        ObjectPath::from(key.as_str())
+    }
+
+    /// `range` of `key` (the whole value for `None`), None when the key does not exist.
+    async fn get(&self, key: &StoreKey, range: Option<GetRange>) -> Result<MaybeBytes, StorageError> {
+        let error = |e: object_store::Error| StorageError::Other(format!("{}: {key}: {e}", self.name));
+        match &self.backend {
+            Backend::Object(store) => {
+                // A suffix range as a bounded one, from the value's size: HTTP servers and
+                // S3-compatible ones that lack suffix ranges are common, and a HEAD is cheap.
+                let range = match range {
+                    Some(GetRange::Suffix(n)) => {
+                        let Some(size) = self.size(key).await? else { return Ok(None) };
+                        if size == 0 || n == 0 {
+                            return Ok(Some(Bytes::new()));
+                        }
+                        Some(GetRange::Bounded(size.saturating_sub(n)..size))
+                    }
+                    other => other,
+                };
+                let options = GetOptions { range, ..Default::default() };
+                match store.get_opts(&Self::object_path(key), options).await {
+                    Ok(result) => Ok(Some(result.bytes().await.map_err(error)?)),
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(e) => Err(error(e)),
+                }
+            }
+            Backend::Async(store) => {
+                let range = match range {
+                    None => ByteRange::FromStart(0, None),
+                    Some(GetRange::Bounded(r)) => ByteRange::FromStart(r.start, Some(r.end - r.start)),
+                    Some(GetRange::Offset(o)) => ByteRange::FromStart(o, None),
+                    Some(GetRange::Suffix(n)) => ByteRange::Suffix(n),
+                };
+                store.get_partial(key, range).await
+            }
+        }
+    }
+
+    /// `len` bytes of `key` from `offset`, exactly: a shorter value is an error naming the key.
+    async fn get_exact(&self, key: &StoreKey, offset: u64, len: u64) -> Result<MaybeBytes, StorageError> {
+        if len == 0 {
+            // A zero-length range is an error to S3; the value's existence is what is asked.
+            return Ok(self.size(key).await?.map(|_| Bytes::new()));
+        }
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| StorageError::Other(format!("{key}: bytes {offset} + {len} overflow u64")))?;
+        let bytes = self.get(key, Some(GetRange::Bounded(offset..end))).await?;
+        match bytes {
+            Some(bytes) if bytes.len() as u64 != len => Err(StorageError::Other(format!(
+                "{}: {key}: bytes {offset}..{end} asked, {} returned (the value is shorter)",
+                self.name,
+                bytes.len()
+            ))),
+            other => Ok(other),
+        }
+    }
+
+    async fn size(&self, key: &StoreKey) -> Result<Option<u64>, StorageError> {
+        match &self.backend {
+            Backend::Object(store) => match store.head(&Self::object_path(key)).await {
+                Ok(meta) => Ok(Some(meta.size)),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(StorageError::Other(format!("{}: {key}: {e}", self.name))),
+            },
+            Backend::Async(store) => store.size_key(key).await,
+        }
+    }
+
+    /// Fetch every range with up to [`Self::concurrency`] GETs in flight, calling `each` with the
+    /// range's index and its bytes (None: the key does not exist) as each arrives, in whatever
+    /// order they complete. Stops at the first error, of a GET or of `each`.
+    ///
+    /// # Errors
+    /// Returns the first failed GET's error (naming its key) or `each`'s.
+    pub fn fetch_many<E: From<StorageError>>(
+        &self,
+        ranges: &[RemoteRange],
+        mut each: impl FnMut(usize, Option<Bytes>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        block_on(async {
+            let mut fetched = futures::stream::iter(ranges.iter().enumerate())
+                .map(|(i, r)| async move { (i, self.get_exact(&r.key, r.offset, r.len).await) })
+                .buffer_unordered(self.concurrency);
+            while let Some((i, bytes)) = fetched.next().await {
+                each(i, bytes?)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The size of each key's value (None: missing), asked with many requests in flight.
+    ///
+    /// # Errors
+    /// Returns the first failed request's error.
+    pub fn sizes(&self, keys: &[&StoreKey]) -> Result<Vec<Option<u64>>, StorageError> {
+        block_on(async {
+            futures::stream::iter(keys.iter().map(|key| self.size(key))).buffered(self.concurrency).try_collect().await
+        })
+    }
+
+    fn object_store(&self, what: &str) -> Result<&Arc<dyn ObjectStore>, StorageError> {
+        match &self.backend {
+            Backend::Object(store) => Ok(store),
+            Backend::Async(_) => {
+                Err(StorageError::Unsupported(format!("{what} of {}: a read-only async store", self.name)))
+            }
+        }
+    }
+}
+
+/// A byte range of zarrs as object_store's (None: the whole value).
+fn get_range(range: ByteRange) -> Result<Option<GetRange>, StorageError> {
+    Ok(match range {
+        ByteRange::FromStart(0, None) => None,
+        ByteRange::FromStart(offset, None) => Some(GetRange::Offset(offset)),
+        ByteRange::FromStart(offset, Some(len)) => {
+            let end = offset
+                .checked_add(len)
+                .ok_or_else(|| StorageError::Other(format!("bytes {offset} + {len} overflow u64")))?;
+            Some(GetRange::Bounded(Range { start: offset, end }))
+        }
+        ByteRange::Suffix(len) => Some(GetRange::Suffix(len)),
+    })
+}
+
+/// Ranges of one value closer than this are fetched as one GET (a request costs more than the
+/// bytes between them).
+const COALESCE_GAP: u64 = 1 << 20;
+
+/// GETs one partial read of zarrs keeps in flight (zarrs reads chunks from many threads at once).
+const PARTIAL_CONCURRENCY: usize = 8;
+
+/// Spans to fetch `(offset, len)`, and per range its span and its offset in that span.
+type Coalesced = (Vec<(u64, u64)>, Vec<(usize, u64)>);
+
+/// Bounded ranges `(offset, len)` merged into spans whose gaps are at most [`COALESCE_GAP`].
+fn coalesce(ranges: &[(u64, u64)]) -> Coalesced {
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|&i| ranges[i].0);
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    let mut placed = vec![(0, 0); ranges.len()];
+    for i in order {
+        let (offset, len) = ranges[i];
+        let end = offset.saturating_add(len);
+        match spans.last_mut() {
+            Some((start, span_len)) if offset <= (*start + *span_len).saturating_add(COALESCE_GAP) => {
+                *span_len = (*span_len).max(end - *start);
+            }
+            _ => spans.push((offset, len)),
+        }
+        let span = spans.len() - 1;
+        placed[i] = (span, offset - spans[span].0);
+    }
+    (spans, placed)
+}
+
+impl RemoteStore {
+    /// Bounded ranges of `key`, nearby ones fetched together (exact lengths required).
+    async fn get_ranges(&self, key: &StoreKey, ranges: &[(u64, u64)]) -> Result<Option<Vec<Bytes>>, StorageError> {
+        let (spans, placed) = coalesce(ranges);
+        let fetched: Vec<MaybeBytes> = futures::stream::iter(spans.iter().map(|&(o, n)| self.get_exact(key, o, n)))
+            .buffered(PARTIAL_CONCURRENCY)
+            .try_collect()
+            .await?;
+        let Some(fetched) = fetched.into_iter().collect::<Option<Vec<Bytes>>>() else { return Ok(None) };
+        Ok(Some(
+            ranges
+                .iter()
+                .zip(placed)
+                .map(|(&(_, len), (span, at))| fetched[span].slice(at as usize..(at + len) as usize))
+                .collect(),
+        ))
+    }
+}
+
+impl ReadableStorageTraits for RemoteStore {
+    fn get_partial_many<'a>(
+        &'a self,
+        key: &StoreKey,
+        byte_ranges: ByteRangeIterator<'a>,
+    ) -> Result<MaybeBytesIterator<'a>, StorageError> {
+        let ranges: Vec<ByteRange> = byte_ranges.collect();
+        let bounded: Option<Vec<(u64, u64)>> = ranges
+            .iter()
+            .map(|r| match *r {
+                ByteRange::FromStart(offset, Some(len)) if len > 0 => Some((offset, len)),
+                _ => None,
+            })
+            .collect();
+        let values: Option<Vec<Bytes>> = block_on(async {
+            if let Some(bounded) = bounded {
+                return self.get_ranges(key, &bounded).await;
+            }
+            let values: Vec<MaybeBytes> = futures::stream::iter(ranges.iter().map(|&range| async move {
+                match range {
+                    ByteRange::FromStart(offset, Some(len)) => self.get_exact(key, offset, len).await,
+                    other => self.get(key, get_range(other)?).await,
+                }
+            }))
+            .buffered(PARTIAL_CONCURRENCY)
+            .try_collect()
+            .await?;
+            Ok::<_, StorageError>(values.into_iter().collect())
+        })?;
+        Ok(values.map(|values| {
+            Box::new(values.into_iter().map(Ok)) as Box<dyn Iterator<Item = Result<Bytes, StorageError>> + 'a>
+        }))
+    }
+
+    fn size_key(&self, key: &StoreKey) -> Result<Option<u64>, StorageError> {
+        block_on(self.size(key))
+    }
+
+    fn supports_get_partial(&self) -> bool {
+        true
+    }
+}
+
+fn store_key(path: &ObjectPath) -> Result<StoreKey, StorageError> {
+    StoreKey::new(path.as_ref()).map_err(|e| StorageError::Other(e.to_string()))
+}
+
+fn prefix_path(prefix: &StorePrefix) -> Option<ObjectPath> {
+    let trimmed = prefix.as_str().trim_end_matches('/');
+    (!trimmed.is_empty()).then(|| ObjectPath::from(trimmed))
+}
+
+impl ListableStorageTraits for RemoteStore {
+    fn list(&self) -> Result<StoreKeys, StorageError> {
+        self.list_prefix(&StorePrefix::root())
+    }
+
+    fn list_prefix(&self, prefix: &StorePrefix) -> Result<StoreKeys, StorageError> {
+        let store = self.object_store("listing")?;
+        let error = |e: object_store::Error| StorageError::Other(format!("{}: listing {prefix}: {e}", self.name));
+        let metas: Vec<_> = block_on(store.list(prefix_path(prefix).as_ref()).try_collect()).map_err(error)?;
+        let mut keys = metas.iter().map(|m| store_key(&m.location)).collect::<Result<Vec<_>, _>>()?;
+        keys.sort();
+        Ok(keys)
+    }
+
+    fn list_dir(&self, prefix: &StorePrefix) -> Result<StoreKeysPrefixes, StorageError> {
+        let store = self.object_store("listing")?;
+        let error = |e: object_store::Error| StorageError::Other(format!("{}: listing {prefix}: {e}", self.name));
+        let listed = block_on(store.list_with_delimiter(prefix_path(prefix).as_ref())).map_err(error)?;
+        let mut keys = listed.objects.iter().map(|m| store_key(&m.location)).collect::<Result<Vec<_>, _>>()?;
+        let mut prefixes: StorePrefixes = listed
+            .common_prefixes
+            .iter()
+            .map(|p| StorePrefix::new(format!("{p}/")).map_err(|e| StorageError::Other(e.to_string())))
+            .collect::<Result<_, _>>()?;
+        keys.sort();
+        prefixes.sort();
+        Ok(StoreKeysPrefixes::new(keys, prefixes))
+    }
+
+    fn size_prefix(&self, prefix: &StorePrefix) -> Result<u64, StorageError> {
+        let store = self.object_store("listing")?;
+        let error = |e: object_store::Error| StorageError::Other(format!("{}: listing {prefix}: {e}", self.name));
+        let metas: Vec<_> = block_on(store.list(prefix_path(prefix).as_ref()).try_collect()).map_err(error)?;
+        Ok(metas.iter().map(|m| m.size).sum())
+    }
+}
+
+impl WritableStorageTraits for RemoteStore {
+    /// One PUT: object stores replace a value whole, so no reader sees a torn one.
+    fn set(&self, key: &StoreKey, value: Bytes) -> Result<(), StorageError> {
+        let store = self.object_store("writes")?;
+        block_on(store.put(&Self::object_path(key), PutPayload::from_bytes(value)))
+            .map_err(|e| StorageError::Other(format!("{}: writing {key}: {e}", self.name)))?;
+        Ok(())
+    }
+
+    fn set_partial_many(&self, key: &StoreKey, offset_values: OffsetBytesIterator) -> Result<(), StorageError> {
+        zarrs_storage::store_set_partial_many(self, key, offset_values)
+    }
+
+    fn erase(&self, key: &StoreKey) -> Result<(), StorageError> {
+        let store = self.object_store("writes")?;
+        match block_on(store.delete(&Self::object_path(key))) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(StorageError::Other(format!("{}: erasing {key}: {e}", self.name))),
+        }
+    }
+
+    fn erase_prefix(&self, prefix: &StorePrefix) -> Result<(), StorageError> {
+        let store = self.object_store("writes")?.clone();
+        let error = |e: object_store::Error| StorageError::Other(format!("{}: erasing {prefix}: {e}", self.name));
+        block_on(async move {
+            let locations = store.list(prefix_path(prefix).as_ref()).map_ok(|m| m.location).boxed();
+            store.delete_stream(locations).try_collect::<Vec<_>>().await
+        })
+        .map_err(error)?;
+        Ok(())
+    }
+
+    fn supports_set_partial(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,187 @@
+//! The reader's reads from a [`RemoteStore`]: many ranged GETs in flight on the store's runtime,
+//! each value handed to the reader's threads as it arrives, which copy it through their pinned
+//! buffers to the device (or into the caller's pinned buffer, mirrored to the device).
+
+use std::sync::Mutex;
+
+use cudarc::driver::CudaStream;
+use zarrs_gds_store::{DeviceReadOutcome, IoPath, IoStatus, ReadError, RemoteRange, RemoteStore, ValueRange};
+use zarrs_storage::{Bytes, StoreKey};
+
+use super::{
+    DeviceMirror, DeviceReadError, DeviceReadRequest, DeviceReader, HostReadRequest, Outcome, PieceSource, SendPtr,
+};
+
+/// The first error of a read's copies, which stops the GETs still to come.
+#[derive(Default)]
+struct FirstError(Mutex<Option<DeviceReadError>>);
+
+impl FirstError {
+    fn set(&self, err: DeviceReadError) {
+        let mut first = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        first.get_or_insert(err);
+    }
+
+    fn take(&self) -> Option<DeviceReadError> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+    }
+}
+
+/// One fetched value, as the source of its pieces.
+struct Fetched<'a>(&'a Bytes);
+
+impl PieceSource for Fetched<'_> {
+    fn read_host(&self, _transfer: usize, offset: u64, buf: &mut [u8]) -> Result<bool, DeviceReadError> {
+        let start = offset as usize;
+        buf.copy_from_slice(&self.0[start..start + buf.len()]);
+        Ok(true)
+    }
+}
+
+fn remote_ranges<R: ValueRange>(requests: &[R]) -> Vec<RemoteRange> {
+    requests.iter().map(|r| RemoteRange { key: r.key().clone(), offset: r.offset(), len: r.len() as u64 }).collect()
+}
+
+fn remote_status(store: &RemoteStore) -> IoStatus {
+    IoStatus::new(IoPath::Remote, format!("{store}: {} ranged GETs in flight", store.concurrency()))
+}
+
+impl DeviceReader {
+    /// Read every request's bytes from `store` into device memory: up to the store's concurrency
+    /// of ranged GETs in flight, each value copied through the reader's pinned buffers as soon as
+    /// it arrives. `stream` as in [`Self::read_gds_to_device`].
+    ///
+    /// # Safety
+    /// Every `dst` must be valid device memory of the reader's context for its `len` bytes, and no
+    /// two destinations may overlap.
+    ///
+    /// # Errors
+    /// Returns the first failed GET's error (naming its key), an error when a value is shorter
+    /// than requested or not its known size, or a copy's error; after every copy in flight has
+    /// completed.
+    pub unsafe fn read_remote_to_device(
+        &self,
+        store: &RemoteStore,
+        requests: &[DeviceReadRequest],
+        stream: Option<&CudaStream>,
+    ) -> Result<DeviceReadOutcome, DeviceReadError> {
+        check_remote_sizes(store, requests)?;
+        let outcome = Outcome::new(requests.len());
+        let failed = FirstError::default();
+        let task = self.options.task_size;
+        let fetched = self.pool.in_place_scope(|scope| {
+            store.fetch_many(&remote_ranges(requests), |i, bytes| {
+                if let Some(err) = failed.take() {
+                    return Err(err);
+                }
+                let Some(bytes) = bytes else {
+                    outcome.record(i, false);
+                    return Ok(());
+                };
+                let (outcome, failed, dst) = (&outcome, &failed, requests[i].dst);
+                scope.spawn(move |_| {
+                    let source = Fetched(&bytes);
+                    for offset in (0..bytes.len()).step_by(task) {
+                        let len = (bytes.len() - offset).min(task);
+                        let piece = [(i, offset as u64, len)];
+                        if let Err(err) = self.piece_via_pinned(&source, &piece, dst + offset as u64, outcome) {
+                            failed.set(err);
+                            return;
+                        }
+                    }
+                    outcome.record(i, true);
+                });
+                Ok(())
+            })
+        });
+        let result = fetched.and_then(|()| failed.take().map_or(Ok(()), Err));
+        match (result, stream) {
+            (Err(err), _) => {
+                let _ = self.synchronize();
+                return Err(err);
+            }
+            (Ok(()), None) => self.synchronize()?,
+            (Ok(()), Some(stream)) => self.order_before(stream)?,
+        }
+        let found = outcome.finish(requests.iter().map(|r| r.len))?;
+        Ok(DeviceReadOutcome::new(found, remote_status(store)))
+    }
+
+    /// Read every request's bytes from `store` into `buf` at its `at` offset (ranged GETs as
+    /// [`Self::read_remote_to_device`]), each value also copied to the device with a `mirror` as
+    /// soon as it lands. Returns, per request, whether its key exists.
+    ///
+    /// # Errors
+    /// As [`Self::read_remote_to_device`], and an error when a destination lies outside `buf` or
+    /// two overlap.
+    pub fn read_remote_to_host(
+        &self,
+        store: &RemoteStore,
+        requests: &[HostReadRequest],
+        buf: &mut [u8],
+        mirror: Option<DeviceMirror<'_>>,
+    ) -> Result<Vec<bool>, DeviceReadError> {
+        let transfers: Vec<super::HostTransfer> =
+            requests.iter().map(|r| super::HostTransfer { at: r.at, len: r.len }).collect();
+        super::check_host_destinations(&transfers, buf.len(), mirror.as_ref())?;
+        check_remote_sizes(store, requests)?;
+        let base = SendPtr(buf.as_mut_ptr());
+        let outcome = Outcome::new(requests.len());
+        let failed = FirstError::default();
+        let fetched = self.pool.in_place_scope(|scope| {
+            store.fetch_many(&remote_ranges(requests), |i, bytes| {
+                if let Some(err) = failed.take() {
+                    return Err(err);
+                }
+                let Some(bytes) = bytes else {
+                    outcome.record(i, false);
+                    return Ok(());
+                };
+                let (outcome, failed, mirror, at) = (&outcome, &failed, mirror.as_ref(), requests[i].at);
+                scope.spawn(move |_| {
+                    // SAFETY: the destinations were checked to lie in `buf` and not to overlap,
+                    // and each request's bytes are written by this task only.
+                    let host = unsafe { std::slice::from_raw_parts_mut(base.get().add(at), bytes.len()) };
+                    host.copy_from_slice(&bytes);
+                    if let Some(mirror) = mirror {
+                        if let Err(err) = self.copy_piece(host, mirror.device + at as u64) {
+                            failed.set(err);
+                            return;
+                        }
+                    }
+                    outcome.record(i, true);
+                });
+                Ok(())
+            })
+        });
+        let result = fetched.and_then(|()| failed.take().map_or(Ok(()), Err));
+        match (result, mirror) {
+            (Err(err), Some(_)) => {
+                let _ = self.synchronize();
+                return Err(err);
+            }
+            (Err(err), None) => return Err(err),
+            (Ok(()), Some(mirror)) => self.order_before(mirror.stream)?,
+            (Ok(()), None) => {}
+        }
+        outcome.finish(requests.iter().map(|r| r.len))
+    }
+}
+
+/// Values whose size the requests know must have it (asked with many requests in flight).
+fn check_remote_sizes<R: ValueRange>(store: &RemoteStore, requests: &[R]) -> Result<(), DeviceReadError> {
+    let mut known: Vec<(&StoreKey, u64)> =
+        requests.iter().filter_map(|r| r.value_len().map(|n| (r.key(), n))).collect();
+    known.sort_unstable();
+    known.dedup();
+    if known.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<&StoreKey> = known.iter().map(|k| k.0).collect();
+    for ((key, expected), size) in known.iter().zip(store.sizes(&keys)?) {
+        if let Some(size) = size.filter(|size| size != expected) {
+            return Err(ReadError::WrongSize { what: key.to_string(), size, expected: *expected }.into());
+        }
+    }
+    Ok(())
+}
