@@ -12,15 +12,14 @@ mod servers;
 
 use std::error::Error;
 use std::io::{Read, Write};
-use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use servers::{Server, SECRET_KEY};
-use zarrs::array::codec::{Crc32cCodec, GzipCodec, ShardingCodecBuilder, ZstdCodec};
-use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, DataType};
+use servers::{write_arrays, Server, SECRET_KEY};
+use zarrs::array::codec::ZstdCodec;
+use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset};
 use zarrs::filesystem::FilesystemStore;
 use zarrs_gpu::{AnyStore, RemoteRange, RemoteStore};
 use zarrs_storage::{ListableStorageTraits, ReadableStorageTraits, StorageError, StoreKey, StorePrefix};
@@ -28,56 +27,6 @@ use zarrs_storage::{ListableStorageTraits, ReadableStorageTraits, StorageError, 
 type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 
 const SERVERS: &str = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)";
-
-/// The arrays each server holds: a name, its data type and how it is built.
-fn build(name: &str, store: Arc<FilesystemStore>) -> Result<Array<FilesystemStore>> {
-    let nz = |s: &[u64]| s.iter().map(|&n| NonZeroU64::new(n).unwrap()).collect::<Vec<_>>();
-    let (shape, chunks, data_type): (Vec<u64>, Vec<u64>, DataType) = match name {
-        "raw" => (vec![37, 50, 21], vec![16, 16, 8], data_type::float32()),
-        "zstd" => (vec![40, 33], vec![8, 16], data_type::uint16()),
-        "gzip" => (vec![29, 31], vec![10, 10], data_type::int32()),
-        _ => (vec![64, 48], vec![32, 24], data_type::float32()),
-    };
-    let fill = match name {
-        "zstd" => zarrs::array::FillValue::from(0u16),
-        "gzip" => zarrs::array::FillValue::from(7i32),
-        _ => zarrs::array::FillValue::from(-1.5f32),
-    };
-    let mut builder = ArrayBuilder::new(shape.clone(), chunks, data_type, fill);
-    match name {
-        "raw" => builder.bytes_to_bytes_codecs(vec![]),
-        "zstd" => builder.bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, false)), Arc::new(Crc32cCodec::new())]),
-        "gzip" => builder.bytes_to_bytes_codecs(vec![Arc::new(GzipCodec::new(5)?)]),
-        _ => builder.array_to_bytes_codec(
-            ShardingCodecBuilder::new(nz(&[8, 8]), &data_type::float32())
-                .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(1, true))])
-                .build_arc(),
-        ),
-    };
-    let array = builder.build(store, &format!("/{name}.zarr"))?;
-    array.store_metadata()?;
-    // Random values, every fifth chunk left unwritten (missing: the fill value).
-    let mut rng = StdRng::seed_from_u64(name.len() as u64);
-    let elem = array.data_type().fixed_size().unwrap();
-    for (n, indices) in array.chunks_in_array_subset(&array.subset_all())?.unwrap().indices().into_iter().enumerate() {
-        if n % 5 == 2 {
-            continue;
-        }
-        let len = array.chunk_subset(&indices)?.num_elements_usize() * elem;
-        let bytes: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-        array.store_chunk(&indices, ArrayBytes::new_flen(bytes))?;
-    }
-    Ok(array)
-}
-
-const NAMES: [&str; 4] = ["raw", "zstd", "gzip", "sharded"];
-
-/// Every array written into the directory `dir` (the bucket, or the HTTP server's root).
-fn write_arrays(dir: &std::path::Path) -> Result<Vec<Array<FilesystemStore>>> {
-    std::fs::create_dir_all(dir)?;
-    let store = Arc::new(FilesystemStore::new(dir)?);
-    NAMES.iter().map(|name| build(name, store.clone())).collect()
-}
 
 /// Subsets of `shape`: the whole array, an edge box, and a few random boxes.
 fn subsets(shape: &[u64], rng: &mut StdRng) -> Vec<ArraySubset> {

@@ -8,6 +8,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use std::error::Error;
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use zarrs::array::codec::{Crc32cCodec, GzipCodec, ShardingCodecBuilder, ZstdCodec};
+use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, DataType};
+use zarrs::filesystem::FilesystemStore;
 use zarrs_gpu::RemoteStore;
 
 /// The S3 server's credentials (loopback only).
@@ -33,18 +42,19 @@ fn wait_for(port: u16, child: &mut Child, what: &str) {
     }
 }
 
-/// A program: `$VAR` where set, else `default` under the checkout where it exists, else `name`
-/// on the PATH.
+/// A program: `$VAR` where set, else `default` under the checkout (or the current directory,
+/// where a copied test binary runs) where it exists, else `name` on the PATH.
 fn program(var: &str, default: &str, name: &str) -> PathBuf {
     if let Some(path) = std::env::var_os(var) {
         return PathBuf::from(path);
     }
-    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join(default);
-    if local.exists() {
-        local
-    } else {
-        PathBuf::from(name)
-    }
+    let roots = [Some(PathBuf::from(env!("CARGO_MANIFEST_DIR"))), std::env::current_dir().ok()];
+    roots
+        .into_iter()
+        .flatten()
+        .map(|root| root.join(default))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from(name))
 }
 
 /// A running server and the directory it serves.
@@ -138,4 +148,55 @@ impl Server {
             self.root.path().join(prefix)
         }
     }
+}
+
+/// The arrays each server holds (raw, zstd + crc32c, gzip, sharded zstd with checksums), by
+/// name, with random values and every fifth chunk missing.
+fn build(name: &str, store: Arc<FilesystemStore>) -> Result<Array<FilesystemStore>, Box<dyn Error + Send + Sync>> {
+    let nz = |s: &[u64]| s.iter().map(|&n| NonZeroU64::new(n).unwrap()).collect::<Vec<_>>();
+    let (shape, chunks, data_type): (Vec<u64>, Vec<u64>, DataType) = match name {
+        "raw" => (vec![37, 50, 21], vec![16, 16, 8], data_type::float32()),
+        "zstd" => (vec![40, 33], vec![8, 16], data_type::uint16()),
+        "gzip" => (vec![29, 31], vec![10, 10], data_type::int32()),
+        _ => (vec![64, 48], vec![32, 24], data_type::float32()),
+    };
+    let fill = match name {
+        "zstd" => zarrs::array::FillValue::from(0u16),
+        "gzip" => zarrs::array::FillValue::from(7i32),
+        _ => zarrs::array::FillValue::from(-1.5f32),
+    };
+    let mut builder = ArrayBuilder::new(shape.clone(), chunks, data_type, fill);
+    match name {
+        "raw" => builder.bytes_to_bytes_codecs(vec![]),
+        "zstd" => builder.bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, false)), Arc::new(Crc32cCodec::new())]),
+        "gzip" => builder.bytes_to_bytes_codecs(vec![Arc::new(GzipCodec::new(5)?)]),
+        _ => builder.array_to_bytes_codec(
+            ShardingCodecBuilder::new(nz(&[8, 8]), &data_type::float32())
+                .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(1, true))])
+                .build_arc(),
+        ),
+    };
+    let array = builder.build(store, &format!("/{name}.zarr"))?;
+    array.store_metadata()?;
+    // Random values, every fifth chunk left unwritten (missing: the fill value).
+    let mut rng = StdRng::seed_from_u64(name.len() as u64);
+    let elem = array.data_type().fixed_size().unwrap();
+    for (n, indices) in array.chunks_in_array_subset(&array.subset_all())?.unwrap().indices().into_iter().enumerate() {
+        if n % 5 == 2 {
+            continue;
+        }
+        let len = array.chunk_subset(&indices)?.num_elements_usize() * elem;
+        let bytes: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        array.store_chunk(&indices, ArrayBytes::new_flen(bytes))?;
+    }
+    Ok(array)
+}
+
+pub(crate) const NAMES: [&str; 4] = ["raw", "zstd", "gzip", "sharded"];
+
+/// Every array written into the directory `dir` (the bucket, or the HTTP server's root).
+pub(crate) fn write_arrays(dir: &Path) -> Result<Vec<Array<FilesystemStore>>, Box<dyn Error + Send + Sync>> {
+    std::fs::create_dir_all(dir)?;
+    let store = Arc::new(FilesystemStore::new(dir)?);
+    NAMES.iter().map(|name| build(name, store.clone())).collect()
 }

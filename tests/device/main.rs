@@ -19,7 +19,10 @@ mod multi_gpu;
 mod plugin;
 mod read_ahead;
 mod reader;
+mod remote;
 mod retrieval;
+#[path = "../common/servers.rs"]
+mod servers;
 mod sharding;
 mod sweep;
 mod write;

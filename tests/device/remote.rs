@@ -1,0 +1,99 @@
+//! Device reads from object stores on loopback (`s3s-fs` for S3, RangeHTTPServer for HTTP; on the
+//! GPU host, staged with the tests): every read equals zarrs' host read of the same array from its
+//! directory, through a `RemoteStore` and through an `AnyStore` opened by URL, and reports the
+//! remote path; a server gone is an error naming the chunk that leaves the device usable.
+
+use std::sync::Arc;
+
+use zarrs::array::{Array, ArrayBytes, ArraySubset};
+use zarrs::filesystem::FilesystemStore;
+use zarrs_gpu::{AnyStore, ArrayDeviceExt, GpuConfig, IoPath, RemoteStore, ShardIndexCache};
+use zarrs_storage::ReadableStorageTraits;
+
+use super::servers::{write_arrays, Server};
+use super::{subsets, Result};
+
+/// Each element type the fixtures use, by array name.
+fn read_bytes<S: ReadableStorageTraits + 'static>(
+    array: &Array<S>,
+    name: &str,
+    subset: &ArraySubset,
+    config: &GpuConfig,
+) -> Result<(Vec<u8>, zarrs_gpu::RetrieveReport)> {
+    Ok(match name {
+        "zstd" => {
+            let (device, report) = array.retrieve_array_subset_device_opt::<u16>(subset, config)?;
+            (device.to_host_bytes()?, report)
+        }
+        "gzip" => {
+            let (device, report) = array.retrieve_array_subset_device_opt::<i32>(subset, config)?;
+            (device.to_host_bytes()?, report)
+        }
+        _ => {
+            let (device, report) = array.retrieve_array_subset_device_opt::<f32>(subset, config)?;
+            (device.to_host_bytes()?, report)
+        }
+    })
+}
+
+/// Every fixture array read to the device through `store` equals zarrs' host read from `dir`.
+fn device_reads_equal<S: ReadableStorageTraits + 'static>(store: &Arc<S>, dir: &std::path::Path, what: &str) -> Result {
+    let local = Arc::new(FilesystemStore::new(dir)?);
+    for name in super::servers::NAMES {
+        let path = format!("/{name}.zarr");
+        let want_array = Array::open(local.clone(), &path)?;
+        let array = Array::open(store.clone(), &path)?;
+        // Shard indexes kept between reads, as a caller's handle keeps them.
+        let config = GpuConfig::default().with_shard_index_cache(Some(Arc::new(ShardIndexCache::new())));
+        for subset in subsets(array.shape(), name.len() as u64) {
+            let want = want_array.retrieve_array_subset::<ArrayBytes<'static>>(&subset)?.into_fixed()?.into_owned();
+            let (got, report) = read_bytes(&array, name, &subset, &config)?;
+            assert!(
+                got.as_slice() == AsRef::<[u8]>::as_ref(&want),
+                "{what} {name} {:?}: device bytes differ from zarrs' ({report:?})",
+                subset.to_ranges()
+            );
+            if let Some(io) = report.io {
+                assert_eq!(io.path, IoPath::Remote, "{what} {name}: {io}");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU, s3s-fs and RangeHTTPServer"]
+fn device_reads_from_s3_and_http_equal_zarrs_host_reads() -> Result {
+    let s3 = Server::s3();
+    write_arrays(&s3.dir("", true))?;
+    device_reads_equal(&Arc::new(s3.s3_store("")), &s3.dir("", true), "s3")?;
+    // By URL, as the command line and Python open it: the AnyStore is seen through.
+    let (url, options) = s3.s3_url("");
+    let any = AnyStore::open(&url, options.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+    device_reads_equal(&Arc::new(any), &s3.dir("", true), "s3 by URL")?;
+    // Python's HTTP server takes few connections at once: fewer GETs in flight.
+    let http = Server::http();
+    write_arrays(&http.dir("data", false))?;
+    device_reads_equal(&Arc::new(http.http_store("data").with_concurrency(8)), &http.dir("data", false), "http")?;
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU, s3s-fs and RangeHTTPServer"]
+fn device_read_from_a_server_gone_is_an_error_naming_the_chunk() -> Result {
+    let mut server = Server::s3();
+    write_arrays(&server.dir("", true))?;
+    let (url, mut options) = server.s3_url("");
+    options.push(("max_retries".into(), "1".into()));
+    let array = Array::open(Arc::new(RemoteStore::from_url(&url, options)?), "/zstd.zarr")?;
+    let config = GpuConfig::default();
+    array.retrieve_array_subset_device_opt::<u16>(&array.subset_all(), &config)?;
+    server.kill();
+    let err = array.retrieve_array_subset_device_opt::<u16>(&array.subset_all(), &config).unwrap_err().to_string();
+    assert!(err.contains("zstd.zarr/c/"), "{err}");
+    // The device is still usable: a new server, the same read.
+    let again = Server::s3();
+    write_arrays(&again.dir("", true))?;
+    device_reads_equal(&Arc::new(again.s3_store("")), &again.dir("", true), "s3 after a failure")?;
+    Ok(())
+}
