@@ -34,7 +34,8 @@ enum Command {
     /// Load an array (or a subset) to the GPU; print size, time, GiB/s and the I/O path.
     /// With no PATH, write a sample array to a temporary directory and read that.
     Read {
-        /// The Zarr store (a directory).
+        /// The Zarr store: a directory, or an object store's URL (s3://BUCKET/PREFIX with the
+        /// AWS_* environment: AWS_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, ...; http(s)://HOST/PREFIX).
         path: Option<PathBuf>,
         /// The array's node path inside the store.
         #[arg(long, default_value = "/")]
@@ -74,7 +75,7 @@ enum Command {
     /// after slab read to the device and written from there, encoded on the device where the new
     /// codecs allow (zstd, crc32c, none), else by zarrs.
     Convert {
-        /// The source Zarr store (a directory).
+        /// The source Zarr store (a directory, or an s3:// or http(s):// URL as for `read`).
         src: PathBuf,
         /// The new store (a new or empty directory): the array at its root, Zarr v3, its metadata
         /// written once every block is.
@@ -105,7 +106,7 @@ enum Command {
     /// Print an array's metadata and how each codec would be decoded; for a group, its arrays
     /// (and OME-Zarr multiscale levels) with shapes, data types, chunks and decode routes.
     Info {
-        /// The Zarr store (a directory).
+        /// The Zarr store (a directory, or an s3:// or http(s):// URL as for `read`).
         path: PathBuf,
         /// The node path inside the store (an array or a group; the leading `/` is optional).
         #[arg(long, default_value = "/")]

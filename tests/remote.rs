@@ -258,3 +258,31 @@ fn urls_and_options_are_checked_before_any_request() {
     let err = AnyStore::open("/tmp", [("endpoint_url", "x")]).unwrap_err().to_string();
     assert!(err.contains("no storage options"), "{err}");
 }
+
+#[test]
+#[ignore = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)"]
+fn the_command_line_opens_s3_urls_with_the_aws_environment() -> Result {
+    let server = Server::s3();
+    write_arrays(&server.dir("cli", true))?;
+    let (url, options) = server.s3_url("cli");
+    // The options as the AWS environment names them (AWS_ENDPOINT, AWS_ALLOW_HTTP, ...).
+    let env: Vec<(String, String)> = options
+        .iter()
+        .map(|(k, v)| (format!("AWS_{}", k.trim_start_matches("aws_")).to_uppercase(), v.clone()))
+        .collect();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_zarrs-gpu"))
+        .args(["info", &url, "--array", "sharded.zarr"])
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("shape [64, 48]") && text.contains("sharding_indexed"), "{text}");
+    // A group's listing over S3: every array under it.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_zarrs-gpu"))
+        .args(["info", &url, "--array", "nothing.zarr"])
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("nothing.zarr") && !err.contains(SECRET_KEY), "{err}");
+    Ok(())
+}
