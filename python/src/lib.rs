@@ -1268,20 +1268,27 @@ fn config(device: usize, backend: Option<&str>, decode_trust: Option<&str>) -> P
 }
 
 /// `storage_options` values as object_store reads them: booleans as "true"/"false", the rest as
-/// Python's `str` of them.
+/// Python's `str` of them; s3fs's nested `client_kwargs` (`endpoint_url`, `region_name`) and
+/// `config_kwargs` flattened.
 fn storage_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
-    let Some(options) = options else { return Ok(Vec::new()) };
-    options
-        .iter()
-        .map(|(key, value)| {
-            let key: String = key.extract()?;
-            let value = match value.extract::<bool>() {
-                Ok(flag) if value.is_instance_of::<pyo3::types::PyBool>() => flag.to_string(),
-                _ => value.str()?.to_string(),
-            };
-            Ok((key, value))
-        })
-        .collect()
+    let mut out = Vec::new();
+    let Some(options) = options else { return Ok(out) };
+    for (key, value) in options.iter() {
+        let key: String = key.extract()?;
+        if let (true, Ok(nested)) =
+            (matches!(key.as_str(), "client_kwargs" | "config_kwargs"), value.downcast::<PyDict>())
+        {
+            out.extend(storage_options(Some(nested))?);
+            continue;
+        }
+        let value = if value.is_instance_of::<pyo3::types::PyBool>() {
+            value.extract::<bool>()?.to_string()
+        } else {
+            value.str()?.to_string()
+        };
+        out.push((key, value));
+    }
+    Ok(out)
 }
 
 /// Open the Zarr array `array` (a node path; the leading `/` is optional) of the store at

@@ -3055,5 +3055,72 @@ class MissingNodeTests(unittest.TestCase):
             zarrs_gpu.open(os.path.join(self.dir.name, "absent.zarr"))
         self.assertNotIsInstance(caught.exception, zarrs_gpu.ArrayNotFoundError)
 
+
+class RemoteCpuTests(unittest.TestCase):
+    """Arrays in an S3 bucket (s3s-fs on loopback), written by zarr-python through obstore: opened
+    by URL with zarr-python's storage_options, described as zarr-python describes them, numpy
+    writes through S3 read back by zarr-python, and errors that name the chunk and never a
+    secret."""
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from s3_server import S3Server
+
+        cls.server = S3Server()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.close()
+
+    def test_s3_arrays_open_by_url_and_numpy_writes_land(self):
+        server = self.server
+        rng = np.random.default_rng(5)
+        cases = {
+            "plain.zarr": dict(shape=(30, 41), chunks=(8, 16), dtype="float32", fill_value=1.5),
+            "sharded.zarr": dict(shape=(33, 20), chunks=(4, 5), shards=(8, 10), dtype="uint16",
+                                 compressors=zc.ZstdCodec(level=3)),
+        }
+        for name, kwargs in cases.items():
+            with self.subTest(name=name):
+                z = zarr.create_array(server.zarr_store(name), **kwargs)
+                values = rng.integers(0, 1000, kwargs["shape"]).astype(kwargs["dtype"])
+                z[...] = values
+                a = zarrs_gpu.open(server.url(name), storage_options=server.storage_options(), mode="r+")
+                self.assertEqual((a.shape, a.dtype, a.chunks), (z.shape, z.dtype, z.chunks))
+                self.assertEqual(a.fill_value, z.fill_value)
+                self.assertIn("s3://volumes/", repr(a))
+                self.assertNotIn(server.storage_options()["secret"], repr(a))
+                # Reads need a GPU; writes from numpy go through zarrs and the S3 store.
+                with self.assertRaisesRegex(RuntimeError, "GPU|CUDA|device"):
+                    a[0:2, 0:2]
+                update = rng.integers(0, 1000, (7, 9)).astype(kwargs["dtype"])
+                a.write((slice(3, 10), slice(2, 11)), update)
+                values[3:10, 2:11] = update
+                back = zarr.open_array(server.zarr_store(name, read_only=True), mode="r")[...]
+                np.testing.assert_array_equal(back, values)
+        # object_store's own option names work too, and the AWS environment is read.
+        options = {"aws_endpoint": server.endpoint, "aws_access_key_id": "zarrs-gpu-test",
+                   "aws_secret_access_key": server.storage_options()["secret"], "aws_region": "us-east-1",
+                   "allow_http": "true"}
+        self.assertEqual(zarrs_gpu.open(server.url("plain.zarr"), storage_options=options).shape, (30, 41))
+
+    def test_remote_errors_name_what_and_never_the_secret(self):
+        server = self.server
+        zarr.create_array(server.zarr_store("errors.zarr"), shape=(4,), chunks=(2,), dtype="int8")
+        wrong = dict(server.storage_options(), secret="not-the-secret")
+        with self.assertRaises(ValueError) as caught:
+            zarrs_gpu.open(server.url("errors.zarr"), storage_options=wrong)
+        self.assertIn("errors.zarr", str(caught.exception))
+        self.assertNotIn("not-the-secret", str(caught.exception))
+        with self.assertRaises(zarrs_gpu.ArrayNotFoundError):
+            zarrs_gpu.open(server.url("absent.zarr"), storage_options=server.storage_options())
+        with self.assertRaisesRegex(ValueError, "no_such_option"):
+            zarrs_gpu.open(server.url("errors.zarr"), storage_options={"no_such_option": 1})
+        with tempfile.TemporaryDirectory() as local:
+            with self.assertRaisesRegex(ValueError, "no storage options"):
+                zarrs_gpu.open(local, storage_options={"anon": True})
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -3,7 +3,7 @@
 import os
 from types import EllipsisType
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, Optional, SupportsIndex, TypedDict, Union, final, overload
+from typing import Any, Dict, Literal, Optional, SupportsIndex, TypedDict, Union, final, overload
 
 import numpy
 from typing_extensions import CapsuleType, TypeAlias
@@ -207,7 +207,12 @@ def open(
     backend: Optional[Literal["auto", "gds", "posix"]] = None,
     decode_trust: Optional[Literal["verified", "checked", "trusted"]] = None,
     mode: Literal["r", "r+"] = "r",
-) -> Array: ...
+    storage_options: Optional[Dict[str, Any]] = None,
+) -> Array:
+    """`store_path`: a directory, or an object store's URL (``s3://bucket/prefix``,
+    ``https://host/prefix``) with `storage_options` (object_store's keys or s3fs's: ``key``,
+    ``secret``, ``endpoint_url``, ``anon``, ``client_kwargs``...; credentials also from the AWS
+    environment)."""
 def read(
     store_path: Union[str, os.PathLike[str]],
     array: str = "/",
@@ -216,6 +221,7 @@ def read(
     device: int = 0,
     backend: Optional[Literal["auto", "gds", "posix"]] = None,
     decode_trust: Optional[Literal["verified", "checked", "trusted"]] = None,
+    storage_options: Optional[Dict[str, Any]] = None,
 ) -> DeviceArray: ...
 def empty_cache() -> None:
     """Give back the device and pinned memory this package keeps idle between reads."""
