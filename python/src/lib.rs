@@ -543,6 +543,21 @@ struct PyZarrArray {
     node: String,
     /// Opened with mode "r+": writes are allowed.
     writable: bool,
+    /// The metadata file as read just before opening.
+    opened_metadata: Option<Vec<u8>>,
+}
+
+/// The metadata file (`zarr.json`, else `.zarray`) of the array at `node` of `store`, as stored.
+fn stored_metadata(store: &AnyStore, node: &str) -> Result<Option<Vec<u8>>, String> {
+    let node = node.trim_matches('/');
+    for name in ["zarr.json", ".zarray"] {
+        let key = if node.is_empty() { name.to_string() } else { format!("{node}/{name}") };
+        let key = zarrs_storage::StoreKey::new(key).map_err(|e| e.to_string())?;
+        if let Some(bytes) = zarrs_storage::ReadableStorageTraits::get(store, &key).map_err(|e| e.to_string())? {
+            return Ok(Some(bytes.to_vec()));
+        }
+    }
+    Ok(None)
 }
 
 impl PyZarrArray {
@@ -926,6 +941,20 @@ impl PyZarrArray {
 
     fn __len__(&self) -> PyResult<usize> {
         py_len(self.array.shape())
+    }
+
+    /// The array's metadata file (`zarr.json`, else `.zarray`) as its store holds it now, fetched
+    /// through the array's own store; None when neither is there. Cached arrays compare it with
+    /// `_opened_metadata` (an object store has no modification time to ask).
+    fn _stored_metadata<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let storage = self.array.storage();
+        let bytes = py.allow_threads(|| stored_metadata(&storage, &self.node)).map_err(PyValueError::new_err)?;
+        Ok(bytes.map(|b| PyBytes::new(py, &b)))
+    }
+
+    /// The metadata file's bytes read just before the array was opened (None: not read).
+    fn _opened_metadata<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        self.opened_metadata.as_ref().map(|b| PyBytes::new(py, b))
     }
 
     fn __repr__(&self) -> String {
@@ -1321,9 +1350,16 @@ fn open(
     let options = self::storage_options(storage_options)?;
     let config = config(device, backend, decode_trust)?;
     let location = store_path.to_string_lossy();
+    let node = zarrs_gpu::node_path(array);
+    // The metadata as stored, read before the array opens: a rewrite in between makes the next
+    // comparison (`_stored_metadata`) differ, never hides.
+    let mut opened_metadata = None;
     #[allow(clippy::result_large_err)] // once per opening
     let opened = zarrs_gpu::store_with_options(&location, &options)
-        .and_then(|store| zarrs_gpu::open_array_in(&store, &store_path, array, "array=..."))
+        .and_then(|store| {
+            opened_metadata = stored_metadata(&store, &node).ok().flatten();
+            zarrs_gpu::open_array_in(&store, &store_path, array, "array=...")
+        })
         .map_err(|err| match err {
             // zarr-python raises its ArrayNotFoundError here; ours is a FileNotFoundError and a
             // ValueError as zarr's is (zarrs_gpu/errors.py says why it is not zarr's class).
@@ -1336,14 +1372,7 @@ fn open(
             err => PyValueError::new_err(err.to_string()),
         })?;
     let coalescer = Coalescer::new(config.coalesce_window().unwrap_or_default());
-    Ok(PyZarrArray {
-        array: Arc::new(opened),
-        config,
-        coalescer,
-        path: store_path,
-        node: zarrs_gpu::node_path(array),
-        writable,
-    })
+    Ok(PyZarrArray { array: Arc::new(opened), config, coalescer, path: store_path, node, writable, opened_metadata })
 }
 
 /// Read `subset` of the Zarr array `array` of the store at `store_path` to GPU `device`: one

@@ -3105,6 +3105,62 @@ class RemoteCpuTests(unittest.TestCase):
                    "allow_http": "true"}
         self.assertEqual(zarrs_gpu.open(server.url("plain.zarr"), storage_options=options).shape, (30, 41))
 
+    def test_dask_reads_and_writes_over_s3(self):
+        import pickle
+        from unittest import mock
+
+        import dask.array as da
+
+        import zarrs_gpu.dask as zd
+        from zarrs_gpu._arrays import RemoteLocation
+
+        server = self.server
+        options = server.storage_options()
+        values = np.arange(40 * 30, dtype="float32").reshape(40, 30)
+        z = zarr.create_array(server.zarr_store("dask.zarr"), shape=(40, 30), chunks=(10, 15), dtype="float32")
+        z[...] = values
+        seen = []
+
+        def host_reader(path, array, device, box):
+            # Each task carries the URL and its options; zarr-python reads its box through S3.
+            seen.append(path)
+            self.assertIsInstance(path, RemoteLocation)
+            self.assertEqual(path, pickle.loads(pickle.dumps(path)))
+            key = tuple(slice(a, b) for a, b in box)
+            return zarr.open_array(server.zarr_store(path.url.split("/", 3)[3], read_only=True), mode="r")[key]
+
+        with mock.patch.object(zd, "reader", host_reader), \
+                mock.patch.object(zd, "make_meta", lambda dtype, ndim: np.empty((0,) * ndim, dtype)):
+            x = zd.from_zarr(server.url("dask.zarr"), storage_options=options)
+            self.assertEqual((x.shape, x.dtype, x.chunks[0][0], x.chunks[1][0]), ((40, 30), np.float32, 40, 30))
+            np.testing.assert_array_equal(x.compute(scheduler="threads"), values)
+        self.assertTrue(seen)
+        self.assertNotIn(options["secret"], repr(seen[0]) + str(x.dask))
+        # Writes of numpy blocks go through zarrs and S3.
+        zarr.create_array(server.zarr_store("dask-out.zarr"), shape=(40, 30), chunks=(10, 15), dtype="float32")
+        zd.to_zarr(da.from_array(values * 2, chunks=(10, 15)), server.url("dask-out.zarr"), storage_options=options)
+        back = zarr.open_array(server.zarr_store("dask-out.zarr", read_only=True), mode="r")[...]
+        np.testing.assert_array_equal(back, values * 2)
+        with self.assertRaisesRegex(ValueError, "storage_options"):
+            zd.from_zarr(tempfile.gettempdir(), storage_options=options)
+
+    def test_cached_remote_arrays_are_opened_again_when_rewritten(self):
+        from zarrs_gpu._arrays import RemoteLocation, open_cached
+
+        server = self.server
+        where = RemoteLocation(server.url(""), server.storage_options())
+        zarr.create_array(server.zarr_store("cached.zarr"), shape=(10,), chunks=(4,), dtype="float32", fill_value=1.0)
+        first = open_cached(where, "cached.zarr")
+        self.assertIs(open_cached(where, "cached.zarr"), first)
+        self.assertEqual(first.fill_value, 1.0)
+        # Rewritten in place with another fill value: the next use opens it again.
+        zarr.create_array(server.zarr_store("cached.zarr"), shape=(12,), chunks=(4,), dtype="float32",
+                          fill_value=2.0, overwrite=True)
+        again = open_cached(where, "cached.zarr")
+        self.assertIsNot(again, first)
+        self.assertEqual((again.shape, again.fill_value), ((12,), 2.0))
+        self.assertIsNone(open_cached(where, "absent.zarr"))
+
     def test_remote_errors_name_what_and_never_the_secret(self):
         server = self.server
         zarr.create_array(server.zarr_store("errors.zarr"), shape=(4,), chunks=(2,), dtype="int8")

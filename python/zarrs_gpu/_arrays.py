@@ -4,11 +4,68 @@ fill value, data type, codec or shape) must be opened again, or its chunks would
 old metadata. Used by the zarr-python pipeline and by ``zarrs_gpu.dask`` (and so the xarray
 engine)."""
 
+import json
 import os
 import threading
 import time
 
 import zarrs_gpu
+
+#: URL schemes of object stores (zarrs_gpu.open takes them with storage_options).
+_URL_SCHEMES = ("s3://", "s3a://", "http://", "https://")
+
+
+def is_url(store) -> bool:
+    """Whether `store` is an object store's URL rather than a path."""
+    return isinstance(store, str) and store.lower().startswith(_URL_SCHEMES)
+
+
+class RemoteLocation:
+    """An object store's URL with its ``storage_options``, as Dask tasks and datasets carry a
+    store: picklable, hashable, and shown by its URL only (the options hold credentials)."""
+
+    __slots__ = ("url", "storage_options", "_key")
+
+    def __init__(self, url, storage_options=None):
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self._key = (url, json.dumps(self.storage_options, sort_keys=True, default=str))
+
+    def __eq__(self, other):
+        return isinstance(other, RemoteLocation) and self._key == other._key
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __repr__(self):
+        return f"RemoteLocation({self.url!r})"
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return (RemoteLocation, (self.url, self.storage_options))
+
+    def __dask_tokenize__(self):
+        return ("zarrs_gpu.RemoteLocation",) + self._key
+
+
+def location(store, storage_options=None, caller="zarrs_gpu"):
+    """Where a store is, as tasks carry it: a RemoteLocation for an object store's URL, else the
+    directory's absolute path (which takes no storage_options)."""
+    if isinstance(store, RemoteLocation):
+        return store
+    if is_url(store):
+        return RemoteLocation(store, storage_options)
+    if storage_options:
+        raise ValueError(f"{caller}: storage_options are for object store URLs (s3://, http(s)://), not {store!r}")
+    return os.path.abspath(os.fspath(store))
+
+
+def open_at(where, array, device=0, mode="r"):
+    """zarrs_gpu.open of a location (a path or a RemoteLocation)."""
+    if isinstance(where, RemoteLocation):
+        return zarrs_gpu.open(where.url, array, device=device, mode=mode, storage_options=where.storage_options)
+    return zarrs_gpu.open(where, array, device=device, mode=mode)
 
 _ARRAY_METADATA = ("zarr.json", ".zarray")
 _lock = threading.Lock()
@@ -27,7 +84,10 @@ def open_cached(root, path, device=0):
     array rewritten with another fill value, codec or shape is opened again. The same is its stamp
     (inode, size, modification time) unless the file was modified within 2 s of the caching: then
     (zarr-python and zarrs rewrite in place, within one tick of a coarse clock) its bytes are
-    compared. At most 64 are kept."""
+    compared. At most 64 are kept. `root` may be a RemoteLocation: its arrays are kept while
+    the metadata their store holds is byte for byte what they were opened with (one small GET)."""
+    if isinstance(root, RemoteLocation):
+        return _open_remote(root, path, device)
     stamp = None
     for name in _ARRAY_METADATA:
         try:
@@ -65,6 +125,27 @@ def open_cached(root, path, device=0):
         if len(_arrays) >= 64:
             _arrays.clear()
         _arrays[(root, path, device)] = (stamp, array, cached_at, metadata)
+    return array
+
+
+def _open_remote(root, path, device):
+    """open_cached for an object store: kept while the metadata its store holds is byte for byte
+    what was read just before it opened (one small GET per use)."""
+    with _lock:
+        cached = _arrays.get((root, path, device))
+    if cached is not None:
+        array = cached[1]
+        opened = array._opened_metadata()
+        if opened is not None and array._stored_metadata() == opened:
+            return array
+    try:
+        array = open_at(root, "/" + path, device=device, mode="r+")
+    except (ValueError, FileNotFoundError, TypeError):
+        return None
+    with _lock:
+        if len(_arrays) >= 64:
+            _arrays.clear()
+        _arrays[(root, path, device)] = (None, array, time.time_ns(), None)
     return array
 
 

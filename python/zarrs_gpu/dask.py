@@ -123,13 +123,11 @@ def _open(path: str, array: str, device: int):
     """The array, opened once per process for each (path, array, device) and again whenever its
     metadata file changes (``zarrs_gpu._arrays``): a long-lived worker must not read an array
     rewritten in place (another data type or fill value) with its old metadata."""
-    import zarrs_gpu
-
-    from ._arrays import open_cached
+    from ._arrays import open_at, open_cached
 
     opened = open_cached(path, array.strip("/"), device)
     # None: not an array zarrs can open; zarrs_gpu.open then raises the error naming why.
-    return opened if opened is not None else zarrs_gpu.open(path, array, device=device)
+    return opened if opened is not None else open_at(path, array, device=device)
 
 
 def read_on_device(path: str, array: str, device: Optional[int], box: tuple[tuple[int, int], ...]) -> Any:
@@ -226,7 +224,7 @@ def _read_block(path: str, array: str, device: Optional[int], box: tuple[tuple[i
 
 
 def from_zarr(store: Any, array: str = "/", chunks: Any = None, device: Optional[int] = None, *,
-              block_bytes: int = BLOCK_BYTES) -> Any:
+              block_bytes: int = BLOCK_BYTES, storage_options: Optional[dict] = None) -> Any:
     """A ``dask.array.Array`` of the Zarr array ``array`` in the filesystem store at ``store``
     (a path), whose blocks are read by zarrs_gpu on the GPU of the worker that runs each task:
     GPU ``device`` where given, else that worker thread's current CUDA device (with one worker
@@ -239,8 +237,13 @@ def from_zarr(store: Any, array: str = "/", chunks: Any = None, device: Optional
     chunks as the previous chunks; blocks that split chunks are correct, but read those chunks
     once per block.
 
+    ``store`` may be an object store's URL (``s3://bucket/prefix``, ``https://host/prefix``)
+    with ``storage_options`` (as ``zarrs_gpu.open`` takes them): every worker reads from the
+    store itself, the options travelling in the graph.
+
     The metadata is read here (no GPU needed); the path is made absolute, so workers on other
-    hosts need the store at the same path. Errors name the store and the array."""
+    hosts need the store at the same path. Errors name the store and the array (never the
+    storage options)."""
     try:
         import dask.array as da
         from dask.array.core import normalize_chunks
@@ -250,9 +253,9 @@ def from_zarr(store: Any, array: str = "/", chunks: Any = None, device: Optional
     except ImportError as err:
         raise missing_dependency(err, "zarrs_gpu.dask.from_zarr", "dask") from err
 
-    import zarrs_gpu
+    from ._arrays import location, open_at
 
-    path = os.path.abspath(os.fspath(store))
+    path = location(store, storage_options, "zarrs_gpu.dask.from_zarr")
     if not isinstance(array, str):
         raise TypeError(f"zarrs_gpu.dask.from_zarr: array must be a str (the array's path in the store), "
                         f"not {type(array).__name__}")
@@ -261,7 +264,7 @@ def from_zarr(store: Any, array: str = "/", chunks: Any = None, device: Optional
                          f"not {device!r}")
     where = f"zarrs_gpu.dask.from_zarr: array {array!r} in {path!r}"
     try:
-        a = zarrs_gpu.open(path, array, device=0 if device is None else device)
+        a = open_at(path, array, device=0 if device is None else device)
         shape, dtype_name, unit = tuple(a.shape), a.dtype, a.regular_chunks
     except Exception as err:
         new = _with_context(err, where)
@@ -306,7 +309,7 @@ def _store_block(block: Any, path: str, array: str, device: Optional[int], block
     on ``device``, else the block's own device for a CuPy block, else GPU 0); a count of 1."""
     import numpy as np
 
-    import zarrs_gpu
+    from ._arrays import open_at
 
     box = tuple(tuple(loc) for loc in block_info[0]["array-location"])
     block_device = getattr(block, "device", None)
@@ -319,7 +322,7 @@ def _store_block(block: Any, path: str, array: str, device: Optional[int], block
 
         block = cupy.ascontiguousarray(block)  # a view (transposed, sliced) is written as its values
     try:
-        a = zarrs_gpu.open(path, array, device=device, mode="r+")
+        a = open_at(path, array, device=device, mode="r+")
         a.write(tuple(slice(start, stop) for start, stop in box), block)
     except Exception as err:
         new = _with_context(err, f"zarrs_gpu.dask.to_zarr: writing {box_text(box)} of array {array!r} in {path!r}")
@@ -329,9 +332,11 @@ def _store_block(block: Any, path: str, array: str, device: Optional[int], block
     return np.ones((1,) * len(box), dtype=np.int64)
 
 
-def to_zarr(x: Any, store: Any, array: str = "/", *, device: Optional[int] = None, compute: bool = True) -> Any:
+def to_zarr(x: Any, store: Any, array: str = "/", *, device: Optional[int] = None, compute: bool = True,
+            storage_options: Optional[dict] = None) -> Any:
     """Write the dask array ``x`` into the existing Zarr array ``array`` of the filesystem store at
-    ``store`` (a path; create the array first, with zarr-python or zarrs, of ``x``'s shape): each
+    ``store`` (a path, or an object store's URL with ``storage_options``; create the array
+    first, with zarr-python or zarrs, of ``x``'s shape): each
     block by the task that makes it. CuPy blocks are encoded on their GPU where the array's codecs
     allow (``Array.write``), other blocks are written through numpy and zarrs.
 
@@ -344,12 +349,12 @@ def to_zarr(x: Any, store: Any, array: str = "/", *, device: Optional[int] = Non
     except ImportError as err:
         raise missing_dependency(err, "zarrs_gpu.dask.to_zarr", "dask") from err
 
-    import zarrs_gpu
+    from ._arrays import location, open_at
 
-    path = os.path.abspath(os.fspath(store))
+    path = location(store, storage_options, "zarrs_gpu.dask.to_zarr")
     where = f"zarrs_gpu.dask.to_zarr: array {array!r} in {path!r}"
     try:
-        a = zarrs_gpu.open(path, array, mode="r+")
+        a = open_at(path, array, mode="r+")
         shape, unit = tuple(a.shape), a.regular_chunks
     except Exception as err:
         new = _with_context(err, where)
