@@ -3161,6 +3161,43 @@ class RemoteCpuTests(unittest.TestCase):
         self.assertEqual((again.shape, again.fill_value), ((12,), 2.0))
         self.assertIsNone(open_cached(where, "absent.zarr"))
 
+    def test_torch_crop_datasets_take_s3_urls(self):
+        import pickle
+        from unittest import mock
+
+        import zarrs_gpu.torch as zt
+        from zarrs_gpu._arrays import RemoteLocation
+
+        server = self.server
+        values = np.arange(32 * 48, dtype="float32").reshape(32, 48)
+        z = zarr.create_array(server.zarr_store("crops.zarr"), shape=(32, 48), chunks=(16, 16), dtype="float32")
+        z[...] = values
+
+        class RemoteHostArray(HostCropArray):
+            def __init__(self, path, array, device, log):
+                self.z = zarr.open_array(server.zarr_store(path.url.split("/", 3)[3], read_only=True), mode="r")
+                self.path, self.device, self.log, self.fail_at, self.aheads = path, device, log, None, []
+
+        class RemoteHostBackend(HostTorchBackend):
+            def open(self, path, array, device):
+                self.opened.append((path, array, device))
+                self.arrays.append(RemoteHostArray(path, array, device, self.log))
+                return self.arrays[-1]
+
+        host = RemoteHostBackend()
+        with mock.patch.object(zt, "backend", host):
+            ds = zt.CropDataset(server.url("crops.zarr"), (8, 16), storage_options=server.storage_options())
+            self.assertEqual(len(ds), 4 * 3)
+            crop = ds[5]
+            a, b = ds.plan[5]
+            np.testing.assert_array_equal(crop, values[a[0]:a[1], b[0]:b[1]])
+            # The dataset pickles (DataLoader workers) with its location; no secret is shown.
+            again = pickle.loads(pickle.dumps(ds))
+            np.testing.assert_array_equal(again[5], crop)
+        path = host.opened[0][0]
+        self.assertIsInstance(path, RemoteLocation)
+        self.assertNotIn(server.storage_options()["secret"], repr(path) + repr(ds._sources[0].name))
+
     def test_remote_errors_name_what_and_never_the_secret(self):
         server = self.server
         zarr.create_array(server.zarr_store("errors.zarr"), shape=(4,), chunks=(2,), dtype="int8")

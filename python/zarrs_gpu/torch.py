@@ -249,11 +249,12 @@ class TorchBackend:
                                "(torch.cuda.is_available() is False)")
         return torch.cuda.current_device()
 
-    def open(self, path: str, array: str, device: int) -> Any:
-        """The array at ``array`` in the store at ``path``, read on GPU ``device``."""
-        import zarrs_gpu
+    def open(self, path: Any, array: str, device: int) -> Any:
+        """The array at ``array`` in the store at ``path`` (a directory, or a RemoteLocation: an
+        object store's URL and options), read on GPU ``device``."""
+        from ._arrays import open_at
 
-        return zarrs_gpu.open(path, array, device=device)
+        return open_at(path, array, device=device)
 
     def as_tensor(self, x: Any) -> Any:
         """A read array as a tensor, without a copy (DLPack: torch's current stream on the array's
@@ -355,8 +356,10 @@ class _Source:
     """One array of a dataset: a path (and the array's path in that store), opened lazily, or a
     ``zarrs_gpu.Array`` given open."""
 
-    def __init__(self, spec: Any, n: int):
+    def __init__(self, spec: Any, n: int, storage_options: Optional[dict] = None):
         import zarrs_gpu
+
+        from ._arrays import location, open_at
 
         self.opened = None
         # The GPU a given Array reads to (paths are opened on the dataset's).
@@ -368,7 +371,8 @@ class _Source:
             meta = spec
         else:
             if isinstance(spec, (str, os.PathLike)):
-                self.path, self.array = os.path.abspath(os.fspath(spec)), "/"
+                # A directory, or an object store's URL (its options travel with it, unshown).
+                self.path, self.array = location(spec, storage_options, f"zarrs_gpu.torch: arrays[{n}]"), "/"
             else:
                 # A zarr-python array in a local store: its store's root and its path there.
                 store = getattr(getattr(spec, "store_path", None), "store", None)
@@ -378,9 +382,9 @@ class _Source:
                     raise TypeError(f"arrays[{n}]: expected a path, a zarrs_gpu.Array or a zarr-python array in "
                                     f"a local store, not a {type(spec).__name__}{where}")
                 self.path, self.array = os.path.abspath(str(root)), "/" + spec.store_path.path.strip("/")
-            self.name = self.path if self.array == "/" else f"{self.path} (array {self.array!r})"
+            self.name = str(self.path) if self.array == "/" else f"{self.path} (array {self.array!r})"
             try:
-                meta = zarrs_gpu.open(self.path, self.array)  # metadata only: no GPU needed
+                meta = open_at(self.path, self.array)  # metadata only: no GPU needed
             except Exception as err:
                 new = _with_context(err, f"zarrs_gpu.torch: arrays[{n}], {self.name}")
                 if new is err:
@@ -402,7 +406,8 @@ class CropDataset:
     """A map-style dataset of crops of one or several arrays, read by zarrs_gpu on the GPU.
 
     ``arrays``: one array, or a list (tuple) of arrays; each a path (the array's directory, or a
-    store whose root is the array: ``"data.zarr/raw"``), a ``zarrs_gpu.Array`` (read on the device
+    store whose root is the array: ``"data.zarr/raw"``), an object store's URL of one
+    (``s3://bucket/data.zarr/raw``, with ``storage_options``), a ``zarrs_gpu.Array`` (read on the device
     it was opened for, which is then the dataset's; such a dataset does not pickle), or a
     zarr-python array in a local store.
     ``crop_shape`` crops the last ``len(crop_shape)`` axes of every array, which must have the same
@@ -419,14 +424,15 @@ class CropDataset:
     """
 
     def __init__(self, arrays: Any, crop_shape: Sequence[int], *, crops: Any = "grid", seed: int = 0,
-                 stride: Optional[Sequence[int]] = None, edge: str = "shift", device: Any = None):
+                 stride: Optional[Sequence[int]] = None, edge: str = "shift", device: Any = None,
+                 storage_options: Optional[dict] = None):
         self._single = not isinstance(arrays, (list, tuple))
         specs = [arrays] if self._single else list(arrays)
         if not specs:
             raise ValueError("arrays is empty: give one array or a list of them")
         self._device_arg = _device_ordinal(device)
         self._device: Optional[int] = None
-        self._sources = [_Source(spec, n) for n, spec in enumerate(specs)]
+        self._sources = [_Source(spec, n, storage_options) for n, spec in enumerate(specs)]
         self._device_arg = self._given_device(self._device_arg)
         crop_shape = _positive_ints(crop_shape, "crop_shape")
         k = len(crop_shape)
