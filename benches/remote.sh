@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The object store benchmark (issue 30): an array served by an S3 server on loopback (s3s-fs),
+# read to the GPU by ours and by zarr-python in one run, beside the server's own ceiling and the
+# same reads from the page cache.
+#   bash benches/remote.sh [GIB] [REPEAT]
+# from a checkout on a machine with an NVIDIA GPU and nvCOMP; s3s-fs ($S3S_FS, else on PATH, else
+# target/tools/bin, where .ci/run installs it); for the peers Python with zarr, cupy and obstore.
+# `bench`, `zarrs-gpu` and `remote_get` are taken from PATH when there, else run with cargo.
+# Steps, each into OUT (default /tmp/out):
+#   local.jsonl         bench (ours only) on the page-cache copy of CASE (default z2): whole array
+#                       and tiles, which also writes the array once into BENCH_DIR;
+#   remote-ceiling.jsonl remote_get: every stored chunk fetched into host memory at 16, 64 and
+#                       256 GETs in flight (nothing decoded: the server's and the loopback's rate);
+#   remote-cli.jsonl    zarrs-gpu read of the whole array from S3 and from the page cache, and of
+#                       three random unaligned 64x256x256 tiles from each;
+#   remote-peers.jsonl  benches/remote_peers.py: zarrs_gpu by URL, zarr-python through obstore
+#                       into CuPy and numpy, whole array and a tile, checksums compared.
+# The array is uploaded through S3 PUTs first (as object stores hold arrays; s3s-fs also hashes
+# every GET of a file it did not receive, which would bound the rates instead of the reads).
+set -euo pipefail
+gib=${1:-8}
+repeat=${2:-3}
+case=${CASE:-z2}
+out=${OUT:-/tmp/out}; mkdir -p "$out"
+dir=${BENCH_DIR:-/tmp/zarrs-gpu-bench}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export PYTHONUNBUFFERED=1
+if command -v bench >/dev/null; then bench=(bench); else bench=(cargo run --release --example bench --); fi
+if command -v zarrs-gpu >/dev/null; then cli=(zarrs-gpu); else cli=(cargo run --release --bin zarrs-gpu --); fi
+if command -v remote_get >/dev/null; then get=(remote_get); else get=(cargo run --release --example remote_get --); fi
+s3s=${S3S_FS:-$(command -v s3s-fs || echo "$here/../target/tools/bin/s3s-fs")}
+step() { echo "=== $(date +%T) $*"; }
+
+step "bench ($case, page cache)"
+"${bench[@]}" --dir "$dir" --gib "$gib" --cases "$case" --ours-only --repeat "$repeat" --json "$out/local.jsonl" \
+  > "$out/local.log" 2>&1
+
+step "s3s-fs"
+root=$(mktemp -d /tmp/zarrs-gpu-s3.XXXXXX)
+mkdir -p "$root/bench"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$s3s" --host 127.0.0.1 --port "$port" --access-key zarrs-gpu-bench --secret-key zarrs-gpu-bench-secret "$root" \
+  > "$out/s3s-fs.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null; rm -rf "$root"' EXIT
+export AWS_ENDPOINT=http://127.0.0.1:$port AWS_ALLOW_HTTP=true AWS_REGION=us-east-1
+export AWS_ACCESS_KEY_ID=zarrs-gpu-bench AWS_SECRET_ACCESS_KEY=zarrs-gpu-bench-secret
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+url=s3://bench/$case.zarr
+
+step "upload $case"
+"${get[@]}" put "$dir/$case.zarr" "$url" 2> "$out/upload.log"
+
+step "remote ceiling"
+"${get[@]}" "$url" 16,64,256 "$repeat" > "$out/remote-ceiling.jsonl" 2>> "$out/upload.log"
+
+step "zarrs-gpu read: whole and tiles, S3 and page cache"
+rm -f "$out/remote-cli.jsonl"
+shape=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['shape'])))" \
+  "$dir/$case.zarr/zarr.json")
+for source in "$url" "$dir/$case.zarr"; do
+  "${cli[@]}" read "$source" --repeat "$repeat" --json >> "$out/remote-cli.jsonl"
+done
+for seed in 1 2 3; do
+  subset=$(python3 -c "
+import random, sys
+random.seed(int(sys.argv[2]))
+shape = [int(n) for n in sys.argv[1].split(',')]
+tile = [64, 256, 256][-len(shape):]
+starts = [random.randrange(0, max(1, n - t + 1)) for n, t in zip(shape, tile)]
+print(','.join(f'{s}:{min(n, s + t)}' for s, t, n in zip(starts, tile, shape)))" "$shape" "$seed")
+  for source in "$url" "$dir/$case.zarr"; do
+    "${cli[@]}" read "$source" --subset "$subset" --repeat $((repeat * 5)) --json >> "$out/remote-cli.jsonl"
+  done
+done
+
+step "peers"
+python3 "$here/remote_peers.py" "$url" --repeat "$repeat" --json "$out/remote-peers.jsonl" \
+  > /dev/null 2> "$out/remote-peers.err"
+step done

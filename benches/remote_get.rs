@@ -1,0 +1,105 @@
+//! The object store's ceiling: every stored chunk of an array fetched into host memory by
+//! `RemoteStore::fetch_many` (ranged GETs many in flight, nothing decoded, nothing copied to a
+//! device), at several concurrencies. No GPU needed. One JSON row per concurrency and repetition.
+//! `put DIR URL` uploads a directory's files first (PUTs, 32 at once), as object stores hold
+//! arrays.
+//!
+//! ```text
+//! export AWS_ENDPOINT=http://127.0.0.1:9000 AWS_ALLOW_HTTP=true AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=...
+//! cargo run --release --example remote_get -- put /tmp/b/z2.zarr s3://bucket/z2.zarr
+//! cargo run --release --example remote_get -- s3://bucket/z2.zarr 16,64,256 3
+//! ```
+
+use std::time::Instant;
+
+use rayon::prelude::*;
+use zarrs_gpu::{RemoteRange, RemoteStore};
+use zarrs_storage::{Bytes, ListableStorageTraits, StorageError, StoreKey, StorePrefix, WritableStorageTraits};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// Every file under `dir` PUT under `url`, its path below `dir` the key.
+fn put(dir: &std::path::Path, url: &str) -> Result<(), Error> {
+    let store = RemoteStore::from_url(url, std::iter::empty::<(&str, &str)>())?;
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    let start = Instant::now();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(32).build()?;
+    let bytes: u64 = pool.install(|| {
+        files
+            .par_iter()
+            .map(|path| -> Result<u64, Error> {
+                let key = StoreKey::new(path.strip_prefix(dir)?.to_string_lossy())?;
+                let value = std::fs::read(path)?;
+                let len = value.len() as u64;
+                store.set(&key, Bytes::from(value))?;
+                Ok(len)
+            })
+            .sum::<Result<u64, Error>>()
+    })?;
+    eprintln!("{url}: {} files, {bytes} bytes uploaded in {:.1} s", files.len(), start.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn main() -> Result<(), Error> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("put") {
+        let (Some(dir), Some(url)) = (args.get(1), args.get(2)) else {
+            return Err("usage: remote_get put DIR URL".into());
+        };
+        return put(std::path::Path::new(dir), url);
+    }
+    let url = args.first().ok_or("usage: remote_get URL [CONCURRENCIES] [REPEAT]")?;
+    let concurrencies: Vec<usize> =
+        args.get(1).map_or("16,64,256", String::as_str).split(',').map(str::parse).collect::<Result<_, _>>()?;
+    let repeat: usize = args.get(2).map_or(Ok(3), |r| r.parse())?;
+    let store = RemoteStore::from_url(url, std::iter::empty::<(&str, &str)>())?;
+    let start = Instant::now();
+    // Every value but the metadata: the chunks (v3 `c/...` or v2 `0.0.0` keys).
+    let keys: Vec<_> = store
+        .list_prefix(&StorePrefix::root())?
+        .into_iter()
+        .filter(|k| !matches!(k.as_str().rsplit('/').next(), Some("zarr.json" | ".zarray" | ".zattrs" | ".zgroup")))
+        .collect();
+    let listed = start.elapsed().as_secs_f64();
+    let sizes = store.sizes(&keys.iter().collect::<Vec<_>>())?;
+    let ranges: Vec<RemoteRange> = keys
+        .iter()
+        .zip(&sizes)
+        .filter_map(|(key, size)| size.map(|len| RemoteRange { key: key.clone(), offset: 0, len }))
+        .collect();
+    let total: u64 = ranges.iter().map(|r| r.len).sum();
+    eprintln!("{url}: {} values, {:.3} GiB, listed in {listed:.2} s", ranges.len(), total as f64 / f64::from(1 << 30));
+    for &concurrency in &concurrencies {
+        let store = store.clone().with_concurrency(concurrency);
+        for run in 0..repeat {
+            let start = Instant::now();
+            let mut got = 0u64;
+            store.fetch_many(&ranges, |_, bytes| {
+                got += bytes.map_or(0, |b| b.len() as u64);
+                Ok::<(), StorageError>(())
+            })?;
+            let seconds = start.elapsed().as_secs_f64();
+            assert_eq!(got, total, "every value fetched whole");
+            println!(
+                "{}",
+                serde_json::json!({
+                    "case": "remote fetch to host", "url": url, "concurrency": concurrency, "run": run,
+                    "values": ranges.len(), "bytes": total, "seconds": seconds,
+                    "gib_s": total as f64 / f64::from(1 << 30) / seconds,
+                })
+            );
+        }
+    }
+    Ok(())
+}
