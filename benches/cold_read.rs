@@ -5,7 +5,9 @@
 //! Readers: `pread` (each file opened and read whole by one of T threads: what the store's
 //! fallback does), `willneed` (every file opened and `posix_fadvise(WILLNEED)` first, from T
 //! threads, then read as `pread`: the kernel's read-ahead queues the whole set at once), `direct`
-//! (`O_DIRECT`, 4 KiB-aligned reads of whole files into aligned buffers: no page cache).
+//! (`O_DIRECT`, 4 KiB-aligned reads of whole files into aligned buffers: no page cache),
+//! `phased` (what the store's fallback does in a batch: every file's size, then every file
+//! opened, then every file read, each phase on T threads).
 //!
 //! ```text
 //! cargo run --release --example cold_read -- /tmp/zarrs-gpu-bench/z2.zarr pread,willneed,direct 16,64 2
@@ -65,6 +67,9 @@ impl Aligned {
     }
 }
 
+// SAFETY: the buffer is owned, and used by one thread at a time.
+unsafe impl Send for Aligned {}
+
 impl Drop for Aligned {
     fn drop(&mut self) {
         // SAFETY: allocated with this layout.
@@ -101,12 +106,17 @@ fn run(files: &[(PathBuf, u64)], reader: &str, threads: usize) -> Result<u64, Er
                     while let Some((path, len)) = files.get(advised.fetch_add(1, Ordering::Relaxed)) {
                         if let Ok(f) = File::open(path) {
                             // SAFETY: a valid descriptor; advice only.
-                            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, *len as libc::off_t, libc::POSIX_FADV_WILLNEED) };
+                            unsafe {
+                                libc::posix_fadvise(f.as_raw_fd(), 0, *len as libc::off_t, libc::POSIX_FADV_WILLNEED)
+                            };
                         }
                     }
                 });
             }
         });
+    }
+    if reader == "phased" {
+        return phased(files, threads, largest);
     }
     let total = AtomicUsize::new(0);
     std::thread::scope(|s| -> Result<(), Error> {
@@ -136,11 +146,60 @@ fn run(files: &[(PathBuf, u64)], reader: &str, threads: usize) -> Result<u64, Er
     Ok(total.load(Ordering::Relaxed) as u64)
 }
 
+/// Run `f` over `0..n` on `threads` threads, each taking the next index.
+fn on_threads<T: Send>(
+    n: usize,
+    threads: usize,
+    f: impl Fn(usize) -> Result<T, Error> + Sync,
+) -> Result<Vec<T>, Error> {
+    let next = AtomicUsize::new(0);
+    let out: Vec<std::sync::Mutex<Option<T>>> = (0..n).map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|s| -> Result<(), Error> {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| -> Result<(), Error> {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= n {
+                            return Ok(());
+                        }
+                        let value = f(i)?;
+                        *out[i].lock().expect("a slot") = Some(value);
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().expect("a thread")?;
+        }
+        Ok(())
+    })?;
+    Ok(out.into_iter().map(|m| m.into_inner().expect("a slot").expect("every index")).collect())
+}
+
+/// The store's phases, each on `threads` threads and each finished before the next: every file's
+/// size (stat), every file opened, every file read.
+fn phased(files: &[(PathBuf, u64)], threads: usize, largest: usize) -> Result<u64, Error> {
+    let sizes = on_threads(files.len(), threads, |i| Ok(std::fs::metadata(&files[i].0)?.len()))?;
+    let opened = on_threads(files.len(), threads, |i| Ok(File::open(&files[i].0)?))?;
+    let buffers: Vec<std::sync::Mutex<Aligned>> =
+        (0..threads).map(|_| std::sync::Mutex::new(Aligned::new(largest))).collect();
+    let read = on_threads(files.len(), threads, |i| {
+        let mut buf = buffers[i % threads].lock().expect("a buffer");
+        read_whole(opened[i].as_raw_fd(), buf.slice(), sizes[i])
+    })?;
+    Ok(read.iter().sum())
+}
+
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let dir = PathBuf::from(args.first().ok_or("usage: cold_read DIR [READERS] [THREADS] [REPEAT]")?);
-    let readers: Vec<&str> = args.get(1).map_or("pread,willneed,direct", String::as_str).split(',').collect();
-    let threads: Vec<usize> = args.get(2).map_or("16,64", String::as_str).split(',').map(str::parse).collect::<Result<_, _>>()?;
+    let readers: Vec<&str> = args.get(1).map_or("pread,willneed,direct,phased", String::as_str).split(',').collect();
+    if let Some(unknown) = readers.iter().find(|r| !matches!(**r, "pread" | "willneed" | "direct" | "phased")) {
+        return Err(format!("unknown reader {unknown}: pread, willneed, direct or phased").into());
+    }
+    let threads: Vec<usize> =
+        args.get(2).map_or("16,64", String::as_str).split(',').map(str::parse).collect::<Result<_, _>>()?;
     let repeat: usize = args.get(3).map_or(Ok(2), |r| r.parse())?;
     let files = files_under(&dir)?;
     let bytes: u64 = files.iter().map(|f| f.1).sum();

@@ -179,6 +179,50 @@ fn dying_server() -> u16 {
     port
 }
 
+/// A server that answers its first `failures` requests with 503 and every later one with `body`;
+/// the count of requests it has had.
+fn flaky_server(failures: usize, body: &'static [u8]) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let response = if seen.fetch_add(1, Ordering::SeqCst) < failures {
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec()
+            } else {
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                [head.as_bytes(), body].concat()
+            };
+            let _ = stream.write_all(&response);
+        }
+    });
+    (port, count)
+}
+
+#[test]
+fn server_errors_are_retried_with_backoff_then_read() -> Result {
+    use std::sync::atomic::Ordering;
+    // Two 503s, then the value: read, after three requests.
+    let (port, count) = flaky_server(2, b"zarr chunk bytes");
+    let store = RemoteStore::from_url(&format!("http://127.0.0.1:{port}/a"), [("allow_http", "true")])?;
+    let value = store.get(&StoreKey::new("c/0/0")?)?.expect("the value");
+    assert_eq!(value.as_ref(), b"zarr chunk bytes");
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+    // More failures than retries: an error naming the key, after max_retries + 1 requests.
+    let (port, count) = flaky_server(100, b"");
+    let url = format!("http://127.0.0.1:{port}/a");
+    let store = RemoteStore::from_url(&url, [("allow_http", "true"), ("max_retries", "2")])?;
+    let err = store.get(&StoreKey::new("c/4/2")?).unwrap_err().to_string();
+    assert!(err.contains("c/4/2") && err.contains("503"), "{err}");
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)"]
 fn a_server_gone_or_dying_mid_read_is_an_error_naming_the_chunk_never_a_hang() -> Result {
