@@ -1320,6 +1320,16 @@ fn storage_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String,
     Ok(out)
 }
 
+/// `storage_options` as object_store names them (flattened, fsspec's names translated), for
+/// Python's other object_store client (obstore), which zarr-python lists groups through.
+#[pyfunction]
+fn _object_store_options(storage_options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
+    Ok(self::storage_options(storage_options)?
+        .iter()
+        .map(|(k, v)| zarrs_gds_store::object_store_option(k, v))
+        .collect())
+}
+
 /// Open the Zarr array `array` (a node path; the leading `/` is optional) of the store at
 /// `store_path` (a directory, or an object store's URL: `s3://bucket/prefix`,
 /// `https://host/prefix`, with `storage_options`) for reads to GPU `device` (and writes, with
@@ -1486,6 +1496,7 @@ fn _zarrs_gpu(m: &Bound<'_, PyModule>) -> PyResult<()> {
     zarrs_gpu_codecs::set_release_wait_wrapper(release_wait);
     m.add_function(wrap_pyfunction!(_nvcomp_candidates, m)?)?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_function(wrap_pyfunction!(_object_store_options, m)?)?;
     m.add_function(wrap_pyfunction!(read, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(memory_in_use, m)?)?;

@@ -3198,6 +3198,35 @@ class RemoteCpuTests(unittest.TestCase):
         self.assertIsInstance(path, RemoteLocation)
         self.assertNotIn(server.storage_options()["secret"], repr(path) + repr(ds._sources[0].name))
 
+    def test_xarray_opens_s3_datasets(self):
+        from unittest import mock
+
+        import xarray as xr
+
+        import zarrs_gpu.dask as zd
+        from zarrs_gpu._arrays import RemoteLocation, zarr_python_store
+
+        server = self.server
+        rng = np.random.default_rng(2)
+        ds = xr.Dataset({"temp": (("t", "y"), rng.standard_normal((6, 9)).astype("float32")),
+                         "count": (("y",), np.arange(9, dtype="int32"))},
+                        coords={"t": np.arange(6), "y": np.linspace(0, 1, 9)}, attrs={"title": "remote"})
+        ds.to_zarr(server.zarr_store("ds.zarr"), zarr_format=3, consolidated=False)
+
+        def host_reader(path, array, device, box):
+            # The tasks carry the URL and options; zarr-python reads the box through obstore.
+            self.assertIsInstance(path, RemoteLocation)
+            z = zarr.open_array(zarr_python_store(path), path=array.strip("/"), mode="r")
+            return np.asarray(z[tuple(slice(a, b) for a, b in box)])
+
+        with mock.patch.multiple(zd, reader=host_reader, make_meta=lambda dtype, ndim: np.empty((0,) * ndim, dtype)):
+            got = xr.open_dataset(server.url("ds.zarr"), engine="zarrs_gpu",
+                                  storage_options=server.storage_options())
+            xr.testing.assert_identical(got.load(), ds)
+            self.assertEqual(got["temp"].encoding["source"], server.url("ds.zarr"))
+        with self.assertRaisesRegex(ValueError, "storage_options"):
+            xr.open_dataset(tempfile.gettempdir(), engine="zarrs_gpu", storage_options={"anon": True})
+
     def test_remote_errors_name_what_and_never_the_secret(self):
         server = self.server
         zarr.create_array(server.zarr_store("errors.zarr"), shape=(4,), chunks=(2,), dtype="int8")

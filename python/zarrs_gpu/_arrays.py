@@ -61,6 +61,42 @@ def location(store, storage_options=None, caller="zarrs_gpu"):
     return os.path.abspath(os.fspath(store))
 
 
+#: object_store's client options (obstore takes them apart from a store's own configuration).
+_CLIENT_OPTIONS = {
+    "allow_http", "allow_invalid_certificates", "connect_timeout", "default_content_type", "http1_only",
+    "http2_keep_alive_interval", "http2_keep_alive_timeout", "http2_keep_alive_while_idle", "http2_only",
+    "pool_idle_timeout", "pool_max_idle_per_host", "proxy_url", "proxy_ca_certificate", "proxy_excludes",
+    "timeout", "user_agent", "randomize_addresses",
+}
+#: zarrs_gpu's own options, which obstore does not take.
+_OURS = {"max_retries", "retry_timeout", "concurrency"}
+
+
+def zarr_python_store(where):
+    """zarr-python's read-only store of a RemoteLocation, through obstore (object_store's Python
+    client: the same option names as zarrs_gpu's RemoteStore), for what zarr-python does here
+    (listing a group's arrays and their attributes)."""
+    try:
+        import obstore.store
+    except ImportError as err:
+        raise ImportError(f"reading {where} with zarr-python needs obstore: pip install obstore") from err
+    import zarr.storage
+
+    config, client = {}, {}
+    from ._zarrs_gpu import _object_store_options
+
+    for key, value in _object_store_options(where.storage_options):
+        plain = key[len("aws_"):] if key.startswith("aws_") else key
+        if plain in _CLIENT_OPTIONS:
+            client[plain] = value
+        elif key not in _OURS:
+            config[key] = value
+    s3 = where.url.lower().startswith(("s3://", "s3a://"))
+    store = obstore.store.from_url(where.url, config=config or None, client_options=client or None) if s3 else \
+        obstore.store.from_url(where.url, client_options=client or None)
+    return zarr.storage.ObjectStore(store, read_only=True)
+
+
 def open_at(where, array, device=0, mode="r"):
     """zarrs_gpu.open of a location (a path or a RemoteLocation)."""
     if isinstance(where, RemoteLocation):

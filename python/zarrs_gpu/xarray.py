@@ -169,16 +169,20 @@ class ZarrsGpuStore(AbstractDataStore):
 
     def __init__(self, path: str, group: Optional[str] = None, *, consolidated: Optional[bool] = None,
                  use_zarr_fill_value_as_mask: Optional[bool] = None, device: Optional[int] = None):
+        from ._arrays import RemoteLocation, zarr_python_store
+
         zarr = require("zarr", "zarrs_gpu.xarray", "xarray")  # lists the group
         self.path = path
         self.group_path = (group or "").strip("/")
         self.device = device
         where = f"zarrs_gpu.xarray: group {('/' + self.group_path)!r} in {path!r}"
-        if not os.path.exists(path):
+        remote = isinstance(path, RemoteLocation)
+        if not remote and not os.path.exists(path):
             raise FileNotFoundError(f"{where}: no such store")
         try:
-            self.zarr_group = zarr.open_group(path, mode="r", path=self.group_path or None,
-                                              use_consolidated=consolidated)
+            # An object store is listed through obstore (zarr-python's ObjectStore).
+            self.zarr_group = zarr.open_group(zarr_python_store(path) if remote else path, mode="r",
+                                              path=self.group_path or None, use_consolidated=consolidated)
         except Exception as err:
             if not _rebuildable(err):
                 raise
@@ -218,7 +222,7 @@ class ZarrsGpuStore(AbstractDataStore):
         data = ZarrsGpuBackendArray(self.path, array, a.shape, dtype, self.device, host=True)
         unit = a.shards or a.chunks
         encoding = {"chunks": a.chunks, "shards": a.shards, "preferred_chunks": dict(zip(dims, unit)),
-                    "source": self.path}
+                    "source": getattr(self.path, "url", self.path)}
         return Variable(dims, indexing.LazilyIndexedArray(data), attrs, encoding)
 
     def get_variables(self):
@@ -467,11 +471,11 @@ class ZarrsGpuBackendEntrypoint(BackendEntrypoint):
     """xarray's ``engine="zarrs_gpu"``: Zarr groups (v2, v3) in filesystem stores, data read by
     zarrs_gpu on the GPU; see the module's docstring."""
 
-    description = "Zarr groups (v2 and v3) in local stores, read by zarrs_gpu into GPU memory (CuPy)"
+    description = "Zarr groups (v2 and v3) in local or object stores, read by zarrs_gpu into GPU memory (CuPy)"
     open_dataset_parameters = (
         "filename_or_obj", "drop_variables", "mask_and_scale", "decode_times", "concat_characters",
         "decode_coords", "use_cftime", "decode_timedelta", "group", "consolidated",
-        "use_zarr_fill_value_as_mask", "device",
+        "use_zarr_fill_value_as_mask", "device", "storage_options",
     )
 
     def guess_can_open(self, filename_or_obj: Any) -> bool:
@@ -482,16 +486,19 @@ class ZarrsGpuBackendEntrypoint(BackendEntrypoint):
                      mask_and_scale: bool = True, decode_times: Any = True, concat_characters: bool = True,
                      decode_coords: Any = True, use_cftime: Optional[bool] = None, decode_timedelta: Any = None,
                      group: Optional[str] = None, consolidated: Optional[bool] = None,
-                     use_zarr_fill_value_as_mask: Optional[bool] = None, device: Optional[int] = None):
+                     use_zarr_fill_value_as_mask: Optional[bool] = None, device: Optional[int] = None,
+                     storage_options: Optional[dict] = None):
         from xarray import Coordinates, Dataset
         from xarray.conventions import decode_cf_variables
 
+        from ._arrays import location
+
         if not isinstance(filename_or_obj, (str, os.PathLike)):
-            raise TypeError(f"zarrs_gpu.xarray: the store must be a path (a filesystem store), "
-                            f"not {type(filename_or_obj).__name__}")
+            raise TypeError(f"zarrs_gpu.xarray: the store must be a path (a filesystem store) or an object "
+                            f"store's URL, not {type(filename_or_obj).__name__}")
         if device is not None and (not isinstance(device, int) or isinstance(device, bool) or device < 0):
             raise ValueError(f"zarrs_gpu.xarray: device must be a GPU ordinal (0 or more) or None, not {device!r}")
-        path = os.path.abspath(os.fspath(filename_or_obj))
+        path = location(filename_or_obj, storage_options, "zarrs_gpu.xarray")
         store = ZarrsGpuStore(path, group, consolidated=consolidated,
                               use_zarr_fill_value_as_mask=use_zarr_fill_value_as_mask, device=device)
         # What xarray's StoreBackendEntrypoint does, with mask and scale done first by

@@ -123,8 +123,14 @@ impl fmt::Display for RemoteStore {
     }
 }
 
-/// An option of [`RemoteStore::from_url`] under the name object_store gives it, fsspec's names
-/// (`storage_options` of zarr-python and s3fs) translated.
+/// An option of [`RemoteStore::from_url`] as object_store names and spells it: fsspec's names
+/// (`storage_options` of zarr-python and s3fs) translated, Python's booleans lowercased. Other
+/// clients of object_store (obstore) take the result as they are.
+#[must_use]
+pub fn object_store_option(key: &str, value: &str) -> (String, String) {
+    (option_name(key).to_string(), option_value(value))
+}
+
 fn option_name(key: &str) -> &str {
     match key {
         "key" => "aws_access_key_id",
