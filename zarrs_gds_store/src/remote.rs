@@ -274,10 +274,17 @@ impl RemoteStore {
         let error = |e: object_store::Error| StorageError::Other(format!("{}: {key}: {e}", self.name));
         match &self.backend {
             Backend::Object(store) => {
-                // A suffix range as a bounded one, from the value's size: HTTP servers and
-                // S3-compatible ones that lack suffix ranges are common, and a HEAD is cheap.
+                // A suffix range is one GET where the server takes it (S3 does); where it
+                // refuses (HTTP servers without suffix ranges are common) a bounded range from
+                // the value's size.
                 let range = match range {
                     Some(GetRange::Suffix(n)) => {
+                        let options = GetOptions { range: Some(GetRange::Suffix(n)), ..Default::default() };
+                        match store.get_opts(&Self::object_path(key), options).await {
+                            Ok(result) => return Ok(Some(result.bytes().await.map_err(error)?)),
+                            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                            Err(_) => {}
+                        }
                         let Some(size) = self.size(key).await? else { return Ok(None) };
                         if size == 0 || n == 0 {
                             return Ok(Some(Bytes::new()));
