@@ -463,3 +463,51 @@ fn big_endian_raw_bits_and_utf32_match_zarrs() -> Result {
     }
     Ok(())
 }
+
+/// Every chunk file of `dir` dropped from the page cache (clean pages of a disk's filesystem).
+fn evict(dir: &std::path::Path) -> Result {
+    use std::os::unix::io::AsRawFd;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let file = std::fs::File::open(&path)?;
+            file.sync_all()?;
+            // SAFETY: a valid descriptor; advice only.
+            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        }
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cold_reads_in_many_batches_equal_zarrs_reads() -> Result {
+    // 192 MiB raw (straight to the device) and zstd (checked on the host) in batches of 32 MiB,
+    // read after the files left the page cache: where a batch comes at a disk's rate the next
+    // ones are advised to the kernel before their reads; the bytes are zarrs' either way.
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    for (name, codecs) in [
+        ("raw", vec![]),
+        ("zstd", vec![Arc::new(ZstdCodec::new(1, false)) as Arc<dyn zarrs::array::BytesToBytesCodecTraits>]),
+    ] {
+        let array = ArrayBuilder::new(vec![192, 512, 512], vec![16, 512, 512], data_type::float32(), 0.0f32)
+            .bytes_to_bytes_codecs(codecs)
+            .build(store.clone(), &format!("/{name}"))?;
+        array.store_metadata()?;
+        let mut rng = StdRng::seed_from_u64(41);
+        let values: Vec<f32> = (0..192 * 512 * 512).map(|i| (i % 4099) as f32 + rng.random::<f32>()).collect();
+        array.store_array_subset(&array.subset_all(), &values)?;
+        evict(&dir.path().join(name))?;
+        let config = GpuConfig::default().with_staging_bytes(32 << 20);
+        let (device, report) = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &config)?;
+        assert!(device.to_host()? == values, "{name}: the cold read differs ({report:?})");
+        eprintln!("{name}: {}", report.io.map(|io| io.to_string()).unwrap_or_default());
+    }
+    Ok(())
+}

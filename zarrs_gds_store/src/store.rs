@@ -10,6 +10,7 @@ use zarrs_storage::{
     StorageError, StoreKey, StoreKeys, StoreKeysPrefixes, StorePrefix, WritableStorageTraits,
 };
 
+use crate::advise::{advise, Advice};
 use crate::backend::{IoBackend, IoPath, IoStatus};
 use crate::cufile::CuFileDriver;
 use crate::error::ReadError;
@@ -349,6 +350,14 @@ impl GdsStore {
     #[must_use]
     pub fn key_to_fspath(&self, key: &StoreKey) -> PathBuf {
         self.fs.key_to_fspath(key)
+    }
+
+    /// Advise the kernel that these ranges of values (`(key, offset, len)`, `len` 0: to the
+    /// value's end) will be read soon (`posix_fadvise(WILLNEED)`), from background threads:
+    /// returns at once. A reader of cold data calls it for the chunks it reads next, so that the
+    /// disk works while it checks and decodes. Missing values are skipped.
+    pub fn advise_will_need<'a>(&self, ranges: impl IntoIterator<Item = (&'a StoreKey, u64, u64)>) {
+        advise(ranges.into_iter().map(|(key, offset, len)| Advice { path: self.key_to_fspath(key), offset, len }));
     }
 
     /// Which path the last device read took, and why (None before the first).

@@ -360,3 +360,55 @@ fn writers_of_different_keys_at_once_all_land() -> Result {
     }
     Ok(())
 }
+
+/// How many of the file's pages are in the page cache (mincore of a mapping).
+fn resident_pages(path: &std::path::Path) -> Result<(usize, usize)> {
+    use std::os::unix::io::AsRawFd;
+    let file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len() as usize;
+    // SAFETY: a read-only shared mapping of an open file, unmapped below; mincore writes one byte
+    // per page into a vector of that many.
+    unsafe {
+        let map = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0);
+        assert_ne!(map, libc::MAP_FAILED);
+        let pages = len.div_ceil(4096);
+        let mut flags = vec![0u8; pages];
+        let rc = libc::mincore(map, len, flags.as_mut_ptr());
+        libc::munmap(map, len);
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        Ok((flags.iter().filter(|&&f| f & 1 == 1).count(), pages))
+    }
+}
+
+#[test]
+fn advised_values_come_into_the_page_cache_and_read_the_same() -> Result {
+    use std::os::unix::io::AsRawFd;
+    let dir = tempfile::tempdir()?;
+    let store = GdsStore::new(dir.path())?;
+    let data: Vec<u8> = (0..8u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let keys: Vec<StoreKey> = (0..4).map(|i| StoreKey::new(format!("c/{i}"))).collect::<std::result::Result<_, _>>()?;
+    for key in &keys {
+        store.set(key, Bytes::from(data.clone()))?;
+    }
+    // Out of the page cache (where the filesystem lets clean pages go: not tmpfs).
+    for key in &keys {
+        let file = std::fs::File::open(store.key_to_fspath(key))?;
+        file.sync_all()?;
+        // SAFETY: a valid descriptor; advice only.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
+    let evicted = resident_pages(&store.key_to_fspath(&keys[0]))?;
+    // Advice for whole values, one range and a key with no value: returns at once.
+    let missing = StoreKey::new("c/none")?;
+    store.advise_will_need([(&keys[0], 0, 0), (&keys[1], 0, 0), (&keys[2], 1 << 20, 1 << 20), (&missing, 0, 0)]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while resident_pages(&store.key_to_fspath(&keys[0]))?.0 < evicted.1 {
+        assert!(std::time::Instant::now() < deadline, "advised pages did not come in: {evicted:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for key in &keys {
+        assert_eq!(store.get(key)?.unwrap().as_ref(), &data[..]);
+    }
+    assert!(store.get(&missing)?.is_none());
+    Ok(())
+}

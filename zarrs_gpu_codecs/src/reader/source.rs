@@ -80,6 +80,19 @@ impl<'a> ReadSource<'a> {
         }
     }
 
+    /// Tell the store these ranges (`(key, offset, len)`, `len` 0: the whole value) are read
+    /// next: a `GdsStore` has the kernel read them ahead (`posix_fadvise(WILLNEED)`, from
+    /// background threads); other stores ignore it. Returns at once; whether advice was given.
+    pub(crate) fn advise<'k>(self, ranges: impl IntoIterator<Item = (&'k StoreKey, u64, u64)>) -> bool {
+        match self {
+            Self::Gds(store) => {
+                store.advise_will_need(ranges);
+                true
+            }
+            Self::Remote(_) | Self::Store(_) => false,
+        }
+    }
+
     /// The I/O path a read staged through host memory (to be checked there) takes.
     pub(crate) fn host_path(self) -> IoPath {
         match self {

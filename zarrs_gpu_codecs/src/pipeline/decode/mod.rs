@@ -12,8 +12,9 @@
 //! for each batch). [`budget`] plans the batches to the free memory; [`memory`] owns every
 //! buffer. This module drives them, batch after batch.
 
+use std::fmt::Write;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use nvcomp_sys::NvcompLibrary;
@@ -24,7 +25,7 @@ use crate::device::context::GpuContext;
 use crate::error::GpuError;
 use crate::pipeline::output::{Output, OutputBuffer};
 use crate::pipeline::route::DeviceChain;
-use crate::pipeline::unit::Unit;
+use crate::pipeline::unit::{Source, Unit};
 use crate::reader::ReadSource;
 use crate::report::{DecodePath, RetrieveReport, Trace};
 
@@ -135,6 +136,8 @@ pub(crate) fn decode_units<S: ?Sized>(
             timed: Vec::new(),
             pending: (0..slots).map(|_| None).collect(),
             results: ResultLog::default(),
+            cold: false,
+            advised_batches: 0,
         };
         let result = (|| -> Result<(), GpuError> {
             for b in 0..batches.len() {
@@ -149,7 +152,15 @@ pub(crate) fn decode_units<S: ?Sized>(
         let peak = memory.peak();
         memory.release(&result, &[stream.as_ref(), copy_stream.as_ref()], deadline)?;
         result?;
-        let BatchRun { mut report, trace, .. } = run;
+        let BatchRun { mut report, trace, advised_batches, .. } = run;
+        if advised_batches > 0 {
+            if let Some(io) = report.io.as_mut() {
+                let _ = write!(
+                    io.reason,
+                    "; the data was cold: {advised_batches} batches' values advised to the kernel (read ahead) before their reads"
+                );
+            }
+        }
         report.peak_device_bytes = peak;
         report.stages = trace.finish(&format!(
             "{out_bytes} bytes decoded on the device, {} chunks, {} batches",
@@ -177,7 +188,18 @@ struct BatchRun {
     pending: Vec<Option<Pending>>,
     /// Where each batch's results lie in the read's results buffer, and the checks to make.
     results: ResultLog,
+    /// A batch was read at a disk's rate: the next ones are advised before they are read.
+    cold: bool,
+    /// Batches whose values the store was told of ahead of their reads.
+    advised_batches: usize,
 }
+
+/// A batch of at least this many stored bytes read slower than [`COLD_READ_RATE`] came from a
+/// disk, not the page cache (smaller ones are dominated by latency).
+const COLD_BATCH_BYTES: u64 = 32 << 20;
+/// Bytes per second below which a batch's read is a disk's: page-cache reads into pinned memory
+/// run at tens of GiB/s on a GPU host, local disks at a few.
+const COLD_READ_RATE: f64 = 4.0 * (1u64 << 30) as f64;
 
 impl BatchRun {
     /// One batch, stage by stage: its slot freed, its stored sizes, read, host check and routing,
@@ -196,8 +218,10 @@ impl BatchRun {
         let mut batch = Batch::plan(job, &batches[b], b, slot)?;
         self.bound = job.config.batch_timeout(batch.decoded_total);
         self.trace.mark("sizes");
+        let (read_start, read_before) = (Instant::now(), self.report.bytes_read);
         let stored_bytes = batch.read(job, memory, &mut self.report)?;
         self.trace.mark("read");
+        self.advise_next(job, batches, b, self.report.bytes_read - read_before, read_start.elapsed());
         if let Some(schedule) = batch.route(job, stored_bytes, batches.len() == 1 || job.shrunk)? {
             self.report.schedule = Some(schedule);
         }
@@ -218,6 +242,27 @@ impl BatchRun {
         self.pending[slot] = Some(Pending { event, deadline: batch_deadline, bound: self.bound, batch: batch.index });
         self.trace.mark("place");
         Ok(())
+    }
+
+    /// After batch `b`'s read of `bytes` in `took`: where that ran at a disk's rate rather than
+    /// the page cache's (at least [`COLD_BATCH_BYTES`] below [`COLD_READ_RATE`]), the data is
+    /// cold, and from then on the store is told of each next batch's values, so that the disk
+    /// reads them while this one is checked and decoded (a `GdsStore` advises the kernel).
+    fn advise_next(&mut self, job: &Job<'_>, batches: &[Vec<usize>], b: usize, bytes: u64, took: Duration) {
+        let cold = bytes >= COLD_BATCH_BYTES && (bytes as f64) < COLD_READ_RATE * took.as_secs_f64();
+        self.cold |= cold;
+        let Some(next) = batches.get(b + 1).filter(|_| self.cold) else { return };
+        let ranges = next.iter().filter_map(|&u| {
+            let unit = &job.units[u];
+            match unit.source {
+                Source::Whole => Some((&unit.placement.key, 0, 0)),
+                Source::Range { offset, len } => Some((&unit.placement.key, offset, len)),
+                Source::Missing => None,
+            }
+        });
+        if job.source.advise(ranges) {
+            self.advised_batches += 1;
+        }
     }
 
     /// Wait for the batch in flight in `slot`, if any (until its deadline), and report
