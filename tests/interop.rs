@@ -10,6 +10,9 @@
 //! are `#[ignore]`d, so that a machine without zarr-python names them as not run: CI runs them
 //! with `--ignored`, the GPU host with `--include-ignored`.
 
+#[path = "common/servers.rs"]
+mod servers;
+
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +20,7 @@ use std::sync::Arc;
 use zarrs::array::{Array, ArrayBytes, ElementOwned};
 use zarrs_gpu::{
     host_decode_reason, ArrayDeviceExt, ArrayDeviceWriteExt, DecodePath, DecodeTrust, GdsStore, GpuConfig, IoBackend,
-    RetrieveReport, WriteReport,
+    IoPath, RemoteStore, RetrieveReport, WriteReport,
 };
 
 type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
@@ -147,7 +150,10 @@ fn zarrs_reads_zarr_python_arrays_identically() -> Result {
     Ok(())
 }
 
-fn device_bytes<T: ElementOwned>(array: &Array<GdsStore>, config: &GpuConfig) -> Result<(Vec<u8>, RetrieveReport)> {
+fn device_bytes<T: ElementOwned>(
+    array: &Array<impl zarrs_storage::ReadableStorageTraits + 'static>,
+    config: &GpuConfig,
+) -> Result<(Vec<u8>, RetrieveReport)> {
     let (data, report) = array.retrieve_array_subset_device_opt::<T>(&array.subset_all(), config)?;
     Ok((data.to_host_bytes()?, report))
 }
@@ -294,6 +300,53 @@ fn device_reads_zarr_python_arrays_identically() -> Result {
                 );
             }
             _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The matrix uploaded through S3 PUTs to a fresh s3s-fs on loopback: the server, and each case's
+/// store there.
+fn matrix_in_s3(dir: &Path) -> Result<(servers::Server, Vec<(Case, RemoteStore)>)> {
+    let server = servers::Server::s3();
+    let uploaded = server.upload(dir, "matrix")?;
+    assert!(uploaded > 500, "{uploaded} files uploaded");
+    let cases = cases(dir)?
+        .into_iter()
+        .map(|case| {
+            let prefix = format!("matrix/{}", case.path.strip_prefix(dir)?.to_string_lossy());
+            let store = server.s3_store(&prefix);
+            Ok((case, store))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((server, cases))
+}
+
+#[test]
+#[ignore = "needs the interop matrix from zarr-python and s3s-fs; CI runs it"]
+fn zarrs_reads_zarr_python_arrays_through_s3_identically() -> Result {
+    let dir = matrix();
+    let (_server, cases) = matrix_in_s3(&dir)?;
+    for (case, store) in cases {
+        let array = Array::open(Arc::new(store), "/")?;
+        let got = array.retrieve_array_subset::<ArrayBytes<'static>>(&array.subset_all())?.into_fixed()?.into_owned();
+        assert!(got == case.expected, "{}: zarrs' host read through S3 differs from zarr-python's", case.name);
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU, the interop matrix from zarr-python and s3s-fs"]
+fn device_reads_zarr_python_arrays_through_s3_identically() -> Result {
+    let dir = matrix();
+    let (_server, cases) = matrix_in_s3(&dir)?;
+    let config = GpuConfig::default().with_decode_trust(DecodeTrust::Trusted);
+    for (case, store) in cases {
+        let array = Array::open(Arc::new(store), "/")?;
+        let (got, report) = by_dtype!(case, device_bytes(&array, &config))?;
+        assert!(got == case.expected, "{}: the device read through S3 differs from zarr-python's", case.name);
+        if report.decode == DecodePath::Device {
+            assert_eq!(report.io.as_ref().map(|io| io.path), Some(IoPath::Remote), "{}", case.name);
         }
     }
     Ok(())

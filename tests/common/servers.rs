@@ -3,6 +3,9 @@
 //! `Range` support, from PyPI), both installed by `.ci/run`. Each serves a fresh directory; the
 //! servers are killed when dropped. Shared by the test binaries that include it with `#[path]`.
 
+// Each test binary uses part of it.
+#![allow(dead_code)]
+
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -138,6 +141,32 @@ impl Server {
     pub(crate) fn http_store(&self, prefix: &str) -> RemoteStore {
         let url = format!("http://127.0.0.1:{}/{prefix}", self.port);
         RemoteStore::from_url(&url, [("allow_http", "true")]).expect("the HTTP store")
+    }
+
+    /// Every file under `dir` PUT into the bucket under `prefix` (as object stores hold arrays: a
+    /// file s3s-fs did not receive is hashed on every GET).
+    pub(crate) fn upload(&self, dir: &Path, prefix: &str) -> Result<usize, Box<dyn Error + Send + Sync>> {
+        use rayon::prelude::*;
+        use zarrs_storage::WritableStorageTraits;
+        let store = self.s3_store(prefix);
+        let mut files = Vec::new();
+        let mut pending = vec![dir.to_path_buf()];
+        while let Some(d) = pending.pop() {
+            for entry in std::fs::read_dir(&d)? {
+                let path = entry?.path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else {
+                    files.push(path);
+                }
+            }
+        }
+        files.par_iter().try_for_each(|path| -> Result<(), Box<dyn Error + Send + Sync>> {
+            let key = zarrs_storage::StoreKey::new(path.strip_prefix(dir)?.to_string_lossy())?;
+            store.set(&key, zarrs_storage::Bytes::from(std::fs::read(path)?))?;
+            Ok(())
+        })?;
+        Ok(files.len())
     }
 
     /// Where `prefix` of the bucket (S3) or the served directory (HTTP) lies on disk.
