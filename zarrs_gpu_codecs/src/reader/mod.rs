@@ -475,16 +475,40 @@ impl DeviceReader {
                 Ok(())
             })
         });
+        self.settle(result, stream)?;
+        outcome.finish(lens.into_iter())
+    }
+
+    /// After a read's copies to device destinations were enqueued: on an error, wait for the
+    /// copies in flight (they may still write the destinations) and return it; else order them
+    /// before `stream`'s later work or, without a stream, wait for them.
+    fn settle(&self, result: Result<(), DeviceReadError>, stream: Option<&CudaStream>) -> Result<(), DeviceReadError> {
         match (result, stream) {
-            // Copies may still target the destinations: wait for them before reporting.
             (Err(err), _) => {
                 let _ = self.synchronize();
-                return Err(err);
+                Err(err)
             }
-            (Ok(()), None) => self.synchronize()?,
-            (Ok(()), Some(stream)) => self.order_before(stream)?,
+            (Ok(()), None) => self.synchronize(),
+            (Ok(()), Some(stream)) => self.order_before(stream),
         }
-        outcome.finish(lens.into_iter())
+    }
+
+    /// As [`Self::settle`], for reads into host memory whose pieces a mirror's `stream` copies
+    /// to the device (none without a mirror: nothing to wait for).
+    fn settle_mirrored(
+        &self,
+        result: Result<(), DeviceReadError>,
+        stream: Option<&CudaStream>,
+    ) -> Result<(), DeviceReadError> {
+        match (result, stream) {
+            (Err(err), Some(_)) => {
+                let _ = self.synchronize();
+                Err(err)
+            }
+            (Err(err), None) => Err(err),
+            (Ok(()), Some(stream)) => self.order_before(stream),
+            (Ok(()), None) => Ok(()),
+        }
     }
 
     /// Read every transfer's bytes from `source` into host memory: `buf[at..at + len]` for each,
@@ -524,15 +548,7 @@ impl DeviceReader {
                 Ok::<(), DeviceReadError>(())
             })
         });
-        match (result, mirror) {
-            (Err(err), Some(_)) => {
-                let _ = self.synchronize();
-                return Err(err);
-            }
-            (Err(err), None) => return Err(err),
-            (Ok(()), Some(mirror)) => self.order_before(mirror.stream)?,
-            (Ok(()), None) => {}
-        }
+        self.settle_mirrored(result, mirror.map(|m| m.stream))?;
         outcome.finish(lens.into_iter())
     }
 

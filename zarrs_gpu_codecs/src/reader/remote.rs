@@ -67,42 +67,16 @@ impl DeviceReader {
     ) -> Result<DeviceReadOutcome, DeviceReadError> {
         check_remote_sizes(store, requests)?;
         let outcome = Outcome::new(requests.len());
-        let failed = FirstError::default();
         let task = self.options.task_size;
-        let fetched = self.pool.in_place_scope(|scope| {
-            store.fetch_many(&remote_ranges(requests), |i, bytes| {
-                if let Some(err) = failed.take() {
-                    return Err(err);
-                }
-                let Some(bytes) = bytes else {
-                    outcome.record(i, false);
-                    return Ok(());
-                };
-                let (outcome, failed, dst) = (&outcome, &failed, requests[i].dst);
-                scope.spawn(move |_| {
-                    let source = Fetched(&bytes);
-                    for offset in (0..bytes.len()).step_by(task) {
-                        let len = (bytes.len() - offset).min(task);
-                        let piece = [(i, offset as u64, len)];
-                        if let Err(err) = self.piece_via_pinned(&source, &piece, dst + offset as u64, outcome) {
-                            failed.set(err);
-                            return;
-                        }
-                    }
-                    outcome.record(i, true);
-                });
-                Ok(())
-            })
-        });
-        let result = fetched.and_then(|()| failed.take().map_or(Ok(()), Err));
-        match (result, stream) {
-            (Err(err), _) => {
-                let _ = self.synchronize();
-                return Err(err);
+        let result = self.fetch_each(store, requests, &outcome, |i, bytes| {
+            let (source, dst) = (Fetched(&bytes), requests[i].dst);
+            for offset in (0..bytes.len()).step_by(task) {
+                let piece = [(i, offset as u64, (bytes.len() - offset).min(task))];
+                self.piece_via_pinned(&source, &piece, dst + offset as u64, &outcome)?;
             }
-            (Ok(()), None) => self.synchronize()?,
-            (Ok(()), Some(stream)) => self.order_before(stream)?,
-        }
+            Ok(())
+        });
+        self.settle(result, stream)?;
         let found = outcome.finish(requests.iter().map(|r| r.len))?;
         Ok(DeviceReadOutcome::new(found, remote_status(store)))
     }
@@ -127,6 +101,34 @@ impl DeviceReader {
         check_remote_sizes(store, requests)?;
         let base = SendPtr(buf.as_mut_ptr());
         let outcome = Outcome::new(requests.len());
+        let result = self.fetch_each(store, requests, &outcome, |i, bytes| {
+            let at = requests[i].at;
+            // SAFETY: the destinations were checked to lie in `buf` and not to overlap, and each
+            // request's bytes are written by its own task only.
+            let host = unsafe { std::slice::from_raw_parts_mut(base.get().add(at), bytes.len()) };
+            host.copy_from_slice(&bytes);
+            match &mirror {
+                Some(mirror) => self.copy_piece(host, mirror.device + at as u64),
+                None => Ok(()),
+            }
+        });
+        self.settle_mirrored(result, mirror.map(|m| m.stream))?;
+        outcome.finish(requests.iter().map(|r| r.len))
+    }
+}
+
+impl DeviceReader {
+    /// Fetch every request's value from `store`, each present one handed to `copy` on the
+    /// reader's threads as soon as it arrives (a missing one recorded as such): the first error,
+    /// of a GET or of a copy, stops the GETs still to come and is returned once every copy begun
+    /// has returned.
+    fn fetch_each<R: ValueRange + Sync>(
+        &self,
+        store: &RemoteStore,
+        requests: &[R],
+        outcome: &Outcome,
+        copy: impl Fn(usize, Bytes) -> Result<(), DeviceReadError> + Sync,
+    ) -> Result<(), DeviceReadError> {
         let failed = FirstError::default();
         let fetched = self.pool.in_place_scope(|scope| {
             store.fetch_many(&remote_ranges(requests), |i, bytes| {
@@ -137,34 +139,15 @@ impl DeviceReader {
                     outcome.record(i, false);
                     return Ok(());
                 };
-                let (outcome, failed, mirror, at) = (&outcome, &failed, mirror.as_ref(), requests[i].at);
-                scope.spawn(move |_| {
-                    // SAFETY: the destinations were checked to lie in `buf` and not to overlap,
-                    // and each request's bytes are written by this task only.
-                    let host = unsafe { std::slice::from_raw_parts_mut(base.get().add(at), bytes.len()) };
-                    host.copy_from_slice(&bytes);
-                    if let Some(mirror) = mirror {
-                        if let Err(err) = self.copy_piece(host, mirror.device + at as u64) {
-                            failed.set(err);
-                            return;
-                        }
-                    }
-                    outcome.record(i, true);
+                let (failed, copy) = (&failed, &copy);
+                scope.spawn(move |_| match copy(i, bytes) {
+                    Ok(()) => outcome.record(i, true),
+                    Err(err) => failed.set(err),
                 });
                 Ok(())
             })
         });
-        let result = fetched.and_then(|()| failed.take().map_or(Ok(()), Err));
-        match (result, mirror) {
-            (Err(err), Some(_)) => {
-                let _ = self.synchronize();
-                return Err(err);
-            }
-            (Err(err), None) => return Err(err),
-            (Ok(()), Some(mirror)) => self.order_before(mirror.stream)?,
-            (Ok(()), None) => {}
-        }
-        outcome.finish(requests.iter().map(|r| r.len))
+        fetched.and_then(|()| failed.take().map_or(Ok(()), Err))
     }
 }
 
