@@ -1359,13 +1359,19 @@ fn open(
     }
     let options = self::storage_options(storage_options)?;
     let config = config(device, backend, decode_trust)?;
-    let location = store_path.to_string_lossy();
     let node = zarrs_gpu::node_path(array);
+    // A directory by its path as given (not every path is text); a URL, or options a directory
+    // refuses, by text.
+    #[allow(clippy::result_large_err)] // once per opening
+    let store = match url {
+        None if options.is_empty() => zarrs_gpu::store_at(&store_path),
+        _ => zarrs_gpu::store_with_options(&store_path.to_string_lossy(), &options),
+    };
     // The metadata as stored, read before the array opens: a rewrite in between makes the next
     // comparison (`_stored_metadata`) differ, never hides.
     let mut opened_metadata = None;
     #[allow(clippy::result_large_err)] // once per opening
-    let opened = zarrs_gpu::store_with_options(&location, &options)
+    let opened = store
         .and_then(|store| {
             opened_metadata = stored_metadata(&store, &node).ok().flatten();
             zarrs_gpu::open_array_in(&store, &store_path, array, "array=...")
