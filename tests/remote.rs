@@ -146,6 +146,13 @@ fn fetch_many_hands_over_each_range_sizes_and_missing_keys() -> Result {
         assert!(err.contains("gzip.zarr/c/1/2"), "{err}");
         let sizes = store.sizes(&[&key, &StoreKey::new("nothing/here")?])?;
         assert_eq!(sizes, vec![Some(len), None]);
+        // Whole values up to a limit: whole when shorter, one byte past the limit when longer.
+        let missing = StoreKey::new("nothing/here")?;
+        let values = store.fetch_values(&[(&key, len + 100), (&key, len), (&key, 10), (&missing, 5)])?;
+        assert_eq!(values[0].as_deref(), Some(&file[..]));
+        assert_eq!(values[1].as_deref(), Some(&file[..]));
+        assert_eq!(values[2].as_deref(), Some(&file[..11]));
+        assert_eq!(values[3], None);
         // A zarrs partial read of a missing key is None; a suffix read is the value's end.
         assert_eq!(store.get(&StoreKey::new("gzip.zarr/c/9/9")?)?, None);
         let suffix = store.get_partial(&key, zarrs_storage::byte_range::ByteRange::Suffix(6))?.unwrap();

@@ -375,6 +375,31 @@ impl RemoteStore {
         })
     }
 
+    /// Whole values, each of at most its `limit` bytes, with many GETs in flight: per key its
+    /// bytes (None: missing). A longer value comes back as its first `limit + 1` bytes, for the
+    /// caller to refuse without having taken it whole. One GET each where a size and then the
+    /// bytes would take two requests.
+    ///
+    /// # Errors
+    /// Returns the first failed request's error, naming its key.
+    pub fn fetch_values(&self, keys: &[(&StoreKey, u64)]) -> Result<Vec<Option<Bytes>>, StorageError> {
+        block_on(async {
+            futures::stream::iter(keys.iter().map(|&(key, limit)| async move {
+                match &self.backend {
+                    Backend::Object(_) => self.get(key, Some(GetRange::Bounded(0..limit.saturating_add(1)))).await,
+                    // zarrs' async stores clamp no ranges: the size first.
+                    Backend::Async(store) => match self.size(key).await? {
+                        Some(size) => store.get_partial(key, ByteRange::FromStart(0, Some(size.min(limit + 1)))).await,
+                        None => Ok(None),
+                    },
+                }
+            }))
+            .buffered(self.concurrency)
+            .try_collect()
+            .await
+        })
+    }
+
     fn object_store(&self, what: &str) -> Result<&Arc<dyn ObjectStore>, StorageError> {
         match &self.backend {
             Backend::Object(store) => Ok(store),

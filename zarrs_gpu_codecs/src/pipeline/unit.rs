@@ -9,10 +9,15 @@ use crate::pipeline::plan::{ChunkPlacement, Copy3D};
 /// thousand over, crc32c adds four): far longer is an error, before a buffer is sized to it (a
 /// sparse file of 100 GB would otherwise be pinned whole).
 pub(crate) fn check_stored_len(len: u64, decoded: u64) -> Result<(), String> {
-    if len > decoded.saturating_mul(2).saturating_add(64 << 10) {
+    if len > max_stored_len(decoded) {
         return Err(format!("{len} stored bytes for {decoded} decoded bytes"));
     }
     Ok(())
+}
+
+/// The most stored bytes [`check_stored_len`] lets a unit of `decoded` bytes take.
+pub(crate) fn max_stored_len(decoded: u64) -> u64 {
+    decoded.saturating_mul(2).saturating_add(64 << 10)
 }
 
 /// Where a unit's stored bytes are.

@@ -20,6 +20,7 @@ mod source;
 mod store;
 
 pub use error::DeviceReadError;
+pub(crate) use remote::Prefetched;
 pub(crate) use source::ReadSource;
 pub use store::{DeviceReadRequest, DeviceRowsRequest, HostReadRequest};
 pub use zarrs_gds_store::DeviceReadOutcome;

@@ -1,7 +1,9 @@
 //! The reader's reads from a [`RemoteStore`]: many ranged GETs in flight on the store's runtime,
 //! each value handed to the reader's threads as it arrives, which copy it through their pinned
-//! buffers to the device (or into the caller's pinned buffer, mirrored to the device).
+//! buffers to the device (or into the caller's pinned buffer, mirrored to the device). Values
+//! fetched whole while a batch was sized ([`Prefetched`]) are not fetched again.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use cudarc::driver::CudaStream;
@@ -38,8 +40,47 @@ impl PieceSource for Fetched<'_> {
     }
 }
 
-fn remote_ranges<R: ValueRange>(requests: &[R]) -> Vec<RemoteRange> {
-    requests.iter().map(|r| RemoteRange { key: r.key().clone(), offset: r.offset(), len: r.len() as u64 }).collect()
+/// Whole values fetched while their batch was sized (one GET told the size and brought the
+/// bytes, where a HEAD would have told only the size): the batch's reads take them from here.
+#[derive(Default)]
+pub(crate) struct Prefetched(HashMap<StoreKey, Bytes>);
+
+impl Prefetched {
+    pub(crate) fn new(values: impl IntoIterator<Item = (StoreKey, Bytes)>) -> Self {
+        Self(values.into_iter().collect())
+    }
+
+    /// `request`'s bytes from its prefetched value: None when its key was not prefetched, an
+    /// error when the range lies past the value's end.
+    fn range<R: ValueRange>(&self, request: &R) -> Option<Result<Bytes, DeviceReadError>> {
+        let value = self.0.get(request.key())?;
+        let (start, len) = (request.offset(), request.len() as u64);
+        Some(match start.checked_add(len).filter(|&end| end <= value.len() as u64) {
+            Some(end) => Ok(value.slice(start as usize..end as usize)),
+            None => Err(ReadError::PastEnd {
+                what: request.key().to_string(),
+                start,
+                end: start.saturating_add(len),
+                size: value.len() as u64,
+            }
+            .into()),
+        })
+    }
+
+    /// The prefetched value's size.
+    fn size(&self, key: &StoreKey) -> Option<u64> {
+        self.0.get(key).map(|v| v.len() as u64)
+    }
+}
+
+fn remote_ranges<R: ValueRange>(requests: &[R], indices: &[usize]) -> Vec<RemoteRange> {
+    indices
+        .iter()
+        .map(|&i| {
+            let r = &requests[i];
+            RemoteRange { key: r.key().clone(), offset: r.offset(), len: r.len() as u64 }
+        })
+        .collect()
 }
 
 fn remote_status(store: &RemoteStore) -> IoStatus {
@@ -65,10 +106,25 @@ impl DeviceReader {
         requests: &[DeviceReadRequest],
         stream: Option<&CudaStream>,
     ) -> Result<DeviceReadOutcome, DeviceReadError> {
-        check_remote_sizes(store, requests)?;
+        // SAFETY: the caller's contract.
+        unsafe { self.remote_to_device(store, requests, stream, &Prefetched::default()) }
+    }
+
+    /// [`Self::read_remote_to_device`], the values in `prefetched` taken from there.
+    ///
+    /// # Safety
+    /// As [`Self::read_remote_to_device`].
+    pub(crate) unsafe fn remote_to_device(
+        &self,
+        store: &RemoteStore,
+        requests: &[DeviceReadRequest],
+        stream: Option<&CudaStream>,
+        prefetched: &Prefetched,
+    ) -> Result<DeviceReadOutcome, DeviceReadError> {
+        check_remote_sizes(store, requests, prefetched)?;
         let outcome = Outcome::new(requests.len());
         let task = self.options.task_size;
-        let result = self.fetch_each(store, requests, &outcome, |i, bytes| {
+        let result = self.fetch_each(store, requests, prefetched, &outcome, |i, bytes| {
             let (source, dst) = (Fetched(&bytes), requests[i].dst);
             for offset in (0..bytes.len()).step_by(task) {
                 let piece = [(i, offset as u64, (bytes.len() - offset).min(task))];
@@ -95,13 +151,25 @@ impl DeviceReader {
         buf: &mut [u8],
         mirror: Option<DeviceMirror<'_>>,
     ) -> Result<Vec<bool>, DeviceReadError> {
+        self.remote_to_host(store, requests, buf, mirror, &Prefetched::default())
+    }
+
+    /// [`Self::read_remote_to_host`], the values in `prefetched` taken from there.
+    pub(crate) fn remote_to_host(
+        &self,
+        store: &RemoteStore,
+        requests: &[HostReadRequest],
+        buf: &mut [u8],
+        mirror: Option<DeviceMirror<'_>>,
+        prefetched: &Prefetched,
+    ) -> Result<Vec<bool>, DeviceReadError> {
         let transfers: Vec<super::HostTransfer> =
             requests.iter().map(|r| super::HostTransfer { at: r.at, len: r.len }).collect();
         super::check_host_destinations(&transfers, buf.len(), mirror.as_ref())?;
-        check_remote_sizes(store, requests)?;
+        check_remote_sizes(store, requests, prefetched)?;
         let base = SendPtr(buf.as_mut_ptr());
         let outcome = Outcome::new(requests.len());
-        let result = self.fetch_each(store, requests, &outcome, |i, bytes| {
+        let result = self.fetch_each(store, requests, prefetched, &outcome, |i, bytes| {
             let at = requests[i].at;
             // SAFETY: the destinations were checked to lie in `buf` and not to overlap, and each
             // request's bytes are written by its own task only.
@@ -118,32 +186,37 @@ impl DeviceReader {
 }
 
 impl DeviceReader {
-    /// Fetch every request's value from `store`, each present one handed to `copy` on the
-    /// reader's threads as soon as it arrives (a missing one recorded as such): the first error,
-    /// of a GET or of a copy, stops the GETs still to come and is returned once every copy begun
-    /// has returned.
+    /// Every request's bytes, each handed to `copy` on the reader's threads as soon as it is
+    /// there: taken from `prefetched` at once where its value was fetched whole, else fetched from
+    /// `store` (a missing value recorded as such). The first error, of a GET or of a copy, stops
+    /// the GETs still to come and is returned once every copy begun has returned.
     fn fetch_each<R: ValueRange + Sync>(
         &self,
         store: &RemoteStore,
         requests: &[R],
+        prefetched: &Prefetched,
         outcome: &Outcome,
         copy: impl Fn(usize, Bytes) -> Result<(), DeviceReadError> + Sync,
     ) -> Result<(), DeviceReadError> {
         let failed = FirstError::default();
+        let mut to_fetch = Vec::new();
         let fetched = self.pool.in_place_scope(|scope| {
-            store.fetch_many(&remote_ranges(requests), |i, bytes| {
+            let copies = Copies { copy: &copy, outcome, failed: &failed };
+            for (i, request) in requests.iter().enumerate() {
+                match prefetched.range(request) {
+                    Some(bytes) => copies.spawn(scope, i, bytes?),
+                    None => to_fetch.push(i),
+                }
+            }
+            store.fetch_many(&remote_ranges(requests, &to_fetch), |j, bytes| {
                 if let Some(err) = failed.take() {
                     return Err(err);
                 }
-                let Some(bytes) = bytes else {
-                    outcome.record(i, false);
-                    return Ok(());
-                };
-                let (failed, copy) = (&failed, &copy);
-                scope.spawn(move |_| match copy(i, bytes) {
-                    Ok(()) => outcome.record(i, true),
-                    Err(err) => failed.set(err),
-                });
+                let i = to_fetch[j];
+                match bytes {
+                    Some(bytes) => copies.spawn(scope, i, bytes),
+                    None => outcome.record(i, false),
+                }
                 Ok(())
             })
         });
@@ -151,19 +224,53 @@ impl DeviceReader {
     }
 }
 
-/// Values whose size the requests know must have it (asked with many requests in flight).
-fn check_remote_sizes<R: ValueRange>(store: &RemoteStore, requests: &[R]) -> Result<(), DeviceReadError> {
+/// What each value's copy task needs: the copy, where its outcome and first error go.
+struct Copies<'a, F> {
+    copy: &'a F,
+    outcome: &'a Outcome,
+    failed: &'a FirstError,
+}
+
+impl<'a, F: Fn(usize, Bytes) -> Result<(), DeviceReadError> + Sync> Copies<'a, F> {
+    /// Copy request `i`'s `bytes` on one of the scope's threads.
+    fn spawn(&self, scope: &rayon::Scope<'a>, i: usize, bytes: Bytes) {
+        let Copies { copy, outcome, failed } = *self;
+        scope.spawn(move |_| match copy(i, bytes) {
+            Ok(()) => outcome.record(i, true),
+            Err(err) => failed.set(err),
+        });
+    }
+}
+
+/// Values whose size the requests know must have it (a prefetched value's own, the others asked
+/// with many requests in flight).
+fn check_remote_sizes<R: ValueRange>(
+    store: &RemoteStore,
+    requests: &[R],
+    prefetched: &Prefetched,
+) -> Result<(), DeviceReadError> {
     let mut known: Vec<(&StoreKey, u64)> =
         requests.iter().filter_map(|r| r.value_len().map(|n| (r.key(), n))).collect();
     known.sort_unstable();
     known.dedup();
-    if known.is_empty() {
+    let wrong = |key: &StoreKey, size: u64, expected: u64| -> DeviceReadError {
+        ReadError::WrongSize { what: key.to_string(), size, expected }.into()
+    };
+    let mut ask = Vec::new();
+    for &(key, expected) in &known {
+        match prefetched.size(key) {
+            Some(size) if size != expected => return Err(wrong(key, size, expected)),
+            Some(_) => {}
+            None => ask.push((key, expected)),
+        }
+    }
+    if ask.is_empty() {
         return Ok(());
     }
-    let keys: Vec<&StoreKey> = known.iter().map(|k| k.0).collect();
-    for ((key, expected), size) in known.iter().zip(store.sizes(&keys)?) {
-        if let Some(size) = size.filter(|size| size != expected) {
-            return Err(ReadError::WrongSize { what: key.to_string(), size, expected: *expected }.into());
+    let keys: Vec<&StoreKey> = ask.iter().map(|k| k.0).collect();
+    for (&(key, expected), size) in ask.iter().zip(store.sizes(&keys)?) {
+        if let Some(size) = size.filter(|&size| size != expected) {
+            return Err(wrong(key, size, expected));
         }
     }
     Ok(())

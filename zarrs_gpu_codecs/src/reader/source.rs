@@ -10,6 +10,7 @@ use cudarc::driver::CudaStream;
 use zarrs_gds_store::{AnyStore, DeviceReadOutcome, GdsStore, IoBackend, IoPath, RemoteStore};
 use zarrs_storage::{ReadableStorageTraits, StorageError, StoreKey};
 
+use super::remote::Prefetched;
 use super::{DeviceMirror, DeviceReadError, DeviceReadRequest, DeviceReader, DeviceRowsRequest, HostReadRequest};
 
 /// The store a read takes its stored bytes from.
@@ -70,14 +71,25 @@ impl<'a> ReadSource<'a> {
         self.storage().size_key(key)
     }
 
-    /// The size of each key's value (None: missing): an object store's with many requests in
-    /// flight, other stores' in parallel on the reader's threads.
-    pub(crate) fn sizes(self, reader: &DeviceReader, keys: &[&StoreKey]) -> Result<Vec<Option<u64>>, StorageError> {
+    /// The size of each whole value (None: missing) of `keys`, each with the most stored bytes it
+    /// may take: a `RemoteStore`'s values are fetched whole (one GET each, at most their limit
+    /// and a byte more: a longer one is then refused by its size), kept for the batch's read;
+    /// other stores' sizes are asked in parallel on the reader's threads.
+    pub(crate) fn sizes(
+        self,
+        reader: &DeviceReader,
+        keys: &[(&StoreKey, u64)],
+    ) -> Result<(Vec<Option<u64>>, Prefetched), StorageError> {
         use rayon::prelude::*;
-        match self {
-            Self::Remote(store) => store.sizes(keys),
-            _ => reader.install(|| keys.par_iter().map(|key| self.size_key(key)).collect()),
+        if let Self::Remote(store) = self {
+            let values = store.fetch_values(keys)?;
+            let sizes = values.iter().map(|v| v.as_ref().map(|b| b.len() as u64)).collect();
+            let kept = keys.iter().zip(values).filter_map(|(&(key, _), value)| Some((key.clone(), value?)));
+            return Ok((sizes, Prefetched::new(kept)));
         }
+        let sizes =
+            reader.install(|| keys.par_iter().map(|(key, _)| self.size_key(key)).collect::<Result<Vec<_>, _>>())?;
+        Ok((sizes, Prefetched::default()))
     }
 
     /// Tell the store these ranges (`(key, offset, len)`, `len` 0: the whole value) are read
@@ -112,8 +124,9 @@ impl<'a> ReadSource<'a> {
         }
     }
 
-    /// Read `requests` into device memory (see [`DeviceReader::read_gds_to_device`] and
-    /// [`DeviceReader::read_store_to_device`]).
+    /// Read `requests` into device memory (see [`DeviceReader::read_gds_to_device`],
+    /// [`DeviceReader::read_remote_to_device`] and [`DeviceReader::read_store_to_device`]); a
+    /// remote store's values in `prefetched` are taken from there.
     ///
     /// # Safety
     /// As those: every `dst` valid device memory of the reader's context for its `len` bytes, no
@@ -124,12 +137,13 @@ impl<'a> ReadSource<'a> {
         requests: &[DeviceReadRequest],
         backend: Option<IoBackend>,
         stream: Option<&CudaStream>,
+        prefetched: &Prefetched,
     ) -> Result<DeviceReadOutcome, DeviceReadError> {
         // SAFETY: the caller's contract, which both reads share.
         unsafe {
             match self {
                 Self::Gds(store) => reader.read_gds_to_device(store, requests, backend, stream),
-                Self::Remote(store) => reader.read_remote_to_device(store, requests, stream),
+                Self::Remote(store) => reader.remote_to_device(store, requests, stream, prefetched),
                 Self::Store(store) => reader.read_store_to_device(store, requests, stream),
             }
         }
@@ -143,10 +157,11 @@ impl<'a> ReadSource<'a> {
         requests: &[HostReadRequest],
         buf: &mut [u8],
         mirror: Option<DeviceMirror<'_>>,
+        prefetched: &Prefetched,
     ) -> Result<Vec<bool>, DeviceReadError> {
         match self {
             Self::Gds(store) => reader.read_gds_to_host(store, requests, buf, mirror),
-            Self::Remote(store) => reader.read_remote_to_host(store, requests, buf, mirror),
+            Self::Remote(store) => reader.remote_to_host(store, requests, buf, mirror, prefetched),
             Self::Store(store) => reader.read_store_to_host(store, requests, buf, mirror),
         }
     }

@@ -9,19 +9,27 @@ use super::job::{Item, Job, Route};
 use super::memory::ReadMemory;
 use crate::error::GpuError;
 use crate::pipeline::batch::{coalesce, COALESCE_GAP, DECODED_ALIGN, STORED_ALIGN};
-use crate::pipeline::unit::{Source, Unit};
-use crate::reader::{DeviceMirror, DeviceReadRequest, DeviceRowsRequest, HostReadRequest};
+use crate::pipeline::unit::{max_stored_len, Source, Unit};
+use crate::reader::{DeviceMirror, DeviceReadRequest, DeviceRowsRequest, HostReadRequest, Prefetched};
 use crate::report::RetrieveReport;
 
 /// The stored (offset, length) of each unit of `batch`, None when missing: whole values are
 /// sized here, batch by batch, so that later batches' queries overlap the device's work on
 /// earlier ones.
-fn stored_spans(job: &Job<'_>, batch: &[usize]) -> Result<Vec<Option<(u64, u64)>>, GpuError> {
+/// Per unit its stored `(offset, length)` (None: missing), and the values fetched while sizing.
+type Spans = (Vec<Option<(u64, u64)>>, Prefetched);
+
+fn stored_spans(job: &Job<'_>, batch: &[usize]) -> Result<Spans, GpuError> {
     let units = job.units;
-    let whole: Vec<&StoreKey> =
-        batch.iter().filter(|&&u| units[u].source == Source::Whole).map(|&u| &units[u].placement.key).collect();
-    let mut sizes = job.source.sizes(job.context.reader(), &whole).map_err(|e| GpuError::Array(e.into()))?.into_iter();
-    batch
+    // Each whole value with the most stored bytes its unit may take (`check_stored_len`).
+    let whole: Vec<(&StoreKey, u64)> = batch
+        .iter()
+        .filter(|&&u| units[u].source == Source::Whole)
+        .map(|&u| (&units[u].placement.key, max_stored_len(units[u].decoded_len())))
+        .collect();
+    let (sizes, prefetched) = job.source.sizes(job.context.reader(), &whole).map_err(|e| GpuError::Array(e.into()))?;
+    let mut sizes = sizes.into_iter();
+    let spans = batch
         .iter()
         .map(|&u| match units[u].source {
             Source::Whole => {
@@ -30,7 +38,8 @@ fn stored_spans(job: &Job<'_>, batch: &[usize]) -> Result<Vec<Option<(u64, u64)>
             Source::Range { offset, len } => Ok(Some((offset, len))),
             Source::Missing => Ok(None),
         })
-        .collect()
+        .collect::<Result<_, GpuError>>()?;
+    Ok((spans, prefetched))
 }
 
 /// The span of `unit`'s whole value of `len` bytes, its size checked as soon as it is learned,
@@ -61,12 +70,14 @@ pub(super) struct Batch {
     pub(super) meta_bytes: u64,
     /// Where the metadata staging starts in the slot's pinned buffer; set by [`Batch::read`].
     pub(super) host_meta_at: u64,
+    /// Values fetched whole while the batch was sized (a remote store's), dropped once read.
+    prefetched: Prefetched,
 }
 
 impl Batch {
     /// The batch of `units` (`index`, in `slot`): its stored sizes and its reads.
     pub(super) fn plan(job: &Job<'_>, units: &[usize], index: usize, slot: usize) -> Result<Self, GpuError> {
-        let spans = stored_spans(job, units)?;
+        let (spans, prefetched) = stored_spans(job, units)?;
         let Reads { requests, staged, at, rows, stored_total, items, decoded_total } =
             plan_reads(job.units, units, &spans);
         let meta_bytes = meta_len(job.units, job.chain, units);
@@ -82,6 +93,7 @@ impl Batch {
             items,
             meta_bytes,
             host_meta_at: 0,
+            prefetched,
         })
     }
 
@@ -105,6 +117,7 @@ impl Batch {
         let staging = job.staging(stored, stored_total, self.decoded_total, meta_bytes)?.len;
         let (context, requests, staged) = (job.context, self.requests.as_slice(), self.staged);
         let direct = !chain.is_checked();
+        let prefetched = std::mem::take(&mut self.prefetched);
         // The host keeps only the metadata staging when the bytes go straight to the device.
         let host_meta_at = if direct { 0 } else { stored_total.next_multiple_of(STORED_ALIGN) };
         let cbase = memory.staging(self.slot, staging)?.ptr;
@@ -127,8 +140,9 @@ impl Batch {
             // staging, which has room for stored_total bytes; coalesced requests do not overlap; the
             // slot's previous batch has finished (its event, awaited before this batch). The others
             // land on the disjoint runs of the output their chunks' placements name.
-            let outcome =
-                unsafe { job.source.to_device(context.reader(), &requests, config.backend(), Some(job.copy_stream)) }?;
+            let outcome = unsafe {
+                job.source.to_device(context.reader(), &requests, config.backend(), Some(job.copy_stream), &prefetched)
+            }?;
             report.io = Some(outcome.status);
             outcome.found
         } else {
@@ -139,7 +153,7 @@ impl Batch {
             // batch has finished (its event, awaited before this batch); the pinned host buffer is
             // reused only after this batch's event, which follows the copy stream's wait for the copies.
             let mirror = Some(unsafe { DeviceMirror::new(cbase, stored_total as usize, job.copy_stream) });
-            job.source.to_host(context.reader(), requests, hbuf, mirror)?
+            job.source.to_host(context.reader(), requests, hbuf, mirror, &prefetched)?
         };
         report.bytes_read += requests.iter().zip(&found).filter(|(_, &f)| f).map(|(r, _)| r.len as u64).sum::<u64>();
         let rows_found = Self::read_rows(&mut self.rows, job, cbase)?;
