@@ -165,9 +165,9 @@ pub fn store_with_options(location: &str, options: &[(String, String)]) -> Resul
         }
         return store_at(Path::new(location));
     }
-    AnyStore::open(location, options.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map(Arc::new).map_err(|source| {
-        OpenError::Remote { location: location.split(['?', '#']).next().unwrap_or_default().to_string(), source }
-    })
+    AnyStore::open(location, options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map(Arc::new)
+        .map_err(|source| OpenError::Remote { location: zarrs_gds_store::redact_url(location), source })
 }
 
 /// The array at `node` (with or without its leading `/`) of the store at `path` (a directory or

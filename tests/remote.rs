@@ -311,9 +311,45 @@ fn credentials_are_used_and_never_shown() -> Result {
     for shown in [format!("{store}"), format!("{store:?}")] {
         assert!(!shown.contains(SECRET_KEY), "{shown}");
     }
-    // Credentials in the URL itself are left out of every message.
-    let err = RemoteStore::from_url("s3://user:hunter2@bucket/x", [("no_such_option", "1")]).unwrap_err().to_string();
-    assert!(err.contains("no_such_option") && !err.contains("hunter2"), "{err}");
+    // Credentials in the URL itself are refused (the HTTP client would not send them), and no
+    // message shows them or a query's signature.
+    for url in ["s3://user:hunter2@bucket/x", "http://alice:hunter2@127.0.0.1:9/a", "http://alice:hunter2@[::1/x"] {
+        let err = RemoteStore::from_url(url, [("allow_http", "true")]).unwrap_err().to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+    let err =
+        RemoteStore::from_url("s3:///bucket?X-Amz-Security-Token=SECRETTOKEN", [("a", "b")]).unwrap_err().to_string();
+    assert!(!err.contains("SECRETTOKEN"), "{err}");
+    assert_eq!(zarrs_gpu::zarrs_gds_store::redact_url("https://u:p@host/x?sig=1#f"), "https://host/x");
+    Ok(())
+}
+
+/// A server that answers every request with a 206 whose body is 5,000 bytes where its
+/// Content-Range says 10.
+fn overlong_server() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let head = "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/10\r\nContent-Length: 5000\r\nConnection: close\r\n\r\n";
+            let _ = stream.write_all(&[head.as_bytes(), &[1u8; 5000]].concat());
+        }
+    });
+    port
+}
+
+#[test]
+fn a_body_longer_than_its_range_is_refused() -> Result {
+    let port = overlong_server();
+    let store = RemoteStore::from_url(&format!("http://127.0.0.1:{port}/a"), [("allow_http", "true")])?;
+    let key = StoreKey::new("c/0")?;
+    let err = store.fetch_values(&[(&key, 100)]).unwrap_err().to_string();
+    assert!(err.contains("c/0") && err.contains("5000") && err.contains("0..10"), "{err}");
+    let ranges = [RemoteRange { key: key.clone(), offset: 0, len: 10 }];
+    assert!(store.fetch_many(&ranges, |_, _| Ok::<(), StorageError>(())).is_err());
     Ok(())
 }
 

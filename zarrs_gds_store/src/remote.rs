@@ -8,6 +8,7 @@
 use std::fmt;
 use std::future::Future;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -105,6 +106,8 @@ pub struct RemoteStore {
     /// What it reads, for messages: a URL without credentials, or the store's own name.
     name: String,
     concurrency: usize,
+    /// The server refused a suffix range: later ones are asked as bounded ranges at once.
+    no_suffix: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for RemoteStore {
@@ -156,17 +159,33 @@ fn config_error(url: &str, what: impl fmt::Display) -> StorageError {
     StorageError::Other(format!("{}: {what}", without_credentials(url)))
 }
 
-/// `url` without user information or query (which may carry credentials or signatures).
-fn without_credentials(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) => {
+/// `url` without user information, query or fragment (which may carry credentials or
+/// signatures), as every message shows a URL.
+#[must_use]
+pub fn redact_url(url: &str) -> String {
+    if let Ok(mut parsed) = url::Url::parse(url) {
+        if parsed.has_host() {
             let _ = parsed.set_username("");
             let _ = parsed.set_password(None);
             parsed.set_query(None);
-            parsed.to_string()
+            parsed.set_fragment(None);
+            return parsed.to_string();
         }
-        Err(_) => url.split(['?', '#']).next().unwrap_or_default().to_string(),
     }
+    // Not a URL the parser takes: cut the query and fragment, and anything up to an `@` after
+    // the scheme.
+    let head = url.split(['?', '#']).next().unwrap_or_default();
+    match head.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((_, host)) => format!("{scheme}://{host}"),
+            None => head.to_string(),
+        },
+        None => head.to_string(),
+    }
+}
+
+fn without_credentials(url: &str) -> String {
+    redact_url(url)
 }
 
 impl RemoteStore {
@@ -174,13 +193,18 @@ impl RemoteStore {
     #[must_use]
     pub fn new(store: Arc<dyn ObjectStore>) -> Self {
         let name = store.to_string();
-        Self { backend: Backend::Object(store), name, concurrency: DEFAULT_CONCURRENCY }
+        Self { backend: Backend::Object(store), name, concurrency: DEFAULT_CONCURRENCY, no_suffix: Arc::default() }
     }
 
     /// A store over any async zarrs store (reads only: listing and writes are errors).
     #[must_use]
     pub fn from_async(store: Arc<dyn AsyncReadableStorageTraits>, name: impl Into<String>) -> Self {
-        Self { backend: Backend::Async(store), name: name.into(), concurrency: DEFAULT_CONCURRENCY }
+        Self {
+            backend: Backend::Async(store),
+            name: name.into(),
+            concurrency: DEFAULT_CONCURRENCY,
+            no_suffix: Arc::default(),
+        }
     }
 
     /// The store a URL names: `s3://bucket/prefix` (S3 and S3-compatible servers: credentials,
@@ -197,8 +221,16 @@ impl RemoteStore {
         url: &str,
         options: impl IntoIterator<Item = (K, V)>,
     ) -> Result<Self, StorageError> {
-        let parsed = url::Url::parse(url).map_err(|e| config_error(url, e))?;
-        let (scheme, prefix) = ObjectStoreScheme::parse(&parsed).map_err(|e| config_error(url, e))?;
+        // The parsers' own messages echo the URL: not shown.
+        let parsed = url::Url::parse(url).map_err(|_| config_error(url, "not a URL"))?;
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return Err(config_error(
+                url,
+                "credentials in the URL are not used: give them as options (or the AWS_* environment)",
+            ));
+        }
+        let (scheme, prefix) = ObjectStoreScheme::parse(&parsed)
+            .map_err(|_| config_error(url, "not an object store URL (s3, http, https)"))?;
         let mut concurrency = DEFAULT_CONCURRENCY;
         let mut retry = RetryConfig { max_retries: MAX_RETRIES, retry_timeout: RETRY_TIMEOUT, ..Default::default() };
         let mut settings: Vec<(String, String)> =
@@ -276,14 +308,16 @@ impl RemoteStore {
             Backend::Object(store) => {
                 // A suffix range is one GET where the server takes it (S3 does); where it
                 // refuses (HTTP servers without suffix ranges are common) a bounded range from
-                // the value's size.
+                // the value's size, and the store remembers not to ask again.
                 let range = match range {
                     Some(GetRange::Suffix(n)) => {
-                        let options = GetOptions { range: Some(GetRange::Suffix(n)), ..Default::default() };
-                        match store.get_opts(&Self::object_path(key), options).await {
-                            Ok(result) => return Ok(Some(result.bytes().await.map_err(error)?)),
-                            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                            Err(_) => {}
+                        if !self.no_suffix.load(Ordering::Relaxed) {
+                            let options = GetOptions { range: Some(GetRange::Suffix(n)), ..Default::default() };
+                            match store.get_opts(&Self::object_path(key), options).await {
+                                Ok(result) => return self.body(key, result).await.map(Some),
+                                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                                Err(_) => self.no_suffix.store(true, Ordering::Relaxed),
+                            }
                         }
                         let Some(size) = self.size(key).await? else { return Ok(None) };
                         if size == 0 || n == 0 {
@@ -295,7 +329,7 @@ impl RemoteStore {
                 };
                 let options = GetOptions { range, ..Default::default() };
                 match store.get_opts(&Self::object_path(key), options).await {
-                    Ok(result) => Ok(Some(result.bytes().await.map_err(error)?)),
+                    Ok(result) => self.body(key, result).await.map(Some),
                     Err(object_store::Error::NotFound { .. }) => Ok(None),
                     Err(e) => Err(error(e)),
                 }
@@ -310,6 +344,35 @@ impl RemoteStore {
                 store.get_partial(key, range).await
             }
         }
+    }
+
+    /// A response's body, exactly as long as the range the server says it sends: a body that
+    /// runs past it is refused as soon as it does (a hostile server cannot make us take more),
+    /// a shorter one at its end.
+    async fn body(&self, key: &StoreKey, result: object_store::GetResult) -> Result<Bytes, StorageError> {
+        let range = result.range.clone();
+        let expected = range.end.saturating_sub(range.start);
+        let wrong = |got: u64| {
+            StorageError::Other(format!(
+                "{}: {key}: the response's body has {got} bytes where its range {}..{} has {expected}",
+                self.name, range.start, range.end
+            ))
+        };
+        let capacity = usize::try_from(expected.min(64 << 20)).unwrap_or(0);
+        let mut body = bytes::BytesMut::with_capacity(capacity);
+        let mut chunks = result.into_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| StorageError::Other(format!("{}: {key}: {e}", self.name)))?;
+            let got = body.len() as u64 + chunk.len() as u64;
+            if got > expected {
+                return Err(wrong(got));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if body.len() as u64 != expected {
+            return Err(wrong(body.len() as u64));
+        }
+        Ok(body.freeze())
     }
 
     /// `len` bytes of `key` from `offset`, exactly: a shorter value is an error naming the key.
@@ -375,6 +438,30 @@ impl RemoteStore {
         })
     }
 
+    /// The identity of `key`'s value, as a file's stamp is one: a hash of its ETag, its size and
+    /// its last modification (ns); None when it is missing. A cache keyed by it (shard indexes)
+    /// sees a rewritten value as another. An async zarrs store tells only the size: its stamp's
+    /// modification time is the far future, which such caches never trust.
+    ///
+    /// # Errors
+    /// Returns the request's error, naming the key.
+    pub fn stamp(&self, key: &StoreKey) -> Result<Option<(u64, u64, i128)>, StorageError> {
+        match &self.backend {
+            Backend::Object(store) => match block_on(store.head(&Self::object_path(key))) {
+                Ok(meta) => {
+                    use std::hash::{Hash, Hasher};
+                    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                    (meta.e_tag.as_deref(), meta.version.as_deref()).hash(&mut hasher);
+                    let modified = meta.last_modified.timestamp_nanos_opt().map_or(i128::MAX, i128::from);
+                    Ok(Some((hasher.finish(), meta.size, modified)))
+                }
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(StorageError::Other(format!("{}: {key}: {e}", self.name))),
+            },
+            Backend::Async(_) => Ok(block_on(self.size(key))?.map(|size| (0, size, i128::MAX))),
+        }
+    }
+
     /// Whole values, each of at most its `limit` bytes, with many GETs in flight: per key its
     /// bytes (None: missing). A longer value comes back as its first `limit + 1` bytes, for the
     /// caller to refuse without having taken it whole. One GET each where a size and then the
@@ -389,7 +476,11 @@ impl RemoteStore {
                     Backend::Object(_) => self.get(key, Some(GetRange::Bounded(0..limit.saturating_add(1)))).await,
                     // zarrs' async stores clamp no ranges: the size first.
                     Backend::Async(store) => match self.size(key).await? {
-                        Some(size) => store.get_partial(key, ByteRange::FromStart(0, Some(size.min(limit + 1)))).await,
+                        Some(size) => {
+                            store
+                                .get_partial(key, ByteRange::FromStart(0, Some(size.min(limit.saturating_add(1)))))
+                                .await
+                        }
                         None => Ok(None),
                     },
                 }

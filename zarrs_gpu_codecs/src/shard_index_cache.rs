@@ -17,8 +17,11 @@ use zarrs_storage::{ReadableStorageTraits, StoreKey};
 /// (inode, size and modification time, asked on every read): a shard rewritten or replaced is
 /// read again. Files modified in the last two seconds are not cached at all, since a rewrite of
 /// the same size within one tick of the file system's clock would keep all three (the rule git
-/// applies to its index). On other stores a shard rewritten while the cache is in use keeps its
-/// old index here: [`clear`](Self::clear) the cache (or drop it) after writing to the array.
+/// applies to its index). On a `RemoteStore` the same holds with the object's ETag, size and
+/// modification time from a HEAD on every read (an async zarrs store behind one, which tells
+/// only sizes, is never served from the cache). On other stores a shard rewritten while the
+/// cache is in use keeps its old index here: [`clear`](Self::clear) the cache (or drop it) after
+/// writing to the array.
 #[derive(Default)]
 pub struct ShardIndexCache {
     inner: Mutex<CacheInner>,

@@ -296,6 +296,14 @@ fn read_index(
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(err) => return Err(error(format!("{}: {err}", path.display()))),
         }
+    } else if let Some(store) = source.remote().filter(|_| shard.len.is_none() || cache.is_some()) {
+        // An object's identity from a HEAD (its ETag, size and modification time): a shard
+        // rewritten in the bucket is not read through an index cached from the old one.
+        match store.stamp(&shard.key) {
+            Ok(Some(object)) => stamp = Some(object),
+            Ok(None) => return Ok(None),
+            Err(err) => return Err(error(format!("asking its version: {err}"))),
+        }
     }
     let cache_key = cache.map(|_| (depth, shard.key.clone(), shard.base, shard.len, per_shard.clone()));
     if let (Some(c), Some(key)) = (cache, &cache_key) {

@@ -201,7 +201,7 @@ impl DeviceReader {
         let failed = FirstError::default();
         let mut to_fetch = Vec::new();
         let fetched = self.pool.in_place_scope(|scope| {
-            let copies = Copies { copy: &copy, outcome, failed: &failed };
+            let copies = Copies { copy: &copy, requests, outcome, failed: &failed };
             for (i, request) in requests.iter().enumerate() {
                 match prefetched.range(request) {
                     Some(bytes) => copies.spawn(scope, i, bytes?),
@@ -224,20 +224,37 @@ impl DeviceReader {
     }
 }
 
-/// What each value's copy task needs: the copy, where its outcome and first error go.
-struct Copies<'a, F> {
+/// What each value's copy task needs: the copy, the requests, where outcomes and the first
+/// error go.
+struct Copies<'a, F, R> {
     copy: &'a F,
+    requests: &'a [R],
     outcome: &'a Outcome,
     failed: &'a FirstError,
 }
 
-impl<'a, F: Fn(usize, Bytes) -> Result<(), DeviceReadError> + Sync> Copies<'a, F> {
-    /// Copy request `i`'s `bytes` on one of the scope's threads.
+impl<'a, F: Fn(usize, Bytes) -> Result<(), DeviceReadError> + Sync, R: ValueRange + Sync> Copies<'a, F, R> {
+    /// Copy request `i`'s `bytes` on one of the scope's threads: exactly its length, checked
+    /// here (the copies write that many bytes at its destination).
     fn spawn(&self, scope: &rayon::Scope<'a>, i: usize, bytes: Bytes) {
-        let Copies { copy, outcome, failed } = *self;
-        scope.spawn(move |_| match copy(i, bytes) {
-            Ok(()) => outcome.record(i, true),
-            Err(err) => failed.set(err),
+        let Copies { copy, requests, outcome, failed } = *self;
+        scope.spawn(move |_| {
+            let request = &requests[i];
+            let copied = if bytes.len() == request.len() {
+                copy(i, bytes)
+            } else {
+                Err(ReadError::PastEnd {
+                    what: request.key().to_string(),
+                    start: request.offset(),
+                    end: request.offset().saturating_add(request.len() as u64),
+                    size: request.offset().saturating_add(bytes.len() as u64),
+                }
+                .into())
+            };
+            match copied {
+                Ok(()) => outcome.record(i, true),
+                Err(err) => failed.set(err),
+            }
         });
     }
 }

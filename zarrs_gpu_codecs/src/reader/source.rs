@@ -66,6 +66,14 @@ impl<'a> ReadSource<'a> {
         }
     }
 
+    /// The `RemoteStore`, when it is one.
+    pub(crate) fn remote(self) -> Option<&'a RemoteStore> {
+        match self {
+            Self::Remote(store) => Some(store),
+            Self::Gds(_) | Self::Store(_) => None,
+        }
+    }
+
     /// The size of `key`'s value, None when it does not exist.
     pub(crate) fn size_key(self, key: &StoreKey) -> Result<Option<u64>, StorageError> {
         self.storage().size_key(key)

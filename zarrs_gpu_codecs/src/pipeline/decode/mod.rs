@@ -249,7 +249,10 @@ impl BatchRun {
     /// cold, and from then on the store is told of each next batch's values, so that the disk
     /// reads them while this one is checked and decoded (a `GdsStore` advises the kernel).
     fn advise_next(&mut self, job: &Job<'_>, batches: &[Vec<usize>], b: usize, bytes: u64, took: Duration) {
-        let cold = bytes >= COLD_BATCH_BYTES && (bytes as f64) < COLD_READ_RATE * took.as_secs_f64();
+        // The first batch of each slot also allocates its buffers (the first read of a
+        // process): judged from the batches after those.
+        let judged = b >= self.pending.len();
+        let cold = judged && bytes >= COLD_BATCH_BYTES && (bytes as f64) < COLD_READ_RATE * took.as_secs_f64();
         self.cold |= cold;
         let Some(next) = batches.get(b + 1).filter(|_| self.cold) else { return };
         let ranges = next.iter().filter_map(|&u| {
