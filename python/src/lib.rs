@@ -1310,6 +1310,9 @@ fn storage_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String,
             out.extend(storage_options(Some(nested))?);
             continue;
         }
+        if value.is_none() {
+            continue; // s3fs's "not given" (token=None)
+        }
         let value = if value.is_instance_of::<pyo3::types::PyBool>() {
             value.extract::<bool>()?.to_string()
         } else {
@@ -1320,14 +1323,12 @@ fn storage_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String,
     Ok(out)
 }
 
-/// `storage_options` as object_store names them (flattened, fsspec's names translated), for
-/// Python's other object_store client (obstore), which zarr-python lists groups through.
+/// `storage_options` for `url` as object_store names them (flattened, fsspec's names
+/// translated, `allow_http` for plain HTTP), for Python's other object_store client (obstore),
+/// which zarr-python lists groups through.
 #[pyfunction]
-fn _object_store_options(storage_options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
-    Ok(self::storage_options(storage_options)?
-        .iter()
-        .map(|(k, v)| zarrs_gds_store::object_store_option(k, v))
-        .collect())
+fn _object_store_options(url: &str, storage_options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
+    Ok(zarrs_gds_store::object_store_options(url, self::storage_options(storage_options)?))
 }
 
 /// Open the Zarr array `array` (a node path; the leading `/` is optional) of the store at
@@ -1337,8 +1338,9 @@ fn _object_store_options(storage_options: Option<&Bound<'_, PyDict>>) -> PyResul
 /// "trusted".
 #[pyfunction]
 #[pyo3(signature = (store_path, array="/", *, device=0, backend=None, decode_trust=None, mode="r", storage_options=None))]
-#[allow(clippy::too_many_arguments)] // Python's keywords
+#[allow(clippy::too_many_arguments, clippy::needless_pass_by_value)] // Python's keywords, extracted owned
 fn open(
+    py: Python<'_>,
     store_path: PathBuf,
     array: &str,
     device: i128,
@@ -1353,42 +1355,41 @@ fn open(
         other => return Err(PyValueError::new_err(format!("mode={other:?}: \"r\" (read) or \"r+\" (read and write)"))),
     };
     let device = device_ordinal(device)?;
-    let url = store_path.to_str().filter(|location| AnyStore::is_url(location));
+    let url = store_path.to_str().filter(|location| AnyStore::is_url(location)).map(str::to_string);
     if url.is_none() && !store_path.exists() {
         return Err(PyFileNotFoundError::new_err(format!("{}: no such directory", store_path.display())));
     }
     let options = self::storage_options(storage_options)?;
     let config = config(device, backend, decode_trust)?;
     let node = zarrs_gpu::node_path(array);
-    // A directory by its path as given (not every path is text); a URL, or options a directory
-    // refuses, by text.
+    // What messages and the repr show: a URL without credentials or signatures.
+    let shown = url.as_deref().map_or_else(|| store_path.clone(), |u| PathBuf::from(zarrs_gds_store::redact_url(u)));
+    // Storage requests (remote ones may wait on a server) without the interpreter lock.
     #[allow(clippy::result_large_err)] // once per opening
-    let store = match url {
-        None if options.is_empty() => zarrs_gpu::store_at(&store_path),
-        _ => zarrs_gpu::store_with_options(&store_path.to_string_lossy(), &options),
-    };
-    // The metadata as stored, read before the array opens: a rewrite in between makes the next
-    // comparison (`_stored_metadata`) differ, never hides.
-    let mut opened_metadata = None;
-    #[allow(clippy::result_large_err)] // once per opening
-    let opened = store
-        .and_then(|store| {
-            opened_metadata = stored_metadata(&store, &node).ok().flatten();
-            zarrs_gpu::open_array_in(&store, &store_path, array, "array=...")
-        })
-        .map_err(|err| match err {
-            // zarr-python raises its ArrayNotFoundError here; ours is a FileNotFoundError and a
-            // ValueError as zarr's is (zarrs_gpu/errors.py says why it is not zarr's class).
-            zarrs_gpu::OpenError::NodeNotFound { .. } => Python::with_gil(|py| {
-                py.import("zarrs_gpu.errors")
-                    .and_then(|m| m.getattr("ArrayNotFoundError"))
-                    .and_then(|class| Ok(class.downcast_into::<pyo3::types::PyType>()?))
-                    .map_or_else(|e| e, |class| PyErr::from_type(class, err.to_string()))
-            }),
-            err => PyValueError::new_err(err.to_string()),
-        })?;
+    let opened = py.allow_threads(|| {
+        // A directory by its path as given (not every path is text); a URL, or options a
+        // directory refuses, by text.
+        let store = match &url {
+            None if options.is_empty() => zarrs_gpu::store_at(&store_path),
+            _ => zarrs_gpu::store_with_options(&store_path.to_string_lossy(), &options),
+        }?;
+        // The metadata as stored, read before the array opens: a rewrite in between makes the
+        // next comparison (`_stored_metadata`) differ, never hides.
+        let opened_metadata = stored_metadata(&store, &node).ok().flatten();
+        Ok((zarrs_gpu::open_array_in(&store, &shown, array, "array=...")?, opened_metadata))
+    });
+    let (opened, opened_metadata) = opened.map_err(|err: zarrs_gpu::OpenError| match err {
+        // zarr-python raises its ArrayNotFoundError here; ours is a FileNotFoundError and a
+        // ValueError as zarr's is (zarrs_gpu/errors.py says why it is not zarr's class).
+        zarrs_gpu::OpenError::NodeNotFound { .. } => py
+            .import("zarrs_gpu.errors")
+            .and_then(|m| m.getattr("ArrayNotFoundError"))
+            .and_then(|class| Ok(class.downcast_into::<pyo3::types::PyType>()?))
+            .map_or_else(|e| e, |class| PyErr::from_type(class, err.to_string())),
+        err => PyValueError::new_err(err.to_string()),
+    })?;
     let coalescer = Coalescer::new(config.coalesce_window().unwrap_or_default());
-    Ok(PyZarrArray { array: Arc::new(opened), config, coalescer, path: store_path, node, writable, opened_metadata })
+    Ok(PyZarrArray { array: Arc::new(opened), config, coalescer, path: shown, node, writable, opened_metadata })
 }
 
 /// Read `subset` of the Zarr array `array` of the store at `store_path` to GPU `device`: one
@@ -1406,7 +1407,7 @@ fn read(
     decode_trust: Option<&str>,
     storage_options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<PyDeviceArray> {
-    open(store_path, array, device, backend, decode_trust, "r", storage_options)?.read(py, subset)
+    open(py, store_path, array, device, backend, decode_trust, "r", storage_options)?.read(py, subset)
 }
 
 /// Give back to the driver the device memory (and pinned host memory) this package keeps idle

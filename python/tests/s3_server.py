@@ -62,10 +62,10 @@ class S3Server:
         return f"s3://{BUCKET}/{prefix}"
 
     def storage_options(self):
-        """zarrs_gpu's storage_options, in s3fs's names (as zarr-python users pass them)."""
-        return {"key": ACCESS_KEY, "secret": SECRET_KEY, "client_kwargs": {"endpoint_url": self.endpoint,
-                                                                            "region_name": "us-east-1"},
-                "allow_http": True}
+        """zarrs_gpu's storage_options, as zarr-python users pass them to s3fs: no `allow_http` (a
+        plain-HTTP endpoint implies it) and s3fs's `token=None`."""
+        return {"key": ACCESS_KEY, "secret": SECRET_KEY, "token": None,
+                "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"}}
 
     def zarr_store(self, prefix, read_only=False):
         """zarr-python's store of `prefix` in the bucket, through obstore."""

@@ -24,12 +24,25 @@ class RemoteLocation:
     """An object store's URL with its ``storage_options``, as Dask tasks and datasets carry a
     store: picklable, hashable, and shown by its URL only (the options hold credentials)."""
 
-    __slots__ = ("url", "storage_options", "_key")
+    __slots__ = ("url", "_options", "_key")
 
     def __init__(self, url, storage_options=None):
         self.url = url
-        self.storage_options = dict(storage_options or {})
-        self._key = (url, json.dumps(self.storage_options, sort_keys=True, default=str))
+        self._options = json.loads(json.dumps(dict(storage_options or {}), default=str))
+        self._key = (url, json.dumps(self._options, sort_keys=True))
+
+    @property
+    def storage_options(self):
+        """A copy of the options (the location's identity is fixed when it is made)."""
+        return json.loads(self._key[1])
+
+    @property
+    def shown(self):
+        """The URL without user, password, query or fragment, as messages show it."""
+        from urllib.parse import urlsplit, urlunsplit
+
+        parts = urlsplit(self.url)
+        return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "", "")) if parts.netloc else self.url
 
     def __eq__(self, other):
         return isinstance(other, RemoteLocation) and self._key == other._key
@@ -38,7 +51,7 @@ class RemoteLocation:
         return hash(self._key)
 
     def __repr__(self):
-        return f"RemoteLocation({self.url!r})"
+        return f"RemoteLocation({self.shown!r})"
 
     __str__ = __repr__
 
@@ -85,7 +98,7 @@ def zarr_python_store(where):
     config, client = {}, {}
     from ._zarrs_gpu import _object_store_options
 
-    for key, value in _object_store_options(where.storage_options):
+    for key, value in _object_store_options(where.url, where.storage_options):
         plain = key[len("aws_"):] if key.startswith("aws_") else key
         if plain in _CLIENT_OPTIONS:
             client[plain] = value
@@ -172,7 +185,11 @@ def _open_remote(root, path, device):
     if cached is not None:
         array = cached[1]
         opened = array._opened_metadata()
-        if opened is not None and array._stored_metadata() == opened:
+        try:
+            same = opened is not None and array._stored_metadata() == opened
+        except ValueError:  # the metadata could not be fetched now: opened again below
+            same = False
+        if same:
             return array
     try:
         array = open_at(root, "/" + path, device=device, mode="r+")

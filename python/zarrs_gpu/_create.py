@@ -5,6 +5,7 @@ is removed again and raised)."""
 import json
 import os
 import shutil
+import warnings
 from typing import Any, Optional, Sequence, Union
 
 #: A compressor: a name ("zstd", "gzip", "zlib", "blosc"), a v3 codec's JSON (``{"name": ...,
@@ -27,11 +28,25 @@ def _fill(dtype, fill_value: Any) -> Any:
     """A fill value as JSON, in the dtype (NaN and infinities as v3 and v2 spell them)."""
     import numpy as np
 
-    given = np.asarray(fill_value if fill_value is not None else 0)
-    value = given.astype(dtype)[()]
-    # A cast that changes an integer (out of range, or a fraction) would store another fill value.
-    if dtype.kind in "biu" and (given.dtype.kind not in "biuf" or value != given[()]):
-        raise ValueError(f"zarrs_gpu.create: fill_value {fill_value!r} is not a value of dtype {dtype}")
+    refused = ValueError(f"zarrs_gpu.create: fill_value {fill_value!r} is not a value of dtype {dtype}")
+    try:
+        given = np.asarray(fill_value if fill_value is not None else 0)
+        # Casts that lose something are refused below, not warned about.
+        with np.errstate(over="ignore", invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            value = given.astype(dtype)[()]
+    except (OverflowError, TypeError, ValueError) as err:
+        raise refused from err
+    # A cast that changes the value would store another fill value: an integer out of range or a
+    # fraction, a finite number that overflows to infinity, an imaginary part dropped.
+    if given.dtype.kind not in "biufc":
+        raise refused
+    if dtype.kind in "biu" and value != given[()]:
+        raise refused
+    if dtype.kind in "fc" and np.all(np.isfinite(given)) and not np.all(np.isfinite(value)):
+        raise refused
+    if dtype.kind != "c" and given.dtype.kind == "c" and given[()].imag != 0:
+        raise refused
     if dtype.kind == "b":
         return bool(value)
     if dtype.kind in "iu":
@@ -175,6 +190,8 @@ def create(store_path: Union[str, os.PathLike], array: str = "/", *, shape: Sequ
     name, metadata = _metadata(shape, chunks, dtype, compressors, fill_value, shards, zarr_format, dimension_names)
     root = os.fspath(store_path)
     parts = [p for p in array.strip("/").split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise ValueError(f"zarrs_gpu.create: array {array!r}: a node path has no '.' or '..' parts")
     node = os.path.join(root, *parts)
     if any(os.path.exists(os.path.join(node, f)) for f in _ZARR_FILES):
         if not overwrite:

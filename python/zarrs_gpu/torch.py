@@ -382,7 +382,8 @@ class _Source:
                     raise TypeError(f"arrays[{n}]: expected a path, a zarrs_gpu.Array or a zarr-python array in "
                                     f"a local store, not a {type(spec).__name__}{where}")
                 self.path, self.array = os.path.abspath(str(root)), "/" + spec.store_path.path.strip("/")
-            self.name = str(self.path) if self.array == "/" else f"{self.path} (array {self.array!r})"
+            shown = getattr(self.path, "shown", self.path)
+            self.name = str(shown) if self.array == "/" else f"{shown} (array {self.array!r})"
             try:
                 meta = open_at(self.path, self.array)  # metadata only: no GPU needed
             except Exception as err:

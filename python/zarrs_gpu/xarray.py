@@ -222,7 +222,7 @@ class ZarrsGpuStore(AbstractDataStore):
         data = ZarrsGpuBackendArray(self.path, array, a.shape, dtype, self.device, host=True)
         unit = a.shards or a.chunks
         encoding = {"chunks": a.chunks, "shards": a.shards, "preferred_chunks": dict(zip(dims, unit)),
-                    "source": getattr(self.path, "url", self.path)}
+                    "source": getattr(self.path, "shown", self.path)}
         return Variable(dims, indexing.LazilyIndexedArray(data), attrs, encoding)
 
     def get_variables(self):

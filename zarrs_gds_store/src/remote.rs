@@ -126,12 +126,28 @@ impl fmt::Display for RemoteStore {
     }
 }
 
-/// An option of [`RemoteStore::from_url`] as object_store names and spells it: fsspec's names
-/// (`storage_options` of zarr-python and s3fs) translated, Python's booleans lowercased. Other
-/// clients of object_store (obstore) take the result as they are.
+/// The options of [`RemoteStore::from_url`] for `url` as object_store names and spells them:
+/// fsspec's names (`storage_options` of zarr-python and s3fs) translated, Python's booleans
+/// lowercased, and `allow_http` added where the URL or the endpoint is plain HTTP (as s3fs takes
+/// it). Other clients of object_store (obstore) take the result as they are, but for this
+/// crate's own `max_retries`, `retry_timeout` and `concurrency`.
 #[must_use]
-pub fn object_store_option(key: &str, value: &str) -> (String, String) {
-    (option_name(key).to_string(), option_value(value))
+pub fn object_store_options<K: AsRef<str>, V: AsRef<str>>(
+    url: &str,
+    options: impl IntoIterator<Item = (K, V)>,
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> =
+        options.into_iter().map(|(k, v)| (option_name(k.as_ref()).to_string(), option_value(v.as_ref()))).collect();
+    let allows = out.iter().any(|(k, _)| k.trim_start_matches("aws_") == "allow_http");
+    let plain = url.to_ascii_lowercase().starts_with("http://")
+        || out.iter().any(|(k, v)| {
+            matches!(k.as_str(), "aws_endpoint" | "endpoint" | "aws_endpoint_url" | "endpoint_url")
+                && v.to_ascii_lowercase().starts_with("http://")
+        });
+    if plain && !allows {
+        out.push(("allow_http".into(), "true".into()));
+    }
+    out
 }
 
 fn option_name(key: &str) -> &str {
@@ -235,9 +251,8 @@ impl RemoteStore {
         let mut retry = RetryConfig { max_retries: MAX_RETRIES, retry_timeout: RETRY_TIMEOUT, ..Default::default() };
         let mut settings: Vec<(String, String)> =
             vec![("timeout".into(), REQUEST_TIMEOUT.into()), ("connect_timeout".into(), CONNECT_TIMEOUT.into())];
-        for (key, value) in options {
-            let (key, value) = (option_name(key.as_ref()), option_value(value.as_ref()));
-            match key {
+        for (key, value) in object_store_options(url, options) {
+            match key.as_str() {
                 "concurrency" => {
                     concurrency = value.parse().map_err(|_| config_error(url, "concurrency: a count"))?;
                 }
@@ -249,7 +264,7 @@ impl RemoteStore {
                     retry.retry_timeout =
                         Duration::try_from_secs_f64(secs).map_err(|_| config_error(url, "retry_timeout: seconds"))?;
                 }
-                _ => settings.push((key.to_string(), value)),
+                _ => settings.push((key, value)),
             }
         }
         let store: Arc<dyn ObjectStore> = match scheme {
