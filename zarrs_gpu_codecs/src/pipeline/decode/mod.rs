@@ -12,6 +12,7 @@
 //! for each batch). [`budget`] plans the batches to the free memory; [`memory`] owns every
 //! buffer. This module drives them, batch after batch.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -255,14 +256,24 @@ impl BatchRun {
         let cold = judged && bytes >= COLD_BATCH_BYTES && (bytes as f64) < COLD_READ_RATE * took.as_secs_f64();
         self.cold |= cold;
         let Some(next) = batches.get(b + 1).filter(|_| self.cold) else { return };
-        let ranges = next.iter().filter_map(|&u| {
+        // One piece of advice per value: the span of its ranges (a shard's inner chunks), or all
+        // of it (0, 0).
+        let mut spans: BTreeMap<&zarrs_storage::StoreKey, (u64, u64)> = BTreeMap::new();
+        for &u in next {
             let unit = &job.units[u];
-            match unit.source {
-                Source::Whole => Some((&unit.placement.key, 0, 0)),
-                Source::Range { offset, len } => Some((&unit.placement.key, offset, len)),
-                Source::Missing => None,
-            }
-        });
+            let (start, end) = match unit.source {
+                Source::Whole => (0, 0),
+                Source::Range { offset, len } => (offset, offset.saturating_add(len)),
+                Source::Missing => continue,
+            };
+            spans
+                .entry(&unit.placement.key)
+                .and_modify(|span| {
+                    *span = if span.1 == 0 || end == 0 { (0, 0) } else { (span.0.min(start), span.1.max(end)) };
+                })
+                .or_insert((start, end));
+        }
+        let ranges = spans.into_iter().map(|(key, (start, end))| (key, start, end - start));
         if job.source.advise(ranges) {
             self.advised_batches += 1;
         }
