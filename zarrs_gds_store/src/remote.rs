@@ -306,6 +306,13 @@ impl RemoteStore {
         self
     }
 
+    /// Whether its responses tell each value's whole size ([`Self::fetch_many_sized`]): object
+    /// stores' do, async zarrs stores' do not.
+    #[must_use]
+    pub fn reports_sizes(&self) -> bool {
+        matches!(self.backend, Backend::Object(_))
+    }
+
     /// Ranged GETs kept in flight by [`Self::fetch_many`].
     #[must_use]
     pub fn concurrency(&self) -> usize {
@@ -318,6 +325,16 @@ impl RemoteStore {
 
     /// `range` of `key` (the whole value for `None`), None when the key does not exist.
     async fn get(&self, key: &StoreKey, range: Option<GetRange>) -> Result<MaybeBytes, StorageError> {
+        Ok(self.get_sized(key, range).await?.map(|(bytes, _)| bytes))
+    }
+
+    /// `range` of `key` (the whole value for `None`) and the whole value's size where the server
+    /// said it (object stores do; async zarrs stores do not); None when the key does not exist.
+    async fn get_sized(
+        &self,
+        key: &StoreKey,
+        range: Option<GetRange>,
+    ) -> Result<Option<(Bytes, Option<u64>)>, StorageError> {
         let error = |e: object_store::Error| StorageError::Other(format!("{}: {key}: {e}", self.name));
         match &self.backend {
             Backend::Object(store) => {
@@ -329,14 +346,17 @@ impl RemoteStore {
                         if !self.no_suffix.load(Ordering::Relaxed) {
                             let options = GetOptions { range: Some(GetRange::Suffix(n)), ..Default::default() };
                             match store.get_opts(&Self::object_path(key), options).await {
-                                Ok(result) => return self.body(key, result).await.map(Some),
+                                Ok(result) => {
+                                    let size = result.meta.size;
+                                    return Ok(Some((self.body(key, result).await?, Some(size))));
+                                }
                                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
                                 Err(_) => self.no_suffix.store(true, Ordering::Relaxed),
                             }
                         }
                         let Some(size) = self.size(key).await? else { return Ok(None) };
                         if size == 0 || n == 0 {
-                            return Ok(Some(Bytes::new()));
+                            return Ok(Some((Bytes::new(), Some(size))));
                         }
                         Some(GetRange::Bounded(size.saturating_sub(n)..size))
                     }
@@ -344,7 +364,10 @@ impl RemoteStore {
                 };
                 let options = GetOptions { range, ..Default::default() };
                 match store.get_opts(&Self::object_path(key), options).await {
-                    Ok(result) => self.body(key, result).await.map(Some),
+                    Ok(result) => {
+                        let size = result.meta.size;
+                        Ok(Some((self.body(key, result).await?, Some(size))))
+                    }
                     Err(object_store::Error::NotFound { .. }) => Ok(None),
                     Err(e) => Err(error(e)),
                 }
@@ -356,7 +379,7 @@ impl RemoteStore {
                     Some(GetRange::Offset(o)) => ByteRange::FromStart(o, None),
                     Some(GetRange::Suffix(n)) => ByteRange::Suffix(n),
                 };
-                store.get_partial(key, range).await
+                Ok(store.get_partial(key, range).await?.map(|bytes| (bytes, None)))
             }
         }
     }
@@ -390,18 +413,24 @@ impl RemoteStore {
         Ok(body.freeze())
     }
 
-    /// `len` bytes of `key` from `offset`, exactly: a shorter value is an error naming the key.
-    async fn get_exact(&self, key: &StoreKey, offset: u64, len: u64) -> Result<MaybeBytes, StorageError> {
+    /// `len` bytes of `key` from `offset`, exactly (a shorter value is an error naming the key),
+    /// and the whole value's size where the server said it.
+    async fn get_exact(
+        &self,
+        key: &StoreKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<(Bytes, Option<u64>)>, StorageError> {
         if len == 0 {
             // A zero-length range is an error to S3; the value's existence is what is asked.
-            return Ok(self.size(key).await?.map(|_| Bytes::new()));
+            return Ok(self.size(key).await?.map(|size| (Bytes::new(), Some(size))));
         }
         let end = offset
             .checked_add(len)
             .ok_or_else(|| StorageError::Other(format!("{key}: bytes {offset} + {len} overflow u64")))?;
-        let bytes = self.get(key, Some(GetRange::Bounded(offset..end))).await?;
-        match bytes {
-            Some(bytes) if bytes.len() as u64 != len => Err(StorageError::Other(format!(
+        let got = self.get_sized(key, Some(GetRange::Bounded(offset..end))).await?;
+        match got {
+            Some((bytes, _)) if bytes.len() as u64 != len => Err(StorageError::Other(format!(
                 "{}: {key}: bytes {offset}..{end} asked, {} returned (the value is shorter)",
                 self.name,
                 bytes.len()
@@ -432,12 +461,26 @@ impl RemoteStore {
         ranges: &[RemoteRange],
         mut each: impl FnMut(usize, Option<Bytes>) -> Result<(), E>,
     ) -> Result<(), E> {
+        self.fetch_many_sized(ranges, |i, got| each(i, got.map(|(bytes, _)| bytes)))
+    }
+
+    /// [`Self::fetch_many`], each range with its whole value's size where the server said it
+    /// (object stores do, in the response's Content-Range; async zarrs stores do not): a caller
+    /// that knows what size a value must have checks it without asking first.
+    ///
+    /// # Errors
+    /// As [`Self::fetch_many`].
+    pub fn fetch_many_sized<E: From<StorageError>>(
+        &self,
+        ranges: &[RemoteRange],
+        mut each: impl FnMut(usize, Option<(Bytes, Option<u64>)>) -> Result<(), E>,
+    ) -> Result<(), E> {
         block_on(async {
             let mut fetched = futures::stream::iter(ranges.iter().enumerate())
                 .map(|(i, r)| async move { (i, self.get_exact(&r.key, r.offset, r.len).await) })
                 .buffer_unordered(self.concurrency);
-            while let Some((i, bytes)) = fetched.next().await {
-                each(i, bytes?)?;
+            while let Some((i, got)) = fetched.next().await {
+                each(i, got?)?;
             }
             Ok(())
         })
@@ -566,10 +609,14 @@ impl RemoteStore {
     /// Bounded ranges of `key`, nearby ones fetched together (exact lengths required).
     async fn get_ranges(&self, key: &StoreKey, ranges: &[(u64, u64)]) -> Result<Option<Vec<Bytes>>, StorageError> {
         let (spans, placed) = coalesce(ranges);
-        let fetched: Vec<MaybeBytes> = futures::stream::iter(spans.iter().map(|&(o, n)| self.get_exact(key, o, n)))
-            .buffered(PARTIAL_CONCURRENCY)
-            .try_collect()
-            .await?;
+        let fetched: Vec<MaybeBytes> = futures::stream::iter(
+            spans
+                .iter()
+                .map(|&(o, n)| async move { Ok::<_, StorageError>(self.get_exact(key, o, n).await?.map(|g| g.0)) }),
+        )
+        .buffered(PARTIAL_CONCURRENCY)
+        .try_collect()
+        .await?;
         let Some(fetched) = fetched.into_iter().collect::<Option<Vec<Bytes>>>() else { return Ok(None) };
         Ok(Some(
             ranges
@@ -601,7 +648,7 @@ impl ReadableStorageTraits for RemoteStore {
             }
             let values: Vec<MaybeBytes> = futures::stream::iter(ranges.iter().map(|&range| async move {
                 match range {
-                    ByteRange::FromStart(offset, Some(len)) => self.get_exact(key, offset, len).await,
+                    ByteRange::FromStart(offset, Some(len)) => Ok(self.get_exact(key, offset, len).await?.map(|g| g.0)),
                     other => self.get(key, get_range(other)?).await,
                 }
             }))

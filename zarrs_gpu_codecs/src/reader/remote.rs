@@ -204,17 +204,17 @@ impl DeviceReader {
             let copies = Copies { copy: &copy, requests, outcome, failed: &failed };
             for (i, request) in requests.iter().enumerate() {
                 match prefetched.range(request) {
-                    Some(bytes) => copies.spawn(scope, i, bytes?),
+                    Some(bytes) => copies.spawn(scope, i, bytes?, prefetched.size(request.key())),
                     None => to_fetch.push(i),
                 }
             }
-            store.fetch_many(&remote_ranges(requests, &to_fetch), |j, bytes| {
+            store.fetch_many_sized(&remote_ranges(requests, &to_fetch), |j, got| {
                 if let Some(err) = failed.take() {
                     return Err(err);
                 }
                 let i = to_fetch[j];
-                match bytes {
-                    Some(bytes) => copies.spawn(scope, i, bytes),
+                match got {
+                    Some((bytes, value_size)) => copies.spawn(scope, i, bytes, value_size),
                     None => outcome.record(i, false),
                 }
                 Ok(())
@@ -235,12 +235,16 @@ struct Copies<'a, F, R> {
 
 impl<'a, F: Fn(usize, Bytes) -> Result<(), DeviceReadError> + Sync, R: ValueRange + Sync> Copies<'a, F, R> {
     /// Copy request `i`'s `bytes` on one of the scope's threads: exactly its length, checked
-    /// here (the copies write that many bytes at its destination).
-    fn spawn(&self, scope: &rayon::Scope<'a>, i: usize, bytes: Bytes) {
+    /// here (the copies write that many bytes at its destination), from a value of the size the
+    /// request knows it must have, where the response said its size (`value_size`).
+    fn spawn(&self, scope: &rayon::Scope<'a>, i: usize, bytes: Bytes, value_size: Option<u64>) {
         let Copies { copy, requests, outcome, failed } = *self;
         scope.spawn(move |_| {
             let request = &requests[i];
-            let copied = if bytes.len() == request.len() {
+            let wrong_size = request.value_len().zip(value_size).filter(|(expected, size)| expected != size);
+            let copied = if let Some((expected, size)) = wrong_size {
+                Err(ReadError::WrongSize { what: request.key().to_string(), size, expected }.into())
+            } else if bytes.len() == request.len() {
                 copy(i, bytes)
             } else {
                 Err(ReadError::PastEnd {
@@ -259,8 +263,9 @@ impl<'a, F: Fn(usize, Bytes) -> Result<(), DeviceReadError> + Sync, R: ValueRang
     }
 }
 
-/// Values whose size the requests know must have it (a prefetched value's own, the others asked
-/// with many requests in flight).
+/// Values whose size the requests know must have it, before anything is read: a prefetched
+/// value's own size, and where the store's responses do not tell sizes, the others asked with
+/// many requests in flight (an object store's are checked as each response arrives).
 fn check_remote_sizes<R: ValueRange>(
     store: &RemoteStore,
     requests: &[R],
@@ -273,6 +278,10 @@ fn check_remote_sizes<R: ValueRange>(
     let wrong = |key: &StoreKey, size: u64, expected: u64| -> DeviceReadError {
         ReadError::WrongSize { what: key.to_string(), size, expected }.into()
     };
+    // Object stores tell each value's size with its bytes: checked as they arrive, no HEAD first.
+    if store.reports_sizes() {
+        known.retain(|(key, _)| prefetched.size(key).is_some());
+    }
     let mut ask = Vec::new();
     for &(key, expected) in &known {
         match prefetched.size(key) {
