@@ -147,13 +147,13 @@ fn fetch_many_hands_over_each_range_sizes_and_missing_keys() -> Result {
         let sizes = store.sizes(&[&key, &StoreKey::new("nothing/here")?])?;
         assert_eq!(sizes, vec![Some(len), None]);
         // Each range with its value's whole size, as object stores' responses say it.
-        let mut sized = Vec::new();
+        let mut with_size = Vec::new();
         store.fetch_many_sized(&ranges[..2], |i, got| {
-            sized.push((i, got.map(|(bytes, size)| (bytes.len(), size))));
+            with_size.push((i, got.map(|(bytes, size)| (bytes.len(), size))));
             Ok::<(), StorageError>(())
         })?;
-        sized.sort_unstable();
-        assert_eq!(sized, vec![(0, Some((file.len(), Some(len)))), (1, Some((file.len() - 9, Some(len))))]);
+        with_size.sort_unstable();
+        assert_eq!(with_size, vec![(0, Some((file.len(), Some(len)))), (1, Some((file.len() - 9, Some(len))))]);
         assert!(store.reports_sizes());
         // Whole values up to a limit: whole when shorter, one byte past the limit when longer.
         let missing = StoreKey::new("nothing/here")?;
