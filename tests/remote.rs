@@ -12,6 +12,7 @@ mod servers;
 
 use std::error::Error;
 use std::io::{Read, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -201,27 +202,9 @@ fn writes_through_s3_land_and_list() -> Result {
     Ok(())
 }
 
-/// A server that answers every request with a 200 whose body stops a long way short of its
-/// length, then closes the connection.
-fn dying_server() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut request = [0u8; 4096];
-            let _ = stream.read(&mut request);
-            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n");
-            let _ = stream.write_all(&[7u8; 1000]);
-        }
-    });
-    port
-}
-
-/// A server that answers its first `failures` requests with 503 and every later one with `body`;
-/// the count of requests it has had.
-fn flaky_server(failures: usize, body: &'static [u8]) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+/// A server on loopback that answers its `n`th request (from 0) with `respond(n)`, then closes
+/// the connection; its port and the count of requests it has had.
+fn scripted_server(respond: impl Fn(usize) -> Vec<u8> + Send + 'static) -> (u16, Arc<AtomicUsize>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let count = Arc::new(AtomicUsize::new(0));
@@ -231,21 +214,33 @@ fn flaky_server(failures: usize, body: &'static [u8]) -> (u16, Arc<std::sync::at
             let Ok(mut stream) = stream else { continue };
             let mut request = [0u8; 4096];
             let _ = stream.read(&mut request);
-            let response = if seen.fetch_add(1, Ordering::SeqCst) < failures {
-                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec()
-            } else {
-                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-                [head.as_bytes(), body].concat()
-            };
-            let _ = stream.write_all(&response);
+            let _ = stream.write_all(&respond(seen.fetch_add(1, Ordering::SeqCst)));
         }
     });
     (port, count)
 }
 
+/// A server that answers every request with a 200 whose body stops a long way short of its
+/// length, then closes the connection.
+fn dying_server() -> u16 {
+    scripted_server(|_| [&b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"[..], &[7u8; 1000]].concat()).0
+}
+
+/// A server that answers its first `failures` requests with 503 and every later one with `body`;
+/// the count of requests it has had.
+fn flaky_server(failures: usize, body: &'static [u8]) -> (u16, Arc<AtomicUsize>) {
+    scripted_server(move |n| {
+        if n < failures {
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec()
+        } else {
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+            [head.as_bytes(), body].concat()
+        }
+    })
+}
+
 #[test]
 fn server_errors_are_retried_with_backoff_then_read() -> Result {
-    use std::sync::atomic::Ordering;
     // Two 503s, then the value: read, after three requests.
     let (port, count) = flaky_server(2, b"zarr chunk bytes");
     let store = RemoteStore::from_url(&format!("http://127.0.0.1:{port}/a"), [("allow_http", "true")])?;
@@ -336,18 +331,8 @@ fn credentials_are_used_and_never_shown() -> Result {
 /// A server that answers every request with a 206 whose body is 5,000 bytes where its
 /// Content-Range says 10.
 fn overlong_server() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut request = [0u8; 4096];
-            let _ = stream.read(&mut request);
-            let head = "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/10\r\nContent-Length: 5000\r\nConnection: close\r\n\r\n";
-            let _ = stream.write_all(&[head.as_bytes(), &[1u8; 5000]].concat());
-        }
-    });
-    port
+    let head = "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/10\r\nContent-Length: 5000\r\nConnection: close\r\n\r\n";
+    scripted_server(move |_| [head.as_bytes(), &[1u8; 5000]].concat()).0
 }
 
 #[test]

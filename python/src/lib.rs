@@ -1331,6 +1331,12 @@ fn _object_store_options(url: &str, storage_options: Option<&Bound<'_, PyDict>>)
     Ok(zarrs_gds_store::object_store_options(url, self::storage_options(storage_options)?))
 }
 
+/// `url` without user, password, query or fragment, as every message shows a URL.
+#[pyfunction]
+fn _redact_url(url: &str) -> String {
+    zarrs_gds_store::redact_url(url)
+}
+
 /// Open the Zarr array `array` (a node path; the leading `/` is optional) of the store at
 /// `store_path` (a directory, or an object store's URL: `s3://bucket/prefix`,
 /// `https://host/prefix`, with `storage_options`) for reads to GPU `device` (and writes, with
@@ -1504,6 +1510,7 @@ fn _zarrs_gpu(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_nvcomp_candidates, m)?)?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(_object_store_options, m)?)?;
+    m.add_function(wrap_pyfunction!(_redact_url, m)?)?;
     m.add_function(wrap_pyfunction!(read, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(memory_in_use, m)?)?;

@@ -38,11 +38,11 @@ class RemoteLocation:
 
     @property
     def shown(self):
-        """The URL without user, password, query or fragment, as messages show it."""
-        from urllib.parse import urlsplit, urlunsplit
+        """The URL without user, password, query or fragment, as messages show it (the Rust
+        side's rule)."""
+        from ._zarrs_gpu import _redact_url
 
-        parts = urlsplit(self.url)
-        return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "", "")) if parts.netloc else self.url
+        return _redact_url(self.url)
 
     def __eq__(self, other):
         return isinstance(other, RemoteLocation) and self._key == other._key

@@ -113,10 +113,27 @@ fn device_read_from_a_server_gone_is_an_error_naming_the_chunk() -> Result {
     Ok(())
 }
 
+/// `from` of `src` read to the device and written into `to` of `dst` from there, as the fixture
+/// `name`'s element type (zstd: u16, sharded: f32).
+fn device_copy<S: ReadableStorageTraits + 'static, D: zarrs_storage::ReadableWritableStorageTraits + 'static>(
+    name: &str,
+    src: &Array<S>,
+    from: &ArraySubset,
+    dst: &Array<D>,
+    to: &ArraySubset,
+    config: &GpuConfig,
+) -> Result<zarrs_gpu::WriteReport> {
+    use zarrs_gpu::ArrayDeviceWriteExt;
+    Ok(if name == "zstd" {
+        dst.store_array_subset_device_opt(to, &src.retrieve_array_subset_device_opt::<u16>(from, config)?.0, config)?
+    } else {
+        dst.store_array_subset_device_opt(to, &src.retrieve_array_subset_device_opt::<f32>(from, config)?.0, config)?
+    })
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU and s3s-fs"]
 fn device_writes_to_s3_read_back_equal() -> Result {
-    use zarrs_gpu::ArrayDeviceWriteExt;
     use zarrs_storage::WritableStorageTraits;
 
     let server = Server::s3();
@@ -133,13 +150,7 @@ fn device_writes_to_s3_read_back_equal() -> Result {
         let config = GpuConfig::default();
         let all = src.subset_all();
         let want = src.retrieve_array_subset::<ArrayBytes<'static>>(&all)?.into_fixed()?.into_owned();
-        let report = if name == "zstd" {
-            let values = src.retrieve_array_subset_device_opt::<u16>(&all, &config)?.0;
-            dst.store_array_subset_device_opt(&all, &values, &config)?
-        } else {
-            let values = src.retrieve_array_subset_device_opt::<f32>(&all, &config)?.0;
-            dst.store_array_subset_device_opt(&all, &values, &config)?
-        };
+        let report = device_copy(name, &src, &all, &dst, &all, &config)?;
         let got = dst.retrieve_array_subset::<ArrayBytes<'static>>(&all)?.into_fixed()?.into_owned();
         assert!(got == want, "{name}: the write through S3 read back differs ({report:?})");
         // Another region's values into a tile at an unaligned place: its partial chunks read back
@@ -147,13 +158,7 @@ fn device_writes_to_s3_read_back_equal() -> Result {
         let (from, tile) =
             (ArraySubset::new_with_ranges(&[25..35, 10..22]), ArraySubset::new_with_ranges(&[3..13, 5..17]));
         let moved = src.retrieve_array_subset::<ArrayBytes<'static>>(&from)?.into_fixed()?.into_owned();
-        let report = if name == "zstd" {
-            let values = src.retrieve_array_subset_device_opt::<u16>(&from, &config)?.0;
-            dst.store_array_subset_device_opt(&tile, &values, &config)?
-        } else {
-            let values = src.retrieve_array_subset_device_opt::<f32>(&from, &config)?.0;
-            dst.store_array_subset_device_opt(&tile, &values, &config)?
-        };
+        let report = device_copy(name, &src, &from, &dst, &tile, &config)?;
         let got = dst.retrieve_array_subset::<ArrayBytes<'static>>(&tile)?.into_fixed()?.into_owned();
         assert!(got == moved, "{name}: the tile written through S3 differs ({report:?})");
         let below = ArraySubset::new_with_ranges(&[13..src.shape()[0], 0..src.shape()[1]]);

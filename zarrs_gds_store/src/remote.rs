@@ -172,7 +172,7 @@ fn option_value(value: &str) -> String {
 }
 
 fn config_error(url: &str, what: impl fmt::Display) -> StorageError {
-    StorageError::Other(format!("{}: {what}", without_credentials(url)))
+    StorageError::Other(format!("{}: {what}", redact_url(url)))
 }
 
 /// `url` without user information, query or fragment (which may carry credentials or
@@ -198,10 +198,6 @@ pub fn redact_url(url: &str) -> String {
         },
         None => head.to_string(),
     }
-}
-
-fn without_credentials(url: &str) -> String {
-    redact_url(url)
 }
 
 impl RemoteStore {
@@ -295,7 +291,7 @@ impl RemoteStore {
         let store: Arc<dyn ObjectStore> =
             if prefix.as_ref().is_empty() { store } else { Arc::new(PrefixStore::new(store, prefix)) };
         let mut remote = Self::new(store).with_concurrency(concurrency);
-        remote.name = without_credentials(url);
+        remote.name = redact_url(url);
         Ok(remote)
     }
 
