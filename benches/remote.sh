@@ -13,8 +13,9 @@
 #                       256 GETs in flight (nothing decoded: the server's and the loopback's rate);
 #   remote-cli.jsonl    zarrs-gpu read of the whole array from S3 and from the page cache, and of
 #                       three random unaligned 64x256x256 tiles from each;
-#   remote-peers.jsonl  benches/remote_peers.py: zarrs_gpu by URL, zarr-python through obstore
-#                       into CuPy and numpy, whole array and a tile, checksums compared.
+#   remote-peers.jsonl  benches/remote_peers.py: zarrs_gpu by URL (at 256 GETs in flight, then at
+#                       its default 64), zarr-python through obstore into CuPy and numpy, whole
+#                       array and a tile, checksums compared.
 # The array is uploaded through S3 PUTs first (as object stores hold arrays; s3s-fs also hashes
 # every GET of a file it did not receive, which would bound the rates instead of the reads).
 set -euo pipefail
@@ -74,7 +75,12 @@ print(','.join(f'{s}:{min(n, s + t)}' for s, t, n in zip(starts, tile, shape)))"
   done
 done
 
+step "zarrs_gpu at 256 GETs in flight"
+rm -f "$out/remote-peers.jsonl"
+python3 "$here/remote_peers.py" "$url" --repeat "$repeat" --readers zarrs_gpu --concurrency 256 \
+  --json "$out/remote-peers.jsonl" > /dev/null 2> "$out/remote-peers.err"
+
 step "peers"
 python3 "$here/remote_peers.py" "$url" --repeat "$repeat" --json "$out/remote-peers.jsonl" \
-  > /dev/null 2> "$out/remote-peers.err"
+  > /dev/null 2>> "$out/remote-peers.err"
 step done

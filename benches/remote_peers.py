@@ -61,6 +61,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--readers", default="zarrs_gpu,zarr-python-gpu,zarr-python-numpy")
     parser.add_argument("--tile", default="64,256,256")
+    parser.add_argument("--concurrency", type=int, default=None, help="zarrs_gpu's GETs in flight (default its own)")
     parser.add_argument("--json")
     args = parser.parse_args()
 
@@ -70,6 +71,8 @@ def main():
     import zarrs_gpu
 
     endpoint, ours = options_from_env()
+    if args.concurrency:
+        ours["concurrency"] = str(args.concurrency)
     z = zarr.open_array(zarr_python_store(args.url, endpoint), mode="r")
     shape, itemsize = z.shape, z.dtype.itemsize
     tile = tuple(min(int(t), n) for t, n in zip(args.tile.split(","), shape))
@@ -89,7 +92,6 @@ def main():
         "zarr-python-gpu": zarr_gpu,
         "zarr-python-numpy": lambda key: z[key],
     }
-    rows = []
     sums = {}
     for case, key in boxes.items():
         nbytes = int(np.prod([len(range(*k.indices(n))) for k, n in zip(key, shape)])) * itemsize
@@ -97,16 +99,15 @@ def main():
             median, p90, total = timed(lambda: readers[name](key), args.repeat)
             agrees = sums.setdefault(case, total) == total
             row = {"case": f"{case} from S3", "reader": name, "url": args.url, "bytes": nbytes,
+                   "concurrency": ours.get("concurrency") if name == "zarrs_gpu" else None,
                    "median_s": median, "p90_s": p90, "gib_s": nbytes / 2**30 / median, "same_values": agrees,
                    "box": [[k.start, k.stop] for k in key] if case == "tile" else None}
-            rows.append(row)
             print(json.dumps(row), flush=True)
+            if args.json:  # row by row: a run cut short keeps what it measured
+                with open(args.json, "a") as f:
+                    f.write(json.dumps(row) + "\n")
             if not agrees:
                 print(f"{name} {case}: checksum {total} differs from {sums[case]}", file=sys.stderr)
-    if args.json:
-        with open(args.json, "a") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":

@@ -1509,6 +1509,26 @@ class XarrayCpuTests(XarrayHostReads, unittest.TestCase):
             warnings.simplefilter("ignore")  # v3 consolidated metadata's warning
             return xr.open_dataset(path, engine="zarr", group=group, **options)
 
+    def test_v3_fill_value_kept_in_the_encoding_as_xarray_2026_07_keeps_it(self):
+        """xarray 2026.07 and later keep a v3 array's fill_value in the encoding (so its writes
+        keep it); the engine follows the installed xarray."""
+        from unittest import mock
+
+        import xarray as xr
+        import zarr
+
+        path, _ = self.stores["v3_plain"]
+        fill = zarr.open_array(path, path="temp", mode="r").fill_value
+        for version, kept in (("2025.12.0", False), ("2026.7.0", True), ("2027.1.0", True)):
+            with self.subTest(version=version), self.host(), mock.patch.object(xr, "__version__", version):
+                got = xr.open_dataset(path, engine=self.engine)
+                self.assertEqual("fill_value" in got["temp"].encoding, kept)
+                if kept:
+                    self.assertEqual(repr(got["temp"].encoding["fill_value"]), repr(fill))
+        with self.host(), mock.patch.object(xr, "__version__", "2026.7.0"):
+            path, _ = self.stores["v2_plain"]  # v2: the fill value is _FillValue, never encoding
+            self.assertNotIn("fill_value", xr.open_dataset(path, engine=self.engine)["temp"].encoding)
+
     def test_datasets_equal_xarrays_zarr_engine(self):
         import xarray as xr
 

@@ -1272,6 +1272,8 @@ class RemoteGpuTests(unittest.TestCase):
         cls.server.close()
 
     def test_s3_reads_equal_zarr_python_reads_through_s3(self):
+        import zarr.codecs as zc
+
         server = self.server
         rng = np.random.default_rng(8)
         cases = {

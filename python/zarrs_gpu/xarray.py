@@ -151,6 +151,18 @@ class ZarrsGpuBackendArray(BackendArray):
         return block[rest]
 
 
+def _xarray_keeps_fill_value() -> bool:
+    """Whether xarray's zarr engine keeps a v3 array's ``fill_value`` in the encoding (xarray
+    2026.07 and later, pydata/xarray#11345), which this engine then does too."""
+    import xarray
+
+    try:
+        year, month = (int(p) for p in xarray.__version__.split(".")[:2])
+    except ValueError:
+        return True  # a development build: the current behaviour
+    return (year, month) >= (2026, 7)
+
+
 def _decode_fill_value(value: Any, dtype: np.dtype) -> Any:
     """A v3 ``_FillValue`` attribute as xarray's zarr engine reads it (floats base64 of a
     little-endian double, as its ``to_zarr`` writes them)."""
@@ -223,6 +235,8 @@ class ZarrsGpuStore(AbstractDataStore):
         unit = a.shards or a.chunks
         encoding = {"chunks": a.chunks, "shards": a.shards, "preferred_chunks": dict(zip(dims, unit)),
                     "source": getattr(self.path, "shown", self.path)}
+        if not self.use_zarr_fill_value_as_mask and self.zarr_format == 3 and _xarray_keeps_fill_value():
+            encoding["fill_value"] = a.fill_value  # as xarray's zarr engine does, so writes keep it
         return Variable(dims, indexing.LazilyIndexedArray(data), attrs, encoding)
 
     def get_variables(self):

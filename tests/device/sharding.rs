@@ -431,6 +431,17 @@ fn nested_shards_at_two_and_three_levels_with_and_without_a_cache_match_zarrs() 
                     for subset in subsets(&shape, case) {
                         check::<f32>(&array, &subset, &config).map_err(|e| format!("{what}: {e}"))?;
                     }
+                    // As one request: inner chunks of different nested shards keep their own
+                    // sources (their indices within their own shards are alike).
+                    let many = subsets(&shape, case);
+                    let (got, _) = array.retrieve_array_subsets_device_opt::<f32>(&many, &config)?;
+                    for (got, subset) in got.iter().zip(&many) {
+                        let want: Vec<f32> = array.retrieve_array_subset(subset)?;
+                        assert!(
+                            got.to_host_bytes()? == want.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
+                            "{what}: {subset:?}"
+                        );
+                    }
                 }
                 assert!(!cache.is_empty(), "{what}: the cache was used");
             }

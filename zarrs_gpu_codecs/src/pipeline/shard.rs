@@ -249,6 +249,9 @@ struct ShardRef {
     len: Option<u64>,
     /// The part of the array it covers (unbounded: full shard shape).
     subset: ArraySubset,
+    /// Where the outermost shard holding it starts: its innermost chunks are named by their
+    /// indices from there, so those of two nested shards of one value never share a name.
+    origin: Vec<u64>,
 }
 
 /// Where a read's shards come from: the array's store and the caller's index cache.
@@ -483,8 +486,10 @@ pub(crate) fn sharded_units(
     subset: &ArraySubset,
     shards: Vec<(Vec<u64>, StoreKey, ArraySubset)>,
 ) -> Result<(Vec<Unit>, u64), GpuError> {
-    let mut open: Vec<ShardRef> =
-        shards.into_iter().map(|(_, key, subset)| ShardRef { key, base: 0, len: None, subset }).collect();
+    let mut open: Vec<ShardRef> = shards
+        .into_iter()
+        .map(|(_, key, subset)| ShardRef { key, base: 0, len: None, origin: subset.start().to_vec(), subset })
+        .collect();
     let mut units = Vec::new();
     let mut index_bytes = 0;
     for (depth, level) in levels.iter().enumerate() {
@@ -505,10 +510,11 @@ pub(crate) fn sharded_units(
                 None => (None, None),
             };
             for (idx, inner_subset) in inner_chunks_meeting(level, &shard.subset, subset)? {
-                let label = || format!("{} (inner chunk {idx:?})", shard.key);
+                let name = named_from(&shard.origin, &inner_subset, level);
+                let label = || format!("{} (inner chunk {name:?})", shard.key);
                 // Planned first: its decoded size is checked there, once.
                 let placement = if innermost {
-                    plan_chunks(elem, subset, [(idx.clone(), shard.key.clone(), inner_subset.clone())])?.pop()
+                    plan_chunks(elem, subset, [(name.clone(), shard.key.clone(), inner_subset.clone())])?.pop()
                 } else {
                     None
                 };
@@ -542,12 +548,14 @@ pub(crate) fn sharded_units(
                             base: offset,
                             len: Some(len),
                             subset: inner_subset,
+                            origin: shard.origin.clone(),
                         }),
                         _ => next.push(ShardRef {
                             key: shard.key.clone(),
                             base: u64::MAX,
                             len: None,
                             subset: inner_subset,
+                            origin: shard.origin.clone(),
                         }),
                     }
                     continue;
@@ -556,7 +564,7 @@ pub(crate) fn sharded_units(
                     units.push(Unit {
                         placement,
                         source,
-                        inner: Some(idx),
+                        inner: Some(name),
                         narrowed: false,
                         value_len: None,
                         direct: None,
@@ -580,6 +588,13 @@ pub(crate) fn sharded_units(
     Ok((units, index_bytes))
 }
 
+/// An inner chunk's indices counted from the outermost shard's start (`origin`), in chunks of
+/// its level: within one shard its indices there; below nested shards, unique within the value.
+fn named_from(origin: &[u64], inner_subset: &ArraySubset, level: &ShardLevel) -> Vec<u64> {
+    // The inner chunk lies within the outer shard, so the difference never underflows.
+    inner_subset.start().iter().zip(origin).zip(&level.inner_shape).map(|((s, o), c)| (s - o) / c).collect()
+}
+
 /// The innermost units of a missing nested shard: all missing.
 fn missing_units(
     level: &ShardLevel,
@@ -590,17 +605,28 @@ fn missing_units(
     shard: &ShardRef,
 ) -> Result<Vec<Unit>, GpuError> {
     let mut out = Vec::new();
-    for (idx, inner_subset) in inner_chunks_meeting(level, &shard.subset, subset)? {
+    for (_, inner_subset) in inner_chunks_meeting(level, &shard.subset, subset)? {
         if depth + 1 < levels.len() {
-            let nested = ShardRef { key: shard.key.clone(), base: u64::MAX, len: None, subset: inner_subset };
+            let nested = ShardRef {
+                key: shard.key.clone(),
+                base: u64::MAX,
+                len: None,
+                subset: inner_subset,
+                origin: shard.origin.clone(),
+            };
             out.extend(missing_units(&levels[depth + 1], levels, depth + 1, elem, subset, &nested)?);
-        } else if let Some(placement) =
-            plan_chunks(elem, subset, [(idx.clone(), shard.key.clone(), inner_subset)])?.pop()
+        } else if let Some(placement) = plan_chunks(
+            elem,
+            subset,
+            [(named_from(&shard.origin, &inner_subset, level), shard.key.clone(), inner_subset)],
+        )?
+        .pop()
         {
+            let name = placement.chunk_indices.clone();
             out.push(Unit {
                 placement,
                 source: Source::Missing,
-                inner: Some(idx),
+                inner: Some(name),
                 narrowed: false,
                 value_len: None,
                 direct: None,
