@@ -6,8 +6,10 @@
 //! fallback does), `willneed` (every file opened and `posix_fadvise(WILLNEED)` first, from T
 //! threads, then read as `pread`: the kernel's read-ahead queues the whole set at once), `direct`
 //! (`O_DIRECT`, 4 KiB-aligned reads of whole files into aligned buffers: no page cache),
-//! `phased` (what the store's fallback does in a batch: every file's size, then every file
-//! opened, then every file read, each phase on T threads).
+//! `phased` (every file's size, then every file opened, then every file read, each phase on T
+//! threads), `wideopen` (as `phased`, the sizes and opens on 64 threads: what the store does for
+//! a batch of many files), `split` (each of T threads reads a contiguous block of the files in
+//! name order, as a rayon `par_iter` splits them).
 //!
 //! ```text
 //! cargo run --release --example cold_read -- /tmp/zarrs-gpu-bench/z2.zarr pread,willneed,direct 16,64 2
@@ -116,7 +118,14 @@ fn run(files: &[(PathBuf, u64)], reader: &str, threads: usize) -> Result<u64, Er
         });
     }
     if reader == "phased" {
-        return phased(files, threads, largest);
+        return phased(files, threads, threads, largest);
+    }
+    if reader == "wideopen" {
+        // As the store opens a batch of many files: on 64 threads, then read on T.
+        return phased(files, 64, threads, largest);
+    }
+    if reader == "split" {
+        return split(files, threads, largest);
     }
     let total = AtomicUsize::new(0);
     std::thread::scope(|s| -> Result<(), Error> {
@@ -177,11 +186,11 @@ fn on_threads<T: Send>(
     Ok(out.into_iter().map(|m| m.into_inner().expect("a slot").expect("every index")).collect())
 }
 
-/// The store's phases, each on `threads` threads and each finished before the next: every file's
-/// size (stat), every file opened, every file read.
-fn phased(files: &[(PathBuf, u64)], threads: usize, largest: usize) -> Result<u64, Error> {
-    let sizes = on_threads(files.len(), threads, |i| Ok(std::fs::metadata(&files[i].0)?.len()))?;
-    let opened = on_threads(files.len(), threads, |i| Ok(File::open(&files[i].0)?))?;
+/// The store's phases, each finished before the next: every file's size (stat) and every file
+/// opened, each on `openers` threads, then every file read on `threads`.
+fn phased(files: &[(PathBuf, u64)], openers: usize, threads: usize, largest: usize) -> Result<u64, Error> {
+    let sizes = on_threads(files.len(), openers, |i| Ok(std::fs::metadata(&files[i].0)?.len()))?;
+    let opened = on_threads(files.len(), openers, |i| Ok(File::open(&files[i].0)?))?;
     let buffers: Vec<std::sync::Mutex<Aligned>> =
         (0..threads).map(|_| std::sync::Mutex::new(Aligned::new(largest))).collect();
     let read = on_threads(files.len(), threads, |i| {
@@ -191,12 +200,39 @@ fn phased(files: &[(PathBuf, u64)], threads: usize, largest: usize) -> Result<u6
     Ok(read.iter().sum())
 }
 
+/// What a rayon `par_iter` over the files does: each thread reads a contiguous block of them
+/// (in name order, a chunk grid's order), the blocks far apart, rather than taking the next file.
+fn split(files: &[(PathBuf, u64)], threads: usize, largest: usize) -> Result<u64, Error> {
+    let mut sorted: Vec<&(PathBuf, u64)> = files.iter().collect();
+    sorted.sort();
+    let per = sorted.len().div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|s| -> Result<u64, Error> {
+        let workers: Vec<_> = sorted
+            .chunks(per)
+            .map(|block| {
+                s.spawn(move || -> Result<u64, Error> {
+                    let mut buf = Aligned::new(largest);
+                    let mut read = 0;
+                    for (path, len) in block {
+                        let f = File::open(path)?;
+                        read += read_whole(f.as_raw_fd(), buf.slice(), *len)?;
+                    }
+                    Ok(read)
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("a reader thread")).sum()
+    })
+}
+
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let dir = PathBuf::from(args.first().ok_or("usage: cold_read DIR [READERS] [THREADS] [REPEAT]")?);
     let readers: Vec<&str> = args.get(1).map_or("pread,willneed,direct,phased", String::as_str).split(',').collect();
-    if let Some(unknown) = readers.iter().find(|r| !matches!(**r, "pread" | "willneed" | "direct" | "phased")) {
-        return Err(format!("unknown reader {unknown}: pread, willneed, direct or phased").into());
+    if let Some(unknown) =
+        readers.iter().find(|r| !matches!(**r, "pread" | "willneed" | "direct" | "phased" | "wideopen" | "split"))
+    {
+        return Err(format!("unknown reader {unknown}: pread, willneed, direct, phased, wideopen or split").into());
     }
     let threads: Vec<usize> =
         args.get(2).map_or("16,64", String::as_str).split(',').map(str::parse).collect::<Result<_, _>>()?;

@@ -94,6 +94,40 @@ fn ranges_open_once_read_in_parts_and_refuse_what_does_not_fit() -> Result {
     Ok(())
 }
 
+/// A batch of many files (opened on the store's opener threads): each range read back as
+/// written, missing keys not found, a wrong size among them refused naming its file.
+#[test]
+fn many_files_open_together_and_read_back() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = GdsStore::new(dir.path())?;
+    let value = |i: usize| -> Vec<u8> { (0..1000 + i * 3).map(|j| (i * 31 + j * 7) as u8).collect() };
+    let keys: Vec<StoreKey> =
+        (0..700).map(|i| StoreKey::new(format!("c/{}/{}", i / 100, i % 100))).collect::<std::result::Result<_, _>>()?;
+    for (i, key) in keys.iter().enumerate().filter(|(i, _)| i % 9 != 4) {
+        store.set(key, Bytes::from(value(i)))?;
+    }
+    let ranges: Vec<Range> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| Range(k.clone(), 2, value(i).len() - 2, Some(value(i).len() as u64)))
+        .collect();
+    let files = store.open_for_host(&ranges)?;
+    assert_eq!(files.len(), 700);
+    for (i, range) in ranges.iter().enumerate() {
+        let mut buf = vec![0u8; range.2];
+        let found = files.read_host(i, 0, &mut buf)?;
+        assert_eq!(found, i % 9 != 4, "c/{}/{}", i / 100, i % 100);
+        if found {
+            assert_eq!(buf, value(i)[2..], "c/{}/{}", i / 100, i % 100);
+        }
+    }
+    let mut wrong = ranges;
+    wrong[601].3 = Some(5);
+    let err = store.open_for_host(&wrong).err().expect("a wrong size");
+    assert!(matches!(err, ReadError::WrongSize { expected: 5, .. }) && err.to_string().contains("c/6/1"), "{err}");
+    Ok(())
+}
+
 /// Bytes `offset..offset + len` of `data`'s rows (`width` every `pitch`) packed: what
 /// `read_host_rows` must return.
 fn packed_rows(data: &[u8], width: usize, pitch: usize, offset: usize, len: usize) -> Vec<u8> {
