@@ -487,9 +487,7 @@ impl RemoteStore {
     /// # Errors
     /// Returns the first failed request's error.
     pub fn sizes(&self, keys: &[&StoreKey]) -> Result<Vec<Option<u64>>, StorageError> {
-        block_on(async {
-            futures::stream::iter(keys.iter().map(|key| self.size(key))).buffered(self.concurrency).try_collect().await
-        })
+        block_on(in_any_order(keys.iter().map(|key| self.size(key)), self.concurrency))
     }
 
     /// The identity of `key`'s value, as a file's stamp is one: a hash of its ETag, its size and
@@ -524,25 +522,19 @@ impl RemoteStore {
     /// # Errors
     /// Returns the first failed request's error, naming its key.
     pub fn fetch_values(&self, keys: &[(&StoreKey, u64)]) -> Result<Vec<Option<Bytes>>, StorageError> {
-        block_on(async {
-            futures::stream::iter(keys.iter().map(|&(key, limit)| async move {
-                match &self.backend {
-                    Backend::Object(_) => self.get(key, Some(GetRange::Bounded(0..limit.saturating_add(1)))).await,
-                    // zarrs' async stores clamp no ranges: the size first.
-                    Backend::Async(store) => match self.size(key).await? {
-                        Some(size) => {
-                            store
-                                .get_partial(key, ByteRange::FromStart(0, Some(size.min(limit.saturating_add(1)))))
-                                .await
-                        }
-                        None => Ok(None),
-                    },
-                }
-            }))
-            .buffered(self.concurrency)
-            .try_collect()
-            .await
-        })
+        let fetches = keys.iter().map(|&(key, limit)| async move {
+            match &self.backend {
+                Backend::Object(_) => self.get(key, Some(GetRange::Bounded(0..limit.saturating_add(1)))).await,
+                // zarrs' async stores clamp no ranges: the size first.
+                Backend::Async(store) => match self.size(key).await? {
+                    Some(size) => {
+                        store.get_partial(key, ByteRange::FromStart(0, Some(size.min(limit.saturating_add(1))))).await
+                    }
+                    None => Ok(None),
+                },
+            }
+        });
+        block_on(in_any_order(fetches, self.concurrency))
     }
 
     fn object_store(&self, what: &str) -> Result<&Arc<dyn ObjectStore>, StorageError> {
@@ -553,6 +545,22 @@ impl RemoteStore {
             }
         }
     }
+}
+
+/// Run `requests` with up to `concurrency` in flight, each started as soon as any one finishes
+/// (not the oldest: one slow response must not hold the rest back), their results in the
+/// requests' order. Stops at the first error.
+async fn in_any_order<T>(
+    requests: impl ExactSizeIterator<Item = impl std::future::Future<Output = Result<T, StorageError>>>,
+    concurrency: usize,
+) -> Result<Vec<T>, StorageError> {
+    let mut out: Vec<Option<T>> = std::iter::repeat_with(|| None).take(requests.len()).collect();
+    let mut done = futures::stream::iter(requests.enumerate().map(|(i, request)| async move { (i, request.await) }))
+        .buffer_unordered(concurrency);
+    while let Some((i, result)) = done.next().await {
+        out[i] = Some(result?);
+    }
+    out.into_iter().map(|v| v.ok_or_else(|| StorageError::Other("a request was never answered".into()))).collect()
 }
 
 /// A byte range of zarrs as object_store's (None: the whole value).
