@@ -14,8 +14,9 @@
 #   remote-cli.jsonl    zarrs-gpu read of the whole array from S3 and from the page cache, and of
 #                       three random unaligned 64x256x256 tiles from each;
 #   remote-peers.jsonl  benches/remote_peers.py: zarrs_gpu by URL (at 256 GETs in flight, then at
-#                       its default 64), zarr-python through obstore into CuPy and numpy, whole
-#                       array and a tile, checksums compared.
+#                       its default 64), zarr-python through obstore into CuPy and numpy (its
+#                       async.concurrency from ZARR_CONCURRENCY, else its default), whole array
+#                       and a tile, checksums compared.
 # The array is uploaded through S3 PUTs first (as object stores hold arrays; s3s-fs also hashes
 # every GET of a file it did not receive, which would bound the rates instead of the reads).
 set -euo pipefail
@@ -82,5 +83,5 @@ python3 "$here/remote_peers.py" "$url" --repeat "$repeat" --readers zarrs_gpu --
 
 step "peers"
 python3 "$here/remote_peers.py" "$url" --repeat "$repeat" --json "$out/remote-peers.jsonl" \
-  > /dev/null 2>> "$out/remote-peers.err"
+  ${ZARR_CONCURRENCY:+--zarr-concurrency "$ZARR_CONCURRENCY"} > /dev/null 2>> "$out/remote-peers.err"
 step done

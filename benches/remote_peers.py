@@ -62,6 +62,8 @@ def main():
     parser.add_argument("--readers", default="zarrs_gpu,zarr-python-gpu,zarr-python-numpy")
     parser.add_argument("--tile", default="64,256,256")
     parser.add_argument("--concurrency", type=int, default=None, help="zarrs_gpu's GETs in flight (default its own)")
+    parser.add_argument("--zarr-concurrency", type=int, default=None,
+                        help="zarr-python's async.concurrency (default its own, 10)")
     parser.add_argument("--json")
     args = parser.parse_args()
 
@@ -70,6 +72,8 @@ def main():
 
     import zarrs_gpu
 
+    if args.zarr_concurrency:
+        zarr.config.set({"async.concurrency": args.zarr_concurrency})
     endpoint, ours = options_from_env()
     if args.concurrency:
         ours["concurrency"] = str(args.concurrency)
@@ -99,7 +103,7 @@ def main():
             median, p90, total = timed(lambda: readers[name](key), args.repeat)
             agrees = sums.setdefault(case, total) == total
             row = {"case": f"{case} from S3", "reader": name, "url": args.url, "bytes": nbytes,
-                   "concurrency": ours.get("concurrency") if name == "zarrs_gpu" else None,
+                   "concurrency": ours.get("concurrency") if name == "zarrs_gpu" else zarr.config.get("async.concurrency"),
                    "median_s": median, "p90_s": p90, "gib_s": nbytes / 2**30 / median, "same_values": agrees,
                    "box": [[k.start, k.stop] for k in key] if case == "tile" else None}
             print(json.dumps(row), flush=True)
