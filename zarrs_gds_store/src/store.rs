@@ -484,7 +484,7 @@ impl GdsStore {
             .collect();
         let open = |key: &&StoreKey| OpenValue::open(self.key_to_fspath(key), driver, &self.registered);
         let open_all = || keys.par_iter().map(open).collect::<Result<Vec<OpenValue>, _>>();
-        let values = match openers().filter(|_| keys.len() >= WIDE_OPEN_KEYS) {
+        let values = match (keys.len() >= WIDE_OPEN_KEYS).then(openers).flatten() {
             Some(pool) => pool.install(open_all)?,
             None => open_all()?,
         };
