@@ -20,25 +20,6 @@ use crate::write::{is_temp, patched, sync_dir, write_atomic, write_many_atomic, 
 /// Files registered with cuFile kept open per store (each holds two descriptors).
 const REGISTERED_FILES: usize = 256;
 
-/// Opening a file whose inode is not cached waits on the disk's latency, not its bandwidth: many
-/// files are opened on a pool of this many threads, more than a reader has, so that a cold batch
-/// of small files keeps the disk busy while it opens them.
-const OPENER_THREADS: usize = 64;
-/// Keys from which a batch's files are opened on that pool (fewer: on the caller's threads).
-const WIDE_OPEN_KEYS: usize = 256;
-
-/// The opener pool, started on first use (None where its threads could not be started: files
-/// are then opened on the caller's threads).
-fn openers() -> Option<&'static rayon::ThreadPool> {
-    static OPENERS: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
-    OPENERS
-        .get_or_init(|| {
-            let builder = rayon::ThreadPoolBuilder::new().num_threads(OPENER_THREADS);
-            builder.thread_name(|i| format!("zarrs-gds-open-{i}")).build().ok()
-        })
-        .as_ref()
-}
-
 /// Options of a [`GdsStore`].
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
@@ -482,12 +463,10 @@ impl GdsStore {
                 })
             })
             .collect();
-        let open = |key: &&StoreKey| OpenValue::open(self.key_to_fspath(key), driver, &self.registered);
-        let open_all = || keys.par_iter().map(open).collect::<Result<Vec<OpenValue>, _>>();
-        let values = match (keys.len() >= WIDE_OPEN_KEYS).then(openers).flatten() {
-            Some(pool) => pool.install(open_all)?,
-            None => open_all()?,
-        };
+        let values: Vec<OpenValue> = keys
+            .par_iter()
+            .map(|key| OpenValue::open(self.key_to_fspath(key), driver, &self.registered))
+            .collect::<Result<_, _>>()?;
         for (range, &v) in ranges.iter().zip(&value_of) {
             let value = &values[v];
             let Some(file) = &value.file else { continue };

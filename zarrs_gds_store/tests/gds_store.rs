@@ -94,8 +94,8 @@ fn ranges_open_once_read_in_parts_and_refuse_what_does_not_fit() -> Result {
     Ok(())
 }
 
-/// A batch of many files (opened on the store's opener threads): each range read back as
-/// written, missing keys not found, a wrong size among them refused naming its file.
+/// A batch of many files opened together: each range read back as written, missing keys not
+/// found, a wrong size among them refused naming its file.
 #[test]
 fn many_files_open_together_and_read_back() -> Result {
     let dir = tempfile::tempdir()?;
