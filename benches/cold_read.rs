@@ -2,14 +2,14 @@
 //! the page cache is dropped (root: `/proc/sys/vm/drop_caches`): the disk's ceiling and what each
 //! way of reading gets of it. No GPU needed. One JSON row per reader, thread count and repetition.
 //!
-//! Readers: `pread` (each file opened and read whole by one of T threads: what the store's
-//! fallback does), `willneed` (every file opened and `posix_fadvise(WILLNEED)` first, from T
-//! threads, then read as `pread`: the kernel's read-ahead queues the whole set at once), `direct`
-//! (`O_DIRECT`, 4 KiB-aligned reads of whole files into aligned buffers: no page cache),
-//! `phased` (every file's size, then every file opened, then every file read, each phase on T
-//! threads), `wideopen` (as `phased`, the sizes and opens on 64 threads: what the store does for
-//! a batch of many files), `split` (each of T threads reads a contiguous block of the files in
-//! name order, as a rayon `par_iter` splits them).
+//! Readers: `pread` (each file opened and read whole by one of T threads), `willneed` (every
+//! file opened and `posix_fadvise(WILLNEED)` first, from T threads, then read as `pread`: the
+//! kernel's read-ahead queues the whole set at once), `direct` (`O_DIRECT`, 4 KiB-aligned reads
+//! of whole files into aligned buffers: no page cache), `phased` (every file's size, then every
+//! file opened, then every file read, each phase on T threads: what the store does in a batch),
+//! `wideopen` (as `phased`, the sizes and opens on 64 threads: whether opens, which wait on the
+//! disk's latency, hold the store back), `split` (each of T threads reads a contiguous block of
+//! the files in name order, as a rayon `par_iter` splits them).
 //!
 //! ```text
 //! cargo run --release --example cold_read -- /tmp/zarrs-gpu-bench/z2.zarr pread,willneed,direct 16,64 2
@@ -121,7 +121,7 @@ fn run(files: &[(PathBuf, u64)], reader: &str, threads: usize) -> Result<u64, Er
         return phased(files, threads, threads, largest);
     }
     if reader == "wideopen" {
-        // As the store opens a batch of many files: on 64 threads, then read on T.
+        // Opens on 64 threads, then reads on T: whether more openers would help the store.
         return phased(files, 64, threads, largest);
     }
     if reader == "split" {

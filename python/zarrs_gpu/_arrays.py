@@ -24,12 +24,13 @@ class RemoteLocation:
     """An object store's URL with its ``storage_options``, as Dask tasks and datasets carry a
     store: picklable, hashable, and shown by its URL only (the options hold credentials)."""
 
-    __slots__ = ("url", "_options", "_key")
+    __slots__ = ("url", "_key")
 
     def __init__(self, url, storage_options=None):
         self.url = url
-        self._options = json.loads(json.dumps(dict(storage_options or {}), default=str))
-        self._key = (url, json.dumps(self._options, sort_keys=True))
+        # The options as JSON gives them back (keys text, other values by str): the identity.
+        options = json.loads(json.dumps(dict(storage_options or {}), default=str))
+        self._key = (url, json.dumps(options, sort_keys=True))
 
     @property
     def storage_options(self):

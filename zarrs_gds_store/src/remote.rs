@@ -613,14 +613,8 @@ impl RemoteStore {
     /// Bounded ranges of `key`, nearby ones fetched together (exact lengths required).
     async fn get_ranges(&self, key: &StoreKey, ranges: &[(u64, u64)]) -> Result<Option<Vec<Bytes>>, StorageError> {
         let (spans, placed) = coalesce(ranges);
-        let fetched: Vec<MaybeBytes> = futures::stream::iter(
-            spans
-                .iter()
-                .map(|&(o, n)| async move { Ok::<_, StorageError>(self.get_exact(key, o, n).await?.map(|g| g.0)) }),
-        )
-        .buffered(PARTIAL_CONCURRENCY)
-        .try_collect()
-        .await?;
+        let gets = spans.iter().map(|&(o, n)| async move { Ok(self.get_exact(key, o, n).await?.map(|g| g.0)) });
+        let fetched: Vec<MaybeBytes> = in_any_order(gets, PARTIAL_CONCURRENCY).await?;
         let Some(fetched) = fetched.into_iter().collect::<Option<Vec<Bytes>>>() else { return Ok(None) };
         Ok(Some(
             ranges
@@ -650,15 +644,13 @@ impl ReadableStorageTraits for RemoteStore {
             if let Some(bounded) = bounded {
                 return self.get_ranges(key, &bounded).await;
             }
-            let values: Vec<MaybeBytes> = futures::stream::iter(ranges.iter().map(|&range| async move {
+            let fetches = ranges.iter().map(|&range| async move {
                 match range {
                     ByteRange::FromStart(offset, Some(len)) => Ok(self.get_exact(key, offset, len).await?.map(|g| g.0)),
                     other => self.get(key, get_range(other)?).await,
                 }
-            }))
-            .buffered(PARTIAL_CONCURRENCY)
-            .try_collect()
-            .await?;
+            });
+            let values: Vec<MaybeBytes> = in_any_order(fetches, PARTIAL_CONCURRENCY).await?;
             Ok::<_, StorageError>(values.into_iter().collect())
         })?;
         Ok(values.map(|values| {
