@@ -3,8 +3,11 @@
 //! The Python peers run beside it on the same data (benches/run.sh).
 //!
 //! ```text
-//! bench --dir /tmp/bench [--gib 8] [--repeat 5] [--json results.jsonl] [--tiles 48] [--tiles-only] [--filled 512] [--batch 32] [--write]
+//! bench --dir /tmp/bench [--gib 8] [--repeat 5] [--json results.jsonl] [--tiles 48] [--tiles-only] [--filled 512] [--batch 32] [--write] [--cold 3]
+//! bench --dir /tmp/bench --gib 8 --cases z2,s1 --ratios 256    # libzstd's ratios, host only
 //! ```
+//!
+//! Rows are printed (and appended to `--json`) as each is measured.
 //!
 //! Tiles (issue 17): for each case, `--tiles N` reads of 64 x 256 x 256 tiles at random starts
 //! (not chunk aligned), N at chunk-aligned starts and N single chunks (a shard's inner chunk for
@@ -88,6 +91,19 @@ struct Args {
     /// still flushes everything).
     #[arg(long, default_value = "sync")]
     write_durability: String,
+    /// Rows of the whole array read this many times with the page cache dropped before each
+    /// (`/proc/sys/vm/drop_caches`: as root), after one read that fills the pools as a process
+    /// that has read before holds them: the cold read alone, without CUDA's start and the first
+    /// allocations that a cold `zarrs-gpu read` includes. Each stage's median is in the row.
+    /// 0: none.
+    #[arg(long, default_value_t = 0)]
+    cold: usize,
+    /// Only rows of libzstd's compression ratio at levels 1 and 3 on this many chunks of each
+    /// case's data (a sharded case's inner chunks), spread over the array, for comparison with
+    /// the ratio nvCOMP's zstd reaches in the `--write` rows. Host threads only: needs no GPU
+    /// and writes no array (the data is the sample the arrays are written with). 0: no such rows.
+    #[arg(long, default_value_t = 0)]
+    ratios: usize,
 }
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -130,41 +146,45 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Rows printed and appended to the JSON file as each is measured: a run cut short keeps what it
+/// measured.
+struct Rows<'a> {
+    json: Option<&'a std::path::Path>,
+}
+
+impl Rows<'_> {
+    fn push(&mut self, row: &str) -> Result<(), Error> {
+        use std::io::Write;
+        println!("{row}");
+        if let Some(json) = self.json {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(json)?
+                .write_all(format!("{row}\n").as_bytes())?;
+        }
+        Ok(())
+    }
+
+    fn extend(&mut self, rows: &[String]) -> Result<(), Error> {
+        rows.iter().try_for_each(|row| self.push(row))
+    }
+}
+
 fn run(args: &Args) -> Result<(), Error> {
+    let shape = [64 * args.gib, 2048, 2048];
+    let mut lines = Rows { json: args.json.as_deref() };
+    if args.ratios > 0 {
+        for case in &args.cases {
+            lines.push(&ratio_row(case, &shape, args.ratios)?)?;
+        }
+        return Ok(());
+    }
     // Refuse before writing gigabytes when there is nothing to measure on.
     cuda_context(0).map_err(|e| format!("{e} (the benchmark reads arrays to a GPU; run it on a machine with one)"))?;
     std::fs::create_dir_all(&args.dir)?;
-    let shape = [64 * args.gib, 2048, 2048];
-    let mut lines = Vec::new();
     for case in &args.cases {
-        let zstd = || -> Arc<dyn BytesToBytesCodecTraits> { Arc::new(ZstdCodec::new(3, false)) };
-        let gzip = || -> Result<Arc<dyn BytesToBytesCodecTraits>, Error> { Ok(Arc::new(GzipCodec::new(5)?)) };
-        let blosc = |cname, shuffle| -> Result<Arc<dyn BytesToBytesCodecTraits>, Error> {
-            Ok(Arc::new(BloscCodec::new(cname, 5u8.try_into().map_err(|_| "level")?, None, shuffle, Some(4))?))
-        };
-        let (name, chunks, codecs): (&str, [u64; 3], Vec<Arc<dyn BytesToBytesCodecTraits>>) = match case.as_str() {
-            "u1" => ("U1", [64, 256, 256], vec![]),
-            "z1" => ("Z1", [64, 256, 256], vec![zstd()]),
-            "z2" => ("Z2", [64, 64, 64], vec![zstd()]),
-            // Z2 with zstd content checksums (XXH64, verified on the device).
-            "z2c" => ("Z2 checksummed", [64, 64, 64], vec![Arc::new(ZstdCodec::new(3, true))]),
-            "g2" => ("G2", [64, 64, 64], vec![gzip()?]),
-            // Shards of 256^3 holding 64^3 inner chunks (chunks below are the shard shape).
-            "s1" => ("S1", [256, 256, 256], vec![zstd()]),
-            "s1r" => ("S1 uncompressed", [256, 256, 256], vec![]),
-            "s1g" => ("S1 gzip", [256, 256, 256], vec![gzip()?]),
-            // Blosc as zarr-python 2 writes it by default (lz4, byte shuffle), and zstd with bit
-            // shuffle: 1 MiB chunks like Z2.
-            "b1" => {
-                ("B1 blosc lz4 shuffle", [64, 64, 64], vec![blosc(BloscCompressor::LZ4, BloscShuffleMode::Shuffle)?])
-            }
-            "b2" => (
-                "B2 blosc zstd bitshuffle",
-                [64, 64, 64],
-                vec![blosc(BloscCompressor::Zstd, BloscShuffleMode::BitShuffle)?],
-            ),
-            other => return Err(format!("unknown case {other}").into()),
-        };
+        let (name, chunks, codecs) = case_of(case)?;
         let sharded = case.starts_with("s1");
         let path = args.dir.join(format!("{case}.zarr"));
         if !path.join("zarr.json").exists() {
@@ -230,16 +250,16 @@ fn run(args: &Args) -> Result<(), Error> {
             let who = ours(&config, &args.label);
             let io =
                 format!("{io}; idle after a freed result: device {} MiB, pinned {} MiB", held.0 >> 20, held.1 >> 20);
-            lines.push(line(&who, &label, &subset, bytes, secs, &runs, &io));
+            lines.push(&line(&who, &label, &subset, bytes, secs, &runs, &io))?;
             if args.ours_only {
                 continue;
             }
             let (secs, runs) = zarrs_pinned_then_copy(&array, &subset, args.repeat.min(3))?;
-            lines.push(line("zarrs pinned+copy", &label, &subset, bytes, secs, &runs, ""));
+            lines.push(&line("zarrs pinned+copy", &label, &subset, bytes, secs, &runs, ""))?;
             if *what == "whole array" {
                 // zarrs' ordinary retrieval in GPU mode, the array opened inside the scope.
                 let (secs, runs) = gpu_mode_retrieval(&path, &subset, &config, args.repeat.min(3))?;
-                lines.push(line(
+                lines.push(&line(
                     "zarrs GPU mode (retrieve_array_subset::<DeviceArray>)",
                     &label,
                     &subset,
@@ -247,11 +267,14 @@ fn run(args: &Args) -> Result<(), Error> {
                     secs,
                     &runs,
                     "",
-                ));
+                ))?;
             }
         }
         if case == "u1" && !args.ours_only && !args.tiles_only {
-            lines.extend(ceilings(&path, &array)?);
+            lines.extend(&ceilings(&path, &array)?)?;
+        }
+        if args.cold > 0 {
+            lines.push(&cold_row(&array, name, args.cold, &args.label)?)?;
         }
         if args.write {
             let durability = match args.write_durability.as_str() {
@@ -260,18 +283,18 @@ fn run(args: &Args) -> Result<(), Error> {
                 other => return Err(format!("--write-durability {other}: sync or nosync").into()),
             };
             let target = Target { dir: &args.dir, case, durability };
-            lines.extend(write_rows(&array, name, &target, args.repeat.min(2), &args.label)?);
+            lines.extend(&write_rows(&array, name, &target, args.repeat.min(2), &args.label)?)?;
         }
         if args.filled > 0 {
-            lines.extend(filled_rows(&array, name, args.filled << 20, args.repeat, &args.label)?);
+            lines.extend(&filled_rows(&array, name, args.filled << 20, args.repeat, &args.label)?)?;
         }
         if args.batch > 0 {
-            lines.extend(batch_rows(&array, name, args.batch, &args.label)?);
+            lines.extend(&batch_rows(&array, name, args.batch, &args.label)?)?;
         }
         if !args.sizes.is_empty() {
             let unit = if sharded { INNER_CHUNK.to_vec() } else { chunks.to_vec() };
             let compressed = !matches!(case.as_str(), "u1" | "s1r");
-            lines.extend(size_rows(&array, name, &unit, &args.sizes, args.size_reads, compressed, &args.label)?);
+            lines.extend(&size_rows(&array, name, &unit, &args.sizes, args.size_reads, compressed, &args.label)?)?;
         }
         if args.tiles > 0 {
             let compression = match case.as_str() {
@@ -282,20 +305,42 @@ fn run(args: &Args) -> Result<(), Error> {
             let unit = if sharded { INNER_CHUNK.to_vec() } else { chunks.to_vec() };
             let tiles =
                 Tiles { name, path: &path, array: &array, unit: &unit, sharded, compression, count: args.tiles };
-            lines.extend(tiles.rows(&args.label)?);
+            lines.extend(&tiles.rows(&args.label)?)?;
         }
     }
-    let mut out = String::new();
-    for l in &lines {
-        println!("{l}");
-        out.push_str(l);
-        out.push('\n');
-    }
-    if let Some(json) = &args.json {
-        use std::io::Write;
-        std::fs::OpenOptions::new().create(true).append(true).open(json)?.write_all(out.as_bytes())?;
-    }
     Ok(())
+}
+
+/// A case's name in the rows, its chunk shape (a sharded case's shards) and its codecs.
+type Case = (&'static str, [u64; 3], Vec<Arc<dyn BytesToBytesCodecTraits>>);
+
+fn case_of(case: &str) -> Result<Case, Error> {
+    let zstd = || -> Arc<dyn BytesToBytesCodecTraits> { Arc::new(ZstdCodec::new(3, false)) };
+    let gzip = || -> Result<Arc<dyn BytesToBytesCodecTraits>, Error> { Ok(Arc::new(GzipCodec::new(5)?)) };
+    let blosc = |cname, shuffle| -> Result<Arc<dyn BytesToBytesCodecTraits>, Error> {
+        Ok(Arc::new(BloscCodec::new(cname, 5u8.try_into().map_err(|_| "level")?, None, shuffle, Some(4))?))
+    };
+    Ok(match case {
+        "u1" => ("U1", [64, 256, 256], vec![]),
+        "z1" => ("Z1", [64, 256, 256], vec![zstd()]),
+        "z2" => ("Z2", [64, 64, 64], vec![zstd()]),
+        // Z2 with zstd content checksums (XXH64, verified on the device).
+        "z2c" => ("Z2 checksummed", [64, 64, 64], vec![Arc::new(ZstdCodec::new(3, true))]),
+        "g2" => ("G2", [64, 64, 64], vec![gzip()?]),
+        // Shards of 256^3 holding 64^3 inner chunks (chunks below are the shard shape).
+        "s1" => ("S1", [256, 256, 256], vec![zstd()]),
+        "s1r" => ("S1 uncompressed", [256, 256, 256], vec![]),
+        "s1g" => ("S1 gzip", [256, 256, 256], vec![gzip()?]),
+        // Blosc as zarr-python 2 writes it by default (lz4, byte shuffle), and zstd with bit
+        // shuffle: 1 MiB chunks like Z2.
+        "b1" => ("B1 blosc lz4 shuffle", [64, 64, 64], vec![blosc(BloscCompressor::LZ4, BloscShuffleMode::Shuffle)?]),
+        "b2" => (
+            "B2 blosc zstd bitshuffle",
+            [64, 64, 64],
+            vec![blosc(BloscCompressor::Zstd, BloscShuffleMode::BitShuffle)?],
+        ),
+        other => return Err(format!("unknown case {other}").into()),
+    })
 }
 
 /// Where a write row writes: a new array with the case's metadata (chunks or shards, codecs).
@@ -434,6 +479,92 @@ fn write_rows(
     lines.push(line(&zarrs, &label_of("from host memory"), &all, bytes, secs, &[secs], &io));
     let _ = std::fs::remove_dir_all(&path);
     Ok(lines)
+}
+
+/// Sync, then drop the page cache (as root): the next reads come from the disk.
+fn drop_page_cache() -> Result<(), Error> {
+    std::process::Command::new("sync").status()?;
+    std::fs::write("/proc/sys/vm/drop_caches", "3")
+        .map_err(|e| format!("dropping the page cache (writing 3 to /proc/sys/vm/drop_caches needs root): {e}"))?;
+    Ok(())
+}
+
+/// The whole array read `repeat` times, the page cache dropped before each, after one read that
+/// fills the pools; each read with a fresh shard index cache (a cold read knows no index). The
+/// row gives the stored bytes' rate too (the disk's ceiling is of stored bytes) and each stage's
+/// median seconds over the reads.
+fn cold_row(array: &Array<GdsStore>, name: &str, repeat: usize, label: &str) -> Result<String, Error> {
+    let all = array.subset_all();
+    let bytes = all.num_elements() * 4;
+    drop(array.retrieve_array_subset_device_opt::<f32>(&all, &bench_config(Arc::new(ShardIndexCache::new()))?)?);
+    let mut runs = Vec::new();
+    let mut stages: Vec<(&'static str, Vec<f64>)> = Vec::new();
+    let (mut stored, mut io, mut who) = (0, String::new(), String::new());
+    for _ in 0..repeat {
+        let config = bench_config(Arc::new(ShardIndexCache::new()))?;
+        drop_page_cache()?;
+        let start = Instant::now();
+        let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&all, &config)?;
+        runs.push(start.elapsed().as_secs_f64());
+        drop(data);
+        for s in &report.stages {
+            match stages.iter_mut().find(|(stage, _)| *stage == s.stage) {
+                Some((_, times)) => times.push(s.time.as_secs_f64()),
+                None => stages.push((s.stage, vec![s.time.as_secs_f64()])),
+            }
+        }
+        stored = report.bytes_read;
+        io = report.io.map(|s| s.to_string()).unwrap_or_default();
+        who = ours(&config, label);
+    }
+    let secs = median_p90(&runs).0;
+    let stage_medians: serde_json::Map<String, serde_json::Value> =
+        stages.iter().map(|(stage, times)| ((*stage).to_string(), median_p90(times).0.into())).collect();
+    let mut row: serde_json::Value = serde_json::from_str(&line(
+        &who,
+        &format!("{name} whole array, cold page cache"),
+        &all,
+        bytes,
+        secs,
+        &runs,
+        &io,
+    ))?;
+    row["stored_bytes"] = stored.into();
+    row["stored_gib_s"] = (stored as f64 / f64::from(1u32 << 30) / secs).into();
+    row["stage_median_seconds"] = stage_medians.into();
+    Ok(row.to_string())
+}
+
+/// libzstd's compression ratio at levels 1 and 3 on `count` chunks of `case`'s data (a sharded
+/// case's inner chunks) at chunk-aligned places drawn as the tile rows draw them, compressed on
+/// host threads: what nvCOMP's ratio in the write rows is compared with.
+fn ratio_row(case: &str, shape: &[u64; 3], count: usize) -> Result<String, Error> {
+    use rayon::prelude::*;
+    let (name, chunks, _) = case_of(case)?;
+    let unit = if case.starts_with("s1") { INNER_CHUNK } else { chunks };
+    let starts = tile_starts(shape, &unit, count, true);
+    let sizes: Vec<[usize; 3]> = starts
+        .par_iter()
+        .map(|start| -> Result<[usize; 3], Error> {
+            let mut raw = Vec::with_capacity(unit.iter().product::<u64>() as usize * 4);
+            for z in 0..unit[0] {
+                for y in 0..unit[1] {
+                    let row = ((start[0] + z) * shape[1] + start[1] + y) * shape[2] + start[2];
+                    for x in 0..unit[2] {
+                        raw.extend_from_slice(&sample::sample_value(row + x, shape).to_le_bytes());
+                    }
+                }
+            }
+            let level = |l| zstd::bulk::compress(&raw, l).map(|c| c.len());
+            Ok([raw.len(), level(1)?, level(3)?])
+        })
+        .collect::<Result<_, _>>()?;
+    let sum = |i: usize| sizes.iter().map(|s| s[i] as f64).sum::<f64>();
+    Ok(serde_json::json!({
+        "peer": "libzstd (host threads)", "case": format!("{name} compression ratio"), "chunks": count,
+        "chunk_shape": unit, "ratio_level_1": sum(0) / sum(1), "ratio_level_3": sum(0) / sum(2),
+    })
+    .to_string())
 }
 
 /// Tiles written per tile-write row, after [`TILE_WRITE_WARMUP`] untimed.
@@ -748,9 +879,10 @@ fn ours(config: &GpuConfig, label: &str) -> String {
 
 fn line(who: &str, case: &str, subset: &ArraySubset, bytes: u64, secs: f64, runs: &[f64], io: &str) -> String {
     let gib_s = bytes as f64 / f64::from(1u32 << 30) / secs;
+    let p90 = if runs.is_empty() { secs } else { median_p90(runs).1 };
     serde_json::json!({
         "peer": who, "case": case, "subset": format!("{:?}", subset.to_ranges()), "bytes": bytes,
-        "seconds": secs, "gib_s": gib_s, "runs": runs, "io": io,
+        "seconds": secs, "gib_s": gib_s, "p90_seconds": p90, "runs": runs, "io": io,
     })
     .to_string()
 }

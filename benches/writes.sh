@@ -10,7 +10,8 @@
 #   write.jsonl       bench --write (durability sync) for CASES (default z2,u1,s1,b1,g2): each
 #                     array written whole from device memory (median of REPEAT after one), a tile
 #                     row (random unaligned 64x256x256 tiles), an all-nvCOMP row for compressed
-#                     cases, zarrs' own writer from host memory;
+#                     cases, zarrs' own writer from host memory; then libzstd's ratios at levels 1
+#                     and 3 on 256 chunks of Z2's data (bench --ratios), beside nvCOMP's;
 #   convert.log       zarrs-gpu convert of B1 into 128 MiB shards of zstd inner chunks;
 #   write-peers.jsonl benches/write_peers.py (1 GiB): zarr-python (numpy, GPU mode), tensorstore,
 #                     zarrs_gpu (CuPy, numpy) into zstd, gzip and Blosc arrays, each read back.
@@ -34,6 +35,7 @@ step "bench --write ($cases)"
 rm -f "$out/write.jsonl"
 "${bench[@]}" --dir "$dir" --gib "$gib" --cases "$cases" --ours-only --tiles-only --tiles 0 \
   --write --write-durability sync --repeat "$repeat" --json "$out/write.jsonl" > "$out/write.log" 2>&1
+"${bench[@]}" --dir "$dir" --gib "$gib" --cases z2 --ratios 256 --json "$out/write.jsonl" >> "$out/write.log" 2>&1
 
 step convert
 sync
