@@ -6,8 +6,11 @@
 # as root (it writes /proc/sys/vm/drop_caches), from a checkout on a machine with an NVIDIA GPU
 # and nvCOMP's library. `bench`, `cold_read` and `zarrs-gpu` are taken from PATH when there, else
 # run with cargo. Steps, for CASES (default u1,z2), each into OUT (default /tmp/out):
-#   cold-ceiling.jsonl  the ceiling: `cold_read` (pread, and phased as the store reads a batch) at
-#                       16 and 128 threads, REPEAT times; parallel `cat` of the files by 32 and 128;
+#   cold-ceiling.jsonl  the ceiling and the ladder down to the pipeline's read, `cold_read` at 16
+#                       and 128 threads, REPEAT times: pread, phased (the store's phases mimicked),
+#                       store (the GdsStore's own open and reads), reader (the device reader into
+#                       pinned memory), mirrored (each piece also copied to the device: a checked
+#                       batch's whole read); then parallel `cat` of the files by 32 and 128;
 #   cold-bench.jsonl    `bench --cold REPEAT`: the whole array read cold in a process whose pools
 #                       are warm (a process that has read before), with each stage's median;
 #   cold-cli.jsonl      `zarrs-gpu read --json` in a fresh process, REPEAT times: CUDA's start and
@@ -35,7 +38,7 @@ for case in ${cases//,/ }; do
   [ -f "$array/zarr.json" ] || "${bench[@]}" --dir "$dir" --gib "$gib" --cases "$case" --ours-only --tiles-only > /dev/null
 
   step "$case: the ceiling"
-  "${cold_read[@]}" "$array" pread,phased 16,128 "$repeat" | sed "s/^{/{\"array\":\"$case\",/" >> "$out/cold-ceiling.jsonl"
+  "${cold_read[@]}" "$array" pread,phased,store,reader,mirrored 16,128 "$repeat" | sed "s/^{/{\"array\":\"$case\",/" >> "$out/cold-ceiling.jsonl"
   bytes=$(du -sb "$array" | cut -f1)
   for n in 32 128; do
     drop

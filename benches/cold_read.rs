@@ -11,6 +11,16 @@
 //! disk's latency, hold the store back), `split` (each of T threads reads a contiguous block of
 //! the files in name order, as a rayon `par_iter` splits them).
 //!
+//! Three more run this project's own code, in batches of 4,096 files (a Z2 batch of the
+//! pipeline), each value sized through the store first as the pipeline does: `store` (a
+//! `GdsStore` opens the batch's files, `open_for_host`, and reads each whole, `read_host`, on a
+//! rayon pool of T threads, into host memory: no GPU), `reader` (the device reader of T threads,
+//! `DeviceReader::read_gds_to_host`, into pinned memory in pieces, as the pipeline reads chunks it
+//! checks on the host) and `mirrored` (as `reader`, each piece also copied to device memory as it
+//! is read: the pipeline's read of a checked batch, whole). The last two need a GPU; their
+//! buffers and reader are made before the page cache is dropped and the clock starts.
+//! Between them, the ladder from `pread` to `mirrored` shows which step loses a disk's rate.
+//!
 //! ```text
 //! cargo run --release --example cold_read -- /tmp/zarrs-gpu-bench/z2.zarr pread,willneed,direct 16,64 2
 //! ```
@@ -20,9 +30,160 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
+use zarrs_gpu::zarrs_gpu_codecs::reader::{
+    cuda_context, DeviceMirror, DeviceReader, DeviceReaderOptions, HostReadRequest, PinnedBuffer,
+};
+use zarrs_gpu::GdsStore;
+use zarrs_storage::{ReadableStorageTraits, StoreKey};
+
 type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// Every reader, by name.
+const READERS: [&str; 9] =
+    ["pread", "willneed", "direct", "phased", "wideopen", "split", "store", "reader", "mirrored"];
+
+/// Files per batch of the `store`, `reader` and `mirrored` readers: a Z2 batch of the pipeline.
+const BATCH_FILES: usize = 4096;
+
+/// What the project's readers use, made before any clock starts: the store, per thread count a
+/// rayon pool or a device reader, and the largest batch's buffers (host, pinned, device).
+struct Kit {
+    store: GdsStore,
+    pools: std::collections::HashMap<usize, rayon::ThreadPool>,
+    readers: std::collections::HashMap<usize, DeviceReader>,
+    host: Vec<u8>,
+    pinned: Option<PinnedBuffer>,
+    device: Option<(u64, Arc<cudarc::driver::CudaStream>)>,
+}
+
+impl Kit {
+    fn new(dir: &Path, files: &[(PathBuf, u64)], readers: &[&str], threads: &[usize]) -> Result<Self, Error> {
+        let largest = files.chunks(BATCH_FILES).map(|b| b.iter().map(|f| f.1).sum::<u64>()).max().unwrap_or(0);
+        let largest = usize::try_from(largest)?;
+        let mut kit = Kit {
+            store: GdsStore::new(dir)?,
+            pools: std::collections::HashMap::new(),
+            readers: std::collections::HashMap::new(),
+            host: Vec::new(),
+            pinned: None,
+            device: None,
+        };
+        if readers.contains(&"store") {
+            // Touched now: the pipeline's buffers are reused, not faulted in during a read.
+            kit.host = vec![1u8; largest];
+            for &t in threads {
+                kit.pools.insert(t, rayon::ThreadPoolBuilder::new().num_threads(t).build()?);
+            }
+        }
+        if readers.iter().any(|r| matches!(*r, "reader" | "mirrored")) {
+            let ctx = cuda_context(0)?;
+            let start = Instant::now();
+            kit.pinned = Some(PinnedBuffer::new(&ctx, largest)?);
+            eprintln!(
+                "cold_read: {largest} bytes of pinned memory allocated in {:.3} s",
+                start.elapsed().as_secs_f64()
+            );
+            for &t in threads {
+                let options = DeviceReaderOptions::default().with_threads(t);
+                kit.readers.insert(t, DeviceReader::new(ctx.clone(), options)?);
+            }
+            if readers.contains(&"mirrored") {
+                ctx.bind_to_thread()?;
+                // SAFETY: a plain allocation, freed in Drop.
+                let ptr = unsafe { cudarc::driver::result::malloc_sync(largest.max(1)) }?;
+                kit.device = Some((ptr, ctx.new_stream()?));
+            }
+        }
+        Ok(kit)
+    }
+}
+
+impl Drop for Kit {
+    fn drop(&mut self) {
+        if let Some((ptr, stream)) = self.device.take() {
+            let _ = stream.synchronize();
+            // SAFETY: allocated by malloc_sync in Kit::new; the copies into it are done.
+            let _ = unsafe { cudarc::driver::result::free_sync(ptr) };
+        }
+    }
+}
+
+/// The project's readers over `files` (under `dir`), batch after batch: each batch's values
+/// sized through the store (in parallel, as the pipeline sizes a batch), then read.
+fn project_read(
+    dir: &Path,
+    files: &[(PathBuf, u64)],
+    reader: &str,
+    threads: usize,
+    kit: &mut Kit,
+) -> Result<u64, Error> {
+    let mut total = 0;
+    for batch in files.chunks(BATCH_FILES) {
+        let keys: Vec<StoreKey> = batch
+            .iter()
+            .map(|(path, _)| Ok(StoreKey::new(path.strip_prefix(dir)?.to_string_lossy())?))
+            .collect::<Result<_, Error>>()?;
+        let size_all = || {
+            use rayon::prelude::*;
+            keys.par_iter().map(|key| kit.store.size_key(key).map(|s| s.unwrap_or(0))).collect::<Result<Vec<u64>, _>>()
+        };
+        let sizes = if reader == "store" {
+            kit.pools[&threads].install(size_all)
+        } else {
+            kit.readers[&threads].install(size_all)
+        }?;
+        let mut at = 0;
+        let requests: Vec<HostReadRequest> = keys
+            .into_iter()
+            .zip(&sizes)
+            .map(|(key, &len)| {
+                let r = HostReadRequest { key, offset: 0, len: len as usize, at, value_len: None };
+                at += len as usize;
+                r
+            })
+            .collect();
+        let found = if reader == "store" {
+            let (store, host) = (&kit.store, &mut kit.host);
+            kit.pools[&threads].install(|| -> Result<Vec<bool>, Error> {
+                use rayon::prelude::*;
+                let files = store.open_for_host(&requests)?;
+                let mut parts = Vec::with_capacity(requests.len());
+                let mut rest = &mut host[..at];
+                for r in &requests {
+                    let (part, tail) = rest.split_at_mut(r.len);
+                    parts.push(part);
+                    rest = tail;
+                }
+                parts.into_par_iter().enumerate().map(|(i, part)| Ok(files.read_host(i, 0, part)?)).collect()
+            })?
+        } else {
+            let pinned = kit.pinned.as_mut().ok_or("no pinned buffer")?;
+            let mirror = kit.device.as_ref().filter(|_| reader == "mirrored").map(|(ptr, stream)| {
+                // SAFETY: the device buffer holds the largest batch; the stream is synchronized
+                // before the next batch overwrites it.
+                unsafe { DeviceMirror::new(*ptr, at, stream) }
+            });
+            let found = kit.readers[&threads].read_gds_to_host(
+                &kit.store,
+                &requests,
+                &mut pinned.as_mut_slice()[..at],
+                mirror,
+            )?;
+            if let Some((_, stream)) = &kit.device {
+                stream.synchronize()?;
+            }
+            found
+        };
+        if let Some(i) = found.iter().position(|&f| !f) {
+            return Err(format!("{}: missing while read", requests[i].key).into());
+        }
+        total += at as u64;
+    }
+    Ok(total)
+}
 
 fn files_under(dir: &Path) -> Result<Vec<(PathBuf, u64)>, Error> {
     let mut out = Vec::new();
@@ -97,7 +258,10 @@ fn read_whole(fd: i32, buf: &mut [u8], len: u64) -> Result<u64, Error> {
     Ok(done.min(len as usize) as u64)
 }
 
-fn run(files: &[(PathBuf, u64)], reader: &str, threads: usize) -> Result<u64, Error> {
+fn run(dir: &Path, files: &[(PathBuf, u64)], reader: &str, threads: usize, kit: &mut Kit) -> Result<u64, Error> {
+    if matches!(reader, "store" | "reader" | "mirrored") {
+        return project_read(dir, files, reader, threads, kit);
+    }
     let next = AtomicUsize::new(0);
     let largest = files.iter().map(|f| f.1).max().unwrap_or(0) as usize;
     if reader == "willneed" {
@@ -229,22 +393,21 @@ fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let dir = PathBuf::from(args.first().ok_or("usage: cold_read DIR [READERS] [THREADS] [REPEAT]")?);
     let readers: Vec<&str> = args.get(1).map_or("pread,willneed,direct,phased", String::as_str).split(',').collect();
-    if let Some(unknown) =
-        readers.iter().find(|r| !matches!(**r, "pread" | "willneed" | "direct" | "phased" | "wideopen" | "split"))
-    {
-        return Err(format!("unknown reader {unknown}: pread, willneed, direct, phased, wideopen or split").into());
+    if let Some(unknown) = readers.iter().find(|r| !READERS.contains(r)) {
+        return Err(format!("unknown reader {unknown}: one of {}", READERS.join(", ")).into());
     }
     let threads: Vec<usize> =
         args.get(2).map_or("16,64", String::as_str).split(',').map(str::parse).collect::<Result<_, _>>()?;
     let repeat: usize = args.get(3).map_or(Ok(2), |r| r.parse())?;
     let files = files_under(&dir)?;
     let bytes: u64 = files.iter().map(|f| f.1).sum();
+    let mut kit = Kit::new(&dir, &files, &readers, &threads)?;
     for run_index in 0..repeat {
         for reader in &readers {
             for &t in &threads {
                 drop_caches()?;
                 let start = Instant::now();
-                let read = run(&files, reader, t)?;
+                let read = run(&dir, &files, reader, t, &mut kit)?;
                 let seconds = start.elapsed().as_secs_f64();
                 assert_eq!(read, bytes, "{reader}: every byte read");
                 println!(
