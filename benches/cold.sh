@@ -6,11 +6,12 @@
 # as root (it writes /proc/sys/vm/drop_caches), from a checkout on a machine with an NVIDIA GPU
 # and nvCOMP's library. `bench`, `cold_read` and `zarrs-gpu` are taken from PATH when there, else
 # run with cargo. Steps, for CASES (default u1,z2), each into OUT (default /tmp/out):
-#   cold-ceiling.jsonl  the ceiling and the ladder down to the pipeline's read, `cold_read` at 16
-#                       and 128 threads, REPEAT times: pread, phased (the store's phases mimicked),
-#                       store (the GdsStore's own open and reads), reader (the device reader into
-#                       pinned memory), mirrored (each piece also copied to the device: a checked
-#                       batch's whole read); then parallel `cat` of the files by 32 and 128;
+#   cold-ceiling.jsonl  the ceiling, `cold_read` REPEAT times: pread and io_uring at 16 and 128
+#                       reads in flight, parallel `cat` by 32 and 128; then the ladder down to the
+#                       pipeline's read on as many threads as the reader has (the cores): phased
+#                       (the store's phases mimicked), store (the GdsStore's own opens and reads),
+#                       reader (the device reader into pinned memory), mirrored (each piece also
+#                       copied to the device: a checked batch's whole read);
 #   cold-bench.jsonl    `bench --cold REPEAT`: the whole array read cold in a process whose pools
 #                       are warm (a process that has read before), with each stage's median;
 #   cold-cli.jsonl      `zarrs-gpu read --json` in a fresh process, REPEAT times: CUDA's start and
@@ -38,7 +39,7 @@ for case in ${cases//,/ }; do
   [ -f "$array/zarr.json" ] || "${bench[@]}" --dir "$dir" --gib "$gib" --cases "$case" --ours-only --tiles-only > /dev/null
 
   step "$case: the ceiling"
-  "${cold_read[@]}" "$array" pread,phased,store,reader,mirrored 16,128 "$repeat" | sed "s/^{/{\"array\":\"$case\",/" >> "$out/cold-ceiling.jsonl"
+  "${cold_read[@]}" "$array" pread,uring 16,128 "$repeat" | sed "s/^{/{\"array\":\"$case\",/" >> "$out/cold-ceiling.jsonl"
   bytes=$(du -sb "$array" | cut -f1)
   for n in 32 128; do
     drop
@@ -47,6 +48,10 @@ for case in ${cases//,/ }; do
     python3 -c "import json,sys; c,n,s,b=sys.argv[1:]; print(json.dumps({'array':c,'reader':'parallel cat','threads':int(n),'seconds':float(s),'bytes':int(b),'gib_s':int(b)/2**30/float(s)}))" \
       "$case" "$n" "$(python3 -c "print($(now) - $start)")" "$bytes" >> "$out/cold-ceiling.jsonl"
   done
+
+  step "$case: the project's layers"
+  "${cold_read[@]}" "$array" phased,store,reader,mirrored "$(nproc)" "$repeat" |
+    sed "s/^{/{\"array\":\"$case\",/" >> "$out/cold-ceiling.jsonl"
 
   step "$case: bench --cold $repeat (pools warm)"
   "${bench[@]}" --dir "$dir" --gib "$gib" --cases "$case" --ours-only --tiles-only --cold "$repeat" \

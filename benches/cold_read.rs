@@ -9,7 +9,9 @@
 //! file opened, then every file read, each phase on T threads: what the store does in a batch),
 //! `wideopen` (as `phased`, the sizes and opens on 64 threads: whether opens, which wait on the
 //! disk's latency, hold the store back), `split` (each of T threads reads a contiguous block of
-//! the files in name order, as a rayon `par_iter` splits them).
+//! the files in name order, as a rayon `par_iter` splits them), `uring` and `uring-direct`
+//! (every file opened on 16 threads, then read whole from one thread through io_uring with T
+//! reads in flight, buffered or `O_DIRECT`: a deep queue without a thread per read).
 //!
 //! Three more run this project's own code, in batches of 4,096 files (a Z2 batch of the
 //! pipeline), each value sized through the store first as the pipeline does: `store` (a
@@ -42,8 +44,19 @@ use zarrs_storage::{ReadableStorageTraits, StoreKey};
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// Every reader, by name.
-const READERS: [&str; 9] =
-    ["pread", "willneed", "direct", "phased", "wideopen", "split", "store", "reader", "mirrored"];
+const READERS: [&str; 11] = [
+    "pread",
+    "willneed",
+    "direct",
+    "phased",
+    "wideopen",
+    "split",
+    "uring",
+    "uring-direct",
+    "store",
+    "reader",
+    "mirrored",
+];
 
 /// Files per batch of the `store`, `reader` and `mirrored` readers: a Z2 batch of the pipeline.
 const BATCH_FILES: usize = 4096;
@@ -291,6 +304,9 @@ fn run(dir: &Path, files: &[(PathBuf, u64)], reader: &str, threads: usize, kit: 
     if reader == "split" {
         return split(files, threads, largest);
     }
+    if let Some(how) = reader.strip_prefix("uring") {
+        return uring(files, threads, how == "-direct", largest);
+    }
     let total = AtomicUsize::new(0);
     std::thread::scope(|s| -> Result<(), Error> {
         let workers: Vec<_> = (0..threads)
@@ -362,6 +378,76 @@ fn phased(files: &[(PathBuf, u64)], openers: usize, threads: usize, largest: usi
         read_whole(opened[i].as_raw_fd(), buf.slice(), sizes[i])
     })?;
     Ok(read.iter().sum())
+}
+
+/// Every file opened on 16 threads (with `O_DIRECT` when `direct`), then read whole from this
+/// thread through one io_uring with `depth` reads in flight, each into its own 4 KiB-aligned
+/// buffer (a direct read asks for the length rounded up to 4 KiB; the file's end cuts it short).
+fn uring(files: &[(PathBuf, u64)], depth: usize, direct: bool, largest: usize) -> Result<u64, Error> {
+    use io_uring::{opcode, types, IoUring};
+    let opened = on_threads(files.len(), 16, |i| {
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true);
+        if direct {
+            options.custom_flags(libc::O_DIRECT);
+        }
+        Ok(options.open(&files[i].0)?)
+    })?;
+    let depth = depth.clamp(1, 4096);
+    let mut ring = IoUring::new(u32::try_from(depth.next_power_of_two())?)?;
+    let capacity = largest.next_multiple_of(4096).max(4096);
+    let mut buffers: Vec<Aligned> = (0..depth).map(|_| Aligned::new(capacity)).collect();
+    // Per slot: the file it reads and the bytes read so far.
+    let mut slots: Vec<(usize, u64)> = vec![(0, 0); depth];
+    let mut free: Vec<usize> = (0..depth).rev().collect();
+    let (mut next, mut in_flight, mut total) = (0usize, 0usize, 0u64);
+    // Queue the read of the rest of slot `slot`'s file.
+    let queue = |ring: &mut IoUring, buffers: &mut [Aligned], slot: usize, (file, done): (usize, u64)| {
+        let len = files[file].1;
+        let want = if direct { len.next_multiple_of(4096) } else { len };
+        let buf = buffers[slot].slice();
+        let read = opcode::Read::new(
+            types::Fd(opened[file].as_raw_fd()),
+            // SAFETY (of the pointer): done < want <= the buffer's length.
+            buf[done as usize..].as_mut_ptr(),
+            u32::try_from(want - done).expect("a file under 4 GiB"),
+        )
+        .offset(done)
+        .build()
+        .user_data(slot as u64);
+        // SAFETY: the descriptor and the buffer outlive the read (both live until this function
+        // returns, after every read has completed); each slot has one read in flight at most.
+        unsafe { ring.submission().push(&read) }.expect("room: at most `depth` reads in flight");
+    };
+    loop {
+        while next < files.len() {
+            let Some(slot) = free.pop() else { break };
+            slots[slot] = (next, 0);
+            queue(&mut ring, &mut buffers, slot, slots[slot]);
+            (next, in_flight) = (next + 1, in_flight + 1);
+        }
+        if in_flight == 0 {
+            return Ok(total);
+        }
+        ring.submit_and_wait(1)?;
+        let done: Vec<(usize, i32)> = ring.completion().map(|c| (c.user_data() as usize, c.result())).collect();
+        for (slot, result) in done {
+            in_flight -= 1;
+            if result < 0 {
+                return Err(std::io::Error::from_raw_os_error(-result).into());
+            }
+            let (file, read) = slots[slot];
+            let read = read + result as u64;
+            if result == 0 || read >= files[file].1 {
+                total += read.min(files[file].1);
+                free.push(slot);
+            } else {
+                slots[slot] = (file, read);
+                queue(&mut ring, &mut buffers, slot, slots[slot]);
+                in_flight += 1;
+            }
+        }
+    }
 }
 
 /// What a rayon `par_iter` over the files does: each thread reads a contiguous block of them
