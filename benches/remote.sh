@@ -12,7 +12,7 @@
 #              installs it). It streams every object 4 KiB at a time: on the GPU host's 16 cores
 #              it served 0.49 GiB/s at best, which bounds every reader below the target.
 # `bench`, `zarrs-gpu` and `remote_get` are taken from PATH when there, else run with cargo.
-# Steps, each into OUT (default /tmp/out):
+# Steps, each into OUT (default /tmp/out; server.json names the server):
 #   local.jsonl         bench (ours only) on the page-cache copy of CASE (default z2): whole array
 #                       and tiles, which also writes the array once into BENCH_DIR;
 #   remote-ceiling.jsonl remote_get: every stored chunk fetched into host memory at 16, 64 and
@@ -68,6 +68,7 @@ case $server_kind in
   *) echo "remote.sh: S3_SERVER=$server_kind: seaweedfs or s3s-fs" >&2; exit 1 ;;
 esac
 server=$!
+echo "{\"server\": \"$server_kind\"}" > "$out/server.json"
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$root"' EXIT
 export AWS_ENDPOINT=http://127.0.0.1:$port
 for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
