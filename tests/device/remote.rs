@@ -10,7 +10,7 @@ use zarrs::filesystem::FilesystemStore;
 use zarrs_gpu::{AnyStore, ArrayDeviceExt, GpuConfig, IoPath, RemoteStore, ShardIndexCache};
 use zarrs_storage::ReadableStorageTraits;
 
-use super::servers::{write_arrays, Server};
+use super::servers::Server;
 use super::{subsets, Result};
 
 /// Each element type the fixtures use, by array name.
@@ -65,7 +65,7 @@ fn device_reads_equal<S: ReadableStorageTraits + 'static>(store: &Arc<S>, dir: &
 #[ignore = "needs a CUDA GPU, s3s-fs and RangeHTTPServer"]
 fn device_reads_from_s3_and_http_equal_zarrs_host_reads() -> Result {
     let s3 = Server::s3();
-    write_arrays(&s3.dir("", true))?;
+    s3.arrays("")?;
     device_reads_equal(&Arc::new(s3.s3_store("")), &s3.dir("", true), "s3")?;
     // By URL, as the command line and Python open it: the AnyStore is seen through.
     let (url, options) = s3.s3_url("");
@@ -88,7 +88,7 @@ fn device_reads_from_s3_and_http_equal_zarrs_host_reads() -> Result {
     )?;
     // Python's HTTP server takes few connections at once: fewer GETs in flight.
     let http = Server::http();
-    write_arrays(&http.dir("data", false))?;
+    http.arrays("data")?;
     device_reads_equal(&Arc::new(http.http_store("data").with_concurrency(8)), &http.dir("data", false), "http")?;
     Ok(())
 }
@@ -97,7 +97,7 @@ fn device_reads_from_s3_and_http_equal_zarrs_host_reads() -> Result {
 #[ignore = "needs a CUDA GPU, s3s-fs and RangeHTTPServer"]
 fn device_read_from_a_server_gone_is_an_error_naming_the_chunk() -> Result {
     let mut server = Server::s3();
-    write_arrays(&server.dir("", true))?;
+    server.arrays("")?;
     let (url, mut options) = server.s3_url("");
     options.push(("max_retries".into(), "1".into()));
     let array = Array::open(Arc::new(RemoteStore::from_url(&url, options)?), "/zstd.zarr")?;
@@ -108,7 +108,7 @@ fn device_read_from_a_server_gone_is_an_error_naming_the_chunk() -> Result {
     assert!(err.contains("zstd.zarr/c/"), "{err}");
     // The device is still usable: a new server, the same read.
     let again = Server::s3();
-    write_arrays(&again.dir("", true))?;
+    again.arrays("")?;
     device_reads_equal(&Arc::new(again.s3_store("")), &again.dir("", true), "s3 after a failure")?;
     Ok(())
 }
@@ -137,7 +137,7 @@ fn device_writes_to_s3_read_back_equal() -> Result {
     use zarrs_storage::WritableStorageTraits;
 
     let server = Server::s3();
-    write_arrays(&server.dir("src", true))?;
+    server.arrays("src")?;
     let local = Arc::new(FilesystemStore::new(server.dir("src", true))?);
     let remote = Arc::new(server.s3_store("dst"));
     for name in ["zstd", "sharded"] {
