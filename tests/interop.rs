@@ -305,7 +305,7 @@ fn device_reads_zarr_python_arrays_identically() -> Result {
     Ok(())
 }
 
-/// The matrix uploaded through S3 PUTs to a fresh s3s-fs on loopback: the server, and each case's
+/// The matrix uploaded through S3 PUTs to a fresh S3 server on loopback: the server, and each case's
 /// store there.
 fn matrix_in_s3(dir: &Path) -> Result<(servers::Server, Vec<(Case, RemoteStore)>)> {
     let server = servers::Server::s3();
@@ -323,7 +323,7 @@ fn matrix_in_s3(dir: &Path) -> Result<(servers::Server, Vec<(Case, RemoteStore)>
 }
 
 #[test]
-#[ignore = "needs the interop matrix from zarr-python and s3s-fs; CI runs it"]
+#[ignore = "needs the interop matrix from zarr-python and an S3 server; CI runs it"]
 fn zarrs_reads_zarr_python_arrays_through_s3_identically() -> Result {
     let dir = matrix();
     let (_server, cases) = matrix_in_s3(&dir)?;
@@ -336,7 +336,7 @@ fn zarrs_reads_zarr_python_arrays_through_s3_identically() -> Result {
 }
 
 #[test]
-#[ignore = "needs a CUDA GPU, the interop matrix from zarr-python and s3s-fs"]
+#[ignore = "needs a CUDA GPU, the interop matrix from zarr-python and an S3 server"]
 fn device_reads_zarr_python_arrays_through_s3_identically() -> Result {
     let dir = matrix();
     let (_server, cases) = matrix_in_s3(&dir)?;

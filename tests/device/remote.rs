@@ -62,7 +62,7 @@ fn device_reads_equal<S: ReadableStorageTraits + 'static>(store: &Arc<S>, dir: &
 }
 
 #[test]
-#[ignore = "needs a CUDA GPU, s3s-fs and RangeHTTPServer"]
+#[ignore = "needs a CUDA GPU, an S3 server and RangeHTTPServer"]
 fn device_reads_from_s3_and_http_equal_zarrs_host_reads() -> Result {
     let s3 = Server::s3();
     s3.arrays("")?;
@@ -94,7 +94,7 @@ fn device_reads_from_s3_and_http_equal_zarrs_host_reads() -> Result {
 }
 
 #[test]
-#[ignore = "needs a CUDA GPU, s3s-fs and RangeHTTPServer"]
+#[ignore = "needs a CUDA GPU, an S3 server and RangeHTTPServer"]
 fn device_read_from_a_server_gone_is_an_error_naming_the_chunk() -> Result {
     let mut server = Server::s3();
     server.arrays("")?;
@@ -132,7 +132,7 @@ fn device_copy<S: ReadableStorageTraits + 'static, D: zarrs_storage::ReadableWri
 }
 
 #[test]
-#[ignore = "needs a CUDA GPU and s3s-fs"]
+#[ignore = "needs a CUDA GPU and an S3 server"]
 fn device_writes_to_s3_read_back_equal() -> Result {
     use zarrs_storage::WritableStorageTraits;
 
