@@ -1,10 +1,11 @@
-//! `RemoteStore` against real servers on loopback (`s3s-fs` for S3, RangeHTTPServer for HTTP):
+//! `RemoteStore` against real servers on loopback (`s3s-fs`, or SeaweedFS with
+//! `S3_TEST_SERVER=seaweedfs`, for S3; RangeHTTPServer for HTTP):
 //! zarrs' host reads through it equal the same arrays read from their directories, writes
 //! through S3 land, and failures (a server gone, a server that dies mid-response, wrong
 //! credentials) are errors naming the chunk, within a bounded time, that never show a secret.
 //!
-//! The servers are installed by `.ci/run` (`target/tools/bin/s3s-fs`, RangeHTTPServer in
-//! `target/interop-venv`); the tests that need them are `#[ignore]`d so that a machine without
+//! The servers are installed by `.ci/run` (`target/tools/bin/s3s-fs` and `weed`, RangeHTTPServer
+//! in `target/interop-venv`); the tests that need them are `#[ignore]`d so that a machine without
 //! them names them as not run, and CI runs them with `--ignored`.
 
 #[path = "common/servers.rs"]
@@ -27,7 +28,7 @@ use zarrs_storage::{ListableStorageTraits, ReadableStorageTraits, StorageError, 
 
 type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 
-const SERVERS: &str = "needs s3s-fs and RangeHTTPServer on loopback (.ci/run installs them)";
+const SERVERS: &str = "needs an S3 server and RangeHTTPServer on loopback (.ci/run installs them)";
 
 /// Subsets of `shape`: the whole array, an edge box, and a few random boxes.
 fn subsets(shape: &[u64], rng: &mut StdRng) -> Vec<ArraySubset> {
@@ -168,6 +169,42 @@ fn fetch_many_hands_over_each_range_sizes_and_missing_keys() -> Result {
         let suffix = store.get_partial(&key, zarrs_storage::byte_range::ByteRange::Suffix(6))?.unwrap();
         assert_eq!(suffix.as_ref(), &file[file.len() - 6..]);
     }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs an S3 server and RangeHTTPServer on loopback (.ci/run installs them)"]
+fn large_values_read_whole_and_in_ranges_across_the_servers_own_pieces() -> Result {
+    // 20 MiB and a few bytes: larger than an uncompressed benchmark chunk, and cut by a server
+    // into pieces of its own (SeaweedFS stores 4 MiB chunks); ranges across those cuts.
+    let server = Server::s3();
+    let store = server.s3_store("big").with_concurrency(4);
+    let mut rng = StdRng::seed_from_u64(20);
+    let value: Vec<u8> = (0..(20 << 20) + 13).map(|_| rng.random()).collect();
+    let key = StoreKey::new("v/c/0")?;
+    zarrs_storage::WritableStorageTraits::set(&store, &key, zarrs_storage::Bytes::from(value.clone()))?;
+    let len = value.len() as u64;
+    let mib = 1u64 << 20;
+    let mut ranges = vec![(0, len), (4 * mib - 7, 14), (8 * mib, 4 * mib + 1), (len - 5, 5), (mib + 1, 15 * mib)];
+    for _ in 0..12 {
+        let offset = rng.random_range(0..len);
+        ranges.push((offset, rng.random_range(0..=len - offset)));
+    }
+    let requests: Vec<RemoteRange> =
+        ranges.iter().map(|&(offset, len)| RemoteRange { key: key.clone(), offset, len }).collect();
+    let mut got = vec![None; requests.len()];
+    store.fetch_many(&requests, |i, bytes| {
+        got[i] = bytes;
+        Ok::<(), StorageError>(())
+    })?;
+    for ((offset, n), bytes) in ranges.iter().zip(&got) {
+        let (a, b) = (*offset as usize, (*offset + *n) as usize);
+        assert!(bytes.as_deref() == Some(&value[a..b]), "{a}..{b} differs");
+    }
+    assert_eq!(store.get(&key)?.as_deref(), Some(&value[..]));
+    let suffix = store.get_partial(&key, zarrs_storage::byte_range::ByteRange::Suffix(3 * mib + 3))?.unwrap();
+    assert!(suffix.as_ref() == &value[value.len() - (3 << 20) - 3..]);
+    assert_eq!(store.size_key(&key)?, Some(len));
     Ok(())
 }
 
