@@ -35,7 +35,8 @@ enum Command {
     /// With no PATH, write a sample array to a temporary directory and read that.
     Read {
         /// The Zarr store: a directory, or an object store's URL (s3://BUCKET/PREFIX with the
-        /// AWS_* environment: AWS_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, ...; http(s)://HOST/PREFIX).
+        /// AWS_* environment: AWS_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, ..., then the
+        /// AWS_PROFILE profile of ~/.aws/credentials and ~/.aws/config; http(s)://HOST/PREFIX).
         path: Option<PathBuf>,
         /// The array's node path inside the store.
         #[arg(long, default_value = "/")]

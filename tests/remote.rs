@@ -426,5 +426,35 @@ fn the_command_line_opens_s3_urls_with_the_aws_environment() -> Result {
         .output()?;
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("nothing.zarr") && !err.contains(SECRET_KEY), "{err}");
+    // Credentials, region and endpoint in a profile of the AWS shared files only, as `aws
+    // configure` writes them: the profile AWS_PROFILE names is read; a profile missing is an
+    // error naming it.
+    let files = tempfile::tempdir()?;
+    let (credentials, config) = (files.path().join("credentials"), files.path().join("config"));
+    std::fs::write(
+        &credentials,
+        format!("[bench]\naws_access_key_id = {}\naws_secret_access_key = {SECRET_KEY}\n", servers::ACCESS_KEY),
+    )?;
+    std::fs::write(
+        &config,
+        format!("[profile bench]\nregion = us-east-1\nendpoint_url = http://127.0.0.1:{}\n", server.port),
+    )?;
+    for (profile, works) in [("bench", true), ("nope", false)] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_zarrs-gpu"))
+            .args(["info", &url, "--array", "sharded.zarr"])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("AWS_SHARED_CREDENTIALS_FILE", &credentials)
+            .env("AWS_CONFIG_FILE", &config)
+            .env("AWS_PROFILE", profile)
+            .output()?;
+        let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.success(), works, "{profile}: {text}{err}");
+        if works {
+            assert!(text.contains("shape [64, 48]"), "{text}");
+        } else {
+            assert!(err.contains("nope") && !err.contains(SECRET_KEY), "{err}");
+        }
+    }
     Ok(())
 }

@@ -1328,7 +1328,8 @@ fn storage_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String,
 /// which zarr-python lists groups through.
 #[pyfunction]
 fn _object_store_options(url: &str, storage_options: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, String)>> {
-    Ok(zarrs_gds_store::object_store_options(url, self::storage_options(storage_options)?))
+    zarrs_gds_store::object_store_options(url, self::storage_options(storage_options)?)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
 }
 
 /// `url` without user, password, query or fragment, as every message shows a URL.

@@ -3254,6 +3254,38 @@ class RemoteCpuTests(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "storage_options"):
             xr.open_dataset(tempfile.gettempdir(), engine="zarrs_gpu", storage_options={"anon": True})
 
+    def test_aws_profiles_of_the_shared_files_give_credentials_region_and_endpoint(self):
+        from unittest import mock
+
+        from zarrs_gpu._arrays import RemoteLocation, zarr_python_store
+
+        server = self.server
+        z = zarr.create_array(server.zarr_store("profiled.zarr"), shape=(12, 5), chunks=(4, 5), dtype="int16")
+        values = np.arange(60, dtype="int16").reshape(12, 5)
+        z[...] = values
+        secret = server.storage_options()["secret"]
+        with tempfile.TemporaryDirectory() as files:
+            credentials, config = os.path.join(files, "credentials"), os.path.join(files, "config")
+            with open(credentials, "w") as f:
+                f.write(f"[bench]\naws_access_key_id = zarrs-gpu-test\naws_secret_access_key = {secret}\n")
+            with open(config, "w") as f:
+                f.write(f"[profile bench]\nregion = us-east-1\nendpoint_url = {server.endpoint}\n")
+            cleared = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+            env = dict(cleared, AWS_SHARED_CREDENTIALS_FILE=credentials, AWS_CONFIG_FILE=config)
+            with mock.patch.dict(os.environ, env, clear=True):
+                # s3fs's `profile` option, as zarr-python users pass it; then AWS_PROFILE.
+                a = zarrs_gpu.open(server.url("profiled.zarr"), storage_options={"profile": "bench"})
+                self.assertEqual((a.shape, a.dtype), ((12, 5), np.dtype("int16")))
+                self.assertNotIn(secret, repr(a))
+                where = RemoteLocation(server.url("profiled.zarr"), {"profile": "bench"})
+                np.testing.assert_array_equal(zarr.open_array(zarr_python_store(where), mode="r")[...], values)
+                os.environ["AWS_PROFILE"] = "bench"
+                self.assertEqual(zarrs_gpu.open(server.url("profiled.zarr")).shape, (12, 5))
+                with self.assertRaises(ValueError) as caught:
+                    zarrs_gpu.open(server.url("profiled.zarr"), storage_options={"profile": "absent"})
+                self.assertIn("absent", str(caught.exception))
+                self.assertNotIn(secret, str(caught.exception))
+
     def test_remote_errors_name_what_and_never_the_secret(self):
         server = self.server
         zarr.create_array(server.zarr_store("errors.zarr"), shape=(4,), chunks=(2,), dtype="int8")

@@ -27,6 +27,8 @@ use zarrs_storage::{
     WritableStorageTraits,
 };
 
+use crate::aws_profile::with_profile;
+
 /// Ranged GETs a [`RemoteStore`] keeps in flight by default.
 pub const DEFAULT_CONCURRENCY: usize = 64;
 
@@ -128,16 +130,31 @@ impl fmt::Display for RemoteStore {
 
 /// The options of [`RemoteStore::from_url`] for `url` as object_store names and spells them:
 /// fsspec's names (`storage_options` of zarr-python and s3fs) translated, Python's booleans
-/// lowercased, and `allow_http` added where the URL or the endpoint is plain HTTP (as s3fs takes
-/// it). Other clients of object_store (obstore) take the result as they are, but for this
-/// crate's own `max_retries`, `retry_timeout` and `concurrency`.
-#[must_use]
+/// lowercased; for S3 URLs an AWS profile's settings from the shared files (`~/.aws/credentials`
+/// and `~/.aws/config`, or `AWS_SHARED_CREDENTIALS_FILE` and `AWS_CONFIG_FILE`) where neither
+/// the options nor the `AWS_*` environment set them, the profile the `profile` option's (its
+/// credentials then win over the environment's), else `AWS_PROFILE`'s, else `default`; and
+/// `allow_http` added where the URL or the endpoint is plain HTTP (as s3fs takes it). Other
+/// clients of object_store (obstore) take the result as they are, but for this crate's own
+/// `max_retries`, `retry_timeout` and `concurrency`.
+///
+/// # Errors
+/// Returns an error naming the URL (never a secret) when a profile named is in neither file,
+/// takes its credentials from single sign-on, a role or a process (not resolved here), or a file
+/// does not parse.
 pub fn object_store_options<K: AsRef<str>, V: AsRef<str>>(
     url: &str,
     options: impl IntoIterator<Item = (K, V)>,
-) -> Vec<(String, String)> {
+) -> Result<Vec<(String, String)>, StorageError> {
     let mut out: Vec<(String, String)> =
         options.into_iter().map(|(k, v)| (option_name(k.as_ref()).to_string(), option_value(v.as_ref()))).collect();
+    let s3 = url::Url::parse(url)
+        .ok()
+        .and_then(|u| ObjectStoreScheme::parse(&u).ok())
+        .is_some_and(|(scheme, _)| scheme == ObjectStoreScheme::AmazonS3);
+    if s3 {
+        out = with_profile(out, &|variable| std::env::var(variable).ok()).map_err(|e| config_error(url, e))?;
+    }
     let allows = out.iter().any(|(k, _)| k.trim_start_matches("aws_") == "allow_http");
     let plain = url.to_ascii_lowercase().starts_with("http://")
         || out.iter().any(|(k, v)| {
@@ -147,7 +164,7 @@ pub fn object_store_options<K: AsRef<str>, V: AsRef<str>>(
     if plain && !allows {
         out.push(("allow_http".into(), "true".into()));
     }
-    out
+    Ok(out)
 }
 
 fn option_name(key: &str) -> &str {
@@ -247,7 +264,7 @@ impl RemoteStore {
         let mut retry = RetryConfig { max_retries: MAX_RETRIES, retry_timeout: RETRY_TIMEOUT, ..Default::default() };
         let mut settings: Vec<(String, String)> =
             vec![("timeout".into(), REQUEST_TIMEOUT.into()), ("connect_timeout".into(), CONNECT_TIMEOUT.into())];
-        for (key, value) in object_store_options(url, options) {
+        for (key, value) in object_store_options(url, options)? {
             match key.as_str() {
                 "concurrency" => {
                     concurrency = value.parse().map_err(|_| config_error(url, "concurrency: a count"))?;
