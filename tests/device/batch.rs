@@ -269,8 +269,21 @@ fn reads_from_many_threads_are_gathered_into_requests_and_match_zarrs() -> Resul
             sizes.push(*n);
         }
         assert_eq!(coalescer.failures(), (0, None), "{name}: the engine's requests failed");
+        // The first read starts at once (the engine idle); the others gather while it runs. Which
+        // threads make it into the first request is the scheduler's: one, or a few that arrive in
+        // the same instant. Each request of k reads is seen by its k readers.
         sizes.sort_unstable();
-        assert_eq!(sizes, [vec![1], vec![23; 23]].concat(), "{name}: the requests' sizes");
+        let mut requests = Vec::new();
+        let mut rest = sizes.as_slice();
+        while let Some(&k) = rest.first() {
+            assert!(k >= 1 && rest.len() >= k && rest[..k].iter().all(|&n| n == k), "{name}: sizes {sizes:?}");
+            requests.push(k);
+            rest = &rest[k..];
+        }
+        assert!(
+            requests.len() <= 3 && requests.iter().max().is_some_and(|&k| k >= 20),
+            "{name}: 24 reads gathered into requests of {requests:?}"
+        );
     }
     Ok(())
 }
