@@ -97,15 +97,7 @@ fn any_async_zarrs_store_reads_through_remote_store() -> Result {
     // zarrs' own async object store (zarrs_object_store) over object_store's S3 client.
     let server = Server::s3();
     let local = server.arrays("")?;
-    let s3 = object_store::aws::AmazonS3Builder::new()
-        .with_bucket_name(servers::BUCKET)
-        .with_endpoint(format!("http://127.0.0.1:{}", server.port))
-        .with_allow_http(true)
-        .with_region("us-east-1")
-        .with_access_key_id(servers::ACCESS_KEY)
-        .with_secret_access_key(SECRET_KEY)
-        .build()?;
-    let async_store = Arc::new(zarrs_object_store::AsyncObjectStore::new(s3));
+    let async_store = Arc::new(zarrs_object_store::AsyncObjectStore::new(server.s3_client()?));
     let store = Arc::new(RemoteStore::from_async(async_store, "s3 through zarrs_object_store"));
     reads_equal(&local, &store, "async store")?;
     // Reads only: listing and writes name the store.

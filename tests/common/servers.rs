@@ -15,11 +15,10 @@ use std::time::{Duration, Instant};
 
 use std::error::Error;
 use std::num::NonZeroU64;
+use std::sync::Arc;
 
 use futures::TryStreamExt as _;
 use object_store::{ObjectStore as _, ObjectStoreExt as _};
-use std::sync::Arc;
-
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zarrs::array::codec::{Crc32cCodec, GzipCodec, ShardingCodecBuilder, ZstdCodec};
@@ -271,6 +270,18 @@ impl Server {
         Ok(arrays)
     }
 
+    /// object_store's own S3 client of the bucket (not the store under test).
+    pub(crate) fn s3_client(&self) -> Result<object_store::aws::AmazonS3, object_store::Error> {
+        object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name(BUCKET)
+            .with_endpoint(format!("http://127.0.0.1:{}", self.port))
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_access_key_id(ACCESS_KEY)
+            .with_secret_access_key(SECRET_KEY)
+            .build()
+    }
+
     /// A directory holding what the bucket holds under `prefix`: the bucket's directory where
     /// the server serves one (s3s-fs), else every object listed there fetched by object_store's
     /// own client (not the store under test) into a fresh directory.
@@ -278,14 +289,7 @@ impl Server {
         if self.kind != Kind::SeaweedFs {
             return Ok(self.dir(prefix, true));
         }
-        let client = object_store::aws::AmazonS3Builder::new()
-            .with_bucket_name(BUCKET)
-            .with_endpoint(format!("http://127.0.0.1:{}", self.port))
-            .with_allow_http(true)
-            .with_region("us-east-1")
-            .with_access_key_id(ACCESS_KEY)
-            .with_secret_access_key(SECRET_KEY)
-            .build()?;
+        let client = self.s3_client()?;
         let out = self.root.path().join("landed").join(prefix);
         let _ = std::fs::remove_dir_all(&out);
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

@@ -72,15 +72,7 @@ fn device_reads_from_s3_and_http_equal_zarrs_host_reads() -> Result {
     let any = AnyStore::open(&url, options.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
     device_reads_equal(&Arc::new(any), &s3.dir("", true), "s3 by URL")?;
     // Any async zarrs store: zarrs_object_store's, through RemoteStore::from_async.
-    let s3_client = object_store::aws::AmazonS3Builder::new()
-        .with_bucket_name(super::servers::BUCKET)
-        .with_endpoint(format!("http://127.0.0.1:{}", s3.port))
-        .with_allow_http(true)
-        .with_region("us-east-1")
-        .with_access_key_id(super::servers::ACCESS_KEY)
-        .with_secret_access_key(super::servers::SECRET_KEY)
-        .build()?;
-    let async_store = Arc::new(zarrs_object_store::AsyncObjectStore::new(s3_client));
+    let async_store = Arc::new(zarrs_object_store::AsyncObjectStore::new(s3.s3_client()?));
     device_reads_equal(
         &Arc::new(RemoteStore::from_async(async_store, "zarrs_object_store")),
         &s3.dir("", true),

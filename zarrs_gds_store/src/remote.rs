@@ -139,9 +139,8 @@ impl fmt::Display for RemoteStore {
 /// `max_retries`, `retry_timeout` and `concurrency`.
 ///
 /// # Errors
-/// Returns an error naming the URL (never a secret) when a profile named is in neither file,
-/// takes its credentials from single sign-on, a role or a process (not resolved here), or a file
-/// does not parse.
+/// Returns an error naming the URL (never a secret) when a profile named is in neither file, or
+/// would take its credentials from single sign-on, a role or a process (not resolved here).
 pub fn object_store_options<K: AsRef<str>, V: AsRef<str>>(
     url: &str,
     options: impl IntoIterator<Item = (K, V)>,
