@@ -43,10 +43,10 @@ pub use zarrs_gds_store::{
     self, AnyStore, Durability, GdsStore, GdsStoreOptions, IoBackend, IoPath, IoStatus, RemoteRange, RemoteStore,
 };
 pub use zarrs_gpu_codecs::{
-    self, default_pool_keep, empty_cache, gpu_config, host_decode_reason, memory_in_use, read_async, tile_subsets,
-    with_gpu_config, ArrayDeviceExt, ArrayDeviceWriteExt, CoalescedReads, DecodePath, DecodeRates, DecodeTrust,
-    DeviceArray, GpuConfig, GpuError, MemoryInUse, PendingRead, ReadAhead, RetrieveReport, ShardIndexCache, TileOrder,
-    TileRead, WritePath, WriteReport, READ_AHEAD_REQUEST_BYTES,
+    self, default_pinned_keep, default_pool_keep, empty_cache, gpu_config, host_decode_reason, memory_in_use,
+    read_async, tile_subsets, with_gpu_config, ArrayDeviceExt, ArrayDeviceWriteExt, CoalescedReads, DecodePath,
+    DecodeRates, DecodeTrust, DeviceArray, GpuConfig, GpuError, MemoryInUse, PendingRead, ReadAhead, RetrieveReport,
+    ShardIndexCache, TileOrder, TileRead, WritePath, WriteReport, READ_AHEAD_REQUEST_BYTES,
 };
 
 /// The README is a quick start: the commands first, the depth in docs/ (issue 27: it was 671

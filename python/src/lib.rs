@@ -1428,7 +1428,8 @@ fn empty_cache(py: Python<'_>) -> PyResult<()> {
 
 /// The memory reads on GPU `device` hold now, as a dict of byte counts: `device_free` and
 /// `device_total` (the driver's figures), `output_pool_idle` (freed results kept for the next
-/// read), `staging_pooled`, `pinned_pooled` (host) and `pool_keep` (the idle bound).
+/// read), `staging_pooled`, `pinned_pooled` (host), `pool_keep` (the bound on idle device memory)
+/// and `pinned_keep` (the bound on idle pinned host memory).
 #[pyfunction]
 #[pyo3(signature = (device=0))]
 fn memory_in_use(py: Python<'_>, device: usize) -> PyResult<std::collections::HashMap<&'static str, u64>> {
@@ -1440,6 +1441,7 @@ fn memory_in_use(py: Python<'_>, device: usize) -> PyResult<std::collections::Ha
         ("staging_pooled", m.staging_pooled),
         ("pinned_pooled", m.pinned_pooled),
         ("pool_keep", m.pool_keep),
+        ("pinned_keep", m.pinned_keep),
     ]))
 }
 

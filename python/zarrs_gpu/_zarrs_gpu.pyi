@@ -233,6 +233,7 @@ class _MemoryInUse(TypedDict):
     staging_pooled: int
     pinned_pooled: int
     pool_keep: int
+    pinned_keep: int
 
 def memory_in_use(device: int = 0) -> _MemoryInUse:
     """The memory reads on GPU `device` hold now, in bytes."""

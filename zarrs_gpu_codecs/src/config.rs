@@ -157,10 +157,10 @@ pub const ROW_READS_ENV: &str = "ZARRS_GPU_ROW_READS";
 /// unset: each read alone): see [`GpuConfig::with_coalesce_window`].
 pub const COALESCE_WINDOW_ENV: &str = "ZARRS_GPU_COALESCE_WINDOW_US";
 
-/// The environment variable that bounds the device memory this library's pools keep idle
-/// between reads (freed results and staging buffers together; default
+/// The environment variable that bounds the memory this library's pools keep idle between
+/// reads: device memory (freed results and staging buffers together; default
 /// [`default_pool_keep`](crate::default_pool_keep): the larger of 1 GiB and 2% of the device's
-/// memory).
+/// memory) and pinned host memory (default [`default_pinned_keep`](crate::default_pinned_keep)).
 pub const POOL_KEEP_ENV: &str = "ZARRS_GPU_POOL_KEEP_BYTES";
 
 /// `ZARRS_GPU_POOL_KEEP_BYTES`, where set.
@@ -365,11 +365,13 @@ impl GpuConfig {
     }
 
     /// Keep at most `bytes` of idle device memory in this library's pools when this read ends
-    /// (freed results and staging buffers together; pinned host buffers are bounded alike).
-    /// None: the device's bound, `ZARRS_GPU_POOL_KEEP_BYTES` or
+    /// (freed results and staging buffers together), and at most `bytes` of pinned host buffers.
+    /// None: the device's bounds, `ZARRS_GPU_POOL_KEEP_BYTES` for both, or
     /// [`default_pool_keep`](crate::default_pool_keep) (the larger of 1 GiB and 2% of the
-    /// device). A larger bound spares repeated large reads the mapping of their memory (about
-    /// 1.5 ms per GiB); 0 gives everything back after each read.
+    /// device) and [`default_pinned_keep`](crate::default_pinned_keep) (that or a sixteenth of
+    /// the host's memory, whichever is larger). A larger bound spares repeated large reads the
+    /// mapping of their memory (about 1.5 ms per GiB of device memory, 0.47 s per GiB pinned);
+    /// 0 gives everything back after each read.
     #[must_use]
     pub fn with_pool_keep_bytes(mut self, bytes: Option<u64>) -> Self {
         self.pool_keep = bytes;

@@ -80,7 +80,7 @@ pub use config::{
 };
 pub use device::context::{empty_cache, memory_in_use, MemoryInUse};
 pub use device::current_context::CurrentContextGuard;
-pub use device::pool::default_pool_keep;
+pub use device::pool::{default_pinned_keep, default_pool_keep};
 pub use device_array::{set_release_wait_wrapper, DeviceArray, RELEASE_WAIT};
 pub use dlpack::DlpackStream;
 pub use dlpark;

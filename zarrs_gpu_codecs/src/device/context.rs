@@ -13,7 +13,10 @@ use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream,
 use crate::config::{pool_keep_from_env, GpuConfig};
 use crate::device::current_context::CurrentContextGuard;
 use crate::device::kernels::Kernels;
-use crate::device::pool::{default_pool_keep, pinned_class, BufferPool, DeviceBuffer, OutputPool, HOST_RING_MAX};
+use crate::device::pool::{
+    default_pinned_keep, default_pool_keep, host_memory, pinned_class, BufferPool, DeviceBuffer, OutputPool,
+    HOST_RING_MAX,
+};
 use crate::device::upload::Uploads;
 use crate::error::GpuError;
 use crate::schedule::{DecodeRates, Learned};
@@ -23,6 +26,21 @@ const RINGS_KEPT: u64 = 4 * HOST_RING_MAX;
 
 /// A codec's name and the key of its rates ([`DecodeRates::key`]).
 type LearnedKey = (String, [u64; 4]);
+
+/// What the pools keep idle between reads: device memory (freed results and staging together)
+/// and pinned host memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Keep {
+    pub(crate) device: u64,
+    pub(crate) pinned: u64,
+}
+
+impl Keep {
+    /// The same bound for both (a config's or the environment's one setting).
+    pub(crate) fn both(bytes: u64) -> Self {
+        Self { device: bytes, pinned: bytes }
+    }
+}
 
 /// The state of one device.
 pub(crate) struct GpuContext {
@@ -37,15 +55,18 @@ pub(crate) struct GpuContext {
     /// buffers filled that pool's bound, the ring was dropped after each read and mapped again by
     /// the next (S1's 1 GiB slab took 220 ms instead of 45 on the GPU host).
     rings: BufferPool<PinnedBuffer>,
-    /// Idle device memory kept between reads where a read's config sets none (and pinned host
-    /// memory kept, likewise): `ZARRS_GPU_POOL_KEEP_BYTES`, else [`default_pool_keep`].
-    keep: u64,
+    /// Idle memory kept between reads where a read's config sets none: device memory and pinned
+    /// host memory both `ZARRS_GPU_POOL_KEEP_BYTES` where set, else [`default_pool_keep`] and
+    /// [`default_pinned_keep`].
+    keep: Keep,
     /// Reads in flight on the device ([`ReadInFlight`]), counted from before this state existed.
     in_flight: Arc<InFlight>,
     /// The largest idle bound of the reads since the pools were last trimmed idle (a read's
     /// `GpuConfig::with_pool_keep_bytes` may be larger than the device's): what the pools keep
     /// at most while reads are in flight.
     peak_keep: std::sync::atomic::AtomicU64,
+    /// The same for pinned host memory.
+    peak_pinned_keep: std::sync::atomic::AtomicU64,
     /// Kernels loaded into this context (a module of another device's context cannot launch here).
     kernels: OnceLock<Result<Kernels, String>>,
     /// Why the context can no longer be used (a sticky fault, or a batch that never finished).
@@ -77,11 +98,17 @@ impl GpuContext {
         }
         let reader = DeviceReader::shared(ordinal)?;
         let total = reader.context().total_mem().unwrap_or(0) as u64;
-        let keep = pool_keep_from_env()?.unwrap_or_else(|| default_pool_keep(total));
+        let keep = pool_keep_from_env()?.map_or_else(
+            || {
+                let device = default_pool_keep(total);
+                Keep { device, pinned: default_pinned_keep(device, host_memory()) }
+            },
+            Keep::both,
+        );
         let context = Arc::new(Self {
             ctx: reader.context().clone(),
             ordinal,
-            pool: OutputPool::new(reader.context(), ordinal, keep)?,
+            pool: OutputPool::new(reader.context(), ordinal, keep.device)?,
             reader,
             staging: BufferPool::new(8),
             pinned: BufferPool::new(6),
@@ -89,6 +116,7 @@ impl GpuContext {
             keep,
             in_flight: InFlight::of(ordinal),
             peak_keep: std::sync::atomic::AtomicU64::new(0),
+            peak_pinned_keep: std::sync::atomic::AtomicU64::new(0),
             kernels: OnceLock::new(),
             lost: OnceLock::new(),
             learned: Mutex::default(),
@@ -294,13 +322,19 @@ impl GpuContext {
 
     /// A read with idle bound `keep` (its config's, else the device's) starts: until the pools are
     /// next trimmed idle, they keep up to the largest such bound.
-    pub(crate) fn note_keep(&self, keep: u64) {
-        self.peak_keep.fetch_max(keep, std::sync::atomic::Ordering::SeqCst);
+    pub(crate) fn note_keep(&self, keep: Keep) {
+        self.peak_keep.fetch_max(keep.device, std::sync::atomic::Ordering::SeqCst);
+        self.peak_pinned_keep.fetch_max(keep.pinned, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// What the staging and pinned pools keep at most while reads are in flight.
+    /// What the staging pool keeps at most while reads are in flight.
     fn bound_in_flight(&self) -> u64 {
-        self.keep.max(self.peak_keep.load(std::sync::atomic::Ordering::SeqCst))
+        self.keep.device.max(self.peak_keep.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// What the pinned pool keeps at most while reads are in flight.
+    fn pinned_bound_in_flight(&self) -> u64 {
+        self.keep.pinned.max(self.peak_pinned_keep.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// A pinned host buffer of at least `len` bytes from the pool (or a new one).
@@ -326,7 +360,7 @@ impl GpuContext {
 
     /// Return a pinned buffer whose last use has completed.
     pub(crate) fn give_pinned(&self, buffer: PinnedBuffer) {
-        self.pinned.give(buffer, self.concurrency(), self.bound_in_flight());
+        self.pinned.give(buffer, self.concurrency(), self.pinned_bound_in_flight());
     }
 
     /// How many reads are in flight on this device (in this process).
@@ -341,35 +375,37 @@ impl GpuContext {
     }
 
     /// Trim to `keep` when no read is in flight (the last read to end trims).
-    pub(crate) fn trim_when_idle(&self, keep: u64) -> Result<(), GpuError> {
+    pub(crate) fn trim_when_idle(&self, keep: Keep) -> Result<(), GpuError> {
         if self.reads_in_flight() == 0 {
             // Idle: what is kept is bounded in bytes now, and room is made again as reads come.
             self.in_flight.peak.store(0, std::sync::atomic::Ordering::SeqCst);
             self.peak_keep.store(0, std::sync::atomic::Ordering::SeqCst);
+            self.peak_pinned_keep.store(0, std::sync::atomic::Ordering::SeqCst);
             self.trim(keep)
         } else {
             Ok(())
         }
     }
 
-    /// The idle bound of a read with `config`: its own, else the device's.
-    pub(crate) fn keep_for(&self, config: &GpuConfig) -> u64 {
-        config.pool_keep_bytes().unwrap_or(self.keep)
+    /// The idle bounds of a read with `config`: its own (for both kinds of memory), else the
+    /// device's.
+    pub(crate) fn keep_for(&self, config: &GpuConfig) -> Keep {
+        config.pool_keep_bytes().map_or(self.keep, Keep::both)
     }
 
-    /// Give back to the driver what the pools hold idle beyond `keep` bytes: staging buffers
-    /// first (the largest that fit stay), then freed results, so that both together keep at
-    /// most `keep`; pinned host buffers likewise. Buffers in use by other reads are not in the
-    /// pools and are not touched.
-    fn trim(&self, keep: u64) -> Result<(), GpuError> {
+    /// Give back to the driver what the pools hold idle beyond `keep`: staging buffers first (the
+    /// largest that fit stay), then freed results, so that both together keep at most
+    /// `keep.device`; pinned host buffers within `keep.pinned` likewise. Buffers in use by other
+    /// reads are not in the pools and are not touched.
+    fn trim(&self, keep: Keep) -> Result<(), GpuError> {
         self.bind()?;
-        let staging = self.staging.trim(keep);
+        let staging = self.staging.trim(keep.device);
         // Codecs' table buffers count against the pinned bound first (a few MiB at most).
-        let uploads = self.uploads.trim(keep);
-        self.pinned.trim(keep.saturating_sub(uploads));
+        let uploads = self.uploads.trim(keep.pinned);
+        self.pinned.trim(keep.pinned.saturating_sub(uploads));
         // Rings are few and bounded: kept but for `empty_cache`.
-        self.rings.trim(if keep == 0 { 0 } else { RINGS_KEPT });
-        self.pool.keep(keep.saturating_sub(staging)).map_err(GpuError::cuda("trimming the output memory pool"))
+        self.rings.trim(if keep.pinned == 0 { 0 } else { RINGS_KEPT });
+        self.pool.keep(keep.device.saturating_sub(staging)).map_err(GpuError::cuda("trimming the output memory pool"))
     }
 
     /// Whether the output pool holds more idle than its share of the bound (and the context is
@@ -409,7 +445,7 @@ pub fn empty_cache() -> Result<(), GpuError> {
     let _current = CurrentContextGuard::new();
     let contexts: Vec<Arc<GpuContext>> = GpuContext::registry().values().cloned().collect();
     for context in contexts.iter().filter(|c| c.check_alive().is_ok()) {
-        context.trim_when_idle(0)?;
+        context.trim_when_idle(Keep::both(0))?;
     }
     Ok(())
 }
@@ -473,6 +509,8 @@ pub struct MemoryInUse {
     /// The bound on idle device memory (results and staging together) kept between reads where
     /// a read's config sets none.
     pub pool_keep: u64,
+    /// The bound on idle pinned host memory kept between reads where a read's config sets none.
+    pub pinned_keep: u64,
 }
 
 /// The memory retrievals on `device` hold now (the device is initialised if it was not).
@@ -491,7 +529,8 @@ pub fn memory_in_use(device: usize) -> Result<MemoryInUse, GpuError> {
         output_pool_idle: context.pool.idle_bytes(),
         staging_pooled: context.staging.bytes(),
         pinned_pooled: context.pinned.bytes() + context.uploads.bytes() + context.rings.bytes(),
-        pool_keep: context.keep,
+        pool_keep: context.keep.device,
+        pinned_keep: context.keep.pinned,
     })
 }
 
