@@ -369,9 +369,9 @@ impl GpuConfig {
     /// None: the device's bounds, `ZARRS_GPU_POOL_KEEP_BYTES` for both, or
     /// [`default_pool_keep`](crate::default_pool_keep) (the larger of 1 GiB and 2% of the
     /// device) and [`default_pinned_keep`](crate::default_pinned_keep) (that or a sixteenth of
-    /// the host's memory, whichever is larger). A larger bound spares repeated large reads the
-    /// mapping of their memory (about 1.5 ms per GiB of device memory, 0.47 s per GiB pinned);
-    /// 0 gives everything back after each read.
+    /// the host's memory up to 8 GiB, whichever is larger). A larger bound spares repeated large
+    /// reads the mapping of their memory (about 1.5 ms per GiB of device memory, 0.47 s per GiB
+    /// pinned); 0 gives everything back after each read.
     #[must_use]
     pub fn with_pool_keep_bytes(mut self, bytes: Option<u64>) -> Self {
         self.pool_keep = bytes;

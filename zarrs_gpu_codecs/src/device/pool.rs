@@ -55,14 +55,18 @@ pub fn default_pool_keep(total: u64) -> u64 {
 
 /// The idle pinned host memory kept between reads by default, beside a device bound of
 /// `device_keep`, on a host of `host_total` bytes: the larger of that bound and a sixteenth of
-/// the host's memory. A whole read of small zstd chunks stages two batches of up to 4 GiB
+/// the host's memory, the latter at most 8 GiB (a host of many GPUs runs a process for each). A
+/// whole read of small zstd chunks stages two batches of up to 4 GiB
 /// decoded, each slot's stored bytes pinned (1.19 GB for Z2): under a bound of 2% of an 80 GB
 /// device only one slot's buffer stayed, and every such read pinned the other again (0.56 s of
 /// an 0.9 s read of 8 GiB on the GPU host's H100).
 #[must_use]
 pub fn default_pinned_keep(device_keep: u64, host_total: u64) -> u64 {
-    device_keep.max(host_total / 16)
+    device_keep.max((host_total / 16).min(PINNED_KEEP_MAX))
 }
+
+/// The most of the host's memory [`default_pinned_keep`] takes beyond the device bound.
+const PINNED_KEEP_MAX: u64 = 8 << 30;
 
 /// The host's physical memory in bytes (0 where the system does not say).
 pub(crate) fn host_memory() -> u64 {
@@ -465,6 +469,10 @@ mod tests {
 
     #[test]
     fn pinned_memory_is_kept_up_to_a_sixteenth_of_the_host_and_never_below_the_device_bound() {
+        // A host of 2 TiB keeps no more than one of 128 GiB.
+        assert_eq!(default_pinned_keep(1 << 30, 2 << 40), 8 << 30);
+        assert_eq!(default_pinned_keep(16 << 30, 2 << 40), 16 << 30);
+        assert_eq!(default_pinned_keep(1 << 30, 32 << 30), 2 << 30);
         // The GPU host (128 GiB) beside an 80 GB device: both slots of a whole Z2 read fit.
         let device = default_pool_keep(80 << 30);
         assert_eq!(default_pinned_keep(device, 128 << 30), 8 << 30);
