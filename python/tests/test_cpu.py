@@ -3130,6 +3130,69 @@ class RemoteCpuTests(unittest.TestCase):
                    "allow_http": "true"}
         self.assertEqual(zarrs_gpu.open(server.url("plain.zarr"), storage_options=options).shape, (30, 41))
 
+    def test_zarr_python_object_stores_are_named_for_zarrs_gpu(self):
+        import datetime
+
+        import obstore.store as obs
+        import zarr.storage
+
+        from zarrs_gpu._arrays import RemoteLocation, zarr_python_root
+        from zarrs_gpu.pipeline import zarrs_array_of
+
+        server = self.server
+        rng = np.random.default_rng(12)
+        # zarr-python's own S3 path (obstore), as a user opens it: the same array by URL, with the
+        # store's configuration, client and retry options as storage_options.
+        kwargs = dict(shape=(21, 34), chunks=(8, 8), dtype="int16", compressors=zc.ZstdCodec(level=1))
+        z = zarr.create_array(server.zarr_store("objectstore.zarr"), **kwargs)
+        values = rng.integers(-500, 500, kwargs["shape"]).astype("int16")
+        z[...] = values
+        a = zarrs_array_of(zarr.open_array(server.zarr_store("objectstore.zarr", read_only=True), mode="r"))
+        self.assertEqual((a.shape, a.dtype, a.chunks, a.fill_value), (z.shape, z.dtype, z.chunks, z.fill_value))
+        self.assertIn("s3://volumes/objectstore.zarr", repr(a))
+        with self.assertRaisesRegex(RuntimeError, "GPU|CUDA|device"):
+            a[0:2, 0:2]
+        # Its writes land where zarr-python reads (the pipeline's writes take this array).
+        update = rng.integers(-500, 500, (5, 6)).astype("int16")
+        a.write((slice(16, 21), slice(28, 34)), update)
+        values[16:21, 28:34] = update
+        np.testing.assert_array_equal(zarr.open_array(server.zarr_store("objectstore.zarr"), mode="r")[...], values)
+
+        s3 = obs.S3Store("volumes", prefix="deep/v.zarr", endpoint=server.endpoint, access_key_id="AK",
+                         secret_access_key="SK", region="eu-west-1", virtual_hosted_style_request=False,
+                         client_options={"allow_http": True, "timeout": "30s"},
+                         retry_config={"max_retries": 4, "retry_timeout": datetime.timedelta(seconds=90),
+                                       "backoff": {"init_backoff": datetime.timedelta(milliseconds=100),
+                                                   "max_backoff": datetime.timedelta(seconds=15),
+                                                   "base": 2}})
+        root = zarr_python_root(zarr.storage.ObjectStore(s3))
+        self.assertIsInstance(root, RemoteLocation)
+        self.assertEqual(root.url, "s3://volumes/deep/v.zarr")
+        options = root.storage_options
+        self.assertEqual({k: options[k] for k in ("endpoint", "access_key_id", "secret_access_key", "region",
+                                                    "allow_http", "timeout", "max_retries", "retry_timeout")},
+                         {"endpoint": server.endpoint, "access_key_id": "AK", "secret_access_key": "SK",
+                          "region": "eu-west-1", "allow_http": "true", "timeout": "30s", "max_retries": "4",
+                          "retry_timeout": "90.0"})
+        self.assertNotIn("bucket", options)
+        self.assertNotIn("SK", repr(root))
+        # A bucket's root, HTTP, a local directory; and what zarrs_gpu cannot stand in for.
+        self.assertEqual(zarr_python_root(zarr.storage.ObjectStore(obs.S3Store("volumes", region="us-east-1"))).url,
+                         "s3://volumes")
+        http = zarr_python_root(zarr.storage.ObjectStore(obs.HTTPStore.from_url(
+            "http://127.0.0.1:1/data/v.zarr", client_options={"allow_http": True})))
+        self.assertEqual((http.url, http.storage_options), ("http://127.0.0.1:1/data/v.zarr", {"allow_http": "true"}))
+        with tempfile.TemporaryDirectory() as d:
+            self.assertEqual(zarr_python_root(zarr.storage.ObjectStore(obs.LocalStore(d))), str(obs.LocalStore(d).prefix))
+            self.assertEqual(zarr_python_root(zarr.storage.LocalStore(d)), d)
+        self.assertIsNone(zarr_python_root(zarr.storage.ObjectStore(obs.MemoryStore())))
+        self.assertIsNone(zarr_python_root(zarr.storage.MemoryStore()))
+        provided = obs.S3Store("volumes", region="us-east-1", credential_provider=lambda: {
+            "access_key_id": "AK", "secret_access_key": "SK", "token": None, "expires_at": None})
+        self.assertIsNone(zarr_python_root(zarr.storage.ObjectStore(provided)))
+        with self.assertRaisesRegex(TypeError, "MemoryStore"):
+            zarrs_array_of(zarr.create_array(zarr.storage.MemoryStore(), shape=(4,), dtype="uint8"))
+
     def test_dask_reads_and_writes_over_s3(self):
         import pickle
         from unittest import mock
@@ -3224,6 +3287,13 @@ class RemoteCpuTests(unittest.TestCase):
         path = host.opened[0][0]
         self.assertIsInstance(path, RemoteLocation)
         self.assertNotIn(server.storage_options()["secret"], repr(path) + repr(ds._sources[0].name))
+        # zarr-python's own array in the bucket (an ObjectStore) is the same array by location.
+        host = RemoteHostBackend()
+        with mock.patch.object(zt, "backend", host):
+            ds = zt.CropDataset(zarr.open_array(server.zarr_store("crops.zarr", read_only=True), mode="r"), (8, 16))
+            np.testing.assert_array_equal(ds[5], crop)
+        self.assertEqual(host.opened[0][0].url, server.url("crops.zarr"))
+        self.assertEqual(host.opened[0][1], "/")
 
     def test_xarray_opens_s3_datasets(self):
         from unittest import mock

@@ -1306,6 +1306,47 @@ class RemoteGpuTests(unittest.TestCase):
                     key = tuple(key)
                     np.testing.assert_array_equal(cp.asnumpy(cp.asarray(a[key])), want[key], err_msg=str(key))
 
+    def test_zarr_python_object_store_arrays_read_and_write_on_the_device_in_gpu_mode(self):
+        """Inside gpu_zarr_context(), zarr-python arrays in an ObjectStore (obstore's S3Store, as
+        zarr-python opens S3) are read and written by zarrs_gpu through the same bucket: equal to
+        zarr-python's host reads, boxes and advanced selections, missing chunks included."""
+        import zarr.codecs as zc
+
+        from zarrs_gpu.pipeline import GpuCodecPipeline
+
+        server = self.server
+        rng = np.random.default_rng(31)
+        kwargs = dict(shape=(45, 70, 19), chunks=(16, 32, 8), dtype="float32", compressors=zc.ZstdCodec(level=3),
+                      fill_value=-1.0)
+        z = zarr.create_array(server.zarr_store("gpu-mode.zarr"), **kwargs)
+        values = rng.random(kwargs["shape"], dtype=np.float32)
+        box = (slice(0, 30), slice(0, 50), slice(None))
+        z[box] = values[box]
+        host = zarr.open_array(server.zarr_store("gpu-mode.zarr", read_only=True), mode="r")
+        for key in [(Ellipsis,), (slice(3, 44), slice(10, 70), slice(2, 19)), (7,)]:
+            with self.subTest(key=key):
+                want = np.asarray(host[key])
+                before = GpuCodecPipeline.device_reads
+                with zarrs_gpu.gpu_zarr_context():
+                    got = zarr.open_array(server.zarr_store("gpu-mode.zarr", read_only=True), mode="r")[key]
+                self.assertIsInstance(got, cp.ndarray)
+                np.testing.assert_array_equal(cp.asnumpy(got), want)
+                self.assertEqual(GpuCodecPipeline.device_reads, before + 1, "read by zarrs_gpu")
+        points = (np.array([0, 44, 20, 3]), np.array([69, 0, 33, 50]), np.array([18, 0, 7, 9]))
+        with zarrs_gpu.gpu_zarr_context():
+            got = zarr.open_array(server.zarr_store("gpu-mode.zarr", read_only=True), mode="r").vindex[points]
+        np.testing.assert_array_equal(cp.asnumpy(got), np.asarray(host.vindex[points]))
+        # A device write into the bucket, read back by zarr-python on the host.
+        tile = cp.asarray(rng.random((20, 25, 19), dtype=np.float32))
+        want = np.asarray(host[...])
+        want[20:40, 40:65] = cp.asnumpy(tile)
+        before = GpuCodecPipeline.device_writes
+        with zarrs_gpu.gpu_zarr_context():
+            zarr.open_array(server.zarr_store("gpu-mode.zarr"), mode="r+")[20:40, 40:65] = tile
+        self.assertEqual(GpuCodecPipeline.device_writes, before + 1, "written by zarrs_gpu")
+        np.testing.assert_array_equal(np.asarray(
+            zarr.open_array(server.zarr_store("gpu-mode.zarr", read_only=True), mode="r")[...]), want)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -65,7 +65,8 @@ def read_ahead(array: _Any, keys: _Iterable[_Any], *, prefetch: int = 2, device:
     """Reads of ``keys`` (what ``array[key]`` takes) kept in flight on a background thread, as
     ``Array.read_ahead`` does: yields ``(box, DeviceArray)`` in order while the caller uses the
     ones before. ``array`` is a ``zarrs_gpu.Array``, or a zarr-python array in a local store
-    (``zarr.storage.LocalStore``), read by zarrs_gpu on GPU ``device`` (default: CuPy's current
+    (``zarr.storage.LocalStore``) or in an ``ObjectStore`` of obstore's S3, HTTP or local stores,
+    read by zarrs_gpu on GPU ``device`` (default: CuPy's current
     device, else 0), inside ``gpu_zarr_context()`` or not; a ``zarrs_gpu.Array`` reads to the
     device it was opened for, and ``device`` is not used. Bad arguments raise here."""
     if isinstance(array, Array):
@@ -85,7 +86,8 @@ def read_ahead(array: _Any, keys: _Iterable[_Any], *, prefetch: int = 2, device:
 @_contextlib.contextmanager
 def gpu_zarr_context():
     """zarr-python with GPU buffers and this package's codec pipeline: inside, ``zarr`` reads of
-    rectangular selections of arrays in local stores are decoded on the GPU by zarrs_gpu into
+    rectangular selections of arrays in local stores (and in ``ObjectStore``s of obstore's S3,
+    HTTP and local stores) are decoded on the GPU by zarrs_gpu into
     zarr-python's CuPy output (see ``zarrs_gpu.pipeline``); the rest is zarr-python's own work.
     Needs CuPy (zarr-python's GPU buffers are CuPy arrays): without it, an ImportError at once."""
     try:

@@ -111,6 +111,49 @@ def zarr_python_store(where):
     return zarr.storage.ObjectStore(store, read_only=True)
 
 
+def zarr_python_root(store):
+    """Where zarrs_gpu finds a zarr-python store's arrays (what `zarr_python_store` turns back into a
+    store): a `LocalStore`'s directory; for an
+    `ObjectStore`, its obstore store's directory (obstore's `LocalStore`) or a RemoteLocation (an
+    `S3Store`'s bucket and prefix with its configuration, client and retry options as
+    storage_options; an `HTTPStore`'s URL with its client options). None for any other store
+    (zarr-python reads it), and for an `S3Store` whose credentials come from a Python credential
+    provider, which zarrs_gpu cannot call."""
+    from zarr.storage import LocalStore, ObjectStore
+
+    if isinstance(store, LocalStore):
+        return str(store.root)
+    if not isinstance(store, ObjectStore):
+        return None
+    inner = store.store
+    kind = type(inner)
+    if not kind.__module__.startswith("obstore"):
+        return None
+    if kind.__name__ == "LocalStore":
+        prefix = getattr(inner, "prefix", None)
+        return None if prefix is None else str(prefix)
+    options = {k: str(v) for k, v in (getattr(inner, "client_options", None) or {}).items()}
+    retry = getattr(inner, "retry_config", None) or {}
+    if retry.get("max_retries") is not None:
+        options["max_retries"] = str(int(retry["max_retries"]))
+    timeout = retry.get("retry_timeout")
+    if timeout is not None:
+        options["retry_timeout"] = str(timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout)
+    if kind.__name__ == "HTTPStore":
+        return RemoteLocation(inner.url, options)
+    if kind.__name__ != "S3Store" or getattr(inner, "credential_provider", None) is not None:
+        return None
+    config = {k: str(v) for k, v in (inner.config or {}).items()}
+    bucket = None
+    for name in ("bucket", "bucket_name", "aws_bucket", "aws_bucket_name"):
+        bucket = config.pop(name, None) or bucket
+    if not bucket:
+        return None
+    prefix = str(inner.prefix or "").strip("/")
+    url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+    return RemoteLocation(url, {**config, **options})
+
+
 def open_at(where, array, device=0, mode="r"):
     """zarrs_gpu.open of a location (a path or a RemoteLocation)."""
     if isinstance(where, RemoteLocation):

@@ -2,7 +2,9 @@
 
 Under ``zarr.config.enable_gpu()`` zarr-python asks its codec pipeline to fill a CuPy output
 buffer chunk by chunk, decoding on the host. With this pipeline, a read of a rectangular
-selection of an array in a local store is read by zarrs_gpu straight into that buffer (chunks
+selection of an array in a local store, or in zarr-python's ``ObjectStore`` of obstore's S3,
+HTTP or local store (their configuration handed over as storage_options; not an S3 store with a
+Python credential provider), is read by zarrs_gpu straight into that buffer (chunks
 read in parallel, checked, decoded and placed on the device), and a write of a device value (a
 CuPy array, a PyTorch CUDA tensor) of the selection's shape and the array's dtype into such a
 selection is zarrs_gpu's (chunks assembled and encoded on the device where the codecs allow);
@@ -36,6 +38,7 @@ from zarr.storage import LocalStore
 
 from ._arrays import _ARRAY_METADATA
 from ._arrays import open_cached as _open_array
+from ._arrays import zarr_python_root
 
 
 
@@ -193,19 +196,22 @@ def _key_pattern(prefix, ndim):
 
 
 def zarrs_array_of(array, device=0):
-    """The zarrs_gpu array that reads a zarr-python `array` in a local store to GPU `device` (kept
-    between calls like the pipeline's own, while its metadata is the same). TypeError for an
-    array of another store, ValueError when zarrs cannot open it."""
+    """The zarrs_gpu array that reads a zarr-python `array` to GPU `device` (kept between calls
+    like the pipeline's own, while its metadata is the same): an array in a local store, or in an
+    `ObjectStore` that `zarr_python_root` can name. TypeError for an array of another store, ValueError
+    when zarrs cannot open it."""
     store = getattr(getattr(array, "store_path", None), "store", None)
-    if not isinstance(store, LocalStore):
+    root = None if store is None else zarr_python_root(store)
+    if root is None:
         where = f" in a {type(store).__name__}" if store is not None else ""
         raise TypeError(
-            "expected a zarrs_gpu.Array or a zarr-python array in a local store (zarr.storage.LocalStore), "
-            f"not a {type(array).__name__}{where}"
+            "expected a zarrs_gpu.Array or a zarr-python array in a local store (zarr.storage.LocalStore) "
+            "or in an ObjectStore of obstore's S3Store (without a credential provider), HTTPStore or "
+            f"LocalStore, not a {type(array).__name__}{where}"
         )
-    gpu = _open_array(str(store.root), array.store_path.path, device)
+    gpu = _open_array(root, array.store_path.path, device)
     if gpu is None:
-        raise ValueError(f"zarrs_gpu cannot open the array at {os.path.join(str(store.root), array.store_path.path)}")
+        raise ValueError(f"zarrs_gpu cannot open the array {array.store_path.path!r} of {root}")
     return gpu
 
 
@@ -221,27 +227,26 @@ def _coords(rest, ndim):
     return [int(p) for p in parts]
 
 
-def _local_gpu_store(array, prototype, fields):
-    """The `LocalStore` of an array this pipeline reads on the device: its codec pipeline is this
-    one, no structured fields (`fields` is None or an empty list when there are none), missing
-    chunks read as the fill value, and GPU buffers asked for (enable_gpu()'s
-    `zarr.core.buffer.gpu.NDBuffer`, or a subclass of it); else None."""
+def _device_root(array, prototype, fields):
+    """Where zarrs_gpu reads an array this pipeline reads on the device (`zarr_python_root` of its
+    store): its codec pipeline is this one, no structured fields (`fields` is None or an empty
+    list when there are none), missing chunks read as the fill value, and GPU buffers asked for
+    (enable_gpu()'s `zarr.core.buffer.gpu.NDBuffer`, or a subclass of it); else None."""
     if not isinstance(array.codec_pipeline, GpuCodecPipeline) or fields:
         return None
-    store = array.store_path.store
-    if not isinstance(store, LocalStore) or getattr(array.config, "read_missing_chunks", True) is False:
+    if getattr(array.config, "read_missing_chunks", True) is False:
         return None
     if not any(c.__module__.endswith("buffer.gpu") for c in getattr(prototype.nd_buffer, "__mro__", ())):
         return None
-    return store
+    return zarr_python_root(array.store_path.store)
 
 
 def _selection_plan(array, indexer, prototype, out, fields):
     """For an array whose codec pipeline is this one: the zarrs_gpu array, the index and the
-    output buffer of a selection read whole by zarrs_gpu (a box of a regular-grid array in a local
-    store, into a new C-order GPU buffer), or None for zarr-python's own way."""
-    store = None if out is not None else _local_gpu_store(array, prototype, fields)
-    if store is None:
+    output buffer of a selection read whole by zarrs_gpu (a box of a regular-grid array in a store
+    `zarr_python_root` names, into a new C-order GPU buffer), or None for zarr-python's own way."""
+    root = None if out is not None else _device_root(array, prototype, fields)
+    if root is None:
         return None
     if getattr(array.metadata, "order", "C") != "C" or getattr(array.config, "order", "C") != "C":
         return None
@@ -253,7 +258,7 @@ def _selection_plan(array, indexer, prototype, out, fields):
     if type(target).__module__.split(".")[0] != "cupy":
         return None
     # Read on the device the buffer is on (CuPy's current device).
-    gpu_array = _open_array(str(store.root), array.store_path.path, target.device.id)
+    gpu_array = _open_array(root, array.store_path.path, target.device.id)
     if gpu_array is None or gpu_array.regular_chunks is None or gpu_array.shape != tuple(array.shape):
         return None
     if str(target.dtype) != str(gpu_array.dtype):
@@ -463,13 +468,13 @@ def _advanced_plan(array, indexer, prototype, fields):
     """For an array whose codec pipeline is this one: the zarrs_gpu array, the reads of an
     advanced selection (coordinates, a mask, orthogonal integer or Boolean arrays) that
     zarr-python cannot serve into GPU buffers, and the dtype; or None."""
-    store = None if len(array.shape) == 0 else _local_gpu_store(array, prototype, fields)
-    if store is None:
+    root = None if len(array.shape) == 0 else _device_root(array, prototype, fields)
+    if root is None:
         return None
     import cupy
 
     dtype = array.metadata.dtype.to_native_dtype()
-    gpu_array = _open_array(str(store.root), array.store_path.path, cupy.cuda.Device().id)
+    gpu_array = _open_array(root, array.store_path.path, cupy.cuda.Device().id)
     if gpu_array is None or gpu_array.shape != tuple(array.shape) or str(dtype) != str(gpu_array.dtype):
         return None
     try:
@@ -630,12 +635,13 @@ def _c_contiguous(value):
 def _write_plan(array, indexer, value, fields):
     """For an array whose codec pipeline is this one: the writable zarrs_gpu array and the key of
     a write of `value` zarrs_gpu does (a C-contiguous device value of the array's dtype and the
-    box's shape, into a regular-grid array of a local store that erases chunks of fill value, as
-    zarrs does), or None for zarr-python's own way."""
+    box's shape, into a regular-grid array of a store `zarr_python_root` names that erases chunks of fill
+    value, as zarrs does), or None for zarr-python's own way."""
     if not isinstance(array.codec_pipeline, GpuCodecPipeline) or fields:
         return None
     store = array.store_path.store
-    if not isinstance(store, LocalStore) or getattr(array.config, "write_empty_chunks", False):
+    root = zarr_python_root(store)
+    if root is None or getattr(array.config, "write_empty_chunks", False):
         return None
     # A read-only array or store: zarr-python's own write raises.
     if getattr(store, "read_only", False) or getattr(array, "read_only", False):
@@ -649,7 +655,7 @@ def _write_plan(array, indexer, value, fields):
     dtype = array.metadata.dtype.to_native_dtype()
     if not _same_dtype(value, dtype):
         return None
-    gpu_array = _open_array(str(store.root), array.store_path.path, device)
+    gpu_array = _open_array(root, array.store_path.path, device)
     if gpu_array is None or gpu_array.regular_chunks is None or gpu_array.shape != tuple(array.shape):
         return None
     return gpu_array, key

@@ -359,7 +359,7 @@ class _Source:
     def __init__(self, spec: Any, n: int, storage_options: Optional[dict] = None):
         import zarrs_gpu
 
-        from ._arrays import location, open_at
+        from ._arrays import location, open_at, zarr_python_root
 
         self.opened = None
         # The GPU a given Array reads to (paths are opened on the dataset's).
@@ -374,14 +374,18 @@ class _Source:
                 # A directory, or an object store's URL (its options travel with it, unshown).
                 self.path, self.array = location(spec, storage_options, f"zarrs_gpu.torch: arrays[{n}]"), "/"
             else:
-                # A zarr-python array in a local store: its store's root and its path there.
+                # A zarr-python array in a local store or an ObjectStore zarrs_gpu can read: where its
+                # store is (a directory or a RemoteLocation) and its path there.
                 store = getattr(getattr(spec, "store_path", None), "store", None)
-                root = getattr(store, "root", None)
-                if root is None or type(store).__name__ != "LocalStore":
+                root = None if store is None else zarr_python_root(store)
+                if root is None:
                     where = f" in a {type(store).__name__}" if store is not None else ""
                     raise TypeError(f"arrays[{n}]: expected a path, a zarrs_gpu.Array or a zarr-python array in "
-                                    f"a local store, not a {type(spec).__name__}{where}")
-                self.path, self.array = os.path.abspath(str(root)), "/" + spec.store_path.path.strip("/")
+                                    "a local store or in an ObjectStore of obstore's S3Store (without a "
+                                    f"credential provider), HTTPStore or LocalStore, not a {type(spec).__name__}"
+                                    f"{where}")
+                self.path = os.path.abspath(root) if isinstance(root, str) else root
+                self.array = "/" + spec.store_path.path.strip("/")
             shown = getattr(self.path, "shown", self.path)
             self.name = str(shown) if self.array == "/" else f"{shown} (array {self.array!r})"
             try:
@@ -410,7 +414,8 @@ class CropDataset:
     store whose root is the array: ``"data.zarr/raw"``), an object store's URL of one
     (``s3://bucket/data.zarr/raw``, with ``storage_options``), a ``zarrs_gpu.Array`` (read on the device
     it was opened for, which is then the dataset's; such a dataset does not pickle), or a
-    zarr-python array in a local store.
+    zarr-python array in a local store or in an ``ObjectStore`` over obstore's S3, HTTP or local
+    store.
     ``crop_shape`` crops the last ``len(crop_shape)`` axes of every array, which must have the same
     extents there (input and label of one grid, of any data types); axes before those are read
     whole. ``crops``, ``seed``, ``stride``, ``edge``: which crops (``CropPlan``). ``device``: the
