@@ -1419,8 +1419,9 @@ fn read(
 
 /// Give back to the driver the device memory (and pinned host memory) this package keeps idle
 /// between reads, on every GPU it has used, as `torch.cuda.empty_cache()` does for PyTorch's.
-/// Arrays still alive keep theirs. Reads keep at most max(1 GiB, 2% of the device) idle anyway
-/// (`ZARRS_GPU_POOL_KEEP_BYTES` sets another bound).
+/// Arrays still alive keep theirs. Reads keep at most max(1 GiB, 2% of the device) of device
+/// memory idle anyway, and of pinned host memory that or a sixteenth of the host's memory up to
+/// 8 GiB, whichever is larger (`ZARRS_GPU_POOL_KEEP_BYTES` sets another bound for both).
 #[pyfunction]
 fn empty_cache(py: Python<'_>) -> PyResult<()> {
     py.allow_threads(zarrs_gpu::empty_cache).map_err(py_err)

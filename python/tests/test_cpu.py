@@ -3170,12 +3170,44 @@ class RemoteCpuTests(unittest.TestCase):
         self.assertEqual(root.url, "s3://volumes/deep/v.zarr")
         options = root.storage_options
         self.assertEqual({k: options[k] for k in ("endpoint", "access_key_id", "secret_access_key", "region",
-                                                    "allow_http", "timeout", "max_retries", "retry_timeout")},
+                                                    "allow_http", "timeout", "max_retries", "retry_timeout",
+                                                    "profile_files")},
                          {"endpoint": server.endpoint, "access_key_id": "AK", "secret_access_key": "SK",
                           "region": "eu-west-1", "allow_http": "true", "timeout": "30s", "max_retries": "4",
-                          "retry_timeout": "90.0"})
+                          "retry_timeout": "90.0", "profile_files": "false"})
         self.assertNotIn("bucket", options)
         self.assertNotIn("SK", repr(root))
+        # obstore reads no AWS shared file: neither does zarrs_gpu for its stores (a profile's
+        # endpoint or keys would send the requests elsewhere), where a URL of the user's would.
+        from unittest import mock
+
+        from zarrs_gpu._zarrs_gpu import _object_store_options
+
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "credentials"), "w") as f:
+                f.write("[default]\naws_access_key_id = AKPROFILE\naws_secret_access_key = secret-profile\n")
+            with open(os.path.join(d, "config"), "w") as f:
+                f.write("[default]\nregion = ap-south-1\nendpoint_url = http://elsewhere.invalid:9000\n")
+            files = {"AWS_SHARED_CREDENTIALS_FILE": os.path.join(d, "credentials"),
+                     "AWS_CONFIG_FILE": os.path.join(d, "config")}
+            bare = zarr_python_root(zarr.storage.ObjectStore(obs.S3Store("volumes", prefix="v.zarr",
+                                                                         region="us-east-1")))
+            with mock.patch.dict(os.environ, files):
+                got = dict(_object_store_options(bare.url, bare.storage_options))
+                self.assertEqual(got, {"region": "us-east-1"}, "nothing from the profile")
+                by_url = dict(_object_store_options("s3://volumes/v.zarr", {}))
+                self.assertEqual(by_url.get("aws_endpoint"), "http://elsewhere.invalid:9000", "a URL reads it")
+        # A prefix is a path, not URL text; obstore settings it cannot report, a relative local
+        # prefix: zarr-python's.
+        odd = zarr_python_root(zarr.storage.ObjectStore(obs.S3Store("volumes", prefix="run#3/a?b%41.zarr",
+                                                                    region="us-east-1")))
+        self.assertEqual(odd.url, "s3://volumes/run%233/a%3Fb%2541.zarr")
+        self.assertEqual(zarr_python_root(zarr.storage.ObjectStore(obs.S3Store(
+            "volumes", region="us-east-1", request_payer=True))).storage_options["request_payer"], "true")
+        self.assertIsNone(zarr_python_root(zarr.storage.ObjectStore(obs.S3Store(
+            "volumes", region="us-east-1", config={"allow_http": "true"}))))
+        self.assertIsNone(zarr_python_root(zarr.storage.ObjectStore(obs.LocalStore("relative-dir", mkdir=True))))
+        os.rmdir("relative-dir")
         # A bucket's root, HTTP, a local directory; and what zarrs_gpu cannot stand in for.
         self.assertEqual(zarr_python_root(zarr.storage.ObjectStore(obs.S3Store("volumes", region="us-east-1"))).url,
                          "s3://volumes")

@@ -365,7 +365,8 @@ class GpuTests(unittest.TestCase):
             m = zarrs_gpu.memory_in_use()
             idle = m["output_pool_idle"] + m["staging_pooled"]
             self.assertLessEqual(idle, m["pool_keep"], m)
-            self.assertLessEqual(m["pinned_pooled"], m["pinned_keep"], m)
+            # Pinned buffers within their bound, beside the host share's rings (1 GiB at most).
+            self.assertLessEqual(m["pinned_pooled"], m["pinned_keep"] + (1 << 30), m)
             self.assertGreaterEqual(m["pinned_keep"], m["pool_keep"], m)
             held = free_before - cp.cuda.runtime.memGetInfo()[0]
             # What the library keeps idle, and its fixed state (kernels, nvCOMP, streams).

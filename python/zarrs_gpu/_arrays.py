@@ -112,13 +112,15 @@ def zarr_python_store(where):
 
 
 def zarr_python_root(store):
-    """Where zarrs_gpu finds a zarr-python store's arrays (what `zarr_python_store` turns back into a
-    store): a `LocalStore`'s directory; for an
-    `ObjectStore`, its obstore store's directory (obstore's `LocalStore`) or a RemoteLocation (an
-    `S3Store`'s bucket and prefix with its configuration, client and retry options as
-    storage_options; an `HTTPStore`'s URL with its client options). None for any other store
-    (zarr-python reads it), and for an `S3Store` whose credentials come from a Python credential
-    provider, which zarrs_gpu cannot call."""
+    """Where zarrs_gpu finds a zarr-python store's arrays (what `zarr_python_store` turns back into
+    a store): a `LocalStore`'s directory; for an `ObjectStore`, its obstore store's directory
+    (obstore's `LocalStore`, by an absolute path) or a RemoteLocation: an `S3Store`'s bucket and
+    prefix as the URL, its configuration, client and retry options as storage_options, and
+    `profile_files=false` (obstore reads no AWS shared file, so neither does zarrs_gpu for it: a
+    profile's endpoint or keys would send the requests elsewhere); an `HTTPStore`'s URL with its
+    client and retry options. None for any other store (zarr-python reads it), for an `S3Store`
+    whose credentials come from a Python credential provider (zarrs_gpu cannot call it), and for
+    a store whose settings obstore cannot report."""
     from zarr.storage import LocalStore, ObjectStore
 
     if isinstance(store, LocalStore):
@@ -129,9 +131,21 @@ def zarr_python_root(store):
     kind = type(inner)
     if not kind.__module__.startswith("obstore"):
         return None
-    if kind.__name__ == "LocalStore":
+    try:
+        return _obstore_root(inner, kind.__name__)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: BLE001 - obstore reports some settings with a panic (a BaseException)
+        return None
+
+
+def _obstore_root(inner, kind):
+    """`zarr_python_root` of an obstore store of class name `kind` (its attributes may raise)."""
+    import urllib.parse
+
+    if kind == "LocalStore":
         prefix = getattr(inner, "prefix", None)
-        return None if prefix is None else str(prefix)
+        return str(prefix) if prefix is not None and os.path.isabs(str(prefix)) else None
     options = {k: str(v) for k, v in (getattr(inner, "client_options", None) or {}).items()}
     retry = getattr(inner, "retry_config", None) or {}
     if retry.get("max_retries") is not None:
@@ -139,9 +153,9 @@ def zarr_python_root(store):
     timeout = retry.get("retry_timeout")
     if timeout is not None:
         options["retry_timeout"] = str(timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout)
-    if kind.__name__ == "HTTPStore":
+    if kind == "HTTPStore":
         return RemoteLocation(inner.url, options)
-    if kind.__name__ != "S3Store" or getattr(inner, "credential_provider", None) is not None:
+    if kind != "S3Store" or getattr(inner, "credential_provider", None) is not None:
         return None
     config = {k: str(v) for k, v in (inner.config or {}).items()}
     bucket = None
@@ -149,9 +163,14 @@ def zarr_python_root(store):
         bucket = config.pop(name, None) or bucket
     if not bucket:
         return None
-    prefix = str(inner.prefix or "").strip("/")
+    for name in ("request_payer", "aws_request_payer"):
+        # obstore reports the header's value; object_store's option is a flag.
+        if config.get(name, "").lower() == "requester":
+            config[name] = "true"
+    # The prefix is a path of the bucket, not URL text: "#", "?" and "%" in it are escaped.
+    prefix = urllib.parse.quote(str(inner.prefix or "").strip("/"), safe="/")
     url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
-    return RemoteLocation(url, {**config, **options})
+    return RemoteLocation(url, {**config, **options, "profile_files": "false"})
 
 
 def open_at(where, array, device=0, mode="r"):

@@ -128,20 +128,35 @@ fn find(name: &str, env: &dyn Fn(&str) -> Option<String>) -> (Option<Profile>, S
 }
 
 /// `options` (object_store's names) with an AWS profile's settings added as the module says, and
-/// the `profile` option taken out. The profile is the `profile` option's, else `AWS_PROFILE`'s,
-/// else `default`.
+/// the `profile` and `profile_files` options taken out. The profile is the `profile` option's,
+/// else `AWS_PROFILE`'s, else `default`. `profile_files=false` reads no file (what a client that
+/// never reads them, such as obstore, configured): naming a profile beside it is an error.
 pub(crate) fn with_profile(
     mut options: Vec<(String, String)>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<(String, String)>, String> {
-    let mut chosen = None;
+    let (mut chosen, mut files_off) = (None, None);
     options.retain(|(k, v)| {
         let profile = matches!(k.as_str(), "profile" | "aws_profile");
         if profile && chosen.is_none() {
             chosen = Some(v.clone());
         }
-        !profile
+        let files = matches!(k.as_str(), "profile_files" | "aws_profile_files");
+        if files {
+            files_off = Some(v.clone());
+        }
+        !profile && !files
     });
+    match files_off.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("true") => {}
+        Some("false") => {
+            return match chosen {
+                Some(name) => Err(format!("the AWS profile {name} is named, but profile_files is false")),
+                None => Ok(options),
+            };
+        }
+        Some(other) => return Err(format!("profile_files: true or false, not {other:?}")),
+    }
     let set = |variable: &str| env(variable).is_some_and(|v| !v.is_empty());
     let option = |names: &[&str]| options.iter().any(|(k, _)| names.contains(&k.trim_start_matches("aws_")));
     let explicit = chosen.is_some();
@@ -257,6 +272,23 @@ mod tests {
         let out = setup.run(&[("aws_region", "ap-south-1")]).unwrap();
         assert_eq!(value(&out, "aws_region"), Some("ap-south-1"));
         assert_eq!(value(&out, "aws_access_key_id"), Some("AKDEFAULT"));
+    }
+
+    #[test]
+    fn profile_files_false_reads_no_file_and_refuses_a_named_profile() {
+        let setup = Setup::new(CREDENTIALS_FILE, CONFIG_FILE).with("AWS_PROFILE", "bench");
+        let given = [("aws_access_key_id", "AKOPT"), ("aws_secret_access_key", "s"), ("aws_region", "r")];
+        let mut options = given.to_vec();
+        options.push(("profile_files", "false"));
+        let out = setup.run(&options).unwrap();
+        let want: Vec<(String, String)> = given.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
+        assert_eq!(out, want, "nothing added, the option taken out");
+        let out = setup.run(&[("profile_files", "False")]).unwrap();
+        assert!(out.is_empty(), "no keys, region or endpoint from the files: {out:?}");
+        let err = setup.run(&[("profile_files", "false"), ("profile", "bench")]).unwrap_err();
+        assert!(err.contains("bench") && err.contains("profile_files"), "{err}");
+        assert!(setup.run(&[("profile_files", "no")]).unwrap_err().contains("true or false"));
+        assert_eq!(value(&setup.run(&[("profile_files", "true")]).unwrap(), "aws_region"), Some("us-east-2"));
     }
 
     #[test]

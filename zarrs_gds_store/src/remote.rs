@@ -133,7 +133,8 @@ impl fmt::Display for RemoteStore {
 /// lowercased; for S3 URLs an AWS profile's settings from the shared files (`~/.aws/credentials`
 /// and `~/.aws/config`, or `AWS_SHARED_CREDENTIALS_FILE` and `AWS_CONFIG_FILE`) where neither
 /// the options nor the `AWS_*` environment set them, the profile the `profile` option's (its
-/// credentials then win over the environment's), else `AWS_PROFILE`'s, else `default`; and
+/// credentials then win over the environment's), else `AWS_PROFILE`'s, else `default` (none with
+/// `profile_files=false`: what a client that never reads the files configured); and
 /// `allow_http` added where the URL or the endpoint is plain HTTP (as s3fs takes it). Other
 /// clients of object_store (obstore) take the result as they are, but for this crate's own
 /// `max_retries`, `retry_timeout` and `concurrency`.
@@ -154,6 +155,8 @@ pub fn object_store_options<K: AsRef<str>, V: AsRef<str>>(
     if s3 {
         out = with_profile(out, &|variable| std::env::var(variable).ok()).map_err(|e| config_error(url, e))?;
     }
+    // Only S3 has profiles to read.
+    out.retain(|(k, _)| !matches!(k.as_str(), "profile_files" | "aws_profile_files"));
     let allows = out.iter().any(|(k, _)| k.trim_start_matches("aws_") == "allow_http");
     let plain = url.to_ascii_lowercase().starts_with("http://")
         || out.iter().any(|(k, v)| {

@@ -68,11 +68,26 @@ pub fn default_pinned_keep(device_keep: u64, host_total: u64) -> u64 {
 /// The most of the host's memory [`default_pinned_keep`] takes beyond the device bound.
 const PINNED_KEEP_MAX: u64 = 8 << 30;
 
-/// The host's physical memory in bytes (0 where the system does not say).
+/// The memory this process may use, in bytes: the host's physical memory, or its cgroup's limit
+/// where that is smaller (a container on a large host); 0 where the system says neither.
 pub(crate) fn host_memory() -> u64 {
     // SAFETY: sysconf reads system constants; no memory is touched.
     let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
-    u64::try_from(pages).unwrap_or(0).saturating_mul(u64::try_from(page).unwrap_or(0))
+    let physical = u64::try_from(pages).unwrap_or(0).saturating_mul(u64::try_from(page).unwrap_or(0));
+    // cgroup v2, then v1 ("max", or v1's huge number, where none is set).
+    let limit = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+        .iter()
+        .find_map(|path| std::fs::read_to_string(path).ok())
+        .and_then(|text| cgroup_limit(&text));
+    match limit {
+        Some(limit) if physical == 0 || limit < physical => limit,
+        _ => physical,
+    }
+}
+
+/// A cgroup memory file's limit: a byte count, not "max" nor 0.
+fn cgroup_limit(text: &str) -> Option<u64> {
+    text.trim().parse::<u64>().ok().filter(|&n| n > 0)
 }
 
 /// A CUDA memory pool of our own for results: freed results stay reserved (up to a threshold:
@@ -480,5 +495,7 @@ mod tests {
         assert_eq!(default_pinned_keep(device, 8 << 30), device);
         assert_eq!(default_pinned_keep(device, 0), device);
         assert!(host_memory() > 0, "sysconf gave no physical memory");
+        assert_eq!(cgroup_limit("17179869184\n"), Some(16 << 30));
+        assert_eq!((cgroup_limit("max\n"), cgroup_limit("0"), cgroup_limit("")), (None, None, None));
     }
 }
