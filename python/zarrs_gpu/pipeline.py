@@ -198,8 +198,8 @@ def _key_pattern(prefix, ndim):
 def zarrs_array_of(array, device=0):
     """The zarrs_gpu array that reads a zarr-python `array` to GPU `device` (kept between calls
     like the pipeline's own, while its metadata is the same): an array in a local store, or in an
-    `ObjectStore` that `zarr_python_root` can name. TypeError for an array of another store, ValueError
-    when zarrs cannot open it."""
+    `ObjectStore` that `zarr_python_root` can name. TypeError for an array of another store,
+    ValueError when zarrs cannot open it."""
     store = getattr(getattr(array, "store_path", None), "store", None)
     root = None if store is None else zarr_python_root(store)
     if root is None:
