@@ -10,7 +10,7 @@
 # run with cargo. For CASES (default z2), into OUT (default /tmp/out):
 #   bounds.jsonl   `bench --repeat REPEAT --cold REPEAT --sizes 1,288` rows, labelled `device-bound`,
 #                  `default-bounds` and `device-bound-again`; each whole-array row ends with what
-#                  the pools held idle after a freed result (device and pinned MiB)
+#                  the pools held idle after a freed result and their bounds (device and pinned MiB)
 #   bounds-ceiling.jsonl  `cold_read ARRAY pread 16,128 2`
 # BENCH_DIR (default /tmp/zarrs-gpu-bench) keeps the arrays, written once (by `bench`).
 set -euo pipefail
