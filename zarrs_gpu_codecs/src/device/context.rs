@@ -317,7 +317,7 @@ impl GpuContext {
 
     /// Return a staging buffer whose last use has completed (kept within the reads' idle bound).
     pub(crate) fn give_staging(&self, buffer: DeviceBuffer) {
-        self.staging.give(buffer, self.concurrency(), self.bound_in_flight());
+        self.staging.give(buffer, self.concurrency(), self.bound_in_flight().device);
     }
 
     /// A read with idle bound `keep` (its config's, else the device's) starts: until the pools are
@@ -327,14 +327,13 @@ impl GpuContext {
         self.peak_pinned_keep.fetch_max(keep.pinned, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// What the staging pool keeps at most while reads are in flight.
-    fn bound_in_flight(&self) -> u64 {
-        self.keep.device.max(self.peak_keep.load(std::sync::atomic::Ordering::SeqCst))
-    }
-
-    /// What the pinned pool keeps at most while reads are in flight.
-    fn pinned_bound_in_flight(&self) -> u64 {
-        self.keep.pinned.max(self.peak_pinned_keep.load(std::sync::atomic::Ordering::SeqCst))
+    /// What the staging and pinned pools keep at most while reads are in flight.
+    fn bound_in_flight(&self) -> Keep {
+        let peak = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::SeqCst);
+        Keep {
+            device: self.keep.device.max(peak(&self.peak_keep)),
+            pinned: self.keep.pinned.max(peak(&self.peak_pinned_keep)),
+        }
     }
 
     /// A pinned host buffer of at least `len` bytes from the pool (or a new one).
@@ -360,7 +359,7 @@ impl GpuContext {
 
     /// Return a pinned buffer whose last use has completed.
     pub(crate) fn give_pinned(&self, buffer: PinnedBuffer) {
-        self.pinned.give(buffer, self.concurrency(), self.pinned_bound_in_flight());
+        self.pinned.give(buffer, self.concurrency(), self.bound_in_flight().pinned);
     }
 
     /// How many reads are in flight on this device (in this process).
