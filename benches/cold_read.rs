@@ -26,6 +26,12 @@
 //! ```text
 //! cargo run --release --example cold_read -- /tmp/zarrs-gpu-bench/z2.zarr pread,willneed,direct 16,64 2
 //! ```
+//!
+//! `cold_read --pin BYTES[,BYTES...]` instead times pinning host memory (a batch's stored bytes
+//! are read into pinned memory, and a process's first read pins its buffers): `cuMemHostAlloc`
+//! (what `PinnedBuffer` uses) against anonymous memory registered with `cuMemHostRegister`, in
+//! 4 KiB pages or in transparent huge pages (`MADV_HUGEPAGE`), touched first by 16 threads or not;
+//! then one copy of the whole buffer to the device, which shows it copies at the pinned rate.
 
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
@@ -475,8 +481,140 @@ fn split(files: &[(PathBuf, u64)], threads: usize, largest: usize) -> Result<u64
     })
 }
 
+/// How host memory is pinned in `--pin`.
+const PIN_METHODS: [&str; 4] = ["cuMemHostAlloc", "register", "register-hugepage", "register-hugepage-touched"];
+
+/// Host memory pinned by one of [`PIN_METHODS`], freed (and unregistered) on drop.
+struct Pinned {
+    ptr: *mut u8,
+    len: usize,
+    mapped: bool,
+}
+
+impl Pinned {
+    fn new(method: &str, len: usize) -> Result<Self, Error> {
+        use cudarc::driver::{result, sys};
+        if method == "cuMemHostAlloc" {
+            // SAFETY: a plain allocation, freed in drop.
+            let ptr = unsafe { result::malloc_host(len, 0) }?;
+            return Ok(Self { ptr: ptr.cast(), len, mapped: false });
+        }
+        // SAFETY: an anonymous private mapping of len bytes, unmapped in drop.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(format!("mmap of {len} bytes: {}", std::io::Error::last_os_error()).into());
+        }
+        let mut pinned = Self { ptr: ptr.cast(), len, mapped: true };
+        if method.contains("hugepage") {
+            // SAFETY: advice on the mapping just made.
+            if unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) } != 0 {
+                return Err(format!("madvise(MADV_HUGEPAGE): {}", std::io::Error::last_os_error()).into());
+            }
+        }
+        if method.ends_with("touched") {
+            let base = pinned.ptr as usize;
+            let step = len.div_ceil(16).next_multiple_of(2 << 20);
+            std::thread::scope(|scope| {
+                for start in (0..len).step_by(step) {
+                    let end = (start + step).min(len);
+                    // SAFETY: each thread writes its own disjoint range of the mapping.
+                    scope.spawn(move || unsafe { std::ptr::write_bytes((base + start) as *mut u8, 0, end - start) });
+                }
+            });
+        }
+        // SAFETY: the mapping is len bytes and stays mapped until drop, which unregisters it first.
+        let registered = unsafe { sys::cuMemHostRegister_v2(ptr, len, 0) };
+        if registered != sys::CUresult::CUDA_SUCCESS {
+            pinned.len = 0; // not registered: drop only unmaps
+            return Err(format!("cuMemHostRegister of {len} bytes: {registered:?}").into());
+        }
+        Ok(pinned)
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len bytes while self lives (registered memory may be unwritten:
+        // anonymous pages read as zeros, cuMemHostAlloc's as whatever they hold, both valid u8).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        use cudarc::driver::{result, sys};
+        // SAFETY: each pointer came from the call matching its kind and is released once; the
+        // copies from it were synchronous.
+        unsafe {
+            if !self.mapped {
+                let _ = result::free_host(self.ptr.cast());
+                return;
+            }
+            if self.len > 0 {
+                let _ = sys::cuMemHostUnregister(self.ptr.cast());
+            }
+            libc::munmap(self.ptr.cast(), self.len.max(1));
+        }
+    }
+}
+
+/// `--pin`: each method's time to pin `len` bytes, then one synchronous copy of them to the device.
+fn pin_rates(sizes: &[usize]) -> Result<(), Error> {
+    use cudarc::driver::result;
+    let ctx = cuda_context(0)?;
+    ctx.bind_to_thread()?;
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    for &len in sizes {
+        // SAFETY: a device allocation of len bytes, freed below.
+        let device = unsafe { result::malloc_sync(len) }?;
+        for method in PIN_METHODS {
+            let start = Instant::now();
+            let pinned = Pinned::new(method, len);
+            let pin_seconds = start.elapsed().as_secs_f64();
+            let pinned = match pinned {
+                Ok(pinned) => pinned,
+                Err(e) => {
+                    println!(
+                        "{}",
+                        serde_json::json!({"case": "pin", "method": method, "bytes": len, "error": e.to_string()})
+                    );
+                    continue;
+                }
+            };
+            let start = Instant::now();
+            // SAFETY: device holds len bytes; the copy is synchronous.
+            unsafe { result::memcpy_htod_sync(device, pinned.as_slice()) }?;
+            let copy_seconds = start.elapsed().as_secs_f64();
+            let start = Instant::now();
+            drop(pinned);
+            let free_seconds = start.elapsed().as_secs_f64();
+            let gib = len as f64 / f64::from(1 << 30);
+            println!(
+                "{}",
+                serde_json::json!({"case": "pin", "method": method, "bytes": len, "pin_seconds": pin_seconds,
+                    "pin_gib_s": gib / pin_seconds, "copy_gib_s": gib / copy_seconds, "free_seconds": free_seconds,
+                    "transparent_hugepage": thp.trim()})
+            );
+        }
+        // SAFETY: allocated above, no copy in flight.
+        unsafe { result::free_sync(device) }?;
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--pin") {
+        let sizes = args.get(1).ok_or("usage: cold_read --pin BYTES[,BYTES...]")?;
+        return pin_rates(&sizes.split(',').map(str::parse).collect::<Result<Vec<usize>, _>>()?);
+    }
     let dir = PathBuf::from(args.first().ok_or("usage: cold_read DIR [READERS] [THREADS] [REPEAT]")?);
     let readers: Vec<&str> = args.get(1).map_or("pread,willneed,direct,phased", String::as_str).split(',').collect();
     if let Some(unknown) = readers.iter().find(|r| !READERS.contains(r)) {
