@@ -7,7 +7,6 @@
 //! store (its partial reads), into device memory or into host memory with a [`DeviceMirror`].
 
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -15,11 +14,13 @@ use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaStream};
 use rayon::prelude::*;
 
 mod error;
+mod pinned;
 mod remote;
 mod source;
 mod store;
 
 pub use error::DeviceReadError;
+pub use pinned::{PinnedBuffer, PINNED_PAGES_ENV};
 pub(crate) use remote::Prefetched;
 pub(crate) use source::ReadSource;
 pub use store::{DeviceReadRequest, DeviceRowsRequest, HostReadRequest};
@@ -84,67 +85,6 @@ pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>, DeviceReadError>
         CudaContext::new(ordinal).map_err(|e| DeviceReadError::NoCuda(format!("opening device {ordinal}: {e}")))?;
     contexts.insert(ordinal, ctx.clone());
     Ok(ctx)
-}
-
-/// Page-locked host memory, allocated once and reused.
-pub struct PinnedBuffer {
-    ptr: *mut u8,
-    len: usize,
-    ctx: Arc<CudaContext>,
-}
-
-// SAFETY: the buffer is plain host memory owned by this value; access is through &/&mut self.
-unsafe impl Send for PinnedBuffer {}
-// SAFETY: as above; shared references only read.
-unsafe impl Sync for PinnedBuffer {}
-
-impl PinnedBuffer {
-    /// Allocate `len` bytes of pinned host memory (cacheable, so the CPU may also read it fast).
-    ///
-    /// # Errors
-    /// Returns the driver's error when the allocation fails.
-    pub fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, DeviceReadError> {
-        ctx.bind_to_thread().map_err(DeviceReadError::cuda("binding the CUDA context"))?;
-        // SAFETY: a plain allocation; the memory is owned by the returned value and freed on drop.
-        let ptr = unsafe { result::malloc_host(len.max(1), 0) }
-            .map_err(DeviceReadError::cuda("allocating pinned host memory"))?;
-        Ok(Self { ptr: ptr.cast(), len, ctx: ctx.clone() })
-    }
-
-    /// The buffer's bytes.
-    #[must_use]
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: ptr is valid for len bytes for as long as self lives; cuMemHostAlloc zero-fills
-        // nothing, but every byte is a valid u8.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-
-    /// The buffer's bytes, mutably.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as in as_slice, and &mut self makes the access exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-
-    /// The buffer's length in bytes.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the buffer is empty.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-}
-
-impl Drop for PinnedBuffer {
-    fn drop(&mut self) {
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: ptr came from cuMemHostAlloc and is freed once; copies from it were synchronized
-        // by their owners before the buffer is dropped.
-        let _ = unsafe { result::free_host(self.ptr.cast::<c_void>()) };
-    }
 }
 
 /// Settings of a [`DeviceReader`].
