@@ -28,10 +28,11 @@
 //! ```
 //!
 //! `cold_read --pin BYTES[,BYTES...]` instead times pinning host memory (a batch's stored bytes
-//! are read into pinned memory, and a process's first read pins its buffers): `cuMemHostAlloc`
-//! (what `PinnedBuffer` uses) against anonymous memory registered with `cuMemHostRegister`, in
-//! 4 KiB pages or in transparent huge pages (`MADV_HUGEPAGE`), touched first by 16 threads or not;
-//! then one copy of the whole buffer to the device, which shows it copies at the pinned rate.
+//! are read into pinned memory, and a process's first read pins its buffers): `PinnedBuffer`'s
+//! two ways, `cuMemHostAlloc` (the default) and `huge` (`ZARRS_GPU_PINNED_PAGES=huge`: anonymous
+//! memory in transparent huge pages, registered with `cuMemHostRegister`), beside anonymous memory
+//! in 4 KiB pages registered; then one copy of the whole buffer to the device, which shows it
+//! copies at the pinned rate. The machine's transparent huge page settings are in each row.
 
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
@@ -481,25 +482,28 @@ fn split(files: &[(PathBuf, u64)], threads: usize, largest: usize) -> Result<u64
     })
 }
 
-/// How host memory is pinned in `--pin`.
-const PIN_METHODS: [&str; 4] = ["cuMemHostAlloc", "register", "register-hugepage", "register-hugepage-touched"];
+/// How host memory is pinned in `--pin`: the library's two ways (`PinnedBuffer::with_pages`), and
+/// anonymous memory in 4 KiB pages registered (which tells whether `huge` gains by its pages or by
+/// registering).
+const PIN_METHODS: [&str; 3] = ["cuMemHostAlloc", "huge", "register-4k"];
 
-/// Host memory pinned by one of [`PIN_METHODS`], freed (and unregistered) on drop.
-struct Pinned {
-    ptr: *mut u8,
-    len: usize,
-    mapped: bool,
+/// Host memory pinned by one of [`PIN_METHODS`], given back on drop.
+enum Pinned {
+    Library(PinnedBuffer),
+    /// An anonymous mapping of `len` bytes, registered.
+    Registered {
+        ptr: *mut u8,
+        len: usize,
+    },
 }
 
 impl Pinned {
-    fn new(method: &str, len: usize) -> Result<Self, Error> {
-        use cudarc::driver::{result, sys};
-        if method == "cuMemHostAlloc" {
-            // SAFETY: a plain allocation, freed in drop.
-            let ptr = unsafe { result::malloc_host(len, 0) }?;
-            return Ok(Self { ptr: ptr.cast(), len, mapped: false });
+    fn new(ctx: &Arc<cudarc::driver::CudaContext>, method: &str, len: usize) -> Result<Self, Error> {
+        use cudarc::driver::sys;
+        if method != "register-4k" {
+            return Ok(Self::Library(PinnedBuffer::with_pages(ctx, len, method == "huge")?));
         }
-        // SAFETY: an anonymous private mapping of len bytes, unmapped in drop.
+        // SAFETY: an anonymous private mapping of len bytes, unmapped on drop or below.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -513,56 +517,51 @@ impl Pinned {
         if ptr == libc::MAP_FAILED {
             return Err(format!("mmap of {len} bytes: {}", std::io::Error::last_os_error()).into());
         }
-        let mut pinned = Self { ptr: ptr.cast(), len, mapped: true };
-        if method.contains("hugepage") {
-            // SAFETY: advice on the mapping just made.
-            if unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) } != 0 {
-                return Err(format!("madvise(MADV_HUGEPAGE): {}", std::io::Error::last_os_error()).into());
-            }
-        }
-        if method.ends_with("touched") {
-            let base = pinned.ptr as usize;
-            let step = len.div_ceil(16).next_multiple_of(2 << 20);
-            std::thread::scope(|scope| {
-                for start in (0..len).step_by(step) {
-                    let end = (start + step).min(len);
-                    // SAFETY: each thread writes its own disjoint range of the mapping.
-                    scope.spawn(move || unsafe { std::ptr::write_bytes((base + start) as *mut u8, 0, end - start) });
-                }
-            });
-        }
-        // SAFETY: the mapping is len bytes and stays mapped until drop, which unregisters it first.
-        let registered = unsafe { sys::cuMemHostRegister_v2(ptr, len, 0) };
+        // SAFETY: advice on, then registration of, the mapping just made (current context).
+        let registered = unsafe {
+            libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE);
+            sys::cuMemHostRegister_v2(ptr, len, sys::CU_MEMHOSTREGISTER_PORTABLE)
+        };
         if registered != sys::CUresult::CUDA_SUCCESS {
-            pinned.len = 0; // not registered: drop only unmaps
+            // SAFETY: the mapping made above, not registered.
+            unsafe { libc::munmap(ptr, len) };
             return Err(format!("cuMemHostRegister of {len} bytes: {registered:?}").into());
         }
-        Ok(pinned)
+        Ok(Self::Registered { ptr: ptr.cast(), len })
     }
 
     fn as_slice(&self) -> &[u8] {
-        // SAFETY: ptr is valid for len bytes while self lives (registered memory may be unwritten:
-        // anonymous pages read as zeros, cuMemHostAlloc's as whatever they hold, both valid u8).
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        match self {
+            Self::Library(buffer) => buffer.as_slice(),
+            // SAFETY: ptr is valid for len bytes while self lives (anonymous pages read as zeros).
+            Self::Registered { ptr, len } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+        }
     }
 }
 
 impl Drop for Pinned {
     fn drop(&mut self) {
-        use cudarc::driver::{result, sys};
-        // SAFETY: each pointer came from the call matching its kind and is released once; the
-        // copies from it were synchronous.
-        unsafe {
-            if !self.mapped {
-                let _ = result::free_host(self.ptr.cast());
-                return;
+        if let Self::Registered { ptr, len } = *self {
+            // SAFETY: registered and mapped in new, released once; the copies from it were synchronous.
+            unsafe {
+                let _ = cudarc::driver::sys::cuMemHostUnregister(ptr.cast());
+                libc::munmap(ptr.cast(), len);
             }
-            if self.len > 0 {
-                let _ = sys::cuMemHostUnregister(self.ptr.cast());
-            }
-            libc::munmap(self.ptr.cast(), self.len.max(1));
         }
     }
+}
+
+/// The kernel's `AnonHugePages` line of /proc/meminfo (huge pages in use now).
+fn anon_huge_pages() -> String {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    meminfo
+        .lines()
+        .find(|l| l.starts_with("AnonHugePages"))
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `--pin`: each method's time to pin `len` bytes, then one synchronous copy of them to the device.
@@ -570,13 +569,19 @@ fn pin_rates(sizes: &[usize]) -> Result<(), Error> {
     use cudarc::driver::result;
     let ctx = cuda_context(0)?;
     ctx.bind_to_thread()?;
-    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    let setting = |name: &str| {
+        std::fs::read_to_string(format!("/sys/kernel/mm/transparent_hugepage/{name}"))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    let thp = format!("enabled: {}; defrag: {}", setting("enabled"), setting("defrag"));
     for &len in sizes {
         // SAFETY: a device allocation of len bytes, freed below.
         let device = unsafe { result::malloc_sync(len) }?;
         for method in PIN_METHODS {
             let start = Instant::now();
-            let pinned = Pinned::new(method, len);
+            let pinned = Pinned::new(&ctx, method, len);
             let pin_seconds = start.elapsed().as_secs_f64();
             let pinned = match pinned {
                 Ok(pinned) => pinned,
@@ -589,8 +594,10 @@ fn pin_rates(sizes: &[usize]) -> Result<(), Error> {
                 }
             };
             let start = Instant::now();
-            // SAFETY: device holds len bytes; the copy is synchronous.
-            unsafe { result::memcpy_htod_sync(device, pinned.as_slice()) }?;
+            // SAFETY: device holds len bytes (a huge-page buffer may be longer: len are copied);
+            // the copy is synchronous.
+            unsafe { result::memcpy_htod_sync(device, &pinned.as_slice()[..len]) }?;
+            let huge_pages_in_use = anon_huge_pages();
             let copy_seconds = start.elapsed().as_secs_f64();
             let start = Instant::now();
             drop(pinned);
@@ -600,7 +607,7 @@ fn pin_rates(sizes: &[usize]) -> Result<(), Error> {
                 "{}",
                 serde_json::json!({"case": "pin", "method": method, "bytes": len, "pin_seconds": pin_seconds,
                     "pin_gib_s": gib / pin_seconds, "copy_gib_s": gib / copy_seconds, "free_seconds": free_seconds,
-                    "transparent_hugepage": thp.trim()})
+                    "transparent_hugepage": thp, "anon_huge_pages_while_held": huge_pages_in_use})
             );
         }
         // SAFETY: allocated above, no copy in flight.

@@ -5,8 +5,8 @@
 # as root (the cold reads write /proc/sys/vm/drop_caches), from a checkout on a machine with an
 # NVIDIA GPU and nvCOMP's library. `bench`, `cold_read` and `zarrs-gpu` are taken from PATH when
 # there, else run with cargo. For CASES (default z2), into OUT (default /tmp/out):
-#   pin.jsonl       `cold_read --pin 256 MiB,1.19 GB`: cuMemHostAlloc against huge pages
-#                   registered, each then copied to the device once
+#   pin.jsonl       `cold_read --pin 256 MiB,1.19 GB`: cuMemHostAlloc, huge pages and 4 KiB pages
+#                   registered, each then copied to the device once (with the THP settings)
 #   pinning.jsonl   `zarrs-gpu read --json`, a fresh process each, REPEAT times cold (page cache
 #                   dropped) and REPEAT times warm, under ZARRS_GPU_PINNED_PAGES=alloc, huge, alloc
 # BENCH_DIR (default /tmp/zarrs-gpu-bench) keeps the arrays, written once (by `bench`).
@@ -25,7 +25,7 @@ drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 step "pinning rates"
 "${cold_read[@]}" --pin $((256 << 20)),1190000000 > "$out/pin.jsonl"
-rm -f "$out/pinning.jsonl"
+rm -f "$out/pinning.jsonl" "$out/pinning.log"
 for case in ${cases//,/ }; do
   array="$dir/$case.zarr"
   step "$case: the array (written once)"

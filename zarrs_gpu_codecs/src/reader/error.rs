@@ -18,6 +18,14 @@ pub enum DeviceReadError {
         /// What it may hold.
         expected: &'static str,
     },
+    /// Host memory to pin could not be mapped.
+    #[error("mapping {bytes} bytes of host memory to pin: {source}")]
+    HostMemory {
+        /// The bytes asked for.
+        bytes: usize,
+        /// The system's error.
+        source: std::io::Error,
+    },
     /// The reader's thread pool could not be started.
     #[error("starting reader threads: {0}")]
     ThreadPool(String),

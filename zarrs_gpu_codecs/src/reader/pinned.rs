@@ -16,9 +16,15 @@ use super::DeviceReadError;
 /// (`cuMemHostAlloc`, the default) or `huge` (transparent huge pages, registered).
 pub const PINNED_PAGES_ENV: &str = "ZARRS_GPU_PINNED_PAGES";
 
-/// A transparent huge page on x86-64 and the usual aarch64 kernels: registered memory starts
-/// and ends on this boundary so that every page of it may be a huge one.
+/// A transparent huge page on x86-64 and aarch64 kernels of 4 KiB pages: registered memory
+/// starts and ends on this boundary so that every page of it may be a huge one (elsewhere the
+/// kernel gives small pages, which still pin).
 const HUGE_PAGE: usize = 2 << 20;
+
+/// Buffers smaller than this are made by `cuMemHostAlloc` even where huge pages are asked for:
+/// rounded up to whole huge pages they would waste more than an eighth (the upload and result
+/// buffers are kilobytes; a batch's stored bytes are hundreds of megabytes).
+const HUGE_FROM: usize = 8 * HUGE_PAGE;
 
 /// How pinned memory is made ([`PINNED_PAGES_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +36,11 @@ enum Pages {
 /// [`PINNED_PAGES_ENV`] as set, read once: the way, or the value that cannot be used.
 fn pages() -> Result<Pages, DeviceReadError> {
     static PAGES: OnceLock<Result<Pages, String>> = OnceLock::new();
-    let parsed = PAGES.get_or_init(|| parse_pages(std::env::var(PINNED_PAGES_ENV).ok().as_deref()));
+    let parsed = PAGES.get_or_init(|| match std::env::var(PINNED_PAGES_ENV) {
+        Ok(value) => parse_pages(Some(&value)),
+        Err(std::env::VarError::NotPresent) => parse_pages(None),
+        Err(std::env::VarError::NotUnicode(value)) => Err(value.to_string_lossy().into_owned()),
+    });
     parsed.clone().map_err(|value| DeviceReadError::Config {
         variable: PINNED_PAGES_ENV,
         value,
@@ -69,19 +79,41 @@ unsafe impl Send for PinnedBuffer {}
 unsafe impl Sync for PinnedBuffer {}
 
 impl PinnedBuffer {
-    /// Allocate `len` bytes of pinned host memory (cacheable, so the CPU may also read it fast),
-    /// as [`PINNED_PAGES_ENV`] says. Huge pages that cannot be had (a mapping or registration the
-    /// system refuses) fall back to `cuMemHostAlloc`.
+    /// Allocate at least `len` bytes of pinned host memory (cacheable, so the CPU may also read
+    /// it fast), as [`PINNED_PAGES_ENV`] says. Where huge pages are asked for, buffers of 16 MiB
+    /// and more are made of them, whole huge pages long; where the system refuses (a mapping or
+    /// a registration), the buffer is made by `cuMemHostAlloc`, and the first such refusal is
+    /// said on stderr.
     ///
     /// # Errors
     /// Returns the driver's error when the allocation fails, or [`DeviceReadError::Config`] for
     /// a value of [`PINNED_PAGES_ENV`] that cannot be used.
     pub fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, DeviceReadError> {
-        ctx.bind_to_thread().map_err(DeviceReadError::cuda("binding the CUDA context"))?;
-        if pages()? == Pages::Huge {
-            if let Some((ptr, map_len)) = huge_registered(len) {
-                return Ok(Self { ptr, len, origin: Origin::Registered { map_len }, ctx: ctx.clone() });
+        if pages()? == Pages::Huge && len >= HUGE_FROM {
+            match Self::with_pages(ctx, len, true) {
+                Ok(buffer) => return Ok(buffer),
+                Err(refused) => {
+                    static SAID: std::sync::Once = std::sync::Once::new();
+                    SAID.call_once(|| eprintln!("zarrs_gpu: {PINNED_PAGES_ENV}=huge: {refused}; using cuMemHostAlloc"));
+                }
             }
+        }
+        Self::with_pages(ctx, len, false)
+    }
+
+    /// `len` bytes of pinned host memory by `cuMemHostAlloc` (`huge` false), or at least `len`
+    /// in transparent huge pages, registered (`huge` true; an error where the system refuses).
+    /// For benchmarks of the two ways ([`PinnedBuffer::new`] chooses by [`PINNED_PAGES_ENV`]).
+    ///
+    /// # Errors
+    /// Returns the driver's or the system's error when the allocation fails.
+    #[doc(hidden)]
+    pub fn with_pages(ctx: &Arc<CudaContext>, len: usize, huge: bool) -> Result<Self, DeviceReadError> {
+        ctx.bind_to_thread().map_err(DeviceReadError::cuda("binding the CUDA context"))?;
+        if huge {
+            let (ptr, map_len) = huge_registered(len)?;
+            // The whole mapping is pinned: all of it is the buffer's (pools count its capacity).
+            return Ok(Self { ptr, len: map_len, origin: Origin::Registered { map_len }, ctx: ctx.clone() });
         }
         // SAFETY: a plain allocation; the memory is owned by the returned value and freed on drop.
         let ptr = unsafe { result::malloc_host(len.max(1), 0) }
@@ -92,8 +124,8 @@ impl PinnedBuffer {
     /// The buffer's bytes.
     #[must_use]
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: ptr is valid for len bytes for as long as self lives; neither allocation
-        // initializes them in a way Rust knows of, but every byte is a valid u8.
+        // SAFETY: ptr is valid for len bytes for as long as self lives; every byte is a valid u8
+        // (cuMemHostAlloc's memory holds what it held, an anonymous mapping's reads as zeros).
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
@@ -135,13 +167,15 @@ impl Drop for PinnedBuffer {
     }
 }
 
-/// `len` bytes (whole huge pages) of anonymous memory on a huge-page boundary, advised to
-/// transparent huge pages, kept out of forked children (as the driver's own pinned memory is),
-/// and registered with the current context: its address and mapped length, or None where the
-/// system refuses any step (then nothing is left mapped).
-fn huge_registered(len: usize) -> Option<(*mut u8, usize)> {
-    let map_len = len.max(1).checked_next_multiple_of(HUGE_PAGE)?;
-    let span = map_len.checked_add(HUGE_PAGE)?;
+/// At least `len` bytes (whole huge pages) of anonymous memory on a huge-page boundary, advised
+/// to transparent huge pages, kept out of forked children (as the driver's own pinned memory is),
+/// and registered with the current context (portable, as `cuMemHostAlloc`'s memory is where
+/// addressing is unified): its address and mapped length, or what refused it (then nothing is
+/// left mapped).
+fn huge_registered(len: usize) -> Result<(*mut u8, usize), DeviceReadError> {
+    let too_large = || DeviceReadError::HostMemory { bytes: len, source: std::io::ErrorKind::OutOfMemory.into() };
+    let map_len = len.max(1).checked_next_multiple_of(HUGE_PAGE).ok_or_else(too_large)?;
+    let span = map_len.checked_add(HUGE_PAGE).ok_or_else(too_large)?;
     // SAFETY: a new private anonymous mapping; every part of it is unmapped below or on drop.
     let base = unsafe {
         libc::mmap(
@@ -154,29 +188,29 @@ fn huge_registered(len: usize) -> Option<(*mut u8, usize)> {
         )
     };
     if base == libc::MAP_FAILED {
-        return None;
+        return Err(DeviceReadError::HostMemory { bytes: span, source: std::io::Error::last_os_error() });
     }
-    // The mapping is over-long by a huge page: keep the aligned part, unmap the rest.
+    // The mapping is a huge page longer than needed: keep its aligned part, unmap the rest (the
+    // head may be empty; the tail is then a whole huge page).
     let head = (base as usize).next_multiple_of(HUGE_PAGE) - base as usize;
     let ptr = base.cast::<u8>().wrapping_add(head);
-    // SAFETY: head and tail lie inside the mapping just made and outside the part kept.
+    // SAFETY: head and tail lie inside the mapping just made, outside the part kept; the part
+    // kept is unmapped here if the driver refuses it, else on drop.
     unsafe {
         if head > 0 {
             libc::munmap(base, head);
         }
-        let tail = span - head - map_len;
-        if tail > 0 {
-            libc::munmap(ptr.wrapping_add(map_len).cast::<c_void>(), tail);
-        }
+        libc::munmap(ptr.wrapping_add(map_len).cast::<c_void>(), span - head - map_len);
         // Advice only: a kernel without transparent huge pages still gives (small) pages.
         libc::madvise(ptr.cast::<c_void>(), map_len, libc::MADV_HUGEPAGE);
         libc::madvise(ptr.cast::<c_void>(), map_len, libc::MADV_DONTFORK);
-        if sys::cuMemHostRegister_v2(ptr.cast::<c_void>(), map_len, 0).result().is_err() {
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE;
+        if let Err(e) = sys::cuMemHostRegister_v2(ptr.cast::<c_void>(), map_len, flags).result() {
             libc::munmap(ptr.cast::<c_void>(), map_len);
-            return None;
+            return Err(DeviceReadError::Cuda { what: "registering huge pages as pinned memory", source: e });
         }
     }
-    Some((ptr, map_len))
+    Ok((ptr, map_len))
 }
 
 #[cfg(test)]
