@@ -134,3 +134,37 @@ fn reads_into_device_memory() -> Result {
     unsafe { result::free_sync(dst) }?;
     Ok(())
 }
+
+/// Pinned memory both ways (`ZARRS_GPU_PINNED_PAGES`): a buffer is at least as long as asked
+/// (huge pages: whole 2 MiB pages), and bytes written into it go to the device and back through
+/// async copies on a stream unchanged.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pinned_buffers_of_either_kind_copy_to_the_device_and_back() -> Result {
+    use zarrs_gpu::zarrs_gpu_codecs::reader::PinnedBuffer;
+    let reader = DeviceReader::shared(0)?;
+    let stream = reader.context().new_stream()?;
+    let len = (20 << 20) + 12_345;
+    for huge in [false, true] {
+        let mut source = PinnedBuffer::with_pages(reader.context(), len, huge)?;
+        let mut back = PinnedBuffer::with_pages(reader.context(), len, huge)?;
+        assert!(source.len() >= len && back.len() >= len, "huge {huge}: {} bytes for {len}", source.len());
+        if huge {
+            assert_eq!(source.len() % (2 << 20), 0, "whole huge pages");
+        }
+        let data: Vec<u8> = (0..len).map(|j| (j * 13 + j / 4093 + usize::from(huge)) as u8).collect();
+        source.as_mut_slice()[..len].copy_from_slice(&data);
+        back.as_mut_slice().fill(0);
+        // SAFETY: a device allocation of len bytes, freed below after the stream is synchronized;
+        // the pinned buffers outlive the copies (synchronized before they are read or dropped).
+        unsafe {
+            let device = result::malloc_sync(len)?;
+            result::memcpy_htod_async(device, &source.as_slice()[..len], stream.cu_stream())?;
+            result::memcpy_dtoh_async(&mut back.as_mut_slice()[..len], device, stream.cu_stream())?;
+            stream.synchronize()?;
+            result::free_sync(device)?;
+        }
+        assert!(back.as_slice()[..len] == data[..], "huge {huge}: the bytes came back changed");
+    }
+    Ok(())
+}
