@@ -224,7 +224,7 @@ fn run(args: &Args) -> Result<(), Error> {
             // Timed like a user's load: allocation and read; the previous result is freed untimed.
             let mut io = String::new();
             let mut runs = Vec::new();
-            let mut held = (0, 0, 0, 0);
+            let mut held = None;
             for i in 0..=args.repeat {
                 let start = Instant::now();
                 let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&subset, &config)?;
@@ -243,19 +243,19 @@ fn run(args: &Args) -> Result<(), Error> {
                 );
                 drop(data);
                 // What the pools keep idle after the result is freed (the bound's effect).
-                if let Ok(m) = zarrs_gpu::memory_in_use(0) {
-                    held = (m.output_pool_idle + m.staging_pooled, m.pinned_pooled, m.pool_keep, m.pinned_keep);
-                }
+                held = zarrs_gpu::memory_in_use(0).ok();
             }
             let secs = median(runs.clone());
             let who = ours(&config, &args.label);
-            let io = format!(
-                "{io}; idle after a freed result: device {} MiB, pinned {} MiB (bounds {} and {} MiB)",
-                held.0 >> 20,
-                held.1 >> 20,
-                held.2 >> 20,
-                held.3 >> 20
-            );
+            let io = held.map_or(io.clone(), |m| {
+                format!(
+                    "{io}; idle after a freed result: device {} MiB, pinned {} MiB (bounds {} and {} MiB)",
+                    (m.output_pool_idle + m.staging_pooled) >> 20,
+                    m.pinned_pooled >> 20,
+                    m.pool_keep >> 20,
+                    m.pinned_keep >> 20
+                )
+            });
             lines.push(&line(&who, &label, &subset, bytes, secs, &runs, &io))?;
             if args.ours_only {
                 continue;

@@ -111,6 +111,11 @@ def zarr_python_store(where):
     return zarr.storage.ObjectStore(store, read_only=True)
 
 
+# The zarr-python stores `zarr_python_root` names, for errors that say what was expected.
+ZARR_PYTHON_STORES = ("a local store (zarr.storage.LocalStore) or in an ObjectStore of obstore's S3Store "
+                      "(without a credential provider), HTTPStore or LocalStore")
+
+
 def zarr_python_root(store):
     """Where zarrs_gpu finds a zarr-python store's arrays (what `zarr_python_store` turns back into
     a store): a `LocalStore`'s directory; for an `ObjectStore`, its obstore store's directory

@@ -38,7 +38,7 @@ from zarr.storage import LocalStore
 
 from ._arrays import _ARRAY_METADATA
 from ._arrays import open_cached as _open_array
-from ._arrays import zarr_python_root
+from ._arrays import ZARR_PYTHON_STORES, zarr_python_root
 
 
 
@@ -205,9 +205,8 @@ def zarrs_array_of(array, device=0):
     if root is None:
         where = f" in a {type(store).__name__}" if store is not None else ""
         raise TypeError(
-            "expected a zarrs_gpu.Array or a zarr-python array in a local store (zarr.storage.LocalStore) "
-            "or in an ObjectStore of obstore's S3Store (without a credential provider), HTTPStore or "
-            f"LocalStore, not a {type(array).__name__}{where}"
+            f"expected a zarrs_gpu.Array or a zarr-python array in {ZARR_PYTHON_STORES}, "
+            f"not a {type(array).__name__}{where}"
         )
     gpu = _open_array(root, array.store_path.path, device)
     if gpu is None:

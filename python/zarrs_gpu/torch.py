@@ -359,7 +359,7 @@ class _Source:
     def __init__(self, spec: Any, n: int, storage_options: Optional[dict] = None):
         import zarrs_gpu
 
-        from ._arrays import location, open_at, zarr_python_root
+        from ._arrays import ZARR_PYTHON_STORES, location, open_at, zarr_python_root
 
         self.opened = None
         # The GPU a given Array reads to (paths are opened on the dataset's).
@@ -381,9 +381,7 @@ class _Source:
                 if root is None:
                     where = f" in a {type(store).__name__}" if store is not None else ""
                     raise TypeError(f"arrays[{n}]: expected a path, a zarrs_gpu.Array or a zarr-python array in "
-                                    "a local store or in an ObjectStore of obstore's S3Store (without a "
-                                    f"credential provider), HTTPStore or LocalStore, not a {type(spec).__name__}"
-                                    f"{where}")
+                                    f"{ZARR_PYTHON_STORES}, not a {type(spec).__name__}{where}")
                 self.path = os.path.abspath(root) if isinstance(root, str) else root
                 self.array = "/" + spec.store_path.path.strip("/")
             shown = getattr(self.path, "shown", self.path)
