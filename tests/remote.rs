@@ -166,6 +166,72 @@ fn fetch_many_hands_over_each_range_sizes_and_missing_keys() -> Result {
 
 #[test]
 #[ignore = "needs an S3 server and RangeHTTPServer on loopback (.ci/run installs them)"]
+fn value_batches_arrive_in_order_equal_to_fetch_values_and_stop_at_errors() -> Result {
+    for (server, s3) in [(Server::s3(), true), (Server::http(), false)] {
+        let dir = server.dir("b", s3);
+        server.arrays("b")?;
+        let store = if s3 { server.s3_store("b") } else { server.http_store("b") }.with_concurrency(3);
+        // Every stored chunk of two arrays, in batches of 3, an empty batch and a missing key among them.
+        let mut keys = Vec::new();
+        for array in ["gzip.zarr", "zstd.zarr"] {
+            for entry in walk(&dir.join(array).join("c"))? {
+                let key = entry.strip_prefix(&dir)?.to_string_lossy().into_owned();
+                keys.push((StoreKey::new(key)?, 1 << 20));
+            }
+        }
+        keys.insert(7, (StoreKey::new("gzip.zarr/c/99/99")?, 10));
+        keys.sort_unstable_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        let mut batches: Vec<Vec<(StoreKey, u64)>> = keys.chunks(3).map(<[_]>::to_vec).collect();
+        batches.insert(2, Vec::new());
+        assert!(batches.len() > 6, "{} batches", batches.len());
+        for ahead in [0, 1, 4] {
+            let mut fetched = store.fetch_value_batches(batches.clone(), ahead);
+            for batch in &batches {
+                let got = fetched.next_batch().expect("a batch per batch")?;
+                let refs: Vec<(&StoreKey, u64)> = batch.iter().map(|(k, l)| (k, *l)).collect();
+                assert_eq!(got, store.fetch_values(&refs)?, "ahead {ahead}");
+                for ((key, _), value) in batch.iter().zip(&got) {
+                    let file = std::fs::read(dir.join(key.as_str())).ok();
+                    assert_eq!(value.as_deref(), file.as_deref(), "{key}");
+                }
+            }
+            assert!(fetched.next_batch().is_none());
+        }
+        // Dropped after one batch: the rest stop (no hang, nothing left running to wait for).
+        let mut fetched = store.fetch_value_batches(batches.clone(), 1);
+        fetched.next_batch().expect("a batch")?;
+        drop(fetched);
+    }
+    // A server that dies mid-response: every batch is an error naming a key, soon.
+    let port = dying_server();
+    let store = RemoteStore::from_url(&format!("http://127.0.0.1:{port}/x"), [("allow_http", "true")])?;
+    let batches = vec![vec![(StoreKey::new("arr/c/0")?, 100)], vec![(StoreKey::new("arr/c/1")?, 100)]];
+    let start = Instant::now();
+    let mut fetched = store.fetch_value_batches(batches, 1);
+    for _ in 0..2 {
+        let err = fetched.next_batch().expect("a batch").unwrap_err().to_string();
+        assert!(err.contains("arr/c/0") || err.contains("arr/c/1"), "{err}");
+    }
+    assert!(start.elapsed() < Duration::from_mins(1), "took {:?}", start.elapsed());
+    Ok(())
+}
+
+/// Every file under `dir`, recursively.
+fn walk(dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            files.extend(walk(&path)?);
+        } else {
+            files.push(path);
+        }
+    }
+    Ok(files)
+}
+
+#[test]
+#[ignore = "needs an S3 server and RangeHTTPServer on loopback (.ci/run installs them)"]
 fn large_values_read_whole_and_in_ranges_across_the_servers_own_pieces() -> Result {
     // 20 MiB and a few bytes: larger than an uncompressed benchmark chunk, and cut by a server
     // into pieces of its own (SeaweedFS stores 4 MiB chunks); ranges across those cuts.

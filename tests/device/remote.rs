@@ -86,6 +86,46 @@ fn device_reads_from_s3_and_http_equal_zarrs_host_reads() -> Result {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU and an S3 server"]
+fn device_reads_from_s3_in_many_batches_equal_zarrs_host_reads() -> Result {
+    use rand::{Rng, SeedableRng};
+    use zarrs::array::codec::ZstdCodec;
+    use zarrs::array::{data_type, ArrayBuilder, FillValue};
+    let s3 = Server::s3();
+    s3.arrays("")?;
+    // 6 MiB of u16 in 96 KiB chunks, every seventh unwritten (missing): with 1 MiB of staging a
+    // whole read takes several batches, each fetched while the one before is decoded.
+    let local = Arc::new(FilesystemStore::new(s3.dir("", true))?);
+    let array = ArrayBuilder::new(vec![1536, 2048], vec![192, 256], data_type::uint16(), FillValue::from(3u16))
+        .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, false))])
+        .build(local.clone(), "/batches.zarr")?;
+    array.store_metadata()?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(41);
+    let grid = array.chunk_grid_shape().to_vec();
+    for i in 0..grid[0] {
+        for j in 0..grid[1] {
+            if (i * grid[1] + j) % 7 == 3 {
+                continue;
+            }
+            let values: Vec<u16> = (0..192 * 256).map(|_| rng.random_range(0..900)).collect();
+            array.store_chunk(&[i, j], values)?;
+        }
+    }
+    let remote = Array::open(Arc::new(s3.s3_store("")), "/batches.zarr")?;
+    let config = GpuConfig::default().with_staging_bytes(1 << 20);
+    let all = remote.subset_all();
+    for subset in [all.clone(), ArraySubset::new_with_ranges(&[100..1400, 33..2047])] {
+        let want = array.retrieve_array_subset::<Vec<u16>>(&subset)?;
+        let (got, report) = remote.retrieve_array_subset_device_opt::<u16>(&subset, &config)?;
+        assert!(got.to_host()? == want, "{:?}: device values differ from zarrs' ({report:?})", subset.to_ranges());
+        let batches = report.stages.iter().find(|s| s.stage == "sizes").map_or(0, |s| s.count);
+        assert!(batches >= 4, "{:?}: {batches} batches with 1 MiB of staging ({report:?})", subset.to_ranges());
+        assert_eq!(report.io.map(|io| io.path), Some(IoPath::Remote));
+    }
+    Ok(())
+}
+
+#[test]
 #[ignore = "needs a CUDA GPU, an S3 server and RangeHTTPServer"]
 fn device_read_from_a_server_gone_is_an_error_naming_the_chunk() -> Result {
     let mut server = Server::s3();

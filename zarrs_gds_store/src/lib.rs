@@ -68,7 +68,7 @@ mod write;
 pub use backend::{IoBackend, IoPath, IoStatus, BACKEND_ENV};
 pub use cufile::CUFILE_LIBRARY_ENV;
 pub use error::ReadError;
-pub use remote::{object_store_options, redact_url, RemoteRange, RemoteStore, DEFAULT_CONCURRENCY};
+pub use remote::{object_store_options, redact_url, RemoteRange, RemoteStore, ValueBatches, DEFAULT_CONCURRENCY};
 pub use store::{DeviceReadOutcome, GdsRanges, GdsStore, GdsStoreOptions, ValueRange};
 pub use stores::AnyStore;
 pub use write::Durability;

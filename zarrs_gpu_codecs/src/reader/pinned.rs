@@ -1,9 +1,11 @@
 //! Page-locked (pinned) host memory: what the device reads into and copies out of at the bus's
-//! rate. Made by `cuMemHostAlloc`, or, where `ZARRS_GPU_PINNED_PAGES=huge`, as anonymous memory
-//! in transparent huge pages registered with `cuMemHostRegister`: the driver then locks and maps
-//! 512 times fewer pages. Pinning is slow either way (1.19 GB took 0.56 s with `cuMemHostAlloc`
-//! on the GPU host), which is why the pools keep buffers between reads and a process's first
-//! read pays it; `cold_read --pin` measures both ways.
+//! rate. Buffers of 16 MiB and more are anonymous memory in transparent huge pages registered
+//! with `cuMemHostRegister` (the driver then locks and maps 512 times fewer pages), smaller ones
+//! (and all, with `ZARRS_GPU_PINNED_PAGES=alloc`, or where the system refuses huge pages) are
+//! made by `cuMemHostAlloc`. Pinning is slow either way, which is why the pools keep buffers
+//! between reads and a process's first read pays it: on an H100 host 1.19 GB took 0.64 s by
+//! `cuMemHostAlloc` and 0.26 s in huge pages (`cold_read --pin`), and a fresh process's warm
+//! read of 8 GiB (Z2) fell from 2.10 to 1.16 s (`benches/pinning.sh`).
 
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
@@ -12,8 +14,8 @@ use cudarc::driver::{result, sys, CudaContext};
 
 use super::DeviceReadError;
 
-/// The environment variable that says how pinned host memory is made: `alloc`
-/// (`cuMemHostAlloc`, the default) or `huge` (transparent huge pages, registered).
+/// The environment variable that says how pinned host memory is made: `huge` (transparent huge
+/// pages, registered; the default) or `alloc` (`cuMemHostAlloc` only).
 pub const PINNED_PAGES_ENV: &str = "ZARRS_GPU_PINNED_PAGES";
 
 /// A transparent huge page on x86-64 and aarch64 kernels of 4 KiB pages: registered memory
@@ -30,7 +32,10 @@ const HUGE_FROM: usize = 8 * HUGE_PAGE;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pages {
     Alloc,
-    Huge,
+    /// Huge pages where the system gives them; `asked`: set so, when a refusal is said.
+    Huge {
+        asked: bool,
+    },
 }
 
 /// [`PINNED_PAGES_ENV`] as set, read once: the way, or the value that cannot be used.
@@ -44,14 +49,15 @@ fn pages() -> Result<Pages, DeviceReadError> {
     parsed.clone().map_err(|value| DeviceReadError::Config {
         variable: PINNED_PAGES_ENV,
         value,
-        expected: "alloc or huge",
+        expected: "huge or alloc",
     })
 }
 
 fn parse_pages(value: Option<&str>) -> Result<Pages, String> {
     match value.map(str::trim) {
-        None | Some("" | "alloc") => Ok(Pages::Alloc),
-        Some("huge") => Ok(Pages::Huge),
+        None | Some("") => Ok(Pages::Huge { asked: false }),
+        Some("alloc") => Ok(Pages::Alloc),
+        Some("huge") => Ok(Pages::Huge { asked: true }),
         Some(other) => Err(other.to_string()),
     }
 }
@@ -80,22 +86,24 @@ unsafe impl Sync for PinnedBuffer {}
 
 impl PinnedBuffer {
     /// Allocate at least `len` bytes of pinned host memory (cacheable, so the CPU may also read
-    /// it fast), as [`PINNED_PAGES_ENV`] says. Where huge pages are asked for, buffers of 16 MiB
-    /// and more are made of them, whole huge pages long; where the system refuses (a mapping or
-    /// a registration), the buffer is made by `cuMemHostAlloc`, and the first such refusal is
-    /// said on stderr.
+    /// it fast), as [`PINNED_PAGES_ENV`] says: buffers of 16 MiB and more in huge pages, whole
+    /// huge pages long (unless `alloc` is set); where the system refuses (a mapping or a
+    /// registration), the buffer is made by `cuMemHostAlloc`, and where `huge` was set, the
+    /// first such refusal is said on stderr.
     ///
     /// # Errors
     /// Returns the driver's error when the allocation fails, or [`DeviceReadError::Config`] for
     /// a value of [`PINNED_PAGES_ENV`] that cannot be used.
     pub fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, DeviceReadError> {
-        if pages()? == Pages::Huge && len >= HUGE_FROM {
+        if let (Pages::Huge { asked }, true) = (pages()?, len >= HUGE_FROM) {
             match Self::with_pages(ctx, len, true) {
                 Ok(buffer) => return Ok(buffer),
-                Err(refused) => {
+                Err(refused) if asked => {
                     static SAID: std::sync::Once = std::sync::Once::new();
                     SAID.call_once(|| eprintln!("zarrs_gpu: {PINNED_PAGES_ENV}=huge: {refused}; using cuMemHostAlloc"));
                 }
+                // The default: a system without huge pages pins as the driver does.
+                Err(_) => {}
             }
         }
         Self::with_pages(ctx, len, false)
@@ -218,11 +226,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pinned_pages_are_made_by_the_driver_unless_huge_ones_are_asked_for() {
-        assert_eq!(parse_pages(None), Ok(Pages::Alloc));
-        assert_eq!(parse_pages(Some("")), Ok(Pages::Alloc));
+    fn pinned_pages_are_huge_unless_the_drivers_are_asked_for() {
+        assert_eq!(parse_pages(None), Ok(Pages::Huge { asked: false }));
+        assert_eq!(parse_pages(Some("")), Ok(Pages::Huge { asked: false }));
         assert_eq!(parse_pages(Some("alloc")), Ok(Pages::Alloc));
-        assert_eq!(parse_pages(Some(" huge ")), Ok(Pages::Huge));
+        assert_eq!(parse_pages(Some(" huge ")), Ok(Pages::Huge { asked: true }));
         assert_eq!(parse_pages(Some("2M")), Err("2M".to_string()));
     }
 }

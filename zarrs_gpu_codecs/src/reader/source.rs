@@ -7,8 +7,8 @@ use std::any::Any;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use zarrs_gds_store::{AnyStore, DeviceReadOutcome, GdsStore, IoBackend, IoPath, RemoteStore};
-use zarrs_storage::{ReadableStorageTraits, StorageError, StoreKey};
+use zarrs_gds_store::{AnyStore, DeviceReadOutcome, GdsStore, IoBackend, IoPath, RemoteStore, ValueBatches};
+use zarrs_storage::{Bytes, ReadableStorageTraits, StorageError, StoreKey};
 
 use super::remote::Prefetched;
 use super::{DeviceMirror, DeviceReadError, DeviceReadRequest, DeviceReader, DeviceRowsRequest, HostReadRequest};
@@ -81,16 +81,28 @@ impl<'a> ReadSource<'a> {
 
     /// The size of each whole value (None: missing) of `keys`, each with the most stored bytes it
     /// may take: a `RemoteStore`'s values are fetched whole (one GET each, at most their limit
-    /// and a byte more: a longer one is then refused by its size), kept for the batch's read;
-    /// other stores' sizes are asked in parallel on the reader's threads.
+    /// and a byte more: a longer one is then refused by its size), kept for the batch's read,
+    /// unless `fetched` brings them (fetched ahead, [`Self::fetch_ahead`]); other stores' sizes
+    /// are asked in parallel on the reader's threads.
     pub(crate) fn sizes(
         self,
         reader: &DeviceReader,
         keys: &[(&StoreKey, u64)],
+        fetched: Option<Vec<Option<Bytes>>>,
     ) -> Result<(Vec<Option<u64>>, Prefetched), StorageError> {
         use rayon::prelude::*;
         if let Self::Remote(store) = self {
-            let values = store.fetch_values(keys)?;
+            let values = match fetched {
+                Some(values) if values.len() == keys.len() => values,
+                Some(values) => {
+                    return Err(StorageError::Other(format!(
+                        "{store}: {} values fetched ahead for a batch of {} keys",
+                        values.len(),
+                        keys.len()
+                    )))
+                }
+                None => store.fetch_values(keys)?,
+            };
             let sizes = values.iter().map(|v| v.as_ref().map(|b| b.len() as u64)).collect();
             let kept = keys.iter().zip(values).filter_map(|(&(key, _), value)| Some((key.clone(), value?)));
             return Ok((sizes, Prefetched::new(kept)));
@@ -98,6 +110,16 @@ impl<'a> ReadSource<'a> {
         let sizes =
             reader.install(|| keys.par_iter().map(|(key, _)| self.size_key(key)).collect::<Result<Vec<_>, _>>())?;
         Ok((sizes, Prefetched::default()))
+    }
+
+    /// A `RemoteStore`'s whole values of every batch (per batch, `(key, limit)` as [`Self::sizes`]
+    /// takes them), fetched in the background one batch ahead of the reader (see
+    /// [`RemoteStore::fetch_value_batches`]); None for other stores, whose sizes are asked per batch.
+    pub(crate) fn fetch_ahead(self, batches: Vec<Vec<(StoreKey, u64)>>) -> Option<ValueBatches> {
+        match self {
+            Self::Remote(store) => Some(store.fetch_value_batches(batches, 1)),
+            Self::Gds(_) | Self::Store(_) => None,
+        }
     }
 
     /// Tell the store these ranges (`(key, offset, len)`, `len` 0: the whole value) are read

@@ -33,11 +33,12 @@ pub(super) fn table_room(units: &[Unit], chain: &DeviceChain, batch: impl Iterat
 /// memory, before anything is allocated. Where they do not, the batches shrink (down to the
 /// largest unit alone) until they fit with [`HEADROOM`] to spare: a device filled by PyTorch or
 /// CuPy still reads, in more batches, what fits beside its output. The flag: whether they shrank.
+/// `remote`: the source is an object store, whose batches are at most [`REMOTE_BATCH`].
 pub(super) fn plan_batches(
     units: &[Unit],
     chain: &DeviceChain,
     config: &GpuConfig,
-    free: u64,
+    (free, remote): (u64, bool),
     nvcomp: Option<&NvcompLibrary>,
     out_bytes: u64,
 ) -> Result<(Vec<Vec<usize>>, bool), GpuError> {
@@ -54,9 +55,12 @@ pub(super) fn plan_batches(
     };
     refuse(out_bytes.saturating_add(largest))?;
     let small_free = chain.compression.as_ref().filter(|c| c.prefers_large_batches()).map(|_| free);
+    let floor = largest.next_multiple_of(DECODED_ALIGN).max(DECODED_ALIGN);
     let mut budget =
         batch_budget(config.staging_bytes() as u64, config.staging_is_set(), largest, small_free, out_bytes);
-    let floor = largest.next_multiple_of(DECODED_ALIGN).max(DECODED_ALIGN);
+    if remote {
+        budget = budget.min(REMOTE_BATCH.max(floor));
+    }
     let mut temps = std::collections::HashMap::new();
     let room = free.saturating_sub(out_bytes).saturating_sub(HEADROOM);
     let mut shrunk = false;
@@ -74,6 +78,11 @@ pub(super) fn plan_batches(
         shrunk = true;
     }
 }
+
+/// The most decoded bytes of a batch read from an object store: its GETs take several times
+/// its decode, so a read is cut into batches whose decode overlaps the next one's fetch (a batch
+/// of Z2's chunks, about 70 MB stored, takes about 40 ms to fetch at 64 GETs in flight).
+pub(super) const REMOTE_BATCH: u64 = 256 << 20;
 
 /// Device memory a read leaves free beyond its plan: for what it does not plan (the fill block,
 /// streams and events), and the driver's granularity.
@@ -179,14 +188,15 @@ mod tests {
         let out_bytes = 16 << 20;
         // Less free memory than the output, room for two slots of staging (about 4 MiB).
         let free = 6 << 20;
-        let new = plan_batches(&units, &chain, &config, free, None, Output::New.allocated(out_bytes));
+        let new = plan_batches(&units, &chain, &config, (free, false), None, Output::New.allocated(out_bytes));
         assert!(matches!(new, Err(GpuError::OutOfMemory { .. })), "{new:?}");
         // Into a caller's destination of 16 MiB, which exists already: only staging counts.
         let into = Output::Into { ptr: 0, len: out_bytes as usize };
-        let (batches, _) = plan_batches(&units, &chain, &config, free, None, into.allocated(out_bytes)).unwrap();
+        let (batches, _) =
+            plan_batches(&units, &chain, &config, (free, false), None, into.allocated(out_bytes)).unwrap();
         assert_eq!(batches.len(), 16);
         // Staging alone still has to fit.
-        let tight = plan_batches(&units, &chain, &config, 3 << 20, None, into.allocated(out_bytes));
+        let tight = plan_batches(&units, &chain, &config, (3 << 20, false), None, into.allocated(out_bytes));
         assert!(matches!(tight, Err(GpuError::OutOfMemory { .. })), "{tight:?}");
     }
 
@@ -204,11 +214,12 @@ mod tests {
         let units: Vec<Unit> = plan_chunks(1, &array, chunks).unwrap().into_iter().map(Unit::whole).collect();
         let (chain, config) = (DeviceChain::default(), GpuConfig::default());
         let out_bytes = 64 << 20;
-        let (roomy, shrunk) = plan_batches(&units, &chain, &config, 1 << 30, None, out_bytes).unwrap();
+        let (roomy, shrunk) = plan_batches(&units, &chain, &config, (1 << 30, false), None, out_bytes).unwrap();
         assert!(roomy.len() == 1 && !shrunk);
         // Output plus 48 MiB, less the headroom: two slots of at most 16 MiB, so batches of at
         // most 8 chunks.
-        let (tight, shrunk) = plan_batches(&units, &chain, &config, (64 << 20) + (48 << 20), None, out_bytes).unwrap();
+        let (tight, shrunk) =
+            plan_batches(&units, &chain, &config, ((64 << 20) + (48 << 20), false), None, out_bytes).unwrap();
         assert!(shrunk);
         assert!(
             tight.len() >= 8 && tight.iter().all(|b| b.len() <= 8),
@@ -220,7 +231,7 @@ mod tests {
         let set = working_set(&units, &chain, &config, None, &tight, &mut temps).unwrap();
         assert!(set <= 32 << 20, "{set}");
         // Room for the output and a chunk but not for two slots of one: refused, with the sizes.
-        let none = plan_batches(&units, &chain, &config, (64 << 20) + (3 << 20), None, out_bytes);
+        let none = plan_batches(&units, &chain, &config, ((64 << 20) + (3 << 20), false), None, out_bytes);
         assert!(matches!(none, Err(GpuError::OutOfMemory { needed, .. }) if needed > (67 << 20)), "{none:?}");
     }
 }

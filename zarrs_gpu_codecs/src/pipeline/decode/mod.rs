@@ -82,9 +82,23 @@ pub(crate) fn decode_units<S: ?Sized>(
     // The fill block is uniform and as long as the longest read; planned beside the output (any
     // unit may turn out missing when its value is sized).
     let fill_len = units.iter().map(|u| u.placement.read_len()).max().unwrap_or(0);
-    let (batches, shrunk) =
-        plan_batches(units, chain, config, free, nvcomp, output.allocated(out_bytes).saturating_add(fill_len))?;
+    let (batches, shrunk) = plan_batches(
+        units,
+        chain,
+        config,
+        (free, source.remote().is_some()),
+        nvcomp,
+        output.allocated(out_bytes).saturating_add(fill_len),
+    )?;
     let slots = if batches.len() > 1 { 2 } else { 1 };
+    // A remote store's whole values stream in ahead of the batches that take them, so that one
+    // batch is copied and decoded while the next is fetched. One batch is fetched as it is read.
+    let ahead = (batches.len() > 1)
+        .then(|| {
+            let owned = |batch: &Vec<usize>| read::whole_values(units, batch).into_iter().map(|(k, l)| (k.clone(), l));
+            source.fetch_ahead(batches.iter().map(|b| owned(b).collect()).collect())
+        })
+        .flatten();
     trace.mark("plan");
 
     // A large new output is allocated meanwhile, unless a read lands in it at once.
@@ -139,6 +153,7 @@ pub(crate) fn decode_units<S: ?Sized>(
             results: ResultLog::default(),
             cold: false,
             advised_batches: 0,
+            ahead,
         };
         let result = (|| -> Result<(), GpuError> {
             for b in 0..batches.len() {
@@ -193,6 +208,8 @@ struct BatchRun {
     cold: bool,
     /// Batches whose values the store was told of ahead of their reads.
     advised_batches: usize,
+    /// A remote store's whole values, batch by batch, fetched ahead of the batches.
+    ahead: Option<zarrs_gds_store::ValueBatches>,
 }
 
 /// A batch of at least this many stored bytes read slower than [`COLD_READ_RATE`] came from a
@@ -216,7 +233,11 @@ impl BatchRun {
         if self.settle_slot(job, slot, batches)? {
             self.trace.mark("wait slot");
         }
-        let mut batch = Batch::plan(job, &batches[b], b, slot)?;
+        let fetched = match self.ahead.as_mut().and_then(zarrs_gds_store::ValueBatches::next_batch) {
+            Some(values) => Some(values.map_err(|e| GpuError::Array(e.into()))?),
+            None => None,
+        };
+        let mut batch = Batch::plan(job, &batches[b], (b, slot), fetched)?;
         self.bound = job.config.batch_timeout(batch.decoded_total);
         self.trace.mark("sizes");
         let (read_start, read_before) = (Instant::now(), self.report.bytes_read);

@@ -2,7 +2,7 @@
 //! straight into the output) and made from the read's source, into pinned memory mirrored to the
 //! device or straight into device memory.
 
-use zarrs_storage::StoreKey;
+use zarrs_storage::{Bytes, StoreKey};
 
 use super::budget::meta_len;
 use super::job::{Item, Job, Route};
@@ -13,21 +13,27 @@ use crate::pipeline::unit::{max_stored_len, Source, Unit};
 use crate::reader::{DeviceMirror, DeviceReadRequest, DeviceRowsRequest, HostReadRequest, Prefetched};
 use crate::report::RetrieveReport;
 
-/// The stored (offset, length) of each unit of `batch`, None when missing: whole values are
-/// sized here, batch by batch, so that later batches' queries overlap the device's work on
-/// earlier ones.
 /// Per unit its stored `(offset, length)` (None: missing), and the values fetched while sizing.
 type Spans = (Vec<Option<(u64, u64)>>, Prefetched);
 
-fn stored_spans(job: &Job<'_>, batch: &[usize]) -> Result<Spans, GpuError> {
-    let units = job.units;
-    // Each whole value with the most stored bytes its unit may take (`check_stored_len`).
-    let whole: Vec<(&StoreKey, u64)> = batch
+/// The whole values among `batch`'s units (in batch order), each with the most stored bytes its
+/// unit may take (`check_stored_len`).
+pub(super) fn whole_values<'u>(units: &'u [Unit], batch: &[usize]) -> Vec<(&'u StoreKey, u64)> {
+    batch
         .iter()
         .filter(|&&u| units[u].source == Source::Whole)
         .map(|&u| (&units[u].placement.key, max_stored_len(units[u].decoded_len())))
-        .collect();
-    let (sizes, prefetched) = job.source.sizes(job.context.reader(), &whole).map_err(|e| GpuError::Array(e.into()))?;
+        .collect()
+}
+
+/// The stored (offset, length) of each unit of `batch`, None when missing: whole values are
+/// sized here, batch by batch, so that later batches' queries overlap the device's work on
+/// earlier ones. `fetched`: the batch's whole values, fetched ahead ([`whole_values`]' order).
+fn stored_spans(job: &Job<'_>, batch: &[usize], fetched: Option<Vec<Option<Bytes>>>) -> Result<Spans, GpuError> {
+    let units = job.units;
+    let whole = whole_values(units, batch);
+    let (sizes, prefetched) =
+        job.source.sizes(job.context.reader(), &whole, fetched).map_err(|e| GpuError::Array(e.into()))?;
     let mut sizes = sizes.into_iter();
     let spans = batch
         .iter()
@@ -75,9 +81,15 @@ pub(super) struct Batch {
 }
 
 impl Batch {
-    /// The batch of `units` (`index`, in `slot`): its stored sizes and its reads.
-    pub(super) fn plan(job: &Job<'_>, units: &[usize], index: usize, slot: usize) -> Result<Self, GpuError> {
-        let (spans, prefetched) = stored_spans(job, units)?;
+    /// The batch of `units` (`index`, in `slot`): its stored sizes and its reads (`fetched`: its
+    /// whole values, fetched ahead).
+    pub(super) fn plan(
+        job: &Job<'_>,
+        units: &[usize],
+        (index, slot): (usize, usize),
+        fetched: Option<Vec<Option<Bytes>>>,
+    ) -> Result<Self, GpuError> {
+        let (spans, prefetched) = stored_spans(job, units, fetched)?;
         let Reads { requests, staged, at, rows, stored_total, items, decoded_total } =
             plan_reads(job.units, units, &spans);
         let meta_bytes = meta_len(job.units, job.chain, units);
