@@ -91,15 +91,38 @@ fn main() -> Result<(), Error> {
             })?;
             let seconds = start.elapsed().as_secs_f64();
             assert_eq!(got, total, "every value fetched whole");
-            println!(
-                "{}",
-                serde_json::json!({
-                    "case": "remote fetch to host", "url": url, "concurrency": concurrency, "run": run,
-                    "values": ranges.len(), "bytes": total, "seconds": seconds,
-                    "gib_s": total as f64 / f64::from(1 << 30) / seconds,
-                })
-            );
+            let row = |case: &str, seconds: f64| {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "case": case, "url": url, "concurrency": concurrency, "run": run,
+                        "values": ranges.len(), "bytes": total, "seconds": seconds,
+                        "gib_s": total as f64 / f64::from(1 << 30) / seconds,
+                    })
+                );
+            };
+            row("remote fetch to host", seconds);
+            // The device pipeline's two ways of taking whole values: all at once (one batch), and
+            // in batches of BATCH values, each fetched while the one before is taken.
+            let whole: Vec<(StoreKey, u64)> = ranges.iter().map(|r| (r.key.clone(), r.len)).collect();
+            let start = Instant::now();
+            let values = store.fetch_values(&whole.iter().map(|(k, l)| (k, *l)).collect::<Vec<_>>())?;
+            let seconds = start.elapsed().as_secs_f64();
+            assert_eq!(values.iter().flatten().map(|b| b.len() as u64).sum::<u64>(), total);
+            row("fetch_values, one batch", seconds);
+            let start = Instant::now();
+            let mut batches = store.fetch_value_batches(whole.chunks(BATCH).map(<[_]>::to_vec).collect(), 1);
+            let mut got = 0u64;
+            while let Some(values) = batches.next_batch() {
+                got += values?.iter().flatten().map(|b| b.len() as u64).sum::<u64>();
+            }
+            let seconds = start.elapsed().as_secs_f64();
+            assert_eq!(got, total);
+            row("fetch_value_batches of 256", seconds);
         }
     }
     Ok(())
 }
+
+/// Values per batch in `fetch_value_batches` rows: Z2's chunks in a 256 MiB batch.
+const BATCH: usize = 256;

@@ -32,6 +32,8 @@ pub struct GpuConfig {
     trace: bool,
     row_reads: bool,
     coalesce_window: Option<Duration>,
+    /// The most decoded bytes of a batch read from an object store (0: no bound of its own).
+    remote_batch_bytes: u64,
     shard_index_cache: Option<CacheHandle>,
     progress: Option<ProgressHandle>,
     #[cfg(feature = "fault-injection")]
@@ -152,6 +154,15 @@ pub const TRACE_ENV: &str = "ZARRS_GPU_TRACE";
 /// `no`) or on (`1`, `true`, `on`, `yes`; the default): see [`GpuConfig::with_row_reads`].
 pub const ROW_READS_ENV: &str = "ZARRS_GPU_ROW_READS";
 
+/// The environment variable that sets [`GpuConfig::with_remote_batch_bytes`] (a byte count; `0`:
+/// object-store reads batched as any other read).
+pub const REMOTE_BATCH_BYTES_ENV: &str = "ZARRS_GPU_REMOTE_BATCH_BYTES";
+
+/// The most decoded bytes of a batch read from an object store, by default: its GETs take several
+/// times its decode, so a read is cut into batches whose decode overlaps the next one's fetch (a
+/// batch of Z2's chunks, about 70 MB stored, takes about 40 ms to fetch at 64 GETs in flight).
+pub const DEFAULT_REMOTE_BATCH_BYTES: u64 = 256 << 20;
+
 /// The environment variable that gathers reads of one array from many threads into requests,
 /// with this window in microseconds (`0`: only the reads that queue behind a request in flight;
 /// unset: each read alone): see [`GpuConfig::with_coalesce_window`].
@@ -200,6 +211,7 @@ impl Default for GpuConfig {
             trace: false,
             row_reads: true,
             coalesce_window: None,
+            remote_batch_bytes: DEFAULT_REMOTE_BATCH_BYTES,
             shard_index_cache: None,
             progress: None,
             #[cfg(feature = "fault-injection")]
@@ -229,7 +241,7 @@ fn bad(variable: &'static str, value: &str, expected: &str) -> GpuError {
 impl GpuConfig {
     /// The defaults, then every variable set in the environment: [`STAGING_BYTES_ENV`],
     /// [`DECODE_TRUST_ENV`], [`HOST_DECODE_FRACTION_ENV`], [`HOST_ENCODE_LEVEL_ENV`], [`TRACE_ENV`],
-    /// [`ROW_READS_ENV`], [`COALESCE_WINDOW_ENV`] and
+    /// [`ROW_READS_ENV`], [`COALESCE_WINDOW_ENV`], [`REMOTE_BATCH_BYTES_ENV`] and
     /// `ZARRS_GDS_BACKEND`.
     /// Settings made in code after this call win over the environment. The variables read once
     /// per device (`ZARRS_GDS_NTHREADS`, `ZARRS_GDS_TASK_SIZE`) are checked too;
@@ -268,6 +280,11 @@ impl GpuConfig {
             let us = v.trim().parse::<u64>().ok().filter(|&us| us <= 1_000_000);
             let us = us.ok_or_else(|| bad(COALESCE_WINDOW_ENV, &v, "microseconds from 0 to 1000000"))?;
             config.coalesce_window = Some(Duration::from_micros(us));
+        }
+        if let Some(v) = var(REMOTE_BATCH_BYTES_ENV) {
+            let bytes =
+                v.trim().parse::<u64>().map_err(|_| bad(REMOTE_BATCH_BYTES_ENV, &v, "a byte count (0: none)"))?;
+            config.remote_batch_bytes = bytes;
         }
         if let Some(v) = var(BACKEND_ENV) {
             config.backend = Some(v.parse().map_err(|_| bad(BACKEND_ENV, &v, "auto, gds or posix"))?);
@@ -426,6 +443,22 @@ impl GpuConfig {
     pub fn with_coalesce_window(mut self, window: Option<Duration>) -> Self {
         self.coalesce_window = window;
         self
+    }
+
+    /// The most decoded bytes of a batch read from an object store (default
+    /// [`DEFAULT_REMOTE_BATCH_BYTES`]; at least the largest chunk; `0`: batches as any read's,
+    /// up to 4 GiB of small chunks, each fetched whole before it is decoded). Several batches'
+    /// values are fetched as one stream of GETs, one batch ahead of the decode.
+    #[must_use]
+    pub fn with_remote_batch_bytes(mut self, bytes: u64) -> Self {
+        self.remote_batch_bytes = bytes;
+        self
+    }
+
+    /// The bound set by [`GpuConfig::with_remote_batch_bytes`] (None: none).
+    #[must_use]
+    pub fn remote_batch_bytes(&self) -> Option<u64> {
+        (self.remote_batch_bytes > 0).then_some(self.remote_batch_bytes)
     }
 
     /// The window set by [`GpuConfig::with_coalesce_window`].

@@ -33,7 +33,8 @@ pub(super) fn table_room(units: &[Unit], chain: &DeviceChain, batch: impl Iterat
 /// memory, before anything is allocated. Where they do not, the batches shrink (down to the
 /// largest unit alone) until they fit with [`HEADROOM`] to spare: a device filled by PyTorch or
 /// CuPy still reads, in more batches, what fits beside its output. The flag: whether they shrank.
-/// `remote`: the source is an object store, whose batches are at most [`REMOTE_BATCH`].
+/// `remote`: the source is an object store, whose batches are at most
+/// [`GpuConfig::remote_batch_bytes`].
 pub(super) fn plan_batches(
     units: &[Unit],
     chain: &DeviceChain,
@@ -58,8 +59,8 @@ pub(super) fn plan_batches(
     let floor = largest.next_multiple_of(DECODED_ALIGN).max(DECODED_ALIGN);
     let mut budget =
         batch_budget(config.staging_bytes() as u64, config.staging_is_set(), largest, small_free, out_bytes);
-    if remote {
-        budget = budget.min(REMOTE_BATCH.max(floor));
+    if let Some(cap) = config.remote_batch_bytes().filter(|_| remote) {
+        budget = budget.min(cap.max(floor));
     }
     let mut temps = std::collections::HashMap::new();
     let room = free.saturating_sub(out_bytes).saturating_sub(HEADROOM);
@@ -78,11 +79,6 @@ pub(super) fn plan_batches(
         shrunk = true;
     }
 }
-
-/// The most decoded bytes of a batch read from an object store: its GETs take several times
-/// its decode, so a read is cut into batches whose decode overlaps the next one's fetch (a batch
-/// of Z2's chunks, about 70 MB stored, takes about 40 ms to fetch at 64 GETs in flight).
-pub(super) const REMOTE_BATCH: u64 = 256 << 20;
 
 /// Device memory a read leaves free beyond its plan: for what it does not plan (the fill block,
 /// streams and events), and the driver's granularity.
@@ -233,5 +229,15 @@ mod tests {
         // Room for the output and a chunk but not for two slots of one: refused, with the sizes.
         let none = plan_batches(&units, &chain, &config, ((64 << 20) + (3 << 20), false), None, out_bytes);
         assert!(matches!(none, Err(GpuError::OutOfMemory { needed, .. }) if needed > (67 << 20)), "{none:?}");
+        // From an object store: batches of at most its bound (16 MiB here: 16 chunks), none with
+        // a bound of 0; other stores ignore it.
+        let remote = config.clone().with_remote_batch_bytes(16 << 20);
+        let (cut, _) = plan_batches(&units, &chain, &remote, (1 << 30, true), None, out_bytes).unwrap();
+        assert_eq!(cut.iter().map(Vec::len).collect::<Vec<_>>(), vec![16; 4]);
+        let whole = plan_batches(&units, &chain, &remote.with_remote_batch_bytes(0), (1 << 30, true), None, out_bytes);
+        assert_eq!(whole.unwrap().0.len(), 1);
+        let local =
+            plan_batches(&units, &chain, &config.with_remote_batch_bytes(16 << 20), (1 << 30, false), None, out_bytes);
+        assert_eq!(local.unwrap().0.len(), 1);
     }
 }
