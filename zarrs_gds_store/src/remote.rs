@@ -403,17 +403,6 @@ impl RemoteStore {
     /// runs past it is refused as soon as it does (a hostile server cannot make us take more),
     /// a shorter one at its end.
     async fn body(&self, key: &StoreKey, result: object_store::GetResult) -> Result<Bytes, StorageError> {
-        self.body_up_to(key, result, u64::MAX).await
-    }
-
-    /// [`Self::body`], but only its first `most` bytes: the response is dropped (its connection
-    /// closed) once they have arrived, so a value longer than asked costs no more than `most`.
-    async fn body_up_to(
-        &self,
-        key: &StoreKey,
-        result: object_store::GetResult,
-        most: u64,
-    ) -> Result<Bytes, StorageError> {
         let range = result.range.clone();
         let expected = range.end.saturating_sub(range.start);
         let wrong = |got: u64| {
@@ -422,8 +411,7 @@ impl RemoteStore {
                 self.name, range.start, range.end
             ))
         };
-        let want = expected.min(most);
-        let capacity = usize::try_from(want.min(64 << 20)).unwrap_or(0);
+        let capacity = usize::try_from(expected.min(64 << 20)).unwrap_or(0);
         let mut body = bytes::BytesMut::with_capacity(capacity);
         let mut chunks = result.into_stream();
         while let Some(chunk) = chunks.next().await {
@@ -432,18 +420,9 @@ impl RemoteStore {
             if got > expected {
                 return Err(wrong(got));
             }
-            if got >= want {
-                // `want` < the chunk's end only where `most` cut the value: the rest is not taken.
-                let keep = usize::try_from(want - body.len() as u64).unwrap_or(chunk.len()).min(chunk.len());
-                body.extend_from_slice(&chunk[..keep]);
-                if want < expected {
-                    return Ok(body.freeze());
-                }
-                continue;
-            }
             body.extend_from_slice(&chunk);
         }
-        if body.len() as u64 != want {
+        if body.len() as u64 != expected {
             return Err(wrong(body.len() as u64));
         }
         Ok(body.freeze())
@@ -587,14 +566,7 @@ impl RemoteStore {
     /// `key`'s whole value, at most `limit` bytes and one more (see [`Self::fetch_values`]).
     async fn fetch_value(&self, key: &StoreKey, limit: u64) -> Result<MaybeBytes, StorageError> {
         match &self.backend {
-            // A plain GET, its body cut after `limit + 1` bytes: a range past the value's end
-            // (what a bounded GET of an unknown size asks) was served at half the rate by
-            // SeaweedFS (`remote_get`, run CT).
-            Backend::Object(store) => match store.get_opts(&Self::object_path(key), GetOptions::default()).await {
-                Ok(result) => Ok(Some(self.body_up_to(key, result, limit.saturating_add(1)).await?)),
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(StorageError::Other(format!("{}: {key}: {e}", self.name))),
-            },
+            Backend::Object(_) => self.get(key, Some(GetRange::Bounded(0..limit.saturating_add(1)))).await,
             // zarrs' async stores clamp no ranges: the size first.
             Backend::Async(store) => match self.size(key).await? {
                 Some(size) => {
