@@ -446,9 +446,10 @@ impl GpuConfig {
     }
 
     /// The most decoded bytes of a batch read from an object store (default
-    /// [`DEFAULT_REMOTE_BATCH_BYTES`]; at least the largest chunk; `0`: batches as any read's,
-    /// up to 4 GiB of small chunks, each fetched whole before it is decoded). Several batches'
-    /// values are fetched as one stream of GETs, one batch ahead of the decode.
+    /// [`DEFAULT_REMOTE_BATCH_BYTES`]; at least the largest chunk; `0`: no bound of its own,
+    /// batches as any read's, up to 4 GiB of small chunks, so that a smaller read is one batch,
+    /// fetched whole before it is decoded). A read of several batches fetches their values as one
+    /// stream of GETs, one batch ahead of the decode.
     #[must_use]
     pub fn with_remote_batch_bytes(mut self, bytes: u64) -> Self {
         self.remote_batch_bytes = bytes;

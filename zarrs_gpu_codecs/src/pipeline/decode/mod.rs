@@ -92,12 +92,11 @@ pub(crate) fn decode_units<S: ?Sized>(
     )?;
     let slots = if batches.len() > 1 { 2 } else { 1 };
     // A remote store's whole values stream in ahead of the batches that take them, so that one
-    // batch is copied and decoded while the next is fetched. One batch is fetched as it is read.
-    let ahead = (batches.len() > 1)
-        .then(|| {
-            let owned = |batch: &Vec<usize>| read::whole_values(units, batch).into_iter().map(|(k, l)| (k.clone(), l));
-            source.fetch_ahead(batches.iter().map(|b| owned(b).collect()).collect())
-        })
+    // batch is copied and decoded while the next is fetched. One batch is fetched as it is read,
+    // and a sharded array's inner chunks (ranges, not whole values) in each batch's read.
+    let whole = |batch: &Vec<usize>| read::whole_values(units, batch).into_iter().map(|(k, l)| (k.clone(), l));
+    let ahead = (batches.len() > 1 && source.remote().is_some() && units.iter().any(|u| u.source == Source::Whole))
+        .then(|| source.fetch_ahead(batches.iter().map(|b| whole(b).collect()).collect()))
         .flatten();
     trace.mark("plan");
 
