@@ -1,6 +1,8 @@
 //! The object store's ceiling: every stored chunk of an array fetched into host memory by
 //! `RemoteStore::fetch_many` (ranged GETs many in flight, nothing decoded, nothing copied to a
-//! device), at several concurrencies. No GPU needed. One JSON row per concurrency and repetition.
+//! device), at several concurrencies; beside it the device pipeline's two ways of taking whole
+//! values, `fetch_values` (one batch) and `fetch_value_batches` (batches of 256, one ahead). No
+//! GPU needed. Three JSON rows per concurrency and repetition.
 //! `put DIR URL` uploads a directory's files first (PUTs, 32 at once), as object stores hold
 //! arrays.
 //!
