@@ -7,7 +7,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use zarrs_gds_store::{AnyStore, DeviceReadOutcome, GdsStore, IoBackend, IoPath, RemoteStore, ValueBatches};
+use zarrs_gds_store::{AnyStore, DeviceReadOutcome, GdsStore, IoBackend, IoPath, RemoteStore};
 use zarrs_storage::{Bytes, ReadableStorageTraits, StorageError, StoreKey};
 
 use super::remote::Prefetched;
@@ -82,7 +82,7 @@ impl<'a> ReadSource<'a> {
     /// The size of each whole value (None: missing) of `keys`, each with the most stored bytes it
     /// may take: a `RemoteStore`'s values are fetched whole (one GET each, at most their limit
     /// and a byte more: a longer one is then refused by its size), kept for the batch's read,
-    /// unless `fetched` brings them (fetched ahead, [`Self::fetch_ahead`]); other stores' sizes
+    /// unless `fetched` brings them (fetched ahead, [`RemoteStore::fetch_value_batches`]); other stores' sizes
     /// are asked in parallel on the reader's threads.
     pub(crate) fn sizes(
         self,
@@ -110,16 +110,6 @@ impl<'a> ReadSource<'a> {
         let sizes =
             reader.install(|| keys.par_iter().map(|(key, _)| self.size_key(key)).collect::<Result<Vec<_>, _>>())?;
         Ok((sizes, Prefetched::default()))
-    }
-
-    /// A `RemoteStore`'s whole values of every batch (per batch, `(key, limit)` as [`Self::sizes`]
-    /// takes them), fetched in the background one batch ahead of the reader (see
-    /// [`RemoteStore::fetch_value_batches`]); None for other stores, whose sizes are asked per batch.
-    pub(crate) fn fetch_ahead(self, batches: Vec<Vec<(StoreKey, u64)>>) -> Option<ValueBatches> {
-        match self {
-            Self::Remote(store) => Some(store.fetch_value_batches(batches, 1)),
-            Self::Gds(_) | Self::Store(_) => None,
-        }
     }
 
     /// Tell the store these ranges (`(key, offset, len)`, `len` 0: the whole value) are read

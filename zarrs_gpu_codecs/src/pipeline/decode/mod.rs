@@ -95,9 +95,10 @@ pub(crate) fn decode_units<S: ?Sized>(
     // batch is copied and decoded while the next is fetched. One batch is fetched as it is read,
     // and a sharded array's inner chunks (ranges, not whole values) in each batch's read.
     let whole = |batch: &Vec<usize>| read::whole_values(units, batch).into_iter().map(|(k, l)| (k.clone(), l));
-    let ahead = (batches.len() > 1 && source.remote().is_some() && units.iter().any(|u| u.source == Source::Whole))
-        .then(|| source.fetch_ahead(batches.iter().map(|b| whole(b).collect()).collect()))
-        .flatten();
+    let ahead = source
+        .remote()
+        .filter(|_| batches.len() > 1 && units.iter().any(|u| u.source == Source::Whole))
+        .map(|store| store.fetch_value_batches(batches.iter().map(|b| whole(b).collect()).collect(), 1));
     trace.mark("plan");
 
     // A large new output is allocated meanwhile, unless a read lands in it at once.
@@ -232,10 +233,12 @@ impl BatchRun {
         if self.settle_slot(job, slot, batches)? {
             self.trace.mark("wait slot");
         }
-        let fetched = match self.ahead.as_mut().and_then(zarrs_gds_store::ValueBatches::next_batch) {
-            Some(values) => Some(values.map_err(|e| GpuError::Array(e.into()))?),
-            None => None,
-        };
+        let fetched = self
+            .ahead
+            .as_mut()
+            .and_then(zarrs_gds_store::ValueBatches::next_batch)
+            .transpose()
+            .map_err(|e| GpuError::Array(e.into()))?;
         let mut batch = Batch::plan(job, &batches[b], (b, slot), fetched)?;
         self.bound = job.config.batch_timeout(batch.decoded_total);
         self.trace.mark("sizes");
