@@ -1,8 +1,10 @@
 //! The object store's ceiling: every stored chunk of an array fetched into host memory by
 //! `RemoteStore::fetch_many` (ranged GETs many in flight, nothing decoded, nothing copied to a
-//! device), at several concurrencies; beside it the device pipeline's two ways of taking whole
-//! values, `fetch_values` (one batch) and `fetch_value_batches` (batches of 256, one ahead). No
-//! GPU needed. Three JSON rows per concurrency and repetition.
+//! device), at several concurrencies, each value dropped as it arrives and then all kept to the
+//! end (what holding them costs); beside it the device pipeline's ways of taking whole values,
+//! `fetch_values` (one batch; a byte past each value's end as the pipeline asks, and exactly to
+//! it) and `fetch_value_batches` (batches of 256, one ahead). No GPU needed. Five JSON rows per
+//! concurrency and repetition. `KEPT_BODY_BYTES` sets the store's `kept_body_bytes`.
 //! `put DIR URL` uploads a directory's files first (PUTs, 32 at once), as object stores hold
 //! arrays.
 //!
@@ -65,7 +67,9 @@ fn main() -> Result<(), Error> {
     let concurrencies: Vec<usize> =
         args.get(1).map_or("16,64,256", String::as_str).split(',').map(str::parse).collect::<Result<_, _>>()?;
     let repeat: usize = args.get(2).map_or(Ok(3), |r| r.parse())?;
-    let store = RemoteStore::from_url(url, std::iter::empty::<(&str, &str)>())?;
+    // KEPT_BODY_BYTES: the store's `kept_body_bytes` (0: every body in fresh memory).
+    let kept = std::env::var("KEPT_BODY_BYTES").ok().map(|bytes| ("kept_body_bytes", bytes));
+    let store = RemoteStore::from_url(url, kept)?;
     let start = Instant::now();
     // Every value but the metadata: the chunks (v3 `c/...` or v2 `0.0.0` keys).
     let keys: Vec<_> = store
@@ -85,14 +89,6 @@ fn main() -> Result<(), Error> {
     for &concurrency in &concurrencies {
         let store = store.clone().with_concurrency(concurrency);
         for run in 0..repeat {
-            let start = Instant::now();
-            let mut got = 0u64;
-            store.fetch_many(&ranges, |_, bytes| {
-                got += bytes.map_or(0, |b| b.len() as u64);
-                Ok::<(), StorageError>(())
-            })?;
-            let seconds = start.elapsed().as_secs_f64();
-            assert_eq!(got, total, "every value fetched whole");
             let row = |case: &str, seconds: f64| {
                 println!(
                     "{}",
@@ -103,24 +99,52 @@ fn main() -> Result<(), Error> {
                     })
                 );
             };
-            row("remote fetch to host", seconds);
-            // The device pipeline's two ways of taking whole values: all at once (one batch), and
-            // in batches of BATCH values, each fetched while the one before is taken.
+            let timed = |case: &str, fetch: &dyn Fn() -> Result<u64, Error>| -> Result<(), Error> {
+                let start = Instant::now();
+                let got = fetch()?;
+                let seconds = start.elapsed().as_secs_f64();
+                assert_eq!(got, total, "{case}: every value fetched whole");
+                row(case, seconds);
+                Ok(())
+            };
+            // Exact ranges, each value dropped as it arrives: the server's and the loopback's rate.
+            timed("remote fetch to host", &|| {
+                let mut got = 0u64;
+                store.fetch_many(&ranges, |_, bytes| {
+                    got += bytes.map_or(0, |b| b.len() as u64);
+                    Ok::<(), StorageError>(())
+                })?;
+                Ok(got)
+            })?;
+            // The same, every value kept to the end (as a batch's values are, until decoded): what
+            // holding them costs (fresh memory, page faults).
+            timed("remote fetch to host, kept", &|| {
+                let mut kept = Vec::with_capacity(ranges.len());
+                store.fetch_many(&ranges, |_, bytes| {
+                    kept.extend(bytes);
+                    Ok::<(), StorageError>(())
+                })?;
+                Ok(kept.iter().map(|b| b.len() as u64).sum())
+            })?;
+            // The device pipeline's ways of taking whole values: all at once (one batch), each GET
+            // a byte past the value's end (as the pipeline asks, its size unknown) or exactly to
+            // it; and in batches of BATCH values, each fetched while the one before is taken.
             let whole: Vec<(StoreKey, u64)> = ranges.iter().map(|r| (r.key.clone(), r.len)).collect();
-            let start = Instant::now();
-            let values = store.fetch_values(&whole.iter().map(|(k, l)| (k, *l)).collect::<Vec<_>>())?;
-            let seconds = start.elapsed().as_secs_f64();
-            assert_eq!(values.iter().flatten().map(|b| b.len() as u64).sum::<u64>(), total);
-            row("fetch_values, one batch", seconds);
-            let start = Instant::now();
-            let mut batches = store.fetch_value_batches(whole.chunks(BATCH).map(<[_]>::to_vec).collect(), 1);
-            let mut got = 0u64;
-            while let Some(values) = batches.next_batch() {
-                got += values?.iter().flatten().map(|b| b.len() as u64).sum::<u64>();
+            let exact: Vec<(StoreKey, u64)> = ranges.iter().map(|r| (r.key.clone(), r.len.saturating_sub(1))).collect();
+            for (case, keys) in [("fetch_values, one batch", &whole), ("fetch_values, exact ranges", &exact)] {
+                timed(case, &|| {
+                    let values = store.fetch_values(&keys.iter().map(|(k, l)| (k, *l)).collect::<Vec<_>>())?;
+                    Ok(values.iter().flatten().map(|b| b.len() as u64).sum())
+                })?;
             }
-            let seconds = start.elapsed().as_secs_f64();
-            assert_eq!(got, total);
-            row("fetch_value_batches of 256", seconds);
+            timed("fetch_value_batches of 256", &|| {
+                let mut batches = store.fetch_value_batches(whole.chunks(BATCH).map(<[_]>::to_vec).collect(), 1);
+                let mut got = 0u64;
+                while let Some(values) = batches.next_batch() {
+                    got += values?.iter().flatten().map(|b| b.len() as u64).sum::<u64>();
+                }
+                Ok(got)
+            })?;
         }
     }
     Ok(())

@@ -57,6 +57,7 @@
 mod advise;
 mod aws_profile;
 mod backend;
+mod body_buffers;
 mod cufile;
 mod error;
 mod file;
@@ -68,7 +69,10 @@ mod write;
 pub use backend::{IoBackend, IoPath, IoStatus, BACKEND_ENV};
 pub use cufile::CUFILE_LIBRARY_ENV;
 pub use error::ReadError;
-pub use remote::{object_store_options, redact_url, RemoteRange, RemoteStore, ValueBatches, DEFAULT_CONCURRENCY};
+pub use remote::{
+    object_store_options, redact_url, RemoteRange, RemoteStore, ValueBatches, DEFAULT_CONCURRENCY,
+    DEFAULT_KEPT_BODY_BYTES,
+};
 pub use store::{DeviceReadOutcome, GdsRanges, GdsStore, GdsStoreOptions, ValueRange};
 pub use stores::AnyStore;
 pub use write::Durability;

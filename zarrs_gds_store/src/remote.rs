@@ -28,9 +28,15 @@ use zarrs_storage::{
 };
 
 use crate::aws_profile::with_profile;
+use crate::body_buffers::{self, BodyBuffers};
 
 /// Ranged GETs a [`RemoteStore`] keeps in flight by default.
 pub const DEFAULT_CONCURRENCY: usize = 64;
+
+/// The most bytes of finished response bodies a [`RemoteStore`] keeps for later ones by default
+/// ([`RemoteStore::with_kept_body_bytes`]): two of the device pipeline's batches of Z2's values
+/// several times over, held in host memory while the store lives.
+pub const DEFAULT_KEPT_BODY_BYTES: usize = 512 << 20;
 
 /// Retries of a failed request (5xx, timeouts, dropped connections) with exponential backoff, and
 /// the time after which a request is no longer retried: a server that dies mid-read is an error
@@ -110,6 +116,8 @@ pub struct RemoteStore {
     concurrency: usize,
     /// The server refused a suffix range: later ones are asked as bounded ranges at once.
     no_suffix: Arc<AtomicBool>,
+    /// Where bodies are gathered: memory earlier bodies used, page faults not taken again.
+    buffers: BodyBuffers,
 }
 
 impl fmt::Debug for RemoteStore {
@@ -137,7 +145,7 @@ impl fmt::Display for RemoteStore {
 /// `profile_files=false`: what a client that never reads the files configured); and
 /// `allow_http` added where the URL or the endpoint is plain HTTP (as s3fs takes it). Other
 /// clients of object_store (obstore) take the result as they are, but for this crate's own
-/// `max_retries`, `retry_timeout` and `concurrency`.
+/// `max_retries`, `retry_timeout`, `concurrency` and `kept_body_bytes`.
 ///
 /// # Errors
 /// Returns an error naming the URL (never a secret) when a profile named is in neither file, or
@@ -224,7 +232,13 @@ impl RemoteStore {
     #[must_use]
     pub fn new(store: Arc<dyn ObjectStore>) -> Self {
         let name = store.to_string();
-        Self { backend: Backend::Object(store), name, concurrency: DEFAULT_CONCURRENCY, no_suffix: Arc::default() }
+        Self {
+            backend: Backend::Object(store),
+            name,
+            concurrency: DEFAULT_CONCURRENCY,
+            no_suffix: Arc::default(),
+            buffers: BodyBuffers::new(DEFAULT_KEPT_BODY_BYTES),
+        }
     }
 
     /// A store over any async zarrs store (reads only: listing and writes are errors).
@@ -235,6 +249,7 @@ impl RemoteStore {
             name: name.into(),
             concurrency: DEFAULT_CONCURRENCY,
             no_suffix: Arc::default(),
+            buffers: BodyBuffers::new(DEFAULT_KEPT_BODY_BYTES),
         }
     }
 
@@ -243,7 +258,8 @@ impl RemoteStore {
     /// `http(s)://host/prefix` (ranged GETs; listing needs WebDAV). `options` are object_store's
     /// configuration keys (`aws_endpoint`, `aws_region`, `aws_access_key_id`, `allow_http`,
     /// `timeout`, ...) or fsspec's (`endpoint_url`, `key`, `secret`, `anon`, ...), and
-    /// `max_retries`, `retry_timeout` (seconds) and `concurrency` (ranged GETs in flight).
+    /// `max_retries`, `retry_timeout` (seconds), `concurrency` (ranged GETs in flight) and
+    /// `kept_body_bytes` ([`Self::with_kept_body_bytes`]).
     ///
     /// # Errors
     /// Returns an error naming the URL (never its credentials) when it cannot be parsed, its
@@ -263,6 +279,7 @@ impl RemoteStore {
         let (scheme, prefix) = ObjectStoreScheme::parse(&parsed)
             .map_err(|_| config_error(url, "not an object store URL (s3, http, https)"))?;
         let mut concurrency = DEFAULT_CONCURRENCY;
+        let mut kept = DEFAULT_KEPT_BODY_BYTES;
         let mut retry = RetryConfig { max_retries: MAX_RETRIES, retry_timeout: RETRY_TIMEOUT, ..Default::default() };
         let mut settings: Vec<(String, String)> =
             vec![("timeout".into(), REQUEST_TIMEOUT.into()), ("connect_timeout".into(), CONNECT_TIMEOUT.into())];
@@ -270,6 +287,9 @@ impl RemoteStore {
             match key.as_str() {
                 "concurrency" => {
                     concurrency = value.parse().map_err(|_| config_error(url, "concurrency: a count"))?;
+                }
+                "kept_body_bytes" => {
+                    kept = value.parse().map_err(|_| config_error(url, "kept_body_bytes: a byte count"))?;
                 }
                 "max_retries" => {
                     retry.max_retries = value.parse().map_err(|_| config_error(url, "max_retries: a count"))?;
@@ -309,7 +329,7 @@ impl RemoteStore {
         let prefix = ObjectPath::parse(prefix).map_err(|e| config_error(url, e))?;
         let store: Arc<dyn ObjectStore> =
             if prefix.as_ref().is_empty() { store } else { Arc::new(PrefixStore::new(store, prefix)) };
-        let mut remote = Self::new(store).with_concurrency(concurrency);
+        let mut remote = Self::new(store).with_concurrency(concurrency).with_kept_body_bytes(kept);
         remote.name = redact_url(url);
         Ok(remote)
     }
@@ -319,6 +339,22 @@ impl RemoteStore {
     pub fn with_concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency.max(1);
         self
+    }
+
+    /// The most bytes of finished response bodies kept for later ones (default
+    /// [`DEFAULT_KEPT_BODY_BYTES`]; 0: none): a body is gathered into the memory of one dropped
+    /// before it, where fresh memory would cost a page fault per 4 KiB on the thread gathering
+    /// every body. Held in host memory while the store or a clone of it lives.
+    #[must_use]
+    pub fn with_kept_body_bytes(mut self, bytes: usize) -> Self {
+        self.buffers = BodyBuffers::new(bytes);
+        self
+    }
+
+    /// The bound set by [`Self::with_kept_body_bytes`].
+    #[must_use]
+    pub fn kept_body_bytes(&self) -> usize {
+        self.buffers.limit()
     }
 
     /// Whether its responses tell each value's whole size ([`Self::fetch_many_sized`]): object
@@ -411,8 +447,13 @@ impl RemoteStore {
                 self.name, range.start, range.end
             ))
         };
-        let capacity = usize::try_from(expected.min(64 << 20)).unwrap_or(0);
-        let mut body = bytes::BytesMut::with_capacity(capacity);
+        // A kept buffer where the length is a kept size; else one grown as the bytes come, never
+        // more than LARGEST up front (the claimed length is the server's word).
+        let kept = usize::try_from(expected).ok().and_then(|len| self.buffers.take(len));
+        let pooled = kept.is_some();
+        let mut body = kept.unwrap_or_else(|| {
+            Vec::with_capacity(usize::try_from(expected).map_or(0, |n| n.min(body_buffers::LARGEST)))
+        });
         let mut chunks = result.into_stream();
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk.map_err(|e| StorageError::Other(format!("{}: {key}: {e}", self.name)))?;
@@ -425,7 +466,7 @@ impl RemoteStore {
         if body.len() as u64 != expected {
             return Err(wrong(body.len() as u64));
         }
-        Ok(body.freeze())
+        Ok(if pooled { self.buffers.freeze(body) } else { Bytes::from(body) })
     }
 
     /// `len` bytes of `key` from `offset`, exactly (a shorter value is an error naming the key),
@@ -665,10 +706,12 @@ async fn fetch_batches(
             }
         })
         .flatten();
+    // Each GET its own task: bodies are gathered on every worker of the runtime, not all on the
+    // one that runs this task (which also serves connections).
     let mut done = std::pin::pin!(keys
         .map(move |(k, i, key, limit)| {
             let store = Arc::clone(&store);
-            async move { (k, i, store.fetch_value(&key, limit).await) }
+            Spawned(runtime().spawn(async move { (k, i, store.fetch_value(&key, limit).await) }))
         })
         .buffer_unordered(concurrency));
     while let Some((k, i, result)) = done.next().await {
@@ -694,6 +737,28 @@ async fn fetch_batches(
                 return;
             }
         }
+    }
+}
+
+/// A task spawned on the remote runtime, awaited for its output and aborted when dropped (a
+/// stopped fetch leaves no GET running for nothing).
+struct Spawned<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Future for Spawned<T> {
+    type Output = T;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<T> {
+        std::pin::Pin::new(&mut self.0).poll(cx).map(|joined| match joined {
+            Ok(output) => output,
+            // Its panic is the awaiting task's; it is never aborted while awaited.
+            Err(err) => std::panic::resume_unwind(err.into_panic()),
+        })
+    }
+}
+
+impl<T> Drop for Spawned<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
