@@ -89,6 +89,7 @@ mod tests {
             ("advise", include_str!("advise.rs")),
             ("aws_profile", include_str!("aws_profile.rs")),
             ("backend", include_str!("backend.rs")),
+            ("body_buffers", include_str!("body_buffers.rs")),
             ("cufile", include_str!("cufile.rs")),
             ("error", include_str!("error.rs")),
             ("file", include_str!("file.rs")),
