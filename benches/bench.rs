@@ -129,11 +129,14 @@ fn time(repeat: usize, mut f: impl FnMut() -> Result<(), Error>) -> Result<(f64,
 }
 
 /// The configuration of this project's timed reads: the store's backend chosen per file, row
-/// reads as the environment says (the A/B switch), shard indexes kept in `cache` between reads.
+/// reads and a set host decode fraction as the environment says (the A/B switches), shard
+/// indexes kept in `cache` between reads.
 fn bench_config(cache: Arc<ShardIndexCache>) -> Result<GpuConfig, Error> {
+    let env = GpuConfig::from_env()?;
     Ok(GpuConfig::default()
         .with_backend(IoBackend::Auto)
-        .with_row_reads(GpuConfig::from_env()?.row_reads())
+        .with_row_reads(env.row_reads())
+        .with_host_decode_fraction(env.host_decode_fraction())
         .with_shard_index_cache(Some(cache)))
 }
 
