@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use servers::{Server, SECRET_KEY};
+use servers::{files_under, Server, SECRET_KEY};
 use zarrs::array::codec::ZstdCodec;
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset};
 use zarrs::filesystem::FilesystemStore;
@@ -174,7 +174,7 @@ fn value_batches_arrive_in_order_equal_to_fetch_values_and_stop_at_errors() -> R
         // Every stored chunk of two arrays, in batches of 3, an empty batch and a missing key among them.
         let mut keys = Vec::new();
         for array in ["gzip.zarr", "zstd.zarr"] {
-            for entry in walk(&dir.join(array).join("c"))? {
+            for entry in files_under(&dir.join(array).join("c"))? {
                 let key = entry.strip_prefix(&dir)?.to_string_lossy().into_owned();
                 keys.push((StoreKey::new(key)?, 1 << 20));
             }
@@ -214,20 +214,6 @@ fn value_batches_arrive_in_order_equal_to_fetch_values_and_stop_at_errors() -> R
     }
     assert!(start.elapsed() < Duration::from_mins(1), "took {:?}", start.elapsed());
     Ok(())
-}
-
-/// Every file under `dir`, recursively.
-fn walk(dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            files.extend(walk(&path)?);
-        } else {
-            files.push(path);
-        }
-    }
-    Ok(files)
 }
 
 #[test]

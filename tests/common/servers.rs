@@ -229,18 +229,7 @@ impl Server {
         use rayon::prelude::*;
         use zarrs_storage::WritableStorageTraits;
         let store = self.s3_store(prefix);
-        let mut files = Vec::new();
-        let mut pending = vec![dir.to_path_buf()];
-        while let Some(d) = pending.pop() {
-            for entry in std::fs::read_dir(&d)? {
-                let path = entry?.path();
-                if path.is_dir() {
-                    pending.push(path);
-                } else {
-                    files.push(path);
-                }
-            }
-        }
+        let files = files_under(dir)?;
         files.par_iter().try_for_each(|path| -> Result<(), Box<dyn Error + Send + Sync>> {
             let key = zarrs_storage::StoreKey::new(path.strip_prefix(dir)?.to_string_lossy())?;
             store.set(&key, zarrs_storage::Bytes::from(std::fs::read(path)?))?;
@@ -358,4 +347,21 @@ pub(crate) fn write_arrays(dir: &Path) -> Result<Vec<Array<FilesystemStore>>, Bo
     std::fs::create_dir_all(dir)?;
     let store = Arc::new(FilesystemStore::new(dir)?);
     NAMES.iter().map(|name| build(name, store.clone())).collect()
+}
+
+/// Every file under `dir`, recursively.
+pub(crate) fn files_under(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut files = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    Ok(files)
 }

@@ -449,11 +449,10 @@ impl RemoteStore {
         };
         // A kept buffer where the length is a kept size; else one grown as the bytes come, never
         // more than LARGEST up front (the claimed length is the server's word).
-        let kept = usize::try_from(expected).ok().and_then(|len| self.buffers.take(len));
+        let claimed = usize::try_from(expected).unwrap_or(usize::MAX);
+        let kept = self.buffers.take(claimed);
         let pooled = kept.is_some();
-        let mut body = kept.unwrap_or_else(|| {
-            Vec::with_capacity(usize::try_from(expected).map_or(0, |n| n.min(body_buffers::LARGEST)))
-        });
+        let mut body = kept.unwrap_or_else(|| Vec::with_capacity(claimed.min(body_buffers::LARGEST)));
         let mut chunks = result.into_stream();
         while let Some(chunk) = chunks.next().await {
             let chunk = chunk.map_err(|e| StorageError::Other(format!("{}: {key}: {e}", self.name)))?;
