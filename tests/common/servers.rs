@@ -32,21 +32,54 @@ pub(crate) const SECRET_KEY: &str = "zarrs-gpu-test-secret-0123456789";
 /// The S3 server's bucket: a directory under its root.
 pub(crate) const BUCKET: &str = "volumes";
 
-/// A free port on loopback (the next bind may race another process: rare, and an error then).
+/// A free port on loopback, below the kernel's range for outgoing connections' local ports, so
+/// that no client socket (a test's, or one a server opens to its own parts while it starts) takes
+/// it between this pick and the server's bind; each pick in this process is a different port.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free loopback port").port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const LOW: u16 = 12_000;
+    // A start spread by the process id: two test processes at once seldom try the same ports.
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .filter(|&low| low > LOW + 1_000)
+        .unwrap_or(32_768);
+    let span = high - LOW;
+    let start = (std::process::id() % u32::from(span)) as u16;
+    for _ in 0..span {
+        let port = LOW + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {LOW}..{high}")
 }
 
-/// Wait until `port` accepts connections, or fail naming `what`.
-fn wait_for(port: u16, child: &mut Child, what: &str) {
+/// Wait until `port` accepts connections; an error with the end of `log` (the server's output)
+/// where the server exits first, a panic naming `what` where it does not listen within 30 s.
+fn wait_for(port: u16, child: &mut Child, what: &str, log: &Path) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited before listening ({status})");
+            let output = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = output.lines().rev().take(20).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            return Err(format!("{what} exited before listening ({status}); its output ends:\n{}", tail.join("\n")));
         }
         assert!(Instant::now() < deadline, "{what} did not listen on port {port} within 30 s");
         std::thread::sleep(Duration::from_millis(50));
     }
+    Ok(())
+}
+
+/// A temporary file for a server's output (kept while the server runs), read back where it exits
+/// early, and the server's stdout and stderr writing into it.
+fn log_file() -> (tempfile::NamedTempFile, Stdio, Stdio) {
+    let log = tempfile::NamedTempFile::new().expect("the server's log file");
+    let out = log.reopen().expect("the server's log file, for stdout");
+    let err = log.reopen().expect("the server's log file, for stderr");
+    (log, Stdio::from(out), Stdio::from(err))
 }
 
 /// A program: `$VAR` where set, else `default` under the checkout (or the current directory,
@@ -83,6 +116,8 @@ pub(crate) struct Server {
     /// The S3 server's root (`root/BUCKET` is the bucket's directory: s3s-fs serves it, SeaweedFS
     /// is sent what is written there by [`Server::arrays`]), or the directory served over HTTP.
     pub(crate) root: tempfile::TempDir,
+    /// The server's output.
+    log: tempfile::NamedTempFile,
 }
 
 impl Drop for Server {
@@ -110,61 +145,74 @@ impl Server {
         std::fs::create_dir(root.path().join(BUCKET)).expect("the bucket's directory");
         let port = free_port();
         let bin = program("S3S_FS", "target/tools/bin/s3s-fs", "s3s-fs");
+        let (log, stdout, stderr) = log_file();
         let mut child = Command::new(&bin)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
             .arg(root.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {} (S3S_FS; .ci/run installs it): {e}", bin.display()));
-        wait_for(port, &mut child, "s3s-fs");
-        Self { child, port, kind: Kind::S3sFs, root }
+        wait_for(port, &mut child, "s3s-fs", log.path()).unwrap_or_else(|e| panic!("{e}"));
+        Self { child, port, kind: Kind::S3sFs, root, log }
     }
 
     /// SeaweedFS's all-in-one `weed mini` with the empty bucket [`BUCKET`], its data under the
     /// root's `weed/`, every one of its ports a free one (`WEED` names the binary; `.ci/run`
-    /// installs it under `target/tools/bin`). Ready once the bucket lists.
+    /// installs it under `target/tools/bin`). Ready once the bucket lists. A start that exits
+    /// before listening (a port taken by another process after the pick) is tried again, twice,
+    /// on fresh ports; the third names what the server printed.
     fn seaweedfs() -> Self {
         let root = tempfile::tempdir().expect("a temporary directory");
-        let data = root.path().join("weed");
         std::fs::create_dir_all(root.path().join(BUCKET)).expect("the bucket's directory");
-        std::fs::create_dir(&data).expect("SeaweedFS's directory");
-        let port = free_port();
         let bin = program("WEED", "target/tools/bin/weed", "weed");
-        let mut command = Command::new(&bin);
-        command
-            .arg("mini")
-            .arg(format!("-dir={}", data.display()))
-            .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false", "-webdav=false", "-metricsPort=0"])
-            .arg(format!("-bucket={BUCKET}"))
-            .arg(format!("-s3.port={port}"));
-        for flag in [
-            "s3.port.grpc",
-            "s3.port.iceberg",
-            "s3.port.lance",
-            "master.port",
-            "master.port.grpc",
-            "volume.port",
-            "volume.port.grpc",
-            "filer.port",
-            "filer.port.grpc",
-            "admin.port",
-            "admin.port.grpc",
-        ] {
-            command.arg(format!("-{flag}={}", free_port()));
-        }
-        // Its admin identity comes from the environment.
-        let mut child = command
-            .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-            .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-            .current_dir(&data)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {} (WEED; .ci/run installs it): {e}", bin.display()));
-        wait_for(port, &mut child, "weed mini");
-        let server = Self { child, port, kind: Kind::SeaweedFs, root };
+        let mut attempt = 0;
+        let (child, port, log) = loop {
+            attempt += 1;
+            let data = root.path().join(format!("weed-{attempt}"));
+            std::fs::create_dir(&data).expect("SeaweedFS's directory");
+            let port = free_port();
+            let mut command = Command::new(&bin);
+            command
+                .arg("mini")
+                .arg(format!("-dir={}", data.display()))
+                .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-admin.ui=false", "-webdav=false", "-metricsPort=0"])
+                .args(["-master.telemetry=false"])
+                .arg(format!("-bucket={BUCKET}"))
+                .arg(format!("-s3.port={port}"));
+            for flag in [
+                "s3.port.grpc",
+                "s3.port.iceberg",
+                "s3.port.lance",
+                "master.port",
+                "master.port.grpc",
+                "volume.port",
+                "volume.port.grpc",
+                "filer.port",
+                "filer.port.grpc",
+                "admin.port",
+                "admin.port.grpc",
+            ] {
+                command.arg(format!("-{flag}={}", free_port()));
+            }
+            let (log, stdout, stderr) = log_file();
+            // Its admin identity comes from the environment.
+            let mut child = command
+                .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+                .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+                .current_dir(&data)
+                .stdout(stdout)
+                .stderr(stderr)
+                .spawn()
+                .unwrap_or_else(|e| panic!("starting {} (WEED; .ci/run installs it): {e}", bin.display()));
+            match wait_for(port, &mut child, "weed mini", log.path()) {
+                Ok(()) => break (child, port, log),
+                Err(e) if attempt < 3 => eprintln!("{e}\n(trying again on fresh ports)"),
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let server = Self { child, port, kind: Kind::SeaweedFs, root, log };
         // The bucket is made last: until it lists, the server is not ready.
         let deadline = Instant::now() + Duration::from_mins(1);
         let store = server.s3_store("");
@@ -181,15 +229,16 @@ impl Server {
         let root = tempfile::tempdir().expect("a temporary directory");
         let port = free_port();
         let python = program("RANGE_HTTP_PYTHON", "target/interop-venv/bin/python", "python3");
+        let (log, stdout, stderr) = log_file();
         let mut child = Command::new(&python)
             .args(["-m", "RangeHTTPServer", &port.to_string(), "--bind", "127.0.0.1"])
             .current_dir(root.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .unwrap_or_else(|e| panic!("starting RangeHTTPServer with {}: {e}", python.display()));
-        wait_for(port, &mut child, "RangeHTTPServer");
-        Self { child, port, kind: Kind::Http, root }
+        wait_for(port, &mut child, "RangeHTTPServer", log.path()).unwrap_or_else(|e| panic!("{e}"));
+        Self { child, port, kind: Kind::Http, root, log }
     }
 
     /// Stop the server now (a server that went away).
