@@ -45,10 +45,11 @@ fn free_port() -> u16 {
         .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
         .filter(|&low| low > LOW + 1_000)
         .unwrap_or(32_768);
-    let span = high - LOW;
-    let start = (std::process::id() % u32::from(span)) as u16;
+    let span = u32::from(high - LOW);
+    let start = std::process::id() % span;
     for _ in 0..span {
-        let port = LOW + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        let step = u32::from(NEXT.fetch_add(1, Ordering::Relaxed));
+        let port = LOW + u16::try_from((start + step) % span).expect("below the span");
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
@@ -159,7 +160,7 @@ impl Server {
     }
 
     /// SeaweedFS's all-in-one `weed mini` with the empty bucket [`BUCKET`], its data under the
-    /// root's `weed/`, every one of its ports a free one (`WEED` names the binary; `.ci/run`
+    /// root's `weed-1/` (`weed-2/` for a second start), every one of its ports a free one (`WEED` names the binary; `.ci/run`
     /// installs it under `target/tools/bin`). Ready once the bucket lists. A start that exits
     /// before listening (a port taken by another process after the pick) is tried again, twice,
     /// on fresh ports; the third names what the server printed.
