@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// What a [`GdsStore`](crate::GdsStore) write guarantees once it has returned. Either way a
+/// What a `GdsStore` write guarantees once it has returned. Either way a
 /// value is replaced whole: a reader, or a writer killed mid-write, leaves the old value or the
 /// new one, never a mix.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
