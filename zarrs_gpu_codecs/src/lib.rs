@@ -9,14 +9,18 @@
 //! - GPU mode: [`with_gpu_config`] scopes a [`GpuConfig`]; inside it zarrs' own generic retrieval
 //!   into [`DeviceArray`] (`array.retrieve_array_subset::<DeviceArray<f32>>(&subset)`) lands on that
 //!   device.
+//! - [`ArrayDeviceWriteExt`]: `store_array_subset_device` and `store_chunk_device`, device arrays
+//!   written back, their chunks (or shards) assembled and encoded on the device.
 //!
 //! Arrays whose codec chain is only `bytes` (Zarr v3) or have no compressor and no filters (Zarr
 //! v2) are read straight to the device and placed there (partial edge chunks, missing chunks
 //! filled with the fill value on the device). Chains of `transpose`, `bytes` (either byte order),
-//! `zstd`, `gzip` or `zlib`, and `crc32c`, sharded or not, are decoded on the device with nvCOMP in
-//! batches (which chunks nvCOMP may decode: [`DecodeTrust`]). Other codec chains are decoded by
-//! zarrs on the host into pinned memory and copied once.
-//!
+//! `zstd`, `gzip`, `zlib` or `blosc`, and `crc32c`, sharded or not, are decoded on the device with
+//! nvCOMP and this crate's kernels in batches (which chunks nvCOMP may decode: [`DecodeTrust`]);
+//! device codecs are plugins ([`DeviceCodec`], [`DeviceCodecPlugin`]). Other codec chains are
+//! decoded by zarrs on the host into pinned memory and copied once. Any zarrs store works, the
+//! `zarrs_gds_store` ones (files, object stores) the fastest.
+
 //! The CUDA driver is loaded at run time: this crate builds on machines without CUDA, and a
 //! missing driver or device is an error ([`GpuError::NoCuda`]), not a panic.
 //!
