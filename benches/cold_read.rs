@@ -207,16 +207,11 @@ fn project_read(
 
 fn files_under(dir: &Path) -> Result<Vec<(PathBuf, u64)>, Error> {
     let mut out = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(d) = pending.pop() {
-        for entry in std::fs::read_dir(&d)? {
-            let entry = entry?;
-            let meta = entry.metadata()?;
-            if meta.is_dir() {
-                pending.push(entry.path());
-            } else {
-                out.push((entry.path(), meta.len()));
-            }
+    for entry in walkdir::WalkDir::new(dir) {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if !meta.is_dir() {
+            out.push((entry.into_path(), meta.len()));
         }
     }
     Ok(out)

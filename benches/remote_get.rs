@@ -25,18 +25,11 @@ type Error = Box<dyn std::error::Error + Send + Sync>;
 /// Every file under `dir` PUT under `url`, its path below `dir` the key.
 fn put(dir: &std::path::Path, url: &str) -> Result<(), Error> {
     let store = RemoteStore::from_url(url, std::iter::empty::<(&str, &str)>())?;
-    let mut files = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(d) = pending.pop() {
-        for entry in std::fs::read_dir(&d)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else {
-                files.push(path);
-            }
-        }
-    }
+    let files: Vec<std::path::PathBuf> = walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter(|e| e.as_ref().map_or(true, |e| !e.file_type().is_dir()))
+        .map(|e| e.map(walkdir::DirEntry::into_path))
+        .collect::<Result<_, _>>()?;
     let start = Instant::now();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(32).build()?;
     let bytes: u64 = pool.install(|| {

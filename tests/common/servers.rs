@@ -400,18 +400,10 @@ pub(crate) fn write_arrays(dir: &Path) -> Result<Vec<Array<FilesystemStore>>, Bo
 }
 
 /// Every file under `dir`, recursively.
-pub(crate) fn files_under(dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
-    let mut files = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(d) = pending.pop() {
-        for entry in std::fs::read_dir(&d)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else {
-                files.push(path);
-            }
-        }
-    }
-    Ok(files)
+pub(crate) fn files_under(dir: &Path) -> walkdir::Result<Vec<std::path::PathBuf>> {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter(|e| e.as_ref().map_or(true, |e| !e.file_type().is_dir()))
+        .map(|e| e.map(walkdir::DirEntry::into_path))
+        .collect()
 }

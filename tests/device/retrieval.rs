@@ -467,19 +467,15 @@ fn big_endian_raw_bits_and_utf32_match_zarrs() -> Result {
 /// Every chunk file of `dir` dropped from the page cache (clean pages of a disk's filesystem).
 fn evict(dir: &std::path::Path) -> Result {
     use std::os::unix::io::AsRawFd;
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(d) = pending.pop() {
-        for entry in std::fs::read_dir(&d)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                pending.push(path);
-                continue;
-            }
-            let file = std::fs::File::open(&path)?;
-            file.sync_all()?;
-            // SAFETY: a valid descriptor; advice only.
-            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    for entry in walkdir::WalkDir::new(dir) {
+        let entry = entry?;
+        if entry.file_type().is_dir() {
+            continue;
         }
+        let file = std::fs::File::open(entry.path())?;
+        file.sync_all()?;
+        // SAFETY: a valid descriptor; advice only.
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     }
     Ok(())
 }
