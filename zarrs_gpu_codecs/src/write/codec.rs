@@ -40,9 +40,12 @@ pub(crate) struct Layout {
 /// A bytes-to-bytes codec the device encodes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum WriteCodec {
-    /// nvCOMP's zstd (it has no levels; host threads use `level`).
+    /// nvCOMP's zstd (it has no levels; host threads use `level`), with the frame's content
+    /// checksum where `checksum` asks (the XXH64 kernel's, added to nvCOMP's frames; libzstd's
+    /// own on host threads).
     Zstd {
         level: i32,
+        checksum: bool,
     },
     /// A gzip member per chunk (nvCOMP's gzip at the algorithm for `level`).
     Gzip {
@@ -93,7 +96,7 @@ impl WriteCodec {
     /// The level the codec asks for (zstd's, gzip's or zlib's level; Blosc's clevel).
     pub(crate) fn level(&self) -> i32 {
         match *self {
-            Self::Zstd { level } => level,
+            Self::Zstd { level, .. } => level,
             Self::Gzip { level } | Self::Zlib { level } => level as i32,
             Self::Blosc(b) => i32::from(b.clevel),
         }
@@ -118,7 +121,9 @@ impl WriteCodec {
     pub(crate) fn encode_host(&self, raw: &[u8]) -> Result<Vec<u8>, String> {
         use std::io::Write;
         match *self {
-            Self::Zstd { level } => zstd_encode(raw, level).map_err(|e| format!("zstd level {level}: {e}")),
+            Self::Zstd { level, checksum } => {
+                zstd_encode(raw, level, checksum).map_err(|e| format!("zstd level {level}: {e}"))
+            }
             Self::Gzip { level } => {
                 let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(level));
                 e.write_all(raw).and_then(|()| e.finish()).map_err(|e| format!("gzip level {level}: {e}"))
@@ -132,20 +137,27 @@ impl WriteCodec {
     }
 }
 
-/// `raw` as libzstd compresses it at `level`, on a compression context kept per thread: a new one
-/// (`zstd::bulk::compress`) allocates and faults in its tables, a few MiB at level 3 for 1 MiB
-/// chunks, for every chunk (10% of a tile's encode on two cores here). The same bytes either way.
-fn zstd_encode(raw: &[u8], level: i32) -> std::io::Result<Vec<u8>> {
-    thread_local!(static CONTEXT: std::cell::RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> = const { std::cell::RefCell::new(None) });
+/// `raw` as libzstd compresses it at `level` (with its content checksum where `checksum` asks),
+/// on a compression context kept per thread: a new one (`zstd::bulk::compress`) allocates and
+/// faults in its tables, a few MiB at level 3 for 1 MiB chunks, for every chunk (10% of a tile's
+/// encode on two cores here). The same bytes either way.
+fn zstd_encode(raw: &[u8], level: i32, checksum: bool) -> std::io::Result<Vec<u8>> {
+    type Kept = Option<((i32, bool), zstd::bulk::Compressor<'static>)>;
+    thread_local!(static CONTEXT: std::cell::RefCell<Kept> = const { std::cell::RefCell::new(None) });
     CONTEXT.with(|context| {
         let mut context = context.borrow_mut();
         match context.as_mut() {
-            Some((kept, compressor)) if *kept != level => {
+            Some((kept, compressor)) if *kept != (level, checksum) => {
                 compressor.set_compression_level(level)?;
-                *kept = level;
+                compressor.include_checksum(checksum)?;
+                *kept = (level, checksum);
             }
             Some(_) => {}
-            None => *context = Some((level, zstd::bulk::Compressor::new(level)?)),
+            None => {
+                let mut compressor = zstd::bulk::Compressor::new(level)?;
+                compressor.include_checksum(checksum)?;
+                *context = Some(((level, checksum), compressor));
+            }
         }
         context.as_mut().expect("made above").1.compress(raw)
     })
@@ -191,8 +203,7 @@ impl BloscWrite {
 }
 
 /// The chain the device encodes `array`'s chunks with, or why they are encoded on the host:
-/// filters (numcodecs' delta), codecs without a device encoder, and zstd with `checksum: true`
-/// (nvCOMP writes no content checksum).
+/// filters (numcodecs' delta), codecs (or settings) without a device encoder.
 pub(crate) fn write_chain<S: ?Sized>(array: &Array<S>) -> Result<WriteChain, String> {
     let plan = device_plan(array)?;
     let chain = plan.chain;
@@ -225,12 +236,11 @@ fn write_codec(name: &str, configuration: &Configuration, elem: usize) -> Result
     };
     match name {
         "zstd" => {
-            if configuration.get("checksum").and_then(serde_json::Value::as_bool).unwrap_or(false) {
-                return Err(
-                    "zstd with checksum: true is encoded on the host (nvCOMP writes no content checksum)".into()
-                );
-            }
-            Ok(WriteCodec::Zstd { level: level(0, -131_072..=22)? as i32 })
+            let checksum = match configuration.get("checksum") {
+                None => false,
+                Some(value) => value.as_bool().ok_or_else(|| format!("zstd checksum {value} is not a boolean"))?,
+            };
+            Ok(WriteCodec::Zstd { level: level(0, -131_072..=22)? as i32, checksum })
         }
         // Level 0 stores deflate blocks uncompressed, which nvCOMP does not write.
         // The zlib device codec's name is "zlib" (numcodecs.zlib in v3 metadata).
@@ -294,9 +304,10 @@ mod tests {
         let chain = write_chain(&plain(vec![zstd(5, false), Arc::new(Crc32cCodec::new())])).unwrap();
         assert_eq!(
             (chain.codec, chain.crc32c, chain.shards.is_empty()),
-            (Some(WriteCodec::Zstd { level: 5 }), true, true)
+            (Some(WriteCodec::Zstd { level: 5, checksum: false }), true, true)
         );
-        assert!(write_chain(&plain(vec![zstd(3, true)])).unwrap_err().contains("checksum"));
+        let chain = write_chain(&plain(vec![zstd(3, true)])).unwrap();
+        assert_eq!(chain.codec, Some(WriteCodec::Zstd { level: 3, checksum: true }));
         let chain = write_chain(&plain(vec![Arc::new(GzipCodec::new(7).unwrap())])).unwrap();
         assert_eq!(chain.codec, Some(WriteCodec::Gzip { level: 7 }));
         assert_eq!(chain.codec.unwrap().nvcomp(), Some(Compressor::Gzip { algorithm: 4 }));
@@ -313,9 +324,13 @@ mod tests {
                 .unwrap()
         };
         let chain = write_chain(&sharded(false)).unwrap();
-        assert_eq!((chain.codec, chain.shards.len()), (Some(WriteCodec::Zstd { level: 7 }), 1));
+        assert_eq!((chain.codec, chain.shards.len()), (Some(WriteCodec::Zstd { level: 7, checksum: false }), 1));
         // The inner chunks' checksum counts (the outer chain has no zstd of its own).
-        assert!(write_chain(&sharded(true)).unwrap_err().contains("checksum"));
+        let chain = write_chain(&sharded(true)).unwrap();
+        assert_eq!(chain.codec, Some(WriteCodec::Zstd { level: 7, checksum: true }));
+        // A checksum setting that is not a boolean is an error naming it, not a guess.
+        let odd = serde_json::json!({"level": 3, "checksum": "yes"}).as_object().unwrap().clone().into();
+        assert!(write_codec("zstd", &odd, 4).unwrap_err().contains("checksum \"yes\""));
     }
 
     #[test]
@@ -343,12 +358,18 @@ mod tests {
     fn host_zstd_on_a_kept_context_writes_libzstds_frames_level_after_level() {
         // Levels changing on one thread, sizes and contents changing: each frame as a fresh
         // context writes it, and each decodes to its input.
-        for (k, level) in [3, 3, 1, 19, -5, 3, 0].into_iter().enumerate() {
+        // Checksums switched on and off between frames too.
+        let settings = [(3, false), (3, true), (1, true), (1, false), (19, false), (-5, true), (3, false), (0, true)];
+        for (k, (level, checksum)) in settings.into_iter().enumerate() {
             let raw: Vec<u8> = (0..(70_000 + k * 9_001)).map(|i| ((i * (k + 5)) % 253 / 7) as u8).collect();
-            let frame = WriteCodec::Zstd { level }.encode_host(&raw).unwrap();
-            assert_eq!(frame, zstd::bulk::compress(&raw, level).unwrap(), "level {level}");
+            let frame = WriteCodec::Zstd { level, checksum }.encode_host(&raw).unwrap();
+            let mut fresh = zstd::bulk::Compressor::new(level).unwrap();
+            fresh.include_checksum(checksum).unwrap();
+            assert_eq!(frame, fresh.compress(&raw).unwrap(), "level {level}, checksum {checksum}");
+            // The Content_Checksum_flag, and libzstd's decode (which verifies the checksum).
+            assert_eq!(frame[4] & 4 != 0, checksum, "level {level}, checksum {checksum}");
             assert_eq!(zstd::bulk::decompress(&frame, raw.len()).unwrap(), raw);
         }
-        assert!(WriteCodec::Zstd { level: 3 }.encode_host(&[]).is_ok_and(|f| !f.is_empty()));
+        assert!(WriteCodec::Zstd { level: 3, checksum: false }.encode_host(&[]).is_ok_and(|f| !f.is_empty()));
     }
 }

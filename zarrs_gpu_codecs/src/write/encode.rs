@@ -19,6 +19,7 @@ use crate::codecs::blosc::header::{
 };
 use crate::codecs::blosc::kernels::{launch_shuffle, ShuffleTask, BIT, BYTE};
 use crate::codecs::zlib::adler32::launch_adler32;
+use crate::codecs::zstd::frame::flag_content_checksum;
 use crate::device::context::GpuContext;
 use crate::device::kernels::Kernels;
 use crate::error::GpuError;
@@ -144,10 +145,14 @@ impl Drop for EncodedBatch {
     }
 }
 
-/// The kernels a chain needs on the device (a layout's gather, zlib's Adler-32, Blosc's shuffle),
-/// or None when it needs none.
+/// Whether a chain needs kernels on the device (a layout's gather, zlib's Adler-32, zstd's XXH64
+/// content checksum, Blosc's shuffle).
 pub(super) fn needs_kernels(chain: &WriteChain) -> bool {
-    chain.layout.is_some() || matches!(chain.codec, Some(WriteCodec::Zlib { .. } | WriteCodec::Blosc(_)))
+    chain.layout.is_some()
+        || matches!(
+            chain.codec,
+            Some(WriteCodec::Zlib { .. } | WriteCodec::Blosc(_) | WriteCodec::Zstd { checksum: true, .. })
+        )
 }
 
 /// The slots of `buffer` encoded by `chain` and copied to the host. Codecs split a batch between
@@ -203,12 +208,26 @@ pub(super) fn encode_slots(
         return encode_blosc(*blosc, (ctx, stream, needed), buffer, &device, on_host);
     }
     let compressor = codec.nvcomp().expect("every codec but Blosc at level 0 compresses");
-    let zlib = matches!(codec, WriteCodec::Zlib { .. });
-    let adler_kernels = if zlib { Some(kernels()?) } else { None };
-    let done = compress(compressor, (ctx, stream, adler_kernels), buffer, &device, on_host)?;
+    // A zlib stream ends with the Adler-32 of its content (big endian), a zstd frame with a
+    // content checksum with the low 32 bits of its XXH64 (little endian).
+    let digest = match codec {
+        WriteCodec::Zlib { .. } => Some(Digest::Adler32),
+        WriteCodec::Zstd { checksum: true, .. } => Some(Digest::Xxh64),
+        _ => None,
+    };
+    let digest = match digest {
+        Some(digest) => Some((digest, kernels()?)),
+        None => None,
+    };
+    let done = compress(compressor, (ctx, stream, digest), buffer, &device, on_host)?;
     let (out_ptr, _g) = done.out.device_ptr(stream);
     let head = match codec {
         WriteCodec::Zlib { level } => Affix::of(&zlib_header(*level)),
+        _ => Affix::default(),
+    };
+    let tail = |k: usize| match (digest, done.digests.get(k)) {
+        (Some((Digest::Adler32, _)), Some(d)) => Affix::of(&d.to_be_bytes()),
+        (Some((Digest::Xxh64, _)), Some(d)) => Affix::of(&d.to_le_bytes()),
         _ => Affix::default(),
     };
     let sources: Vec<Source<'_>> = done
@@ -219,11 +238,33 @@ pub(super) fn encode_slots(
             ptr: out_ptr + (k * done.slot) as u64,
             len: size as usize,
             head,
-            tail: done.adler.get(k).map(|a| Affix::of(&a.to_be_bytes())).unwrap_or_default(),
+            tail: tail(k),
         })
         .chain(done.host.iter().map(|f| Source::Host(f)))
         .collect();
-    EncodedBatch::copy_out(ctx, stream, &sources)
+    let mut encoded = EncodedBatch::copy_out(ctx, stream, &sources)?;
+    if let Some((Digest::Xxh64, _)) = digest {
+        // nvCOMP's frames say nothing of the checksum after them: their headers' flag is set
+        // here (libzstd's frames, from host threads, carry their own).
+        let frames = encoded.frames[..done.sizes.len()].to_vec();
+        let host = encoded.buffer.as_mut().expect("held until dropped").as_mut_slice();
+        for (k, (at, len)) in frames.into_iter().enumerate() {
+            let frame = &mut host[at..at + len - 4];
+            flag_content_checksum(frame, device.lens[k]).map_err(|e| {
+                GpuError::chunk(device.keys[k].to_string(), format!("nvCOMP's zstd frame takes no checksum: {e}"))
+            })?;
+        }
+    }
+    Ok(encoded)
+}
+
+/// A checksum of each raw chunk that its frame ends with, computed on the device beside nvCOMP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Digest {
+    /// zlib's Adler-32.
+    Adler32,
+    /// The low 32 bits of XXH64 (seed 0): zstd's content checksum.
+    Xxh64,
 }
 
 fn no_kernels() -> GpuError {
@@ -293,20 +334,20 @@ fn layout_jobs(layout: &Layout, slots: &Slots<'_>, src: u64) -> Vec<place::Gathe
 }
 
 /// What nvCOMP compressed: the frames in slots of `slot` bytes of `out` (`sizes` of them), the
-/// Adler-32 of each raw chunk where asked, and the host's frames.
+/// digest of each raw chunk where asked, and the host's frames.
 struct Compressed {
     out: CudaSlice<u8>,
     slot: usize,
     sizes: Vec<u64>,
-    adler: Vec<u32>,
+    digests: Vec<u32>,
     host: Vec<Vec<u8>>,
 }
 
-/// nvCOMP's batched `codec` of `slots` of `raw`, with the Adler-32 of each raw chunk when
-/// `adler` has the kernels, and `alongside` run while the device compresses.
+/// nvCOMP's batched `codec` of `slots` of `raw`, with a digest of each raw chunk where asked
+/// (with the kernels), and `alongside` run while the device compresses.
 fn compress(
     codec: Compressor,
-    (ctx, stream, adler): (&Arc<GpuContext>, &Arc<CudaStream>, Option<&Kernels>),
+    (ctx, stream, digest): (&Arc<GpuContext>, &Arc<CudaStream>, Option<(Digest, &Kernels)>),
     raw: &CudaSlice<u8>,
     slots: &Slots<'_>,
     alongside: impl FnOnce() -> Result<Vec<Vec<u8>>, GpuError>,
@@ -315,7 +356,7 @@ fn compress(
     if n == 0 {
         let host = alongside()?;
         let out = ctx.alloc(stream, 1)?;
-        return Ok(Compressed { out, slot: 0, sizes: Vec::new(), adler: Vec::new(), host });
+        return Ok(Compressed { out, slot: 0, sizes: Vec::new(), digests: Vec::new(), host });
     }
     let nvcomp = nvcomp_sys::NvcompLibrary::get().map_err(|e| GpuError::NoNvcomp(e.to_string()))?;
     let cuda = |what| GpuError::cuda(what);
@@ -332,7 +373,7 @@ fn compress(
     let mut temp = ctx.alloc(stream, temp_bytes.max(1))?;
     let mut sizes: CudaSlice<u64> = stream.alloc_zeros(n).map_err(cuda("allocating sizes"))?;
     let mut statuses: CudaSlice<u32> = stream.alloc_zeros(n).map_err(cuda("allocating statuses"))?;
-    let mut adlers: CudaSlice<u32> = stream.alloc_zeros(n).map_err(cuda("allocating checksums"))?;
+    let mut digests: CudaSlice<u32> = stream.alloc_zeros(n).map_err(cuda("allocating checksums"))?;
     let host = {
         let (raw_ptr, _a) = raw.device_ptr(stream);
         let (out_ptr, _b) = out.device_ptr_mut(stream);
@@ -347,11 +388,22 @@ fn compress(
         let (p_lens, p_outputs) = (p_inputs + 8 * n as u64, p_inputs + 16 * n as u64);
         let (p_sizes, _g) = sizes.device_ptr_mut(stream);
         let (p_statuses, _h) = statuses.device_ptr_mut(stream);
-        if let Some(kernels) = adler {
-            let (p_adler, _i) = adlers.device_ptr_mut(stream);
-            // SAFETY: n pointers and lengths of raw chunks within `raw`, n u32 out; ordered on
-            // the stream, alive until it is synchronised below.
-            unsafe { launch_adler32(kernels, stream, p_inputs, p_lens, n, p_adler) }?;
+        if let Some((digest, kernels)) = digest {
+            let (p_digests, _i) = digests.device_ptr_mut(stream);
+            match digest {
+                // SAFETY: n pointers and lengths of raw chunks within `raw`, n u32 out; ordered on
+                // the stream, alive until it is synchronised below.
+                Digest::Adler32 => unsafe { launch_adler32(kernels, stream, p_inputs, p_lens, n, p_digests) }?,
+                Digest::Xxh64 => {
+                    // The kernel reads 8-byte words: chunks start at aligned slots (checked).
+                    if let Some(k) = table[..n].iter().position(|&p| p % 8 != 0) {
+                        let reason = format!("raw chunk at {:#x} is not 8-byte aligned for XXH64", table[k]);
+                        return Err(GpuError::chunk(slots.keys[k].to_string(), reason));
+                    }
+                    // SAFETY: as above; the chunks are 8-byte aligned (checked).
+                    unsafe { kernels.launch_xxh64(stream, p_inputs, p_lens, n, p_digests) }?;
+                }
+            }
         }
         // SAFETY: n device pointers to chunks within `raw` (256-byte aligned, each at most
         // max_len bytes) and their lengths; n output slots of nvCOMP's bound; its temp size; n
@@ -380,8 +432,8 @@ fn compress(
     };
     let statuses = stream.clone_dtoh(&statuses).map_err(cuda("reading compression statuses"))?;
     let sizes = stream.clone_dtoh(&sizes).map_err(cuda("reading compressed sizes"))?;
-    let adler =
-        if adler.is_some() { stream.clone_dtoh(&adlers).map_err(cuda("reading checksums"))? } else { Vec::new() };
+    let digests =
+        if digest.is_some() { stream.clone_dtoh(&digests).map_err(cuda("reading checksums"))? } else { Vec::new() };
     if let Some(k) = statuses.iter().position(|&s| s != sys::nvcompSuccess) {
         let reason = format!("nvCOMP {codec:?} compression: {}", nvcomp.status_string(statuses[k]));
         return Err(GpuError::chunk(slots.keys[k].to_string(), reason));
@@ -390,7 +442,7 @@ fn compress(
         let reason = format!("nvCOMP {codec:?} wrote {} bytes (bound {bound})", sizes[k]);
         return Err(GpuError::chunk(slots.keys[k].to_string(), reason));
     }
-    Ok(Compressed { out, slot, sizes, adler, host })
+    Ok(Compressed { out, slot, sizes, digests, host })
 }
 
 /// Bytes of a Blosc1 header, and of a one-block frame's header with its block start and its

@@ -157,7 +157,7 @@ fn header(data: &[u8]) -> Result<Option<Header>, FrameError> {
     };
     let dict_id = le(&data[pos - dict_len..pos]);
     pos += fcs_len;
-    let checksum = descriptor & 0x04 != 0;
+    let checksum = descriptor & CHECKSUM_FLAG != 0;
     let block_max = window.min(u64::from(MAX_BLOCK)) as usize;
     Ok(Some(Header { len: pos, checksum, dict_id, content_size, block_max }))
 }
@@ -261,6 +261,58 @@ pub fn check_frame(data: &[u8], expected: u64) -> Result<FrameVerdict, FrameErro
     }
     Ok(FrameVerdict::Device { checksum: header.checksum })
 }
+
+/// Marks `frame` as carrying a content checksum: sets the Content_Checksum_flag (bit 2 of the
+/// Frame_Header_Descriptor, RFC 8878). The caller appends the checksum, the low 32 bits of the
+/// XXH64 (seed 0) of the `content_len` decoded bytes, little endian, right after `frame`.
+///
+/// `frame` must be exactly one zstd frame without a checksum or a dictionary, as nvCOMP and
+/// libzstd write them (a Window_Descriptor or Single_Segment header, any Frame_Content_Size
+/// width); its block headers are walked (not their payload) to check that its last block ends
+/// where `frame` does.
+///
+/// # Errors
+/// Returns a [`FrameError`] for anything else (nothing is changed then).
+pub(crate) fn flag_content_checksum(frame: &mut [u8], content_len: u64) -> Result<(), FrameError> {
+    let header = header(frame)?.ok_or(FrameError::Corrupt("a skippable frame, not one to add a checksum to"))?;
+    if header.checksum {
+        return Err(FrameError::Corrupt("the frame has a content checksum already"));
+    }
+    if header.dict_id != 0 {
+        return Err(FrameError::Corrupt("the frame names a dictionary"));
+    }
+    if let Some(found) = header.content_size.filter(|&found| found != content_len) {
+        return Err(FrameError::SizeMismatch { expected: content_len, found });
+    }
+    let mut pos = header.len;
+    for block in 0.. {
+        need(frame, pos + 3)?;
+        let word = le(&frame[pos..pos + 3]) as u32;
+        let size = word >> 3;
+        let flaw = |what| FrameError::Block { block, offset: pos, part: "block header", what };
+        let payload = match (word >> 1) & 3 {
+            0 | 2 => size as usize,
+            1 => 1,
+            _ => return Err(flaw("reserved block type")),
+        };
+        if size > MAX_BLOCK {
+            return Err(flaw("block larger than 128 KiB"));
+        }
+        pos += 3 + payload;
+        need(frame, pos)?;
+        if word & 1 != 0 {
+            break;
+        }
+    }
+    if pos != frame.len() {
+        return Err(FrameError::Corrupt("bytes follow the frame's last block"));
+    }
+    frame[4] |= CHECKSUM_FLAG;
+    Ok(())
+}
+
+/// The Content_Checksum_flag of the Frame_Header_Descriptor.
+const CHECKSUM_FLAG: u8 = 0x04;
 
 #[cfg(test)]
 mod tests {
@@ -485,5 +537,113 @@ mod tests {
         let err = check_frame(&bad, raw.len() as u64).unwrap_err();
         assert_eq!(err, FrameError::Corrupt("window larger than libzstd's limit (2^31 bytes)"));
         assert!(zstd::stream::decode_all(&bad[..]).is_err());
+    }
+
+    /// `frame` with a content checksum added as the device writer adds it: the flag set, the low
+    /// 32 bits of XXH64 (here twox-hash's, on the CPU) appended little endian.
+    fn with_checksum(frame: &[u8], raw: &[u8]) -> Result<Vec<u8>, FrameError> {
+        let mut out = frame.to_vec();
+        flag_content_checksum(&mut out, raw.len() as u64)?;
+        out.extend_from_slice(&(twox_hash::XxHash64::oneshot(0, raw) as u32).to_le_bytes());
+        Ok(out)
+    }
+
+    /// A frame written by libzstd's streaming encoder, which records no content size (a
+    /// Window_Descriptor header, no Frame_Content_Size).
+    fn streamed(raw: &[u8], level: i32, checksum: bool) -> Vec<u8> {
+        let mut frame = Vec::new();
+        let mut encoder = zstd::stream::Encoder::new(&mut frame, level).unwrap();
+        encoder.include_checksum(checksum).unwrap();
+        std::io::Write::write_all(&mut encoder, raw).unwrap();
+        encoder.finish().unwrap();
+        frame
+    }
+
+    #[test]
+    fn content_checksums_added_to_frames_equal_libzstds_and_verify() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(8878);
+        let noise: Vec<u8> = (0..200_000).map(|_| rng.random()).collect();
+        // Sizes for every Frame_Content_Size width a chunk has (1, 2 and 4 bytes; none when
+        // streamed), single segment and windowed, compressible and not, empty.
+        let contents: Vec<Vec<u8>> =
+            vec![vec![], data(1), data(255), data(256), data(70_000), data(65_791), noise, data(3 << 20)];
+        let mut forms = std::collections::BTreeSet::new();
+        for raw in &contents {
+            // Level 19 on the 3 MiB one would take long in a debug build.
+            let levels: &[i32] = if raw.len() > 1 << 20 { &[-5, 1] } else { &[-5, 1, 3, 19] };
+            for &level in levels {
+                let what = format!("{} bytes at level {level}", raw.len());
+                for (plain, checked) in [
+                    (compress(raw, level, false), compress(raw, level, true)),
+                    (streamed(raw, level, false), streamed(raw, level, true)),
+                ] {
+                    forms.insert((plain[4] & 0x20 != 0, plain[4] >> 6));
+                    let patched = with_checksum(&plain, raw).unwrap();
+                    assert!(patched == checked, "{what}: not libzstd's frame with its checksum");
+                    // libzstd verifies the checksum where the flag is set.
+                    assert!(zstd::stream::decode_all(&patched[..]).unwrap() == *raw, "{what}");
+                    let mut wrong = patched.clone();
+                    *wrong.last_mut().unwrap() ^= 1;
+                    assert!(zstd::stream::decode_all(&wrong[..]).is_err(), "{what}: a wrong checksum decodes");
+                    // The read path's check takes it and finds the checksum.
+                    if plain[4] >> 6 != 0 || plain[4] & 0x20 != 0 {
+                        let verdict = check_frame(&patched, raw.len() as u64);
+                        assert_eq!(verdict, Ok(FrameVerdict::Device { checksum: true }), "{what}");
+                    }
+                }
+            }
+        }
+        // Single segment with content sizes of 1, 2 and 4 bytes; windowed with none (streamed)
+        // and with 4 bytes (3 MiB, more than levels -5 and 1's window).
+        let want = [(false, 0), (false, 2), (true, 0), (true, 1), (true, 2)];
+        assert!(want.iter().all(|f| forms.contains(f)), "header forms met: {forms:?}");
+    }
+
+    #[test]
+    fn frames_that_cannot_take_a_checksum_are_refused_unchanged() {
+        let raw = data(100_000);
+        let frame = compress(&raw, 3, false);
+        let refused = |bytes: &[u8], len: u64| -> FrameError {
+            let mut copy = bytes.to_vec();
+            let err = flag_content_checksum(&mut copy, len).unwrap_err();
+            assert_eq!(copy, bytes, "changed although refused: {err}");
+            err
+        };
+        let n = raw.len() as u64;
+        assert_eq!(
+            refused(&compress(&raw, 3, true), n),
+            FrameError::Corrupt("the frame has a content checksum already")
+        );
+        assert_eq!(refused(&frame, n + 1), FrameError::SizeMismatch { expected: n + 1, found: n });
+        let mut magic = frame.clone();
+        magic[0] ^= 0xFF;
+        assert!(matches!(refused(&magic, n), FrameError::BadMagic(_)));
+        let skippable = [&0x184D_2A50u32.to_le_bytes()[..], &4u32.to_le_bytes(), &[0; 4]].concat();
+        assert!(matches!(refused(&skippable, 0), FrameError::Corrupt(_)));
+        // Bytes after the last block (another frame, a checksum already appended), and a frame
+        // cut short.
+        let two = [&frame[..], &frame].concat();
+        assert_eq!(refused(&two, n), FrameError::Corrupt("bytes follow the frame's last block"));
+        assert_eq!(
+            refused(&[&frame[..], &[1, 2, 3, 4]].concat(), n),
+            FrameError::Corrupt("bytes follow the frame's last block")
+        );
+        for cut in [3, 5, 6, frame.len() - 1] {
+            assert!(matches!(refused(&frame[..cut], n), FrameError::Truncated { .. }), "cut at {cut}");
+        }
+        // A dictionary ID (one byte, 7) inserted after a single-segment header's descriptor.
+        let small = compress(&data(100), 3, false);
+        assert_eq!(small[4] & 0x23, 0x20, "single segment, no dictionary");
+        let dict = [&small[..4], &[small[4] | 1, 7], &small[5..]].concat();
+        assert_eq!(refused(&dict, 100), FrameError::Corrupt("the frame names a dictionary"));
+        // A reserved block type, and a block over 128 KiB.
+        let first = frame_layout(&frame, n).unwrap()[0].offset;
+        let mut reserved = frame.clone();
+        reserved[first] |= 6;
+        assert!(matches!(refused(&reserved, n), FrameError::Block { what: "reserved block type", .. }));
+        let mut huge = frame.clone();
+        huge[first + 2] = 0xFF;
+        assert!(matches!(refused(&huge, n), FrameError::Block { what: "block larger than 128 KiB", .. }));
     }
 }
