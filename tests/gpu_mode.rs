@@ -1,9 +1,10 @@
 //! GPU mode's codec registration: zarrs' "zstd" is a `GpuModeCodec` carrying the device zstd codec inside
-//! `with_gpu_config` and only there. One test, so no other test's scope interferes (the
-//! registration is process-wide, like zarrs' codec registry).
+//! `with_gpu_config` and only there: not after the scope ends, and not on another thread while it
+//! is open (the registration is process-wide, like zarrs' codec registry; the codec it builds
+//! follows the opening thread's scope).
 
 use std::error::Error;
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 
 use zarrs::array::codec::ZstdCodec;
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes};
@@ -66,4 +67,40 @@ fn device_zstd_codec_is_registered_in_scope_only() -> Result {
     let (after, v2) = open_both()?;
     assert!(!is_device_zstd(&after) && !is_device_zstd(&v2));
     Ok(())
+}
+
+#[test]
+fn a_thread_outside_any_scope_gets_zarrs_codecs_while_another_thread_is_inside_one() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(GdsStore::new(dir.path())?);
+    let written = ArrayBuilder::new(vec![40, 24], vec![16, 8], data_type::float32(), 0.5f32)
+        .bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(3, true))])
+        .build(store.clone(), "/z")?;
+    written.store_metadata()?;
+    let values: Vec<f32> = (0..960).map(|i| (i as f32 * 0.37).sin() * 40.0 - 3.0).collect();
+    written.store_array_subset(&written.subset_all(), values.clone())?;
+    let barrier = Barrier::new(2);
+    std::thread::scope(|scope| -> Result {
+        let inside = scope.spawn(|| {
+            with_gpu_config(GpuConfig::default(), || {
+                let seen = Array::open(store.clone(), "/z").map(|a| is_device_zstd(&a));
+                // The scope is open while the other thread opens the array, until it is done.
+                barrier.wait();
+                barrier.wait();
+                seen
+            })
+        });
+        barrier.wait();
+        let outside = Array::open(store.clone(), "/z");
+        barrier.wait();
+        let outside = outside?;
+        let b2b = outside.codecs().bytes_to_bytes_codecs().to_vec();
+        assert!(
+            b2b.len() == 1 && b2b[0].as_any().downcast_ref::<ZstdCodec>().is_some(),
+            "a thread outside any scope got {b2b:?}, not zarrs' zstd codec"
+        );
+        assert_eq!(outside.retrieve_array_subset::<Vec<f32>>(&outside.subset_all())?, values);
+        assert!(inside.join().map_err(|_| "the thread inside the scope panicked")??, "inside: not the device codec");
+        Ok(())
+    })
 }

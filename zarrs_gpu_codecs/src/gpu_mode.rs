@@ -4,7 +4,9 @@
 //! [`DeviceCodecPlugin`] registers with host codecs (`zstd`, `gzip`, `numcodecs.zlib`) are
 //! [`GpuModeCodec`]s: zarrs' own codec on the host (same metadata, same decoding through the
 //! ordinary zarrs API) that carries its device implementation, which the device pipeline takes
-//! from the array's codec chain. (zarrs gives v2's `zlib` compressor the id `zlib`, which GPU mode
+//! from the array's codec chain. zarrs' codec registry is process-wide, so the plugins stay
+//! registered while any thread has a scope open; they build zarrs' own codec for a thread that
+//! has none, which therefore never sees another thread's scope. (zarrs gives v2's `zlib` compressor the id `zlib`, which GPU mode
 //! does not register: such arrays keep zarrs' codec, and the pipeline finds the device codec by
 //! the v3 name.)
 
@@ -47,7 +49,8 @@ impl Drop for ScopeGuard {
 /// while any scope is open). Scopes nest (the inner one wins, the outer one is restored on exit)
 /// and end also when `f` panics.
 ///
-/// The scope belongs to this thread: other threads never see it, even while it is open. Work
+/// The scope belongs to this thread: other threads never see it, even while it is open (an
+/// array another thread opens meanwhile gets zarrs' own codecs). Work
 /// `f` hands to other threads that should run in GPU mode takes the configuration along:
 /// `let config = gpu_config(); rayon::spawn(move || with_gpu_config(config.unwrap(), ...))`.
 /// (zarrs' retrieval makes its result on the calling thread, so it needs nothing of the kind.)
@@ -206,7 +209,7 @@ struct Registration {
 static REGISTRATION: Mutex<Registration> = Mutex::new(Registration { scopes: 0, handles: Vec::new() });
 
 /// A scope opened: the first one registers, for v3 and v2 metadata, a [`GpuModeCodec`] for every
-/// device codec plugin that names its host codecs.
+/// device codec plugin that names its host codecs, made for threads inside a scope only.
 pub(crate) fn scope_opened() {
     let mut reg = REGISTRATION.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     reg.scopes += 1;
@@ -222,13 +225,23 @@ pub(crate) fn scope_opened() {
         let name = plugin.name();
         let v3 = register_codec_v3(CodecRuntimePluginV3::new(
             move |n| n == name,
-            move |metadata| -> Result<Codec, PluginCreateError> { Ok(GpuModeCodec::wrap(host_v3(metadata)?, plugin)) },
+            move |metadata| -> Result<Codec, PluginCreateError> { Ok(in_scope(host_v3(metadata)?, plugin)) },
         ));
         let v2 = register_codec_v2(CodecRuntimePluginV2::new(
             move |n| n == name,
-            move |metadata| -> Result<Codec, PluginCreateError> { Ok(GpuModeCodec::wrap(host_v2(metadata)?, plugin)) },
+            move |metadata| -> Result<Codec, PluginCreateError> { Ok(in_scope(host_v2(metadata)?, plugin)) },
         ));
         reg.handles.push((v3, v2));
+    }
+}
+
+/// The codec zarrs made, wrapped as a [`GpuModeCodec`] when the thread building it (the one
+/// opening the array) is inside a scope; zarrs' own codec otherwise.
+fn in_scope(codec: Codec, plugin: &DeviceCodecPlugin) -> Codec {
+    if gpu_config().is_some() {
+        GpuModeCodec::wrap(codec, plugin)
+    } else {
+        codec
     }
 }
 
