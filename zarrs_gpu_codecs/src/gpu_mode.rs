@@ -6,9 +6,9 @@
 //! ordinary zarrs API) that carries its device implementation, which the device pipeline takes
 //! from the array's codec chain. zarrs' codec registry is process-wide, so the plugins stay
 //! registered while any thread has a scope open; they build zarrs' own codec for a thread that
-//! has none, which therefore never sees another thread's scope. (zarrs gives v2's `zlib` compressor the id `zlib`, which GPU mode
-//! does not register: such arrays keep zarrs' codec, and the pipeline finds the device codec by
-//! the v3 name.)
+//! has none, which therefore never sees another thread's scope. (zarrs gives v2's `zlib`
+//! compressor the id `zlib`, which GPU mode does not register: such arrays keep zarrs' codec, and
+//! the pipeline finds the device codec by the v3 name.)
 
 use std::any::Any;
 use std::borrow::Cow;
