@@ -254,3 +254,60 @@ fn release_child() -> Result {
     // SAFETY: ends the process without running exit handlers; nothing is left to flush.
     unsafe { libc::_exit(0) }
 }
+
+/// A kernel that spins for about `ms` milliseconds on `stream` (one thread, by the GPU's clock).
+fn spin(stream: &std::sync::Arc<cudarc::driver::CudaStream>, ms: u32) -> Result {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    const SPIN: &str = r#"
+extern "C" __global__ void spin(unsigned long long ns) {
+    unsigned long long start;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    for (;;) {
+        unsigned long long now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (now - start >= ns) break;
+    }
+}"#;
+    let ptx = cudarc::nvrtc::compile_ptx(SPIN)?;
+    let module = stream.context().load_module(ptx)?;
+    let function = module.load_function("spin")?;
+    let ns = u64::from(ms) * 1_000_000;
+    let mut launch = stream.launch_builder(&function);
+    launch.arg(&ns);
+    // SAFETY: the kernel takes one u64 and touches no memory.
+    unsafe { launch.launch(LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 }) }?;
+    Ok(())
+}
+
+/// Releasing a tensor handed out on a consumer's stream waits for neither the device nor that
+/// stream on the host: a long kernel on another stream (and one on the consumer's own) is still
+/// running when the release returns.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_release_waits_for_the_consumers_stream_not_the_device() -> Result {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir()?;
+    let (array, subset, _) = zstd_subset(dir.path())?;
+    let (device, _) = array.retrieve_array_subset_device_opt::<f32>(&subset, &posix())?;
+    let ctx = device.stream().context().clone();
+    let (other, consumer) = (ctx.new_stream()?, ctx.new_stream()?);
+    let tensor = device.into_dlpack(DlpackStream::Stream(consumer.cu_stream()))?;
+    spin(&other, 3000)?;
+    spin(&consumer, 2000)?;
+    let (other_done, consumer_done) = (other.record_event(None)?, consumer.record_event(None)?);
+    let start = Instant::now();
+    drop(tensor);
+    let took = start.elapsed();
+    assert!(took < Duration::from_millis(500), "the release waited {took:?}");
+    assert!(!other_done.is_complete() && !consumer_done.is_complete(), "the kernels ended before the release");
+    other.synchronize()?;
+    consumer.synchronize()?;
+    // Undeclared streams: the whole device, as before (the other stream's kernel is waited for).
+    let (device, _) = array.retrieve_array_subset_device_opt::<f32>(&subset, &posix())?;
+    let tensor = device.into_dlpack(DlpackStream::NoSync)?;
+    spin(&other, 1000)?;
+    let other_done = other.record_event(None)?;
+    drop(tensor);
+    assert!(other_done.is_complete(), "an undeclared consumer's release waits for the device");
+    Ok(())
+}

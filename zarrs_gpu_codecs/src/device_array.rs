@@ -33,6 +33,11 @@ pub struct DeviceArray<T> {
     /// release whose wait did not end): the memory is never freed or handed back to its owner.
     /// Atomic: any holder of a shared array may find that out.
     abandoned: AtomicBool,
+    /// The memory is ours and freed stream-ordered on `stream` (a read's result or a view of one),
+    /// so a free ordered after a consumer's stream ([`DeviceArray::order_release_after`]) is safe.
+    stream_ordered_free: bool,
+    /// `stream` waits for a consumer's work: the free is not followed by a wait for it.
+    consumer_ordered: AtomicBool,
     _marker: PhantomData<T>,
 }
 
@@ -50,7 +55,10 @@ impl<T> Drop for DeviceArray<T> {
             // Our memory goes back to the device's output pool; beyond the pool's idle bound it
             // goes on to the driver now, for other libraries sharing the device.
             drop(data);
-            if let Some(context) = GpuContext::existing(self.stream.context().ordinal()) {
+            // After a consumer's work (which may run long) the next read trims instead.
+            if let Some(context) =
+                GpuContext::existing(self.stream.context().ordinal()).filter(|_| !*self.consumer_ordered.get_mut())
+            {
                 if context.holds_freed_beyond_bound() {
                     run_release_wait(&mut || context.after_free(&self.stream));
                 }
@@ -140,6 +148,8 @@ impl<T: ElementOwned> DeviceArray<T> {
             data_type,
             owner: None,
             abandoned: AtomicBool::new(false),
+            stream_ordered_free: true,
+            consumer_ordered: AtomicBool::new(false),
             _marker: PhantomData,
         })
     }
@@ -166,6 +176,8 @@ impl<T: ElementOwned> DeviceArray<T> {
             data_type,
             owner: Some(owner),
             abandoned: AtomicBool::new(false),
+            stream_ordered_free: false,
+            consumer_ordered: AtomicBool::new(false),
             _marker: PhantomData,
         }
     }
@@ -207,9 +219,12 @@ impl<T: ElementOwned> DeviceArray<T> {
                 let owner: Box<dyn Send + Sync> = Box::new(shared.clone());
                 // SAFETY: within `bytes` (checked above), which `owner` keeps alive; valid
                 // elements by the caller's word.
-                unsafe {
+                let mut view = unsafe {
                     Self::from_foreign(base + offset, len, shape.clone(), data_type.clone(), stream.clone(), owner)
-                }
+                };
+                // `shared` frees on this same stream.
+                view.stream_ordered_free = true;
+                view
             })
             .collect())
     }
@@ -225,11 +240,41 @@ impl<T: ElementOwned> DeviceArray<T> {
         self.abandoned.load(Ordering::Relaxed)
     }
 
-    /// Before a share of this memory goes that another library may still be using (a DLPack
-    /// deleter; the owner of memory handed out through the CUDA array interface): wait until all
-    /// work on the device has finished, for at most [`RELEASE_WAIT`] and only while the device's
-    /// context is usable. Where the wait does not end so, the array is marked never to be freed
-    /// (leaked), since kernels may still write it. Returns whether the memory may be freed.
+    /// Before a share of this memory goes whose consumer declared the stream it works on
+    /// (DLPack's `stream`): order the memory's free after the work queued on `consumer` so far,
+    /// without a wait on the host. The free is stream-ordered on the array's stream, which waits
+    /// for an event recorded on `consumer` now; the memory pool hands the memory out again only
+    /// after that point. Returns false where this cannot serve (memory that is not freed
+    /// stream-ordered, a lost context, a failed call): the caller waits as
+    /// [`Self::settle_for_release`] does.
+    ///
+    /// # Safety
+    /// `consumer` must be a live stream of the array's context, or `CU_STREAM_LEGACY` (1) or
+    /// `CU_STREAM_PER_THREAD` (2).
+    pub(crate) unsafe fn order_release_after(&self, consumer: sys::CUstream) -> bool {
+        if self.is_abandoned() || !self.stream_ordered_free {
+            return false;
+        }
+        let _current = CurrentContextGuard::new();
+        let ctx = self.stream.context();
+        if GpuContext::existing(ctx.ordinal()).is_some_and(|c| c.check_alive().is_err()) {
+            return false;
+        }
+        let Ok(event) = ctx.new_event(None) else { return false };
+        // SAFETY: a live stream of this context, by the caller's word; the event is ours.
+        if unsafe { result::event::record(event.cu_event(), consumer) }.is_err() || self.stream.wait(&event).is_err() {
+            return false;
+        }
+        self.consumer_ordered.store(true, Ordering::Relaxed);
+        true
+    }
+
+    /// Before a share of this memory goes that another library may still be using on streams
+    /// we do not know (a DLPack consumer that declared none, `stream=-1`; the owner of memory
+    /// handed out through the CUDA array interface): wait until all work on the device has
+    /// finished, for at most [`RELEASE_WAIT`] and only while the device's context is usable.
+    /// Where the wait does not end so, the array is marked never to be freed (leaked), since
+    /// kernels may still write it. Returns whether the memory may be freed.
     ///
     /// The wait runs through the wrapper of [`set_release_wait_wrapper`] (a Python binding's
     /// releases the interpreter lock) and leaves the thread's current context as it was.
@@ -251,6 +296,20 @@ impl<T: ElementOwned> DeviceArray<T> {
             self.abandon();
         }
         !self.is_abandoned()
+    }
+
+    /// Before a share of this memory goes to a consumer that ordered its work as `how` says:
+    /// after its declared stream without a host wait where that serves, else after the whole
+    /// device ([`Self::settle_for_release`]). Returns whether the memory may be freed.
+    pub(crate) fn release_after(&self, how: ReleaseOrder) -> bool {
+        if let ReleaseOrder::AfterStream(stream) = how {
+            // SAFETY: a stream the consumer declared for its work on this memory (the DLPack
+            // protocol's word), which it released after its last use there.
+            if unsafe { self.order_release_after(stream) } {
+                return true;
+            }
+        }
+        self.settle_for_release()
     }
 
     /// The shape.
@@ -360,6 +419,16 @@ impl<T: ElementOwned> DeviceArray<T> {
         let bytes = self.to_host_bytes()?;
         T::from_array_bytes(&self.data_type, ArrayBytes::new_flen(bytes)).map_err(|e| GpuError::Array(e.into()))
     }
+}
+
+/// What a release of shared memory waits for: the consumer's declared stream, or (streams
+/// unknown) the whole device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReleaseOrder {
+    /// The consumer works on this stream: the free is ordered after it, no host wait.
+    AfterStream(sys::CUstream),
+    /// The consumer's streams are unknown: wait (bounded) for the whole device.
+    WholeDevice,
 }
 
 /// How long a release ([`DeviceArray::settle_for_release`]) waits for the device before it

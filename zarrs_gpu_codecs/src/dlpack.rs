@@ -11,7 +11,7 @@ use dlpark::{SafeManagedTensor, SafeManagedTensorVersioned};
 use zarrs::array::{DataType, ElementOwned};
 
 use crate::device::current_context::CurrentContextGuard;
-use crate::device_array::{check_element, DeviceArray};
+use crate::device_array::{check_element, DeviceArray, ReleaseOrder};
 use crate::error::GpuError;
 
 /// How the consumer of a DLPack tensor orders its use of the data after the work that wrote it
@@ -77,20 +77,33 @@ fn unsupported<T>() -> GpuError {
     GpuError::Unsupported(format!("DLPack has no data type for {}", std::any::type_name::<T>()))
 }
 
+/// What the release of a tensor exported as `stream` says must finish before its memory is
+/// freed: the consumer may have queued work on the memory and still call the deleter now
+/// (PyTorch does). A consumer that declared its stream works there (the free is ordered after
+/// it, no host wait); for one that did not (`stream=-1`, or the Rust caller's `Synchronize`)
+/// its streams are unknown: the whole device.
+pub(crate) fn release_order(stream: DlpackStream) -> ReleaseOrder {
+    match stream {
+        DlpackStream::Stream(theirs) => ReleaseOrder::AfterStream(theirs),
+        DlpackStream::NoSync | DlpackStream::Synchronize => ReleaseOrder::WholeDevice,
+    }
+}
+
 /// A device array inside a DLPack tensor: released by the consumer's call of the deleter (freed
 /// with the last tensor or owner that shares it).
 struct Exported<T: ElementOwned> {
     array: Arc<DeviceArray<T>>,
     dl_type: DlType,
+    /// How the consumer orders its work: what the release waits for.
+    release: ReleaseOrder,
 }
 
 impl<T: ElementOwned> Drop for Exported<T> {
     fn drop(&mut self) {
-        // The consumer may have queued work on the memory on its own streams and still call the
-        // deleter now (PyTorch does): wait for the device before the memory is freed, bounded; a
-        // context lost (to a hung batch) or a wait that does not end leaves the memory leaked.
+        // A context lost (to a hung batch) or a device-wide wait that does not end leaves the
+        // memory leaked.
         let _current = CurrentContextGuard::new();
-        self.array.settle_for_release();
+        self.array.release_after(self.release);
     }
 }
 
@@ -121,8 +134,11 @@ impl<T: ElementOwned> TensorLike<RowMajorCompactLayout> for Exported<T> {
 
 impl<T: ElementOwned + 'static> DeviceArray<T> {
     /// Hand the array to another library as a DLPack tensor (DLPack 1.x, writable), without a
-    /// copy: the tensor owns the memory, and the consumer's deleter frees it (after waiting for
-    /// the device). `stream` orders the consumer's work after the read that wrote the array.
+    /// copy: the tensor owns the memory, and the consumer's deleter frees it. `stream` orders the
+    /// consumer's work after the read that wrote the array, and the free after the consumer's
+    /// work: for [`DlpackStream::Stream`] the free waits, on the device, for that stream as it is
+    /// when the deleter runs (no host wait; the stream must still live then); otherwise the
+    /// deleter waits for the whole device (bounded, [`crate::RELEASE_WAIT`]).
     ///
     /// The tensor's `Deref` to bytes reads host memory: never use it on a device tensor.
     ///
@@ -182,7 +198,7 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
                 .map_err(GpuError::cuda("ordering the consumer's stream after the read"))?;
             }
         }
-        Ok(Exported { array: array.clone(), dl_type })
+        Ok(Exported { array: array.clone(), dl_type, release: release_order(stream) })
     }
 
     /// Wrap a CUDA DLPack tensor another library owns, as an array of `data_type` (whose element
@@ -215,20 +231,11 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
             tensor.shape().iter().map(|&n| u64::try_from(n)).collect::<Result<_, _>>().map_err(|_| {
                 GpuError::Unsupported(format!("the DLPack tensor's shape {:?} is negative", tensor.shape()))
             })?;
-        // A tensor of no elements is contiguous whatever its strides (numpy and CuPy give those
-        // of extents of 1 in place of the zeros).
-        if let Some(strides) = tensor.strides().filter(|_| !shape.contains(&0)) {
-            // C order: each stride the product of the extents after it (extents of 1 are free).
-            let mut expected = 1i64;
-            for (&n, &stride) in tensor.shape().iter().zip(strides).rev() {
-                if n != 1 && stride != expected {
-                    return Err(GpuError::Unsupported(format!(
-                        "the DLPack tensor is not C-contiguous (shape {:?}, strides {strides:?})",
-                        tensor.shape()
-                    )));
-                }
-                expected = expected.saturating_mul(n);
-            }
+        if let Some(strides) = tensor.strides().filter(|s| !c_contiguous(tensor.shape(), s)) {
+            return Err(GpuError::Unsupported(format!(
+                "the DLPack tensor is not C-contiguous (shape {:?}, strides {strides:?})",
+                tensor.shape()
+            )));
         }
         let elem = std::mem::size_of::<T>() as u64;
         let num_bytes = crate::pipeline::plan::checked_bytes(&shape, elem)
@@ -244,6 +251,23 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
         // memory of device `ordinal`, valid while the tensor lives; the array keeps it.
         Ok(unsafe { Self::from_foreign(ptr, len, shape, data_type, stream, Box::new(Owner { _tensor: tensor })) })
     }
+}
+
+/// Whether elements of `shape` laid out with `strides` (in elements) are in C order without gaps.
+/// A tensor of no elements is, whatever its strides (numpy and CuPy give those of extents of 1 in
+/// place of the zeros); extents of 1 take any stride.
+fn c_contiguous(shape: &[i64], strides: &[i64]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut expected = 1i64;
+    for (&n, &stride) in shape.iter().zip(strides).rev() {
+        if n != 1 && stride != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(n);
+    }
+    true
 }
 
 /// The wrapped tensor, kept alive by the array and released (its deleter called) with it.
@@ -316,12 +340,34 @@ mod tests {
 
     #[test]
     fn empty_tensors_are_contiguous_whatever_their_strides() {
+        // numpy's and CuPy's strides of shape [3, 0, 4] (as if the zero were 1).
+        assert!(c_contiguous(&[3, 0, 4], &[4, 4, 1]));
+        assert!(c_contiguous(&[0], &[7]));
+        // With elements the strides count: C order (extents of 1 free), not F order or gaps.
+        assert!(c_contiguous(&[3, 1, 4], &[4, 99, 1]));
+        assert!(c_contiguous(&[], &[]));
+        assert!(!c_contiguous(&[3, 2, 4], &[1, 3, 6]), "F order");
+        assert!(!c_contiguous(&[3, 4], &[8, 1]), "rows with gaps");
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn empty_tensors_wrap_as_empty_arrays() {
         let tensor = SafeManagedTensorVersioned::with_flags(EmptyCuda, Flags::empty()).unwrap();
-        // Past the layout checks: an empty array on a GPU host, the missing device elsewhere.
-        match DeviceArray::<f32>::from_dlpack(tensor, zarrs::array::data_type::float32()) {
-            Ok(array) => assert!(array.is_empty() && array.shape() == [3, 0, 4]),
-            Err(err) => assert!(!err.to_string().contains("contiguous"), "{err}"),
-        }
+        let array = DeviceArray::<f32>::from_dlpack(tensor, zarrs::array::data_type::float32()).unwrap();
+        assert!(array.is_empty());
+        assert_eq!(array.shape(), [3, 0, 4]);
+        assert_eq!(array.to_host().unwrap(), Vec::<f32>::new());
+    }
+
+    #[test]
+    fn releases_wait_for_the_declared_stream_else_the_whole_device() {
+        let theirs = 0x1234 as sys::CUstream;
+        assert_eq!(release_order(DlpackStream::Stream(theirs)), ReleaseOrder::AfterStream(theirs));
+        let legacy = DlpackStream::from_protocol(None).unwrap();
+        assert_eq!(release_order(legacy), ReleaseOrder::AfterStream(1 as sys::CUstream));
+        assert_eq!(release_order(DlpackStream::NoSync), ReleaseOrder::WholeDevice);
+        assert_eq!(release_order(DlpackStream::Synchronize), ReleaseOrder::WholeDevice);
     }
 
     #[test]

@@ -8,8 +8,10 @@
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
 use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
 
 use zarrs::array::{ArraySubset, ElementOwned};
 
@@ -211,11 +213,20 @@ impl<R, E> Prefetch<R, E> {
     }
 }
 
-impl<R, E> Iterator for Prefetch<R, E> {
-    type Item = Result<R, E>;
+impl<R, E> Prefetch<R, E> {
+    /// As [`Iterator::next`], waiting at most `timeout`: `Poll::Pending` when no result came in
+    /// that time (nothing is lost: a later call takes it).
+    fn next_timeout(&mut self, timeout: Duration) -> Poll<Option<Result<R, E>>> {
+        let Some(receiver) = self.receiver.as_ref() else { return Poll::Ready(None) };
+        match receiver.recv_timeout(timeout) {
+            Ok(message) => Poll::Ready(self.hand_out(Ok(message))),
+            Err(RecvTimeoutError::Timeout) => Poll::Pending,
+            Err(RecvTimeoutError::Disconnected) => Poll::Ready(self.hand_out(Err(()))),
+        }
+    }
 
-    fn next(&mut self) -> Option<Self::Item> {
-        let message = self.receiver.as_ref()?.recv();
+    /// What a message received (or the worker's end, `Err`) hands out.
+    fn hand_out(&mut self, message: Result<Message<R, E>, ()>) -> Option<Result<R, E>> {
         match message {
             Ok(Message::Read(result)) => {
                 self.taken += 1;
@@ -229,11 +240,20 @@ impl<R, E> Iterator for Prefetch<R, E> {
                 resume_unwind(panic)
             }
             // The worker ran out of reads.
-            Err(_) => {
+            Err(()) => {
                 self.receiver = None;
                 None
             }
         }
+    }
+}
+
+impl<R, E> Iterator for Prefetch<R, E> {
+    type Item = Result<R, E>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let message = self.receiver.as_ref()?.recv().map_err(|_| ());
+        self.hand_out(message)
     }
 }
 
@@ -376,6 +396,13 @@ impl<R> State<R> {
         }
     }
 
+    fn next_timeout(&mut self, timeout: Duration) -> Poll<Option<Result<R, GpuError>>> {
+        match self {
+            Self::Running(prefetch) => prefetch.next_timeout(timeout),
+            Self::NotStarted(err) => Poll::Ready(err.take().map(Err)),
+        }
+    }
+
     fn ready(&self) -> usize {
         match self {
             Self::Running(prefetch) => prefetch.ready(),
@@ -431,6 +458,15 @@ impl<T: ElementOwned + Send + 'static> ReadAhead<T> {
     }
 }
 
+impl<T> ReadAhead<T> {
+    /// As [`Iterator::next`], waiting at most `timeout`: `Poll::Pending` when the next result did
+    /// not come in that time (it stays in flight; a later call takes it). A caller that must
+    /// answer meanwhile (a Python interpreter's Ctrl-C, a closing flag) waits in slices.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Poll<Option<Result<TileRead<T>, GpuError>>> {
+        self.state.next_timeout(timeout)
+    }
+}
+
 impl<T> Iterator for ReadAhead<T> {
     type Item = Result<TileRead<T>, GpuError>;
 
@@ -482,10 +518,26 @@ impl<T> PendingRead<T> {
     /// # Errors
     /// The read's error, or the thread's that could not start.
     pub fn wait(mut self) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
-        match self.state.next() {
+        Self::result_of(self.state.next())
+    }
+
+    /// [`Self::wait`] for at most `timeout`: `Poll::Pending` when the read has not finished by
+    /// then (it goes on; a later call takes its result). Once it has returned `Poll::Ready`,
+    /// later calls return an error saying the result was taken.
+    ///
+    /// # Errors
+    /// As [`Self::wait`].
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Poll<Result<(DeviceArray<T>, RetrieveReport), GpuError>> {
+        self.state.next_timeout(timeout).map(Self::result_of)
+    }
+
+    fn result_of(result: Option<Result<TileRead<T>, GpuError>>) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+        match result {
             Some(result) => result.map(|(_, data, report)| (data, report)),
-            // The worker sends one result or panics (raised by `next`): not reached.
-            None => Err(GpuError::Read(DeviceReadError::ThreadPool("the read's thread ended without a result".into()))),
+            // The worker sends one result or panics (raised by `next`); a second call after it.
+            None => Err(GpuError::Read(DeviceReadError::ThreadPool(
+                "the read's thread ended without a result (or it was taken)".into(),
+            ))),
         }
     }
 }
@@ -641,6 +693,28 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_with_a_timeout_returns_pending_and_keeps_the_result() {
+        let (_, read) = recorder(Duration::from_millis(400), None);
+        let mut reads = Prefetch::start(0..2u32, 1, read).unwrap();
+        let start = Instant::now();
+        assert_eq!(reads.next_timeout(Duration::from_millis(50)), Poll::Pending);
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(40) && took < Duration::from_millis(300), "{took:?}");
+        // The read goes on; a later wait takes its result, then the next, then the end.
+        let mut slices = 0;
+        let first = loop {
+            slices += 1;
+            if let Poll::Ready(result) = reads.next_timeout(Duration::from_millis(50)) {
+                break result;
+            }
+        };
+        assert_eq!(first, Some(Ok(0)));
+        assert!(slices > 1, "the read took 400 ms: more than one slice of 50");
+        assert_eq!(reads.next(), Some(Ok(10)));
+        assert_eq!(reads.next_timeout(Duration::from_millis(50)), Poll::Ready(None));
+    }
+
+    #[test]
     fn ending_stops_the_reads_too() {
         let (started, read) = recorder(Duration::from_millis(20), None);
         let mut reads = Prefetch::start(0..1000u32, 1, read).unwrap();
@@ -739,8 +813,18 @@ mod tests {
         let err = reads.next().unwrap().unwrap_err();
         assert!(no_device(&err), "{err}");
         assert!(reads.next().is_none());
-        let pending = read_async::<f32, _>(array, ArraySubset::new_with_ranges(&[0..1, 0..1]), config);
+        let pending = read_async::<f32, _>(array.clone(), ArraySubset::new_with_ranges(&[0..1, 0..1]), config.clone());
         let err = pending.wait().unwrap_err();
         assert!(no_device(&err), "{err}");
+        // With a timeout: the same error once it comes, then no second result.
+        let mut pending = read_async::<f32, _>(array, ArraySubset::new_with_ranges(&[0..1, 0..1]), config);
+        let err = loop {
+            if let Poll::Ready(result) = pending.wait_timeout(Duration::from_millis(50)) {
+                break result.unwrap_err();
+            }
+        };
+        assert!(no_device(&err), "{err}");
+        let Poll::Ready(Err(again)) = pending.wait_timeout(Duration::ZERO) else { panic!("a second result") };
+        assert!(again.to_string().contains("taken"), "{again}");
     }
 }
