@@ -4,13 +4,18 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::task::Poll;
+use std::time::{Duration, Instant};
 
 use dlpark::{SafeManagedTensor, SafeManagedTensorVersioned};
 use pyo3::exceptions::{
-    PyBufferError, PyFileNotFoundError, PyImportError, PyIndexError, PyOverflowError, PyRuntimeError, PyTypeError,
-    PyValueError,
+    PyBufferError, PyFileNotFoundError, PyImportError, PyIndexError, PyOverflowError, PyRuntimeError, PyTimeoutError,
+    PyTypeError, PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyEllipsis, PyFloat, PySlice, PyString, PyTuple};
@@ -61,6 +66,52 @@ fn subset_key<'py>(py: Python<'py>, subset: &ArraySubset) -> PyResult<Bound<'py,
 /// A lock, also after a panic in a holder (the states it guards stay consistent).
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// How long a wait for a read goes without looking for Python's signals (Ctrl-C): well under
+/// the second a user waits before pressing it again, and the wake-ups cost nothing beside a read.
+const WAIT_SLICE: Duration = Duration::from_millis(50);
+
+/// Run `work` on a thread of its own and wait for it in slices of [`WAIT_SLICE`] without the
+/// interpreter lock, looking for Python's signals between them: Ctrl-C during a long or
+/// retrying read raises KeyboardInterrupt at once, not when the read returns. The interrupted
+/// work goes on to its end on its thread, which then drops its result (device memory goes back
+/// to the pool there; nothing else holds it).
+fn interruptible<R: Send + 'static>(py: Python<'_>, work: impl FnOnce() -> R + Send + 'static) -> PyResult<R> {
+    let (done, result) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("zarrs_gpu-read".into())
+        .spawn(move || {
+            // A caller gone (interrupted) fails the send: the result is dropped here.
+            let _ = done.send(catch_unwind(AssertUnwindSafe(work)));
+        })
+        .map_err(|err| PyRuntimeError::new_err(format!("starting the read's thread: {err}")))?;
+    let mut result = result;
+    loop {
+        // The receiver moves in and out: it is Send, not Sync.
+        let (got, back) = py.allow_threads(move || (result.recv_timeout(WAIT_SLICE), result));
+        result = back;
+        match got {
+            Ok(Ok(out)) => return Ok(out),
+            // As if the work had run here.
+            Ok(Err(panic)) => resume_unwind(panic),
+            Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(PyRuntimeError::new_err("the read's thread ended without a result"))
+            }
+        }
+    }
+}
+
+/// `timeout` as `concurrent.futures` takes it: None (or infinity) waits for good, a negative one
+/// as 0; NaN is refused.
+fn deadline_of(timeout: Option<f64>) -> PyResult<Option<Instant>> {
+    match timeout {
+        None => Ok(None),
+        Some(t) if t.is_nan() => Err(PyValueError::new_err("timeout=nan: a timeout is a number of seconds or None")),
+        // Beyond what an Instant holds: for good.
+        Some(t) => Ok(Duration::try_from_secs_f64(t.max(0.0)).ok().and_then(|d| Instant::now().checked_add(d))),
+    }
 }
 
 /// A device array of any element type.
@@ -212,7 +263,8 @@ type AnyRead = (ArraySubset, Result<(Box<dyn AnyArray>, RetrieveReport), GpuErro
 
 /// Reads kept in flight ([`ReadAhead`]) of any element type.
 trait AnyReadAhead: Send {
-    fn next_read(&mut self) -> Option<AnyRead>;
+    /// The next read, waiting at most `timeout` for it (`Poll::Pending`: not yet; it goes on).
+    fn next_read(&mut self, timeout: Duration) -> Poll<Option<AnyRead>>;
 }
 
 struct TypedReadAhead<T> {
@@ -222,13 +274,14 @@ struct TypedReadAhead<T> {
 }
 
 impl<T: ElementOwned + Send + Sync + 'static> AnyReadAhead for TypedReadAhead<T> {
-    fn next_read(&mut self) -> Option<AnyRead> {
-        let read = self.reads.next()?;
-        let (subset, shape) = self.pending.pop_front()?;
+    fn next_read(&mut self, timeout: Duration) -> Poll<Option<AnyRead>> {
+        let Poll::Ready(read) = self.reads.next_timeout(timeout) else { return Poll::Pending };
+        let Some(read) = read else { return Poll::Ready(None) };
+        let Some((subset, shape)) = self.pending.pop_front() else { return Poll::Ready(None) };
         let read = read.and_then(|(_, data, report)| {
             Ok((Box::new(Typed(Arc::new(data.reshape(shape)?))) as Box<dyn AnyArray>, report))
         });
-        Some((subset, read))
+        Poll::Ready(Some((subset, read)))
     }
 }
 
@@ -254,7 +307,8 @@ fn start_read_ahead<T: ElementOwned + Send + Sync + 'static>(
 /// One read started on its own thread ([`read_async`]), of any element type.
 trait AnyPending: Send {
     fn is_done(&self) -> bool;
-    fn wait(self: Box<Self>) -> Result<(Box<dyn AnyArray>, RetrieveReport), GpuError>;
+    /// The read's result, waiting at most `timeout` for it (`Poll::Pending`: not yet; it goes on).
+    fn wait(&mut self, timeout: Duration) -> Poll<Result<(Box<dyn AnyArray>, RetrieveReport), GpuError>>;
 }
 
 struct TypedPending<T> {
@@ -267,9 +321,12 @@ impl<T: ElementOwned + Send + Sync + 'static> AnyPending for TypedPending<T> {
         self.read.is_done()
     }
 
-    fn wait(self: Box<Self>) -> Result<(Box<dyn AnyArray>, RetrieveReport), GpuError> {
-        let (data, report) = self.read.wait()?;
-        Ok((Box::new(Typed(Arc::new(data.reshape(self.shape)?))), report))
+    fn wait(&mut self, timeout: Duration) -> Poll<Result<(Box<dyn AnyArray>, RetrieveReport), GpuError>> {
+        let shape = &self.shape;
+        self.read.wait_timeout(timeout).map(|read| {
+            let (data, report) = read?;
+            Ok((Box::new(Typed(Arc::new(data.reshape(shape.clone())?))) as Box<dyn AnyArray>, report))
+        })
     }
 }
 
@@ -538,7 +595,7 @@ struct PyZarrArray {
     config: GpuConfig,
     /// Reads from many threads gathered into requests, where the configuration's coalesce window
     /// is set (`ZARRS_GPU_COALESCE_WINDOW_US`).
-    coalescer: Coalescer<(ArraySubset, Vec<u64>), AnyResult>,
+    coalescer: Arc<Coalescer<(ArraySubset, Vec<u64>), AnyResult>>,
     path: PathBuf,
     node: String,
     /// Opened with mode "r+": writes are allowed.
@@ -589,21 +646,26 @@ impl PyZarrArray {
     fn read_ranges(&self, py: Python<'_>, ranges: &[Range<u64>], out_shape: Vec<u64>) -> PyResult<PyDeviceArray> {
         let (dtype, typestr) = element_type(&self.array)?;
         let subset = ArraySubset::new_with_ranges(ranges);
-        let (array, config) = (&self.array, &self.config);
+        let (array, config) = (self.array.clone(), self.config.clone());
+        // The reads run without the interpreter lock (other Python threads go on meanwhile), on
+        // their own thread: Ctrl-C interrupts the wait.
         if config.coalesce_window().is_none() {
-            // The read runs without the interpreter lock: other Python threads go on meanwhile.
-            let (data, report) = py.allow_threads(|| read_any(array, &subset, config, out_shape)).map_err(py_err)?;
+            let (data, report) =
+                interruptible(py, move || read_any(&array, &subset, &config, out_shape))?.map_err(py_err)?;
             return Ok(PyDeviceArray::new(data, (dtype, typestr), report));
         }
         // With the reads of other threads that arrive while a request is in flight, as one.
         let read: ReadMany = zarrs_gpu::by_element_type!(dtype, read_many_typed)
             .ok_or_else(|| PyTypeError::new_err(format!("data type {dtype} has no device element type")))?;
-        let many = |boxes: &[(ArraySubset, Vec<u64>)]| {
-            let (arrays, report) = read(array, boxes, config, false)?;
-            Ok::<Vec<_>, GpuError>(report.shared_by(arrays))
-        };
-        let ((data, report), _) =
-            py.allow_threads(|| self.coalescer.read((subset, out_shape), many)).map_err(py_err)?;
+        let coalescer = self.coalescer.clone();
+        let ((data, report), _) = interruptible(py, move || {
+            let many = |boxes: &[(ArraySubset, Vec<u64>)]| {
+                let (arrays, report) = read(&array, boxes, &config, false)?;
+                Ok::<Vec<_>, GpuError>(report.shared_by(arrays))
+            };
+            coalescer.read((subset, out_shape), many)
+        })?
+        .map_err(py_err)?;
         Ok(PyDeviceArray::new(data, (dtype, typestr), report))
     }
 
@@ -639,7 +701,13 @@ impl PyZarrArray {
         let count = boxes.len();
         // The queue's slots are allocated up front: no more than there are reads.
         let reads = start(self.array.clone(), boxes, self.config.clone(), depth.min(count.max(1)));
-        Ok(PyReadAhead { reads: Mutex::new(Some(reads)), types, count, prefetch: depth })
+        Ok(PyReadAhead {
+            reads: Mutex::new(Some(reads)),
+            closed: AtomicBool::new(false),
+            types,
+            count,
+            prefetch: depth,
+        })
     }
 }
 
@@ -848,9 +916,10 @@ impl PyZarrArray {
         let types = element_type(&self.array)?;
         let read: ReadMany = zarrs_gpu::by_element_type!(types.0, read_many_typed)
             .ok_or_else(|| PyTypeError::new_err(format!("data type {} has no device element type", types.0)))?;
-        let (array, config) = (&self.array, &self.config);
-        // The read runs without the interpreter lock: other Python threads go on meanwhile.
-        let (arrays, report) = py.allow_threads(|| read(array, &boxes, config, stack)).map_err(py_err)?;
+        let (array, config) = (self.array.clone(), self.config.clone());
+        // The read runs without the interpreter lock (other Python threads go on meanwhile), on
+        // its own thread: Ctrl-C interrupts the wait.
+        let (arrays, report) = interruptible(py, move || read(&array, &boxes, &config, stack))?.map_err(py_err)?;
         let mut arrays: Vec<PyDeviceArray> =
             arrays.into_iter().map(|data| PyDeviceArray::new(data, types, report.clone())).collect();
         if stack {
@@ -861,6 +930,26 @@ impl PyZarrArray {
             list.append(Py::new(py, array)?)?;
         }
         Ok(list.into_any().unbind())
+    }
+
+    /// For benches/python_tile.py: read each of `keys` as benches/bench.rs does (the read, which
+    /// ends synchronized, then the array dropped), all in Rust on this thread without the
+    /// interpreter lock; the seconds each took. The Rust bench's loop inside this process, to
+    /// tell the Python API's own cost from the process's.
+    fn _time_reads(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
+        let boxes = self.boxes_of(keys)?;
+        let (array, config) = (&self.array, &self.config);
+        py.allow_threads(|| {
+            boxes
+                .into_iter()
+                .map(|(subset, shape)| {
+                    let start = Instant::now();
+                    drop(read_any(array, &subset, config, shape)?);
+                    Ok(start.elapsed().as_secs_f64())
+                })
+                .collect::<Result<Vec<f64>, GpuError>>()
+        })
+        .map_err(py_err)
     }
 
     fn __getitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<PyDeviceArray> {
@@ -1104,8 +1193,11 @@ impl PyDeviceArray {
 /// (`zarrs_gpu.tiles`, `Array.read_ahead`): iterating yields `(key, DeviceArray)` in order.
 #[pyclass(name = "ReadAhead", module = "zarrs_gpu", frozen)]
 struct PyReadAhead {
-    /// None once the reads have ended or been closed.
+    /// None once the reads have ended or been closed. Held by `__next__` one [`WAIT_SLICE`] at a
+    /// time, never by `close`, which only tries it.
     reads: Mutex<Option<Box<dyn AnyReadAhead>>>,
+    /// `close` was called: the next to hold `reads` drops them.
+    closed: AtomicBool,
     types: (&'static str, Option<&'static str>),
     count: usize,
     prefetch: usize,
@@ -1118,17 +1210,31 @@ impl PyReadAhead {
     }
 
     /// The next read's key (a tuple of slices) and array, waiting without the interpreter lock
-    /// while it is read. A failed read raises (its message names the box) and ends the iteration.
+    /// while it is read (Ctrl-C interrupts the wait; the read goes on, and a later call takes
+    /// it). A failed read raises (its message names the box) and ends the iteration.
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<(Bound<'py, PyTuple>, PyDeviceArray)>> {
-        let next = py.allow_threads(|| {
-            let mut reads = lock(&self.reads);
-            let next = reads.as_mut().and_then(|r| r.next_read());
-            if !matches!(next, Some((_, Ok(_)))) {
-                // Ended, or an error (which ends it): the reads' thread and queue go now.
-                *reads = None;
+        let next = loop {
+            let next = py.allow_threads(|| {
+                let mut reads = lock(&self.reads);
+                if self.closed.load(Ordering::Acquire) {
+                    // Closed while another call waited: the reads go here.
+                    *reads = None;
+                }
+                let Some(open) = reads.as_mut() else { return Poll::Ready(None) };
+                let next = open.next_read(WAIT_SLICE);
+                if matches!(next, Poll::Ready(ref n) if !matches!(n, Some((_, Ok(_))))) {
+                    // Ended, or an error (which ends it): the reads' thread and queue go now.
+                    *reads = None;
+                }
+                next
+            });
+            // A close that found the lock held while this waited left the reads to this call.
+            self.drop_if_closed(py);
+            match next {
+                Poll::Ready(next) => break next,
+                Poll::Pending => py.check_signals()?,
             }
-            next
-        });
+        };
         match next {
             None => Ok(None),
             Some((subset, Ok((data, report)))) => {
@@ -1140,9 +1246,11 @@ impl PyReadAhead {
 
     /// Stop: no further read starts, the one in progress finishes on its own and the arrays read
     /// ahead are dropped (those already handed out stay valid). Iterating after it ends at once.
+    /// Never waits for a read, also while another thread waits in `__next__` (whose call then
+    /// ends the iteration).
     fn close(&self, py: Python<'_>) {
-        // Dropping the queue's arrays may wait for the device: without the interpreter lock.
-        py.allow_threads(|| drop(lock(&self.reads).take()));
+        self.closed.store(true, Ordering::Release);
+        self.drop_if_closed(py);
     }
 
     fn __repr__(&self) -> String {
@@ -1158,6 +1266,24 @@ impl PyReadAhead {
             self.types.0,
             if open { "" } else { ", ended" }
         )
+    }
+}
+
+impl PyReadAhead {
+    /// After `close`: drop the reads (the queue's arrays; that may wait for the device, so
+    /// without the interpreter lock) unless another thread holds them, which then does.
+    fn drop_if_closed(&self, py: Python<'_>) {
+        if !self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        py.allow_threads(|| {
+            let taken = match self.reads.try_lock() {
+                Ok(mut reads) => reads.take(),
+                Err(TryLockError::Poisoned(reads)) => reads.into_inner().take(),
+                Err(TryLockError::WouldBlock) => None,
+            };
+            drop(taken);
+        });
     }
 }
 
@@ -1199,16 +1325,35 @@ impl PyPendingRead {
     }
 
     /// The array read (the same object on every call), waiting without the interpreter lock
-    /// until the read has finished; a failed read raises its error (every call).
-    fn result(&self, py: Python<'_>) -> PyResult<Py<PyDeviceArray>> {
-        py.allow_threads(|| {
-            let mut state = lock(&self.state);
-            if matches!(*state, Pending::Running(_)) {
-                if let Pending::Running(read) = std::mem::replace(&mut *state, Pending::Gone) {
-                    *state = Pending::Finished(read.wait());
+    /// until the read has finished; a failed read raises its error (every call). With `timeout`
+    /// (seconds), a read not finished by then raises TimeoutError and goes on (a later call takes
+    /// it), as `concurrent.futures.Future.result` does. Ctrl-C interrupts the wait the same way.
+    #[pyo3(signature = (timeout=None))]
+    fn result(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Py<PyDeviceArray>> {
+        let deadline = deadline_of(timeout)?;
+        loop {
+            let slice = deadline.map_or(WAIT_SLICE, |d| d.saturating_duration_since(Instant::now()).min(WAIT_SLICE));
+            let finished = py.allow_threads(|| {
+                let mut state = lock(&self.state);
+                if let Pending::Running(read) = &mut *state {
+                    if let Poll::Ready(read) = read.wait(slice) {
+                        *state = Pending::Finished(read);
+                    }
                 }
+                !matches!(*state, Pending::Running(_))
+            });
+            if finished {
+                break;
             }
-        });
+            py.check_signals()?;
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(PyTimeoutError::new_err(format!(
+                    "reading {}: not finished within {} s (it goes on: call result() again)",
+                    self.what,
+                    timeout.unwrap_or_default()
+                )));
+            }
+        }
         let mut state = lock(&self.state);
         if matches!(*state, Pending::Finished(_)) {
             if let Pending::Finished(read) = std::mem::replace(&mut *state, Pending::Gone) {
@@ -1371,9 +1516,11 @@ fn open(
     let node = zarrs_gpu::node_path(array);
     // What messages and the repr show: a URL without credentials or signatures.
     let shown = url.as_deref().map_or_else(|| store_path.clone(), |u| PathBuf::from(zarrs_gds_store::redact_url(u)));
-    // Storage requests (remote ones may wait on a server) without the interpreter lock.
+    // Storage requests (remote ones may wait on a server, retrying) without the interpreter
+    // lock, on their own thread: Ctrl-C interrupts the wait.
+    let (shown_at, node_at, array_at) = (shown.clone(), node.clone(), array.to_string());
     #[allow(clippy::result_large_err)] // once per opening
-    let opened = py.allow_threads(|| {
+    let opened = interruptible(py, move || {
         // A directory by its path as given (not every path is text); a URL, or options a
         // directory refuses, by text.
         let store = match &url {
@@ -1382,9 +1529,9 @@ fn open(
         }?;
         // The metadata as stored, read before the array opens: a rewrite in between makes the
         // next comparison (`_stored_metadata`) differ, never hides.
-        let opened_metadata = stored_metadata(&store, &node).ok().flatten();
-        Ok((zarrs_gpu::open_array_in(&store, &shown, array, "array=...")?, opened_metadata))
-    });
+        let opened_metadata = stored_metadata(&store, &node_at).ok().flatten();
+        Ok((zarrs_gpu::open_array_in(&store, &shown_at, &array_at, "array=...")?, opened_metadata))
+    })?;
     let (opened, opened_metadata) = opened.map_err(|err: zarrs_gpu::OpenError| match err {
         // zarr-python raises its ArrayNotFoundError here; ours is a FileNotFoundError and a
         // ValueError as zarr's is (zarrs_gpu/errors.py says why it is not zarr's class).
@@ -1395,7 +1542,7 @@ fn open(
             .map_or_else(|e| e, |class| PyErr::from_type(class, err.to_string())),
         err => PyValueError::new_err(err.to_string()),
     })?;
-    let coalescer = Coalescer::new(config.coalesce_window().unwrap_or_default());
+    let coalescer = Arc::new(Coalescer::new(config.coalesce_window().unwrap_or_default()));
     Ok(PyZarrArray { array: Arc::new(opened), config, coalescer, path: shown, node, writable, opened_metadata })
 }
 
@@ -1464,8 +1611,9 @@ fn release_wait(wait: &mut dyn FnMut()) {
             unsafe { pyo3::ffi::PyEval_RestoreThread(self.0) };
         }
     }
-    // SAFETY: only reads this thread's state.
-    if unsafe { PyGILState_Check() } == 1 {
+    // SAFETY: only read the runtime's and this thread's state. An interpreter finalizing (a read
+    // left running after Ctrl-C, ending with the process) is not waited under.
+    if unsafe { pyo3::ffi::Py_IsInitialized() } != 0 && unsafe { PyGILState_Check() } == 1 {
         // SAFETY: this thread holds the lock; `Restore` takes it back on this thread, and the
         // wait touches no Python object.
         let _restore = Restore(unsafe { pyo3::ffi::PyEval_SaveThread() });

@@ -3405,5 +3405,86 @@ class RemoteCpuTests(unittest.TestCase):
                 zarrs_gpu.open(local, storage_options={"anon": True})
 
 
+class StalledServer:
+    """A loopback HTTP server that takes connections and never answers (a remote store that
+    hangs), until `stall` seconds have passed or it is closed: then it drops them."""
+
+    def __init__(self, stall=15.0):
+        import socket
+        import threading
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.stall, self.closed, self.held = stall, threading.Event(), []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import time
+
+        self.listener.settimeout(0.05)
+        deadline = time.monotonic() + self.stall
+        while not self.closed.is_set() and time.monotonic() < deadline:
+            try:
+                self.held.append(self.listener.accept()[0])
+            except OSError:
+                pass
+        for conn in self.held:
+            conn.close()
+        self.listener.close()
+
+    def url(self, name):
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def close(self):
+        self.closed.set()
+
+
+class InterruptCpuTests(unittest.TestCase):
+    """Ctrl-C and timeouts during waits for storage (what a machine without a GPU can reach: an
+    open reads metadata before any device is asked for; reads fail at once without one)."""
+
+    def interrupt_after(self, seconds):
+        import _thread
+        import threading
+
+        timer = threading.Timer(seconds, _thread.interrupt_main)
+        timer.start()
+        self.addCleanup(timer.cancel)
+
+    def test_ctrl_c_interrupts_an_open_waiting_on_a_stalled_server(self):
+        import time
+
+        server = StalledServer()
+        self.addCleanup(server.close)
+        self.interrupt_after(0.3)
+        start = time.monotonic()
+        with self.assertRaises(KeyboardInterrupt):
+            zarrs_gpu.open(server.url("stalled.zarr"))
+        took = time.monotonic() - start
+        self.assertLess(took, 1.3, f"KeyboardInterrupt came {took:.2f} s after the open began (0.3 s after Ctrl-C is due)")
+        # The interpreter goes on: a local open works at once.
+        with tempfile.TemporaryDirectory() as d:
+            zarr.create_array(store=d, shape=(4,), chunks=(2,), dtype="int8")
+            self.assertEqual(zarrs_gpu.open(d).shape, (4,))
+
+    @unittest.skipUnless(os.environ.get("ZARRS_GPU_EXPECT_NO_GPU") == "1",
+                         "set ZARRS_GPU_EXPECT_NO_GPU=1 on a machine without a GPU (CI does)")
+    def test_pending_read_result_takes_a_timeout_and_keeps_the_result(self):
+        with tempfile.TemporaryDirectory() as d:
+            zarr.create_array(store=d, shape=(4,), chunks=(2,), dtype="int8")
+            pending = zarrs_gpu.open(d).read_async()
+            # Here the read fails at once (no GPU): its error, not a TimeoutError, within the time.
+            with self.assertRaisesRegex(RuntimeError, "(?i)gpu|cuda"):
+                pending.result(timeout=10)
+            # Kept: the same error again, at once, with any timeout.
+            for timeout in (0, -1, None, float("inf")):
+                with self.subTest(timeout=timeout), self.assertRaisesRegex(RuntimeError, "(?i)gpu|cuda"):
+                    pending.result(timeout=timeout)
+            with self.assertRaisesRegex(ValueError, "nan"):
+                pending.result(timeout=float("nan"))
+            with self.assertRaises(TypeError):
+                pending.result(timeout="1")
+
+
 if __name__ == "__main__":
     unittest.main()

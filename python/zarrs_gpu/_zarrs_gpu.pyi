@@ -106,8 +106,13 @@ class Array:
         """The GPU this array's reads land on (`open`'s `device`)."""
     @property
     def regular_chunks(self) -> Optional[tuple[int, ...]]: ...
-    def read(self, subset: Union[str, _Index, None] = None) -> DeviceArray: ...
-    def read_into(self, out: Any, key: Optional[_Index] = None) -> _ReadReport: ...
+    def read(self, subset: Union[str, _Index, None] = None) -> DeviceArray:
+        """Read `subset` to the device. Ctrl-C interrupts the wait (KeyboardInterrupt); the read
+        goes on to its end on its own thread and its array is dropped there (as for ``a[key]``
+        and ``read_many``)."""
+    def read_into(self, out: Any, key: Optional[_Index] = None) -> _ReadReport:
+        """Read into `out`, memory the caller owns: not interruptible (the read must end before
+        the caller may use `out` again)."""
     def read_async(self, key: Union[str, _Index, None] = None) -> PendingRead:
         """Start reading the selection `key` (as for `read`) on a background thread and return at
         once; `.result()` waits for the DeviceArray. A bad key raises here."""
@@ -169,9 +174,11 @@ class PendingRead:
 
     def done(self) -> bool:
         """Whether the read has finished (``result()`` returns without waiting for it)."""
-    def result(self) -> DeviceArray:
+    def result(self, timeout: Optional[float] = None) -> DeviceArray:
         """The array read (the same object every call), waiting without the interpreter lock; a
-        failed read raises its error."""
+        failed read raises its error. With `timeout` (seconds), a read not finished by then raises
+        TimeoutError and goes on: a later call takes it (as ``concurrent.futures``). Ctrl-C
+        interrupts the wait (KeyboardInterrupt) the same way."""
 
 @final
 class ReadAhead:
@@ -182,10 +189,12 @@ class ReadAhead:
     def __iter__(self) -> ReadAhead: ...
     def __next__(self) -> tuple[tuple[slice, ...], DeviceArray]:
         """The next read, in order: its key (a tuple of slices) and array. Waits without the
-        interpreter lock; a failed read raises (naming the box) and ends the iteration."""
+        interpreter lock (Ctrl-C interrupts the wait; the read goes on and a later call takes
+        it); a failed read raises (naming the box) and ends the iteration."""
     def close(self) -> None:
         """Stop: no further read starts, the arrays read ahead are dropped (those yielded stay
-        valid)."""
+        valid). Returns at once, also while a read is in flight or another thread waits in
+        ``__next__`` (which then ends the iteration); the read in flight is dropped when done."""
 
 def tiles(
     array: Array,
