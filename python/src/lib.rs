@@ -1017,6 +1017,9 @@ impl PyZarrArray {
         };
         let array = &self.array;
         py.allow_threads(|| {
+            // The chunks it writes locked as the device writer locks them: two writes of this
+            // process sharing a chunk (threads, Dask tasks) never lose either's update.
+            let _locked = zarrs_gpu_codecs::lock_chunks(array, &subset).map_err(py_err)?;
             array
                 .store_array_subset(&subset, zarrs::array::ArrayBytes::new_flen(std::borrow::Cow::Borrowed(bytes)))
                 .map_err(|e| py_err(GpuError::from(e)))
@@ -1477,6 +1480,30 @@ fn _object_store_options(url: &str, storage_options: Option<&Bound<'_, PyDict>>)
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
 }
 
+/// Locks of this process on value files (see `_lock_files`), held until `release()`.
+#[pyclass(name = "_FileLocks", module = "zarrs_gpu", frozen)]
+struct PyFileLocks(Mutex<Option<zarrs_gds_store::KeyLockGuard>>);
+
+#[pymethods]
+impl PyFileLocks {
+    /// Release the locks (again: nothing).
+    fn release(&self) {
+        drop(lock(&self.0).take());
+    }
+}
+
+/// Lock the value files `paths` (absolute, under a store's resolved directory) as zarrs_gpu's own
+/// writes lock the chunks they change, waiting (without the interpreter lock) while another
+/// write of this process holds any: zarr-python's writes through `GpuCodecPipeline` take them so
+/// that they and zarrs_gpu's writes of one chunk never lose an update.
+#[pyfunction]
+#[allow(clippy::needless_pass_by_value)] // extracted from Python as it is
+fn _lock_files(py: Python<'_>, paths: Vec<PathBuf>) -> PyFileLocks {
+    let ids: Vec<zarrs_gds_store::LockId> = paths.into_iter().map(zarrs_gds_store::LockId::File).collect();
+    let guard = py.allow_threads(|| zarrs_gds_store::KeyLocks::lock(ids));
+    PyFileLocks(Mutex::new(Some(guard)))
+}
+
 /// `url` without user, password, query or fragment, as every message shows a URL.
 #[pyfunction]
 fn _redact_url(url: &str) -> String {
@@ -1663,6 +1690,8 @@ fn _zarrs_gpu(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(_object_store_options, m)?)?;
     m.add_function(wrap_pyfunction!(_redact_url, m)?)?;
+    m.add_function(wrap_pyfunction!(_lock_files, m)?)?;
+    m.add_class::<PyFileLocks>()?;
     m.add_function(wrap_pyfunction!(read, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(memory_in_use, m)?)?;

@@ -52,6 +52,24 @@ class GpuCodecPipeline(BatchedCodecPipeline):
     _lock = threading.Lock()
     _prefixes = {}  # store root -> array paths met there
 
+    async def write(self, batch_info, value, drop_axes=()):
+        """zarr-python's write, holding the locks zarrs_gpu's own writes take on the chunks of a
+        local store it changes (read, modified and written again): a write from another thread or
+        task of this process, by zarr-python or zarrs_gpu, into one of them waits, so that no
+        update is lost."""
+        batch_info = list(batch_info)
+        paths = _chunk_files(batch_info)
+        if not paths:
+            return await super().write(batch_info, value, drop_axes)
+        from ._zarrs_gpu import _lock_files
+
+        # Waiting for another write's locks must not stop zarr's event loop.
+        locks = await asyncio.to_thread(_lock_files, paths)
+        try:
+            return await super().write(batch_info, value, drop_axes)
+        finally:
+            locks.release()
+
     async def read(self, batch_info, out, drop_axes=()):
         batch_info = list(batch_info)
         plan = _device_plan(batch_info, out, drop_axes)
@@ -71,6 +89,19 @@ class GpuCodecPipeline(BatchedCodecPipeline):
             return tuple({"status": "present"} for _ in batch_info)
         return tuple({"status": "present" if os.path.exists(os.path.join(str(bg.store.root), bg.path)) else "missing"}
                      for bg, *_ in batch_info)
+
+
+def _chunk_files(batch_info):
+    """The files of the chunks a write's `batch_info` changes, in a local directory store (resolved
+    as zarrs_gpu resolves a store's directory, so both name one file alike); [] for other stores."""
+    paths = []
+    for byte_setter, *_ in batch_info:
+        store = getattr(byte_setter, "store", None)
+        root = zarr_python_root(store) if store is not None else None
+        if not isinstance(root, str) or not os.path.isdir(root):
+            continue
+        paths.append(os.path.join(os.path.realpath(root), *str(byte_setter.path).split("/")))
+    return paths
 
 
 def _device_plan(batch_info, out, drop_axes):

@@ -295,3 +295,227 @@ fn sharded_device_writes_equal_host_writes_with_the_index_at_either_end() -> Res
     }
     Ok(())
 }
+
+/// `values` (of `shape`) on the device: stored in an uncompressed array of `name`, read back.
+fn to_device(
+    dir: &std::path::Path,
+    name: &str,
+    shape: &[u64],
+    values: Vec<f32>,
+) -> Result<zarrs_gpu::DeviceArray<f32>> {
+    let store = Arc::new(GdsStore::new(dir)?);
+    let array = ArrayBuilder::new(shape.to_vec(), shape.to_vec(), data_type::float32(), FillValue::from(0.0f32))
+        .build(store, &format!("/{name}"))?;
+    array.store_metadata()?;
+    let all = ArraySubset::new_with_shape(shape.to_vec());
+    array.store_array_subset(&all, values)?;
+    Ok(array.retrieve_array_subset_device_opt::<f32>(&all, &posix())?.0)
+}
+
+/// Two writers of one shard (different inner chunks) or one chunk (its two halves) at once, 20
+/// rounds: two device writes, then a device write beside a host write holding `lock_chunks` (as
+/// Python's host values write). Each writer opens the array on its own store of the directory.
+/// Before the locks, one writer's update was lost in every round.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn two_writers_of_one_shard_or_one_chunk_both_land() -> Result {
+    let dir = tempfile::tempdir()?;
+    let inner = [8u64, 16, 32];
+    let cases: Vec<(&str, Arc<dyn ArrayToBytesCodecTraits>, [ArraySubset; 2])> = vec![
+        (
+            "shard",
+            sharding(&inner, vec![zstd(1, false)], ShardingIndexLocation::End),
+            [
+                ArraySubset::new_with_ranges(&[0..8, 0..16, 0..32]),
+                ArraySubset::new_with_ranges(&[8..16, 16..32, 32..64]),
+            ],
+        ),
+        (
+            "chunk",
+            Arc::new(BytesCodec::new(Some(Endianness::Little))),
+            [ArraySubset::new_with_ranges(&[0..8, 0..32, 0..64]), ArraySubset::new_with_ranges(&[8..16, 0..32, 0..64])],
+        ),
+    ];
+    for (name, a2b, parts) in cases {
+        empty_sharded(dir.path(), name, a2b)?;
+        let path = dir.path().to_path_buf();
+        let open =
+            || -> Result<Array<GdsStore>> { Ok(Array::open(Arc::new(GdsStore::new(&path)?), &format!("/{name}"))?) };
+        let check = open()?;
+        for host_writer in [false, true] {
+            for round in 0..20u32 {
+                let data: Vec<Vec<f32>> = (0..2u32)
+                    .map(|w| {
+                        (0..parts[w as usize].num_elements())
+                            .map(|j| (round * 4 + w + 1) as f32 + j as f32 * 1e-3)
+                            .collect()
+                    })
+                    .collect();
+                let on_device: Vec<_> = (0..2)
+                    .map(|w| to_device(dir.path(), &format!("{name}_src{w}"), parts[w].shape(), data[w].clone()))
+                    .collect::<Result<_>>()?;
+                let start = std::sync::Barrier::new(2);
+                std::thread::scope(|scope| -> Result {
+                    let writers: Vec<_> = (0..2usize)
+                        .map(|w| {
+                            let (start, open, parts, data, on_device) = (&start, &open, &parts, &data, &on_device);
+                            scope.spawn(move || -> Result {
+                                let array = open()?;
+                                start.wait();
+                                if host_writer && w == 1 {
+                                    let _locked = zarrs_gpu::zarrs_gpu_codecs::lock_chunks(&array, &parts[w])?;
+                                    array.store_array_subset(&parts[w], data[w].clone())?;
+                                } else {
+                                    array.store_array_subset_device_opt(&parts[w], &on_device[w], &posix())?;
+                                }
+                                Ok(())
+                            })
+                        })
+                        .collect();
+                    writers.into_iter().try_for_each(|w| w.join().expect("a writer panicked"))
+                })?;
+                for w in 0..2 {
+                    let got: Vec<f32> = check.retrieve_array_subset(&parts[w])?;
+                    assert!(
+                        got == data[w],
+                        "{name}, host writer {host_writer}, round {round}: writer {w}'s update was lost"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A device write that fails midway (one chunk's directory is a file): an error naming that
+/// chunk; the chunks stored before it hold their new values, the others their old ones, each
+/// whole; no temporary file is left.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_device_write_that_fails_midway_leaves_every_chunk_old_or_new() -> Result {
+    let dir = tempfile::tempdir()?;
+    let Sources { shape, all, source: _, on_device, .. } = Sources::new(dir.path())?;
+    let array = empty(dir.path(), "midway", vec![zstd(1, false)])?;
+    array.store_array_subset(&all, values(&shape, 7))?;
+    // Chunk [2, 1, x]'s directory replaced by a file: its chunks cannot be stored.
+    let blocked = dir.path().join("midway/c/2/1");
+    std::fs::remove_dir_all(&blocked)?;
+    std::fs::write(&blocked, b"not a directory")?;
+    let err = array.store_array_subset_device_opt(&all, &on_device, &posix()).unwrap_err().to_string();
+    assert!(err.contains("c/2/1/"), "the error names a chunk under c/2/1: {err}");
+    let (new, old) = (values(&shape, 1), values(&shape, 7));
+    let (mut were_new, mut were_old) = (0, 0);
+    for z in 0..3u64 {
+        for y in 0..3u64 {
+            for x in 0..3u64 {
+                if (z, y) == (2, 1) {
+                    continue;
+                }
+                let region = ArraySubset::new_with_ranges(&[
+                    z * 16..(z * 16 + 16).min(40),
+                    y * 32..(y * 32 + 32).min(70),
+                    x * 32..(x * 32 + 32).min(90),
+                ]);
+                let got: Vec<f32> = array.retrieve_array_subset(&region)?;
+                let pick = |all: &[f32]| -> Vec<f32> {
+                    region.indices().into_iter().map(|i| all[((i[0] * 70 + i[1]) * 90 + i[2]) as usize]).collect()
+                };
+                if got == pick(&new) {
+                    were_new += 1;
+                } else {
+                    assert!(got == pick(&old), "chunk [{z}, {y}, {x}] is neither old nor new");
+                    were_old += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{were_new} chunks new, {were_old} old");
+    let temps = walkdir::WalkDir::new(dir.path())
+        .into_iter()
+        .filter_map(std::result::Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".zarrs-tmp"))
+        .count();
+    assert_eq!(temps, 0, "temporary files left");
+    Ok(())
+}
+
+/// With zarrs' `store_empty_chunks` on, the device writer stores a chunk of fill value (and a
+/// shard of fill value, as its index of missing entries) as zarrs' host write does; off, it
+/// erases them. Before, it erased them whatever the setting.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_device_writer_follows_store_empty_chunks() -> Result {
+    let dir = tempfile::tempdir()?;
+    let zeros = to_device(dir.path(), "zeros", &[16, 32, 64], vec![0.0; 16 * 32 * 64])?;
+    let first = ArraySubset::new_with_ranges(&[0..16, 0..32, 0..64]);
+    let before = zarrs::config::global_config().store_empty_chunks();
+    let result = (|| -> Result {
+        for store_empty in [false, true] {
+            zarrs::config::global_config_mut().set_store_empty_chunks(store_empty);
+            let chains: Vec<(&str, Arc<dyn ArrayToBytesCodecTraits>)> = vec![
+                ("plain", Arc::new(BytesCodec::new(Some(Endianness::Little)))),
+                ("shard", sharding(&[8, 16, 32], vec![zstd(1, false)], ShardingIndexLocation::End)),
+            ];
+            for (name, a2b) in chains {
+                let name = format!("{name}_{store_empty}");
+                let array = empty_sharded(dir.path(), &name, a2b.clone())?;
+                let host = empty_sharded(dir.path(), &format!("{name}_host"), a2b)?;
+                let report = array.store_array_subset_device_opt(&first, &zeros, &posix())?;
+                assert_eq!(report.path, WritePath::Device, "{name}: {report:?}");
+                host.store_array_subset(&first, vec![0.0f32; 16 * 32 * 64])?;
+                let key = array.chunk_key(&[0, 0, 0]);
+                let (got, want) = (array.storage().get(&key)?, host.storage().get(&host.chunk_key(&[0, 0, 0]))?);
+                assert_eq!(got.is_some(), store_empty, "{name}: {report:?}");
+                assert_eq!(got, want, "{name}: the device's value differs from zarrs'");
+                let read: Vec<f32> = array.retrieve_array_subset(&first)?;
+                assert!(read.iter().all(|&v| v == 0.0), "{name}");
+            }
+        }
+        Ok(())
+    })();
+    zarrs::config::global_config_mut().set_store_empty_chunks(before);
+    result
+}
+
+/// A NaN fill value: a chunk of that NaN is erased (or left out of its shard), as zarrs erases
+/// it (bit for bit: a NaN of another payload is a value, stored); values read back equal.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_nan_fill_value_erases_chunks_of_that_nan_only() -> Result {
+    let dir = tempfile::tempdir()?;
+    let other_nan = f32::from_bits(f32::NAN.to_bits() | 1);
+    let chunk = 16 * 32 * 64;
+    let mut data = vec![f32::NAN; chunk * 2];
+    data[chunk..].fill(other_nan);
+    let on_device = to_device(dir.path(), "nan_src", &[16, 32, 128], data.clone())?;
+    let whole = ArraySubset::new_with_ranges(&[0..16, 0..32, 0..128]);
+    let chains: Vec<(&str, Arc<dyn ArrayToBytesCodecTraits>)> = vec![
+        ("plain", Arc::new(BytesCodec::new(Some(Endianness::Little)))),
+        ("shard", sharding(&[8, 16, 32], vec![zstd(1, false)], ShardingIndexLocation::End)),
+    ];
+    for (name, a2b) in chains {
+        let make = |name: &str| -> Result<Array<GdsStore>> {
+            let store = Arc::new(GdsStore::new(dir.path())?);
+            let array =
+                ArrayBuilder::new(vec![40, 70, 128], vec![16, 32, 64], data_type::float32(), FillValue::from(f32::NAN))
+                    .array_to_bytes_codec(a2b.clone())
+                    .build(store, &format!("/{name}"))?;
+            array.store_metadata()?;
+            Ok(array)
+        };
+        let array = make(name)?;
+        let host = make(&format!("{name}_host"))?;
+        let report = array.store_array_subset_device_opt(&whole, &on_device, &posix())?;
+        assert_eq!(report.path, WritePath::Device, "{name}: {report:?}");
+        host.store_array_subset(&whole, data.clone())?;
+        for indices in [[0u64, 0, 0], [0, 0, 1]] {
+            let got = array.storage().get(&array.chunk_key(&indices))?;
+            let want = host.storage().get(&host.chunk_key(&indices))?;
+            assert_eq!(got.is_some(), indices[2] == 1, "{name} {indices:?}: {report:?}");
+            assert_eq!(got.is_some(), want.is_some(), "{name} {indices:?}: zarrs differs");
+        }
+        let got: Vec<f32> = array.retrieve_array_subset(&whole)?;
+        assert!(got.iter().zip(&data).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: values differ bit for bit");
+    }
+    Ok(())
+}

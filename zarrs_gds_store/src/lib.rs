@@ -75,7 +75,7 @@ pub use remote::{
 };
 pub use store::{DeviceReadOutcome, GdsRanges, GdsStore, GdsStoreOptions, ValueRange};
 pub use stores::AnyStore;
-pub use write::Durability;
+pub use write::{Durability, Expected, FileVersion, KeyLockGuard, KeyLocks, LockId};
 
 /// The cudarc version this crate is built with, for callers that share CUDA objects with it.
 pub use cudarc;

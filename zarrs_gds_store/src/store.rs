@@ -15,7 +15,10 @@ use crate::backend::{IoBackend, IoPath, IoStatus};
 use crate::cufile::CuFileDriver;
 use crate::error::ReadError;
 use crate::file::{FileCache, GdsFile, OpenValue};
-use crate::write::{is_temp, patched, sync_dir, write_atomic, write_many_atomic, Durability};
+use crate::write::{
+    is_temp, patched, remove_locked, sync_dir, write_atomic, write_many_atomic, Durability, Expected, FileVersion,
+    KeyLocks, LockId,
+};
 
 /// Files registered with cuFile kept open per store (each holds two descriptors).
 const REGISTERED_FILES: usize = 256;
@@ -269,8 +272,8 @@ pub struct GdsStore {
     gds_off: OnceLock<String>,
     registered: FileCache<GdsFile>,
     last_status: Mutex<Option<IoStatus>>,
-    /// Partial writes read, patch and rewrite a value: one at a time, so that none is lost.
-    partial_writes: Mutex<()>,
+    /// The store's directory resolved (links, `..`): the root of its values' [`LockId`]s.
+    lock_root: PathBuf,
 }
 
 impl std::fmt::Debug for GdsStore {
@@ -301,6 +304,7 @@ impl GdsStore {
     ) -> Result<Self, FilesystemStoreCreateError> {
         let base_path = base_path.as_ref().to_path_buf();
         let fs = FilesystemStore::new(&base_path)?.sorted();
+        let lock_root = std::fs::canonicalize(&base_path).unwrap_or_else(|_| base_path.clone());
         Ok(Self {
             fs,
             base_path,
@@ -308,7 +312,7 @@ impl GdsStore {
             gds_off: OnceLock::new(),
             registered: FileCache::new(REGISTERED_FILES),
             last_status: Mutex::new(None),
-            partial_writes: Mutex::new(()),
+            lock_root,
         })
     }
 
@@ -334,9 +338,26 @@ impl GdsStore {
     /// Returns the first error, naming its key and file; values written before it keep their new
     /// bytes (each whole), the rest their old ones.
     pub fn set_many<V: AsRef<[u8]> + Sync>(&self, values: &[(StoreKey, V)]) -> Result<(), StorageError> {
+        self.set_many_checked(values, &[])
+    }
+
+    /// [`Self::set_many`] for a read-modify-write: `expected` (empty, or one per value) is the
+    /// version each value had when it was read ([`Self::get_versioned`]; `Some(None)`: missing,
+    /// `None`: not read). Each is compared just before its new file is renamed over, under a lock
+    /// that every write of this store takes for its rename (`flock` of the file, or of its
+    /// directory when missing): a value another writer changed in between (another process: within
+    /// one, writers hold [`KeyLocks`]) is an error naming its key, and keeps the other's bytes.
+    ///
+    /// # Errors
+    /// As [`Self::set_many`], and for such a conflict.
+    pub fn set_many_checked<V: AsRef<[u8]> + Sync>(
+        &self,
+        values: &[(StoreKey, V)],
+        expected: &[Expected],
+    ) -> Result<(), StorageError> {
         let paths: Vec<(PathBuf, &[u8])> =
             values.iter().map(|(key, value)| (self.key_to_fspath(key), value.as_ref())).collect();
-        write_many_atomic(&paths, self.options.durability).map_err(|(path, err)| {
+        write_many_atomic(&paths, expected, self.options.durability).map_err(|(path, err)| {
             let key = values
                 .iter()
                 .zip(&paths)
@@ -344,6 +365,51 @@ impl GdsStore {
                 .map_or_else(|| format!("a directory of {} values", values.len()), |((key, _), _)| key.to_string());
             StorageError::Other(format!("writing {key} to {}: {err}", path.display()))
         })
+    }
+
+    /// The value of `key` and the version of its file that was read (None: missing), for a
+    /// read-modify-write that stores through [`Self::set_many_checked`] or
+    /// [`Self::erase_checked`].
+    ///
+    /// # Errors
+    /// Returns an error naming the key and file when it cannot be read.
+    pub fn get_versioned(&self, key: &StoreKey) -> Result<(MaybeBytes, Option<FileVersion>), StorageError> {
+        use std::io::Read;
+        let path = self.key_to_fspath(key);
+        let named = |err: std::io::Error| StorageError::Other(format!("reading {key} from {}: {err}", path.display()));
+        let mut file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok((None, None)),
+            Err(err) => return Err(named(err)),
+        };
+        let meta = file.metadata().map_err(named)?;
+        let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+        file.read_to_end(&mut bytes).map_err(named)?;
+        Ok((Some(Bytes::from(bytes)), Some(FileVersion::of(&meta))))
+    }
+
+    /// Erase `key` if its file is still the version `expected` ([`Self::set_many_checked`]).
+    ///
+    /// # Errors
+    /// Returns an error naming the key when it cannot be erased or changed since it was read.
+    pub fn erase_checked(&self, key: &StoreKey, expected: Expected) -> Result<(), StorageError> {
+        let path = self.key_to_fspath(key);
+        let removed = remove_locked(&path, expected).map_err(|err| write_error(key, &path, &err))?;
+        // Under Sync an erase is durable too: the directory's entry is flushed (where there was
+        // one to remove: a fresh array's fill chunks cost nothing).
+        match path.parent() {
+            Some(dir) if removed && self.options.durability == Durability::Sync => {
+                sync_dir(dir).map_err(|err| write_error(key, &path, &err))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// What a write of this process locks to change `key` ([`KeyLocks`]): its file, under the
+    /// store's resolved directory (two stores of one directory share their locks).
+    #[must_use]
+    pub fn lock_id(&self, key: &StoreKey) -> LockId {
+        LockId::File(self.lock_root.join(key.as_str()))
     }
 
     /// The file that holds `key`.
@@ -542,29 +608,35 @@ impl WritableStorageTraits for GdsStore {
     }
 
     fn set_partial_many(&self, key: &StoreKey, offset_values: OffsetBytesIterator<'_>) -> Result<(), StorageError> {
-        let _one_at_a_time = self.partial_writes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A read-modify-write: other writes of this process wait (those of others are detected).
+        let _locked = KeyLocks::lock([self.lock_id(key)]);
         let path = self.key_to_fspath(key);
-        let old = self.fs.get(key)?.map(|bytes| bytes.to_vec()).unwrap_or_default();
+        let (old, version) = self.get_versioned(key)?;
+        let old = old.map(|bytes| bytes.to_vec()).unwrap_or_default();
         let value = patched(old, offset_values).map_err(|err| write_error(key, &path, &err))?;
-        write_atomic(&path, &value, self.options.durability).map_err(|err| write_error(key, &path, &err))
+        self.set_many_checked(&[(key.clone(), value)], &[Some(version)])
     }
 
     fn erase(&self, key: &StoreKey) -> Result<(), StorageError> {
-        let path = self.key_to_fspath(key);
-        let existed = path.exists();
-        self.fs.erase(key)?;
-        // Under Sync an erase is durable too: the directory's entry is flushed (where there was
-        // one to remove: a fresh array's fill chunks cost nothing).
-        match path.parent() {
-            Some(dir) if existed && self.options.durability == Durability::Sync && dir.is_dir() => {
-                sync_dir(dir).map_err(|err| write_error(key, &path, &err))
-            }
-            _ => Ok(()),
-        }
+        self.erase_checked(key, None)
     }
 
     fn erase_prefix(&self, prefix: &StorePrefix) -> Result<(), StorageError> {
-        self.fs.erase_prefix(prefix)
+        let dir = self.base_path.join(prefix.as_str());
+        let existed = dir.exists();
+        self.fs.erase_prefix(prefix)?;
+        // Under Sync the removal is durable: the prefix's entry in its parent is flushed (the
+        // store's own directory, for the root prefix, is emptied: flushed itself).
+        if existed && self.options.durability == Durability::Sync {
+            let flushed =
+                if dir.exists() { dir.clone() } else { dir.parent().map_or_else(|| dir.clone(), Path::to_path_buf) };
+            if flushed.is_dir() {
+                sync_dir(&flushed).map_err(|err| {
+                    StorageError::Other(format!("erasing {prefix}: flushing {}: {err}", flushed.display()))
+                })?;
+            }
+        }
+        Ok(())
     }
 
     fn supports_set_partial(&self) -> bool {

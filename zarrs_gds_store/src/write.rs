@@ -44,15 +44,78 @@ fn temp_path(path: &Path) -> PathBuf {
 }
 
 /// A new temporary file beside `path`, and its name (a name taken, by a file left behind, is
-/// passed over).
+/// passed over). It is locked (`flock`) as long as it is open: a cleaner of stale temporary
+/// files passes over a locked one ([`clean_stale_temps`]).
 fn create_temp(path: &Path) -> std::io::Result<(File, PathBuf)> {
     let mut tries = 0;
     loop {
         let temp = temp_path(path);
         match OpenOptions::new().write(true).create_new(true).open(&temp) {
             Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
-            opened => return opened.map(|file| (file, temp)),
+            Err(err) => return Err(err),
+            Ok(file) => {
+                if let Err(err) = file.lock() {
+                    let _ = fs::remove_file(&temp);
+                    return Err(err);
+                }
+                return Ok((file, temp));
+            }
         }
+    }
+}
+
+/// A temporary file older than this whose writer holds no lock on it was left by a writer that
+/// was killed. (A live writer locks its file microseconds after making it; the age only closes
+/// that gap.)
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_mins(5);
+
+/// Remove the temporary files in `dir` that killed writers left: older than [`STALE_AFTER`] and
+/// not locked (a live writer holds the lock on its file until it is renamed or removed). Errors
+/// are ignored: a file another cleaner removed first, or one this process may not remove, stays
+/// someone else's business. Returns how many it removed.
+pub(crate) fn clean_stale_temps(dir: &Path) -> usize {
+    let Ok(entries) = fs::read_dir(dir) else { return 0 };
+    let now = std::time::SystemTime::now();
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        if !is_temp(&entry.file_name().to_string_lossy()) {
+            continue;
+        }
+        let path = entry.path();
+        let old =
+            |meta: &fs::Metadata| meta.modified().ok().and_then(|m| now.duration_since(m).ok()) > Some(STALE_AFTER);
+        let Ok(file) = File::open(&path) else { continue };
+        let Ok(meta) = file.metadata() else { continue };
+        if !meta.is_file() || !old(&meta) || file.try_lock().is_err() {
+            continue;
+        }
+        // Still the file locked (temporary names are never reused, so nothing else can take it).
+        if fs::symlink_metadata(&path).is_ok_and(|now| same_file(&now, &meta)) && fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Clean each of `dirs` of stale temporary files once in this process's life (a listing per
+/// directory, not per write).
+fn clean_once(dirs: &[&Path]) {
+    static CLEANED: std::sync::Mutex<Option<std::collections::HashSet<PathBuf>>> = std::sync::Mutex::new(None);
+    let mut todo = Vec::new();
+    {
+        let mut cleaned = CLEANED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let cleaned = cleaned.get_or_insert_with(Default::default);
+        if cleaned.len() > 1 << 16 {
+            cleaned.clear();
+        }
+        for dir in dirs {
+            if cleaned.insert(dir.to_path_buf()) {
+                todo.push(*dir);
+            }
+        }
+    }
+    for dir in todo {
+        clean_stale_temps(dir);
     }
 }
 
@@ -79,25 +142,167 @@ pub(crate) fn create_dirs(dir: &Path, durability: Durability) -> std::io::Result
     Ok(())
 }
 
+/// Which version of a value's file a write read: a rewrite (a new file renamed over) or an
+/// erase changes it, as does any change to the file. Taken from the file a read opened, and
+/// compared, under the value's lock, just before a read-modify-write replaces it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileVersion {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    /// The status change time: what userspace cannot set back (a rewrite in place that keeps
+    /// size and modification time still changes it).
+    ctime: (i64, i64),
+}
+
+impl FileVersion {
+    /// The version of the file `meta` describes.
+    #[must_use]
+    pub fn of(meta: &fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// The version of the file at `path` now; None when there is none.
+    ///
+    /// # Errors
+    /// An error of `stat` other than a missing file.
+    pub fn at(path: &Path) -> std::io::Result<Option<Self>> {
+        match fs::metadata(path) {
+            Ok(meta) => Ok(Some(Self::of(&meta))),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+}
+
+/// What a replacement expects to find at its path: None checks nothing (a value written whole);
+/// `Some(None)`, no file (read as missing); `Some(Some(v))`, the file read.
+pub type Expected = Option<Option<FileVersion>>;
+
+fn same_file(a: &fs::Metadata, b: &fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    (a.dev(), a.ino()) == (b.dev(), b.ino())
+}
+
+/// The error of a read-modify-write whose value another writer changed after it was read.
+fn conflict(path: &Path) -> std::io::Error {
+    std::io::Error::other(format!(
+        "{} changed after this write read it (another writer, most likely another process): nothing was \
+         written for it; write again",
+        path.display()
+    ))
+}
+
+/// Run `modify` (a rename onto `path`, or its removal) holding the lock of what is at `path`
+/// now: its file, or its directory when it has none (`flock`, which excludes other processes and
+/// other descriptors of this one). Every rename onto a value's path and every erase of it is
+/// made so; one that finds another file there than it locked locks again. Under the lock,
+/// `expected` is compared with what is there: a value that changed since it was read is a
+/// conflict, never overwritten.
+fn locked_at<R>(path: &Path, expected: Expected, modify: impl FnOnce() -> std::io::Result<R>) -> std::io::Result<R> {
+    let dir = path.parent().ok_or_else(|| std::io::Error::other(format!("{} has no directory", path.display())))?;
+    loop {
+        let (held, meta) = match File::open(path) {
+            Ok(file) => {
+                file.lock()?;
+                let meta = file.metadata()?;
+                (file, Some(meta))
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                let held = File::open(dir)?;
+                held.lock()?;
+                (held, None)
+            }
+            Err(err) => return Err(err),
+        };
+        let now = match fs::metadata(path) {
+            Ok(now) => Some(now),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+            Err(err) => return Err(err),
+        };
+        let still = match (&meta, &now) {
+            (Some(locked), Some(now)) => same_file(locked, now),
+            (None, None) => true,
+            _ => false,
+        };
+        if !still {
+            drop(held);
+            continue;
+        }
+        if expected.is_some_and(|expected| expected != now.as_ref().map(FileVersion::of)) {
+            return Err(conflict(path));
+        }
+        let done = modify();
+        drop(held);
+        return done;
+    }
+}
+
+/// Remove the value at `path` (under its lock, as [`locked_at`]); whether there was one.
+pub(crate) fn remove_locked(path: &Path, expected: Expected) -> std::io::Result<bool> {
+    if !path.parent().is_some_and(Path::is_dir) {
+        return match expected {
+            Some(Some(_)) => Err(conflict(path)),
+            _ => Ok(false),
+        };
+    }
+    locked_at(path, expected, || match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(err) => Err(err),
+    })
+}
+
+/// Give `temp` the mode of the file it replaces at `path`, and its owner where this process may
+/// (a rewrite keeps a file's permissions; a new file has the process's defaults).
+fn keep_mode_and_owner(temp: &File, path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let old = match fs::metadata(path) {
+        Ok(old) => old,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(err),
+    };
+    let ours = temp.metadata()?;
+    if (ours.uid(), ours.gid()) != (old.uid(), old.gid()) {
+        // Only root (or the owner, to one of its groups) may: otherwise the file stays ours.
+        let _ = std::os::unix::fs::fchown(temp, Some(old.uid()), Some(old.gid()))
+            .or_else(|_| std::os::unix::fs::fchown(temp, None, Some(old.gid())));
+    }
+    if ours.mode() & 0o7777 != old.mode() & 0o7777 {
+        temp.set_permissions(fs::Permissions::from_mode(old.mode() & 0o7777))?;
+    }
+    Ok(())
+}
+
 /// Write `value` to `path` atomically, making its directories as needed. On an error (a full
 /// disk, say) the old value, if any, is still there and the temporary file is removed.
 pub(crate) fn write_atomic(path: &Path, value: &[u8], durability: Durability) -> std::io::Result<()> {
-    write_many_atomic(&[(path.to_path_buf(), value)], durability).map_err(|(_, err)| err)
+    write_many_atomic(&[(path.to_path_buf(), value)], &[], durability).map_err(|(_, err)| err)
 }
 
 /// Write each of `values` (path, bytes) atomically, flushed as one:
 /// every temporary file written and (under [`Durability::Sync`]) flushed in parallel, then renamed
 /// into place, then each directory flushed once (one flush per directory rather than one per
 /// value). Each value is replaced whole; when the call returns without error every one is durable
-/// as `durability` says. The first error is returned, naming its path; values renamed before it
-/// keep their new bytes, the others their old ones.
+/// as `durability` says. `expected` (empty, or one per value) says what each rename must find at
+/// its path ([`locked_at`]). The first error is returned, naming its path; values renamed before
+/// it keep their new bytes (their directories flushed under Sync), the others their old ones.
 pub(crate) fn write_many_atomic(
     values: &[(PathBuf, &[u8])],
+    expected: &[Expected],
     durability: Durability,
 ) -> Result<(), (PathBuf, std::io::Error)> {
     use rayon::prelude::*;
-    let clean = |temps: &[Option<PathBuf>]| {
-        for temp in temps.iter().flatten() {
+    let clean = |temps: &[(File, PathBuf)]| {
+        for (_, temp) in temps {
             let _ = fs::remove_file(temp);
         }
     };
@@ -110,11 +315,14 @@ pub(crate) fn write_many_atomic(
         let first = || values.iter().find(|(path, _)| path.parent() == Some(*dir)).map(|(path, _)| path.clone());
         create_dirs(dir, durability).map_err(|err| (first().unwrap_or_else(|| dir.to_path_buf()), err))?;
     }
-    let written: Vec<Result<PathBuf, (PathBuf, std::io::Error)>> = values
+    clean_once(&dirs);
+    // Each temporary file stays open (and locked) until it is renamed or removed.
+    let written: Vec<Result<(File, PathBuf), (PathBuf, std::io::Error)>> = values
         .par_iter()
         .map(|(path, bytes)| {
             let (mut file, temp) = create_temp(path).map_err(|err| (path.clone(), err))?;
             let mut write = || -> std::io::Result<()> {
+                keep_mode_and_owner(&file, path)?;
                 file.write_all(bytes)?;
                 if durability == Durability::Sync {
                     file.sync_all()?;
@@ -122,7 +330,7 @@ pub(crate) fn write_many_atomic(
                 Ok(())
             };
             match write() {
-                Ok(()) => Ok(temp),
+                Ok(()) => Ok((file, temp)),
                 Err(err) => {
                     let _ = fs::remove_file(&temp);
                     Err((path.clone(), err))
@@ -130,21 +338,111 @@ pub(crate) fn write_many_atomic(
             }
         })
         .collect();
-    let temps: Vec<Option<PathBuf>> = written.iter().map(|w| w.as_ref().ok().cloned()).collect();
-    if let Some(Err(err)) = written.into_iter().find(Result::is_err) {
+    let mut temps = Vec::with_capacity(written.len());
+    let mut failed = None;
+    for w in written {
+        match w {
+            Ok(temp) => temps.push(temp),
+            Err(err) => failed = failed.or(Some(err)),
+        }
+    }
+    if let Some(err) = failed {
         clean(&temps);
         return Err(err);
     }
-    for (k, ((path, _), temp)) in values.iter().zip(&temps).enumerate() {
-        if let Err(err) = fs::rename(temp.as_ref().expect("written"), path) {
+    let flush = |renamed: &[(PathBuf, &[u8])]| -> Result<(), (PathBuf, std::io::Error)> {
+        if durability != Durability::Sync {
+            return Ok(());
+        }
+        let mut dirs: Vec<&Path> = renamed.iter().filter_map(|(path, _)| path.parent()).collect();
+        dirs.sort_unstable();
+        dirs.dedup();
+        dirs.par_iter().try_for_each(|dir| sync_dir(dir).map_err(|err| (dir.to_path_buf(), err)))
+    };
+    for (k, ((path, _), (_, temp))) in values.iter().zip(&temps).enumerate() {
+        let expect = expected.get(k).copied().flatten();
+        if let Err(err) = locked_at(path, expect, || fs::rename(temp, path)) {
             clean(&temps[k..]);
+            // The values renamed before it are durable as the call promises of what it wrote.
+            let _ = flush(&values[..k]);
             return Err((path.clone(), err));
         }
     }
-    if durability == Durability::Sync {
-        dirs.par_iter().try_for_each(|dir| sync_dir(dir).map_err(|err| (dir.to_path_buf(), err)))?;
+    drop(temps);
+    flush(values)
+}
+
+/// Locks on values of stores, held by writes of this process across a read-modify-write (a
+/// chunk or shard read, changed and written again), so that two writers of one value, whichever
+/// parts of it they change, never lose an update. A write takes the locks of every value it
+/// writes (all at once, in a fixed order: two writes of many values never wait on each other in
+/// a circle) and holds them until its last value is stored. Between processes the store itself
+/// compares the version it read with the file's just before it renames a new one over
+/// (`GdsStore::set_many_checked`): a conflict is an error naming the key, never a lost update.
+pub struct KeyLocks;
+
+/// What a lock is taken on: a value's file (its store's directory resolved, so two stores of one
+/// directory share it), or a key of a store with no files (named by the store's address).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LockId {
+    /// A value's file.
+    File(PathBuf),
+    /// A key of the store at this address.
+    Key(usize, String),
+}
+
+/// The locks a write holds (see [`KeyLocks`]); dropped, they are released.
+#[must_use = "the locks are released when this is dropped"]
+pub struct KeyLockGuard {
+    ids: Vec<LockId>,
+}
+
+impl std::fmt::Debug for KeyLockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyLockGuard").field("locks", &self.ids.len()).finish()
     }
-    Ok(())
+}
+
+static HELD: std::sync::Mutex<Option<std::collections::HashSet<LockId>>> = std::sync::Mutex::new(None);
+static RELEASED: std::sync::Condvar = std::sync::Condvar::new();
+
+impl KeyLocks {
+    /// Take the locks of `ids` (waiting while another write of this process holds any), in
+    /// sorted order. A thread must not take a lock it already holds: it would wait for itself.
+    pub fn lock(ids: impl IntoIterator<Item = LockId>) -> KeyLockGuard {
+        let mut ids: Vec<LockId> = ids.into_iter().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut held = HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for id in &ids {
+            while held.get_or_insert_with(Default::default).contains(id) {
+                held = RELEASED.wait(held).unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+            held.get_or_insert_with(Default::default).insert(id.clone());
+        }
+        KeyLockGuard { ids }
+    }
+
+    /// Whether a write of this process holds the lock of `id`.
+    #[must_use]
+    pub fn is_held(id: &LockId) -> bool {
+        HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref().is_some_and(|h| h.contains(id))
+    }
+}
+
+impl Drop for KeyLockGuard {
+    fn drop(&mut self) {
+        if self.ids.is_empty() {
+            return;
+        }
+        let mut held = HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(held) = held.as_mut() {
+            for id in &self.ids {
+                held.remove(id);
+            }
+        }
+        RELEASED.notify_all();
+    }
 }
 
 /// `value` with `writes` (offset, bytes) applied, grown with zeros where a write reaches past its
@@ -195,7 +493,7 @@ mod tests {
             (0..40u8).map(|k| (dir.path().join(format!("c/{}/{k}", k % 3)), vec![k; 1000 + usize::from(k)])).collect();
         for durability in [Durability::Sync, Durability::NoSync] {
             let borrowed: Vec<(PathBuf, &[u8])> = values.iter().map(|(p, v)| (p.clone(), v.as_slice())).collect();
-            write_many_atomic(&borrowed, durability).unwrap();
+            write_many_atomic(&borrowed, &[], durability).unwrap();
             for (path, value) in &values {
                 assert_eq!(&fs::read(path).unwrap(), value);
             }
@@ -206,7 +504,7 @@ mod tests {
         // (nothing is renamed when a write fails).
         fs::write(dir.path().join("blocker"), b"").unwrap();
         let bad = vec![(values[0].0.clone(), &b"new"[..]), (dir.path().join("blocker/x"), &b"x"[..])];
-        let (path, _) = write_many_atomic(&bad, Durability::Sync).unwrap_err();
+        let (path, _) = write_many_atomic(&bad, &[], Durability::Sync).unwrap_err();
         assert_eq!(path, dir.path().join("blocker/x"));
         assert_eq!(fs::read(&values[0].0).unwrap(), values[0].1);
         assert_eq!(names("c/0"), 14);

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use zarrs::array::codec::{Crc32cCodec, ZstdCodec};
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayToBytesCodecTraits, CodecOptions, IntoArrayBytes};
 use zarrs_gds_store::{Durability, GdsStore, GdsStoreOptions};
-use zarrs_storage::{Bytes, ListableStorageTraits, StoreKey, StorePrefix, WritableStorageTraits};
+use zarrs_storage::{
+    Bytes, ListableStorageTraits, ReadableStorageTraits, StoreKey, StorePrefix, WritableStorageTraits,
+};
 
 type Result<T = ()> = std::result::Result<T, Box<dyn Error>>;
 
@@ -406,4 +408,154 @@ fn two_writers_of_different_chunks_both_land() -> Result {
         assert_eq!(check_listing(dir.path(), chunks(GRID).map(|(_, idx)| array.chunk_key(&idx)))?, 0);
     }
     Ok(())
+}
+
+/// A read-modify-write whose value another writer replaced after the read (another process, in
+/// practice: within one, writers hold `KeyLocks`) is refused with an error naming the key, and
+/// keeps the other writer's bytes; an erase likewise. Unchanged, both go through.
+#[test]
+fn a_value_replaced_after_it_was_read_is_never_overwritten() -> Result {
+    let dir = tempfile::tempdir()?;
+    let store = GdsStore::new(dir.path())?;
+    let other = GdsStore::new(dir.path())?;
+    let key = StoreKey::new("c/0/1")?;
+    for missing in [true, false] {
+        if !missing {
+            store.set(&key, Bytes::from_static(b"first"))?;
+        }
+        let (old, version) = store.get_versioned(&key)?;
+        assert_eq!(old.is_none(), missing);
+        // Another writer (another store of the directory: another process's view) replaces it.
+        other.set(&key, Bytes::from_static(b"theirs"))?;
+        let err = store.set_many_checked(&[(key.clone(), b"mine".to_vec())], &[Some(version)]).unwrap_err();
+        assert!(err.to_string().contains("c/0/1") && err.to_string().contains("changed"), "{err}");
+        assert_eq!(store.get(&key)?.as_deref(), Some(&b"theirs"[..]), "missing {missing}");
+        let err = store.erase_checked(&key, Some(version)).unwrap_err();
+        assert!(err.to_string().contains("c/0/1"), "{err}");
+        assert_eq!(store.get(&key)?.as_deref(), Some(&b"theirs"[..]));
+        store.erase(&key)?;
+    }
+    // Unchanged since the read: replaced, then erased.
+    store.set(&key, Bytes::from_static(b"first"))?;
+    let (_, version) = store.get_versioned(&key)?;
+    store.set_many_checked(&[(key.clone(), b"second".to_vec())], &[Some(version)])?;
+    assert_eq!(store.get(&key)?.as_deref(), Some(&b"second"[..]));
+    let (_, version) = store.get_versioned(&key)?;
+    store.erase_checked(&key, Some(version))?;
+    assert!(store.get(&key)?.is_none());
+    assert_eq!(temps_left(dir.path())?, 0);
+    Ok(())
+}
+
+/// Two threads read, change their own half of one value and write it again, 20 rounds each, on
+/// two stores of one directory: holding `KeyLocks`, both halves land every round; without them,
+/// every round either lands both or refuses one writer with a conflict (never a silent loss).
+#[test]
+fn read_modify_writes_of_one_value_lose_no_update() -> Result {
+    use zarrs_gds_store::KeyLocks;
+    for locked in [true, false] {
+        let dir = tempfile::tempdir()?;
+        let key = StoreKey::new("c/0")?;
+        let (mut landed, mut refused) = (0, 0);
+        for round in 0..20u8 {
+            GdsStore::new(dir.path())?.set(&key, Bytes::from(vec![0u8; 2 << 16]))?;
+            let start = Barrier::new(2);
+            let results: Vec<bool> = std::thread::scope(|scope| {
+                let writers: Vec<_> = (0..2usize)
+                    .map(|half| {
+                        let (start, dir, key) = (&start, dir.path(), &key);
+                        scope.spawn(move || -> std::result::Result<bool, String> {
+                            let store = GdsStore::new(dir).map_err(|e| e.to_string())?;
+                            start.wait();
+                            let _held = locked.then(|| KeyLocks::lock([store.lock_id(key)]));
+                            let (old, version) = store.get_versioned(key).map_err(|e| e.to_string())?;
+                            let mut value = old.expect("stored").to_vec();
+                            value[half << 16..(half + 1) << 16].fill(round + 1);
+                            match store.set_many_checked(&[(key.clone(), value)], &[Some(version)]) {
+                                Ok(()) => Ok(true),
+                                Err(err) if err.to_string().contains("changed") && !locked => Ok(false),
+                                Err(err) => Err(err.to_string()),
+                            }
+                        })
+                    })
+                    .collect();
+                writers.into_iter().map(|w| w.join().expect("a writer panicked")).collect::<std::result::Result<_, _>>()
+            })?;
+            let value = GdsStore::new(dir.path())?.get(&key)?.expect("stored");
+            for (half, &wrote) in results.iter().enumerate() {
+                let landed_here = value[half << 16..(half + 1) << 16].iter().all(|&b| b == round + 1);
+                assert_eq!(landed_here, wrote, "locked {locked}, round {round}: half {half} wrote {wrote}");
+                if wrote {
+                    landed += 1;
+                } else {
+                    refused += 1;
+                }
+            }
+        }
+        eprintln!("locked {locked}: {landed} landed, {refused} refused as conflicts");
+        if locked {
+            assert_eq!((landed, refused), (40, 0));
+        }
+        assert_eq!(temps_left(dir.path())?, 0);
+    }
+    Ok(())
+}
+
+/// A killed writer's temporary file (old, no writer holding its lock) is removed by the next
+/// write into its directory; a live writer's (locked) and a fresh one are left alone.
+#[test]
+fn a_killed_writers_temporary_files_are_cleaned_never_a_live_ones() -> Result {
+    let dir = tempfile::tempdir()?;
+    let sub = dir.path().join("c/0");
+    std::fs::create_dir_all(&sub)?;
+    let temp = |name: &str| sub.join(format!(".{name}.12345.1a2b.0.zarrs-tmp"));
+    let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let (dead, live, fresh) = (temp("1"), temp("2"), temp("3"));
+    for path in [&dead, &live, &fresh] {
+        std::fs::write(path, b"partial")?;
+    }
+    for path in [&dead, &live] {
+        std::fs::File::options().write(true).open(path)?.set_modified(old)?;
+    }
+    // A live writer holds the lock of its temporary file until it is renamed.
+    let held = std::fs::File::open(&live)?;
+    held.lock()?;
+    let store = GdsStore::new(dir.path())?;
+    store.set(&StoreKey::new("c/0/0")?, Bytes::from_static(b"value"))?;
+    assert!(!dead.exists(), "the killed writer's temporary file is left");
+    assert!(live.exists() && fresh.exists(), "a live or fresh temporary file was removed");
+    drop(held);
+    Ok(())
+}
+
+/// A value written again keeps its file's mode (a rewrite is a new file renamed over the old).
+#[test]
+fn a_rewrite_keeps_the_files_mode() -> Result {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir()?;
+    let store = GdsStore::new(dir.path())?;
+    let key = StoreKey::new("c/0/0")?;
+    store.set(&key, Bytes::from_static(b"first"))?;
+    let path = store.key_to_fspath(&key);
+    for mode in [0o640, 0o604, 0o444] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+        store.set(&key, Bytes::from_static(b"again"))?;
+        assert_eq!(std::fs::metadata(&path)?.permissions().mode() & 0o7777, mode);
+        assert_eq!(store.get(&key)?.as_deref(), Some(&b"again"[..]));
+    }
+    Ok(())
+}
+
+/// Temporary files of writes under `dir`.
+fn temps_left(dir: &Path) -> Result<usize> {
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            n += temps_left(&entry.path())?;
+        } else if entry.file_name().to_string_lossy().ends_with(".zarrs-tmp") {
+            n += 1;
+        }
+    }
+    Ok(n)
 }

@@ -98,7 +98,7 @@ pub use report::{DecodePath, RetrieveReport, StageTime, WritePath, WriteReport};
 pub use retrieve::ArrayDeviceExt;
 pub use schedule::DecodeRates;
 pub use shard_index_cache::ShardIndexCache;
-pub use write::ArrayDeviceWriteExt;
+pub use write::{lock_chunks, ArrayDeviceWriteExt};
 
 // For the fuzz targets only (`fuzz/`); hidden, not part of the API.
 #[doc(hidden)]

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use zarrs::array::{Array, ArraySubset, ElementOwned};
+use zarrs_gds_store::{KeyLockGuard, KeyLocks, LockId};
 use zarrs_storage::{ReadableWritableStorageTraits, StoreKey};
 
 use crate::config::GpuConfig;
@@ -33,7 +34,7 @@ use crate::retrieve::{check_subset, contained, ArrayDeviceExt};
 use codec::{write_chain, WriteChain, WriteCodec};
 use encode::{encode_slots, EncodedBatch, Slots};
 use plan::{plan_units, reversed, WriteUnit, SLOT_ALIGN};
-use store::{kept_shards, store_batch, Kept};
+use store::{gds_of, read_olds, store_batch, Olds};
 
 /// Raw chunk bytes assembled and encoded on the device at once, at most (about): the working set
 /// on the device is two to five times this (raw, a shard's inner slots, a laid-out or shuffled
@@ -200,7 +201,43 @@ fn copy_region<T: ElementOwned>(data: &DeviceArray<T>, region: &ArraySubset) -> 
     unsafe { DeviceArray::from_device_bytes(out, region.shape().to_vec(), data.data_type().clone()) }
 }
 
-/// zarrs' own write, from a host copy of `data`.
+/// Whether writes store chunks (and shards) that are all fill value, as zarrs decides for its own
+/// writes: its global configuration's `store_empty_chunks` (the default of every array's codec
+/// options). The device route and its host fallback both follow it.
+fn store_empty_chunks() -> bool {
+    zarrs::config::global_config().store_empty_chunks()
+}
+
+/// What a write of this process locks to change `key` of `storage` ([`KeyLocks`]): a
+/// `GdsStore`'s file, else the key in this store object.
+fn lock_id<S: 'static>(storage: &S, key: &StoreKey) -> LockId {
+    match gds_of(storage) {
+        Some(store) => store.lock_id(key),
+        None => LockId::Key(std::ptr::from_ref(storage).cast::<u8>() as usize, key.as_str().to_owned()),
+    }
+}
+
+/// Take the locks of every chunk (or shard) of `array` that `subset` meets, held by a write of
+/// it until the guard is dropped: two writes of this process that share a chunk, whichever
+/// elements of it each changes, then never lose an update (each reads the chunk after the other
+/// stored it). Every write of this crate takes them; a write through zarrs' own
+/// `store_array_subset` (host values) should be made while holding them. Locks of many chunks are
+/// taken in one order, so writes never wait on each other in a circle; a thread must not take
+/// them twice.
+///
+/// # Errors
+/// Returns an error when the subset lies outside the array.
+pub fn lock_chunks<S: ReadableWritableStorageTraits + 'static>(
+    array: &Array<S>,
+    subset: &ArraySubset,
+) -> Result<KeyLockGuard, GpuError> {
+    let storage = array.storage();
+    let ids: Vec<LockId> =
+        chunks_meeting(array, subset)?.into_iter().map(|(_, key, _)| lock_id(storage.as_ref(), &key)).collect();
+    Ok(KeyLocks::lock(ids))
+}
+
+/// zarrs' own write, from a host copy of `data`, holding the locks of the chunks it writes.
 fn write_on_host<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     array: &Array<S>,
     subset: &ArraySubset,
@@ -217,7 +254,10 @@ fn write_on_host<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         }
         Ok(())
     };
-    let stored = array.store_array_subset(subset, elements);
+    let options = zarrs::config::global_config().codec_options().with_store_empty_chunks(store_empty_chunks());
+    let locked = lock_chunks(array, subset)?;
+    let stored = array.store_array_subset_opt(subset, elements, &options);
+    drop(locked);
     forget()?;
     stored?;
     let mut report = WriteReport::new(WritePath::Host, chunks.map_or(0, |c| c.num_elements() as usize));
@@ -266,6 +306,11 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         batches.last_mut().expect("pushed").push(unit);
     }
     let ctx = GpuContext::get(config.device())?;
+    // Every chunk (shard) written is locked for the whole write: another write of this process
+    // reads it only after this one stored it (the old values and kept inner chunks of one version).
+    let storage = array.storage();
+    let _locked = KeyLocks::lock(batches.iter().flatten().map(|u| lock_id(storage.as_ref(), &u.placement.key)));
+    let store_empty = store_empty_chunks();
     // A codec level at or above the configured one: every chunk on host threads.
     let at_level = chain.codec.as_ref().zip(config.host_encode_level()).is_some_and(|(c, l)| c.level() >= l);
     let share = if at_level { Some(1.0) } else { config.host_encode_fraction() };
@@ -281,8 +326,8 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
             if let Some(stored) = stored {
                 report.add(stored.map_err(|_| GpuError::Unsupported("storing a batch of chunks panicked".into()))??);
             }
-            let (encoded, kept) = encoded?;
-            storing = Some(scope.spawn(move || store_batch(array, batch, (encoded, kept), chain)));
+            let (encoded, olds) = encoded?;
+            storing = Some(scope.spawn(move || store_batch(array, batch, (encoded, olds), chain, store_empty)));
         }
         if let Some(h) = storing {
             report.add(h.join().map_err(|_| GpuError::Unsupported("storing a batch of chunks panicked".into()))??);
@@ -312,11 +357,13 @@ struct BatchEncoder<'a, S: ?Sized, T: ElementOwned> {
 
 impl<S: ReadableWritableStorageTraits + 'static, T: ElementOwned> BatchEncoder<'_, S, T> {
     /// Assemble and encode one batch of chunks on the device: each chunk's encoded bytes, on the
-    /// host, and what the shards covered in part keep.
-    fn encode(&self, units: &[WriteUnit], report: &mut WriteReport) -> Result<(EncodedBatch, Vec<Kept>), GpuError> {
+    /// host, and the stored values read (what the shards covered in part keep, the versions read).
+    fn encode(&self, units: &[WriteUnit], report: &mut WriteReport) -> Result<(EncodedBatch, Olds), GpuError> {
         let stream = self.data.stream().clone();
         let cuda = |what| GpuError::cuda(what);
-        let kept = kept_shards(self.array, units, self.chain)?;
+        let start = Instant::now();
+        let stored = read_olds(self.array, units, self.chain)?;
+        report.read_seconds += start.elapsed().as_secs_f64();
         // Each chunk's raw bytes at an offset aligned for nvCOMP (checked: chunk shapes come from
         // metadata).
         let mut offsets = Vec::with_capacity(units.len());
@@ -340,7 +387,7 @@ impl<S: ReadableWritableStorageTraits + 'static, T: ElementOwned> BatchEncoder<'
         // Old chunks are read on their own streams and copied out on this one: whatever happens, they
         // are freed only after this stream has run those copies.
         let mut olds = Vec::new();
-        let encoded = self.assemble_and_encode(units, &raw, &offsets, &mut olds, report);
+        let encoded = self.assemble_and_encode(units, (&raw, &offsets), (&stored, &mut olds), report);
         if !olds.is_empty() {
             let synced = stream.synchronize().map_err(cuda("copying chunks to modify"));
             if synced.is_err() {
@@ -352,7 +399,7 @@ impl<S: ReadableWritableStorageTraits + 'static, T: ElementOwned> BatchEncoder<'
         drop(olds);
         let encoded = encoded?;
         report.bytes_encoded += units.iter().map(|u| u.encoded().0 as u64 * u.encoded().1).sum::<u64>();
-        Ok((encoded, kept))
+        Ok((encoded, stored))
     }
 
     /// [`Self::encode`]'s work on `raw` (the batch's chunks at `offsets`): each chunk assembled, then
@@ -360,9 +407,8 @@ impl<S: ReadableWritableStorageTraits + 'static, T: ElementOwned> BatchEncoder<'
     fn assemble_and_encode(
         &self,
         units: &[WriteUnit],
-        raw: &CudaSlice<u8>,
-        offsets: &[u64],
-        olds: &mut Vec<DeviceArray<T>>,
+        (raw, offsets): (&CudaSlice<u8>, &[u64]),
+        (stored, olds): (&Olds, &mut Vec<DeviceArray<T>>),
         report: &mut WriteReport,
     ) -> Result<EncodedBatch, GpuError> {
         let Self { array, data, chain, share, config, ctx } = *self;
@@ -380,7 +426,11 @@ impl<S: ReadableWritableStorageTraits + 'static, T: ElementOwned> BatchEncoder<'
             units.iter().flat_map(|u| u.olds.iter().map(|(region, _)| region.clone())).collect();
         if !partial.is_empty() {
             let start = Instant::now();
-            let (parts, _) = array.retrieve_array_subsets_device_opt::<T>(&partial, config)?;
+            // Decoded from the values read once (`stored`), not read from the store again: no
+            // shard index cache (it knows the store's files, not these bytes).
+            let read = array.with_storage(stored.values.clone());
+            let read_config = config.clone().with_shard_index_cache(None);
+            let (parts, _) = read.retrieve_array_subsets_device_opt::<T>(&partial, &read_config)?;
             // The read's own stream: the copies wait for it.
             if let Some(first) = parts.first() {
                 first.stream().synchronize().map_err(cuda("reading chunks to modify"))?;
@@ -472,8 +522,8 @@ fn gather_inner_chunks<'a>(
             // Inner chunk k into the j-th slot of those encoded.
             for (j, &k) in encoded.iter().enumerate() {
                 let moved = (j as u64 * inner.slot).wrapping_sub(k as u64 * inner.slot);
-                for c in &inner.copies[inner.per_chunk[k].clone()] {
-                    let c = Copy3D { dst_offset: c.dst_offset.wrapping_add(moved), ..*c };
+                for c in inner.copies(k)? {
+                    let c = Copy3D { dst_offset: c.dst_offset.wrapping_add(moved), ..c };
                     // SAFETY: within the shard's raw bytes and its j-th slot (planned from their
                     // shapes, for slot k).
                     unsafe { copy_dtod(&c, raw_ptr + at, slots_ptr + base, stream) }?;

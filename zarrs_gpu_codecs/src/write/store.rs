@@ -3,12 +3,15 @@
 //! store (a `GdsStore` writes them as one, from the pinned buffer).
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Instant;
 
 use rayon::prelude::*;
 use zarrs::array::Array;
-use zarrs_gds_store::{AnyStore, GdsStore};
-use zarrs_storage::{Bytes, ReadableWritableStorageTraits, StoreKey};
+use zarrs::array::ArrayToBytesCodecTraits;
+use zarrs_gds_store::{AnyStore, Expected, GdsStore};
+use zarrs_storage::store::MemoryStore;
+use zarrs_storage::{Bytes, ReadableWritableStorageTraits, StoreKey, WritableStorageTraits};
 
 use super::codec::{WriteChain, WriteCodec};
 use super::encode::{is_memcpyed, EncodedBatch, BLOSC_HEADER, CRC_ROOM};
@@ -22,34 +25,83 @@ use crate::report::WriteReport;
 /// that keeps nothing).
 pub(super) type Kept = Option<(Bytes, Vec<Option<std::ops::Range<usize>>>)>;
 
-/// The stored values of the shards of `units` covered in part, read on host threads (one per
-/// unit, in order), their indexes decoded: a damaged one is an error naming the shard, never a
+/// The stored values a batch's units read before they are written again (chunks and shards
+/// covered in part), each read once: the old values that are modified and the inner chunks a
+/// shard keeps come from one version of it, whose identity the store compares just before the
+/// new value replaces it.
+pub(super) struct Olds {
+    /// Per unit: what a shard covered in part keeps.
+    pub(super) kept: Vec<Kept>,
+    /// Per unit: the version of its file read (`Some(None)`: missing; None: not read, or a store
+    /// without file versions).
+    pub(super) expected: Vec<Expected>,
+    /// The values read, in a store of their own: the old values are decoded from these bytes,
+    /// not read again.
+    pub(super) values: Arc<MemoryStore>,
+}
+
+/// The `GdsStore` behind `storage`, when it is one (or an `AnyStore` of one).
+pub(super) fn gds_of<S: 'static>(storage: &S) -> Option<&GdsStore> {
+    let any = storage as &dyn std::any::Any;
+    any.downcast_ref::<GdsStore>().or_else(|| any.downcast_ref::<AnyStore>().and_then(AnyStore::gds))
+}
+
+/// Read the stored values of the units that modify them (covered in part: chunks, shards), on
+/// host threads, each once (a `GdsStore` says which version of the file it read); decode the
+/// indexes of the shards covered in part: a damaged one is an error naming the shard, never a
 /// shard rewritten without its other inner chunks.
-pub(super) fn kept_shards<S: ReadableWritableStorageTraits + 'static>(
+pub(super) fn read_olds<S: ReadableWritableStorageTraits + 'static>(
     array: &Array<S>,
     units: &[WriteUnit],
     chain: &WriteChain,
-) -> Result<Vec<Kept>, GpuError> {
-    // Units keep inner chunks only with one level of sharding.
-    let [level] = chain.shards.as_slice() else { return Ok(units.iter().map(|_| None).collect()) };
+) -> Result<Olds, GpuError> {
     let storage = array.storage();
-    units
+    let gds = gds_of(storage.as_ref());
+    // Units keep inner chunks only with one level of sharding.
+    let level = match chain.shards.as_slice() {
+        [level] => Some(level),
+        _ => None,
+    };
+    let read: Vec<(Kept, Expected, Option<Bytes>)> = units
         .par_iter()
         .map(|unit| {
-            if unit.touched.is_none() {
-                return Ok(None);
+            if unit.touched.is_none() && unit.olds.is_empty() {
+                return Ok((None, None, None));
             }
             let key = &unit.placement.key;
             let named = |reason: String| GpuError::chunk(key.to_string(), reason);
-            let Some(bytes) = storage.get(key).map_err(|e| named(format!("reading the shard to keep: {e}")))? else {
-                return Ok(None);
+            let (bytes, expected) = match gds {
+                Some(store) => {
+                    let (bytes, version) =
+                        store.get_versioned(key).map_err(|e| named(format!("reading it to modify: {e}")))?;
+                    (bytes, Some(version))
+                }
+                None => (storage.get(key).map_err(|e| named(format!("reading it to modify: {e}")))?, None),
             };
-            let ranges = level
-                .stored_chunks(&unit.placement.chunk_shape, &bytes)
-                .map_err(|e| named(format!("the stored shard: {e}")))?;
-            Ok(Some((bytes, ranges)))
+            let kept = match (&bytes, level, &unit.touched) {
+                (Some(bytes), Some(level), Some(_)) => {
+                    let ranges = level
+                        .stored_chunks(&unit.placement.chunk_shape, bytes)
+                        .map_err(|e| named(format!("the stored shard: {e}")))?;
+                    Some((bytes.clone(), ranges))
+                }
+                _ => None,
+            };
+            Ok((kept, expected, bytes))
         })
-        .collect()
+        .collect::<Result<_, GpuError>>()?;
+    let values = Arc::new(MemoryStore::new());
+    let mut olds = Olds { kept: Vec::with_capacity(units.len()), expected: Vec::with_capacity(units.len()), values };
+    for (unit, (kept, expected, bytes)) in units.iter().zip(read) {
+        if let Some(bytes) = bytes {
+            olds.values
+                .set(&unit.placement.key, bytes)
+                .map_err(|e| GpuError::chunk(unit.placement.key.to_string(), e.to_string()))?;
+        }
+        olds.kept.push(kept);
+        olds.expected.push(expected);
+    }
+    Ok(olds)
 }
 
 /// What storing a batch did: chunks written, erased, the bytes stored, and the seconds it took.
@@ -65,12 +117,16 @@ impl WriteReport {
 }
 
 /// Store one batch's encoded chunks (`encoded`, in the units' order): those all fill value are
-/// erased (zarrs' behaviour), the others stored with their crc32c where the chain has one.
+/// erased (zarrs' behaviour, unless `store_empty`: then a chunk of fill value is stored as any
+/// other, and a shard's inner chunks of fill value are left out of it as zarrs leaves them), the
+/// others stored with their crc32c where the chain has one. Values read before (`olds`) are
+/// replaced only if their files are still the versions read.
 pub(super) fn store_batch<S: ReadableWritableStorageTraits + 'static>(
     array: &Array<S>,
     units: &[WriteUnit],
-    (mut encoded, kept): (EncodedBatch, Vec<Kept>),
+    (mut encoded, olds): (EncodedBatch, Olds),
     chain: &WriteChain,
+    store_empty: bool,
 ) -> Result<Stored, GpuError> {
     let start = Instant::now();
     // The fill value as stored (its words swapped where the chunk's are).
@@ -124,7 +180,8 @@ pub(super) fn store_batch<S: ReadableWritableStorageTraits + 'static>(
         .zip(raw_lens)
         .map(|(slot, raw_len)| {
             let len = slot.len() - CRC_ROOM;
-            if is_fill(&slot[..len], raw_len) {
+            // A shard's inner chunks of fill value are left out of it whatever the setting.
+            if (!store_empty || !chain.shards.is_empty()) && is_fill(&slot[..len], raw_len) {
                 return None;
             }
             if !chain.crc32c {
@@ -139,30 +196,72 @@ pub(super) fn store_batch<S: ReadableWritableStorageTraits + 'static>(
     // (erased) where all of it is fill value.
     let values: Vec<Option<Cow<'_, [u8]>>> = match chain.shards.as_slice() {
         [] => chunks.into_iter().map(|c| c.map(Cow::Borrowed)).collect(),
-        levels => shard_values(levels, units, &kept, chunks)?.into_iter().map(|shard| shard.map(Cow::Owned)).collect(),
+        levels => {
+            let shards = shard_values(levels, units, &olds.kept, chunks)?;
+            let mut values = Vec::with_capacity(shards.len());
+            for (unit, shard) in units.iter().zip(shards) {
+                values.push(match shard {
+                    Some(shard) => Some(Cow::Owned(shard)),
+                    // A shard of fill value kept as zarrs keeps it: its index, every entry missing.
+                    None if store_empty => Some(Cow::Owned(fill_shard(array, unit)?)),
+                    None => None,
+                });
+            }
+            values
+        }
     };
     let storage = array.storage();
     let named = |key: &StoreKey| {
         let key = key.to_string();
         move |e: zarrs_storage::StorageError| GpuError::chunk(key, format!("storing it: {e}"))
     };
-    let (sets, erases): (Vec<_>, Vec<_>) =
-        units.iter().map(|u| &u.placement.key).zip(values).partition(|(_, value)| value.is_some());
-    erases.par_iter().try_for_each(|(key, _)| storage.erase(key).map_err(named(key)))?;
-    let sets: Vec<(StoreKey, Cow<'_, [u8]>)> =
-        sets.into_iter().filter_map(|(key, value)| value.map(|v| ((*key).clone(), v))).collect();
+    let gds = gds_of(storage.as_ref());
+    let (sets, erases): (Vec<_>, Vec<_>) = units
+        .iter()
+        .map(|u| &u.placement.key)
+        .zip(values)
+        .zip(&olds.expected)
+        .partition(|((_, value), _)| value.is_some());
+    // A GdsStore erases a value only if it is still the version read.
+    erases.par_iter().try_for_each(|((key, _), &expected)| match gds {
+        Some(store) => store.erase_checked(key, expected).map_err(named(key)),
+        None => storage.erase(key).map_err(named(key)),
+    })?;
+    let (sets, expected): (Vec<(StoreKey, Cow<'_, [u8]>)>, Vec<Expected>) =
+        sets.into_iter().filter_map(|((key, value), &expected)| value.map(|v| (((*key).clone(), v), expected))).unzip();
     // A GdsStore writes them as one, from the pinned buffer: every file flushed in parallel, each
-    // directory once. Other stores take owned bytes.
-    let any = storage.as_ref() as &dyn std::any::Any;
-    let gds = any.downcast_ref::<GdsStore>().or_else(|| any.downcast_ref::<AnyStore>().and_then(AnyStore::gds));
+    // directory once, each replaced only if still the version read. Other stores take owned
+    // bytes.
     match gds {
-        Some(store) => store.set_many(&sets).map_err(|e| GpuError::Array(e.into()))?,
+        Some(store) => store.set_many_checked(&sets, &expected).map_err(|e| GpuError::Array(e.into()))?,
         None => sets
             .par_iter()
             .try_for_each(|(key, value)| storage.set(key, Bytes::copy_from_slice(value)).map_err(named(key)))?,
     }
     let bytes = sets.iter().map(|(_, v)| v.len() as u64).sum();
     Ok((sets.len(), erases.len(), bytes, start.elapsed().as_secs_f64()))
+}
+
+/// The stored value of `unit`'s shard when all of it is fill value and empty chunks are stored:
+/// zarrs' own encoding of it (an index whose every entry is missing).
+fn fill_shard<S: ?Sized>(array: &Array<S>, unit: &WriteUnit) -> Result<Vec<u8>, GpuError> {
+    let key = &unit.placement.key;
+    let named = |reason: String| GpuError::chunk(key.to_string(), reason);
+    let shape: Vec<std::num::NonZeroU64> = unit
+        .placement
+        .chunk_shape
+        .iter()
+        .map(|&n| std::num::NonZeroU64::new(n).ok_or_else(|| named("a shard of zero elements".into())))
+        .collect::<Result<_, _>>()?;
+    let elements = unit.placement.chunk_shape.iter().product::<u64>();
+    let fill = zarrs::array::ArrayBytes::new_fill_value(array.data_type(), elements, array.fill_value())
+        .map_err(|e| named(format!("a shard of fill value: {e}")))?;
+    let options = zarrs::config::global_config().codec_options().with_store_empty_chunks(true);
+    let encoded = array
+        .codecs()
+        .encode(fill, &shape, array.data_type(), array.fill_value(), &options)
+        .map_err(|e| named(format!("encoding a shard of fill value: {e}")))?;
+    Ok(encoded.into_owned())
 }
 
 /// Each shard's value from its encoded inner chunks `chunks` (the units' in order; None: fill
