@@ -502,3 +502,33 @@ fn the_command_line_opens_s3_urls_with_the_aws_environment() -> Result {
     }
     Ok(())
 }
+
+#[test]
+fn the_command_line_refuses_plain_http_beyond_loopback_from_the_aws_files_or_environment() -> Result {
+    // An endpoint from ~/.aws/config or the environment, not loopback, is
+    // refused before any request, the message naming allow_http.
+    let files = tempfile::tempdir()?;
+    let (credentials, config) = (files.path().join("credentials"), files.path().join("config"));
+    std::fs::write(&credentials, "[default]\naws_access_key_id = AK\naws_secret_access_key = secret-file\n")?;
+    std::fs::write(&config, "[default]\nregion = us-east-1\nendpoint_url = http://192.0.2.7:9000\n")?;
+    for endpoint_env in [None, Some("http://192.0.2.8:9000")] {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_zarrs-gpu"));
+        command
+            .args(["info", "s3://volumes/x", "--array", "a.zarr"])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("AWS_SHARED_CREDENTIALS_FILE", &credentials)
+            .env("AWS_CONFIG_FILE", &config);
+        if let Some(endpoint) = endpoint_env {
+            command.env("AWS_ENDPOINT", endpoint);
+        }
+        let start = Instant::now();
+        let out = command.output()?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        let host = endpoint_env.map_or("192.0.2.7", |_| "192.0.2.8");
+        assert!(!out.status.success() && err.contains("allow_http") && err.contains(host), "{err}");
+        assert!(!err.contains("secret-file"), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(5), "took {:?}: a request was tried", start.elapsed());
+    }
+    Ok(())
+}

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::future::Future;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -29,6 +29,7 @@ use zarrs_storage::{
 
 use crate::aws_profile::with_profile;
 use crate::body_buffers::{self, BodyBuffers};
+use crate::http_client::{redirect_refused, Connector, Redirects};
 
 /// Ranged GETs a [`RemoteStore`] keeps in flight by default.
 pub const DEFAULT_CONCURRENCY: usize = 64;
@@ -37,6 +38,11 @@ pub const DEFAULT_CONCURRENCY: usize = 64;
 /// ([`RemoteStore::with_kept_body_bytes`]): two of the device pipeline's batches of Z2's values
 /// several times over, held in host memory while the store lives.
 pub const DEFAULT_KEPT_BODY_BYTES: usize = 512 << 20;
+
+/// The most bytes a read of a whole value (or of all of it from an offset) takes by default
+/// ([`RemoteStore::with_max_value_bytes`]): metadata and chunks read whole are far smaller; a
+/// server that says or sends more is refused before its body is taken.
+pub const DEFAULT_MAX_VALUE_BYTES: u64 = 1 << 30;
 
 /// Retries of a failed request (5xx, timeouts, dropped connections) with exponential backoff, and
 /// the time after which a request is no longer retried: a server that dies mid-read is an error
@@ -118,6 +124,8 @@ pub struct RemoteStore {
     no_suffix: Arc<AtomicBool>,
     /// Where bodies are gathered: memory earlier bodies used, page faults not taken again.
     buffers: BodyBuffers,
+    /// The most bytes of a read with no end ([`Self::with_max_value_bytes`]), shared by clones.
+    max_value: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for RemoteStore {
@@ -143,13 +151,18 @@ impl fmt::Display for RemoteStore {
 /// the options nor the `AWS_*` environment set them, the profile the `profile` option's (its
 /// credentials then win over the environment's), else `AWS_PROFILE`'s, else `default` (none with
 /// `profile_files=false`: what a client that never reads the files configured); and
-/// `allow_http` added where the URL or the endpoint is plain HTTP (as s3fs takes it). Other
-/// clients of object_store (obstore) take the result as they are, but for this crate's own
-/// `max_retries`, `retry_timeout`, `concurrency` and `kept_body_bytes`.
+/// `allow_http` added where the URL or the endpoint (an option's, a profile's, or for S3 the
+/// environment's `AWS_ENDPOINT`/`AWS_ENDPOINT_URL`) is plain HTTP on loopback (127.0.0.0/8, ::1,
+/// `localhost`), or where `AWS_ALLOW_HTTP` in the environment says so. Other clients of
+/// object_store (obstore) take the result as they are, but for this crate's own `max_retries`,
+/// `retry_timeout`, `concurrency`, `kept_body_bytes` and `max_value_bytes`.
 ///
 /// # Errors
 /// Returns an error naming the URL (never a secret) when a profile named is in neither file, or
-/// would take its credentials from single sign-on, a role or a process (not resolved here).
+/// would take its credentials from single sign-on, a role or a process (not resolved here); and
+/// when the URL or endpoint is plain HTTP to another host than this one without `allow_http`
+/// (the option, or `AWS_ALLOW_HTTP=true`): signed headers, a session token and the data would
+/// cross the network unencrypted.
 pub fn object_store_options<K: AsRef<str>, V: AsRef<str>>(
     url: &str,
     options: impl IntoIterator<Item = (K, V)>,
@@ -165,16 +178,61 @@ pub fn object_store_options<K: AsRef<str>, V: AsRef<str>>(
     }
     // Only S3 has profiles to read.
     out.retain(|(k, _)| !matches!(k.as_str(), "profile_files" | "aws_profile_files"));
-    let allows = out.iter().any(|(k, _)| k.trim_start_matches("aws_") == "allow_http");
-    let plain = url.to_ascii_lowercase().starts_with("http://")
-        || out.iter().any(|(k, v)| {
-            matches!(k.as_str(), "aws_endpoint" | "endpoint" | "aws_endpoint_url" | "endpoint_url")
-                && v.to_ascii_lowercase().starts_with("http://")
-        });
-    if plain && !allows {
-        out.push(("allow_http".into(), "true".into()));
-    }
+    allow_plain_http(url, s3, &mut out, &|variable| std::env::var(variable).ok())?;
     Ok(out)
+}
+
+/// `allow_http` in `options` for a plain-HTTP `url` or endpoint: added where every such one is
+/// loopback and nothing chose (the option, or `AWS_ALLOW_HTTP` in `env`: then that value); an
+/// error naming `allow_http` where one is not loopback and it is not true.
+fn allow_plain_http(
+    url: &str,
+    s3: bool,
+    options: &mut Vec<(String, String)>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), StorageError> {
+    let is_endpoint = |k: &str| matches!(k, "aws_endpoint" | "endpoint" | "aws_endpoint_url" | "endpoint_url");
+    let mut endpoints: Vec<String> = options.iter().filter(|(k, _)| is_endpoint(k)).map(|(_, v)| v.clone()).collect();
+    if s3 && endpoints.is_empty() {
+        // object_store's from_env takes these where no option gives one.
+        endpoints.extend(["AWS_ENDPOINT", "AWS_ENDPOINT_URL"].iter().filter_map(|v| env(v)));
+    }
+    endpoints.push(url.to_string());
+    let plain: Vec<&String> =
+        endpoints.iter().filter(|e| e.get(..7).is_some_and(|p| p.eq_ignore_ascii_case("http://"))).collect();
+    if plain.is_empty() {
+        return Ok(());
+    }
+    let chosen = options
+        .iter()
+        .rev()
+        .find(|(k, _)| k.trim_start_matches("aws_") == "allow_http")
+        .map(|(_, v)| v.clone())
+        .or_else(|| env("AWS_ALLOW_HTTP"));
+    let allowed =
+        chosen.as_deref().is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "on" | "yes" | "y"));
+    if let Some(remote) = plain.iter().find(|e| !crate::http_client::is_loopback(e)) {
+        if !allowed {
+            return Err(config_error(
+                url,
+                format!(
+                    "{} is plain HTTP to another machine: the requests (signed headers, a session token, the \
+                     data) would cross the network unencrypted. Use https, or allow it explicitly: the option \
+                     allow_http=true, or AWS_ALLOW_HTTP=true in the environment (loopback needs neither)",
+                    redact_url(remote)
+                ),
+            ));
+        }
+    }
+    match chosen {
+        // The environment's choice, for clients that do not read it (HTTP stores, obstore).
+        Some(value) if !options.iter().any(|(k, _)| k.trim_start_matches("aws_") == "allow_http") => {
+            options.push(("allow_http".into(), value));
+        }
+        Some(_) => {}
+        None => options.push(("allow_http".into(), "true".into())),
+    }
+    Ok(())
 }
 
 fn option_name(key: &str) -> &str {
@@ -203,28 +261,42 @@ fn config_error(url: &str, what: impl fmt::Display) -> StorageError {
 }
 
 /// `url` without user information, query or fragment (which may carry credentials or
-/// signatures), as every message shows a URL.
+/// signatures), as every message shows a URL. Where the text is not a URL the parser reads
+/// unambiguously (a password holding `/`, `?`, `#` or `@` ends the parser's authority early, or
+/// makes it refuse the text), everything from the scheme's `//` to the last `@` is shown as
+/// `***@`: a password never shows, whatever it holds.
 #[must_use]
 pub fn redact_url(url: &str) -> String {
     if let Ok(mut parsed) = url::Url::parse(url) {
-        if parsed.has_host() {
+        // Every `@` was the authority's: none left in the path, query or fragment, which is where
+        // a password's `/`, `?` or `#` would have pushed the rest of it.
+        let at_after =
+            [Some(parsed.path()), parsed.query(), parsed.fragment()].iter().flatten().any(|p| p.contains('@'));
+        if parsed.has_host() && !at_after {
             let _ = parsed.set_username("");
             let _ = parsed.set_password(None);
             parsed.set_query(None);
             parsed.set_fragment(None);
-            return parsed.to_string();
+            if parsed.username().is_empty() && parsed.password().is_none() {
+                return parsed.to_string();
+            }
         }
     }
-    // Not a URL the parser takes: cut the query and fragment, and anything up to an `@` after
-    // the scheme.
-    let head = url.split(['?', '#']).next().unwrap_or_default();
-    match head.split_once("://") {
-        Some((scheme, rest)) => match rest.rsplit_once('@') {
-            Some((_, host)) => format!("{scheme}://{host}"),
-            None => head.to_string(),
-        },
-        None => head.to_string(),
-    }
+    // The scheme and its `//` as written, where the text starts with them.
+    let head = url
+        .find("://")
+        .filter(|&end| {
+            let scheme = &url[..end];
+            scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        })
+        .map_or(0, |end| end + 3);
+    let (marker, rest) = match url[head..].rfind('@') {
+        Some(at) => ("***@", &url[head + at + 1..]),
+        None => ("", &url[head..]),
+    };
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    format!("{}{marker}{rest}", &url[..head])
 }
 
 impl RemoteStore {
@@ -238,6 +310,7 @@ impl RemoteStore {
             concurrency: DEFAULT_CONCURRENCY,
             no_suffix: Arc::default(),
             buffers: BodyBuffers::new(DEFAULT_KEPT_BODY_BYTES),
+            max_value: Arc::new(AtomicU64::new(DEFAULT_MAX_VALUE_BYTES)),
         }
     }
 
@@ -250,6 +323,7 @@ impl RemoteStore {
             concurrency: DEFAULT_CONCURRENCY,
             no_suffix: Arc::default(),
             buffers: BodyBuffers::new(DEFAULT_KEPT_BODY_BYTES),
+            max_value: Arc::new(AtomicU64::new(DEFAULT_MAX_VALUE_BYTES)),
         }
     }
 
@@ -258,12 +332,17 @@ impl RemoteStore {
     /// `http(s)://host/prefix` (ranged GETs; listing needs WebDAV). `options` are object_store's
     /// configuration keys (`aws_endpoint`, `aws_region`, `aws_access_key_id`, `allow_http`,
     /// `timeout`, ...) or fsspec's (`endpoint_url`, `key`, `secret`, `anon`, ...), and
-    /// `max_retries`, `retry_timeout` (seconds), `concurrency` (ranged GETs in flight) and
-    /// `kept_body_bytes` ([`Self::with_kept_body_bytes`]).
+    /// `max_retries`, `retry_timeout` (seconds), `concurrency` (ranged GETs in flight),
+    /// `kept_body_bytes` ([`Self::with_kept_body_bytes`]) and `max_value_bytes`
+    /// ([`Self::with_max_value_bytes`]). Plain HTTP needs `allow_http` (or `AWS_ALLOW_HTTP`)
+    /// beyond loopback. S3 requests follow redirects within their origin only: a redirect
+    /// elsewhere would carry the session token there; HTTP stores, which send no credentials,
+    /// follow them to HTTPS or loopback.
     ///
     /// # Errors
     /// Returns an error naming the URL (never its credentials) when it cannot be parsed, its
-    /// scheme has no store here, or an option is unknown or invalid.
+    /// scheme has no store here, an option is unknown or invalid, or it (or its endpoint) is
+    /// plain HTTP beyond loopback without `allow_http`.
     pub fn from_url<K: AsRef<str>, V: AsRef<str>>(
         url: &str,
         options: impl IntoIterator<Item = (K, V)>,
@@ -280,6 +359,7 @@ impl RemoteStore {
             .map_err(|_| config_error(url, "not an object store URL (s3, http, https)"))?;
         let mut concurrency = DEFAULT_CONCURRENCY;
         let mut kept = DEFAULT_KEPT_BODY_BYTES;
+        let mut max_value = DEFAULT_MAX_VALUE_BYTES;
         let mut retry = RetryConfig { max_retries: MAX_RETRIES, retry_timeout: RETRY_TIMEOUT, ..Default::default() };
         let mut settings: Vec<(String, String)> =
             vec![("timeout".into(), REQUEST_TIMEOUT.into()), ("connect_timeout".into(), CONNECT_TIMEOUT.into())];
@@ -290,6 +370,9 @@ impl RemoteStore {
                 }
                 "kept_body_bytes" => {
                     kept = value.parse().map_err(|_| config_error(url, "kept_body_bytes: a byte count"))?;
+                }
+                "max_value_bytes" => {
+                    max_value = value.parse().map_err(|_| config_error(url, "max_value_bytes: a byte count"))?;
                 }
                 "max_retries" => {
                     retry.max_retries = value.parse().map_err(|_| config_error(url, "max_retries: a count"))?;
@@ -304,7 +387,10 @@ impl RemoteStore {
         }
         let store: Arc<dyn ObjectStore> = match scheme {
             ObjectStoreScheme::AmazonS3 => {
-                let mut builder = AmazonS3Builder::from_env().with_url(url).with_retry(retry);
+                let mut builder = AmazonS3Builder::from_env()
+                    .with_url(url)
+                    .with_retry(retry)
+                    .with_http_connector(Connector(Redirects::SameOrigin));
                 for (key, value) in settings {
                     let key: AmazonS3ConfigKey =
                         key.parse().map_err(|_| config_error(url, format!("unknown S3 option {key}")))?;
@@ -314,7 +400,10 @@ impl RemoteStore {
             }
             ObjectStoreScheme::Http => {
                 let base = &parsed[..url::Position::BeforePath];
-                let mut builder = HttpBuilder::new().with_url(base).with_retry(retry);
+                let mut builder = HttpBuilder::new()
+                    .with_url(base)
+                    .with_retry(retry)
+                    .with_http_connector(Connector(Redirects::Anywhere));
                 for (key, value) in settings {
                     let key: ClientConfigKey =
                         key.parse().map_err(|_| config_error(url, format!("unknown HTTP option {key}")))?;
@@ -329,7 +418,8 @@ impl RemoteStore {
         let prefix = ObjectPath::parse(prefix).map_err(|e| config_error(url, e))?;
         let store: Arc<dyn ObjectStore> =
             if prefix.as_ref().is_empty() { store } else { Arc::new(PrefixStore::new(store, prefix)) };
-        let mut remote = Self::new(store).with_concurrency(concurrency).with_kept_body_bytes(kept);
+        let mut remote =
+            Self::new(store).with_concurrency(concurrency).with_kept_body_bytes(kept).with_max_value_bytes(max_value);
         remote.name = redact_url(url);
         Ok(remote)
     }
@@ -355,6 +445,60 @@ impl RemoteStore {
     #[must_use]
     pub fn kept_body_bytes(&self) -> usize {
         self.buffers.limit()
+    }
+
+    /// The most bytes a read of a whole value, or of the rest of one from an offset, takes
+    /// (default [`DEFAULT_MAX_VALUE_BYTES`]; the option `max_value_bytes` of [`Self::from_url`]):
+    /// a larger value is an error naming its key, its size and this bound, raised before its
+    /// body is taken (from the size the server states; a body longer than that is refused as it
+    /// arrives). Reads of a range, and [`Self::fetch_values`]' with their own limits, are bounded
+    /// by what they ask.
+    #[must_use]
+    pub fn with_max_value_bytes(self, bytes: u64) -> Self {
+        self.set_max_value_bytes(bytes);
+        self
+    }
+
+    /// [`Self::with_max_value_bytes`] on a store already shared (this store and its clones): a
+    /// caller that knows the array's largest encoded chunk and metadata bounds reads by them.
+    pub fn set_max_value_bytes(&self, bytes: u64) {
+        self.max_value.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The bound of [`Self::with_max_value_bytes`].
+    #[must_use]
+    pub fn max_value_bytes(&self) -> u64 {
+        self.max_value.load(Ordering::Relaxed)
+    }
+
+    /// An error of `key`'s request, saying why where a redirect was refused.
+    fn request_error(&self, key: &StoreKey, e: &object_store::Error) -> StorageError {
+        match redirect_refused(e) {
+            Some(refused) => StorageError::Other(format!("{}: {key}: {refused}", self.name)),
+            None => StorageError::Other(format!("{}: {key}: {e}", self.name)),
+        }
+    }
+
+    /// An error where a read with no end would take more than [`Self::max_value_bytes`]: the
+    /// response's stated range is checked before its body is read.
+    fn check_unbounded(&self, key: &StoreKey, result: &object_store::GetResult) -> Result<(), StorageError> {
+        let bound = self.max_value_bytes();
+        let (range, size) = (&result.range, result.meta.size);
+        let len = range.end.saturating_sub(range.start);
+        if len <= bound {
+            return Ok(());
+        }
+        let what = if range.start == 0 {
+            format!("the value is {size} bytes")
+        } else {
+            format!("bytes {}.. of the value are {len} bytes", range.start)
+        };
+        Err(StorageError::Other(format!(
+            "{}: {key}: {what}, over the bound of {bound} bytes on reading a value whole (a server's stated \
+             size is not taken on trust); if values are meant to be this large, raise the store's option \
+             max_value_bytes (RemoteStore::with_max_value_bytes)",
+            self.name
+        )))
     }
 
     /// Whether its responses tell each value's whole size ([`Self::fetch_many_sized`]): object
@@ -386,7 +530,7 @@ impl RemoteStore {
         key: &StoreKey,
         range: Option<GetRange>,
     ) -> Result<Option<(Bytes, Option<u64>)>, StorageError> {
-        let error = |e: object_store::Error| StorageError::Other(format!("{}: {key}: {e}", self.name));
+        let error = |e: object_store::Error| self.request_error(key, &e);
         match &self.backend {
             Backend::Object(store) => {
                 // A suffix range is one GET where the server takes it (S3 does); where it
@@ -413,9 +557,15 @@ impl RemoteStore {
                     }
                     other => other,
                 };
+                // A read with no end takes what the server says: bounded here, and its body
+                // then by that size (Self::body).
+                let unbounded = matches!(range, None | Some(GetRange::Offset(_)));
                 let options = GetOptions { range, ..Default::default() };
                 match store.get_opts(&Self::object_path(key), options).await {
                     Ok(result) => {
+                        if unbounded {
+                            self.check_unbounded(key, &result)?;
+                        }
                         let size = result.meta.size;
                         Ok(Some((self.body(key, result).await?, Some(size))))
                     }
@@ -499,7 +649,7 @@ impl RemoteStore {
             Backend::Object(store) => match store.head(&Self::object_path(key)).await {
                 Ok(meta) => Ok(Some(meta.size)),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(StorageError::Other(format!("{}: {key}: {e}", self.name))),
+                Err(e) => Err(self.request_error(key, &e)),
             },
             Backend::Async(store) => store.size_key(key).await,
         }
