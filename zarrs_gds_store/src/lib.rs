@@ -61,6 +61,7 @@ mod body_buffers;
 mod cufile;
 mod error;
 mod file;
+mod http_client;
 mod remote;
 mod store;
 mod stores;
@@ -71,7 +72,7 @@ pub use cufile::CUFILE_LIBRARY_ENV;
 pub use error::ReadError;
 pub use remote::{
     object_store_options, redact_url, RemoteRange, RemoteStore, ValueBatches, DEFAULT_CONCURRENCY,
-    DEFAULT_KEPT_BODY_BYTES,
+    DEFAULT_KEPT_BODY_BYTES, DEFAULT_MAX_VALUE_BYTES,
 };
 pub use store::{DeviceReadOutcome, GdsRanges, GdsStore, GdsStoreOptions, ValueRange};
 pub use stores::AnyStore;
@@ -93,6 +94,7 @@ mod tests {
             ("cufile", include_str!("cufile.rs")),
             ("error", include_str!("error.rs")),
             ("file", include_str!("file.rs")),
+            ("http_client", include_str!("http_client.rs")),
             ("remote", include_str!("remote.rs")),
             ("store", include_str!("store.rs")),
             ("stores", include_str!("stores.rs")),
