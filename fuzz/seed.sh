@@ -135,3 +135,8 @@ for i, (cname, shuffle, ts, split) in enumerate(cases):
 print(f"seed.sh: {written} numcodecs Blosc chunks in corpus/blosc_header")
 PY
 fi
+# redact_url: a form byte, then user, password and the rest split by 0xFF bytes.
+mkdir -p corpus/redact_url
+printf '\x00alice\xffhun?ter2\xffhost/x' > corpus/redact_url/query-in-password
+printf '\x00alice\xff12/cd#ef@gh\xffbucket/k@v?q=1' > corpus/redact_url/slash-and-at
+printf '\x05\xffp@ss:w0rd\xff[::1]:9000/x' > corpus/redact_url/no-slashes
