@@ -3187,7 +3187,7 @@ class RemoteCpuTests(unittest.TestCase):
             with open(os.path.join(d, "credentials"), "w") as f:
                 f.write("[default]\naws_access_key_id = AKPROFILE\naws_secret_access_key = secret-profile\n")
             with open(os.path.join(d, "config"), "w") as f:
-                f.write("[default]\nregion = ap-south-1\nendpoint_url = http://elsewhere.invalid:9000\n")
+                f.write("[default]\nregion = ap-south-1\nendpoint_url = https://elsewhere.invalid:9000\n")
             files = {"AWS_SHARED_CREDENTIALS_FILE": os.path.join(d, "credentials"),
                      "AWS_CONFIG_FILE": os.path.join(d, "config")}
             bare = zarr_python_root(zarr.storage.ObjectStore(obs.S3Store("volumes", prefix="v.zarr",
@@ -3196,7 +3196,7 @@ class RemoteCpuTests(unittest.TestCase):
                 got = dict(_object_store_options(bare.url, bare.storage_options))
                 self.assertEqual(got, {"region": "us-east-1"}, "nothing from the profile")
                 by_url = dict(_object_store_options("s3://volumes/v.zarr", {}))
-                self.assertEqual(by_url.get("aws_endpoint"), "http://elsewhere.invalid:9000", "a URL reads it")
+                self.assertEqual(by_url.get("aws_endpoint"), "https://elsewhere.invalid:9000", "a URL reads it")
         # A prefix is a path, not URL text; obstore settings it cannot report, a relative local
         # prefix: zarr-python's.
         odd = zarr_python_root(zarr.storage.ObjectStore(obs.S3Store("volumes", prefix="run#3/a?b%41.zarr",

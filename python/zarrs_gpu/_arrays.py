@@ -83,7 +83,7 @@ _CLIENT_OPTIONS = {
     "timeout", "user_agent", "randomize_addresses",
 }
 #: zarrs_gpu's own options, which obstore does not take.
-_OURS = {"max_retries", "retry_timeout", "concurrency", "kept_body_bytes"}
+_OURS = {"max_retries", "retry_timeout", "concurrency", "kept_body_bytes", "max_value_bytes"}
 
 
 def zarr_python_store(where):
