@@ -915,14 +915,23 @@ class ArrayLikeZarrPythonTests(unittest.TestCase):
         extra = set()
         for name in dir(zarrs_gpu):
             value = getattr(zarrs_gpu, name)
-            # Dunders, and private names (what the package imports for itself: `_contextlib`).
-            hidden = name.startswith("_")
             submodule = isinstance(value, types.ModuleType) and value.__name__ == f"zarrs_gpu.{name}"
-            if not (hidden or submodule or name in zarrs_gpu.__all__):
+            if not (submodule or name in zarrs_gpu.__all__):
                 extra.add(name)
-        self.assertEqual(extra, set(), "dir(zarrs_gpu) beyond its __all__, submodules and private names")
+        # No private names either (`_Any`, `_create`, `_zarrs_gpu` were listed); the private
+        # modules stay importable.
+        dunder = lambda n: n.startswith("__") and n.endswith("__")
+        self.assertEqual({n for n in extra if not dunder(n)}, set(), "dir(zarrs_gpu) beyond its API")
+        self.assertEqual([n for n in dir(zarrs_gpu) if n.startswith("_") and not dunder(n)], [])
+        self.assertIn("__version__", dir(zarrs_gpu))
+        self.assertEqual(sorted(dir(zarrs_gpu)), dir(zarrs_gpu))
+        self.assertIn("pipeline", dir(zarrs_gpu))
         for name in zarrs_gpu.__all__:
             self.assertTrue(hasattr(zarrs_gpu, name), name)
+        self.assertTrue(callable(zarrs_gpu._zarrs_gpu._selection))
+        import importlib
+
+        self.assertIs(importlib.import_module("zarrs_gpu._create").create, zarrs_gpu.create)
 
     def test_the_modules_share_helpers_not_each_other(self):
         # zarrs_gpu.torch needs nothing of zarrs_gpu.dask (its helpers are the package's own).
@@ -3081,6 +3090,55 @@ class MissingNodeTests(unittest.TestCase):
         self.assertNotIsInstance(caught.exception, zarrs_gpu.ArrayNotFoundError)
 
 
+class S3ServerHarnessTests(unittest.TestCase):
+    """The S3 tests' server: a missing s3s-fs is a skip saying why (an error where
+    ZARRS_GPU_REQUIRE_S3=1, as CI sets it), and a server that does not start leaves no directory."""
+
+    def setUp(self):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import s3_server
+
+        self.s3_server = s3_server
+
+    def leftover_dirs(self):
+        return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("zarrs_gpu_s3_")}
+
+    def test_a_missing_server_skips_unless_required(self):
+        s3_server = self.s3_server
+        found, required = s3_server.find_program, os.environ.pop(s3_server.REQUIRE, None)
+        s3_server.find_program = lambda: None
+        try:
+            before = self.leftover_dirs()
+            with self.assertRaises(unittest.SkipTest) as caught:
+                s3_server.start_or_skip()
+            self.assertIn("s3s-fs not found", str(caught.exception))
+            self.assertIn("cargo install s3s-fs@0.14.1", str(caught.exception))
+            self.assertIn("ZARRS_GPU_REQUIRE_S3=1 makes this an error", str(caught.exception))
+            os.environ[s3_server.REQUIRE] = "1"
+            with self.assertRaises(FileNotFoundError) as caught:
+                s3_server.start_or_skip()
+            self.assertIn("ZARRS_GPU_REQUIRE_S3=1 requires the S3 tests", str(caught.exception))
+            with self.assertRaises(FileNotFoundError):
+                s3_server.S3Server()
+            self.assertEqual(self.leftover_dirs(), before)
+        finally:
+            s3_server.find_program = found
+            os.environ.pop(s3_server.REQUIRE, None)
+            if required is not None:
+                os.environ[s3_server.REQUIRE] = required
+
+    def test_a_server_that_exits_leaves_no_directory(self):
+        import shutil
+
+        before = self.leftover_dirs()
+        with self.assertRaisesRegex(RuntimeError, "did not listen"):
+            self.s3_server.S3Server(shutil.which("false"))
+        self.assertEqual(self.leftover_dirs(), before)
+        with self.assertRaises(OSError):
+            self.s3_server.S3Server(os.path.join(tempfile.gettempdir(), "no-such-s3s-fs-program"))
+        self.assertEqual(self.leftover_dirs(), before)
+
+
 class RemoteCpuTests(unittest.TestCase):
     """Arrays in an S3 bucket (s3s-fs on loopback), written by zarr-python through obstore: opened
     by URL with zarr-python's storage_options, described as zarr-python describes them, numpy
@@ -3090,9 +3148,10 @@ class RemoteCpuTests(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from s3_server import S3Server
+        import s3_server
 
-        cls.server = S3Server()
+        # Skipped, saying why, where s3s-fs is missing, unless ZARRS_GPU_REQUIRE_S3=1.
+        cls.server = s3_server.start_or_skip()
 
     @classmethod
     def tearDownClass(cls):

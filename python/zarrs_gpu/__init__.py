@@ -22,7 +22,7 @@ xarray datasets from ``xr.open_dataset(path, engine="zarrs_gpu")`` (``zarrs_gpu.
 PyTorch datasets of crops as CUDA tensors from ``zarrs_gpu.torch.CropDataset`` (needs torch).
 """
 
-# Imported under private names: dir(zarrs_gpu) lists the package's API only.
+# Imported under private names, deleted at the end: dir(zarrs_gpu) lists the package's API only.
 import contextlib as _contextlib
 from typing import Any as _Any
 from typing import Iterable as _Iterable
@@ -104,3 +104,14 @@ def gpu_zarr_context():
     path = f"{GpuCodecPipeline.__module__}.{GpuCodecPipeline.__qualname__}"
     with zarr.config.enable_gpu(), zarr.config.set({"codec_pipeline.path": path}):
         yield
+
+
+def __dir__():
+    """The API (``__all__``), the public submodules imported so far and the module's dunders: not
+    the private modules (``_zarrs_gpu``, ``_create``, ...), which stay importable by name."""
+    public = {"dask", "errors", "pipeline", "torch", "xarray"}
+    names = set(__all__) | {n for n in globals() if n in public or (n.startswith("__") and n.endswith("__"))}
+    return sorted(names)
+
+
+del _contextlib, _Any, _Iterable, _Optional
