@@ -340,8 +340,7 @@ fn server_errors_are_retried_with_backoff_then_read() -> Result {
 }
 
 #[test]
-#[ignore = "needs an S3 server and RangeHTTPServer on loopback (.ci/run installs them)"]
-fn a_server_gone_or_dying_mid_read_is_an_error_naming_the_chunk_never_a_hang() -> Result {
+fn a_server_dying_mid_response_is_an_error_naming_the_chunk_never_a_hang() -> Result {
     // Dies mid-response, every time: retried, then an error naming the key.
     let port = dying_server();
     let store = RemoteStore::from_url(&format!("http://127.0.0.1:{port}/x"), [("allow_http", "true")])?;
@@ -350,6 +349,12 @@ fn a_server_gone_or_dying_mid_read_is_an_error_naming_the_chunk_never_a_hang() -
     let err = store.fetch_many(&ranges, |_, _| Ok::<(), StorageError>(())).unwrap_err().to_string();
     assert!(err.contains("arr/c/4/2"), "{err}");
     assert!(start.elapsed() < Duration::from_mins(1), "took {:?}", start.elapsed());
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs an S3 server and RangeHTTPServer on loopback (.ci/run installs them)"]
+fn a_server_gone_is_an_error_naming_the_chunk_never_a_hang() -> Result {
     // A server gone: reads of an array opened before are errors naming the chunk.
     let mut server = Server::s3();
     server.arrays("")?;
