@@ -160,7 +160,7 @@ fn project_read(
             .into_iter()
             .zip(&sizes)
             .map(|(key, &len)| {
-                let r = HostReadRequest { key, offset: 0, len: len as usize, at, value_len: None };
+                let r = HostReadRequest { key, offset: 0, len: len as usize, at, value_len: None, version: None };
                 at += len as usize;
                 r
             })

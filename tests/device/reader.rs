@@ -58,6 +58,7 @@ fn reads_into_device_memory() -> Result {
                     len: *len,
                     dst: base + offset,
                     value_len: None,
+                    version: None,
                 };
                 offset += *len as u64;
                 r
@@ -79,6 +80,7 @@ fn reads_into_device_memory() -> Result {
                         len: r.len,
                         at: (r.dst - base) as usize,
                         value_len: None,
+                        version: None,
                     })
                     .collect();
                 let mirror = Some(unsafe { DeviceMirror::new(base, total, &stream) });
@@ -112,7 +114,14 @@ fn reads_into_device_memory() -> Result {
             offset += req.len;
         }
         // Past the end: an error naming the file (or the key).
-        let bad = [DeviceReadRequest { key: files[1].0.clone(), offset: 10, len: 4095, dst: base, value_len: None }];
+        let bad = [DeviceReadRequest {
+            key: files[1].0.clone(),
+            offset: 10,
+            len: 4095,
+            dst: base,
+            value_len: None,
+            version: None,
+        }];
         let err = match mode {
             "any store" => unsafe { reader.read_store_to_device(&store, &bad, None) }.unwrap_err(),
             _ => unsafe { reader.read_gds_to_device(&store, &bad, Some(IoBackend::Posix), None) }.unwrap_err(),
@@ -126,7 +135,7 @@ fn reads_into_device_memory() -> Result {
     }
     // Forced GDS on a host without it: a clear error (or GDS where it works).
     let dst = unsafe { result::malloc_sync(16) }?;
-    let reqs = [DeviceReadRequest { key: files[0].0.clone(), offset: 0, len: 1, dst, value_len: None }];
+    let reqs = [DeviceReadRequest { key: files[0].0.clone(), offset: 0, len: 1, dst, value_len: None, version: None }];
     match unsafe { reader.read_gds_to_device(&store, &reqs, Some(IoBackend::Gds), None) } {
         Ok(outcome) => assert_eq!(outcome.status.path, IoPath::Gds),
         Err(err) => assert!(err.to_string().contains("GPUDirect Storage"), "{err}"),

@@ -2,6 +2,8 @@ use std::path::PathBuf;
 
 use zarrs_storage::StorageError;
 
+use crate::version::ValueChanged;
+
 /// An error from reading stored values by byte range (into host memory, or into device memory
 /// through cuFile).
 #[derive(Debug, thiserror::Error)]
@@ -71,12 +73,29 @@ pub enum ReadError {
     /// The underlying store failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
+    /// A value was replaced between the planning of a read (its byte offsets, from a shard's
+    /// index) and the read itself.
+    #[error(transparent)]
+    Changed(#[from] ValueChanged),
+}
+
+impl ReadError {
+    /// The change of a value this error reports, also where a store's error carries it.
+    #[must_use]
+    pub fn value_changed(&self) -> Option<&ValueChanged> {
+        match self {
+            Self::Changed(changed) => Some(changed),
+            Self::Storage(err) | Self::Key { source: err, .. } => ValueChanged::in_storage_error(err),
+            _ => None,
+        }
+    }
 }
 
 impl From<ReadError> for StorageError {
     fn from(err: ReadError) -> Self {
         match err {
             ReadError::Storage(err) => err,
+            ReadError::Changed(changed) => changed.into_storage_error(),
             other => StorageError::Other(other.to_string()),
         }
     }

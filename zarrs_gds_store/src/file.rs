@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::cufile::{CuFileDriver, CuFileHandle};
 use crate::error::ReadError;
+use crate::write::FileVersion;
 
 /// Rows this far apart or closer are read with the gap between them (dropped), by one `preadv`:
 /// cheaper than another call per row.
@@ -140,12 +141,15 @@ pub(crate) struct OpenValue {
     pub(crate) file: Option<Arc<GdsFile>>,
     /// Its size when opened for this read (a cached file may have been rewritten in place since).
     pub(crate) size: u64,
+    /// Its version when opened for this read, from `fstat` of the descriptor read from (None
+    /// when the key does not exist).
+    pub(crate) version: Option<FileVersion>,
     /// Why cuFile could not register it, when it was tried.
     pub(crate) gds_error: Option<ReadError>,
 }
 
 impl OpenValue {
-    const MISSING: Self = Self { file: None, size: 0, gds_error: None };
+    const MISSING: Self = Self { file: None, size: 0, version: None, gds_error: None };
 
     /// Open `path` for one read: from `cache` when a registered file for it is there and the path
     /// still names that file, else opened (and, with a `driver`, registered and cached).
@@ -161,7 +165,10 @@ impl OpenValue {
                 Err(source) => return Err(ReadError::Io { path, source }),
             };
             if let Some(file) = cache.get(&path, &meta) {
-                return Ok(Self { file: Some(file), size: meta.len(), gds_error: None });
+                // The version of the descriptor kept, not of the path (replaced since, maybe).
+                let meta = file.file.metadata().map_err(|source| ReadError::Io { path: path.clone(), source })?;
+                let version = Some(FileVersion::of(&meta));
+                return Ok(Self { file: Some(file), size: meta.len(), version, gds_error: None });
             }
         }
         let file = match File::open(&path) {
@@ -186,7 +193,7 @@ impl OpenValue {
         if file.is_registered() {
             cache.insert(file.path.clone(), &meta, file.clone());
         }
-        Ok(Self { file: Some(file), size: meta.len(), gds_error })
+        Ok(Self { file: Some(file), size: meta.len(), version: Some(FileVersion::of(&meta)), gds_error })
     }
 }
 

@@ -65,17 +65,19 @@ mod http_client;
 mod remote;
 mod store;
 mod stores;
+mod version;
 mod write;
 
 pub use backend::{IoBackend, IoPath, IoStatus, BACKEND_ENV};
 pub use cufile::CUFILE_LIBRARY_ENV;
 pub use error::ReadError;
 pub use remote::{
-    object_store_options, redact_url, RemoteRange, RemoteStore, ValueBatches, DEFAULT_CONCURRENCY,
+    object_store_options, redact_url, ObjectStamp, RemoteRange, RemoteStore, ValueBatches, DEFAULT_CONCURRENCY,
     DEFAULT_KEPT_BODY_BYTES, DEFAULT_MAX_VALUE_BYTES,
 };
 pub use store::{DeviceReadOutcome, GdsRanges, GdsStore, GdsStoreOptions, ValueRange};
 pub use stores::AnyStore;
+pub use version::{ValueChanged, ValueVersion};
 pub use write::{Durability, Expected, FileVersion, KeyLockGuard, KeyLocks, LockId};
 
 /// The cudarc version this crate is built with, for callers that share CUDA objects with it.
@@ -98,6 +100,7 @@ mod tests {
             ("remote", include_str!("remote.rs")),
             ("store", include_str!("store.rs")),
             ("stores", include_str!("stores.rs")),
+            ("version", include_str!("version.rs")),
             ("write", include_str!("write.rs")),
         ];
         for (name, source) in modules {

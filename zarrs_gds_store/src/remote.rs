@@ -30,6 +30,7 @@ use zarrs_storage::{
 use crate::aws_profile::with_profile;
 use crate::body_buffers::{self, BodyBuffers};
 use crate::http_client::{redirect_refused, Connector, Redirects};
+use crate::version::ValueChanged;
 
 /// Ranged GETs a [`RemoteStore`] keeps in flight by default.
 pub const DEFAULT_CONCURRENCY: usize = 64;
@@ -98,6 +99,10 @@ pub struct RemoteRange {
     /// How many bytes (a value shorter than `offset + len` is an error).
     pub len: u64,
 }
+
+/// An object's identity as [`RemoteStore::stamp`] tells it: a hash of its ETag and version id, its
+/// size and its last modification (ns).
+pub type ObjectStamp = (u64, u64, i128);
 
 /// A zarrs store over an object store or any async zarrs store: zarrs' synchronous traits (each
 /// call waits for its requests, a value's ranges fetched together), and for the device pipeline
@@ -678,11 +683,29 @@ impl RemoteStore {
     pub fn fetch_many_sized<E: From<StorageError>>(
         &self,
         ranges: &[RemoteRange],
+        each: impl FnMut(usize, Option<(Bytes, Option<u64>)>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.fetch_many_if_match(ranges, &[], each)
+    }
+
+    /// [`Self::fetch_many_sized`], range `i` fetched from the object's version `e_tags[i]` only
+    /// (sent as `If-Match`; None, or no entry: any version): an object replaced since its ranges
+    /// were planned is a [`ValueChanged`] error naming its key, never another version's bytes.
+    ///
+    /// # Errors
+    /// As [`Self::fetch_many`], and a [`ValueChanged`] error as above.
+    pub fn fetch_many_if_match<E: From<StorageError>>(
+        &self,
+        ranges: &[RemoteRange],
+        e_tags: &[Option<Arc<str>>],
         mut each: impl FnMut(usize, Option<(Bytes, Option<u64>)>) -> Result<(), E>,
     ) -> Result<(), E> {
         block_on(async {
             let mut fetched = futures::stream::iter(ranges.iter().enumerate())
-                .map(|(i, r)| async move { (i, self.get_exact(&r.key, r.offset, r.len).await) })
+                .map(|(i, r)| async move {
+                    let e_tag = e_tags.get(i).and_then(Option::as_deref);
+                    (i, self.get_exact_if_match(&r.key, r.offset, r.len, e_tag).await)
+                })
                 .buffer_unordered(self.concurrency);
             while let Some((i, got)) = fetched.next().await {
                 each(i, got?)?;
@@ -706,7 +729,17 @@ impl RemoteStore {
     ///
     /// # Errors
     /// Returns the request's error, naming the key.
-    pub fn stamp(&self, key: &StoreKey) -> Result<Option<(u64, u64, i128)>, StorageError> {
+    pub fn stamp(&self, key: &StoreKey) -> Result<Option<ObjectStamp>, StorageError> {
+        Ok(self.stamp_and_e_tag(key)?.map(|(stamp, _)| stamp))
+    }
+
+    /// [`Self::stamp`] and the object's ETag (None where the server sends none, and for an
+    /// async zarrs store), from one HEAD: a reader that plans byte ranges from the object's
+    /// bytes (a shard's index) reads them with [`Self::fetch_many_if_match`] from that version.
+    ///
+    /// # Errors
+    /// Returns the request's error, naming the key.
+    pub fn stamp_and_e_tag(&self, key: &StoreKey) -> Result<Option<(ObjectStamp, Option<String>)>, StorageError> {
         match &self.backend {
             Backend::Object(store) => match block_on(store.head(&Self::object_path(key))) {
                 Ok(meta) => {
@@ -714,12 +747,62 @@ impl RemoteStore {
                     let mut hasher = std::collections::hash_map::DefaultHasher::new();
                     (meta.e_tag.as_deref(), meta.version.as_deref()).hash(&mut hasher);
                     let modified = meta.last_modified.timestamp_nanos_opt().map_or(i128::MAX, i128::from);
-                    Ok(Some((hasher.finish(), meta.size, modified)))
+                    Ok(Some(((hasher.finish(), meta.size, modified), meta.e_tag)))
                 }
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
                 Err(e) => Err(StorageError::Other(format!("{}: {key}: {e}", self.name))),
             },
-            Backend::Async(_) => Ok(block_on(self.size(key))?.map(|size| (0, size, i128::MAX))),
+            Backend::Async(_) => Ok(block_on(self.size(key))?.map(|size| ((0, size, i128::MAX), None))),
+        }
+    }
+
+    /// `len` bytes of `key` from `offset` of the object's version `e_tag` (sent as `If-Match`),
+    /// None when the key does not exist: an object replaced since is a [`ValueChanged`] error
+    /// ([`ValueChanged::in_storage_error`] finds it), as is one removed.
+    ///
+    /// # Errors
+    /// Returns the request's error, naming the key; a [`ValueChanged`] error as above.
+    pub fn get_if_match(&self, key: &StoreKey, offset: u64, len: u64, e_tag: &str) -> Result<MaybeBytes, StorageError> {
+        Ok(block_on(self.get_exact_if_match(key, offset, len, Some(e_tag)))?.map(|(bytes, _)| bytes))
+    }
+
+    /// [`Self::get_exact`] of the object's version `e_tag` where given (an object store's):
+    /// sent as `If-Match`, a precondition failure (or the object gone) a [`ValueChanged`] error.
+    async fn get_exact_if_match(
+        &self,
+        key: &StoreKey,
+        offset: u64,
+        len: u64,
+        e_tag: Option<&str>,
+    ) -> Result<Option<(Bytes, Option<u64>)>, StorageError> {
+        let (Some(e_tag), Backend::Object(store), false) = (e_tag, &self.backend, len == 0) else {
+            return self.get_exact(key, offset, len).await;
+        };
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| StorageError::Other(format!("{key}: bytes {offset} + {len} overflow u64")))?;
+        let changed = |reason: String| ValueChanged::new(format!("{}: {key}", self.name), reason).into_storage_error();
+        let options = GetOptions {
+            range: Some(GetRange::Bounded(offset..end)),
+            if_match: Some(e_tag.to_owned()),
+            ..Default::default()
+        };
+        match store.get_opts(&Self::object_path(key), options).await {
+            Ok(result) => {
+                let size = result.meta.size;
+                let bytes = self.body(key, result).await?;
+                if bytes.len() as u64 != len {
+                    return Err(StorageError::Other(format!(
+                        "{}: {key}: bytes {offset}..{end} asked, {} returned (the value is shorter)",
+                        self.name,
+                        bytes.len()
+                    )));
+                }
+                Ok(Some((bytes, Some(size))))
+            }
+            Err(object_store::Error::Precondition { .. }) => Err(changed(format!("its ETag is no longer {e_tag}"))),
+            Err(object_store::Error::NotFound { .. }) => Err(changed("it was removed".into())),
+            Err(e) => Err(StorageError::Other(format!("{}: {key}: {e}", self.name))),
         }
     }
 

@@ -15,6 +15,7 @@ use crate::backend::{IoBackend, IoPath, IoStatus};
 use crate::cufile::CuFileDriver;
 use crate::error::ReadError;
 use crate::file::{FileCache, GdsFile, OpenValue};
+use crate::version::{ValueChanged, ValueVersion};
 use crate::write::{
     is_temp, patched, remove_locked, sync_dir, write_atomic, write_many_atomic, Durability, Expected, FileVersion,
     KeyLocks, LockId,
@@ -83,6 +84,12 @@ pub trait ValueRange: Sync {
     /// The value's whole size, where the caller knows what it must be (an uncompressed chunk): a
     /// value of another size is an error rather than bytes read from it.
     fn value_len(&self) -> Option<u64> {
+        None
+    }
+    /// The version of the value the range was planned from (its offsets taken from a shard's
+    /// index read from that version): a value found in another version, or gone, is a
+    /// [`ValueChanged`] error rather than bytes read from it. None: any version.
+    fn version(&self) -> Option<&ValueVersion> {
         None
     }
 }
@@ -511,7 +518,8 @@ impl GdsStore {
     }
 
     /// Open each distinct key's file once (registered with cuFile when `driver` is given), and
-    /// check every range against its file's size.
+    /// check every range against its file's size, and against its file's version where the
+    /// range names one (`fstat` of the descriptor the range is read from).
     fn open_ranges<'a, R: ValueRange>(
         &self,
         ranges: &'a [R],
@@ -535,6 +543,9 @@ impl GdsStore {
             .collect::<Result<_, _>>()?;
         for (range, &v) in ranges.iter().zip(&value_of) {
             let value = &values[v];
+            if let Some(ValueVersion::File(expected)) = range.version() {
+                check_version(&self.key_to_fspath(range.key()), expected, value.version.as_ref())?;
+            }
             let Some(file) = &value.file else { continue };
             if let Some(expected) = range.value_len().filter(|&n| n != value.size) {
                 return Err(ReadError::WrongSize { what: file.path.display().to_string(), size: value.size, expected });
@@ -674,6 +685,19 @@ impl ListableStorageTraits for GdsStore {
 fn values_only(mut keys: StoreKeys) -> StoreKeys {
     keys.retain(|key| !is_temp(key.as_str().rsplit('/').next().unwrap_or_default()));
     keys
+}
+
+/// A range planned from the version `expected` of the file at `path`, which is now `found`
+/// (None: gone): another version is a [`ValueChanged`] error.
+fn check_version(path: &Path, expected: &FileVersion, found: Option<&FileVersion>) -> Result<(), ValueChanged> {
+    match found {
+        Some(found) if found == expected => Ok(()),
+        Some(found) => Err(ValueChanged::new(
+            path.display().to_string(),
+            format!("planned from {expected:?}, found {found:?} (replaced or rewritten)"),
+        )),
+        None => Err(ValueChanged::new(path.display().to_string(), "it was removed")),
+    }
 }
 
 /// A write that failed, naming the key and its file (a full disk, a read-only directory).

@@ -18,7 +18,7 @@ use crate::pipeline::output::Output;
 use crate::pipeline::plan::{checked_bytes, end_fits};
 use crate::pipeline::request::{Layout, Request};
 use crate::pipeline::route::{chunk_subset, chunks_meeting, read_route, ChunkRef};
-use crate::pipeline::units::units_of;
+use crate::pipeline::units::{replanned_once, units_of};
 use crate::reader::ReadSource;
 use crate::report::{DecodePath, RetrieveReport};
 
@@ -343,13 +343,23 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     };
     let (out, report) = match read_route(array) {
         Ok((plan, nvcomp)) => {
-            // A chunk met by several subsets is one unit, read and decoded once.
-            let (units, index_bytes) = units_of(array, &request, chunks, source, config, context.reader(), &plan)?;
             let device = OnDevice { context: &context, stream: &stream, nvcomp };
             let output = (output, request.out_bytes);
-            let (out, mut report) = decode_units(array, &units, source, config, device, &plan.chain, output)?;
-            report.bytes_read += index_bytes;
-            (out, report)
+            // A shard replaced between the read of its index and of its inner chunks: planned
+            // again once (every unit placed anew), else an error naming it. Only sharded reads
+            // are planned from stored bytes, so only they keep their chunks for a second plan.
+            let spare = (!plan.shards.is_empty()).then(|| chunks.clone());
+            let mut chunks = Some(chunks);
+            replanned_once(|| {
+                let chunks = chunks.take().or_else(|| spare.clone());
+                let chunks =
+                    chunks.ok_or_else(|| GpuError::Unsupported("a read of unsharded chunks planned again".into()))?;
+                // A chunk met by several subsets is one unit, read and decoded once.
+                let (units, index_bytes) = units_of(array, &request, chunks, source, config, context.reader(), &plan)?;
+                let (out, mut report) = decode_units(array, &units, source, config, device, &plan.chain, output)?;
+                report.bytes_read += index_bytes;
+                Ok((out, report))
+            })?
         }
         Err(reason) => {
             let host = HostRead { chunks: &chunks, whole_chunk, host_reason: Some(reason), output };

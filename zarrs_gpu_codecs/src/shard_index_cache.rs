@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::sync::{Arc, Mutex};
 
+use zarrs_gds_store::{FileVersion, ValueVersion};
 use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
 /// Decoded shard indexes kept between device reads, owned by the caller (like zarrs'
@@ -14,10 +15,12 @@ use zarrs_storage::{ReadableStorageTraits, StoreKey};
 /// take its address), and a read of another store empties it first. Entries are keyed by the
 /// shard's nesting level, key, where the shard starts in it, its length and its index shape; at
 /// most 65536 are kept. On a `GdsStore`, an entry serves only while its shard file is the same
-/// (inode, size and modification time, asked on every read): a shard rewritten or replaced is
-/// read again. Files modified in the last two seconds are not cached at all, since a rewrite of
-/// the same size within one tick of the file system's clock would keep all three (the rule git
-/// applies to its index). On a `RemoteStore` the same holds with the object's ETag, size and
+/// (device, inode, size, modification and status-change times, asked on every read): a shard
+/// replaced, or rewritten in place (also by `rsync --inplace -t` or `cp -p`, which set the
+/// modification time back: the status-change time cannot be set back), is read again. Files
+/// changed in the last two seconds are not cached at all, since a rewrite of the same size within
+/// one tick of the file system's clock would keep every time (the rule git applies to its
+/// index). On a `RemoteStore` the same holds with the object's ETag, size and
 /// modification time from a HEAD on every read (an async zarrs store behind one, which tells
 /// only sizes, is never served from the cache). On other stores a shard rewritten while the
 /// cache is in use keeps its old index here: [`clear`](Self::clear) the cache (or drop it) after
@@ -38,13 +41,57 @@ struct CacheInner {
 /// (None for a whole value) and its inner chunks per dimension. An outer shard and the first
 /// shard nested in it can share everything but the level and the length.
 pub(crate) type CacheKey = (usize, StoreKey, u64, Option<u64>, Vec<NonZeroU64>);
-/// A decoded index, the shard's length where known, and the identity of the file it was read
-/// from (`GdsStore` files: an index is used again only while its file is the same).
-pub(crate) type CachedIndex = (Arc<Vec<u64>>, Option<u64>, Option<FileStamp>);
+/// A decoded index, the shard's length where known, and the identity of the value it was read
+/// from (`GdsStore` files, object stores: an index is used again only while its value is the
+/// same).
+pub(crate) type CachedIndex = (Arc<Vec<u64>>, Option<u64>, Option<Stamp>);
 
-/// A file's identity and version: inode, size and modification time (ns). A file replaced (as
-/// zarr-python writes shards) or rewritten changes it.
-pub(crate) type FileStamp = (u64, u64, i128);
+/// A value's identity and version, as read with its shard's index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Stamp {
+    /// A `GdsStore` file: its version (device, inode, size, modification and status-change
+    /// times), its size, and when it last changed (the later of the two times, ns). A file
+    /// replaced (as zarr-python writes shards) or rewritten changes it.
+    File { version: FileVersion, size: u64, changed_ns: i128 },
+    /// An object, from a HEAD: a hash of its ETag and version id, its size and last modification
+    /// (ns), and its ETag where the server sent one.
+    Object { id: (u64, u64, i128), e_tag: Option<Arc<str>> },
+}
+
+impl Stamp {
+    /// The stamp of the file `meta` describes (from `fstat` of the descriptor read from).
+    pub(crate) fn of_file(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        let changed_ns = ns(meta.mtime(), meta.mtime_nsec()).max(ns(meta.ctime(), meta.ctime_nsec()));
+        Self::File { version: FileVersion::of(meta), size: meta.len(), changed_ns }
+    }
+
+    /// The value's size.
+    pub(crate) fn size(&self) -> u64 {
+        match self {
+            Self::File { size, .. } => *size,
+            Self::Object { id, .. } => id.1,
+        }
+    }
+
+    /// What a read of the value's bytes at offsets from its index is checked against: the file's
+    /// version, or the object's ETag (None where the server sends none).
+    pub(crate) fn version(&self) -> Option<ValueVersion> {
+        match self {
+            Self::File { version, .. } => Some(ValueVersion::File(*version)),
+            Self::Object { e_tag, .. } => e_tag.clone().map(ValueVersion::ETag),
+        }
+    }
+
+    /// When the value last changed (ns).
+    fn changed_ns(&self) -> i128 {
+        match self {
+            Self::File { changed_ns, .. } => *changed_ns,
+            Self::Object { id, .. } => id.2,
+        }
+    }
+}
 
 /// Indexes kept at most (beyond that the cache starts over): 64 inner chunks take 1 KiB.
 const INDEX_CACHE_ENTRIES: usize = 1 << 16;
@@ -54,11 +101,11 @@ const INDEX_CACHE_ENTRIES: usize = 1 << 16;
 /// and modification time unchanged, so the index of a file this young is never cached.
 const RACY_NS: i128 = 2_000_000_000;
 
-/// Whether a file of this stamp was last modified long enough ago for the stamp to identify its
-/// contents (a modification time in the future is not).
-pub(crate) fn settled(stamp: &FileStamp, now: std::time::SystemTime) -> bool {
+/// Whether a value of this stamp last changed long enough ago for the stamp to identify its
+/// contents (a time in the future does not).
+pub(crate) fn settled(stamp: &Stamp, now: std::time::SystemTime) -> bool {
     let now = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
-    stamp.2.saturating_add(RACY_NS) < now
+    stamp.changed_ns().saturating_add(RACY_NS) < now
 }
 
 impl std::fmt::Debug for ShardIndexCache {
@@ -114,7 +161,7 @@ impl ShardIndexCache {
         self.lock().indexes.get(key).cloned()
     }
 
-    pub(crate) fn insert(&self, key: CacheKey, index: Arc<Vec<u64>>, shard_len: Option<u64>, stamp: Option<FileStamp>) {
+    pub(crate) fn insert(&self, key: CacheKey, index: Arc<Vec<u64>>, shard_len: Option<u64>, stamp: Option<Stamp>) {
         let mut inner = self.lock();
         if inner.indexes.len() >= INDEX_CACHE_ENTRIES {
             inner.indexes.clear();

@@ -99,6 +99,7 @@ pub(crate) fn coalesce(spans: &[(&StoreKey, u64, u64)], gap: u64) -> (Vec<HostRe
                 len: len as usize,
                 at: used as usize,
                 value_len: None,
+                version: None,
             });
         }
         let r = requests.last().expect("a request");

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use zarrs::array::codec::{CodecChain, ShardingCodec, ShardingCodecConfiguration, ShardingIndexLocation};
 use zarrs::array::{ArraySubset, ArrayToBytesCodecTraits, BytesRepresentation, CodecOptions, FillValue};
+use zarrs_gds_store::{ValueChanged, ValueVersion};
 use zarrs_storage::byte_range::ByteRange;
 use zarrs_storage::StoreKey;
 
@@ -17,7 +18,7 @@ use crate::error::GpuError;
 use crate::pipeline::plan::plan_chunks;
 use crate::pipeline::unit::{Source, Unit};
 use crate::reader::ReadSource;
-use crate::shard_index_cache::{settled, ShardIndexCache};
+use crate::shard_index_cache::{settled, ShardIndexCache, Stamp};
 
 /// One level of sharding: the inner chunk shape and how to find and decode the index.
 #[derive(Clone, Debug)]
@@ -254,6 +255,17 @@ struct ShardRef {
     /// Where the outermost shard holding it starts: its innermost chunks are named by their
     /// indices from there, so those of two nested shards of one value never share a name.
     origin: Vec<u64>,
+    /// For a nested shard, the version of its value that the outer index naming it was read
+    /// from: its own index is read from that version or not at all.
+    version: Option<ValueVersion>,
+}
+
+/// What an outer shard's index entry says of a nested shard.
+enum NestedShard {
+    /// Stored in a range of the value: its own index is read at the next level.
+    Stored(ShardRef),
+    /// Missing (the spec's all-ones entry): every inner chunk of it is the fill value.
+    Missing { key: StoreKey, subset: ArraySubset, origin: Vec<u64> },
 }
 
 /// Where a read's shards come from: the array's store and the caller's index cache.
@@ -268,11 +280,27 @@ pub(crate) struct ShardSource<'a> {
 const LARGE_INDEX: u64 = 1 << 20;
 
 /// A decoded shard index (offset and length per inner chunk), the bytes read for it (0 when
-/// cached) and the shard's length where known (nested shards; `GdsStore` files).
-type ReadIndex = (Arc<Vec<u64>>, u64, Option<u64>);
+/// cached), the shard's length where known (nested shards; `GdsStore` files and objects), and
+/// the version of the value it was read from (`GdsStore` files; objects with an ETag).
+struct ReadIndex {
+    index: Arc<Vec<u64>>,
+    read: u64,
+    shard_len: Option<u64>,
+    version: Option<ValueVersion>,
+}
+
+/// An index read from a shard that changed meanwhile, or from a version other than the one its
+/// outer index came from: the error (naming the shard) that has the read planned again.
+fn changed(label: String, reason: impl Into<String>) -> GpuError {
+    let changed = ValueChanged::new(label, reason);
+    GpuError::Chunk { key: changed.what.clone(), reason: changed.reason.clone(), source: Some(Box::new(changed)) }
+}
 
 /// Read and decode one shard's index (or take it from `cache`): None when the shard does not
-/// exist.
+/// exist. On a `GdsStore` the index is read through one descriptor, whose version (`fstat`,
+/// before and after the read) it carries; on an object store with ETags, the ETag of a HEAD,
+/// the index read with `If-Match`. A nested shard's index comes from the version its outer
+/// index came from, or the read is planned again ([`ValueChanged`]).
 fn read_index(
     source: &ShardSource<'_>,
     depth: usize,
@@ -286,66 +314,101 @@ fn read_index(
     let error = |reason: String| GpuError::chunk(label(), reason);
     let per_shard = level.chunks_per_shard(shard_shape).map_err(&error)?;
     let index_len = level.index_len(&per_shard).map_err(&error)?;
-    // A GdsStore file's identity (and, for a whole file, the shard's length): asked before the
-    // cache, so that an index cached from an older version of the file is not used.
-    let mut stamp = None;
-    // (Nested shards without a cache need neither: their length is known.)
-    if let Some(store) = source.gds().filter(|_| shard.len.is_none() || cache.is_some()) {
-        use std::os::unix::fs::MetadataExt;
+    // A nested shard whose value is gone, or another version than its outer index's.
+    let check_version = |found: Option<&Stamp>| match (&shard.version, found) {
+        (None, _) => Ok(()),
+        (Some(_), None) => Err(changed(label(), "it was removed after its outer index was read")),
+        (Some(expected), Some(found)) if found.version().as_ref() == Some(expected) => Ok(()),
+        (Some(_), Some(_)) => Err(changed(label(), "it was replaced after its outer index was read")),
+    };
+    // The value's identity, asked before the cache, so that an index cached from an older
+    // version is not used: a GdsStore file's stamp (its path's), an object's from a HEAD
+    // (nested shards without a cache need neither: their length and version are known).
+    let asked = if let Some(store) = source.gds().filter(|_| cache.is_some()) {
         let path = store.key_to_fspath(&shard.key);
         match std::fs::metadata(&path) {
-            Ok(meta) => {
-                let mtime = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
-                stamp = Some((meta.ino(), meta.len(), mtime));
-            }
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Ok(meta) => Some(Some(Stamp::of_file(&meta))),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Some(None),
             Err(err) => return Err(error(format!("{}: {err}", path.display()))),
         }
     } else if let Some(store) = source.remote().filter(|_| shard.len.is_none() || cache.is_some()) {
-        // An object's identity from a HEAD (its ETag, size and modification time): a shard
-        // rewritten in the bucket is not read through an index cached from the old one.
-        match store.stamp(&shard.key) {
-            Ok(Some(object)) => stamp = Some(object),
-            Ok(None) => return Ok(None),
+        // An object's identity (its ETag, size and modification time): a shard rewritten in the
+        // bucket is not read through an index cached from the old one, nor its chunks with the
+        // old one's offsets.
+        match store.stamp_and_e_tag(&shard.key) {
+            Ok(object) => Some(object.map(|(id, e_tag)| Stamp::Object { id, e_tag: e_tag.map(Arc::from) })),
             Err(err) => return Err(error(format!("asking its version: {err}"))),
         }
+    } else {
+        None
+    };
+    if let Some(found) = &asked {
+        check_version(found.as_ref())?;
+        if found.is_none() {
+            return Ok(None);
+        }
     }
+    let stamp = asked.flatten();
     let cache_key = cache.map(|_| (depth, shard.key.clone(), shard.base, shard.len, per_shard.clone()));
     if let (Some(c), Some(key)) = (cache, &cache_key) {
         if let Some((index, shard_len, cached_stamp)) = c.get(key) {
-            if cached_stamp == stamp {
-                return Ok(Some((index, 0, shard_len)));
+            if cached_stamp.is_some() && cached_stamp == stamp {
+                let version = stamp.as_ref().and_then(Stamp::version);
+                return Ok(Some(ReadIndex { index, read: 0, shard_len, version }));
             }
         }
     }
-    // The shard's length: known for nested shards, and for a whole GdsStore file from its size.
-    let file_len = stamp.filter(|_| shard.len.is_none()).map(|(_, len, _)| len);
-    let mut shard_len = shard.len.or(file_len);
-    // A large index of a value of unknown length (another store): ask its size before reading,
-    // so that hostile metadata cannot size a host buffer beyond the value.
-    if shard_len.is_none() && index_len > LARGE_INDEX {
-        match storage.size_key(&shard.key) {
-            Ok(Some(size)) => shard_len = Some(size),
-            Ok(None) => return Ok(None),
-            Err(err) => return Err(error(format!("asking its size: {err}"))),
-        }
-    }
-    if let Some(len) = shard_len.filter(|&len| len < index_len) {
-        return Err(error(format!("{len} bytes cannot hold its {index_len}-byte index")));
-    }
-    let range = match (level.location, shard.len) {
-        (ShardingIndexLocation::Start, _) => ByteRange::FromStart(shard.base, Some(index_len)),
-        // base + len lies within the outer shard (checked when its index entry was read).
-        (ShardingIndexLocation::End, Some(len)) => ByteRange::FromStart(shard.base + len - index_len, Some(index_len)),
-        (ShardingIndexLocation::End, None) => ByteRange::Suffix(index_len),
-    };
-    // When the index is read: a file modified within two seconds before this may be rewritten
+    // When the index is read: a file changed within two seconds before this may be rewritten
     // within the same tick afterwards (taken before the read, not at the insert).
     let read_at = std::time::SystemTime::now();
-    let bytes = match storage.get_partial(&shard.key, range) {
-        Ok(Some(bytes)) => bytes,
-        Ok(None) => return Ok(None),
-        Err(err) => return Err(error(format!("reading its index: {err}"))),
+    let (bytes, shard_len, stamp) = if let Some(store) = source.gds() {
+        let path = store.key_to_fspath(&shard.key);
+        let Some((bytes, shard_len, stamp)) = read_file_index(&path, level.location, shard, index_len, &error)? else {
+            check_version(None)?;
+            return Ok(None);
+        };
+        check_version(Some(&stamp))?;
+        (bytes.into(), Some(shard_len), Some(stamp))
+    } else {
+        // The shard's length: known for nested shards, and for a whole object from its HEAD.
+        let mut shard_len = shard.len.or(stamp.as_ref().filter(|_| shard.len.is_none()).map(Stamp::size));
+        // A large index of a value of unknown length (another store): ask its size before
+        // reading, so that hostile metadata cannot size a host buffer beyond the value.
+        if shard_len.is_none() && index_len > LARGE_INDEX {
+            match storage.size_key(&shard.key) {
+                Ok(Some(size)) => shard_len = Some(size),
+                Ok(None) => return Ok(None),
+                Err(err) => return Err(error(format!("asking its size: {err}"))),
+            }
+        }
+        if let Some(len) = shard_len.filter(|&len| len < index_len) {
+            return Err(error(format!("{len} bytes cannot hold its {index_len}-byte index")));
+        }
+        let range = match (level.location, shard_len) {
+            (ShardingIndexLocation::Start, _) => ByteRange::FromStart(shard.base, Some(index_len)),
+            // base + len lies within the outer shard (checked when its index entry was read).
+            (ShardingIndexLocation::End, Some(len)) => {
+                ByteRange::FromStart(shard.base + len - index_len, Some(index_len))
+            }
+            (ShardingIndexLocation::End, None) => ByteRange::Suffix(index_len),
+        };
+        // An object with an ETag: the index of that version only (If-Match).
+        let version = stamp.as_ref().and_then(Stamp::version).or_else(|| shard.version.clone());
+        let got = match (source.remote(), &version, range) {
+            (Some(store), Some(ValueVersion::ETag(e_tag)), ByteRange::FromStart(offset, Some(len))) => {
+                store.get_if_match(&shard.key, offset, len, e_tag)
+            }
+            _ => storage.get_partial(&shard.key, range),
+        };
+        let bytes = match got {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Ok(None),
+            Err(err) => match ValueChanged::in_storage_error(&err) {
+                Some(was) => return Err(changed(label(), was.reason.clone())),
+                None => return Err(error(format!("reading its index: {err}"))),
+            },
+        };
+        (bytes, shard_len, stamp)
     };
     if bytes.len() as u64 != index_len {
         return Err(error(format!("{} bytes where its index takes {index_len}", bytes.len())));
@@ -355,24 +418,72 @@ fn read_index(
         .decode_index(&bytes, &per_shard, &CodecOptions::default())
         .map_err(|e| error(format!("decoding its index: {e}")))?;
     let index = Arc::new(index);
+    let version = stamp.as_ref().and_then(Stamp::version).or_else(|| shard.version.clone());
     if let (Some(c), Some(key)) = (cache, cache_key) {
         // A stamp that may not tell this version from the next is not worth keeping.
         if stamp.as_ref().is_none_or(|s| settled(s, read_at)) {
             c.insert(key, index.clone(), shard_len, stamp);
         }
     }
-    Ok(Some((index, index_len, shard_len)))
+    Ok(Some(ReadIndex { index, read: index_len, shard_len, version }))
+}
+
+/// A `GdsStore` shard's index, read through one descriptor: its bytes, the shard's length and
+/// the file's stamp (`fstat` of that descriptor, the same before and after the read); None when
+/// the file does not exist. A file rewritten while its index was read is a [`ValueChanged`]
+/// error.
+fn read_file_index(
+    path: &std::path::Path,
+    location: ShardingIndexLocation,
+    shard: &ShardRef,
+    index_len: u64,
+    error: &dyn Fn(String) -> GpuError,
+) -> Result<Option<(Vec<u8>, u64, Stamp)>, GpuError> {
+    use std::os::unix::fs::FileExt;
+    let io = |err: std::io::Error| error(format!("{}: {err}", path.display()));
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(io(err)),
+    };
+    let stamp = Stamp::of_file(&file.metadata().map_err(io)?);
+    // Known for nested shards; a whole file's is its size.
+    let shard_len = shard.len.unwrap_or(stamp.size());
+    if shard_len < index_len {
+        return Err(error(format!("{shard_len} bytes cannot hold its {index_len}-byte index")));
+    }
+    // Within the file: base + len lies within the outer shard, which lies within this version
+    // of the file (checked when its index entry was read).
+    let at = match location {
+        ShardingIndexLocation::Start => shard.base,
+        ShardingIndexLocation::End => shard.base + shard_len - index_len,
+    };
+    // index_len <= shard_len, a length within the file.
+    let mut bytes = vec![0u8; usize::try_from(index_len).map_err(|e| error(e.to_string()))?];
+    file.read_exact_at(&mut bytes, at).map_err(io)?;
+    if Stamp::of_file(&file.metadata().map_err(io)?) != stamp {
+        let label = format!("{} (shard at byte {})", shard.key, shard.base);
+        return Err(changed(label, "it was rewritten while its index was read"));
+    }
+    Ok(Some((bytes, shard_len, stamp)))
 }
 
 /// Where an inner chunk's stored bytes are, from its index entry `(offset, len)` in a shard of
-/// `shard_len` bytes (when known): missing for the all-ones entry; an error for a range that
-/// overflows, leaves the shard, or is far longer than any encoding of `decoded` bytes (innermost
-/// chunks only) that the device decodes could be (zstd's worst case is a few bytes in a
-/// thousand over), before a buffer is sized to it.
+/// `shard_len` bytes (when known): missing for the all-ones entry (the spec's marker); an error
+/// for an entry with one half all ones, a range that overflows, leaves the shard, or is far
+/// longer than any encoding of `decoded` bytes (innermost chunks only) that the device decodes
+/// could be (zstd's worst case is a few bytes in a thousand over), before a buffer is sized to
+/// it.
 fn inner_source(entry: (u64, u64), shard_len: Option<u64>, decoded: Option<u64>) -> Result<Source, String> {
     let (offset, len) = entry;
     if entry == (u64::MAX, u64::MAX) {
         return Ok(Source::Missing);
+    }
+    // Half the missing marker: no stored range starts or ends there (a file holds less than
+    // 2^63 bytes), and taken for a range it would read as an empty one at the end of the
+    // address space, in a store of unknown size.
+    if offset == u64::MAX || len == u64::MAX {
+        return Err(format!("its index entry ({offset}, {len}) is neither a byte range nor the missing marker"));
     }
     let end = offset.checked_add(len).ok_or_else(|| format!("its index entry {offset} + {len} overflows"))?;
     if let Some(shard_len) = shard_len {
@@ -479,10 +590,10 @@ fn ravel(idx: &[u64], shape: &[NonZeroU64]) -> u64 {
 
 /// The decode units of `subset` of a sharded array: every innermost chunk meeting it, with its
 /// byte range (or missing). `shards` are the array's chunks meeting the subset: (indices, key,
-/// unbounded subset). Returns the units and the index bytes read.
+/// unbounded subset). Indexes are read in parallel on the current rayon pool (the caller's
+/// reader's). Returns the units and the index bytes read.
 pub(crate) fn sharded_units(
     source: &ShardSource<'_>,
-    reader: &crate::reader::DeviceReader,
     levels: &[ShardLevel],
     elem: u64,
     subset: &ArraySubset,
@@ -490,26 +601,32 @@ pub(crate) fn sharded_units(
 ) -> Result<(Vec<Unit>, u64), GpuError> {
     let mut open: Vec<ShardRef> = shards
         .into_iter()
-        .map(|(_, key, subset)| ShardRef { key, base: 0, len: None, origin: subset.start().to_vec(), subset })
+        .map(|(_, key, subset)| ShardRef {
+            key,
+            base: 0,
+            len: None,
+            origin: subset.start().to_vec(),
+            subset,
+            version: None,
+        })
         .collect();
     let mut units = Vec::new();
     let mut index_bytes = 0;
     for (depth, level) in levels.iter().enumerate() {
         let innermost = depth + 1 == levels.len();
-        let indexes: Vec<Option<ReadIndex>> = reader.install(|| {
-            open.par_iter().map(|shard| read_index(source, depth, level, shard)).collect::<Result<_, _>>()
-        })?;
+        let indexes: Vec<Option<ReadIndex>> =
+            open.par_iter().map(|shard| read_index(source, depth, level, shard)).collect::<Result<_, _>>()?;
         let mut next = Vec::new();
         for (shard, index) in open.iter().zip(indexes) {
             let per_shard = level
                 .chunks_per_shard(shard.subset.shape())
                 .map_err(|reason| GpuError::chunk(shard.key.to_string(), reason))?;
-            let (index, shard_len) = match index {
-                Some((index, read, shard_len)) => {
+            let (index, shard_len, version) = match index {
+                Some(ReadIndex { index, read, shard_len, version }) => {
                     index_bytes += read;
-                    (Some(index), shard_len)
+                    (Some(index), shard_len, version)
                 }
-                None => (None, None),
+                None => (None, None, None),
             };
             for (idx, inner_subset) in inner_chunks_meeting(level, &shard.subset, subset)? {
                 let name = named_from(&shard.origin, &inner_subset, level);
@@ -543,26 +660,29 @@ pub(crate) fn sharded_units(
                     },
                 };
                 if !innermost {
-                    // A nested shard: opened at the next level, or wholly missing.
-                    match source {
-                        Source::Range { offset, len } => next.push(ShardRef {
+                    // A nested shard: opened at the next level (from the version of the value
+                    // this index came from), or wholly missing.
+                    next.push(match source {
+                        Source::Range { offset, len } => NestedShard::Stored(ShardRef {
                             key: shard.key.clone(),
                             base: offset,
                             len: Some(len),
                             subset: inner_subset,
                             origin: shard.origin.clone(),
+                            version: version.clone(),
                         }),
-                        _ => next.push(ShardRef {
+                        Source::Missing => NestedShard::Missing {
                             key: shard.key.clone(),
-                            base: u64::MAX,
-                            len: None,
                             subset: inner_subset,
                             origin: shard.origin.clone(),
-                        }),
-                    }
+                        },
+                        Source::Whole => return Err(GpuError::chunk(label(), "an index entry of another kind")),
+                    });
                     continue;
                 }
                 if let Some(placement) = placement {
+                    // A missing inner chunk reads nothing: no version to check.
+                    let version = version.clone().filter(|_| source != Source::Missing);
                     units.push(Unit {
                         placement,
                         source,
@@ -571,6 +691,7 @@ pub(crate) fn sharded_units(
                         value_len: None,
                         direct: None,
                         rows: None,
+                        version,
                     });
                 }
             }
@@ -578,12 +699,12 @@ pub(crate) fn sharded_units(
         // Wholly missing nested shards yield missing inner chunks at the next level.
         open = Vec::new();
         for shard in next {
-            if shard.base == u64::MAX {
-                let next_level = &levels[depth + 1];
-                let missing: Vec<_> = missing_units(next_level, levels, depth + 1, elem, subset, &shard)?;
-                units.extend(missing);
-            } else {
-                open.push(shard);
+            match shard {
+                NestedShard::Stored(shard) => open.push(shard),
+                NestedShard::Missing { key, subset: shard_subset, origin } => {
+                    let missing = MissingShard { key: &key, subset: &shard_subset, origin: &origin };
+                    units.extend(missing_units(levels, depth + 1, elem, subset, &missing)?);
+                }
             }
         }
     }
@@ -597,43 +718,37 @@ fn named_from(origin: &[u64], inner_subset: &ArraySubset, level: &ShardLevel) ->
     inner_subset.start().iter().zip(origin).zip(&level.inner_shape).map(|((s, o), c)| (s - o) / c).collect()
 }
 
-/// The innermost units of a missing nested shard: all missing.
+/// A nested shard its outer index marks missing: its value's key, the part of the array it
+/// covers, and where the outermost shard holding it starts.
+struct MissingShard<'a> {
+    key: &'a StoreKey,
+    subset: &'a ArraySubset,
+    origin: &'a [u64],
+}
+
+/// The innermost units of a missing nested shard at level `depth` of `levels`: all missing.
 fn missing_units(
-    level: &ShardLevel,
     levels: &[ShardLevel],
     depth: usize,
     elem: u64,
     subset: &ArraySubset,
-    shard: &ShardRef,
+    shard: &MissingShard<'_>,
 ) -> Result<Vec<Unit>, GpuError> {
+    let level = &levels[depth];
     let mut out = Vec::new();
-    for (_, inner_subset) in inner_chunks_meeting(level, &shard.subset, subset)? {
+    for (_, inner_subset) in inner_chunks_meeting(level, shard.subset, subset)? {
         if depth + 1 < levels.len() {
-            let nested = ShardRef {
-                key: shard.key.clone(),
-                base: u64::MAX,
-                len: None,
-                subset: inner_subset,
-                origin: shard.origin.clone(),
-            };
-            out.extend(missing_units(&levels[depth + 1], levels, depth + 1, elem, subset, &nested)?);
+            let nested = MissingShard { key: shard.key, subset: &inner_subset, origin: shard.origin };
+            out.extend(missing_units(levels, depth + 1, elem, subset, &nested)?);
         } else if let Some(placement) = plan_chunks(
             elem,
             subset,
-            [(named_from(&shard.origin, &inner_subset, level), shard.key.clone(), inner_subset)],
+            [(named_from(shard.origin, &inner_subset, level), shard.key.clone(), inner_subset)],
         )?
         .pop()
         {
             let name = placement.chunk_indices.clone();
-            out.push(Unit {
-                placement,
-                source: Source::Missing,
-                inner: Some(name),
-                narrowed: false,
-                value_len: None,
-                direct: None,
-                rows: None,
-            });
+            out.push(Unit { source: Source::Missing, inner: Some(name), ..Unit::whole(placement) });
         }
     }
     Ok(out)
@@ -841,6 +956,64 @@ mod tests {
         assert!(encode_shards(&levels, &[8, 16], &[None; 15]).is_err());
     }
 
+    /// An outer index entry `(u64::MAX, 0)` (half the missing marker) in a store of unknown
+    /// size: an error naming the shard, not a nested shard read as fill values (it was, while a
+    /// missing nested shard was marked by a base of `u64::MAX`).
+    #[test]
+    fn a_corrupt_nested_shard_entry_is_an_error_naming_the_shard() {
+        use zarrs_storage::{ReadableStorageTraits, WritableStorageTraits};
+        let inner = |location: &str| {
+            serde_json::json!({
+                "name": "sharding_indexed",
+                "configuration": {
+                    "chunk_shape": [2, 4],
+                    "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+                    "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+                    "index_location": location,
+                },
+            })
+        };
+        for location in ["start", "end"] {
+            let outer: ShardingCodecConfiguration = serde_json::from_value(serde_json::json!({
+                "chunk_shape": [4, 8],
+                "codecs": [inner(location)],
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+                "index_location": "end",
+            }))
+            .unwrap();
+            let (outer_level, middle) = ShardLevel::new(&outer).unwrap();
+            let middle: ShardingCodecConfiguration = middle
+                .array_to_bytes_codec()
+                .configuration_v3(&zarrs::array::CodecMetadataOptions::default())
+                .unwrap()
+                .to_typed()
+                .unwrap();
+            let levels = [outer_level, ShardLevel::new(&middle).unwrap().0];
+            let chunks: Vec<Vec<u8>> = (0..16u8).map(|k| (0..32).map(|b| b ^ k.wrapping_mul(37)).collect()).collect();
+            let parts: Vec<Option<&[u8]>> = chunks.iter().map(|c| Some(&c[..])).collect();
+            let mut shard = encode_shards(&levels, &[8, 16], &parts).unwrap().unwrap();
+            // The outer index (4 entries of 16 bytes, at the end): inner shard 0's entry.
+            let at = shard.len() - 64;
+            shard[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+            shard[at + 8..at + 16].copy_from_slice(&0u64.to_le_bytes());
+            let store = zarrs::storage::store::MemoryStore::new();
+            let key = StoreKey::new("arr/c/0/0").unwrap();
+            store.set(&key, shard.into()).unwrap();
+            let source = ShardSource { source: ReadSource::Store(&store as &dyn ReadableStorageTraits), cache: None };
+            let all = ArraySubset::new_with_shape(vec![8, 16]);
+            let err = sharded_units(&source, &levels, 4, &all, vec![(vec![0, 0], key.clone(), all.clone())])
+                .err()
+                .unwrap_or_else(|| panic!("read as fill values (index at the {location})"));
+            let message = err.to_string();
+            assert!(message.contains("arr/c/0/0") && message.contains("inner chunk [0, 0]"), "{message}");
+            // Inner shard 1 alone (columns 8..16) reads, its chunks where they are.
+            let right = ArraySubset::new_with_ranges(&[0..4, 8..16]);
+            let (units, _) = sharded_units(&source, &levels, 4, &right, vec![(vec![0, 0], key, all)]).unwrap();
+            assert_eq!(units.len(), 4);
+            assert!(units.iter().all(|u| matches!(u.source, Source::Range { len: 32, .. })));
+        }
+    }
+
     #[test]
     fn inner_chunks_meeting_a_subset() {
         let level = level(&[4, 8]);
@@ -884,6 +1057,10 @@ mod tests {
         assert_eq!(inner_source((4, 6), None, Some(100)), Ok(Source::Range { offset: 4, len: 6 }));
         assert!(inner_source((4, 7), Some(10), Some(100)).unwrap_err().contains("outside its shard of 10 bytes"));
         assert!(inner_source((u64::MAX - 1, 5), None, None).unwrap_err().contains("overflows"));
+        // Half the missing marker is neither missing nor a range.
+        for entry in [(u64::MAX, 0), (u64::MAX, 7), (0, u64::MAX)] {
+            assert!(inner_source(entry, None, None).unwrap_err().contains("neither"), "{entry:?}");
+        }
         // Incompressible data grows a little under zstd; a corrupt index claims far more.
         assert!(inner_source((0, 1 << 20), None, Some(1 << 20)).is_ok());
         assert!(inner_source((0, 3 << 20), None, Some(1 << 20)).unwrap_err().contains("stored bytes for"));
@@ -899,6 +1076,7 @@ mod tests {
         assert_eq!(fuzz_shard_index_entry(u64::MAX, u64::MAX, Some(10), None), Ok(None));
         assert_eq!(fuzz_shard_index_entry(4, 6, Some(10), Some(100)), Ok(Some((4, 6))));
         assert!(fuzz_shard_index_entry(u64::MAX - 1, 5, None, None).is_err());
+        assert!(fuzz_shard_index_entry(u64::MAX, 0, None, None).is_err());
     }
 
     #[test]
@@ -945,3 +1123,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "shard_consistency.rs"]
+mod consistency_tests;

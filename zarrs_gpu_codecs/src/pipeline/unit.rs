@@ -1,6 +1,8 @@
 //! The units the decode pipeline works on: a chunk, an inner chunk of a shard, or a missing one,
 //! with where its stored bytes are and where its decoded bytes go.
 
+use zarrs_gds_store::ValueVersion;
+
 use crate::error::GpuError;
 use crate::pipeline::plan::{ChunkPlacement, Copy3D};
 
@@ -51,6 +53,10 @@ pub(crate) struct Unit {
     /// in the bytes `source` names, whose rows are read packed one after another; the
     /// placement's copies then take them from there.
     pub(crate) rows: Option<Vec<Copy3D>>,
+    /// For an inner chunk, the version of its shard's value that its index was read from: its
+    /// bytes are read from that version or not at all (a shard replaced since its index was read
+    /// has other bytes at the same offsets).
+    pub(crate) version: Option<ValueVersion>,
 }
 
 /// Rows narrower than this are not read one by one (a `preadv` entry each).
@@ -67,6 +73,7 @@ impl Unit {
             value_len: None,
             direct: None,
             rows: None,
+            version: None,
         }
     }
 
@@ -76,7 +83,7 @@ impl Unit {
         let source = Source::Range { offset: placement.byte_start, len: placement.read_len() };
         let direct = placement.is_direct().then(|| placement.direct_output_offset());
         let value_len = Some(placement.chunk_bytes);
-        Self { placement, source, inner: None, narrowed: true, value_len, direct, rows: None }
+        Self { placement, source, inner: None, narrowed: true, value_len, direct, rows: None, version: None }
     }
 
     /// Read only the rows this uncompressed chunk's part needs, packed, where that is at most

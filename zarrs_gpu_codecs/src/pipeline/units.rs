@@ -1,8 +1,11 @@
 //! The units a request decodes: its chunks, or the inner chunks of the shards meeting its
 //! subsets, each read and decoded once however many subsets meet it.
 
-use zarrs::array::Array;
-use zarrs_storage::ReadableStorageTraits;
+use std::collections::HashMap;
+
+use zarrs::array::{Array, ArrayError};
+use zarrs_gds_store::{ValueChanged, ValueVersion};
+use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
 use crate::config::GpuConfig;
 use crate::error::GpuError;
@@ -11,7 +14,7 @@ use crate::pipeline::request::{merge_placements, merge_units, Request};
 use crate::pipeline::route::{ChunkRef, DevicePlan};
 use crate::pipeline::shard::{sharded_units, ShardSource};
 use crate::pipeline::unit::{Source, Unit};
-use crate::reader::{DeviceReader, ReadSource};
+use crate::reader::{DeviceReadError, DeviceReader, ReadSource};
 use crate::shard_index_cache::ShardIndexCache;
 
 /// The units of `request` (`chunks`: each subset's), stored as `plan` says, read from `source`:
@@ -65,13 +68,14 @@ pub(crate) fn units_of<S: ReadableStorageTraits + ?Sized + 'static>(
     let mut units = Vec::new();
     let mut index_bytes = 0;
     for ((subset, base), refs) in request.parts().zip(chunks) {
-        let (part, read) = sharded_units(&shards, reader, &plan.shards, elem, subset, refs)?;
+        let (part, read) = reader.install(|| sharded_units(&shards, &plan.shards, elem, subset, refs))?;
         index_bytes += read;
         for mut unit in part {
             unit.placement.shift_output(base)?;
             units.push(unit);
         }
     }
+    one_version_per_value(&units)?;
     let mut units = if request.subsets.len() > 1 { merge_units(units)? } else { units };
     if plan.chain.is_raw() {
         narrow_raw(&mut units)?;
@@ -80,6 +84,57 @@ pub(crate) fn units_of<S: ReadableStorageTraits + ?Sized + 'static>(
         }
     }
     Ok((units, index_bytes))
+}
+
+/// The units of one value carry one version of it (their offsets come from its index, read
+/// once per subset where not cached): two versions (a writer replaced the shard between two
+/// reads of its index) have the read planned again.
+fn one_version_per_value(units: &[Unit]) -> Result<(), GpuError> {
+    let mut seen: HashMap<&StoreKey, &ValueVersion> = HashMap::new();
+    for unit in units {
+        let Some(version) = &unit.version else { continue };
+        if seen.insert(&unit.placement.key, version).is_some_and(|held| held != version) {
+            let changed = ValueChanged::new(unit.placement.key.to_string(), "its index was read from two versions");
+            return Err(unit.error_from(Box::new(changed)));
+        }
+    }
+    Ok(())
+}
+
+/// The change of a value (a shard replaced between the read of its index and the read of its
+/// inner chunks) that `err` reports, wherever in the pipeline it was found.
+pub(crate) fn value_changed(err: &GpuError) -> Option<&ValueChanged> {
+    match err {
+        GpuError::Read(DeviceReadError::Read(err)) => err.value_changed(),
+        GpuError::Array(ArrayError::StorageError(err)) => ValueChanged::in_storage_error(err),
+        GpuError::Chunk { source: Some(source), .. } => source.downcast_ref(),
+        _ => None,
+    }
+}
+
+/// Run `read` (a read planned from shard indexes, then made), and once more where a shard
+/// changed between its index and its inner chunks: planned again from the indexes as they are
+/// then. A shard that changed during both is an error naming it: its index and its chunks are
+/// never taken from two versions.
+///
+/// # Errors
+/// `read`'s error; a [`GpuError::Chunk`] naming the shard when it changed during both reads.
+pub(crate) fn replanned_once<T>(mut read: impl FnMut() -> Result<T, GpuError>) -> Result<T, GpuError> {
+    match read() {
+        Err(err) if value_changed(&err).is_some() => read().map_err(|err| match value_changed(&err) {
+            Some(changed) => GpuError::Chunk {
+                key: changed.what.clone(),
+                reason: format!(
+                    "it was replaced while it was read, twice: its index and its chunks would come from \
+                     two versions ({})",
+                    changed.reason
+                ),
+                source: Some(Box::new(changed.clone())),
+            },
+            None => err,
+        }),
+        done => done,
+    }
 }
 
 /// Uncompressed inner chunks in the platform's byte order are their elements: read only the bytes
@@ -104,7 +159,39 @@ mod tests {
     use super::*;
     use crate::pipeline::plan::plan_chunks;
     use zarrs::array::ArraySubset;
-    use zarrs_storage::StoreKey;
+
+    /// Units of one value from two versions of its index (a writer between two reads of it) are
+    /// a change, which `replanned_once` plans again once; other errors are not retried.
+    #[test]
+    fn one_version_per_value_and_one_more_plan() {
+        let key = StoreKey::new("s/c/0").unwrap();
+        let chunk = ArraySubset::new_with_start_shape(vec![0], vec![8]).unwrap();
+        let placement = plan_chunks(4, &chunk, [(vec![0], key, chunk.clone())]).unwrap().pop().unwrap();
+        let unit = |tag: &str| Unit { version: Some(ValueVersion::ETag(tag.into())), ..Unit::whole(placement.clone()) };
+        assert!(one_version_per_value(&[unit("a"), unit("a"), Unit::whole(placement.clone())]).is_ok());
+        let err = one_version_per_value(&[unit("a"), unit("b")]).unwrap_err();
+        assert!(value_changed(&err).is_some() && err.to_string().contains("s/c/0"), "{err}");
+        // A change once: planned again; every time: an error naming the value; another error:
+        // returned as it is, not retried.
+        let mut calls = 0;
+        let once = replanned_once(|| {
+            calls += 1;
+            if calls == 1 {
+                one_version_per_value(&[unit("a"), unit("b")])
+            } else {
+                Ok(())
+            }
+        });
+        assert!(once.is_ok() && calls == 2);
+        let err = replanned_once(|| one_version_per_value(&[unit("a"), unit("b")])).unwrap_err();
+        assert!(err.to_string().contains("s/c/0") && err.to_string().contains("twice"), "{err}");
+        calls = 0;
+        let err = replanned_once(|| -> Result<(), GpuError> {
+            calls += 1;
+            Err(GpuError::Unsupported("no".into()))
+        });
+        assert!(err.is_err() && calls == 1);
+    }
 
     #[test]
     fn uncompressed_inner_chunks_read_only_the_bytes_a_subset_needs() {

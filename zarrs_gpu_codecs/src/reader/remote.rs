@@ -4,10 +4,12 @@
 //! fetched whole while a batch was sized ([`Prefetched`]) are not fetched again.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::CudaStream;
-use zarrs_gds_store::{DeviceReadOutcome, IoPath, IoStatus, ReadError, RemoteRange, RemoteStore, ValueRange};
+use zarrs_gds_store::{
+    DeviceReadOutcome, IoPath, IoStatus, ReadError, RemoteRange, RemoteStore, ValueRange, ValueVersion,
+};
 use zarrs_storage::{Bytes, StoreKey};
 
 use super::{
@@ -208,7 +210,16 @@ impl DeviceReader {
                     None => to_fetch.push(i),
                 }
             }
-            store.fetch_many_sized(&remote_ranges(requests, &to_fetch), |j, got| {
+            // Ranges planned from one version of their object (a shard's index) are fetched from
+            // that version only (If-Match): one replaced since is an error, never its bytes.
+            let e_tags: Vec<Option<Arc<str>>> = to_fetch
+                .iter()
+                .map(|&i| match requests[i].version() {
+                    Some(ValueVersion::ETag(e_tag)) => Some(e_tag.clone()),
+                    _ => None,
+                })
+                .collect();
+            store.fetch_many_if_match(&remote_ranges(requests, &to_fetch), &e_tags, |j, got| {
                 if let Some(err) = failed.take() {
                     return Err(err);
                 }

@@ -2,7 +2,9 @@
 //! preads otherwise), or any zarrs store's partial reads.
 
 use cudarc::driver::CudaStream;
-use zarrs_gds_store::{DeviceReadOutcome, GdsRanges, GdsStore, IoBackend, IoPath, IoStatus, ReadError, ValueRange};
+use zarrs_gds_store::{
+    DeviceReadOutcome, GdsRanges, GdsStore, IoBackend, IoPath, IoStatus, ReadError, ValueRange, ValueVersion,
+};
 use zarrs_storage::byte_range::ByteRange;
 use zarrs_storage::{ReadableStorageTraits, StoreKey};
 
@@ -22,6 +24,10 @@ pub struct DeviceReadRequest {
     /// The value's whole size, where the caller knows what it must be (an uncompressed chunk):
     /// a value of another size is an error rather than bytes read from it.
     pub value_len: Option<u64>,
+    /// The version of the value its offset was planned from (a shard's index): a value found
+    /// in another version is a `ValueChanged` error rather than bytes read from it (GdsStore
+    /// files and object stores' ETags; other stores cannot tell). None: any version.
+    pub version: Option<ValueVersion>,
 }
 
 /// One read into host memory: `len` bytes of `key` from `offset`, to byte `at` of the buffer.
@@ -38,6 +44,8 @@ pub struct HostReadRequest {
     /// The value's whole size, where the caller knows what it must be: a value of another size
     /// is an error rather than bytes read from it.
     pub value_len: Option<u64>,
+    /// The version of the value its offset was planned from (see [`DeviceReadRequest`]).
+    pub version: Option<ValueVersion>,
 }
 
 /// Rows of one value read packed into device memory: `rows` rows of `width` bytes, the first at
@@ -59,6 +67,8 @@ pub struct DeviceRowsRequest {
     pub dst: DevicePtr,
     /// The value's whole size, where the caller knows what it must be.
     pub value_len: Option<u64>,
+    /// The version of the value its offset was planned from (see [`DeviceReadRequest`]).
+    pub version: Option<ValueVersion>,
 }
 
 impl DeviceRowsRequest {
@@ -85,6 +95,9 @@ impl ValueRange for DeviceRowsRequest {
     fn value_len(&self) -> Option<u64> {
         self.value_len
     }
+    fn version(&self) -> Option<&ValueVersion> {
+        self.version.as_ref()
+    }
 }
 
 macro_rules! value_range {
@@ -101,6 +114,9 @@ macro_rules! value_range {
             }
             fn value_len(&self) -> Option<u64> {
                 self.value_len
+            }
+            fn version(&self) -> Option<&ValueVersion> {
+                self.version.as_ref()
             }
         }
     };

@@ -146,6 +146,7 @@ impl Batch {
                     len: r.len,
                     dst: base(i) + r.at as u64,
                     value_len: r.value_len,
+                    version: r.version.clone(),
                 })
                 .collect();
             // SAFETY: each staged request lands at its offset below stored_total in the slot's
@@ -262,7 +263,8 @@ fn plan_reads(units: &[Unit], batch: &[usize], spans: &[Option<(u64, u64)>]) -> 
             (Some((offset, len)), Some(out)) => {
                 let key = unit.placement.key.clone();
                 let (offset, len) = (*offset, *len as usize);
-                requests.push(HostReadRequest { key, offset, len, at: out as usize, value_len: unit.value_len });
+                let (value_len, version) = (unit.value_len, unit.version.clone());
+                requests.push(HostReadRequest { key, offset, len, at: out as usize, value_len, version });
                 at.push((ReadOf::Request(requests.len() - 1), 0));
                 (Route::Device, len as u64, 0)
             }
@@ -279,6 +281,10 @@ fn plan_reads(units: &[Unit], batch: &[usize], spans: &[Option<(u64, u64)>]) -> 
                 // A value whose size the chain fixes is read alone (one span per key).
                 if unit.value_len.is_some() {
                     requests[request].value_len = unit.value_len;
+                }
+                // The units of one value in a read share their shard's version (`units_of`).
+                if unit.version.is_some() {
+                    requests[request].version.clone_from(&unit.version);
                 }
                 at.push((ReadOf::Request(request), offset));
                 (Route::Device, *len, offset)
@@ -324,6 +330,7 @@ fn plan_rows(unit: &Unit, offset: u64, start: u64, rows: &mut Vec<DeviceRowsRequ
                 pitch: c.src_pitch,
                 dst: at,
                 value_len: unit.value_len,
+                version: unit.version.clone(),
             });
             at += c.width * c.height;
         }
@@ -371,6 +378,37 @@ mod tests {
         let offsets: Vec<u64> = items.iter().map(|it| it.decoded_offset).collect();
         assert_eq!(offsets, vec![0, 4096, 8192, 12288]);
         assert_eq!(decoded, 16384);
+    }
+
+    /// Every read of a unit planned from a shard's index carries that index's version: coalesced
+    /// staged reads, reads straight into the output and row reads alike (the store refuses
+    /// another version's bytes).
+    #[test]
+    fn reads_carry_the_version_their_units_were_planned_from() {
+        let version = zarrs_gds_store::ValueVersion::ETag("\"v1\"".into());
+        let key = StoreKey::new("s/c/0").unwrap();
+        let chunk = ArraySubset::new_with_start_shape(vec![0, 0], vec![16, 512]).unwrap();
+        let plan = |ranges: [std::ops::Range<u64>; 2]| {
+            plan_chunks(4, &ArraySubset::new_with_ranges(&ranges), [(vec![0, 0], key.clone(), chunk.clone())])
+                .unwrap()
+                .pop()
+                .unwrap()
+        };
+        let staged = Unit {
+            source: Source::Range { offset: 40, len: 30 },
+            version: Some(version.clone()),
+            ..Unit::whole(plan([0..16, 0..512]))
+        };
+        let direct = Unit { version: Some(version.clone()), ..Unit::raw(plan([1..3, 0..512])) };
+        let mut rows = Unit { version: Some(version.clone()), ..Unit::raw(plan([2..9, 100..200])) };
+        rows.read_as_rows();
+        assert!(direct.direct.is_some(), "read straight into the output");
+        assert!(rows.rows.is_some(), "read as rows");
+        let spans = [Some((40, 30)), Some((4096, 4096)), Some((4096, 28672))];
+        let Reads { requests, rows, .. } = plan_reads(&[staged, direct, rows], &[0, 1, 2], &spans);
+        assert_eq!(requests.len(), 2);
+        assert!(requests.iter().all(|r| r.version.as_ref() == Some(&version)));
+        assert!(!rows.is_empty() && rows.iter().all(|r| r.version.as_ref() == Some(&version)));
     }
 
     #[test]
