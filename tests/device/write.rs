@@ -129,7 +129,7 @@ fn device_writes_equal_host_writes_for_every_chain_tile_and_edge() -> Result {
         ("raw", plain, vec![], WritePath::Device),
         ("zstd", plain, vec![zstd(3, false)], WritePath::Device),
         ("zstd_crc", plain, vec![zstd(1, false), crc()], WritePath::Device),
-        ("zstd_checksum", plain, vec![zstd(3, true)], WritePath::Host),
+        ("zstd_checksum", plain, vec![zstd(3, true)], WritePath::Device),
         ("gzip", plain, vec![Arc::new(GzipCodec::new(5)?)], WritePath::Device),
         ("gzip9_crc", plain, vec![Arc::new(GzipCodec::new(9)?), crc()], WritePath::Device),
         ("zlib", plain, vec![zlib(1)], WritePath::Device),
@@ -293,6 +293,62 @@ fn sharded_device_writes_equal_host_writes_with_the_index_at_either_end() -> Res
             report_tile.seconds * 1e3
         );
     }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn zstd_with_content_checksums_is_encoded_on_the_device_and_every_frame_verifies() -> Result {
+    use zarrs_storage::WritableStorageTraits;
+    let dir = tempfile::tempdir()?;
+    let Sources { shape, all, source, on_device, .. } = Sources::new(dir.path())?;
+    let want = values(&shape, 1);
+    // Every chunk by nvCOMP (its frames given their checksums from the XXH64 kernel), and half
+    // on host threads (libzstd's own).
+    for (fraction, split) in [(Some(0.0), "nvcomp"), (Some(0.5), "half")] {
+        let name = format!("zstd_checksum_{split}");
+        let array = empty(dir.path(), &name, vec![zstd(3, true)])?;
+        let config = posix().with_host_encode_fraction(fraction);
+        let report = array.store_array_subset_device_opt(&all, &on_device, &config)?;
+        assert_eq!((report.path, report.reason.as_deref()), (WritePath::Device, None), "{name}: {report:?}");
+        // The all-fill chunk is found so by libzstd's decode, which checks the checksum.
+        assert_eq!((report.written, report.erased), (26, 1), "{name}: {report:?}");
+        let got: Vec<f32> = array.retrieve_array_subset(&all)?;
+        assert!(got == want, "{name}: zarrs reads other values");
+        // Each stored chunk is one frame with the Content_Checksum_flag, which libzstd verifies
+        // and decodes to the chunk's values.
+        for (z, y, x) in (0..3u64).flat_map(|z| (0..3u64).flat_map(move |y| (0..3u64).map(move |x| (z, y, x)))) {
+            let key = array.chunk_key(&[z, y, x]);
+            let Some(frame) = array.storage().get(&key)? else { continue };
+            assert!(frame.len() > 6 && frame[4] & 4 != 0, "{name} {key}: no checksum flag: {:02x?}", &frame[..6]);
+            let chunk: Vec<f32> = source.retrieve_chunk(&[z, y, x])?;
+            let raw: Vec<u8> = chunk.iter().flat_map(|v| v.to_ne_bytes()).collect();
+            assert!(zstd::stream::decode_all(&frame[..])? == raw, "{name} {key}: libzstd decodes other bytes");
+            if (z, y, x) == (1, 1, 1) {
+                eprintln!("{name}: chunk {key} frame header {:02x?}", &frame[..frame.len().min(14)]);
+            }
+        }
+        // The device read verifies every checksum (the XXH64 kernel) and equals zarrs' read.
+        super::check::<f32>(&array, &all, &posix())?;
+        // A checksum changed: zarrs and the device both refuse the chunk.
+        let key = array.chunk_key(&[1, 1, 1]);
+        let mut bad = array.storage().get(&key)?.expect("chunk [1, 1, 1] stored").to_vec();
+        *bad.last_mut().expect("a frame") ^= 0x5A;
+        array.storage().set(&key, bad.into())?;
+        assert!(array.retrieve_chunk::<Vec<f32>>(&[1, 1, 1]).is_err(), "{name}: zarrs read a wrong checksum");
+        let read = array.retrieve_chunk_device_opt::<f32>(&[1, 1, 1], &posix());
+        let text = read.err().ok_or("the device read a wrong checksum")?.to_string();
+        assert!(text.contains(&key.to_string()) && text.contains("XXH64) mismatch"), "{name}: {text}");
+    }
+    // Sharded: the inner chunks' frames, by nvCOMP.
+    let a2b = sharding(&[8, 16, 32], vec![zstd(5, true)], ShardingIndexLocation::End);
+    let array = empty_sharded(dir.path(), "zstd_checksum_sharded", a2b)?;
+    let report =
+        array.store_array_subset_device_opt(&all, &on_device, &posix().with_host_encode_fraction(Some(0.0)))?;
+    assert_eq!((report.path, report.reason.as_deref()), (WritePath::Device, None), "sharded: {report:?}");
+    let got: Vec<f32> = array.retrieve_array_subset(&all)?;
+    assert!(got == want, "sharded: zarrs reads other values");
+    super::check::<f32>(&array, &all, &posix())?;
     Ok(())
 }
 
