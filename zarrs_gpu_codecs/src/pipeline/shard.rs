@@ -2,7 +2,12 @@
 //! a partial read (start or end of the shard, decoded on the host with its own codecs, crc32c
 //! included; kept between reads in a [`ShardIndexCache`] the caller holds), and every inner
 //! chunk that meets the subset becomes a decode unit: its byte range in the shard file, or
-//! missing.
+//! missing. Each unit carries the version of the shard's value its index came from (a
+//! `GdsStore` file's `fstat`, an object's ETag), which the read of its bytes checks: a shard
+//! replaced in between is read again from its new index ([`replanned_once`]), never through the
+//! old one's offsets.
+//!
+//! [`replanned_once`]: crate::pipeline::units::replanned_once
 
 use std::num::NonZeroU64;
 use std::sync::Arc;
