@@ -324,6 +324,7 @@ pub(crate) const KERNEL_SOURCES: &[&str] = &[
     zlib::adler32::SOURCE,
     zlib::payload::SOURCE,
     delta::kernels::SOURCE,
+    lz4::decode::SOURCE,
 ];
 
 /// The registered plugin for `name`, if any; an error when several crates registered one

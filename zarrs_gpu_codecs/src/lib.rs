@@ -69,6 +69,7 @@ pub use codecs::blosc::header as blosc_header;
 pub use codecs::deflate as deflate_stream;
 pub use codecs::gzip::member as gzip_member;
 pub use codecs::lz4::block as lz4_block;
+pub use codecs::lz4::decode as lz4_decode;
 pub use codecs::zlib::stream as zlib_stream;
 pub use codecs::zstd::frame as zstd_frame;
 pub use pipeline::plan;

@@ -1,7 +1,8 @@
-//! Blosc's device codec: every compressed stream of a batch's chunks is one item of nvCOMP's
-//! batched decoder (LZ4, zstd, or deflate for zlib), decoded into scratch; each block is then
-//! assembled into its chunk's output by one kernel, from those streams and from the streams
-//! stored as they are, with the byte or bit shuffle undone on the way.
+//! Blosc's device codec: every compressed stream of a batch's chunks is one item of a batched
+//! decoder, decoded into scratch: our LZ4 kernel (lz4 and lz4hc streams, one launch per batch;
+//! `ZARRS_GPU_LZ4_DECODER=nvcomp` picks nvCOMP's instead), or nvCOMP's (zstd, deflate for zlib);
+//! each block is then assembled into its chunk's output by one kernel, from those streams and
+//! from the streams stored as they are, with the byte or bit shuffle undone on the way.
 
 use std::borrow::Cow;
 use std::ffi::c_void;
@@ -14,6 +15,7 @@ use super::decode_host;
 use super::header::{check_chunk, parse_chunk, BloscChunk, BloscVerdict, Compressor, Shuffle};
 use super::kernels::{self, FoldArrays, Task, ADLER_MISMATCH, BIT, BYTE, COPY, SIZE_MISMATCH};
 use crate::codecs::deflate;
+use crate::codecs::lz4::decode::{self as lz4_decode, launch_decode, Lz4Arrays, Lz4Decoder};
 use crate::codecs::nvcomp::need;
 use crate::codecs::zlib::adler32::launch_adler32;
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, HostCheck};
@@ -30,14 +32,30 @@ const BYTES_PER_STREAM: usize = 4096;
 const ALIGN: u64 = 16;
 /// Alignment of each region of the scratch.
 const REGION: u64 = 256;
+/// Marks a status of our LZ4 kernel (the fold keeps the largest, so it wins over
+/// [`SIZE_MISMATCH`]); bits 8 to 29 hold the failing stream's index in its chunk, the low 8 the
+/// kernel's code.
+const LZ4_TAG: u32 = 0x4000_0000;
+const LZ4_STREAM_BITS: u32 = 22;
 
-/// `blosc`: Blosc1 chunks whose streams nvCOMP decodes (lz4 and lz4hc, zstd, zlib), as the
-/// codec's configuration names them; chunks of another compressor decode on host threads.
+/// `blosc`: Blosc1 chunks whose streams a device decoder decodes (lz4 and lz4hc: ours or
+/// nvCOMP's; zstd and zlib: nvCOMP's), as the codec's configuration names them; chunks of
+/// another compressor decode on host threads.
 #[derive(Debug)]
 pub(crate) struct Blosc {
     /// The compressor the configuration names.
     compressor: Compressor,
     cname: String,
+    /// The decoder of LZ4 streams.
+    lz4: Lz4Decoder,
+}
+
+/// The batched decoder of a chunk's compressed streams.
+#[derive(Clone, Copy, Debug)]
+enum StreamDecoder {
+    Nvcomp(Decompressor),
+    /// Our LZ4 kernel.
+    Lz4,
 }
 
 impl Blosc {
@@ -52,14 +70,30 @@ impl Blosc {
             "snappy" => Compressor::Snappy,
             other => return Err(format!("blosc compressor {other:?} is not one c-blosc 1.x has")),
         };
-        Ok(Self { compressor, cname })
+        Ok(Self { compressor, cname, lz4: Lz4Decoder::from_env()? })
     }
 
+    /// The same codec with LZ4 streams decoded by `lz4`.
+    #[cfg(test)]
+    fn with_lz4_decoder(mut self, lz4: Lz4Decoder) -> Self {
+        self.lz4 = lz4;
+        self
+    }
+
+    fn stream_decoder(&self) -> Option<StreamDecoder> {
+        match (self.compressor, self.lz4) {
+            (Compressor::Lz4, Lz4Decoder::Ours) => Some(StreamDecoder::Lz4),
+            (Compressor::Lz4, Lz4Decoder::Nvcomp) => Some(StreamDecoder::Nvcomp(Decompressor::Lz4)),
+            (Compressor::Zstd, _) => Some(StreamDecoder::Nvcomp(Decompressor::Zstd)),
+            (Compressor::Zlib, _) => Some(StreamDecoder::Nvcomp(Decompressor::Deflate)),
+            _ => None,
+        }
+    }
+
+    /// nvCOMP's decoder of the streams, where nvCOMP decodes them.
     fn decompressor(&self) -> Option<Decompressor> {
-        match self.compressor {
-            Compressor::Lz4 => Some(Decompressor::Lz4),
-            Compressor::Zstd => Some(Decompressor::Zstd),
-            Compressor::Zlib => Some(Decompressor::Deflate),
+        match self.stream_decoder() {
+            Some(StreamDecoder::Nvcomp(d)) => Some(d),
             _ => None,
         }
     }
@@ -73,8 +107,8 @@ impl Blosc {
                     .into(),
             );
         }
-        if compressed && self.decompressor().is_none() {
-            return Some(format!("{} streams, which nvCOMP does not decode", self.cname).into());
+        if compressed && self.stream_decoder().is_none() {
+            return Some(format!("{} streams, which neither nvCOMP nor our kernels decode", self.cname).into());
         }
         let most = (decoded_len as usize / BYTES_PER_STREAM).saturating_add(STREAMS_FREE);
         if chunk.streams.len() > most {
@@ -114,7 +148,7 @@ impl Blosc {
             (Some((d, nvcomp)), 1..) => {
                 nvcomp.decompress_temp_size(d, plan.items.len(), plan.max_item, plan.scratch_len as usize)?
             }
-            (None, 1..) => {
+            (None, 1..) if self.stream_decoder().is_none() => {
                 return Err(GpuError::Unsupported(format!("{} streams reached the device", self.cname)));
             }
             _ => 0,
@@ -162,6 +196,8 @@ struct Item {
     unit: u32,
     /// Offset of its aligned copy, where one is made.
     packed_at: u64,
+    /// Its index among its chunk's streams, for messages.
+    stream: u32,
     /// The Adler-32 its decoded bytes must have (zlib streams).
     adler: u32,
 }
@@ -184,11 +220,11 @@ impl Plan {
         output: u64,
     ) -> Result<(), GpuError> {
         let blocksize = u64::from(chunk.header.blocksize);
-        let mut streams = chunk.streams.iter().peekable();
+        let mut streams = chunk.streams.iter().enumerate().peekable();
         for block in 0..chunk.nblocks {
             let first = self.sources.len();
             let mut count = 0u32;
-            while let Some(s) = streams.next_if(|s| s.block == block) {
+            while let Some((index, s)) = streams.next_if(|(_, s)| s.block == block) {
                 count += 1;
                 let source = if s.raw {
                     Source::Stored(input + s.src_offset as u64)
@@ -217,6 +253,7 @@ impl Plan {
                         len: s.dst_len as u64,
                         unit,
                         packed_at,
+                        stream: index as u32,
                         adler,
                     });
                     Source::Item(self.items.len() - 1)
@@ -257,12 +294,12 @@ impl Plan {
         }
     }
 
-    /// Bytes of the tables: nvCOMP's six arrays (inputs, input sizes, capacities, outputs,
-    /// decoded sizes: u64; statuses and the owning units, Adler-32 values and the stored ones:
-    /// u32), the tasks and their sources, the payload copies and theirs.
+    /// Bytes of the tables: the decoder's arrays (inputs, input sizes, capacities, outputs,
+    /// decoded sizes: u64; statuses, the owning units, Adler-32 values and the stored ones, our
+    /// LZ4 kernel's status tags: u32), the tasks and their sources, the payload copies and theirs.
     fn tables_len(&self, n: u64) -> u64 {
         let tasks = (self.tasks.len() + self.items.len()) as u64;
-        n * (5 * 8 + 4 * 4) + tasks * 32 + (self.sources.len() + self.items.len()) as u64 * 8 + 64
+        n * (5 * 8 + 5 * 4) + tasks * 32 + (self.sources.len() + self.items.len()) as u64 * 8 + 64
     }
 
     /// The tables' bytes, and the device addresses of each.
@@ -292,6 +329,8 @@ impl Plan {
         out.resize(out.len() + 4 * n, 0);
         let adler_expected = at(&out);
         self.items.iter().for_each(|it| out.extend_from_slice(&it.adler.to_le_bytes()));
+        let lz4_tags = at(&out);
+        self.items.iter().for_each(|it| out.extend_from_slice(&lz4_tag(it.stream).to_le_bytes()));
         let tasks = at(&out);
         out.extend_from_slice(bytemuck::cast_slice(&self.tasks));
         let sources = at(&out);
@@ -317,6 +356,7 @@ impl Plan {
             unit_of,
             adler,
             adler_expected,
+            lz4_tags,
             tasks,
             sources,
             packs,
@@ -352,10 +392,17 @@ struct Tables {
     /// The Adler-32 of each item's decoded bytes (zlib), and the stored ones.
     adler: u64,
     adler_expected: u64,
+    /// What our LZ4 kernel or-s into a failing stream's status ([`lz4_tag`]).
+    lz4_tags: u64,
     tasks: u64,
     sources: u64,
     packs: u64,
     pack_sources: u64,
+}
+
+/// The tag of our LZ4 kernel's statuses for the chunk's stream `stream`.
+fn lz4_tag(stream: u32) -> u32 {
+    LZ4_TAG | (stream.min((1 << LZ4_STREAM_BITS) - 1) << 8)
 }
 
 /// Bytes the device decode of a batch of `count` chunks, `total` decoded bytes in all and at
@@ -364,7 +411,7 @@ fn bound_beside_nvcomp(count: usize, total: usize, streams: usize) -> usize {
     let regions = 3 * REGION as usize;
     // Decoded streams, aligned payloads (compressed streams are shorter than decoded ones).
     let bytes = 2 * total.saturating_add(streams * ALIGN as usize);
-    let tables = streams * (5 * 8 + 4 * 4 + 32 + 8 + 32 + 8) + 64;
+    let tables = streams * (5 * 8 + 5 * 4 + 32 + 8 + 32 + 8) + 64;
     let _ = count;
     regions + bytes + tables
 }
@@ -478,32 +525,52 @@ impl DeviceCodec for Blosc {
                 .result()
                 .map_err(GpuError::cuda("clearing Blosc's statuses"))?;
         }
-        if let (Some(decompressor), 1..) = (self.decompressor(), n) {
-            let nvcomp = need(batch.nvcomp)?;
-            // SAFETY: payload copies stay within the stored chunks and the packed region.
-            unsafe {
-                kernels::launch_assemble(kernels, stream, t.packs, t.pack_sources, plan.packs.len(), plan.max_pack)
-            }?;
-            // SAFETY: every stream passed the host check of its compressor (an LZ4 block walked
-            // to its decoded length, a zstd frame walked, a zlib stream only when crc32c
-            // verified it or under trust); inputs, capacities and outputs describe the stored
-            // (or aligned) payloads and their places in the scratch; nvCOMP's temp is the
-            // scratch's first bytes, sized for these items.
-            unsafe {
-                nvcomp.decompress_async(
-                    decompressor,
-                    t.inputs as *const *const c_void,
-                    t.input_sizes as *const usize,
-                    t.capacities as *const usize,
-                    t.actual as *mut usize,
-                    n,
-                    batch.temp as *mut c_void,
-                    plan.nvcomp_temp,
-                    t.outputs as *const *mut c_void,
-                    t.statuses as *mut nv::nvcompStatus_t,
-                    stream.cu_stream() as nv::cudaStream_t,
-                )
-            }?;
+        match (self.stream_decoder(), n) {
+            (_, 0) | (None, _) => {}
+            (Some(StreamDecoder::Lz4), _) => {
+                let arrays = Lz4Arrays {
+                    inputs: t.inputs,
+                    input_sizes: t.input_sizes,
+                    capacities: t.capacities,
+                    outputs: t.outputs,
+                    decoded: t.actual,
+                    statuses: t.statuses,
+                    tags: t.lz4_tags,
+                };
+                // SAFETY: inputs and input sizes are the stored payloads of the streams, outputs
+                // and capacities their places in the scratch (disjoint, each its decoded
+                // length); any bytes at all decode within those bounds or end as a status.
+                unsafe { launch_decode(kernels, stream, &arrays, n) }?;
+            }
+            (Some(StreamDecoder::Nvcomp(decompressor)), _) => {
+                let nvcomp = need(batch.nvcomp)?;
+                // SAFETY: payload copies stay within the stored chunks and the packed region.
+                unsafe {
+                    kernels::launch_assemble(kernels, stream, t.packs, t.pack_sources, plan.packs.len(), plan.max_pack)
+                }?;
+                // SAFETY: every stream passed the host check of its compressor (an LZ4 block
+                // walked to its decoded length, a zstd frame walked, a zlib stream only when
+                // crc32c verified it or under trust); inputs, capacities and outputs describe the
+                // stored (or aligned) payloads and their places in the scratch; nvCOMP's temp is
+                // the scratch's first bytes, sized for these items.
+                unsafe {
+                    nvcomp.decompress_async(
+                        decompressor,
+                        t.inputs as *const *const c_void,
+                        t.input_sizes as *const usize,
+                        t.capacities as *const usize,
+                        t.actual as *mut usize,
+                        n,
+                        batch.temp as *mut c_void,
+                        plan.nvcomp_temp,
+                        t.outputs as *const *mut c_void,
+                        t.statuses as *mut nv::nvcompStatus_t,
+                        stream.cu_stream() as nv::cudaStream_t,
+                    )
+                }?;
+            }
+        }
+        if n > 0 && self.stream_decoder().is_some() {
             // zlib: the Adler-32 of every decoded stream, against its trailer's.
             let zlib = self.compressor == Compressor::Zlib;
             if zlib {
@@ -532,6 +599,11 @@ impl DeviceCodec for Blosc {
         match status {
             SIZE_MISMATCH => "a stream decoded to another length than its block's".into(),
             ADLER_MISMATCH => "a zlib stream's Adler-32 does not match its decoded bytes".into(),
+            tagged if tagged & 0xC000_0000 == LZ4_TAG => format!(
+                "LZ4 stream {} of the chunk failed on the device: {}",
+                (tagged >> 8) & ((1 << LZ4_STREAM_BITS) - 1),
+                lz4_decode::status_text(tagged)
+            ),
             other => format!(
                 "a stream failed: {}",
                 nvcomp.map_or_else(|| format!("status {other}"), |n| n.status_string(other))
@@ -577,10 +649,20 @@ mod tests {
         compress(data, "lz4", 5, 1, 4, 0)
     }
 
-    /// The decoded bytes of one compressed stream, on the host.
+    /// The decoded bytes of one compressed stream, on the host: LZ4 by our device kernel's code
+    /// (both ways of running a warp), the others by their libraries.
     fn decode_stream(compressor: Compressor, bytes: &[u8], len: usize) -> Vec<u8> {
         match compressor {
-            Compressor::Lz4 => lz4_flex::block::decompress(bytes, len).unwrap(),
+            Compressor::Lz4 => {
+                let expected = lz4_flex::block::decompress(bytes, len).unwrap();
+                for warp in [lz4_decode::HostWarp::OneThread, lz4_decode::HostWarp::Lanes] {
+                    let mut out = vec![0u8; len];
+                    let result = lz4_decode::decode_on_host(&mut [(bytes, &mut out)], warp);
+                    assert_eq!(result, [(lz4_decode::OK, len as u64)], "{warp:?}");
+                    assert!(out == expected, "our LZ4 kernel ({warp:?}) and lz4_flex differ");
+                }
+                expected
+            }
             Compressor::Zstd => zstd::bulk::decompress(bytes, len).unwrap(),
             Compressor::Zlib => {
                 use std::io::Read;
@@ -687,7 +769,11 @@ mod tests {
         assert!(matches!(lz4_codec.check(&zstd, len).unwrap(), HostCheck::Host(why) if why.contains("configuration")));
         let blosclz_codec = Blosc::new(&config("blosclz")).unwrap();
         assert!(matches!(blosclz_codec.check(&blosclz, len).unwrap(), HostCheck::Host(why) if why.contains("blosclz")));
-        assert!(!blosclz_codec.needs_nvcomp() && lz4_codec.needs_nvcomp());
+        // LZ4 streams: our kernel, no nvCOMP; nvCOMP's when picked.
+        assert!(!blosclz_codec.needs_nvcomp() && !lz4_codec.needs_nvcomp());
+        let lz4_nvcomp = Blosc::new(&config("lz4")).unwrap().with_lz4_decoder(Lz4Decoder::Nvcomp);
+        assert!(lz4_nvcomp.needs_nvcomp());
+        assert_eq!(lz4_nvcomp.check(&lz4, len).unwrap(), HostCheck::Device { digest: None });
         // Stored as they are: copies, whatever the compressor.
         let stored = compress(&data, "blosclz", 0, 1, 4, 0);
         assert_eq!(blosclz_codec.check(&stored, len).unwrap(), HostCheck::Device { digest: None });
@@ -716,6 +802,24 @@ mod tests {
             assert!(keys.insert(rates.key()), "{cname} learns under its own key");
         }
         assert!(Blosc::new(&config("blosclz")).unwrap().decode_rates().is_none());
+    }
+
+    /// A failing stream of our LZ4 kernel is named, its index and flaw, above the fold's other
+    /// codes; the setting parses.
+    #[test]
+    fn lz4_statuses_name_the_stream_and_the_flaw() {
+        let codec = Blosc::new(&config("lz4")).unwrap();
+        for (stream, code) in [(0u32, lz4_decode::BAD_OFFSET), (17, lz4_decode::END_RULES), (300_000, 1)] {
+            let status = lz4_tag(stream) | code;
+            assert!(status > ADLER_MISMATCH && ADLER_MISMATCH > SIZE_MISMATCH, "the fold keeps the largest");
+            let text = codec.status_string(status, None);
+            assert!(text.contains(&format!("LZ4 stream {stream} ")), "{text}");
+            assert!(text.contains(lz4_decode::status_text(code)), "{text}");
+        }
+        assert_eq!(lz4_tag(u32::MAX) >> 30, 1, "the stream index stays within its bits");
+        assert_eq!("nvcomp".parse::<Lz4Decoder>(), Ok(Lz4Decoder::Nvcomp));
+        assert_eq!(" Ours ".parse::<Lz4Decoder>(), Ok(Lz4Decoder::Ours));
+        assert!("fast".parse::<Lz4Decoder>().unwrap_err().contains(lz4_decode::LZ4_DECODER_ENV));
     }
 
     #[test]

@@ -1,0 +1,233 @@
+//! Our device decoder of raw LZ4 blocks (Blosc's lz4 and lz4hc streams): one warp per block,
+//! a whole batch in one launch (`decode.cu`). Every lane of a warp walks the same tokens; the
+//! literal and match copies are spread over the lanes, an overlapping match copied in one pass
+//! (byte `i` of a match at offset `d` repeats byte `i % d` of the `d` bytes before it).
+//!
+//! It accepts exactly what [`check_block`](super::block::check_block) accepts, and so never
+//! what lz4_flex or `LZ4_decompress_safe` reject: a block decodes only to exactly its expected
+//! length, with LZ4's end-of-block rules. Any other input ends as a status ([`status_text`]),
+//! never a read or write outside the lengths given nor more work than the input and output
+//! lengths bound.
+//!
+//! With the `cpu-kernels` feature the same source runs on the CPU ([`decode_on_host`]): the
+//! build script compiles it behind `host_shim.cpp`, where a warp is one lane doing every lane's
+//! work in order.
+
+use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+
+use crate::device::kernels::Kernels;
+use crate::error::GpuError;
+
+/// The kernel's source, compiled with the other kernels (`codecs::KERNEL_SOURCES`).
+pub(crate) const SOURCE: &str = include_str!("decode.cu");
+
+/// The block decoded to exactly its expected length.
+pub const OK: u32 = 0;
+/// A literal run reaches past the end of the input.
+pub const LITERALS_PAST_INPUT: u32 = 1;
+/// A match offset of 0, or one reaching before the start of the output.
+pub const BAD_OFFSET: u32 = 2;
+/// Literals or a match reach past the output's capacity (the expected length).
+pub const PAST_CAPACITY: u32 = 3;
+/// The input ends within a sequence (a length's extension bytes, an offset), or is empty.
+pub const INPUT_ENDS: u32 = 4;
+/// The block ends, well formed, at another length than the expected one.
+pub const LENGTH_MISMATCH: u32 = 5;
+/// The block breaks LZ4's end-of-block rules (a match within the last 12 bytes, or ending within
+/// the last 5, fewer than 8 input bytes after a match's literals, or 4 after its length's
+/// extension), which `LZ4_decompress_safe`, c-blosc's decoder, enforces.
+pub const END_RULES: u32 = 6;
+/// Bits of a status that are the kernel's code; the others are the caller's tag.
+pub const CODE_MASK: u32 = 0xFF;
+
+/// A kernel status code in words.
+#[must_use]
+pub fn status_text(code: u32) -> &'static str {
+    match code & CODE_MASK {
+        OK => "decoded",
+        LITERALS_PAST_INPUT => "a literal run reaches past the end of the input",
+        BAD_OFFSET => "a match offset is 0 or reaches before the start of the block",
+        PAST_CAPACITY => "literals or a match reach past the expected decoded length",
+        INPUT_ENDS => "the input ends within a sequence",
+        LENGTH_MISMATCH => "the block decodes to another length than the expected one",
+        END_RULES => "the block breaks LZ4's end-of-block rules",
+        _ => "unknown LZ4 status",
+    }
+}
+
+/// The environment variable that picks the device decoder of LZ4 streams (Blosc's lz4 and
+/// lz4hc): `ours` (the default: [`launch_decode`]'s kernel, one launch per batch) or `nvcomp`
+/// (nvCOMP's batched LZ4).
+pub const LZ4_DECODER_ENV: &str = "ZARRS_GPU_LZ4_DECODER";
+
+/// The device decoder of LZ4 streams.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Lz4Decoder {
+    /// Ours: one warp per block, a batch in one launch, any input an error status at worst.
+    #[default]
+    Ours,
+    /// nvCOMP's batched LZ4 (its input must be valid: the host walk makes sure).
+    Nvcomp,
+}
+
+impl std::str::FromStr for Lz4Decoder {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "ours" => Ok(Self::Ours),
+            "nvcomp" => Ok(Self::Nvcomp),
+            other => Err(format!("{LZ4_DECODER_ENV}={other:?}: the LZ4 decoder is ours or nvcomp")),
+        }
+    }
+}
+
+impl Lz4Decoder {
+    /// The decoder [`LZ4_DECODER_ENV`] names (unset or empty: the default), or why its value is
+    /// not one.
+    pub(crate) fn from_env() -> Result<Self, String> {
+        match std::env::var(LZ4_DECODER_ENV) {
+            Ok(v) if !v.trim().is_empty() => v.parse(),
+            _ => Ok(Self::default()),
+        }
+    }
+}
+
+/// Threads per thread block of the kernel: four warps, one block each.
+const THREADS: u32 = 128;
+const WARP: u32 = 32;
+
+/// The device arrays of a batch of `n` blocks for [`launch_decode`] (as nvCOMP's batched
+/// decoders take them): input pointers, input sizes, capacities (each block's expected length)
+/// and output pointers, then where the kernel writes decoded lengths (`u64`) and statuses
+/// (`u32`); `tags`, `u32` or-ed into each failing status (0: none).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Lz4Arrays {
+    pub(crate) inputs: u64,
+    pub(crate) input_sizes: u64,
+    pub(crate) capacities: u64,
+    pub(crate) outputs: u64,
+    pub(crate) decoded: u64,
+    pub(crate) statuses: u64,
+    pub(crate) tags: u64,
+}
+
+/// Enqueue the decode of `n` blocks on `stream`, one launch.
+///
+/// # Safety
+/// The arrays are device memory of `n` entries ordered on `stream`; each input pointer holds its
+/// size in readable bytes and each output pointer its capacity in writable bytes, outputs not
+/// overlapping inputs or each other.
+pub(crate) unsafe fn launch_decode(
+    kernels: &Kernels,
+    stream: &CudaStream,
+    arrays: &Lz4Arrays,
+    n: usize,
+) -> Result<(), GpuError> {
+    if n == 0 {
+        return Ok(());
+    }
+    let function = kernels.function("lz4_decode_blocks")?;
+    let per_block = (THREADS / WARP) as usize;
+    let blocks = u32::try_from(n.div_ceil(per_block))
+        .map_err(|_| GpuError::Unsupported(format!("{n} LZ4 blocks in one launch")))?;
+    let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+    let n = n as u64;
+    let mut launch = stream.launch_builder(&function);
+    launch
+        .arg(&arrays.inputs)
+        .arg(&arrays.input_sizes)
+        .arg(&arrays.capacities)
+        .arg(&arrays.outputs)
+        .arg(&arrays.decoded)
+        .arg(&arrays.statuses)
+        .arg(&arrays.tags)
+        .arg(&n);
+    // SAFETY: seven device addresses and a count, as the kernel takes them; the rest is the
+    // caller's contract.
+    unsafe { launch.launch(config) }.map_err(GpuError::cuda("launching the LZ4 decoder"))?;
+    Ok(())
+}
+
+/// How the CPU runs a warp of the kernel ([`decode_on_host`]).
+#[cfg(any(test, feature = "cpu-kernels"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostWarp {
+    /// One thread does the warp's work in order.
+    OneThread,
+    /// The 32 lanes' strided loops run one lane after the other, with the device's strides.
+    Lanes,
+}
+
+#[cfg(any(test, feature = "cpu-kernels"))]
+type HostEntry = unsafe extern "C" fn(
+    inputs: *const *const u8,
+    input_sizes: *const u64,
+    capacities: *const u64,
+    outputs: *const *mut u8,
+    decoded: *mut u64,
+    statuses: *mut u32,
+    tags: *const u32,
+    n: u64,
+);
+
+#[cfg(any(test, feature = "cpu-kernels"))]
+unsafe extern "C" {
+    fn lz4_decode_blocks_on_host(
+        inputs: *const *const u8,
+        input_sizes: *const u64,
+        capacities: *const u64,
+        outputs: *const *mut u8,
+        decoded: *mut u64,
+        statuses: *mut u32,
+        tags: *const u32,
+        n: u64,
+    );
+    fn lz4_decode_blocks_on_host_lanes(
+        inputs: *const *const u8,
+        input_sizes: *const u64,
+        capacities: *const u64,
+        outputs: *const *mut u8,
+        decoded: *mut u64,
+        statuses: *mut u32,
+        tags: *const u32,
+        n: u64,
+    );
+}
+
+/// The device kernel's code run on the CPU over `blocks` (each a block and the output it decodes
+/// into, whose length is the expected one), its warps run as `warp` says: each block's status
+/// and decoded length, as the device writes them.
+#[cfg(any(test, feature = "cpu-kernels"))]
+#[must_use]
+pub fn decode_on_host(blocks: &mut [(&[u8], &mut [u8])], warp: HostWarp) -> Vec<(u32, u64)> {
+    let n = blocks.len();
+    let inputs: Vec<*const u8> = blocks.iter().map(|(i, _)| i.as_ptr()).collect();
+    let input_sizes: Vec<u64> = blocks.iter().map(|(i, _)| i.len() as u64).collect();
+    let capacities: Vec<u64> = blocks.iter().map(|(_, o)| o.len() as u64).collect();
+    let outputs: Vec<*mut u8> = blocks.iter_mut().map(|(_, o)| o.as_mut_ptr()).collect();
+    let mut decoded = vec![0u64; n];
+    let mut statuses = vec![u32::MAX; n];
+    let entry: HostEntry = match warp {
+        HostWarp::OneThread => lz4_decode_blocks_on_host,
+        HostWarp::Lanes => lz4_decode_blocks_on_host_lanes,
+    };
+    // SAFETY: n entries each; every input holds its size and every output its capacity, the
+    // outputs distinct `&mut` slices; the kernel stays within those lengths.
+    unsafe {
+        entry(
+            inputs.as_ptr(),
+            input_sizes.as_ptr(),
+            capacities.as_ptr(),
+            outputs.as_ptr(),
+            decoded.as_mut_ptr(),
+            statuses.as_mut_ptr(),
+            std::ptr::null(),
+            n as u64,
+        );
+    }
+    statuses.into_iter().zip(decoded).collect()
+}
+
+#[cfg(test)]
+mod tests;
