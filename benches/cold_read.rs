@@ -611,8 +611,27 @@ fn pin_rates(sizes: &[usize]) -> Result<(), Error> {
     Ok(())
 }
 
+/// What `--help` prints.
+fn usage() -> String {
+    format!(
+        "usage: cold_read DIR [READERS] [THREADS] [REPEAT]\n       cold_read --pin BYTES[,BYTES...]\n\
+         READERS: comma-separated, of {} (default pread,willneed,direct,phased); THREADS: comma-separated \
+         thread counts (default 16,64); REPEAT: default 2. The page cache is dropped before each read (root).",
+        READERS.join(", ")
+    )
+}
+
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // `--help` was taken for a directory named "--help".
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{}", usage());
+        return Ok(());
+    }
+    if let Some(flag) = args.iter().find(|a| a.starts_with('-') && *a != "--pin") {
+        eprintln!("cold_read: unknown option {flag}\n{}", usage());
+        std::process::exit(2);
+    }
     if args.first().is_some_and(|a| a == "--pin") {
         let sizes = args.get(1).ok_or("usage: cold_read --pin BYTES[,BYTES...]")?;
         return pin_rates(&sizes.split(',').map(str::parse).collect::<Result<Vec<usize>, _>>()?);

@@ -1,6 +1,7 @@
 //! `zarrs-gpu convert`: an array re-encoded into a new one (other codecs, chunks or shards)
 //! through the GPU, slab after slab: each read to the device and written from there (encoded on
-//! the device where the new codecs allow, else by zarrs from a host copy).
+//! the device where the new codecs allow, else by zarrs from a host copy). Chunks carry checks
+//! by default ([`Checks`]): data this writes is always checkable.
 
 use std::num::NonZeroU64;
 use std::path::Path;
@@ -26,9 +27,10 @@ const SLAB_MIN_BYTES: u64 = 256 << 20;
 
 /// What the new array is.
 pub(crate) struct Target<'a> {
-    /// `none`, `zstd[:LEVEL]` or `gzip[:LEVEL]`.
+    /// `none`, `zstd[:LEVEL]`, `gzip[:LEVEL]`, ... ([`CODEC_FORMS`]).
     pub(crate) codec: &'a str,
-    pub(crate) crc32c: bool,
+    /// The checks its chunks carry.
+    pub(crate) checks: Checks,
     /// Chunk shape (inner chunks where sharded); None: the source's.
     pub(crate) chunks: Option<Vec<u64>>,
     /// Shard shape; None: not sharded.
@@ -39,11 +41,35 @@ pub(crate) struct Target<'a> {
 const CODEC_FORMS: &str = "none, zstd[:LEVEL], gzip[:LEVEL], zlib[:LEVEL] or blosc-{lz4,zstd}[-{noshuffle,shuffle,\
      bitshuffle}][:LEVEL]";
 
-/// The bytes-to-bytes codecs `codec` (and `crc32c`) name, for elements of `typesize` bytes
+/// The checks a converted array's chunks carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Checks {
+    /// The default: zstd's content checksum (XXH64, in each frame) for zstd; a crc32c after the
+    /// compressor for every other codec, `none` too. gzip and zlib carry their own CRC-32 and
+    /// Adler-32, but only a crc32c lets nvCOMP decode them under the default decode trust.
+    Default,
+    /// A crc32c after the compressor, zstd's too (`--crc32c`): verified before nvCOMP sees a byte.
+    Crc32c,
+    /// None (`--no-checksum`).
+    None,
+}
+
+impl Checks {
+    /// What the summary line says of the checks of chunks stored with `codec`.
+    fn text(self, codec: &str) -> &'static str {
+        match (self, codec.split(':').next() == Some("zstd")) {
+            (Checks::None, _) => "no checks (--no-checksum)",
+            (Checks::Default, true) => "checked by zstd's content checksums",
+            _ => "checked by crc32c",
+        }
+    }
+}
+
+/// The bytes-to-bytes codecs `codec` (with `checks`) names, for elements of `typesize` bytes
 /// (Blosc's shuffle).
 pub(crate) fn codecs(
     codec: &str,
-    crc32c: bool,
+    checks: Checks,
     typesize: usize,
 ) -> Result<Vec<Arc<dyn BytesToBytesCodecTraits>>, String> {
     let (name, level) = match codec.split_once(':') {
@@ -61,7 +87,7 @@ pub(crate) fn codecs(
     };
     let mut codecs: Vec<Arc<dyn BytesToBytesCodecTraits>> = match name {
         "none" if level(0, 0..=0).is_ok() => vec![],
-        "zstd" => vec![Arc::new(ZstdCodec::new(level(3, -7..=22)? as i32, false))],
+        "zstd" => vec![Arc::new(ZstdCodec::new(level(3, -7..=22)? as i32, checks == Checks::Default))],
         "gzip" => vec![Arc::new(GzipCodec::new(level(5, 0..=9)? as u32).map_err(|e| e.to_string())?)],
         "zlib" => {
             let level = (level(1, 0..=9)? as u32).try_into().map_err(|e| format!("--codec {codec}: {e}"))?;
@@ -87,19 +113,24 @@ pub(crate) fn codecs(
         }
         _ => return Err(format!("--codec {codec}: {CODEC_FORMS}")),
     };
-    if crc32c {
+    let zstd = name == "zstd";
+    if checks == Checks::Crc32c || (checks == Checks::Default && !zstd) {
         codecs.push(Arc::new(Crc32cCodec::new()));
     }
     Ok(codecs)
 }
 
-/// A shape of `n` dimensions from `a,b,c` (each at least 1).
-pub(crate) fn shape_arg(flag: &str, text: &str, n: usize) -> Result<Vec<u64>, String> {
-    let shape: Vec<u64> = text
-        .split(',')
+/// Sizes from `a,b,c` (each at least 1).
+pub(crate) fn sizes(flag: &str, text: &str) -> Result<Vec<u64>, String> {
+    text.split(',')
         .map(|s| s.trim().parse::<u64>().ok().filter(|&v| v > 0))
         .collect::<Option<_>>()
-        .ok_or_else(|| format!("{flag} {text}: sizes of at least 1, separated by commas"))?;
+        .ok_or_else(|| format!("{flag} {text}: sizes of at least 1, separated by commas"))
+}
+
+/// A shape of `n` dimensions from `a,b,c` (each at least 1).
+pub(crate) fn shape_arg(flag: &str, text: &str, n: usize) -> Result<Vec<u64>, String> {
+    let shape = sizes(flag, text)?;
     if shape.len() != n {
         return Err(format!("{flag} {text}: {} sizes for an array of {n} dimensions", shape.len()));
     }
@@ -111,17 +142,10 @@ pub(crate) fn shape_arg(flag: &str, text: &str, n: usize) -> Result<Vec<u64>, St
 /// target's codecs and chunks. Its metadata is not stored yet: a convert that fails leaves no
 /// array that reads as whole.
 fn create(src: &Array<AnyStore>, dst: &Path, target: &Target) -> Result<Array<GdsStore>, Error> {
-    if dst.join("zarr.json").exists() || dst.join(".zarray").exists() || dst.join(".zgroup").exists() {
-        return Err(format!("{}: a Zarr node is there already (convert writes a new array)", dst.display()).into());
-    }
-    if std::fs::read_dir(dst).is_ok_and(|mut entries| entries.next().is_some()) {
-        return Err(format!("{}: the directory is not empty (convert writes a new array)", dst.display()).into());
-    }
-    let n = src.dimensionality();
-    let source_chunks: Vec<u64> = src.chunk_shape(&vec![0; n])?.iter().map(|c| c.get()).collect();
-    let chunks = target.chunks.clone().unwrap_or(source_chunks);
+    new_store_dir(dst)?;
+    let chunks = target.chunks.clone().map_or_else(|| chunk_shape(src), Ok)?;
     let elem = src.data_type().fixed_size().unwrap_or(1);
-    let codecs = codecs(target.codec, target.crc32c, elem)?;
+    let codecs = codecs(target.codec, target.checks, elem)?;
     let store = Arc::new(GdsStore::new(dst)?);
     let mut builder = if let Some(shard) = &target.shard {
         if shard.iter().zip(&chunks).any(|(s, c)| s % c != 0) {
@@ -143,6 +167,26 @@ fn create(src: &Array<AnyStore>, dst: &Path, target: &Target) -> Result<Array<Gd
         builder.dimension_names(Some(names.clone()));
     }
     Ok(builder.build(store, "/")?)
+}
+
+/// Refuses `dst` where a new array cannot go: a Zarr node there already, or a directory that is
+/// not empty (`convert` and `sample` write new arrays, never over data).
+pub(crate) fn new_store_dir(dst: &Path) -> Result<(), Error> {
+    if dst.join("zarr.json").exists() || dst.join(".zarray").exists() || dst.join(".zgroup").exists() {
+        return Err(format!("{}: a Zarr node is there already (a new array is written)", dst.display()).into());
+    }
+    if std::fs::read_dir(dst).is_ok_and(|mut entries| entries.next().is_some()) {
+        return Err(format!("{}: the directory is not empty (a new array is written)", dst.display()).into());
+    }
+    if dst.exists() && !dst.is_dir() {
+        return Err(format!("{}: not a directory (a new array is written as one)", dst.display()).into());
+    }
+    Ok(())
+}
+
+/// The source's chunk shape (its shards' for a sharded source): the new chunks by default.
+pub(crate) fn chunk_shape(src: &Array<AnyStore>) -> Result<Vec<u64>, Error> {
+    Ok(src.chunk_shape(&vec![0; src.dimensionality()])?.iter().map(|c| c.get()).collect())
 }
 
 /// The blocks a convert reads and writes: whole units (the new chunks, or shards) that tile
@@ -191,8 +235,14 @@ pub(crate) fn convert<T: ElementOwned>(
     let elem = std::mem::size_of::<T>() as u64;
     // Blocks of whole new chunks (or shards), within what the device has free.
     let unit: Vec<u64> = out.chunk_shape(&vec![0; shape.len()])?.iter().map(|n| n.get()).collect();
-    let free = zarrs_gpu::memory_in_use(config.device())?.device_free;
-    let blocks = blocks(&shape, &unit, elem, (free / 6).clamp(SLAB_MIN_BYTES, SLAB_BYTES));
+    // An array without elements has no block: its metadata alone, no device asked for.
+    let budget = if shape.contains(&0) {
+        SLAB_MIN_BYTES
+    } else {
+        let free = zarrs_gpu::memory_in_use(config.device())?.device_free;
+        (free / 6).clamp(SLAB_MIN_BYTES, SLAB_BYTES)
+    };
+    let blocks = blocks(&shape, &unit, elem, budget);
     let total = shape.iter().product::<u64>().saturating_mul(elem);
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     bar.set_style(ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} {eta}")?);
@@ -213,15 +263,17 @@ pub(crate) fn convert<T: ElementOwned>(
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
     println!(
-        "{} -> {}: {} bytes in {secs:.2} s ({:.2} GiB/s); {}",
+        "{} -> {}: {} bytes in {secs:.2} s ({:.2} GiB/s); {}; {}",
         src.path(),
         dst.display(),
         total,
         total as f64 / f64::from(1u32 << 30) / secs.max(1e-9),
         match host {
             Some(reason) => format!("encoded by zarrs on the host: {reason}"),
+            None if total == 0 => "no elements: the metadata alone".to_string(),
             None => format!("encoded on the device, ratio {:.2}", encoded as f64 / stored.max(1) as f64),
-        }
+        },
+        target.checks.text(target.codec)
     );
     Ok(())
 }
@@ -232,20 +284,61 @@ mod tests {
 
     #[test]
     fn codec_and_shape_arguments_are_checked_before_any_work() {
-        assert_eq!(codecs("none", false, 4).unwrap().len(), 0);
-        assert_eq!(codecs("zstd", true, 4).unwrap().len(), 2);
-        assert_eq!(codecs("zstd:-3", false, 4).unwrap().len(), 1);
-        assert_eq!(codecs("gzip:9", false, 4).unwrap().len(), 1);
-        assert_eq!(codecs("zlib:6", true, 4).unwrap().len(), 2);
+        let none = Checks::None;
+        assert_eq!(codecs("none", none, 4).unwrap().len(), 0);
+        assert_eq!(codecs("zstd", Checks::Crc32c, 4).unwrap().len(), 2);
+        assert_eq!(codecs("zstd:-3", none, 4).unwrap().len(), 1);
+        assert_eq!(codecs("gzip:9", none, 4).unwrap().len(), 1);
+        assert_eq!(codecs("zlib:6", Checks::Crc32c, 4).unwrap().len(), 2);
         for blosc in ["blosc-lz4", "blosc-zstd-bitshuffle:3", "blosc-lz4-noshuffle:9", "blosc-zstd-shuffle"] {
-            assert_eq!(codecs(blosc, false, 2).unwrap().len(), 1, "{blosc}");
+            assert_eq!(codecs(blosc, none, 2).unwrap().len(), 1, "{blosc}");
         }
         for bad in ["lz4", "zstd:x", "zstd:23", "gzip:10", "none:1", "", "zlib:12", "blosc-snappy", "blosc-lz4-twice"] {
-            assert!(codecs(bad, false, 4).unwrap_err().contains("--codec"), "{bad}");
+            for checks in [Checks::Default, Checks::Crc32c, none] {
+                assert!(codecs(bad, checks, 4).unwrap_err().contains("--codec"), "{bad}");
+            }
         }
         assert_eq!(shape_arg("--chunks", "64, 64,32", 3).unwrap(), [64, 64, 32]);
         assert!(shape_arg("--chunks", "64,0,32", 3).unwrap_err().contains("at least 1"));
         assert!(shape_arg("--chunks", "64,64", 3).unwrap_err().contains("2 sizes for an array of 3"));
+    }
+
+    /// The chain's v3 metadata, as the new array's zarr.json holds it.
+    fn chain(codec: &str, checks: Checks) -> Vec<serde_json::Value> {
+        codecs(codec, checks, 4)
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let name = c.name_v3().map(|n| n.to_string()).unwrap_or_default();
+                let configuration = c.configuration_v3(&zarrs::array::CodecMetadataOptions::default());
+                serde_json::json!({"name": name, "configuration": serde_json::to_value(configuration).unwrap()})
+            })
+            .collect()
+    }
+
+    /// Data convert writes is checkable unless asked otherwise: zstd frames with their content
+    /// checksum, every other codec (none too) followed by a crc32c; `--crc32c` puts a crc32c after
+    /// zstd instead, and `--no-checksum` leaves checks out.
+    #[test]
+    fn chunks_carry_checks_by_default() {
+        let names = |codec, checks| chain(codec, checks).iter().map(|c| c["name"].clone()).collect::<Vec<_>>();
+        let zstd = chain("zstd:5", Checks::Default);
+        assert_eq!(zstd.len(), 1, "{zstd:?}");
+        assert_eq!((&zstd[0]["name"], &zstd[0]["configuration"]["checksum"]), (&"zstd".into(), &true.into()));
+        assert_eq!(zstd[0]["configuration"]["level"], 5);
+        for codec in ["none", "gzip", "zlib:3", "blosc-lz4", "blosc-zstd-bitshuffle"] {
+            let got = names(codec, Checks::Default);
+            assert_eq!(got.last(), Some(&"crc32c".into()), "{codec}: {got:?}");
+            assert_eq!(got.len(), if codec == "none" { 1 } else { 2 }, "{codec}: {got:?}");
+            assert!(!names(codec, Checks::None).contains(&"crc32c".into()), "{codec}");
+        }
+        let crc = chain("zstd", Checks::Crc32c);
+        assert_eq!(crc.iter().map(|c| c["name"].clone()).collect::<Vec<_>>(), ["zstd", "crc32c"]);
+        assert_eq!(crc[0]["configuration"]["checksum"], false, "{crc:?}");
+        let bare = chain("zstd", Checks::None);
+        assert_eq!((bare.len(), &bare[0]["configuration"]["checksum"]), (1, &false.into()), "{bare:?}");
+        assert_eq!(Checks::Default.text("zstd:3"), "checked by zstd's content checksums");
+        assert_eq!(Checks::Default.text("gzip"), "checked by crc32c");
     }
 
     /// Every element once, in whole units, within the budget where one unit allows.

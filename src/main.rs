@@ -18,8 +18,9 @@ use zarrs::group::Group;
 use zarrs::metadata::NodeMetadata;
 use zarrs::node::NodePath;
 use zarrs_gpu::{
-    host_decode_reason, parse_subset, sample, AnyStore, ArrayDeviceExt, DecodePath, DecodeTrust, DeviceArray,
-    GpuConfig, GpuError, IoBackend, IoPath, OpenError, RetrieveReport, ShardIndexCache,
+    host_decode_reason, parse_subset, sample, zarrs_gpu_codecs::reader::DeviceReadError, AnyStore, ArrayDeviceExt,
+    DecodePath, DecodeTrust, DeviceArray, GpuConfig, GpuError, IoBackend, IoPath, OpenError, RetrieveReport,
+    ShardIndexCache,
 };
 
 #[derive(Parser)]
@@ -32,7 +33,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Load an array (or a subset) to the GPU; print size, time, GiB/s and the I/O path.
-    /// With no PATH, write a sample array to a temporary directory and read that.
+    /// With no PATH, write a sample array to a temporary directory and read that (`sample`
+    /// writes one to keep, without a GPU).
     Read {
         /// The Zarr store: a directory, or an object store's URL (s3://BUCKET/PREFIX with the
         /// AWS_* environment: AWS_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, ..., then the
@@ -43,7 +45,7 @@ enum Command {
         array: String,
         /// Numpy-style slices per dimension, e.g. `0:64,:,:`, `-16:`, `...,0:8` (default: the
         /// whole array; negative numbers count from the end; steps are not supported).
-        #[arg(long, default_value = "", allow_hyphen_values = true)]
+        #[arg(long, default_value = "", hide_default_value = true, allow_hyphen_values = true)]
         subset: String,
         /// I/O backend: auto, gds or posix. Default: ZARRS_GDS_BACKEND, else auto.
         #[arg(long)]
@@ -74,7 +76,8 @@ enum Command {
     },
     /// Re-encode an array into a new one (other codecs, chunks or shards) through the GPU: slab
     /// after slab read to the device and written from there, encoded on the device where the new
-    /// codecs allow (zstd, crc32c, none), else by zarrs.
+    /// codecs allow (zstd, gzip, zlib, Blosc lz4 or zstd, crc32c, none), else by zarrs. Chunks
+    /// carry checks unless --no-checksum: zstd's content checksum, or a crc32c.
     Convert {
         /// The source Zarr store (a directory, or an s3:// or http(s):// URL as for `read`).
         src: PathBuf,
@@ -90,9 +93,15 @@ enum Command {
         /// threads encode (small batches, ZARRS_GPU_HOST_ENCODE_LEVEL).
         #[arg(long, default_value = "zstd")]
         codec: String,
-        /// Append crc32c to each chunk.
-        #[arg(long)]
+        /// Check each chunk with a crc32c after the compressor (zstd's too, instead of its content
+        /// checksum): verified before nvCOMP sees a byte (decode trust "verified").
+        #[arg(long, conflicts_with = "no_checksum")]
         crc32c: bool,
+        /// Write chunks without checks. By default zstd frames carry their content checksum and
+        /// every other codec, none too, is followed by a crc32c, so that damage in storage is
+        /// always an error.
+        #[arg(long)]
+        no_checksum: bool,
         /// The new chunk shape, e.g. 64,64,64 (inner chunks with --shard; default: the source's
         /// chunk grid, its shards for a sharded source).
         #[arg(long)]
@@ -103,6 +112,19 @@ enum Command {
         /// CUDA device ordinal.
         #[arg(long, default_value_t = 0)]
         device: usize,
+    },
+    /// Write a sample array to keep (float32, a smooth signal plus noise, uncompressed: the one
+    /// `read` without PATH reads) into a new directory, for `info` and `read`; needs no GPU.
+    Sample {
+        /// The new store (a new or empty directory): the array at its root, Zarr v3.
+        dst: PathBuf,
+        /// The array's shape.
+        #[arg(long, default_value = "256,512,512")]
+        shape: String,
+        /// The chunk shape, as many sizes as the shape (default: 64,128,128 for three
+        /// dimensions, else 64 each; never larger than the shape).
+        #[arg(long)]
+        chunks: Option<String>,
     },
     /// Print an array's metadata and how each codec would be decoded; for a group, its arrays
     /// (and OME-Zarr multiscale levels) with shapes, data types, chunks and decode routes.
@@ -137,17 +159,22 @@ fn main() -> ExitCode {
     let context = ErrorContext::of(&cli);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(err) if context.json => {
-            // The same stream as a read's JSON object: a script reads one object either way.
-            println!("{}", context.error_json(err.as_ref()));
-            ExitCode::FAILURE
-        }
         Err(err) => {
-            eprintln!("zarrs-gpu: error: {err}");
-            ExitCode::FAILURE
+            // 2 for arguments that cannot be used, as clap's own errors; 1 for work that failed.
+            let usage = err.downcast_ref::<Failed>().is_some_and(|f| USAGE_KINDS.contains(&f.kind));
+            if context.json {
+                // The same stream as a read's JSON object: a script reads one object either way.
+                println!("{}", context.error_json(err.as_ref()));
+            } else {
+                eprintln!("zarrs-gpu: error: {err}");
+            }
+            ExitCode::from(if usage { 2 } else { 1 })
         }
     }
 }
+
+/// The kinds of [`Failed`] that are bad arguments: exit code 2.
+const USAGE_KINDS: [&str; 6] = ["codec", "chunks", "shard", "shape", "subset", "npy"];
 
 /// What a failed command was asked, for its `--json` error object.
 struct ErrorContext {
@@ -173,6 +200,9 @@ impl ErrorContext {
             }
             Command::Convert { src, array, .. } => {
                 Self { json: false, command: "convert", path: Some(src.clone()), array: array.clone(), subset: None }
+            }
+            Command::Sample { dst, .. } => {
+                Self { json: false, command: "sample", path: Some(dst.clone()), array: "/".into(), subset: None }
             }
         }
     }
@@ -211,6 +241,13 @@ impl ErrorContext {
                 GpuError::Config { .. } => "config",
                 _ => "read",
             }
+        } else if let Some(err) = err.downcast_ref::<DeviceReadError>() {
+            // `read` without PATH asks for the device itself, before writing its sample.
+            match err {
+                DeviceReadError::NoCuda(_) => "no_cuda",
+                DeviceReadError::Config { .. } => "config",
+                _ => "read",
+            }
         } else {
             "error"
         };
@@ -241,15 +278,32 @@ fn failed(kind: &'static str) -> impl FnOnce(String) -> Failed {
 fn run(cli: Cli) -> Result<(), Error> {
     match cli.command {
         Command::Info { path, array } => info(&path, &array),
-        Command::Convert { src, dst, array, codec, crc32c, chunks, shard, device } => {
+        Command::Sample { dst, shape, chunks } => write_sample(&dst, &shape, chunks.as_deref()),
+        Command::Convert { src, dst, array, codec, crc32c, no_checksum, chunks, shard, device } => {
+            // The codec's form first: a bad --codec is a usage error whatever the source is.
+            let checks = match (crc32c, no_checksum) {
+                (true, _) => convert::Checks::Crc32c,
+                (false, true) => convert::Checks::None,
+                (false, false) => convert::Checks::Default,
+            };
+            convert::codecs(&codec, checks, 1).map_err(failed("codec"))?;
             let source = open(&src, &array)?;
             let n = source.dimensionality();
             // Every argument checked before the device is asked for.
             let elem = source.data_type().fixed_size().unwrap_or(1);
-            convert::codecs(&codec, crc32c, elem).map_err(failed("codec"))?;
+            convert::codecs(&codec, checks, elem).map_err(failed("codec"))?;
             let chunks = chunks.map(|c| convert::shape_arg("--chunks", &c, n)).transpose().map_err(failed("chunks"))?;
             let shard = shard.map(|s| convert::shape_arg("--shard", &s, n)).transpose().map_err(failed("shard"))?;
-            let target = convert::Target { codec: &codec, crc32c, chunks, shard };
+            if let Some(shard) = &shard {
+                let chunks = chunks.clone().map_or_else(|| convert::chunk_shape(&source), Ok)?;
+                if shard.iter().zip(&chunks).any(|(s, c)| s % c != 0) {
+                    return Err(failed("shard")(format!(
+                        "--shard {shard:?} is not a multiple of the chunks {chunks:?}"
+                    ))
+                    .into());
+                }
+            }
+            let target = convert::Target { codec: &codec, checks, chunks, shard };
             let config = GpuConfig::from_env()?.with_device(device);
             let dt = source.data_type();
             let (name, _) = zarrs_gpu::element_type(dt).ok_or_else(|| unsupported(dt))?;
@@ -272,8 +326,13 @@ fn run(cli: Cli) -> Result<(), Error> {
             }
             let (path, _sample_dir) = sample::given_or_sample(path.as_deref(), "sample.zarr", |path| {
                 // No 256 MiB written for nothing: the device first.
-                zarrs_gpu::zarrs_gpu_codecs::reader::cuda_context(device)?;
-                let (shape, chunks) = ([256u64, 512, 512], [64u64, 128, 128]);
+                zarrs_gpu::zarrs_gpu_codecs::reader::cuda_context(device).map_err(|err| match err {
+                    DeviceReadError::NoCuda(why) => DeviceReadError::NoCuda(format!(
+                        "{why} (`zarrs-gpu sample DIR` writes the sample array without one, for `info DIR`)"
+                    )),
+                    err => err,
+                })?;
+                let (shape, chunks) = (SAMPLE_SHAPE, SAMPLE_CHUNKS);
                 eprintln!("writing a sample float32 array {shape:?} (chunks {chunks:?}) to {}", path.display());
                 sample::create_sample_array(path, &shape, &chunks)?;
                 Ok(())
@@ -284,6 +343,34 @@ fn run(cli: Cli) -> Result<(), Error> {
             dispatch_read(&array, &subset, &config, &options)
         }
     }
+}
+
+/// The sample array's shape and chunks (`read` without PATH, and `sample`'s defaults).
+const SAMPLE_SHAPE: [u64; 3] = [256, 512, 512];
+/// See [`SAMPLE_SHAPE`].
+const SAMPLE_CHUNKS: [u64; 3] = [64, 128, 128];
+
+/// `sample`: the sample array at `dst` (a new or empty directory), with no device asked for.
+fn write_sample(dst: &Path, shape: &str, chunks: Option<&str>) -> Result<(), Error> {
+    let shape = convert::sizes("--shape", shape).map_err(failed("shape"))?;
+    let chunks = match chunks {
+        Some(chunks) => convert::shape_arg("--chunks", chunks, shape.len()).map_err(failed("chunks"))?,
+        None if shape.len() == SAMPLE_CHUNKS.len() => shape.iter().zip(SAMPLE_CHUNKS).map(|(&n, c)| n.min(c)).collect(),
+        None => shape.iter().map(|&n| n.min(64)).collect(),
+    };
+    convert::new_store_dir(dst)?;
+    let bytes = shape
+        .iter()
+        .try_fold(4u64, |acc, &n| acc.checked_mul(n))
+        .ok_or_else(|| failed("shape")(format!("--shape {shape:?}: more than 2^64 bytes")))?;
+    sample::create_sample_array(dst, &shape, &chunks)?;
+    println!(
+        "wrote a sample float32 array {shape:?} (chunks {chunks:?}, {:.1} MiB) to {}; next: `zarrs-gpu info {1}`, \
+         `zarrs-gpu read {1}` (needs a GPU)",
+        bytes as f64 / f64::from(1u32 << 20),
+        dst.display()
+    );
+    Ok(())
 }
 
 /// Where `--npy` writes can take a file, checked before any read (which may take minutes): its
@@ -353,7 +440,7 @@ fn group_info(store: &Arc<AnyStore>, group: &Group<AnyStore>, node: &str) -> Res
     // nvCOMP's load error lists every place it looked (hundreds of characters): said once, below.
     let nvcomp = zarrs_gpu::nvcomp_sys::NvcompLibrary::get().err().map(|e| e.to_string());
     let mut nvcomp_needed = false;
-    println!("{} arrays:", arrays.len());
+    println!("{} {}:", arrays.len(), if arrays.len() == 1 { "array" } else { "arrays" });
     for path in arrays {
         match Array::open(store.clone(), path.as_str()) {
             Ok(array) => {

@@ -9,7 +9,7 @@ use zarrs::filesystem::FilesystemStoreCreateError;
 use zarrs::group::{Group, GroupCreateError};
 use zarrs::metadata::NodeMetadata;
 use zarrs_gds_store::{AnyStore, GdsStore};
-use zarrs_storage::StorageError;
+use zarrs_storage::{ReadableStorageTraits, StorageError, StoreKey};
 
 /// At most this many array paths in a message: a group may hold thousands.
 const LISTED: usize = 16;
@@ -18,8 +18,14 @@ const LISTED: usize = 16;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
+    /// Nothing is at the store's path (the Python package says the same).
+    #[error("{}: no such directory", path.display())]
+    NoSuchDirectory {
+        /// The store's path.
+        path: PathBuf,
+    },
     /// The store's path is not a directory.
-    #[error("{} is not a directory (a Zarr filesystem store)", path.display())]
+    #[error("{}: not a directory (a Zarr filesystem store is one)", path.display())]
     NotADirectory {
         /// The store's path.
         path: PathBuf,
@@ -77,6 +83,20 @@ pub enum OpenError {
         /// How the caller picks an array.
         pick: String,
     },
+    /// The node's metadata file lacks a field an array needs, or holds one of the wrong kind.
+    #[error("opening array {node:?} in {}: {file}: {problem}", path.display())]
+    Metadata {
+        /// The store's path or URL.
+        path: PathBuf,
+        /// The node path.
+        node: String,
+        /// The metadata file's key in the store (`zarr.json`, `0/.zarray`).
+        file: String,
+        /// The field and what is wrong with it.
+        problem: String,
+        /// zarrs' error (which names no field).
+        source: ArrayCreateError,
+    },
     /// The node's metadata is there but zarrs refuses it (or the store cannot be read).
     #[error("opening array {node:?} in {}: {source}", path.display())]
     Array {
@@ -133,13 +153,17 @@ pub fn node_path(node: &str) -> String {
 /// store's URL (`s3://bucket/prefix`, `https://host/prefix`: see [`store_with_options`]).
 ///
 /// # Errors
-/// [`OpenError::NotADirectory`] when `path` is not a directory, [`OpenError::Store`] when it
-/// cannot be opened, [`OpenError::Remote`] for a URL that cannot be used.
+/// [`OpenError::NoSuchDirectory`] when nothing is at `path`, [`OpenError::NotADirectory`] when
+/// it is not a directory, [`OpenError::Store`] when it cannot be opened, [`OpenError::Remote`]
+/// for a URL that cannot be used.
 #[allow(clippy::result_large_err)] // once per opening, and callers match on it
 pub fn store_at(path: &Path) -> Result<Arc<AnyStore>, OpenError> {
     match path.to_str() {
         Some(url) if AnyStore::is_url(url) => store_with_options(url, &[]),
         _ => {
+            if !path.exists() {
+                return Err(OpenError::NoSuchDirectory { path: path.to_path_buf() });
+            }
             if !path.is_dir() {
                 return Err(OpenError::NotADirectory { path: path.to_path_buf() });
             }
@@ -176,8 +200,9 @@ pub fn store_with_options(location: &str, options: &[(String, String)]) -> Resul
 /// multiscale levels) and how to pick one (`pick`: the caller's option, as `--array`).
 ///
 /// # Errors
-/// [`OpenError::IsAGroup`], [`OpenError::NodeNotFound`], [`OpenError::Array`] for metadata zarrs
-/// refuses, and [`store_at`]'s errors; each names the path and the node.
+/// [`OpenError::IsAGroup`], [`OpenError::NodeNotFound`], [`OpenError::Metadata`] for metadata
+/// that lacks a field or holds a bad one, [`OpenError::Array`] for other metadata zarrs refuses,
+/// and [`store_at`]'s errors; each names the path and the node.
 #[allow(clippy::result_large_err)] // once per opening, and callers match on it
 pub fn open_array(path: &Path, node: &str, pick: &str) -> Result<Array<AnyStore>, OpenError> {
     open_array_in(&store_at(path)?, path, node, pick)
@@ -200,6 +225,10 @@ pub fn open_array_in(store: &Arc<AnyStore>, path: &Path, node: &str, pick: &str)
         return Err(OpenError::IsAGroup { path, node, arrays, levels, pick });
     }
     if !matches!(err, ArrayCreateError::MissingMetadata) {
+        // zarrs' serde errors name a line and column, never the field: name it where we can.
+        if let Some((file, problem)) = metadata_problem(store.as_ref(), &node) {
+            return Err(OpenError::Metadata { path, node, file, problem, source: err });
+        }
         return Err(OpenError::Array { path, node, source: err });
     }
     let (mut nearest_group, mut array_above, mut arrays, mut levels) = (None, None, Vec::new(), Vec::new());
@@ -217,6 +246,83 @@ pub fn open_array_in(store: &Arc<AnyStore>, path: &Path, node: &str, pick: &str)
         break;
     }
     Err(OpenError::NodeNotFound { path, node, nearest_group, array_above, arrays, levels, pick })
+}
+
+/// The fields a Zarr v3 array's `zarr.json` must have.
+const V3_FIELDS: [&str; 8] =
+    ["zarr_format", "node_type", "shape", "data_type", "chunk_grid", "chunk_key_encoding", "fill_value", "codecs"];
+/// The fields a Zarr v2 array's `.zarray` must have.
+const V2_FIELDS: [&str; 8] =
+    ["zarr_format", "shape", "chunks", "dtype", "compressor", "fill_value", "order", "filters"];
+
+/// What is wrong with the array metadata at `node` of `store`, where a field is missing or of
+/// the wrong kind: the metadata file's key and the problem. None where the file is absent, is
+/// not a JSON object, or its fields look right (zarrs' own error says more then).
+fn metadata_problem<S: ReadableStorageTraits + ?Sized>(store: &S, node: &str) -> Option<(String, String)> {
+    let prefix = node.trim_matches('/');
+    let key = |name: &str| if prefix.is_empty() { name.to_string() } else { format!("{prefix}/{name}") };
+    for (name, version) in [("zarr.json", 3), (".zarray", 2)] {
+        let file = key(name);
+        let Ok(Some(bytes)) = store.get(&StoreKey::new(file.clone()).ok()?) else { continue };
+        let serde_json::Value::Object(fields) = serde_json::from_slice(&bytes).ok()? else { return None };
+        return fields_problem(&fields, version).map(|problem| (file, problem));
+    }
+    None
+}
+
+/// A field, what it should hold, and whether a value does.
+type FieldRule<'a> = (&'static str, &'static str, &'a dyn Fn(&serde_json::Value) -> bool);
+
+/// The first missing or ill-kinded field of a Zarr `version` array's metadata `fields`.
+fn fields_problem(fields: &serde_json::Map<String, serde_json::Value>, version: u8) -> Option<String> {
+    use serde_json::Value;
+    let required: &[&str] = if version == 3 { &V3_FIELDS } else { &V2_FIELDS };
+    let missing: Vec<&str> = required.iter().copied().filter(|f| !fields.contains_key(*f)).collect();
+    if !missing.is_empty() {
+        let (what, verb) = if missing.len() == 1 { ("field", "is") } else { ("fields", "are") };
+        return Some(format!(
+            "the {what} {} {verb} missing (a Zarr v{version} array's metadata has {})",
+            missing.iter().map(|f| format!("\"{f}\"")).collect::<Vec<_>>().join(", "),
+            required.join(", ")
+        ));
+    }
+    let sizes = |v: &Value| v.as_array().is_some_and(|a| a.iter().all(|n| n.as_u64().is_some()));
+    let named = |v: &Value| v.is_string() || v.get("name").is_some_and(Value::is_string);
+    let expected: &[FieldRule<'_>] = if version == 3 {
+        &[
+            ("zarr_format", "3", &|v| v.as_u64() == Some(3)),
+            ("node_type", "\"array\"", &|v| v.as_str() == Some("array")),
+            ("shape", "a list of non-negative integers", &sizes),
+            ("data_type", "a name, or an object with a \"name\"", &named),
+            ("chunk_grid", "an object with a \"name\"", &|v| v.is_object() && named(v)),
+            ("chunk_key_encoding", "an object with a \"name\"", &|v| v.is_object() && named(v)),
+            ("codecs", "a list of codecs, each a name or an object with a \"name\"", &|v| {
+                v.as_array().is_some_and(|a| !a.is_empty() && a.iter().all(&named))
+            }),
+        ]
+    } else {
+        &[
+            ("zarr_format", "2", &|v| v.as_u64() == Some(2)),
+            ("shape", "a list of non-negative integers", &sizes),
+            ("chunks", "a list of positive integers", &|v| {
+                v.as_array().is_some_and(|a| a.iter().all(|n| n.as_u64().is_some_and(|n| n > 0)))
+            }),
+            ("dtype", "a numpy type string or a list of fields", &|v| v.is_string() || v.is_array()),
+            ("compressor", "null or an object with an \"id\"", &|v| v.is_null() || v.get("id").is_some()),
+            ("order", "\"C\" or \"F\"", &|v| matches!(v.as_str(), Some("C" | "F"))),
+            ("filters", "null or a list of objects with an \"id\"", &|v| {
+                v.is_null() || v.as_array().is_some_and(|a| a.iter().all(|f| f.get("id").is_some()))
+            }),
+        ]
+    };
+    let value = |field: &str| fields.get(field).unwrap_or(&Value::Null);
+    expected.iter().find(|(field, _, ok)| !ok(value(field))).map(|(field, wanted, _)| {
+        let mut shown = value(field).to_string();
+        if shown.len() > 60 {
+            shown = format!("{}...", shown.chars().take(60).collect::<String>());
+        }
+        format!("the field \"{field}\" is {shown}: expected {wanted}")
+    })
 }
 
 /// The node paths above `node` (a path with its leading `/`), nearest first, the root last.
@@ -366,6 +472,96 @@ mod tests {
         assert_eq!(ancestors("/a/b/c").collect::<Vec<_>>(), ["/a/b", "/a", "/"]);
         assert_eq!(ancestors("/a").collect::<Vec<_>>(), ["/"]);
         assert_eq!(ancestors("/").count(), 0);
+    }
+
+    /// zarrs said `Expected metadata "<name>" or {"name":"<name>"} ... at line 1 column 55` for a
+    /// zarr.json without its codecs: the error names the field, and a field of the wrong kind.
+    #[test]
+    fn metadata_errors_name_the_missing_or_bad_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(GdsStore::new(dir.path()).unwrap());
+        ArrayBuilder::new(vec![6, 4], vec![3, 4], data_type::float32(), 0f32)
+            .build(store, "/a")
+            .unwrap()
+            .store_metadata()
+            .unwrap();
+        let file = dir.path().join("a/zarr.json");
+        let whole: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert!(open_array(dir.path(), "a", "--array").is_ok());
+        let with = |edit: &dyn Fn(&mut serde_json::Map<String, serde_json::Value>)| {
+            let mut fields = whole.as_object().unwrap().clone();
+            edit(&mut fields);
+            std::fs::write(&file, serde_json::to_vec(&fields).unwrap()).unwrap();
+            let err = open_array(dir.path(), "/a", "--array").unwrap_err();
+            assert!(matches!(err, OpenError::Metadata { ref file, .. } if file == "a/zarr.json"), "{err:?}");
+            err.to_string()
+        };
+        for field in V3_FIELDS.iter().filter(|f| **f != "node_type") {
+            let text = with(&|f| {
+                f.remove(*field);
+            });
+            assert!(text.contains(&format!("a/zarr.json: the field \"{field}\" is missing")), "{field}: {text}");
+            assert!(text.contains("opening array \"/a\" in") && text.contains("fill_value, codecs"), "{text}");
+        }
+        let text = with(&|f| {
+            f.remove("codecs");
+            f.remove("chunk_grid");
+        });
+        assert!(text.contains("the fields \"chunk_grid\", \"codecs\" are missing"), "{text}");
+        let text = with(&|f| {
+            f.insert("shape".into(), serde_json::json!("six by four"));
+        });
+        assert!(text.contains("the field \"shape\" is \"six by four\": expected a list of non-negative"), "{text}");
+        let text = with(&|f| {
+            f.insert("codecs".into(), serde_json::json!([]));
+        });
+        assert!(text.contains("the field \"codecs\" is []: expected a list of codecs"), "{text}");
+        // Without node_type zarrs cannot tell an array: still named.
+        let text = with(&|f| {
+            f.remove("node_type");
+        });
+        assert!(text.contains("the field \"node_type\" is missing"), "{text}");
+        // Metadata whose fields look right but that zarrs refuses keeps zarrs' error.
+        let mut fields = whole.as_object().unwrap().clone();
+        fields.insert("data_type".into(), serde_json::json!("float1024"));
+        std::fs::write(&file, serde_json::to_vec(&fields).unwrap()).unwrap();
+        let err = open_array(dir.path(), "/a", "--array").unwrap_err();
+        assert!(matches!(err, OpenError::Array { .. }), "{err:?}");
+        assert!(err.to_string().contains("float1024") && !err.to_string().contains("the field"), "{err}");
+    }
+
+    /// A v2 array's .zarray: its fields named the same way.
+    #[test]
+    fn v2_metadata_errors_name_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let zarray = serde_json::json!({"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<f4",
+            "compressor": null, "fill_value": 0, "order": "C", "filters": null});
+        std::fs::write(dir.path().join(".zarray"), zarray.to_string()).unwrap();
+        assert!(open_array(dir.path(), "/", "--array").is_ok());
+        let mut bad = zarray.clone();
+        bad.as_object_mut().unwrap().remove("dtype");
+        std::fs::write(dir.path().join(".zarray"), bad.to_string()).unwrap();
+        let text = open_array(dir.path(), "/", "--array").unwrap_err().to_string();
+        assert!(text.contains(".zarray: the field \"dtype\" is missing (a Zarr v2 array's metadata has"), "{text}");
+        bad = zarray;
+        bad["order"] = "K".into();
+        std::fs::write(dir.path().join(".zarray"), bad.to_string()).unwrap();
+        let text = open_array(dir.path(), "/", "--array").unwrap_err().to_string();
+        assert!(text.contains("the field \"order\" is \"K\": expected \"C\" or \"F\""), "{text}");
+    }
+
+    /// Nothing at the path: "no such directory", as the Python package says; a file: not one.
+    #[test]
+    fn a_missing_store_and_a_file_are_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent.zarr");
+        let err = open_array(&absent, "/", "--array").unwrap_err();
+        assert_eq!(err.to_string(), format!("{}: no such directory", absent.display()));
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let err = open_array(&file, "/", "--array").unwrap_err();
+        assert!(matches!(err, OpenError::NotADirectory { .. }), "{err:?}");
+        assert!(err.to_string().ends_with(": not a directory (a Zarr filesystem store is one)"), "{err}");
     }
 
     /// Metadata zarrs refuses is reported as such, not as a missing node.

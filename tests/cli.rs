@@ -37,7 +37,8 @@ fn gpu_present() -> bool {
 fn errors_are_plain_messages() -> Result {
     let (out, text) = zarrs_gpu(&["read", "/nonexistent/volume.zarr"])?;
     assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(text.contains("zarrs-gpu: error:") && text.contains("is not a directory"), "{text}");
+    // The Python package's words for it too.
+    assert!(text.contains("zarrs-gpu: error: /nonexistent/volume.zarr: no such directory"), "{text}");
 
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("a.zarr");
@@ -48,7 +49,7 @@ fn errors_are_plain_messages() -> Result {
     let (_, text) = zarrs_gpu(&["read", p, "--subset", "0:10:2"])?;
     assert!(text.contains("steps are not supported"), "{text}");
     let (out, text) = zarrs_gpu(&["read", p, "--subset", "-11"])?;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "a usage error: {text}");
     assert!(text.contains("index -11 is out of bounds for axis 0 with size 10"), "{text}");
     let (out, text) = zarrs_gpu(&["read", p, "--array", "/missing"])?;
     assert_eq!(out.status.code(), Some(1));
@@ -78,8 +79,212 @@ fn read_without_a_path_checks_the_device_before_writing_the_sample() -> Result {
     let (out, text) = zarrs_gpu_with(&["read"], &[("TMPDIR", tmp.path().to_str().unwrap())])?;
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("no CUDA device available"), "{text}");
+    // Where a sample comes from without a GPU.
+    assert!(text.contains("`zarrs-gpu sample DIR` writes the sample array without one"), "{text}");
     assert!(!text.contains("writing a sample"), "the sample was written first: {text}");
     assert_eq!(std::fs::read_dir(tmp.path())?.count(), 0, "the sample's directory is left behind or was made");
+    // For scripts, the kind it has with a PATH: no_cuda (it was "error").
+    let (out, text) = zarrs_gpu_with(&["read", "--json"], &[("TMPDIR", tmp.path().to_str().unwrap())])?;
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {text}"))?;
+    assert_eq!(
+        (&json["kind"], &json["command"], &json["path"]),
+        (&"no_cuda".into(), &"read".into(), &None::<String>.into())
+    );
+    assert_eq!(std::fs::read_dir(tmp.path())?.count(), 0);
+    Ok(())
+}
+
+/// `sample DIR` writes the sample array with no device asked for, so that a CPU machine has
+/// something for `info` (and a GPU one for `read`): the values are `sample_value`'s, and nothing
+/// is written over.
+#[test]
+fn sample_writes_an_array_without_a_gpu() -> Result {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("s.zarr");
+    let p = path.to_str().unwrap();
+    let (out, text) = zarrs_gpu(&["sample", p, "--shape", "20,30,7", "--chunks", "8,16,7"])?;
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("wrote a sample float32 array [20, 30, 7] (chunks [8, 16, 7]") && text.contains(p), "{text}");
+    let array = zarrs::array::Array::open(Arc::new(GdsStore::new(&path)?), "/")?;
+    assert_eq!((array.shape(), array.data_type()), (&[20u64, 30, 7][..], &data_type::float32()));
+    let got: Vec<f32> = array.retrieve_array_subset(&ArraySubset::new_with_shape(vec![20, 30, 7]))?;
+    let wanted: Vec<f32> = (0..20 * 30 * 7).map(|i| sample::sample_value(i, &[20, 30, 7])).collect();
+    assert!(got == wanted, "the sample's values differ from sample_value's");
+    assert!(got.iter().map(|v| v.to_bits()).collect::<std::collections::HashSet<_>>().len() > 16, "a constant sample");
+    // info works on it, GPU or not, and says the chunks go straight to the device.
+    let (out, text) = zarrs_gpu(&["info", p])?;
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("shape [20, 30, 7]") && text.contains("read straight to the device"), "{text}");
+    // Not over an array, nor into a directory with files; the array is left as it was.
+    let (out, text) = zarrs_gpu(&["sample", p, "--shape", "4"])?;
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(zarrs::array::Array::open(Arc::new(GdsStore::new(&path)?), "/")?.shape(), [20, 30, 7]);
+    assert!(text.contains("a Zarr node is there already"), "{text}");
+    let full = dir.path().join("full");
+    std::fs::create_dir(&full)?;
+    std::fs::write(full.join("notes.txt"), b"mine")?;
+    let (out, text) = zarrs_gpu(&["sample", full.to_str().unwrap()])?;
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("the directory is not empty"), "{text}");
+    assert_eq!(std::fs::read_dir(&full)?.count(), 1);
+    // Other dimensions: chunks of at most 64 by default.
+    let flat = dir.path().join("flat.zarr");
+    let (out, text) = zarrs_gpu(&["sample", flat.to_str().unwrap(), "--shape", "100,9"])?;
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("[100, 9] (chunks [64, 9]"), "{text}");
+    // Bad shapes are usage errors (2), before anything is made.
+    let fresh = dir.path().join("fresh.zarr");
+    let f = fresh.to_str().unwrap();
+    for (args, wanted) in [
+        (vec!["--shape", "4,0"], "--shape 4,0: sizes of at least 1"),
+        (vec!["--shape", "4,4", "--chunks", "2"], "--chunks 2: 1 sizes for an array of 2 dimensions"),
+        (vec!["--shape", "x"], "--shape x: sizes of at least 1"),
+    ] {
+        let mut all = vec!["sample", f];
+        all.extend(args);
+        let (out, text) = zarrs_gpu(&all)?;
+        assert_eq!(out.status.code(), Some(2), "{all:?}: {text}");
+        assert!(text.contains(wanted), "{all:?}: {text}");
+        assert!(!fresh.exists(), "{all:?}");
+    }
+    Ok(())
+}
+
+/// Usage errors exit 2, as clap's own do; `--codec` exited 1. `--subset`'s help showed
+/// `[default: ""]`.
+#[test]
+fn bad_arguments_exit_2_and_help_shows_no_empty_default() -> Result {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("a.zarr");
+    sample::create_sample_array(&path, &[10, 12], &[4, 5])?;
+    let p = path.to_str().unwrap();
+    let out_dir = dir.path().join("b.zarr");
+    let o = out_dir.to_str().unwrap();
+    for args in [
+        vec!["convert", p, o, "--codec", "lz4"],
+        // The codec's form is checked before the source is opened.
+        vec!["convert", "/nonexistent/src.zarr", o, "--codec", "lz4"],
+        vec!["convert", p, o, "--chunks", "4,0"],
+        vec!["convert", p, o, "--shard", "6,5"],
+        vec!["convert", p, o, "--crc32c", "--no-checksum"],
+        vec!["read", p, "--subset", "0:10:2"],
+        vec!["read", p, "--no-such-flag"],
+        vec!["sample", o, "--shape", "0"],
+    ] {
+        let (out, text) = zarrs_gpu(&args)?;
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {text}");
+        assert!(!out_dir.exists(), "{args:?}");
+    }
+    let (_, text) = zarrs_gpu(&["convert", p, o, "--shard", "6,5"])?;
+    assert!(text.contains("--shard [6, 5] is not a multiple of the chunks [4, 5]"), "{text}");
+    let (_, text) = zarrs_gpu(&["convert", p, o, "--crc32c", "--no-checksum"])?;
+    assert!(text.contains("cannot be used with"), "{text}");
+    // Work that fails is 1.
+    let (out, text) = zarrs_gpu(&["convert", "/nonexistent/src.zarr", o])?;
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let (out, help) = zarrs_gpu(&["read", "--help"])?;
+    assert!(out.status.success() && help.contains("--subset <SUBSET>"), "{help}");
+    assert!(!help.contains("[default: ]") && !help.contains("[default: \"\"]"), "{help}");
+    // Every place says what the device encodes: gzip, zlib and Blosc too (they said zstd,
+    // crc32c, none).
+    for args in [vec!["--help"], vec!["convert", "--help"]] {
+        let (_, help) = zarrs_gpu(&args)?;
+        let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains("zstd, gzip, zlib, Blosc lz4 or zstd, crc32c, none"), "{args:?}: {help}");
+    }
+    Ok(())
+}
+
+/// A zarr.json without a field said `Expected metadata "<name>" or {"name":"<name>"} ... at line
+/// 1 column 55`: `info` and `read` name the file and the field.
+#[test]
+fn metadata_errors_name_the_field() -> Result {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("a.zarr");
+    sample::create_sample_array(&path, &[10, 12], &[4, 5])?;
+    let p = path.to_str().unwrap();
+    let file = path.join("zarr.json");
+    let mut metadata: serde_json::Value = serde_json::from_slice(&std::fs::read(&file)?)?;
+    metadata.as_object_mut().ok_or("an object")?.remove("codecs");
+    std::fs::write(&file, metadata.to_string())?;
+    for command in ["info", "read"] {
+        let (out, text) = zarrs_gpu(&[command, p])?;
+        assert_eq!(out.status.code(), Some(1), "{command}: {text}");
+        assert!(
+            text.contains("zarr.json: the field \"codecs\" is missing (a Zarr v3 array's metadata has"),
+            "{command}: {text}"
+        );
+        assert!(!text.contains("Expected metadata"), "{command}: {text}");
+    }
+    metadata["codecs"] = serde_json::json!([{"name": "bytes", "configuration": {"endian": "little"}}]);
+    metadata["chunk_grid"] = serde_json::json!("regular");
+    std::fs::write(&file, metadata.to_string())?;
+    let (out, text) = zarrs_gpu(&["read", p, "--json"])?;
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(json["kind"], "open", "{json}");
+    let error = json["error"].as_str().unwrap_or_default();
+    assert!(error.contains("the field \"chunk_grid\" is \"regular\": expected an object with a \"name\""), "{json}");
+    Ok(())
+}
+
+/// `convert` writes checks by default (zstd's content checksum, else a crc32c), and none with
+/// `--no-checksum`. An array without elements needs no device, so this runs anywhere: the
+/// converted array's metadata says what its chunks carry.
+#[test]
+fn convert_adds_checks_unless_told_not_to() -> Result {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("empty.zarr");
+    ArrayBuilder::new(vec![0, 12], vec![4, 6], data_type::int16(), 0i16)
+        .build(Arc::new(GdsStore::new(&path)?), "/")?
+        .store_metadata()?;
+    let p = path.to_str().unwrap();
+    // The bytes-to-bytes codecs of the converted array's chunks (its inner chunks where sharded).
+    let codecs_of = |args: &[&str]| -> Result<(Vec<serde_json::Value>, String)> {
+        let out_dir = dir.path().join(format!("out{}.zarr", args.join("").replace([':', '-', ','], "")));
+        let mut all = vec!["convert", p, out_dir.to_str().unwrap()];
+        all.extend(args);
+        let (out, text) = zarrs_gpu(&all)?;
+        assert!(out.status.success(), "{all:?}: {text}");
+        assert!(text.contains("no elements: the metadata alone"), "{text}");
+        let metadata: serde_json::Value = serde_json::from_slice(&std::fs::read(out_dir.join("zarr.json"))?)?;
+        assert_eq!(metadata["shape"], serde_json::json!([0, 12]), "{metadata}");
+        let mut codecs = metadata["codecs"].as_array().ok_or("codecs")?.clone();
+        if codecs[0]["name"] == "sharding_indexed" {
+            codecs = codecs[0]["configuration"]["codecs"].as_array().ok_or("inner codecs")?.clone();
+        }
+        assert_eq!(codecs[0]["name"], "bytes", "{metadata}");
+        Ok((codecs[1..].to_vec(), text))
+    };
+    let names = |codecs: &[serde_json::Value]| codecs.iter().map(|c| c["name"].clone()).collect::<Vec<_>>();
+    // zstd (the default codec): its content checksum.
+    let (codecs, text) = codecs_of(&[])?;
+    assert_eq!(names(&codecs), ["zstd"], "{codecs:?}");
+    assert_eq!(codecs[0]["configuration"]["checksum"], true, "{codecs:?}");
+    assert!(text.contains("checked by zstd's content checksums"), "{text}");
+    let (codecs, text) = codecs_of(&["--no-checksum"])?;
+    assert_eq!((names(&codecs), &codecs[0]["configuration"]["checksum"]), (vec!["zstd".into()], &false.into()));
+    assert!(text.contains("no checks (--no-checksum)"), "{text}");
+    let (codecs, _) = codecs_of(&["--crc32c", "--codec", "zstd:1"])?;
+    assert_eq!(
+        (names(&codecs), &codecs[0]["configuration"]["checksum"]),
+        (vec!["zstd".into(), "crc32c".into()], &false.into())
+    );
+    // Every other codec, none too: a crc32c after it, unless --no-checksum.
+    for codec in ["none", "gzip:3", "zlib", "blosc-lz4-bitshuffle"] {
+        let (codecs, text) = codecs_of(&["--codec", codec])?;
+        assert_eq!(names(&codecs).last(), Some(&"crc32c".into()), "{codec}: {codecs:?}");
+        assert!(text.contains("checked by crc32c"), "{codec}: {text}");
+        let (codecs, _) = codecs_of(&["--codec", codec, "--no-checksum"])?;
+        assert!(!names(&codecs).contains(&"crc32c".into()), "{codec}: {codecs:?}");
+        assert_eq!(codecs.len(), usize::from(codec != "none"), "{codec}: {codecs:?}");
+    }
+    // Sharded: the checks on the inner chunks.
+    let (codecs, _) = codecs_of(&["--chunks", "2,3", "--shard", "4,6"])?;
+    assert_eq!((names(&codecs), &codecs[0]["configuration"]["checksum"]), (vec!["zstd".into()], &true.into()));
+    let (codecs, _) = codecs_of(&["--chunks", "2,3", "--shard", "4,6", "--codec", "gzip"])?;
+    assert_eq!(names(&codecs), ["gzip", "crc32c"], "{codecs:?}");
     Ok(())
 }
 
@@ -160,6 +365,11 @@ fn info_on_a_group_lists_its_arrays_and_multiscale_levels() -> Result {
     assert!(text.contains("OME-Zarr multiscale 0 cells"), "{text}");
     assert!(text.contains("level 0: /0 shape [64, 64]") && text.contains("level 1: /1 shape [32, 32]"), "{text}");
     assert!(text.contains("3 arrays:"), "{text}");
+    // One array: singular.
+    let (out, one) = zarrs_gpu(&["info", p, "--array", "labels"])?;
+    assert!(out.status.success(), "{one}");
+    assert!(one.contains("group /labels\n1 array:\n  /labels/mask shape [64, 64]"), "{one}");
+    assert!(!one.contains("1 arrays"), "{one}");
     let line = |name: &str| text.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or_default().to_string();
     let level1 = line("/1 ");
     assert!(level1.contains("shape [32, 32] uint16") && level1.contains("chunks [16, 16]"), "{text}");
@@ -272,12 +482,12 @@ fn json_errors_are_json_objects() -> Result {
         Ok(json)
     };
     let json = error(&["read", "/nonexistent/volume.zarr", "--json"], 1, "open")?;
-    assert!(json["error"].as_str().unwrap_or_default().contains("is not a directory"), "{json}");
+    assert!(json["error"].as_str().unwrap_or_default().contains("no such directory"), "{json}");
     assert_eq!((&json["command"], &json["path"]), (&"read".into(), &"/nonexistent/volume.zarr".into()), "{json}");
-    let json = error(&["read", p, "--json", "--subset", "0:1,,:"], 1, "subset")?;
+    let json = error(&["read", p, "--json", "--subset", "0:1,,:"], 2, "subset")?;
     assert!(json["error"].as_str().unwrap_or_default().contains("index part 1 of \"0:1,,:\" is empty"), "{json}");
     assert_eq!(json["subset"], "0:1,,:", "{json}");
-    let json = error(&["read", p, "--json", "--npy", "/nonexistent/dir/out.npy"], 1, "npy")?;
+    let json = error(&["read", p, "--json", "--npy", "/nonexistent/dir/out.npy"], 2, "npy")?;
     assert!(json["error"].as_str().unwrap_or_default().contains("does not exist"), "{json}");
     let json = error(&["read", p, "--json", "--array", "labels"], 1, "node_not_found")?;
     assert_eq!(json["array"], "/labels", "{json}");
@@ -286,7 +496,7 @@ fn json_errors_are_json_objects() -> Result {
     assert!(json["error"].as_str().unwrap_or_default().contains("unknown I/O backend"), "{json}");
     let json = error(&["read", p, "--json", "--no-such-flag"], 2, "usage")?;
     assert!(json["error"].as_str().unwrap_or_default().contains("--no-such-flag"), "{json}");
-    error(&["read", p, "--json", "--subset", "0:10:2"], 1, "subset")?;
+    error(&["read", p, "--json", "--subset", "0:10:2"], 2, "subset")?;
     let (_, text) = zarrs_gpu_with(&["read", p, "--json"], &[("ZARRS_GPU_TRACE", "maybe")])?;
     assert!(text.contains("\"kind\":\"config\"") && text.contains("ZARRS_GPU_TRACE"), "{text}");
     if !gpu_present() {
@@ -295,7 +505,7 @@ fn json_errors_are_json_objects() -> Result {
     }
     // Without --json, plain text on stderr as before.
     let (out, text) = zarrs_gpu(&["read", p, "--subset", "0:1,,:"])?;
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(out.stdout.is_empty() && text.starts_with("zarrs-gpu: error: index part 1"), "{text}");
     Ok(())
 }
@@ -309,7 +519,7 @@ fn npy_into_a_missing_directory_is_refused_before_reading() -> Result {
     let p = path.to_str().unwrap();
     let npy = dir.path().join("no/such/dir/out.npy");
     let (out, text) = zarrs_gpu(&["read", p, "--npy", npy.to_str().unwrap()])?;
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(
         text.contains(&format!("the directory {} does not exist", dir.path().join("no/such/dir").display())),
         "{text}"
@@ -317,7 +527,7 @@ fn npy_into_a_missing_directory_is_refused_before_reading() -> Result {
     // Before the device is asked for (no GPU here) or anything is read.
     assert!(!text.contains("no CUDA device") && !text.contains("GiB/s"), "{text}");
     let (out, text) = zarrs_gpu(&["read", p, "--npy", dir.path().to_str().unwrap()])?;
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("is a directory (give a file name)"), "{text}");
     Ok(())
 }
@@ -331,7 +541,7 @@ fn empty_subset_parts_are_refused() -> Result {
     sample::create_sample_array(&path, &[10, 12], &[4, 5])?;
     let p = path.to_str().unwrap();
     for (subset, at) in [(",", 0), ("0:1,,:", 1), (",:", 0)] {
-        let text = refused(&["read", p, "--subset", subset])?;
+        let text = refused_with(&["read", p, "--subset", subset], 2)?;
         assert!(text.contains(&format!("index part {at} of {subset:?} is empty")), "{subset}: {text}");
         assert!(text.contains("write : for a whole dimension"), "{text}");
     }
@@ -517,10 +727,15 @@ fn hostile_array(
 /// Run the command line on `args`: it must fail with exit code 1 (an error message, never a
 /// panic's 101) within a few seconds; its output.
 fn refused(args: &[&str]) -> Result<String> {
+    refused_with(args, 1)
+}
+
+/// As [`refused`], with exit code `code` (2: a usage error, as a subset the array refuses).
+fn refused_with(args: &[&str], code: i32) -> Result<String> {
     let start = std::time::Instant::now();
     let (out, text) = zarrs_gpu(args)?;
     let took = start.elapsed();
-    assert_eq!(out.status.code(), Some(1), "{args:?}: {text}");
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {text}");
     assert!(text.contains("zarrs-gpu: error:"), "{args:?}: {text}");
     assert!(took < std::time::Duration::from_secs(5), "{args:?} took {took:?}: {text}");
     Ok(text)
@@ -538,7 +753,7 @@ fn hostile_metadata_and_subsets_are_refused_without_panics() -> Result {
     let tall = hostile_array(dir.path(), "tall.zarr", &[1 << 63, 64], &[1024, 64], &bytes)?;
     let text = refused(&["read", &tall])?;
     assert!(text.contains("2^69 elements of 4 bytes overflow u64"), "{text}");
-    let text = refused(&["read", &tall, "--subset", "18446744073709551615,:"])?;
+    let text = refused_with(&["read", &tall, "--subset", "18446744073709551615,:"], 2)?;
     assert!(
         text.contains("index 18446744073709551615 is out of bounds for axis 0 with size 9223372036854775808"),
         "{text}"
@@ -547,7 +762,7 @@ fn hostile_metadata_and_subsets_are_refused_without_panics() -> Result {
     let text = refused(&["read", &tall, "--subset", "0:18446744073709551615"])?;
     assert!(text.contains("2^69 elements of 4 bytes overflow u64"), "{text}");
     let edge = hostile_array(dir.path(), "edge.zarr", &[u64::MAX], &[1 << 63], &bytes)?;
-    let text = refused(&["read", &edge, "--subset", "18446744073709551615"])?;
+    let text = refused_with(&["read", &edge, "--subset", "18446744073709551615"], 2)?;
     assert!(
         text.contains("index 18446744073709551615 is out of bounds for axis 0 with size 18446744073709551615"),
         "{text}"
@@ -607,7 +822,7 @@ fn convert_checks_its_arguments_and_its_target_before_any_device_work() -> Resul
         let mut all = vec!["convert", p, o];
         all.extend(args);
         let (status, text) = zarrs_gpu(&all)?;
-        assert_eq!(status.status.code(), Some(1), "{text}");
+        assert_eq!(status.status.code(), Some(2), "a usage error: {text}");
         assert!(text.contains(wanted), "{all:?}: {text}");
         assert!(!out.exists(), "{all:?}: nothing is made before the arguments are checked");
     }
@@ -634,6 +849,7 @@ fn convert_reencodes_arrays_that_read_back_equal() -> Result {
     let p = path.to_str().unwrap();
     for (name, args) in [
         ("zstd", vec!["--codec", "zstd", "--chunks", "20,32,16"]),
+        ("zstd_bare", vec!["--codec", "zstd", "--no-checksum"]),
         ("zstd_crc", vec!["--codec", "zstd:1", "--crc32c"]),
         ("raw", vec!["--codec", "none", "--chunks", "64,64,64"]),
         ("sharded", vec!["--codec", "zstd", "--chunks", "16,32,11", "--shard", "32,64,33"]),
@@ -644,13 +860,19 @@ fn convert_reencodes_arrays_that_read_back_equal() -> Result {
     ] {
         let out = dir.path().join(format!("{name}.zarr"));
         let mut all_args = vec!["convert", p, out.to_str().unwrap()];
-        all_args.extend(args);
+        all_args.extend(args.iter().copied());
         let (status, text) = zarrs_gpu(&all_args)?;
         assert!(status.status.success(), "{name}: {text}");
         let converted = zarrs::array::Array::open(Arc::new(GdsStore::new(&out)?), "/")?;
         let got: Vec<f32> = converted.retrieve_array_subset(&all)?;
         assert!(got == values, "{name}: the converted array differs");
-        // Sharded targets too (the device lays out each shard).
+        // Checks by default: zstd's content checksum, else a crc32c; none with --no-checksum.
+        let metadata = serde_json::to_string(converted.metadata())?;
+        let default_zstd = args[1] == "zstd" && !args.contains(&"--crc32c") && !args.contains(&"--no-checksum");
+        assert_eq!(metadata.contains("\"checksum\":true"), default_zstd, "{name}: {metadata}");
+        let crc32c = !default_zstd && !args.contains(&"--no-checksum");
+        assert_eq!(metadata.contains("crc32c"), crc32c || args.contains(&"--shard"), "{name}: {metadata}");
+        // Sharded targets too (the device lays out each shard), zstd's content checksums too.
         assert!(text.contains("encoded on the device"), "{name}: {text}");
     }
     Ok(())
