@@ -504,33 +504,36 @@ fn the_device_writer_follows_store_empty_chunks() -> Result {
     let dir = tempfile::tempdir()?;
     let zeros = to_device(dir.path(), "zeros", &[16, 32, 64], vec![0.0; 16 * 32 * 64])?;
     let first = ArraySubset::new_with_ranges(&[0..16, 0..32, 0..64]);
-    let before = zarrs::config::global_config().store_empty_chunks();
-    let result = (|| -> Result {
-        for store_empty in [false, true] {
-            zarrs::config::global_config_mut().set_store_empty_chunks(store_empty);
-            let chains: Vec<(&str, Arc<dyn ArrayToBytesCodecTraits>)> = vec![
-                ("plain", Arc::new(BytesCodec::new(Some(Endianness::Little)))),
-                ("shard", sharding(&[8, 16, 32], vec![zstd(1, false)], ShardingIndexLocation::End)),
-            ];
-            for (name, a2b) in chains {
-                let name = format!("{name}_{store_empty}");
-                let array = empty_sharded(dir.path(), &name, a2b.clone())?;
-                let host = empty_sharded(dir.path(), &format!("{name}_host"), a2b)?;
-                let report = array.store_array_subset_device_opt(&first, &zeros, &posix())?;
-                assert_eq!(report.path, WritePath::Device, "{name}: {report:?}");
-                host.store_array_subset(&first, vec![0.0f32; 16 * 32 * 64])?;
-                let key = array.chunk_key(&[0, 0, 0]);
-                let (got, want) = (array.storage().get(&key)?, host.storage().get(&host.chunk_key(&[0, 0, 0]))?);
-                assert_eq!(got.is_some(), store_empty, "{name}: {report:?}");
-                assert_eq!(got, want, "{name}: the device's value differs from zarrs'");
-                let read: Vec<f32> = array.retrieve_array_subset(&first)?;
-                assert!(read.iter().all(|&v| v == 0.0), "{name}");
-            }
+    // Put zarrs' global setting back however the test ends (an assert panics out of it).
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            zarrs::config::global_config_mut().set_store_empty_chunks(self.0);
         }
-        Ok(())
-    })();
-    zarrs::config::global_config_mut().set_store_empty_chunks(before);
-    result
+    }
+    let _restore = Restore(zarrs::config::global_config().store_empty_chunks());
+    for store_empty in [false, true] {
+        zarrs::config::global_config_mut().set_store_empty_chunks(store_empty);
+        let chains: Vec<(&str, Arc<dyn ArrayToBytesCodecTraits>)> = vec![
+            ("plain", Arc::new(BytesCodec::new(Some(Endianness::Little)))),
+            ("shard", sharding(&[8, 16, 32], vec![zstd(1, false)], ShardingIndexLocation::End)),
+        ];
+        for (name, a2b) in chains {
+            let name = format!("{name}_{store_empty}");
+            let array = empty_sharded(dir.path(), &name, a2b.clone())?;
+            let host = empty_sharded(dir.path(), &format!("{name}_host"), a2b)?;
+            let report = array.store_array_subset_device_opt(&first, &zeros, &posix())?;
+            assert_eq!(report.path, WritePath::Device, "{name}: {report:?}");
+            host.store_array_subset(&first, vec![0.0f32; 16 * 32 * 64])?;
+            let key = array.chunk_key(&[0, 0, 0]);
+            let (got, want) = (array.storage().get(&key)?, host.storage().get(&host.chunk_key(&[0, 0, 0]))?);
+            assert_eq!(got.is_some(), store_empty, "{name}: {report:?}");
+            assert_eq!(got, want, "{name}: the device's value differs from zarrs'");
+            let read: Vec<f32> = array.retrieve_array_subset(&first)?;
+            assert!(read.iter().all(|&v| v == 0.0), "{name}");
+        }
+    }
+    Ok(())
 }
 
 /// A NaN fill value: a chunk of that NaN is erased (or left out of its shard), as zarrs erases
