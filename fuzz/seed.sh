@@ -71,6 +71,9 @@ open(sys.argv[4] + '-memcpyed', 'wb').write(bytes([3, 0]) + copied)
 PY
   done
 done
+# lz4_decode reads what lz4_block reads.
+mkdir -p corpus/lz4_decode
+cp corpus/lz4_block/* corpus/lz4_decode/
 # blosc_header, more: real Blosc1 chunks from numcodecs' Blosc (c-blosc 1.21) with zstd, zlib,
 # lz4hc and lz4 streams, no, byte and bit shuffle, typesizes 1, 2, 4 and 8, and split or unsplit
 # blocks (c-blosc reads BLOSC_SPLITMODE on each threaded compression). Unsplit blocks are the

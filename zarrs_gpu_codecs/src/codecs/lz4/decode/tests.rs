@@ -395,3 +395,70 @@ proptest! {
         agrees(&block, ((op + last) as i64 + delta).max(0) as usize)?;
     }
 }
+
+/// Writes the cases and B1 streams `benches/lz4_decoder.py` runs on the GPU (to `$LZ4_DUMP` and
+/// `$LZ4_DUMP.b1`): each case's block, expected length, and this CPU run's status, decoded length
+/// and bytes, which the GPU's must equal.
+#[test]
+#[ignore = "writes the GPU harness's cases: run by hand with LZ4_DUMP set"]
+fn dump_cases_for_the_gpu_harness() {
+    use std::io::Write;
+    let path = std::env::var("LZ4_DUMP").expect("LZ4_DUMP: where to write the cases");
+    let mut f = std::fs::File::create(path).unwrap();
+    let mut cases: Vec<(Vec<u8>, usize)> = Vec::new();
+    for (k, len) in [0usize, 1, 13, 1000, 65_536, 300_001, 1 << 20].into_iter().enumerate() {
+        for kind in 0..5u8 {
+            let raw = data(len, k as u64 * 31 + u64::from(kind), kind);
+            cases.push((lz4_flex::block::compress(&raw), len));
+            cases.push((lz4hc(&raw, 9), len));
+            let mut bad = lz4_flex::block::compress(&raw);
+            let n = bad.len();
+            bad[n / 2] ^= 0x10;
+            cases.push((bad.clone(), len));
+            bad.truncate(n / 3);
+            cases.push((bad, len));
+        }
+    }
+    let mut state = 7u64;
+    for i in 0..2000usize {
+        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let len = (state >> 50) as usize % 3000;
+        let block: Vec<u8> = (0..len).map(|j| (state >> (j % 56)) as u8 ^ j as u8).collect();
+        cases.push((block, i * 7 % 5000));
+    }
+    for kind in 0..5u8 {
+        for overlap in 1..40usize {
+            let raw = data(20_000, overlap as u64, kind);
+            let mut block = lz4_flex::block::compress(&raw);
+            let n = block.len();
+            block[(overlap * 97) % n] ^= 1 << (overlap % 8);
+            cases.push((block, 20_000));
+        }
+    }
+    for (block, n) in &cases {
+        let (status, out, decoded) = ours(block, *n);
+        for v in [block.len() as u32, *n as u32, status, decoded as u32] {
+            f.write_all(&v.to_le_bytes()).unwrap();
+        }
+        f.write_all(block).unwrap();
+        f.write_all(&out).unwrap();
+    }
+    // B1-like: c-blosc lz4 streams of 1 MiB chunks, for the timing.
+    let raw: Vec<u8> = (0..1u32 << 18)
+        .flat_map(|i| {
+            let v = (i as f32 * 0.001).sin() * 1000.0 + ((i.wrapping_mul(2_654_435_761) >> 28) as f32);
+            v.round().to_le_bytes()
+        })
+        .collect();
+    let chunk = blosc_compress(&raw, "lz4", 5);
+    let parsed = crate::codecs::blosc::header::parse_chunk(&chunk, raw.len() as u64).unwrap();
+    let mut g = std::fs::File::create(std::env::var("LZ4_DUMP").unwrap() + ".b1").unwrap();
+    for s in parsed.streams.iter().filter(|s| !s.raw) {
+        let payload = &chunk[parsed.payload(s)];
+        for v in [payload.len() as u32, s.dst_len as u32] {
+            g.write_all(&v.to_le_bytes()).unwrap();
+        }
+        g.write_all(payload).unwrap();
+    }
+    eprintln!("{} cases, {} B1 streams", cases.len(), parsed.streams.len());
+}
