@@ -331,8 +331,14 @@ impl Plan {
         self.items.iter().for_each(|it| out.extend_from_slice(&it.adler.to_le_bytes()));
         let lz4_tags = at(&out);
         self.items.iter().for_each(|it| out.extend_from_slice(&lz4_tag(it.stream).to_le_bytes()));
+        // The tables of 4-byte words above end on a multiple of 4 only: the tasks and the
+        // address tables below are read as 8-byte words (a misaligned one is a fault that loses
+        // the context), so each starts on 16 bytes.
+        let align = |out: &mut Vec<u8>| out.resize(out.len().next_multiple_of(16), 0);
+        align(&mut out);
         let tasks = at(&out);
         out.extend_from_slice(bytemuck::cast_slice(&self.tasks));
+        align(&mut out);
         let sources = at(&out);
         words(
             &mut out,
@@ -341,8 +347,10 @@ impl Plan {
                 Source::Item(k) => self.scratch_at + self.items[k].at,
             }),
         );
+        align(&mut out);
         let packs = at(&out);
         out.extend_from_slice(bytemuck::cast_slice(&self.packs));
+        align(&mut out);
         let pack_sources = at(&out);
         words(&mut out, &mut self.pack_sources.iter().copied());
         debug_assert!(out.len() as u64 <= self.tables_len(n as u64), "Blosc's tables outgrew their room");
@@ -845,8 +853,14 @@ mod tests {
                 assert!(plan.items.len() <= stream_bound(3, total) && plan.max_item <= data.len());
                 assert!(plan.scratch_len as usize <= total + stream_bound(3, total) * ALIGN as usize);
                 assert!(plan.len <= bound as u64, "{cname} {blocksize}: {} > {bound}", plan.len);
-                let (bytes, _) = plan.tables();
+                let (bytes, t) = plan.tables();
                 assert!(bytes.len() as u64 <= plan.tables_len(plan.items.len() as u64));
+                // The kernels read these as 8-byte words: one misaligned faults on the device
+                // (an odd number of streams once left the tasks 4 bytes off).
+                let words = [t.inputs, t.input_sizes, t.capacities, t.outputs, t.actual, t.tasks];
+                for at in words.into_iter().chain([t.sources, t.packs, t.pack_sources]) {
+                    assert_eq!(at % 8, 0, "{cname} {blocksize} align {align}: {} streams", plan.items.len());
+                }
             }
         }
     }
