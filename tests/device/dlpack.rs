@@ -255,9 +255,10 @@ fn release_child() -> Result {
     unsafe { libc::_exit(0) }
 }
 
-/// A kernel that spins for about `ms` milliseconds on `stream` (one thread, by the GPU's clock).
-fn spin(stream: &std::sync::Arc<cudarc::driver::CudaStream>, ms: u32) -> Result {
-    use cudarc::driver::{LaunchConfig, PushKernelArg};
+/// A kernel that spins for a given time on the GPU's clock. Loaded once, before any launch:
+/// loading a module waits for the context's work, so a second load would wait out the first
+/// spin.
+fn spinner(ctx: &std::sync::Arc<cudarc::driver::CudaContext>) -> Result<cudarc::driver::CudaFunction> {
     const SPIN: &str = r#"
 extern "C" __global__ void spin(unsigned long long ns) {
     unsigned long long start;
@@ -269,10 +270,18 @@ extern "C" __global__ void spin(unsigned long long ns) {
     }
 }"#;
     let ptx = cudarc::nvrtc::compile_ptx(SPIN)?;
-    let module = stream.context().load_module(ptx)?;
-    let function = module.load_function("spin")?;
+    Ok(ctx.load_module(ptx)?.load_function("spin")?)
+}
+
+/// Spin `ms` milliseconds on `stream`.
+fn spin(
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    function: &cudarc::driver::CudaFunction,
+    ms: u32,
+) -> Result {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
     let ns = u64::from(ms) * 1_000_000;
-    let mut launch = stream.launch_builder(&function);
+    let mut launch = stream.launch_builder(function);
     launch.arg(&ns);
     // SAFETY: the kernel takes one u64 and touches no memory.
     unsafe { launch.launch(LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 }) }?;
@@ -291,9 +300,10 @@ fn a_release_waits_for_the_consumers_stream_not_the_device() -> Result {
     let (device, _) = array.retrieve_array_subset_device_opt::<f32>(&subset, &posix())?;
     let ctx = device.stream().context().clone();
     let (other, consumer) = (ctx.new_stream()?, ctx.new_stream()?);
+    let function = spinner(&ctx)?;
     let tensor = device.into_dlpack(DlpackStream::Stream(consumer.cu_stream()))?;
-    spin(&other, 3000)?;
-    spin(&consumer, 2000)?;
+    spin(&other, &function, 3000)?;
+    spin(&consumer, &function, 2000)?;
     let (other_done, consumer_done) = (other.record_event(None)?, consumer.record_event(None)?);
     let start = Instant::now();
     drop(tensor);
@@ -305,7 +315,7 @@ fn a_release_waits_for_the_consumers_stream_not_the_device() -> Result {
     // Undeclared streams: the whole device, as before (the other stream's kernel is waited for).
     let (device, _) = array.retrieve_array_subset_device_opt::<f32>(&subset, &posix())?;
     let tensor = device.into_dlpack(DlpackStream::NoSync)?;
-    spin(&other, 1000)?;
+    spin(&other, &function, 1000)?;
     let other_done = other.record_event(None)?;
     drop(tensor);
     assert!(other_done.is_complete(), "an undeclared consumer's release waits for the device");

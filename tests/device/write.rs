@@ -524,7 +524,10 @@ fn the_device_writer_follows_store_empty_chunks() -> Result {
             let host = empty_sharded(dir.path(), &format!("{name}_host"), a2b)?;
             let report = array.store_array_subset_device_opt(&first, &zeros, &posix())?;
             assert_eq!(report.path, WritePath::Device, "{name}: {report:?}");
-            host.store_array_subset(&first, vec![0.0f32; 16 * 32 * 64])?;
+            // zarrs' own write with the global setting (its plain `store_*` methods take
+            // `CodecOptions::default()`, which does not read it).
+            let options = zarrs::config::global_config().codec_options();
+            host.store_array_subset_opt(&first, vec![0.0f32; 16 * 32 * 64], &options)?;
             let key = array.chunk_key(&[0, 0, 0]);
             let (got, want) = (array.storage().get(&key)?, host.storage().get(&host.chunk_key(&[0, 0, 0]))?);
             assert_eq!(got.is_some(), store_empty, "{name}: {report:?}");
@@ -544,8 +547,8 @@ fn a_nan_fill_value_erases_chunks_of_that_nan_only() -> Result {
     let dir = tempfile::tempdir()?;
     let other_nan = f32::from_bits(f32::NAN.to_bits() | 1);
     let chunk = 16 * 32 * 64;
-    let mut data = vec![f32::NAN; chunk * 2];
-    data[chunk..].fill(other_nan);
+    // Chunk [0, 0, 0] holds the fill value's NaN (x < 64), chunk [0, 0, 1] the other NaN.
+    let data: Vec<f32> = (0..chunk * 2).map(|i| if i % 128 < 64 { f32::NAN } else { other_nan }).collect();
     let on_device = to_device(dir.path(), "nan_src", &[16, 32, 128], data.clone())?;
     let whole = ArraySubset::new_with_ranges(&[0..16, 0..32, 0..128]);
     let chains: Vec<(&str, Arc<dyn ArrayToBytesCodecTraits>)> = vec![
