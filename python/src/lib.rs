@@ -308,7 +308,7 @@ fn start_read_ahead<T: ElementOwned + Send + Sync + 'static>(
 trait AnyPending: Send {
     fn is_done(&self) -> bool;
     /// The read's result, waiting at most `timeout` for it (`Poll::Pending`: not yet; it goes on).
-    fn wait(&mut self, timeout: Duration) -> Poll<Result<(Box<dyn AnyArray>, RetrieveReport), GpuError>>;
+    fn wait(&mut self, timeout: Duration) -> Poll<Result<AnyResult, GpuError>>;
 }
 
 struct TypedPending<T> {
@@ -321,7 +321,7 @@ impl<T: ElementOwned + Send + Sync + 'static> AnyPending for TypedPending<T> {
         self.read.is_done()
     }
 
-    fn wait(&mut self, timeout: Duration) -> Poll<Result<(Box<dyn AnyArray>, RetrieveReport), GpuError>> {
+    fn wait(&mut self, timeout: Duration) -> Poll<Result<AnyResult, GpuError>> {
         let shape = &self.shape;
         self.read.wait_timeout(timeout).map(|read| {
             let (data, report) = read?;

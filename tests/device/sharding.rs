@@ -145,7 +145,7 @@ fn sharded_arrays_match_zarrs() -> Result {
             let cached = small.with_shard_index_cache(Some(cache.clone()));
             // Files written in the last seconds are never cached (a rewrite within one tick of
             // the clock would look the same): these were written long ago.
-            age(dir.path())?;
+            settle();
             let first = check::<f32>(&array, &array.subset_all(), &cached)?;
             assert!(!cache.is_empty(), "chain {c}: the first read fills the cache");
             let second = check::<f32>(&array, &array.subset_all(), &cached)?;
@@ -366,9 +366,8 @@ fn rows_read(report: &RetrieveReport) -> bool {
 /// Wait until every file written so far is older than the cache's racy window: shard indexes
 /// of files changed (mtime or ctime) in the last two seconds are never cached, these tests need
 /// the cache in use, and a file's ctime cannot be set back as its mtime can.
-fn age(_dir: &std::path::Path) -> Result {
+fn settle() {
     std::thread::sleep(std::time::Duration::from_millis(2_100));
-    Ok(())
 }
 
 /// A sharding codec nesting `levels` (inner chunk shape and index location, outermost first)
@@ -413,7 +412,7 @@ fn nested_shards_at_two_and_three_levels_with_and_without_a_cache_match_zarrs() 
                 let dir = tempfile::tempdir()?;
                 let innermost = shapes[shapes.len() - 1];
                 let array = make_sharded(dir.path(), &shape, &chunk, innermost, nested(&levels, &codecs))?;
-                age(dir.path())?;
+                settle();
                 let cache = Arc::new(ShardIndexCache::new());
                 let cached = posix().with_shard_index_cache(Some(cache.clone()));
                 let what = format!("case {case}: {levels:?}, {} codecs", codecs.len());
@@ -460,7 +459,7 @@ fn one_dimensional_nested_shards_with_a_missing_inner_shard_match_zarrs() -> Res
         array.store_metadata()?;
         let values: Vec<f32> = (1..=16).map(|v| if (5..=8).contains(&v) { 0.0 } else { v as f32 }).collect();
         array.store_chunk(&[0], values)?;
-        age(dir.path())?;
+        settle();
         let config = posix().with_shard_index_cache(Some(Arc::new(ShardIndexCache::new())));
         for _ in 0..2 {
             check::<f32>(&array, &array.subset_all(), &config)?;

@@ -501,9 +501,6 @@ fn a_device_write_that_fails_midway_leaves_every_chunk_old_or_new() -> Result {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn the_device_writer_follows_store_empty_chunks() -> Result {
-    let dir = tempfile::tempdir()?;
-    let zeros = to_device(dir.path(), "zeros", &[16, 32, 64], vec![0.0; 16 * 32 * 64])?;
-    let first = ArraySubset::new_with_ranges(&[0..16, 0..32, 0..64]);
     // Put zarrs' global setting back however the test ends (an assert panics out of it).
     struct Restore(bool);
     impl Drop for Restore {
@@ -511,6 +508,9 @@ fn the_device_writer_follows_store_empty_chunks() -> Result {
             zarrs::config::global_config_mut().set_store_empty_chunks(self.0);
         }
     }
+    let dir = tempfile::tempdir()?;
+    let zeros = to_device(dir.path(), "zeros", &[16, 32, 64], vec![0.0; 16 * 32 * 64])?;
+    let first = ArraySubset::new_with_ranges(&[0..16, 0..32, 0..64]);
     let _restore = Restore(zarrs::config::global_config().store_empty_chunks());
     for store_empty in [false, true] {
         zarrs::config::global_config_mut().set_store_empty_chunks(store_empty);

@@ -509,7 +509,7 @@ fn a_killed_writers_temporary_files_are_cleaned_never_a_live_ones() -> Result {
     let sub = dir.path().join("c/0");
     std::fs::create_dir_all(&sub)?;
     let temp = |name: &str| sub.join(format!(".{name}.12345.1a2b.0.zarrs-tmp"));
-    let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let old = std::time::SystemTime::now() - Duration::from_hours(1);
     let (dead, live, fresh) = (temp("1"), temp("2"), temp("3"));
     for path in [&dead, &live, &fresh] {
         std::fs::write(path, b"partial")?;

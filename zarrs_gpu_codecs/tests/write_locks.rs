@@ -43,7 +43,7 @@ fn values(round: u32, w: u32, subset: &ArraySubset) -> Vec<u32> {
 
 /// Two threads write `parts` (one each) of the array's one chunk at once, `ROUNDS` times, each
 /// holding the locks of the chunks it writes: after each round both parts hold their values.
-fn both_land(sharded: bool, parts: [ArraySubset; 2]) -> Result {
+fn both_land(sharded: bool, parts: &[ArraySubset; 2]) -> Result {
     let dir = tempfile::tempdir()?;
     create(dir.path(), sharded)?;
     let check = open(dir.path())?;
@@ -77,10 +77,10 @@ fn both_land(sharded: bool, parts: [ArraySubset; 2]) -> Result {
 #[test]
 fn two_writers_of_different_inner_chunks_of_one_shard_both_land() -> Result {
     // Inner chunks [0, 0] and [3, 3] of the one shard.
-    both_land(true, [ArraySubset::new_with_ranges(&[0..16, 0..16]), ArraySubset::new_with_ranges(&[48..64, 48..64])])
+    both_land(true, &[ArraySubset::new_with_ranges(&[0..16, 0..16]), ArraySubset::new_with_ranges(&[48..64, 48..64])])
 }
 
 #[test]
 fn two_writers_of_two_halves_of_one_chunk_both_land() -> Result {
-    both_land(false, [ArraySubset::new_with_ranges(&[0..32, 0..64]), ArraySubset::new_with_ranges(&[32..64, 0..64])])
+    both_land(false, &[ArraySubset::new_with_ranges(&[0..32, 0..64]), ArraySubset::new_with_ranges(&[32..64, 0..64])])
 }

@@ -227,7 +227,7 @@ pub(super) fn store_batch<S: ReadableWritableStorageTraits + 'static>(
         Some(store) => store.erase_checked(key, expected).map_err(named(key)),
         None => storage.erase(key).map_err(named(key)),
     })?;
-    let (sets, expected): (Vec<(StoreKey, Cow<'_, [u8]>)>, Vec<Expected>) =
+    let (sets, expected): (Vec<KeyedValue<'_>>, Vec<Expected>) =
         sets.into_iter().filter_map(|((key, value), &expected)| value.map(|v| (((*key).clone(), v), expected))).unzip();
     // A GdsStore writes them as one, from the pinned buffer: every file flushed in parallel, each
     // directory once, each replaced only if still the version read. Other stores take owned
@@ -241,6 +241,9 @@ pub(super) fn store_batch<S: ReadableWritableStorageTraits + 'static>(
     let bytes = sets.iter().map(|(_, v)| v.len() as u64).sum();
     Ok((sets.len(), erases.len(), bytes, start.elapsed().as_secs_f64()))
 }
+
+/// A value to store under its key.
+type KeyedValue<'a> = (StoreKey, Cow<'a, [u8]>);
 
 /// The stored value of `unit`'s shard when all of it is fill value and empty chunks are stored:
 /// zarrs' own encoding of it (an index whose every entry is missing).
