@@ -9,7 +9,7 @@
 //! never a read or write outside the lengths given nor more work than the input and output
 //! lengths bound.
 //!
-//! With the `cpu-kernels` feature the same source runs on the CPU ([`decode_on_host`]): the
+//! With the `cpu-kernels` feature the same source runs on the CPU (`decode_on_host`): the
 //! build script compiles it behind `host_shim.cpp`, where a warp is one lane doing every lane's
 //! work in order.
 
@@ -56,7 +56,7 @@ pub fn status_text(code: u32) -> &'static str {
 }
 
 /// The environment variable that picks the device decoder of LZ4 streams (Blosc's lz4 and
-/// lz4hc): `ours` (the default: [`launch_decode`]'s kernel, one launch per batch) or `nvcomp`
+/// lz4hc): `ours` (the default: our kernel, one launch per batch) or `nvcomp`
 /// (nvCOMP's batched LZ4).
 pub const LZ4_DECODER_ENV: &str = "ZARRS_GPU_LZ4_DECODER";
 
