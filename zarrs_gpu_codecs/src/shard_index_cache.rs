@@ -22,9 +22,8 @@ use zarrs_storage::{ReadableStorageTraits, StoreKey};
 /// one tick of the file system's clock would keep every time (the rule git applies to its
 /// index). On a `RemoteStore` the same holds with the object's ETag, size and
 /// modification time from a HEAD on every read (an async zarrs store behind one, which tells
-/// only sizes, is never served from the cache). On other stores a shard rewritten while the
-/// cache is in use keeps its old index here: [`clear`](Self::clear) the cache (or drop it) after
-/// writing to the array.
+/// only sizes, is never served from the cache). Other stores tell no version of a value, so
+/// their indexes are never served from the cache (a rewritten shard's old index could be).
 #[derive(Default)]
 pub struct ShardIndexCache {
     inner: Mutex<CacheInner>,
