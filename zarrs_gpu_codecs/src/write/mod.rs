@@ -254,7 +254,8 @@ fn write_on_host<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
         }
         Ok(())
     };
-    let options = zarrs::config::global_config().codec_options().with_store_empty_chunks(store_empty_chunks());
+    // zarrs' global options carry its store_empty_chunks (its plain store_* take the defaults).
+    let options = zarrs::config::global_config().codec_options();
     let locked = lock_chunks(array, subset)?;
     let stored = array.store_array_subset_opt(subset, elements, &options);
     drop(locked);
