@@ -1016,13 +1016,12 @@ impl PyZarrArray {
             unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
         };
         let array = &self.array;
+        let config = &self.config;
         py.allow_threads(|| {
-            // The chunks it writes locked as the device writer locks them: two writes of this
-            // process sharing a chunk (threads, Dask tasks) never lose either's update.
-            let _locked = zarrs_gpu_codecs::lock_chunks(array, &subset).map_err(py_err)?;
-            array
-                .store_array_subset(&subset, zarrs::array::ArrayBytes::new_flen(std::borrow::Cow::Borrowed(bytes)))
-                .map_err(|e| py_err(GpuError::from(e)))
+            // Locked as the device writer locks (two writes of this process sharing a chunk never
+            // lose either's update), each chunk read checked against another process's write.
+            let bytes = zarrs::array::ArrayBytes::new_flen(std::borrow::Cow::Borrowed(bytes));
+            zarrs_gpu_codecs::store_array_subset_host(array, &subset, bytes, config).map_err(py_err)
         })?;
         drop(host);
         let report = PyDict::new(py);

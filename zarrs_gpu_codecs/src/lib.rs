@@ -99,7 +99,7 @@ pub use report::{DecodePath, RetrieveReport, StageTime, WritePath, WriteReport};
 pub use retrieve::ArrayDeviceExt;
 pub use schedule::DecodeRates;
 pub use shard_index_cache::ShardIndexCache;
-pub use write::{lock_chunks, ArrayDeviceWriteExt};
+pub use write::{lock_chunks, store_array_subset_host, ArrayDeviceWriteExt};
 
 // For the fuzz targets only (`fuzz/`); hidden, not part of the API.
 #[doc(hidden)]

@@ -10,6 +10,7 @@
 
 mod codec;
 mod encode;
+mod host;
 mod plan;
 mod store;
 
@@ -33,6 +34,7 @@ use crate::report::{WritePath, WriteReport};
 use crate::retrieve::{check_subset, contained, ArrayDeviceExt};
 use codec::{write_chain, WriteChain, WriteCodec};
 use encode::{encode_slots, EncodedBatch, Slots};
+pub use host::store_array_subset_host;
 use plan::{plan_units, reversed, WriteUnit, SLOT_ALIGN};
 use store::{gds_of, read_olds, store_batch, Olds};
 
@@ -237,7 +239,7 @@ pub fn lock_chunks<S: ReadableWritableStorageTraits + 'static>(
     Ok(KeyLocks::lock(ids))
 }
 
-/// zarrs' own write, from a host copy of `data`, holding the locks of the chunks it writes.
+/// zarrs' own write, from a host copy of `data` ([`store_array_subset_host`]).
 fn write_on_host<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     array: &Array<S>,
     subset: &ArraySubset,
@@ -246,21 +248,8 @@ fn write_on_host<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
 ) -> Result<WriteReport, GpuError> {
     let elements = data.to_host()?;
     let chunks = array.chunks_in_array_subset(subset).map_err(|e| GpuError::Array(e.into()))?;
-    // Whatever zarrs replaces, the caller's shard index cache forgets (as after a device write).
-    let forget = || -> Result<(), GpuError> {
-        if let Some(cache) = config.shard_index_cache() {
-            let keys: Vec<StoreKey> = chunks_meeting(array, subset)?.into_iter().map(|(_, key, _)| key).collect();
-            cache.forget(&keys.iter().collect());
-        }
-        Ok(())
-    };
-    // zarrs' global options carry its store_empty_chunks (its plain store_* take the defaults).
-    let options = zarrs::config::global_config().codec_options();
-    let locked = lock_chunks(array, subset)?;
-    let stored = array.store_array_subset_opt(subset, elements, &options);
-    drop(locked);
-    forget()?;
-    stored?;
+    let bytes = T::into_array_bytes(array.data_type(), elements).map_err(|e| GpuError::Array(e.into()))?;
+    store_array_subset_host(array, subset, bytes, config)?;
     let mut report = WriteReport::new(WritePath::Host, chunks.map_or(0, |c| c.num_elements() as usize));
     report.reason = Some(reason);
     Ok(report)
