@@ -25,7 +25,7 @@ use zarrs_gpu::{
     read_async, tile_subsets, ArrayDeviceExt, ArrayDeviceWriteExt, DecodeTrust, DeviceArray, GpuConfig, GpuError,
     IndexItem, IoBackend, PendingRead, ReadAhead, RetrieveReport, ShardIndexCache, TileOrder, WritePath, WriteReport,
 };
-use zarrs_gpu_codecs::{Coalescer, DlpackStream};
+use zarrs_gpu_codecs::{Cancel, Coalescer, DlpackStream};
 
 /// DLPack's device type of CUDA memory.
 const KDL_CUDA: i32 = 2;
@@ -72,12 +72,23 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// the second a user waits before pressing it again, and the wake-ups cost nothing beside a read.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
 
+/// How long an interrupted `read_into` gets to stop (at its next stage, [`Cancel`]) before
+/// KeyboardInterrupt is raised without it: a read between stages stops within a batch, one
+/// waiting on storage (a remote server retrying) may not.
+const STOP_WAIT: Duration = Duration::from_millis(500);
+
 /// Run `work` on a thread of its own and wait for it in slices of [`WAIT_SLICE`] without the
 /// interpreter lock, looking for Python's signals between them: Ctrl-C during a long or
-/// retrying read raises KeyboardInterrupt at once, not when the read returns. The interrupted
-/// work goes on to its end on its thread, which then drops its result (device memory goes back
-/// to the pool there; nothing else holds it).
-fn interruptible<R: Send + 'static>(py: Python<'_>, work: impl FnOnce() -> R + Send + 'static) -> PyResult<R> {
+/// retrying read raises KeyboardInterrupt at once, not when the read returns. A read given
+/// `stop` (its configuration's [`Cancel`] and a wait) is told to stop, and waited for that long
+/// (a second Ctrl-C ends the wait): one that stopped writes nothing more (into a caller's `out`,
+/// say). Interrupted work goes on to its next stage, or its end, on its thread, which then drops
+/// its result (device memory goes back to the pool there; nothing else holds it).
+fn interruptible<R: Send + 'static>(
+    py: Python<'_>,
+    stop: Option<(&Cancel, Duration)>,
+    work: impl FnOnce() -> R + Send + 'static,
+) -> PyResult<R> {
     let (done, result) = std::sync::mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("zarrs_gpu-read".into())
@@ -95,7 +106,22 @@ fn interruptible<R: Send + 'static>(py: Python<'_>, work: impl FnOnce() -> R + S
             Ok(Ok(out)) => return Ok(out),
             // As if the work had run here.
             Ok(Err(panic)) => resume_unwind(panic),
-            Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(RecvTimeoutError::Timeout) => {
+                if let Err(interrupt) = py.check_signals() {
+                    if let Some((cancel, wait)) = stop {
+                        cancel.cancel();
+                        let until = Instant::now() + wait;
+                        while Instant::now() < until && py.check_signals().is_ok() {
+                            let (got, back) = py.allow_threads(move || (result.recv_timeout(WAIT_SLICE), result));
+                            result = back;
+                            if !matches!(got, Err(RecvTimeoutError::Timeout)) {
+                                break;
+                            }
+                        }
+                    }
+                    return Err(interrupt);
+                }
+            }
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(PyRuntimeError::new_err("the read's thread ended without a result"))
             }
@@ -342,40 +368,47 @@ fn start_pending<T: ElementOwned + Send + Sync + 'static>(
     Box::new(TypedPending { read: read_async::<T, _>(array, subset, config), shape })
 }
 
-/// Read `subset` into `tensor`'s memory (another library's), as `T`. The read runs without the
-/// interpreter lock; the tensor is released with it held (a Python producer's deleter needs it).
+/// Read `subset` into `tensor`'s memory (another library's), as `T`, on a thread of its own
+/// ([`interruptible`]: Ctrl-C stops the read before it writes more into the tensor). The tensor
+/// is released with the interpreter lock held (a Python producer's deleter needs it).
 fn read_into_typed<T: ElementOwned + Send + Sync + 'static>(
     py: Python<'_>,
-    array: &Array<AnyStore>,
+    array: &Arc<Array<AnyStore>>,
     subset: &ArraySubset,
     config: &GpuConfig,
     tensor: SafeManagedTensorVersioned,
 ) -> PyResult<RetrieveReport> {
     let mut out = DeviceArray::<T>::from_dlpack(tensor, array.data_type().clone()).map_err(py_err)?;
-    let report = py.allow_threads(|| {
-        // The waits below bind the device's context on this thread: the caller's comes back.
-        let _current = zarrs_gpu_codecs::CurrentContextGuard::new();
-        // The producer ordered its work before the legacy default stream (`__dlpack__(stream=1)`):
-        // wait for that before writing.
-        out.stream()
-            .synchronize()
-            .map_err(|source| GpuError::Cuda { what: "waiting for the destination's producer", source })?;
-        array.retrieve_array_subset_into_device_opt(subset, &mut out, config)
-    });
-    drop(out);
+    let cancel = Cancel::new();
+    let (array, subset, config) = (array.clone(), subset.clone(), config.clone().with_cancel(cancel.clone()));
+    let report = interruptible(py, Some((&cancel, STOP_WAIT)), move || {
+        let mut read = || {
+            // The waits below bind the device's context on this thread.
+            let _current = zarrs_gpu_codecs::CurrentContextGuard::new();
+            // The producer ordered its work before the legacy default stream
+            // (`__dlpack__(stream=1)`): wait for that before writing.
+            out.stream()
+                .synchronize()
+                .map_err(|source| GpuError::Cuda { what: "waiting for the destination's producer", source })?;
+            array.retrieve_array_subset_into_device_opt(&subset, &mut out, &config)
+        };
+        let report = read();
+        Python::with_gil(|_| drop(out));
+        report
+    })?;
     report.map_err(py_err)
 }
 
 fn read_into_any(
     py: Python<'_>,
-    array: &Array<AnyStore>,
+    array: &Arc<Array<AnyStore>>,
     subset: &ArraySubset,
     config: &GpuConfig,
     tensor: SafeManagedTensorVersioned,
 ) -> PyResult<RetrieveReport> {
     type ReadInto = fn(
         Python<'_>,
-        &Array<AnyStore>,
+        &Arc<Array<AnyStore>>,
         &ArraySubset,
         &GpuConfig,
         SafeManagedTensorVersioned,
@@ -650,15 +683,20 @@ impl PyZarrArray {
         // The reads run without the interpreter lock (other Python threads go on meanwhile), on
         // their own thread: Ctrl-C interrupts the wait.
         if config.coalesce_window().is_none() {
-            let (data, report) =
-                interruptible(py, move || read_any(&array, &subset, &config, out_shape))?.map_err(py_err)?;
+            let cancel = Cancel::new();
+            let config = config.with_cancel(cancel.clone());
+            let (data, report) = interruptible(py, Some((&cancel, Duration::ZERO)), move || {
+                read_any(&array, &subset, &config, out_shape)
+            })?
+            .map_err(py_err)?;
             return Ok(PyDeviceArray::new(data, (dtype, typestr), report));
         }
         // With the reads of other threads that arrive while a request is in flight, as one.
         let read: ReadMany = zarrs_gpu::by_element_type!(dtype, read_many_typed)
             .ok_or_else(|| PyTypeError::new_err(format!("data type {dtype} has no device element type")))?;
         let coalescer = self.coalescer.clone();
-        let ((data, report), _) = interruptible(py, move || {
+        // Not cancelled when interrupted: the request may carry other threads' reads.
+        let ((data, report), _) = interruptible(py, None, move || {
             let many = |boxes: &[(ArraySubset, Vec<u64>)]| {
                 let (arrays, report) = read(&array, boxes, &config, false)?;
                 Ok::<Vec<_>, GpuError>(report.shared_by(arrays))
@@ -916,10 +954,13 @@ impl PyZarrArray {
         let types = element_type(&self.array)?;
         let read: ReadMany = zarrs_gpu::by_element_type!(types.0, read_many_typed)
             .ok_or_else(|| PyTypeError::new_err(format!("data type {} has no device element type", types.0)))?;
-        let (array, config) = (self.array.clone(), self.config.clone());
+        let cancel = Cancel::new();
+        let (array, config) = (self.array.clone(), self.config.clone().with_cancel(cancel.clone()));
         // The read runs without the interpreter lock (other Python threads go on meanwhile), on
-        // its own thread: Ctrl-C interrupts the wait.
-        let (arrays, report) = interruptible(py, move || read(&array, &boxes, &config, stack))?.map_err(py_err)?;
+        // its own thread: Ctrl-C interrupts the wait, and stops the read.
+        let (arrays, report) =
+            interruptible(py, Some((&cancel, Duration::ZERO)), move || read(&array, &boxes, &config, stack))?
+                .map_err(py_err)?;
         let mut arrays: Vec<PyDeviceArray> =
             arrays.into_iter().map(|data| PyDeviceArray::new(data, types, report.clone())).collect();
         if stack {
@@ -1546,7 +1587,7 @@ fn open(
     // lock, on their own thread: Ctrl-C interrupts the wait.
     let (shown_at, node_at, array_at) = (shown.clone(), node.clone(), array.to_string());
     #[allow(clippy::result_large_err)] // once per opening
-    let opened = interruptible(py, move || {
+    let opened = interruptible(py, None, move || {
         // A directory by its path as given (not every path is text); a URL, or options a
         // directory refuses, by text.
         let store = match &url {

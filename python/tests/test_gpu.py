@@ -1436,6 +1436,23 @@ class InterruptGpuTests(unittest.TestCase):
         self.server.release()
         cp.testing.assert_array_equal(cp.asarray(self.array[...]), cp.asarray(self.values))
 
+    def test_ctrl_c_stops_a_read_into_before_it_writes(self):
+        import time
+
+        out = cp.full((64, 64), -1, dtype="float32")
+        self.interrupt_after(0.3)
+        start = time.monotonic()
+        with self.assertRaises(KeyboardInterrupt):
+            self.array.read_into(out)
+        self.assertLess(time.monotonic() - start, 1.3)
+        # The server answers now: the cancelled read stops before it places anything in `out`.
+        self.server.release()
+        time.sleep(1.0)
+        cp.cuda.Device().synchronize()
+        self.assertTrue(bool((out == -1).all()), "an interrupted read_into wrote its destination afterwards")
+        self.array.read_into(out)
+        cp.testing.assert_array_equal(out, cp.asarray(self.values))
+
     def test_a_pending_read_times_out_and_keeps_its_result(self):
         import time
 

@@ -108,11 +108,12 @@ class Array:
     def regular_chunks(self) -> Optional[tuple[int, ...]]: ...
     def read(self, subset: Union[str, _Index, None] = None) -> DeviceArray:
         """Read `subset` to the device. Ctrl-C interrupts the wait (KeyboardInterrupt); the read
-        goes on to its end on its own thread and its array is dropped there (as for ``a[key]``
-        and ``read_many``)."""
+        stops at its next stage on its own thread and its array is dropped there (as for
+        ``a[key]`` and ``read_many``)."""
     def read_into(self, out: Any, key: Optional[_Index] = None) -> _ReadReport:
-        """Read into `out`, memory the caller owns: not interruptible (the read must end before
-        the caller may use `out` again)."""
+        """Read into `out`, memory the caller owns. Ctrl-C stops the read at its next stage and
+        raises KeyboardInterrupt once it stopped (at most 0.5 s later): it writes nothing more
+        into `out` (unless it was still waiting on storage then)."""
     def read_async(self, key: Union[str, _Index, None] = None) -> PendingRead:
         """Start reading the selection `key` (as for `read`) on a background thread and return at
         once; `.result()` waits for the DeviceArray. A bad key raises here."""

@@ -90,6 +90,54 @@ fn progress_is_reported_batch_by_batch() -> Result {
     Ok(())
 }
 
+/// A read's `Cancel` thrown between batches (here from its progress callback) ends it with
+/// `Cancelled`, the batches placed before kept and nothing written after; one thrown before the
+/// read writes nothing.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+#[allow(clippy::float_cmp)] // exact values: each element is the read's or the old one
+fn a_cancelled_read_stops_writing_its_output() -> Result {
+    use zarrs_gpu::zarrs_gpu_codecs::Cancel;
+    use zarrs_gpu::GpuError;
+    let dir = tempfile::tempdir()?;
+    let (shape, chunks) = ([64u64, 256, 256], [16u64, 64, 64]);
+    let array =
+        make_array(dir.path(), data_type::float32(), FillValue::from(1.5f32), &shape, &chunks, vec![zstd(3, false)])?;
+    let values: Vec<f32> = (0..shape.iter().product::<u64>()).map(|i| (i % 1013) as f32 * 0.5).collect();
+    array.store_array_subset(&array.subset_all(), values.clone())?;
+    // The destination starts as -1 everywhere (an array with no chunks and that fill value).
+    let blank_dir = tempfile::tempdir()?;
+    let blank = make_array(
+        blank_dir.path(),
+        data_type::float32(),
+        FillValue::from(-1f32),
+        &shape,
+        &chunks,
+        vec![zstd(3, false)],
+    )?;
+    let all = array.subset_all();
+    // Thrown before the read: nothing is written.
+    let (mut out, _) = blank.retrieve_array_subset_device_opt::<f32>(&all, &posix())?;
+    let cancel = Cancel::new();
+    cancel.cancel();
+    let err =
+        array.retrieve_array_subset_into_device_opt::<f32>(&all, &mut out, &posix().with_cancel(cancel)).unwrap_err();
+    assert!(matches!(err, GpuError::Cancelled), "{err}");
+    assert!(out.to_host()?.iter().all(|&v| v == -1.0), "a read cancelled before it began wrote its output");
+    // Thrown after the first batch: the read stops, some of the output never written.
+    let cancel = Cancel::new();
+    let thrower = cancel.clone();
+    let config = posix().with_staging_bytes(1 << 20).with_cancel(cancel).with_progress(move |_| thrower.cancel());
+    let err = array.retrieve_array_subset_into_device_opt::<f32>(&all, &mut out, &config).unwrap_err();
+    assert!(matches!(err, GpuError::Cancelled), "{err}");
+    let got = out.to_host()?;
+    let written = got.iter().zip(&values).filter(|(g, v)| g == v).count();
+    let untouched = got.iter().filter(|&&g| g == -1.0).count();
+    assert_eq!(written + untouched, got.len(), "only the read's values or the old ones");
+    assert!(untouched >= got.len() / 2, "the read went on after it was cancelled: {written} of {} written", got.len());
+    Ok(())
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn reads_land_in_memory_the_caller_holds() -> Result {

@@ -36,8 +36,41 @@ pub struct GpuConfig {
     remote_batch_bytes: u64,
     shard_index_cache: Option<CacheHandle>,
     progress: Option<ProgressHandle>,
+    cancel: Option<Cancel>,
     #[cfg(feature = "fault-injection")]
     injected_fault: Option<InjectedFault>,
+}
+
+/// A read's stop switch, shared by its caller and the read ([`GpuConfig::with_cancel`]): once
+/// [`Cancel::cancel`] is called, the read ends at its next stage (before it reads a batch from
+/// storage, before it writes a batch into its output) with [`GpuError::Cancelled`], and writes
+/// nothing into its output after that. Configurations are equal when they share one.
+#[derive(Clone, Debug, Default)]
+pub struct Cancel(Arc<std::sync::atomic::AtomicBool>);
+
+impl Cancel {
+    /// A switch not yet thrown.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Ask the reads that hold this switch to stop.
+    pub fn cancel(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether [`Self::cancel`] was called.
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+impl PartialEq for Cancel {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// How far a device read has got: chunks (or inner chunks) whose batch has finished, of all the
@@ -214,6 +247,7 @@ impl Default for GpuConfig {
             remote_batch_bytes: DEFAULT_REMOTE_BATCH_BYTES,
             shard_index_cache: None,
             progress: None,
+            cancel: None,
             #[cfg(feature = "fault-injection")]
             injected_fault: None,
         }
@@ -407,6 +441,22 @@ impl GpuConfig {
     pub fn with_progress(mut self, progress: impl Fn(Progress) + Send + Sync + 'static) -> Self {
         self.progress = Some(ProgressHandle(Arc::new(progress)));
         self
+    }
+
+    /// Let `cancel` stop the reads made with this configuration ([`Cancel`]).
+    #[must_use]
+    pub fn with_cancel(mut self, cancel: Cancel) -> Self {
+        self.cancel = Some(cancel);
+        self
+    }
+
+    /// [`GpuError::Cancelled`] once the read's [`Cancel`] is thrown: checked between a read's
+    /// stages.
+    pub(crate) fn check_cancelled(&self) -> Result<(), GpuError> {
+        match &self.cancel {
+            Some(cancel) if cancel.is_cancelled() => Err(GpuError::Cancelled),
+            _ => Ok(()),
+        }
     }
 
     /// Tell the progress callback, if any, that `done` of `total` units are done.

@@ -101,6 +101,10 @@ pub enum GpuError {
     /// (hostile or corrupt metadata, or a request beyond any device): refused before any read.
     #[error("{0}")]
     Overflow(String),
+    /// The read's [`Cancel`](crate::Cancel) was thrown: it stopped between two stages and
+    /// writes nothing more into its output.
+    #[error("the read was cancelled")]
+    Cancelled,
 }
 
 impl GpuError {

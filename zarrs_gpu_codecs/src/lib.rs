@@ -80,7 +80,7 @@ pub use codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostChec
 #[cfg(feature = "fault-injection")]
 pub use config::InjectedFault;
 pub use config::{
-    DecodeTrust, GpuConfig, Progress, COALESCE_WINDOW_ENV, DECODE_TRUST_ENV, DEFAULT_REMOTE_BATCH_BYTES,
+    Cancel, DecodeTrust, GpuConfig, Progress, COALESCE_WINDOW_ENV, DECODE_TRUST_ENV, DEFAULT_REMOTE_BATCH_BYTES,
     HOST_DECODE_FRACTION_ENV, HOST_ENCODE_LEVEL_ENV, POOL_KEEP_ENV, REMOTE_BATCH_BYTES_ENV, ROW_READS_ENV,
     STAGING_BYTES_ENV, TRACE_ENV,
 };

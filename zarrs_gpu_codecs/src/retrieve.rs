@@ -324,6 +324,7 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     // Pure arithmetic before any CUDA call: a request whose size overflows is refused as such.
     let request = Request::new(subsets, std::mem::size_of::<T>() as u64, layout)?;
     let out_bytes = request.out_bytes;
+    config.check_cancelled()?;
     if out_bytes == 0 {
         let (out, report) = retrieve_empty(config, output)?;
         return Ok((out, request, report));
@@ -362,7 +363,7 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
             })?
         }
         Err(reason) => {
-            let host = HostRead { chunks: &chunks, whole_chunk, host_reason: Some(reason), output };
+            let host = HostRead { chunks: &chunks, whole_chunk, host_reason: Some(reason), output, config };
             retrieve_host(array, &request, &context, &stream, host)?
         }
     };
@@ -458,6 +459,8 @@ struct HostRead<'a> {
     whole_chunk: Option<&'a [u64]>,
     host_reason: Option<String>,
     output: Output,
+    /// Whose cancel switch is looked at before the output is written.
+    config: &'a GpuConfig,
 }
 
 /// Host decode by zarrs into pinned memory from the pool (each subset at its base), then one
@@ -469,7 +472,7 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     stream: &Arc<CudaStream>,
     read: HostRead<'_>,
 ) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
-    let HostRead { chunks, whole_chunk, host_reason, output } = read;
+    let HostRead { chunks, whole_chunk, host_reason, output, config } = read;
     let out_bytes = request.out_bytes;
     // zarrs decodes whole chunks on the host: a chunk shape that overflows, or one larger than
     // the device could ever take, is refused rather than handed to zarrs' allocations.
@@ -509,6 +512,10 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
             .map_err(|e| GpuError::Array(e.into()))?;
             array.retrieve_array_subset_into(subset, ArrayBytesDecodeIntoTarget::Fixed(&mut view))?;
         }
+    }
+    if let Err(cancelled) = config.check_cancelled() {
+        context.give_pinned(pinned);
+        return Err(cancelled);
     }
     let out = match output {
         Output::New => {

@@ -229,6 +229,9 @@ impl BatchRun {
         batches: &[Vec<usize>],
         b: usize,
     ) -> Result<(), GpuError> {
+        // A cancelled read stops here, before its next storage reads and output writes (the
+        // batches in flight finish, as after any error).
+        job.config.check_cancelled()?;
         let slot = b % self.pending.len();
         if self.settle_slot(job, slot, batches)? {
             self.trace.mark("wait slot");
@@ -257,6 +260,7 @@ impl BatchRun {
         self.report.host_decoded_chunks += batch.decode_host_share(job, memory, &layout)?;
         self.trace.mark("decode");
         batch.queue_results(job, &layout, &mut self.results, memory)?;
+        job.config.check_cancelled()?;
         batch.place(job, &layout, memory, &mut self.report)?;
         let event = job.stream.record_event(None).map_err(GpuError::cuda("recording an event"))?;
         // The bound covers the device's work only: it starts once the batch is enqueued,
