@@ -106,15 +106,8 @@ fn a_cancelled_read_stops_writing_its_output() -> Result {
     let values: Vec<f32> = (0..shape.iter().product::<u64>()).map(|i| (i % 1013) as f32 * 0.5).collect();
     array.store_array_subset(&array.subset_all(), values.clone())?;
     // The destination starts as -1 everywhere (an array with no chunks and that fill value).
-    let blank_dir = tempfile::tempdir()?;
-    let blank = make_array(
-        blank_dir.path(),
-        data_type::float32(),
-        FillValue::from(-1f32),
-        &shape,
-        &chunks,
-        vec![zstd(3, false)],
-    )?;
+    let blank = ArrayBuilder::new(shape.to_vec(), chunks.to_vec(), data_type::float32(), FillValue::from(-1f32))
+        .build(std::sync::Arc::new(zarrs::storage::store::MemoryStore::new()), "/")?;
     let all = array.subset_all();
     // Thrown before the read: nothing is written.
     let (mut out, _) = blank.retrieve_array_subset_device_opt::<f32>(&all, &posix())?;
