@@ -1,5 +1,5 @@
 //! With the `cpu-kernels` feature (on in this crate's own tests, through its dev-dependency on
-//! itself): the device LZ4 decoder's CUDA source compiled for the CPU behind a thin shim, so that
+//! itself): the device LZ4 and zstd decoders' CUDA sources compiled for the CPU behind a thin shim, so that
 //! tests run the kernel's very code. Without a C++ compiler the build fails: those tests never
 //! skip.
 
@@ -7,12 +7,15 @@ fn main() {
     println!("cargo:rerun-if-changed=src/codecs/lz4/decode.cu");
     println!("cargo:rerun-if-changed=src/codecs/lz4/host_shim.cpp");
     println!("cargo:rerun-if-changed=src/codecs/lz4/host_shim_lanes.cpp");
+    println!("cargo:rerun-if-changed=src/codecs/zstd/decode.cu");
+    println!("cargo:rerun-if-changed=src/codecs/zstd/host_shim.cpp");
     if std::env::var_os("CARGO_FEATURE_CPU_KERNELS").is_some() {
         cc::Build::new()
             .cpp(true)
             .std("c++11")
             .file("src/codecs/lz4/host_shim.cpp")
             .file("src/codecs/lz4/host_shim_lanes.cpp")
+            .file("src/codecs/zstd/host_shim.cpp")
             .warnings(true)
             .extra_warnings(true)
             .warnings_into_errors(true)

@@ -71,6 +71,7 @@ pub use codecs::gzip::member as gzip_member;
 pub use codecs::lz4::block as lz4_block;
 pub use codecs::lz4::decode as lz4_decode;
 pub use codecs::zlib::stream as zlib_stream;
+pub use codecs::zstd::decode as zstd_decode;
 pub use codecs::zstd::frame as zstd_frame;
 pub use pipeline::plan;
 

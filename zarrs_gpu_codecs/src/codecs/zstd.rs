@@ -1,6 +1,7 @@
 //! `zstd`: its registration, its device codec (nvCOMP's batched decoder), the host check of its
 //! frames ([`frame`]) and the XXH64 kernel that verifies their content checksums (`xxhash`).
 
+pub mod decode;
 pub mod frame;
 pub(crate) mod xxhash;
 

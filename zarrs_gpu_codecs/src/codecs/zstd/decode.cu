@@ -1,0 +1,850 @@
+// zstd frame decoder (RFC 8878): one warp per frame. The header, block and section headers are
+// parsed by every lane alike; lane 0 reads table descriptions and builds the decoding tables in
+// shared memory; the four Huffman literal streams decode on four lanes side by side into the
+// tail of the frame's output; the sequences are decoded by every lane alike (each with its own
+// bit reader over the shared tables) and their literal and match copies are spread over the
+// lanes. The same text runs on the CPU (host_shim.cpp), where one lane does a warp's work: loops
+// over lanes go through ZS_FOR_LANES, so both run this very code. NVRTC compiles it with no
+// standard headers.
+//
+// Acceptance follows libzstd's one-shot decoder, and the format where that is stricter: a frame
+// decodes only to exactly `capacity` bytes (and its content size, where it says one); every
+// bitstream is used up exactly; every literal length, offset and match stays within the
+// literals and the bytes decoded before it. Every read of the input and write of the output is
+// bounded by the lengths given; every loop is bounded by sizes checked before it (the input's
+// length, 128 KiB blocks, a block's literals and sequences), so damaged input ends as a status.
+// The frame's content checksum, where it has one, is verified by the caller (xxhash.rs).
+
+#ifndef ZS_HOST_SHIM
+#define ZS_LANES 32u
+#define ZS_LANE (threadIdx.x & 31u)
+#define ZS_SYNC() __syncwarp()
+#define ZS_FN __device__ __forceinline__
+#define ZS_SHARED __shared__
+#define ZS_CONST __constant__ const
+// i over [0, n), spread over the lanes of the warp: each lane's first i is its lane index.
+#define ZS_FOR_LANES(i, n) for (unsigned long long i = ZS_LANE; i < (n); i += ZS_LANES)
+#endif
+
+typedef unsigned char zs_u8;
+typedef unsigned short zs_u16;
+typedef unsigned int zs_u32;
+typedef unsigned long long zs_u64;
+
+// Statuses (0: decoded); the Rust side names them (zstd/decode.rs).
+#define ZS_OK 0u
+#define ZS_TRUNCATED 1u
+#define ZS_BAD_FRAME 2u
+#define ZS_BAD_BLOCK 3u
+#define ZS_BAD_LITERALS 4u
+#define ZS_BAD_HUFFMAN 5u
+#define ZS_BAD_LITERAL_STREAM 6u
+#define ZS_BAD_SEQUENCES 7u
+#define ZS_BAD_SEQUENCE_STREAM 8u
+#define ZS_BAD_SEQUENCE 9u
+#define ZS_PAST_CAPACITY 10u
+#define ZS_SIZE_MISMATCH 11u
+
+#define ZS_MAX_BLOCK (128u << 10)
+#define ZS_HUF_MAX_LOG 12u
+
+// A sequence code's decoding table: per state its symbol, the bits of its next state's update
+// and that update's base. Offsets use at most 256 states, lengths 512.
+struct ZsFse {
+    zs_u16 base[512];
+    zs_u8 symbol[512];
+    zs_u8 bits[512];
+    zs_u32 log;
+};
+
+struct ZsShared {
+    // Huffman decoding table of the literals: 1 << huf_log entries.
+    zs_u8 huf_symbol[1u << ZS_HUF_MAX_LOG];
+    zs_u8 huf_bits[1u << ZS_HUF_MAX_LOG];
+    zs_u32 huf_log;
+    zs_u32 huf_valid;  // a tree was read in this frame (treeless literals repeat it)
+    ZsFse ll, of, ml;
+    zs_u32 tables_valid;  // sequence tables exist in this frame (repeat mode)
+    zs_u32 status;        // lane 0's verdict, read by all after a sync
+    zs_u64 value;         // lane 0's result (bytes read), read by all after a sync
+    zs_u32 stream_status[4];
+};
+
+ZS_FN zs_u32 zs_highbit(zs_u32 x) {
+    zs_u32 r = 0;
+    while (x >>= 1) ++r;
+    return r;
+}
+
+// The 8 bytes from `at` as a little-endian word, zeros past `len`.
+ZS_FN zs_u64 zs_word(const zs_u8* p, zs_u64 len, zs_u64 at) {
+    zs_u64 w = 0;
+    for (zs_u32 k = 0; k < 8; ++k) {
+        if (at + k < len) w |= (zs_u64)p[at + k] << (8 * k);
+    }
+    return w;
+}
+
+// n (at most 32) bits at bit `pos`, least significant first, zeros past `len` bytes.
+ZS_FN zs_u32 zs_forward_bits(const zs_u8* p, zs_u64 len, zs_u64 pos, zs_u32 n) {
+    return (zs_u32)((zs_word(p, len, pos >> 3) >> (pos & 7)) & ((1ull << n) - 1));
+}
+
+// A bitstream read backwards from its end mark (the highest set bit of its last byte): `left`
+// bits remain before it. A read of more bits than remain sets `overflow` (the bits below the
+// start read as zeros).
+struct ZsBack {
+    const zs_u8* p;
+    zs_u64 len;
+    zs_u64 left;
+    zs_u32 overflow;
+    // A cached window: the 8 bytes from byte `at`.
+    zs_u64 word;
+    zs_u64 at;
+};
+
+// 0 for an empty stream or one whose last byte is zero (no end mark).
+ZS_FN zs_u32 zs_back_init(ZsBack* b, const zs_u8* p, zs_u64 len) {
+    b->p = p;
+    b->len = len;
+    b->overflow = 0;
+    b->left = 0;
+    b->at = ~0ull;
+    b->word = 0;
+    if (len == 0 || p[len - 1] == 0) return 0;
+    b->left = 8 * (len - 1) + zs_highbit(p[len - 1]);
+    return 1;
+}
+
+// The n (at most 32) bits below position `left`, zeros below the start.
+ZS_FN zs_u32 zs_back_peek(ZsBack* b, zs_u32 n) {
+    if (n == 0) return 0;
+    if (b->left >= n) {
+        const zs_u64 start = b->left - n;
+        const zs_u64 byte = start >> 3;
+        if (b->at == ~0ull || byte < b->at || ((start + n + 7) >> 3) > b->at + 8) {
+            // Reload so that the bits below (read next) are in the window too.
+            b->at = (start + n + 7) >> 3 >= 8 ? ((start + n + 7) >> 3) - 8 : 0;
+            if (b->at > byte) b->at = byte;
+            b->word = zs_word(b->p, b->len, b->at);
+        }
+        return (zs_u32)((b->word >> (start - 8 * b->at)) & ((1ull << n) - 1));
+    }
+    // Fewer than n bits remain: they are the high ones, zeros below.
+    const zs_u32 have = (zs_u32)b->left;
+    const zs_u32 bits = have == 0 ? 0u : zs_forward_bits(b->p, b->len, 0, have);
+    return bits << (n - have);
+}
+
+ZS_FN void zs_back_skip(ZsBack* b, zs_u32 n) {
+    if (n > b->left) {
+        b->overflow = 1;
+        b->left = 0;
+    } else {
+        b->left -= n;
+    }
+}
+
+ZS_FN zs_u32 zs_back_read(ZsBack* b, zs_u32 n) {
+    const zs_u32 v = zs_back_peek(b, n);
+    zs_back_skip(b, n);
+    return v;
+}
+
+// An FSE table description (RFC 8878 4.1.1) of symbols 0..=max_symbol, accuracy log at most
+// max_log, from src[0, len): the counts into norm (-1: "less than one"), the symbols described
+// into *symbols, the log into *log; returns the bytes it takes, or 0 when it is damaged. Bits past
+// the section read as zeros; a description that reaches past it is damaged (libzstd reads wrapped
+// bits there; we refuse).
+ZS_FN zs_u64 zs_read_counts(const zs_u8* src, zs_u64 len, zs_u32 max_symbol, zs_u32 max_log, short* norm,
+                            zs_u32* symbols, zs_u32* log_out) {
+    if (len == 0) return 0;
+    const zs_u64 end = 8 * (len > 8 ? len : 8);
+    const zs_u32 log = zs_forward_bits(src, len, 0, 4) + 5;
+    if (log > max_log) return 0;
+    const zs_u32 limit = max_symbol + 1;
+    zs_u64 pos = 4;
+    zs_u32 n = 0;
+    int zero = 0;
+    int remaining = (1 << log) + 1;
+    int threshold = 1 << log;
+    zs_u32 nb = log + 1;
+    for (zs_u32 s = 0; s < 256; ++s) norm[s] = 0;
+    for (;;) {
+        if (zero) {
+            // Runs of zero counts: 2-bit repeat codes, 3 meaning "3 more, and go on".
+            for (;;) {
+                const zs_u32 r = zs_forward_bits(src, len, pos, 2);
+                pos += 2;
+                n += r;
+                if (r != 3) break;
+                if (pos >= end || n > limit) return 0;
+            }
+            if (n >= limit) break;
+            if (pos >= end) return 0;
+        }
+        const int max = 2 * threshold - 1 - remaining;
+        const int low = (int)zs_forward_bits(src, len, pos, nb - 1);
+        int count;
+        if (low < max) {
+            pos += nb - 1;
+            count = low;
+        } else {
+            const int c = (int)zs_forward_bits(src, len, pos, nb);
+            pos += nb;
+            count = c >= threshold ? c - max : c;
+        }
+        count -= 1;
+        remaining -= count < 0 ? -count : count;
+        if (n >= 256) return 0;
+        norm[n] = (short)count;
+        n += 1;
+        zero = count == 0;
+        if (remaining < threshold) {
+            if (remaining <= 1) break;
+            nb = zs_highbit((zs_u32)remaining) + 1;
+            threshold = 1 << (nb - 1);
+        }
+        if (n >= limit) break;
+        if (pos >= end) return 0;
+    }
+    if (remaining != 1 || n > limit) return 0;
+    const zs_u64 bytes = (pos + 7) >> 3;
+    if (pos > end || bytes > len) return 0;
+    *symbols = n;
+    *log_out = log;
+    return bytes;
+}
+
+// The decoding table of counts norm[0, symbols) at accuracy `log` (RFC 8878 4.1.1), into
+// symbol/bits/base of 1 << log states. next: room for `symbols` counters.
+ZS_FN void zs_build_table(const short* norm, zs_u32 symbols, zs_u32 log, zs_u8* symbol, zs_u8* bits,
+                          zs_u16* base, zs_u32* next) {
+    const zs_u32 size = 1u << log;
+    const zs_u32 mask = size - 1;
+    int high = (int)size - 1;
+    for (zs_u32 s = 0; s < symbols; ++s) {
+        if (norm[s] == -1) {
+            if (high >= 0) symbol[high] = (zs_u8)s;
+            high -= 1;
+            next[s] = 1;
+        } else {
+            next[s] = norm[s] > 0 ? (zs_u32)norm[s] : 0;
+        }
+    }
+    const zs_u32 step = (size >> 1) + (size >> 3) + 3;
+    zs_u32 pos = 0;
+    if (high >= 0) {
+        for (zs_u32 s = 0; s < symbols; ++s) {
+            for (int k = 0; k < norm[s]; ++k) {
+                symbol[pos & mask] = (zs_u8)s;
+                pos = (pos + step) & mask;
+                while ((int)pos > high) pos = (pos + step) & mask;
+            }
+        }
+    }
+    for (zs_u32 u = 0; u < size; ++u) {
+        const zs_u32 s = symbol[u];
+        zs_u32 x = next[s];
+        if (x == 0) x = 1;
+        next[s] = x + 1;
+        const zs_u32 hb = zs_highbit(x);
+        const zs_u32 nb = log > hb ? log - hb : 0;
+        bits[u] = (zs_u8)nb;
+        const zs_u32 shifted = x << nb;
+        base[u] = (zs_u16)(shifted >= size ? shifted - size : 0);
+    }
+}
+
+// The predefined distributions (RFC 8878 3.1.1.3.2.2): literal lengths (36 symbols, log 6),
+// offsets (29 symbols, log 5), match lengths (53 symbols, log 6).
+ZS_CONST signed char zs_ll_default[36] = {4, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 2, 2,
+                                          2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 1, 1, 1, -1, -1, -1, -1};
+ZS_CONST signed char zs_of_default[29] = {1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1, 1, 1,
+                                          1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1};
+ZS_CONST signed char zs_ml_default[53] = {1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          1, 1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1};
+
+ZS_FN short zs_predefined(zs_u32 which, zs_u32 s) {
+    if (which == 0) return zs_ll_default[s];
+    if (which == 1) return zs_of_default[s];
+    return zs_ml_default[s];
+}
+
+// Lane 0: a sequence code's table (which: 0 literal lengths, 1 offsets, 2 match lengths) in
+// `mode` from src[0, len) into t; returns the bytes its description takes, or ~0 when damaged.
+ZS_FN zs_u64 zs_sequence_table(ZsFse* t, zs_u32 which, zs_u32 mode, const zs_u8* src, zs_u64 len,
+                               zs_u32 tables_valid) {
+    const zs_u32 max_symbol = which == 0 ? 35u : which == 1 ? 31u : 52u;
+    const zs_u32 max_log = which == 1 ? 8u : 9u;
+    short norm[256];
+    zs_u32 next[256];
+    if (mode == 0) {
+        const zs_u32 symbols = which == 0 ? 36u : which == 1 ? 29u : 53u;
+        const zs_u32 log = which == 1 ? 5u : 6u;
+        for (zs_u32 s = 0; s < symbols; ++s) norm[s] = zs_predefined(which, s);
+        zs_build_table(norm, symbols, log, t->symbol, t->bits, t->base, next);
+        t->log = log;
+        return 0;
+    }
+    if (mode == 1) {
+        if (len < 1 || src[0] > max_symbol) return ~0ull;
+        t->symbol[0] = src[0];
+        t->bits[0] = 0;
+        t->base[0] = 0;
+        t->log = 0;
+        return 1;
+    }
+    if (mode == 2) {
+        zs_u32 symbols = 0, log = 0;
+        const zs_u64 bytes = zs_read_counts(src, len, max_symbol, max_log, norm, &symbols, &log);
+        if (bytes == 0) return ~0ull;
+        zs_build_table(norm, symbols, log, t->symbol, t->bits, t->base, next);
+        t->log = log;
+        return bytes;
+    }
+    // Repeat: the table of the frame's last block with sequences.
+    return tables_valid ? 0 : ~0ull;
+}
+
+// Lane 0: the Huffman tree description at src[0, len) into the shared table; returns the bytes
+// it takes, or 0 when damaged (libzstd's HUF_readStats rules).
+ZS_FN zs_u64 zs_huffman_tree(ZsShared* sh, const zs_u8* src, zs_u64 len) {
+    if (len == 0) return 0;
+    zs_u8 weights[256];
+    zs_u32 count = 0;
+    zs_u64 taken = 0;
+    const zs_u32 head = src[0];
+    if (head >= 128) {
+        // Direct: 4-bit weights, two to a byte.
+        count = head - 127;
+        const zs_u64 packed = (count + 1) / 2;
+        if (1 + packed > len) return 0;
+        for (zs_u32 i = 0; i < count; ++i) {
+            const zs_u8 b = src[1 + i / 2];
+            weights[i] = (i & 1) ? (b & 15) : (b >> 4);
+        }
+        taken = 1 + packed;
+    } else {
+        // FSE-compressed weights: two interleaved states until an update reads past the start.
+        if (1 + (zs_u64)head > len) return 0;
+        const zs_u8* body = src + 1;
+        const zs_u64 body_len = head;
+        short norm[256];
+        zs_u32 next[256];
+        zs_u32 symbols = 0, log = 0;
+        const zs_u64 counts = zs_read_counts(body, body_len, 255, 6, norm, &symbols, &log);
+        if (counts == 0) return 0;
+        zs_u8 symbol[64], bits[64];
+        zs_u16 base[64];
+        zs_build_table(norm, symbols, log, symbol, bits, base, next);
+        const zs_u32 mask = (1u << log) - 1;
+        ZsBack b;
+        if (!zs_back_init(&b, body + counts, body_len - counts)) return 0;
+        zs_u32 state[2];
+        state[0] = zs_back_read(&b, log);
+        state[1] = zs_back_read(&b, log);
+        if (b.overflow) return 0;
+        for (zs_u32 turn = 0;; turn ^= 1) {
+            if (count >= 254) return 0;
+            const zs_u32 now = state[turn] & mask;
+            weights[count++] = symbol[now];
+            const zs_u32 update = zs_back_read(&b, bits[now]);
+            if (b.overflow) {
+                weights[count++] = symbol[state[turn ^ 1] & mask];
+                break;
+            }
+            state[turn] = base[now] + update;
+        }
+        taken = 1 + body_len;
+    }
+    // The tree: weights up to 12, total a power of two once the implied last weight is added.
+    zs_u32 total = 0, rank[ZS_HUF_MAX_LOG + 2];
+    for (zs_u32 w = 0; w < ZS_HUF_MAX_LOG + 2; ++w) rank[w] = 0;
+    for (zs_u32 i = 0; i < count; ++i) {
+        if (weights[i] > ZS_HUF_MAX_LOG) return 0;
+        rank[weights[i]] += 1;
+        total += (1u << weights[i]) >> 1;
+    }
+    if (total == 0) return 0;
+    const zs_u32 log = zs_highbit(total) + 1;
+    if (log > ZS_HUF_MAX_LOG) return 0;
+    const zs_u32 rest = (1u << log) - total;
+    if (rest & (rest - 1)) return 0;
+    const zs_u32 last = zs_highbit(rest) + 1;
+    if (count >= 256) return 0;
+    weights[count++] = (zs_u8)last;
+    rank[last] += 1;
+    if (rank[1] < 2 || (rank[1] & 1)) return 0;
+    // Codes of weight w take 1 << (w - 1) entries, lowest weights first, symbols in order.
+    zs_u32 start[ZS_HUF_MAX_LOG + 2];
+    zs_u32 next = 0;
+    for (zs_u32 w = 1; w <= log; ++w) {
+        start[w] = next;
+        next += rank[w] << (w - 1);
+    }
+    for (zs_u32 s = 0; s < count; ++s) {
+        const zs_u32 w = weights[s];
+        if (w == 0) continue;
+        const zs_u32 n = 1u << (w - 1);
+        for (zs_u32 k = 0; k < n; ++k) {
+            sh->huf_symbol[start[w] + k] = (zs_u8)s;
+            sh->huf_bits[start[w] + k] = (zs_u8)(log + 1 - w);
+        }
+        start[w] += n;
+    }
+    sh->huf_log = log;
+    return taken;
+}
+
+// One Huffman stream src[0, len) of `count` literals into dst: 0 when it is damaged or not used
+// up exactly.
+ZS_FN zs_u32 zs_huffman_stream(const ZsShared* sh, const zs_u8* src, zs_u64 len, zs_u8* dst, zs_u64 count) {
+    ZsBack b;
+    if (!zs_back_init(&b, src, len)) return 0;
+    const zs_u32 log = sh->huf_log;
+    for (zs_u64 i = 0; i < count; ++i) {
+        const zs_u32 at = zs_back_peek(&b, log);
+        dst[i] = sh->huf_symbol[at];
+        zs_back_skip(&b, sh->huf_bits[at]);
+        if (b.overflow) return 0;
+    }
+    return b.left == 0;
+}
+
+// Copy n bytes from src to dst, dst <= src where they overlap (literals moving down the output).
+ZS_FN void zs_copy_down(zs_u8* dst, const zs_u8* src, zs_u64 n) {
+    if (n == 0) return;
+    if (dst + n <= src || src + n <= dst) {
+        ZS_FOR_LANES(i, n) dst[i] = src[i];
+        ZS_SYNC();
+        return;
+    }
+    // Overlapping: a round of lanes reads before any of it writes; each round's writes lie
+    // below the next round's reads.
+    for (zs_u64 r = 0; r < n; r += ZS_LANES) {
+        const zs_u64 k = r + ZS_LANE;
+        zs_u8 v = 0;
+        if (ZS_LANES == 1) {
+            for (zs_u64 j = r; j < n && j < r + ZS_LANES; ++j) dst[j] = src[j];
+            continue;
+        }
+        if (k < n) v = src[k];
+        ZS_SYNC();
+        if (k < n) dst[k] = v;
+        ZS_SYNC();
+    }
+}
+
+// A match of n bytes at dst from `offset` bytes before it (offset <= bytes before dst).
+ZS_FN void zs_match(zs_u8* dst, zs_u64 offset, zs_u64 n) {
+    const zs_u8* src = dst - offset;
+    if (offset >= n) {
+        ZS_FOR_LANES(i, n) dst[i] = src[i];
+    } else {
+        // Byte i repeats byte i % offset of the `offset` bytes before the match, all written
+        // before it: every lane copies at once.
+        const zs_u64 step = ZS_LANES % offset;
+        zs_u64 r = 0;
+        ZS_FOR_LANES(i, n) {
+            if (i < ZS_LANES) r = i % offset;
+            dst[i] = src[r];
+            r += step;
+            if (r >= offset) r -= offset;
+        }
+    }
+    ZS_SYNC();
+}
+
+// Baselines and extra bits of literal length codes 0..35 and match length codes 32..52 (codes
+// below 32 are lengths 3 to 34 without extra bits).
+ZS_CONST zs_u32 zs_ll_base[36] = {0,  1,  2,  3,  4,  5,  6,  7,  8,   9,   10,  11,   12,   13,   14,   15,   16,    18,
+                                  20, 22, 24, 28, 32, 40, 48, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536};
+ZS_CONST zs_u8 zs_ll_bits[36] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,  0,  0,  0,  0,  0,  1,  1,
+                                 1, 1, 2, 2, 3, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+ZS_CONST zs_u32 zs_ml_base[21] = {35,  37,  39,  41,   43,   47,   51,   59,    67,    83,   99,
+                                  131, 259, 515, 1027, 2051, 4099, 8195, 16387, 32771, 65539};
+ZS_CONST zs_u8 zs_ml_bits[21] = {1, 1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+
+ZS_FN void zs_ll(zs_u32 code, zs_u32* base, zs_u32* bits) {
+    *base = zs_ll_base[code];
+    *bits = zs_ll_bits[code];
+}
+
+ZS_FN void zs_ml(zs_u32 code, zs_u32* base, zs_u32* bits) {
+    if (code < 32) {
+        *base = code + 3;
+        *bits = 0;
+        return;
+    }
+    *base = zs_ml_base[code - 32];
+    *bits = zs_ml_bits[code - 32];
+}
+
+// The literals section of the compressed block blk[0, len) whose output starts at out + op, in
+// a frame whose output may reach `capacity`: its literals into *lits (the input's bytes for raw
+// literals; else decoded into the tail of the output, below capacity), their count into
+// *lit_count, the section's size into *taken. Returns a status.
+ZS_FN zs_u32 zs_literals(ZsShared* sh, const zs_u8* blk, zs_u64 len, zs_u8* out, zs_u64 op, zs_u64 capacity,
+                         zs_u32 block_max, const zs_u8** lits, zs_u64* lit_count, zs_u64* taken) {
+    const zs_u32 b0 = blk[0];
+    const zs_u32 kind = b0 & 3, format = (b0 >> 2) & 3;
+    const zs_u64 room = capacity - op;
+    if (kind < 2) {
+        zs_u64 head, size;
+        if (format == 0 || format == 2) {
+            head = 1;
+            size = b0 >> 3;
+        } else if (format == 1) {
+            head = 2;
+            if (len < 2) return ZS_BAD_LITERALS;
+            size = (b0 | ((zs_u32)blk[1] << 8)) >> 4;
+        } else {
+            head = 3;
+            if (len < 3) return ZS_BAD_LITERALS;
+            size = (b0 | ((zs_u32)blk[1] << 8) | ((zs_u32)blk[2] << 16)) >> 4;
+        }
+        if (size > block_max) return ZS_BAD_LITERALS;
+        if (size > room) return ZS_PAST_CAPACITY;
+        if (kind == 0) {
+            if (head + size > len) return ZS_BAD_LITERALS;
+            *lits = blk + head;
+            *taken = head + size;
+        } else {
+            if (head + 1 > len) return ZS_BAD_LITERALS;
+            zs_u8* tail = out + capacity - size;
+            const zs_u8 v = blk[head];
+            ZS_FOR_LANES(i, size) tail[i] = v;
+            ZS_SYNC();
+            *lits = tail;
+            *taken = head + 1;
+        }
+        *lit_count = size;
+        return ZS_OK;
+    }
+    if (len < 5) return ZS_BAD_LITERALS;
+    const zs_u32 word = b0 | ((zs_u32)blk[1] << 8) | ((zs_u32)blk[2] << 16) | ((zs_u32)blk[3] << 24);
+    zs_u64 head, size, csize;
+    if (format < 2) {
+        head = 3;
+        size = (word >> 4) & 0x3FF;
+        csize = (word >> 14) & 0x3FF;
+    } else if (format == 2) {
+        head = 4;
+        size = (word >> 4) & 0x3FFF;
+        csize = word >> 18;
+    } else {
+        head = 5;
+        size = (word >> 4) & 0x3FFFF;
+        csize = (word >> 22) | ((zs_u32)blk[4] << 10);
+    }
+    if (size > block_max) return ZS_BAD_LITERALS;
+    if (size > room) return ZS_PAST_CAPACITY;
+    const zs_u32 streams = format == 0 ? 1u : 4u;
+    if (streams == 4 && size < 6) return ZS_BAD_LITERALS;
+    if (head + csize > len) return ZS_BAD_LITERALS;
+    const zs_u8* section = blk + head;
+    zs_u64 tree = 0;
+    if (kind == 3) {
+        if (!sh->huf_valid) return ZS_BAD_HUFFMAN;
+    } else {
+        if (ZS_LANE == 0) sh->value = zs_huffman_tree(sh, section, csize);
+        ZS_SYNC();
+        tree = sh->value;
+        ZS_SYNC();
+        if (tree == 0 || tree >= csize) return ZS_BAD_HUFFMAN;
+        sh->huf_valid = 1;
+    }
+    const zs_u8* data = section + tree;
+    const zs_u64 data_len = csize - tree;
+    zs_u8* tail = out + capacity - size;
+    if (streams == 1) {
+        if (ZS_LANE == 0) sh->stream_status[0] = zs_huffman_stream(sh, data, data_len, tail, size);
+        ZS_SYNC();
+        const zs_u32 ok = sh->stream_status[0];
+        ZS_SYNC();
+        if (!ok) return ZS_BAD_LITERAL_STREAM;
+    } else {
+        if (data_len < 10) return ZS_BAD_LITERAL_STREAM;
+        const zs_u64 l1 = data[0] | ((zs_u64)data[1] << 8);
+        const zs_u64 l2 = data[2] | ((zs_u64)data[3] << 8);
+        const zs_u64 l3 = data[4] | ((zs_u64)data[5] << 8);
+        if (l1 + l2 + l3 > data_len - 6) return ZS_BAD_LITERAL_STREAM;
+        const zs_u64 l4 = data_len - 6 - l1 - l2 - l3;
+        const zs_u64 segment = (size + 3) / 4;
+        if (3 * segment > size) return ZS_BAD_LITERAL_STREAM;
+        ZS_FOR_LANES(s, 4) {
+            const zs_u64 at = 6 + (s > 0 ? l1 : 0) + (s > 1 ? l2 : 0) + (s > 2 ? l3 : 0);
+            const zs_u64 n = s == 0 ? l1 : s == 1 ? l2 : s == 2 ? l3 : l4;
+            const zs_u64 count = s < 3 ? segment : size - 3 * segment;
+            sh->stream_status[s] = zs_huffman_stream(sh, data + at, n, tail + s * segment, count);
+        }
+        ZS_SYNC();
+        const zs_u32 ok = sh->stream_status[0] & sh->stream_status[1] & sh->stream_status[2] & sh->stream_status[3];
+        ZS_SYNC();
+        if (!ok) return ZS_BAD_LITERAL_STREAM;
+    }
+    *lits = tail;
+    *lit_count = size;
+    *taken = head + csize;
+    return ZS_OK;
+}
+
+// A compressed block blk[0, len) decoded at out + op (frame output from out + frame_start),
+// at most `capacity` bytes of output in all; *op advances. rep: the repeat offsets.
+ZS_FN zs_u32 zs_compressed_block(ZsShared* sh, const zs_u8* blk, zs_u64 len, zs_u8* out, zs_u64* op_io,
+                                 zs_u64 frame_start, zs_u64 capacity, zs_u32 block_max, zs_u64* rep) {
+    if (len < 2 || len > block_max) return ZS_BAD_BLOCK;
+    const zs_u64 op0 = *op_io;
+    const zs_u8* lits = 0;
+    zs_u64 lit_count = 0, taken = 0;
+    zs_u32 status = zs_literals(sh, blk, len, out, op0, capacity, block_max, &lits, &lit_count, &taken);
+    if (status != ZS_OK) return status;
+    const zs_u8* seq = blk + taken;
+    const zs_u64 seq_len = len - taken;
+    if (seq_len < 1) return ZS_BAD_SEQUENCES;
+    zs_u64 count, head;
+    const zs_u32 c0 = seq[0];
+    if (c0 < 128) {
+        count = c0;
+        head = 1;
+    } else if (c0 < 255) {
+        if (seq_len < 2) return ZS_BAD_SEQUENCES;
+        count = ((c0 - 128) << 8) + seq[1];
+        head = 2;
+    } else {
+        if (seq_len < 3) return ZS_BAD_SEQUENCES;
+        count = seq[1] + ((zs_u64)seq[2] << 8) + 0x7F00;
+        head = 3;
+    }
+    // Every sequence copies a match of 3 bytes or more after the block's literals.
+    const zs_u64 least = lit_count + 3 * count;
+    const zs_u64 limit = capacity - op0 < block_max ? capacity - op0 : block_max;
+    if (least > limit) return least > capacity - op0 ? ZS_PAST_CAPACITY : ZS_BAD_SEQUENCES;
+    zs_u8* dst = out + op0;
+    const int lits_in_out = lits >= out && lits < out + capacity;
+    if (count == 0) {
+        if (head != seq_len) return ZS_BAD_SEQUENCES;
+        if (lits_in_out) zs_copy_down(dst, lits, lit_count);
+        else {
+            ZS_FOR_LANES(i, lit_count) dst[i] = lits[i];
+            ZS_SYNC();
+        }
+        *op_io = op0 + lit_count;
+        return ZS_OK;
+    }
+    if (head >= seq_len) return ZS_BAD_SEQUENCES;
+    const zs_u32 modes = seq[head];
+    if (modes & 3) return ZS_BAD_SEQUENCES;
+    zs_u64 pos = head + 1;
+    // Lane 0 builds the three tables (literal lengths, offsets, match lengths, in that order).
+    ZsFse* tables[3] = {&sh->ll, &sh->of, &sh->ml};
+    for (zs_u32 t = 0; t < 3; ++t) {
+        const zs_u32 mode = (modes >> (6 - 2 * t)) & 3;
+        if (ZS_LANE == 0) sh->value = zs_sequence_table(tables[t], t, mode, seq + pos, seq_len - pos, sh->tables_valid);
+        ZS_SYNC();
+        const zs_u64 used = sh->value;
+        ZS_SYNC();
+        if (used == ~0ull) return ZS_BAD_SEQUENCES;
+        pos += used;
+        if (pos > seq_len) return ZS_BAD_SEQUENCES;
+    }
+    sh->tables_valid = 1;
+    ZsBack b;
+    if (!zs_back_init(&b, seq + pos, seq_len - pos)) return ZS_BAD_SEQUENCE_STREAM;
+    zs_u32 ll_state = zs_back_read(&b, sh->ll.log);
+    zs_u32 of_state = zs_back_read(&b, sh->of.log);
+    zs_u32 ml_state = zs_back_read(&b, sh->ml.log);
+    zs_u64 op = op0, lp = 0, matched = 0;
+    for (zs_u64 k = 0; k < count; ++k) {
+        if (b.overflow) return ZS_BAD_SEQUENCE_STREAM;
+        const zs_u32 of_code = sh->of.symbol[of_state];
+        const zs_u32 ll_code = sh->ll.symbol[ll_state];
+        const zs_u32 ml_code = sh->ml.symbol[ml_state];
+        zs_u64 offset;
+        if (of_code > 1) {
+            offset = (1ull << of_code) + zs_back_read(&b, of_code) - 3;
+            rep[2] = rep[1];
+            rep[1] = rep[0];
+            rep[0] = offset;
+        } else {
+            const zs_u32 ll0 = ll_code == 0;
+            if (of_code == 0) {
+                offset = rep[ll0];
+                rep[1] = rep[ll0 ^ 1];
+                rep[0] = offset;
+            } else {
+                const zs_u32 index = 1 + ll0 + zs_back_read(&b, 1);
+                zs_u64 value = index == 3 ? rep[0] - 1 : rep[index];
+                if (value == 0) return ZS_BAD_SEQUENCE;
+                if (index != 1) rep[2] = rep[1];
+                rep[1] = rep[0];
+                rep[0] = value;
+                offset = value;
+            }
+        }
+        zs_u32 ml_base, ml_bits, ll_base, ll_bits;
+        zs_ml(ml_code, &ml_base, &ml_bits);
+        zs_ll(ll_code, &ll_base, &ll_bits);
+        const zs_u64 ml = ml_base + zs_back_read(&b, ml_bits);
+        const zs_u64 ll = ll_base + zs_back_read(&b, ll_bits);
+        if (k + 1 < count) {
+            ll_state = sh->ll.base[ll_state] + zs_back_read(&b, sh->ll.bits[ll_state]);
+            ml_state = sh->ml.base[ml_state] + zs_back_read(&b, sh->ml.bits[ml_state]);
+            of_state = sh->of.base[of_state] + zs_back_read(&b, sh->of.bits[of_state]);
+        }
+        if (b.overflow) return ZS_BAD_SEQUENCE_STREAM;
+        // Literals within the block's, the match within the capacity left once every literal
+        // is placed (so that it never reaches the literals still to copy), the offset within
+        // the frame's output.
+        if (ll > lit_count - lp) return ZS_BAD_SEQUENCE;
+        matched += ml;
+        if (matched > capacity - op0 - lit_count) return ZS_PAST_CAPACITY;
+        if (lit_count + matched > block_max) return ZS_BAD_SEQUENCE;
+        if (lits_in_out) zs_copy_down(out + op, lits + lp, ll);
+        else {
+            ZS_FOR_LANES(i, ll) out[op + i] = lits[lp + i];
+            ZS_SYNC();
+        }
+        op += ll;
+        lp += ll;
+        if (offset > op - frame_start) return ZS_BAD_SEQUENCE;
+        zs_match(out + op, offset, ml);
+        op += ml;
+    }
+    if (b.overflow || b.left != 0) return ZS_BAD_SEQUENCE_STREAM;
+    const zs_u64 rest = lit_count - lp;
+    if (lits_in_out) zs_copy_down(out + op, lits + lp, rest);
+    else {
+        ZS_FOR_LANES(i, rest) out[op + i] = lits[lp + i];
+        ZS_SYNC();
+    }
+    *op_io = op + rest;
+    return ZS_OK;
+}
+
+// The frame in[0, n) decoded into out[0, capacity); *written: the bytes decoded before it ended.
+ZS_FN zs_u32 zs_frame(ZsShared* sh, const zs_u8* in, zs_u64 n, zs_u8* out, zs_u64 capacity, zs_u64* written) {
+    *written = 0;
+    if (n == 0) return capacity == 0 ? ZS_OK : ZS_SIZE_MISMATCH;
+    if (n < 5) return ZS_TRUNCATED;
+    const zs_u32 magic = in[0] | ((zs_u32)in[1] << 8) | ((zs_u32)in[2] << 16) | ((zs_u32)in[3] << 24);
+    if (magic != 0xFD2FB528u) return ZS_BAD_FRAME;
+    const zs_u32 fhd = in[4];
+    if (fhd & 0x08) return ZS_BAD_FRAME;  // reserved bit
+    const zs_u32 fcs_flag = fhd >> 6, single = (fhd >> 5) & 1, checksum = (fhd >> 2) & 1, dict_flag = fhd & 3;
+    const zs_u64 dict_bytes = dict_flag == 0 ? 0 : dict_flag == 1 ? 1 : dict_flag == 2 ? 2 : 4;
+    const zs_u64 fcs_bytes = fcs_flag == 0 ? (single ? 1 : 0) : fcs_flag == 1 ? 2 : fcs_flag == 2 ? 4 : 8;
+    zs_u64 ip = 5;
+    const zs_u64 header = ip + (single ? 0 : 1) + dict_bytes + fcs_bytes;
+    if (header > n) return ZS_TRUNCATED;
+    zs_u64 window = 0;
+    if (!single) {
+        const zs_u32 wd = in[ip++];
+        const zs_u32 log = 10 + (wd >> 3);
+        if (log > 31) return ZS_BAD_FRAME;
+        const zs_u64 base = 1ull << log;
+        window = base + (base >> 3) * (wd & 7);
+    }
+    zs_u64 dict = 0;
+    for (zs_u64 k = 0; k < dict_bytes; ++k) dict |= (zs_u64)in[ip + k] << (8 * k);
+    ip += dict_bytes;
+    if (dict != 0) return ZS_BAD_FRAME;  // a dictionary we do not have
+    zs_u64 content = 0;
+    for (zs_u64 k = 0; k < fcs_bytes; ++k) content |= (zs_u64)in[ip + k] << (8 * k);
+    if (fcs_flag == 1) content += 256;
+    ip += fcs_bytes;
+    const int has_content = fcs_bytes > 0;
+    if (single) window = content;
+    const zs_u32 block_max = window < ZS_MAX_BLOCK ? (zs_u32)window : ZS_MAX_BLOCK;
+    if (has_content && content != capacity) return ZS_SIZE_MISMATCH;
+    sh->huf_valid = 0;
+    sh->tables_valid = 0;
+    zs_u64 rep[3] = {1, 4, 8};
+    zs_u64 op = 0;
+    for (;;) {
+        if (n - ip < 3) return ZS_TRUNCATED;
+        const zs_u32 bh = in[ip] | ((zs_u32)in[ip + 1] << 8) | ((zs_u32)in[ip + 2] << 16);
+        ip += 3;
+        const zs_u32 last = bh & 1, type = (bh >> 1) & 3;
+        const zs_u64 size = bh >> 3;
+        zs_u32 status = ZS_OK;
+        if (type == 3) return ZS_BAD_BLOCK;
+        if (type == 1) {
+            // RLE: one byte, `size` times.
+            if (n - ip < 1) return ZS_TRUNCATED;
+            if (size > block_max) return ZS_BAD_BLOCK;
+            if (size > capacity - op) return ZS_PAST_CAPACITY;
+            const zs_u8 v = in[ip];
+            ZS_FOR_LANES(i, size) out[op + i] = v;
+            ZS_SYNC();
+            op += size;
+            ip += 1;
+        } else {
+            if (size > n - ip) return ZS_TRUNCATED;
+            if (type == 0) {
+                if (size > block_max) return ZS_BAD_BLOCK;
+                if (size > capacity - op) return ZS_PAST_CAPACITY;
+                ZS_FOR_LANES(i, size) out[op + i] = in[ip + i];
+                ZS_SYNC();
+                op += size;
+            } else {
+                status = zs_compressed_block(sh, in + ip, size, out, &op, 0, capacity, block_max, rep);
+            }
+            ip += size;
+        }
+        *written = op;
+        if (status != ZS_OK) return status;
+        if (last) break;
+    }
+    if (checksum) {
+        if (n - ip < 4) return ZS_TRUNCATED;
+        ip += 4;
+    }
+    if (ip != n) return ZS_BAD_FRAME;  // bytes after the frame (another frame, or damage)
+    if (op != capacity) return ZS_SIZE_MISMATCH;
+    return ZS_OK;
+}
+
+// Frame k of n: thread block k (one warp). Its status and decoded length go to statuses[k] and
+// decoded[k].
+extern "C" __global__ void zstd_decode_frames(const unsigned char* const* inputs, const unsigned long long* input_sizes,
+                                              const unsigned long long* capacities, unsigned char* const* outputs,
+                                              unsigned long long* decoded, unsigned int* statuses,
+                                              unsigned long long n) {
+    ZS_SHARED ZsShared shared;
+    const unsigned long long k = blockIdx.x;
+    if (k >= n) return;
+    zs_u64 written = 0;
+    const zs_u32 status = zs_frame(&shared, inputs[k], input_sizes[k], outputs[k], capacities[k], &written);
+    if (ZS_LANE == 0) {
+        statuses[k] = status;
+        decoded[k] = written;
+    }
+}
+
+// The names stay out of the sources compiled after this one.
+#undef ZS_FOR_LANES
+#undef ZS_OK
+#undef ZS_TRUNCATED
+#undef ZS_BAD_FRAME
+#undef ZS_BAD_BLOCK
+#undef ZS_BAD_LITERALS
+#undef ZS_BAD_HUFFMAN
+#undef ZS_BAD_LITERAL_STREAM
+#undef ZS_BAD_SEQUENCES
+#undef ZS_BAD_SEQUENCE_STREAM
+#undef ZS_BAD_SEQUENCE
+#undef ZS_PAST_CAPACITY
+#undef ZS_SIZE_MISMATCH
+#undef ZS_MAX_BLOCK
+#undef ZS_HUF_MAX_LOG
+#ifndef ZS_HOST_SHIM
+#undef ZS_LANES
+#undef ZS_LANE
+#undef ZS_SYNC
+#undef ZS_FN
+#undef ZS_SHARED
+#undef ZS_CONST
+#endif

@@ -1,0 +1,298 @@
+//! The device zstd kernel's code run on the CPU, against libzstd (the `zstd` crate): frames of
+//! every level, window, block kind and literals mode decode to libzstd's bytes, and damaged
+//! frames that libzstd rejects are errors here too.
+
+use std::io::Write;
+
+use proptest::prelude::*;
+
+use super::*;
+
+/// Guard bytes after each output: the kernel must leave them alone.
+const GUARD: usize = 64;
+const GUARD_BYTE: u8 = 0xA5;
+
+/// Our decode of `frame` into an output of `expected` bytes (guarded): the status (a frame with a
+/// content checksum that does not match its bytes counts as an error, as the pipeline's check
+/// makes it), the bytes and the decoded length.
+fn ours(frame: &[u8], expected: usize) -> (u32, Vec<u8>, u64) {
+    let mut out = vec![GUARD_BYTE; expected + GUARD];
+    let (head, tail) = out.split_at_mut(expected);
+    let [(mut status, decoded)] = decode_on_host(&mut [(frame, head)])[..] else { unreachable!() };
+    assert!(tail.iter().all(|&b| b == GUARD_BYTE), "the kernel wrote past the output");
+    assert!(decoded <= expected as u64);
+    out.truncate(expected);
+    if status == OK && frame.len() > 4 && frame[4] & 4 != 0 {
+        let stored = u32::from_le_bytes(frame[frame.len() - 4..].try_into().unwrap());
+        if twox_hash::XxHash64::oneshot(0, &out) as u32 != stored {
+            status = u32::MAX;
+        }
+    }
+    (status, out, decoded)
+}
+
+/// libzstd's one-shot decode into a buffer of `n`: the bytes, where it decodes exactly `n`.
+fn libzstd(frame: &[u8], n: usize) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; n];
+    match zstd::bulk::Decompressor::new().ok()?.decompress_to_buffer(frame, &mut out) {
+        Ok(len) if len == n => Some(out),
+        _ => None,
+    }
+}
+
+/// Our verdict agrees with libzstd's: the same bytes where it decodes (unless ours refuses for a
+/// rule of the format that libzstd leaves out: then `Err`), an error wherever it errs.
+fn agrees(frame: &[u8], n: usize) -> Result<bool, String> {
+    let (status, out, _) = ours(frame, n);
+    match (libzstd(frame, n), status) {
+        (Some(want), OK) => {
+            if out != want {
+                let at = out.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
+                return Err(format!("ours decoded other bytes than libzstd (first at {at} of {n})"));
+            }
+            Ok(true)
+        }
+        (None, OK) => Err("ours decoded a frame libzstd rejects".into()),
+        (Some(_), _) => Ok(false),
+        (None, _) => Ok(true),
+    }
+}
+
+/// Data of several kinds: incompressible, runs, text-like, small integers as float32 (what Zarr
+/// chunks hold), a repeating pattern with long matches.
+fn data(kind: usize, n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    match kind % 6 {
+        0 => (0..n).map(|_| next() as u8).collect(),
+        1 => {
+            let mut v = Vec::with_capacity(n);
+            while v.len() < n {
+                let (b, run) = (next() as u8 % 4, 1 + next() as usize % 300);
+                v.extend(std::iter::repeat_n(b, run.min(n - v.len())));
+            }
+            v
+        }
+        2 => {
+            let words = ["zarr ", "chunk ", "shard ", "the ", "of ", "gpu ", "decode ", "frame\n", "a ", "zstd "];
+            let mut v = Vec::with_capacity(n + 8);
+            while v.len() < n {
+                v.extend_from_slice(words[next() as usize % words.len()].as_bytes());
+            }
+            v.truncate(n);
+            v
+        }
+        3 => {
+            let mut v = Vec::with_capacity(n + 4);
+            let mut t = 0f32;
+            while v.len() < n {
+                t += (next() % 7) as f32 - 3.0;
+                v.extend_from_slice(&t.to_le_bytes());
+            }
+            v.truncate(n);
+            v
+        }
+        4 => {
+            let pattern: Vec<u8> = (0..1 + next() as usize % 5000).map(|_| next() as u8).collect();
+            (0..n).map(|i| pattern[i % pattern.len()] ^ u8::from(next() % 997 == 0)).collect()
+        }
+        _ => (0..n).map(|i| ((i / 3) as u8).wrapping_mul(7) ^ (next() % 3) as u8).collect(),
+    }
+}
+
+fn compress(raw: &[u8], level: i32, checksum: bool, window_log: Option<u32>, content_size: bool) -> Vec<u8> {
+    let mut c = zstd::bulk::Compressor::new(level).unwrap();
+    c.include_checksum(checksum).unwrap();
+    c.include_contentsize(content_size).unwrap();
+    if let Some(log) = window_log {
+        c.set_parameter(zstd::zstd_safe::CParameter::WindowLog(log)).unwrap();
+    }
+    c.compress(raw).unwrap()
+}
+
+/// A frame written by the streaming encoder in small writes (no content size; blocks cut where
+/// the writes end).
+fn streamed(raw: &[u8], level: i32, checksum: bool, piece: usize) -> Vec<u8> {
+    let mut e = zstd::stream::Encoder::new(Vec::new(), level).unwrap();
+    e.include_checksum(checksum).unwrap();
+    for part in raw.chunks(piece.max(1)) {
+        e.write_all(part).unwrap();
+        e.flush().unwrap();
+    }
+    e.finish().unwrap()
+}
+
+#[test]
+fn frames_of_every_kind_and_level_decode_to_libzstds_bytes() {
+    let sizes = [0usize, 1, 7, 100, 1023, 4096, 70_000, 131_072, 131_073, 300_001];
+    let levels = [-7, -1, 1, 3, 6, 12, 19, 22];
+    let mut frames = 0;
+    for (i, &n) in sizes.iter().enumerate() {
+        for kind in 0..6 {
+            let raw = data(kind, n, (i * 7 + kind) as u64);
+            for (j, &level) in levels.iter().enumerate() {
+                if n > 140_000 && j % 3 != 0 {
+                    continue; // the slow levels on the largest inputs, a few only
+                }
+                let checksum = (i + j) % 2 == 0;
+                let frame = compress(&raw, level, checksum, None, (i + kind) % 3 != 0);
+                let (status, out, decoded) = ours(&frame, n);
+                assert_eq!(status, OK, "size {n} kind {kind} level {level}: {}", status_text(status));
+                assert_eq!(decoded, n as u64);
+                assert!(out == raw, "size {n} kind {kind} level {level}: other bytes");
+                frames += 1;
+            }
+        }
+    }
+    assert!(frames > 300, "{frames}");
+}
+
+#[test]
+fn small_windows_streamed_frames_and_long_offsets() {
+    for (k, n) in [5_000usize, 200_000, 600_000].into_iter().enumerate() {
+        for kind in [2usize, 3, 4, 5] {
+            let raw = data(kind, n, 31 + k as u64);
+            for log in [10u32, 12, 17, 20] {
+                let frame = compress(&raw, 5, k % 2 == 0, Some(log), true);
+                let (status, out, _) = ours(&frame, n);
+                assert_eq!(status, OK, "window 2^{log}, size {n}, kind {kind}: {}", status_text(status));
+                assert!(out == raw);
+            }
+            for piece in [1000usize, 65_536] {
+                let frame = streamed(&raw, 3, true, piece);
+                let (status, out, _) = ours(&frame, n);
+                assert_eq!(status, OK, "streamed in {piece}, size {n}, kind {kind}: {}", status_text(status));
+                assert!(out == raw);
+            }
+        }
+    }
+    // A match far back: a block of noise repeated 1.5 MiB later, with a window that reaches it.
+    let noise = data(0, 40_000, 9);
+    let mut raw = noise.clone();
+    raw.extend(data(3, 1_500_000, 10));
+    raw.extend(&noise);
+    let frame = compress(&raw, 19, false, Some(22), true);
+    let (status, out, _) = ours(&frame, raw.len());
+    assert_eq!(status, OK, "{}", status_text(status));
+    assert!(out == raw);
+}
+
+#[test]
+fn a_frame_must_decode_to_exactly_the_expected_length() {
+    let raw = data(2, 50_000, 3);
+    for content_size in [true, false] {
+        let frame = compress(&raw, 3, false, None, content_size);
+        for n in [0usize, 49_999, 50_001] {
+            let (status, _, _) = ours(&frame, n);
+            assert!(matches!(status, PAST_CAPACITY | SIZE_MISMATCH), "expected {n}: {}", status_text(status));
+        }
+    }
+    // Bytes after the frame, a second frame, nothing at all, a skippable frame.
+    let frame = compress(&raw, 3, false, None, true);
+    let mut two = frame.clone();
+    two.extend(&frame);
+    assert_ne!(ours(&two, 100_000).0, OK);
+    assert_eq!(ours(&two, 50_000).0, BAD_FRAME);
+    let mut tail = frame.clone();
+    tail.push(0);
+    assert_ne!(ours(&tail, 50_000).0, OK);
+    assert_eq!(ours(&[], 0).0, OK);
+    assert_ne!(ours(&[], 1).0, OK);
+    assert_ne!(ours(&[0x50, 0x2A, 0x4D, 0x18, 0, 0, 0, 0], 0).0, OK);
+}
+
+#[test]
+fn damaged_frames_libzstd_rejects_are_errors() {
+    let mut checked = 0usize;
+    let mut refused_valid = 0usize;
+    for (k, kind) in [0usize, 2, 3, 4, 5, 1].into_iter().enumerate() {
+        let n = [3000usize, 20_000, 140_000][k % 3];
+        let raw = data(kind, n, 77 + k as u64);
+        for (level, checksum) in [(1, false), (3, true), (19, false)] {
+            let frame = compress(&raw, level, checksum, None, k % 2 == 0);
+            let mut rng = frame.len() as u64 * 2_654_435_761 + k as u64;
+            let mut next = || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            for trial in 0..120 {
+                let mut bad = frame.clone();
+                match trial % 4 {
+                    0 => {
+                        let at = next() as usize % bad.len();
+                        bad[at] ^= 1 << (next() % 8);
+                    }
+                    1 => {
+                        let at = next() as usize % bad.len();
+                        bad[at] = next() as u8;
+                    }
+                    2 => bad.truncate(next() as usize % bad.len()),
+                    _ => {
+                        // Damage near the start, where the headers and tables are.
+                        let at = next() as usize % bad.len().min(40);
+                        bad[at] ^= 1 << (next() % 8);
+                    }
+                }
+                match agrees(&bad, n) {
+                    Ok(true) => checked += 1,
+                    Ok(false) => refused_valid += 1,
+                    Err(what) => panic!("kind {kind} level {level} trial {trial}: {what}"),
+                }
+            }
+        }
+    }
+    assert!(checked > 1500, "{checked} checked, {refused_valid} refused where libzstd decodes");
+}
+
+/// Crafted frames: each block kind, RLE and raw literals, treeless literals and repeat tables
+/// are exercised by the encoder above; here the headers the encoder never writes.
+#[test]
+fn crafted_headers_are_refused_as_libzstd_refuses_them() {
+    // Magic, header with a raw last block of 4 bytes: "abcd".
+    let good = [0x28, 0xB5, 0x2F, 0xFD, 0x20, 4, 0x21, 0, 0, b'a', b'b', b'c', b'd'];
+    assert_eq!(ours(&good, 4), (OK, b"abcd".to_vec(), 4));
+    assert!(libzstd(&good, 4).is_some());
+    let cases: [(usize, u8); 4] = [
+        (4, 0x28),  // reserved header bit
+        (4, 0x21),  // a dictionary ID byte (taken as content size: then the sizes differ)
+        (6, 0x27),  // block type 3 (reserved)
+        (0, 0x29),  // magic
+    ];
+    for (at, value) in cases {
+        let mut bad = good;
+        bad[at] = value;
+        assert!(agrees(&bad, 4).is_ok(), "byte {at} = {value:#x}");
+        assert_ne!(ours(&bad, 4).0, OK, "byte {at} = {value:#x}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
+
+    #[test]
+    fn any_frame_agrees_with_libzstd(kind in 0usize..6, n in 0usize..200_000, seed in any::<u64>(), level in -5i32..20, checksum in any::<bool>()) {
+        let raw = data(kind, n, seed);
+        let frame = compress(&raw, level, checksum, None, seed % 2 == 0);
+        let (status, out, _) = ours(&frame, n);
+        prop_assert_eq!(status, OK, "{}", status_text(status));
+        prop_assert!(out == raw);
+    }
+
+    #[test]
+    fn any_damage_agrees_with_libzstd(kind in 0usize..6, n in 1usize..40_000, seed in any::<u64>(), at in any::<usize>(), byte in any::<u8>(), cut in any::<bool>()) {
+        let raw = data(kind, n, seed);
+        let mut frame = compress(&raw, 3, seed % 3 == 0, None, true);
+        let at = at % frame.len();
+        if cut { frame.truncate(at) } else { frame[at] = byte }
+        if let Err(what) = agrees(&frame, n) {
+            return Err(TestCaseError::fail(what));
+        }
+    }
+}

@@ -1,0 +1,36 @@
+// The zstd kernel (decode.cu) compiled for the CPU, for the tests: CUDA's names defined so that
+// a warp runs on one thread doing every lane's work in order (lane-strided loops become plain
+// loops, __syncwarp nothing), and a host entry that runs the kernel's grid block by block.
+#define ZS_HOST_SHIM
+#define ZS_LANES 1u
+#define ZS_LANE 0u
+#define ZS_SYNC() ((void)0)
+#define ZS_FN static inline
+#define ZS_SHARED static thread_local
+#define ZS_CONST static const
+#define ZS_FOR_LANES(i, n) for (unsigned long long i = 0; i < (n); ++i)
+#define __global__
+#define __device__
+#define __forceinline__
+
+namespace {
+struct Dim3 {
+    unsigned int x, y, z;
+};
+// Per thread: test threads run grids side by side.
+thread_local Dim3 blockIdx, blockDim, threadIdx;
+}  // namespace
+
+#include "decode.cu"
+
+// Runs the kernel over n frames as a grid of one warp per thread block would.
+extern "C" void zstd_decode_frames_on_host(const unsigned char* const* inputs, const unsigned long long* input_sizes,
+                                           const unsigned long long* capacities, unsigned char* const* outputs,
+                                           unsigned long long* decoded, unsigned int* statuses, unsigned long long n) {
+    blockDim.x = 32;
+    threadIdx.x = 0;
+    for (unsigned long long k = 0; k < n; ++k) {
+        blockIdx.x = (unsigned int)k;
+        zstd_decode_frames(inputs, input_sizes, capacities, outputs, decoded, statuses, n);
+    }
+}
