@@ -325,6 +325,7 @@ pub(crate) const KERNEL_SOURCES: &[&str] = &[
     zlib::payload::SOURCE,
     delta::kernels::SOURCE,
     lz4::decode::SOURCE,
+    zstd::decode::SOURCE,
 ];
 
 /// The registered plugin for `name`, if any; an error when several crates registered one

@@ -1,5 +1,6 @@
-//! `zstd`: its registration, its device codec (nvCOMP's batched decoder), the host check of its
-//! frames ([`frame`]) and the XXH64 kernel that verifies their content checksums (`xxhash`).
+//! `zstd`: its registration, its device codec (nvCOMP's batched decoder, or ours: [`decode`],
+//! picked by `ZARRS_GPU_ZSTD_DECODER`), the host check of its frames ([`frame`]) and the XXH64
+//! kernel that verifies their content checksums (`xxhash`).
 
 pub mod decode;
 pub mod frame;
@@ -12,21 +13,25 @@ use nvcomp_sys::{sys as nv, Decompressor};
 use zarrs::array::codec::ZstdCodec;
 use zarrs::array::{CodecTraitsV2, CodecTraitsV3};
 
-use crate::codecs::nvcomp::{need, nvcomp_decoder};
+use crate::codecs::nvcomp::need;
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
+use crate::config::DecodeTrust;
 use crate::error::GpuError;
 use crate::schedule::DecodeRates;
+use decode::{launch_decode, ZstdArrays, ZstdDecoder};
 use frame::{check_frame, FrameVerdict};
 
 inventory::submit! {
-    DeviceCodecPlugin::new("zstd", |_| Ok(Arc::new(Zstd)))
+    DeviceCodecPlugin::new("zstd", |_| Ok(Arc::new(Zstd { decoder: ZstdDecoder::from_env()? })))
         .with_host(<ZstdCodec as CodecTraitsV3>::create, <ZstdCodec as CodecTraitsV2>::create)
 }
 
 /// `zstd`: one frame per chunk, walked block by block on the host first; a frame's content
 /// checksum, where its header sets the flag, verified by our XXH64 kernel.
 #[derive(Debug)]
-pub(crate) struct Zstd;
+pub(crate) struct Zstd {
+    decoder: ZstdDecoder,
+}
 
 const ZSTD: Decompressor = Decompressor::Zstd;
 
@@ -47,7 +52,62 @@ impl DeviceCodec for Zstd {
         }
     }
 
-    nvcomp_decoder!(ZSTD);
+    fn needs_nvcomp(&self) -> bool {
+        self.decoder == ZstdDecoder::Nvcomp
+    }
+
+    fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
+        // Ours ends any input as a status: no frame needs to be trusted.
+        self.decoder == ZstdDecoder::Ours || verified || trust != DecodeTrust::Verified
+    }
+
+    fn temp_bytes(
+        &self,
+        nvcomp: Option<&nvcomp_sys::NvcompLibrary>,
+        count: usize,
+        max: usize,
+        total: usize,
+    ) -> Result<usize, GpuError> {
+        match self.decoder {
+            ZstdDecoder::Ours => Ok(0),
+            ZstdDecoder::Nvcomp => Ok(need(nvcomp)?.decompress_temp_size(ZSTD, count, max, total)?),
+        }
+    }
+
+    fn input_alignment(&self, nvcomp: Option<&nvcomp_sys::NvcompLibrary>) -> Result<usize, GpuError> {
+        match self.decoder {
+            ZstdDecoder::Ours => Ok(1),
+            ZstdDecoder::Nvcomp => Ok(need(nvcomp)?.decompress_alignments(ZSTD)?.input),
+        }
+    }
+
+    unsafe fn decode(&self, batch: &DeviceBatch<'_>) -> Result<(), GpuError> {
+        match self.decoder {
+            // SAFETY: the caller's contract.
+            ZstdDecoder::Nvcomp => unsafe { crate::codecs::nvcomp::decompress(ZSTD, batch) },
+            ZstdDecoder::Ours => {
+                let kernels =
+                    batch.kernels.ok_or_else(|| GpuError::NoNvrtc("our zstd decoder is a kernel of ours".into()))?;
+                let arrays = ZstdArrays {
+                    inputs: batch.inputs,
+                    input_sizes: batch.input_sizes,
+                    capacities: batch.capacities,
+                    outputs: batch.outputs,
+                    decoded: batch.decoded_sizes,
+                    statuses: batch.statuses,
+                };
+                // SAFETY: the batch's arrays, as the kernel takes them (the caller's contract).
+                unsafe { launch_decode(kernels, batch.stream, &arrays, batch.count) }
+            }
+        }
+    }
+
+    fn status_string(&self, status: u32, nvcomp: Option<&nvcomp_sys::NvcompLibrary>) -> String {
+        match self.decoder {
+            ZstdDecoder::Ours => decode::status_text(status).to_string(),
+            ZstdDecoder::Nvcomp => nvcomp.map_or_else(|| format!("status {status}"), |n| n.status_string(status)),
+        }
+    }
 
     fn decode_rates(&self) -> Option<DecodeRates> {
         // Measured for this codec (see DecodeRates' defaults).
@@ -55,6 +115,9 @@ impl DeviceCodec for Zstd {
     }
 
     unsafe fn scratch_for(&self, batch: &DeviceBatch<'_>, total_decoded: usize) -> Result<Option<usize>, GpuError> {
+        if self.decoder == ZstdDecoder::Ours {
+            return Ok(Some(0));
+        }
         // SAFETY: the caller's contract: input arrays of `count` entries describing checked
         // frames, ordered on the stream; `count` statuses.
         let bytes = unsafe {
@@ -105,6 +168,8 @@ impl DeviceCodec for Zstd {
 mod tests {
     use super::*;
 
+    const ZSTD_CODEC: Zstd = Zstd { decoder: ZstdDecoder::Nvcomp };
+
     #[test]
     fn host_zstd_decodes_frame_after_frame_on_one_context_errors_included() {
         let frames: Vec<(Vec<u8>, Vec<u8>)> = (0..4u32)
@@ -115,16 +180,16 @@ mod tests {
             .collect();
         for (n, (frame, data)) in frames.iter().enumerate() {
             let mut out = vec![0u8; data.len()];
-            assert_eq!(Zstd.decode_host(frame, &mut out), Ok(data.len()));
+            assert_eq!(ZSTD_CODEC.decode_host(frame, &mut out), Ok(data.len()));
             assert_eq!(&out, data, "frame {n}");
             // A damaged frame is an error, and the next frame still decodes on the same context.
             let mut bad = frame.clone();
             bad.truncate(frame.len() / 2);
-            assert!(Zstd.decode_host(&bad, &mut out).is_err());
+            assert!(ZSTD_CODEC.decode_host(&bad, &mut out).is_err());
         }
         let (frame, data) = &frames[0];
         let mut out = vec![0u8; data.len()];
-        assert_eq!(Zstd.decode_host(frame, &mut out), Ok(data.len()));
+        assert_eq!(ZSTD_CODEC.decode_host(frame, &mut out), Ok(data.len()));
         assert_eq!(&out, data);
     }
 }

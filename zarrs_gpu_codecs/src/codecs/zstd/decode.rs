@@ -140,8 +140,7 @@ pub(crate) unsafe fn launch_decode(
         return Ok(());
     }
     let function = kernels.function("zstd_decode_frames")?;
-    let blocks =
-        u32::try_from(n).map_err(|_| GpuError::Unsupported(format!("{n} zstd frames in one launch")))?;
+    let blocks = u32::try_from(n).map_err(|_| GpuError::Unsupported(format!("{n} zstd frames in one launch")))?;
     let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     let n = n as u64;
     let mut launch = stream.launch_builder(&function);

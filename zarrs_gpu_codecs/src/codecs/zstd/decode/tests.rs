@@ -98,7 +98,7 @@ fn data(kind: usize, n: usize, seed: u64) -> Vec<u8> {
             v
         }
         4 => {
-            let pattern: Vec<u8> = (0..1 + next() as usize % 5000).map(|_| next() as u8).collect();
+            let pattern: Vec<u8> = (0..=(next() as usize % 5000)).map(|_| next() as u8).collect();
             (0..n).map(|i| pattern[i % pattern.len()] ^ u8::from(next() % 997 == 0)).collect()
         }
         _ => (0..n).map(|i| ((i / 3) as u8).wrapping_mul(7) ^ (next() % 3) as u8).collect(),
@@ -260,10 +260,10 @@ fn crafted_headers_are_refused_as_libzstd_refuses_them() {
     assert_eq!(ours(&good, 4), (OK, b"abcd".to_vec(), 4));
     assert!(libzstd(&good, 4).is_some());
     let cases: [(usize, u8); 4] = [
-        (4, 0x28),  // reserved header bit
-        (4, 0x21),  // a dictionary ID byte (taken as content size: then the sizes differ)
-        (6, 0x27),  // block type 3 (reserved)
-        (0, 0x29),  // magic
+        (4, 0x28), // reserved header bit
+        (4, 0x21), // a dictionary ID byte (taken as content size: then the sizes differ)
+        (6, 0x27), // block type 3 (reserved)
+        (0, 0x29), // magic
     ];
     for (at, value) in cases {
         let mut bad = good;
@@ -294,5 +294,56 @@ proptest! {
         if let Err(what) = agrees(&frame, n) {
             return Err(TestCaseError::fail(what));
         }
+    }
+}
+
+/// Writes the cases `benches/zstd_decoder.py` replays on the GPU (the kernel through NVRTC):
+/// frames of every kind and level, and damaged ones, each with the status, length and bytes the
+/// CPU run of the same source gives.
+#[test]
+#[ignore = "writes the GPU harness's cases where ZSTD_DUMP says"]
+fn dump_cases_for_the_gpu_harness() {
+    let path = std::env::var("ZSTD_DUMP").expect("ZSTD_DUMP: where to write the cases");
+    let mut f = std::fs::File::create(path).unwrap();
+    let mut cases: Vec<(Vec<u8>, usize)> = Vec::new();
+    for (k, n) in [0usize, 1, 100, 5000, 70_000, 131_073].into_iter().enumerate() {
+        for kind in 0..6 {
+            let raw = data(kind, n, (k * 11 + kind) as u64);
+            for (j, level) in [-3, 1, 3, 9, 19].into_iter().enumerate() {
+                if n > 100_000 && j % 2 == 1 {
+                    continue;
+                }
+                let frame = compress(&raw, level, (k + j) % 2 == 0, None, j != 3);
+                cases.push((frame.clone(), n));
+                if j == 2 && !frame.is_empty() {
+                    let mut bad = frame.clone();
+                    let len = bad.len();
+                    bad[len / 2] ^= 0x10;
+                    cases.push((bad.clone(), n));
+                    bad[len.min(30) / 2] ^= 0x04;
+                    cases.push((bad, n));
+                    cases.push((frame[..len * 2 / 3].to_vec(), n));
+                }
+            }
+        }
+    }
+    let mut state = 11u64;
+    for k in 0..600usize {
+        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let n = 1000 + (state >> 40) as usize % 30_000;
+        let mut frame = compress(&data(k % 6, n, state), 3, k % 3 == 0, None, true);
+        let at = (state >> 20) as usize % frame.len();
+        frame[at] ^= 1 << (k % 8);
+        cases.push((frame, n));
+    }
+    for (frame, n) in &cases {
+        let (status, out, decoded) = ours(frame, *n);
+        // The harness compares the kernel's own status: a checksum verdict is not the kernel's.
+        let status = if status == u32::MAX { OK } else { status };
+        for v in [frame.len() as u32, *n as u32, status, decoded as u32] {
+            f.write_all(&v.to_le_bytes()).unwrap();
+        }
+        f.write_all(frame).unwrap();
+        f.write_all(&out).unwrap();
     }
 }
