@@ -98,8 +98,8 @@ pub(crate) fn clean_stale_temps(dir: &Path) -> usize {
 }
 
 /// Clean each of `dirs` of stale temporary files once in this process's life (a listing per
-/// directory, not per write).
-fn clean_once(dirs: &[&Path]) {
+/// directory, not per write); those in `made` were made by this write, empty: only noted.
+fn clean_once(dirs: &[&Path], made: &[bool]) {
     static CLEANED: std::sync::Mutex<Option<std::collections::HashSet<PathBuf>>> = std::sync::Mutex::new(None);
     let mut todo = Vec::new();
     {
@@ -108,8 +108,8 @@ fn clean_once(dirs: &[&Path]) {
         if cleaned.len() > 1 << 16 {
             cleaned.clear();
         }
-        for dir in dirs {
-            if cleaned.insert(dir.to_path_buf()) {
+        for (k, dir) in dirs.iter().enumerate() {
+            if cleaned.insert(dir.to_path_buf()) && !made.get(k).copied().unwrap_or(false) {
                 todo.push(*dir);
             }
         }
@@ -125,10 +125,11 @@ pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Make `dir` and its missing ancestors; under [`Durability::Sync`] each new directory's entry is
-/// flushed in its parent, so that a value flushed inside it is found after a crash too.
-pub(crate) fn create_dirs(dir: &Path, durability: Durability) -> std::io::Result<()> {
+/// flushed in its parent, so that a value flushed inside it is found after a crash too. Whether
+/// `dir` was made here.
+pub(crate) fn create_dirs(dir: &Path, durability: Durability) -> std::io::Result<bool> {
     if dir.is_dir() {
-        return Ok(());
+        return Ok(false);
     }
     let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.is_dir()).collect();
     fs::create_dir_all(dir)?;
@@ -139,7 +140,7 @@ pub(crate) fn create_dirs(dir: &Path, durability: Durability) -> std::io::Result
             }
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Which version of a value's file a write read: a rewrite (a new file renamed over) or an
@@ -310,12 +311,13 @@ pub(crate) fn write_many_atomic(
     let mut dirs: Vec<&Path> = values.iter().filter_map(|(path, _)| path.parent()).collect();
     dirs.sort_unstable();
     dirs.dedup();
+    let mut made = Vec::with_capacity(dirs.len());
     for dir in &dirs {
         // A directory that cannot be made is named by the first value in it.
         let first = || values.iter().find(|(path, _)| path.parent() == Some(*dir)).map(|(path, _)| path.clone());
-        create_dirs(dir, durability).map_err(|err| (first().unwrap_or_else(|| dir.to_path_buf()), err))?;
+        made.push(create_dirs(dir, durability).map_err(|err| (first().unwrap_or_else(|| dir.to_path_buf()), err))?);
     }
-    clean_once(&dirs);
+    clean_once(&dirs, &made);
     // Each temporary file stays open (and locked) until it is renamed or removed.
     let written: Vec<Result<(File, PathBuf), (PathBuf, std::io::Error)>> = values
         .par_iter()

@@ -347,3 +347,28 @@ fn dump_cases_for_the_gpu_harness() {
         f.write_all(&out).unwrap();
     }
 }
+
+#[test]
+#[ignore = "a timing, for looking at the kernel's code on the CPU"]
+fn time_a_z2_like_frame_on_the_cpu() {
+    let raw = data(3, 1 << 20, 5);
+    let frame = compress(&raw, 3, false, None, true);
+    let mut out = vec![0u8; raw.len()];
+    let start = std::time::Instant::now();
+    for _ in 0..10 {
+        let [(status, _)] = decode_on_host(&mut [(&frame, &mut out)])[..] else { unreachable!() };
+        assert_eq!(status, OK);
+    }
+    let ours = start.elapsed().as_secs_f64() / 10.0;
+    let start = std::time::Instant::now();
+    for _ in 0..10 {
+        libzstd(&frame, raw.len()).unwrap();
+    }
+    let theirs = start.elapsed().as_secs_f64() / 10.0;
+    eprintln!(
+        "ratio {:.2}: ours {:.2} ms, libzstd {:.2} ms",
+        raw.len() as f64 / frame.len() as f64,
+        ours * 1e3,
+        theirs * 1e3
+    );
+}
