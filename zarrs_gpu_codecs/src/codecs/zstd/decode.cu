@@ -657,6 +657,9 @@ ZS_FN zs_u32 zs_compressed_block(ZsShared* sh, const zs_u8* blk, zs_u64 len, zs_
     zs_u32 of_state = zs_back_read(&b, sh->of.log);
     zs_u32 ml_state = zs_back_read(&b, sh->ml.log);
     zs_u64 op = op0, lp = 0, matched = 0;
+    // The repeat offsets in registers for the block (an array indexed by a code would live in
+    // local memory).
+    zs_u64 r0 = rep[0], r1 = rep[1], r2 = rep[2];
     for (zs_u64 k = 0; k < count; ++k) {
         if (b.overflow) return ZS_BAD_SEQUENCE_STREAM;
         const zs_u32 of_code = sh->of.symbol[of_state];
@@ -665,34 +668,41 @@ ZS_FN zs_u32 zs_compressed_block(ZsShared* sh, const zs_u8* blk, zs_u64 len, zs_
         zs_u64 offset;
         if (of_code > 1) {
             offset = (1ull << of_code) + zs_back_read(&b, of_code) - 3;
-            rep[2] = rep[1];
-            rep[1] = rep[0];
-            rep[0] = offset;
+            r2 = r1;
+            r1 = r0;
+            r0 = offset;
         } else {
             const zs_u32 ll0 = ll_code == 0;
             if (of_code == 0) {
-                offset = rep[ll0];
-                rep[1] = rep[ll0 ^ 1];
-                rep[0] = offset;
+                // Repeat offset 1, or 2 (swapped to the front) after no literals.
+                offset = ll0 ? r1 : r0;
+                r1 = ll0 ? r0 : r1;
+                r0 = offset;
             } else {
                 const zs_u32 index = 1 + ll0 + zs_back_read(&b, 1);
-                zs_u64 value = index == 3 ? rep[0] - 1 : rep[index];
+                const zs_u64 value = index == 3 ? r0 - 1 : index == 2 ? r2 : r1;
                 if (value == 0) return ZS_BAD_SEQUENCE;
-                if (index != 1) rep[2] = rep[1];
-                rep[1] = rep[0];
-                rep[0] = value;
+                if (index != 1) r2 = r1;
+                r1 = r0;
+                r0 = value;
                 offset = value;
             }
         }
         zs_u32 ml_base, ml_bits, ll_base, ll_bits;
         zs_ml(ml_code, &ml_base, &ml_bits);
         zs_ll(ll_code, &ll_base, &ll_bits);
-        const zs_u64 ml = ml_base + zs_back_read(&b, ml_bits);
-        const zs_u64 ll = ll_base + zs_back_read(&b, ll_bits);
+        // The match length's extra bits, then the literal length's, in one read (at most 32).
+        const zs_u32 extra = zs_back_read(&b, ml_bits + ll_bits);
+        const zs_u64 ml = ml_base + (extra >> ll_bits);
+        const zs_u64 ll = ll_base + (extra & ((1u << ll_bits) - 1));
         if (k + 1 < count) {
-            ll_state = sh->ll.base[ll_state] + zs_back_read(&b, sh->ll.bits[ll_state]);
-            ml_state = sh->ml.base[ml_state] + zs_back_read(&b, sh->ml.bits[ml_state]);
-            of_state = sh->of.base[of_state] + zs_back_read(&b, sh->of.bits[of_state]);
+            // The three state updates (literal length, match length, offset), one read of at
+            // most 26 bits.
+            const zs_u32 lb = sh->ll.bits[ll_state], mb = sh->ml.bits[ml_state], ob = sh->of.bits[of_state];
+            const zs_u32 v = zs_back_read(&b, lb + mb + ob);
+            ll_state = sh->ll.base[ll_state] + (v >> (mb + ob));
+            ml_state = sh->ml.base[ml_state] + ((v >> ob) & ((1u << mb) - 1));
+            of_state = sh->of.base[of_state] + (v & ((1u << ob) - 1));
         }
         if (b.overflow) return ZS_BAD_SEQUENCE_STREAM;
         // Literals within the block's, the match within the capacity left once every literal
@@ -714,6 +724,9 @@ ZS_FN zs_u32 zs_compressed_block(ZsShared* sh, const zs_u8* blk, zs_u64 len, zs_
         op += ml;
     }
     if (b.overflow || b.left != 0) return ZS_BAD_SEQUENCE_STREAM;
+    rep[0] = r0;
+    rep[1] = r1;
+    rep[2] = r2;
     const zs_u64 rest = lit_count - lp;
     if (lits_in_out) zs_copy_down(out + op, lits + lp, rest);
     else {
