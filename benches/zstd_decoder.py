@@ -104,6 +104,38 @@ for n in (1, 16, 64, 1024, 8192):
     print(f"ours, {n} frames of 1 MiB: median {med:.2f} ms, p90 {np.percentile(times, 90):.2f} ms, {gib:.2f} GiB/s")
     rows.append(dict(decoder="ours", frames=n, median_ms=med, p90_ms=float(np.percentile(times, 90)), gib_s=gib))
     del args, d_out, keep
+# Where one frame's time goes: the same kernel with parts taken out of its text (the statuses
+# stay those of a full decode: lengths are still counted and checked).
+variants = {
+    "without the sequences' copies": [
+        ("zs_copy_down(out + op, lits + lp, ll);", ";"),
+        ("zs_match(out + op, offset, ml);", ";"),
+    ],
+}
+variants["without the copies and the Huffman streams"] = variants["without the sequences' copies"] + [
+    ("sh->stream_status[s] = zs_huffman_stream(sh, data + at, n, tail + s * segment, count);",
+     "sh->stream_status[s] = 1;"),
+    ("if (ZS_LANE == 0) sh->stream_status[0] = zs_huffman_stream(sh, data, data_len, tail, size);",
+     "if (ZS_LANE == 0) sh->stream_status[0] = 1;"),
+]
+for name, edits in variants.items():
+    text = src
+    for old_text, new_text in edits:
+        assert old_text in text, old_text
+        text = text.replace(old_text, new_text)
+    k2 = cp.RawModule(code=text, backend="nvrtc").get_function("zstd_decode_frames")
+    for n in (1, 1024):
+        args, d_out, out_off, st, dec, keep = arrays(None, [1 << 20] * n, repeat_inputs=frames)
+        times = []
+        for rep in range(6):
+            cp.cuda.Device().synchronize()
+            t = time.perf_counter()
+            k2((n,), (32,), args)
+            cp.cuda.Device().synchronize()
+            if rep:
+                times.append((time.perf_counter() - t) * 1e3)
+        print(f"ours {name}, {n} frames: median {float(np.median(times)):.2f} ms")
+        del args, d_out, keep
 if rows_path:
     with open(rows_path, "a") as f:
         for r in rows:
