@@ -110,6 +110,7 @@ variants = {
     "without the sequences' copies": [
         ("zs_copy_down(out + op, lits + lp, ll);", ";"),
         ("zs_match(out + op, offset, ml);", ";"),
+        ("ZS_FOR_LANES(i, n) out[op + i] = i < ll ? lit[i] : out[op + i - offset];", ";"),
     ],
 }
 variants["without the copies and the Huffman streams"] = variants["without the sequences' copies"] + [

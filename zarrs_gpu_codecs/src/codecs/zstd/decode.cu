@@ -712,6 +712,19 @@ ZS_FN zs_u32 zs_compressed_block(ZsShared* sh, const zs_u8* blk, zs_u64 len, zs_
         matched += ml;
         if (matched > capacity - op0 - lit_count) return ZS_PAST_CAPACITY;
         if (lit_count + matched > block_max) return ZS_BAD_SEQUENCE;
+        if (offset > op + ll - frame_start) return ZS_BAD_SEQUENCE;
+        const zs_u64 n = ll + ml;
+        if (offset >= n && (!lits_in_out || lits + lp >= out + op + n)) {
+            // The match lies wholly before this sequence's bytes and the literals apart from
+            // them: literals and match in one pass (one round trip to memory, not two).
+            // (op + i - offset: at least 0 for i >= ll, the offset being within op + ll.)
+            const zs_u8* lit = lits + lp;
+            ZS_FOR_LANES(i, n) out[op + i] = i < ll ? lit[i] : out[op + i - offset];
+            ZS_SYNC();
+            op += n;
+            lp += ll;
+            continue;
+        }
         if (lits_in_out) zs_copy_down(out + op, lits + lp, ll);
         else {
             ZS_FOR_LANES(i, ll) out[op + i] = lits[lp + i];
@@ -719,7 +732,6 @@ ZS_FN zs_u32 zs_compressed_block(ZsShared* sh, const zs_u8* blk, zs_u64 len, zs_
         }
         op += ll;
         lp += ll;
-        if (offset > op - frame_start) return ZS_BAD_SEQUENCE;
         zs_match(out + op, offset, ml);
         op += ml;
     }
