@@ -251,6 +251,15 @@ fn damaged_frames_libzstd_rejects_are_errors() {
     assert!(checked > 1500, "{checked} checked, {refused_valid} refused where libzstd decodes");
 }
 
+#[test]
+fn the_decoder_is_named_by_the_variable_and_another_value_is_an_error_naming_it() {
+    assert_eq!("ours".parse::<ZstdDecoder>(), Ok(ZstdDecoder::Ours));
+    assert_eq!(" NVCOMP ".parse::<ZstdDecoder>(), Ok(ZstdDecoder::Nvcomp));
+    let err = "fast".parse::<ZstdDecoder>().unwrap_err();
+    assert!(err.contains(ZSTD_DECODER_ENV) && err.contains("fast"), "{err}");
+    assert_eq!(ZstdDecoder::default(), ZstdDecoder::Nvcomp);
+}
+
 /// Crafted frames: each block kind, RLE and raw literals, treeless literals and repeat tables
 /// are exercised by the encoder above; here the headers the encoder never writes.
 #[test]
