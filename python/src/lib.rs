@@ -431,6 +431,7 @@ fn report_dict<'py>(py: Python<'py>, r: &RetrieveReport) -> PyResult<Bound<'py, 
     dict.set_item("bytes_read", r.bytes_read)?;
     dict.set_item("peak_device_bytes", r.peak_device_bytes)?;
     dict.set_item("coalesced_reads", r.coalesced_reads)?;
+    dict.set_item("device_decoder", r.device_decoder.as_deref())?;
     dict.set_item("host_reason", r.host_reason.clone())?;
     let stages = PyDict::new(py);
     for s in &r.stages {

@@ -41,6 +41,7 @@ class _ReadReport(TypedDict):
     #: Reads of other threads served by the same request, this one included (1: alone;
     #: ZARRS_GPU_COALESCE_WINDOW_US gathers them).
     coalesced_reads: int
+    device_decoder: Optional[str]
     host_reason: Optional[str]
     schedule: Optional[str]
     stages: dict[str, float]

@@ -142,6 +142,16 @@ pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Whose decoder [`decode`](Self::decode) runs, for the read's report: `"nvCOMP"` where it
+    /// needs nvCOMP, else `"ours"` (a kernel of this crate or of the plugin).
+    fn decoder(&self) -> &'static str {
+        if self.needs_nvcomp() {
+            "nvCOMP"
+        } else {
+            "ours"
+        }
+    }
+
     /// Check one stored unit on the host before any device sees it: everything the device
     /// decoder would choke on, where that is cheap. `decoded_len` is the unit's decoded length.
     ///

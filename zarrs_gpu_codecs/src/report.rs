@@ -126,6 +126,9 @@ pub struct RetrieveReport {
     /// Reads of other threads served by the same request, this one included (1: read alone; see
     /// [`CoalescedReads`](crate::CoalescedReads)).
     pub coalesced_reads: usize,
+    /// The device decoder of the chain's compression where the device decoded ("zstd: ours",
+    /// "zstd: nvCOMP", ...); None for chains without one and for reads zarrs decoded on the host.
+    pub device_decoder: Option<String>,
 }
 
 impl RetrieveReport {
@@ -151,6 +154,7 @@ impl RetrieveReport {
             stages: Vec::new(),
             peak_device_bytes: 0,
             coalesced_reads: 1,
+            device_decoder: None,
         }
     }
 }

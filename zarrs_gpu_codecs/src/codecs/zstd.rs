@@ -171,6 +171,18 @@ mod tests {
     const ZSTD_CODEC: Zstd = Zstd { decoder: ZstdDecoder::Nvcomp };
 
     #[test]
+    fn each_decoder_is_named_for_the_report_and_ours_needs_no_nvcomp_nor_trust() {
+        let ours = Zstd { decoder: ZstdDecoder::Ours };
+        assert_eq!((ZSTD_CODEC.decoder(), ours.decoder()), ("nvCOMP", "ours"));
+        assert!(ZSTD_CODEC.needs_nvcomp() && !ours.needs_nvcomp());
+        assert!(!ZSTD_CODEC.may_decode(DecodeTrust::Verified, false));
+        assert!(ours.may_decode(DecodeTrust::Verified, false));
+        assert_eq!(ours.temp_bytes(None, 1024, 1 << 20, 1 << 30).ok(), Some(0));
+        assert_eq!(ours.input_alignment(None).ok(), Some(1));
+        assert_eq!(ours.status_string(crate::codecs::zstd::decode::BAD_SEQUENCE, None), decode::status_text(9));
+    }
+
+    #[test]
     fn host_zstd_decodes_frame_after_frame_on_one_context_errors_included() {
         let frames: Vec<(Vec<u8>, Vec<u8>)> = (0..4u32)
             .map(|k| {

@@ -138,6 +138,7 @@ pub(crate) fn decode_units<S: ?Sized>(
         trace.mark("buffers");
 
         let mut report = RetrieveReport::new(DecodePath::Device, units.len());
+        report.device_decoder = chain.compression.as_ref().map(|c| format!("{}: {}", c.name(), c.decoder()));
         report.io = Some(zarrs_gds_store::IoStatus::new(
             source.host_path(),
             "stored chunks are read to host memory, where they are checked",
