@@ -729,6 +729,7 @@ impl Shown<'_> {
             "peak_device_bytes": report.peak_device_bytes,
             "host_reason": report.host_reason,
             "schedule": report.schedule,
+            "device_decoder": report.device_decoder,
             "stages": stages,
             "reads": reads,
             "sha256": self.sha256,
@@ -762,6 +763,9 @@ impl Shown<'_> {
             report.peak_device_bytes.div_ceil(1 << 20)
         );
         if o.stats {
+            if let Some(decoder) = &report.device_decoder {
+                println!("device decoder: {decoder}");
+            }
             if let Some(schedule) = &report.schedule {
                 println!("scheduler (last batch): {schedule}");
             }
