@@ -7,7 +7,7 @@ use std::ops::Range;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::RecvTimeoutError;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -110,14 +110,7 @@ fn interruptible<R: Send + 'static>(
                 if let Err(interrupt) = py.check_signals() {
                     if let Some((cancel, wait)) = stop {
                         cancel.cancel();
-                        let until = Instant::now() + wait;
-                        while Instant::now() < until && py.check_signals().is_ok() {
-                            let (got, back) = py.allow_threads(move || (result.recv_timeout(WAIT_SLICE), result));
-                            result = back;
-                            if !matches!(got, Err(RecvTimeoutError::Timeout)) {
-                                break;
-                            }
-                        }
+                        wait_for_stop(py, result, wait);
                     }
                     return Err(interrupt);
                 }
@@ -125,6 +118,19 @@ fn interruptible<R: Send + 'static>(
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(PyRuntimeError::new_err("the read's thread ended without a result"))
             }
+        }
+    }
+}
+
+/// After a cancel, wait up to `wait` (in slices, without the interpreter lock) for the work to
+/// end, whatever its result (dropped here); a second Ctrl-C ends the wait.
+fn wait_for_stop<R: Send + 'static>(py: Python<'_>, mut result: Receiver<std::thread::Result<R>>, wait: Duration) {
+    let until = Instant::now() + wait;
+    while Instant::now() < until && py.check_signals().is_ok() {
+        let (got, back) = py.allow_threads(move || (result.recv_timeout(WAIT_SLICE), result));
+        result = back;
+        if !matches!(got, Err(RecvTimeoutError::Timeout)) {
+            return;
         }
     }
 }

@@ -368,35 +368,28 @@ pub(crate) fn write_many_atomic(
     let mut dir_lock: Option<(&Path, File)> = None;
     for (k, ((path, _), (_, temp))) in values.iter().zip(&temps).enumerate() {
         let expect = expected.get(k).copied().flatten();
-        let mut renamed = false;
-        if !matches!(expect, Some(Some(_))) {
-            let dir = path.parent().ok_or_else(|| (path.clone(), std::io::Error::other("a value without a directory")));
-            let result = dir.and_then(|dir| {
+        let mut rename = || -> std::io::Result<()> {
+            if !matches!(expect, Some(Some(_))) {
+                let dir = path.parent().ok_or_else(|| std::io::Error::other("a value without a directory"))?;
                 if dir_lock.as_ref().is_none_or(|(held, _)| *held != dir) {
                     dir_lock = None;
-                    let held = File::open(dir).and_then(|held| held.lock().map(|()| held));
-                    dir_lock = Some((dir, held.map_err(|err| (path.clone(), err))?));
+                    let held = File::open(dir)?;
+                    held.lock()?;
+                    dir_lock = Some((dir, held));
                 }
-                rename_if_free(temp, path).map_err(|err| (path.clone(), err))
-            });
-            match result {
-                Ok(done) => renamed = done,
-                Err(err) => {
-                    clean(&temps[k..]);
-                    let _ = flush(&values[..k]);
-                    return Err(err);
+                if rename_if_free(temp, path)? {
+                    return Ok(());
                 }
             }
-        }
-        if !renamed {
             // Its own lock, never two held at once: the directory's goes first.
             dir_lock = None;
-            if let Err(err) = locked_at(path, expect, || fs::rename(temp, path)) {
-                clean(&temps[k..]);
-                // The values renamed before it are durable as the call promises of what it wrote.
-                let _ = flush(&values[..k]);
-                return Err((path.clone(), err));
-            }
+            locked_at(path, expect, || fs::rename(temp, path))
+        };
+        if let Err(err) = rename() {
+            clean(&temps[k..]);
+            // The values renamed before it are durable as the call promises of what it wrote.
+            let _ = flush(&values[..k]);
+            return Err((path.clone(), err));
         }
     }
     drop(dir_lock);

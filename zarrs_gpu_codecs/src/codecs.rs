@@ -262,7 +262,7 @@ pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
 
     /// A device status in words.
     fn status_string(&self, status: u32, nvcomp: Option<&NvcompLibrary>) -> String {
-        nvcomp.map_or_else(|| format!("status {status}"), |n| n.status_string(status))
+        nvcomp::status_string(status, nvcomp)
     }
 
     /// Decode one unit on a host thread into `out` (its decoded length), verifying whatever the

@@ -26,14 +26,14 @@ macro_rules! nvcomp_decoder {
             max: usize,
             total: usize,
         ) -> Result<usize, $crate::error::GpuError> {
-            Ok($crate::codecs::nvcomp::need(nvcomp)?.decompress_temp_size($decompressor, count, max, total)?)
+            $crate::codecs::nvcomp::temp_bytes($decompressor, nvcomp, count, max, total)
         }
 
         fn input_alignment(
             &self,
             nvcomp: Option<&nvcomp_sys::NvcompLibrary>,
         ) -> Result<usize, $crate::error::GpuError> {
-            Ok($crate::codecs::nvcomp::need(nvcomp)?.decompress_alignments($decompressor)?.input)
+            $crate::codecs::nvcomp::input_alignment($decompressor, nvcomp)
         }
 
         unsafe fn decode(&self, batch: &$crate::codecs::DeviceBatch<'_>) -> Result<(), $crate::error::GpuError> {
@@ -43,6 +43,27 @@ macro_rules! nvcomp_decoder {
     };
 }
 pub(super) use nvcomp_decoder;
+
+/// nvCOMP's scratch for a batch of `count` units of at most `max` decoded bytes, `total` in all.
+pub(super) fn temp_bytes(
+    decompressor: Decompressor,
+    nvcomp: Option<&NvcompLibrary>,
+    count: usize,
+    max: usize,
+    total: usize,
+) -> Result<usize, GpuError> {
+    Ok(need(nvcomp)?.decompress_temp_size(decompressor, count, max, total)?)
+}
+
+/// The alignment nvCOMP's `decompressor` needs of each input.
+pub(super) fn input_alignment(decompressor: Decompressor, nvcomp: Option<&NvcompLibrary>) -> Result<usize, GpuError> {
+    Ok(need(nvcomp)?.decompress_alignments(decompressor)?.input)
+}
+
+/// A device status in nvCOMP's words (its number where nvCOMP is not loaded).
+pub(crate) fn status_string(status: u32, nvcomp: Option<&NvcompLibrary>) -> String {
+    nvcomp.map_or_else(|| format!("status {status}"), |n| n.status_string(status))
+}
 
 /// nvCOMP's batched decode with the batch's arrays.
 pub(super) unsafe fn decompress(decompressor: Decompressor, batch: &DeviceBatch<'_>) -> Result<(), GpuError> {

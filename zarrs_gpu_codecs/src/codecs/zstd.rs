@@ -13,7 +13,7 @@ use nvcomp_sys::{sys as nv, Decompressor};
 use zarrs::array::codec::ZstdCodec;
 use zarrs::array::{CodecTraitsV2, CodecTraitsV3};
 
-use crate::codecs::nvcomp::need;
+use crate::codecs::nvcomp::{self as nvcomp_glue, need};
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
 use crate::config::DecodeTrust;
 use crate::error::GpuError;
@@ -70,21 +70,21 @@ impl DeviceCodec for Zstd {
     ) -> Result<usize, GpuError> {
         match self.decoder {
             ZstdDecoder::Ours => Ok(0),
-            ZstdDecoder::Nvcomp => Ok(need(nvcomp)?.decompress_temp_size(ZSTD, count, max, total)?),
+            ZstdDecoder::Nvcomp => nvcomp_glue::temp_bytes(ZSTD, nvcomp, count, max, total),
         }
     }
 
     fn input_alignment(&self, nvcomp: Option<&nvcomp_sys::NvcompLibrary>) -> Result<usize, GpuError> {
         match self.decoder {
             ZstdDecoder::Ours => Ok(1),
-            ZstdDecoder::Nvcomp => Ok(need(nvcomp)?.decompress_alignments(ZSTD)?.input),
+            ZstdDecoder::Nvcomp => nvcomp_glue::input_alignment(ZSTD, nvcomp),
         }
     }
 
     unsafe fn decode(&self, batch: &DeviceBatch<'_>) -> Result<(), GpuError> {
         match self.decoder {
             // SAFETY: the caller's contract.
-            ZstdDecoder::Nvcomp => unsafe { crate::codecs::nvcomp::decompress(ZSTD, batch) },
+            ZstdDecoder::Nvcomp => unsafe { nvcomp_glue::decompress(ZSTD, batch) },
             ZstdDecoder::Ours => {
                 let kernels =
                     batch.kernels.ok_or_else(|| GpuError::NoNvrtc("our zstd decoder is a kernel of ours".into()))?;
@@ -105,7 +105,7 @@ impl DeviceCodec for Zstd {
     fn status_string(&self, status: u32, nvcomp: Option<&nvcomp_sys::NvcompLibrary>) -> String {
         match self.decoder {
             ZstdDecoder::Ours => decode::status_text(status).to_string(),
-            ZstdDecoder::Nvcomp => nvcomp.map_or_else(|| format!("status {status}"), |n| n.status_string(status)),
+            ZstdDecoder::Nvcomp => nvcomp_glue::status_string(status, nvcomp),
         }
     }
 

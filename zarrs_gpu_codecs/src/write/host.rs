@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use zarrs::array::{Array, ArrayBytes, ArraySubset};
-use zarrs_gds_store::Expected;
+use zarrs_gds_store::{Expected, KeyLocks};
 use zarrs_storage::byte_range::ByteRangeIterator;
 use zarrs_storage::{
     Bytes, MaybeBytes, MaybeBytesIterator, OffsetBytesIterator, ReadableStorageTraits, ReadableWritableStorageTraits,
@@ -15,13 +15,14 @@ use zarrs_storage::{
 };
 
 use super::store::gds_of;
-use super::{chunks_meeting, lock_chunks};
+use super::{chunks_meeting, lock_id};
 use crate::config::GpuConfig;
 use crate::error::GpuError;
 
 /// Store `bytes` (the subset's elements in C order, as zarrs' `store_array_subset` takes them) into
 /// `subset` of `array` on the host, as zarrs does with its global codec options (its
-/// `store_empty_chunks` included), holding the locks of the chunks it writes ([`lock_chunks`]):
+/// `store_empty_chunks` included), holding the locks of the chunks it writes
+/// ([`lock_chunks`](super::lock_chunks)):
 /// two writes of this process that share a chunk never lose an update. On a `GdsStore`, a chunk
 /// or shard that zarrs reads to modify is replaced (or erased) only if its file is still the
 /// version read: a change by another process in between is an error naming the key, its bytes
@@ -38,7 +39,9 @@ pub fn store_array_subset_host<S: ReadableWritableStorageTraits + 'static>(
 ) -> Result<(), GpuError> {
     // zarrs' global options carry its store_empty_chunks (its plain store_* take the defaults).
     let options = zarrs::config::global_config().codec_options();
-    let locked = lock_chunks(array, subset)?;
+    // The chunks (or shards) it writes, listed once: locked, and forgotten by the cache after.
+    let keys: Vec<StoreKey> = chunks_meeting(array, subset)?.into_iter().map(|(_, key, _)| key).collect();
+    let locked = KeyLocks::lock(keys.iter().map(|key| lock_id(array.storage().as_ref(), key)));
     let stored = if gds_of(array.storage().as_ref()).is_some() {
         // The same array over a view of its store whose sets compare versions: the metadata as
         // opened, so the codecs and chunk grid are the ones the caller's array uses.
@@ -57,7 +60,6 @@ pub fn store_array_subset_host<S: ReadableWritableStorageTraits + 'static>(
     drop(locked);
     // Whatever zarrs replaced (or failed midway through), the cache forgets.
     if let Some(cache) = config.shard_index_cache() {
-        let keys: Vec<StoreKey> = chunks_meeting(array, subset)?.into_iter().map(|(_, key, _)| key).collect();
         cache.forget(&keys.iter().collect());
     }
     stored
