@@ -9,6 +9,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/codecs/lz4/host_shim_lanes.cpp");
     println!("cargo:rerun-if-changed=src/codecs/zstd/decode.cu");
     println!("cargo:rerun-if-changed=src/codecs/zstd/host_shim.cpp");
+    println!("cargo:rerun-if-changed=src/codecs/zstd/blocks.cu");
     if std::env::var_os("CARGO_FEATURE_CPU_KERNELS").is_some() {
         cc::Build::new()
             .cpp(true)

@@ -1,5 +1,6 @@
-//! Our device zstd kernel's code, run on the CPU, never reads or writes outside its buffers, and
-//! agrees with libzstd: a frame it decodes (its content checksum, where it has one, verified as
+//! Our device zstd kernels' code, run on the CPU (the block-parallel decoder, and the one-warp
+//! decoder, which must accept the same frames with the same bytes), never reads or writes outside
+//! its buffers, and agrees with libzstd: a frame it decodes (its content checksum, where it has one, verified as
 //! the pipeline does) libzstd decodes to the same bytes; one libzstd rejects, it rejects.
 //!
 //! Input: a mode byte (0: the rest is the frame; otherwise the rest is raw data, compressed here
@@ -28,9 +29,16 @@ fuzz_target!(|data: &[u8]| {
     };
     // Guard bytes after the output the kernel is given.
     let mut out = vec![0xA5u8; n + 32];
-    let [(status, decoded)] = decode_on_host(&mut [(&frame, &mut out[..n])])[..] else { unreachable!() };
+    let mut serial = out.clone();
+    let [(status, decoded)] = decode_on_host(&mut [(&frame, &mut out[..n])], true)[..] else { unreachable!() };
+    let [(serial_status, _)] = decode_on_host(&mut [(&frame, &mut serial[..n])], false)[..] else { unreachable!() };
     assert!(out[n..].iter().all(|&b| b == 0xA5), "the kernel wrote past the output");
+    assert!(serial[n..].iter().all(|&b| b == 0xA5), "the one-warp kernel wrote past the output");
     assert!(decoded <= n as u64);
+    assert_eq!(status == OK, serial_status == OK, "the two decoders disagree");
+    if status == OK {
+        assert!(out == serial, "the two decoders decoded other bytes");
+    }
     out.truncate(n);
     let mut theirs = vec![0u8; n];
     let libzstd = zstd::bulk::Decompressor::new()

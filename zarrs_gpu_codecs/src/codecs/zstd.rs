@@ -18,7 +18,7 @@ use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostC
 use crate::config::DecodeTrust;
 use crate::error::GpuError;
 use crate::schedule::DecodeRates;
-use decode::{launch_decode, ZstdArrays, ZstdDecoder};
+use decode::{launch_blocks, launch_decode, BlockPlan, ZstdArrays, ZstdDecoder};
 use frame::{check_frame, FrameVerdict};
 
 inventory::submit! {
@@ -69,7 +69,7 @@ impl DeviceCodec for Zstd {
         total: usize,
     ) -> Result<usize, GpuError> {
         match self.decoder {
-            ZstdDecoder::Ours => Ok(0),
+            ZstdDecoder::Ours => Ok(BlockPlan::bound(count, total)),
             ZstdDecoder::Nvcomp => nvcomp_glue::temp_bytes(ZSTD, nvcomp, count, max, total),
         }
     }
@@ -96,8 +96,18 @@ impl DeviceCodec for Zstd {
                     decoded: batch.decoded_sizes,
                     statuses: batch.statuses,
                 };
-                // SAFETY: the batch's arrays, as the kernel takes them (the caller's contract).
-                unsafe { launch_decode(kernels, batch.stream, &arrays, batch.count) }
+                // The block-parallel decoder where its scratch fits (the batch's own frames
+                // planned on the host), else one warp per frame.
+                let plan = BlockPlan::new(batch.host_inputs);
+                match batch.uploads {
+                    Some(uploads) if plan.len <= batch.temp_bytes && batch.host_inputs.len() == batch.count => {
+                        // SAFETY: the batch's arrays, as the kernels take them (the caller's
+                        // contract); the scratch holds the plan of the batch's own stored bytes.
+                        unsafe { launch_blocks(kernels, uploads, batch.stream, &arrays, batch.count, &plan, batch.temp) }
+                    }
+                    // SAFETY: the batch's arrays, as the kernel takes them (the caller's contract).
+                    _ => unsafe { launch_decode(kernels, batch.stream, &arrays, batch.count) },
+                }
             }
         }
     }
@@ -116,7 +126,8 @@ impl DeviceCodec for Zstd {
 
     unsafe fn scratch_for(&self, batch: &DeviceBatch<'_>, total_decoded: usize) -> Result<Option<usize>, GpuError> {
         if self.decoder == ZstdDecoder::Ours {
-            return Ok(Some(0));
+            // Sized from the batch's own frames, on the host.
+            return Ok(Some(BlockPlan::new(batch.host_inputs).len));
         }
         // SAFETY: the caller's contract: input arrays of `count` entries describing checked
         // frames, ordered on the stream; `count` statuses.
@@ -177,7 +188,7 @@ mod tests {
         assert!(ZSTD_CODEC.needs_nvcomp() && !ours.needs_nvcomp());
         assert!(!ZSTD_CODEC.may_decode(DecodeTrust::Verified, false));
         assert!(ours.may_decode(DecodeTrust::Verified, false));
-        assert_eq!(ours.temp_bytes(None, 1024, 1 << 20, 1 << 30).ok(), Some(0));
+        assert_eq!(ours.temp_bytes(None, 1, 1 << 20, 1 << 20).ok(), Some(BlockPlan::bound(1, 1 << 20)));
         assert_eq!(ours.input_alignment(None).ok(), Some(1));
         assert_eq!(ours.status_string(crate::codecs::zstd::decode::BAD_SEQUENCE, None), decode::status_text(9));
     }

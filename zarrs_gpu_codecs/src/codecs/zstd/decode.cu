@@ -59,8 +59,9 @@ struct ZsFse {
 
 struct ZsShared {
     // Huffman decoding table of the literals: 1 << huf_log entries.
-    zs_u8 huf_symbol[1u << ZS_HUF_MAX_LOG];
-    zs_u8 huf_bits[1u << ZS_HUF_MAX_LOG];
+    // Its symbols, then their code lengths; the block-parallel decoder keeps its packed sequence
+    // tables here once the literals are decoded.
+    zs_u32 huf_area[(2u << ZS_HUF_MAX_LOG) / 4];
     zs_u32 huf_log;
     zs_u32 huf_valid;  // a tree was read in this frame (treeless literals repeat it)
     ZsFse ll, of, ml;
@@ -69,6 +70,9 @@ struct ZsShared {
     zs_u64 value;         // lane 0's result (bytes read), read by all after a sync
     zs_u32 stream_status[4];
 };
+
+#define ZS_HUF_SYMBOL(sh) ((zs_u8*)(sh)->huf_area)
+#define ZS_HUF_BITS(sh) ((zs_u8*)(sh)->huf_area + (1u << ZS_HUF_MAX_LOG))
 
 ZS_FN zs_u32 zs_highbit(zs_u32 x) {
     zs_u32 r = 0;
@@ -389,8 +393,8 @@ ZS_FN zs_u64 zs_huffman_tree(ZsShared* sh, const zs_u8* src, zs_u64 len) {
         if (w == 0) continue;
         const zs_u32 n = 1u << (w - 1);
         for (zs_u32 k = 0; k < n; ++k) {
-            sh->huf_symbol[start[w] + k] = (zs_u8)s;
-            sh->huf_bits[start[w] + k] = (zs_u8)(log + 1 - w);
+            ZS_HUF_SYMBOL(sh)[start[w] + k] = (zs_u8)s;
+            ZS_HUF_BITS(sh)[start[w] + k] = (zs_u8)(log + 1 - w);
         }
         start[w] += n;
     }
@@ -406,8 +410,8 @@ ZS_FN zs_u32 zs_huffman_stream(const ZsShared* sh, const zs_u8* src, zs_u64 len,
     const zs_u32 log = sh->huf_log;
     for (zs_u64 i = 0; i < count; ++i) {
         const zs_u32 at = zs_back_peek(&b, log);
-        dst[i] = sh->huf_symbol[at];
-        zs_back_skip(&b, sh->huf_bits[at]);
+        dst[i] = ZS_HUF_SYMBOL(sh)[at];
+        zs_back_skip(&b, ZS_HUF_BITS(sh)[at]);
         if (b.overflow) return 0;
     }
     return b.left == 0;
@@ -849,27 +853,3 @@ extern "C" __global__ void zstd_decode_frames(const unsigned char* const* inputs
     }
 }
 
-// The names stay out of the sources compiled after this one.
-#undef ZS_FOR_LANES
-#undef ZS_OK
-#undef ZS_TRUNCATED
-#undef ZS_BAD_FRAME
-#undef ZS_BAD_BLOCK
-#undef ZS_BAD_LITERALS
-#undef ZS_BAD_HUFFMAN
-#undef ZS_BAD_LITERAL_STREAM
-#undef ZS_BAD_SEQUENCES
-#undef ZS_BAD_SEQUENCE_STREAM
-#undef ZS_BAD_SEQUENCE
-#undef ZS_PAST_CAPACITY
-#undef ZS_SIZE_MISMATCH
-#undef ZS_MAX_BLOCK
-#undef ZS_HUF_MAX_LOG
-#ifndef ZS_HOST_SHIM
-#undef ZS_LANES
-#undef ZS_LANE
-#undef ZS_SYNC
-#undef ZS_FN
-#undef ZS_SHARED
-#undef ZS_CONST
-#endif

@@ -1,8 +1,9 @@
-//! Our device decoder of zstd frames (`decode.cu`): one warp per frame, a whole batch in one
-//! launch. Every lane parses the frame and block headers alike; lane 0 reads the table
-//! descriptions and builds the Huffman and FSE decoding tables in shared memory; the four
-//! literal streams of a block decode on four lanes side by side; the sequences are decoded by
-//! every lane alike and their literal and match copies spread over the lanes.
+//! Our device decoder of zstd frames. Where the batch's scratch allows (its [`BlockPlan`]), a
+//! frame's blocks decode side by side (`blocks.cu`, three launches): a walk of each frame's
+//! headers plans its blocks; one warp per block decodes its literals and its sequences into
+//! records; one warp per frame executes them, 32 sequences at a time. Otherwise one warp decodes
+//! each frame in order (`decode.cu`, one launch): every lane parses the headers alike, lane 0
+//! builds the tables, four lanes decode the literal streams, the copies spread over the lanes.
 //!
 //! Exact where libzstd decodes (the same bytes), and an error wherever libzstd's one-shot decoder
 //! reports one, and also where the format (RFC 8878) forbids what libzstd lets through: a
@@ -20,8 +21,8 @@ use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
 use crate::device::kernels::Kernels;
 use crate::error::GpuError;
 
-/// The kernel's source, compiled with the other kernels (`codecs::KERNEL_SOURCES`).
-pub(crate) const SOURCE: &str = include_str!("decode.cu");
+/// The kernels' source, compiled with the other kernels (`codecs::KERNEL_SOURCES`).
+pub(crate) const SOURCE: &str = concat!(include_str!("decode.cu"), include_str!("blocks.cu"));
 
 /// The frame decoded to exactly its expected length.
 pub const OK: u32 = 0;
@@ -107,8 +108,154 @@ impl ZstdDecoder {
     }
 }
 
-/// Threads per thread block: one warp, one frame (its tables fill 14 KiB of shared memory).
+/// Threads per thread block: one warp, one frame or block (its tables fill 14 KiB of shared
+/// memory).
 const THREADS: u32 = 32;
+
+/// Bytes of a frame's plan and of a block's in the scratch (`blocks.cu`: `ZsFramePlan`,
+/// `ZsBlockPlan`), and of a sequence record.
+const FRAME_PLAN: usize = 64;
+const BLOCK_PLAN: usize = 104;
+const RECORD: usize = 12;
+/// Alignment of the scratch's regions.
+const ALIGN: usize = 256;
+
+/// What one frame takes of the scratch: block plans, sequence records, literal bytes (those
+/// not stored raw), from its block and section headers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Slots {
+    blocks: u64,
+    sequences: u64,
+    literals: u64,
+}
+
+/// The slots of `frame`, read as `zstd_plan` reads it. A header cut short or damaged ends the
+/// walk: the device's walk then stops there too, with an error.
+fn slots(frame: &[u8]) -> Slots {
+    let mut slots = Slots::default();
+    let byte = |i: usize| frame.get(i).copied().map_or(0, u64::from);
+    if frame.len() < 5 || u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]) != 0xFD2F_B528 {
+        return slots;
+    }
+    let fhd = frame[4];
+    let single = (fhd >> 5) & 1 == 1;
+    let dict = [0usize, 1, 2, 4][usize::from(fhd & 3)];
+    let fcs = [usize::from(single), 2, 4, 8][usize::from(fhd >> 6)];
+    let mut pos = 5 + usize::from(!single) + dict + fcs;
+    while pos + 3 <= frame.len() {
+        let header = byte(pos) | byte(pos + 1) << 8 | byte(pos + 2) << 16;
+        let (last, kind, size) = (header & 1 == 1, (header >> 1) & 3, (header >> 3) as usize);
+        if kind == 3 {
+            break;
+        }
+        slots.blocks += 1;
+        let body = if kind == 1 { 1 } else { size };
+        let Some(block) = frame.get(pos + 3..pos + 3 + body) else { break };
+        if kind == 2 && block.len() >= 2 {
+            let b = |i: usize| block.get(i).copied().map_or(0, u64::from);
+            let (lit_kind, format) = (b(0) & 3, (b(0) >> 2) & 3);
+            let (taken, regenerated) = if lit_kind < 2 {
+                let (head, size) = match format {
+                    0 | 2 => (1, b(0) >> 3),
+                    1 => (2, (b(0) | b(1) << 8) >> 4),
+                    _ => (3, (b(0) | b(1) << 8 | b(2) << 16) >> 4),
+                };
+                (head + if lit_kind == 0 { size } else { 1 }, size)
+            } else {
+                let word = b(0) | b(1) << 8 | b(2) << 16 | b(3) << 24;
+                let (head, size, csize) = match format {
+                    0 | 1 => (3, (word >> 4) & 0x3FF, (word >> 14) & 0x3FF),
+                    2 => (4, (word >> 4) & 0x3FFF, word >> 18),
+                    _ => (5, (word >> 4) & 0x3_FFFF, (word >> 22) | b(4) << 10),
+                };
+                (head + csize, size)
+            };
+            if lit_kind != 0 {
+                slots.literals += regenerated;
+            }
+            let t = taken as usize;
+            slots.sequences += match block.get(t).copied().map(u64::from) {
+                Some(c0 @ 0..=127) => c0,
+                Some(255) => b(t + 1) + (b(t + 2) << 8) + 0x7F00,
+                Some(c0) => ((c0 - 128) << 8) + b(t + 1),
+                None => 0,
+            };
+        }
+        pos += 3 + body;
+        if last {
+            break;
+        }
+    }
+    slots
+}
+
+fn align(n: usize) -> usize {
+    n.div_ceil(ALIGN) * ALIGN
+}
+
+/// The scratch of the block-parallel decode of a batch: each frame's plan (its slots, from its
+/// headers on the host) and where the regions lie.
+#[derive(Clone, Debug)]
+pub(crate) struct BlockPlan {
+    /// Each frame's plan as the device reads it (8 words a frame).
+    frames: Vec<u64>,
+    blocks: u64,
+    blocks_at: usize,
+    records_at: usize,
+    literals_at: usize,
+    /// Scratch bytes in all.
+    pub(crate) len: usize,
+}
+
+impl BlockPlan {
+    /// The plan of a batch of frames.
+    pub(crate) fn new(frames: &[&[u8]]) -> Self {
+        let mut words = Vec::with_capacity(8 * frames.len());
+        let mut total = Slots::default();
+        for frame in frames {
+            let s = slots(frame);
+            words.extend([
+                total.literals,
+                s.literals,
+                total.sequences,
+                s.sequences,
+                total.blocks | s.blocks << 32,
+                0,
+                0,
+                0,
+            ]);
+            total.blocks += s.blocks;
+            total.sequences += s.sequences;
+            total.literals += s.literals;
+        }
+        Self::laid_out(words, total)
+    }
+
+    fn laid_out(frames: Vec<u64>, total: Slots) -> Self {
+        let n = frames.len() / 8;
+        let blocks_at = align(n * FRAME_PLAN);
+        let records_at = blocks_at + align(total.blocks as usize * BLOCK_PLAN);
+        let literals_at = records_at + align(total.sequences as usize * RECORD);
+        let len = literals_at + align(total.literals as usize);
+        Self { frames, blocks: total.blocks, blocks_at, records_at, literals_at, len }
+    }
+
+    /// Scratch enough for any batch of `count` frames decoding to `total` bytes whose
+    /// sequences average 6 bytes or more and whose blocks 4 KiB or more (a batch that needs more
+    /// decodes one warp per frame, with no scratch).
+    pub(crate) fn bound(count: usize, total: usize) -> usize {
+        let total_slots = Slots {
+            blocks: (2 * count + total / 4096) as u64,
+            sequences: (total / 6) as u64,
+            literals: total as u64,
+        };
+        Self::laid_out(vec![0; 8 * count], total_slots).len
+    }
+
+    fn frame_bytes(&self) -> Vec<u8> {
+        self.frames.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+}
 
 /// The device arrays of a batch of `n` frames for [`launch_decode`] (as nvCOMP's batched
 /// decoders take them): input pointers, input sizes, capacities (each frame's expected length)
@@ -158,8 +305,101 @@ pub(crate) unsafe fn launch_decode(
     Ok(())
 }
 
+/// Enqueue the block-parallel decode of `n` frames on `stream`: the plan's frame table copied to
+/// the scratch at `temp`, then its three launches.
+///
+/// # Safety
+/// As for [`launch_decode`]; `temp` is device memory of `plan.len` bytes or more ordered on
+/// `stream`, and `plan` was made from the batch's own stored bytes.
+pub(crate) unsafe fn launch_blocks(
+    kernels: &Kernels,
+    uploads: &crate::device::upload::Uploads,
+    stream: &CudaStream,
+    arrays: &ZstdArrays,
+    n: usize,
+    plan: &BlockPlan,
+    temp: u64,
+) -> Result<(), GpuError> {
+    if n == 0 {
+        return Ok(());
+    }
+    let grid = |count: u64| {
+        u32::try_from(count).map_err(|_| GpuError::Unsupported(format!("{count} zstd frames or blocks in one launch")))
+    };
+    let (frames, blocks) = (temp, temp + plan.blocks_at as u64);
+    let (records, literals) = (temp + plan.records_at as u64, temp + plan.literals_at as u64);
+    let n = n as u64;
+    // SAFETY: the frame table's region is the scratch's first bytes, which the stream owns until
+    // the batch's work has run.
+    unsafe { uploads.upload(stream, &plan.frame_bytes(), frames) }?;
+    let config = |count: u64| -> Result<LaunchConfig, GpuError> {
+        Ok(LaunchConfig { grid_dim: (grid(count)?, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 })
+    };
+    let plan_fn = kernels.function("zstd_plan")?;
+    let mut launch = stream.launch_builder(&plan_fn);
+    launch.arg(&arrays.inputs).arg(&arrays.input_sizes).arg(&arrays.capacities).arg(&frames).arg(&blocks).arg(&n);
+    // SAFETY: device addresses and a count as the kernel takes them: n frames, their plans and
+    // the block plans' region of the slots those plans give.
+    unsafe { launch.launch(config(n)?) }.map_err(GpuError::cuda("launching the zstd plan"))?;
+    if plan.blocks > 0 {
+        let decode_fn = kernels.function("zstd_decode_blocks")?;
+        let mut launch = stream.launch_builder(&decode_fn);
+        launch.arg(&arrays.inputs).arg(&frames).arg(&blocks).arg(&literals).arg(&records).arg(&plan.blocks);
+        // SAFETY: the plans written by zstd_plan before it on the stream; records and literals
+        // in their regions, within the slots of each frame (checked by the plan).
+        unsafe { launch.launch(config(plan.blocks)?) }.map_err(GpuError::cuda("launching the zstd block decoder"))?;
+    }
+    let execute_fn = kernels.function("zstd_execute")?;
+    let mut launch = stream.launch_builder(&execute_fn);
+    launch
+        .arg(&arrays.inputs)
+        .arg(&arrays.capacities)
+        .arg(&arrays.outputs)
+        .arg(&arrays.decoded)
+        .arg(&arrays.statuses)
+        .arg(&frames)
+        .arg(&blocks)
+        .arg(&literals)
+        .arg(&records)
+        .arg(&n);
+    // SAFETY: as above; outputs of their capacities, which the kernel stays within.
+    unsafe { launch.launch(config(n)?) }.map_err(GpuError::cuda("launching the zstd executor"))?;
+    Ok(())
+}
+
 #[cfg(any(test, feature = "cpu-kernels"))]
 unsafe extern "C" {
+    fn zstd_plan_on_host(
+        inputs: *const *const u8,
+        input_sizes: *const u64,
+        capacities: *const u64,
+        frames: *mut u8,
+        blocks: *mut u8,
+        n: u64,
+    );
+    fn zstd_decode_blocks_on_host(
+        inputs: *const *const u8,
+        frames: *const u8,
+        blocks: *mut u8,
+        literals: *mut u8,
+        records: *mut u32,
+        n_blocks: u64,
+    );
+    #[allow(clippy::too_many_arguments, reason = "the kernel's arguments")]
+    fn zstd_execute_on_host(
+        inputs: *const *const u8,
+        capacities: *const u64,
+        outputs: *const *mut u8,
+        decoded: *mut u64,
+        statuses: *mut u32,
+        frames: *const u8,
+        blocks: *const u8,
+        literals: *const u8,
+        records: *const u32,
+        n: u64,
+    );
+    #[cfg(test)]
+    fn zstd_plan_sizes_on_host() -> u64;
     fn zstd_decode_frames_on_host(
         inputs: *const *const u8,
         input_sizes: *const u64,
@@ -171,12 +411,12 @@ unsafe extern "C" {
     );
 }
 
-/// The device kernel's code run on the CPU over `frames` (each a frame and the output it decodes
+/// The device kernels' code run on the CPU over `frames` (each a frame and the output it decodes
 /// into, whose length is the expected one): each frame's status and decoded length, as the device
-/// writes them.
+/// writes them. `blocks`: the block-parallel decoder (else one warp per frame).
 #[cfg(any(test, feature = "cpu-kernels"))]
 #[must_use]
-pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])]) -> Vec<(u32, u64)> {
+pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], blocks: bool) -> Vec<(u32, u64)> {
     let n = frames.len();
     let inputs: Vec<*const u8> = frames.iter().map(|(i, _)| i.as_ptr()).collect();
     let input_sizes: Vec<u64> = frames.iter().map(|(i, _)| i.len() as u64).collect();
@@ -184,20 +424,59 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])]) -> Vec<(u32, u64)> {
     let outputs: Vec<*mut u8> = frames.iter_mut().map(|(_, o)| o.as_mut_ptr()).collect();
     let mut decoded = vec![0u64; n];
     let mut statuses = vec![u32::MAX; n];
-    // SAFETY: n entries each; every input holds its size and every output its capacity, the
-    // outputs distinct `&mut` slices; the kernel stays within those lengths.
+    if !blocks {
+        // SAFETY: n entries each; every input holds its size and every output its capacity, the
+        // outputs distinct `&mut` slices; the kernel stays within those lengths.
+        unsafe {
+            zstd_decode_frames_on_host(
+                inputs.as_ptr(),
+                input_sizes.as_ptr(),
+                capacities.as_ptr(),
+                outputs.as_ptr(),
+                decoded.as_mut_ptr(),
+                statuses.as_mut_ptr(),
+                n as u64,
+            );
+        }
+        return statuses.into_iter().zip(decoded).collect();
+    }
+    let stored: Vec<&[u8]> = frames.iter().map(|(i, _)| &**i).collect();
+    let plan = BlockPlan::new(&stored);
+    // The scratch as on the device: 8-byte aligned, the frame table first.
+    let mut scratch = vec![0u64; plan.len.div_ceil(8)];
+    let base = scratch.as_mut_ptr().cast::<u8>();
+    let table = plan.frame_bytes();
+    // SAFETY: the scratch holds plan.len bytes, the table fits its first region, each region
+    // lies within it at 256-byte alignment (records 4-byte aligned); n entries in each array as
+    // above; the kernels stay within the slots the plan gives.
     unsafe {
-        zstd_decode_frames_on_host(
+        std::ptr::copy_nonoverlapping(table.as_ptr(), base, table.len());
+        let (frames_p, blocks_p) = (base, base.add(plan.blocks_at));
+        let (records_p, literals_p) = (base.add(plan.records_at).cast::<u32>(), base.add(plan.literals_at));
+        zstd_plan_on_host(inputs.as_ptr(), input_sizes.as_ptr(), capacities.as_ptr(), frames_p, blocks_p, n as u64);
+        zstd_decode_blocks_on_host(inputs.as_ptr(), frames_p, blocks_p, literals_p, records_p, plan.blocks);
+        zstd_execute_on_host(
             inputs.as_ptr(),
-            input_sizes.as_ptr(),
             capacities.as_ptr(),
             outputs.as_ptr(),
             decoded.as_mut_ptr(),
             statuses.as_mut_ptr(),
+            frames_p,
+            blocks_p,
+            literals_p,
+            records_p,
             n as u64,
         );
     }
     statuses.into_iter().zip(decoded).collect()
+}
+
+/// The sizes of the plan structs as the kernels' source lays them out (frame, block).
+#[cfg(test)]
+fn plan_sizes_on_host() -> (usize, usize) {
+    // SAFETY: a pure function of the compiled source.
+    let both = unsafe { zstd_plan_sizes_on_host() };
+    ((both & 0xFFFF_FFFF) as usize, (both >> 32) as usize)
 }
 
 #[cfg(test)]

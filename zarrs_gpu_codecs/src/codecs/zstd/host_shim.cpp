@@ -22,6 +22,7 @@ thread_local Dim3 blockIdx, blockDim, threadIdx;
 }  // namespace
 
 #include "decode.cu"
+#include "blocks.cu"
 
 // Runs the kernel over n frames as a grid of one warp per thread block would.
 extern "C" void zstd_decode_frames_on_host(const unsigned char* const* inputs, const unsigned long long* input_sizes,
@@ -33,4 +34,44 @@ extern "C" void zstd_decode_frames_on_host(const unsigned char* const* inputs, c
         blockIdx.x = (unsigned int)k;
         zstd_decode_frames(inputs, input_sizes, capacities, outputs, decoded, statuses, n);
     }
+}
+
+// The block-parallel decoder's three launches, each grid run block by block.
+extern "C" void zstd_plan_on_host(const unsigned char* const* inputs, const unsigned long long* input_sizes,
+                                  const unsigned long long* capacities, void* frames, void* blocks,
+                                  unsigned long long n) {
+    blockDim.x = 32;
+    threadIdx.x = 0;
+    for (unsigned long long k = 0; k < n; ++k) {
+        blockIdx.x = (unsigned int)k;
+        zstd_plan(inputs, input_sizes, capacities, (ZsFramePlan*)frames, (ZsBlockPlan*)blocks, n);
+    }
+}
+
+extern "C" void zstd_decode_blocks_on_host(const unsigned char* const* inputs, const void* frames, void* blocks,
+                                           unsigned char* lit_scratch, unsigned int* seq_scratch,
+                                           unsigned long long n_blocks) {
+    blockDim.x = 32;
+    threadIdx.x = 0;
+    for (unsigned long long k = 0; k < n_blocks; ++k) {
+        blockIdx.x = (unsigned int)k;
+        zstd_decode_blocks(inputs, (const ZsFramePlan*)frames, (ZsBlockPlan*)blocks, lit_scratch, seq_scratch, n_blocks);
+    }
+}
+
+extern "C" void zstd_execute_on_host(const unsigned char* const* inputs, const unsigned long long* capacities,
+                                     unsigned char* const* outputs, unsigned long long* decoded, unsigned int* statuses,
+                                     const void* frames, const void* blocks, const unsigned char* lit_scratch,
+                                     const unsigned int* seq_scratch, unsigned long long n) {
+    blockDim.x = 32;
+    threadIdx.x = 0;
+    for (unsigned long long k = 0; k < n; ++k) {
+        blockIdx.x = (unsigned int)k;
+        zstd_execute(inputs, capacities, outputs, decoded, statuses, (const ZsFramePlan*)frames,
+                     (const ZsBlockPlan*)blocks, lit_scratch, seq_scratch, n);
+    }
+}
+
+extern "C" unsigned long long zstd_plan_sizes_on_host(void) {
+    return (unsigned long long)sizeof(ZsFramePlan) | ((unsigned long long)sizeof(ZsBlockPlan) << 32);
 }

@@ -12,16 +12,34 @@ use super::*;
 const GUARD: usize = 64;
 const GUARD_BYTE: u8 = 0xA5;
 
-/// Our decode of `frame` into an output of `expected` bytes (guarded): the status (a frame with a
-/// content checksum that does not match its bytes counts as an error, as the pipeline's check
-/// makes it), the bytes and the decoded length.
-fn ours(frame: &[u8], expected: usize) -> (u32, Vec<u8>, u64) {
+/// One decoder's run on `frame` into a guarded output of `expected` bytes: status, bytes, length.
+fn run(frame: &[u8], expected: usize, blocks: bool) -> (u32, Vec<u8>, u64) {
     let mut out = vec![GUARD_BYTE; expected + GUARD];
     let (head, tail) = out.split_at_mut(expected);
-    let [(mut status, decoded)] = decode_on_host(&mut [(frame, head)])[..] else { unreachable!() };
+    let [(status, decoded)] = decode_on_host(&mut [(frame, head)], blocks)[..] else { unreachable!() };
     assert!(tail.iter().all(|&b| b == GUARD_BYTE), "the kernel wrote past the output");
     assert!(decoded <= expected as u64);
     out.truncate(expected);
+    (status, out, decoded)
+}
+
+/// Our decode of `frame` into an output of `expected` bytes (guarded), by the block-parallel
+/// decoder, which must accept exactly what the one-warp decoder accepts, with the same bytes:
+/// the status (a frame with a content checksum that does not match its bytes counts as an
+/// error, as the pipeline's check makes it), the bytes and the decoded length.
+fn ours(frame: &[u8], expected: usize) -> (u32, Vec<u8>, u64) {
+    let (mut status, out, decoded) = run(frame, expected, true);
+    let (serial, serial_out, _) = run(frame, expected, false);
+    assert_eq!(
+        status == OK,
+        serial == OK,
+        "the two decoders disagree: blocks {}, one warp {}",
+        status_text(status),
+        status_text(serial)
+    );
+    if status == OK {
+        assert!(out == serial_out, "the two decoders decoded other bytes");
+    }
     if status == OK && frame.len() > 4 && frame[4] & 4 != 0 {
         let stored = u32::from_le_bytes(frame[frame.len() - 4..].try_into().unwrap());
         if twox_hash::XxHash64::oneshot(0, &out) as u32 != stored {
@@ -29,6 +47,11 @@ fn ours(frame: &[u8], expected: usize) -> (u32, Vec<u8>, u64) {
         }
     }
     (status, out, decoded)
+}
+
+#[test]
+fn the_plan_structs_are_laid_out_as_the_host_lays_them_out() {
+    assert_eq!(plan_sizes_on_host(), (FRAME_PLAN, BLOCK_PLAN));
 }
 
 /// libzstd's one-shot decode into a buffer of `n`: the bytes, where it decodes exactly `n`.
@@ -365,7 +388,7 @@ fn time_a_z2_like_frame_on_the_cpu() {
     let mut out = vec![0u8; raw.len()];
     let start = std::time::Instant::now();
     for _ in 0..10 {
-        let [(status, _)] = decode_on_host(&mut [(&frame, &mut out)])[..] else { unreachable!() };
+        let [(status, _)] = decode_on_host(&mut [(&frame, &mut out)], true)[..] else { unreachable!() };
         assert_eq!(status, OK);
     }
     let ours = start.elapsed().as_secs_f64() / 10.0;

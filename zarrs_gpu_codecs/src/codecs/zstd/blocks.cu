@@ -1,0 +1,823 @@
+// zstd frames decoded block by block side by side (compiled after decode.cu, whose parts it
+// uses), in three launches over a batch:
+// 1. zstd_plan, one warp per frame (lane 0): walks the frame and block headers and writes a
+//    plan of every block: where its parts lie, and for treeless literals and repeated tables
+//    which earlier description is in effect (the only state a block takes from the blocks
+//    before it, but for repeat offsets and the bytes its matches copy).
+// 2. zstd_decode_blocks, one warp per block, all blocks of all frames at once: its literals into
+//    scratch (four streams on four lanes), its three tables built on three lanes, then its
+//    sequences decoded by one lane into records of (offset, literal length, match length). A
+//    repeat offset that reaches before the block stays symbolic: "incoming repeat offset i,
+//    less d".
+// 3. zstd_execute, one warp per frame: its blocks in order, each sequence's offset resolved from
+//    the repeat offsets its block inherits; the sequences copied 32 at a time, one to a lane,
+//    where a match reads no byte the same round writes (else that sequence by the whole warp).
+// Scratch (sized by the host from the frames, decode.rs `BlockPlan`): frame plans, block
+// plans, sequence records (12 bytes each), literals (those not stored raw).
+//
+// Every check of decode.cu is made by one of the three, so a frame is an error here wherever it
+// is there (the first error in stream order is the one reported, as there).
+
+#define ZS_NONE 0xFFFFFFFFu
+#ifdef ZS_HOST_SHIM
+#define ZS_UNROLL
+#else
+#define ZS_UNROLL _Pragma("unroll")
+#endif
+
+// A frame's plan: the first five words from the host (its scratch slots), the rest from
+// zstd_plan.
+struct ZsFramePlan {
+    zs_u64 lits_at;     // its literals' first byte in the literal scratch
+    zs_u64 lit_slots;   // bytes there
+    zs_u64 seqs_at;     // its first sequence record
+    zs_u64 seq_slots;   // records there
+    zs_u32 block_first; // its first block plan
+    zs_u32 block_slots; // block plans there
+    zs_u32 blocks;      // blocks walked whole (their plans valid)
+    zs_u32 status;      // the walk's status after them (ZS_OK: the whole frame)
+    zs_u32 block_max;   // the largest block the window allows
+    zs_u32 unused;
+    zs_u64 unused2;
+};
+
+// A block's plan: zstd_plan writes the first part, zstd_decode_blocks the rest.
+struct ZsBlockPlan {
+    zs_u64 lits_at;        // its literals in the literal scratch (RLE and Huffman-coded)
+    zs_u64 seqs_at;        // its first sequence record
+    zs_u32 frame;          // its frame's index
+    zs_u32 in_at;          // its body (after the 3-byte header) in the frame
+    zs_u32 in_size;        // body bytes
+    zs_u32 kind;           // 0 raw, 1 RLE, 2 compressed, ZS_NONE: an unused slot
+    zs_u32 size;           // the header's size field
+    zs_u32 huf_at;         // the Huffman tree description in effect (ZS_NONE: none)
+    zs_u32 tab_at[3];      // each sequence table's description in effect
+    zs_u32 tab_mode[3];    // and its mode (0 predefined, 1 RLE, 2 FSE)
+    zs_u32 lit_slots;      // regenerated literals
+    zs_u32 seq_slots;      // sequences
+    // zstd_decode_blocks:
+    zs_u32 status;
+    zs_u32 out_size;       // bytes the block decodes to
+    zs_u32 lit_in_at;      // raw literals' place in the frame (ZS_NONE: in the scratch)
+    zs_u32 rep_tag;        // per repeat offset out (2 bits each): 0 a value, i + 1 incoming i less
+    zs_u32 rep[3];         // the value, or how much less
+    zs_u32 stream_at;      // (zstd_plan) its sequences bitstream in the frame
+};
+
+// ---- 1. The plan --------------------------------------------------------------------------
+
+// Lane 0: the frame in[0, n) of `capacity` bytes walked into its plan and its blocks' plans.
+ZS_FN void zs_plan_frame(const zs_u8* in, zs_u64 n, zs_u64 capacity, zs_u32 index, ZsFramePlan* f,
+                         ZsBlockPlan* blocks) {
+    zs_u32 count = 0, status = ZS_OK, block_max = 0;
+    zs_u64 lits = 0, seqs = 0;
+    // The descriptions in effect: Huffman tree, and per sequence table (offset, mode).
+    zs_u32 huf_at = ZS_NONE, tab_at[3] = {ZS_NONE, ZS_NONE, ZS_NONE}, tab_mode[3] = {0, 0, 0};
+    zs_u32 tables_valid = 0;
+    short norm[256];
+    for (;;) {
+        if (n == 0) {
+            status = capacity == 0 ? ZS_OK : ZS_SIZE_MISMATCH;
+            break;
+        }
+        if (n < 5) {
+            status = ZS_TRUNCATED;
+            break;
+        }
+        const zs_u32 magic = in[0] | ((zs_u32)in[1] << 8) | ((zs_u32)in[2] << 16) | ((zs_u32)in[3] << 24);
+        const zs_u32 fhd = in[4];
+        if (magic != 0xFD2FB528u || (fhd & 0x08)) {
+            status = ZS_BAD_FRAME;
+            break;
+        }
+        const zs_u32 fcs_flag = fhd >> 6, single = (fhd >> 5) & 1, checksum = (fhd >> 2) & 1, dict_flag = fhd & 3;
+        const zs_u64 dict_bytes = dict_flag == 0 ? 0 : dict_flag == 1 ? 1 : dict_flag == 2 ? 2 : 4;
+        const zs_u64 fcs_bytes = fcs_flag == 0 ? (single ? 1 : 0) : fcs_flag == 1 ? 2 : fcs_flag == 2 ? 4 : 8;
+        zs_u64 ip = 5;
+        if (ip + (single ? 0 : 1) + dict_bytes + fcs_bytes > n) {
+            status = ZS_TRUNCATED;
+            break;
+        }
+        zs_u64 window = 0;
+        if (!single) {
+            const zs_u32 wd = in[ip++];
+            const zs_u32 log = 10 + (wd >> 3);
+            if (log > 31) {
+                status = ZS_BAD_FRAME;
+                break;
+            }
+            const zs_u64 base = 1ull << log;
+            window = base + (base >> 3) * (wd & 7);
+        }
+        zs_u64 dict = 0;
+        for (zs_u64 k = 0; k < dict_bytes; ++k) dict |= (zs_u64)in[ip + k] << (8 * k);
+        ip += dict_bytes;
+        if (dict != 0) {
+            status = ZS_BAD_FRAME;
+            break;
+        }
+        zs_u64 content = 0;
+        for (zs_u64 k = 0; k < fcs_bytes; ++k) content |= (zs_u64)in[ip + k] << (8 * k);
+        if (fcs_flag == 1) content += 256;
+        ip += fcs_bytes;
+        if (single) window = content;
+        block_max = window < ZS_MAX_BLOCK ? (zs_u32)window : ZS_MAX_BLOCK;
+        if (fcs_bytes > 0 && content != capacity) {
+            status = ZS_SIZE_MISMATCH;
+            break;
+        }
+        // Block offsets are kept in 32 bits.
+        if (n > 0xFFFFFFF0ull) {
+            status = ZS_BAD_FRAME;
+            break;
+        }
+        for (;;) {
+            if (n - ip < 3) {
+                status = ZS_TRUNCATED;
+                break;
+            }
+            const zs_u32 bh = in[ip] | ((zs_u32)in[ip + 1] << 8) | ((zs_u32)in[ip + 2] << 16);
+            ip += 3;
+            const zs_u32 last = bh & 1, type = (bh >> 1) & 3, size = bh >> 3;
+            if (type == 3) {
+                status = ZS_BAD_BLOCK;
+                break;
+            }
+            if (count >= f->block_slots) {
+                status = ZS_BAD_BLOCK;  // more blocks than the host found: not the same bytes
+                break;
+            }
+            ZsBlockPlan* p = &blocks[count];
+            const zs_u64 body = type == 1 ? 1 : size;
+            if (body > n - ip) {
+                status = ZS_TRUNCATED;
+                break;
+            }
+            if (type != 2 && size > block_max) {
+                status = ZS_BAD_BLOCK;
+                break;
+            }
+            p->frame = index;
+            p->in_at = (zs_u32)ip;
+            p->in_size = (zs_u32)body;
+            p->kind = type;
+            p->size = size;
+            p->huf_at = ZS_NONE;
+            p->lit_slots = 0;
+            p->seq_slots = 0;
+            p->lits_at = f->lits_at + lits;
+            p->seqs_at = f->seqs_at + seqs;
+            for (zs_u32 t = 0; t < 3; ++t) {
+                p->tab_at[t] = ZS_NONE;
+                p->tab_mode[t] = 0;
+            }
+            if (type == 2) {
+                const zs_u8* blk = in + ip;
+                const zs_u64 len = size;
+                if (len < 2 || len > block_max) {
+                    status = ZS_BAD_BLOCK;
+                    break;
+                }
+                // The literals section: its size and regenerated size.
+                const zs_u32 b0 = blk[0], kind = b0 & 3, format = (b0 >> 2) & 3;
+                zs_u64 taken = 0, regenerated = 0;
+                if (kind < 2) {
+                    zs_u64 head;
+                    if (format == 0 || format == 2) {
+                        head = 1;
+                        regenerated = b0 >> 3;
+                    } else if (format == 1) {
+                        head = 2;
+                        regenerated = (b0 | ((zs_u32)blk[1] << 8)) >> 4;
+                    } else {
+                        head = 3;
+                        regenerated = len < 3 ? 0 : (b0 | ((zs_u32)blk[1] << 8) | ((zs_u32)blk[2] << 16)) >> 4;
+                    }
+                    taken = head + (kind == 0 ? regenerated : 1);
+                    if (head > len) taken = len + 1;
+                } else {
+                    if (len < 5) {
+                        status = ZS_BAD_LITERALS;
+                        break;
+                    }
+                    const zs_u32 word = b0 | ((zs_u32)blk[1] << 8) | ((zs_u32)blk[2] << 16) | ((zs_u32)blk[3] << 24);
+                    zs_u64 head, csize;
+                    if (format < 2) {
+                        head = 3;
+                        regenerated = (word >> 4) & 0x3FF;
+                        csize = (word >> 14) & 0x3FF;
+                    } else if (format == 2) {
+                        head = 4;
+                        regenerated = (word >> 4) & 0x3FFF;
+                        csize = word >> 18;
+                    } else {
+                        head = 5;
+                        regenerated = (word >> 4) & 0x3FFFF;
+                        csize = (word >> 22) | ((zs_u32)blk[4] << 10);
+                    }
+                    taken = head + csize;
+                    if (kind == 2) huf_at = (zs_u32)(ip + head);
+                    else if (huf_at == ZS_NONE) {
+                        status = ZS_BAD_HUFFMAN;
+                        break;
+                    }
+                    p->huf_at = huf_at;
+                }
+                if (regenerated > block_max) {
+                    status = ZS_BAD_LITERALS;
+                    break;
+                }
+                if (taken > len) {
+                    status = ZS_BAD_LITERALS;
+                    break;
+                }
+                p->lit_slots = (zs_u32)regenerated;
+                const zs_u64 scratch_lits = kind == 0 ? 0 : regenerated;
+                if (scratch_lits > f->lit_slots - lits) {
+                    status = ZS_BAD_LITERALS;  // more than the host found: not the same bytes
+                    break;
+                }
+                lits += scratch_lits;
+                // The sequences section: count, modes and the table descriptions.
+                const zs_u8* seq = blk + taken;
+                const zs_u64 seq_len = len - taken;
+                if (seq_len < 1) {
+                    status = ZS_BAD_SEQUENCES;
+                    break;
+                }
+                zs_u64 nseq, head;
+                const zs_u32 c0 = seq[0];
+                if (c0 < 128) {
+                    nseq = c0;
+                    head = 1;
+                } else if (c0 < 255) {
+                    if (seq_len < 2) {
+                        status = ZS_BAD_SEQUENCES;
+                        break;
+                    }
+                    nseq = ((c0 - 128) << 8) + seq[1];
+                    head = 2;
+                } else {
+                    if (seq_len < 3) {
+                        status = ZS_BAD_SEQUENCES;
+                        break;
+                    }
+                    nseq = seq[1] + ((zs_u64)seq[2] << 8) + 0x7F00;
+                    head = 3;
+                }
+                if (nseq > f->seq_slots - seqs) {
+                    status = ZS_BAD_SEQUENCES;  // more than the host found: not the same bytes
+                    break;
+                }
+                p->seq_slots = (zs_u32)nseq;
+                seqs += nseq;
+                if (nseq > 0) {
+                    if (head >= seq_len) {
+                        status = ZS_BAD_SEQUENCES;
+                        break;
+                    }
+                    const zs_u32 modes = seq[head];
+                    if (modes & 3) {
+                        status = ZS_BAD_SEQUENCES;
+                        break;
+                    }
+                    zs_u64 pos = head + 1;
+                    for (zs_u32 t = 0; t < 3 && status == ZS_OK; ++t) {
+                        const zs_u32 mode = (modes >> (6 - 2 * t)) & 3;
+                        const zs_u32 at = (zs_u32)(ip + taken + pos);
+                        if (mode == 0) {
+                            tab_at[t] = ZS_NONE;
+                            tab_mode[t] = 0;
+                        } else if (mode == 1) {
+                            if (pos >= seq_len) status = ZS_BAD_SEQUENCES;
+                            tab_at[t] = at;
+                            tab_mode[t] = 1;
+                            pos += 1;
+                        } else if (mode == 2) {
+                            const zs_u32 max_symbol = t == 0 ? 35u : t == 1 ? 31u : 52u;
+                            const zs_u32 max_log = t == 1 ? 8u : 9u;
+                            zs_u32 symbols = 0, log = 0;
+                            const zs_u64 bytes =
+                                zs_read_counts(seq + pos, seq_len - pos, max_symbol, max_log, norm, &symbols, &log);
+                            if (bytes == 0) status = ZS_BAD_SEQUENCES;
+                            tab_at[t] = at;
+                            tab_mode[t] = 2;
+                            pos += bytes;
+                        } else if (!tables_valid) {
+                            status = ZS_BAD_SEQUENCES;
+                        }
+                        if (pos > seq_len) status = ZS_BAD_SEQUENCES;
+                        p->tab_at[t] = tab_at[t];
+                        p->tab_mode[t] = tab_mode[t];
+                    }
+                    if (status != ZS_OK) break;
+                    tables_valid = 1;
+                    p->stream_at = (zs_u32)(ip + taken + pos);
+                }
+            }
+            count += 1;
+            ip += body;
+            if (last) break;
+        }
+        if (status != ZS_OK) break;
+        if (checksum) {
+            if (n - ip < 4) {
+                status = ZS_TRUNCATED;
+                break;
+            }
+            ip += 4;
+        }
+        if (ip != n) status = ZS_BAD_FRAME;  // bytes after the frame (another frame, or damage)
+        break;
+    }
+    // Slots past the walk are unused.
+    for (zs_u32 b = count; b < f->block_slots; ++b) {
+        blocks[b].kind = ZS_NONE;
+        blocks[b].frame = index;
+    }
+    f->blocks = count;
+    f->status = status;
+    f->block_max = block_max;
+}
+
+extern "C" __global__ void zstd_plan(const unsigned char* const* inputs, const unsigned long long* input_sizes,
+                                     const unsigned long long* capacities, ZsFramePlan* frames, ZsBlockPlan* blocks,
+                                     unsigned long long n) {
+    const unsigned long long k = blockIdx.x;
+    if (k >= n || ZS_LANE != 0) return;
+    ZsFramePlan* f = &frames[k];
+    zs_plan_frame(inputs[k], input_sizes[k], capacities[k], (zs_u32)k, f, blocks + f->block_first);
+}
+
+// ---- 2. Each block's literals and sequences -----------------------------------------------
+
+// A bitstream read backwards (as ZsBack), with a 64-bit window over the bytes from `at`,
+// refilled only where a read needs it: the sequence loop's reader.
+struct ZsBits {
+    const zs_u8* p;
+    zs_u64 len;
+    zs_u64 left;  // unread bits
+    zs_u64 at;    // the window's first byte
+    zs_u64 word;  // the 8 bytes from `at` (zeros past len)
+    zs_u32 overflow;
+};
+
+ZS_FN void zs_bits_fill(ZsBits* b) {
+    const zs_u64 top = (b->left + 7) >> 3;
+    const zs_u64 at = top >= 8 ? top - 8 : 0;
+    zs_u64 w = 0;
+    if (at + 8 <= b->len) {
+ZS_UNROLL
+        for (zs_u32 k = 0; k < 8; ++k) w |= (zs_u64)b->p[at + k] << (8 * k);
+    } else {
+        for (zs_u32 k = 0; k < 8; ++k)
+            if (at + k < b->len) w |= (zs_u64)b->p[at + k] << (8 * k);
+    }
+    b->at = at;
+    b->word = w;
+}
+
+// 0 for an empty stream or one whose last byte is zero (no end mark).
+ZS_FN zs_u32 zs_bits_init(ZsBits* b, const zs_u8* p, zs_u64 len) {
+    b->p = p;
+    b->len = len;
+    b->overflow = 0;
+    b->left = 0;
+    b->at = 0;
+    b->word = 0;
+    if (len == 0 || p[len - 1] == 0) return 0;
+    b->left = 8 * (len - 1) + zs_highbit(p[len - 1]);
+    zs_bits_fill(b);
+    return 1;
+}
+
+// Make the next `n` (at most 32) bits readable from the window.
+ZS_FN void zs_bits_ensure(ZsBits* b, zs_u32 n) {
+    if (b->left - 8 * b->at < n && b->at > 0) zs_bits_fill(b);
+}
+
+// The next n (at most 32, ensured) bits; past the start: zeros, and overflow set.
+ZS_FN zs_u32 zs_bits_read(ZsBits* b, zs_u32 n) {
+    if (n > b->left) {
+        b->overflow = 1;
+        b->left = 0;
+        return 0;
+    }
+    b->left -= n;
+    return (zs_u32)((b->word >> ((b->left - 8 * b->at) & 63)) & ((1ull << n) - 1));
+}
+
+// A repeat offset while a block's sequences decode: a value (tag 0), or incoming repeat offset
+// tag - 1 less the value.
+#define ZS_REP(tag, value) (((zs_u64)(tag) << 32) | (zs_u64)(value))
+
+// Block p's literals into the scratch and its sequences into records; its status, size and
+// repeat offsets into p.
+ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max, ZsBlockPlan* p, zs_u8* lit_scratch,
+                                 zs_u32* seq_scratch) {
+    const zs_u8* blk = in + p->in_at;
+    const zs_u64 len = p->in_size;
+    // Treeless literals: the tree of an earlier block, rebuilt here.
+    sh->huf_valid = 0;
+    if ((blk[0] & 3) == 3) {
+        if (ZS_LANE == 0) sh->value = zs_huffman_tree(sh, in + p->huf_at, p->in_at - p->huf_at);
+        ZS_SYNC();
+        const zs_u64 tree = sh->value;
+        ZS_SYNC();
+        if (tree == 0) return ZS_BAD_HUFFMAN;
+        sh->huf_valid = 1;
+    }
+    const zs_u8* lits = 0;
+    zs_u64 lit_count = 0, taken = 0;
+    zs_u32 status = zs_literals(sh, blk, len, lit_scratch + p->lits_at, 0, p->lit_slots, block_max, &lits, &lit_count,
+                                &taken);
+    if (status != ZS_OK) return status;
+    if (ZS_LANE == 0) p->lit_in_at = (blk[0] & 3) == 0 ? (zs_u32)(lits - in) : ZS_NONE;
+    const zs_u8* seq = blk + taken;
+    const zs_u64 seq_len = len - taken;
+    zs_u64 count, head;
+    const zs_u32 c0 = seq[0];
+    if (c0 < 128) {
+        count = c0;
+        head = 1;
+    } else if (c0 < 255) {
+        count = ((c0 - 128) << 8) + seq[1];
+        head = 2;
+    } else {
+        count = seq[1] + ((zs_u64)seq[2] << 8) + 0x7F00;
+        head = 3;
+    }
+    const zs_u64 least = lit_count + 3 * count;
+    if (least > block_max) return ZS_BAD_SEQUENCES;
+    if (ZS_LANE == 0) {
+        p->rep_tag = 1 | (2 << 2) | (3 << 4);
+        p->rep[0] = p->rep[1] = p->rep[2] = 0;
+        p->out_size = (zs_u32)lit_count;
+    }
+    if (count == 0) return head == seq_len ? ZS_OK : ZS_BAD_SEQUENCES;
+    // The three tables on three lanes, from the descriptions in effect.
+    ZsFse* tables[3] = {&sh->ll, &sh->of, &sh->ml};
+    ZS_FOR_LANES(t, 3) {
+        const zs_u32 at = p->tab_at[t];
+        const zs_u32 mode = p->tab_mode[t];
+        const zs_u64 used = zs_sequence_table(tables[t], (zs_u32)t, mode, at == ZS_NONE ? in : in + at,
+                                              at == ZS_NONE ? 0 : p->in_at + p->in_size - at, 1);
+        sh->stream_status[t] = used != ~0ull;
+    }
+    ZS_SYNC();
+    const zs_u32 built = sh->stream_status[0] & sh->stream_status[1] & sh->stream_status[2];
+    ZS_SYNC();
+    if (!built) return ZS_BAD_SEQUENCES;
+    // Packed entries (symbol, update bits, update base) where the Huffman table was: one read a
+    // state.
+    zs_u32* ll_t = sh->huf_area;
+    zs_u32* of_t = sh->huf_area + 512;
+    zs_u32* ml_t = sh->huf_area + 768;
+    const zs_u32 ll_log = sh->ll.log, of_log = sh->of.log, ml_log = sh->ml.log;
+    ZS_FOR_LANES(i, 1280) {
+        const ZsFse* t = i < 512 ? &sh->ll : i < 768 ? &sh->of : &sh->ml;
+        const zs_u32 u = (zs_u32)(i < 512 ? i : i < 768 ? i - 512 : i - 768);
+        if (u < (1u << t->log)) sh->huf_area[i] = t->symbol[u] | ((zs_u32)t->bits[u] << 8) | ((zs_u32)t->base[u] << 16);
+    }
+    ZS_SYNC();
+    if (ZS_LANE == 0) {
+        status = ZS_OK;
+        ZsBits b;
+        zs_u32* rec = seq_scratch + 3 * p->seqs_at;
+        if (p->stream_at > p->in_at + len || !zs_bits_init(&b, in + p->stream_at, p->in_at + len - p->stream_at)) {
+            status = ZS_BAD_SEQUENCE_STREAM;
+        } else {
+            zs_bits_ensure(&b, 32);
+            zs_u32 ll_state = zs_bits_read(&b, ll_log);
+            zs_u32 of_state = zs_bits_read(&b, of_log);
+            zs_bits_ensure(&b, 32);
+            zs_u32 ml_state = zs_bits_read(&b, ml_log);
+            zs_u64 lp = 0, matched = 0;
+            zs_u64 r0 = ZS_REP(1, 0), r1 = ZS_REP(2, 0), r2 = ZS_REP(3, 0);
+            for (zs_u64 k = 0; k < count; ++k) {
+                const zs_u32 le = ll_t[ll_state], oe = of_t[of_state], me = ml_t[ml_state];
+                const zs_u32 of_code = oe & 0xFF, ll_code = le & 0xFF, ml_code = me & 0xFF;
+                zs_u64 offset;
+                zs_bits_ensure(&b, 32);
+                if (of_code > 1) {
+                    offset = (1ull << of_code) + zs_bits_read(&b, of_code) - 3;
+                    r2 = r1;
+                    r1 = r0;
+                    r0 = offset;
+                } else {
+                    const zs_u32 ll0 = ll_code == 0;
+                    if (of_code == 0) {
+                        offset = ll0 ? r1 : r0;
+                        r1 = ll0 ? r0 : r1;
+                        r0 = offset;
+                    } else {
+                        const zs_u32 index = 1 + ll0 + zs_bits_read(&b, 1);
+                        // Repeat offset 1 less one: a value less one, or one more less.
+                        const zs_u64 minus = (r0 >> 32) ? r0 + 1 : r0 - 1;
+                        const zs_u64 value = index == 3 ? minus : index == 2 ? r2 : r1;
+                        if (value == 0) {
+                            status = ZS_BAD_SEQUENCE;
+                            break;
+                        }
+                        if (index != 1) r2 = r1;
+                        r1 = r0;
+                        r0 = value;
+                        offset = value;
+                    }
+                }
+                zs_u32 ml_base, ml_bits, ll_base, ll_bits;
+                zs_ml(ml_code, &ml_base, &ml_bits);
+                zs_ll(ll_code, &ll_base, &ll_bits);
+                zs_bits_ensure(&b, 32);
+                const zs_u32 extra = zs_bits_read(&b, ml_bits + ll_bits);
+                const zs_u64 ml = ml_base + (extra >> ll_bits);
+                const zs_u64 ll = ll_base + (extra & ((1u << ll_bits) - 1));
+                if (k + 1 < count) {
+                    const zs_u32 lb = (le >> 8) & 0xFF, mb = (me >> 8) & 0xFF, ob = (oe >> 8) & 0xFF;
+                    zs_bits_ensure(&b, 32);
+                    const zs_u32 v = zs_bits_read(&b, lb + mb + ob);
+                    ll_state = (le >> 16) + (v >> (mb + ob));
+                    ml_state = (me >> 16) + ((v >> ob) & ((1u << mb) - 1));
+                    of_state = (oe >> 16) + (v & ((1u << ob) - 1));
+                }
+                if (b.overflow) {
+                    status = ZS_BAD_SEQUENCE_STREAM;
+                    break;
+                }
+                if (ll > lit_count - lp) {
+                    status = ZS_BAD_SEQUENCE;
+                    break;
+                }
+                lp += ll;
+                matched += ml;
+                if (lit_count + matched > block_max) {
+                    status = ZS_BAD_SEQUENCE;
+                    break;
+                }
+                rec[3 * k] = (zs_u32)offset;
+                rec[3 * k + 1] = (zs_u32)ll | (zs_u32)((offset >> 32) << 30);
+                rec[3 * k + 2] = (zs_u32)ml;
+            }
+            if (status == ZS_OK && (b.overflow || b.left != 0)) status = ZS_BAD_SEQUENCE_STREAM;
+            if (status == ZS_OK) {
+                p->out_size = (zs_u32)(lit_count + matched);
+                p->rep_tag = (zs_u32)(r0 >> 32) | (zs_u32)((r1 >> 32) << 2) | (zs_u32)((r2 >> 32) << 4);
+                p->rep[0] = (zs_u32)r0;
+                p->rep[1] = (zs_u32)r1;
+                p->rep[2] = (zs_u32)r2;
+            }
+        }
+        sh->status = status;
+    }
+    ZS_SYNC();
+    status = sh->status;
+    ZS_SYNC();
+    return status;
+}
+
+extern "C" __global__ void zstd_decode_blocks(const unsigned char* const* inputs, const ZsFramePlan* frames,
+                                              ZsBlockPlan* blocks, unsigned char* lit_scratch, unsigned int* seq_scratch,
+                                              unsigned long long n_blocks) {
+    ZS_SHARED ZsShared shared;
+    const unsigned long long k = blockIdx.x;
+    if (k >= n_blocks) return;
+    ZsBlockPlan* p = &blocks[k];
+    const zs_u32 kind = p->kind;
+    zs_u32 status = ZS_OK;
+    if (kind == 2) {
+        status = zs_block_sequences(&shared, inputs[p->frame], frames[p->frame].block_max, p, lit_scratch, seq_scratch);
+    } else if (ZS_LANE == 0) {
+        p->out_size = kind == ZS_NONE ? 0 : p->size;
+        p->rep_tag = 1 | (2 << 2) | (3 << 4);
+        p->rep[0] = p->rep[1] = p->rep[2] = 0;
+    }
+    if (ZS_LANE == 0) p->status = status;
+}
+
+// ---- 3. The frame's bytes -----------------------------------------------------------------
+
+// A round of up to 32 sequences, one to a lane.
+struct ZsRound {
+    zs_u64 op[32];   // where each sequence's bytes start in the output
+    zs_u64 lp[32];   // where its literals start
+    zs_u64 off[32];  // its offset (0: invalid)
+    zs_u32 ll[32], ml[32];
+    zs_u32 flag[32];
+    zs_u32 status;
+};
+
+// Exclusive prefix sums of a[0, m) into s (m at most 32), plus `base`.
+ZS_FN void zs_prefix(const zs_u32* a, zs_u64* s, zs_u32 m, zs_u64 base) {
+#ifdef ZS_HOST_SHIM
+    zs_u64 sum = base;
+    for (zs_u32 i = 0; i < m; ++i) {
+        s[i] = sum;
+        sum += a[i];
+    }
+#else
+    const zs_u32 lane = ZS_LANE;
+    const zs_u64 v = lane < m ? a[lane] : 0;
+    zs_u64 x = v;
+    for (zs_u32 d = 1; d < 32; d <<= 1) {
+        const zs_u64 t = __shfl_up_sync(0xFFFFFFFFu, x, d);
+        if (lane >= d) x += t;
+    }
+    if (lane < m) s[lane] = base + x - v;
+    __syncwarp();
+#endif
+}
+
+// The first i in [from, m) with flag[i] set, else m.
+ZS_FN zs_u32 zs_first_flag(const zs_u32* flag, zs_u32 from, zs_u32 m) {
+#ifdef ZS_HOST_SHIM
+    for (zs_u32 i = from; i < m; ++i)
+        if (flag[i]) return i;
+    return m;
+#else
+    const zs_u32 lane = ZS_LANE;
+    const unsigned mask = __ballot_sync(0xFFFFFFFFu, lane >= from && lane < m && flag[lane] != 0);
+    return mask ? (zs_u32)(__ffs(mask) - 1) : m;
+#endif
+}
+
+// One lane's whole sequence: ll literals from lit, then ml bytes from `off` before.
+ZS_FN void zs_lane_sequence(zs_u8* dst, const zs_u8* lit, zs_u32 ll, zs_u32 ml, zs_u64 off) {
+    if (ll <= 16 && ml <= 16 && off >= ml) {
+        // Every byte read before any is written: the match lies before this sequence, or (off
+        // at most ll + i, and off >= ml) in its own literals, read from the literals instead.
+        zs_u8 v[32] = {0};
+ZS_UNROLL
+        for (zs_u32 i = 0; i < 16; ++i)
+            if (i < ll) v[i] = lit[i];
+        const zs_u8* src = dst + ll - off;
+ZS_UNROLL
+        for (zs_u32 i = 0; i < 16; ++i)
+            if (i < ml) v[16 + i] = (zs_u64)ll + i >= off ? lit[ll + i - off] : src[i];
+ZS_UNROLL
+        for (zs_u32 i = 0; i < 16; ++i)
+            if (i < ll) dst[i] = v[i];
+ZS_UNROLL
+        for (zs_u32 i = 0; i < 16; ++i)
+            if (i < ml) dst[ll + i] = v[16 + i];
+        return;
+    }
+    for (zs_u32 i = 0; i < ll; ++i) dst[i] = lit[i];
+    zs_u8* m = dst + ll;
+    const zs_u8* s = m - off;
+    for (zs_u32 i = 0; i < ml; ++i) m[i] = s[i];
+}
+
+// A compressed block's sequences (records rec[0, count)) and its literals executed at out + *op
+// of a frame output of `capacity`; rin: its incoming repeat offsets.
+ZS_FN zs_u32 zs_execute_sequences(ZsRound* r, const zs_u32* rec, zs_u64 count, const zs_u8* lits, zs_u64 lit_count,
+                                  zs_u8* out, zs_u64* op_io, const zs_u64* rin) {
+    zs_u64 op = *op_io, lp = 0;
+    for (zs_u64 base = 0; base < count; base += 32) {
+        const zs_u32 m = (zs_u32)(count - base < 32 ? count - base : 32);
+        ZS_FOR_LANES(i, m) {
+            const zs_u32* q = rec + 3 * (base + i);
+            const zs_u32 value = q[0], tag = q[1] >> 30;
+            r->ll[i] = q[1] & 0x3FFFFFFFu;
+            r->ml[i] = q[2];
+            r->off[i] = tag == 0 ? value : (rin[tag - 1] > value ? rin[tag - 1] - value : 0);
+        }
+        ZS_SYNC();
+        zs_prefix(r->ll, r->lp, m, lp);
+        ZS_FOR_LANES(i, m) r->flag[i] = r->ll[i] + r->ml[i];
+        ZS_SYNC();
+        zs_prefix(r->flag, r->op, m, op);
+        ZS_SYNC();
+        // Offsets within the bytes before each match.
+        ZS_FOR_LANES(i, m) r->flag[i] = r->off[i] == 0 || r->off[i] > r->op[i] + r->ll[i];
+        ZS_SYNC();
+        if (zs_first_flag(r->flag, 0, m) < m) return ZS_BAD_SEQUENCE;
+        ZS_SYNC();
+        const zs_u64 end_op = r->op[m - 1] + r->ll[m - 1] + r->ml[m - 1];
+        const zs_u64 end_lp = r->lp[m - 1] + r->ll[m - 1];
+        zs_u32 from = 0;
+        while (from < m) {
+            // A sequence waits for the round before it when its match reads bytes written in
+            // this round by sequences before it, or when it is long (the warp copies it).
+            const zs_u64 start = r->op[from];
+            ZS_FOR_LANES(i, m) {
+                const zs_u64 own = r->op[i] + r->ll[i];
+                const zs_u64 src = own - r->off[i];
+                const zs_u64 src_end = src + r->ml[i] < r->op[i] ? src + r->ml[i] : r->op[i];
+                r->flag[i] = (r->ll[i] + r->ml[i] > 64) || (src < r->op[i] && src_end > start);
+            }
+            ZS_SYNC();
+            const zs_u32 stop = zs_first_flag(r->flag, from, m);
+            ZS_SYNC();
+            ZS_FOR_LANES(i, m) {
+                if (i >= from && i < stop) zs_lane_sequence(out + r->op[i], lits + r->lp[i], r->ll[i], r->ml[i], r->off[i]);
+            }
+            ZS_SYNC();
+            if (stop < m) {
+                // The warp copies this one, its sources all written now.
+                const zs_u64 o = r->op[stop], l = r->ll[stop];
+                const zs_u8* lit = lits + r->lp[stop];
+                ZS_FOR_LANES(i, l) out[o + i] = lit[i];
+                ZS_SYNC();
+                zs_match(out + o + l, r->off[stop], r->ml[stop]);
+            }
+            from = stop + 1;
+        }
+        op = end_op;
+        lp = end_lp;
+        ZS_SYNC();
+    }
+    const zs_u64 rest = lit_count - lp;
+    ZS_FOR_LANES(i, rest) out[op + i] = lits[lp + i];
+    ZS_SYNC();
+    *op_io = op + rest;
+    return ZS_OK;
+}
+
+extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, const unsigned long long* capacities,
+                                        unsigned char* const* outputs, unsigned long long* decoded,
+                                        unsigned int* statuses, const ZsFramePlan* frames, const ZsBlockPlan* blocks,
+                                        const unsigned char* lit_scratch, const unsigned int* seq_scratch,
+                                        unsigned long long n) {
+    ZS_SHARED ZsRound round;
+    const unsigned long long k = blockIdx.x;
+    if (k >= n) return;
+    const ZsFramePlan* f = &frames[k];
+    const zs_u8* in = inputs[k];
+    zs_u8* out = outputs[k];
+    const zs_u64 capacity = capacities[k];
+    zs_u64 op = 0;
+    zs_u64 rep[3] = {1, 4, 8};
+    zs_u32 status = ZS_OK;
+    const zs_u32 walked = f->blocks;
+    for (zs_u32 b = 0; b < walked; ++b) {
+        const ZsBlockPlan* p = &blocks[f->block_first + b];
+        status = p->status;
+        if (status != ZS_OK) break;
+        const zs_u64 size = p->out_size;
+        if (size > capacity - op) {
+            status = ZS_PAST_CAPACITY;
+            break;
+        }
+        if (p->kind == 0) {
+            const zs_u8* src = in + p->in_at;
+            ZS_FOR_LANES(i, size) out[op + i] = src[i];
+            ZS_SYNC();
+            op += size;
+        } else if (p->kind == 1) {
+            const zs_u8 v = in[p->in_at];
+            ZS_FOR_LANES(i, size) out[op + i] = v;
+            ZS_SYNC();
+            op += size;
+        } else {
+            const zs_u8* lits = p->lit_in_at == ZS_NONE ? lit_scratch + p->lits_at : in + p->lit_in_at;
+            status = zs_execute_sequences(&round, seq_scratch + 3 * p->seqs_at, p->seq_slots, lits, p->lit_slots, out,
+                                          &op, rep);
+            if (status != ZS_OK) break;
+            zs_u64 next[3];
+            for (zs_u32 j = 0; j < 3; ++j) {
+                const zs_u32 tag = (p->rep_tag >> (2 * j)) & 3;
+                const zs_u64 v = p->rep[j];
+                next[j] = tag == 0 ? v : (rep[tag - 1] > v ? rep[tag - 1] - v : 0);
+                if (next[j] == 0) status = ZS_BAD_SEQUENCE;
+            }
+            if (status != ZS_OK) break;
+            rep[0] = next[0];
+            rep[1] = next[1];
+            rep[2] = next[2];
+        }
+    }
+    if (status == ZS_OK) status = f->status;
+    if (status == ZS_OK && op != capacity) status = ZS_SIZE_MISMATCH;
+    if (ZS_LANE == 0) {
+        statuses[k] = status;
+        decoded[k] = op;
+    }
+}
+// The names stay out of the sources compiled after this one.
+#undef ZS_FOR_LANES
+#undef ZS_OK
+#undef ZS_TRUNCATED
+#undef ZS_BAD_FRAME
+#undef ZS_BAD_BLOCK
+#undef ZS_BAD_LITERALS
+#undef ZS_BAD_HUFFMAN
+#undef ZS_BAD_LITERAL_STREAM
+#undef ZS_BAD_SEQUENCES
+#undef ZS_BAD_SEQUENCE_STREAM
+#undef ZS_BAD_SEQUENCE
+#undef ZS_PAST_CAPACITY
+#undef ZS_SIZE_MISMATCH
+#undef ZS_MAX_BLOCK
+#undef ZS_HUF_MAX_LOG
+#undef ZS_HUF_SYMBOL
+#undef ZS_HUF_BITS
+#undef ZS_NONE
+#undef ZS_UNROLL
+#ifndef ZS_HOST_SHIM
+#undef ZS_LANES
+#undef ZS_LANE
+#undef ZS_SYNC
+#undef ZS_FN
+#undef ZS_SHARED
+#undef ZS_CONST
+#endif
