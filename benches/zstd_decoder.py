@@ -1,7 +1,8 @@
-"""Our zstd kernel on the GPU through NVRTC (CuPy), no Rust build needed there: every case the CPU
-shim decoded (`dump_cases_for_the_gpu_harness`) must give the same status, length and bytes; then
-decoder-only timings on Z2-like frames (1 MiB float32 chunks, zstd level 3), device input to
-device output, one launch per batch, medians of 9.
+"""Our zstd kernels on the GPU through NVRTC (CuPy), no Rust build needed there: every case the CPU
+shim decoded (`dump_cases_for_the_gpu_harness`, the block-parallel decoder) must give the same
+status, length and bytes; then decoder-only timings on Z2-like frames (1 MiB float32 chunks,
+zstd level 3), device input to device output, medians of 9: the block-parallel decoder (its three
+launches, and each launch's share) and the one-warp decoder, in the same run.
 
     ZSTD_DUMP=$PWD/zcases.bin cargo test -p zarrs_gpu_codecs --lib \
         codecs::zstd::decode::tests::dump_cases_for_the_gpu_harness -- --ignored
@@ -13,10 +14,97 @@ import numpy as np, cupy as cp
 dump = sys.argv[1] if len(sys.argv) > 1 else "zcases.bin"
 rows_path = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
 
-src = open("zarrs_gpu_codecs/src/codecs/zstd/decode.cu").read()
+src = open("zarrs_gpu_codecs/src/codecs/zstd/decode.cu").read() + open("zarrs_gpu_codecs/src/codecs/zstd/blocks.cu").read()
 # Compiled as the crate does (NVRTC); a name defined after it checks its #undefs.
 mod = cp.RawModule(code=src + "\n#define ZS_OK 12345\n", backend="nvrtc")
 kern = mod.get_function("zstd_decode_frames")
+k_plan, k_blocks, k_exec = (mod.get_function(f) for f in ("zstd_plan", "zstd_decode_blocks", "zstd_execute"))
+FRAME_PLAN, BLOCK_PLAN, RECORD, ALIGN = 64, 104, 12, 256
+
+
+def slots(frame):
+    """decode.rs `slots`: block plans, sequence records and literal bytes a frame takes."""
+    blocks = seqs = lits = 0
+    if len(frame) < 5 or frame[:4] != b"\x28\xb5\x2f\xfd":
+        return 0, 0, 0
+    fhd = frame[4]
+    single = (fhd >> 5) & 1
+    pos = 5 + (1 - single) + [0, 1, 2, 4][fhd & 3] + [single, 2, 4, 8][fhd >> 6]
+    b = lambda blk, i: blk[i] if i < len(blk) else 0
+    while pos + 3 <= len(frame):
+        h = int.from_bytes(frame[pos:pos + 3], "little")
+        last, kind, size = h & 1, (h >> 1) & 3, h >> 3
+        if kind == 3:
+            break
+        blocks += 1
+        body = 1 if kind == 1 else size
+        if pos + 3 + body > len(frame):
+            break
+        blk = frame[pos + 3:pos + 3 + body]
+        if kind == 2 and len(blk) >= 2:
+            lk, fmt = blk[0] & 3, (blk[0] >> 2) & 3
+            if lk < 2:
+                head, n = {0: (1, blk[0] >> 3), 2: (1, blk[0] >> 3), 1: (2, (blk[0] | b(blk, 1) << 8) >> 4)}.get(
+                    fmt, (3, (blk[0] | b(blk, 1) << 8 | b(blk, 2) << 16) >> 4))
+                taken = head + (n if lk == 0 else 1)
+            else:
+                w = blk[0] | b(blk, 1) << 8 | b(blk, 2) << 16 | b(blk, 3) << 24
+                if fmt < 2:
+                    head, n, cs = 3, (w >> 4) & 0x3FF, (w >> 14) & 0x3FF
+                elif fmt == 2:
+                    head, n, cs = 4, (w >> 4) & 0x3FFF, w >> 18
+                else:
+                    head, n, cs = 5, (w >> 4) & 0x3FFFF, (w >> 22) | b(blk, 4) << 10
+                taken = head + cs
+            if lk != 0:
+                lits += n
+            if taken < len(blk):
+                c0 = blk[taken]
+                seqs += c0 if c0 < 128 else (b(blk, taken + 1) + (b(blk, taken + 2) << 8) + 0x7F00 if c0 == 255
+                                             else ((c0 - 128) << 8) + b(blk, taken + 1))
+        pos += 3 + body
+        if last:
+            break
+    return blocks, seqs, lits
+
+
+def align(n):
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+class Blocks:
+    """The block-parallel decoder's scratch and launches for one batch (decode.rs `BlockPlan`)."""
+
+    def __init__(self, frames_for_slots, args):
+        words, tb, ts, tl = [], 0, 0, 0
+        for f in frames_for_slots:
+            nb, ns, nl = slots(f)
+            words += [tl, nl, ts, ns, tb | nb << 32, 0, 0, 0]
+            tb, ts, tl = tb + nb, ts + ns, tl + nl
+        n = len(frames_for_slots)
+        self.n, self.nblocks = n, tb
+        blocks_at = align(n * FRAME_PLAN)
+        records_at = blocks_at + align(tb * BLOCK_PLAN)
+        lits_at = records_at + align(ts * RECORD)
+        self.len = lits_at + align(tl)
+        self.scratch = cp.zeros(self.len + 8, cp.uint8)
+        base = self.scratch.data.ptr
+        self.table = cp.asarray(np.array(words, np.uint64))
+        self.frames, self.blocks, self.records, self.lits = (np.uint64(base + a) for a in (0, blocks_at, records_at, lits_at))
+        self.args = args
+
+    def run(self, events=None):
+        ins, sizes, caps, outs, dec, st, n = self.args
+        cp.cuda.runtime.memcpyAsync(int(self.frames), self.table.data.ptr, self.table.nbytes, 3,
+                                    cp.cuda.get_current_stream().ptr)
+        if events: events[0].record()
+        k_plan((self.n,), (32,), (ins, sizes, caps, self.frames, self.blocks, n))
+        if events: events[1].record()
+        if self.nblocks:
+            k_blocks((self.nblocks,), (32,), (ins, self.frames, self.blocks, self.lits, self.records, np.uint64(self.nblocks)))
+        if events: events[2].record()
+        k_exec((self.n,), (32,), (ins, caps, outs, dec, st, self.frames, self.blocks, self.lits, self.records, n))
+        if events: events[3].record()
 
 
 def arrays(frames, caps, repeat_inputs=None):
@@ -52,7 +140,7 @@ while p < len(raw):
     p += cap
     cases.append((frame, cap, status, decoded, out))
 args, d_out, out_off, st, dec, keep = arrays([c[0] for c in cases], [c[1] for c in cases])
-kern((len(cases),), (32,), args)
+Blocks([c[0] for c in cases], args).run()
 cp.cuda.Device().synchronize()
 st = st.get()
 dec = dec.get()
@@ -84,14 +172,21 @@ frames = [codec.encode(c) for c in chunks]
 ratio = sum(len(c) for c in chunks) / sum(len(f) for f in frames)
 print(f"Z2-like frames: 64 distinct, ratio {ratio:.2f}, mean {np.mean([len(f) for f in frames]) / 1024:.0f} KiB")
 rows = []
-for n in (1, 16, 64, 1024, 8192):
+for n, decoder in [(n, d) for n in (1, 16, 64, 1024, 8192) for d in ("blocks", "one warp")]:
     args, d_out, out_off, st, dec, keep = arrays(None, [1 << 20] * n, repeat_inputs=frames)
-    times = []
+    times, phases = [], []
+    plan = Blocks([frames[k % len(frames)] for k in range(n)], args) if decoder == "blocks" else None
     for rep in range(10):
         cp.cuda.Device().synchronize()
         t = time.perf_counter()
-        kern((n,), (32,), args)
-        cp.cuda.Device().synchronize()
+        if plan is None:
+            kern((n,), (32,), args)
+            cp.cuda.Device().synchronize()
+        else:
+            ev = [cp.cuda.Event() for _ in range(4)]
+            plan.run(ev)
+            ev[3].synchronize()
+            phases.append([cp.cuda.get_elapsed_time(ev[i], ev[i + 1]) for i in range(3)])
         if rep:
             times.append((time.perf_counter() - t) * 1e3)
     s = st.get()
@@ -101,42 +196,13 @@ for n in (1, 16, 64, 1024, 8192):
         assert got[k << 20:(k + 1) << 20].tobytes() == chunks[k], f"frame {k} differs"
     med = float(np.median(times))
     gib = n / 1024 / (med / 1e3)
-    print(f"ours, {n} frames of 1 MiB: median {med:.2f} ms, p90 {np.percentile(times, 90):.2f} ms, {gib:.2f} GiB/s")
-    rows.append(dict(decoder="ours", frames=n, median_ms=med, p90_ms=float(np.percentile(times, 90)), gib_s=gib))
-    del args, d_out, keep
-# Where one frame's time goes: the same kernel with parts taken out of its text (the statuses
-# stay those of a full decode: lengths are still counted and checked).
-variants = {
-    "without the sequences' copies": [
-        ("zs_copy_down(out + op, lits + lp, ll);", ";"),
-        ("zs_match(out + op, offset, ml);", ";"),
-        ("ZS_FOR_LANES(i, n) out[op + i] = i < ll ? lit[i] : out[op + i - offset];", ";"),
-    ],
-}
-variants["without the copies and the Huffman streams"] = variants["without the sequences' copies"] + [
-    ("sh->stream_status[s] = zs_huffman_stream(sh, data + at, n, tail + s * segment, count);",
-     "sh->stream_status[s] = 1;"),
-    ("if (ZS_LANE == 0) sh->stream_status[0] = zs_huffman_stream(sh, data, data_len, tail, size);",
-     "if (ZS_LANE == 0) sh->stream_status[0] = 1;"),
-]
-for name, edits in variants.items():
-    text = src
-    for old_text, new_text in edits:
-        assert old_text in text, old_text
-        text = text.replace(old_text, new_text)
-    k2 = cp.RawModule(code=text, backend="nvrtc").get_function("zstd_decode_frames")
-    for n in (1, 1024):
-        args, d_out, out_off, st, dec, keep = arrays(None, [1 << 20] * n, repeat_inputs=frames)
-        times = []
-        for rep in range(6):
-            cp.cuda.Device().synchronize()
-            t = time.perf_counter()
-            k2((n,), (32,), args)
-            cp.cuda.Device().synchronize()
-            if rep:
-                times.append((time.perf_counter() - t) * 1e3)
-        print(f"ours {name}, {n} frames: median {float(np.median(times)):.2f} ms")
-        del args, d_out, keep
+    share = ""
+    if phases:
+        ph = np.median(np.array(phases[1:]), axis=0)
+        share = f" (plan {ph[0]:.2f}, blocks {ph[1]:.2f}, execute {ph[2]:.2f} ms; scratch {plan.len / 2**20:.1f} MiB)"
+    print(f"ours ({decoder}), {n} frames of 1 MiB: median {med:.2f} ms, p90 {np.percentile(times, 90):.2f} ms, {gib:.2f} GiB/s{share}")
+    rows.append(dict(decoder=f"ours ({decoder})", frames=n, median_ms=med, p90_ms=float(np.percentile(times, 90)), gib_s=gib))
+    del args, d_out, keep, plan
 if rows_path:
     with open(rows_path, "a") as f:
         for r in rows:
