@@ -18,8 +18,9 @@ src = open("zarrs_gpu_codecs/src/codecs/zstd/decode.cu").read() + open("zarrs_gp
 # Compiled as the crate does (NVRTC); a name defined after it checks its #undefs.
 mod = cp.RawModule(code=src + "\n#define ZS_OK 12345\n", backend="nvrtc")
 kern = mod.get_function("zstd_decode_frames")
-k_plan, k_blocks, k_exec = (mod.get_function(f) for f in ("zstd_plan", "zstd_decode_blocks", "zstd_execute"))
-FRAME_PLAN, BLOCK_PLAN, RECORD, ALIGN = 64, 104, 12, 256
+k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write = (mod.get_function(f) for f in (
+    "zstd_plan", "zstd_decode_blocks", "zstd_execute", "zstd_link", "zstd_entries", "zstd_jump", "zstd_write"))
+FRAME_PLAN, BLOCK_PLAN, RECORD, ALIGN, JUMP_MAX = 64, 120, 20, 256, 64 << 20
 
 
 def slots(frame):
@@ -73,27 +74,37 @@ def align(n):
 
 
 class Blocks:
-    """The block-parallel decoder's scratch and launches for one batch (decode.rs `BlockPlan`)."""
+    """The block-parallel decoder's scratch and launches for one batch (decode.rs `BlockPlan`):
+    its bytes resolved by jumps where the batch decodes to 64 MiB or less (unless `execute`),
+    else each frame's sequences executed by a warp."""
 
-    def __init__(self, frames_for_slots, args):
-        words, tb, ts, tl = [], 0, 0, 0
-        for f in frames_for_slots:
+    def __init__(self, frames_for_slots, caps, args, execute=False):
+        words, tb, ts, tl, te = [], 0, 0, 0, 0
+        for f, c in zip(frames_for_slots, caps):
             nb, ns, nl = slots(f)
-            words += [tl, nl, ts, ns, tb | nb << 32, 0, 0, 0]
-            tb, ts, tl = tb + nb, ts + ns, tl + nl
+            words += [tl, nl, ts, ns, tb | nb << 32, 0, 0, te]
+            tb, ts, tl, te = tb + nb, ts + ns, tl + nl, te + c
         n = len(frames_for_slots)
-        self.n, self.nblocks = n, tb
+        self.n, self.nblocks, self.entries = n, tb, te
+        self.jump = te <= JUMP_MAX and not execute
         blocks_at = align(n * FRAME_PLAN)
         records_at = blocks_at + align(tb * BLOCK_PLAN)
         lits_at = records_at + align(ts * RECORD)
         self.len = lits_at + align(tl)
+        self.largest = max(caps) if caps else 0
+        self.passes = 65 - (64 - max(self.largest, 1).bit_length())
+        entries_at, flags_at = self.len, self.len + align(4 * te)
+        if self.jump:
+            self.len = flags_at + align(4 * self.passes)
         self.scratch = cp.zeros(self.len + 8, cp.uint8)
         base = self.scratch.data.ptr
         self.table = cp.asarray(np.array(words, np.uint64))
-        self.frames, self.blocks, self.records, self.lits = (np.uint64(base + a) for a in (0, blocks_at, records_at, lits_at))
+        self.frames, self.blocks, self.records, self.lits, self.ents, self.flags = (
+            np.uint64(base + a) for a in (0, blocks_at, records_at, lits_at, entries_at, flags_at))
         self.args = args
 
     def run(self, events=None):
+        """Its launches; events (4) mark plan | blocks | the rest."""
         ins, sizes, caps, outs, dec, st, n = self.args
         cp.cuda.runtime.memcpyAsync(int(self.frames), self.table.data.ptr, self.table.nbytes, 3,
                                     cp.cuda.get_current_stream().ptr)
@@ -103,7 +114,17 @@ class Blocks:
         if self.nblocks:
             k_blocks((self.nblocks,), (32,), (ins, self.frames, self.blocks, self.lits, self.records, np.uint64(self.nblocks)))
         if events: events[2].record()
-        k_exec((self.n,), (32,), (ins, caps, outs, dec, st, self.frames, self.blocks, self.lits, self.records, n))
+        if not self.jump:
+            k_exec((self.n,), (32,), (ins, caps, outs, dec, st, self.frames, self.blocks, self.lits, self.records, n))
+        else:
+            k_link((self.n,), (32,), (caps, dec, st, self.frames, self.blocks, self.flags, np.uint32(self.passes), n))
+            if self.nblocks:
+                k_entries((self.nblocks,), (32,), (ins, dec, st, self.frames, self.blocks, self.lits, self.records,
+                                                    self.ents, np.uint64(self.nblocks)))
+            for t in range(self.passes):
+                k_jump((max(1, (self.entries + 255) // 256),), (32,), (self.ents, np.uint64(self.entries), self.flags, np.uint32(t)))
+            y = min(max(1, (self.largest + 4095) // 4096), 1024)
+            k_write((self.n, y), (32,), (caps, outs, dec, st, self.frames, self.ents, n))
         if events: events[3].record()
 
 
@@ -140,7 +161,7 @@ while p < len(raw):
     p += cap
     cases.append((frame, cap, status, decoded, out))
 args, d_out, out_off, st, dec, keep = arrays([c[0] for c in cases], [c[1] for c in cases])
-Blocks([c[0] for c in cases], args).run()
+Blocks([c[0] for c in cases], [c[1] for c in cases], args).run()
 cp.cuda.Device().synchronize()
 st = st.get()
 dec = dec.get()
@@ -172,10 +193,11 @@ frames = [codec.encode(c) for c in chunks]
 ratio = sum(len(c) for c in chunks) / sum(len(f) for f in frames)
 print(f"Z2-like frames: 64 distinct, ratio {ratio:.2f}, mean {np.mean([len(f) for f in frames]) / 1024:.0f} KiB")
 rows = []
-for n, decoder in [(n, d) for n in (1, 16, 64, 1024, 8192) for d in ("blocks", "one warp")]:
+for n, decoder in [(n, d) for n in (1, 16, 64, 1024, 8192) for d in ("blocks", "blocks executed", "one warp")]:
     args, d_out, out_off, st, dec, keep = arrays(None, [1 << 20] * n, repeat_inputs=frames)
     times, phases = [], []
-    plan = Blocks([frames[k % len(frames)] for k in range(n)], args) if decoder == "blocks" else None
+    plan = (Blocks([frames[k % len(frames)] for k in range(n)], [1 << 20] * n, args, execute=decoder == "blocks executed")
+            if decoder != "one warp" else None)
     for rep in range(10):
         cp.cuda.Device().synchronize()
         t = time.perf_counter()
@@ -199,9 +221,11 @@ for n, decoder in [(n, d) for n in (1, 16, 64, 1024, 8192) for d in ("blocks", "
     share = ""
     if phases:
         ph = np.median(np.array(phases[1:]), axis=0)
-        share = f" (plan {ph[0]:.2f}, blocks {ph[1]:.2f}, execute {ph[2]:.2f} ms; scratch {plan.len / 2**20:.1f} MiB)"
-    print(f"ours ({decoder}), {n} frames of 1 MiB: median {med:.2f} ms, p90 {np.percentile(times, 90):.2f} ms, {gib:.2f} GiB/s{share}")
-    rows.append(dict(decoder=f"ours ({decoder})", frames=n, median_ms=med, p90_ms=float(np.percentile(times, 90)), gib_s=gib))
+        rest = "jumps" if plan.jump else "execute"
+        share = f" (plan {ph[0]:.2f}, blocks {ph[1]:.2f}, {rest} {ph[2]:.2f} ms; scratch {plan.len / 2**20:.1f} MiB)"
+    label = decoder if decoder != "blocks" or (plan and not plan.jump) else "blocks, jumps"
+    print(f"ours ({label}), {n} frames of 1 MiB: median {med:.2f} ms, p90 {np.percentile(times, 90):.2f} ms, {gib:.2f} GiB/s{share}")
+    rows.append(dict(decoder=f"ours ({label})", frames=n, median_ms=med, p90_ms=float(np.percentile(times, 90)), gib_s=gib))
     del args, d_out, keep, plan
 if rows_path:
     with open(rows_path, "a") as f:

@@ -98,9 +98,14 @@ impl DeviceCodec for Zstd {
                 };
                 // The block-parallel decoder where its scratch fits (the batch's own frames
                 // planned on the host), else one warp per frame.
-                let plan = BlockPlan::new(batch.host_inputs);
+                let capacities = batch.host_arrays.get(2 * batch.count..3 * batch.count).unwrap_or_default();
+                let plan = BlockPlan::new(batch.host_inputs, capacities);
                 match batch.uploads {
-                    Some(uploads) if plan.len <= batch.temp_bytes && batch.host_inputs.len() == batch.count => {
+                    Some(uploads)
+                        if plan.len <= batch.temp_bytes
+                            && batch.host_inputs.len() == batch.count
+                            && capacities.len() == batch.count =>
+                    {
                         // SAFETY: the batch's arrays, as the kernels take them (the caller's
                         // contract); the scratch holds the plan of the batch's own stored bytes.
                         unsafe { launch_blocks(kernels, uploads, batch.stream, &arrays, batch.count, &plan, batch.temp) }
@@ -127,7 +132,8 @@ impl DeviceCodec for Zstd {
     unsafe fn scratch_for(&self, batch: &DeviceBatch<'_>, total_decoded: usize) -> Result<Option<usize>, GpuError> {
         if self.decoder == ZstdDecoder::Ours {
             // Sized from the batch's own frames, on the host.
-            return Ok(Some(BlockPlan::new(batch.host_inputs).len));
+            let capacities = batch.host_arrays.get(2 * batch.count..3 * batch.count).unwrap_or_default();
+            return Ok(Some(BlockPlan::new(batch.host_inputs, capacities).len));
         }
         // SAFETY: the caller's contract: input arrays of `count` entries describing checked
         // frames, ordered on the stream; `count` statuses.

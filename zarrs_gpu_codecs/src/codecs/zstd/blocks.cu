@@ -19,6 +19,10 @@
 // is there (the first error in stream order is the one reported, as there).
 
 #define ZS_NONE 0xFFFFFFFFu
+// Words of a sequence record: offset (or how much less than an incoming repeat offset), literal
+// length (and the repeat offset's tag in its top 2 bits), match length, its first byte's place
+// in its block, its first literal's.
+#define ZS_RECORD 5u
 #ifdef ZS_HOST_SHIM
 #define ZS_UNROLL
 #else
@@ -38,7 +42,7 @@ struct ZsFramePlan {
     zs_u32 status;      // the walk's status after them (ZS_OK: the whole frame)
     zs_u32 block_max;   // the largest block the window allows
     zs_u32 unused;
-    zs_u64 unused2;
+    zs_u64 entries_at;  // (host) its first byte's entry, where the bytes are resolved by jumps
 };
 
 // A block's plan: zstd_plan writes the first part, zstd_decode_blocks the rest.
@@ -62,6 +66,9 @@ struct ZsBlockPlan {
     zs_u32 rep_tag;        // per repeat offset out (2 bits each): 0 a value, i + 1 incoming i less
     zs_u32 rep[3];         // the value, or how much less
     zs_u32 stream_at;      // (zstd_plan) its sequences bitstream in the frame
+    // zstd_link:
+    zs_u32 out_at;         // its first byte in the frame
+    zs_u32 rin[3];         // the repeat offsets it starts with
 };
 
 // ---- 1. The plan --------------------------------------------------------------------------
@@ -483,7 +490,7 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
     if (ZS_LANE == 0) {
         status = ZS_OK;
         ZsBits b;
-        zs_u32* rec = seq_scratch + 3 * p->seqs_at;
+        zs_u32* rec = seq_scratch + ZS_RECORD * p->seqs_at;
         if (p->stream_at > p->in_at + len || !zs_bits_init(&b, in + p->stream_at, p->in_at + len - p->stream_at)) {
             status = ZS_BAD_SEQUENCE_STREAM;
         } else {
@@ -554,9 +561,12 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
                     status = ZS_BAD_SEQUENCE;
                     break;
                 }
-                rec[3 * k] = (zs_u32)offset;
-                rec[3 * k + 1] = (zs_u32)ll | (zs_u32)((offset >> 32) << 30);
-                rec[3 * k + 2] = (zs_u32)ml;
+                zs_u32* r = rec + ZS_RECORD * k;
+                r[0] = (zs_u32)offset;
+                r[1] = (zs_u32)ll | (zs_u32)((offset >> 32) << 30);
+                r[2] = (zs_u32)ml;
+                r[3] = (zs_u32)(lp - ll + matched - ml);  // its first byte in the block
+                r[4] = (zs_u32)(lp - ll);                 // its first literal
             }
             if (status == ZS_OK && (b.overflow || b.left != 0)) status = ZS_BAD_SEQUENCE_STREAM;
             if (status == ZS_OK) {
@@ -675,7 +685,7 @@ ZS_FN zs_u32 zs_execute_sequences(ZsRound* r, const zs_u32* rec, zs_u64 count, c
     for (zs_u64 base = 0; base < count; base += 32) {
         const zs_u32 m = (zs_u32)(count - base < 32 ? count - base : 32);
         ZS_FOR_LANES(i, m) {
-            const zs_u32* q = rec + 3 * (base + i);
+            const zs_u32* q = rec + ZS_RECORD * (base + i);
             const zs_u32 value = q[0], tag = q[1] >> 30;
             r->ll[i] = q[1] & 0x3FFFFFFFu;
             r->ml[i] = q[2];
@@ -770,7 +780,7 @@ extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, cons
             op += size;
         } else {
             const zs_u8* lits = p->lit_in_at == ZS_NONE ? lit_scratch + p->lits_at : in + p->lit_in_at;
-            status = zs_execute_sequences(&round, seq_scratch + 3 * p->seqs_at, p->seq_slots, lits, p->lit_slots, out,
+            status = zs_execute_sequences(&round, seq_scratch + ZS_RECORD * p->seqs_at, p->seq_slots, lits, p->lit_slots, out,
                                           &op, rep);
             if (status != ZS_OK) break;
             zs_u64 next[3];
@@ -793,6 +803,164 @@ extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, cons
         decoded[k] = op;
     }
 }
+// ---- 3'. The frame's bytes resolved by jumps (small batches) -------------------------------
+// Every output byte gets an entry: its value (ZS_RESOLVED set) or the index of an earlier byte it
+// copies (a match's source; within a match that overlaps itself, the byte of the period before
+// the match). Each pass replaces a pointer by its target's entry, so that after pass t every
+// chain of up to 2^t links is resolved: ceil(log2(the largest frame)) + 1 passes resolve all.
+
+#define ZS_RESOLVED 0x80000000u
+
+// Lane 0 of frame k: its blocks' places and inherited repeat offsets, and its status where the
+// plan or a block already knows it (decoded: the bytes before the first bad block).
+extern "C" __global__ void zstd_link(const unsigned long long* capacities, unsigned long long* decoded,
+                                     unsigned int* statuses, const ZsFramePlan* frames, ZsBlockPlan* blocks,
+                                     unsigned int* pass_flags, unsigned int passes, unsigned long long n) {
+    const unsigned long long k = blockIdx.x;
+    if (k >= n || ZS_LANE != 0) return;
+    if (k == 0)
+        for (zs_u32 t = 0; t < passes; ++t) pass_flags[t] = 0;
+    const ZsFramePlan* f = &frames[k];
+    const zs_u64 capacity = capacities[k];
+    zs_u64 op = 0, rep[3] = {1, 4, 8};
+    zs_u32 status = ZS_OK;
+    for (zs_u32 b = 0; b < f->blocks; ++b) {
+        ZsBlockPlan* p = &blocks[f->block_first + b];
+        status = p->status;
+        if (status != ZS_OK) break;
+        if (p->out_size > capacity - op) {
+            status = ZS_PAST_CAPACITY;
+            break;
+        }
+        p->out_at = (zs_u32)op;
+        for (zs_u32 j = 0; j < 3; ++j) p->rin[j] = (zs_u32)rep[j];
+        op += p->out_size;
+        zs_u64 next[3];
+        for (zs_u32 j = 0; j < 3; ++j) {
+            const zs_u32 tag = (p->rep_tag >> (2 * j)) & 3;
+            const zs_u64 v = p->rep[j];
+            next[j] = tag == 0 ? v : (rep[tag - 1] > v ? rep[tag - 1] - v : 0);
+            if (next[j] == 0) status = ZS_BAD_SEQUENCE;
+        }
+        if (status != ZS_OK) break;
+        rep[0] = next[0];
+        rep[1] = next[1];
+        rep[2] = next[2];
+    }
+    if (status == ZS_OK) status = f->status;
+    if (status == ZS_OK && op != capacity) status = ZS_SIZE_MISMATCH;
+    statuses[k] = status;
+    decoded[k] = op;
+}
+
+// One warp per block: the entries of its bytes (frames already in error are left).
+extern "C" __global__ void zstd_entries(const unsigned char* const* inputs, unsigned long long* decoded,
+                                        unsigned int* statuses, const ZsFramePlan* frames, const ZsBlockPlan* blocks,
+                                        const unsigned char* lit_scratch, const unsigned int* seq_scratch,
+                                        unsigned int* entries, unsigned long long n_blocks) {
+    ZS_SHARED zs_u32 bad;
+    const unsigned long long k = blockIdx.x;
+    if (k >= n_blocks) return;
+    const ZsBlockPlan* p = &blocks[k];
+    if (p->kind == ZS_NONE || statuses[p->frame] != ZS_OK) return;
+    const ZsFramePlan* f = &frames[p->frame];
+    const zs_u8* in = inputs[p->frame];
+    zs_u32* e = entries + f->entries_at + p->out_at;
+    const zs_u64 size = p->out_size;
+    if (p->kind == 0) {
+        ZS_FOR_LANES(i, size) e[i] = ZS_RESOLVED | in[p->in_at + i];
+        return;
+    }
+    if (p->kind == 1) {
+        ZS_FOR_LANES(i, size) e[i] = ZS_RESOLVED | in[p->in_at];
+        return;
+    }
+    const zs_u8* lits = p->lit_in_at == ZS_NONE ? lit_scratch + p->lits_at : in + p->lit_in_at;
+    const zs_u32* rec = seq_scratch + ZS_RECORD * p->seqs_at;
+    const zs_u64 count = p->seq_slots;
+    if (ZS_LANE == 0) bad = 0;
+    ZS_SYNC();
+    zs_u32 flaw = 0;
+    ZS_FOR_LANES(s, count) {
+        const zs_u32* r = rec + ZS_RECORD * s;
+        const zs_u32 value = r[0], tag = r[1] >> 30, ll = r[1] & 0x3FFFFFFFu, ml = r[2], pos = r[3], lp = r[4];
+        const zs_u64 off = tag == 0 ? value : (p->rin[tag - 1] > value ? (zs_u64)p->rin[tag - 1] - value : 0);
+        // The offset within the bytes before the match, in the frame.
+        const zs_u64 start = (zs_u64)p->out_at + pos + ll;
+        if (off == 0 || off > start) {
+            flaw = 1;
+            continue;
+        }
+        for (zs_u32 i = 0; i < ll; ++i) e[pos + i] = ZS_RESOLVED | lits[lp + i];
+        const zs_u64 from = f->entries_at + start - off;
+        zs_u32* m = e + pos + ll;
+        if (off >= ml) {
+            for (zs_u32 i = 0; i < ml; ++i) m[i] = (zs_u32)(from + i);
+        } else {
+            zs_u64 r2 = 0;
+            for (zs_u32 i = 0; i < ml; ++i) {
+                m[i] = (zs_u32)(from + r2);
+                r2 = r2 + 1 == off ? 0 : r2 + 1;
+            }
+        }
+    }
+    // The literals after the last sequence.
+    const zs_u64 used = count == 0 ? 0 : (zs_u64)rec[ZS_RECORD * (count - 1) + 4] + (rec[ZS_RECORD * (count - 1) + 1] & 0x3FFFFFFFu);
+    const zs_u64 at = count == 0 ? 0 : (zs_u64)rec[ZS_RECORD * (count - 1) + 3] + (rec[ZS_RECORD * (count - 1) + 1] & 0x3FFFFFFFu) + rec[ZS_RECORD * (count - 1) + 2];
+    const zs_u64 rest = p->lit_slots - used;
+    ZS_FOR_LANES(i, rest) e[at + i] = ZS_RESOLVED | lits[used + i];
+    if (flaw) bad = 1;
+    ZS_SYNC();
+    if (ZS_LANE == 0 && bad) {
+        statuses[p->frame] = ZS_BAD_SEQUENCE;
+        decoded[p->frame] = 0;
+    }
+}
+
+// Pass t over entries[0, total), 256 a thread block (skipped once a pass left none to resolve).
+extern "C" __global__ void zstd_jump(unsigned int* entries, unsigned long long total, unsigned int* pass_flags,
+                                     unsigned int t) {
+    if (t > 0 && pass_flags[t - 1] == 0) return;
+    const zs_u64 first = (zs_u64)blockIdx.x * 256;
+    if (first >= total) return;
+    const zs_u64 count = total - first < 256 ? total - first : 256;
+    zs_u32 more = 0;
+    ZS_FOR_LANES(i, count) {
+        const zs_u32 v = entries[first + i];
+        if (!(v & ZS_RESOLVED)) {
+            const zs_u32 w = entries[v];
+            entries[first + i] = w;
+            more |= !(w & ZS_RESOLVED);
+        }
+    }
+    if (more) pass_flags[t] = 1;
+}
+
+// Frame k's bytes from its entries, 4096 a thread block (blockIdx.y: which 4096); a byte left
+// unresolved (never, after enough passes) makes the frame an error, never a wrong byte.
+extern "C" __global__ void zstd_write(const unsigned long long* capacities, unsigned char* const* outputs,
+                                      unsigned long long* decoded, unsigned int* statuses, const ZsFramePlan* frames,
+                                      const unsigned int* entries, unsigned long long n) {
+    const unsigned long long k = blockIdx.x;
+    if (k >= n || statuses[k] != ZS_OK) return;
+    const zs_u64 capacity = capacities[k];
+    for (zs_u64 first = (zs_u64)blockIdx.y * 4096; first < capacity; first += (zs_u64)gridDim.y * 4096) {
+        const zs_u64 count = capacity - first < 4096 ? capacity - first : 4096;
+        const zs_u32* e = entries + frames[k].entries_at + first;
+        zs_u8* out = outputs[k] + first;
+        zs_u32 lost = 0;
+        ZS_FOR_LANES(i, count) {
+            const zs_u32 v = e[i];
+            lost |= !(v & ZS_RESOLVED);
+            out[i] = (zs_u8)v;
+        }
+        if (lost) {
+            statuses[k] = ZS_BAD_SEQUENCE;
+            decoded[k] = 0;
+        }
+    }
+}
+
 // The names stay out of the sources compiled after this one.
 #undef ZS_FOR_LANES
 #undef ZS_OK
@@ -812,6 +980,8 @@ extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, cons
 #undef ZS_HUF_SYMBOL
 #undef ZS_HUF_BITS
 #undef ZS_NONE
+#undef ZS_RECORD
+#undef ZS_RESOLVED
 #undef ZS_UNROLL
 #ifndef ZS_HOST_SHIM
 #undef ZS_LANES

@@ -115,8 +115,12 @@ const THREADS: u32 = 32;
 /// Bytes of a frame's plan and of a block's in the scratch (`blocks.cu`: `ZsFramePlan`,
 /// `ZsBlockPlan`), and of a sequence record.
 const FRAME_PLAN: usize = 64;
-const BLOCK_PLAN: usize = 104;
-const RECORD: usize = 12;
+const BLOCK_PLAN: usize = 120;
+const RECORD: usize = 20;
+/// Batches decoding to at most this many bytes resolve their bytes by jumps (`zstd_jump`: 4
+/// bytes of scratch a decoded byte, and passes over all of them at once); larger ones execute
+/// each frame's sequences on one warp (`zstd_execute`).
+const JUMP_MAX: u64 = 64 << 20;
 /// Alignment of the scratch's regions.
 const ALIGN: usize = 256;
 
@@ -203,16 +207,32 @@ pub(crate) struct BlockPlan {
     blocks_at: usize,
     records_at: usize,
     literals_at: usize,
+    /// Where the bytes are resolved by jumps: the entries (4 bytes a decoded byte), the pass
+    /// flags, the passes, the largest frame; None: each frame's sequences executed on a warp.
+    jump: Option<Jump>,
     /// Scratch bytes in all.
     pub(crate) len: usize,
 }
 
+#[derive(Clone, Copy, Debug)]
+struct Jump {
+    entries_at: usize,
+    entries: u64,
+    flags_at: usize,
+    passes: u32,
+    largest: u64,
+}
+
 impl BlockPlan {
-    /// The plan of a batch of frames.
-    pub(crate) fn new(frames: &[&[u8]]) -> Self {
+    /// The plan of a batch of frames, each decoding to its capacity.
+    pub(crate) fn new(frames: &[&[u8]], capacities: &[u64]) -> Self {
         let mut words = Vec::with_capacity(8 * frames.len());
         let mut total = Slots::default();
-        for frame in frames {
+        let decoded: u64 = capacities.iter().sum();
+        let largest = capacities.iter().copied().max().unwrap_or(0);
+        let jump = decoded <= JUMP_MAX;
+        let mut entries = 0u64;
+        for (frame, &capacity) in frames.iter().zip(capacities) {
             let s = slots(frame);
             words.extend([
                 total.literals,
@@ -222,22 +242,31 @@ impl BlockPlan {
                 total.blocks | s.blocks << 32,
                 0,
                 0,
-                0,
+                entries,
             ]);
             total.blocks += s.blocks;
             total.sequences += s.sequences;
             total.literals += s.literals;
+            entries += capacity;
         }
-        Self::laid_out(words, total)
+        Self::laid_out(words, total, jump.then_some((entries, largest)))
     }
 
-    fn laid_out(frames: Vec<u64>, total: Slots) -> Self {
+    fn laid_out(frames: Vec<u64>, total: Slots, jump: Option<(u64, u64)>) -> Self {
         let n = frames.len() / 8;
         let blocks_at = align(n * FRAME_PLAN);
         let records_at = blocks_at + align(total.blocks as usize * BLOCK_PLAN);
         let literals_at = records_at + align(total.sequences as usize * RECORD);
-        let len = literals_at + align(total.literals as usize);
-        Self { frames, blocks: total.blocks, blocks_at, records_at, literals_at, len }
+        let mut len = literals_at + align(total.literals as usize);
+        let jump = jump.map(|(entries, largest)| {
+            // Chains of up to 2^t links are resolved after pass t: one more than the bits of
+            // the largest frame's length.
+            let passes = 65 - largest.max(1).leading_zeros();
+            let (entries_at, flags_at) = (len, len + align(4 * entries as usize));
+            len = flags_at + align(4 * passes as usize);
+            Jump { entries_at, entries, flags_at, passes, largest }
+        });
+        Self { frames, blocks: total.blocks, blocks_at, records_at, literals_at, jump, len }
     }
 
     /// Scratch enough for any batch of `count` frames decoding to `total` bytes whose
@@ -249,7 +278,8 @@ impl BlockPlan {
             sequences: (total / 6) as u64,
             literals: total as u64,
         };
-        Self::laid_out(vec![0; 8 * count], total_slots).len
+        let jump = (total as u64 <= JUMP_MAX).then_some((total as u64, total as u64));
+        Self::laid_out(vec![0; 8 * count], total_slots, jump).len
     }
 
     fn frame_bytes(&self) -> Vec<u8> {
@@ -349,6 +379,10 @@ pub(crate) unsafe fn launch_blocks(
         // in their regions, within the slots of each frame (checked by the plan).
         unsafe { launch.launch(config(plan.blocks)?) }.map_err(GpuError::cuda("launching the zstd block decoder"))?;
     }
+    if let Some(jump) = plan.jump {
+        // SAFETY: as above; the entries and pass flags in their regions, sized by the plan.
+        return unsafe { launch_jumps(kernels, stream, arrays, n, plan, &jump, temp) };
+    }
     let execute_fn = kernels.function("zstd_execute")?;
     let mut launch = stream.launch_builder(&execute_fn);
     launch
@@ -364,6 +398,80 @@ pub(crate) unsafe fn launch_blocks(
         .arg(&n);
     // SAFETY: as above; outputs of their capacities, which the kernel stays within.
     unsafe { launch.launch(config(n)?) }.map_err(GpuError::cuda("launching the zstd executor"))?;
+    Ok(())
+}
+
+/// The jump path's launches after the blocks are decoded: link, entries, the passes, write.
+///
+/// # Safety
+/// As for [`launch_blocks`], after its first two launches.
+unsafe fn launch_jumps(
+    kernels: &Kernels,
+    stream: &CudaStream,
+    arrays: &ZstdArrays,
+    n: u64,
+    plan: &BlockPlan,
+    jump: &Jump,
+    temp: u64,
+) -> Result<(), GpuError> {
+    let one_warp = |x: u64, y: u64| -> Result<LaunchConfig, GpuError> {
+        let dim = |v: u64| u32::try_from(v).map_err(|_| GpuError::Unsupported(format!("a grid of {v} in one launch")));
+        Ok(LaunchConfig { grid_dim: (dim(x)?, dim(y)?, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 })
+    };
+    let (frames, blocks) = (temp, temp + plan.blocks_at as u64);
+    let (records, literals) = (temp + plan.records_at as u64, temp + plan.literals_at as u64);
+    let (entries, flags) = (temp + jump.entries_at as u64, temp + jump.flags_at as u64);
+    let link = kernels.function("zstd_link")?;
+    let mut launch = stream.launch_builder(&link);
+    launch
+        .arg(&arrays.capacities)
+        .arg(&arrays.decoded)
+        .arg(&arrays.statuses)
+        .arg(&frames)
+        .arg(&blocks)
+        .arg(&flags)
+        .arg(&jump.passes)
+        .arg(&n);
+    // SAFETY: n frames' arrays and plans, the block plans the plan kernel wrote; `passes` flags.
+    unsafe { launch.launch(one_warp(n, 1)?) }.map_err(GpuError::cuda("launching the zstd link"))?;
+    if plan.blocks > 0 {
+        let entries_fn = kernels.function("zstd_entries")?;
+        let mut launch = stream.launch_builder(&entries_fn);
+        launch
+            .arg(&arrays.inputs)
+            .arg(&arrays.decoded)
+            .arg(&arrays.statuses)
+            .arg(&frames)
+            .arg(&blocks)
+            .arg(&literals)
+            .arg(&records)
+            .arg(&entries)
+            .arg(&plan.blocks);
+        // SAFETY: each block's entries lie within its frame's (its place and size checked
+        // against the frame's capacity by the link), the frames' within the entries region.
+        unsafe { launch.launch(one_warp(plan.blocks, 1)?) }.map_err(GpuError::cuda("launching the zstd entries"))?;
+    }
+    let jump_fn = kernels.function("zstd_jump")?;
+    for t in 0..jump.passes {
+        let mut launch = stream.launch_builder(&jump_fn);
+        launch.arg(&entries).arg(&jump.entries).arg(&flags).arg(&t);
+        // SAFETY: the entries region of `jump.entries` entries, each pointing within it.
+        unsafe { launch.launch(one_warp(jump.entries.div_ceil(256).max(1), 1)?) }
+            .map_err(GpuError::cuda("launching a zstd jump pass"))?;
+    }
+    let write_fn = kernels.function("zstd_write")?;
+    let mut launch = stream.launch_builder(&write_fn);
+    launch
+        .arg(&arrays.capacities)
+        .arg(&arrays.outputs)
+        .arg(&arrays.decoded)
+        .arg(&arrays.statuses)
+        .arg(&frames)
+        .arg(&entries)
+        .arg(&n);
+    let y = jump.largest.div_ceil(4096).clamp(1, 1024);
+    // SAFETY: each frame's bytes within its capacity, from its entries.
+    unsafe { launch.launch(one_warp(n, y)?) }.map_err(GpuError::cuda("launching the zstd write"))?;
     Ok(())
 }
 
@@ -400,6 +508,41 @@ unsafe extern "C" {
     );
     #[cfg(test)]
     fn zstd_plan_sizes_on_host() -> u64;
+    #[allow(clippy::too_many_arguments, reason = "the kernel's arguments")]
+    fn zstd_link_on_host(
+        capacities: *const u64,
+        decoded: *mut u64,
+        statuses: *mut u32,
+        frames: *const u8,
+        blocks: *mut u8,
+        flags: *mut u32,
+        passes: u32,
+        n: u64,
+    );
+    #[allow(clippy::too_many_arguments, reason = "the kernel's arguments")]
+    fn zstd_entries_on_host(
+        inputs: *const *const u8,
+        decoded: *mut u64,
+        statuses: *mut u32,
+        frames: *const u8,
+        blocks: *const u8,
+        literals: *const u8,
+        records: *const u32,
+        entries: *mut u32,
+        n_blocks: u64,
+    );
+    fn zstd_jump_on_host(entries: *mut u32, total: u64, flags: *mut u32, passes: u32);
+    #[allow(clippy::too_many_arguments, reason = "the kernel's arguments")]
+    fn zstd_write_on_host(
+        capacities: *const u64,
+        outputs: *const *mut u8,
+        decoded: *mut u64,
+        statuses: *mut u32,
+        frames: *const u8,
+        entries: *const u32,
+        n: u64,
+        grid_y: u32,
+    );
     fn zstd_decode_frames_on_host(
         inputs: *const *const u8,
         input_sizes: *const u64,
@@ -413,10 +556,10 @@ unsafe extern "C" {
 
 /// The device kernels' code run on the CPU over `frames` (each a frame and the output it decodes
 /// into, whose length is the expected one): each frame's status and decoded length, as the device
-/// writes them. `blocks`: the block-parallel decoder (else one warp per frame).
+/// writes them, by `path`.
 #[cfg(any(test, feature = "cpu-kernels"))]
 #[must_use]
-pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], blocks: bool) -> Vec<(u32, u64)> {
+pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], path: HostPath) -> Vec<(u32, u64)> {
     let n = frames.len();
     let inputs: Vec<*const u8> = frames.iter().map(|(i, _)| i.as_ptr()).collect();
     let input_sizes: Vec<u64> = frames.iter().map(|(i, _)| i.len() as u64).collect();
@@ -424,7 +567,7 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], blocks: bool) -> Vec<(u
     let outputs: Vec<*mut u8> = frames.iter_mut().map(|(_, o)| o.as_mut_ptr()).collect();
     let mut decoded = vec![0u64; n];
     let mut statuses = vec![u32::MAX; n];
-    if !blocks {
+    if path == HostPath::OneWarp {
         // SAFETY: n entries each; every input holds its size and every output its capacity, the
         // outputs distinct `&mut` slices; the kernel stays within those lengths.
         unsafe {
@@ -441,7 +584,11 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], blocks: bool) -> Vec<(u
         return statuses.into_iter().zip(decoded).collect();
     }
     let stored: Vec<&[u8]> = frames.iter().map(|(i, _)| &**i).collect();
-    let plan = BlockPlan::new(&stored);
+    let mut plan = BlockPlan::new(&stored, &capacities);
+    if path == HostPath::Execute {
+        plan.len = plan.jump.map_or(plan.len, |j| j.entries_at);
+        plan.jump = None;
+    }
     // The scratch as on the device: 8-byte aligned, the frame table first.
     let mut scratch = vec![0u64; plan.len.div_ceil(8)];
     let base = scratch.as_mut_ptr().cast::<u8>();
@@ -455,6 +602,26 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], blocks: bool) -> Vec<(u
         let (records_p, literals_p) = (base.add(plan.records_at).cast::<u32>(), base.add(plan.literals_at));
         zstd_plan_on_host(inputs.as_ptr(), input_sizes.as_ptr(), capacities.as_ptr(), frames_p, blocks_p, n as u64);
         zstd_decode_blocks_on_host(inputs.as_ptr(), frames_p, blocks_p, literals_p, records_p, plan.blocks);
+        if let Some(jump) = plan.jump {
+            let (entries_p, flags_p) = (base.add(jump.entries_at).cast::<u32>(), base.add(jump.flags_at).cast::<u32>());
+            let (decoded_p, statuses_p) = (decoded.as_mut_ptr(), statuses.as_mut_ptr());
+            zstd_link_on_host(capacities.as_ptr(), decoded_p, statuses_p, frames_p, blocks_p, flags_p, jump.passes, n as u64);
+            zstd_entries_on_host(
+                inputs.as_ptr(),
+                decoded_p,
+                statuses_p,
+                frames_p,
+                blocks_p,
+                literals_p,
+                records_p,
+                entries_p,
+                plan.blocks,
+            );
+            zstd_jump_on_host(entries_p, jump.entries, flags_p, jump.passes);
+            let y = jump.largest.div_ceil(4096).clamp(1, 3) as u32;
+            zstd_write_on_host(capacities.as_ptr(), outputs.as_ptr(), decoded_p, statuses_p, frames_p, entries_p, n as u64, y);
+            return statuses.into_iter().zip(decoded).collect();
+        }
         zstd_execute_on_host(
             inputs.as_ptr(),
             capacities.as_ptr(),
@@ -469,6 +636,18 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], blocks: bool) -> Vec<(u
         );
     }
     statuses.into_iter().zip(decoded).collect()
+}
+
+/// Which of our decoders [`decode_on_host`] runs.
+#[cfg(any(test, feature = "cpu-kernels"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostPath {
+    /// One warp per frame (`decode.cu`).
+    OneWarp,
+    /// Blocks side by side, each frame's sequences executed by a warp (`zstd_execute`).
+    Execute,
+    /// Blocks side by side, the bytes resolved by jumps (`zstd_jump`; batches up to 64 MiB).
+    Jump,
 }
 
 /// The sizes of the plan structs as the kernels' source lays them out (frame, block).

@@ -18,7 +18,7 @@ struct Dim3 {
     unsigned int x, y, z;
 };
 // Per thread: test threads run grids side by side.
-thread_local Dim3 blockIdx, blockDim, threadIdx;
+thread_local Dim3 blockIdx, blockDim, threadIdx, gridDim;
 }  // namespace
 
 #include "decode.cu"
@@ -70,6 +70,60 @@ extern "C" void zstd_execute_on_host(const unsigned char* const* inputs, const u
         zstd_execute(inputs, capacities, outputs, decoded, statuses, (const ZsFramePlan*)frames,
                      (const ZsBlockPlan*)blocks, lit_scratch, seq_scratch, n);
     }
+}
+
+// The jump path's launches (decode.rs launches them in this order on the device).
+extern "C" void zstd_link_on_host(const unsigned long long* capacities, unsigned long long* decoded,
+                                  unsigned int* statuses, const void* frames, void* blocks, unsigned int* pass_flags,
+                                  unsigned int passes, unsigned long long n) {
+    blockDim.x = 32;
+    threadIdx.x = 0;
+    for (unsigned long long k = 0; k < n; ++k) {
+        blockIdx.x = (unsigned int)k;
+        zstd_link(capacities, decoded, statuses, (const ZsFramePlan*)frames, (ZsBlockPlan*)blocks, pass_flags, passes,
+                  n);
+    }
+}
+
+extern "C" void zstd_entries_on_host(const unsigned char* const* inputs, unsigned long long* decoded,
+                                     unsigned int* statuses, const void* frames, const void* blocks,
+                                     const unsigned char* lit_scratch, const unsigned int* seq_scratch,
+                                     unsigned int* entries, unsigned long long n_blocks) {
+    blockDim.x = 32;
+    threadIdx.x = 0;
+    for (unsigned long long k = 0; k < n_blocks; ++k) {
+        blockIdx.x = (unsigned int)k;
+        zstd_entries(inputs, decoded, statuses, (const ZsFramePlan*)frames, (const ZsBlockPlan*)blocks, lit_scratch,
+                     seq_scratch, entries, n_blocks);
+    }
+}
+
+extern "C" void zstd_jump_on_host(unsigned int* entries, unsigned long long total, unsigned int* pass_flags,
+                                  unsigned int passes) {
+    blockDim.x = 32;
+    threadIdx.x = 0;
+    for (unsigned int t = 0; t < passes; ++t) {
+        for (unsigned long long k = 0; k * 256 < total; ++k) {
+            blockIdx.x = (unsigned int)k;
+            zstd_jump(entries, total, pass_flags, t);
+        }
+    }
+}
+
+extern "C" void zstd_write_on_host(const unsigned long long* capacities, unsigned char* const* outputs,
+                                   unsigned long long* decoded, unsigned int* statuses, const void* frames,
+                                   const unsigned int* entries, unsigned long long n, unsigned int grid_y) {
+    blockDim.x = 32;
+    threadIdx.x = 0;
+    gridDim.y = grid_y;
+    for (unsigned long long k = 0; k < n; ++k) {
+        for (unsigned int y = 0; y < grid_y; ++y) {
+            blockIdx.x = (unsigned int)k;
+            blockIdx.y = y;
+            zstd_write(capacities, outputs, decoded, statuses, (const ZsFramePlan*)frames, entries, n);
+        }
+    }
+    blockIdx.y = 0;
 }
 
 extern "C" unsigned long long zstd_plan_sizes_on_host(void) {

@@ -13,10 +13,10 @@ const GUARD: usize = 64;
 const GUARD_BYTE: u8 = 0xA5;
 
 /// One decoder's run on `frame` into a guarded output of `expected` bytes: status, bytes, length.
-fn run(frame: &[u8], expected: usize, blocks: bool) -> (u32, Vec<u8>, u64) {
+fn run(frame: &[u8], expected: usize, path: HostPath) -> (u32, Vec<u8>, u64) {
     let mut out = vec![GUARD_BYTE; expected + GUARD];
     let (head, tail) = out.split_at_mut(expected);
-    let [(status, decoded)] = decode_on_host(&mut [(frame, head)], blocks)[..] else { unreachable!() };
+    let [(status, decoded)] = decode_on_host(&mut [(frame, head)], path)[..] else { unreachable!() };
     assert!(tail.iter().all(|&b| b == GUARD_BYTE), "the kernel wrote past the output");
     assert!(decoded <= expected as u64);
     out.truncate(expected);
@@ -24,21 +24,24 @@ fn run(frame: &[u8], expected: usize, blocks: bool) -> (u32, Vec<u8>, u64) {
 }
 
 /// Our decode of `frame` into an output of `expected` bytes (guarded), by the block-parallel
-/// decoder, which must accept exactly what the one-warp decoder accepts, with the same bytes:
-/// the status (a frame with a content checksum that does not match its bytes counts as an
-/// error, as the pipeline's check makes it), the bytes and the decoded length.
+/// decoder with its bytes resolved by jumps, which must accept exactly what its executing path
+/// and the one-warp decoder accept, with the same bytes: the status (a frame with a content
+/// checksum that does not match its bytes counts as an error, as the pipeline's check makes it),
+/// the bytes and the decoded length.
 fn ours(frame: &[u8], expected: usize) -> (u32, Vec<u8>, u64) {
-    let (mut status, out, decoded) = run(frame, expected, true);
-    let (serial, serial_out, _) = run(frame, expected, false);
-    assert_eq!(
-        status == OK,
-        serial == OK,
-        "the two decoders disagree: blocks {}, one warp {}",
-        status_text(status),
-        status_text(serial)
-    );
-    if status == OK {
-        assert!(out == serial_out, "the two decoders decoded other bytes");
+    let (mut status, out, decoded) = run(frame, expected, HostPath::Jump);
+    for other in [HostPath::Execute, HostPath::OneWarp] {
+        let (theirs, their_out, _) = run(frame, expected, other);
+        assert_eq!(
+            status == OK,
+            theirs == OK,
+            "the decoders disagree: jumps {}, {other:?} {}",
+            status_text(status),
+            status_text(theirs)
+        );
+        if status == OK {
+            assert!(out == their_out, "{other:?} decoded other bytes");
+        }
     }
     if status == OK && frame.len() > 4 && frame[4] & 4 != 0 {
         let stored = u32::from_le_bytes(frame[frame.len() - 4..].try_into().unwrap());
@@ -47,6 +50,39 @@ fn ours(frame: &[u8], expected: usize) -> (u32, Vec<u8>, u64) {
         }
     }
     (status, out, decoded)
+}
+
+#[test]
+fn a_batch_of_frames_good_and_damaged_decodes_each_as_alone() {
+    // Frames of several kinds and sizes, some damaged, some empty, in one batch: each path gives
+    // every frame the status and bytes it gets alone (their slots laid end to end).
+    let mut frames = Vec::new();
+    for k in 0..14usize {
+        let n = [0usize, 1, 700, 40_000, 131_073, 300_000][k % 6];
+        let raw = data(k, n, 40 + k as u64);
+        let mut frame = compress(&raw, [1, 3, 9, -2][k % 4], k % 2 == 0, None, k % 3 != 0);
+        if k % 5 == 4 && frame.len() > 20 {
+            let at = frame.len() / 2;
+            frame[at] ^= 0x21;
+        }
+        frames.push((frame, raw));
+    }
+    for path in [HostPath::Jump, HostPath::Execute, HostPath::OneWarp] {
+        let mut outs: Vec<Vec<u8>> = frames.iter().map(|(_, raw)| vec![0u8; raw.len()]).collect();
+        let mut batch: Vec<(&[u8], &mut [u8])> =
+            frames.iter().zip(outs.iter_mut()).map(|((f, _), o)| (&f[..], &mut o[..])).collect();
+        let results = decode_on_host(&mut batch, path);
+        for (k, ((frame, raw), (status, _))) in frames.iter().zip(&results).enumerate() {
+            let (alone, alone_out, _) = run(frame, raw.len(), path);
+            assert_eq!(*status, alone, "{path:?} frame {k}: {} alone, {} in the batch", status_text(alone), status_text(*status));
+            // (A damaged frame may still decode: its checksum, where it has one, tells.)
+            if *status == OK {
+                assert!(outs[k] == alone_out, "{path:?} frame {k}: other bytes than alone");
+                assert!(k % 5 == 4 || alone_out == *raw, "{path:?} frame {k}: other bytes than libzstd's input");
+            }
+        }
+        assert!(results.iter().filter(|(s, _)| *s == OK).count() >= 10, "{path:?}: {results:?}");
+    }
 }
 
 #[test]
@@ -388,7 +424,7 @@ fn time_a_z2_like_frame_on_the_cpu() {
     let mut out = vec![0u8; raw.len()];
     let start = std::time::Instant::now();
     for _ in 0..10 {
-        let [(status, _)] = decode_on_host(&mut [(&frame, &mut out)], true)[..] else { unreachable!() };
+        let [(status, _)] = decode_on_host(&mut [(&frame, &mut out)], HostPath::Jump)[..] else { unreachable!() };
         assert_eq!(status, OK);
     }
     let ours = start.elapsed().as_secs_f64() / 10.0;
