@@ -358,60 +358,68 @@ extern "C" __global__ void zstd_plan(const unsigned char* const* inputs, const u
 
 // ---- 2. Each block's literals and sequences -----------------------------------------------
 
-// A bitstream read backwards (as ZsBack), with a 64-bit window over the bytes from `at`,
-// refilled only where a read needs it: the sequence loop's reader.
+// A bitstream read backwards (as ZsBack), with a 64-bit window over the 8 bytes from `at`
+// (zeros past the stream), refilled only where a read needs it: the sequence loop's reader, in
+// 32-bit arithmetic but for the window (a block's stream is under 128 KiB).
 struct ZsBits {
     const zs_u8* p;
-    zs_u64 len;
-    zs_u64 left;  // unread bits
-    zs_u64 at;    // the window's first byte
-    zs_u64 word;  // the 8 bytes from `at` (zeros past len)
+    zs_u32 len;
+    zs_u32 at;     // the window's first byte
+    zs_u32 avail;  // unread bits in the window: its low `avail` bits (8 * at + avail unread in all)
     zs_u32 overflow;
+    zs_u64 word;
 };
 
 ZS_FN void zs_bits_fill(ZsBits* b) {
-    const zs_u64 top = (b->left + 7) >> 3;
-    const zs_u64 at = top >= 8 ? top - 8 : 0;
+    const zs_u32 left = 8 * b->at + b->avail;
+    const zs_u32 top = (left + 7) >> 3;
+    const zs_u32 at = top >= 8 ? top - 8 : 0;
     zs_u64 w = 0;
     if (at + 8 <= b->len) {
-ZS_UNROLL
+        ZS_UNROLL
         for (zs_u32 k = 0; k < 8; ++k) w |= (zs_u64)b->p[at + k] << (8 * k);
     } else {
         for (zs_u32 k = 0; k < 8; ++k)
             if (at + k < b->len) w |= (zs_u64)b->p[at + k] << (8 * k);
     }
     b->at = at;
+    b->avail = left - 8 * at;
     b->word = w;
 }
 
-// 0 for an empty stream or one whose last byte is zero (no end mark).
+// 0 for an empty stream, one whose last byte is zero (no end mark), or one of 128 KiB or more.
 ZS_FN zs_u32 zs_bits_init(ZsBits* b, const zs_u8* p, zs_u64 len) {
     b->p = p;
-    b->len = len;
+    b->len = (zs_u32)len;
     b->overflow = 0;
-    b->left = 0;
     b->at = 0;
+    b->avail = 0;
     b->word = 0;
-    if (len == 0 || p[len - 1] == 0) return 0;
-    b->left = 8 * (len - 1) + zs_highbit(p[len - 1]);
+    if (len == 0 || len >= (1u << 24) || p[len - 1] == 0) return 0;
+    b->avail = 8 * ((zs_u32)len - 1) + zs_highbit(p[len - 1]);
     zs_bits_fill(b);
     return 1;
 }
 
 // Make the next `n` (at most 32) bits readable from the window.
 ZS_FN void zs_bits_ensure(ZsBits* b, zs_u32 n) {
-    if (b->left - 8 * b->at < n && b->at > 0) zs_bits_fill(b);
+    if (b->avail < n && b->at > 0) zs_bits_fill(b);
 }
 
 // The next n (at most 32, ensured) bits; past the start: zeros, and overflow set.
 ZS_FN zs_u32 zs_bits_read(ZsBits* b, zs_u32 n) {
-    if (n > b->left) {
+    if (n > b->avail) {
         b->overflow = 1;
-        b->left = 0;
+        b->avail = 0;
         return 0;
     }
-    b->left -= n;
-    return (zs_u32)((b->word >> ((b->left - 8 * b->at) & 63)) & ((1ull << n) - 1));
+    b->avail -= n;
+    return (zs_u32)(b->word >> b->avail) & (n == 0 ? 0u : 0xFFFFFFFFu >> (32 - n));
+}
+
+// Bits left unread.
+ZS_FN zs_u32 zs_bits_left(const ZsBits* b) {
+    return 8 * b->at + b->avail;
 }
 
 // A repeat offset while a block's sequences decode: a value (tag 0), or incoming repeat offset
@@ -475,16 +483,31 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
     const zs_u32 built = sh->stream_status[0] & sh->stream_status[1] & sh->stream_status[2];
     ZS_SYNC();
     if (!built) return ZS_BAD_SEQUENCES;
-    // Packed entries (symbol, update bits, update base) where the Huffman table was: one read a
-    // state.
-    zs_u32* ll_t = sh->huf_area;
-    zs_u32* of_t = sh->huf_area + 512;
-    zs_u32* ml_t = sh->huf_area + 768;
+    // One read a state: literal and match length entries of 8 bytes (the code's baseline; the
+    // update's bits, the code's extra bits, the update's base) where the Huffman table was,
+    // offset entries of 4 (code, update bits, update base) where the literal length table was
+    // built, once that is packed.
+    zs_u64* ll_t = (zs_u64*)sh->huf_area;
+    zs_u64* ml_t = ll_t + 512;
+    zs_u32* of_t = (zs_u32*)sh->ll.base;
     const zs_u32 ll_log = sh->ll.log, of_log = sh->of.log, ml_log = sh->ml.log;
-    ZS_FOR_LANES(i, 1280) {
-        const ZsFse* t = i < 512 ? &sh->ll : i < 768 ? &sh->of : &sh->ml;
-        const zs_u32 u = (zs_u32)(i < 512 ? i : i < 768 ? i - 512 : i - 768);
-        if (u < (1u << t->log)) sh->huf_area[i] = t->symbol[u] | ((zs_u32)t->bits[u] << 8) | ((zs_u32)t->base[u] << 16);
+    ZS_FOR_LANES(i, 1024) {
+        const ZsFse* t = i < 512 ? &sh->ll : &sh->ml;
+        const zs_u32 u = (zs_u32)(i < 512 ? i : i - 512);
+        if (u < (1u << t->log)) {
+            zs_u32 base, extra;
+            if (i < 512) zs_ll(t->symbol[u], &base, &extra);
+            else zs_ml(t->symbol[u], &base, &extra);
+            ll_t[i] = base | ((zs_u64)t->bits[u] << 32) | ((zs_u64)extra << 40) | ((zs_u64)t->base[u] << 48);
+        }
+    }
+    ZS_SYNC();
+    // (The offset table's own arrays are read here, its entries written where the literal
+    // length table's were: 1 KiB within its 2.)
+    ZS_FOR_LANES(u, 256) {
+        const zs_u32 v = u < (1u << of_log) ? sh->of.symbol[u] | ((zs_u32)sh->of.bits[u] << 8) | ((zs_u32)sh->of.base[u] << 16) : 0;
+        ZS_SYNC();
+        of_t[u] = v;
     }
     ZS_SYNC();
     if (ZS_LANE == 0) {
@@ -499,11 +522,15 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
             zs_u32 of_state = zs_bits_read(&b, of_log);
             zs_bits_ensure(&b, 32);
             zs_u32 ml_state = zs_bits_read(&b, ml_log);
-            zs_u64 lp = 0, matched = 0;
+            zs_u32 lp = 0, matched = 0;
+            const zs_u32 lits_n = (zs_u32)lit_count;
             zs_u64 r0 = ZS_REP(1, 0), r1 = ZS_REP(2, 0), r2 = ZS_REP(3, 0);
-            for (zs_u64 k = 0; k < count; ++k) {
-                const zs_u32 le = ll_t[ll_state], oe = of_t[of_state], me = ml_t[ml_state];
-                const zs_u32 of_code = oe & 0xFF, ll_code = le & 0xFF, ml_code = me & 0xFF;
+            for (zs_u32 k = 0; k < (zs_u32)count; ++k) {
+                const zs_u64 le = ll_t[ll_state], me = ml_t[ml_state];
+                const zs_u32 oe = of_t[of_state];
+                const zs_u32 of_code = oe & 0xFF;
+                const zs_u32 ll_base = (zs_u32)le, ll_hi = (zs_u32)(le >> 32);
+                const zs_u32 ml_base = (zs_u32)me, ml_hi = (zs_u32)(me >> 32);
                 zs_u64 offset;
                 zs_bits_ensure(&b, 32);
                 if (of_code > 1) {
@@ -512,7 +539,8 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
                     r1 = r0;
                     r0 = offset;
                 } else {
-                    const zs_u32 ll0 = ll_code == 0;
+                    // Literal length code 0 is the only one of baseline 0.
+                    const zs_u32 ll0 = ll_base == 0;
                     if (of_code == 0) {
                         offset = ll0 ? r1 : r0;
                         r1 = ll0 ? r0 : r1;
@@ -532,43 +560,42 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
                         offset = value;
                     }
                 }
-                zs_u32 ml_base, ml_bits, ll_base, ll_bits;
-                zs_ml(ml_code, &ml_base, &ml_bits);
-                zs_ll(ll_code, &ll_base, &ll_bits);
+                const zs_u32 ll_bits = (ll_hi >> 8) & 0xFF, ml_bits = (ml_hi >> 8) & 0xFF;
                 zs_bits_ensure(&b, 32);
                 const zs_u32 extra = zs_bits_read(&b, ml_bits + ll_bits);
-                const zs_u64 ml = ml_base + (extra >> ll_bits);
-                const zs_u64 ll = ll_base + (extra & ((1u << ll_bits) - 1));
-                if (k + 1 < count) {
-                    const zs_u32 lb = (le >> 8) & 0xFF, mb = (me >> 8) & 0xFF, ob = (oe >> 8) & 0xFF;
+                const zs_u32 ml = ml_base + (extra >> ll_bits);
+                const zs_u32 ll = ll_base + (extra & ((1u << ll_bits) - 1));
+                if (k + 1 < (zs_u32)count) {
+                    const zs_u32 lb = ll_hi & 0xFF, mb = ml_hi & 0xFF, ob = (oe >> 8) & 0xFF;
                     zs_bits_ensure(&b, 32);
                     const zs_u32 v = zs_bits_read(&b, lb + mb + ob);
-                    ll_state = (le >> 16) + (v >> (mb + ob));
-                    ml_state = (me >> 16) + ((v >> ob) & ((1u << mb) - 1));
+                    ll_state = (ll_hi >> 16) + (v >> (mb + ob));
+                    ml_state = (ml_hi >> 16) + ((v >> ob) & ((1u << mb) - 1));
                     of_state = (oe >> 16) + (v & ((1u << ob) - 1));
                 }
                 if (b.overflow) {
                     status = ZS_BAD_SEQUENCE_STREAM;
                     break;
                 }
-                if (ll > lit_count - lp) {
+                if (ll > lits_n - lp) {
                     status = ZS_BAD_SEQUENCE;
                     break;
                 }
-                lp += ll;
-                matched += ml;
-                if (lit_count + matched > block_max) {
+                // Under 2^18 each, and the block's total under block_max once checked: no wrap.
+                if (ml > block_max || lits_n + matched + ml > block_max) {
                     status = ZS_BAD_SEQUENCE;
                     break;
                 }
                 zs_u32* r = rec + ZS_RECORD * k;
                 r[0] = (zs_u32)offset;
-                r[1] = (zs_u32)ll | (zs_u32)((offset >> 32) << 30);
-                r[2] = (zs_u32)ml;
-                r[3] = (zs_u32)(lp - ll + matched - ml);  // its first byte in the block
-                r[4] = (zs_u32)(lp - ll);                 // its first literal
+                r[1] = ll | (zs_u32)((offset >> 32) << 30);
+                r[2] = ml;
+                r[3] = lp + matched;  // its first byte in the block
+                r[4] = lp;            // its first literal
+                lp += ll;
+                matched += ml;
             }
-            if (status == ZS_OK && (b.overflow || b.left != 0)) status = ZS_BAD_SEQUENCE_STREAM;
+            if (status == ZS_OK && (b.overflow || zs_bits_left(&b) != 0)) status = ZS_BAD_SEQUENCE_STREAM;
             if (status == ZS_OK) {
                 p->out_size = (zs_u32)(lit_count + matched);
                 p->rep_tag = (zs_u32)(r0 >> 32) | (zs_u32)((r1 >> 32) << 2) | (zs_u32)((r2 >> 32) << 4);
