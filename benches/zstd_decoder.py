@@ -227,6 +227,69 @@ for n, decoder in [(n, d) for n in (1, 16, 64, 1024, 8192) for d in ("blocks", "
     print(f"ours ({label}), {n} frames of 1 MiB: median {med:.2f} ms, p90 {np.percentile(times, 90):.2f} ms, {gib:.2f} GiB/s{share}")
     rows.append(dict(decoder=f"ours ({label})", frames=n, median_ms=med, p90_ms=float(np.percentile(times, 90)), gib_s=gib))
     del args, d_out, keep, plan
+# Where one frame's block decode goes (the kernel's text instrumented here, not in the crate):
+# clock64 cycles of each block's whole warp and of its sequence loop, beside its sequence count;
+# then the same without the sequence records' stores.
+def instrumented(text):
+    edits = [
+        ("    zs_u32 rin[3];         // the repeat offsets it starts with\n",
+         "    zs_u32 rin[3];         // the repeat offsets it starts with\n    zs_u64 cyc[3];\n"),
+        ("    ZS_SHARED ZsShared shared;\n    const unsigned long long k = blockIdx.x;\n    if (k >= n_blocks) return;\n",
+         "    ZS_SHARED ZsShared shared;\n    const unsigned long long k = blockIdx.x;\n    if (k >= n_blocks) return;\n    const zs_u64 c_all = clock64();\n"),
+        ("    if (ZS_LANE == 0) p->status = status;\n}",
+         "    if (ZS_LANE == 0) { p->status = status; p->cyc[0] = clock64() - c_all; }\n}"),
+        ("            zs_bits_ensure(&b, 32);\n            zs_u32 ll_state",
+         "            const zs_u64 c_loop = clock64();\n            zs_bits_ensure(&b, 32);\n            zs_u32 ll_state"),
+        ("            if (status == ZS_OK && (b.overflow || zs_bits_left(&b) != 0)) status = ZS_BAD_SEQUENCE_STREAM;",
+         "            p->cyc[1] = clock64() - c_loop; p->cyc[2] = count;\n            if (status == ZS_OK && (b.overflow || zs_bits_left(&b) != 0)) status = ZS_BAD_SEQUENCE_STREAM;"),
+    ]
+    for a, b in edits:
+        assert a in text, a
+        text = text.replace(a, b)
+    return text
+
+
+def cycles_of(text, name):
+    global k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write, BLOCK_PLAN
+    saved = (k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write, BLOCK_PLAN)
+    m = cp.RawModule(code=text, backend="nvrtc")
+    k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write = (m.get_function(f) for f in (
+        "zstd_plan", "zstd_decode_blocks", "zstd_execute", "zstd_link", "zstd_entries", "zstd_jump", "zstd_write"))
+    BLOCK_PLAN = 144
+    args, d_out, out_off, st, dec, keep = arrays(None, [1 << 20], repeat_inputs=frames[:1])
+    plan = Blocks(frames[:1], [1 << 20], args)
+    times = []
+    for rep in range(4):
+        ev = [cp.cuda.Event() for _ in range(4)]
+        plan.run(ev)
+        ev[3].synchronize()
+        times.append(cp.cuda.get_elapsed_time(ev[1], ev[2]))
+    raw_plans = plan.scratch.get()
+    blocks_at = align(FRAME_PLAN)
+    lines = []
+    for b in range(plan.nblocks):
+        off = blocks_at + b * BLOCK_PLAN + 120
+        whole, loop, count = struct.unpack_from("<3Q", raw_plans.tobytes(), off)
+        lines.append((whole, loop, count))
+    worst = max(lines)
+    ms = float(np.median(times[1:]))
+    print(f"{name}: blocks {ms:.2f} ms; slowest block {worst[0]} cycles ({worst[0] / ms / 1e6:.2f} GHz if it sets the time), "
+          f"its loop {worst[1]} cycles for {worst[2]} sequences ({worst[1] / max(worst[2], 1):.0f} a sequence)")
+    for whole, loop, count in lines:
+        print(f"   block: {whole} cycles, loop {loop}, {count} sequences")
+    (k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write, BLOCK_PLAN) = saved
+
+
+text = instrumented(src)
+cycles_of(text, "instrumented")
+no_stores = text
+for line in ["                r[0] = (zs_u32)offset;\n", "                r[1] = ll | (zs_u32)((offset >> 32) << 30);\n",
+             "                r[2] = ml;\n", "                r[3] = lp + matched;  // its first byte in the block\n",
+             "                r[4] = lp;            // its first literal\n"]:
+    assert line in no_stores, line
+    no_stores = no_stores.replace(line, "")
+cycles_of(no_stores, "instrumented, no record stores")
+
 if rows_path:
     with open(rows_path, "a") as f:
         for r in rows:

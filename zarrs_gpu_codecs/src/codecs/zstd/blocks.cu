@@ -358,70 +358,6 @@ extern "C" __global__ void zstd_plan(const unsigned char* const* inputs, const u
 
 // ---- 2. Each block's literals and sequences -----------------------------------------------
 
-// A bitstream read backwards (as ZsBack), with a 64-bit window over the 8 bytes from `at`
-// (zeros past the stream), refilled only where a read needs it: the sequence loop's reader, in
-// 32-bit arithmetic but for the window (a block's stream is under 128 KiB).
-struct ZsBits {
-    const zs_u8* p;
-    zs_u32 len;
-    zs_u32 at;     // the window's first byte
-    zs_u32 avail;  // unread bits in the window: its low `avail` bits (8 * at + avail unread in all)
-    zs_u32 overflow;
-    zs_u64 word;
-};
-
-ZS_FN void zs_bits_fill(ZsBits* b) {
-    const zs_u32 left = 8 * b->at + b->avail;
-    const zs_u32 top = (left + 7) >> 3;
-    const zs_u32 at = top >= 8 ? top - 8 : 0;
-    zs_u64 w = 0;
-    if (at + 8 <= b->len) {
-        ZS_UNROLL
-        for (zs_u32 k = 0; k < 8; ++k) w |= (zs_u64)b->p[at + k] << (8 * k);
-    } else {
-        for (zs_u32 k = 0; k < 8; ++k)
-            if (at + k < b->len) w |= (zs_u64)b->p[at + k] << (8 * k);
-    }
-    b->at = at;
-    b->avail = left - 8 * at;
-    b->word = w;
-}
-
-// 0 for an empty stream, one whose last byte is zero (no end mark), or one of 128 KiB or more.
-ZS_FN zs_u32 zs_bits_init(ZsBits* b, const zs_u8* p, zs_u64 len) {
-    b->p = p;
-    b->len = (zs_u32)len;
-    b->overflow = 0;
-    b->at = 0;
-    b->avail = 0;
-    b->word = 0;
-    if (len == 0 || len >= (1u << 24) || p[len - 1] == 0) return 0;
-    b->avail = 8 * ((zs_u32)len - 1) + zs_highbit(p[len - 1]);
-    zs_bits_fill(b);
-    return 1;
-}
-
-// Make the next `n` (at most 32) bits readable from the window.
-ZS_FN void zs_bits_ensure(ZsBits* b, zs_u32 n) {
-    if (b->avail < n && b->at > 0) zs_bits_fill(b);
-}
-
-// The next n (at most 32, ensured) bits; past the start: zeros, and overflow set.
-ZS_FN zs_u32 zs_bits_read(ZsBits* b, zs_u32 n) {
-    if (n > b->avail) {
-        b->overflow = 1;
-        b->avail = 0;
-        return 0;
-    }
-    b->avail -= n;
-    return (zs_u32)(b->word >> b->avail) & (n == 0 ? 0u : 0xFFFFFFFFu >> (32 - n));
-}
-
-// Bits left unread.
-ZS_FN zs_u32 zs_bits_left(const ZsBits* b) {
-    return 8 * b->at + b->avail;
-}
-
 // A repeat offset while a block's sequences decode: a value (tag 0), or incoming repeat offset
 // tag - 1 less the value.
 #define ZS_REP(tag, value) (((zs_u64)(tag) << 32) | (zs_u64)(value))
@@ -525,65 +461,75 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
             zs_u32 lp = 0, matched = 0;
             const zs_u32 lits_n = (zs_u32)lit_count;
             zs_u64 r0 = ZS_REP(1, 0), r1 = ZS_REP(2, 0), r2 = ZS_REP(3, 0);
-            for (zs_u32 k = 0; k < (zs_u32)count; ++k) {
+            const zs_u32 n_seq = (zs_u32)count;
+            for (zs_u32 k = 0; k < n_seq; ++k) {
                 const zs_u64 le = ll_t[ll_state], me = ml_t[ml_state];
                 const zs_u32 oe = of_t[of_state];
                 const zs_u32 of_code = oe & 0xFF;
                 const zs_u32 ll_base = (zs_u32)le, ll_hi = (zs_u32)(le >> 32);
                 const zs_u32 ml_base = (zs_u32)me, ml_hi = (zs_u32)(me >> 32);
+                const zs_u32 ll_bits = (ll_hi >> 8) & 0xFF, ml_bits = (ml_hi >> 8) & 0xFF;
+                const zs_u32 lb = ll_hi & 0xFF, mb = ml_hi & 0xFF, ob = (oe >> 8) & 0xFF;
+                // The sequence's bits in stream order: its offset's (offset code 1 reads the one
+                // bit that picks a repeat offset, 0 none), its lengths', its state updates' (none
+                // after the last). Read from the window at once where it holds them all (one
+                // refill check a sequence: the branches are what a lone lane pays for).
+                const zs_u32 ext_bits = ml_bits + ll_bits;
+                const zs_u32 state_bits = k + 1 < n_seq ? lb + mb + ob : 0;
+                const zs_u32 need = of_code + ext_bits + state_bits;
+                if (b.avail < need && b.at > 0) zs_bits_fill(&b);
+                zs_u32 v_off, v_ext, v_st;
+                if (need <= b.avail) {
+                    const zs_u64 w = b.word;
+                    zs_u32 at = b.avail - of_code;
+                    v_off = (zs_u32)(w >> (at & 63)) & zs_mask(of_code);
+                    at -= ext_bits;
+                    v_ext = (zs_u32)(w >> (at & 63)) & zs_mask(ext_bits);
+                    at -= state_bits;
+                    v_st = (zs_u32)(w >> (at & 63)) & zs_mask(state_bits);
+                    b.avail = at;
+                } else {
+                    // More than a window's bits (long offsets), or past the stream's start.
+                    zs_bits_ensure(&b, 32);
+                    v_off = zs_bits_read(&b, of_code);
+                    zs_bits_ensure(&b, 32);
+                    v_ext = zs_bits_read(&b, ext_bits);
+                    zs_bits_ensure(&b, 32);
+                    v_st = zs_bits_read(&b, state_bits);
+                }
+                // Literal length code 0 is the only one of baseline 0.
+                const zs_u32 ll0 = ll_base == 0;
                 zs_u64 offset;
-                zs_bits_ensure(&b, 32);
+                zs_u32 bad = b.overflow;
                 if (of_code > 1) {
-                    offset = (1ull << of_code) + zs_bits_read(&b, of_code) - 3;
+                    offset = (1ull << of_code) + v_off - 3;
                     r2 = r1;
                     r1 = r0;
                     r0 = offset;
+                } else if (of_code == 0) {
+                    offset = ll0 ? r1 : r0;
+                    r1 = ll0 ? r0 : r1;
+                    r0 = offset;
                 } else {
-                    // Literal length code 0 is the only one of baseline 0.
-                    const zs_u32 ll0 = ll_base == 0;
-                    if (of_code == 0) {
-                        offset = ll0 ? r1 : r0;
-                        r1 = ll0 ? r0 : r1;
-                        r0 = offset;
-                    } else {
-                        const zs_u32 index = 1 + ll0 + zs_bits_read(&b, 1);
-                        // Repeat offset 1 less one: a value less one, or one more less.
-                        const zs_u64 minus = (r0 >> 32) ? r0 + 1 : r0 - 1;
-                        const zs_u64 value = index == 3 ? minus : index == 2 ? r2 : r1;
-                        if (value == 0) {
-                            status = ZS_BAD_SEQUENCE;
-                            break;
-                        }
-                        if (index != 1) r2 = r1;
-                        r1 = r0;
-                        r0 = value;
-                        offset = value;
-                    }
+                    const zs_u32 index = 1 + ll0 + v_off;
+                    // Repeat offset 1 less one: a value less one, or one more less.
+                    const zs_u64 minus = (r0 >> 32) ? r0 + 1 : r0 - 1;
+                    offset = index == 3 ? minus : index == 2 ? r2 : r1;
+                    bad |= offset == 0;
+                    r2 = index != 1 ? r1 : r2;
+                    r1 = r0;
+                    r0 = offset;
                 }
-                const zs_u32 ll_bits = (ll_hi >> 8) & 0xFF, ml_bits = (ml_hi >> 8) & 0xFF;
-                zs_bits_ensure(&b, 32);
-                const zs_u32 extra = zs_bits_read(&b, ml_bits + ll_bits);
-                const zs_u32 ml = ml_base + (extra >> ll_bits);
-                const zs_u32 ll = ll_base + (extra & ((1u << ll_bits) - 1));
-                if (k + 1 < (zs_u32)count) {
-                    const zs_u32 lb = ll_hi & 0xFF, mb = ml_hi & 0xFF, ob = (oe >> 8) & 0xFF;
-                    zs_bits_ensure(&b, 32);
-                    const zs_u32 v = zs_bits_read(&b, lb + mb + ob);
-                    ll_state = (ll_hi >> 16) + (v >> (mb + ob));
-                    ml_state = (ml_hi >> 16) + ((v >> ob) & ((1u << mb) - 1));
-                    of_state = (oe >> 16) + (v & ((1u << ob) - 1));
-                }
-                if (b.overflow) {
-                    status = ZS_BAD_SEQUENCE_STREAM;
-                    break;
-                }
-                if (ll > lits_n - lp) {
-                    status = ZS_BAD_SEQUENCE;
-                    break;
-                }
-                // Under 2^18 each, and the block's total under block_max once checked: no wrap.
-                if (ml > block_max || lits_n + matched + ml > block_max) {
-                    status = ZS_BAD_SEQUENCE;
+                const zs_u32 ml = ml_base + (v_ext >> ll_bits);
+                const zs_u32 ll = ll_base + (v_ext & zs_mask(ll_bits));
+                ll_state = (ll_hi >> 16) + (v_st >> (mb + ob));
+                ml_state = (ml_hi >> 16) + ((v_st >> ob) & zs_mask(mb));
+                of_state = (oe >> 16) + (v_st & zs_mask(ob));
+                // Literals within the block's; the block within block_max (each length under
+                // 2^18: no wrap).
+                bad |= (ll > lits_n - lp) | (ml > block_max) | (lits_n + matched + ml > block_max);
+                if (bad) {
+                    status = b.overflow ? ZS_BAD_SEQUENCE_STREAM : ZS_BAD_SEQUENCE;
                     break;
                 }
                 zs_u32* r = rec + ZS_RECORD * k;

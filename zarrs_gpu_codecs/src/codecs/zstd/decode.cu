@@ -402,19 +402,107 @@ ZS_FN zs_u64 zs_huffman_tree(ZsShared* sh, const zs_u8* src, zs_u64 len) {
     return taken;
 }
 
-// One Huffman stream src[0, len) of `count` literals into dst: 0 when it is damaged or not used
-// up exactly.
-ZS_FN zs_u32 zs_huffman_stream(const ZsShared* sh, const zs_u8* src, zs_u64 len, zs_u8* dst, zs_u64 count) {
-    ZsBack b;
-    if (!zs_back_init(&b, src, len)) return 0;
-    const zs_u32 log = sh->huf_log;
-    for (zs_u64 i = 0; i < count; ++i) {
-        const zs_u32 at = zs_back_peek(&b, log);
-        dst[i] = ZS_HUF_SYMBOL(sh)[at];
-        zs_back_skip(&b, ZS_HUF_BITS(sh)[at]);
-        if (b.overflow) return 0;
+// A bitstream read backwards (as ZsBack), with a 64-bit window over the 8 bytes from `at`
+// (zeros past the stream), refilled only where a read needs it: the sequence loop's reader, in
+// 32-bit arithmetic but for the window (a block's stream is under 128 KiB).
+struct ZsBits {
+    const zs_u8* p;
+    zs_u32 len;
+    zs_u32 at;     // the window's first byte
+    zs_u32 avail;  // unread bits in the window: its low `avail` bits (8 * at + avail unread in all)
+    zs_u32 overflow;
+    zs_u64 word;
+};
+
+ZS_FN void zs_bits_fill(ZsBits* b) {
+    const zs_u32 left = 8 * b->at + b->avail;
+    const zs_u32 top = (left + 7) >> 3;
+    const zs_u32 at = top >= 8 ? top - 8 : 0;
+    zs_u64 w = 0;
+    if (at + 8 <= b->len) {
+        for (zs_u32 k = 0; k < 8; ++k) w |= (zs_u64)b->p[at + k] << (8 * k);
+    } else {
+        for (zs_u32 k = 0; k < 8; ++k)
+            if (at + k < b->len) w |= (zs_u64)b->p[at + k] << (8 * k);
     }
-    return b.left == 0;
+    b->at = at;
+    b->avail = left - 8 * at;
+    b->word = w;
+}
+
+// 0 for an empty stream, one whose last byte is zero (no end mark), or one of 128 KiB or more.
+ZS_FN zs_u32 zs_bits_init(ZsBits* b, const zs_u8* p, zs_u64 len) {
+    b->p = p;
+    b->len = (zs_u32)len;
+    b->overflow = 0;
+    b->at = 0;
+    b->avail = 0;
+    b->word = 0;
+    if (len == 0 || len >= (1u << 24) || p[len - 1] == 0) return 0;
+    b->avail = 8 * ((zs_u32)len - 1) + zs_highbit(p[len - 1]);
+    zs_bits_fill(b);
+    return 1;
+}
+
+// Make the next `n` (at most 32) bits readable from the window.
+ZS_FN void zs_bits_ensure(ZsBits* b, zs_u32 n) {
+    if (b->avail < n && b->at > 0) zs_bits_fill(b);
+}
+
+// The next n (at most 32, ensured) bits; past the start: zeros, and overflow set.
+ZS_FN zs_u32 zs_bits_read(ZsBits* b, zs_u32 n) {
+    if (n > b->avail) {
+        b->overflow = 1;
+        b->avail = 0;
+        return 0;
+    }
+    b->avail -= n;
+    return (zs_u32)(b->word >> b->avail) & (n == 0 ? 0u : 0xFFFFFFFFu >> (32 - n));
+}
+
+// Bits left unread.
+ZS_FN zs_u32 zs_bits_left(const ZsBits* b) {
+    return 8 * b->at + b->avail;
+}
+
+// The low n (at most 32) bits of a word.
+ZS_FN zs_u32 zs_mask(zs_u32 n) {
+    return n == 0 ? 0u : 0xFFFFFFFFu >> (32 - n);
+}
+
+// The Huffman code at the top of the unread bits (`log` of them, zeros below the stream's start),
+// its symbol written to *dst; 0 when its length reaches past the start.
+ZS_FN zs_u32 zs_huffman_symbol(const ZsShared* sh, ZsBits* b, zs_u32 log, zs_u8* dst) {
+    const zs_u32 a = b->avail;
+    const zs_u32 at = a >= log ? (zs_u32)(b->word >> (a - log)) & zs_mask(log)
+                               : ((zs_u32)b->word & zs_mask(a)) << (log - a);
+    const zs_u32 nb = ZS_HUF_BITS(sh)[at];
+    *dst = ZS_HUF_SYMBOL(sh)[at];
+    if (nb > a) return 0;
+    b->avail = a - nb;
+    return 1;
+}
+
+// One Huffman stream src[0, len) of `count` literals into dst: 0 when it is damaged or not used
+// up exactly. Four codes (of at most 11 bits) a refill check.
+ZS_FN zs_u32 zs_huffman_stream(const ZsShared* sh, const zs_u8* src, zs_u64 len, zs_u8* dst, zs_u64 count) {
+    ZsBits b;
+    if (!zs_bits_init(&b, src, len)) return 0;
+    const zs_u32 log = sh->huf_log;
+    zs_u64 i = 0;
+    zs_u32 ok = 1;
+    for (; i + 4 <= count && ok; i += 4) {
+        zs_bits_ensure(&b, 4 * log);
+        ok &= zs_huffman_symbol(sh, &b, log, dst + i);
+        ok &= zs_huffman_symbol(sh, &b, log, dst + i + 1);
+        ok &= zs_huffman_symbol(sh, &b, log, dst + i + 2);
+        ok &= zs_huffman_symbol(sh, &b, log, dst + i + 3);
+    }
+    for (; i < count && ok; ++i) {
+        zs_bits_ensure(&b, log);
+        ok &= zs_huffman_symbol(sh, &b, log, dst + i);
+    }
+    return ok && zs_bits_left(&b) == 0;
 }
 
 // Copy n bytes from src to dst, dst <= src where they overlap (literals moving down the output).
