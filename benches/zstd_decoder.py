@@ -289,6 +289,10 @@ for line in ["                r[0] = (zs_u32)offset;\n", "                r[1] =
     assert line in no_stores, line
     no_stores = no_stores.replace(line, "")
 cycles_of(no_stores, "instrumented, no record stores")
+# Every lane walking the sequences alike (no branch in a one-lane region; the stores alike too).
+lane = "    if (ZS_LANE == 0) {\n        status = ZS_OK;\n        ZsBits b;"
+assert lane in text
+cycles_of(text.replace(lane, "    {\n        status = ZS_OK;\n        ZsBits b;"), "instrumented, every lane alike")
 
 if rows_path:
     with open(rows_path, "a") as f:

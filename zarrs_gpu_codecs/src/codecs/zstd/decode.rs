@@ -273,11 +273,8 @@ impl BlockPlan {
     /// sequences average 6 bytes or more and whose blocks 4 KiB or more (a batch that needs more
     /// decodes one warp per frame, with no scratch).
     pub(crate) fn bound(count: usize, total: usize) -> usize {
-        let total_slots = Slots {
-            blocks: (2 * count + total / 4096) as u64,
-            sequences: (total / 6) as u64,
-            literals: total as u64,
-        };
+        let total_slots =
+            Slots { blocks: (2 * count + total / 4096) as u64, sequences: (total / 6) as u64, literals: total as u64 };
         let jump = (total as u64 <= JUMP_MAX).then_some((total as u64, total as u64));
         Self::laid_out(vec![0; 8 * count], total_slots, jump).len
     }
@@ -591,7 +588,8 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], path: HostPath) -> Vec<
     }
     // The scratch as on the device: 8-byte aligned, the frame table first.
     let mut scratch = vec![0u64; plan.len.div_ceil(8)];
-    let base = scratch.as_mut_ptr().cast::<u8>();
+    let words = scratch.as_mut_ptr();
+    let base = words.cast::<u8>();
     let table = plan.frame_bytes();
     // SAFETY: the scratch holds plan.len bytes, the table fits its first region, each region
     // lies within it at 256-byte alignment (records 4-byte aligned); n entries in each array as
@@ -599,13 +597,24 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], path: HostPath) -> Vec<
     unsafe {
         std::ptr::copy_nonoverlapping(table.as_ptr(), base, table.len());
         let (frames_p, blocks_p) = (base, base.add(plan.blocks_at));
-        let (records_p, literals_p) = (base.add(plan.records_at).cast::<u32>(), base.add(plan.literals_at));
+        // (Regions start at multiples of 256 bytes: whole words of the scratch.)
+        let (records_p, literals_p) = (words.add(plan.records_at / 8).cast::<u32>(), base.add(plan.literals_at));
         zstd_plan_on_host(inputs.as_ptr(), input_sizes.as_ptr(), capacities.as_ptr(), frames_p, blocks_p, n as u64);
         zstd_decode_blocks_on_host(inputs.as_ptr(), frames_p, blocks_p, literals_p, records_p, plan.blocks);
         if let Some(jump) = plan.jump {
-            let (entries_p, flags_p) = (base.add(jump.entries_at).cast::<u32>(), base.add(jump.flags_at).cast::<u32>());
+            let (entries_p, flags_p) =
+                (words.add(jump.entries_at / 8).cast::<u32>(), words.add(jump.flags_at / 8).cast::<u32>());
             let (decoded_p, statuses_p) = (decoded.as_mut_ptr(), statuses.as_mut_ptr());
-            zstd_link_on_host(capacities.as_ptr(), decoded_p, statuses_p, frames_p, blocks_p, flags_p, jump.passes, n as u64);
+            zstd_link_on_host(
+                capacities.as_ptr(),
+                decoded_p,
+                statuses_p,
+                frames_p,
+                blocks_p,
+                flags_p,
+                jump.passes,
+                n as u64,
+            );
             zstd_entries_on_host(
                 inputs.as_ptr(),
                 decoded_p,
@@ -619,7 +628,16 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], path: HostPath) -> Vec<
             );
             zstd_jump_on_host(entries_p, jump.entries, flags_p, jump.passes);
             let y = jump.largest.div_ceil(4096).clamp(1, 3) as u32;
-            zstd_write_on_host(capacities.as_ptr(), outputs.as_ptr(), decoded_p, statuses_p, frames_p, entries_p, n as u64, y);
+            zstd_write_on_host(
+                capacities.as_ptr(),
+                outputs.as_ptr(),
+                decoded_p,
+                statuses_p,
+                frames_p,
+                entries_p,
+                n as u64,
+                y,
+            );
             return statuses.into_iter().zip(decoded).collect();
         }
         zstd_execute_on_host(

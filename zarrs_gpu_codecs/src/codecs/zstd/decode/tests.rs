@@ -74,7 +74,13 @@ fn a_batch_of_frames_good_and_damaged_decodes_each_as_alone() {
         let results = decode_on_host(&mut batch, path);
         for (k, ((frame, raw), (status, _))) in frames.iter().zip(&results).enumerate() {
             let (alone, alone_out, _) = run(frame, raw.len(), path);
-            assert_eq!(*status, alone, "{path:?} frame {k}: {} alone, {} in the batch", status_text(alone), status_text(*status));
+            assert_eq!(
+                *status,
+                alone,
+                "{path:?} frame {k}: {} alone, {} in the batch",
+                status_text(alone),
+                status_text(*status)
+            );
             // (A damaged frame may still decode: its checksum, where it has one, tells.)
             if *status == OK {
                 assert!(outs[k] == alone_out, "{path:?} frame {k}: other bytes than alone");
