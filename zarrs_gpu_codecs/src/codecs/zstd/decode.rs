@@ -1,4 +1,4 @@
-//! Our device decoder of zstd frames. Where the batch's scratch allows (its [`BlockPlan`]), a
+//! Our device decoder of zstd frames. Where the batch's scratch allows (its `BlockPlan`), a
 //! frame's blocks decode side by side (`blocks.cu`, three launches): a walk of each frame's
 //! headers plans its blocks; one warp per block decodes its literals and its sequences into
 //! records; one warp per frame executes them, 32 sequences at a time. Otherwise one warp decodes
