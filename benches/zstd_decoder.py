@@ -292,7 +292,11 @@ cycles_of(no_stores, "instrumented, no record stores")
 # Every lane walking the sequences alike (no branch in a one-lane region; the stores alike too).
 lane = "    if (ZS_LANE == 0) {\n        status = ZS_OK;\n        ZsBits b;"
 assert lane in text
-cycles_of(text.replace(lane, "    {\n        status = ZS_OK;\n        ZsBits b;"), "instrumented, every lane alike")
+alike = text.replace(lane, "    {\n        status = ZS_OK;\n        ZsBits b;")
+cycles_of(alike, "instrumented, every lane alike")
+fill = "                if (b.avail < need && b.at > 0) zs_bits_fill(&b);"
+assert fill in alike
+cycles_of(alike.replace(fill, "                zs_bits_fill(&b);"), "instrumented, every lane alike, a refill every sequence")
 
 if rows_path:
     with open(rows_path, "a") as f:
