@@ -96,7 +96,8 @@ class Blocks:
         entries_at, flags_at = self.len, self.len + align(4 * te)
         if self.jump:
             self.len = flags_at + align(4 * self.passes)
-        self.scratch = cp.zeros(self.len + 8, cp.uint8)
+        # Reused memory holds anything: here entries that point far outside (0x37373737).
+        self.scratch = cp.full(self.len + 8, 0x37, cp.uint8)
         base = self.scratch.data.ptr
         self.table = cp.asarray(np.array(words, np.uint64))
         self.frames, self.blocks, self.records, self.lits, self.ents, self.flags = (

@@ -901,7 +901,10 @@ extern "C" __global__ void zstd_jump(unsigned int* entries, unsigned long long t
     ZS_FOR_LANES(i, count) {
         const zs_u32 v = entries[first + i];
         if (!(v & ZS_RESOLVED)) {
-            const zs_u32 w = entries[v];
+            // Entries of frames already in error were never written (the scratch is reused):
+            // any value may be there, and is never followed outside the entries. Those frames'
+            // bytes are not written out.
+            const zs_u32 w = v < total ? entries[v] : ZS_RESOLVED;
             entries[first + i] = w;
             more |= !(w & ZS_RESOLVED);
         }

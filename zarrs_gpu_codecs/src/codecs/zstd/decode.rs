@@ -586,8 +586,9 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], path: HostPath) -> Vec<
         plan.len = plan.jump.map_or(plan.len, |j| j.entries_at);
         plan.jump = None;
     }
-    // The scratch as on the device: 8-byte aligned, the frame table first.
-    let mut scratch = vec![0u64; plan.len.div_ceil(8)];
+    // The scratch as on the device: 8-byte aligned, the frame table first, and holding whatever
+    // an earlier batch left: here bytes that, read as entries or indices, point far outside.
+    let mut scratch = vec![0x3737_3737_3737_3737u64; plan.len.div_ceil(8)];
     let words = scratch.as_mut_ptr();
     let base = words.cast::<u8>();
     let table = plan.frame_bytes();
