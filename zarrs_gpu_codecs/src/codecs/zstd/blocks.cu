@@ -20,9 +20,8 @@
 
 #define ZS_NONE 0xFFFFFFFFu
 // Words of a sequence record: offset (or how much less than an incoming repeat offset), literal
-// length (and the repeat offset's tag in its top 2 bits), match length, its first byte's place
-// in its block, its first literal's.
-#define ZS_RECORD 5u
+// length (and the repeat offset's tag in its top 2 bits), match length.
+#define ZS_RECORD 3u
 #ifdef ZS_HOST_SHIM
 #define ZS_UNROLL
 #else
@@ -536,8 +535,6 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
                 r[0] = (zs_u32)offset;
                 r[1] = ll | (zs_u32)((offset >> 32) << 30);
                 r[2] = ml;
-                r[3] = lp + matched;  // its first byte in the block
-                r[4] = lp;            // its first literal
                 lp += ll;
                 matched += ml;
             }
@@ -832,6 +829,7 @@ extern "C" __global__ void zstd_entries(const unsigned char* const* inputs, unsi
                                         const unsigned char* lit_scratch, const unsigned int* seq_scratch,
                                         unsigned int* entries, unsigned long long n_blocks) {
     ZS_SHARED zs_u32 bad;
+    ZS_SHARED ZsRound round;
     const unsigned long long k = blockIdx.x;
     if (k >= n_blocks) return;
     const ZsBlockPlan* p = &blocks[k];
@@ -854,34 +852,51 @@ extern "C" __global__ void zstd_entries(const unsigned char* const* inputs, unsi
     if (ZS_LANE == 0) bad = 0;
     ZS_SYNC();
     zs_u32 flaw = 0;
-    ZS_FOR_LANES(s, count) {
-        const zs_u32* r = rec + ZS_RECORD * s;
-        const zs_u32 value = r[0], tag = r[1] >> 30, ll = r[1] & 0x3FFFFFFFu, ml = r[2], pos = r[3], lp = r[4];
-        const zs_u64 off = tag == 0 ? value : (p->rin[tag - 1] > value ? (zs_u64)p->rin[tag - 1] - value : 0);
-        // The offset within the bytes before the match, in the frame.
-        const zs_u64 start = (zs_u64)p->out_at + pos + ll;
-        if (off == 0 || off > start) {
-            flaw = 1;
-            continue;
+    // 32 sequences a round, one to a lane: their first literals and bytes from prefix sums.
+    zs_u64 lp = 0, pos = 0;
+    for (zs_u64 base = 0; base < count; base += 32) {
+        const zs_u32 n = (zs_u32)(count - base < 32 ? count - base : 32);
+        ZS_FOR_LANES(i, n) {
+            const zs_u32* r = rec + ZS_RECORD * (base + i);
+            round.ll[i] = r[1] & 0x3FFFFFFFu;
+            round.ml[i] = r[2];
+            round.flag[i] = round.ll[i] + round.ml[i];
         }
-        for (zs_u32 i = 0; i < ll; ++i) e[pos + i] = ZS_RESOLVED | lits[lp + i];
-        const zs_u64 from = f->entries_at + start - off;
-        zs_u32* m = e + pos + ll;
-        if (off >= ml) {
-            for (zs_u32 i = 0; i < ml; ++i) m[i] = (zs_u32)(from + i);
-        } else {
-            zs_u64 r2 = 0;
-            for (zs_u32 i = 0; i < ml; ++i) {
-                m[i] = (zs_u32)(from + r2);
-                r2 = r2 + 1 == off ? 0 : r2 + 1;
+        ZS_SYNC();
+        zs_prefix(round.ll, round.lp, n, lp);
+        zs_prefix(round.flag, round.op, n, pos);
+        ZS_SYNC();
+        ZS_FOR_LANES(i, n) {
+            const zs_u32* r = rec + ZS_RECORD * (base + i);
+            const zs_u32 value = r[0], tag = r[1] >> 30, ll = round.ll[i], ml = round.ml[i];
+            const zs_u64 at = round.op[i], lit = round.lp[i];
+            const zs_u64 off = tag == 0 ? value : (p->rin[tag - 1] > value ? (zs_u64)p->rin[tag - 1] - value : 0);
+            // The offset within the bytes before the match, in the frame.
+            const zs_u64 start = (zs_u64)p->out_at + at + ll;
+            if (off == 0 || off > start) {
+                flaw = 1;
+                continue;
+            }
+            for (zs_u32 j = 0; j < ll; ++j) e[at + j] = ZS_RESOLVED | lits[lit + j];
+            const zs_u64 from = f->entries_at + start - off;
+            zs_u32* m = e + at + ll;
+            if (off >= ml) {
+                for (zs_u32 j = 0; j < ml; ++j) m[j] = (zs_u32)(from + j);
+            } else {
+                zs_u64 r2 = 0;
+                for (zs_u32 j = 0; j < ml; ++j) {
+                    m[j] = (zs_u32)(from + r2);
+                    r2 = r2 + 1 == off ? 0 : r2 + 1;
+                }
             }
         }
+        lp = round.lp[n - 1] + round.ll[n - 1];
+        pos = round.op[n - 1] + round.ll[n - 1] + round.ml[n - 1];
+        ZS_SYNC();
     }
-    // The literals after the last sequence.
-    const zs_u64 used = count == 0 ? 0 : (zs_u64)rec[ZS_RECORD * (count - 1) + 4] + (rec[ZS_RECORD * (count - 1) + 1] & 0x3FFFFFFFu);
-    const zs_u64 at = count == 0 ? 0 : (zs_u64)rec[ZS_RECORD * (count - 1) + 3] + (rec[ZS_RECORD * (count - 1) + 1] & 0x3FFFFFFFu) + rec[ZS_RECORD * (count - 1) + 2];
-    const zs_u64 rest = p->lit_slots - used;
-    ZS_FOR_LANES(i, rest) e[at + i] = ZS_RESOLVED | lits[used + i];
+    // The literals after the last sequence (the block decode checked that they fit).
+    const zs_u64 rest = p->lit_slots - lp;
+    ZS_FOR_LANES(i, rest) e[pos + i] = ZS_RESOLVED | lits[lp + i];
     if (flaw) bad = 1;
     ZS_SYNC();
     if (ZS_LANE == 0 && bad) {

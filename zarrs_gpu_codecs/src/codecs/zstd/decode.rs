@@ -116,7 +116,7 @@ const THREADS: u32 = 32;
 /// `ZsBlockPlan`), and of a sequence record.
 const FRAME_PLAN: usize = 64;
 const BLOCK_PLAN: usize = 120;
-const RECORD: usize = 20;
+const RECORD: usize = 12;
 /// Batches decoding to at most this many bytes resolve their bytes by jumps (`zstd_jump`: 4
 /// bytes of scratch a decoded byte, and passes over all of them at once); larger ones execute
 /// each frame's sequences on one warp (`zstd_execute`).
