@@ -70,6 +70,22 @@ struct ZsBlockPlan {
     zs_u32 rin[3];         // the repeat offsets it starts with
 };
 
+// The repeat offsets after block p, from those it starts with (rep, updated in place); a value
+// that would fall to 0 or below is a damaged frame (it was some sequence's offset).
+ZS_FN zs_u32 zs_next_reps(const ZsBlockPlan* p, zs_u64* rep) {
+    zs_u64 next[3];
+    for (zs_u32 j = 0; j < 3; ++j) {
+        const zs_u32 tag = (p->rep_tag >> (2 * j)) & 3;
+        const zs_u64 v = p->rep[j];
+        next[j] = tag == 0 ? v : (rep[tag - 1] > v ? rep[tag - 1] - v : 0);
+        if (next[j] == 0) return ZS_BAD_SEQUENCE;
+    }
+    rep[0] = next[0];
+    rep[1] = next[1];
+    rep[2] = next[2];
+    return ZS_OK;
+}
+
 // ---- 1. The plan --------------------------------------------------------------------------
 
 // Lane 0: the frame in[0, n) of `capacity` bytes walked into its plan and its blocks' plans.
@@ -86,52 +102,10 @@ ZS_FN void zs_plan_frame(const zs_u8* in, zs_u64 n, zs_u64 capacity, zs_u32 inde
             status = capacity == 0 ? ZS_OK : ZS_SIZE_MISMATCH;
             break;
         }
-        if (n < 5) {
-            status = ZS_TRUNCATED;
-            break;
-        }
-        const zs_u32 magic = in[0] | ((zs_u32)in[1] << 8) | ((zs_u32)in[2] << 16) | ((zs_u32)in[3] << 24);
-        const zs_u32 fhd = in[4];
-        if (magic != 0xFD2FB528u || (fhd & 0x08)) {
-            status = ZS_BAD_FRAME;
-            break;
-        }
-        const zs_u32 fcs_flag = fhd >> 6, single = (fhd >> 5) & 1, checksum = (fhd >> 2) & 1, dict_flag = fhd & 3;
-        const zs_u64 dict_bytes = dict_flag == 0 ? 0 : dict_flag == 1 ? 1 : dict_flag == 2 ? 2 : 4;
-        const zs_u64 fcs_bytes = fcs_flag == 0 ? (single ? 1 : 0) : fcs_flag == 1 ? 2 : fcs_flag == 2 ? 4 : 8;
-        zs_u64 ip = 5;
-        if (ip + (single ? 0 : 1) + dict_bytes + fcs_bytes > n) {
-            status = ZS_TRUNCATED;
-            break;
-        }
-        zs_u64 window = 0;
-        if (!single) {
-            const zs_u32 wd = in[ip++];
-            const zs_u32 log = 10 + (wd >> 3);
-            if (log > 31) {
-                status = ZS_BAD_FRAME;
-                break;
-            }
-            const zs_u64 base = 1ull << log;
-            window = base + (base >> 3) * (wd & 7);
-        }
-        zs_u64 dict = 0;
-        for (zs_u64 k = 0; k < dict_bytes; ++k) dict |= (zs_u64)in[ip + k] << (8 * k);
-        ip += dict_bytes;
-        if (dict != 0) {
-            status = ZS_BAD_FRAME;
-            break;
-        }
-        zs_u64 content = 0;
-        for (zs_u64 k = 0; k < fcs_bytes; ++k) content |= (zs_u64)in[ip + k] << (8 * k);
-        if (fcs_flag == 1) content += 256;
-        ip += fcs_bytes;
-        if (single) window = content;
-        block_max = window < ZS_MAX_BLOCK ? (zs_u32)window : ZS_MAX_BLOCK;
-        if (fcs_bytes > 0 && content != capacity) {
-            status = ZS_SIZE_MISMATCH;
-            break;
-        }
+        zs_u64 ip = 0;
+        zs_u32 checksum = 0;
+        status = zs_frame_header(in, n, capacity, &ip, &block_max, &checksum);
+        if (status != ZS_OK) break;
         // Block offsets are kept in 32 bits.
         if (n > 0xFFFFFFF0ull) {
             status = ZS_BAD_FRAME;
@@ -185,50 +159,17 @@ ZS_FN void zs_plan_frame(const zs_u8* in, zs_u64 n, zs_u64 capacity, zs_u32 inde
                     break;
                 }
                 // The literals section: its size and regenerated size.
-                const zs_u32 b0 = blk[0], kind = b0 & 3, format = (b0 >> 2) & 3;
-                zs_u64 taken = 0, regenerated = 0;
-                if (kind < 2) {
-                    zs_u64 head;
-                    if (format == 0 || format == 2) {
-                        head = 1;
-                        regenerated = b0 >> 3;
-                    } else if (format == 1) {
-                        head = 2;
-                        regenerated = (b0 | ((zs_u32)blk[1] << 8)) >> 4;
-                    } else {
-                        head = 3;
-                        regenerated = len < 3 ? 0 : (b0 | ((zs_u32)blk[1] << 8) | ((zs_u32)blk[2] << 16)) >> 4;
-                    }
-                    taken = head + (kind == 0 ? regenerated : 1);
-                    if (head > len) taken = len + 1;
-                } else {
-                    if (len < 5) {
-                        status = ZS_BAD_LITERALS;
-                        break;
-                    }
-                    const zs_u32 word = b0 | ((zs_u32)blk[1] << 8) | ((zs_u32)blk[2] << 16) | ((zs_u32)blk[3] << 24);
-                    zs_u64 head, csize;
-                    if (format < 2) {
-                        head = 3;
-                        regenerated = (word >> 4) & 0x3FF;
-                        csize = (word >> 14) & 0x3FF;
-                    } else if (format == 2) {
-                        head = 4;
-                        regenerated = (word >> 4) & 0x3FFF;
-                        csize = word >> 18;
-                    } else {
-                        head = 5;
-                        regenerated = (word >> 4) & 0x3FFFF;
-                        csize = (word >> 22) | ((zs_u32)blk[4] << 10);
-                    }
-                    taken = head + csize;
-                    if (kind == 2) huf_at = (zs_u32)(ip + head);
-                    else if (huf_at == ZS_NONE) {
-                        status = ZS_BAD_HUFFMAN;
-                        break;
-                    }
-                    p->huf_at = huf_at;
+                zs_u32 kind = 0;
+                zs_u64 head = 0, regenerated = 0, csize = 0;
+                status = zs_literals_head(blk, len, &kind, &head, &regenerated, &csize);
+                if (status != ZS_OK) break;
+                const zs_u64 taken = head + csize;
+                if (kind == 2) huf_at = (zs_u32)(ip + head);
+                else if (kind == 3 && huf_at == ZS_NONE) {
+                    status = ZS_BAD_HUFFMAN;
+                    break;
                 }
+                if (kind >= 2) p->huf_at = huf_at;
                 if (regenerated > block_max) {
                     status = ZS_BAD_LITERALS;
                     break;
@@ -247,30 +188,9 @@ ZS_FN void zs_plan_frame(const zs_u8* in, zs_u64 n, zs_u64 capacity, zs_u32 inde
                 // The sequences section: count, modes and the table descriptions.
                 const zs_u8* seq = blk + taken;
                 const zs_u64 seq_len = len - taken;
-                if (seq_len < 1) {
-                    status = ZS_BAD_SEQUENCES;
-                    break;
-                }
-                zs_u64 nseq, head;
-                const zs_u32 c0 = seq[0];
-                if (c0 < 128) {
-                    nseq = c0;
-                    head = 1;
-                } else if (c0 < 255) {
-                    if (seq_len < 2) {
-                        status = ZS_BAD_SEQUENCES;
-                        break;
-                    }
-                    nseq = ((c0 - 128) << 8) + seq[1];
-                    head = 2;
-                } else {
-                    if (seq_len < 3) {
-                        status = ZS_BAD_SEQUENCES;
-                        break;
-                    }
-                    nseq = seq[1] + ((zs_u64)seq[2] << 8) + 0x7F00;
-                    head = 3;
-                }
+                zs_u64 nseq = 0, shead = 0;
+                status = zs_sequence_count(seq, seq_len, &nseq, &shead);
+                if (status != ZS_OK) break;
                 if (nseq > f->seq_slots - seqs) {
                     status = ZS_BAD_SEQUENCES;  // more than the host found: not the same bytes
                     break;
@@ -278,16 +198,16 @@ ZS_FN void zs_plan_frame(const zs_u8* in, zs_u64 n, zs_u64 capacity, zs_u32 inde
                 p->seq_slots = (zs_u32)nseq;
                 seqs += nseq;
                 if (nseq > 0) {
-                    if (head >= seq_len) {
+                    if (shead >= seq_len) {
                         status = ZS_BAD_SEQUENCES;
                         break;
                     }
-                    const zs_u32 modes = seq[head];
+                    const zs_u32 modes = seq[shead];
                     if (modes & 3) {
                         status = ZS_BAD_SEQUENCES;
                         break;
                     }
-                    zs_u64 pos = head + 1;
+                    zs_u64 pos = shead + 1;
                     for (zs_u32 t = 0; t < 3 && status == ZS_OK; ++t) {
                         const zs_u32 mode = (modes >> (6 - 2 * t)) & 3;
                         const zs_u32 at = (zs_u32)(ip + taken + pos);
@@ -385,18 +305,9 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
     if (ZS_LANE == 0) p->lit_in_at = (blk[0] & 3) == 0 ? (zs_u32)(lits - in) : ZS_NONE;
     const zs_u8* seq = blk + taken;
     const zs_u64 seq_len = len - taken;
-    zs_u64 count, head;
-    const zs_u32 c0 = seq[0];
-    if (c0 < 128) {
-        count = c0;
-        head = 1;
-    } else if (c0 < 255) {
-        count = ((c0 - 128) << 8) + seq[1];
-        head = 2;
-    } else {
-        count = seq[1] + ((zs_u64)seq[2] << 8) + 0x7F00;
-        head = 3;
-    }
+    zs_u64 count = 0, head = 0;
+    status = zs_sequence_count(seq, seq_len, &count, &head);
+    if (status != ZS_OK) return status;
     const zs_u64 least = lit_count + 3 * count;
     if (least > block_max) return ZS_BAD_SEQUENCES;
     if (ZS_LANE == 0) {
@@ -753,17 +664,8 @@ extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, cons
             status = zs_execute_sequences(&round, seq_scratch + ZS_RECORD * p->seqs_at, p->seq_slots, lits, p->lit_slots, out,
                                           &op, rep);
             if (status != ZS_OK) break;
-            zs_u64 next[3];
-            for (zs_u32 j = 0; j < 3; ++j) {
-                const zs_u32 tag = (p->rep_tag >> (2 * j)) & 3;
-                const zs_u64 v = p->rep[j];
-                next[j] = tag == 0 ? v : (rep[tag - 1] > v ? rep[tag - 1] - v : 0);
-                if (next[j] == 0) status = ZS_BAD_SEQUENCE;
-            }
+            status = zs_next_reps(p, rep);
             if (status != ZS_OK) break;
-            rep[0] = next[0];
-            rep[1] = next[1];
-            rep[2] = next[2];
         }
     }
     if (status == ZS_OK) status = f->status;
@@ -805,17 +707,8 @@ extern "C" __global__ void zstd_link(const unsigned long long* capacities, unsig
         p->out_at = (zs_u32)op;
         for (zs_u32 j = 0; j < 3; ++j) p->rin[j] = (zs_u32)rep[j];
         op += p->out_size;
-        zs_u64 next[3];
-        for (zs_u32 j = 0; j < 3; ++j) {
-            const zs_u32 tag = (p->rep_tag >> (2 * j)) & 3;
-            const zs_u64 v = p->rep[j];
-            next[j] = tag == 0 ? v : (rep[tag - 1] > v ? rep[tag - 1] - v : 0);
-            if (next[j] == 0) status = ZS_BAD_SEQUENCE;
-        }
+        status = zs_next_reps(p, rep);
         if (status != ZS_OK) break;
-        rep[0] = next[0];
-        rep[1] = next[1];
-        rep[2] = next[2];
     }
     if (status == ZS_OK) status = f->status;
     if (status == ZS_OK && op != capacity) status = ZS_SIZE_MISMATCH;

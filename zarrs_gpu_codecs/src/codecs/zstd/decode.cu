@@ -574,62 +574,96 @@ ZS_FN void zs_ml(zs_u32 code, zs_u32* base, zs_u32* bits) {
     *bits = zs_ml_bits[code - 32];
 }
 
+// The literals section header of the block blk[0, len) (RFC 8878 3.1.1.3.1.1): its type, its
+// header bytes, its regenerated size and the bytes after the header (raw: the size, RLE: 1,
+// compressed: the streams and tree); ZS_BAD_LITERALS where the header does not fit.
+ZS_FN zs_u32 zs_literals_head(const zs_u8* blk, zs_u64 len, zs_u32* kind, zs_u64* head, zs_u64* size,
+                              zs_u64* csize) {
+    const zs_u32 b0 = blk[0];
+    const zs_u32 format = (b0 >> 2) & 3;
+    *kind = b0 & 3;
+    if (*kind < 2) {
+        if (format == 0 || format == 2) {
+            *head = 1;
+            *size = b0 >> 3;
+        } else if (format == 1) {
+            *head = 2;
+            if (len < 2) return ZS_BAD_LITERALS;
+            *size = (b0 | ((zs_u32)blk[1] << 8)) >> 4;
+        } else {
+            *head = 3;
+            if (len < 3) return ZS_BAD_LITERALS;
+            *size = (b0 | ((zs_u32)blk[1] << 8) | ((zs_u32)blk[2] << 16)) >> 4;
+        }
+        *csize = *kind == 0 ? *size : 1;
+        return ZS_OK;
+    }
+    if (len < 5) return ZS_BAD_LITERALS;
+    const zs_u32 word = b0 | ((zs_u32)blk[1] << 8) | ((zs_u32)blk[2] << 16) | ((zs_u32)blk[3] << 24);
+    if (format < 2) {
+        *head = 3;
+        *size = (word >> 4) & 0x3FF;
+        *csize = (word >> 14) & 0x3FF;
+    } else if (format == 2) {
+        *head = 4;
+        *size = (word >> 4) & 0x3FFF;
+        *csize = word >> 18;
+    } else {
+        *head = 5;
+        *size = (word >> 4) & 0x3FFFF;
+        *csize = (word >> 22) | ((zs_u32)blk[4] << 10);
+    }
+    return ZS_OK;
+}
+
+// The sequences section's count at seq[0, len) and the bytes that say it; ZS_BAD_SEQUENCES
+// where they do not fit.
+ZS_FN zs_u32 zs_sequence_count(const zs_u8* seq, zs_u64 len, zs_u64* count, zs_u64* head) {
+    if (len < 1) return ZS_BAD_SEQUENCES;
+    const zs_u32 c0 = seq[0];
+    if (c0 < 128) {
+        *count = c0;
+        *head = 1;
+    } else if (c0 < 255) {
+        if (len < 2) return ZS_BAD_SEQUENCES;
+        *count = ((c0 - 128) << 8) + seq[1];
+        *head = 2;
+    } else {
+        if (len < 3) return ZS_BAD_SEQUENCES;
+        *count = seq[1] + ((zs_u64)seq[2] << 8) + 0x7F00;
+        *head = 3;
+    }
+    return ZS_OK;
+}
+
 // The literals section of the compressed block blk[0, len) whose output starts at out + op, in
 // a frame whose output may reach `capacity`: its literals into *lits (the input's bytes for raw
 // literals; else decoded into the tail of the output, below capacity), their count into
 // *lit_count, the section's size into *taken. Returns a status.
 ZS_FN zs_u32 zs_literals(ZsShared* sh, const zs_u8* blk, zs_u64 len, zs_u8* out, zs_u64 op, zs_u64 capacity,
                          zs_u32 block_max, const zs_u8** lits, zs_u64* lit_count, zs_u64* taken) {
-    const zs_u32 b0 = blk[0];
-    const zs_u32 kind = b0 & 3, format = (b0 >> 2) & 3;
+    zs_u32 kind = 0;
+    zs_u64 head = 0, size = 0, csize = 0;
+    const zs_u32 status = zs_literals_head(blk, len, &kind, &head, &size, &csize);
+    if (status != ZS_OK) return status;
+    const zs_u32 format = (blk[0] >> 2) & 3;
     const zs_u64 room = capacity - op;
     if (kind < 2) {
-        zs_u64 head, size;
-        if (format == 0 || format == 2) {
-            head = 1;
-            size = b0 >> 3;
-        } else if (format == 1) {
-            head = 2;
-            if (len < 2) return ZS_BAD_LITERALS;
-            size = (b0 | ((zs_u32)blk[1] << 8)) >> 4;
-        } else {
-            head = 3;
-            if (len < 3) return ZS_BAD_LITERALS;
-            size = (b0 | ((zs_u32)blk[1] << 8) | ((zs_u32)blk[2] << 16)) >> 4;
-        }
         if (size > block_max) return ZS_BAD_LITERALS;
         if (size > room) return ZS_PAST_CAPACITY;
+        if (head + csize > len) return ZS_BAD_LITERALS;
         if (kind == 0) {
-            if (head + size > len) return ZS_BAD_LITERALS;
             *lits = blk + head;
-            *taken = head + size;
         } else {
-            if (head + 1 > len) return ZS_BAD_LITERALS;
             zs_u8* tail = out + capacity - size;
             const zs_u8 v = blk[head];
             ZS_FOR_LANES(i, size) tail[i] = v;
             ZS_SYNC();
             *lits = tail;
-            *taken = head + 1;
         }
+        *taken = head + csize;
         *lit_count = size;
         return ZS_OK;
-    }
-    if (len < 5) return ZS_BAD_LITERALS;
-    const zs_u32 word = b0 | ((zs_u32)blk[1] << 8) | ((zs_u32)blk[2] << 16) | ((zs_u32)blk[3] << 24);
-    zs_u64 head, size, csize;
-    if (format < 2) {
-        head = 3;
-        size = (word >> 4) & 0x3FF;
-        csize = (word >> 14) & 0x3FF;
-    } else if (format == 2) {
-        head = 4;
-        size = (word >> 4) & 0x3FFF;
-        csize = word >> 18;
-    } else {
-        head = 5;
-        size = (word >> 4) & 0x3FFFF;
-        csize = (word >> 22) | ((zs_u32)blk[4] << 10);
     }
     if (size > block_max) return ZS_BAD_LITERALS;
     if (size > room) return ZS_PAST_CAPACITY;
@@ -696,20 +730,9 @@ ZS_FN zs_u32 zs_compressed_block(ZsShared* sh, const zs_u8* blk, zs_u64 len, zs_
     const zs_u8* seq = blk + taken;
     const zs_u64 seq_len = len - taken;
     if (seq_len < 1) return ZS_BAD_SEQUENCES;
-    zs_u64 count, head;
-    const zs_u32 c0 = seq[0];
-    if (c0 < 128) {
-        count = c0;
-        head = 1;
-    } else if (c0 < 255) {
-        if (seq_len < 2) return ZS_BAD_SEQUENCES;
-        count = ((c0 - 128) << 8) + seq[1];
-        head = 2;
-    } else {
-        if (seq_len < 3) return ZS_BAD_SEQUENCES;
-        count = seq[1] + ((zs_u64)seq[2] << 8) + 0x7F00;
-        head = 3;
-    }
+    zs_u64 count = 0, head = 0;
+    status = zs_sequence_count(seq, seq_len, &count, &head);
+    if (status != ZS_OK) return status;
     // Every sequence copies a match of 3 bytes or more after the block's literals.
     const zs_u64 least = lit_count + 3 * count;
     const zs_u64 limit = capacity - op0 < block_max ? capacity - op0 : block_max;
@@ -842,15 +865,18 @@ ZS_FN zs_u32 zs_compressed_block(ZsShared* sh, const zs_u8* blk, zs_u64 len, zs_
 }
 
 // The frame in[0, n) decoded into out[0, capacity); *written: the bytes decoded before it ended.
-ZS_FN zs_u32 zs_frame(ZsShared* sh, const zs_u8* in, zs_u64 n, zs_u8* out, zs_u64 capacity, zs_u64* written) {
-    *written = 0;
-    if (n == 0) return capacity == 0 ? ZS_OK : ZS_SIZE_MISMATCH;
+// The frame header of in[0, n) (RFC 8878 3.1.1.1), n at least 1, for an output of `capacity`
+// bytes: where its first block starts, the largest block its window allows, whether a content
+// checksum ends the frame; a status.
+ZS_FN zs_u32 zs_frame_header(const zs_u8* in, zs_u64 n, zs_u64 capacity, zs_u64* first_block, zs_u32* block_max,
+                             zs_u32* checksum) {
     if (n < 5) return ZS_TRUNCATED;
     const zs_u32 magic = in[0] | ((zs_u32)in[1] << 8) | ((zs_u32)in[2] << 16) | ((zs_u32)in[3] << 24);
     if (magic != 0xFD2FB528u) return ZS_BAD_FRAME;
     const zs_u32 fhd = in[4];
     if (fhd & 0x08) return ZS_BAD_FRAME;  // reserved bit
-    const zs_u32 fcs_flag = fhd >> 6, single = (fhd >> 5) & 1, checksum = (fhd >> 2) & 1, dict_flag = fhd & 3;
+    const zs_u32 fcs_flag = fhd >> 6, single = (fhd >> 5) & 1, dict_flag = fhd & 3;
+    *checksum = (fhd >> 2) & 1;
     const zs_u64 dict_bytes = dict_flag == 0 ? 0 : dict_flag == 1 ? 1 : dict_flag == 2 ? 2 : 4;
     const zs_u64 fcs_bytes = fcs_flag == 0 ? (single ? 1 : 0) : fcs_flag == 1 ? 2 : fcs_flag == 2 ? 4 : 8;
     zs_u64 ip = 5;
@@ -872,10 +898,20 @@ ZS_FN zs_u32 zs_frame(ZsShared* sh, const zs_u8* in, zs_u64 n, zs_u8* out, zs_u6
     for (zs_u64 k = 0; k < fcs_bytes; ++k) content |= (zs_u64)in[ip + k] << (8 * k);
     if (fcs_flag == 1) content += 256;
     ip += fcs_bytes;
-    const int has_content = fcs_bytes > 0;
     if (single) window = content;
-    const zs_u32 block_max = window < ZS_MAX_BLOCK ? (zs_u32)window : ZS_MAX_BLOCK;
-    if (has_content && content != capacity) return ZS_SIZE_MISMATCH;
+    *block_max = window < ZS_MAX_BLOCK ? (zs_u32)window : ZS_MAX_BLOCK;
+    *first_block = ip;
+    if (fcs_bytes > 0 && content != capacity) return ZS_SIZE_MISMATCH;
+    return ZS_OK;
+}
+
+ZS_FN zs_u32 zs_frame(ZsShared* sh, const zs_u8* in, zs_u64 n, zs_u8* out, zs_u64 capacity, zs_u64* written) {
+    *written = 0;
+    if (n == 0) return capacity == 0 ? ZS_OK : ZS_SIZE_MISMATCH;
+    zs_u64 ip = 0;
+    zs_u32 block_max = 0, checksum = 0;
+    const zs_u32 head = zs_frame_header(in, n, capacity, &ip, &block_max, &checksum);
+    if (head != ZS_OK) return head;
     sh->huf_valid = 0;
     sh->tables_valid = 0;
     zs_u64 rep[3] = {1, 4, 8};
