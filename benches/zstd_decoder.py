@@ -14,7 +14,7 @@ import numpy as np, cupy as cp
 dump = sys.argv[1] if len(sys.argv) > 1 else "zcases.bin"
 rows_path = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
 
-src = open("zarrs_gpu_codecs/src/codecs/zstd/decode.cu").read() + open("zarrs_gpu_codecs/src/codecs/zstd/blocks.cu").read()
+src = "".join(open(f"zarrs_gpu_codecs/src/codecs/zstd/{name}.cu").read() for name in ("entropy", "decode", "blocks", "bytes"))
 # Compiled as the crate does (NVRTC); a name defined after it checks its #undefs.
 mod = cp.RawModule(code=src + "\n#define ZS_OK 12345\n", backend="nvrtc")
 kern = mod.get_function("zstd_decode_frames")

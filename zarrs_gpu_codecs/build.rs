@@ -10,6 +10,8 @@ fn main() {
     println!("cargo:rerun-if-changed=src/codecs/zstd/decode.cu");
     println!("cargo:rerun-if-changed=src/codecs/zstd/host_shim.cpp");
     println!("cargo:rerun-if-changed=src/codecs/zstd/blocks.cu");
+    println!("cargo:rerun-if-changed=src/codecs/zstd/entropy.cu");
+    println!("cargo:rerun-if-changed=src/codecs/zstd/bytes.cu");
     if std::env::var_os("CARGO_FEATURE_CPU_KERNELS").is_some() {
         cc::Build::new()
             .cpp(true)

@@ -1,5 +1,5 @@
 //! Our device decoder of zstd frames. Where the batch's scratch allows (its `BlockPlan`), a
-//! frame's blocks decode side by side (`blocks.cu`, three launches): a walk of each frame's
+//! frame's blocks decode side by side (`blocks.cu`, then `bytes.cu`): a walk of each frame's
 //! headers plans its blocks; one warp per block decodes its literals and its sequences into
 //! records; one warp per frame executes them, 32 sequences at a time. Otherwise one warp decodes
 //! each frame in order (`decode.cu`, one launch): every lane parses the headers alike, lane 0
@@ -22,7 +22,8 @@ use crate::device::kernels::Kernels;
 use crate::error::GpuError;
 
 /// The kernels' source, compiled with the other kernels (`codecs::KERNEL_SOURCES`).
-pub(crate) const SOURCE: &str = concat!(include_str!("decode.cu"), include_str!("blocks.cu"));
+pub(crate) const SOURCE: &str =
+    concat!(include_str!("entropy.cu"), include_str!("decode.cu"), include_str!("blocks.cu"), include_str!("bytes.cu"));
 
 /// The frame decoded to exactly its expected length.
 pub const OK: u32 = 0;

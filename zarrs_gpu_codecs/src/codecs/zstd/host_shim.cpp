@@ -1,6 +1,7 @@
-// The zstd kernel (decode.cu) compiled for the CPU, for the tests: CUDA's names defined so that
-// a warp runs on one thread doing every lane's work in order (lane-strided loops become plain
-// loops, __syncwarp nothing), and a host entry that runs the kernel's grid block by block.
+// The zstd kernels (entropy.cu, decode.cu, blocks.cu, bytes.cu) compiled for the CPU, for the
+// tests: CUDA's names defined so that a warp runs on one thread doing every lane's work in order
+// (lane-strided loops become plain loops, __syncwarp nothing), and host entries that run each
+// kernel's grid block by block.
 #define ZS_HOST_SHIM
 #define ZS_LANES 1u
 #define ZS_LANE 0u
@@ -21,8 +22,10 @@ struct Dim3 {
 thread_local Dim3 blockIdx, blockDim, threadIdx, gridDim;
 }  // namespace
 
+#include "entropy.cu"
 #include "decode.cu"
 #include "blocks.cu"
+#include "bytes.cu"
 
 // Runs the kernel over n frames as a grid of one warp per thread block would.
 extern "C" void zstd_decode_frames_on_host(const unsigned char* const* inputs, const unsigned long long* input_sizes,

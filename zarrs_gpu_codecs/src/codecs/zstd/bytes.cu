@@ -1,0 +1,396 @@
+// The frame's bytes, after blocks.cu's launches (the last of our zstd sources): either each
+// frame's sequences executed by a warp, 32 a round (zstd_execute), or, for batches of 64 MiB or
+// less, every output byte given an entry, a value or a pointer to an earlier byte, and the
+// pointers resolved by passes over all entries at once (zstd_link, zstd_entries, zstd_jump,
+// zstd_write).
+
+// ---- 3. The frame's bytes -----------------------------------------------------------------
+
+// A round of up to 32 sequences, one to a lane.
+struct ZsRound {
+    zs_u64 op[32];   // where each sequence's bytes start in the output
+    zs_u64 lp[32];   // where its literals start
+    zs_u64 off[32];  // its offset (0: invalid)
+    zs_u32 ll[32], ml[32];
+    zs_u32 flag[32];
+    zs_u32 status;
+};
+
+// Exclusive prefix sums of a[0, m) into s (m at most 32), plus `base`.
+ZS_FN void zs_prefix(const zs_u32* a, zs_u64* s, zs_u32 m, zs_u64 base) {
+#ifdef ZS_HOST_SHIM
+    zs_u64 sum = base;
+    for (zs_u32 i = 0; i < m; ++i) {
+        s[i] = sum;
+        sum += a[i];
+    }
+#else
+    const zs_u32 lane = ZS_LANE;
+    const zs_u64 v = lane < m ? a[lane] : 0;
+    zs_u64 x = v;
+    for (zs_u32 d = 1; d < 32; d <<= 1) {
+        const zs_u64 t = __shfl_up_sync(0xFFFFFFFFu, x, d);
+        if (lane >= d) x += t;
+    }
+    if (lane < m) s[lane] = base + x - v;
+    __syncwarp();
+#endif
+}
+
+// The first i in [from, m) with flag[i] set, else m.
+ZS_FN zs_u32 zs_first_flag(const zs_u32* flag, zs_u32 from, zs_u32 m) {
+#ifdef ZS_HOST_SHIM
+    for (zs_u32 i = from; i < m; ++i)
+        if (flag[i]) return i;
+    return m;
+#else
+    const zs_u32 lane = ZS_LANE;
+    const unsigned mask = __ballot_sync(0xFFFFFFFFu, lane >= from && lane < m && flag[lane] != 0);
+    return mask ? (zs_u32)(__ffs(mask) - 1) : m;
+#endif
+}
+
+// One lane's whole sequence: ll literals from lit, then ml bytes from `off` before.
+ZS_FN void zs_lane_sequence(zs_u8* dst, const zs_u8* lit, zs_u32 ll, zs_u32 ml, zs_u64 off) {
+    if (ll <= 16 && ml <= 16 && off >= ml) {
+        // Every byte read before any is written: the match lies before this sequence, or (off
+        // at most ll + i, and off >= ml) in its own literals, read from the literals instead.
+        zs_u8 v[32] = {0};
+ZS_UNROLL
+        for (zs_u32 i = 0; i < 16; ++i)
+            if (i < ll) v[i] = lit[i];
+        const zs_u8* src = dst + ll - off;
+ZS_UNROLL
+        for (zs_u32 i = 0; i < 16; ++i)
+            if (i < ml) v[16 + i] = (zs_u64)ll + i >= off ? lit[ll + i - off] : src[i];
+ZS_UNROLL
+        for (zs_u32 i = 0; i < 16; ++i)
+            if (i < ll) dst[i] = v[i];
+ZS_UNROLL
+        for (zs_u32 i = 0; i < 16; ++i)
+            if (i < ml) dst[ll + i] = v[16 + i];
+        return;
+    }
+    for (zs_u32 i = 0; i < ll; ++i) dst[i] = lit[i];
+    zs_u8* m = dst + ll;
+    const zs_u8* s = m - off;
+    for (zs_u32 i = 0; i < ml; ++i) m[i] = s[i];
+}
+
+// A compressed block's sequences (records rec[0, count)) and its literals executed at out + *op
+// of a frame output of `capacity`; rin: its incoming repeat offsets.
+ZS_FN zs_u32 zs_execute_sequences(ZsRound* r, const zs_u32* rec, zs_u64 count, const zs_u8* lits, zs_u64 lit_count,
+                                  zs_u8* out, zs_u64* op_io, const zs_u64* rin) {
+    zs_u64 op = *op_io, lp = 0;
+    for (zs_u64 base = 0; base < count; base += 32) {
+        const zs_u32 m = (zs_u32)(count - base < 32 ? count - base : 32);
+        ZS_FOR_LANES(i, m) {
+            const zs_u32* q = rec + ZS_RECORD * (base + i);
+            const zs_u32 value = q[0], tag = q[1] >> 30;
+            r->ll[i] = q[1] & 0x3FFFFFFFu;
+            r->ml[i] = q[2];
+            r->off[i] = tag == 0 ? value : (rin[tag - 1] > value ? rin[tag - 1] - value : 0);
+        }
+        ZS_SYNC();
+        zs_prefix(r->ll, r->lp, m, lp);
+        ZS_FOR_LANES(i, m) r->flag[i] = r->ll[i] + r->ml[i];
+        ZS_SYNC();
+        zs_prefix(r->flag, r->op, m, op);
+        ZS_SYNC();
+        // Offsets within the bytes before each match.
+        ZS_FOR_LANES(i, m) r->flag[i] = r->off[i] == 0 || r->off[i] > r->op[i] + r->ll[i];
+        ZS_SYNC();
+        if (zs_first_flag(r->flag, 0, m) < m) return ZS_BAD_SEQUENCE;
+        ZS_SYNC();
+        const zs_u64 end_op = r->op[m - 1] + r->ll[m - 1] + r->ml[m - 1];
+        const zs_u64 end_lp = r->lp[m - 1] + r->ll[m - 1];
+        zs_u32 from = 0;
+        while (from < m) {
+            // A sequence waits for the round before it when its match reads bytes written in
+            // this round by sequences before it, or when it is long (the warp copies it).
+            const zs_u64 start = r->op[from];
+            ZS_FOR_LANES(i, m) {
+                const zs_u64 own = r->op[i] + r->ll[i];
+                const zs_u64 src = own - r->off[i];
+                const zs_u64 src_end = src + r->ml[i] < r->op[i] ? src + r->ml[i] : r->op[i];
+                r->flag[i] = (r->ll[i] + r->ml[i] > 64) || (src < r->op[i] && src_end > start);
+            }
+            ZS_SYNC();
+            const zs_u32 stop = zs_first_flag(r->flag, from, m);
+            ZS_SYNC();
+            ZS_FOR_LANES(i, m) {
+                if (i >= from && i < stop) zs_lane_sequence(out + r->op[i], lits + r->lp[i], r->ll[i], r->ml[i], r->off[i]);
+            }
+            ZS_SYNC();
+            if (stop < m) {
+                // The warp copies this one, its sources all written now.
+                const zs_u64 o = r->op[stop], l = r->ll[stop];
+                const zs_u8* lit = lits + r->lp[stop];
+                ZS_FOR_LANES(i, l) out[o + i] = lit[i];
+                ZS_SYNC();
+                zs_match(out + o + l, r->off[stop], r->ml[stop]);
+            }
+            from = stop + 1;
+        }
+        op = end_op;
+        lp = end_lp;
+        ZS_SYNC();
+    }
+    const zs_u64 rest = lit_count - lp;
+    ZS_FOR_LANES(i, rest) out[op + i] = lits[lp + i];
+    ZS_SYNC();
+    *op_io = op + rest;
+    return ZS_OK;
+}
+
+extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, const unsigned long long* capacities,
+                                        unsigned char* const* outputs, unsigned long long* decoded,
+                                        unsigned int* statuses, const ZsFramePlan* frames, const ZsBlockPlan* blocks,
+                                        const unsigned char* lit_scratch, const unsigned int* seq_scratch,
+                                        unsigned long long n) {
+    ZS_SHARED ZsRound round;
+    const unsigned long long k = blockIdx.x;
+    if (k >= n) return;
+    const ZsFramePlan* f = &frames[k];
+    const zs_u8* in = inputs[k];
+    zs_u8* out = outputs[k];
+    const zs_u64 capacity = capacities[k];
+    zs_u64 op = 0;
+    zs_u64 rep[3] = {1, 4, 8};
+    zs_u32 status = ZS_OK;
+    const zs_u32 walked = f->blocks;
+    for (zs_u32 b = 0; b < walked; ++b) {
+        const ZsBlockPlan* p = &blocks[f->block_first + b];
+        status = p->status;
+        if (status != ZS_OK) break;
+        const zs_u64 size = p->out_size;
+        if (size > capacity - op) {
+            status = ZS_PAST_CAPACITY;
+            break;
+        }
+        if (p->kind == 0) {
+            const zs_u8* src = in + p->in_at;
+            ZS_FOR_LANES(i, size) out[op + i] = src[i];
+            ZS_SYNC();
+            op += size;
+        } else if (p->kind == 1) {
+            const zs_u8 v = in[p->in_at];
+            ZS_FOR_LANES(i, size) out[op + i] = v;
+            ZS_SYNC();
+            op += size;
+        } else {
+            const zs_u8* lits = p->lit_in_at == ZS_NONE ? lit_scratch + p->lits_at : in + p->lit_in_at;
+            status = zs_execute_sequences(&round, seq_scratch + ZS_RECORD * p->seqs_at, p->seq_slots, lits, p->lit_slots, out,
+                                          &op, rep);
+            if (status != ZS_OK) break;
+            status = zs_next_reps(p, rep);
+            if (status != ZS_OK) break;
+        }
+    }
+    if (status == ZS_OK) status = f->status;
+    if (status == ZS_OK && op != capacity) status = ZS_SIZE_MISMATCH;
+    if (ZS_LANE == 0) {
+        statuses[k] = status;
+        decoded[k] = op;
+    }
+}
+// ---- 3'. The frame's bytes resolved by jumps (small batches) -------------------------------
+// Every output byte gets an entry: its value (ZS_RESOLVED set) or the index of an earlier byte it
+// copies (a match's source; within a match that overlaps itself, the byte of the period before
+// the match). Each pass replaces a pointer by its target's entry, so that after pass t every
+// chain of up to 2^t links is resolved: ceil(log2(the largest frame)) + 1 passes resolve all.
+
+#define ZS_RESOLVED 0x80000000u
+
+// Lane 0 of frame k: its blocks' places and inherited repeat offsets, and its status where the
+// plan or a block already knows it (decoded: the bytes before the first bad block).
+extern "C" __global__ void zstd_link(const unsigned long long* capacities, unsigned long long* decoded,
+                                     unsigned int* statuses, const ZsFramePlan* frames, ZsBlockPlan* blocks,
+                                     unsigned int* pass_flags, unsigned int passes, unsigned long long n) {
+    const unsigned long long k = blockIdx.x;
+    if (k >= n || ZS_LANE != 0) return;
+    if (k == 0)
+        for (zs_u32 t = 0; t < passes; ++t) pass_flags[t] = 0;
+    const ZsFramePlan* f = &frames[k];
+    const zs_u64 capacity = capacities[k];
+    zs_u64 op = 0, rep[3] = {1, 4, 8};
+    zs_u32 status = ZS_OK;
+    for (zs_u32 b = 0; b < f->blocks; ++b) {
+        ZsBlockPlan* p = &blocks[f->block_first + b];
+        status = p->status;
+        if (status != ZS_OK) break;
+        if (p->out_size > capacity - op) {
+            status = ZS_PAST_CAPACITY;
+            break;
+        }
+        p->out_at = (zs_u32)op;
+        for (zs_u32 j = 0; j < 3; ++j) p->rin[j] = (zs_u32)rep[j];
+        op += p->out_size;
+        status = zs_next_reps(p, rep);
+        if (status != ZS_OK) break;
+    }
+    if (status == ZS_OK) status = f->status;
+    if (status == ZS_OK && op != capacity) status = ZS_SIZE_MISMATCH;
+    statuses[k] = status;
+    decoded[k] = op;
+}
+
+// One warp per block: the entries of its bytes (frames already in error are left).
+extern "C" __global__ void zstd_entries(const unsigned char* const* inputs, unsigned long long* decoded,
+                                        unsigned int* statuses, const ZsFramePlan* frames, const ZsBlockPlan* blocks,
+                                        const unsigned char* lit_scratch, const unsigned int* seq_scratch,
+                                        unsigned int* entries, unsigned long long n_blocks) {
+    ZS_SHARED zs_u32 bad;
+    ZS_SHARED ZsRound round;
+    const unsigned long long k = blockIdx.x;
+    if (k >= n_blocks) return;
+    const ZsBlockPlan* p = &blocks[k];
+    if (p->kind == ZS_NONE || statuses[p->frame] != ZS_OK) return;
+    const ZsFramePlan* f = &frames[p->frame];
+    const zs_u8* in = inputs[p->frame];
+    zs_u32* e = entries + f->entries_at + p->out_at;
+    const zs_u64 size = p->out_size;
+    if (p->kind == 0) {
+        ZS_FOR_LANES(i, size) e[i] = ZS_RESOLVED | in[p->in_at + i];
+        return;
+    }
+    if (p->kind == 1) {
+        ZS_FOR_LANES(i, size) e[i] = ZS_RESOLVED | in[p->in_at];
+        return;
+    }
+    const zs_u8* lits = p->lit_in_at == ZS_NONE ? lit_scratch + p->lits_at : in + p->lit_in_at;
+    const zs_u32* rec = seq_scratch + ZS_RECORD * p->seqs_at;
+    const zs_u64 count = p->seq_slots;
+    if (ZS_LANE == 0) bad = 0;
+    ZS_SYNC();
+    zs_u32 flaw = 0;
+    // 32 sequences a round, one to a lane: their first literals and bytes from prefix sums.
+    zs_u64 lp = 0, pos = 0;
+    for (zs_u64 base = 0; base < count; base += 32) {
+        const zs_u32 n = (zs_u32)(count - base < 32 ? count - base : 32);
+        ZS_FOR_LANES(i, n) {
+            const zs_u32* r = rec + ZS_RECORD * (base + i);
+            round.ll[i] = r[1] & 0x3FFFFFFFu;
+            round.ml[i] = r[2];
+            round.flag[i] = round.ll[i] + round.ml[i];
+        }
+        ZS_SYNC();
+        zs_prefix(round.ll, round.lp, n, lp);
+        zs_prefix(round.flag, round.op, n, pos);
+        ZS_SYNC();
+        ZS_FOR_LANES(i, n) {
+            const zs_u32* r = rec + ZS_RECORD * (base + i);
+            const zs_u32 value = r[0], tag = r[1] >> 30, ll = round.ll[i], ml = round.ml[i];
+            const zs_u64 at = round.op[i], lit = round.lp[i];
+            const zs_u64 off = tag == 0 ? value : (p->rin[tag - 1] > value ? (zs_u64)p->rin[tag - 1] - value : 0);
+            // The offset within the bytes before the match, in the frame.
+            const zs_u64 start = (zs_u64)p->out_at + at + ll;
+            if (off == 0 || off > start) {
+                flaw = 1;
+                continue;
+            }
+            for (zs_u32 j = 0; j < ll; ++j) e[at + j] = ZS_RESOLVED | lits[lit + j];
+            const zs_u64 from = f->entries_at + start - off;
+            zs_u32* m = e + at + ll;
+            if (off >= ml) {
+                for (zs_u32 j = 0; j < ml; ++j) m[j] = (zs_u32)(from + j);
+            } else {
+                zs_u64 r2 = 0;
+                for (zs_u32 j = 0; j < ml; ++j) {
+                    m[j] = (zs_u32)(from + r2);
+                    r2 = r2 + 1 == off ? 0 : r2 + 1;
+                }
+            }
+        }
+        lp = round.lp[n - 1] + round.ll[n - 1];
+        pos = round.op[n - 1] + round.ll[n - 1] + round.ml[n - 1];
+        ZS_SYNC();
+    }
+    // The literals after the last sequence (the block decode checked that they fit).
+    const zs_u64 rest = p->lit_slots - lp;
+    ZS_FOR_LANES(i, rest) e[pos + i] = ZS_RESOLVED | lits[lp + i];
+    if (flaw) bad = 1;
+    ZS_SYNC();
+    if (ZS_LANE == 0 && bad) {
+        statuses[p->frame] = ZS_BAD_SEQUENCE;
+        decoded[p->frame] = 0;
+    }
+}
+
+// Pass t over entries[0, total), 256 a thread block (skipped once a pass left none to resolve).
+extern "C" __global__ void zstd_jump(unsigned int* entries, unsigned long long total, unsigned int* pass_flags,
+                                     unsigned int t) {
+    if (t > 0 && pass_flags[t - 1] == 0) return;
+    const zs_u64 first = (zs_u64)blockIdx.x * 256;
+    if (first >= total) return;
+    const zs_u64 count = total - first < 256 ? total - first : 256;
+    zs_u32 more = 0;
+    ZS_FOR_LANES(i, count) {
+        const zs_u32 v = entries[first + i];
+        if (!(v & ZS_RESOLVED)) {
+            // Entries of frames already in error were never written (the scratch is reused):
+            // any value may be there, and is never followed outside the entries. Those frames'
+            // bytes are not written out.
+            const zs_u32 w = v < total ? entries[v] : ZS_RESOLVED;
+            entries[first + i] = w;
+            more |= !(w & ZS_RESOLVED);
+        }
+    }
+    if (more) pass_flags[t] = 1;
+}
+
+// Frame k's bytes from its entries, 4096 a thread block (blockIdx.y: which 4096); a byte left
+// unresolved (never, after enough passes) makes the frame an error, never a wrong byte.
+extern "C" __global__ void zstd_write(const unsigned long long* capacities, unsigned char* const* outputs,
+                                      unsigned long long* decoded, unsigned int* statuses, const ZsFramePlan* frames,
+                                      const unsigned int* entries, unsigned long long n) {
+    const unsigned long long k = blockIdx.x;
+    if (k >= n || statuses[k] != ZS_OK) return;
+    const zs_u64 capacity = capacities[k];
+    for (zs_u64 first = (zs_u64)blockIdx.y * 4096; first < capacity; first += (zs_u64)gridDim.y * 4096) {
+        const zs_u64 count = capacity - first < 4096 ? capacity - first : 4096;
+        const zs_u32* e = entries + frames[k].entries_at + first;
+        zs_u8* out = outputs[k] + first;
+        zs_u32 lost = 0;
+        ZS_FOR_LANES(i, count) {
+            const zs_u32 v = e[i];
+            lost |= !(v & ZS_RESOLVED);
+            out[i] = (zs_u8)v;
+        }
+        if (lost) {
+            statuses[k] = ZS_BAD_SEQUENCE;
+            decoded[k] = 0;
+        }
+    }
+}
+
+// The names stay out of the sources compiled after this one.
+#undef ZS_FOR_LANES
+#undef ZS_OK
+#undef ZS_TRUNCATED
+#undef ZS_BAD_FRAME
+#undef ZS_BAD_BLOCK
+#undef ZS_BAD_LITERALS
+#undef ZS_BAD_HUFFMAN
+#undef ZS_BAD_LITERAL_STREAM
+#undef ZS_BAD_SEQUENCES
+#undef ZS_BAD_SEQUENCE_STREAM
+#undef ZS_BAD_SEQUENCE
+#undef ZS_PAST_CAPACITY
+#undef ZS_SIZE_MISMATCH
+#undef ZS_MAX_BLOCK
+#undef ZS_HUF_MAX_LOG
+#undef ZS_HUF_SYMBOL
+#undef ZS_HUF_BITS
+#undef ZS_NONE
+#undef ZS_RECORD
+#undef ZS_RESOLVED
+#undef ZS_UNROLL
+#ifndef ZS_HOST_SHIM
+#undef ZS_LANES
+#undef ZS_LANE
+#undef ZS_SYNC
+#undef ZS_FN
+#undef ZS_SHARED
+#undef ZS_CONST
+#endif

@@ -1,0 +1,498 @@
+// The parts our zstd kernels share (RFC 8878), the first of their sources, which are compiled in
+// this order as one text: entropy.cu, decode.cu, blocks.cu, bytes.cu. Here: the names that let
+// the same text run on the CPU (host_shim.cpp, where one lane does a warp's work and loops over
+// lanes go through ZS_FOR_LANES), the statuses, the shared memory of a warp, the bit readers,
+// FSE table descriptions and tables, and Huffman trees and streams. NVRTC compiles it with no
+// standard headers. Every read is bounded by the lengths given and every loop by sizes checked
+// before it, so damaged input ends as a status.
+
+#ifndef ZS_HOST_SHIM
+#define ZS_LANES 32u
+#define ZS_LANE (threadIdx.x & 31u)
+#define ZS_SYNC() __syncwarp()
+#define ZS_FN __device__ __forceinline__
+#define ZS_SHARED __shared__
+#define ZS_CONST __constant__ const
+// i over [0, n), spread over the lanes of the warp: each lane's first i is its lane index.
+#define ZS_FOR_LANES(i, n) for (unsigned long long i = ZS_LANE; i < (n); i += ZS_LANES)
+#endif
+
+typedef unsigned char zs_u8;
+typedef unsigned short zs_u16;
+typedef unsigned int zs_u32;
+typedef unsigned long long zs_u64;
+
+// Statuses (0: decoded); the Rust side names them (zstd/decode.rs).
+#define ZS_OK 0u
+#define ZS_TRUNCATED 1u
+#define ZS_BAD_FRAME 2u
+#define ZS_BAD_BLOCK 3u
+#define ZS_BAD_LITERALS 4u
+#define ZS_BAD_HUFFMAN 5u
+#define ZS_BAD_LITERAL_STREAM 6u
+#define ZS_BAD_SEQUENCES 7u
+#define ZS_BAD_SEQUENCE_STREAM 8u
+#define ZS_BAD_SEQUENCE 9u
+#define ZS_PAST_CAPACITY 10u
+#define ZS_SIZE_MISMATCH 11u
+
+#define ZS_MAX_BLOCK (128u << 10)
+#define ZS_HUF_MAX_LOG 12u
+
+// A sequence code's decoding table: per state its symbol, the bits of its next state's update
+// and that update's base. Offsets use at most 256 states, lengths 512.
+struct ZsFse {
+    zs_u16 base[512];
+    zs_u8 symbol[512];
+    zs_u8 bits[512];
+    zs_u32 log;
+};
+
+struct ZsShared {
+    // Huffman decoding table of the literals: 1 << huf_log entries.
+    // Its symbols, then their code lengths; the block-parallel decoder keeps its packed sequence
+    // tables here once the literals are decoded.
+    zs_u32 huf_area[(2u << ZS_HUF_MAX_LOG) / 4];
+    zs_u32 huf_log;
+    zs_u32 huf_valid;  // a tree was read in this frame (treeless literals repeat it)
+    ZsFse ll, of, ml;
+    zs_u32 tables_valid;  // sequence tables exist in this frame (repeat mode)
+    zs_u32 status;        // lane 0's verdict, read by all after a sync
+    zs_u64 value;         // lane 0's result (bytes read), read by all after a sync
+    zs_u32 stream_status[4];
+};
+
+#define ZS_HUF_SYMBOL(sh) ((zs_u8*)(sh)->huf_area)
+#define ZS_HUF_BITS(sh) ((zs_u8*)(sh)->huf_area + (1u << ZS_HUF_MAX_LOG))
+
+ZS_FN zs_u32 zs_highbit(zs_u32 x) {
+    zs_u32 r = 0;
+    while (x >>= 1) ++r;
+    return r;
+}
+
+// The 8 bytes from `at` as a little-endian word, zeros past `len`.
+ZS_FN zs_u64 zs_word(const zs_u8* p, zs_u64 len, zs_u64 at) {
+    zs_u64 w = 0;
+    for (zs_u32 k = 0; k < 8; ++k) {
+        if (at + k < len) w |= (zs_u64)p[at + k] << (8 * k);
+    }
+    return w;
+}
+
+// n (at most 32) bits at bit `pos`, least significant first, zeros past `len` bytes.
+ZS_FN zs_u32 zs_forward_bits(const zs_u8* p, zs_u64 len, zs_u64 pos, zs_u32 n) {
+    return (zs_u32)((zs_word(p, len, pos >> 3) >> (pos & 7)) & ((1ull << n) - 1));
+}
+
+// A bitstream read backwards from its end mark (the highest set bit of its last byte): `left`
+// bits remain before it. A read of more bits than remain sets `overflow` (the bits below the
+// start read as zeros).
+struct ZsBack {
+    const zs_u8* p;
+    zs_u64 len;
+    zs_u64 left;
+    zs_u32 overflow;
+    // A cached window: the 8 bytes from byte `at`.
+    zs_u64 word;
+    zs_u64 at;
+};
+
+// 0 for an empty stream or one whose last byte is zero (no end mark).
+ZS_FN zs_u32 zs_back_init(ZsBack* b, const zs_u8* p, zs_u64 len) {
+    b->p = p;
+    b->len = len;
+    b->overflow = 0;
+    b->left = 0;
+    b->at = ~0ull;
+    b->word = 0;
+    if (len == 0 || p[len - 1] == 0) return 0;
+    b->left = 8 * (len - 1) + zs_highbit(p[len - 1]);
+    return 1;
+}
+
+// The n (at most 32) bits below position `left`, zeros below the start.
+ZS_FN zs_u32 zs_back_peek(ZsBack* b, zs_u32 n) {
+    if (n == 0) return 0;
+    if (b->left >= n) {
+        const zs_u64 start = b->left - n;
+        const zs_u64 byte = start >> 3;
+        if (b->at == ~0ull || byte < b->at || ((start + n + 7) >> 3) > b->at + 8) {
+            // Reload so that the bits below (read next) are in the window too.
+            b->at = (start + n + 7) >> 3 >= 8 ? ((start + n + 7) >> 3) - 8 : 0;
+            if (b->at > byte) b->at = byte;
+            b->word = zs_word(b->p, b->len, b->at);
+        }
+        return (zs_u32)((b->word >> (start - 8 * b->at)) & ((1ull << n) - 1));
+    }
+    // Fewer than n bits remain: they are the high ones, zeros below.
+    const zs_u32 have = (zs_u32)b->left;
+    const zs_u32 bits = have == 0 ? 0u : zs_forward_bits(b->p, b->len, 0, have);
+    return bits << (n - have);
+}
+
+ZS_FN void zs_back_skip(ZsBack* b, zs_u32 n) {
+    if (n > b->left) {
+        b->overflow = 1;
+        b->left = 0;
+    } else {
+        b->left -= n;
+    }
+}
+
+ZS_FN zs_u32 zs_back_read(ZsBack* b, zs_u32 n) {
+    const zs_u32 v = zs_back_peek(b, n);
+    zs_back_skip(b, n);
+    return v;
+}
+
+// An FSE table description (RFC 8878 4.1.1) of symbols 0..=max_symbol, accuracy log at most
+// max_log, from src[0, len): the counts into norm (-1: "less than one"), the symbols described
+// into *symbols, the log into *log; returns the bytes it takes, or 0 when it is damaged. Bits past
+// the section read as zeros; a description that reaches past it is damaged (libzstd reads wrapped
+// bits there; we refuse).
+ZS_FN zs_u64 zs_read_counts(const zs_u8* src, zs_u64 len, zs_u32 max_symbol, zs_u32 max_log, short* norm,
+                            zs_u32* symbols, zs_u32* log_out) {
+    if (len == 0) return 0;
+    const zs_u64 end = 8 * (len > 8 ? len : 8);
+    const zs_u32 log = zs_forward_bits(src, len, 0, 4) + 5;
+    if (log > max_log) return 0;
+    const zs_u32 limit = max_symbol + 1;
+    zs_u64 pos = 4;
+    zs_u32 n = 0;
+    int zero = 0;
+    int remaining = (1 << log) + 1;
+    int threshold = 1 << log;
+    zs_u32 nb = log + 1;
+    for (zs_u32 s = 0; s < 256; ++s) norm[s] = 0;
+    for (;;) {
+        if (zero) {
+            // Runs of zero counts: 2-bit repeat codes, 3 meaning "3 more, and go on".
+            for (;;) {
+                const zs_u32 r = zs_forward_bits(src, len, pos, 2);
+                pos += 2;
+                n += r;
+                if (r != 3) break;
+                if (pos >= end || n > limit) return 0;
+            }
+            if (n >= limit) break;
+            if (pos >= end) return 0;
+        }
+        const int max = 2 * threshold - 1 - remaining;
+        const int low = (int)zs_forward_bits(src, len, pos, nb - 1);
+        int count;
+        if (low < max) {
+            pos += nb - 1;
+            count = low;
+        } else {
+            const int c = (int)zs_forward_bits(src, len, pos, nb);
+            pos += nb;
+            count = c >= threshold ? c - max : c;
+        }
+        count -= 1;
+        remaining -= count < 0 ? -count : count;
+        if (n >= 256) return 0;
+        norm[n] = (short)count;
+        n += 1;
+        zero = count == 0;
+        if (remaining < threshold) {
+            if (remaining <= 1) break;
+            nb = zs_highbit((zs_u32)remaining) + 1;
+            threshold = 1 << (nb - 1);
+        }
+        if (n >= limit) break;
+        if (pos >= end) return 0;
+    }
+    if (remaining != 1 || n > limit) return 0;
+    const zs_u64 bytes = (pos + 7) >> 3;
+    if (pos > end || bytes > len) return 0;
+    *symbols = n;
+    *log_out = log;
+    return bytes;
+}
+
+// The decoding table of counts norm[0, symbols) at accuracy `log` (RFC 8878 4.1.1), into
+// symbol/bits/base of 1 << log states. next: room for `symbols` counters.
+ZS_FN void zs_build_table(const short* norm, zs_u32 symbols, zs_u32 log, zs_u8* symbol, zs_u8* bits,
+                          zs_u16* base, zs_u32* next) {
+    const zs_u32 size = 1u << log;
+    const zs_u32 mask = size - 1;
+    int high = (int)size - 1;
+    for (zs_u32 s = 0; s < symbols; ++s) {
+        if (norm[s] == -1) {
+            if (high >= 0) symbol[high] = (zs_u8)s;
+            high -= 1;
+            next[s] = 1;
+        } else {
+            next[s] = norm[s] > 0 ? (zs_u32)norm[s] : 0;
+        }
+    }
+    const zs_u32 step = (size >> 1) + (size >> 3) + 3;
+    zs_u32 pos = 0;
+    if (high >= 0) {
+        for (zs_u32 s = 0; s < symbols; ++s) {
+            for (int k = 0; k < norm[s]; ++k) {
+                symbol[pos & mask] = (zs_u8)s;
+                pos = (pos + step) & mask;
+                while ((int)pos > high) pos = (pos + step) & mask;
+            }
+        }
+    }
+    for (zs_u32 u = 0; u < size; ++u) {
+        const zs_u32 s = symbol[u];
+        zs_u32 x = next[s];
+        if (x == 0) x = 1;
+        next[s] = x + 1;
+        const zs_u32 hb = zs_highbit(x);
+        const zs_u32 nb = log > hb ? log - hb : 0;
+        bits[u] = (zs_u8)nb;
+        const zs_u32 shifted = x << nb;
+        base[u] = (zs_u16)(shifted >= size ? shifted - size : 0);
+    }
+}
+
+// The predefined distributions (RFC 8878 3.1.1.3.2.2): literal lengths (36 symbols, log 6),
+// offsets (29 symbols, log 5), match lengths (53 symbols, log 6).
+ZS_CONST signed char zs_ll_default[36] = {4, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 2, 2,
+                                          2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 1, 1, 1, -1, -1, -1, -1};
+ZS_CONST signed char zs_of_default[29] = {1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1, 1, 1,
+                                          1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1};
+ZS_CONST signed char zs_ml_default[53] = {1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          1, 1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1};
+
+ZS_FN short zs_predefined(zs_u32 which, zs_u32 s) {
+    if (which == 0) return zs_ll_default[s];
+    if (which == 1) return zs_of_default[s];
+    return zs_ml_default[s];
+}
+
+// Lane 0: a sequence code's table (which: 0 literal lengths, 1 offsets, 2 match lengths) in
+// `mode` from src[0, len) into t; returns the bytes its description takes, or ~0 when damaged.
+ZS_FN zs_u64 zs_sequence_table(ZsFse* t, zs_u32 which, zs_u32 mode, const zs_u8* src, zs_u64 len,
+                               zs_u32 tables_valid) {
+    const zs_u32 max_symbol = which == 0 ? 35u : which == 1 ? 31u : 52u;
+    const zs_u32 max_log = which == 1 ? 8u : 9u;
+    short norm[256];
+    zs_u32 next[256];
+    if (mode == 0) {
+        const zs_u32 symbols = which == 0 ? 36u : which == 1 ? 29u : 53u;
+        const zs_u32 log = which == 1 ? 5u : 6u;
+        for (zs_u32 s = 0; s < symbols; ++s) norm[s] = zs_predefined(which, s);
+        zs_build_table(norm, symbols, log, t->symbol, t->bits, t->base, next);
+        t->log = log;
+        return 0;
+    }
+    if (mode == 1) {
+        if (len < 1 || src[0] > max_symbol) return ~0ull;
+        t->symbol[0] = src[0];
+        t->bits[0] = 0;
+        t->base[0] = 0;
+        t->log = 0;
+        return 1;
+    }
+    if (mode == 2) {
+        zs_u32 symbols = 0, log = 0;
+        const zs_u64 bytes = zs_read_counts(src, len, max_symbol, max_log, norm, &symbols, &log);
+        if (bytes == 0) return ~0ull;
+        zs_build_table(norm, symbols, log, t->symbol, t->bits, t->base, next);
+        t->log = log;
+        return bytes;
+    }
+    // Repeat: the table of the frame's last block with sequences.
+    return tables_valid ? 0 : ~0ull;
+}
+
+// Lane 0: the Huffman tree description at src[0, len) into the shared table; returns the bytes
+// it takes, or 0 when damaged (libzstd's HUF_readStats rules).
+ZS_FN zs_u64 zs_huffman_tree(ZsShared* sh, const zs_u8* src, zs_u64 len) {
+    if (len == 0) return 0;
+    zs_u8 weights[256];
+    zs_u32 count = 0;
+    zs_u64 taken = 0;
+    const zs_u32 head = src[0];
+    if (head >= 128) {
+        // Direct: 4-bit weights, two to a byte.
+        count = head - 127;
+        const zs_u64 packed = (count + 1) / 2;
+        if (1 + packed > len) return 0;
+        for (zs_u32 i = 0; i < count; ++i) {
+            const zs_u8 b = src[1 + i / 2];
+            weights[i] = (i & 1) ? (b & 15) : (b >> 4);
+        }
+        taken = 1 + packed;
+    } else {
+        // FSE-compressed weights: two interleaved states until an update reads past the start.
+        if (1 + (zs_u64)head > len) return 0;
+        const zs_u8* body = src + 1;
+        const zs_u64 body_len = head;
+        short norm[256];
+        zs_u32 next[256];
+        zs_u32 symbols = 0, log = 0;
+        const zs_u64 counts = zs_read_counts(body, body_len, 255, 6, norm, &symbols, &log);
+        if (counts == 0) return 0;
+        zs_u8 symbol[64], bits[64];
+        zs_u16 base[64];
+        zs_build_table(norm, symbols, log, symbol, bits, base, next);
+        const zs_u32 mask = (1u << log) - 1;
+        ZsBack b;
+        if (!zs_back_init(&b, body + counts, body_len - counts)) return 0;
+        zs_u32 state[2];
+        state[0] = zs_back_read(&b, log);
+        state[1] = zs_back_read(&b, log);
+        if (b.overflow) return 0;
+        for (zs_u32 turn = 0;; turn ^= 1) {
+            if (count >= 254) return 0;
+            const zs_u32 now = state[turn] & mask;
+            weights[count++] = symbol[now];
+            const zs_u32 update = zs_back_read(&b, bits[now]);
+            if (b.overflow) {
+                weights[count++] = symbol[state[turn ^ 1] & mask];
+                break;
+            }
+            state[turn] = base[now] + update;
+        }
+        taken = 1 + body_len;
+    }
+    // The tree: weights up to 12, total a power of two once the implied last weight is added.
+    zs_u32 total = 0, rank[ZS_HUF_MAX_LOG + 2];
+    for (zs_u32 w = 0; w < ZS_HUF_MAX_LOG + 2; ++w) rank[w] = 0;
+    for (zs_u32 i = 0; i < count; ++i) {
+        if (weights[i] > ZS_HUF_MAX_LOG) return 0;
+        rank[weights[i]] += 1;
+        total += (1u << weights[i]) >> 1;
+    }
+    if (total == 0) return 0;
+    const zs_u32 log = zs_highbit(total) + 1;
+    if (log > ZS_HUF_MAX_LOG) return 0;
+    const zs_u32 rest = (1u << log) - total;
+    if (rest & (rest - 1)) return 0;
+    const zs_u32 last = zs_highbit(rest) + 1;
+    if (count >= 256) return 0;
+    weights[count++] = (zs_u8)last;
+    rank[last] += 1;
+    if (rank[1] < 2 || (rank[1] & 1)) return 0;
+    // Codes of weight w take 1 << (w - 1) entries, lowest weights first, symbols in order.
+    zs_u32 start[ZS_HUF_MAX_LOG + 2];
+    zs_u32 next = 0;
+    for (zs_u32 w = 1; w <= log; ++w) {
+        start[w] = next;
+        next += rank[w] << (w - 1);
+    }
+    for (zs_u32 s = 0; s < count; ++s) {
+        const zs_u32 w = weights[s];
+        if (w == 0) continue;
+        const zs_u32 n = 1u << (w - 1);
+        for (zs_u32 k = 0; k < n; ++k) {
+            ZS_HUF_SYMBOL(sh)[start[w] + k] = (zs_u8)s;
+            ZS_HUF_BITS(sh)[start[w] + k] = (zs_u8)(log + 1 - w);
+        }
+        start[w] += n;
+    }
+    sh->huf_log = log;
+    return taken;
+}
+
+// A bitstream read backwards (as ZsBack), with a 64-bit window over the 8 bytes from `at`
+// (zeros past the stream), refilled only where a read needs it: the sequence loop's reader, in
+// 32-bit arithmetic but for the window (a block's stream is under 128 KiB).
+struct ZsBits {
+    const zs_u8* p;
+    zs_u32 len;
+    zs_u32 at;     // the window's first byte
+    zs_u32 avail;  // unread bits in the window: its low `avail` bits (8 * at + avail unread in all)
+    zs_u32 overflow;
+    zs_u64 word;
+};
+
+ZS_FN void zs_bits_fill(ZsBits* b) {
+    const zs_u32 left = 8 * b->at + b->avail;
+    const zs_u32 top = (left + 7) >> 3;
+    const zs_u32 at = top >= 8 ? top - 8 : 0;
+    zs_u64 w = 0;
+    if (at + 8 <= b->len) {
+        for (zs_u32 k = 0; k < 8; ++k) w |= (zs_u64)b->p[at + k] << (8 * k);
+    } else {
+        for (zs_u32 k = 0; k < 8; ++k)
+            if (at + k < b->len) w |= (zs_u64)b->p[at + k] << (8 * k);
+    }
+    b->at = at;
+    b->avail = left - 8 * at;
+    b->word = w;
+}
+
+// 0 for an empty stream, one whose last byte is zero (no end mark), or one of 128 KiB or more.
+ZS_FN zs_u32 zs_bits_init(ZsBits* b, const zs_u8* p, zs_u64 len) {
+    b->p = p;
+    b->len = (zs_u32)len;
+    b->overflow = 0;
+    b->at = 0;
+    b->avail = 0;
+    b->word = 0;
+    if (len == 0 || len >= (1u << 24) || p[len - 1] == 0) return 0;
+    b->avail = 8 * ((zs_u32)len - 1) + zs_highbit(p[len - 1]);
+    zs_bits_fill(b);
+    return 1;
+}
+
+// Make the next `n` (at most 32) bits readable from the window.
+ZS_FN void zs_bits_ensure(ZsBits* b, zs_u32 n) {
+    if (b->avail < n && b->at > 0) zs_bits_fill(b);
+}
+
+// The next n (at most 32, ensured) bits; past the start: zeros, and overflow set.
+ZS_FN zs_u32 zs_bits_read(ZsBits* b, zs_u32 n) {
+    if (n > b->avail) {
+        b->overflow = 1;
+        b->avail = 0;
+        return 0;
+    }
+    b->avail -= n;
+    return (zs_u32)(b->word >> b->avail) & (n == 0 ? 0u : 0xFFFFFFFFu >> (32 - n));
+}
+
+// Bits left unread.
+ZS_FN zs_u32 zs_bits_left(const ZsBits* b) {
+    return 8 * b->at + b->avail;
+}
+
+// The low n (at most 32) bits of a word.
+ZS_FN zs_u32 zs_mask(zs_u32 n) {
+    return n == 0 ? 0u : 0xFFFFFFFFu >> (32 - n);
+}
+
+// The Huffman code at the top of the unread bits (`log` of them, zeros below the stream's start),
+// its symbol written to *dst; 0 when its length reaches past the start.
+ZS_FN zs_u32 zs_huffman_symbol(const ZsShared* sh, ZsBits* b, zs_u32 log, zs_u8* dst) {
+    const zs_u32 a = b->avail;
+    const zs_u32 at = a >= log ? (zs_u32)(b->word >> (a - log)) & zs_mask(log)
+                               : ((zs_u32)b->word & zs_mask(a)) << (log - a);
+    const zs_u32 nb = ZS_HUF_BITS(sh)[at];
+    *dst = ZS_HUF_SYMBOL(sh)[at];
+    if (nb > a) return 0;
+    b->avail = a - nb;
+    return 1;
+}
+
+// One Huffman stream src[0, len) of `count` literals into dst: 0 when it is damaged or not used
+// up exactly. Four codes (of at most 11 bits) a refill check.
+ZS_FN zs_u32 zs_huffman_stream(const ZsShared* sh, const zs_u8* src, zs_u64 len, zs_u8* dst, zs_u64 count) {
+    ZsBits b;
+    if (!zs_bits_init(&b, src, len)) return 0;
+    const zs_u32 log = sh->huf_log;
+    zs_u64 i = 0;
+    zs_u32 ok = 1;
+    for (; i + 4 <= count && ok; i += 4) {
+        zs_bits_ensure(&b, 4 * log);
+        ok &= zs_huffman_symbol(sh, &b, log, dst + i);
+        ok &= zs_huffman_symbol(sh, &b, log, dst + i + 1);
+        ok &= zs_huffman_symbol(sh, &b, log, dst + i + 2);
+        ok &= zs_huffman_symbol(sh, &b, log, dst + i + 3);
+    }
+    for (; i < count && ok; ++i) {
+        zs_bits_ensure(&b, log);
+        ok &= zs_huffman_symbol(sh, &b, log, dst + i);
+    }
+    return ok && zs_bits_left(&b) == 0;
+}
+
