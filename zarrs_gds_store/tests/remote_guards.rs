@@ -42,8 +42,10 @@ fn routed_server(respond: impl Fn(&str) -> Vec<u8> + Send + 'static) -> (u16, Ar
             let mut request = [0u8; 4096];
             let n = stream.read(&mut request).unwrap_or(0);
             let text = String::from_utf8_lossy(&request[..n]).into_owned();
-            let _ = stream.write_all(&respond(&text));
+            let answer = respond(&text);
+            // Recorded before the answer: a client that has its answer finds its request here.
             seen.lock().unwrap().push(text);
+            let _ = stream.write_all(&answer);
         }
     });
     (port, requests)
