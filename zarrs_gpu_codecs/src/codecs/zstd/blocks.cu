@@ -28,8 +28,7 @@
 #define ZS_UNROLL _Pragma("unroll")
 #endif
 
-// A frame's plan: the first five words from the host (its scratch slots), the rest from
-// zstd_plan.
+// A frame's plan: its scratch slots and its first entry from the host, the rest from zstd_plan.
 struct ZsFramePlan {
     zs_u64 lits_at;     // its literals' first byte in the literal scratch
     zs_u64 lit_slots;   // bytes there

@@ -334,7 +334,7 @@ pub(crate) unsafe fn launch_decode(
 }
 
 /// Enqueue the block-parallel decode of `n` frames on `stream`: the plan's frame table copied to
-/// the scratch at `temp`, then its three launches.
+/// the scratch at `temp`, then its launches.
 ///
 /// # Safety
 /// As for [`launch_decode`]; `temp` is device memory of `plan.len` bytes or more ordered on
