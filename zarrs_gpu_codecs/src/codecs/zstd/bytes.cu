@@ -13,7 +13,6 @@ struct ZsRound {
     zs_u64 off[32];  // its offset (0: invalid)
     zs_u32 ll[32], ml[32];
     zs_u32 flag[32];
-    zs_u32 status;
 };
 
 // Exclusive prefix sums of a[0, m) into s (m at most 32), plus `base`.

@@ -280,6 +280,26 @@ impl BlockPlan {
         Self::laid_out(vec![0; 8 * count], total_slots, jump).len
     }
 
+    /// Where its regions lie in a scratch at `base`.
+    fn regions(&self, base: u64) -> Regions {
+        let at = |offset: usize| base + offset as u64;
+        Regions {
+            frames: base,
+            blocks: at(self.blocks_at),
+            records: at(self.records_at),
+            literals: at(self.literals_at),
+        }
+    }
+
+    /// The same batch with each frame's sequences executed by a warp (no entries, no jumps).
+    #[cfg(any(test, feature = "cpu-kernels"))]
+    fn executed(mut self) -> Self {
+        if let Some(jump) = self.jump.take() {
+            self.len = jump.entries_at;
+        }
+        self
+    }
+
     fn frame_bytes(&self) -> Vec<u8> {
         self.frames.iter().flat_map(|w| w.to_le_bytes()).collect()
     }
@@ -333,6 +353,21 @@ pub(crate) unsafe fn launch_decode(
     Ok(())
 }
 
+/// The device addresses of a plan's regions in a scratch at some address.
+#[derive(Clone, Copy, Debug)]
+struct Regions {
+    frames: u64,
+    blocks: u64,
+    records: u64,
+    literals: u64,
+}
+
+/// A launch of one warp a thread block, `x` by `y` of them.
+fn warps(x: u64, y: u64) -> Result<LaunchConfig, GpuError> {
+    let dim = |v: u64| u32::try_from(v).map_err(|_| GpuError::Unsupported(format!("a zstd grid of {v} in one launch")));
+    Ok(LaunchConfig { grid_dim: (dim(x)?, dim(y)?, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 })
+}
+
 /// Enqueue the block-parallel decode of `n` frames on `stream`: the plan's frame table copied to
 /// the scratch at `temp`, then its launches.
 ///
@@ -351,35 +386,28 @@ pub(crate) unsafe fn launch_blocks(
     if n == 0 {
         return Ok(());
     }
-    let grid = |count: u64| {
-        u32::try_from(count).map_err(|_| GpuError::Unsupported(format!("{count} zstd frames or blocks in one launch")))
-    };
-    let (frames, blocks) = (temp, temp + plan.blocks_at as u64);
-    let (records, literals) = (temp + plan.records_at as u64, temp + plan.literals_at as u64);
+    let Regions { frames, blocks, records, literals } = plan.regions(temp);
     let n = n as u64;
     // SAFETY: the frame table's region is the scratch's first bytes, which the stream owns until
     // the batch's work has run.
     unsafe { uploads.upload(stream, &plan.frame_bytes(), frames) }?;
-    let config = |count: u64| -> Result<LaunchConfig, GpuError> {
-        Ok(LaunchConfig { grid_dim: (grid(count)?, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 })
-    };
     let plan_fn = kernels.function("zstd_plan")?;
     let mut launch = stream.launch_builder(&plan_fn);
     launch.arg(&arrays.inputs).arg(&arrays.input_sizes).arg(&arrays.capacities).arg(&frames).arg(&blocks).arg(&n);
     // SAFETY: device addresses and a count as the kernel takes them: n frames, their plans and
     // the block plans' region of the slots those plans give.
-    unsafe { launch.launch(config(n)?) }.map_err(GpuError::cuda("launching the zstd plan"))?;
+    unsafe { launch.launch(warps(n, 1)?) }.map_err(GpuError::cuda("launching the zstd plan"))?;
     if plan.blocks > 0 {
         let decode_fn = kernels.function("zstd_decode_blocks")?;
         let mut launch = stream.launch_builder(&decode_fn);
         launch.arg(&arrays.inputs).arg(&frames).arg(&blocks).arg(&literals).arg(&records).arg(&plan.blocks);
         // SAFETY: the plans written by zstd_plan before it on the stream; records and literals
         // in their regions, within the slots of each frame (checked by the plan).
-        unsafe { launch.launch(config(plan.blocks)?) }.map_err(GpuError::cuda("launching the zstd block decoder"))?;
+        unsafe { launch.launch(warps(plan.blocks, 1)?) }.map_err(GpuError::cuda("launching the zstd block decoder"))?;
     }
     if let Some(jump) = plan.jump {
         // SAFETY: as above; the entries and pass flags in their regions, sized by the plan.
-        return unsafe { launch_jumps(kernels, stream, arrays, n, plan, &jump, temp) };
+        return unsafe { launch_jumps(kernels, stream, arrays, n, &plan.regions(temp), plan.blocks, &jump, temp) };
     }
     let execute_fn = kernels.function("zstd_execute")?;
     let mut launch = stream.launch_builder(&execute_fn);
@@ -395,7 +423,7 @@ pub(crate) unsafe fn launch_blocks(
         .arg(&records)
         .arg(&n);
     // SAFETY: as above; outputs of their capacities, which the kernel stays within.
-    unsafe { launch.launch(config(n)?) }.map_err(GpuError::cuda("launching the zstd executor"))?;
+    unsafe { launch.launch(warps(n, 1)?) }.map_err(GpuError::cuda("launching the zstd executor"))?;
     Ok(())
 }
 
@@ -403,21 +431,18 @@ pub(crate) unsafe fn launch_blocks(
 ///
 /// # Safety
 /// As for [`launch_blocks`], after its first two launches.
+#[allow(clippy::too_many_arguments, reason = "the launches' shared arrays and regions")]
 unsafe fn launch_jumps(
     kernels: &Kernels,
     stream: &CudaStream,
     arrays: &ZstdArrays,
     n: u64,
-    plan: &BlockPlan,
+    regions: &Regions,
+    n_blocks: u64,
     jump: &Jump,
     temp: u64,
 ) -> Result<(), GpuError> {
-    let one_warp = |x: u64, y: u64| -> Result<LaunchConfig, GpuError> {
-        let dim = |v: u64| u32::try_from(v).map_err(|_| GpuError::Unsupported(format!("a grid of {v} in one launch")));
-        Ok(LaunchConfig { grid_dim: (dim(x)?, dim(y)?, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 })
-    };
-    let (frames, blocks) = (temp, temp + plan.blocks_at as u64);
-    let (records, literals) = (temp + plan.records_at as u64, temp + plan.literals_at as u64);
+    let &Regions { frames, blocks, records, literals } = regions;
     let (entries, flags) = (temp + jump.entries_at as u64, temp + jump.flags_at as u64);
     let link = kernels.function("zstd_link")?;
     let mut launch = stream.launch_builder(&link);
@@ -431,8 +456,8 @@ unsafe fn launch_jumps(
         .arg(&jump.passes)
         .arg(&n);
     // SAFETY: n frames' arrays and plans, the block plans the plan kernel wrote; `passes` flags.
-    unsafe { launch.launch(one_warp(n, 1)?) }.map_err(GpuError::cuda("launching the zstd link"))?;
-    if plan.blocks > 0 {
+    unsafe { launch.launch(warps(n, 1)?) }.map_err(GpuError::cuda("launching the zstd link"))?;
+    if n_blocks > 0 {
         let entries_fn = kernels.function("zstd_entries")?;
         let mut launch = stream.launch_builder(&entries_fn);
         launch
@@ -444,17 +469,17 @@ unsafe fn launch_jumps(
             .arg(&literals)
             .arg(&records)
             .arg(&entries)
-            .arg(&plan.blocks);
+            .arg(&n_blocks);
         // SAFETY: each block's entries lie within its frame's (its place and size checked
         // against the frame's capacity by the link), the frames' within the entries region.
-        unsafe { launch.launch(one_warp(plan.blocks, 1)?) }.map_err(GpuError::cuda("launching the zstd entries"))?;
+        unsafe { launch.launch(warps(n_blocks, 1)?) }.map_err(GpuError::cuda("launching the zstd entries"))?;
     }
     let jump_fn = kernels.function("zstd_jump")?;
     for t in 0..jump.passes {
         let mut launch = stream.launch_builder(&jump_fn);
         launch.arg(&entries).arg(&jump.entries).arg(&flags).arg(&t);
         // SAFETY: the entries region of `jump.entries` entries, each pointing within it.
-        unsafe { launch.launch(one_warp(jump.entries.div_ceil(256).max(1), 1)?) }
+        unsafe { launch.launch(warps(jump.entries.div_ceil(256).max(1), 1)?) }
             .map_err(GpuError::cuda("launching a zstd jump pass"))?;
     }
     let write_fn = kernels.function("zstd_write")?;
@@ -469,7 +494,7 @@ unsafe fn launch_jumps(
         .arg(&n);
     let y = jump.largest.div_ceil(4096).clamp(1, 1024);
     // SAFETY: each frame's bytes within its capacity, from its entries.
-    unsafe { launch.launch(one_warp(n, y)?) }.map_err(GpuError::cuda("launching the zstd write"))?;
+    unsafe { launch.launch(warps(n, y)?) }.map_err(GpuError::cuda("launching the zstd write"))?;
     Ok(())
 }
 
@@ -582,11 +607,8 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], path: HostPath) -> Vec<
         return statuses.into_iter().zip(decoded).collect();
     }
     let stored: Vec<&[u8]> = frames.iter().map(|(i, _)| &**i).collect();
-    let mut plan = BlockPlan::new(&stored, &capacities);
-    if path == HostPath::Execute {
-        plan.len = plan.jump.map_or(plan.len, |j| j.entries_at);
-        plan.jump = None;
-    }
+    let plan = BlockPlan::new(&stored, &capacities);
+    let plan = if path == HostPath::Execute { plan.executed() } else { plan };
     // The scratch as on the device: 8-byte aligned, the frame table first, and holding whatever
     // an earlier batch left: here bytes that, read as entries or indices, point far outside.
     let mut scratch = vec![0x3737_3737_3737_3737u64; plan.len.div_ceil(8)];
