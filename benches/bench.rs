@@ -653,7 +653,7 @@ fn batch_rows(array: &Array<GdsStore>, name: &str, n: usize, label: &str) -> Res
     let modes: [(&str, GpuConfig, bool); 4] = [
         ("one at a time", base.clone(), false),
         ("as one request", base.clone(), true),
-        ("as one request, all nvCOMP", base.clone().with_host_decode_fraction(Some(0.0)), true),
+        ("as one request, all on the device decoder", base.clone().with_host_decode_fraction(Some(0.0)), true),
         ("as one request, all host threads", base.clone().with_decode_trust(DecodeTrust::Verified), true),
     ];
     let bytes = extent.iter().product::<u64>() * 4 * n as u64;
@@ -740,7 +740,7 @@ fn size_rows(
     let base = bench_config(cache)?;
     let mut modes = vec![("scheduled", base.clone())];
     if compressed {
-        modes.push(("all nvCOMP", base.clone().with_host_decode_fraction(Some(0.0))));
+        modes.push(("all on the device decoder", base.clone().with_host_decode_fraction(Some(0.0))));
         modes.push(("all host threads", base.clone().with_decode_trust(DecodeTrust::Verified)));
     }
     let mut lines = Vec::new();
@@ -754,7 +754,7 @@ fn size_rows(
         let bytes = subset.num_elements() * 4;
         let mut medians = Vec::new();
         for (mode, config) in &modes {
-            let (mut runs, mut host, mut peak) = (Vec::new(), 0usize, 0u64);
+            let (mut runs, mut host, mut peak, mut decoder) = (Vec::new(), 0usize, 0u64, None);
             for i in 0..=reads {
                 let start = Instant::now();
                 let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&subset, config)?;
@@ -765,6 +765,7 @@ fn size_rows(
                     runs.push(secs);
                     host += report.host_decoded_chunks;
                     peak = peak.max(report.peak_device_bytes);
+                    decoder = report.device_decoder;
                 }
             }
             let (median, p90) = median_p90(&runs);
@@ -777,6 +778,7 @@ fn size_rows(
                 "median_ms": median * 1e3, "p90_ms": p90 * 1e3, "p90_over_median": p90 / median,
                 "peak_device_mib": peak >> 20,
                 "io": format!("{:.1} of {n} chunks on host threads a read", host as f64 / reads as f64),
+                "decoder": decoder,
             });
             if *mode == "all host threads" {
                 let faster = medians[1].min(medians[2]);

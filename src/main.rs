@@ -53,8 +53,9 @@ enum Command {
         /// CUDA device ordinal.
         #[arg(long, default_value_t = 0)]
         device: usize,
-        /// Which chunks nvCOMP may decode: verified (crc32c first), checked (also zstd frames
-        /// checked on the host; the default) or trusted (everything; gzip without crc32c too).
+        /// Which chunks the device may decode: verified (crc32c first), checked (also zstd frames
+        /// checked on the host, by our decoder; the default) or trusted (everything, nvCOMP's
+        /// zstd and gzip without crc32c too).
         /// Default: ZARRS_GPU_DECODE_TRUST, else checked.
         #[arg(long)]
         decode_trust: Option<DecodeTrust>,
@@ -494,10 +495,10 @@ fn print_plan(codecs: &CodecChain, device: bool, depth: usize) {
 /// How the device decodes a bytes-to-bytes codec, for its plan line (empty: a plugin's codec).
 fn device_codec_text(name: &str) -> &'static str {
     match name {
-        "zstd" => "nvCOMP batched zstd; frames checked on the host first; content checksums, where frames carry them, verified on the device (XXH64)",
+        "zstd" => "frames checked on the host first, then our decoder (a frame's blocks side by side; any input an error at worst), or nvCOMP's batched zstd where crc32c verifies frames first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST); content checksums, where frames carry them, verified on the device (XXH64)",
         "gzip" => "nvCOMP batched gzip where crc32c verifies members first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), else host threads; the CRC-32 of the decoded bytes checked",
         "numcodecs.zlib" | "zlib" => "nvCOMP batched deflate where crc32c verifies streams first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), else host threads; streams checked on the host first; the Adler-32 of the decoded bytes verified on the device",
-        "blosc" => "nvCOMP batched lz4, zstd or deflate for every lz4, lz4hc, zstd or zlib stream of a chunk, after the host checks the chunk's layout and each stream (zlib under gzip's decode trust rule, its Adler-32 verified on the device), then one kernel assembles the blocks and undoes the shuffle; blosclz and snappy chunks on host threads (c-blosc)",
+        "blosc" => "our LZ4 decoder for lz4 and lz4hc streams (any input an error at worst), nvCOMP batched zstd or deflate for zstd and zlib streams where crc32c verifies chunks first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), after the host checks the chunk's layout (and each zstd or zlib stream); then one kernel assembles the blocks and undoes the shuffle; blosclz and snappy chunks, and zstd and zlib ones under other trust, on host threads (c-blosc)",
         "crc32c" => "verified with nvCOMP CRC32C before anything is decoded",
         _ => "",
     }

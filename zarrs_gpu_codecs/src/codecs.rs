@@ -142,6 +142,12 @@ pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Whether [`decode`](Self::decode) runs kernels of this crate (NVRTC compiles them): without
+    /// them, the units decode on host threads.
+    fn needs_kernels(&self) -> bool {
+        false
+    }
+
     /// Whose decoder [`decode`](Self::decode) runs, for the read's report: `"nvCOMP"` where it
     /// needs nvCOMP, else `"ours"` (a kernel of this crate or of the plugin).
     fn decoder(&self) -> &'static str {
@@ -164,6 +170,14 @@ pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
     /// `trust`; `verified`: a checksum of the stored bytes (crc32c) was verified first.
     fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
         verified || trust != DecodeTrust::Verified
+    }
+
+    /// Another codec to decode a read's units under `trust` (`verified`: crc32c checks the stored
+    /// bytes first): a family with several device decoders picks one here, once per read. None
+    /// (the default): this codec.
+    fn routed(&self, trust: DecodeTrust, verified: bool) -> Option<Arc<dyn DeviceCodec>> {
+        let _ = (trust, verified);
+        None
     }
 
     /// Scratch device memory for a batch of `count` units of at most `max_decoded` bytes,

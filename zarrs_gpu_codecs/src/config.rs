@@ -131,11 +131,11 @@ pub enum InjectedFault {
     NoKernels,
 }
 
-/// Which stored chunks nvCOMP may decode. nvCOMP's decoders are defined only on valid input: a
+/// Which stored chunks the device may decode. nvCOMP's decoders are defined only on valid input: a
 /// corrupted zstd frame hung its kernel on the GPU host, a corrupted gzip member faulted the CUDA
-/// context (an illegal address, after which every CUDA call of the process fails). Chunks nvCOMP
-/// may not take are decoded on host threads by the zstd crate or flate2, with their own checks,
-/// then copied to the device.
+/// context (an illegal address, after which every CUDA call of the process fails); our decoders
+/// (zstd, LZ4) end any input as an error. Chunks the device may not take are decoded on host
+/// threads by the zstd crate, flate2 or c-blosc, with their own checks, then copied to the device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DecodeTrust {
@@ -143,9 +143,11 @@ pub enum DecodeTrust {
     /// compressor, checked on the device first.
     Verified,
     /// As `Verified`, and zstd frames whose structure checks out on the host (every block header,
-    /// the recorded size): a corrupted entropy-coded payload can still reach nvCOMP. gzip members
-    /// and zlib streams without `crc32c`, which nothing short of decoding can check, decode on
-    /// the host.
+    /// the recorded size), decoded by our zstd decoder, which ends any damaged frame as an error
+    /// (nvCOMP's takes them only under `ZARRS_GPU_ZSTD_DECODER=nvcomp`, where a corrupted
+    /// entropy-coded payload can hang it); Blosc chunks of LZ4 streams (our decoder). gzip
+    /// members, zlib streams and Blosc's zstd and zlib streams without `crc32c`, which only
+    /// nvCOMP decodes and nothing short of decoding checks, decode on the host.
     #[default]
     Checked,
     /// Every chunk nvCOMP can decode, gzip and zlib without `crc32c` too: for stored data you

@@ -342,7 +342,7 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
         Some(indices) => vec![vec![(indices.to_vec(), array.chunk_key(indices), subsets[0].clone())]],
         None => subsets.iter().map(|subset| chunks_meeting(array, subset)).collect::<Result<_, _>>()?,
     };
-    let (out, report) = match read_route(array) {
+    let (out, report) = match read_route(array, config.decode_trust()) {
         Ok((plan, nvcomp)) => {
             let device = OnDevice { context: &context, stream: &stream, nvcomp };
             let output = (output, request.out_bytes);

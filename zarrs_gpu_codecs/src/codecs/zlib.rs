@@ -62,6 +62,11 @@ impl DeviceCodec for Zlib {
         "zlib"
     }
 
+    fn needs_kernels(&self) -> bool {
+        // The stream parse and the Adler-32 are kernels of ours.
+        true
+    }
+
     fn needs_nvcomp(&self) -> bool {
         true
     }

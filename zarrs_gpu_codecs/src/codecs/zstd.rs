@@ -1,5 +1,5 @@
-//! `zstd`: its registration, its device codec (nvCOMP's batched decoder, or ours: [`decode`],
-//! picked by `ZARRS_GPU_ZSTD_DECODER`), the host check of its frames ([`frame`]) and the XXH64
+//! `zstd`: its registration, its device codec (nvCOMP's batched decoder or ours, [`decode`]:
+//! picked per read by its trust, or named by `ZARRS_GPU_ZSTD_DECODER`), the host check of its frames ([`frame`]) and the XXH64
 //! kernel that verifies their content checksums (`xxhash`).
 
 pub mod decode;
@@ -33,6 +33,13 @@ pub(crate) struct Zstd {
     decoder: ZstdDecoder,
 }
 
+impl Zstd {
+    /// Whether ours decodes: named, or `Auto` not yet routed (ours takes any input).
+    fn runs_ours(&self) -> bool {
+        self.decoder != ZstdDecoder::Nvcomp
+    }
+}
+
 const ZSTD: Decompressor = Decompressor::Zstd;
 
 impl DeviceCodec for Zstd {
@@ -53,12 +60,22 @@ impl DeviceCodec for Zstd {
     }
 
     fn needs_nvcomp(&self) -> bool {
-        self.decoder == ZstdDecoder::Nvcomp
+        !self.runs_ours()
+    }
+
+    fn needs_kernels(&self) -> bool {
+        self.runs_ours()
     }
 
     fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
-        // Ours ends any input as a status: no frame needs to be trusted.
+        // Ours (named) ends any input as a status: no frame needs to be trusted. `Auto` keeps
+        // to the trust's rule: under `verified`, unverified frames decode on the host.
         self.decoder == ZstdDecoder::Ours || verified || trust != DecodeTrust::Verified
+    }
+
+    fn routed(&self, trust: DecodeTrust, verified: bool) -> Option<Arc<dyn DeviceCodec>> {
+        let decoder = self.decoder.for_route(trust, verified);
+        (decoder != self.decoder).then(|| Arc::new(Zstd { decoder }) as Arc<dyn DeviceCodec>)
     }
 
     fn temp_bytes(
@@ -69,14 +86,14 @@ impl DeviceCodec for Zstd {
         total: usize,
     ) -> Result<usize, GpuError> {
         match self.decoder {
-            ZstdDecoder::Ours => Ok(BlockPlan::bound(count, total)),
+            ZstdDecoder::Ours | ZstdDecoder::Auto => Ok(BlockPlan::bound(count, total)),
             ZstdDecoder::Nvcomp => nvcomp_glue::temp_bytes(ZSTD, nvcomp, count, max, total),
         }
     }
 
     fn input_alignment(&self, nvcomp: Option<&nvcomp_sys::NvcompLibrary>) -> Result<usize, GpuError> {
         match self.decoder {
-            ZstdDecoder::Ours => Ok(1),
+            ZstdDecoder::Ours | ZstdDecoder::Auto => Ok(1),
             ZstdDecoder::Nvcomp => nvcomp_glue::input_alignment(ZSTD, nvcomp),
         }
     }
@@ -85,7 +102,7 @@ impl DeviceCodec for Zstd {
         match self.decoder {
             // SAFETY: the caller's contract.
             ZstdDecoder::Nvcomp => unsafe { nvcomp_glue::decompress(ZSTD, batch) },
-            ZstdDecoder::Ours => {
+            ZstdDecoder::Ours | ZstdDecoder::Auto => {
                 let kernels =
                     batch.kernels.ok_or_else(|| GpuError::NoNvrtc("our zstd decoder is a kernel of ours".into()))?;
                 let arrays = ZstdArrays {
@@ -121,7 +138,7 @@ impl DeviceCodec for Zstd {
 
     fn status_string(&self, status: u32, nvcomp: Option<&nvcomp_sys::NvcompLibrary>) -> String {
         match self.decoder {
-            ZstdDecoder::Ours => decode::status_text(status).to_string(),
+            ZstdDecoder::Ours | ZstdDecoder::Auto => decode::status_text(status).to_string(),
             ZstdDecoder::Nvcomp => nvcomp_glue::status_string(status, nvcomp),
         }
     }
@@ -132,7 +149,7 @@ impl DeviceCodec for Zstd {
         // for 1,024, 317 ms for 8,192; about 0.4 ms of launches and plan).
         Some(match self.decoder {
             ZstdDecoder::Nvcomp => DecodeRates::default(),
-            ZstdDecoder::Ours => DecodeRates {
+            ZstdDecoder::Ours | ZstdDecoder::Auto => DecodeRates {
                 device_call_s: 0.4e-3,
                 device_frame_rate: 250.0 * crate::schedule::MIB,
                 device_rate: 22.0 * crate::schedule::GIB,
@@ -142,7 +159,7 @@ impl DeviceCodec for Zstd {
     }
 
     unsafe fn scratch_for(&self, batch: &DeviceBatch<'_>, total_decoded: usize) -> Result<Option<usize>, GpuError> {
-        if self.decoder == ZstdDecoder::Ours {
+        if self.runs_ours() {
             // Sized from the batch's own frames, on the host.
             let capacities = batch.host_arrays.get(2 * batch.count..3 * batch.count).unwrap_or_default();
             return Ok(Some(BlockPlan::new(batch.host_inputs, capacities).len));
@@ -213,6 +230,34 @@ mod tests {
         let (theirs, mine) = (ZSTD_CODEC.decode_rates().unwrap(), ours.decode_rates().unwrap());
         assert!(mine.device_call_s < theirs.device_call_s && mine.device_frame_rate > 3.0 * theirs.device_frame_rate);
         assert_eq!(mine.host_thread_rate.to_bits(), theirs.host_thread_rate.to_bits());
+    }
+
+    #[test]
+    fn auto_sends_what_nothing_verified_to_ours_and_verified_or_trusted_frames_to_nvcomp() {
+        use DecodeTrust::{Checked, Trusted, Verified};
+        let routed = |decoder, trust, verified| {
+            let codec = Zstd { decoder };
+            codec.routed(trust, verified).unwrap_or_else(|| Arc::new(codec))
+        };
+        let route = |trust, verified| routed(ZstdDecoder::Auto, trust, verified);
+        // Nothing verifies the frames: ours, which no input can hang.
+        assert_eq!(route(Checked, false).decoder(), "ours");
+        assert!(!route(Checked, false).needs_nvcomp());
+        assert!(route(Checked, false).may_decode(Checked, false));
+        // crc32c first, or trusted data: nvCOMP's.
+        for (trust, verified) in [(Checked, true), (Verified, true), (Trusted, false), (Trusted, true)] {
+            let codec = route(trust, verified);
+            assert_eq!(codec.decoder(), "nvCOMP", "{trust:?}, verified {verified}");
+            assert!(codec.may_decode(trust, verified));
+        }
+        // `verified` trust and nothing verified: the host decodes, whichever decoder.
+        assert!(!route(Verified, false).may_decode(Verified, false));
+        // Unrouted, auto decodes with ours; a decoder named stays named.
+        assert_eq!(Zstd { decoder: ZstdDecoder::Auto }.decoder(), "ours");
+        assert_eq!(routed(ZstdDecoder::Nvcomp, Checked, false).decoder(), "nvCOMP");
+        assert_eq!(routed(ZstdDecoder::Ours, Trusted, true).decoder(), "ours");
+        assert_eq!("auto".parse::<ZstdDecoder>(), Ok(ZstdDecoder::Auto));
+        assert_eq!(ZstdDecoder::default(), ZstdDecoder::Auto);
     }
 
     #[test]

@@ -216,13 +216,19 @@ pub(crate) fn swap_word(data_type: &DataType, endian: Option<Endianness>) -> Res
         .ok_or_else(|| format!("zarrs' bytes codec reorders {data_type} elements in a way the device does not"))
 }
 
-/// The route of a read of `array`: its device plan and nvCOMP where the plan needs it, or why
-/// it decodes on the host (its codecs, or no loadable nvCOMP). Reads and
-/// [`host_decode_reason`] both ask this, so that what is reported is what a read does.
+/// The route of a read of `array` under `trust`: its device plan (the decoder of its compression
+/// picked for the trust: `DeviceCodec::routed`) and nvCOMP where the plan needs it, or why it
+/// decodes on the host (its codecs, or no loadable nvCOMP). Reads and [`host_decode_reason`]
+/// both ask this, so that what is reported is what a read does.
 pub(crate) fn read_route<S: ?Sized>(
     array: &Array<S>,
+    trust: DecodeTrust,
 ) -> Result<(DevicePlan, Option<&'static nvcomp_sys::NvcompLibrary>), String> {
-    let plan = device_plan(array)?;
+    let mut plan = device_plan(array)?;
+    let chain = &mut plan.chain;
+    if let Some(routed) = chain.compression.as_ref().and_then(|c| c.routed(trust, chain.crc32c)) {
+        chain.compression = Some(routed);
+    }
     if !plan.chain.needs_nvcomp() {
         return Ok((plan, None));
     }
@@ -230,10 +236,12 @@ pub(crate) fn read_route<S: ?Sized>(
 }
 
 /// Why an array's chunks cannot be read and decoded on the device (its codecs, or nvCOMP not
-/// loadable where they need it), or None when they can: the route a read takes.
+/// loadable where they need it), or None when they can: the route a read under the current
+/// configuration ([`GpuConfig::current`](crate::GpuConfig::current)) takes.
 #[must_use]
 pub fn host_decode_reason<S: ?Sized>(array: &Array<S>) -> Option<String> {
-    read_route(array).err()
+    let trust = crate::GpuConfig::current().map(|c| c.decode_trust()).unwrap_or_default();
+    read_route(array, trust).err()
 }
 
 /// A chunk meeting a subset: its grid indices, key and (unbounded) subset.

@@ -12,7 +12,7 @@ use nvcomp_sys::{sys as nv, Decompressor, NvcompLibrary};
 use zarrs::metadata::Configuration;
 
 use super::decode_host;
-use super::header::{check_chunk, parse_chunk, BloscChunk, BloscVerdict, Compressor, Shuffle};
+use super::header::{check_chunk_as, parse_chunk, BloscChunk, BloscVerdict, Compressor, Shuffle};
 use super::kernels::{self, FoldArrays, Task, ADLER_MISMATCH, BIT, BYTE, COPY, SIZE_MISMATCH};
 use crate::codecs::deflate;
 use crate::codecs::lz4::decode::{self as lz4_decode, launch_decode, Lz4Arrays, Lz4Decoder};
@@ -433,12 +433,19 @@ impl DeviceCodec for Blosc {
         "blosc"
     }
 
+    fn needs_kernels(&self) -> bool {
+        // The assembly of blocks (and our LZ4 decoder) are kernels of ours.
+        true
+    }
+
     fn needs_nvcomp(&self) -> bool {
         self.decompressor().is_some()
     }
 
     fn check(&self, encoded: &[u8], decoded_len: u64) -> Result<HostCheck, BoxError> {
-        Ok(match check_chunk(encoded, decoded_len)? {
+        // Our LZ4 kernel checks every block as the walk does: the walk is for nvCOMP's.
+        let walk_lz4 = self.lz4 == Lz4Decoder::Nvcomp;
+        Ok(match check_chunk_as(encoded, decoded_len, walk_lz4)? {
             BloscVerdict::Host(why) => HostCheck::Host(why),
             BloscVerdict::Device(chunk) => match self.device_refusal(&chunk, decoded_len) {
                 Some(why) => HostCheck::Host(why),
@@ -449,7 +456,9 @@ impl DeviceCodec for Blosc {
 
     fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
         match self.compressor {
-            Compressor::Zlib => deflate::may_decode(trust, verified),
+            // nvCOMP's zlib and zstd decoders, on streams nothing but decoding checks (a damaged
+            // zstd payload can hang nvCOMP, and the device with it): verified or trusted bytes.
+            Compressor::Zlib | Compressor::Zstd => deflate::may_decode(trust, verified),
             _ => verified || trust != DecodeTrust::Verified,
         }
     }
@@ -773,6 +782,12 @@ mod tests {
             !zlib_codec.may_decode(DecodeTrust::Checked, false) && zlib_codec.may_decode(DecodeTrust::Trusted, false)
         );
         assert!(lz4_codec.may_decode(DecodeTrust::Checked, false));
+        // zstd streams go to nvCOMP, which a damaged one can hang: verified or trusted only.
+        let zstd_codec = Blosc::new(&config("zstd")).unwrap();
+        assert!(
+            !zstd_codec.may_decode(DecodeTrust::Checked, false) && zstd_codec.may_decode(DecodeTrust::Checked, true)
+        );
+        assert!(zstd_codec.may_decode(DecodeTrust::Trusted, false));
         // Another compressor than the configuration names; blosclz, which nvCOMP does not decode.
         assert!(matches!(lz4_codec.check(&zstd, len).unwrap(), HostCheck::Host(why) if why.contains("configuration")));
         let blosclz_codec = Blosc::new(&config("blosclz")).unwrap();
@@ -787,6 +802,13 @@ mod tests {
         assert_eq!(blosclz_codec.check(&stored, len).unwrap(), HostCheck::Device { digest: None });
         // A corrupt chunk is an error, not a verdict; the host decode is c-blosc's.
         assert!(lz4_codec.check(&lz4[..lz4.len() - 1], len).is_err());
+        // Damage within an LZ4 stream: the walk finds it for nvCOMP; our kernel, which checks
+        // every block by the same rules, is left to find it (no walk on the host).
+        let mut damaged = lz4.clone();
+        let at = damaged.len() - 40;
+        damaged[at..].fill(0xFF);
+        assert!(lz4_nvcomp.check(&damaged, len).is_err());
+        assert_eq!(lz4_codec.check(&damaged, len).unwrap(), HostCheck::Device { digest: None });
         let mut out = vec![0u8; data.len()];
         assert_eq!(lz4_codec.decode_host(&lz4, &mut out), Ok(data.len()));
         assert!(out == data);
@@ -893,7 +915,7 @@ mod speed {
         let rounds = 10;
         for _ in 0..rounds {
             for (bytes, len) in &chunks {
-                let verdict = super::check_chunk(bytes, *len as u64).unwrap();
+                let verdict = super::check_chunk_as(bytes, *len as u64, true).unwrap();
                 assert!(matches!(verdict, super::BloscVerdict::Device(_)));
             }
         }

@@ -589,9 +589,9 @@ fn zlib_stream(bytes: &[u8]) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Checks every compressed stream of a chunk of LZ4, zstd or zlib streams; returns why it goes
-/// to the host, if it does.
-fn check_streams(data: &[u8], chunk: &BloscChunk) -> Result<Option<Cow<'static, str>>, BloscError> {
+/// Checks every compressed stream of a chunk of LZ4 (where `walk_lz4`), zstd or zlib streams;
+/// returns why it goes to the host, if it does.
+fn check_streams(data: &[u8], chunk: &BloscChunk, walk_lz4: bool) -> Result<Option<Cow<'static, str>>, BloscError> {
     let mut host: Option<Cow<'static, str>> = None;
     let (mut block, mut stream) = (usize::MAX, 0);
     for s in &chunk.streams {
@@ -602,6 +602,7 @@ fn check_streams(data: &[u8], chunk: &BloscChunk) -> Result<Option<Cow<'static, 
         let bytes = &data[s.src_offset..s.src_offset + s.src_len];
         let flaw = |flaw| BloscError::Stream { block, stream, offset: s.src_offset - 4, flaw };
         let why: Option<Cow<'static, str>> = match chunk.compressor {
+            Compressor::Lz4 if !walk_lz4 => None,
             Compressor::Lz4 => match check_block(bytes, s.dst_len) {
                 Ok(_) => None,
                 Err(e) if e.is_restriction() => Some(format!("block {block}, stream {stream}: {e}").into()),
@@ -639,6 +640,16 @@ fn check_streams(data: &[u8], chunk: &BloscChunk) -> Result<Option<Cow<'static, 
 /// Returns a [`BloscError`] for a chunk that is not valid Blosc of that size (see the module
 /// docs).
 pub fn check_chunk(data: &[u8], expected: u64) -> Result<BloscVerdict, BloscError> {
+    check_chunk_as(data, expected, true)
+}
+
+/// As [`check_chunk`], but LZ4 streams are walked only where `walk_lz4`: a decoder that checks
+/// every LZ4 block by the walk's rules itself (ours: any input ends as a status) needs the
+/// header and the layout checked, not the walk, which bounds bulk reads on the host.
+///
+/// # Errors
+/// As [`check_chunk`]; without the walk, damage within an LZ4 stream is the decoder's to find.
+pub fn check_chunk_as(data: &[u8], expected: u64, walk_lz4: bool) -> Result<BloscVerdict, BloscError> {
     let header = BloscHeader::parse(data)?;
     if header.version != FORMAT_VERSION {
         return Ok(BloscVerdict::Host(format!("Blosc format version {}, not Blosc1's 2", header.version).into()));
@@ -650,7 +661,7 @@ pub fn check_chunk(data: &[u8], expected: u64) -> Result<BloscVerdict, BloscErro
     if let Some(why) = host_reason(&chunk) {
         return Ok(BloscVerdict::Host(why));
     }
-    if let Some(why) = check_streams(data, &chunk)? {
+    if let Some(why) = check_streams(data, &chunk, walk_lz4)? {
         return Ok(BloscVerdict::Host(why));
     }
     Ok(BloscVerdict::Device(chunk))

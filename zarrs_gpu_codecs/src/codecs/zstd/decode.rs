@@ -18,6 +18,7 @@
 
 use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
 
+use crate::config::DecodeTrust;
 use crate::device::kernels::Kernels;
 use crate::error::GpuError;
 
@@ -72,17 +73,22 @@ pub fn status_text(code: u32) -> &'static str {
     }
 }
 
-/// The environment variable that picks the device decoder of zstd frames: `nvcomp` (the default:
-/// nvCOMP's batched decoder) or `ours` (our kernel, one warp per frame).
+/// The environment variable that picks the device decoder of zstd frames: `auto` (the default:
+/// by the read's trust, [`ZstdDecoder::Auto`]), `ours` or `nvcomp`.
 pub const ZSTD_DECODER_ENV: &str = "ZARRS_GPU_ZSTD_DECODER";
 
 /// The device decoder of zstd frames.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ZstdDecoder {
-    /// nvCOMP's batched zstd (its input must be valid: the host check makes sure of what it can).
+    /// By the read's trust: ours for frames nothing verifies before they decode (ours ends any
+    /// input as an error status, where nvCOMP may hang the device on a damaged one), nvCOMP's
+    /// where crc32c verifies the stored bytes first or the decode trust is `trusted`.
     #[default]
+    Auto,
+    /// nvCOMP's batched zstd (its input must be valid: the host check makes sure of what it can).
     Nvcomp,
-    /// Ours: one warp per frame, a batch in one launch, any input an error status at worst.
+    /// Ours: a frame's blocks side by side, a batch in a few launches, any input an error status
+    /// at worst.
     Ours,
 }
 
@@ -91,9 +97,10 @@ impl std::str::FromStr for ZstdDecoder {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
             "ours" => Ok(Self::Ours),
             "nvcomp" => Ok(Self::Nvcomp),
-            other => Err(format!("{ZSTD_DECODER_ENV}={other:?}: the zstd decoder is ours or nvcomp")),
+            other => Err(format!("{ZSTD_DECODER_ENV}={other:?}: the zstd decoder is auto, ours or nvcomp")),
         }
     }
 }
@@ -105,6 +112,18 @@ impl ZstdDecoder {
         match std::env::var(ZSTD_DECODER_ENV) {
             Ok(v) if !v.trim().is_empty() => v.parse(),
             _ => Ok(Self::default()),
+        }
+    }
+
+    /// The decoder of a read under `trust`, `verified` where crc32c checks the stored bytes first:
+    /// `Auto` picks (and stays `Auto` where the frames decode on the host anyway: `verified`
+    /// trust, nothing verified); a decoder named stays.
+    #[must_use]
+    pub fn for_route(self, trust: DecodeTrust, verified: bool) -> Self {
+        match self {
+            Self::Auto if verified || trust == DecodeTrust::Trusted => Self::Nvcomp,
+            Self::Auto if trust == DecodeTrust::Checked => Self::Ours,
+            other => other,
         }
     }
 }

@@ -32,8 +32,9 @@ impl Batch {
 /// Check every stored chunk on the host before the device sees it: the crc32c trailer split off,
 /// the zstd frame's structure and recorded size, or the gzip member's header and trailer, or the
 /// raw size. A broken chunk is an error naming it; chunks nvCOMP cannot take, or may not under
-/// the read's decode trust, are routed to the host, as are zstd frames carrying a content checksum
-/// when the device cannot hash (`can_hash`: no NVRTC), since libzstd there verifies it.
+/// the read's decode trust, are routed to the host, as are chunks whose decoder is a kernel of
+/// ours and zstd frames carrying a content checksum when there are no kernels (`can_hash`: no
+/// NVRTC), since libzstd there decodes and verifies them.
 fn check_stored(job: &Job<'_>, items: &mut [Item], stored: &[u8]) -> Result<(), GpuError> {
     let (units, chain, reader) = (job.units, job.chain, job.context.reader());
     let (trust, can_hash) = (job.config.decode_trust(), job.kernels.is_some());
@@ -65,7 +66,11 @@ fn check_stored(job: &Job<'_>, items: &mut [Item], stored: &[u8]) -> Result<(), 
             match &chain.compression {
                 // crc32c, where the chain has it, is verified on the device before decoding.
                 Some(codec) => match codec.check(data, expected).map_err(|e| unit.error_from(e))? {
-                    HostCheck::Device { digest } if may_decode && (digest.is_none() || codec.can_digest(can_hash)) => {
+                    HostCheck::Device { digest }
+                        if may_decode
+                            && (can_hash || !codec.needs_kernels())
+                            && (digest.is_none() || codec.can_digest(can_hash)) =>
+                    {
                         it.digest = digest;
                     }
                     _ => it.route = Route::Host,
