@@ -137,6 +137,7 @@ fn bench_config(cache: Arc<ShardIndexCache>) -> Result<GpuConfig, Error> {
         .with_backend(IoBackend::Auto)
         .with_row_reads(env.row_reads())
         .with_host_decode_fraction(env.host_decode_fraction())
+        .with_decode_trust(env.decode_trust())
         .with_shard_index_cache(Some(cache)))
 }
 

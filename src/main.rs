@@ -498,7 +498,7 @@ fn device_codec_text(name: &str) -> &'static str {
         "zstd" => "frames checked on the host first, then our decoder (a frame's blocks side by side; any input an error at worst), or nvCOMP's batched zstd where crc32c verifies frames first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST); content checksums, where frames carry them, verified on the device (XXH64)",
         "gzip" => "nvCOMP batched gzip where crc32c verifies members first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), else host threads; the CRC-32 of the decoded bytes checked",
         "numcodecs.zlib" | "zlib" => "nvCOMP batched deflate where crc32c verifies streams first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), else host threads; streams checked on the host first; the Adler-32 of the decoded bytes verified on the device",
-        "blosc" => "our LZ4 decoder for lz4 and lz4hc streams (any input an error at worst), nvCOMP batched zstd or deflate for zstd and zlib streams where crc32c verifies chunks first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), after the host checks the chunk's layout (and each zstd or zlib stream); then one kernel assembles the blocks and undoes the shuffle; blosclz and snappy chunks, and zstd and zlib ones under other trust, on host threads (c-blosc)",
+        "blosc" => "our LZ4 decoder for lz4 and lz4hc streams (any input an error at worst), nvCOMP batched zstd for zstd streams and deflate for zlib ones (zlib under gzip's decode trust rule, its Adler-32 verified on the device), after the host checks the chunk's layout (and each zstd or zlib stream); then one kernel assembles the blocks and undoes the shuffle; blosclz and snappy chunks on host threads (c-blosc)",
         "crc32c" => "verified with nvCOMP CRC32C before anything is decoded",
         _ => "",
     }
@@ -833,7 +833,7 @@ mod tests {
             "{lines:#?}"
         );
         assert!(
-            lines[2].trim_start().starts_with("blosc") && lines[2].contains("device (nvCOMP batched lz4"),
+            lines[2].trim_start().starts_with("blosc") && lines[2].contains("device (our LZ4 decoder"),
             "{lines:#?}"
         );
         assert!(lines.iter().all(|l| !l.contains("()")), "{lines:#?}");

@@ -145,9 +145,9 @@ pub enum DecodeTrust {
     /// As `Verified`, and zstd frames whose structure checks out on the host (every block header,
     /// the recorded size), decoded by our zstd decoder, which ends any damaged frame as an error
     /// (nvCOMP's takes them only under `ZARRS_GPU_ZSTD_DECODER=nvcomp`, where a corrupted
-    /// entropy-coded payload can hang it); Blosc chunks of LZ4 streams (our decoder). gzip
-    /// members, zlib streams and Blosc's zstd and zlib streams without `crc32c`, which only
-    /// nvCOMP decodes and nothing short of decoding checks, decode on the host.
+    /// entropy-coded payload can hang it); Blosc chunks, their LZ4 streams by our decoder, their
+    /// zstd streams (frames walked) still by nvCOMP's. gzip members and zlib streams (Blosc's
+    /// too) without `crc32c`, which nothing short of decoding checks, decode on the host.
     #[default]
     Checked,
     /// Every chunk nvCOMP can decode, gzip and zlib without `crc32c` too: for stored data you
