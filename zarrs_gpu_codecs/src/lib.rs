@@ -64,7 +64,7 @@ mod schedule;
 mod shard_index_cache;
 mod write;
 
-// Public modules defined in their rooms: the host checks of stored chunks, the chunk plan.
+// Public modules defined deeper in the tree: the host checks of stored chunks, the chunk plan.
 pub use codecs::blosc::header as blosc_header;
 pub use codecs::deflate as deflate_stream;
 pub use codecs::gzip::member as gzip_member;
