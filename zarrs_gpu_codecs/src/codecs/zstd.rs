@@ -1,6 +1,6 @@
 //! `zstd`: its registration, its device codec (nvCOMP's batched decoder or ours, [`decode`]:
-//! picked per read by its trust, or named by `ZARRS_GPU_ZSTD_DECODER`), the host check of its frames ([`frame`]) and the XXH64
-//! kernel that verifies their content checksums (`xxhash`).
+//! picked per read by its trust, or named by `ZARRS_GPU_ZSTD_DECODER`), the host check of its
+//! frames ([`frame`]) and the XXH64 kernel that verifies their content checksums (`xxhash`).
 
 pub mod decode;
 pub mod frame;
