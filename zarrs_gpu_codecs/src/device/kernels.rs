@@ -7,9 +7,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
-#[cfg(feature = "fault-injection")]
-use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg};
 
 #[cfg(feature = "fault-injection")]
 use crate::config::InjectedFault;
@@ -57,6 +55,30 @@ impl Kernels {
     /// codec family adds kernels without a field here.
     pub(crate) fn function(&self, name: &str) -> Result<CudaFunction, GpuError> {
         self.module.load_function(name).map_err(GpuError::cuda("loading a kernel"))
+    }
+
+    /// Enqueue the kernel `name` on `stream` with `args`, each one of its `unsigned long long`
+    /// parameters in order (device addresses and counts); `what` names the launch in an error.
+    ///
+    /// # Safety
+    /// The kernel takes exactly these parameters, and the memory they address holds what it
+    /// reads and has room for what it writes, ordered on `stream`.
+    pub(crate) unsafe fn launch_u64(
+        &self,
+        stream: &CudaStream,
+        name: &str,
+        config: LaunchConfig,
+        args: &[u64],
+        what: &'static str,
+    ) -> Result<(), GpuError> {
+        let function = self.function(name)?;
+        let mut launch = stream.launch_builder(&function);
+        for arg in args {
+            launch.arg(arg);
+        }
+        // SAFETY: the caller's contract.
+        unsafe { launch.launch(config) }.map_err(GpuError::cuda(what))?;
+        Ok(())
     }
 }
 

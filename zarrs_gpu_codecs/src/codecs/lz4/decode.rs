@@ -13,7 +13,7 @@
 //! build script compiles it behind `host_shim.cpp`, where a warp is one lane doing every lane's
 //! work in order.
 
-use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaStream, LaunchConfig};
 
 use crate::device::kernels::Kernels;
 use crate::error::GpuError;
@@ -127,26 +127,15 @@ pub(crate) unsafe fn launch_decode(
     if n == 0 {
         return Ok(());
     }
-    let function = kernels.function("lz4_decode_blocks")?;
     let per_block = (THREADS / WARP) as usize;
     let blocks = u32::try_from(n.div_ceil(per_block))
         .map_err(|_| GpuError::Unsupported(format!("{n} LZ4 blocks in one launch")))?;
     let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-    let n = n as u64;
-    let mut launch = stream.launch_builder(&function);
-    launch
-        .arg(&arrays.inputs)
-        .arg(&arrays.input_sizes)
-        .arg(&arrays.capacities)
-        .arg(&arrays.outputs)
-        .arg(&arrays.decoded)
-        .arg(&arrays.statuses)
-        .arg(&arrays.tags)
-        .arg(&n);
+    let a = arrays;
+    let args = [a.inputs, a.input_sizes, a.capacities, a.outputs, a.decoded, a.statuses, a.tags, n as u64];
     // SAFETY: seven device addresses and a count, as the kernel takes them; the rest is the
     // caller's contract.
-    unsafe { launch.launch(config) }.map_err(GpuError::cuda("launching the LZ4 decoder"))?;
-    Ok(())
+    unsafe { kernels.launch_u64(stream, "lz4_decode_blocks", config, &args, "launching the LZ4 decoder") }
 }
 
 /// How the CPU runs a warp of the kernel ([`decode_on_host`]).

@@ -353,23 +353,12 @@ pub(crate) unsafe fn launch_decode(
     if n == 0 {
         return Ok(());
     }
-    let function = kernels.function("zstd_decode_frames")?;
-    let blocks = u32::try_from(n).map_err(|_| GpuError::Unsupported(format!("{n} zstd frames in one launch")))?;
-    let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     let n = n as u64;
-    let mut launch = stream.launch_builder(&function);
-    launch
-        .arg(&arrays.inputs)
-        .arg(&arrays.input_sizes)
-        .arg(&arrays.capacities)
-        .arg(&arrays.outputs)
-        .arg(&arrays.decoded)
-        .arg(&arrays.statuses)
-        .arg(&n);
+    let a = arrays;
+    let args = [a.inputs, a.input_sizes, a.capacities, a.outputs, a.decoded, a.statuses, n];
     // SAFETY: six device addresses and a count, as the kernel takes them; the rest is the
     // caller's contract.
-    unsafe { launch.launch(config) }.map_err(GpuError::cuda("launching the zstd decoder"))?;
-    Ok(())
+    unsafe { kernels.launch_u64(stream, "zstd_decode_frames", warps(n, 1)?, &args, "launching the zstd decoder") }
 }
 
 /// The device addresses of a plan's regions in a scratch at some address.
@@ -410,40 +399,32 @@ pub(crate) unsafe fn launch_blocks(
     // SAFETY: the frame table's region is the scratch's first bytes, which the stream owns until
     // the batch's work has run.
     unsafe { uploads.upload(stream, &plan.frame_bytes(), frames) }?;
-    let plan_fn = kernels.function("zstd_plan")?;
-    let mut launch = stream.launch_builder(&plan_fn);
-    launch.arg(&arrays.inputs).arg(&arrays.input_sizes).arg(&arrays.capacities).arg(&frames).arg(&blocks).arg(&n);
+    let a = arrays;
+    let args = [a.inputs, a.input_sizes, a.capacities, frames, blocks, n];
     // SAFETY: device addresses and a count as the kernel takes them: n frames, their plans and
     // the block plans' region of the slots those plans give.
-    unsafe { launch.launch(warps(n, 1)?) }.map_err(GpuError::cuda("launching the zstd plan"))?;
+    unsafe { kernels.launch_u64(stream, "zstd_plan", warps(n, 1)?, &args, "launching the zstd plan") }?;
     if plan.blocks > 0 {
-        let decode_fn = kernels.function("zstd_decode_blocks")?;
-        let mut launch = stream.launch_builder(&decode_fn);
-        launch.arg(&arrays.inputs).arg(&frames).arg(&blocks).arg(&literals).arg(&records).arg(&plan.blocks);
+        let args = [a.inputs, frames, blocks, literals, records, plan.blocks];
         // SAFETY: the plans written by zstd_plan before it on the stream; records and literals
         // in their regions, within the slots of each frame (checked by the plan).
-        unsafe { launch.launch(warps(plan.blocks, 1)?) }.map_err(GpuError::cuda("launching the zstd block decoder"))?;
+        unsafe {
+            kernels.launch_u64(
+                stream,
+                "zstd_decode_blocks",
+                warps(plan.blocks, 1)?,
+                &args,
+                "launching the zstd block decoder",
+            )
+        }?;
     }
     if let Some(jump) = plan.jump {
         // SAFETY: as above; the entries and pass flags in their regions, sized by the plan.
         return unsafe { launch_jumps(kernels, stream, arrays, n, &plan.regions(temp), plan.blocks, &jump, temp) };
     }
-    let execute_fn = kernels.function("zstd_execute")?;
-    let mut launch = stream.launch_builder(&execute_fn);
-    launch
-        .arg(&arrays.inputs)
-        .arg(&arrays.capacities)
-        .arg(&arrays.outputs)
-        .arg(&arrays.decoded)
-        .arg(&arrays.statuses)
-        .arg(&frames)
-        .arg(&blocks)
-        .arg(&literals)
-        .arg(&records)
-        .arg(&n);
+    let args = [a.inputs, a.capacities, a.outputs, a.decoded, a.statuses, frames, blocks, literals, records, n];
     // SAFETY: as above; outputs of their capacities, which the kernel stays within.
-    unsafe { launch.launch(warps(n, 1)?) }.map_err(GpuError::cuda("launching the zstd executor"))?;
-    Ok(())
+    unsafe { kernels.launch_u64(stream, "zstd_execute", warps(n, 1)?, &args, "launching the zstd executor") }
 }
 
 /// The jump path's launches after the blocks are decoded: link, entries, the passes, write.
@@ -476,22 +457,14 @@ unsafe fn launch_jumps(
         .arg(&n);
     // SAFETY: n frames' arrays and plans, the block plans the plan kernel wrote; `passes` flags.
     unsafe { launch.launch(warps(n, 1)?) }.map_err(GpuError::cuda("launching the zstd link"))?;
+    let a = arrays;
     if n_blocks > 0 {
-        let entries_fn = kernels.function("zstd_entries")?;
-        let mut launch = stream.launch_builder(&entries_fn);
-        launch
-            .arg(&arrays.inputs)
-            .arg(&arrays.decoded)
-            .arg(&arrays.statuses)
-            .arg(&frames)
-            .arg(&blocks)
-            .arg(&literals)
-            .arg(&records)
-            .arg(&entries)
-            .arg(&n_blocks);
+        let args = [a.inputs, a.decoded, a.statuses, frames, blocks, literals, records, entries, n_blocks];
         // SAFETY: each block's entries lie within its frame's (its place and size checked
         // against the frame's capacity by the link), the frames' within the entries region.
-        unsafe { launch.launch(warps(n_blocks, 1)?) }.map_err(GpuError::cuda("launching the zstd entries"))?;
+        unsafe {
+            kernels.launch_u64(stream, "zstd_entries", warps(n_blocks, 1)?, &args, "launching the zstd entries")
+        }?;
     }
     let jump_fn = kernels.function("zstd_jump")?;
     for t in 0..jump.passes {
@@ -501,20 +474,10 @@ unsafe fn launch_jumps(
         unsafe { launch.launch(warps(jump.entries.div_ceil(256).max(1), 1)?) }
             .map_err(GpuError::cuda("launching a zstd jump pass"))?;
     }
-    let write_fn = kernels.function("zstd_write")?;
-    let mut launch = stream.launch_builder(&write_fn);
-    launch
-        .arg(&arrays.capacities)
-        .arg(&arrays.outputs)
-        .arg(&arrays.decoded)
-        .arg(&arrays.statuses)
-        .arg(&frames)
-        .arg(&entries)
-        .arg(&n);
     let y = jump.largest.div_ceil(4096).clamp(1, 1024);
+    let args = [a.capacities, a.outputs, a.decoded, a.statuses, frames, entries, n];
     // SAFETY: each frame's bytes within its capacity, from its entries.
-    unsafe { launch.launch(warps(n, y)?) }.map_err(GpuError::cuda("launching the zstd write"))?;
-    Ok(())
+    unsafe { kernels.launch_u64(stream, "zstd_write", warps(n, y)?, &args, "launching the zstd write") }
 }
 
 #[cfg(any(test, feature = "cpu-kernels"))]
