@@ -71,8 +71,27 @@ ZS_FN zs_u32 zs_highbit(zs_u32 x) {
     return r;
 }
 
+// The 8 bytes from q, all within the input, as a little-endian word. On the device: the one or
+// two aligned words that hold them (each holds a byte of the input, so it lies in the input's
+// allocation), where 8 byte loads and their assembly cost a sequence about 50 instructions.
+ZS_FN zs_u64 zs_load8(const zs_u8* q) {
+#ifdef ZS_HOST_SHIM
+    zs_u64 w;
+    __builtin_memcpy(&w, q, 8);
+    return w;
+#else
+    const zs_u64 a = (zs_u64)q;
+    const zs_u32 s = 8u * (zs_u32)(a & 7u);
+    const zs_u64* w = (const zs_u64*)(a - (a & 7u));
+    const zs_u64 lo = w[0];
+    if (s == 0) return lo;
+    return (lo >> s) | (w[1] << (64u - s));
+#endif
+}
+
 // The 8 bytes from `at` as a little-endian word, zeros past `len`.
 ZS_FN zs_u64 zs_word(const zs_u8* p, zs_u64 len, zs_u64 at) {
+    if (at < len && len - at >= 8) return zs_load8(p + at);
     zs_u64 w = 0;
     for (zs_u32 k = 0; k < 8; ++k) {
         if (at + k < len) w |= (zs_u64)p[at + k] << (8 * k);
@@ -395,7 +414,9 @@ ZS_FN zs_u64 zs_huffman_tree(ZsShared* sh, const zs_u8* src, zs_u64 len) {
 
 // A bitstream read backwards (as ZsBack), with a 64-bit window over the 8 bytes from `at`
 // (zeros past the stream), refilled only where a read needs it: the sequence loop's reader, in
-// 32-bit arithmetic but for the window (a block's stream is under 128 KiB).
+// 32-bit arithmetic but for the window (a block's stream is under 128 KiB). A refill takes its
+// bytes from registers: the window and the 8 bytes below it, loaded at the refill before, so a
+// lone lane does not wait for memory once a sequence.
 struct ZsBits {
     const zs_u8* p;
     zs_u32 len;
@@ -403,22 +424,33 @@ struct ZsBits {
     zs_u32 avail;  // unread bits in the window: its low `avail` bits (8 * at + avail unread in all)
     zs_u32 overflow;
     zs_u64 word;
+    zs_u64 below;  // the bytes [at - 8, at), zeros before the stream's start
 };
 
+// The window at `at` whose unread bits number `left` in all: its byte first `at`, the highest
+// with the unread bits' top byte within the window (the stream's bytes stop at that top byte:
+// at + 8 <= len unless at is 0).
+ZS_FN zs_u32 zs_bits_window(zs_u32 left) {
+    const zs_u32 top = (left + 7) >> 3;
+    return top >= 8 ? top - 8 : 0;
+}
+
+// Load the 8 bytes below a window at b->at (within the stream, as zs_bits_window says).
+ZS_FN void zs_bits_load_below(ZsBits* b) {
+    const zs_u32 at = b->at;
+    b->below = at >= 8 ? zs_load8(b->p + at - 8) : at > 0 ? zs_load8(b->p) << (8u * (8u - at)) : 0ull;
+}
+
+// Move the window down to the unread bits' top byte, from the window and the bytes below it: a
+// read takes at most the window's bits, so it moves by 8 bytes at most.
 ZS_FN void zs_bits_fill(ZsBits* b) {
     const zs_u32 left = 8 * b->at + b->avail;
-    const zs_u32 top = (left + 7) >> 3;
-    const zs_u32 at = top >= 8 ? top - 8 : 0;
-    zs_u64 w = 0;
-    if (at + 8 <= b->len) {
-        for (zs_u32 k = 0; k < 8; ++k) w |= (zs_u64)b->p[at + k] << (8 * k);
-    } else {
-        for (zs_u32 k = 0; k < 8; ++k)
-            if (at + k < b->len) w |= (zs_u64)b->p[at + k] << (8 * k);
-    }
+    const zs_u32 at = zs_bits_window(left);
+    const zs_u32 d = b->at - at;
+    b->word = d == 0 ? b->word : d >= 8 ? b->below : (b->below >> (8u * (8u - d))) | (b->word << (8u * d));
     b->at = at;
     b->avail = left - 8 * at;
-    b->word = w;
+    zs_bits_load_below(b);
 }
 
 // 0 for an empty stream, one whose last byte is zero (no end mark), or one of 128 KiB or more.
@@ -429,9 +461,13 @@ ZS_FN zs_u32 zs_bits_init(ZsBits* b, const zs_u8* p, zs_u64 len) {
     b->at = 0;
     b->avail = 0;
     b->word = 0;
+    b->below = 0;
     if (len == 0 || len >= (1u << 24) || p[len - 1] == 0) return 0;
-    b->avail = 8 * ((zs_u32)len - 1) + zs_highbit(p[len - 1]);
-    zs_bits_fill(b);
+    const zs_u32 left = 8 * ((zs_u32)len - 1) + zs_highbit(p[len - 1]);
+    b->at = zs_bits_window(left);
+    b->avail = left - 8 * b->at;
+    b->word = zs_word(p, len, b->at);
+    zs_bits_load_below(b);
     return 1;
 }
 
