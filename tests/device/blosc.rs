@@ -1,7 +1,7 @@
 //! Blosc chunks (c-blosc 1.x, as zarr-python 2 and the v3 `blosc` codec write them) decoded on the
-//! device: every stream one item of nvCOMP's batch, the blocks assembled and unshuffled by a
-//! kernel; compared with zarrs' host retrieval (c-blosc) byte for byte. GPU tests are
-//! `#[ignore = "needs a CUDA GPU"]`.
+//! device: every stream one item of a batched decoder (ours or nvCOMP's), the blocks assembled
+//! and unshuffled by a kernel; compared with zarrs' host retrieval (c-blosc) byte for byte. GPU
+//! tests are `#[ignore = "needs a CUDA GPU"]`.
 
 use std::sync::Arc;
 
@@ -28,9 +28,10 @@ pub(crate) fn blosc(
 const SHUFFLES: [BloscShuffleMode; 3] =
     [BloscShuffleMode::NoShuffle, BloscShuffleMode::Shuffle, BloscShuffleMode::BitShuffle];
 
-/// lz4, lz4hc and zstd, every shuffle, typesizes 1 to 8, default and small blocks: nvCOMP decodes
-/// every chunk (none on host threads), equal to zarrs' c-blosc, partial edge chunks and missing
-/// chunks included.
+/// lz4, lz4hc and zstd, every shuffle, typesizes 1 to 8, default and small blocks: the device
+/// decodes every chunk (none on host threads), equal to zarrs' c-blosc, partial edge chunks and
+/// missing chunks included: our kernels under the default trust, and for zstd streams nvCOMP's
+/// when trusted.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn blosc_compressors_shuffles_and_typesizes_decode_on_the_device_as_zarrs() -> Result {
@@ -48,6 +49,13 @@ fn blosc_compressors_shuffles_and_typesizes_decode_on_the_device_as_zarrs() -> R
                         assert_eq!(report.decode, DecodePath::Device, "{what}: {report:?}");
                         assert!(report.missing_chunks > 0, "{what}: {report:?}");
                         assert_eq!(report.host_decoded_chunks, 0, "{what}: {report:?}");
+                        assert_eq!(report.device_decoder.as_deref(), Some("blosc: ours"), "{what}");
+                        if compressor == BloscCompressor::Zstd {
+                            let trusted = posix().with_decode_trust(DecodeTrust::Trusted);
+                            let report = check::<$t>(&array, &array.subset_all(), &trusted)?;
+                            assert_eq!(report.device_decoder.as_deref(), Some("blosc: nvCOMP"), "{what}");
+                            assert_eq!(report.host_decoded_chunks, 0, "{what}: {report:?}");
+                        }
                         for subset in subsets(&$shape, 3) {
                             check::<$t>(&array, &subset, &posix())?;
                         }

@@ -9,7 +9,8 @@
 //! `delta` is numcodecs' delta filter, an array-to-array codec: its zarrs codec (registered with
 //! zarrs here, which lacks it) and the running sum the device pipeline runs on decoded chunks.
 //! `zlib` decodes with nvCOMP's deflate decoder, its Adler-32 verified by our kernel; `blosc`
-//! hands each stream of a chunk to nvCOMP and assembles the blocks with its own kernels. Adding
+//! hands each stream of a chunk to a batched decoder (our LZ4 or zstd kernels, or nvCOMP's) and
+//! assembles the blocks with its own kernels. Adding
 //! a family touches its folder, one `mod` line here and its kernels' line in `KERNEL_SOURCES`.
 
 pub(crate) mod blosc;
@@ -122,7 +123,8 @@ impl DeviceBatch<'_> {
 /// and decodes on a host thread what the device may not take. Implementations register with
 /// `inventory::submit!` as a [`DeviceCodecPlugin`] under a zarrs codec name; the pipeline finds
 /// them from an array's own codec chain, never by matching names itself. This crate registers
-/// `zstd`, `gzip`, `numcodecs.zlib` and `blosc` (nvCOMP); another crate adds one the same way:
+/// `zstd`, `gzip`, `numcodecs.zlib` and `blosc` (nvCOMP's decoders and ours); another crate adds
+/// one the same way:
 ///
 /// ```text
 /// zarrs_gpu_codecs::inventory::submit! {

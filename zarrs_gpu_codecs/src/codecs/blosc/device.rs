@@ -1,11 +1,14 @@
 //! Blosc's device codec: every compressed stream of a batch's chunks is one item of a batched
 //! decoder, decoded into scratch: our LZ4 kernel (lz4 and lz4hc streams, one launch per batch;
-//! `ZARRS_GPU_LZ4_DECODER=nvcomp` picks nvCOMP's instead), or nvCOMP's (zstd, deflate for zlib);
-//! each block is then assembled into its chunk's output by one kernel, from those streams and
-//! from the streams stored as they are, with the byte or bit shuffle undone on the way.
+//! `ZARRS_GPU_LZ4_DECODER=nvcomp` picks nvCOMP's instead), the zstd family's decoder of the
+//! read's route (zstd streams: ours where nothing verifies them, as for the `zstd` codec), or
+//! nvCOMP's deflate (zlib); each block is then assembled into its chunk's output by one kernel,
+//! from those streams and from the streams stored as they are, with the byte or bit shuffle
+//! undone on the way.
 
 use std::borrow::Cow;
 use std::ffi::c_void;
+use std::sync::Arc;
 
 use cudarc::driver::sys;
 use nvcomp_sys::{sys as nv, Decompressor, NvcompLibrary};
@@ -18,6 +21,7 @@ use crate::codecs::deflate;
 use crate::codecs::lz4::decode::{self as lz4_decode, launch_decode, Lz4Arrays, Lz4Decoder};
 use crate::codecs::nvcomp::need;
 use crate::codecs::zlib::adler32::launch_adler32;
+use crate::codecs::zstd::decode::{self as zstd_decode, BlockPlan, ZstdArrays, ZstdDecoder};
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, HostCheck};
 use crate::config::DecodeTrust;
 use crate::error::GpuError;
@@ -37,25 +41,32 @@ const REGION: u64 = 256;
 /// kernel's code.
 const LZ4_TAG: u32 = 0x4000_0000;
 const LZ4_STREAM_BITS: u32 = 22;
+/// Marks a status of our zstd kernels, the stream's index beside it as for [`LZ4_TAG`] (the fold
+/// or-s it into the kernels' codes, which are below 256).
+const ZSTD_TAG: u32 = 0x8000_0000;
 
 /// `blosc`: Blosc1 chunks whose streams a device decoder decodes (lz4 and lz4hc: ours or
-/// nvCOMP's; zstd and zlib: nvCOMP's), as the codec's configuration names them; chunks of
-/// another compressor decode on host threads.
-#[derive(Debug)]
+/// nvCOMP's; zstd: ours or nvCOMP's, by the read's trust; zlib: nvCOMP's), as the codec's
+/// configuration names them; chunks of another compressor decode on host threads.
+#[derive(Clone, Debug)]
 pub(crate) struct Blosc {
     /// The compressor the configuration names.
     compressor: Compressor,
     cname: String,
     /// The decoder of LZ4 streams.
     lz4: Lz4Decoder,
+    /// The decoder of zstd streams (`Auto` until a read routes it).
+    zstd: ZstdDecoder,
 }
 
 /// The batched decoder of a chunk's compressed streams.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum StreamDecoder {
     Nvcomp(Decompressor),
     /// Our LZ4 kernel.
     Lz4,
+    /// Our zstd kernels.
+    Zstd,
 }
 
 impl Blosc {
@@ -70,7 +81,7 @@ impl Blosc {
             "snappy" => Compressor::Snappy,
             other => return Err(format!("blosc compressor {other:?} is not one c-blosc 1.x has")),
         };
-        Ok(Self { compressor, cname, lz4: Lz4Decoder::from_env()? })
+        Ok(Self { compressor, cname, lz4: Lz4Decoder::from_env()?, zstd: ZstdDecoder::from_env()? })
     }
 
     /// The same codec with LZ4 streams decoded by `lz4`.
@@ -80,11 +91,21 @@ impl Blosc {
         self
     }
 
+    /// The same codec with zstd streams decoded by `zstd`.
+    fn with_zstd(mut self, zstd: ZstdDecoder) -> Self {
+        self.zstd = zstd;
+        self
+    }
+
     fn stream_decoder(&self) -> Option<StreamDecoder> {
         match (self.compressor, self.lz4) {
             (Compressor::Lz4, Lz4Decoder::Ours) => Some(StreamDecoder::Lz4),
             (Compressor::Lz4, Lz4Decoder::Nvcomp) => Some(StreamDecoder::Nvcomp(Decompressor::Lz4)),
-            (Compressor::Zstd, _) => Some(StreamDecoder::Nvcomp(Decompressor::Zstd)),
+            // `Auto` not yet routed decodes with ours, which takes any input.
+            (Compressor::Zstd, _) if self.zstd == ZstdDecoder::Nvcomp => {
+                Some(StreamDecoder::Nvcomp(Decompressor::Zstd))
+            }
+            (Compressor::Zstd, _) => Some(StreamDecoder::Zstd),
             (Compressor::Zlib, _) => Some(StreamDecoder::Nvcomp(Decompressor::Deflate)),
             _ => None,
         }
@@ -121,8 +142,10 @@ impl Blosc {
         None
     }
 
-    /// The batch's plan, laid out from `base` (the scratch's address; 0 to size it).
-    fn plan(&self, batch: &DeviceBatch<'_>, base: u64) -> Result<Plan, GpuError> {
+    /// The batch's plan, laid out from `base` (the scratch's address; 0 to size it), in `room`
+    /// bytes where given: our zstd kernels then decode one warp a frame where their
+    /// block-parallel plan does not fit.
+    fn plan(&self, batch: &DeviceBatch<'_>, base: u64, room: Option<usize>) -> Result<Plan, GpuError> {
         let n = batch.count;
         let words = batch.host_arrays;
         if batch.host_inputs.len() != n || words.len() < 4 * n {
@@ -137,33 +160,53 @@ impl Blosc {
             Some((d, nvcomp)) => nvcomp.decompress_alignments(d)?.input as u64,
             None => 1,
         };
-        let mut plan = Plan { input_align: input_align.max(1), ..Plan::default() };
+        let tag = match self.stream_decoder() {
+            Some(StreamDecoder::Lz4) => LZ4_TAG,
+            Some(StreamDecoder::Zstd) => ZSTD_TAG,
+            _ => 0,
+        };
+        let mut plan = Plan { input_align: input_align.max(1), tag, ..Plan::default() };
         for u in 0..n {
             let (input, capacity, output) = (words[u], words[2 * n + u], words[3 * n + u]);
             let chunk = parse_chunk(batch.host_inputs[u], capacity)
                 .map_err(|e| GpuError::Unsupported(format!("a Blosc chunk changed after its check: {e}")))?;
             plan.add_chunk(&chunk, batch.host_inputs[u], u as u32, input, output)?;
         }
-        plan.nvcomp_temp = match (decoder, plan.items.len()) {
+        plan.decoder_temp = match (decoder, plan.items.len()) {
             (Some((d, nvcomp)), 1..) => {
                 nvcomp.decompress_temp_size(d, plan.items.len(), plan.max_item, plan.scratch_len as usize)?
             }
             (None, 1..) if self.stream_decoder().is_none() => {
                 return Err(GpuError::Unsupported(format!("{} streams reached the device", self.cname)));
             }
+            (None, 1..) if self.stream_decoder() == Some(StreamDecoder::Zstd) => {
+                let zstd = plan.zstd_plan(batch.host_inputs)?;
+                let len = zstd.len;
+                plan.zstd = Some(zstd);
+                len
+            }
             _ => 0,
         };
         plan.locate(base);
+        if room.is_some_and(|room| plan.len > room as u64) && plan.zstd.is_some() {
+            plan.zstd = None;
+            plan.decoder_temp = 0;
+            plan.locate(base);
+        }
         Ok(plan)
     }
 }
 
-/// A batch's streams laid out: nvCOMP's items, the blocks to assemble, and where everything
-/// lies in the scratch (nvCOMP's temp, decoded streams, aligned payloads, tables).
+/// A batch's streams laid out: the decoder's items, the blocks to assemble, and where everything
+/// lies in the scratch (the decoder's own, decoded streams, aligned payloads, tables).
 #[derive(Debug, Default)]
 struct Plan {
     input_align: u64,
-    /// nvCOMP's items (inputs hold stored addresses until payloads are copied for alignment).
+    /// What a failing stream's status carries for its message ([`stream_tag`]): [`LZ4_TAG`],
+    /// [`ZSTD_TAG`], or 0 (nvCOMP's statuses, untagged).
+    tag: u32,
+    /// The decoder's items (inputs hold stored addresses until payloads are copied for
+    /// alignment).
     items: Vec<Item>,
     /// Blocks to assemble, and the addresses of their streams (scratch offsets of decoded
     /// streams are relative until [`Plan::locate`]).
@@ -175,7 +218,9 @@ struct Plan {
     max_item: usize,
     max_block: u32,
     max_pack: u32,
-    nvcomp_temp: usize,
+    /// The decoder's scratch: nvCOMP's temp, or the block plan of our zstd kernels.
+    decoder_temp: usize,
+    zstd: Option<BlockPlan>,
     /// Bytes of decoded streams, and of aligned payloads.
     scratch_len: u64,
     packed_len: u64,
@@ -190,6 +235,8 @@ struct Plan {
 struct Item {
     input: u64,
     input_len: u64,
+    /// Where its payload starts in its chunk's stored bytes (on the host).
+    host_start: u64,
     /// Offset of its decoded bytes in the scratch.
     at: u64,
     len: u64,
@@ -249,6 +296,7 @@ impl Plan {
                     self.items.push(Item {
                         input: input + payload.start as u64,
                         input_len: payload.len() as u64,
+                        host_start: payload.start as u64,
                         at,
                         len: s.dst_len as u64,
                         unit,
@@ -270,10 +318,29 @@ impl Plan {
         Ok(())
     }
 
+    /// The block-parallel plan of our zstd kernels for the items, from their payloads in
+    /// `chunks` (the batch's stored bytes on the host).
+    fn zstd_plan(&self, chunks: &[&[u8]]) -> Result<BlockPlan, GpuError> {
+        let frames = self
+            .items
+            .iter()
+            .map(|it| {
+                let (start, len) = (it.host_start as usize, it.input_len as usize);
+                chunks.get(it.unit as usize).and_then(|c| c.get(start..start.checked_add(len)?))
+            })
+            .collect::<Option<Vec<&[u8]>>>()
+            .ok_or_else(|| GpuError::Unsupported("a Blosc stream outside its chunk's stored bytes".into()))?;
+        let capacities: Vec<u64> = self.items.iter().map(|it| it.len).collect();
+        Ok(BlockPlan::new(&frames, &capacities))
+    }
+
     /// Lay the regions out from `base`, and make the addresses absolute.
     fn locate(&mut self, base: u64) {
         let n = self.items.len() as u64;
-        self.scratch_at = base + (self.nvcomp_temp as u64).next_multiple_of(REGION);
+        self.packs.clear();
+        self.pack_sources.clear();
+        self.max_pack = 0;
+        self.scratch_at = base + (self.decoder_temp as u64).next_multiple_of(REGION);
         self.packed_at = self.scratch_at + self.scratch_len.next_multiple_of(REGION);
         self.tables_at = self.packed_at + self.packed_len.next_multiple_of(REGION);
         self.len = self.tables_at - base + self.tables_len(n);
@@ -296,7 +363,7 @@ impl Plan {
 
     /// Bytes of the tables: the decoder's arrays (inputs, input sizes, capacities, outputs,
     /// decoded sizes: u64; statuses, the owning units, Adler-32 values and the stored ones, our
-    /// LZ4 kernel's status tags: u32), the tasks and their sources, the payload copies and theirs.
+    /// kernels' status tags: u32), the tasks and their sources, the payload copies and theirs.
     fn tables_len(&self, n: u64) -> u64 {
         let tasks = (self.tasks.len() + self.items.len()) as u64;
         n * (5 * 8 + 5 * 4) + tasks * 32 + (self.sources.len() + self.items.len()) as u64 * 8 + 64
@@ -329,8 +396,8 @@ impl Plan {
         out.resize(out.len() + 4 * n, 0);
         let adler_expected = at(&out);
         self.items.iter().for_each(|it| out.extend_from_slice(&it.adler.to_le_bytes()));
-        let lz4_tags = at(&out);
-        self.items.iter().for_each(|it| out.extend_from_slice(&lz4_tag(it.stream).to_le_bytes()));
+        let tags = at(&out);
+        self.items.iter().for_each(|it| out.extend_from_slice(&stream_tag(self.tag, it.stream).to_le_bytes()));
         // The tables of 4-byte words above end on a multiple of 4 only: the tasks and the
         // address tables below are read as 8-byte words (a misaligned one is a fault that loses
         // the context), so each starts on 16 bytes.
@@ -364,7 +431,7 @@ impl Plan {
             unit_of,
             adler,
             adler_expected,
-            lz4_tags,
+            tags,
             tasks,
             sources,
             packs,
@@ -400,17 +467,17 @@ struct Tables {
     /// The Adler-32 of each item's decoded bytes (zlib), and the stored ones.
     adler: u64,
     adler_expected: u64,
-    /// What our LZ4 kernel or-s into a failing stream's status ([`lz4_tag`]).
-    lz4_tags: u64,
+    /// What our kernels' failing stream's status carries ([`stream_tag`]).
+    tags: u64,
     tasks: u64,
     sources: u64,
     packs: u64,
     pack_sources: u64,
 }
 
-/// The tag of our LZ4 kernel's statuses for the chunk's stream `stream`.
-fn lz4_tag(stream: u32) -> u32 {
-    LZ4_TAG | (stream.min((1 << LZ4_STREAM_BITS) - 1) << 8)
+/// The status tag `tag` ([`LZ4_TAG`], [`ZSTD_TAG`]) of the chunk's stream `stream`.
+fn stream_tag(tag: u32, stream: u32) -> u32 {
+    tag | (stream.min((1 << LZ4_STREAM_BITS) - 1) << 8)
 }
 
 /// Bytes the device decode of a batch of `count` chunks, `total` decoded bytes in all and at
@@ -456,12 +523,18 @@ impl DeviceCodec for Blosc {
 
     fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
         match self.compressor {
-            // zstd streams still reach nvCOMP under `checked` (their frames walked): our zstd
-            // decoder does not take Blosc's streams yet, and host threads run B2 at about a third
-            // of nvCOMP's rate (benches/RESULTS.md, run DM2).
             Compressor::Zlib => deflate::may_decode(trust, verified),
+            // Ours (named) ends any stream as a status; `Auto` keeps to the trust's rule.
+            Compressor::Zstd if self.zstd == ZstdDecoder::Ours => true,
             _ => verified || trust != DecodeTrust::Verified,
         }
+    }
+
+    fn routed(&self, trust: DecodeTrust, verified: bool) -> Option<Arc<dyn DeviceCodec>> {
+        // zstd streams take the zstd family's route: ours where nothing verifies them.
+        let zstd = self.zstd.for_route(trust, verified);
+        (self.compressor == Compressor::Zstd && zstd != self.zstd)
+            .then(|| Arc::new(self.clone().with_zstd(zstd)) as Arc<dyn DeviceCodec>)
     }
 
     fn decode_rates(&self) -> Option<DecodeRates> {
@@ -474,6 +547,11 @@ impl DeviceCodec for Blosc {
         match self.compressor {
             Compressor::Lz4 => {
                 Some(rates.with_device_rates(1.0e-3, 220.0 * MIB, 60.0 * GIB).with_host_thread_rate(1.5 * GIB))
+            }
+            // Our zstd kernels: about 0.4 ms of launches and plan, and their bulk rate on Z2's
+            // frames (22 GiB/s, run DL5); a chunk's streams decode side by side.
+            Compressor::Zstd if self.stream_decoder() == Some(StreamDecoder::Zstd) => {
+                Some(rates.with_device_rates(0.5e-3, 400.0 * MIB, 22.0 * GIB).with_host_thread_rate(0.6 * GIB))
             }
             Compressor::Zstd => {
                 Some(rates.with_device_rates(0.8e-3, 340.0 * MIB, 60.0 * GIB).with_host_thread_rate(0.6 * GIB))
@@ -501,22 +579,25 @@ impl DeviceCodec for Blosc {
         let streams = stream_bound(count, total_decoded);
         // Sized as the plan sizes it: the decoded streams, each aligned in the scratch.
         let decoded = total_decoded.saturating_add(streams.saturating_mul(ALIGN as usize));
-        let nvcomp_temp = match self.decompressor() {
-            Some(d) => need(nvcomp)?.decompress_temp_size(d, streams, max_decoded, decoded)?,
-            None => 0,
+        let decoder_temp = match self.stream_decoder() {
+            Some(StreamDecoder::Nvcomp(d)) => need(nvcomp)?.decompress_temp_size(d, streams, max_decoded, decoded)?,
+            // Room for the block-parallel plan of usual streams; a batch that needs more decodes
+            // one warp a frame, with none.
+            Some(StreamDecoder::Zstd) => BlockPlan::bound(streams, total_decoded),
+            _ => 0,
         };
-        Ok(nvcomp_temp.saturating_add(bound_beside_nvcomp(count, total_decoded, streams)))
+        Ok(decoder_temp.saturating_add(bound_beside_nvcomp(count, total_decoded, streams)))
     }
 
     unsafe fn scratch_for(&self, batch: &DeviceBatch<'_>, _total_decoded: usize) -> Result<Option<usize>, GpuError> {
         // Sized from the chunks' own streams, on the host.
-        let plan = self.plan(batch, 0)?;
+        let plan = self.plan(batch, 0, None)?;
         Ok(Some(plan.len as usize))
     }
 
     unsafe fn decode(&self, batch: &DeviceBatch<'_>) -> Result<(), GpuError> {
         let kernels = batch.kernels.ok_or_else(|| GpuError::NoNvrtc("assembling Blosc blocks needs it".into()))?;
-        let plan = self.plan(batch, batch.temp)?;
+        let plan = self.plan(batch, batch.temp, Some(batch.temp_bytes))?;
         // The driver calls below act on the current context.
         batch.stream.context().bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
         if plan.len > batch.temp_bytes as u64 {
@@ -553,12 +634,32 @@ impl DeviceCodec for Blosc {
                     outputs: t.outputs,
                     decoded: t.actual,
                     statuses: t.statuses,
-                    tags: t.lz4_tags,
+                    tags: t.tags,
                 };
                 // SAFETY: inputs and input sizes are the stored payloads of the streams, outputs
                 // and capacities their places in the scratch (disjoint, each its decoded
                 // length); any bytes at all decode within those bounds or end as a status.
                 unsafe { launch_decode(kernels, stream, &arrays, n) }?;
+            }
+            (Some(StreamDecoder::Zstd), _) => {
+                let arrays = ZstdArrays {
+                    inputs: t.inputs,
+                    input_sizes: t.input_sizes,
+                    capacities: t.capacities,
+                    outputs: t.outputs,
+                    decoded: t.actual,
+                    statuses: t.statuses,
+                };
+                // SAFETY: as for LZ4 above; a block plan, made from these streams' own stored
+                // bytes, holds the scratch's first bytes (the plan made room for it).
+                unsafe {
+                    match &plan.zstd {
+                        Some(zstd) => {
+                            zstd_decode::launch_blocks(kernels, uploads, stream, &arrays, n, zstd, batch.temp)
+                        }
+                        None => zstd_decode::launch_decode(kernels, stream, &arrays, n),
+                    }
+                }?;
             }
             (Some(StreamDecoder::Nvcomp(decompressor)), _) => {
                 let nvcomp = need(batch.nvcomp)?;
@@ -580,7 +681,7 @@ impl DeviceCodec for Blosc {
                         t.actual as *mut usize,
                         n,
                         batch.temp as *mut c_void,
-                        plan.nvcomp_temp,
+                        plan.decoder_temp,
                         t.outputs as *const *mut c_void,
                         t.statuses as *mut nv::nvcompStatus_t,
                         stream.cu_stream() as nv::cudaStream_t,
@@ -603,6 +704,8 @@ impl DeviceCodec for Blosc {
                 unit_of: t.unit_of,
                 adler: if zlib { t.adler } else { 0 },
                 adler_expected: if zlib { t.adler_expected } else { 0 },
+                // Our zstd kernels' codes get their stream's index (our LZ4 kernel's carry it).
+                tags: if plan.tag == ZSTD_TAG { t.tags } else { 0 },
             };
             // SAFETY: n entries each, ordered on the stream; unit indices below `count`.
             unsafe { kernels::launch_fold(kernels, stream, &fold, n, batch.statuses) }?;
@@ -621,6 +724,11 @@ impl DeviceCodec for Blosc {
                 "LZ4 stream {} of the chunk failed on the device: {}",
                 (tagged >> 8) & ((1 << LZ4_STREAM_BITS) - 1),
                 lz4_decode::status_text(tagged)
+            ),
+            tagged if tagged & 0xC000_0000 == ZSTD_TAG => format!(
+                "zstd stream {} of the chunk failed on the device: {}",
+                (tagged >> 8) & ((1 << LZ4_STREAM_BITS) - 1),
+                zstd_decode::status_text(tagged & 0xFF)
             ),
             other => format!(
                 "a stream failed: {}",
@@ -667,8 +775,8 @@ mod tests {
         compress(data, "lz4", 5, 1, 4, 0)
     }
 
-    /// The decoded bytes of one compressed stream, on the host: LZ4 by our device kernel's code
-    /// (both ways of running a warp), the others by their libraries.
+    /// The decoded bytes of one compressed stream, on the host: LZ4 and zstd by our device
+    /// kernels' code too (every way of running them), the others by their libraries.
     fn decode_stream(compressor: Compressor, bytes: &[u8], len: usize) -> Vec<u8> {
         match compressor {
             Compressor::Lz4 => {
@@ -681,7 +789,18 @@ mod tests {
                 }
                 expected
             }
-            Compressor::Zstd => zstd::bulk::decompress(bytes, len).unwrap(),
+            Compressor::Zstd => {
+                let expected = zstd::bulk::decompress(bytes, len).unwrap();
+                for path in
+                    [zstd_decode::HostPath::OneWarp, zstd_decode::HostPath::Execute, zstd_decode::HostPath::Jump]
+                {
+                    let mut out = vec![0u8; len];
+                    let result = zstd_decode::decode_on_host(&mut [(bytes, &mut out)], path);
+                    assert_eq!(result, [(zstd_decode::OK, len as u64)], "{path:?}");
+                    assert!(out == expected, "our zstd kernels ({path:?}) and libzstd differ");
+                }
+                expected
+            }
             Compressor::Zlib => {
                 use std::io::Read;
                 let mut out = Vec::new();
@@ -829,22 +948,57 @@ mod tests {
         assert!(Blosc::new(&config("blosclz")).unwrap().decode_rates().is_none());
     }
 
-    /// A failing stream of our LZ4 kernel is named, its index and flaw, above the fold's other
-    /// codes; the setting parses.
+    /// A failing stream of our LZ4 or zstd kernels is named, its index and flaw, above the fold's
+    /// other codes; the setting parses.
     #[test]
-    fn lz4_statuses_name_the_stream_and_the_flaw() {
+    fn lz4_and_zstd_statuses_name_the_stream_and_the_flaw() {
         let codec = Blosc::new(&config("lz4")).unwrap();
         for (stream, code) in [(0u32, lz4_decode::BAD_OFFSET), (17, lz4_decode::END_RULES), (300_000, 1)] {
-            let status = lz4_tag(stream) | code;
+            let status = stream_tag(LZ4_TAG, stream) | code;
             assert!(status > ADLER_MISMATCH && ADLER_MISMATCH > SIZE_MISMATCH, "the fold keeps the largest");
             let text = codec.status_string(status, None);
             assert!(text.contains(&format!("LZ4 stream {stream} ")), "{text}");
             assert!(text.contains(lz4_decode::status_text(code)), "{text}");
         }
-        assert_eq!(lz4_tag(u32::MAX) >> 30, 1, "the stream index stays within its bits");
+        assert_eq!(stream_tag(LZ4_TAG, u32::MAX) >> 30, 1, "the stream index stays within its bits");
+        let zstd = Blosc::new(&config("zstd")).unwrap();
+        for (stream, code) in [(3u32, zstd_decode::BAD_SEQUENCE), (40, zstd_decode::TRUNCATED)] {
+            let status = stream_tag(ZSTD_TAG, stream) | code;
+            assert!(status > stream_tag(LZ4_TAG, u32::MAX), "the fold keeps the largest");
+            let text = zstd.status_string(status, None);
+            assert!(text.contains(&format!("zstd stream {stream} ")), "{text}");
+            assert!(text.contains(zstd_decode::status_text(code)), "{text}");
+        }
+        assert_eq!(stream_tag(ZSTD_TAG, u32::MAX) >> 30, 2, "the stream index stays within its bits");
         assert_eq!("nvcomp".parse::<Lz4Decoder>(), Ok(Lz4Decoder::Nvcomp));
         assert_eq!(" Ours ".parse::<Lz4Decoder>(), Ok(Lz4Decoder::Ours));
         assert!("fast".parse::<Lz4Decoder>().unwrap_err().contains(lz4_decode::LZ4_DECODER_ENV));
+    }
+
+    /// zstd streams take the zstd family's route: ours where nothing verifies them (ours ends any
+    /// stream as a status), nvCOMP's where crc32c or the trust vouches for them.
+    #[test]
+    fn zstd_streams_decode_with_ours_unless_verified_or_trusted() {
+        use DecodeTrust::{Checked, Trusted, Verified};
+        let auto = Blosc::new(&config("zstd")).unwrap().with_zstd(ZstdDecoder::Auto);
+        let route = |trust, verified| auto.routed(trust, verified).unwrap_or_else(|| Arc::new(auto.clone()));
+        let checked = route(Checked, false);
+        assert_eq!(checked.decoder(), "ours");
+        assert!(!checked.needs_nvcomp() && checked.needs_kernels() && checked.may_decode(Checked, false));
+        for (trust, verified) in [(Checked, true), (Verified, true), (Trusted, false)] {
+            let codec = route(trust, verified);
+            assert_eq!(codec.decoder(), "nvCOMP", "{trust:?}, verified {verified}");
+            assert!(codec.may_decode(trust, verified));
+        }
+        assert!(!route(Verified, false).may_decode(Verified, false), "`verified` and nothing verified: host");
+        // A decoder named stays; the other compressors are not routed.
+        let ours = auto.clone().with_zstd(ZstdDecoder::Ours);
+        assert!(ours.routed(Trusted, true).is_none() && ours.may_decode(Verified, false));
+        assert!(auto.clone().with_zstd(ZstdDecoder::Nvcomp).routed(Checked, false).is_none());
+        assert!(Blosc::new(&config("lz4")).unwrap().routed(Trusted, true).is_none());
+        // Each decoder learns its own rates.
+        let rates = |codec: &Blosc| codec.decode_rates().unwrap().key();
+        assert_ne!(rates(&ours), rates(&auto.clone().with_zstd(ZstdDecoder::Nvcomp)));
     }
 
     #[test]
@@ -872,6 +1026,19 @@ mod tests {
                 assert!(plan.len <= bound as u64, "{cname} {blocksize}: {} > {bound}", plan.len);
                 let (bytes, t) = plan.tables();
                 assert!(bytes.len() as u64 <= plan.tables_len(plan.items.len() as u64));
+                if cname == "zstd" {
+                    // Our zstd kernels' plan, from the items' payloads: those of the streams,
+                    // within the bound their scratch is sized by.
+                    let zstd = plan.zstd_plan(&[chunk_bytes.as_slice(); 3]).unwrap();
+                    let payloads: Vec<&[u8]> = (0..3)
+                        .flat_map(|_| chunk.streams.iter().filter(|s| !s.raw))
+                        .map(|s| &chunk_bytes[chunk.payload(s)])
+                        .collect();
+                    let lens: Vec<u64> = plan.items.iter().map(|it| it.len).collect();
+                    assert_eq!(zstd.len, BlockPlan::new(&payloads, &lens).len);
+                    assert!(zstd.len <= BlockPlan::bound(stream_bound(3, total), total), "{blocksize} {len}");
+                    assert!(plan.zstd_plan(&[&chunk_bytes[..1]; 3]).is_err() || plan.items.is_empty());
+                }
                 // The kernels read these as 8-byte words: one misaligned faults on the device
                 // (an odd number of streams once left the tasks 4 bytes off).
                 let words = [t.inputs, t.input_sizes, t.capacities, t.outputs, t.actual, t.tasks];

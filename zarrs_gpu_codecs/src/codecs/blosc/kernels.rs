@@ -120,12 +120,14 @@ extern "C" __global__ void blosc_shuffle(const struct BloscShuffleTask* tasks, u
 extern "C" __global__ void blosc_fold(const unsigned int* statuses, const unsigned long long* actual,
                                       const unsigned long long* capacities, const unsigned int* unit_of,
                                       const unsigned int* adler, const unsigned int* adler_expected,
-                                      unsigned long long n, unsigned int* unit_status) {
+                                      const unsigned int* tags, unsigned long long n,
+                                      unsigned int* unit_status) {
     const unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= n) return;
     unsigned int code = statuses[k];
     if (code == 0 && actual[k] != capacities[k]) code = 0x10000000u;
     if (code == 0 && adler != 0 && adler[k] != adler_expected[k]) code = 0x20000000u;
+    if (code != 0 && code < 256u && tags != 0) code |= tags[k];
     if (code != 0) atomicMax(unit_status + unit_of[k], code);
 }
 "#;
@@ -229,6 +231,8 @@ pub(super) struct FoldArrays {
     /// Adler-32 values and the stored ones (zlib streams), or 0 for none.
     pub(super) adler: u64,
     pub(super) adler_expected: u64,
+    /// What a decoder's own code (below 256) gets or-ed in: its stream's tag; or 0 for none.
+    pub(super) tags: u64,
 }
 
 /// Enqueue the fold of `n` streams' results into their units' statuses (`unit_status`, zeroed
@@ -259,9 +263,10 @@ pub(super) unsafe fn launch_fold(
         .arg(&arrays.unit_of)
         .arg(&arrays.adler)
         .arg(&arrays.adler_expected)
+        .arg(&arrays.tags)
         .arg(&n)
         .arg(&unit_status);
-    // SAFETY: seven device addresses and a count, as the kernel takes them.
+    // SAFETY: eight device addresses and a count, as the kernel takes them.
     unsafe { launch.launch(config) }.map_err(GpuError::cuda("launching Blosc's result fold"))?;
     Ok(())
 }

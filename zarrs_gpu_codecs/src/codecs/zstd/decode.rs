@@ -269,11 +269,12 @@ impl BlockPlan {
             total.literals += s.literals;
             entries += capacity;
         }
-        Self::laid_out(words, total, jump.then_some((entries, largest)))
+        let n = frames.len();
+        Self::laid_out(words, n, total, jump.then_some((entries, largest)))
     }
 
-    fn laid_out(frames: Vec<u64>, total: Slots, jump: Option<(u64, u64)>) -> Self {
-        let n = frames.len() / 8;
+    /// `frames` holds the table of `n` frames (or nothing, for a bound).
+    fn laid_out(frames: Vec<u64>, n: usize, total: Slots, jump: Option<(u64, u64)>) -> Self {
         let blocks_at = align(n * FRAME_PLAN);
         let records_at = blocks_at + align(total.blocks as usize * BLOCK_PLAN);
         let literals_at = records_at + align(total.sequences as usize * RECORD);
@@ -296,7 +297,7 @@ impl BlockPlan {
         let total_slots =
             Slots { blocks: (2 * count + total / 4096) as u64, sequences: (total / 6) as u64, literals: total as u64 };
         let jump = (total as u64 <= JUMP_MAX).then_some((total as u64, total as u64));
-        Self::laid_out(vec![0; 8 * count], total_slots, jump).len
+        Self::laid_out(Vec::new(), count, total_slots, jump).len
     }
 
     /// Where its regions lie in a scratch at `base`.
