@@ -26,7 +26,6 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use nvcomp_sys::NvcompLibrary;
 use zarrs::array::Codec;
 use zarrs::metadata::v2::MetadataV2;
 use zarrs::metadata::v3::MetadataV3;
@@ -80,10 +79,11 @@ pub struct DeviceBatch<'a> {
     pub decoded_sizes: u64,
     /// Device array the decode writes statuses to (0: success).
     pub statuses: u64,
-    /// Scratch device memory of [`DeviceCodec::temp_bytes`] bytes.
-    pub temp: u64,
-    /// Bytes at `temp`.
-    pub temp_bytes: usize,
+    /// Scratch device memory of [`DeviceCodec::scratch_bound`] bytes (or
+    /// [`DeviceCodec::scratch_for`]'s).
+    pub scratch: u64,
+    /// Bytes at `scratch`.
+    pub scratch_bytes: usize,
     /// The largest decoded unit.
     pub max_decoded: usize,
     /// Host copies of the first four device arrays, `count` entries each in the same order
@@ -92,7 +92,6 @@ pub struct DeviceBatch<'a> {
     /// Each unit's stored bytes on the host, as read and checked: the bytes its input pointer
     /// holds on the device (so a codec can lay out sub-items, such as Blosc's streams).
     pub host_inputs: &'a [&'a [u8]],
-    pub(crate) nvcomp: Option<&'a NvcompLibrary>,
     pub(crate) kernels: Option<&'a Kernels>,
     /// The device's pinned buffers for a codec's tables.
     pub(crate) uploads: Option<&'a Uploads>,
@@ -102,17 +101,9 @@ impl std::fmt::Debug for DeviceBatch<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceBatch")
             .field("count", &self.count)
-            .field("temp_bytes", &self.temp_bytes)
+            .field("scratch_bytes", &self.scratch_bytes)
             .field("max_decoded", &self.max_decoded)
             .finish_non_exhaustive()
-    }
-}
-
-impl DeviceBatch<'_> {
-    /// nVCOMP, where it was found.
-    #[must_use]
-    pub fn nvcomp(&self) -> Option<&NvcompLibrary> {
-        self.nvcomp
     }
 }
 
@@ -182,19 +173,13 @@ pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// Scratch device memory for a batch of `count` units of at most `max_decoded` bytes,
-    /// `total_decoded` in all.
+    /// Scratch device memory enough for the decode of any batch of `count` units of at most
+    /// `max_decoded` bytes, `total_decoded` in all: what the pipeline budgets a batch by.
     ///
     /// # Errors
     /// Returns the device library's error.
-    fn temp_bytes(
-        &self,
-        nvcomp: Option<&NvcompLibrary>,
-        count: usize,
-        max_decoded: usize,
-        total_decoded: usize,
-    ) -> Result<usize, GpuError> {
-        let _ = (nvcomp, count, max_decoded, total_decoded);
+    fn scratch_bound(&self, count: usize, max_decoded: usize, total_decoded: usize) -> Result<usize, GpuError> {
+        let _ = (count, max_decoded, total_decoded);
         Ok(0)
     }
 
@@ -215,7 +200,7 @@ pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
     }
 
     /// The scratch `batch` needs, computed from its stored bytes on the device, where that can
-    /// be less than [`temp_bytes`](Self::temp_bytes)' bound for the same batch; None: the
+    /// be less than [`scratch_bound`](Self::scratch_bound) for the same batch; None: the
     /// bound. Only `stream`, `count`, the input arrays, `statuses`, `max_decoded` and
     /// `host_arrays` are set; the query may wait for `stream`. The pipeline asks only when the
     /// bound is large (a wait per batch costs small batches more than their scratch).
@@ -235,8 +220,7 @@ pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
     ///
     /// # Errors
     /// Returns the device library's error.
-    fn input_alignment(&self, nvcomp: Option<&NvcompLibrary>) -> Result<usize, GpuError> {
-        let _ = nvcomp;
+    fn input_alignment(&self) -> Result<usize, GpuError> {
         Ok(1)
     }
 
@@ -276,9 +260,9 @@ pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
         false
     }
 
-    /// A device status in words.
-    fn status_string(&self, status: u32, nvcomp: Option<&NvcompLibrary>) -> String {
-        nvcomp::status_string(status, nvcomp)
+    /// A device status of [`decode`](Self::decode) or [`digest`](Self::digest), in words.
+    fn status_string(&self, status: u32) -> String {
+        format!("status {status}")
     }
 
     /// Decode one unit on a host thread into `out` (its decoded length), verifying whatever the

@@ -11,7 +11,7 @@ use zarrs::array::codec::GzipCodec;
 use zarrs::array::{CodecTraitsV2, CodecTraitsV3};
 
 use crate::codecs::deflate;
-use crate::codecs::nvcomp::{need, nvcomp_decoder};
+use crate::codecs::nvcomp::{library, nvcomp_decoder};
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
 use crate::config::DecodeTrust;
 use crate::error::GpuError;
@@ -67,7 +67,7 @@ impl DeviceCodec for Gzip {
         // The trailer's CRC-32 covers the decoded bytes: computed over the output buffers.
         // SAFETY: the caller's contract.
         unsafe {
-            need(batch.nvcomp)?.crc32_async(
+            library()?.crc32_async(
                 Crc32::IsoHdlc,
                 batch.outputs as *const *const c_void,
                 batch.capacities as *const usize,

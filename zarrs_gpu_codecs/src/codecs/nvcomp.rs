@@ -1,5 +1,7 @@
-//! The nvCOMP glue the device codecs of this crate share (`zstd`, `gzip`, `zlib`): nvCOMP where a batch
-//! needs it, its batched decode, and the methods of a device codec that it decodes.
+//! The nvCOMP backend the device codecs of this crate share (`zstd`, `gzip`, `zlib`, `blosc`):
+//! the process's nvCOMP, its batched decode, and the methods of a device codec that it decodes
+//! (its scratch, the alignment it needs of inputs, its statuses in words). Codecs whose decoder
+//! is a kernel of ours never load it.
 
 use std::ffi::c_void;
 
@@ -8,8 +10,9 @@ use nvcomp_sys::{sys as nv, Decompressor, NvcompLibrary};
 use crate::codecs::DeviceBatch;
 use crate::error::GpuError;
 
-pub(super) fn need(nvcomp: Option<&NvcompLibrary>) -> Result<&NvcompLibrary, GpuError> {
-    nvcomp.ok_or_else(|| GpuError::NoNvcomp("this codec chain needs it".into()))
+/// The process's nvCOMP, loaded on first use, or why it is not loadable.
+pub(super) fn library() -> Result<&'static NvcompLibrary, GpuError> {
+    NvcompLibrary::get().map_err(|e| GpuError::NoNvcomp(e.to_string()))
 }
 
 /// The methods of a device codec that nvCOMP's batched `$decompressor` decodes.
@@ -19,65 +22,59 @@ macro_rules! nvcomp_decoder {
             true
         }
 
-        fn temp_bytes(
-            &self,
-            nvcomp: Option<&nvcomp_sys::NvcompLibrary>,
-            count: usize,
-            max: usize,
-            total: usize,
-        ) -> Result<usize, $crate::error::GpuError> {
-            $crate::codecs::nvcomp::temp_bytes($decompressor, nvcomp, count, max, total)
+        fn scratch_bound(&self, count: usize, max: usize, total: usize) -> Result<usize, $crate::error::GpuError> {
+            $crate::codecs::nvcomp::scratch_bound($decompressor, count, max, total)
         }
 
-        fn input_alignment(
-            &self,
-            nvcomp: Option<&nvcomp_sys::NvcompLibrary>,
-        ) -> Result<usize, $crate::error::GpuError> {
-            $crate::codecs::nvcomp::input_alignment($decompressor, nvcomp)
+        fn input_alignment(&self) -> Result<usize, $crate::error::GpuError> {
+            $crate::codecs::nvcomp::input_alignment($decompressor)
         }
 
         unsafe fn decode(&self, batch: &$crate::codecs::DeviceBatch<'_>) -> Result<(), $crate::error::GpuError> {
             // SAFETY: the caller's contract.
             unsafe { $crate::codecs::nvcomp::decompress($decompressor, batch) }
         }
+
+        fn status_string(&self, status: u32) -> String {
+            $crate::codecs::nvcomp::status_string(status)
+        }
     };
 }
 pub(super) use nvcomp_decoder;
 
 /// nvCOMP's scratch for a batch of `count` units of at most `max` decoded bytes, `total` in all.
-pub(super) fn temp_bytes(
+pub(super) fn scratch_bound(
     decompressor: Decompressor,
-    nvcomp: Option<&NvcompLibrary>,
     count: usize,
     max: usize,
     total: usize,
 ) -> Result<usize, GpuError> {
-    Ok(need(nvcomp)?.decompress_temp_size(decompressor, count, max, total)?)
+    Ok(library()?.decompress_temp_size(decompressor, count, max, total)?)
 }
 
 /// The alignment nvCOMP's `decompressor` needs of each input.
-pub(super) fn input_alignment(decompressor: Decompressor, nvcomp: Option<&NvcompLibrary>) -> Result<usize, GpuError> {
-    Ok(need(nvcomp)?.decompress_alignments(decompressor)?.input)
+pub(super) fn input_alignment(decompressor: Decompressor) -> Result<usize, GpuError> {
+    Ok(library()?.decompress_alignments(decompressor)?.input)
 }
 
-/// A device status in nvCOMP's words (its number where nvCOMP is not loaded).
-pub(crate) fn status_string(status: u32, nvcomp: Option<&NvcompLibrary>) -> String {
-    nvcomp.map_or_else(|| format!("status {status}"), |n| n.status_string(status))
+/// A status of nvCOMP's in its words (its number where nvCOMP is not loadable).
+pub(crate) fn status_string(status: u32) -> String {
+    NvcompLibrary::get().map_or_else(|_| format!("status {status}"), |n| n.status_string(status))
 }
 
-/// nvCOMP's batched decode with the batch's arrays.
+/// nvCOMP's batched decode with the batch's arrays, its scratch nvCOMP's temp.
 pub(super) unsafe fn decompress(decompressor: Decompressor, batch: &DeviceBatch<'_>) -> Result<(), GpuError> {
     // SAFETY: the batch's contract (DeviceCodec::decode).
     unsafe {
-        need(batch.nvcomp)?.decompress_async(
+        library()?.decompress_async(
             decompressor,
             batch.inputs as *const *const c_void,
             batch.input_sizes as *const usize,
             batch.capacities as *const usize,
             batch.decoded_sizes as *mut usize,
             batch.count,
-            batch.temp as *mut c_void,
-            batch.temp_bytes,
+            batch.scratch as *mut c_void,
+            batch.scratch_bytes,
             batch.outputs as *const *mut c_void,
             batch.statuses as *mut nv::nvcompStatus_t,
             batch.stream.cu_stream() as nv::cudaStream_t,

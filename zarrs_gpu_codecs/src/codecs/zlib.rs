@@ -29,7 +29,7 @@ use zarrs::array::codec::ZlibCodec;
 use zarrs::array::{CodecTraitsV2, CodecTraitsV3};
 
 use crate::codecs::deflate;
-use crate::codecs::nvcomp::{decompress, need};
+use crate::codecs::nvcomp::{self as nvcomp_backend, decompress, library};
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
 use crate::config::DecodeTrust;
 use crate::error::GpuError;
@@ -86,21 +86,15 @@ impl DeviceCodec for Zlib {
         deflate::may_decode(trust, verified)
     }
 
-    fn temp_bytes(
-        &self,
-        nvcomp: Option<&NvcompLibrary>,
-        count: usize,
-        max_decoded: usize,
-        total_decoded: usize,
-    ) -> Result<usize, GpuError> {
-        let nvcomp = need(nvcomp)?;
+    fn scratch_bound(&self, count: usize, max_decoded: usize, total_decoded: usize) -> Result<usize, GpuError> {
+        let nvcomp = library()?;
         let layout = Layout::bound(count, max_decoded, in_place(nvcomp)?);
         Ok(layout.bytes(nvcomp.decompress_temp_size(DEFLATE, count, max_decoded, total_decoded)?))
     }
 
     unsafe fn scratch_for(&self, batch: &DeviceBatch<'_>, total_decoded: usize) -> Result<Option<usize>, GpuError> {
         // The slots sized by the streams themselves (their host sizes; nothing to wait for).
-        let nvcomp = need(batch.nvcomp)?;
+        let nvcomp = library()?;
         let n = batch.count;
         let layout = Layout::of_streams(&batch.host_arrays[n..2 * n], in_place(nvcomp)?);
         Ok(Some(layout.bytes(nvcomp.decompress_temp_size(DEFLATE, n, batch.max_decoded, total_decoded)?)))
@@ -109,29 +103,29 @@ impl DeviceCodec for Zlib {
     // Any byte: `decode` moves each deflate stream to where nvCOMP takes it.
 
     unsafe fn decode(&self, batch: &DeviceBatch<'_>) -> Result<(), GpuError> {
-        let nvcomp = need(batch.nvcomp)?;
+        let nvcomp = library()?;
         let kernels = batch.kernels.ok_or_else(|| GpuError::NoNvrtc("decoding zlib on the device needs it".into()))?;
         let n = batch.count;
         let layout = Layout::of_streams(&batch.host_arrays[n..2 * n], in_place(nvcomp)?);
         let decoded: usize = batch.host_arrays[2 * n..3 * n].iter().map(|&c| c as usize).sum();
         let nvcomp_temp = nvcomp.decompress_temp_size(DEFLATE, n, batch.max_decoded, decoded)?;
-        if layout.bytes(nvcomp_temp) > batch.temp_bytes {
+        if layout.bytes(nvcomp_temp) > batch.scratch_bytes {
             return Err(GpuError::Unsupported(format!(
                 "zlib decode: {} bytes of scratch needed, {} given",
                 layout.bytes(nvcomp_temp),
-                batch.temp_bytes
+                batch.scratch_bytes
             )));
         }
         // SAFETY: the batch's contract: n checked zlib streams of at least 8 bytes, no deflate
         // stream longer than the layout's slots (sized from these very sizes), in staging that
         // starts 256-byte aligned; the scratch as large as checked above, ordered on the stream.
         let (inputs, input_sizes) =
-            unsafe { layout.launch(kernels, batch.stream, batch.inputs, batch.input_sizes, batch.temp) }?;
+            unsafe { layout.launch(kernels, batch.stream, batch.inputs, batch.input_sizes, batch.scratch) }?;
         let streams = DeviceBatch {
             inputs,
             input_sizes,
-            temp: batch.temp + layout.nvcomp_at as u64,
-            temp_bytes: batch.temp_bytes - layout.nvcomp_at,
+            scratch: batch.scratch + layout.nvcomp_at as u64,
+            scratch_bytes: batch.scratch_bytes - layout.nvcomp_at,
             ..*batch
         };
         // SAFETY: the batch's contract, with the deflate streams' arrays the kernel wrote before
@@ -152,6 +146,10 @@ impl DeviceCodec for Zlib {
         let kernels = batch.kernels.ok_or_else(|| GpuError::NoNvrtc("verifying zlib's Adler-32 needs it".into()))?;
         // SAFETY: the caller's contract: outputs and capacities describe the decoded units.
         unsafe { adler32::launch_adler32(kernels, batch.stream, batch.outputs, batch.capacities, batch.count, values) }
+    }
+
+    fn status_string(&self, status: u32) -> String {
+        nvcomp_backend::status_string(status)
     }
 
     fn decode_host(&self, encoded: &[u8], out: &mut [u8]) -> Result<usize, String> {

@@ -13,7 +13,7 @@ use nvcomp_sys::{sys as nv, Decompressor};
 use zarrs::array::codec::ZstdCodec;
 use zarrs::array::{CodecTraitsV2, CodecTraitsV3};
 
-use crate::codecs::nvcomp::{self as nvcomp_glue, need};
+use crate::codecs::nvcomp::{self as nvcomp_backend, library};
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
 use crate::config::DecodeTrust;
 use crate::error::GpuError;
@@ -78,30 +78,24 @@ impl DeviceCodec for Zstd {
         (decoder != self.decoder).then(|| Arc::new(Zstd { decoder }) as Arc<dyn DeviceCodec>)
     }
 
-    fn temp_bytes(
-        &self,
-        nvcomp: Option<&nvcomp_sys::NvcompLibrary>,
-        count: usize,
-        max: usize,
-        total: usize,
-    ) -> Result<usize, GpuError> {
+    fn scratch_bound(&self, count: usize, max: usize, total: usize) -> Result<usize, GpuError> {
         match self.decoder {
             ZstdDecoder::Ours | ZstdDecoder::Auto => Ok(BlockPlan::bound(count, total)),
-            ZstdDecoder::Nvcomp => nvcomp_glue::temp_bytes(ZSTD, nvcomp, count, max, total),
+            ZstdDecoder::Nvcomp => nvcomp_backend::scratch_bound(ZSTD, count, max, total),
         }
     }
 
-    fn input_alignment(&self, nvcomp: Option<&nvcomp_sys::NvcompLibrary>) -> Result<usize, GpuError> {
+    fn input_alignment(&self) -> Result<usize, GpuError> {
         match self.decoder {
             ZstdDecoder::Ours | ZstdDecoder::Auto => Ok(1),
-            ZstdDecoder::Nvcomp => nvcomp_glue::input_alignment(ZSTD, nvcomp),
+            ZstdDecoder::Nvcomp => nvcomp_backend::input_alignment(ZSTD),
         }
     }
 
     unsafe fn decode(&self, batch: &DeviceBatch<'_>) -> Result<(), GpuError> {
         match self.decoder {
             // SAFETY: the caller's contract.
-            ZstdDecoder::Nvcomp => unsafe { nvcomp_glue::decompress(ZSTD, batch) },
+            ZstdDecoder::Nvcomp => unsafe { nvcomp_backend::decompress(ZSTD, batch) },
             ZstdDecoder::Ours | ZstdDecoder::Auto => {
                 let kernels =
                     batch.kernels.ok_or_else(|| GpuError::NoNvrtc("our zstd decoder is a kernel of ours".into()))?;
@@ -119,14 +113,14 @@ impl DeviceCodec for Zstd {
                 let plan = BlockPlan::new(batch.host_inputs, capacities);
                 match batch.uploads {
                     Some(uploads)
-                        if plan.len <= batch.temp_bytes
+                        if plan.len <= batch.scratch_bytes
                             && batch.host_inputs.len() == batch.count
                             && capacities.len() == batch.count =>
                     {
                         // SAFETY: the batch's arrays, as the kernels take them (the caller's
                         // contract); the scratch holds the plan of the batch's own stored bytes.
                         unsafe {
-                            launch_blocks(kernels, uploads, batch.stream, &arrays, batch.count, &plan, batch.temp)
+                            launch_blocks(kernels, uploads, batch.stream, &arrays, batch.count, &plan, batch.scratch)
                         }
                     }
                     // SAFETY: the batch's arrays, as the kernel takes them (the caller's contract).
@@ -136,10 +130,10 @@ impl DeviceCodec for Zstd {
         }
     }
 
-    fn status_string(&self, status: u32, nvcomp: Option<&nvcomp_sys::NvcompLibrary>) -> String {
+    fn status_string(&self, status: u32) -> String {
         match self.decoder {
             ZstdDecoder::Ours | ZstdDecoder::Auto => decode::status_text(status).to_string(),
-            ZstdDecoder::Nvcomp => nvcomp_glue::status_string(status, nvcomp),
+            ZstdDecoder::Nvcomp => nvcomp_backend::status_string(status),
         }
     }
 
@@ -167,7 +161,7 @@ impl DeviceCodec for Zstd {
         // SAFETY: the caller's contract: input arrays of `count` entries describing checked
         // frames, ordered on the stream; `count` statuses.
         let bytes = unsafe {
-            need(batch.nvcomp)?.decompress_temp_size_of(
+            library()?.decompress_temp_size_of(
                 ZSTD,
                 batch.inputs as *const *const c_void,
                 batch.input_sizes as *const usize,
@@ -223,9 +217,9 @@ mod tests {
         assert!(ZSTD_CODEC.needs_nvcomp() && !ours.needs_nvcomp());
         assert!(!ZSTD_CODEC.may_decode(DecodeTrust::Verified, false));
         assert!(ours.may_decode(DecodeTrust::Verified, false));
-        assert_eq!(ours.temp_bytes(None, 1, 1 << 20, 1 << 20).ok(), Some(BlockPlan::bound(1, 1 << 20)));
-        assert_eq!(ours.input_alignment(None).ok(), Some(1));
-        assert_eq!(ours.status_string(crate::codecs::zstd::decode::BAD_SEQUENCE, None), decode::status_text(9));
+        assert_eq!(ours.scratch_bound(1, 1 << 20, 1 << 20).ok(), Some(BlockPlan::bound(1, 1 << 20)));
+        assert_eq!(ours.input_alignment().ok(), Some(1));
+        assert_eq!(ours.status_string(crate::codecs::zstd::decode::BAD_SEQUENCE), decode::status_text(9));
         // The scheduler weighs ours by its own costs: a far smaller fixed cost, a faster frame.
         let (theirs, mine) = (ZSTD_CODEC.decode_rates().unwrap(), ours.decode_rates().unwrap());
         assert!(mine.device_call_s < theirs.device_call_s && mine.device_frame_rate > 3.0 * theirs.device_frame_rate);

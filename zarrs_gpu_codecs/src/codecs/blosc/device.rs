@@ -11,7 +11,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::sys;
-use nvcomp_sys::{sys as nv, Decompressor, NvcompLibrary};
+use nvcomp_sys::{sys as nv, Decompressor};
 use zarrs::metadata::Configuration;
 
 use super::decode_host;
@@ -19,7 +19,7 @@ use super::header::{check_chunk_as, parse_chunk, BloscChunk, BloscVerdict, Compr
 use super::kernels::{self, FoldArrays, Task, ADLER_MISMATCH, BIT, BYTE, COPY, SIZE_MISMATCH};
 use crate::codecs::deflate;
 use crate::codecs::lz4::decode::{self as lz4_decode, launch_decode, Lz4Arrays, Lz4Decoder};
-use crate::codecs::nvcomp::need;
+use crate::codecs::nvcomp::{self as nvcomp_backend, library};
 use crate::codecs::zlib::adler32::launch_adler32;
 use crate::codecs::zstd::decode::{self as zstd_decode, BlockPlan, ZstdArrays, ZstdDecoder};
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, HostCheck};
@@ -153,7 +153,7 @@ impl Blosc {
         }
         // nvCOMP, for the configurations whose streams it decodes (the pipeline made sure of it).
         let decoder = match self.decompressor() {
-            Some(d) => Some((d, need(batch.nvcomp)?)),
+            Some(d) => Some((d, library()?)),
             None => None,
         };
         let input_align = match decoder {
@@ -569,18 +569,12 @@ impl DeviceCodec for Blosc {
         self.compressor != Compressor::Lz4
     }
 
-    fn temp_bytes(
-        &self,
-        nvcomp: Option<&NvcompLibrary>,
-        count: usize,
-        max_decoded: usize,
-        total_decoded: usize,
-    ) -> Result<usize, GpuError> {
+    fn scratch_bound(&self, count: usize, max_decoded: usize, total_decoded: usize) -> Result<usize, GpuError> {
         let streams = stream_bound(count, total_decoded);
         // Sized as the plan sizes it: the decoded streams, each aligned in the scratch.
         let decoded = total_decoded.saturating_add(streams.saturating_mul(ALIGN as usize));
         let decoder_temp = match self.stream_decoder() {
-            Some(StreamDecoder::Nvcomp(d)) => need(nvcomp)?.decompress_temp_size(d, streams, max_decoded, decoded)?,
+            Some(StreamDecoder::Nvcomp(d)) => library()?.decompress_temp_size(d, streams, max_decoded, decoded)?,
             // Room for the block-parallel plan of usual streams; a batch that needs more decodes
             // one warp a frame, with none.
             Some(StreamDecoder::Zstd) => BlockPlan::bound(streams, total_decoded),
@@ -597,13 +591,13 @@ impl DeviceCodec for Blosc {
 
     unsafe fn decode(&self, batch: &DeviceBatch<'_>) -> Result<(), GpuError> {
         let kernels = batch.kernels.ok_or_else(|| GpuError::NoNvrtc("assembling Blosc blocks needs it".into()))?;
-        let plan = self.plan(batch, batch.temp, Some(batch.temp_bytes))?;
+        let plan = self.plan(batch, batch.scratch, Some(batch.scratch_bytes))?;
         // The driver calls below act on the current context.
         batch.stream.context().bind_to_thread().map_err(GpuError::cuda("binding the CUDA context"))?;
-        if plan.len > batch.temp_bytes as u64 {
+        if plan.len > batch.scratch_bytes as u64 {
             return Err(GpuError::Unsupported(format!(
                 "Blosc's decode needs {} bytes of scratch, {} given",
-                plan.len, batch.temp_bytes
+                plan.len, batch.scratch_bytes
             )));
         }
         let (bytes, t) = plan.tables();
@@ -655,14 +649,14 @@ impl DeviceCodec for Blosc {
                 unsafe {
                     match &plan.zstd {
                         Some(zstd) => {
-                            zstd_decode::launch_blocks(kernels, uploads, stream, &arrays, n, zstd, batch.temp)
+                            zstd_decode::launch_blocks(kernels, uploads, stream, &arrays, n, zstd, batch.scratch)
                         }
                         None => zstd_decode::launch_decode(kernels, stream, &arrays, n),
                     }
                 }?;
             }
             (Some(StreamDecoder::Nvcomp(decompressor)), _) => {
-                let nvcomp = need(batch.nvcomp)?;
+                let nvcomp = library()?;
                 // SAFETY: payload copies stay within the stored chunks and the packed region.
                 unsafe {
                     kernels::launch_assemble(kernels, stream, t.packs, t.pack_sources, plan.packs.len(), plan.max_pack)
@@ -680,7 +674,7 @@ impl DeviceCodec for Blosc {
                         t.capacities as *const usize,
                         t.actual as *mut usize,
                         n,
-                        batch.temp as *mut c_void,
+                        batch.scratch as *mut c_void,
                         plan.decoder_temp,
                         t.outputs as *const *mut c_void,
                         t.statuses as *mut nv::nvcompStatus_t,
@@ -716,7 +710,7 @@ impl DeviceCodec for Blosc {
         unsafe { kernels::launch_assemble(kernels, stream, t.tasks, t.sources, plan.tasks.len(), plan.max_block) }
     }
 
-    fn status_string(&self, status: u32, nvcomp: Option<&NvcompLibrary>) -> String {
+    fn status_string(&self, status: u32) -> String {
         match status {
             SIZE_MISMATCH => "a stream decoded to another length than its block's".into(),
             ADLER_MISMATCH => "a zlib stream's Adler-32 does not match its decoded bytes".into(),
@@ -730,10 +724,7 @@ impl DeviceCodec for Blosc {
                 (tagged >> 8) & ((1 << LZ4_STREAM_BITS) - 1),
                 zstd_decode::status_text(tagged & 0xFF)
             ),
-            other => format!(
-                "a stream failed: {}",
-                nvcomp.map_or_else(|| format!("status {other}"), |n| n.status_string(other))
-            ),
+            other => format!("a stream failed: {}", nvcomp_backend::status_string(other)),
         }
     }
 
@@ -956,7 +947,7 @@ mod tests {
         for (stream, code) in [(0u32, lz4_decode::BAD_OFFSET), (17, lz4_decode::END_RULES), (300_000, 1)] {
             let status = stream_tag(LZ4_TAG, stream) | code;
             assert!(status > ADLER_MISMATCH && ADLER_MISMATCH > SIZE_MISMATCH, "the fold keeps the largest");
-            let text = codec.status_string(status, None);
+            let text = codec.status_string(status);
             assert!(text.contains(&format!("LZ4 stream {stream} ")), "{text}");
             assert!(text.contains(lz4_decode::status_text(code)), "{text}");
         }
@@ -965,7 +956,7 @@ mod tests {
         for (stream, code) in [(3u32, zstd_decode::BAD_SEQUENCE), (40, zstd_decode::TRUNCATED)] {
             let status = stream_tag(ZSTD_TAG, stream) | code;
             assert!(status > stream_tag(LZ4_TAG, u32::MAX), "the fold keeps the largest");
-            let text = zstd.status_string(status, None);
+            let text = zstd.status_string(status);
             assert!(text.contains(&format!("zstd stream {stream} ")), "{text}");
             assert!(text.contains(zstd_decode::status_text(code)), "{text}");
         }
@@ -1003,7 +994,7 @@ mod tests {
 
     #[test]
     fn scratch_bounds_hold_the_exact_plans() {
-        // The plan's regions fit in `temp_bytes`' bound for any batch the device takes: checked
+        // The plan's regions fit in `scratch_bound` for any batch the device takes: checked
         // without nvCOMP's temp (the same on both sides) on real chunks.
         let cases = [("lz4", 1, 4, 0), ("zstd", 2, 8, 0), ("lz4", 1, 4, 16_384), ("zlib", 1, 4, 0), ("zstd", 0, 2, 0)];
         for (len, (cname, shuffle, typesize, blocksize)) in

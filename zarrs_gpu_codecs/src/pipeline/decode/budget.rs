@@ -1,8 +1,6 @@
 //! How a read's units fit the device: batches sized to the free memory beside the output,
 //! before anything is allocated, and the room each batch's metadata takes.
 
-use nvcomp_sys::NvcompLibrary;
-
 use crate::config::GpuConfig;
 use crate::error::GpuError;
 use crate::pipeline::batch::{batch_budget, batches_by_size, DECODED_ALIGN};
@@ -40,7 +38,6 @@ pub(super) fn plan_batches(
     chain: &DeviceChain,
     config: &GpuConfig,
     (free, remote): (u64, bool),
-    nvcomp: Option<&NvcompLibrary>,
     out_bytes: u64,
 ) -> Result<(Vec<Vec<usize>>, bool), GpuError> {
     let staged_len = |u: usize| staged_len(&units[u], chain);
@@ -67,7 +64,7 @@ pub(super) fn plan_batches(
     let mut shrunk = false;
     loop {
         let batches = batches_by_size((0..units.len()).map(staged_len), budget);
-        let set = working_set(units, chain, config, nvcomp, &batches, &mut temps)?;
+        let set = working_set(units, chain, config, &batches, &mut temps)?;
         if set <= room || budget <= floor {
             refuse(set.saturating_add(out_bytes))?;
             return Ok((batches, shrunk));
@@ -95,13 +92,12 @@ fn staged_len(unit: &Unit, chain: &DeviceChain) -> u64 {
 }
 
 /// The device memory `batches` take beside the output: two slots of the largest batch (one when
-/// there is one batch) and one decoder scratch. nvCOMP's temp sizes are asked once per batch
-/// shape (`temps`: most batches of a read have the same).
+/// there is one batch) and one decoder scratch. The codec's scratch bounds are asked once per
+/// batch shape (`temps`: most batches of a read have the same).
 fn working_set(
     units: &[Unit],
     chain: &DeviceChain,
     config: &GpuConfig,
-    nvcomp: Option<&NvcompLibrary>,
     batches: &[Vec<usize>],
     temps: &mut std::collections::HashMap<(usize, u64, u64), u64>,
 ) -> Result<u64, GpuError> {
@@ -118,7 +114,7 @@ fn working_set(
                 if let Some(&temp) = temps.get(&key) {
                     temp
                 } else {
-                    let temp = codec.temp_bytes(nvcomp, batch.len(), max_chunk as usize, decoded as usize)? as u64;
+                    let temp = codec.scratch_bound(batch.len(), max_chunk as usize, decoded as usize)? as u64;
                     *temps.entry(key).or_insert(temp)
                 }
             }
@@ -184,15 +180,14 @@ mod tests {
         let out_bytes = 16 << 20;
         // Less free memory than the output, room for two slots of staging (about 4 MiB).
         let free = 6 << 20;
-        let new = plan_batches(&units, &chain, &config, (free, false), None, Output::New.allocated(out_bytes));
+        let new = plan_batches(&units, &chain, &config, (free, false), Output::New.allocated(out_bytes));
         assert!(matches!(new, Err(GpuError::OutOfMemory { .. })), "{new:?}");
         // Into a caller's destination of 16 MiB, which exists already: only staging counts.
         let into = Output::Into { ptr: 0, len: out_bytes as usize };
-        let (batches, _) =
-            plan_batches(&units, &chain, &config, (free, false), None, into.allocated(out_bytes)).unwrap();
+        let (batches, _) = plan_batches(&units, &chain, &config, (free, false), into.allocated(out_bytes)).unwrap();
         assert_eq!(batches.len(), 16);
         // Staging alone still has to fit.
-        let tight = plan_batches(&units, &chain, &config, (3 << 20, false), None, into.allocated(out_bytes));
+        let tight = plan_batches(&units, &chain, &config, (3 << 20, false), into.allocated(out_bytes));
         assert!(matches!(tight, Err(GpuError::OutOfMemory { .. })), "{tight:?}");
     }
 
@@ -210,12 +205,12 @@ mod tests {
         let units: Vec<Unit> = plan_chunks(1, &array, chunks).unwrap().into_iter().map(Unit::whole).collect();
         let (chain, config) = (DeviceChain::default(), GpuConfig::default());
         let out_bytes = 64 << 20;
-        let (roomy, shrunk) = plan_batches(&units, &chain, &config, (1 << 30, false), None, out_bytes).unwrap();
+        let (roomy, shrunk) = plan_batches(&units, &chain, &config, (1 << 30, false), out_bytes).unwrap();
         assert!(roomy.len() == 1 && !shrunk);
         // Output plus 48 MiB, less the headroom: two slots of at most 16 MiB, so batches of at
         // most 8 chunks.
         let (tight, shrunk) =
-            plan_batches(&units, &chain, &config, ((64 << 20) + (48 << 20), false), None, out_bytes).unwrap();
+            plan_batches(&units, &chain, &config, ((64 << 20) + (48 << 20), false), out_bytes).unwrap();
         assert!(shrunk);
         assert!(
             tight.len() >= 8 && tight.iter().all(|b| b.len() <= 8),
@@ -224,20 +219,20 @@ mod tests {
         );
         assert_eq!(tight.concat(), (0..64).collect::<Vec<_>>(), "every unit once, in order");
         let mut temps = std::collections::HashMap::new();
-        let set = working_set(&units, &chain, &config, None, &tight, &mut temps).unwrap();
+        let set = working_set(&units, &chain, &config, &tight, &mut temps).unwrap();
         assert!(set <= 32 << 20, "{set}");
         // Room for the output and a chunk but not for two slots of one: refused, with the sizes.
-        let none = plan_batches(&units, &chain, &config, ((64 << 20) + (3 << 20), false), None, out_bytes);
+        let none = plan_batches(&units, &chain, &config, ((64 << 20) + (3 << 20), false), out_bytes);
         assert!(matches!(none, Err(GpuError::OutOfMemory { needed, .. }) if needed > (67 << 20)), "{none:?}");
         // From an object store: batches of at most its bound (16 MiB here: 16 chunks), none with
         // a bound of 0; other stores ignore it.
         let remote = config.clone().with_remote_batch_bytes(16 << 20);
-        let (cut, _) = plan_batches(&units, &chain, &remote, (1 << 30, true), None, out_bytes).unwrap();
+        let (cut, _) = plan_batches(&units, &chain, &remote, (1 << 30, true), out_bytes).unwrap();
         assert_eq!(cut.iter().map(Vec::len).collect::<Vec<_>>(), vec![16; 4]);
-        let whole = plan_batches(&units, &chain, &remote.with_remote_batch_bytes(0), (1 << 30, true), None, out_bytes);
+        let whole = plan_batches(&units, &chain, &remote.with_remote_batch_bytes(0), (1 << 30, true), out_bytes);
         assert_eq!(whole.unwrap().0.len(), 1);
         let local =
-            plan_batches(&units, &chain, &config.with_remote_batch_bytes(16 << 20), (1 << 30, false), None, out_bytes);
+            plan_batches(&units, &chain, &config.with_remote_batch_bytes(16 << 20), (1 << 30, false), out_bytes);
         assert_eq!(local.unwrap().0.len(), 1);
     }
 }

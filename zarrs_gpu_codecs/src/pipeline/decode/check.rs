@@ -20,7 +20,7 @@ impl Batch {
         let schedule = route_by_cost(job, items, only);
         if let Some(codec) = &job.chain.compression {
             // 1 today: zstd and naive gzip take any byte; staging itself is 256-byte aligned.
-            let align = codec.input_alignment(job.nvcomp)? as u64;
+            let align = codec.input_alignment()? as u64;
             for it in items.iter_mut().filter(|it| it.route == Route::Device && it.host_offset % align.max(1) != 0) {
                 it.route = Route::Host;
             }

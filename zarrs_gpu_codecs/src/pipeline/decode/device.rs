@@ -90,7 +90,7 @@ impl Batch {
         staging: &Staging,
         on_device: &[&Item],
     ) -> Result<Option<DecodeTiming>, GpuError> {
-        let (chain, nvcomp, stream) = (job.chain, job.nvcomp, job.stream);
+        let (chain, stream) = (job.chain, job.stream);
         let (cbase, dbase, arrays) = (layout.cbase, layout.dbase, &layout.arrays);
         let n_dec = if chain.compression.is_some() { on_device.len() } else { 0 };
         let digests = on_device.iter().any(|it| it.digest.is_some());
@@ -123,23 +123,22 @@ impl Batch {
             outputs: ptr(3 * n_dec),
             decoded_sizes: layout.at(arrays.results()),
             statuses: layout.at(arrays.statuses()),
-            temp: 0,
-            temp_bytes: 0,
+            scratch: 0,
+            scratch_bytes: 0,
             max_decoded: staging.max_decoded as usize,
             host_arrays: &words,
             host_inputs: &host_inputs,
-            nvcomp,
             kernels: job.kernels,
             uploads: Some(job.context.uploads()),
         };
-        let temp_bytes = match &chain.compression {
-            Some(codec) if n_dec > 0 && staging.temp_bytes as u64 >= EXACT_SCRATCH_FROM => {
+        let scratch_bytes = match &chain.compression {
+            Some(codec) if n_dec > 0 && staging.scratch_bytes as u64 >= EXACT_SCRATCH_FROM => {
                 // SAFETY: the arrays just staged on the copy stream describe the batch's stored
                 // bytes there, checked on the host and (crc32c) on the device; statuses has n_dec
                 // entries, overwritten by the decode.
-                unsafe { codec.scratch_for(&query, self.decoded_total as usize) }?.unwrap_or(staging.temp_bytes)
+                unsafe { codec.scratch_for(&query, self.decoded_total as usize) }?.unwrap_or(staging.scratch_bytes)
             }
-            _ => staging.temp_bytes,
+            _ => staging.scratch_bytes,
         };
         // The decode and placement wait for every copy of the batch (staged, checked, or read
         // straight into the output).
@@ -151,8 +150,8 @@ impl Batch {
         }
         let mut timed = None;
         if let (Some(codec), true) = (&chain.compression, n_dec > 0) {
-            let temp = if temp_bytes > 0 { scratch.ensure(temp_bytes, stream)? } else { 0 };
-            let batch = DeviceBatch { stream: stream.as_ref(), temp, temp_bytes, ..query };
+            let at = if scratch_bytes > 0 { scratch.ensure(scratch_bytes, stream)? } else { 0 };
+            let batch = DeviceBatch { stream: stream.as_ref(), scratch: at, scratch_bytes, ..query };
             timed = DecodeTiming::around(stream, predicted_device_s(job, on_device), || {
                 // SAFETY: every chunk was checked on the host by the codec (a zstd frame walked,
                 // its recorded size that of the output buffer; a plain gzip member whose trailer

@@ -102,7 +102,7 @@ impl ResultLog {
         let units = job.units;
         let Some(codec) = job.chain.compression.as_deref() else { return Ok(()) };
         let name = codec.name();
-        let status_string = |s: u32| codec.status_string(s, job.nvcomp);
+        let status_string = |s: u32| codec.status_string(s);
         let word = |at: usize| u32::from_ne_bytes(results[at..at + 4].try_into().expect("4 bytes"));
         for &DecodeCheck { unit, size, status, digest } in &self.checks {
             let status = word(status);

@@ -94,15 +94,13 @@ impl Job<'_> {
     ) -> Result<Staging, GpuError> {
         let (n_dec, max_decoded) =
             on_device.fold((0usize, 0u64), |(n, max), it| (n + 1, max.max(self.decoded_len(it.unit))));
-        let temp_bytes = match &self.chain.compression {
-            Some(codec) if n_dec > 0 => {
-                codec.temp_bytes(self.nvcomp, n_dec, max_decoded as usize, decoded_total as usize)?
-            }
+        let scratch_bytes = match &self.chain.compression {
+            Some(codec) if n_dec > 0 => codec.scratch_bound(n_dec, max_decoded as usize, decoded_total as usize)?,
             _ => 0,
         };
         let decoded = stored_total.next_multiple_of(DECODED_ALIGN);
         let meta = decoded + if self.chain.compression.is_some() { decoded_total } else { 0 };
-        Ok(Staging { decoded, temp_bytes, meta, len: meta + meta_bytes, max_decoded })
+        Ok(Staging { decoded, scratch_bytes, meta, len: meta + meta_bytes, max_decoded })
     }
 }
 
@@ -110,7 +108,7 @@ impl Job<'_> {
 /// (one buffer of the read's, [`Scratch`](super::memory::Scratch)).
 pub(super) struct Staging {
     pub(super) decoded: u64,
-    pub(super) temp_bytes: usize,
+    pub(super) scratch_bytes: usize,
     pub(super) meta: u64,
     pub(super) len: u64,
     /// The largest unit decoded on the device.

@@ -87,7 +87,6 @@ pub(crate) fn decode_units<S: ?Sized>(
         chain,
         config,
         (free, source.remote().is_some()),
-        nvcomp,
         output.allocated(out_bytes).saturating_add(fill_len),
     )?;
     let slots = if batches.len() > 1 { 2 } else { 1 };
