@@ -281,7 +281,7 @@ fn a_nested_index_of_another_version_than_its_outer_index_is_a_change() {
     let objects = RemoteStore::new(Arc::new(object_store::memory::InMemory::new()));
     let level = level();
     let key = StoreKey::new("c/0/0").unwrap();
-    let nested = |version: Option<ValueVersion>| super::ShardRef {
+    let nested = |version: Option<ValueVersion>| super::index::ShardRef {
         key: key.clone(),
         base: 0,
         len: Some(shard(&level, 0).len() as u64),
@@ -298,7 +298,7 @@ fn a_nested_index_of_another_version_than_its_outer_index_is_a_change() {
         };
         write(0);
         let shards = ShardSource { source, cache: None };
-        let read = |version| super::read_index(&shards, 1, &level, &nested(version));
+        let read = |version| super::index::read_index(&shards, 1, &level, &nested(version));
         // The version now, as the outer index's read would have carried it.
         let now = read(None).unwrap().unwrap().version;
         let now = match (source, now) {
