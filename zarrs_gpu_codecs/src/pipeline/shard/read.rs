@@ -30,6 +30,7 @@ pub(crate) struct ShardSource<'a> {
     /// The caller's cache, bound to the source's store.
     pub(crate) cache: Option<&'a ShardIndexCache>,
 }
+
 /// The inner chunks of `shard` meeting `subset`: (indices within the shard, their subset).
 pub(super) fn inner_chunks_meeting(
     level: &ShardLevel,
@@ -84,7 +85,7 @@ pub(super) fn ravel(idx: &[u64], shape: &[NonZeroU64]) -> u64 {
 /// The decode units of `subset` of a sharded array: every innermost chunk meeting it, with its
 /// byte range (or missing). `shards` are the array's chunks meeting the subset: (indices, key,
 /// unbounded subset). Indexes are read in parallel on the current rayon pool (the caller's
-/// reader's). Returns the units and the index bytes read.
+/// reader's), a level at a time. Returns the units and the index bytes read.
 pub(crate) fn sharded_units(
     source: &ShardSource<'_>,
     levels: &[ShardLevel],
@@ -106,86 +107,16 @@ pub(crate) fn sharded_units(
     let mut units = Vec::new();
     let mut index_bytes = 0;
     for (depth, level) in levels.iter().enumerate() {
-        let innermost = depth + 1 == levels.len();
+        let at = LevelRead { level, innermost: depth + 1 == levels.len(), elem, subset };
         let indexes: Vec<Option<ReadIndex>> =
             open.par_iter().map(|shard| read_index(source, depth, level, shard)).collect::<Result<_, _>>()?;
         let mut next = Vec::new();
         for (shard, index) in open.iter().zip(indexes) {
-            let per_shard = level
-                .chunks_per_shard(shard.subset.shape())
-                .map_err(|reason| GpuError::chunk(shard.key.to_string(), reason))?;
-            let (index, shard_len, version) = match index {
-                Some(ReadIndex { index, read, shard_len, version }) => {
-                    index_bytes += read;
-                    (Some(index), shard_len, version)
-                }
-                None => (None, None, None),
-            };
-            for (idx, inner_subset) in inner_chunks_meeting(level, &shard.subset, subset)? {
-                let name = named_from(&shard.origin, &inner_subset, level);
-                let label = || format!("{} (inner chunk {name:?})", shard.key);
-                // Planned first: its decoded size is checked there, once.
-                let placement = if innermost {
-                    plan_chunks(elem, subset, [(name.clone(), shard.key.clone(), inner_subset.clone())])?.pop()
-                } else {
-                    None
-                };
-                // Nested shards hold an index of their own: only innermost chunks have a bound.
-                let decoded = placement.as_ref().map(|p| p.chunk_bytes);
-                // ravel < the index's entries, whose count index_len checked.
-                let k = ravel(&idx, &per_shard) as usize;
-                let entry = index.as_ref().map(|index| index.get(2 * k).zip(index.get(2 * k + 1)));
-                let source = match entry {
-                    None => Source::Missing,
-                    Some(None) => return Err(GpuError::chunk(label(), "its shard index is too short")),
-                    Some(Some((&offset, &len))) => match inner_source((offset, len), shard_len, decoded) {
-                        Ok(Source::Range { offset, len }) => {
-                            let offset = shard.base.checked_add(offset).ok_or_else(|| {
-                                GpuError::chunk(
-                                    label(),
-                                    format!("shard at byte {} + offset {offset} overflows", shard.base),
-                                )
-                            })?;
-                            Source::Range { offset, len }
-                        }
-                        Ok(source) => source,
-                        Err(reason) => return Err(GpuError::chunk(label(), reason)),
-                    },
-                };
-                if !innermost {
-                    // A nested shard: opened at the next level (from the version of the value
-                    // this index came from), or wholly missing.
-                    next.push(match source {
-                        Source::Range { offset, len } => NestedShard::Stored(ShardRef {
-                            key: shard.key.clone(),
-                            base: offset,
-                            len: Some(len),
-                            subset: inner_subset,
-                            origin: shard.origin.clone(),
-                            version: version.clone(),
-                        }),
-                        Source::Missing => NestedShard::Missing {
-                            key: shard.key.clone(),
-                            subset: inner_subset,
-                            origin: shard.origin.clone(),
-                        },
-                        Source::Whole => return Err(GpuError::chunk(label(), "an index entry of another kind")),
-                    });
-                    continue;
-                }
-                if let Some(placement) = placement {
-                    // A missing inner chunk reads nothing: no version to check.
-                    let version = version.clone().filter(|_| source != Source::Missing);
-                    units.push(Unit {
-                        placement,
-                        source,
-                        inner: Some(name),
-                        narrowed: false,
-                        value_len: None,
-                        direct: None,
-                        rows: None,
-                        version,
-                    });
+            index_bytes += index.as_ref().map_or(0, |i| i.read);
+            for inner in at.inner_chunks(shard, index.as_ref())? {
+                match inner {
+                    Inner::Unit(unit) => units.push(unit),
+                    Inner::Nested(nested) => next.push(nested),
                 }
             }
         }
@@ -202,6 +133,107 @@ pub(crate) fn sharded_units(
         }
     }
     Ok((units, index_bytes))
+}
+
+/// One level of a sharded read: its sharding, whether its inner chunks are the innermost, the
+/// element size and the subset read.
+struct LevelRead<'a> {
+    level: &'a ShardLevel,
+    innermost: bool,
+    elem: u64,
+    subset: &'a ArraySubset,
+}
+
+/// What an inner chunk of an open shard becomes: a decode unit (innermost chunks), or a nested
+/// shard for the next level.
+enum Inner {
+    Unit(Unit),
+    Nested(NestedShard),
+}
+
+impl LevelRead<'_> {
+    /// The inner chunks of `shard` that meet the subset, from its index (None: the shard does
+    /// not exist, so they are missing).
+    fn inner_chunks(&self, shard: &ShardRef, index: Option<&ReadIndex>) -> Result<Vec<Inner>, GpuError> {
+        let per_shard = self
+            .level
+            .chunks_per_shard(shard.subset.shape())
+            .map_err(|reason| GpuError::chunk(shard.key.to_string(), reason))?;
+        let mut out = Vec::new();
+        for (idx, inner_subset) in inner_chunks_meeting(self.level, &shard.subset, self.subset)? {
+            // ravel < the index's entries, whose count index_len checked.
+            let k = ravel(&idx, &per_shard) as usize;
+            out.extend(self.inner_chunk(shard, index, k, inner_subset)?);
+        }
+        Ok(out)
+    }
+
+    /// Inner chunk `k` (in C order) of `shard`, which covers `inner_subset`; None where it
+    /// places nothing of the subset.
+    fn inner_chunk(
+        &self,
+        shard: &ShardRef,
+        index: Option<&ReadIndex>,
+        k: usize,
+        inner_subset: ArraySubset,
+    ) -> Result<Option<Inner>, GpuError> {
+        let name = named_from(&shard.origin, &inner_subset, self.level);
+        let label = || format!("{} (inner chunk {name:?})", shard.key);
+        // Planned first: its decoded size is checked there, once. Nested shards hold an index
+        // of their own: only innermost chunks have a bound.
+        let placement = if self.innermost {
+            plan_chunks(self.elem, self.subset, [(name.clone(), shard.key.clone(), inner_subset.clone())])?.pop()
+        } else {
+            None
+        };
+        let decoded = placement.as_ref().map(|p| p.chunk_bytes);
+        let source = match index.map(|i| (i.index.get(2 * k).zip(i.index.get(2 * k + 1)), i.shard_len)) {
+            None => Source::Missing,
+            Some((None, _)) => return Err(GpuError::chunk(label(), "its shard index is too short")),
+            Some((Some((&offset, &len)), shard_len)) => match inner_source((offset, len), shard_len, decoded) {
+                Ok(Source::Range { offset, len }) => {
+                    let offset = shard.base.checked_add(offset).ok_or_else(|| {
+                        GpuError::chunk(label(), format!("shard at byte {} + offset {offset} overflows", shard.base))
+                    })?;
+                    Source::Range { offset, len }
+                }
+                Ok(source) => source,
+                Err(reason) => return Err(GpuError::chunk(label(), reason)),
+            },
+        };
+        let version = index.and_then(|i| i.version.clone());
+        if !self.innermost {
+            // A nested shard: opened at the next level (from the version of the value this
+            // index came from), or wholly missing.
+            let (key, origin) = (shard.key.clone(), shard.origin.clone());
+            return Ok(Some(Inner::Nested(match source {
+                Source::Range { offset, len } => NestedShard::Stored(ShardRef {
+                    key,
+                    base: offset,
+                    len: Some(len),
+                    subset: inner_subset,
+                    origin,
+                    version,
+                }),
+                Source::Missing => NestedShard::Missing { key, subset: inner_subset, origin },
+                Source::Whole => return Err(GpuError::chunk(label(), "an index entry of another kind")),
+            })));
+        }
+        // A missing inner chunk reads nothing: no version to check.
+        let version = version.filter(|_| source != Source::Missing);
+        Ok(placement.map(|placement| {
+            Inner::Unit(Unit {
+                placement,
+                source,
+                inner: Some(name),
+                narrowed: false,
+                value_len: None,
+                direct: None,
+                rows: None,
+                version,
+            })
+        }))
+    }
 }
 
 /// An inner chunk's indices counted from the outermost shard's start (`origin`), in chunks of
