@@ -97,6 +97,33 @@ pub struct DeviceBatch<'a> {
     pub(crate) uploads: Option<&'a Uploads>,
 }
 
+impl DeviceBatch<'_> {
+    /// The batch's units as the items of a batched decoder.
+    pub(crate) fn items(&self) -> ItemArrays {
+        ItemArrays {
+            inputs: self.inputs,
+            input_sizes: self.input_sizes,
+            capacities: self.capacities,
+            outputs: self.outputs,
+            decoded: self.decoded_sizes,
+            statuses: self.statuses,
+        }
+    }
+}
+
+/// The device arrays of `n` items as our batched decoders take them (and nvCOMP's): input
+/// pointers, input sizes, capacities (each item's expected decoded length) and output pointers
+/// (`u64` each), then where a decoder writes decoded lengths (`u64`) and statuses (`u32`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ItemArrays {
+    pub(crate) inputs: u64,
+    pub(crate) input_sizes: u64,
+    pub(crate) capacities: u64,
+    pub(crate) outputs: u64,
+    pub(crate) decoded: u64,
+    pub(crate) statuses: u64,
+}
+
 impl std::fmt::Debug for DeviceBatch<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceBatch")

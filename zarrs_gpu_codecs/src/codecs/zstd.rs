@@ -18,7 +18,7 @@ use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostC
 use crate::config::DecodeTrust;
 use crate::error::GpuError;
 use crate::schedule::DecodeRates;
-use decode::{launch_blocks, launch_decode, BlockPlan, ZstdArrays, ZstdDecoder};
+use decode::{launch_blocks, launch_decode, BlockPlan, ZstdDecoder};
 use frame::{check_frame, FrameVerdict};
 
 inventory::submit! {
@@ -99,14 +99,7 @@ impl DeviceCodec for Zstd {
             ZstdDecoder::Ours | ZstdDecoder::Auto => {
                 let kernels =
                     batch.kernels.ok_or_else(|| GpuError::NoNvrtc("our zstd decoder is a kernel of ours".into()))?;
-                let arrays = ZstdArrays {
-                    inputs: batch.inputs,
-                    input_sizes: batch.input_sizes,
-                    capacities: batch.capacities,
-                    outputs: batch.outputs,
-                    decoded: batch.decoded_sizes,
-                    statuses: batch.statuses,
-                };
+                let arrays = batch.items();
                 // The block-parallel decoder where its scratch fits (the batch's own frames
                 // planned on the host), else one warp per frame.
                 let capacities = batch.host_arrays.get(2 * batch.count..3 * batch.count).unwrap_or_default();

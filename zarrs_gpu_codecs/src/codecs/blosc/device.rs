@@ -18,11 +18,11 @@ use super::decode_host;
 use super::header::{check_chunk_as, parse_chunk, BloscChunk, BloscVerdict, Compressor, Shuffle};
 use super::kernels::{self, FoldArrays, Task, ADLER_MISMATCH, BIT, BYTE, COPY, SIZE_MISMATCH};
 use crate::codecs::deflate;
-use crate::codecs::lz4::decode::{self as lz4_decode, launch_decode, Lz4Arrays, Lz4Decoder};
+use crate::codecs::lz4::decode::{self as lz4_decode, launch_decode, Lz4Decoder};
 use crate::codecs::nvcomp::{self as nvcomp_backend, library};
 use crate::codecs::zlib::adler32::launch_adler32;
-use crate::codecs::zstd::decode::{self as zstd_decode, BlockPlan, ZstdArrays, ZstdDecoder};
-use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, HostCheck};
+use crate::codecs::zstd::decode::{self as zstd_decode, BlockPlan, ZstdDecoder};
+use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, HostCheck, ItemArrays};
 use crate::config::DecodeTrust;
 use crate::error::GpuError;
 use crate::schedule::{DecodeRates, GIB, MIB};
@@ -475,6 +475,20 @@ struct Tables {
     pack_sources: u64,
 }
 
+impl Tables {
+    /// The streams as the items of a batched decoder.
+    fn items(&self) -> ItemArrays {
+        ItemArrays {
+            inputs: self.inputs,
+            input_sizes: self.input_sizes,
+            capacities: self.capacities,
+            outputs: self.outputs,
+            decoded: self.actual,
+            statuses: self.statuses,
+        }
+    }
+}
+
 /// The status tag `tag` ([`LZ4_TAG`], [`ZSTD_TAG`]) of the chunk's stream `stream`.
 fn stream_tag(tag: u32, stream: u32) -> u32 {
     tag | (stream.min((1 << LZ4_STREAM_BITS) - 1) << 8)
@@ -621,29 +635,14 @@ impl DeviceCodec for Blosc {
         match (self.stream_decoder(), n) {
             (_, 0) | (None, _) => {}
             (Some(StreamDecoder::Lz4), _) => {
-                let arrays = Lz4Arrays {
-                    inputs: t.inputs,
-                    input_sizes: t.input_sizes,
-                    capacities: t.capacities,
-                    outputs: t.outputs,
-                    decoded: t.actual,
-                    statuses: t.statuses,
-                    tags: t.tags,
-                };
+                let arrays = t.items();
                 // SAFETY: inputs and input sizes are the stored payloads of the streams, outputs
                 // and capacities their places in the scratch (disjoint, each its decoded
                 // length); any bytes at all decode within those bounds or end as a status.
-                unsafe { launch_decode(kernels, stream, &arrays, n) }?;
+                unsafe { launch_decode(kernels, stream, &arrays, t.tags, n) }?;
             }
             (Some(StreamDecoder::Zstd), _) => {
-                let arrays = ZstdArrays {
-                    inputs: t.inputs,
-                    input_sizes: t.input_sizes,
-                    capacities: t.capacities,
-                    outputs: t.outputs,
-                    decoded: t.actual,
-                    statuses: t.statuses,
-                };
+                let arrays = t.items();
                 // SAFETY: as for LZ4 above; a block plan, made from these streams' own stored
                 // bytes, holds the scratch's first bytes (the plan made room for it).
                 unsafe {

@@ -15,6 +15,7 @@
 
 use cudarc::driver::{CudaStream, LaunchConfig};
 
+use crate::codecs::ItemArrays;
 use crate::device::kernels::Kernels;
 use crate::error::GpuError;
 
@@ -97,22 +98,8 @@ impl Lz4Decoder {
 const THREADS: u32 = 128;
 const WARP: u32 = 32;
 
-/// The device arrays of a batch of `n` blocks for [`launch_decode`] (as nvCOMP's batched
-/// decoders take them): input pointers, input sizes, capacities (each block's expected length)
-/// and output pointers, then where the kernel writes decoded lengths (`u64`) and statuses
-/// (`u32`); `tags`, `u32` or-ed into each failing status (0: none).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Lz4Arrays {
-    pub(crate) inputs: u64,
-    pub(crate) input_sizes: u64,
-    pub(crate) capacities: u64,
-    pub(crate) outputs: u64,
-    pub(crate) decoded: u64,
-    pub(crate) statuses: u64,
-    pub(crate) tags: u64,
-}
-
-/// Enqueue the decode of `n` blocks on `stream`, one launch.
+/// Enqueue the decode of `n` blocks on `stream`, one launch; `tags`: a device array of `n` `u32`
+/// or-ed into each failing status, or 0 for none.
 ///
 /// # Safety
 /// The arrays are device memory of `n` entries ordered on `stream`; each input pointer holds its
@@ -121,7 +108,8 @@ pub(crate) struct Lz4Arrays {
 pub(crate) unsafe fn launch_decode(
     kernels: &Kernels,
     stream: &CudaStream,
-    arrays: &Lz4Arrays,
+    arrays: &ItemArrays,
+    tags: u64,
     n: usize,
 ) -> Result<(), GpuError> {
     if n == 0 {
@@ -132,7 +120,7 @@ pub(crate) unsafe fn launch_decode(
         .map_err(|_| GpuError::Unsupported(format!("{n} LZ4 blocks in one launch")))?;
     let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     let a = arrays;
-    let args = [a.inputs, a.input_sizes, a.capacities, a.outputs, a.decoded, a.statuses, a.tags, n as u64];
+    let args = [a.inputs, a.input_sizes, a.capacities, a.outputs, a.decoded, a.statuses, tags, n as u64];
     // SAFETY: seven device addresses and a count, as the kernel takes them; the rest is the
     // caller's contract.
     unsafe { kernels.launch_u64(stream, "lz4_decode_blocks", config, &args, "launching the LZ4 decoder") }

@@ -18,6 +18,7 @@
 
 use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
 
+use crate::codecs::ItemArrays;
 use crate::config::DecodeTrust;
 use crate::device::kernels::Kernels;
 use crate::error::GpuError;
@@ -325,20 +326,6 @@ impl BlockPlan {
     }
 }
 
-/// The device arrays of a batch of `n` frames for [`launch_decode`] (as nvCOMP's batched
-/// decoders take them): input pointers, input sizes, capacities (each frame's expected length)
-/// and output pointers, then where the kernel writes decoded lengths (`u64`) and statuses
-/// (`u32`).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ZstdArrays {
-    pub(crate) inputs: u64,
-    pub(crate) input_sizes: u64,
-    pub(crate) capacities: u64,
-    pub(crate) outputs: u64,
-    pub(crate) decoded: u64,
-    pub(crate) statuses: u64,
-}
-
 /// Enqueue the decode of `n` frames on `stream`, one launch.
 ///
 /// # Safety
@@ -348,7 +335,7 @@ pub(crate) struct ZstdArrays {
 pub(crate) unsafe fn launch_decode(
     kernels: &Kernels,
     stream: &CudaStream,
-    arrays: &ZstdArrays,
+    arrays: &ItemArrays,
     n: usize,
 ) -> Result<(), GpuError> {
     if n == 0 {
@@ -387,7 +374,7 @@ pub(crate) unsafe fn launch_blocks(
     kernels: &Kernels,
     uploads: &crate::device::upload::Uploads,
     stream: &CudaStream,
-    arrays: &ZstdArrays,
+    arrays: &ItemArrays,
     n: usize,
     plan: &BlockPlan,
     temp: u64,
@@ -436,7 +423,7 @@ pub(crate) unsafe fn launch_blocks(
 unsafe fn launch_jumps(
     kernels: &Kernels,
     stream: &CudaStream,
-    arrays: &ZstdArrays,
+    arrays: &ItemArrays,
     n: u64,
     regions: &Regions,
     n_blocks: u64,
