@@ -12,25 +12,29 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::http::HttpBuilder;
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
 use object_store::{
-    ClientConfigKey, GetOptions, GetRange, ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutPayload, RetryConfig,
+    ClientConfigKey, GetOptions, GetRange, ObjectStore, ObjectStoreExt, ObjectStoreScheme, RetryConfig,
 };
-use zarrs_storage::byte_range::{ByteRange, ByteRangeIterator};
-use zarrs_storage::{
-    AsyncReadableStorageTraits, Bytes, ListableStorageTraits, MaybeBytes, MaybeBytesIterator, OffsetBytesIterator,
-    ReadableStorageTraits, StorageError, StoreKey, StoreKeys, StoreKeysPrefixes, StorePrefix, StorePrefixes,
-    WritableStorageTraits,
-};
+use zarrs_storage::byte_range::ByteRange;
+use zarrs_storage::{AsyncReadableStorageTraits, Bytes, MaybeBytes, StorageError, StoreKey};
 
-use crate::aws_profile::with_profile;
 use crate::body_buffers::{self, BodyBuffers};
 use crate::http_client::{redirect_refused, Connector, Redirects};
 use crate::version::ValueChanged;
+
+mod batches;
+mod options;
+mod traits;
+
+pub use batches::ValueBatches;
+
+use options::config_error;
+pub use options::{object_store_options, redact_url};
 
 /// Ranged GETs a [`RemoteStore`] keeps in flight by default.
 pub const DEFAULT_CONCURRENCY: usize = 64;
@@ -147,161 +151,6 @@ impl fmt::Display for RemoteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.name)
     }
-}
-
-/// The options of [`RemoteStore::from_url`] for `url` as object_store names and spells them:
-/// fsspec's names (`storage_options` of zarr-python and s3fs) translated, Python's booleans
-/// lowercased; for S3 URLs an AWS profile's settings from the shared files (`~/.aws/credentials`
-/// and `~/.aws/config`, or `AWS_SHARED_CREDENTIALS_FILE` and `AWS_CONFIG_FILE`) where neither
-/// the options nor the `AWS_*` environment set them, the profile the `profile` option's (its
-/// credentials then win over the environment's), else `AWS_PROFILE`'s, else `default` (none with
-/// `profile_files=false`: what a client that never reads the files configured); and
-/// `allow_http` added where the URL or the endpoint (an option's, a profile's, or for S3 the
-/// environment's `AWS_ENDPOINT`/`AWS_ENDPOINT_URL`) is plain HTTP on loopback (127.0.0.0/8, ::1,
-/// `localhost`), or where `AWS_ALLOW_HTTP` in the environment says so. Other clients of
-/// object_store (obstore) take the result as they are, but for this crate's own `max_retries`,
-/// `retry_timeout`, `concurrency`, `kept_body_bytes` and `max_value_bytes`.
-///
-/// # Errors
-/// Returns an error naming the URL (never a secret) when a profile named is in neither file, or
-/// would take its credentials from single sign-on, a role or a process (not resolved here); and
-/// when the URL or endpoint is plain HTTP to another host than this one without `allow_http`
-/// (the option, or `AWS_ALLOW_HTTP=true`): signed headers, a session token and the data would
-/// cross the network unencrypted.
-pub fn object_store_options<K: AsRef<str>, V: AsRef<str>>(
-    url: &str,
-    options: impl IntoIterator<Item = (K, V)>,
-) -> Result<Vec<(String, String)>, StorageError> {
-    let mut out: Vec<(String, String)> =
-        options.into_iter().map(|(k, v)| (option_name(k.as_ref()).to_string(), option_value(v.as_ref()))).collect();
-    let s3 = url::Url::parse(url)
-        .ok()
-        .and_then(|u| ObjectStoreScheme::parse(&u).ok())
-        .is_some_and(|(scheme, _)| scheme == ObjectStoreScheme::AmazonS3);
-    if s3 {
-        out = with_profile(out, &|variable| std::env::var(variable).ok()).map_err(|e| config_error(url, e))?;
-    }
-    // Only S3 has profiles to read.
-    out.retain(|(k, _)| !matches!(k.as_str(), "profile_files" | "aws_profile_files"));
-    allow_plain_http(url, s3, &mut out, &|variable| std::env::var(variable).ok())?;
-    Ok(out)
-}
-
-/// `allow_http` in `options` for a plain-HTTP `url` or endpoint: added where every such one is
-/// loopback and nothing chose (the option, or `AWS_ALLOW_HTTP` in `env`: then that value); an
-/// error naming `allow_http` where one is not loopback and it is not true.
-fn allow_plain_http(
-    url: &str,
-    s3: bool,
-    options: &mut Vec<(String, String)>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(), StorageError> {
-    let is_endpoint = |k: &str| matches!(k, "aws_endpoint" | "endpoint" | "aws_endpoint_url" | "endpoint_url");
-    let mut endpoints: Vec<String> = options.iter().filter(|(k, _)| is_endpoint(k)).map(|(_, v)| v.clone()).collect();
-    if s3 && endpoints.is_empty() {
-        // object_store's from_env takes these where no option gives one.
-        endpoints.extend(["AWS_ENDPOINT", "AWS_ENDPOINT_URL"].iter().filter_map(|v| env(v)));
-    }
-    endpoints.push(url.to_string());
-    let plain: Vec<&String> =
-        endpoints.iter().filter(|e| e.get(..7).is_some_and(|p| p.eq_ignore_ascii_case("http://"))).collect();
-    if plain.is_empty() {
-        return Ok(());
-    }
-    let chosen = options
-        .iter()
-        .rev()
-        .find(|(k, _)| k.trim_start_matches("aws_") == "allow_http")
-        .map(|(_, v)| v.clone())
-        .or_else(|| env("AWS_ALLOW_HTTP"));
-    let allowed =
-        chosen.as_deref().is_some_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "on" | "yes" | "y"));
-    if let Some(remote) = plain.iter().find(|e| !crate::http_client::is_loopback(e)) {
-        if !allowed {
-            return Err(config_error(
-                url,
-                format!(
-                    "{} is plain HTTP to another machine: the requests (signed headers, a session token, the \
-                     data) would cross the network unencrypted. Use https, or allow it explicitly: the option \
-                     allow_http=true, or AWS_ALLOW_HTTP=true in the environment (loopback needs neither)",
-                    redact_url(remote)
-                ),
-            ));
-        }
-    }
-    match chosen {
-        // The environment's choice, for clients that do not read it (HTTP stores, obstore).
-        Some(value) if !options.iter().any(|(k, _)| k.trim_start_matches("aws_") == "allow_http") => {
-            options.push(("allow_http".into(), value));
-        }
-        Some(_) => {}
-        None => options.push(("allow_http".into(), "true".into())),
-    }
-    Ok(())
-}
-
-fn option_name(key: &str) -> &str {
-    match key {
-        "key" => "aws_access_key_id",
-        "secret" => "aws_secret_access_key",
-        "token" => "aws_session_token",
-        "endpoint_url" => "aws_endpoint",
-        "region_name" => "aws_region",
-        "anon" => "aws_skip_signature",
-        other => other,
-    }
-}
-
-/// fsspec's booleans (`anon=True` arrives as "True") as object_store parses them.
-fn option_value(value: &str) -> String {
-    match value {
-        "True" => "true".to_string(),
-        "False" => "false".to_string(),
-        other => other.to_string(),
-    }
-}
-
-fn config_error(url: &str, what: impl fmt::Display) -> StorageError {
-    StorageError::Other(format!("{}: {what}", redact_url(url)))
-}
-
-/// `url` without user information, query or fragment (which may carry credentials or
-/// signatures), as every message shows a URL. Where the text is not a URL the parser reads
-/// unambiguously (a password holding `/`, `?`, `#` or `@` ends the parser's authority early, or
-/// makes it refuse the text), everything from the scheme's `//` to the last `@` is shown as
-/// `***@`: a password never shows, whatever it holds.
-#[must_use]
-pub fn redact_url(url: &str) -> String {
-    if let Ok(mut parsed) = url::Url::parse(url) {
-        // Every `@` was the authority's: none left in the path, query or fragment, which is where
-        // a password's `/`, `?` or `#` would have pushed the rest of it.
-        let at_after =
-            [Some(parsed.path()), parsed.query(), parsed.fragment()].iter().flatten().any(|p| p.contains('@'));
-        if parsed.has_host() && !at_after {
-            let _ = parsed.set_username("");
-            let _ = parsed.set_password(None);
-            parsed.set_query(None);
-            parsed.set_fragment(None);
-            if parsed.username().is_empty() && parsed.password().is_none() {
-                return parsed.to_string();
-            }
-        }
-    }
-    // The scheme and its `//` as written, where the text starts with them.
-    let head = url
-        .find("://")
-        .filter(|&end| {
-            let scheme = &url[..end];
-            scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-                && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-        })
-        .map_or(0, |end| end + 3);
-    let (marker, rest) = match url[head..].rfind('@') {
-        Some(at) => ("***@", &url[head + at + 1..]),
-        None => ("", &url[head..]),
-    };
-    let rest = rest.split(['?', '#']).next().unwrap_or_default();
-    format!("{}{marker}{rest}", &url[..head])
 }
 
 impl RemoteStore {
@@ -818,24 +667,6 @@ impl RemoteStore {
         block_on(in_any_order(fetches, self.concurrency))
     }
 
-    /// [`Self::fetch_values`] of several batches, fetched in the background as one stream of
-    /// GETs (at most the store's concurrency in flight, running on into the next batch while the
-    /// last GETs of one come back), never more than `ahead` batches beyond the one last taken:
-    /// a reader decodes one batch while the next is fetched. Take them in order with
-    /// [`ValueBatches::next_batch`]; dropping it stops the GETs.
-    pub fn fetch_value_batches(&self, batches: Vec<Vec<(StoreKey, u64)>>, ahead: usize) -> ValueBatches {
-        let (senders, receivers): (Vec<_>, Vec<_>) = batches.iter().map(|_| tokio::sync::oneshot::channel()).unzip();
-        let taken = Arc::new(tokio::sync::Semaphore::new(ahead.saturating_add(1)));
-        let task = runtime().spawn(fetch_batches(self.clone(), batches, senders, Arc::clone(&taken)));
-        ValueBatches {
-            name: self.name.clone(),
-            results: receivers.into_iter().map(Some).collect(),
-            next: 0,
-            taken,
-            task,
-        }
-    }
-
     /// `key`'s whole value, at most `limit` bytes and one more (see [`Self::fetch_values`]).
     async fn fetch_value(&self, key: &StoreKey, limit: u64) -> Result<MaybeBytes, StorageError> {
         match &self.backend {
@@ -857,140 +688,6 @@ impl RemoteStore {
                 Err(StorageError::Unsupported(format!("{what} of {}: a read-only async store", self.name)))
             }
         }
-    }
-}
-
-/// One batch's values from [`RemoteStore::fetch_value_batches`], or the error that stopped them.
-type BatchValues = Result<Vec<Option<Bytes>>, StorageError>;
-
-/// Batches of whole values being fetched in the background ([`RemoteStore::fetch_value_batches`]).
-pub struct ValueBatches {
-    /// The store's name, for messages.
-    name: String,
-    /// Per batch, where its values arrive (None once taken).
-    results: Vec<Option<tokio::sync::oneshot::Receiver<BatchValues>>>,
-    next: usize,
-    /// A permit per batch the fetch may start: `ahead + 1` at first, one more per batch taken.
-    taken: Arc<tokio::sync::Semaphore>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl ValueBatches {
-    /// The next batch's values (per key its bytes, None: missing), waiting for them; None after
-    /// the last batch.
-    ///
-    /// # Errors
-    /// The first failed request's error, naming its key: for its batch, and (as a message) for
-    /// every batch not complete when it failed.
-    pub fn next_batch(&mut self) -> Option<BatchValues> {
-        let receiver = self.results.get_mut(self.next)?.take()?;
-        self.next += 1;
-        let got = block_on(receiver);
-        self.taken.add_permits(1);
-        Some(got.unwrap_or_else(|_| Err(StorageError::Other(format!("{}: the background fetch stopped", self.name)))))
-    }
-}
-
-impl Drop for ValueBatches {
-    fn drop(&mut self) {
-        // A read that ends early (an error, a panic) leaves no GETs running for nothing.
-        self.task.abort();
-    }
-}
-
-impl fmt::Debug for ValueBatches {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ValueBatches").field("name", &self.name).field("next", &self.next).finish_non_exhaustive()
-    }
-}
-
-/// The task of [`RemoteStore::fetch_value_batches`]: every batch's keys in order through one
-/// stream of GETs, batch `k` started once its permit is granted, each batch sent as it completes.
-async fn fetch_batches(
-    store: RemoteStore,
-    batches: Vec<Vec<(StoreKey, u64)>>,
-    senders: Vec<tokio::sync::oneshot::Sender<BatchValues>>,
-    taken: Arc<tokio::sync::Semaphore>,
-) {
-    let mut senders: Vec<_> = senders.into_iter().map(Some).collect();
-    let mut values: Vec<Vec<Option<Bytes>>> = batches.iter().map(|b| vec![None; b.len()]).collect();
-    let mut left: Vec<usize> = batches.iter().map(Vec::len).collect();
-    // A batch with no keys is complete before any GET.
-    for (k, sender) in senders.iter_mut().enumerate() {
-        if left[k] == 0 {
-            if let Some(sender) = sender.take() {
-                let _ = sender.send(Ok(Vec::new()));
-            }
-        }
-    }
-    // Owned keys and shared handles: the task is spawned, so nothing here borrows.
-    let concurrency = store.concurrency;
-    let store = Arc::new(store);
-    let keys = futures::stream::iter(batches.into_iter().enumerate())
-        .then(move |(k, batch)| {
-            let taken = Arc::clone(&taken);
-            async move {
-                // Closed only if the semaphore is dropped, which its owner never does first.
-                if let Ok(permit) = taken.acquire().await {
-                    permit.forget();
-                }
-                futures::stream::iter(batch.into_iter().enumerate().map(move |(i, (key, limit))| (k, i, key, limit)))
-            }
-        })
-        .flatten();
-    // Each GET its own task: bodies are gathered on every worker of the runtime, not all on the
-    // one that runs this task (which also serves connections).
-    let mut done = std::pin::pin!(keys
-        .map(move |(k, i, key, limit)| {
-            let store = Arc::clone(&store);
-            Spawned(runtime().spawn(async move { (k, i, store.fetch_value(&key, limit).await) }))
-        })
-        .buffer_unordered(concurrency));
-    while let Some((k, i, result)) = done.next().await {
-        match result {
-            Ok(value) => {
-                values[k][i] = value;
-                left[k] -= 1;
-                if left[k] == 0 {
-                    if let Some(sender) = senders[k].take() {
-                        let _ = sender.send(Ok(std::mem::take(&mut values[k])));
-                    }
-                }
-            }
-            Err(err) => {
-                let message = err.to_string();
-                if let Some(sender) = senders[k].take() {
-                    let _ = sender.send(Err(err));
-                }
-                for sender in senders.iter_mut().filter_map(Option::take) {
-                    let _ =
-                        sender.send(Err(StorageError::Other(format!("not fetched after an earlier error: {message}"))));
-                }
-                return;
-            }
-        }
-    }
-}
-
-/// A task spawned on the remote runtime, awaited for its output and aborted when dropped (a
-/// stopped fetch leaves no GET running for nothing).
-struct Spawned<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Future for Spawned<T> {
-    type Output = T;
-
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<T> {
-        std::pin::Pin::new(&mut self.0).poll(cx).map(|joined| match joined {
-            Ok(output) => output,
-            // Its panic is the awaiting task's; it is never aborted while awaited.
-            Err(err) => std::panic::resume_unwind(err.into_panic()),
-        })
-    }
-}
-
-impl<T> Drop for Spawned<T> {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -1070,129 +767,5 @@ impl RemoteStore {
                 .map(|(&(_, len), (span, at))| fetched[span].slice(at as usize..(at + len) as usize))
                 .collect(),
         ))
-    }
-}
-
-impl ReadableStorageTraits for RemoteStore {
-    fn get_partial_many<'a>(
-        &'a self,
-        key: &StoreKey,
-        byte_ranges: ByteRangeIterator<'a>,
-    ) -> Result<MaybeBytesIterator<'a>, StorageError> {
-        let ranges: Vec<ByteRange> = byte_ranges.collect();
-        let bounded: Option<Vec<(u64, u64)>> = ranges
-            .iter()
-            .map(|r| match *r {
-                ByteRange::FromStart(offset, Some(len)) if len > 0 => Some((offset, len)),
-                _ => None,
-            })
-            .collect();
-        let values: Option<Vec<Bytes>> = block_on(async {
-            if let Some(bounded) = bounded {
-                return self.get_ranges(key, &bounded).await;
-            }
-            let fetches = ranges.iter().map(|&range| async move {
-                match range {
-                    ByteRange::FromStart(offset, Some(len)) => Ok(self.get_exact(key, offset, len).await?.map(|g| g.0)),
-                    other => self.get(key, get_range(other)?).await,
-                }
-            });
-            let values: Vec<MaybeBytes> = in_any_order(fetches, PARTIAL_CONCURRENCY).await?;
-            Ok::<_, StorageError>(values.into_iter().collect())
-        })?;
-        Ok(values.map(|values| {
-            Box::new(values.into_iter().map(Ok)) as Box<dyn Iterator<Item = Result<Bytes, StorageError>> + 'a>
-        }))
-    }
-
-    fn size_key(&self, key: &StoreKey) -> Result<Option<u64>, StorageError> {
-        block_on(self.size(key))
-    }
-
-    fn supports_get_partial(&self) -> bool {
-        true
-    }
-}
-
-fn store_key(path: &ObjectPath) -> Result<StoreKey, StorageError> {
-    StoreKey::new(path.as_ref()).map_err(|e| StorageError::Other(e.to_string()))
-}
-
-fn prefix_path(prefix: &StorePrefix) -> Option<ObjectPath> {
-    let trimmed = prefix.as_str().trim_end_matches('/');
-    (!trimmed.is_empty()).then(|| ObjectPath::from(trimmed))
-}
-
-impl ListableStorageTraits for RemoteStore {
-    fn list(&self) -> Result<StoreKeys, StorageError> {
-        self.list_prefix(&StorePrefix::root())
-    }
-
-    fn list_prefix(&self, prefix: &StorePrefix) -> Result<StoreKeys, StorageError> {
-        let store = self.object_store("listing")?;
-        let error = |e: object_store::Error| StorageError::Other(format!("{}: listing {prefix}: {e}", self.name));
-        let metas: Vec<_> = block_on(store.list(prefix_path(prefix).as_ref()).try_collect()).map_err(error)?;
-        let mut keys = metas.iter().map(|m| store_key(&m.location)).collect::<Result<Vec<_>, _>>()?;
-        keys.sort();
-        Ok(keys)
-    }
-
-    fn list_dir(&self, prefix: &StorePrefix) -> Result<StoreKeysPrefixes, StorageError> {
-        let store = self.object_store("listing")?;
-        let error = |e: object_store::Error| StorageError::Other(format!("{}: listing {prefix}: {e}", self.name));
-        let listed = block_on(store.list_with_delimiter(prefix_path(prefix).as_ref())).map_err(error)?;
-        let mut keys = listed.objects.iter().map(|m| store_key(&m.location)).collect::<Result<Vec<_>, _>>()?;
-        let mut prefixes: StorePrefixes = listed
-            .common_prefixes
-            .iter()
-            .map(|p| StorePrefix::new(format!("{p}/")).map_err(|e| StorageError::Other(e.to_string())))
-            .collect::<Result<_, _>>()?;
-        keys.sort();
-        prefixes.sort();
-        Ok(StoreKeysPrefixes::new(keys, prefixes))
-    }
-
-    fn size_prefix(&self, prefix: &StorePrefix) -> Result<u64, StorageError> {
-        let store = self.object_store("listing")?;
-        let error = |e: object_store::Error| StorageError::Other(format!("{}: listing {prefix}: {e}", self.name));
-        let metas: Vec<_> = block_on(store.list(prefix_path(prefix).as_ref()).try_collect()).map_err(error)?;
-        Ok(metas.iter().map(|m| m.size).sum())
-    }
-}
-
-impl WritableStorageTraits for RemoteStore {
-    /// One PUT: object stores replace a value whole, so no reader sees a torn one.
-    fn set(&self, key: &StoreKey, value: Bytes) -> Result<(), StorageError> {
-        let store = self.object_store("writes")?;
-        block_on(store.put(&Self::object_path(key), PutPayload::from_bytes(value)))
-            .map_err(|e| StorageError::Other(format!("{}: writing {key}: {e}", self.name)))?;
-        Ok(())
-    }
-
-    fn set_partial_many(&self, key: &StoreKey, offset_values: OffsetBytesIterator) -> Result<(), StorageError> {
-        zarrs_storage::store_set_partial_many(self, key, offset_values)
-    }
-
-    fn erase(&self, key: &StoreKey) -> Result<(), StorageError> {
-        let store = self.object_store("writes")?;
-        match block_on(store.delete(&Self::object_path(key))) {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(StorageError::Other(format!("{}: erasing {key}: {e}", self.name))),
-        }
-    }
-
-    fn erase_prefix(&self, prefix: &StorePrefix) -> Result<(), StorageError> {
-        let store = self.object_store("writes")?.clone();
-        let error = |e: object_store::Error| StorageError::Other(format!("{}: erasing {prefix}: {e}", self.name));
-        block_on(async move {
-            let locations = store.list(prefix_path(prefix).as_ref()).map_ok(|m| m.location).boxed();
-            store.delete_stream(locations).try_collect::<Vec<_>>().await
-        })
-        .map_err(error)?;
-        Ok(())
-    }
-
-    fn supports_set_partial(&self) -> bool {
-        false
     }
 }
