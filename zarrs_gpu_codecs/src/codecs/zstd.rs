@@ -68,9 +68,7 @@ impl DeviceCodec for Zstd {
     }
 
     fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
-        // Ours (named) ends any input as a status: no frame needs to be trusted. `Auto` keeps
-        // to the trust's rule: under `verified`, unverified frames decode on the host.
-        self.decoder == ZstdDecoder::Ours || verified || trust != DecodeTrust::Verified
+        self.decoder.may_decode(trust, verified)
     }
 
     fn routed(&self, trust: DecodeTrust, verified: bool) -> Option<Arc<dyn DeviceCodec>> {

@@ -8,23 +8,23 @@
 //! old one's offsets.
 //!
 //! The sharded read (`read`: units from indexes, `index`: reading and checking one index), the
-//! sharded write's layout (`write`), the geometry both share (`level`) and the fuzzing hooks
+//! sharded write's layout (`encode`), the geometry both share (`level`) and the fuzzing hooks
 //! (`fuzz`).
 //!
 //! [`replanned_once`]: crate::pipeline::units::replanned_once
 
+mod encode;
 mod fuzz;
 mod index;
 mod level;
 mod read;
-mod write;
 
+pub(crate) use encode::encode_shards;
+#[cfg(test)]
+pub(crate) use encode::nested_origins;
 pub use fuzz::{fuzz_shard_index_entry, fuzz_shard_index_len};
 pub(crate) use level::ShardLevel;
 pub(crate) use read::{sharded_units, ShardSource};
-pub(crate) use write::encode_shards;
-#[cfg(test)]
-pub(crate) use write::nested_origins;
 
 #[cfg(test)]
 mod tests;

@@ -397,7 +397,9 @@ impl Plan {
         let adler_expected = at(&out);
         self.items.iter().for_each(|it| out.extend_from_slice(&it.adler.to_le_bytes()));
         let tags = at(&out);
-        self.items.iter().for_each(|it| out.extend_from_slice(&stream_tag(self.tag, it.stream).to_le_bytes()));
+        // None for decoders whose statuses carry no tag (nvCOMP's).
+        let tag = |it: &Item| if self.tag == 0 { 0 } else { stream_tag(self.tag, it.stream) };
+        self.items.iter().for_each(|it| out.extend_from_slice(&tag(it).to_le_bytes()));
         // The tables of 4-byte words above end on a multiple of 4 only: the tasks and the
         // address tables below are read as 8-byte words (a misaligned one is a fault that loses
         // the context), so each starts on 16 bytes.
@@ -538,8 +540,7 @@ impl DeviceCodec for Blosc {
     fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
         match self.compressor {
             Compressor::Zlib => deflate::may_decode(trust, verified),
-            // Ours (named) ends any stream as a status; `Auto` keeps to the trust's rule.
-            Compressor::Zstd if self.zstd == ZstdDecoder::Ours => true,
+            Compressor::Zstd => self.zstd.may_decode(trust, verified),
             _ => verified || trust != DecodeTrust::Verified,
         }
     }
@@ -697,8 +698,9 @@ impl DeviceCodec for Blosc {
                 unit_of: t.unit_of,
                 adler: if zlib { t.adler } else { 0 },
                 adler_expected: if zlib { t.adler_expected } else { 0 },
-                // Our zstd kernels' codes get their stream's index (our LZ4 kernel's carry it).
-                tags: if plan.tag == ZSTD_TAG { t.tags } else { 0 },
+                // Our zstd kernels' codes get their stream's tag (our LZ4 kernel's carry it, and
+                // nvCOMP's streams have none).
+                tags: t.tags,
             };
             // SAFETY: n entries each, ordered on the stream; unit indices below `count`.
             unsafe { kernels::launch_fold(kernels, stream, &fold, n, batch.statuses) }?;

@@ -251,24 +251,13 @@ pub(super) unsafe fn launch_fold(
     if n == 0 {
         return Ok(());
     }
-    let function = kernels.function("blosc_fold")?;
     let blocks = u32::try_from(n.div_ceil(256)).map_err(|_| GpuError::Unsupported(format!("{n} Blosc streams")))?;
     let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-    let n = n as u64;
-    let mut launch = stream.launch_builder(&function);
-    launch
-        .arg(&arrays.statuses)
-        .arg(&arrays.actual)
-        .arg(&arrays.capacities)
-        .arg(&arrays.unit_of)
-        .arg(&arrays.adler)
-        .arg(&arrays.adler_expected)
-        .arg(&arrays.tags)
-        .arg(&n)
-        .arg(&unit_status);
+    let a = arrays;
+    let args =
+        [a.statuses, a.actual, a.capacities, a.unit_of, a.adler, a.adler_expected, a.tags, n as u64, unit_status];
     // SAFETY: eight device addresses and a count, as the kernel takes them.
-    unsafe { launch.launch(config) }.map_err(GpuError::cuda("launching Blosc's result fold"))?;
-    Ok(())
+    unsafe { kernels.launch_u64(stream, "blosc_fold", config, &args, "launching Blosc's result fold") }
 }
 
 /// The host's version of the assembly of one block (the kernel's formula), for the tests that

@@ -127,6 +127,15 @@ impl ZstdDecoder {
             other => other,
         }
     }
+
+    /// Whether frames (or Blosc's zstd streams) that passed the host check may decode on the
+    /// device with this decoder: ours, named, ends any input as a status, so nothing needs to be
+    /// trusted; the others keep to the trust's rule (under `verified`, unverified frames decode on
+    /// the host).
+    #[must_use]
+    pub fn may_decode(self, trust: DecodeTrust, verified: bool) -> bool {
+        self == Self::Ours || verified || trust != DecodeTrust::Verified
+    }
 }
 
 /// Threads per thread block: one warp, one frame or block (its tables fill 14 KiB of shared

@@ -5,11 +5,11 @@ use zarrs::array::codec::{ShardingCodec, ShardingCodecConfiguration};
 use zarrs::array::{ArraySubset, FillValue};
 use zarrs_storage::StoreKey;
 
+use super::encode::*;
 use super::fuzz::*;
 use super::index::*;
 use super::level::*;
 use super::read::*;
-use super::write::*;
 use crate::pipeline::unit::Source;
 use crate::reader::ReadSource;
 
