@@ -16,7 +16,7 @@ use rand::{Rng, SeedableRng};
 use zarrs::array::codec::ZstdCodec;
 use zarrs::array::{data_type, ArrayBuilder, ArraySubset};
 use zarrs_gpu::{ArrayDeviceExt, GdsStore, GpuError};
-use zarrs_gpu_codecs::zstd_decode::{ZstdDecoder, ZSTD_DECODER_ENV};
+use zarrs_gpu_codecs::zstd_decode::ZstdDecoder;
 use zarrs_gpu_codecs::zstd_frame::{check_frame, FrameVerdict};
 use zarrs_storage::{Bytes, WritableStorageTraits};
 
@@ -193,7 +193,7 @@ fn damaged_frames_the_host_check_lets_through_are_errors_or_libzstds_bytes() -> 
         }
         from = last.ok_or_else(|| format!("child from {from} read nothing: {text}"))? + 1;
     }
-    let decoder: ZstdDecoder = std::env::var(ZSTD_DECODER_ENV)
+    let decoder: ZstdDecoder = std::env::var(zarrs_gpu_codecs::env::ZSTD_DECODER.name)
         .ok()
         .filter(|v| !v.trim().is_empty())
         .map_or(Ok(ZstdDecoder::default()), |v| v.parse())?;

@@ -5,11 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use zarrs_gds_store::{IoBackend, BACKEND_ENV};
+use zarrs_gds_store::IoBackend;
 
 use crate::error::GpuError;
 use crate::schedule::DecodeRates;
 use crate::shard_index_cache::ShardIndexCache;
+
+pub mod env;
 
 /// How device retrieval runs: which device, which I/O path, how much device memory to stage in.
 #[derive(Clone, Debug, PartialEq)]
@@ -168,61 +170,10 @@ impl std::str::FromStr for DecodeTrust {
     }
 }
 
-/// The environment variable that sets [`DecodeTrust`] (`verified`, `checked` or `trusted`).
-pub const DECODE_TRUST_ENV: &str = "ZARRS_GPU_DECODE_TRUST";
-
-/// The environment variable that sets the device staging budget per batch, in bytes.
-pub const STAGING_BYTES_ENV: &str = "ZARRS_GPU_STAGING_BYTES";
-
-/// The environment variable that sets the share (0 to 1) of large chunks decoded on host threads.
-pub const HOST_DECODE_FRACTION_ENV: &str = "ZARRS_GPU_HOST_DECODE_FRACTION";
-
-/// The environment variable that sends writes whose codec level is at least this (zstd, gzip,
-/// zlib level, Blosc clevel) to host threads: [`GpuConfig::with_host_encode_level`].
-pub const HOST_ENCODE_LEVEL_ENV: &str = "ZARRS_GPU_HOST_ENCODE_LEVEL";
-
-/// The environment variable that turns phase timings on (`1`, `true`, `on`, `yes`; `0`, `false`,
-/// `off`, `no` or empty: off), printed to stderr after each decoded read.
-pub const TRACE_ENV: &str = "ZARRS_GPU_TRACE";
-
-/// The environment variable that turns row reads of uncompressed tiles off (`0`, `false`, `off`,
-/// `no`) or on (`1`, `true`, `on`, `yes`; the default): see [`GpuConfig::with_row_reads`].
-pub const ROW_READS_ENV: &str = "ZARRS_GPU_ROW_READS";
-
-/// The environment variable that sets [`GpuConfig::with_remote_batch_bytes`] (a byte count; `0`:
-/// object-store reads batched as any other read).
-pub const REMOTE_BATCH_BYTES_ENV: &str = "ZARRS_GPU_REMOTE_BATCH_BYTES";
-
 /// The most decoded bytes of a batch read from an object store, by default: its GETs take several
 /// times its decode, so a read is cut into batches whose decode overlaps the next one's fetch (a
 /// batch of Z2's chunks, about 70 MB stored, takes about 40 ms to fetch at 64 GETs in flight).
 pub const DEFAULT_REMOTE_BATCH_BYTES: u64 = 256 << 20;
-
-/// The environment variable that gathers reads of one array from many threads into requests,
-/// with this window in microseconds (`0`: only the reads that queue behind a request in flight;
-/// unset: each read alone): see [`GpuConfig::with_coalesce_window`].
-pub const COALESCE_WINDOW_ENV: &str = "ZARRS_GPU_COALESCE_WINDOW_US";
-
-/// The environment variable that bounds the memory this library's pools keep idle between
-/// reads: device memory (freed results and staging buffers together; default
-/// [`default_pool_keep`](crate::default_pool_keep): the larger of 1 GiB and 2% of the device's
-/// memory) and pinned host memory (default [`default_pinned_keep`](crate::default_pinned_keep)).
-pub const POOL_KEEP_ENV: &str = "ZARRS_GPU_POOL_KEEP_BYTES";
-
-/// `ZARRS_GPU_POOL_KEEP_BYTES`, where set.
-///
-/// # Errors
-/// Returns [`GpuError::Config`] when it is not a byte count.
-pub(crate) fn pool_keep_from_env() -> Result<Option<u64>, GpuError> {
-    match std::env::var(POOL_KEEP_ENV).ok().filter(|v| !v.trim().is_empty()) {
-        None => Ok(None),
-        Some(value) => value.trim().parse::<u64>().map(Some).map_err(|_| GpuError::Config {
-            variable: POOL_KEEP_ENV,
-            value,
-            expected: "a byte count".into(),
-        }),
-    }
-}
 
 impl Default for GpuConfig {
     /// Device 0, the store's own I/O backend, 1 GiB of device staging per batch (batches of compressed chunks
@@ -256,79 +207,32 @@ impl Default for GpuConfig {
     }
 }
 
-/// The value of `variable`, if set and not empty.
-fn var(variable: &'static str) -> Option<String> {
-    std::env::var(variable).ok().filter(|v| !v.trim().is_empty())
-}
-
-/// An on/off variable's value.
-fn switch(variable: &'static str, value: &str) -> Result<bool, GpuError> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "on" | "yes" => Ok(true),
-        "0" | "false" | "off" | "no" => Ok(false),
-        _ => Err(bad(variable, value, "1, true, on, yes, 0, false, off or no")),
-    }
-}
-
-fn bad(variable: &'static str, value: &str, expected: &str) -> GpuError {
-    GpuError::Config { variable, value: value.to_string(), expected: expected.to_string() }
-}
-
 impl GpuConfig {
-    /// The defaults, then every variable set in the environment: [`STAGING_BYTES_ENV`],
-    /// [`DECODE_TRUST_ENV`], [`HOST_DECODE_FRACTION_ENV`], [`HOST_ENCODE_LEVEL_ENV`], [`TRACE_ENV`],
-    /// [`ROW_READS_ENV`], [`COALESCE_WINDOW_ENV`], [`REMOTE_BATCH_BYTES_ENV`] and
-    /// `ZARRS_GDS_BACKEND`.
-    /// Settings made in code after this call win over the environment. The variables read once
-    /// per device (`ZARRS_GDS_NTHREADS`, `ZARRS_GDS_TASK_SIZE`) are checked too;
-    /// `ZARRS_GPU_POOL_KEEP_BYTES` sets [`GpuConfig::with_pool_keep_bytes`].
+    /// The defaults, then every variable of [`ENVIRONMENT`](env::ENVIRONMENT) that sets a
+    /// configuration (its decode trust, staging, scheduling, trace, row reads, coalescing,
+    /// object-store batches, pool bounds and I/O backend). Settings made in code after this call
+    /// win over the environment. The variables read once per device or codec (reader threads and
+    /// tasks, pinned pages, the zstd and LZ4 decoders) are checked too.
     ///
     /// # Errors
     /// Returns [`GpuError::Config`] naming the first variable whose value cannot be used.
     pub fn from_env() -> Result<Self, GpuError> {
+        let vars = env::ConfigVars::read()?;
         let mut config = Self::default();
-        if let Some(v) = var(STAGING_BYTES_ENV) {
-            let bytes = v.trim().parse::<usize>().ok().filter(|&b| b >= 1 << 20);
-            config = config.with_staging_bytes(
-                bytes.ok_or_else(|| bad(STAGING_BYTES_ENV, &v, "a byte count of at least 1048576"))?,
-            );
+        if let Some(bytes) = vars.staging_bytes {
+            config = config.with_staging_bytes(bytes);
         }
-        if let Some(v) = var(DECODE_TRUST_ENV) {
-            config.decode_trust = v.parse().map_err(|_| bad(DECODE_TRUST_ENV, &v, "verified, checked or trusted"))?;
+        if let Some(trust) = vars.decode_trust {
+            config.decode_trust = trust;
         }
-        if let Some(v) = var(HOST_DECODE_FRACTION_ENV) {
-            let fraction = v.trim().parse::<f64>().ok().filter(|f| (0.0..=1.0).contains(f));
-            config.host_decode_fraction =
-                Some(fraction.ok_or_else(|| bad(HOST_DECODE_FRACTION_ENV, &v, "a number from 0 to 1"))?);
-        }
-        if let Some(v) = var(HOST_ENCODE_LEVEL_ENV) {
-            let level =
-                v.trim().parse::<i32>().map_err(|_| bad(HOST_ENCODE_LEVEL_ENV, &v, "a codec level (an integer)"))?;
-            config.host_encode_level = Some(level);
-        }
-        if let Some(v) = var(TRACE_ENV) {
-            config.trace = switch(TRACE_ENV, &v)?;
-        }
-        if let Some(v) = var(ROW_READS_ENV) {
-            config.row_reads = switch(ROW_READS_ENV, &v)?;
-        }
-        if let Some(v) = var(COALESCE_WINDOW_ENV) {
-            let us = v.trim().parse::<u64>().ok().filter(|&us| us <= 1_000_000);
-            let us = us.ok_or_else(|| bad(COALESCE_WINDOW_ENV, &v, "microseconds from 0 to 1000000"))?;
-            config.coalesce_window = Some(Duration::from_micros(us));
-        }
-        if let Some(v) = var(REMOTE_BATCH_BYTES_ENV) {
-            let bytes =
-                v.trim().parse::<u64>().map_err(|_| bad(REMOTE_BATCH_BYTES_ENV, &v, "a byte count (0: none)"))?;
-            config.remote_batch_bytes = bytes;
-        }
-        if let Some(v) = var(BACKEND_ENV) {
-            config.backend = Some(v.parse().map_err(|_| bad(BACKEND_ENV, &v, "auto, gds or posix"))?);
-        }
-        // Read when each device is first used (its reader, its memory pool), checked here too,
-        // so that a bad value is refused before any device work.
-        crate::reader::DeviceReaderOptions::from_env()?;
-        config.pool_keep = pool_keep_from_env()?;
+        config.host_decode_fraction = vars.host_decode_fraction;
+        config.host_encode_level = vars.host_encode_level;
+        config.trace = vars.trace.unwrap_or(config.trace);
+        config.row_reads = vars.row_reads.unwrap_or(config.row_reads);
+        config.coalesce_window = vars.coalesce_window;
+        config.remote_batch_bytes = vars.remote_batch_bytes.unwrap_or(config.remote_batch_bytes);
+        config.backend = vars.backend;
+        config.pool_keep = vars.pool_keep;
         Ok(config)
     }
 

@@ -1,3 +1,4 @@
+use crate::config::env::EnvError;
 use crate::reader::DeviceReadError;
 use zarrs::array::ArrayError;
 
@@ -142,6 +143,12 @@ impl From<DeviceReadError> for GpuError {
             }
             other => Self::Read(other),
         }
+    }
+}
+
+impl From<EnvError> for GpuError {
+    fn from(EnvError { variable, value, expected }: EnvError) -> Self {
+        Self::Config { variable, value, expected: expected.to_string() }
     }
 }
 

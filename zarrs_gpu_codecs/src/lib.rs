@@ -78,13 +78,10 @@ pub use pipeline::plan;
 pub use coalesce::{CoalescedReads, Coalescer};
 pub use codecs::delta::{delta_device_text, delta_type_of, DeltaCodec, DeltaType, DELTA_NAME};
 pub use codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck, HostCodecV2, HostCodecV3};
+pub use config::env;
 #[cfg(feature = "fault-injection")]
 pub use config::InjectedFault;
-pub use config::{
-    Cancel, DecodeTrust, GpuConfig, Progress, COALESCE_WINDOW_ENV, DECODE_TRUST_ENV, DEFAULT_REMOTE_BATCH_BYTES,
-    HOST_DECODE_FRACTION_ENV, HOST_ENCODE_LEVEL_ENV, POOL_KEEP_ENV, REMOTE_BATCH_BYTES_ENV, ROW_READS_ENV,
-    STAGING_BYTES_ENV, TRACE_ENV,
-};
+pub use config::{Cancel, DecodeTrust, GpuConfig, Progress, DEFAULT_REMOTE_BATCH_BYTES};
 pub use device::context::{empty_cache, memory_in_use, MemoryInUse};
 pub use device::current_context::CurrentContextGuard;
 pub use device::pool::{default_pinned_keep, default_pool_keep};

@@ -22,7 +22,7 @@ use decode::{launch_blocks, launch_decode, BlockPlan, ZstdDecoder};
 use frame::{check_frame, FrameVerdict};
 
 inventory::submit! {
-    DeviceCodecPlugin::new("zstd", |_| Ok(Arc::new(Zstd { decoder: ZstdDecoder::from_env()? })))
+    DeviceCodecPlugin::new("zstd", |_| Ok(Arc::new(Zstd { decoder: crate::config::env::zstd_decoder().map_err(|e| e.to_string())? })))
         .with_host(<ZstdCodec as CodecTraitsV3>::create, <ZstdCodec as CodecTraitsV2>::create)
 }
 

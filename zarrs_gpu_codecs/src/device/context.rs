@@ -10,7 +10,7 @@ use std::time::Instant;
 use crate::reader::{DeviceReadError, DeviceReader, DeviceTransfer, PieceSource, PinnedBuffer};
 use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DriverError};
 
-use crate::config::{pool_keep_from_env, GpuConfig};
+use crate::config::{env, GpuConfig};
 use crate::device::current_context::CurrentContextGuard;
 use crate::device::kernels::Kernels;
 use crate::device::pool::{
@@ -98,7 +98,7 @@ impl GpuContext {
         }
         let reader = DeviceReader::shared(ordinal)?;
         let total = reader.context().total_mem().unwrap_or(0) as u64;
-        let keep = pool_keep_from_env()?.map_or_else(
+        let keep = env::pool_keep()?.map_or_else(
             || {
                 let device = default_pool_keep(total);
                 Keep { device, pinned: default_pinned_keep(device, host_memory()) }

@@ -1,4 +1,6 @@
 use zarrs_gds_store::ReadError;
+
+use crate::config::env::EnvError;
 use zarrs_storage::StorageError;
 
 /// An error from a read into device memory.
@@ -45,6 +47,12 @@ pub enum DeviceReadError {
 impl DeviceReadError {
     pub(crate) fn cuda(what: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> Self {
         move |source| Self::Cuda { what, source }
+    }
+}
+
+impl From<EnvError> for DeviceReadError {
+    fn from(EnvError { variable, value, expected }: EnvError) -> Self {
+        Self::Config { variable, value, expected }
     }
 }
 

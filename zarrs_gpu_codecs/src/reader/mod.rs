@@ -20,16 +20,11 @@ mod source;
 mod store;
 
 pub use error::DeviceReadError;
-pub use pinned::{PinnedBuffer, PINNED_PAGES_ENV};
+pub use pinned::PinnedBuffer;
 pub(crate) use remote::Prefetched;
 pub(crate) use source::ReadSource;
 pub use store::{DeviceReadRequest, DeviceRowsRequest, HostReadRequest};
 pub use zarrs_gds_store::DeviceReadOutcome;
-
-/// The environment variable that sets the number of reader threads.
-pub const NTHREADS_ENV: &str = "ZARRS_GDS_NTHREADS";
-/// The environment variable that sets the task size in bytes (reads are split into such pieces).
-pub const TASK_SIZE_ENV: &str = "ZARRS_GDS_TASK_SIZE";
 
 /// A device address (`CUdeviceptr`).
 pub type DevicePtr = sys::CUdeviceptr;
@@ -114,20 +109,11 @@ impl DeviceReaderOptions {
     /// Returns [`DeviceReadError::Config`] naming a variable whose value cannot be used.
     pub fn from_env() -> Result<Self, DeviceReadError> {
         let mut options = Self::default();
-        let var = |variable: &'static str, expected: &'static str, ok: fn(usize) -> bool| {
-            std::env::var(variable).ok().filter(|v| !v.trim().is_empty()).map(|value| {
-                value.trim().parse::<usize>().ok().filter(|&n| ok(n)).ok_or(DeviceReadError::Config {
-                    variable,
-                    value,
-                    expected,
-                })
-            })
-        };
-        if let Some(threads) = var(NTHREADS_ENV, "a thread count from 1 to 256", |n| (1..=256).contains(&n)) {
-            options.threads = threads?;
+        if let Some(threads) = crate::config::env::reader_threads()? {
+            options.threads = threads;
         }
-        if let Some(task_size) = var(TASK_SIZE_ENV, "a byte count of at least 4096", |n| n >= 4096) {
-            options.task_size = task_size?;
+        if let Some(task_size) = crate::config::env::reader_task_size()? {
+            options.task_size = task_size;
         }
         Ok(options)
     }

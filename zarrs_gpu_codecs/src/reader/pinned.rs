@@ -13,10 +13,7 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::{result, sys, CudaContext};
 
 use super::DeviceReadError;
-
-/// The environment variable that says how pinned host memory is made: `huge` (transparent huge
-/// pages, registered; the default) or `alloc` (`cuMemHostAlloc` only).
-pub const PINNED_PAGES_ENV: &str = "ZARRS_GPU_PINNED_PAGES";
+use crate::config::env::{self, EnvError, PINNED_PAGES};
 
 /// A transparent huge page on x86-64 and aarch64 kernels of 4 KiB pages: registered memory
 /// starts and ends on this boundary so that every page of it may be a huge one (elsewhere the
@@ -28,7 +25,7 @@ const HUGE_PAGE: usize = 2 << 20;
 /// buffers are kilobytes; a batch's stored bytes are hundreds of megabytes).
 const HUGE_FROM: usize = 8 * HUGE_PAGE;
 
-/// How pinned memory is made ([`PINNED_PAGES_ENV`]).
+/// How pinned memory is made ([`PINNED_PAGES`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Pages {
     Alloc,
@@ -38,28 +35,17 @@ enum Pages {
     },
 }
 
-/// [`PINNED_PAGES_ENV`] as set, read once: the way, or the value that cannot be used.
+/// [`PINNED_PAGES`] as set, read once: the way, or the value that cannot be used.
 fn pages() -> Result<Pages, DeviceReadError> {
-    static PAGES: OnceLock<Result<Pages, String>> = OnceLock::new();
-    let parsed = PAGES.get_or_init(|| match std::env::var(PINNED_PAGES_ENV) {
-        Ok(value) => parse_pages(Some(&value)),
-        Err(std::env::VarError::NotPresent) => parse_pages(None),
-        Err(std::env::VarError::NotUnicode(value)) => Err(value.to_string_lossy().into_owned()),
+    static PAGES: OnceLock<Result<Pages, EnvError>> = OnceLock::new();
+    let parsed = PAGES.get_or_init(|| {
+        Ok(match env::pinned_alloc()? {
+            Some(true) => Pages::Alloc,
+            Some(false) => Pages::Huge { asked: true },
+            None => Pages::Huge { asked: false },
+        })
     });
-    parsed.clone().map_err(|value| DeviceReadError::Config {
-        variable: PINNED_PAGES_ENV,
-        value,
-        expected: "huge or alloc",
-    })
-}
-
-fn parse_pages(value: Option<&str>) -> Result<Pages, String> {
-    match value.map(str::trim) {
-        None | Some("") => Ok(Pages::Huge { asked: false }),
-        Some("alloc") => Ok(Pages::Alloc),
-        Some("huge") => Ok(Pages::Huge { asked: true }),
-        Some(other) => Err(other.to_string()),
-    }
+    Ok(parsed.clone()?)
 }
 
 /// Where a buffer's memory came from, to give it back the same way.
@@ -86,21 +72,23 @@ unsafe impl Sync for PinnedBuffer {}
 
 impl PinnedBuffer {
     /// Allocate at least `len` bytes of pinned host memory (cacheable, so the CPU may also read
-    /// it fast), as [`PINNED_PAGES_ENV`] says: buffers of 16 MiB and more in huge pages, whole
+    /// it fast), as [`PINNED_PAGES`] says: buffers of 16 MiB and more in huge pages, whole
     /// huge pages long (unless `alloc` is set); where the system refuses (a mapping or a
     /// registration), the buffer is made by `cuMemHostAlloc`, and where `huge` was set, the
     /// first such refusal is said on stderr.
     ///
     /// # Errors
     /// Returns the driver's error when the allocation fails, or [`DeviceReadError::Config`] for
-    /// a value of [`PINNED_PAGES_ENV`] that cannot be used.
+    /// a value of [`PINNED_PAGES`] that cannot be used.
     pub fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, DeviceReadError> {
         if let (Pages::Huge { asked }, true) = (pages()?, len >= HUGE_FROM) {
             match Self::with_pages(ctx, len, true) {
                 Ok(buffer) => return Ok(buffer),
                 Err(refused) if asked => {
                     static SAID: std::sync::Once = std::sync::Once::new();
-                    SAID.call_once(|| eprintln!("zarrs_gpu: {PINNED_PAGES_ENV}=huge: {refused}; using cuMemHostAlloc"));
+                    SAID.call_once(|| {
+                        eprintln!("zarrs_gpu: {}=huge: {refused}; using cuMemHostAlloc", PINNED_PAGES.name)
+                    });
                 }
                 // The default: a system without huge pages pins as the driver does.
                 Err(_) => {}
@@ -111,7 +99,7 @@ impl PinnedBuffer {
 
     /// `len` bytes of pinned host memory by `cuMemHostAlloc` (`huge` false), or at least `len`
     /// in transparent huge pages, registered (`huge` true; an error where the system refuses).
-    /// For benchmarks of the two ways ([`PinnedBuffer::new`] chooses by [`PINNED_PAGES_ENV`]).
+    /// For benchmarks of the two ways ([`PinnedBuffer::new`] chooses by [`PINNED_PAGES`]).
     ///
     /// # Errors
     /// Returns the driver's or the system's error when the allocation fails.
@@ -219,18 +207,4 @@ fn huge_registered(len: usize) -> Result<(*mut u8, usize), DeviceReadError> {
         }
     }
     Ok((ptr, map_len))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pinned_pages_are_huge_unless_the_drivers_are_asked_for() {
-        assert_eq!(parse_pages(None), Ok(Pages::Huge { asked: false }));
-        assert_eq!(parse_pages(Some("")), Ok(Pages::Huge { asked: false }));
-        assert_eq!(parse_pages(Some("alloc")), Ok(Pages::Alloc));
-        assert_eq!(parse_pages(Some(" huge ")), Ok(Pages::Huge { asked: true }));
-        assert_eq!(parse_pages(Some("2M")), Err("2M".to_string()));
-    }
 }

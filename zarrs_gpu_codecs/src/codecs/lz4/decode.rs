@@ -56,12 +56,7 @@ pub fn status_text(code: u32) -> &'static str {
     }
 }
 
-/// The environment variable that picks the device decoder of LZ4 streams (Blosc's lz4 and
-/// lz4hc): `ours` (the default: our kernel, one launch per batch) or `nvcomp`
-/// (nvCOMP's batched LZ4).
-pub const LZ4_DECODER_ENV: &str = "ZARRS_GPU_LZ4_DECODER";
-
-/// The device decoder of LZ4 streams.
+/// The device decoder of LZ4 streams (Blosc's lz4 and lz4hc), chosen by `ZARRS_GPU_LZ4_DECODER`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Lz4Decoder {
     /// Ours: one warp per block, a batch in one launch, any input an error status at worst.
@@ -78,18 +73,7 @@ impl std::str::FromStr for Lz4Decoder {
         match s.trim().to_ascii_lowercase().as_str() {
             "ours" => Ok(Self::Ours),
             "nvcomp" => Ok(Self::Nvcomp),
-            other => Err(format!("{LZ4_DECODER_ENV}={other:?}: the LZ4 decoder is ours or nvcomp")),
-        }
-    }
-}
-
-impl Lz4Decoder {
-    /// The decoder [`LZ4_DECODER_ENV`] names (unset or empty: the default), or why its value is
-    /// not one.
-    pub(crate) fn from_env() -> Result<Self, String> {
-        match std::env::var(LZ4_DECODER_ENV) {
-            Ok(v) if !v.trim().is_empty() => v.parse(),
-            _ => Ok(Self::default()),
+            other => Err(format!("{other:?}: the LZ4 decoder is ours or nvcomp")),
         }
     }
 }

@@ -74,11 +74,7 @@ pub fn status_text(code: u32) -> &'static str {
     }
 }
 
-/// The environment variable that picks the device decoder of zstd frames: `auto` (the default:
-/// by the read's trust, [`ZstdDecoder::Auto`]), `ours` or `nvcomp`.
-pub const ZSTD_DECODER_ENV: &str = "ZARRS_GPU_ZSTD_DECODER";
-
-/// The device decoder of zstd frames.
+/// The device decoder of zstd frames, chosen by `ZARRS_GPU_ZSTD_DECODER`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ZstdDecoder {
     /// By the read's trust: ours for frames nothing verifies before they decode (ours ends any
@@ -101,21 +97,12 @@ impl std::str::FromStr for ZstdDecoder {
             "auto" => Ok(Self::Auto),
             "ours" => Ok(Self::Ours),
             "nvcomp" => Ok(Self::Nvcomp),
-            other => Err(format!("{ZSTD_DECODER_ENV}={other:?}: the zstd decoder is auto, ours or nvcomp")),
+            other => Err(format!("{other:?}: the zstd decoder is auto, ours or nvcomp")),
         }
     }
 }
 
 impl ZstdDecoder {
-    /// The decoder [`ZSTD_DECODER_ENV`] names (unset or empty: the default), or why its value is
-    /// not one.
-    pub(crate) fn from_env() -> Result<Self, String> {
-        match std::env::var(ZSTD_DECODER_ENV) {
-            Ok(v) if !v.trim().is_empty() => v.parse(),
-            _ => Ok(Self::default()),
-        }
-    }
-
     /// The decoder of a read under `trust`, `verified` where crc32c checks the stored bytes first:
     /// `Auto` picks (and stays `Auto` where the frames decode on the host anyway: `verified`
     /// trust, nothing verified); a decoder named stays.

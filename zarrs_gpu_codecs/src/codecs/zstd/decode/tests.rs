@@ -317,12 +317,12 @@ fn damaged_frames_libzstd_rejects_are_errors() {
 }
 
 #[test]
-fn the_decoder_is_named_by_the_variable_and_another_value_is_an_error_naming_it() {
+fn the_decoder_is_named_and_another_name_is_an_error_saying_the_names() {
     assert_eq!("ours".parse::<ZstdDecoder>(), Ok(ZstdDecoder::Ours));
     assert_eq!(" NVCOMP ".parse::<ZstdDecoder>(), Ok(ZstdDecoder::Nvcomp));
     assert_eq!(" Auto".parse::<ZstdDecoder>(), Ok(ZstdDecoder::Auto));
     let err = "fast".parse::<ZstdDecoder>().unwrap_err();
-    assert!(err.contains(ZSTD_DECODER_ENV) && err.contains("fast"), "{err}");
+    assert!(err.contains("auto, ours or nvcomp") && err.contains("fast"), "{err}");
     assert_eq!(ZstdDecoder::default(), ZstdDecoder::Auto);
 }
 
