@@ -14,29 +14,84 @@ use crate::shard_index_cache::ShardIndexCache;
 pub mod env;
 
 /// How device retrieval runs: which device, which I/O path, how much device memory to stage in.
-#[derive(Clone, Debug, PartialEq)]
+/// Its settings come in five groups (below); `with_*` sets one, and the getter of the same name
+/// reads it. The default: device 0, the store's own I/O backend, 1 GiB of device staging per
+/// batch (batches of compressed chunks are sized to free device memory unless a budget is set),
+/// [`DecodeTrust::Checked`], the host's share of large chunks estimated, row reads, no trace; the
+/// environment is not read (see [`GpuConfig::from_env`]).
+#[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct GpuConfig {
-    device: usize,
-    /// None: the store's own option (which `ZARRS_GDS_BACKEND` overrides).
-    backend: Option<IoBackend>,
+    device: DeviceSettings,
+    memory: MemorySettings,
+    io: IoSettings,
+    schedule: ScheduleSettings,
+    observe: Observation,
+}
+
+/// Which device decodes, what it may be given, and how long a batch may take.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct DeviceSettings {
+    ordinal: usize,
+    trust: DecodeTrust,
+    batch_timeout: Option<Duration>,
+}
+
+/// Device and pinned memory: the staging budget, a hard cap, what the pools keep idle.
+#[derive(Clone, Debug, PartialEq)]
+struct MemorySettings {
     staging_bytes: usize,
     /// Whether the staging budget was chosen (here or by the environment) rather than defaulted.
     staging_set: bool,
+    device_memory_cap: Option<u64>,
+    pool_keep: Option<u64>,
+}
+
+impl Default for MemorySettings {
+    fn default() -> Self {
+        Self { staging_bytes: 1 << 30, staging_set: false, device_memory_cap: None, pool_keep: None }
+    }
+}
+
+/// How stored bytes are read: the backend, row reads, object-store batches, coalescing, the
+/// shard index cache.
+#[derive(Clone, Debug, PartialEq)]
+struct IoSettings {
+    /// None: the store's own option (which `ZARRS_GDS_BACKEND` overrides).
+    backend: Option<IoBackend>,
+    row_reads: bool,
+    /// The most decoded bytes of a batch read from an object store (0: no bound of its own).
+    remote_batch_bytes: u64,
+    coalesce_window: Option<Duration>,
+    shard_index_cache: Option<CacheHandle>,
+}
+
+impl Default for IoSettings {
+    fn default() -> Self {
+        Self {
+            backend: None,
+            row_reads: true,
+            remote_batch_bytes: DEFAULT_REMOTE_BATCH_BYTES,
+            coalesce_window: None,
+            shard_index_cache: None,
+        }
+    }
+}
+
+/// How work is split between the device and host threads, reads and writes.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct ScheduleSettings {
     host_decode_fraction: Option<f64>,
     host_encode_fraction: Option<f64>,
     host_encode_level: Option<i32>,
     decode_rates: Option<DecodeRates>,
-    decode_trust: DecodeTrust,
-    batch_timeout: Option<Duration>,
-    device_memory_cap: Option<u64>,
-    pool_keep: Option<u64>,
+}
+
+/// What the caller sees of a read and how it stops it: trace, progress, cancel (and, for tests,
+/// an injected fault).
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Observation {
     trace: bool,
-    row_reads: bool,
-    coalesce_window: Option<Duration>,
-    /// The most decoded bytes of a batch read from an object store (0: no bound of its own).
-    remote_batch_bytes: u64,
-    shard_index_cache: Option<CacheHandle>,
     progress: Option<ProgressHandle>,
     cancel: Option<Cancel>,
     #[cfg(feature = "fault-injection")]
@@ -175,38 +230,6 @@ impl std::str::FromStr for DecodeTrust {
 /// batch of Z2's chunks, about 70 MB stored, takes about 40 ms to fetch at 64 GETs in flight).
 pub const DEFAULT_REMOTE_BATCH_BYTES: u64 = 256 << 20;
 
-impl Default for GpuConfig {
-    /// Device 0, the store's own I/O backend, 1 GiB of device staging per batch (batches of compressed chunks
-    /// are sized to free device memory unless a budget is set), [`DecodeTrust::Checked`], the
-    /// host's share of large chunks estimated, row reads, no trace. The environment is not read: see
-    /// [`GpuConfig::from_env`].
-    fn default() -> Self {
-        Self {
-            device: 0,
-            backend: None,
-            staging_bytes: 1 << 30,
-            staging_set: false,
-            host_decode_fraction: None,
-            host_encode_fraction: None,
-            host_encode_level: None,
-            decode_rates: None,
-            decode_trust: DecodeTrust::default(),
-            batch_timeout: None,
-            device_memory_cap: None,
-            pool_keep: None,
-            trace: false,
-            row_reads: true,
-            coalesce_window: None,
-            remote_batch_bytes: DEFAULT_REMOTE_BATCH_BYTES,
-            shard_index_cache: None,
-            progress: None,
-            cancel: None,
-            #[cfg(feature = "fault-injection")]
-            injected_fault: None,
-        }
-    }
-}
-
 impl GpuConfig {
     /// The defaults, then every variable of [`ENVIRONMENT`](env::ENVIRONMENT) that sets a
     /// configuration (its decode trust, staging, scheduling, trace, row reads, coalescing,
@@ -223,23 +246,23 @@ impl GpuConfig {
             config = config.with_staging_bytes(bytes);
         }
         if let Some(trust) = vars.decode_trust {
-            config.decode_trust = trust;
+            config.device.trust = trust;
         }
-        config.host_decode_fraction = vars.host_decode_fraction;
-        config.host_encode_level = vars.host_encode_level;
-        config.trace = vars.trace.unwrap_or(config.trace);
-        config.row_reads = vars.row_reads.unwrap_or(config.row_reads);
-        config.coalesce_window = vars.coalesce_window;
-        config.remote_batch_bytes = vars.remote_batch_bytes.unwrap_or(config.remote_batch_bytes);
-        config.backend = vars.backend;
-        config.pool_keep = vars.pool_keep;
+        config.schedule.host_decode_fraction = vars.host_decode_fraction;
+        config.schedule.host_encode_level = vars.host_encode_level;
+        config.observe.trace = vars.trace.unwrap_or(config.observe.trace);
+        config.io.row_reads = vars.row_reads.unwrap_or(config.io.row_reads);
+        config.io.coalesce_window = vars.coalesce_window;
+        config.io.remote_batch_bytes = vars.remote_batch_bytes.unwrap_or(config.io.remote_batch_bytes);
+        config.io.backend = vars.backend;
+        config.memory.pool_keep = vars.pool_keep;
         Ok(config)
     }
 
     /// Use CUDA device `ordinal`.
     #[must_use]
     pub fn with_device(mut self, ordinal: usize) -> Self {
-        self.device = ordinal;
+        self.device.ordinal = ordinal;
         self
     }
 
@@ -247,7 +270,7 @@ impl GpuConfig {
     /// `ZARRS_GDS_BACKEND` overrides).
     #[must_use]
     pub fn with_backend(mut self, backend: IoBackend) -> Self {
-        self.backend = Some(backend);
+        self.io.backend = Some(backend);
         self
     }
 
@@ -256,8 +279,8 @@ impl GpuConfig {
     /// chunks, which otherwise grow to 4 GiB decoded where device memory allows.
     #[must_use]
     pub fn with_staging_bytes(mut self, bytes: usize) -> Self {
-        self.staging_bytes = bytes.max(1 << 20);
-        self.staging_set = true;
+        self.memory.staging_bytes = bytes.max(1 << 20);
+        self.memory.staging_set = true;
         self
     }
 
@@ -268,7 +291,7 @@ impl GpuConfig {
     /// handful of chunks, most on the device for thousands. Set, a fraction is clamped to 0..=1.
     #[must_use]
     pub fn with_host_decode_fraction(mut self, fraction: Option<f64>) -> Self {
-        self.host_decode_fraction = fraction.map(|f| f.clamp(0.0, 1.0));
+        self.schedule.host_decode_fraction = fraction.map(|f| f.clamp(0.0, 1.0));
         self
     }
 
@@ -277,7 +300,7 @@ impl GpuConfig {
     /// thread rate learned from the host's own decodes.
     #[must_use]
     pub fn with_decode_rates(mut self, rates: Option<DecodeRates>) -> Self {
-        self.decode_rates = rates;
+        self.schedule.decode_rates = rates;
         self
     }
 
@@ -285,7 +308,7 @@ impl GpuConfig {
     /// threads beside the device.
     #[must_use]
     pub fn with_decode_trust(mut self, trust: DecodeTrust) -> Self {
-        self.decode_trust = trust;
+        self.device.trust = trust;
         self
     }
 
@@ -299,14 +322,16 @@ impl GpuConfig {
     /// [`GpuError::Timeout`]: crate::GpuError::Timeout
     #[must_use]
     pub fn with_batch_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.batch_timeout = timeout;
+        self.device.batch_timeout = timeout;
         self
     }
 
     /// The time bound of a device batch that decodes `decoded_bytes`.
     #[must_use]
     pub fn batch_timeout(&self, decoded_bytes: u64) -> Duration {
-        self.batch_timeout.unwrap_or_else(|| Duration::from_mins(1) + Duration::from_millis(20 * (decoded_bytes >> 20)))
+        self.device
+            .batch_timeout
+            .unwrap_or_else(|| Duration::from_mins(1) + Duration::from_millis(20 * (decoded_bytes >> 20)))
     }
 
     /// The most device memory one decoded read's output, staging, scratch and fill block may take: an allocation
@@ -317,7 +342,7 @@ impl GpuConfig {
     /// [`GpuError::OutOfMemory`]: crate::GpuError::OutOfMemory
     #[must_use]
     pub fn with_device_memory_cap(mut self, cap: Option<u64>) -> Self {
-        self.device_memory_cap = cap;
+        self.memory.device_memory_cap = cap;
         self
     }
 
@@ -331,35 +356,35 @@ impl GpuConfig {
     /// pinned); 0 gives everything back after each read.
     #[must_use]
     pub fn with_pool_keep_bytes(mut self, bytes: Option<u64>) -> Self {
-        self.pool_keep = bytes;
+        self.memory.pool_keep = bytes;
         self
     }
 
     /// The idle memory bound set for this read, if any.
     #[must_use]
     pub fn pool_keep_bytes(&self) -> Option<u64> {
-        self.pool_keep
+        self.memory.pool_keep
     }
 
     /// Call `progress` after each batch of a device read (on the reading thread), for progress
     /// bars on long reads.
     #[must_use]
     pub fn with_progress(mut self, progress: impl Fn(Progress) + Send + Sync + 'static) -> Self {
-        self.progress = Some(ProgressHandle(Arc::new(progress)));
+        self.observe.progress = Some(ProgressHandle(Arc::new(progress)));
         self
     }
 
     /// Let `cancel` stop the reads made with this configuration ([`Cancel`]).
     #[must_use]
     pub fn with_cancel(mut self, cancel: Cancel) -> Self {
-        self.cancel = Some(cancel);
+        self.observe.cancel = Some(cancel);
         self
     }
 
     /// [`GpuError::Cancelled`] once the read's [`Cancel`] is thrown: checked between a read's
     /// stages.
     pub(crate) fn check_cancelled(&self) -> Result<(), GpuError> {
-        match &self.cancel {
+        match &self.observe.cancel {
             Some(cancel) if cancel.is_cancelled() => Err(GpuError::Cancelled),
             _ => Ok(()),
         }
@@ -367,7 +392,7 @@ impl GpuConfig {
 
     /// Tell the progress callback, if any, that `done` of `total` units are done.
     pub(crate) fn report_progress(&self, done: usize, total: usize) {
-        if let Some(ProgressHandle(progress)) = &self.progress {
+        if let Some(ProgressHandle(progress)) = &self.observe.progress {
             progress(Progress { done, total });
         }
     }
@@ -375,7 +400,7 @@ impl GpuConfig {
     /// Print each decoded read's phase timings to stderr.
     #[must_use]
     pub fn with_trace(mut self, trace: bool) -> Self {
-        self.trace = trace;
+        self.observe.trace = trace;
         self
     }
 
@@ -385,7 +410,7 @@ impl GpuConfig {
     /// Applies to [`GdsStore`](zarrs_gds_store::GdsStore)s.
     #[must_use]
     pub fn with_row_reads(mut self, on: bool) -> Self {
-        self.row_reads = on;
+        self.io.row_reads = on;
         self
     }
 
@@ -397,7 +422,7 @@ impl GpuConfig {
     /// package's `Array` reads each read alone.
     #[must_use]
     pub fn with_coalesce_window(mut self, window: Option<Duration>) -> Self {
-        self.coalesce_window = window;
+        self.io.coalesce_window = window;
         self
     }
 
@@ -408,32 +433,32 @@ impl GpuConfig {
     /// stream of GETs, one batch ahead of the decode.
     #[must_use]
     pub fn with_remote_batch_bytes(mut self, bytes: u64) -> Self {
-        self.remote_batch_bytes = bytes;
+        self.io.remote_batch_bytes = bytes;
         self
     }
 
     /// The bound set by [`GpuConfig::with_remote_batch_bytes`] (None: none).
     #[must_use]
     pub fn remote_batch_bytes(&self) -> Option<u64> {
-        (self.remote_batch_bytes > 0).then_some(self.remote_batch_bytes)
+        (self.io.remote_batch_bytes > 0).then_some(self.io.remote_batch_bytes)
     }
 
     /// The window set by [`GpuConfig::with_coalesce_window`].
     #[must_use]
     pub fn coalesce_window(&self) -> Option<Duration> {
-        self.coalesce_window
+        self.io.coalesce_window
     }
 
     /// Whether uncompressed tiles may be read row by row.
     #[must_use]
     pub fn row_reads(&self) -> bool {
-        self.row_reads
+        self.io.row_reads
     }
 
     /// Whether phase timings are printed.
     #[must_use]
     pub fn trace(&self) -> bool {
-        self.trace
+        self.observe.trace
     }
 
     /// Keep the shard indexes that reads with this configuration decode in `cache` (the caller's,
@@ -441,27 +466,27 @@ impl GpuConfig {
     /// reads the indexes it needs.
     #[must_use]
     pub fn with_shard_index_cache(mut self, cache: Option<Arc<ShardIndexCache>>) -> Self {
-        self.shard_index_cache = cache.map(CacheHandle);
+        self.io.shard_index_cache = cache.map(CacheHandle);
         self
     }
 
     /// The shard index cache, if one is set.
     #[must_use]
     pub fn shard_index_cache(&self) -> Option<&ShardIndexCache> {
-        self.shard_index_cache.as_ref().map(|c| c.0.as_ref())
+        self.io.shard_index_cache.as_ref().map(|c| c.0.as_ref())
     }
 
     /// The device memory cap of a read, if set.
     #[must_use]
     pub fn device_memory_cap(&self) -> Option<u64> {
-        self.device_memory_cap
+        self.memory.device_memory_cap
     }
 
     /// Make the first device batch of each read suffer `fault` (tests of fault containment).
     #[cfg(feature = "fault-injection")]
     #[must_use]
     pub fn with_injected_fault(mut self, fault: Option<InjectedFault>) -> Self {
-        self.injected_fault = fault;
+        self.observe.injected_fault = fault;
         self
     }
 
@@ -469,19 +494,19 @@ impl GpuConfig {
     #[cfg(feature = "fault-injection")]
     #[must_use]
     pub fn injected_fault(&self) -> Option<InjectedFault> {
-        self.injected_fault
+        self.observe.injected_fault
     }
 
     /// Which stored chunks nvCOMP may decode.
     #[must_use]
     pub fn decode_trust(&self) -> DecodeTrust {
-        self.decode_trust
+        self.device.trust
     }
 
     /// The decode rates set for the scheduler, if any.
     #[must_use]
     pub fn decode_rates(&self) -> Option<DecodeRates> {
-        self.decode_rates
+        self.schedule.decode_rates
     }
 
     /// The share (0 to 1) of the chunks of a write from the device encoded on host threads (by
@@ -492,14 +517,14 @@ impl GpuConfig {
     /// is clamped to 0..=1. [`Self::with_host_encode_level`] sends whole writes to host threads.
     #[must_use]
     pub fn with_host_encode_fraction(mut self, fraction: Option<f64>) -> Self {
-        self.host_encode_fraction = fraction.map(|f| f.clamp(0.0, 1.0));
+        self.schedule.host_encode_fraction = fraction.map(|f| f.clamp(0.0, 1.0));
         self
     }
 
     /// The share of a write's chunks encoded on host threads, if set.
     #[must_use]
     pub fn host_encode_fraction(&self) -> Option<f64> {
-        self.host_encode_fraction
+        self.schedule.host_encode_fraction
     }
 
     /// Encode on host threads every chunk of a write whose codec asks for at least `level` (zstd's
@@ -509,44 +534,44 @@ impl GpuConfig {
     /// not decide (`ZARRS_GPU_HOST_ENCODE_LEVEL` sets it from the environment).
     #[must_use]
     pub fn with_host_encode_level(mut self, level: Option<i32>) -> Self {
-        self.host_encode_level = level;
+        self.schedule.host_encode_level = level;
         self
     }
 
     /// The codec level from which writes are encoded on host threads, if set.
     #[must_use]
     pub fn host_encode_level(&self) -> Option<i32> {
-        self.host_encode_level
+        self.schedule.host_encode_level
     }
 
     /// The share of large zstd chunks decoded on host threads, if set.
     #[must_use]
     pub fn host_decode_fraction(&self) -> Option<f64> {
-        self.host_decode_fraction
+        self.schedule.host_decode_fraction
     }
 
     /// The CUDA device ordinal.
     #[must_use]
     pub fn device(&self) -> usize {
-        self.device
+        self.device.ordinal
     }
 
     /// The I/O backend asked for, if any (None: the store's own option).
     #[must_use]
     pub fn backend(&self) -> Option<IoBackend> {
-        self.backend
+        self.io.backend
     }
 
     /// The device staging budget per batch, in bytes.
     #[must_use]
     pub fn staging_bytes(&self) -> usize {
-        self.staging_bytes
+        self.memory.staging_bytes
     }
 
     /// Whether the staging budget was set (by `with_staging_bytes` or the environment).
     #[must_use]
     pub fn staging_is_set(&self) -> bool {
-        self.staging_set
+        self.memory.staging_set
     }
 }
 

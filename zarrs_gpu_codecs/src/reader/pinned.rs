@@ -87,7 +87,7 @@ impl PinnedBuffer {
                 Err(refused) if asked => {
                     static SAID: std::sync::Once = std::sync::Once::new();
                     SAID.call_once(|| {
-                        eprintln!("zarrs_gpu: {}=huge: {refused}; using cuMemHostAlloc", PINNED_PAGES.name)
+                        eprintln!("zarrs_gpu: {}=huge: {refused}; using cuMemHostAlloc", PINNED_PAGES.name);
                     });
                 }
                 // The default: a system without huge pages pins as the driver does.
