@@ -27,10 +27,11 @@ use zarrs::array::codec::{BloscCodec, BloscCompressor, BloscShuffleMode, GzipCod
 use zarrs::array::{
     Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset, BytesToBytesCodecTraits,
 };
+use zarrs_gpu::zarrs_gds_store::Durability;
 use zarrs_gpu::zarrs_gpu_codecs::reader::{cuda_context, PinnedBuffer};
 use zarrs_gpu::{
-    parse_subset, sample, with_gpu_config, ArrayDeviceExt, ArrayDeviceWriteExt, DecodeTrust, DeviceArray, Durability,
-    GdsStore, GdsStoreOptions, GpuConfig, IoBackend, ShardIndexCache,
+    parse_subset, sample, with_gpu_config, ArrayDeviceExt, ArrayDeviceWriteExt, DecodeTrust, DeviceArray, GdsStore,
+    GdsStoreOptions, GpuConfig, IoBackend, ShardIndexCache,
 };
 
 #[derive(Parser)]

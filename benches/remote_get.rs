@@ -17,7 +17,8 @@
 use std::time::Instant;
 
 use rayon::prelude::*;
-use zarrs_gpu::{RemoteRange, RemoteStore};
+use zarrs_gpu::zarrs_gds_store::RemoteRange;
+use zarrs_gpu::RemoteStore;
 use zarrs_storage::{Bytes, ListableStorageTraits, StorageError, StoreKey, StorePrefix, WritableStorageTraits};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;

@@ -24,33 +24,24 @@
 //! ## Licence
 //! Licensed under either of the Apache License, Version 2.0 or the MIT license, at your option.
 
-mod element;
-mod open;
+pub mod element;
+pub mod open;
 pub mod sample;
-mod subset;
+pub mod subset;
 
-pub use element::{element_type, ELEMENT_TYPES};
-pub use open::{
-    multiscale_levels, node_path, open_array, open_array_in, store_at, store_with_options, Multiscale, OpenError,
-};
-// For `by_element_type!` in other crates.
+pub use open::{multiscale_levels, open_array, open_array_in, store_at, Multiscale, OpenError};
 #[doc(hidden)]
 pub use {half, num_complex};
 
 pub use nvcomp_sys;
-pub use subset::{parse_index, parse_subset, select, IndexItem, Selection};
-pub use zarrs_gds_store::{
-    self, AnyStore, Durability, GdsStore, GdsStoreOptions, IoBackend, IoPath, IoStatus, RemoteRange, RemoteStore,
-};
+pub use subset::{parse_subset, Selection};
+pub use zarrs_gds_store::{self, AnyStore, GdsStore, GdsStoreOptions, IoBackend, IoPath, RemoteStore};
 pub use zarrs_gpu_codecs::{
-    self, default_pinned_keep, default_pool_keep, empty_cache, gpu_config, host_decode_reason, memory_in_use,
-    read_async, tile_subsets, with_gpu_config, ArrayDeviceExt, ArrayDeviceWriteExt, CoalescedReads, DecodePath,
-    DecodeRates, DecodeTrust, DeviceArray, GpuConfig, GpuError, MemoryInUse, PendingRead, ReadAhead, RetrieveReport,
-    ShardIndexCache, TileOrder, TileRead, WritePath, WriteReport, READ_AHEAD_REQUEST_BYTES,
+    self, empty_cache, gpu_config, memory_in_use, read_async, with_gpu_config, ArrayDeviceExt, ArrayDeviceWriteExt,
+    CoalescedReads, DecodePath, DecodeTrust, DeviceArray, GpuConfig, GpuError, MemoryInUse, PendingRead, ReadAhead,
+    RetrieveReport, ShardIndexCache, TileRead, WritePath, WriteReport,
 };
 
-/// The README is a quick start: the commands first, the depth in docs/ (issue 27: it was 671
-/// lines, with the two commands at line 70).
 #[cfg(test)]
 mod readme_tests {
     use std::path::Path;

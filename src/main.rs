@@ -17,10 +17,10 @@ use zarrs::array::{Array, ArraySubset, CodecMetadataOptions, DataType, ElementOw
 use zarrs::group::Group;
 use zarrs::metadata::NodeMetadata;
 use zarrs::node::NodePath;
+use zarrs_gpu::zarrs_gpu_codecs::host_decode_reason;
 use zarrs_gpu::{
-    host_decode_reason, parse_subset, sample, zarrs_gpu_codecs::reader::DeviceReadError, AnyStore, ArrayDeviceExt,
-    DecodePath, DecodeTrust, DeviceArray, GpuConfig, GpuError, IoBackend, IoPath, OpenError, RetrieveReport,
-    ShardIndexCache,
+    parse_subset, sample, zarrs_gpu_codecs::reader::DeviceReadError, AnyStore, ArrayDeviceExt, DecodePath, DecodeTrust,
+    DeviceArray, GpuConfig, GpuError, IoBackend, IoPath, OpenError, RetrieveReport, ShardIndexCache,
 };
 
 #[derive(Parser)]
@@ -216,7 +216,7 @@ impl ErrorContext {
             "kind": "error",
             "command": self.command,
             "path": self.path.as_ref().map(|p| p.display().to_string()),
-            "array": zarrs_gpu::node_path(&self.array),
+            "array": zarrs_gpu::open::node_path(&self.array),
             "subset": self.subset,
         });
         let kind = if let Some(err) = err.downcast_ref::<Failed>() {
@@ -307,7 +307,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             let target = convert::Target { codec: &codec, checks, chunks, shard };
             let config = GpuConfig::from_env()?.with_device(device);
             let dt = source.data_type();
-            let (name, _) = zarrs_gpu::element_type(dt).ok_or_else(|| unsupported(dt))?;
+            let (name, _) = zarrs_gpu::element::element_type(dt).ok_or_else(|| unsupported(dt))?;
             let run: ConvertFn = zarrs_gpu::by_element_type!(name, convert_as).ok_or_else(|| unsupported(dt))?;
             run(&source, &dst, &target, &config)
         }
@@ -396,7 +396,7 @@ fn open(path: &Path, node: &str) -> Result<Array<AnyStore>, Error> {
 
 fn info(path: &Path, node: &str) -> Result<(), Error> {
     let store = zarrs_gpu::store_at(path)?;
-    let node = zarrs_gpu::node_path(node);
+    let node = zarrs_gpu::open::node_path(node);
     if Array::open(store.clone(), &node).is_err() {
         if let Ok(group) = Group::open(store.clone(), &node) {
             return group_info(&store, &group, &node);
@@ -561,7 +561,7 @@ fn dispatch_read(
 ) -> Result<(), Error> {
     type Read = fn(&Array<AnyStore>, &ArraySubset, &GpuConfig, &ReadOptions, &str) -> Result<(), Error>;
     let dt = array.data_type();
-    let (name, typestr) = zarrs_gpu::element_type(dt).ok_or_else(|| unsupported(dt))?;
+    let (name, typestr) = zarrs_gpu::element::element_type(dt).ok_or_else(|| unsupported(dt))?;
     let read: Read = zarrs_gpu::by_element_type!(name, read).ok_or_else(|| unsupported(dt))?;
     // numpy has no bfloat16: its .npy holds 2-byte raw values.
     read(array, subset, config, o, typestr.unwrap_or("<V2"))

@@ -75,7 +75,9 @@ fn whole_reads_whose_size_overflows_are_refused_at_once() -> Result {
     // A chain with no device plan (two transposes: zarrs decodes on the host).
     let transposes = json!([{"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "transpose", "configuration": {"order": [1, 0]}}, {"name": "bytes", "configuration": {"endian": "little"}}]);
     let host = array(dir.path(), "transposes.zarr", &[TB, TB], &[1024, 1024], &transposes)?;
-    assert!(zarrs_gpu::host_decode_reason(&host).is_some_and(|r| r.contains("no device implementation")));
+    assert!(
+        zarrs_gpu::zarrs_gpu_codecs::host_decode_reason(&host).is_some_and(|r| r.contains("no device implementation"))
+    );
     overflow_message(&refused(&host, &host.subset_all())?.0)?;
     Ok(())
 }
@@ -175,7 +177,7 @@ fn transpose_orders_of_another_dimensionality_are_not_decoded_on_the_device() ->
     let dir = tempfile::tempdir()?;
     let codecs = json!([{"name": "transpose", "configuration": {"order": [0, 1, 2]}}, {"name": "bytes", "configuration": {"endian": "little"}}]);
     let array = array(dir.path(), "t.zarr", &[8, 8], &[4, 4], &codecs)?;
-    let reason = zarrs_gpu::host_decode_reason(&array).ok_or("a reason")?;
+    let reason = zarrs_gpu::zarrs_gpu_codecs::host_decode_reason(&array).ok_or("a reason")?;
     assert!(reason.contains("transpose order [0, 1, 2] does not fit 2 dimensions"), "{reason}");
     Ok(())
 }

@@ -18,9 +18,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use zarrs::array::{Array, ArrayBytes, ElementOwned};
+use zarrs_gpu::zarrs_gpu_codecs::host_decode_reason;
 use zarrs_gpu::{
-    host_decode_reason, ArrayDeviceExt, ArrayDeviceWriteExt, DecodePath, DecodeTrust, GdsStore, GpuConfig, IoBackend,
-    IoPath, RemoteStore, RetrieveReport, WriteReport,
+    ArrayDeviceExt, ArrayDeviceWriteExt, DecodePath, DecodeTrust, GdsStore, GpuConfig, IoBackend, IoPath, RemoteStore,
+    RetrieveReport, WriteReport,
 };
 
 type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;

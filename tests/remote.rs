@@ -23,7 +23,8 @@ use servers::{files_under, Server, SECRET_KEY};
 use zarrs::array::codec::ZstdCodec;
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset};
 use zarrs::filesystem::FilesystemStore;
-use zarrs_gpu::{AnyStore, RemoteRange, RemoteStore};
+use zarrs_gpu::zarrs_gds_store::RemoteRange;
+use zarrs_gpu::{AnyStore, RemoteStore};
 use zarrs_storage::{ListableStorageTraits, ReadableStorageTraits, StorageError, StoreKey, StorePrefix};
 
 type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;

@@ -21,9 +21,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyEllipsis, PyFloat, PySlice, PyString, PyTuple};
 use zarrs::array::{Array, ArraySubset, ElementOwned};
 use zarrs_gds_store::AnyStore;
+use zarrs_gpu::subset::IndexItem;
+use zarrs_gpu::zarrs_gpu_codecs::tile_subsets;
+use zarrs_gpu::zarrs_gpu_codecs::TileOrder;
 use zarrs_gpu::{
-    read_async, tile_subsets, ArrayDeviceExt, ArrayDeviceWriteExt, DecodeTrust, DeviceArray, GpuConfig, GpuError,
-    IndexItem, IoBackend, PendingRead, ReadAhead, RetrieveReport, ShardIndexCache, TileOrder, WritePath, WriteReport,
+    read_async, ArrayDeviceExt, ArrayDeviceWriteExt, DecodeTrust, DeviceArray, GpuConfig, GpuError, IoBackend,
+    PendingRead, ReadAhead, RetrieveReport, ShardIndexCache, WritePath, WriteReport,
 };
 use zarrs_gpu_codecs::{Cancel, Coalescer, DlpackStream};
 
@@ -196,7 +199,7 @@ impl<T: ElementOwned + Send + Sync + 'static> AnyArray for Typed<T> {
 /// The array's element type: its name (zarrs' and numpy's) and the CUDA array interface's type
 /// string (None where numpy has none: bfloat16).
 fn element_type(array: &Array<AnyStore>) -> PyResult<(&'static str, Option<&'static str>)> {
-    zarrs_gpu::element_type(array.data_type()).ok_or_else(|| {
+    zarrs_gpu::element::element_type(array.data_type()).ok_or_else(|| {
         PyTypeError::new_err(format!(
             "data type {} is not supported on the device (fixed-size numeric types are)",
             array.data_type()
@@ -253,7 +256,7 @@ fn read_any(
     ) -> Result<(Box<dyn AnyArray>, RetrieveReport), GpuError>;
     let unsupported =
         || GpuError::Unsupported(format!("data type {} is not supported on the device", array.data_type()));
-    let (name, _) = zarrs_gpu::element_type(array.data_type()).ok_or_else(unsupported)?;
+    let (name, _) = zarrs_gpu::element::element_type(array.data_type()).ok_or_else(unsupported)?;
     let read: Read = zarrs_gpu::by_element_type!(name, read_typed).ok_or_else(unsupported)?;
     read(array, subset, config, out_shape)
 }
@@ -449,7 +452,7 @@ fn report_dict<'py>(py: Python<'py>, r: &RetrieveReport) -> PyResult<Bound<'py, 
 
 /// A numpy-style index (an integer, a slice, `...`, or a tuple of them) as the subset it selects
 /// and the shape of the result (integers drop their dimension), by the rule the command line's
-/// `--subset` follows (`zarrs_gpu::select`): numpy's. Slices clamp, empty ones select nothing;
+/// `--subset` follows (`zarrs_gpu::subset::select`): numpy's. Slices clamp, empty ones select nothing;
 /// steps other than 1 are refused.
 fn index_to_subset(key: &Bound<'_, PyAny>, shape: &[u64]) -> PyResult<(Vec<Range<u64>>, Vec<u64>)> {
     let items: Vec<Bound<'_, PyAny>> = match key.downcast::<PyTuple>() {
@@ -457,7 +460,7 @@ fn index_to_subset(key: &Bound<'_, PyAny>, shape: &[u64]) -> PyResult<(Vec<Range
         Err(_) => vec![key.clone()],
     };
     let items = items.iter().map(index_item).collect::<PyResult<Vec<_>>>()?;
-    let selection = zarrs_gpu::select(&items, shape).map_err(PyIndexError::new_err)?;
+    let selection = zarrs_gpu::subset::select(&items, shape).map_err(PyIndexError::new_err)?;
     Ok((selection.ranges, selection.shape))
 }
 
@@ -1587,7 +1590,7 @@ fn open(
     }
     let options = self::storage_options(storage_options)?;
     let config = config(device, backend, decode_trust)?;
-    let node = zarrs_gpu::node_path(array);
+    let node = zarrs_gpu::open::node_path(array);
     // What messages and the repr show: a URL without credentials or signatures.
     let shown = url.as_deref().map_or_else(|| store_path.clone(), |u| PathBuf::from(zarrs_gds_store::redact_url(u)));
     // Storage requests (remote ones may wait on a server, retrying) without the interpreter
@@ -1599,7 +1602,7 @@ fn open(
         // directory refuses, by text.
         let store = match &url {
             None if options.is_empty() => zarrs_gpu::store_at(&store_path),
-            _ => zarrs_gpu::store_with_options(&store_path.to_string_lossy(), &options),
+            _ => zarrs_gpu::open::store_with_options(&store_path.to_string_lossy(), &options),
         }?;
         // The metadata as stored, read before the array opens: a rewrite in between makes the
         // next comparison (`_stored_metadata`) differ, never hides.

@@ -9,7 +9,8 @@ use zarrs::array::codec::{Crc32cCodec, GzipCodec, ZstdCodec};
 use zarrs::array::BytesToBytesCodecTraits;
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, DataType, FillValue};
 use zarrs_gpu::zarrs_gpu_codecs::zstd_frame::FrameError;
-use zarrs_gpu::{sample, ArrayDeviceExt, DecodePath, DecodeRates, DecodeTrust, GdsStore, GpuError};
+use zarrs_gpu::zarrs_gpu_codecs::DecodeRates;
+use zarrs_gpu::{sample, ArrayDeviceExt, DecodePath, DecodeTrust, GdsStore, GpuError};
 use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
 
 use super::{check, check_chunk, posix, scheduled, subsets, Result};
@@ -368,7 +369,7 @@ fn transposed_and_big_endian_chunks_match_zarrs() -> Result {
     ];
     for (node, dt, fill, builder) in cases {
         let array = make_with_codecs(dir.path(), node, dt.clone(), fill, &shape, &chunks, builder)?;
-        assert_eq!(zarrs_gpu::host_decode_reason(&array), None, "{node}");
+        assert_eq!(zarrs_gpu::zarrs_gpu_codecs::host_decode_reason(&array), None, "{node}");
         for subset in subsets(&shape, 4) {
             let report = match dt.to_string().as_str() {
                 s if s.starts_with("float32") => check::<f32>(&array, &subset, &posix())?,

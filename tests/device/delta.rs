@@ -12,8 +12,9 @@ use rand::{Rng, SeedableRng};
 use zarrs::array::codec::{BytesCodec, ShardingCodecBuilder, ZstdCodec};
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, DataType, Endianness, FillValue};
 use zarrs::metadata::Configuration;
+use zarrs_gpu::zarrs_gpu_codecs::host_decode_reason;
 use zarrs_gpu::zarrs_gpu_codecs::DeltaCodec;
-use zarrs_gpu::{host_decode_reason, DecodePath, GdsStore, RetrieveReport};
+use zarrs_gpu::{DecodePath, GdsStore, RetrieveReport};
 
 use super::{check, check_chunk, posix, scheduled, subsets, Result};
 

@@ -15,8 +15,9 @@ use zarrs::array::{
 };
 use zarrs::metadata::Configuration;
 use zarrs::plugin::{ExtensionName, ZarrVersion};
+use zarrs_gpu::zarrs_gpu_codecs::host_decode_reason;
 use zarrs_gpu::zarrs_gpu_codecs::{inventory, BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
-use zarrs_gpu::{host_decode_reason, DecodePath, GdsStore, GpuConfig, GpuError};
+use zarrs_gpu::{DecodePath, GdsStore, GpuConfig, GpuError};
 
 use super::{check, Result};
 

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use zarrs::array::{data_type, Array, ArrayBytes, ArraySubset, FillValue};
-use zarrs_gpu::{read_async, tile_subsets, DecodePath, GdsStore, ReadAhead, TileOrder};
+use zarrs_gpu::zarrs_gpu_codecs::tile_subsets;
+use zarrs_gpu::zarrs_gpu_codecs::TileOrder;
+use zarrs_gpu::{read_async, DecodePath, GdsStore, ReadAhead};
 
 use super::compressed::{make_array, zstd};
 use super::{posix, Result};

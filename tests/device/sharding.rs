@@ -9,9 +9,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zarrs::array::codec::{Crc32cCodec, GzipCodec, ShardingCodecBuilder, ShardingIndexLocation, ZlibCodec, ZstdCodec};
 use zarrs::array::{data_type, Array, ArrayBuilder, ArrayToBytesCodecTraits, BytesToBytesCodecTraits};
+use zarrs_gpu::zarrs_gpu_codecs::host_decode_reason;
 use zarrs_gpu::{
-    host_decode_reason, ArrayDeviceExt, DecodePath, DecodeTrust, GdsStore, GpuConfig, GpuError, IoBackend, IoPath,
-    RetrieveReport, ShardIndexCache,
+    ArrayDeviceExt, DecodePath, DecodeTrust, GdsStore, GpuConfig, GpuError, IoBackend, IoPath, RetrieveReport,
+    ShardIndexCache,
 };
 use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
 

@@ -10,7 +10,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zarrs::array::codec::{Crc32cCodec, ZlibCodec};
 use zarrs::array::{data_type, Array, ArrayBytes, ArraySubset, BytesToBytesCodecTraits, CodecOptions, FillValue};
-use zarrs_gpu::{host_decode_reason, sample, DecodePath, DecodeTrust, GdsStore, GpuConfig, GpuError};
+use zarrs_gpu::zarrs_gpu_codecs::host_decode_reason;
+use zarrs_gpu::{sample, DecodePath, DecodeTrust, GdsStore, GpuConfig, GpuError};
 use zarrs_storage::{Bytes, ReadableStorageTraits, WritableStorageTraits};
 
 use super::{check, check_chunk, posix, scheduled, subsets, Result};
