@@ -17,7 +17,7 @@ use zarrs::array::{Array, ArraySubset, CodecMetadataOptions, DataType, ElementOw
 use zarrs::group::Group;
 use zarrs::metadata::NodeMetadata;
 use zarrs::node::NodePath;
-use zarrs_gpu::zarrs_gpu_codecs::host_decode_reason;
+use zarrs_gpu::zarrs_gpu_codecs::{host_decode_reason, DeviceCodecPlugin};
 use zarrs_gpu::{
     parse_subset, sample, zarrs_gpu_codecs::reader::DeviceReadError, AnyStore, ArrayDeviceExt, DecodePath, DecodeTrust,
     DeviceArray, GpuConfig, GpuError, IoBackend, IoPath, OpenError, RetrieveReport, ShardIndexCache,
@@ -492,15 +492,16 @@ fn print_plan(codecs: &CodecChain, device: bool, depth: usize) {
     }
 }
 
-/// How the device decodes a bytes-to-bytes codec, for its plan line (empty: a plugin's codec).
+/// How the device decodes a bytes-to-bytes codec, for its plan line: its plugin's description,
+/// or the pipeline's own check (crc32c).
 fn device_codec_text(name: &str) -> &'static str {
-    match name {
-        "zstd" => "frames checked on the host first, then our decoder (a frame's blocks side by side; any input an error at worst), or nvCOMP's batched zstd where crc32c verifies frames first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST); content checksums, where frames carry them, verified on the device (XXH64)",
-        "gzip" => "nvCOMP batched gzip where crc32c verifies members first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), else host threads; the CRC-32 of the decoded bytes checked",
-        "numcodecs.zlib" | "zlib" => "nvCOMP batched deflate where crc32c verifies streams first or decode trust is \"trusted\" (ZARRS_GPU_DECODE_TRUST), else host threads; streams checked on the host first; the Adler-32 of the decoded bytes verified on the device",
-        "blosc" => "our LZ4 decoder for lz4 and lz4hc streams (any input an error at worst), zstd streams as the zstd codec routes frames (ours unless verified or trusted, then nvCOMP's), nvCOMP's deflate for zlib ones (zlib under gzip's decode trust rule, its Adler-32 verified on the device), after the host checks the chunk's layout (and each zstd or zlib stream); then one kernel assembles the blocks and undoes the shuffle; blosclz and snappy chunks on host threads (c-blosc)",
-        "crc32c" => "verified with nvCOMP CRC32C before anything is decoded",
-        _ => "",
+    if let Some(description) = DeviceCodecPlugin::describe(name) {
+        return description;
+    }
+    if name == "crc32c" {
+        "verified with nvCOMP CRC32C before anything is decoded"
+    } else {
+        ""
     }
 }
 

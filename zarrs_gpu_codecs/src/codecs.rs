@@ -313,6 +313,7 @@ pub struct DeviceCodecPlugin {
     name: &'static str,
     create: fn(&Configuration) -> Result<Arc<dyn DeviceCodec>, String>,
     host: Option<(HostCodecV3, HostCodecV2)>,
+    description: &'static str,
 }
 
 impl DeviceCodecPlugin {
@@ -320,7 +321,21 @@ impl DeviceCodecPlugin {
     /// compressors it maps); `create` returns why a configuration has no device implementation.
     #[must_use]
     pub const fn new(name: &'static str, create: fn(&Configuration) -> Result<Arc<dyn DeviceCodec>, String>) -> Self {
-        Self { name, create, host: None }
+        Self { name, create, host: None, description: "" }
+    }
+
+    /// With a line on how the device decodes the codec (for `zarrs-gpu info`'s plan).
+    #[must_use]
+    pub const fn with_description(mut self, description: &'static str) -> Self {
+        self.description = description;
+        self
+    }
+
+    /// How the device decodes the codec registered as `name` (empty where its plugin says
+    /// nothing), or None where no plugin is registered for it.
+    #[must_use]
+    pub fn describe(name: &str) -> Option<&'static str> {
+        plugin(name).ok().flatten().map(|p| p.description)
     }
 
     /// With zarrs' host codec of this name, for GPU mode's registration.
@@ -374,4 +389,24 @@ pub(crate) fn plugin(name: &str) -> Result<Option<&'static DeviceCodecPlugin>, S
         return Err(format!("several device codecs are registered for {name}"));
     }
     Ok(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeviceCodecPlugin;
+
+    /// Each family of this crate says how the device decodes it; an unregistered name is none.
+    #[test]
+    fn the_families_describe_themselves() {
+        for (name, words) in [
+            ("zstd", "our decoder"),
+            ("gzip", "nvCOMP batched gzip"),
+            ("numcodecs.zlib", "Adler-32"),
+            ("blosc", "our LZ4 decoder"),
+        ] {
+            let text = DeviceCodecPlugin::describe(name).unwrap_or_default();
+            assert!(text.contains(words), "{name}: {text:?}");
+        }
+        assert_eq!(DeviceCodecPlugin::describe("no_such_codec"), None);
+    }
 }

@@ -18,6 +18,13 @@ use crate::codecs::DeviceCodecPlugin;
 inventory::submit! {
     DeviceCodecPlugin::new("blosc", |configuration| Ok(Arc::new(device::Blosc::new(configuration)?)))
         .with_host(<BloscCodec as CodecTraitsV3>::create, <BloscCodec as CodecTraitsV2>::create)
+        .with_description(
+            "our LZ4 decoder for lz4 and lz4hc streams (any input an error at worst), zstd streams as the zstd codec \
+             routes frames (ours unless verified or trusted, then nvCOMP's), nvCOMP's deflate for zlib ones (zlib \
+             under gzip's decode trust rule, its Adler-32 verified on the device), after the host checks the chunk's \
+             layout (and each zstd or zlib stream); then one kernel assembles the blocks and undoes the shuffle; \
+             blosclz and snappy chunks on host threads (c-blosc)",
+        )
 }
 
 /// Decode one Blosc chunk into `out` with c-blosc, as zarrs' codec does: validated first, then

@@ -21,6 +21,10 @@ use member::{check_member, MemberVerdict};
 inventory::submit! {
     DeviceCodecPlugin::new("gzip", |_| Ok(Arc::new(Gzip)))
         .with_host(<GzipCodec as CodecTraitsV3>::create, <GzipCodec as CodecTraitsV2>::create)
+        .with_description(
+            "nvCOMP batched gzip where crc32c verifies members first or decode trust is \"trusted\" \
+             (ZARRS_GPU_DECODE_TRUST), else host threads; the CRC-32 of the decoded bytes checked",
+        )
 }
 
 /// `gzip`: one plain member per chunk (nvCOMP's naive decompressor, which takes members at any

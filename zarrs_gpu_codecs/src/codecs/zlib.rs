@@ -43,6 +43,11 @@ use stream::{check_stream, StreamVerdict};
 inventory::submit! {
     DeviceCodecPlugin::new("numcodecs.zlib", |_| Ok(Arc::new(Zlib)))
         .with_host(<ZlibCodec as CodecTraitsV3>::create, <ZlibCodec as CodecTraitsV2>::create)
+        .with_description(
+            "nvCOMP batched deflate where crc32c verifies streams first or decode trust is \"trusted\" \
+             (ZARRS_GPU_DECODE_TRUST), else host threads; streams checked on the host first; the Adler-32 of the \
+             decoded bytes verified on the device",
+        )
 }
 
 /// `zlib`: one zlib stream per chunk; nvCOMP decodes its deflate stream, our kernel verifies its

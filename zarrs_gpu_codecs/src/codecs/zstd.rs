@@ -24,6 +24,11 @@ use frame::{check_frame, FrameVerdict};
 inventory::submit! {
     DeviceCodecPlugin::new("zstd", |_| Ok(Arc::new(Zstd { decoder: crate::config::env::zstd_decoder().map_err(|e| e.to_string())? })))
         .with_host(<ZstdCodec as CodecTraitsV3>::create, <ZstdCodec as CodecTraitsV2>::create)
+        .with_description(
+            "frames checked on the host first, then our decoder (a frame's blocks side by side; any input an error at \
+             worst), or nvCOMP's batched zstd where crc32c verifies frames first or decode trust is \"trusted\" \
+             (ZARRS_GPU_DECODE_TRUST); content checksums, where frames carry them, verified on the device (XXH64)",
+        )
 }
 
 /// `zstd`: one frame per chunk, walked block by block on the host first; a frame's content
