@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use zarrs::array::{Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset, ElementOwned};
-use zarrs_storage::ReadableStorageTraits;
+use zarrs_storage::{ReadableStorageTraits, StorageHandle};
 
 use crate::config::GpuConfig;
 use crate::device::context::{GpuContext, ReadInFlight};
@@ -147,105 +147,110 @@ pub trait ArrayDeviceExt {
     fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError>;
 }
 
-macro_rules! impl_array_device_ext {
-    ($source:expr) => {
-        fn retrieve_array_subset_device_opt<T: ElementOwned>(
-            &self,
-            subset: &ArraySubset,
-            config: &GpuConfig,
-        ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
-            let storage = self.storage();
-            let source = ($source)(&storage);
-            contained(config, || retrieve_new(self, subset, source, config, None))
-        }
+/// One impl for every store, concrete or behind `dyn`: where the store is a `GdsStore` or a
+/// `RemoteStore` (also behind an `AnyStore`), [`ReadSource::of`] says so, and the read takes
+/// its own path; any other store is read through zarrs' storage traits.
+impl<S: ReadableStorageTraits + ?Sized + 'static> ArrayDeviceExt for Array<S> {
+    fn retrieve_array_subset_device_opt<T: ElementOwned>(
+        &self,
+        subset: &ArraySubset,
+        config: &GpuConfig,
+    ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+        let storage = self.storage();
+        let handle = StorageHandle::new(storage.clone());
+        let source = ReadSource::of(&storage, &handle);
+        contained(config, || retrieve_new(self, subset, source, config, None))
+    }
 
-        fn retrieve_array_subsets_device_opt<T: ElementOwned>(
-            &self,
-            subsets: &[ArraySubset],
-            config: &GpuConfig,
-        ) -> Result<(Vec<DeviceArray<T>>, RetrieveReport), GpuError> {
-            let storage = self.storage();
-            let source = ($source)(&storage);
-            contained(config, || retrieve_many(self, subsets, source, config))
-        }
+    fn retrieve_array_subsets_device_opt<T: ElementOwned>(
+        &self,
+        subsets: &[ArraySubset],
+        config: &GpuConfig,
+    ) -> Result<(Vec<DeviceArray<T>>, RetrieveReport), GpuError> {
+        let storage = self.storage();
+        let handle = StorageHandle::new(storage.clone());
+        let source = ReadSource::of(&storage, &handle);
+        contained(config, || retrieve_many(self, subsets, source, config))
+    }
 
-        fn retrieve_array_subsets_stacked_device_opt<T: ElementOwned>(
-            &self,
-            subsets: &[ArraySubset],
-            config: &GpuConfig,
-        ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
-            let storage = self.storage();
-            let source = ($source)(&storage);
-            contained(config, || retrieve_stacked(self, subsets, source, config))
-        }
+    fn retrieve_array_subsets_stacked_device_opt<T: ElementOwned>(
+        &self,
+        subsets: &[ArraySubset],
+        config: &GpuConfig,
+    ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+        let storage = self.storage();
+        let handle = StorageHandle::new(storage.clone());
+        let source = ReadSource::of(&storage, &handle);
+        contained(config, || retrieve_stacked(self, subsets, source, config))
+    }
 
-        fn retrieve_array_subset_into_device_opt<T: ElementOwned>(
-            &self,
-            subset: &ArraySubset,
-            out: &mut DeviceArray<T>,
-            config: &GpuConfig,
-        ) -> Result<RetrieveReport, GpuError> {
-            check_element::<T>(self.data_type())?;
-            let ordinal = out.stream().context().ordinal();
-            if ordinal != config.device() {
-                return Err(GpuError::Unsupported(format!(
-                    "the destination is on device {ordinal}, the read on device {}",
-                    config.device()
-                )));
+    fn retrieve_array_subset_into_device_opt<T: ElementOwned>(
+        &self,
+        subset: &ArraySubset,
+        out: &mut DeviceArray<T>,
+        config: &GpuConfig,
+    ) -> Result<RetrieveReport, GpuError> {
+        check_element::<T>(self.data_type())?;
+        let ordinal = out.stream().context().ordinal();
+        if ordinal != config.device() {
+            return Err(GpuError::Unsupported(format!(
+                "the destination is on device {ordinal}, the read on device {}",
+                config.device()
+            )));
+        }
+        let storage = self.storage();
+        let handle = StorageHandle::new(storage.clone());
+        let source = ReadSource::of(&storage, &handle);
+        // `out` is borrowed mutably for the whole read: nothing else writes it meanwhile.
+        let output = Output::Into { ptr: out.device_ptr(), len: out.num_bytes() };
+        let subsets = std::slice::from_ref(subset);
+        let result =
+            contained(config, || Ok(retrieve::<_, T>(self, subsets, Layout::Stacked, source, config, None, output)?.2));
+        if matches!(result, Err(GpuError::Timeout { .. } | GpuError::ContextLost { .. })) {
+            // Work that writes `out` may still be running: its memory must never be reused.
+            out.abandon();
+        }
+        result
+    }
+
+    fn retrieve_chunk_device_opt<T: ElementOwned>(
+        &self,
+        chunk_indices: &[u64],
+        config: &GpuConfig,
+    ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+        let grid = self.chunk_grid_shape();
+        if chunk_indices.len() != grid.len() || chunk_indices.iter().zip(grid).any(|(i, n)| i >= n) {
+            return Err(zarrs::array::ArrayError::InvalidChunkGridIndicesError(chunk_indices.to_vec()).into());
+        }
+        let subset = chunk_subset(self, chunk_indices)?;
+        let storage = self.storage();
+        let handle = StorageHandle::new(storage.clone());
+        let source = ReadSource::of(&storage, &handle);
+        contained(config, || retrieve_new(self, &subset, source, config, Some(chunk_indices)))
+    }
+
+    fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
+        // zarrs' chunks_subset_bounded multiplies and adds unchecked: the box must lie in the
+        // grid, and its chunks' subsets are computed checked.
+        if !within(chunks.start(), chunks.shape(), self.chunk_grid_shape()) {
+            return Err(zarrs::array::ArrayError::InvalidChunkGridIndicesError(chunks.start().to_vec()).into());
+        }
+        let subset = match chunks.end_inc() {
+            None => ArraySubset::new_empty(chunks.dimensionality()),
+            Some(last) => {
+                let (first, last) = (chunk_subset(self, chunks.start())?, chunk_subset(self, &last)?);
+                let ranges: Vec<_> = first
+                    .start()
+                    .iter()
+                    .zip(last.end_exc())
+                    .zip(self.shape())
+                    .map(|((&a, b), &n)| a.min(n)..b.min(n))
+                    .collect();
+                ArraySubset::new_with_ranges(&ranges)
             }
-            let storage = self.storage();
-            let source = ($source)(&storage);
-            // `out` is borrowed mutably for the whole read: nothing else writes it meanwhile.
-            let output = Output::Into { ptr: out.device_ptr(), len: out.num_bytes() };
-            let subsets = std::slice::from_ref(subset);
-            let result = contained(config, || {
-                Ok(retrieve::<_, T>(self, subsets, Layout::Stacked, source, config, None, output)?.2)
-            });
-            if matches!(result, Err(GpuError::Timeout { .. } | GpuError::ContextLost { .. })) {
-                // Work that writes `out` may still be running: its memory must never be reused.
-                out.abandon();
-            }
-            result
-        }
-
-        fn retrieve_chunk_device_opt<T: ElementOwned>(
-            &self,
-            chunk_indices: &[u64],
-            config: &GpuConfig,
-        ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
-            let grid = self.chunk_grid_shape();
-            if chunk_indices.len() != grid.len() || chunk_indices.iter().zip(grid).any(|(i, n)| i >= n) {
-                return Err(zarrs::array::ArrayError::InvalidChunkGridIndicesError(chunk_indices.to_vec()).into());
-            }
-            let subset = chunk_subset(self, chunk_indices)?;
-            let storage = self.storage();
-            let source = ($source)(&storage);
-            contained(config, || retrieve_new(self, &subset, source, config, Some(chunk_indices)))
-        }
-
-        fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
-            // zarrs' chunks_subset_bounded multiplies and adds unchecked: the box must lie in the
-            // grid, and its chunks' subsets are computed checked.
-            if !within(chunks.start(), chunks.shape(), self.chunk_grid_shape()) {
-                return Err(zarrs::array::ArrayError::InvalidChunkGridIndicesError(chunks.start().to_vec()).into());
-            }
-            let subset = match chunks.end_inc() {
-                None => ArraySubset::new_empty(chunks.dimensionality()),
-                Some(last) => {
-                    let (first, last) = (chunk_subset(self, chunks.start())?, chunk_subset(self, &last)?);
-                    let ranges: Vec<_> = first
-                        .start()
-                        .iter()
-                        .zip(last.end_exc())
-                        .zip(self.shape())
-                        .map(|((&a, b), &n)| a.min(n)..b.min(n))
-                        .collect();
-                    ArraySubset::new_with_ranges(&ranges)
-                }
-            };
-            self.retrieve_array_subset_device(&subset)
-        }
-    };
+        };
+        self.retrieve_array_subset_device(&subset)
+    }
 }
 
 /// Run a retrieval on `config`'s device: fail fast when an earlier fault lost the device's
@@ -276,16 +281,6 @@ pub(crate) fn contained<R>(config: &GpuConfig, read: impl FnOnce() -> Result<R, 
         }
     }
     result
-}
-
-impl<S: ReadableStorageTraits + 'static> ArrayDeviceExt for Array<S> {
-    impl_array_device_ext!(ReadSource::of::<S>);
-}
-
-/// Type-erased storage is staged through pinned memory: a `GdsStore` behind `dyn` is not
-/// recognised (keep the concrete `Array<GdsStore>` for GPUDirect reads).
-impl ArrayDeviceExt for Array<dyn ReadableStorageTraits> {
-    impl_array_device_ext!(ReadSource::of_dyn);
 }
 
 /// Check `subset` against the array: its end within u64 and (unless it is a whole chunk, which

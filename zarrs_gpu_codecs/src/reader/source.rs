@@ -25,28 +25,28 @@ pub(crate) enum ReadSource<'a> {
 }
 
 impl<'a> ReadSource<'a> {
-    /// The source of a concrete store: a `GdsStore` or a `RemoteStore` is recognised as one,
-    /// also behind an `AnyStore`.
-    pub(crate) fn of<S: ReadableStorageTraits + 'static>(storage: &'a Arc<S>) -> Self {
-        let any = storage.as_ref() as &dyn Any;
-        if let Some(store) = any.downcast_ref::<GdsStore>() {
-            Self::Gds(store)
-        } else if let Some(store) = any.downcast_ref::<RemoteStore>() {
-            Self::Remote(store)
-        } else if let Some(store) = any.downcast_ref::<AnyStore>() {
-            match store {
+    /// The store as one of this crate's own, where it is one: a `GdsStore` or a `RemoteStore`,
+    /// also behind an `AnyStore`. The one place that recognises stores: reads and writes ask here.
+    /// A store behind `dyn` is not recognised (it is read through its partial reads, as any
+    /// store): its `Arc`'s type is not the concrete store's.
+    pub(crate) fn recognise<S: ?Sized + 'static>(storage: &'a Arc<S>) -> Option<Self> {
+        let any = storage as &dyn Any;
+        if let Some(store) = any.downcast_ref::<Arc<GdsStore>>() {
+            Some(Self::Gds(store))
+        } else if let Some(store) = any.downcast_ref::<Arc<RemoteStore>>() {
+            Some(Self::Remote(store))
+        } else {
+            any.downcast_ref::<Arc<AnyStore>>().map(|store| match store.as_ref() {
                 AnyStore::Gds(store) => Self::Gds(store),
                 AnyStore::Remote(store) => Self::Remote(store),
-            }
-        } else {
-            Self::Store(storage.as_ref())
+            })
         }
     }
 
-    /// The source of a type-erased store: a `GdsStore` behind `dyn` is not recognised (it is
-    /// read through its partial reads, as any store).
-    pub(crate) fn of_dyn(storage: &'a Arc<dyn ReadableStorageTraits>) -> Self {
-        Self::Store(storage.as_ref())
+    /// The source of a read of `storage`: its own store where [`Self::recognise`] knows it, else
+    /// `any`, the same store as zarrs' storage traits see it.
+    pub(crate) fn of<S: ?Sized + 'static>(storage: &'a Arc<S>, any: &'a dyn ReadableStorageTraits) -> Self {
+        Self::recognise(storage).unwrap_or(Self::Store(any))
     }
 
     /// The store, for what every store answers alike (sizes, partial reads of indexes).
@@ -205,5 +205,36 @@ impl<'a> ReadSource<'a> {
                 Err(StorageError::Other("rows are read from a GdsStore only".into()).into())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use zarrs_gds_store::{AnyStore, GdsStore, RemoteStore};
+    use zarrs_storage::store::MemoryStore;
+    use zarrs_storage::{ReadableStorageTraits, StorageHandle};
+
+    use super::ReadSource;
+
+    /// Our stores are recognised concrete and behind an `AnyStore`; a store behind `dyn`, or any
+    /// other store, is read through zarrs' traits (the handle given).
+    #[test]
+    fn stores_are_recognised_in_one_place() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let gds = Arc::new(GdsStore::new(dir.path())?);
+        assert!(ReadSource::recognise(&gds).and_then(ReadSource::gds).is_some());
+        let any = Arc::new(AnyStore::Gds(GdsStore::new(dir.path())?));
+        assert!(ReadSource::recognise(&any).and_then(ReadSource::gds).is_some());
+        let remote = Arc::new(RemoteStore::new(Arc::new(object_store::memory::InMemory::new())));
+        assert!(ReadSource::recognise(&remote).and_then(ReadSource::remote).is_some());
+        let erased: Arc<dyn ReadableStorageTraits> = gds.clone();
+        assert!(ReadSource::recognise(&erased).is_none());
+        let memory = Arc::new(MemoryStore::new());
+        let handle = StorageHandle::new(memory.clone());
+        let source = ReadSource::of(&memory, &handle);
+        assert!(source.gds().is_none() && source.remote().is_none());
+        Ok(())
     }
 }

@@ -41,8 +41,8 @@ pub fn store_array_subset_host<S: ReadableWritableStorageTraits + 'static>(
     let options = zarrs::config::global_config().codec_options();
     // The chunks (or shards) it writes, listed once: locked, and forgotten by the cache after.
     let keys: Vec<StoreKey> = chunks_meeting(array, subset)?.into_iter().map(|(_, key, _)| key).collect();
-    let locked = KeyLocks::lock(keys.iter().map(|key| lock_id(array.storage().as_ref(), key)));
-    let stored = if gds_of(array.storage().as_ref()).is_some() {
+    let locked = KeyLocks::lock(keys.iter().map(|key| lock_id(&array.storage(), key)));
+    let stored = if gds_of(&array.storage()).is_some() {
         // The same array over a view of its store whose sets compare versions: the metadata as
         // opened, so the codecs and chunk grid are the ones the caller's array uses.
         let checked = Arc::new(CheckedWrites::new(array.storage()));
@@ -86,7 +86,7 @@ impl<S: 'static> CheckedWrites<S> {
 
 impl<S: ReadableWritableStorageTraits + 'static> ReadableStorageTraits for CheckedWrites<S> {
     fn get(&self, key: &StoreKey) -> Result<MaybeBytes, StorageError> {
-        let Some(gds) = gds_of(self.storage.as_ref()) else {
+        let Some(gds) = gds_of(&self.storage) else {
             return self.storage.get(key);
         };
         let (bytes, version) = gds.get_versioned(key)?;
@@ -113,7 +113,7 @@ impl<S: ReadableWritableStorageTraits + 'static> ReadableStorageTraits for Check
 
 impl<S: ReadableWritableStorageTraits + 'static> WritableStorageTraits for CheckedWrites<S> {
     fn set(&self, key: &StoreKey, value: Bytes) -> Result<(), StorageError> {
-        match gds_of(self.storage.as_ref()) {
+        match gds_of(&self.storage) {
             Some(gds) => gds.set_many_checked(&[(key.clone(), value)], &[self.expected(key)]),
             None => self.storage.set(key, value),
         }
@@ -125,7 +125,7 @@ impl<S: ReadableWritableStorageTraits + 'static> WritableStorageTraits for Check
     }
 
     fn erase(&self, key: &StoreKey) -> Result<(), StorageError> {
-        match gds_of(self.storage.as_ref()) {
+        match gds_of(&self.storage) {
             Some(gds) => gds.erase_checked(key, self.expected(key)),
             None => self.storage.erase(key),
         }

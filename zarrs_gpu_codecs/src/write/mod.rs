@@ -212,10 +212,10 @@ fn store_empty_chunks() -> bool {
 
 /// What a write of this process locks to change `key` of `storage` ([`KeyLocks`]): a
 /// `GdsStore`'s file, else the key in this store object.
-fn lock_id<S: 'static>(storage: &S, key: &StoreKey) -> LockId {
+fn lock_id<S: 'static>(storage: &Arc<S>, key: &StoreKey) -> LockId {
     match gds_of(storage) {
         Some(store) => store.lock_id(key),
-        None => LockId::Key(std::ptr::from_ref(storage).cast::<u8>() as usize, key.as_str().to_owned()),
+        None => LockId::Key(Arc::as_ptr(storage).cast::<u8>() as usize, key.as_str().to_owned()),
     }
 }
 
@@ -235,7 +235,7 @@ pub fn lock_chunks<S: ReadableWritableStorageTraits + 'static>(
 ) -> Result<KeyLockGuard, GpuError> {
     let storage = array.storage();
     let ids: Vec<LockId> =
-        chunks_meeting(array, subset)?.into_iter().map(|(_, key, _)| lock_id(storage.as_ref(), &key)).collect();
+        chunks_meeting(array, subset)?.into_iter().map(|(_, key, _)| lock_id(&storage, &key)).collect();
     Ok(KeyLocks::lock(ids))
 }
 
@@ -299,7 +299,7 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     // Every chunk (shard) written is locked for the whole write: another write of this process
     // reads it only after this one stored it (the old values and kept inner chunks of one version).
     let storage = array.storage();
-    let _locked = KeyLocks::lock(batches.iter().flatten().map(|u| lock_id(storage.as_ref(), &u.placement.key)));
+    let _locked = KeyLocks::lock(batches.iter().flatten().map(|u| lock_id(&storage, &u.placement.key)));
     let store_empty = store_empty_chunks();
     // A codec level at or above the configured one: every chunk on host threads.
     let at_level = chain.codec.as_ref().zip(config.host_encode_level()).is_some_and(|(c, l)| c.level() >= l);

@@ -9,7 +9,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 use zarrs::array::Array;
 use zarrs::array::ArrayToBytesCodecTraits;
-use zarrs_gds_store::{AnyStore, Expected, GdsStore};
+use zarrs_gds_store::{Expected, GdsStore};
 use zarrs_storage::store::MemoryStore;
 use zarrs_storage::{Bytes, ReadableWritableStorageTraits, StoreKey, WritableStorageTraits};
 
@@ -18,6 +18,7 @@ use super::encode::{is_memcpyed, EncodedBatch, BLOSC_HEADER, CRC_ROOM};
 use super::plan::WriteUnit;
 use crate::error::GpuError;
 use crate::pipeline::shard::{encode_shards, ShardLevel};
+use crate::reader::ReadSource;
 use crate::report::WriteReport;
 
 /// What a shard covered in part keeps of its stored value: the value and where each inner
@@ -41,9 +42,8 @@ pub(super) struct Olds {
 }
 
 /// The `GdsStore` behind `storage`, when it is one (or an `AnyStore` of one).
-pub(super) fn gds_of<S: 'static>(storage: &S) -> Option<&GdsStore> {
-    let any = storage as &dyn std::any::Any;
-    any.downcast_ref::<GdsStore>().or_else(|| any.downcast_ref::<AnyStore>().and_then(AnyStore::gds))
+pub(super) fn gds_of<S: ?Sized + 'static>(storage: &Arc<S>) -> Option<&GdsStore> {
+    ReadSource::recognise(storage).and_then(ReadSource::gds)
 }
 
 /// Read the stored values of the units that modify them (covered in part: chunks, shards), on
@@ -56,7 +56,7 @@ pub(super) fn read_olds<S: ReadableWritableStorageTraits + 'static>(
     chain: &WriteChain,
 ) -> Result<Olds, GpuError> {
     let storage = array.storage();
-    let gds = gds_of(storage.as_ref());
+    let gds = gds_of(&storage);
     // Units keep inner chunks only with one level of sharding.
     let level = match chain.shards.as_slice() {
         [level] => Some(level),
@@ -215,7 +215,7 @@ pub(super) fn store_batch<S: ReadableWritableStorageTraits + 'static>(
         let key = key.to_string();
         move |e: zarrs_storage::StorageError| GpuError::chunk(key, format!("storing it: {e}"))
     };
-    let gds = gds_of(storage.as_ref());
+    let gds = gds_of(&storage);
     let (sets, erases): (Vec<_>, Vec<_>) = units
         .iter()
         .map(|u| &u.placement.key)
