@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyString, PyTuple};
 use zarrs::array::{Array, ArraySubset};
 use zarrs_gds_store::AnyStore;
+use zarrs_gpu::zarrs_gpu_codecs::{tile_subsets, TileOrder};
 use zarrs_gpu::{GpuConfig, GpuError};
 use zarrs_gpu_codecs::{Cancel, Coalescer};
 
@@ -504,4 +505,41 @@ impl PyZarrArray {
             self.config.device()
         )
     }
+}
+
+/// The tiles of `tile_shape` covering `array` (edge tiles clipped to its shape), read in `order`
+/// ("C": row-major over the tile grid; "random": a permutation fixed by `seed`) on a background
+/// thread, `prefetch` ahead of the one in use. Yields `(key, DeviceArray)`; `key` is the tile's
+/// tuple of slices. Bad arguments raise here.
+#[pyfunction]
+#[pyo3(signature = (array, tile_shape, *, order="C", prefetch=2, seed=0))]
+#[allow(clippy::needless_pass_by_value)] // extracted from Python as it is
+pub(crate) fn tiles(
+    array: &PyZarrArray,
+    tile_shape: Vec<i128>,
+    order: &str,
+    prefetch: i64,
+    seed: i128,
+) -> PyResult<PyReadAhead> {
+    let order = match order {
+        "C" => TileOrder::C,
+        "random" => TileOrder::Random {
+            seed: u64::try_from(seed)
+                .map_err(|_| PyValueError::new_err(format!("seed={seed}: a seed is an integer from 0 to 2^64 - 1")))?,
+        },
+        other => {
+            return Err(PyValueError::new_err(format!("order={other:?}: the tile orders are \"C\" and \"random\"")))
+        }
+    };
+    if tile_shape.iter().any(|&n| n < 1) {
+        return Err(PyValueError::new_err(format!("tile_shape={tile_shape:?}: every tile extent is 1 or more")));
+    }
+    // An extent beyond 2^64 covers any array as 2^64 - 1 does.
+    let tile_shape: Vec<u64> = tile_shape.iter().map(|&n| u64::try_from(n).unwrap_or(u64::MAX)).collect();
+    let subsets = tile_subsets(array.array.shape(), &tile_shape, order).map_err(py_err)?;
+    let boxes = subsets.into_iter().map(|subset| {
+        let shape = subset.shape().to_vec();
+        (subset, shape)
+    });
+    array.start_read_ahead(boxes.collect(), prefetch)
 }

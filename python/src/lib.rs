@@ -21,9 +21,9 @@ use pyo3::types::PyDict;
 use zarrs_gds_store::AnyStore;
 use zarrs_gpu_codecs::Coalescer;
 
-use crate::array::{stored_metadata, PyZarrArray};
+use crate::array::{stored_metadata, tiles, PyZarrArray};
 use crate::device_array::PyDeviceArray;
-use crate::read_ahead::{tiles, PyPendingRead, PyReadAhead};
+use crate::read_ahead::{PyPendingRead, PyReadAhead};
 use crate::selection::key_to_subset;
 use crate::stores::{_lock_files, _object_store_options, _redact_url, config, storage_options, PyFileLocks};
 use crate::util::{device_ordinal, interruptible, py_err, release_wait};

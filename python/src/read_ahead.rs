@@ -5,17 +5,14 @@ use std::sync::{Mutex, TryLockError};
 use std::task::Poll;
 use std::time::Instant;
 
-use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTimeoutError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use zarrs_gpu::zarrs_gpu_codecs::tile_subsets;
-use zarrs_gpu::zarrs_gpu_codecs::TileOrder;
 use zarrs_gpu::{GpuError, RetrieveReport};
 
-use crate::array::PyZarrArray;
 use crate::device_array::PyDeviceArray;
 use crate::erased::{AnyArray, AnyPending, AnyReadAhead};
-use crate::util::{deadline_of, lock, py_err, py_err_in, subset_key, subset_text, WAIT_SLICE};
+use crate::util::{deadline_of, lock, py_err_in, subset_key, subset_text, WAIT_SLICE};
 
 /// Reads kept in flight on a background thread while the caller uses earlier ones
 /// (`zarrs_gpu.tiles`, `Array.read_ahead`): iterating yields `(key, DeviceArray)` in order.
@@ -203,41 +200,4 @@ impl PyPendingRead {
         let done = if self.done() { "True" } else { "False" };
         format!("zarrs_gpu.PendingRead({}, dtype={}, done={done})", self.what, self.types.0)
     }
-}
-
-/// The tiles of `tile_shape` covering `array` (edge tiles clipped to its shape), read in `order`
-/// ("C": row-major over the tile grid; "random": a permutation fixed by `seed`) on a background
-/// thread, `prefetch` ahead of the one in use. Yields `(key, DeviceArray)`; `key` is the tile's
-/// tuple of slices. Bad arguments raise here.
-#[pyfunction]
-#[pyo3(signature = (array, tile_shape, *, order="C", prefetch=2, seed=0))]
-#[allow(clippy::needless_pass_by_value)] // extracted from Python as it is
-pub(crate) fn tiles(
-    array: &PyZarrArray,
-    tile_shape: Vec<i128>,
-    order: &str,
-    prefetch: i64,
-    seed: i128,
-) -> PyResult<PyReadAhead> {
-    let order = match order {
-        "C" => TileOrder::C,
-        "random" => TileOrder::Random {
-            seed: u64::try_from(seed)
-                .map_err(|_| PyValueError::new_err(format!("seed={seed}: a seed is an integer from 0 to 2^64 - 1")))?,
-        },
-        other => {
-            return Err(PyValueError::new_err(format!("order={other:?}: the tile orders are \"C\" and \"random\"")))
-        }
-    };
-    if tile_shape.iter().any(|&n| n < 1) {
-        return Err(PyValueError::new_err(format!("tile_shape={tile_shape:?}: every tile extent is 1 or more")));
-    }
-    // An extent beyond 2^64 covers any array as 2^64 - 1 does.
-    let tile_shape: Vec<u64> = tile_shape.iter().map(|&n| u64::try_from(n).unwrap_or(u64::MAX)).collect();
-    let subsets = tile_subsets(array.array.shape(), &tile_shape, order).map_err(py_err)?;
-    let boxes = subsets.into_iter().map(|subset| {
-        let shape = subset.shape().to_vec();
-        (subset, shape)
-    });
-    array.start_read_ahead(boxes.collect(), prefetch)
 }

@@ -16,6 +16,7 @@
 pub(crate) mod blosc;
 pub mod deflate;
 pub(crate) mod delta;
+pub(crate) mod encode;
 pub(crate) mod gzip;
 pub(crate) mod lz4;
 pub(crate) mod nvcomp;
@@ -37,6 +38,7 @@ use crate::device::kernels::Kernels;
 use crate::device::upload::Uploads;
 use crate::error::GpuError;
 use crate::schedule::DecodeRates;
+use encode::WriteCodec;
 
 /// A device codec's error: any error type (a `String` or `&str` converts).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -314,6 +316,10 @@ pub struct DeviceCodecPlugin {
     create: fn(&Configuration) -> Result<Arc<dyn DeviceCodec>, String>,
     host: Option<(HostCodecV3, HostCodecV2)>,
     description: &'static str,
+    /// The family's encoder half: the device write a configuration asks for (elements of the
+    /// given size in bytes), or why the host writes it. Only this crate's families have one: the
+    /// write pipeline knows their framing.
+    encoder: Option<EncoderFn>,
 }
 
 impl DeviceCodecPlugin {
@@ -321,7 +327,7 @@ impl DeviceCodecPlugin {
     /// compressors it maps); `create` returns why a configuration has no device implementation.
     #[must_use]
     pub const fn new(name: &'static str, create: fn(&Configuration) -> Result<Arc<dyn DeviceCodec>, String>) -> Self {
-        Self { name, create, host: None, description: "" }
+        Self { name, create, host: None, description: "", encoder: None }
     }
 
     /// With a line on how the device decodes the codec (for `zarrs-gpu info`'s plan).
@@ -329,6 +335,24 @@ impl DeviceCodecPlugin {
     pub const fn with_description(mut self, description: &'static str) -> Self {
         self.description = description;
         self
+    }
+
+    /// With the family's encoder half (see the field).
+    pub(crate) const fn with_encoder(
+        mut self,
+        encoder: fn(&Configuration, usize) -> Result<WriteCodec, String>,
+    ) -> Self {
+        self.encoder = Some(encoder);
+        self
+    }
+
+    /// The device write of the codec registered as `name` with `configuration` (elements of
+    /// `elem` bytes), or why the host writes it.
+    pub(crate) fn encoder(name: &str, configuration: &Configuration, elem: usize) -> Result<WriteCodec, String> {
+        match plugin(name)?.and_then(|p| p.encoder) {
+            Some(encoder) => encoder(configuration, elem),
+            None => Err(format!("{name} is encoded on the host (no device encoder for it yet)")),
+        }
     }
 
     /// How the device decodes the codec registered as `name` (empty where its plugin says
@@ -366,6 +390,10 @@ impl DeviceCodecPlugin {
     }
 }
 
+/// A family's encoder half: the device write a configuration asks for (elements of the given
+/// size in bytes), or why the host writes it.
+type EncoderFn = fn(&Configuration, usize) -> Result<WriteCodec, String>;
+
 inventory::collect!(DeviceCodecPlugin);
 
 /// The sources of the kernels this crate's codecs launch (zstd's XXH64), compiled into each
@@ -379,6 +407,11 @@ pub(crate) const KERNEL_SOURCES: &[&str] = &[
     lz4::decode::SOURCE,
     zstd::decode::SOURCE,
 ];
+
+/// A codec configuration as JSON, for messages.
+pub(crate) fn json(configuration: &Configuration) -> String {
+    serde_json::to_string(configuration).unwrap_or_default()
+}
 
 /// The registered plugin for `name`, if any; an error when several crates registered one
 /// (which of them `inventory` lists first is not defined).

@@ -7,11 +7,10 @@ use std::time::Duration;
 
 use zarrs_gds_store::IoBackend;
 
+use crate::env;
 use crate::error::GpuError;
 use crate::schedule::DecodeRates;
 use crate::shard_index_cache::ShardIndexCache;
-
-pub mod env;
 
 /// How device retrieval runs: which device, which I/O path, how much device memory to stage in.
 /// Its settings come in five groups (below); `with_*` sets one, and the getter of the same name
@@ -231,31 +230,40 @@ impl std::str::FromStr for DecodeTrust {
 pub const DEFAULT_REMOTE_BATCH_BYTES: u64 = 256 << 20;
 
 impl GpuConfig {
-    /// The defaults, then every variable of [`ENVIRONMENT`](env::ENVIRONMENT) that sets a
+    /// The defaults, then every variable of [`ENVIRONMENT`](crate::env::ENVIRONMENT) that sets a
     /// configuration (its decode trust, staging, scheduling, trace, row reads, coalescing,
     /// object-store batches, pool bounds and I/O backend). Settings made in code after this call
-    /// win over the environment. The variables read once per device or codec (reader threads and
-    /// tasks, pinned pages, the zstd and LZ4 decoders) are checked too.
+    /// win over the environment. The variables read once per device or process (reader threads
+    /// and tasks, pinned pages) are checked too; the decoder variables are read where a codec is
+    /// made (another value sends the codec's chunks to the host, the report naming it).
     ///
     /// # Errors
     /// Returns [`GpuError::Config`] naming the first variable whose value cannot be used.
     pub fn from_env() -> Result<Self, GpuError> {
-        let vars = env::ConfigVars::read()?;
         let mut config = Self::default();
-        if let Some(bytes) = vars.staging_bytes {
+        if let Some(bytes) = env::STAGING_BYTES.parse(|v| v.parse().ok().filter(|&b: &usize| b >= 1 << 20))? {
             config = config.with_staging_bytes(bytes);
         }
-        if let Some(trust) = vars.decode_trust {
+        if let Some(trust) = env::DECODE_TRUST.parse(|v| v.parse().ok())? {
             config.device.trust = trust;
         }
-        config.schedule.host_decode_fraction = vars.host_decode_fraction;
-        config.schedule.host_encode_level = vars.host_encode_level;
-        config.observe.trace = vars.trace.unwrap_or(config.observe.trace);
-        config.io.row_reads = vars.row_reads.unwrap_or(config.io.row_reads);
-        config.io.coalesce_window = vars.coalesce_window;
-        config.io.remote_batch_bytes = vars.remote_batch_bytes.unwrap_or(config.io.remote_batch_bytes);
-        config.io.backend = vars.backend;
-        config.memory.pool_keep = vars.pool_keep;
+        config.schedule.host_decode_fraction =
+            env::HOST_DECODE_FRACTION.parse(|v| v.parse().ok().filter(|f: &f64| (0.0..=1.0).contains(f)))?;
+        config.schedule.host_encode_level = env::HOST_ENCODE_LEVEL.parse(|v| v.parse().ok())?;
+        config.observe.trace = env::TRACE.parse(env::switch)?.unwrap_or(config.observe.trace);
+        config.io.row_reads = env::ROW_READS.parse(env::switch)?.unwrap_or(config.io.row_reads);
+        config.io.coalesce_window = env::COALESCE_WINDOW_US
+            .parse(|v| v.parse().ok().filter(|&us: &u64| us <= 1_000_000).map(Duration::from_micros))?;
+        if let Some(bytes) = env::REMOTE_BATCH_BYTES.parse(|v| v.parse().ok())? {
+            config.io.remote_batch_bytes = bytes;
+        }
+        config.io.backend = env::GDS_BACKEND.parse(|v| v.parse().ok())?;
+        config.memory.pool_keep = env::pool_keep()?;
+        // Read when each device is first used (its reader), checked here too, so that a bad value
+        // is refused before any device work.
+        env::reader_threads()?;
+        env::reader_task_size()?;
+        env::pinned_alloc()?;
         Ok(config)
     }
 

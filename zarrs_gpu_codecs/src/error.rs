@@ -1,4 +1,4 @@
-use crate::config::env::EnvError;
+use crate::env::EnvError;
 use crate::reader::DeviceReadError;
 use zarrs::array::ArrayError;
 

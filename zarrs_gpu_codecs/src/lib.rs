@@ -53,6 +53,7 @@ mod config;
 mod device;
 mod device_array;
 mod dlpack;
+pub mod env;
 mod error;
 mod gpu_mode;
 mod pipeline;
@@ -78,7 +79,6 @@ pub use pipeline::plan;
 pub use coalesce::{CoalescedReads, Coalescer};
 pub use codecs::delta::{delta_device_text, delta_type_of, DeltaCodec, DeltaType, DELTA_NAME};
 pub use codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck, HostCodecV2, HostCodecV3};
-pub use config::env;
 #[cfg(feature = "fault-injection")]
 pub use config::InjectedFault;
 pub use config::{Cancel, DecodeTrust, GpuConfig, Progress, DEFAULT_REMOTE_BATCH_BYTES};

@@ -5,6 +5,7 @@
 //! blocks and undoes the shuffle) and its kernels.
 
 mod device;
+pub(crate) mod encode;
 pub mod header;
 pub(crate) mod kernels;
 
@@ -13,11 +14,15 @@ use std::sync::Arc;
 use zarrs::array::codec::BloscCodec;
 use zarrs::array::{CodecTraitsV2, CodecTraitsV3};
 
+use crate::codecs::encode::WriteCodec;
 use crate::codecs::DeviceCodecPlugin;
 
 inventory::submit! {
     DeviceCodecPlugin::new("blosc", |configuration| Ok(Arc::new(device::Blosc::new(configuration)?)))
         .with_host(<BloscCodec as CodecTraitsV3>::create, <BloscCodec as CodecTraitsV2>::create)
+        .with_encoder(|configuration, elem| {
+            encode::BloscWrite::from_configuration(configuration, elem).map(WriteCodec::Blosc)
+        })
         .with_description(
             "our LZ4 decoder for lz4 and lz4hc streams (any input an error at worst), zstd streams as the zstd codec \
              routes frames (ours unless verified or trusted, then nvCOMP's), nvCOMP's deflate for zlib ones (zlib \

@@ -1,6 +1,7 @@
 //! `gzip`: its registration, its device codec (nvCOMP's batched decoder; the CRC-32 of the
 //! decoded bytes by nvCOMP) and the host check of its members ([`member`]).
 
+pub(crate) mod encode;
 pub mod member;
 
 use std::ffi::c_void;
@@ -11,6 +12,7 @@ use zarrs::array::codec::GzipCodec;
 use zarrs::array::{CodecTraitsV2, CodecTraitsV3};
 
 use crate::codecs::deflate;
+use crate::codecs::encode::WriteCodec;
 use crate::codecs::nvcomp::{library, nvcomp_decoder};
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
 use crate::config::DecodeTrust;
@@ -21,6 +23,7 @@ use member::{check_member, MemberVerdict};
 inventory::submit! {
     DeviceCodecPlugin::new("gzip", |_| Ok(Arc::new(Gzip)))
         .with_host(<GzipCodec as CodecTraitsV3>::create, <GzipCodec as CodecTraitsV2>::create)
+        .with_encoder(|configuration, _| encode::GzipWrite::from_configuration(configuration).map(WriteCodec::Gzip))
         .with_description(
             "nvCOMP batched gzip where crc32c verifies members first or decode trust is \"trusted\" \
              (ZARRS_GPU_DECODE_TRUST), else host threads; the CRC-32 of the decoded bytes checked",

@@ -19,6 +19,7 @@
 //!   host threads.
 
 pub(crate) mod adler32;
+pub(crate) mod encode;
 pub(crate) mod payload;
 pub mod stream;
 
@@ -29,6 +30,7 @@ use zarrs::array::codec::ZlibCodec;
 use zarrs::array::{CodecTraitsV2, CodecTraitsV3};
 
 use crate::codecs::deflate;
+use crate::codecs::encode::WriteCodec;
 use crate::codecs::nvcomp::{self as nvcomp_backend, decompress, library};
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
 use crate::config::DecodeTrust;
@@ -43,6 +45,7 @@ use stream::{check_stream, StreamVerdict};
 inventory::submit! {
     DeviceCodecPlugin::new("numcodecs.zlib", |_| Ok(Arc::new(Zlib)))
         .with_host(<ZlibCodec as CodecTraitsV3>::create, <ZlibCodec as CodecTraitsV2>::create)
+        .with_encoder(|configuration, _| encode::ZlibWrite::from_configuration(configuration).map(WriteCodec::Zlib))
         .with_description(
             "nvCOMP batched deflate where crc32c verifies streams first or decode trust is \"trusted\" \
              (ZARRS_GPU_DECODE_TRUST), else host threads; streams checked on the host first; the Adler-32 of the \

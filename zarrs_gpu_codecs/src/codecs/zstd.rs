@@ -3,6 +3,7 @@
 //! frames ([`frame`]) and the XXH64 kernel that verifies their content checksums (`xxhash`).
 
 pub mod decode;
+pub(crate) mod encode;
 pub mod frame;
 pub(crate) mod xxhash;
 
@@ -13,6 +14,7 @@ use nvcomp_sys::{sys as nv, Decompressor};
 use zarrs::array::codec::ZstdCodec;
 use zarrs::array::{CodecTraitsV2, CodecTraitsV3};
 
+use crate::codecs::encode::WriteCodec;
 use crate::codecs::nvcomp::{self as nvcomp_backend, library};
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostCheck};
 use crate::config::DecodeTrust;
@@ -22,8 +24,9 @@ use decode::{launch_blocks, launch_decode, BlockPlan, ZstdDecoder};
 use frame::{check_frame, FrameVerdict};
 
 inventory::submit! {
-    DeviceCodecPlugin::new("zstd", |_| Ok(Arc::new(Zstd { decoder: crate::config::env::zstd_decoder().map_err(|e| e.to_string())? })))
+    DeviceCodecPlugin::new("zstd", |_| Ok(Arc::new(Zstd { decoder: ZstdDecoder::from_env()? })))
         .with_host(<ZstdCodec as CodecTraitsV3>::create, <ZstdCodec as CodecTraitsV2>::create)
+        .with_encoder(|configuration, _| encode::ZstdWrite::from_configuration(configuration).map(WriteCodec::Zstd))
         .with_description(
             "frames checked on the host first, then our decoder (a frame's blocks side by side; any input an error at \
              worst), or nvCOMP's batched zstd where crc32c verifies frames first or decode trust is \"trusted\" \

@@ -10,7 +10,7 @@ use std::time::Instant;
 use crate::reader::{DeviceReadError, DeviceReader, DeviceTransfer, PieceSource, PinnedBuffer};
 use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DriverError};
 
-use crate::config::{env, GpuConfig};
+use crate::config::GpuConfig;
 use crate::device::current_context::CurrentContextGuard;
 use crate::device::kernels::Kernels;
 use crate::device::pool::{
@@ -18,6 +18,7 @@ use crate::device::pool::{
     HOST_RING_MAX,
 };
 use crate::device::upload::Uploads;
+use crate::env;
 use crate::error::GpuError;
 use crate::schedule::{DecodeRates, Learned};
 

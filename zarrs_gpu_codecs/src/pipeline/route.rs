@@ -23,8 +23,9 @@ use crate::pipeline::shard::ShardLevel;
 pub(crate) struct DeviceChain {
     /// The bytes-to-bytes codec decoded on the device, if any.
     pub(crate) compression: Option<Arc<dyn DeviceCodec>>,
-    /// Its v3 configuration as zarrs gives it (for v2 arrays too): what a write encodes with.
-    pub(crate) configuration: Option<zarrs::metadata::Configuration>,
+    /// Its registered (v3) name and its v3 configuration as zarrs gives them (for v2 arrays
+    /// too): what a write asks the family's encoder for.
+    pub(crate) configuration: Option<(String, zarrs::metadata::Configuration)>,
     /// crc32c after everything else (nvCOMP CRC32C).
     pub(crate) crc32c: bool,
     /// Bytes per word to reverse when the stored byte order is not the platform's: the words
@@ -174,7 +175,9 @@ pub(crate) fn device_plan<S: ?Sized>(array: &Array<S>) -> Result<DevicePlan, Str
                     }
                 };
                 let compression = codec.map(|c| device_codec_of(c.as_ref(), &name(c.as_ref()))).transpose()?;
-                let configuration = codec.and_then(|c| c.configuration_v3(&CodecMetadataOptions::default()));
+                let configuration = codec.map(|c| {
+                    (name(c.as_ref()), c.configuration_v3(&CodecMetadataOptions::default()).unwrap_or_default())
+                });
                 let chain = DeviceChain { compression, configuration, crc32c, swap, transpose, delta };
                 return Ok(DevicePlan { shards, chain });
             }

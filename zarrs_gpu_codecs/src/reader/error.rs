@@ -1,6 +1,6 @@
 use zarrs_gds_store::ReadError;
 
-use crate::config::env::EnvError;
+use crate::env::EnvError;
 use zarrs_storage::StorageError;
 
 /// An error from a read into device memory.

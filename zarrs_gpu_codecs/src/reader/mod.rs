@@ -109,10 +109,10 @@ impl DeviceReaderOptions {
     /// Returns [`DeviceReadError::Config`] naming a variable whose value cannot be used.
     pub fn from_env() -> Result<Self, DeviceReadError> {
         let mut options = Self::default();
-        if let Some(threads) = crate::config::env::reader_threads()? {
+        if let Some(threads) = crate::env::reader_threads()? {
             options.threads = threads;
         }
-        if let Some(task_size) = crate::config::env::reader_task_size()? {
+        if let Some(task_size) = crate::env::reader_task_size()? {
             options.task_size = task_size;
         }
         Ok(options)

@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 use cudarc::driver::{result, sys, CudaContext};
 
 use super::DeviceReadError;
-use crate::config::env::{self, EnvError, PINNED_PAGES};
+use crate::env::{self, EnvError, PINNED_PAGES};
 
 /// A transparent huge page on x86-64 and aarch64 kernels of 4 KiB pages: registered memory
 /// starts and ends on this boundary so that every page of it may be a huge one (elsewhere the

@@ -12,13 +12,13 @@ use nvcomp_sys::{sys, Compressor};
 use rayon::prelude::*;
 use zarrs_storage::StoreKey;
 
-use super::codec::{BloscShuffle, BloscWrite, Layout, WriteChain, WriteCodec};
-use crate::codecs::blosc::header::{
-    COMPRESSOR_VERSION as BLOSC_VERSION_LZ, DOBITSHUFFLE as BLOSC_DOBITSHUFFLE, DONT_SPLIT as BLOSC_DONT_SPLIT,
-    DOSHUFFLE as BLOSC_DOSHUFFLE, FORMAT_VERSION as BLOSC_VERSION, MEMCPYED as BLOSC_MEMCPYED,
-};
+use super::codec::{Layout, WriteChain};
+use crate::codecs::blosc::encode::{BloscShuffle, BloscWrite, FRAME_HEAD as BLOSC_FRAME_HEAD};
+use crate::codecs::blosc::header::{HEADER_LEN as BLOSC_HEADER, MEMCPYED as BLOSC_MEMCPYED};
 use crate::codecs::blosc::kernels::{launch_shuffle, ShuffleTask, BIT, BYTE};
+use crate::codecs::encode::WriteCodec;
 use crate::codecs::zlib::adler32::launch_adler32;
+use crate::codecs::zstd::encode::ZstdWrite;
 use crate::codecs::zstd::frame::flag_content_checksum;
 use crate::device::context::GpuContext;
 use crate::device::kernels::Kernels;
@@ -151,7 +151,7 @@ pub(super) fn needs_kernels(chain: &WriteChain) -> bool {
     chain.layout.is_some()
         || matches!(
             chain.codec,
-            Some(WriteCodec::Zlib { .. } | WriteCodec::Blosc(_) | WriteCodec::Zstd { checksum: true, .. })
+            Some(WriteCodec::Zlib(_) | WriteCodec::Blosc(_) | WriteCodec::Zstd(ZstdWrite { checksum: true, .. }))
         )
 }
 
@@ -211,8 +211,8 @@ pub(super) fn encode_slots(
     // A zlib stream ends with the Adler-32 of its content (big endian), a zstd frame with a
     // content checksum with the low 32 bits of its XXH64 (little endian).
     let digest = match codec {
-        WriteCodec::Zlib { .. } => Some(Digest::Adler32),
-        WriteCodec::Zstd { checksum: true, .. } => Some(Digest::Xxh64),
+        WriteCodec::Zlib(_) => Some(Digest::Adler32),
+        WriteCodec::Zstd(ZstdWrite { checksum: true, .. }) => Some(Digest::Xxh64),
         _ => None,
     };
     let digest = match digest {
@@ -222,7 +222,7 @@ pub(super) fn encode_slots(
     let done = compress(compressor, (ctx, stream, digest), buffer, &device, on_host)?;
     let (out_ptr, _g) = done.out.device_ptr(stream);
     let head = match codec {
-        WriteCodec::Zlib { level } => Affix::of(&zlib_header(*level)),
+        WriteCodec::Zlib(zlib) => Affix::of(&zlib.header()),
         _ => Affix::default(),
     };
     let tail = |k: usize| match (digest, done.digests.get(k)) {
@@ -269,21 +269,6 @@ enum Digest {
 
 fn no_kernels() -> GpuError {
     GpuError::Unsupported("this chain's device encoders need NVRTC".into())
-}
-
-/// The zlib stream header (RFC 1950) for `level`: deflate with a 32 KiB window, the level's
-/// FLEVEL, and the check bits.
-fn zlib_header(level: u32) -> [u8; 2] {
-    const CMF: u8 = 0x78;
-    let flevel: u8 = match level {
-        0 | 1 => 0,
-        2..=5 => 1,
-        6 => 2,
-        _ => 3,
-    };
-    let flg = flevel << 6;
-    let check = (31 - (u16::from(CMF) << 8 | u16::from(flg)) % 31) % 31;
-    [CMF, flg | check as u8]
 }
 
 /// `slots` of `buffer` laid out as stored (transposed, words swapped) into a new buffer at the
@@ -445,58 +430,6 @@ fn compress(
     Ok(Compressed { out, slot, sizes, digests, host })
 }
 
-/// Bytes of a Blosc1 header, and of a one-block frame's header with its block start and its
-/// stream's length.
-pub(super) const BLOSC_HEADER: usize = crate::codecs::blosc::header::HEADER_LEN;
-const BLOSC_FRAME_HEAD: usize = BLOSC_HEADER + 8;
-
-/// Whether a Blosc chunk is stored memcpyed (its raw bytes after the header).
-pub(super) fn is_memcpyed(frame: &[u8]) -> bool {
-    frame.len() >= BLOSC_HEADER && frame[2] & BLOSC_MEMCPYED != 0
-}
-
-/// The shuffle a Blosc chunk of `len` bytes gets: byte shuffle for typesizes above 1, bit shuffle
-/// where the chunk holds a multiple of 8 elements (c-blosc 1.x leaves other blocks as they are
-/// when it decodes: the flag is then not set at all).
-fn blosc_shuffle(blosc: BloscWrite, len: u64) -> BloscShuffle {
-    let typesize = u64::from(blosc.typesize);
-    match blosc.shuffle {
-        BloscShuffle::Byte if typesize > 1 => BloscShuffle::Byte,
-        BloscShuffle::Bit if len / typesize > 0 && (len / typesize).is_multiple_of(8) => BloscShuffle::Bit,
-        _ => BloscShuffle::None,
-    }
-}
-
-/// The 16-byte Blosc1 header of a chunk of `nbytes` bytes in one block, `cbytes` in all.
-fn blosc_header(blosc: BloscWrite, flags: u8, nbytes: u32, cbytes: u32) -> [u8; BLOSC_HEADER] {
-    let format = match blosc.compressor {
-        super::codec::BloscCompressor::Lz4 => 1u8,
-        super::codec::BloscCompressor::Zstd => 4u8,
-    };
-    let mut h = [0u8; BLOSC_HEADER];
-    h[..4].copy_from_slice(&[BLOSC_VERSION, BLOSC_VERSION_LZ, flags | BLOSC_DONT_SPLIT | format << 5, blosc.typesize]);
-    h[4..8].copy_from_slice(&nbytes.to_le_bytes());
-    h[8..12].copy_from_slice(&nbytes.to_le_bytes());
-    h[12..16].copy_from_slice(&cbytes.to_le_bytes());
-    h
-}
-
-/// What precedes a one-block Blosc chunk's compressed stream of `size` bytes (`nbytes` raw,
-/// shuffled by `shuffle`): the header, the block's start (after the header and the one start),
-/// the stream's length.
-fn blosc_frame_head(blosc: BloscWrite, shuffle: BloscShuffle, nbytes: u32, size: u32) -> [u8; BLOSC_FRAME_HEAD] {
-    let flags = match shuffle {
-        BloscShuffle::Byte => BLOSC_DOSHUFFLE,
-        BloscShuffle::Bit => BLOSC_DOBITSHUFFLE,
-        BloscShuffle::None => 0,
-    };
-    let mut head = [0u8; BLOSC_FRAME_HEAD];
-    head[..BLOSC_HEADER].copy_from_slice(&blosc_header(blosc, flags, nbytes, BLOSC_FRAME_HEAD as u32 + size));
-    head[16..20].copy_from_slice(&(BLOSC_HEADER as u32 + 4).to_le_bytes());
-    head[20..24].copy_from_slice(&size.to_le_bytes());
-    head
-}
-
 /// Blosc chunks on the device: each chunk one block, shuffled (a kernel), its one stream
 /// compressed by nvCOMP (LZ4 or zstd); a chunk whose stream does not shrink is stored memcpyed
 /// (its raw bytes after the header), as c-blosc stores it.
@@ -515,7 +448,7 @@ fn encode_blosc(
     let memcpyed = |k: usize| Source::Device {
         ptr: raw_ptr + slots.offsets[k],
         len: slots.lens[k] as usize,
-        head: Affix::of(&blosc_header(blosc, BLOSC_MEMCPYED, nbytes[k], nbytes[k] + BLOSC_HEADER as u32)),
+        head: Affix::of(&blosc.header(BLOSC_MEMCPYED, nbytes[k], nbytes[k] + BLOSC_HEADER as u32)),
         tail: Affix::default(),
     };
     let Some(compressor) = WriteCodec::Blosc(blosc).nvcomp() else {
@@ -527,7 +460,7 @@ fn encode_blosc(
     };
     // Shuffled into a buffer of their own at the same offsets (the raw ones stay for memcpyed
     // chunks); chunks without a shuffle are copied as they are by the same kernel.
-    let shuffles: Vec<BloscShuffle> = slots.lens.iter().map(|&len| blosc_shuffle(blosc, len)).collect();
+    let shuffles: Vec<BloscShuffle> = slots.lens.iter().map(|&len| blosc.shuffle_for(len)).collect();
     let shuffled_copy = if shuffles.iter().all(|&s| s == BloscShuffle::None) {
         None
     } else {
@@ -571,7 +504,7 @@ fn encode_blosc(
                 Some(_) => Source::Device {
                     ptr: out_ptr + (k * done.slot) as u64,
                     len: size as usize,
-                    head: Affix::of(&blosc_frame_head(blosc, shuffles[k], nbytes[k], size as u32)),
+                    head: Affix::of(&blosc.frame_head(shuffles[k], nbytes[k], size as u32)),
                     tail: Affix::default(),
                 },
             }
@@ -601,7 +534,8 @@ const NVCOMP_ENCODE_FROM: usize = 64;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::write::codec::BloscCompressor;
+    use crate::codecs::blosc::encode::BloscCompressor;
+    use crate::codecs::zlib::encode::ZlibWrite;
 
     /// Smooth float32 values with a little noise: compressible, not trivially.
     fn values(n: usize) -> Vec<u8> {
@@ -645,7 +579,7 @@ mod tests {
                 for (typesize, len) in [(4u8, 1usize << 16), (8, 8 * 1000), (4, 4 * 1001), (3, 3001)] {
                     let blosc = BloscWrite { compressor, clevel: 5, shuffle, typesize };
                     let raw = values(len.div_ceil(4))[..len].to_vec();
-                    let applied = blosc_shuffle(blosc, len as u64);
+                    let applied = blosc.shuffle_for(len as u64);
                     if shuffle == BloscShuffle::Bit && (len / usize::from(typesize)) % 8 != 0 {
                         assert_eq!(applied, BloscShuffle::None);
                     }
@@ -654,7 +588,7 @@ mod tests {
                         BloscCompressor::Lz4 => lz4_flex::block::compress(&stream),
                         BloscCompressor::Zstd => zstd::bulk::compress(&stream, 3).unwrap(),
                     };
-                    let head = blosc_frame_head(blosc, applied, len as u32, compressed.len() as u32);
+                    let head = blosc.frame_head(applied, len as u32, compressed.len() as u32);
                     let frame = [&head[..], &compressed].concat();
                     let what = format!("{compressor:?} {shuffle:?} typesize {typesize}, {len} bytes");
                     assert_eq!(c_blosc_decode(&frame, len), raw, "{what}");
@@ -671,8 +605,7 @@ mod tests {
                     }
                     assert_eq!((nbytes, cbytes, blocksize), (len, frame.len(), len), "{what}");
                     // The same chunk memcpyed.
-                    let memcpyed =
-                        [&blosc_header(blosc, BLOSC_MEMCPYED, len as u32, len as u32 + 16)[..], &raw].concat();
+                    let memcpyed = [&blosc.header(BLOSC_MEMCPYED, len as u32, len as u32 + 16)[..], &raw].concat();
                     assert_eq!(c_blosc_decode(&memcpyed, len), raw, "{what}, memcpyed");
                     // And the host encoder (c-blosc itself) for the host's share.
                     let host = WriteCodec::Blosc(blosc).encode_host(&raw).unwrap();
@@ -691,7 +624,7 @@ mod tests {
             e.write_all(&raw).unwrap();
             let deflate = e.finish().unwrap();
             let adler = adler2::adler32_slice(&raw);
-            let frame = [&zlib_header(level)[..], &deflate, &adler.to_be_bytes()].concat();
+            let frame = [&ZlibWrite { level }.header()[..], &deflate, &adler.to_be_bytes()].concat();
             let mut back = Vec::new();
             flate2::read::ZlibDecoder::new(&frame[..]).read_to_end(&mut back).unwrap();
             assert!(back == raw, "level {level}");
@@ -770,13 +703,13 @@ mod tests {
     #[test]
     fn zlib_headers_pass_their_check_and_name_the_level() {
         for level in 1..=9 {
-            let [cmf, flg] = zlib_header(level);
+            let [cmf, flg] = ZlibWrite { level }.header();
             assert_eq!((u16::from(cmf) << 8 | u16::from(flg)) % 31, 0, "level {level}");
             assert_eq!(cmf, 0x78);
             assert_eq!(flg & 0x20, 0, "no preset dictionary");
         }
-        assert_eq!(zlib_header(1), [0x78, 0x01]);
-        assert_eq!(zlib_header(6), [0x78, 0x9C]);
-        assert_eq!(zlib_header(9), [0x78, 0xDA]);
+        assert_eq!(ZlibWrite { level: 1 }.header(), [0x78, 0x01]);
+        assert_eq!(ZlibWrite { level: 6 }.header(), [0x78, 0x9C]);
+        assert_eq!(ZlibWrite { level: 9 }.header(), [0x78, 0xDA]);
     }
 }

@@ -22,6 +22,7 @@ use zarrs::array::{Array, ArraySubset, ElementOwned};
 use zarrs_gds_store::{KeyLockGuard, KeyLocks, LockId};
 use zarrs_storage::{ReadableWritableStorageTraits, StoreKey};
 
+use crate::codecs::encode::WriteCodec;
 use crate::config::GpuConfig;
 use crate::device::context::GpuContext;
 use crate::device_array::{check_element, DeviceArray};
@@ -32,7 +33,7 @@ use crate::pipeline::route::{chunk_subset, chunks_meeting};
 use crate::pipeline::shard::ShardLevel;
 use crate::report::{WritePath, WriteReport};
 use crate::retrieve::{check_subset, contained, ArrayDeviceExt};
-use codec::{write_chain, WriteChain, WriteCodec};
+use codec::{write_chain, WriteChain};
 use encode::{encode_slots, EncodedBatch, Slots};
 pub use host::store_array_subset_host;
 use plan::{plan_units, reversed, WriteUnit, SLOT_ALIGN};
@@ -130,7 +131,7 @@ impl<S: ReadableWritableStorageTraits + 'static> ArrayDeviceWriteExt for Array<S
         }
         let start = Instant::now();
         let chain = write_chain(self).and_then(|chain| {
-            if chain.codec.as_ref().and_then(WriteCodec::nvcomp).is_some() {
+            if chain.codec.and_then(WriteCodec::nvcomp).is_some() {
                 nvcomp_sys::NvcompLibrary::get().map_err(|e| e.to_string())?;
             }
             Ok(chain)
@@ -266,7 +267,7 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
     // nvCOMP compresses chunks up to a size (16 MiB for zstd and LZ4 in nvCOMP 6): larger ones go
     // to zarrs.
     let largest = units.iter().map(|u| u.encoded().1).max().unwrap_or(0);
-    if let Some(compressor) = chain.codec.as_ref().and_then(WriteCodec::nvcomp) {
+    if let Some(compressor) = chain.codec.and_then(WriteCodec::nvcomp) {
         let nvcomp = nvcomp_sys::NvcompLibrary::get().map_err(|e| GpuError::NoNvcomp(e.to_string()))?;
         if let Err(err) = nvcomp.compress_max_output_chunk_size(compressor, largest as usize) {
             return write_on_host(array, subset, data, (format!("chunks of {largest} bytes: {err}"), config));

@@ -13,9 +13,12 @@ use zarrs_gds_store::{Expected, GdsStore};
 use zarrs_storage::store::MemoryStore;
 use zarrs_storage::{Bytes, ReadableWritableStorageTraits, StoreKey, WritableStorageTraits};
 
-use super::codec::{WriteChain, WriteCodec};
-use super::encode::{is_memcpyed, EncodedBatch, BLOSC_HEADER, CRC_ROOM};
+use super::codec::WriteChain;
+use super::encode::{EncodedBatch, CRC_ROOM};
 use super::plan::WriteUnit;
+use crate::codecs::blosc::encode::is_memcpyed;
+use crate::codecs::blosc::header::HEADER_LEN as BLOSC_HEADER;
+use crate::codecs::encode::WriteCodec;
 use crate::error::GpuError;
 use crate::pipeline::shard::{encode_shards, ShardLevel};
 use crate::reader::ReadSource;

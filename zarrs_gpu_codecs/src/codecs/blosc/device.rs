@@ -23,7 +23,7 @@ use crate::codecs::nvcomp::{self as nvcomp_backend, library};
 use crate::codecs::zlib::adler32::launch_adler32;
 use crate::codecs::zstd::decode::{self as zstd_decode, BlockPlan, ZstdDecoder};
 use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, HostCheck, ItemArrays};
-use crate::config::{env, DecodeTrust};
+use crate::config::DecodeTrust;
 use crate::error::GpuError;
 use crate::schedule::{DecodeRates, GIB, MIB};
 
@@ -81,12 +81,7 @@ impl Blosc {
             "snappy" => Compressor::Snappy,
             other => return Err(format!("blosc compressor {other:?} is not one c-blosc 1.x has")),
         };
-        Ok(Self {
-            compressor,
-            cname,
-            lz4: env::lz4_decoder().map_err(|e| e.to_string())?,
-            zstd: env::zstd_decoder().map_err(|e| e.to_string())?,
-        })
+        Ok(Self { compressor, cname, lz4: Lz4Decoder::from_env()?, zstd: ZstdDecoder::from_env()? })
     }
 
     /// The same codec with LZ4 streams decoded by `lz4`.

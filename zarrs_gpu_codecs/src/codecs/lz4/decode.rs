@@ -78,6 +78,14 @@ impl std::str::FromStr for Lz4Decoder {
     }
 }
 
+impl Lz4Decoder {
+    /// The decoder `ZARRS_GPU_LZ4_DECODER` names (unset or empty: the default), or why its value
+    /// is not one.
+    pub(crate) fn from_env() -> Result<Self, String> {
+        Ok(crate::env::LZ4_DECODER.parse(|v| v.parse().ok()).map_err(|e| e.to_string())?.unwrap_or_default())
+    }
+}
+
 /// Threads per thread block of the kernel: four warps, one block each.
 const THREADS: u32 = 128;
 const WARP: u32 = 32;

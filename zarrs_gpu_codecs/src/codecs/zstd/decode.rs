@@ -103,6 +103,12 @@ impl std::str::FromStr for ZstdDecoder {
 }
 
 impl ZstdDecoder {
+    /// The decoder `ZARRS_GPU_ZSTD_DECODER` names (unset or empty: the default), or why its
+    /// value is not one.
+    pub(crate) fn from_env() -> Result<Self, String> {
+        Ok(crate::env::ZSTD_DECODER.parse(|v| v.parse().ok()).map_err(|e| e.to_string())?.unwrap_or_default())
+    }
+
     /// The decoder of a read under `trust`, `verified` where crc32c checks the stored bytes first:
     /// `Auto` picks (and stays `Auto` where the frames decode on the host anyway: `verified`
     /// trust, nothing verified); a decoder named stays.

@@ -2,12 +2,6 @@
 //! that reads them: the rest of the crate asks a variable of the table for its parsed value, and a
 //! value that cannot be used is an error naming the variable, what it held and what it may hold.
 
-use std::time::Duration;
-
-use crate::codecs::lz4::decode::Lz4Decoder;
-use crate::codecs::zstd::decode::ZstdDecoder;
-use crate::config::DecodeTrust;
-
 /// One environment variable: its name, what it sets, and the values it takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -82,22 +76,22 @@ pub const COALESCE_WINDOW_US: EnvVar = var(
 /// own bound.
 pub const POOL_KEEP_BYTES: EnvVar =
     var("ZARRS_GPU_POOL_KEEP_BYTES", "the idle device and pinned memory the pools keep between reads", "a byte count");
-/// [`ZstdDecoder`].
+/// [`ZstdDecoder`](crate::zstd_decode::ZstdDecoder).
 pub const ZSTD_DECODER: EnvVar =
     var("ZARRS_GPU_ZSTD_DECODER", "the device decoder of zstd frames and Blosc's zstd streams", "auto, ours or nvcomp");
-/// [`Lz4Decoder`].
+/// [`Lz4Decoder`](crate::lz4_decode::Lz4Decoder).
 pub const LZ4_DECODER: EnvVar =
     var("ZARRS_GPU_LZ4_DECODER", "the device decoder of Blosc's LZ4 streams", "ours or nvcomp");
-/// How pinned host memory is made ([`PinnedBuffer`](crate::reader::PinnedBuffer)).
+/// How pinned host memory is made (`PinnedBuffer`).
 pub const PINNED_PAGES: EnvVar = var(
     "ZARRS_GPU_PINNED_PAGES",
     "how pinned host memory is made: transparent huge pages registered, or cuMemHostAlloc",
     "huge or alloc",
 );
-/// [`DeviceReaderOptions::threads`](crate::reader::DeviceReaderOptions).
+/// `DeviceReaderOptions::threads`.
 pub const GDS_NTHREADS: EnvVar =
     var("ZARRS_GDS_NTHREADS", "the reader threads of each device", "a thread count from 1 to 256");
-/// [`DeviceReaderOptions::task_size`](crate::reader::DeviceReaderOptions).
+/// `DeviceReaderOptions::task_size`.
 pub const GDS_TASK_SIZE: EnvVar =
     var("ZARRS_GDS_TASK_SIZE", "the bytes of one read task", "a byte count of at least 4096");
 /// [`GpuConfig::with_backend`](crate::GpuConfig::with_backend) (stores read it too).
@@ -147,7 +141,7 @@ impl EnvVar {
 }
 
 /// An on/off value.
-fn switch(value: &str) -> Option<bool> {
+pub(crate) fn switch(value: &str) -> Option<bool> {
     match value.to_ascii_lowercase().as_str() {
         "1" | "true" | "on" | "yes" => Some(true),
         "0" | "false" | "off" | "no" => Some(false),
@@ -155,61 +149,9 @@ fn switch(value: &str) -> Option<bool> {
     }
 }
 
-/// The settings of [`GpuConfig`](crate::GpuConfig) the environment gives, each `None` where unset.
-#[derive(Debug, Default, PartialEq)]
-pub(crate) struct ConfigVars {
-    pub decode_trust: Option<DecodeTrust>,
-    pub staging_bytes: Option<usize>,
-    pub host_decode_fraction: Option<f64>,
-    pub host_encode_level: Option<i32>,
-    pub trace: Option<bool>,
-    pub row_reads: Option<bool>,
-    pub remote_batch_bytes: Option<u64>,
-    pub coalesce_window: Option<Duration>,
-    pub pool_keep: Option<u64>,
-    pub backend: Option<zarrs_gds_store::IoBackend>,
-}
-
-impl ConfigVars {
-    /// Every variable of the configuration, and those read once per device (checked here, so that
-    /// a bad value is refused before any device work).
-    pub(crate) fn read() -> Result<Self, EnvError> {
-        let vars = Self {
-            decode_trust: DECODE_TRUST.parse(|v| v.parse().ok())?,
-            staging_bytes: STAGING_BYTES.parse(|v| v.parse().ok().filter(|&b: &usize| b >= 1 << 20))?,
-            host_decode_fraction: HOST_DECODE_FRACTION
-                .parse(|v| v.parse().ok().filter(|f: &f64| (0.0..=1.0).contains(f)))?,
-            host_encode_level: HOST_ENCODE_LEVEL.parse(|v| v.parse().ok())?,
-            trace: TRACE.parse(switch)?,
-            row_reads: ROW_READS.parse(switch)?,
-            remote_batch_bytes: REMOTE_BATCH_BYTES.parse(|v| v.parse().ok())?,
-            coalesce_window: COALESCE_WINDOW_US
-                .parse(|v| v.parse().ok().filter(|&us: &u64| us <= 1_000_000).map(Duration::from_micros))?,
-            pool_keep: pool_keep()?,
-            backend: GDS_BACKEND.parse(|v| v.parse().ok())?,
-        };
-        reader_threads()?;
-        reader_task_size()?;
-        zstd_decoder()?;
-        lz4_decoder()?;
-        pinned_alloc()?;
-        Ok(vars)
-    }
-}
-
 /// [`POOL_KEEP_BYTES`], where set.
 pub(crate) fn pool_keep() -> Result<Option<u64>, EnvError> {
     POOL_KEEP_BYTES.parse(|v| v.parse().ok())
-}
-
-/// [`ZSTD_DECODER`], or the default.
-pub(crate) fn zstd_decoder() -> Result<ZstdDecoder, EnvError> {
-    Ok(ZSTD_DECODER.parse(|v| v.parse().ok())?.unwrap_or_default())
-}
-
-/// [`LZ4_DECODER`], or the default.
-pub(crate) fn lz4_decoder() -> Result<Lz4Decoder, EnvError> {
-    Ok(LZ4_DECODER.parse(|v| v.parse().ok())?.unwrap_or_default())
 }
 
 /// Whether [`PINNED_PAGES`] asks for `cuMemHostAlloc` only (`Some(true)`) or huge pages
@@ -255,7 +197,7 @@ mod tests {
     /// The settings page's table lists every variable, in the table's order.
     #[test]
     fn the_settings_page_lists_the_table() {
-        let page = include_str!("../../../docs/settings.md");
+        let page = include_str!("../../docs/settings.md");
         let rows: Vec<&str> = page
             .lines()
             .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
