@@ -148,7 +148,7 @@ pub trait ArrayDeviceExt {
 }
 
 /// One impl for every store, concrete or behind `dyn`: where the store is a `GdsStore` or a
-/// `RemoteStore` (also behind an `AnyStore`), [`ReadSource::of`] says so, and the read takes
+/// `RemoteStore` (also behind an `AnyStore`), `ReadSource::of` says so, and the read takes
 /// its own path; any other store is read through zarrs' storage traits.
 impl<S: ReadableStorageTraits + ?Sized + 'static> ArrayDeviceExt for Array<S> {
     fn retrieve_array_subset_device_opt<T: ElementOwned>(
