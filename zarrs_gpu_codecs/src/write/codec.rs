@@ -108,4 +108,29 @@ mod tests {
         let chain = write_chain(&sharded(true)).unwrap();
         assert_eq!(chain.codec, Some(WriteCodec::Zstd(ZstdWrite { level: 7, checksum: true })));
     }
+
+    /// zarrs' own Blosc codecs (v3 and v2's numcodecs form) give configurations the Blosc family
+    /// parses for the device writer; those it cannot write name why.
+    #[test]
+    fn blosc_codecs_of_zarrs_map_to_the_device_writer() {
+        use crate::codecs::blosc::encode::{BloscCompressor as Out, BloscShuffle, BloscWrite};
+        use zarrs::array::codec::{BloscCodec, BloscCompressor, BloscShuffleMode};
+        let store = Arc::new(zarrs::storage::store::MemoryStore::new());
+        let array = |cname, shuffle, typesize| {
+            let level = 5u8.try_into().unwrap();
+            let blosc = BloscCodec::new(cname, level, None, shuffle, typesize).unwrap();
+            ArrayBuilder::new(vec![8, 8], vec![4, 4], data_type::float32(), FillValue::from(0.0f32))
+                .bytes_to_bytes_codecs(vec![Arc::new(blosc)])
+                .build(store.clone(), "/b")
+                .unwrap()
+        };
+        let chain = write_chain(&array(BloscCompressor::LZ4, BloscShuffleMode::BitShuffle, Some(4))).unwrap();
+        let expected = BloscWrite { compressor: Out::Lz4, clevel: 5, shuffle: BloscShuffle::Bit, typesize: 4 };
+        assert_eq!(chain.codec, Some(WriteCodec::Blosc(expected)));
+        let chain = write_chain(&array(BloscCompressor::Zstd, BloscShuffleMode::NoShuffle, None)).unwrap();
+        let Some(WriteCodec::Blosc(b)) = chain.codec else { panic!("{:?}", chain.codec) };
+        assert_eq!((b.compressor, b.shuffle, b.typesize), (Out::Zstd, BloscShuffle::None, 4));
+        let err = write_chain(&array(BloscCompressor::Snappy, BloscShuffleMode::Shuffle, Some(4))).unwrap_err();
+        assert!(err.contains("snappy") && err.contains("host"), "{err}");
+    }
 }
