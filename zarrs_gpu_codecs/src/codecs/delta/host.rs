@@ -238,80 +238,39 @@ macro_rules! int_elem {
 }
 int_elem!(i8, i16, i32, i64, u8, u16, u32, u64);
 
-impl Elem for f16 {
-    #[inline]
-    fn scalar(self) -> Scalar {
-        Scalar::F16(self)
-    }
-    #[inline]
-    #[allow(clippy::cast_precision_loss)]
-    fn cast(s: Scalar) -> Self {
-        match s {
-            Scalar::Int(v) => f16::from_f64(v as f64),
-            Scalar::F16(x) => x,
-            Scalar::F32(x) => f16::from_f32(x),
-            Scalar::F64(x) => f16::from_f64(x),
+/// The float types: their scalar, and each scalar cast as numpy casts it (`from_int`, `from_f16`,
+/// `from_f32`, `from_f64`); arithmetic in the type (`float16` through `float32`, as `half` does).
+macro_rules! float_elem {
+    ($t:ty, $variant:ident, $from_int:expr, $from_f16:expr, $from_f32:expr, $from_f64:expr) => {
+        impl Elem for $t {
+            #[inline]
+            fn scalar(self) -> Scalar {
+                Scalar::$variant(self)
+            }
+            #[inline]
+            #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::redundant_closure_call)]
+            fn cast(s: Scalar) -> Self {
+                match s {
+                    Scalar::Int(v) => $from_int(v),
+                    Scalar::F16(x) => $from_f16(x),
+                    Scalar::F32(x) => $from_f32(x),
+                    Scalar::F64(x) => $from_f64(x),
+                }
+            }
+            #[inline]
+            fn sub(self, other: Self) -> Self {
+                self - other
+            }
+            #[inline]
+            fn add(self, other: Self) -> Self {
+                self + other
+            }
         }
-    }
-    #[inline]
-    fn sub(self, other: Self) -> Self {
-        self - other
-    }
-    #[inline]
-    fn add(self, other: Self) -> Self {
-        self + other
-    }
+    };
 }
-
-impl Elem for f32 {
-    #[inline]
-    fn scalar(self) -> Scalar {
-        Scalar::F32(self)
-    }
-    #[inline]
-    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
-    fn cast(s: Scalar) -> Self {
-        match s {
-            Scalar::Int(v) => v as f32,
-            Scalar::F16(x) => x.to_f32(),
-            Scalar::F32(x) => x,
-            Scalar::F64(x) => x as f32,
-        }
-    }
-    #[inline]
-    fn sub(self, other: Self) -> Self {
-        self - other
-    }
-    #[inline]
-    fn add(self, other: Self) -> Self {
-        self + other
-    }
-}
-
-impl Elem for f64 {
-    #[inline]
-    fn scalar(self) -> Scalar {
-        Scalar::F64(self)
-    }
-    #[inline]
-    #[allow(clippy::cast_precision_loss)]
-    fn cast(s: Scalar) -> Self {
-        match s {
-            Scalar::Int(v) => v as f64,
-            Scalar::F16(x) => x.to_f64(),
-            Scalar::F32(x) => f64::from(x),
-            Scalar::F64(x) => x,
-        }
-    }
-    #[inline]
-    fn sub(self, other: Self) -> Self {
-        self - other
-    }
-    #[inline]
-    fn add(self, other: Self) -> Self {
-        self + other
-    }
-}
+float_elem!(f16, F16, |v: i128| f16::from_f64(v as f64), |x| x, f16::from_f32, f16::from_f64);
+float_elem!(f32, F32, |v: i128| v as f32, |x: f16| x.to_f32(), |x| x, |x: f64| x as f32);
+float_elem!(f64, F64, |v: i128| v as f64, |x: f16| x.to_f64(), f64::from, |x| x);
 
 /// Elements of `bytes` (native byte order, any alignment).
 fn load<T: Elem>(bytes: &[u8]) -> impl Iterator<Item = T> + '_ {
