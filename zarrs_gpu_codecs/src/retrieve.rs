@@ -156,10 +156,7 @@ impl<S: ReadableStorageTraits + ?Sized + 'static> ArrayDeviceExt for Array<S> {
         subset: &ArraySubset,
         config: &GpuConfig,
     ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
-        let storage = self.storage();
-        let handle = StorageHandle::new(storage.clone());
-        let source = ReadSource::of(&storage, &handle);
-        contained(config, || retrieve_new(self, subset, source, config, None))
+        contained_read(self, config, |source| retrieve_new(self, subset, source, config, None))
     }
 
     fn retrieve_array_subsets_device_opt<T: ElementOwned>(
@@ -167,10 +164,7 @@ impl<S: ReadableStorageTraits + ?Sized + 'static> ArrayDeviceExt for Array<S> {
         subsets: &[ArraySubset],
         config: &GpuConfig,
     ) -> Result<(Vec<DeviceArray<T>>, RetrieveReport), GpuError> {
-        let storage = self.storage();
-        let handle = StorageHandle::new(storage.clone());
-        let source = ReadSource::of(&storage, &handle);
-        contained(config, || retrieve_many(self, subsets, source, config))
+        contained_read(self, config, |source| retrieve_many(self, subsets, source, config))
     }
 
     fn retrieve_array_subsets_stacked_device_opt<T: ElementOwned>(
@@ -178,10 +172,7 @@ impl<S: ReadableStorageTraits + ?Sized + 'static> ArrayDeviceExt for Array<S> {
         subsets: &[ArraySubset],
         config: &GpuConfig,
     ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
-        let storage = self.storage();
-        let handle = StorageHandle::new(storage.clone());
-        let source = ReadSource::of(&storage, &handle);
-        contained(config, || retrieve_stacked(self, subsets, source, config))
+        contained_read(self, config, |source| retrieve_stacked(self, subsets, source, config))
     }
 
     fn retrieve_array_subset_into_device_opt<T: ElementOwned>(
@@ -198,14 +189,12 @@ impl<S: ReadableStorageTraits + ?Sized + 'static> ArrayDeviceExt for Array<S> {
                 config.device()
             )));
         }
-        let storage = self.storage();
-        let handle = StorageHandle::new(storage.clone());
-        let source = ReadSource::of(&storage, &handle);
         // `out` is borrowed mutably for the whole read: nothing else writes it meanwhile.
         let output = Output::Into { ptr: out.device_ptr(), len: out.num_bytes() };
         let subsets = std::slice::from_ref(subset);
-        let result =
-            contained(config, || Ok(retrieve::<_, T>(self, subsets, Layout::Stacked, source, config, None, output)?.2));
+        let result = contained_read(self, config, |source| {
+            Ok(retrieve::<_, T>(self, subsets, Layout::Stacked, source, config, None, output)?.2)
+        });
         if matches!(result, Err(GpuError::Timeout { .. } | GpuError::ContextLost { .. })) {
             // Work that writes `out` may still be running: its memory must never be reused.
             out.abandon();
@@ -223,10 +212,7 @@ impl<S: ReadableStorageTraits + ?Sized + 'static> ArrayDeviceExt for Array<S> {
             return Err(zarrs::array::ArrayError::InvalidChunkGridIndicesError(chunk_indices.to_vec()).into());
         }
         let subset = chunk_subset(self, chunk_indices)?;
-        let storage = self.storage();
-        let handle = StorageHandle::new(storage.clone());
-        let source = ReadSource::of(&storage, &handle);
-        contained(config, || retrieve_new(self, &subset, source, config, Some(chunk_indices)))
+        contained_read(self, config, |source| retrieve_new(self, &subset, source, config, Some(chunk_indices)))
     }
 
     fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
@@ -251,6 +237,19 @@ impl<S: ReadableStorageTraits + ?Sized + 'static> ArrayDeviceExt for Array<S> {
         };
         self.retrieve_array_subset_device(&subset)
     }
+}
+
+/// [`contained`], reading from `array`'s store as a read source (`ReadSource::of`: our stores
+/// by their own paths, any other through zarrs' storage traits).
+fn contained_read<S: ReadableStorageTraits + ?Sized + 'static, R>(
+    array: &Array<S>,
+    config: &GpuConfig,
+    read: impl FnOnce(ReadSource<'_>) -> Result<R, GpuError>,
+) -> Result<R, GpuError> {
+    let storage = array.storage();
+    let handle = StorageHandle::new(storage.clone());
+    let source = ReadSource::of(&storage, &handle);
+    contained(config, || read(source))
 }
 
 /// Run a retrieval on `config`'s device: fail fast when an earlier fault lost the device's

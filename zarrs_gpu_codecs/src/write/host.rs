@@ -41,11 +41,12 @@ pub fn store_array_subset_host<S: ReadableWritableStorageTraits + 'static>(
     let options = zarrs::config::global_config().codec_options();
     // The chunks (or shards) it writes, listed once: locked, and forgotten by the cache after.
     let keys: Vec<StoreKey> = chunks_meeting(array, subset)?.into_iter().map(|(_, key, _)| key).collect();
-    let locked = KeyLocks::lock(keys.iter().map(|key| lock_id(&array.storage(), key)));
-    let stored = if gds_of(&array.storage()).is_some() {
+    let storage = array.storage();
+    let locked = KeyLocks::lock(keys.iter().map(|key| lock_id(&storage, key)));
+    let stored = if gds_of(&storage).is_some() {
         // The same array over a view of its store whose sets compare versions: the metadata as
         // opened, so the codecs and chunk grid are the ones the caller's array uses.
-        let checked = Arc::new(CheckedWrites::new(array.storage()));
+        let checked = Arc::new(CheckedWrites::new(storage.clone()));
         Array::new_with_metadata(checked, array.path().as_str(), array.metadata().clone())
             .map_err(|e| {
                 GpuError::Array(zarrs::array::ArrayError::StorageError(StorageError::Other(format!(
