@@ -6,15 +6,25 @@ launches, and each launch's share) and the one-warp decoder, in the same run.
 
     ZSTD_DUMP=$PWD/zcases.bin cargo test -p zarrs_gpu_codecs --lib \
         codecs::zstd::decode::tests::dump_cases_for_the_gpu_harness -- --ignored
-    python3 benches/zstd_decoder.py zcases.bin [--json rows.jsonl]
+    python3 benches/zstd_decoder.py zcases.bin [--json rows.jsonl] [--source DIR] [--label L] [--cycles]
+        [--frames 1,16,64,1024,8192] [--decoders 'blocks,blocks executed,one warp']
+
+`--source DIR`: the four .cu files from DIR (another build's kernels, to compare in one call);
+`--cycles`: also the instrumented block decode (clock64 cycles of its sequence loop).
 """
 import gzip, json, os, struct, sys, time
 import numpy as np, cupy as cp
 
 dump = sys.argv[1] if len(sys.argv) > 1 else "zcases.bin"
-rows_path = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
+opt = lambda name, default=None: sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+rows_path = opt("--json")
+source_dir = opt("--source", "zarrs_gpu_codecs/src/codecs/zstd")
+label = opt("--label", "")
 
-src = "".join(open(f"zarrs_gpu_codecs/src/codecs/zstd/{name}.cu").read() for name in ("entropy", "decode", "blocks", "bytes"))
+src = "".join(open(f"{source_dir}/{name}.cu").read() for name in ("entropy", "decode", "blocks", "bytes"))
+# The jump passes' rule (decode.rs `jump_passes` and JUMP_GRID), or, for sources before it, one
+# link a pass over a thread block a tile.
+HOPS = 32 if "#define ZS_HOPS 32u" in src else None
 # Compiled as the crate does (NVRTC); a name defined after it checks its #undefs.
 mod = cp.RawModule(code=src + "\n#define ZS_OK 12345\n", backend="nvrtc")
 kern = mod.get_function("zstd_decode_frames")
@@ -92,7 +102,12 @@ class Blocks:
         lits_at = records_at + align(ts * RECORD)
         self.len = lits_at + align(tl)
         self.largest = max(caps) if caps else 0
-        self.passes = 65 - (64 - max(self.largest, 1).bit_length())
+        if HOPS:
+            self.passes, span = 1, HOPS + 1
+            while span - 1 < max(self.largest - 1, 0):
+                self.passes, span = self.passes + 1, span * (HOPS + 1)
+        else:
+            self.passes = 65 - (64 - max(self.largest, 1).bit_length())
         entries_at, flags_at = self.len, self.len + align(4 * te)
         if self.jump:
             self.len = flags_at + align(4 * self.passes)
@@ -105,8 +120,9 @@ class Blocks:
         self.args = args
 
     def run(self, events=None, blocks_only=False):
-        """Its launches; events (4) mark plan | blocks | the rest. `blocks_only`: the plan and the
-        block decode alone (for variants that leave the records unwritten)."""
+        """Its launches; events (6) mark plan | blocks | link and entries | passes | write (the
+        executor: all in the third). `blocks_only`: the plan and the block decode alone (for
+        variants that leave the records unwritten)."""
         ins, sizes, caps, outs, dec, st, n = self.args
         cp.cuda.runtime.memcpyAsync(int(self.frames), self.table.data.ptr, self.table.nbytes, 3,
                                     cp.cuda.get_current_stream().ptr)
@@ -125,11 +141,19 @@ class Blocks:
             if self.nblocks:
                 k_entries((self.nblocks,), (32,), (ins, dec, st, self.frames, self.blocks, self.lits, self.records,
                                                     self.ents, np.uint64(self.nblocks)))
+            if events: events[3].record()
+            tiles = max(1, (self.entries + 255) // 256)
+            grid = min(tiles, 8192) if HOPS else tiles
             for t in range(self.passes):
-                k_jump((max(1, (self.entries + 255) // 256),), (32,), (self.ents, np.uint64(self.entries), self.flags, np.uint32(t)))
+                k_jump((grid,), (32,), (self.ents, np.uint64(self.entries), self.flags, np.uint32(t)))
+            if events: events[4].record()
             y = min(max(1, (self.largest + 4095) // 4096), 1024)
             k_write((self.n, y), (32,), (caps, outs, dec, st, self.frames, self.ents, n))
-        if events: events[3].record()
+        if events:
+            if blocks_only or not self.jump:
+                events[3].record()
+                events[4].record()
+            events[5].record()
 
 
 def arrays(frames, caps, repeat_inputs=None):
@@ -199,7 +223,9 @@ frames = [codec.encode(c) for c in chunks]
 ratio = sum(len(c) for c in chunks) / sum(len(f) for f in frames)
 print(f"Z2-like frames: 64 distinct, ratio {ratio:.2f}, mean {np.mean([len(f) for f in frames]) / 1024:.0f} KiB")
 rows = []
-for n, decoder in [(n, d) for n in (1, 16, 64, 1024, 8192) for d in ("blocks", "blocks executed", "one warp")]:
+counts = [int(v) for v in opt("--frames", "1,16,64,1024,8192").split(",")]
+decoders = opt("--decoders", "blocks,blocks executed,one warp").split(",")
+for n, decoder in [(n, d) for n in counts for d in decoders]:
     args, d_out, out_off, st, dec, keep = arrays(None, [1 << 20] * n, repeat_inputs=frames)
     times, phases = [], []
     plan = (Blocks([frames[k % len(frames)] for k in range(n)], [1 << 20] * n, args, execute=decoder == "blocks executed")
@@ -211,10 +237,10 @@ for n, decoder in [(n, d) for n in (1, 16, 64, 1024, 8192) for d in ("blocks", "
             kern((n,), (32,), args)
             cp.cuda.Device().synchronize()
         else:
-            ev = [cp.cuda.Event() for _ in range(4)]
+            ev = [cp.cuda.Event() for _ in range(6)]
             plan.run(ev)
-            ev[3].synchronize()
-            phases.append([cp.cuda.get_elapsed_time(ev[i], ev[i + 1]) for i in range(3)])
+            ev[5].synchronize()
+            phases.append([cp.cuda.get_elapsed_time(ev[i], ev[i + 1]) for i in range(5)])
         if rep:
             times.append((time.perf_counter() - t) * 1e3)
     s = st.get()
@@ -224,14 +250,21 @@ for n, decoder in [(n, d) for n in (1, 16, 64, 1024, 8192) for d in ("blocks", "
         assert got[k << 20:(k + 1) << 20].tobytes() == chunks[k], f"frame {k} differs"
     med = float(np.median(times))
     gib = n / 1024 / (med / 1e3)
-    share = ""
+    share, row_phases = "", {}
     if phases:
         ph = np.median(np.array(phases[1:]), axis=0)
-        rest = "jumps" if plan.jump else "execute"
-        share = f" (plan {ph[0]:.2f}, blocks {ph[1]:.2f}, {rest} {ph[2]:.2f} ms; scratch {plan.len / 2**20:.1f} MiB)"
-    label = decoder if decoder != "blocks" or (plan and not plan.jump) else "blocks, jumps"
-    print(f"ours ({label}), {n} frames of 1 MiB: median {med:.2f} ms, p90 {np.percentile(times, 90):.2f} ms, {gib:.2f} GiB/s{share}")
-    rows.append(dict(decoder=f"ours ({label})", frames=n, median_ms=med, p90_ms=float(np.percentile(times, 90)), gib_s=gib))
+        if plan.jump:
+            row_phases = dict(plan_ms=ph[0], blocks_ms=ph[1], entries_ms=ph[2], passes_ms=ph[3], write_ms=ph[4])
+            share = (f" (plan {ph[0]:.2f}, blocks {ph[1]:.2f}, jumps {ph[2] + ph[3] + ph[4]:.2f} ms: link and entries "
+                     f"{ph[2]:.2f}, {plan.passes} passes {ph[3]:.2f}, write {ph[4]:.2f}; scratch {plan.len / 2**20:.1f} MiB)")
+        else:
+            row_phases = dict(plan_ms=ph[0], blocks_ms=ph[1], execute_ms=ph[2])
+            share = f" (plan {ph[0]:.2f}, blocks {ph[1]:.2f}, execute {ph[2]:.2f} ms; scratch {plan.len / 2**20:.1f} MiB)"
+    name = decoder if decoder != "blocks" or (plan and not plan.jump) else "blocks, jumps"
+    name = f"{name}{', ' + label if label else ''}"
+    print(f"ours ({name}), {n} frames of 1 MiB: median {med:.2f} ms, p90 {np.percentile(times, 90):.2f} ms, {gib:.2f} GiB/s{share}")
+    rows.append(dict(decoder=f"ours ({name})", frames=n, median_ms=med, p90_ms=float(np.percentile(times, 90)), gib_s=gib,
+                     **{k: float(v) for k, v in row_phases.items()}))
     del args, d_out, keep, plan
 # Where one frame's block decode goes (the kernel's text instrumented here, not in the crate):
 # clock64 cycles of each block's whole warp and of its sequence loop, beside its sequence count;
@@ -266,9 +299,9 @@ def cycles_of(text, name):
     plan = Blocks(frames[:1], [1 << 20], args)
     times = []
     for rep in range(4):
-        ev = [cp.cuda.Event() for _ in range(4)]
+        ev = [cp.cuda.Event() for _ in range(6)]
         plan.run(ev, blocks_only=True)
-        ev[3].synchronize()
+        ev[5].synchronize()
         times.append(cp.cuda.get_elapsed_time(ev[1], ev[2]))
     raw_plans = plan.scratch.get()
     blocks_at = align(FRAME_PLAN)
@@ -286,6 +319,12 @@ def cycles_of(text, name):
     (k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write, BLOCK_PLAN) = saved
 
 
+if rows_path:
+    with open(rows_path, "a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+if "--cycles" not in sys.argv:
+    sys.exit(0)
 text = instrumented(src)
 cycles_of(text, "instrumented")
 no_stores = text
@@ -302,8 +341,3 @@ cycles_of(alike, "instrumented, every lane alike")
 fill = "                if (b.avail < need && b.at > 0) zs_bits_fill(&b);"
 assert fill in alike
 cycles_of(alike.replace(fill, "                zs_bits_fill(&b);"), "instrumented, every lane alike, a refill every sequence")
-
-if rows_path:
-    with open(rows_path, "a") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")

@@ -196,10 +196,13 @@ extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, cons
 // ---- 3'. The frame's bytes resolved by jumps (small batches) -------------------------------
 // Every output byte gets an entry: its value (ZS_RESOLVED set) or the index of an earlier byte it
 // copies (a match's source; within a match that overlaps itself, the byte of the period before
-// the match). Each pass replaces a pointer by its target's entry, so that after pass t every
-// chain of up to 2^t links is resolved: ceil(log2(the largest frame)) + 1 passes resolve all.
+// the match). A pass follows each pointer up to ZS_HOPS links (reading its targets as they are,
+// moved on by this pass or not) and keeps where it got: after pass k every pointer left spans at
+// least (ZS_HOPS + 1)^k links of its chain, and chains of up to (ZS_HOPS + 1)^k - 1 links are
+// resolved (decode.rs `jump_passes`).
 
 #define ZS_RESOLVED 0x80000000u
+#define ZS_HOPS 32u
 
 // Lane 0 of frame k: its blocks' places and inherited repeat offsets, and its status where the
 // plan or a block already knows it (decoded: the bytes before the first bad block).
@@ -316,23 +319,42 @@ extern "C" __global__ void zstd_entries(const unsigned char* const* inputs, unsi
     }
 }
 
-// Pass t over entries[0, total), 256 a thread block (skipped once a pass left none to resolve).
+// Pass t over entries[0, total) in tiles of 256, a thread block taking every gridDim.x-th tile
+// (the grid is capped: a pass after one that left nothing to resolve costs a launch, not a
+// thread block a tile). Only an entry's own lane writes it; its targets, earlier entries, may move
+// on while it reads them, from one valid pointer of the chain to a later one or to the value:
+// those reads and the writes are volatile (relaxed), each a whole aligned word.
 extern "C" __global__ void zstd_jump(unsigned int* entries, unsigned long long total, unsigned int* pass_flags,
                                      unsigned int t) {
     if (t > 0 && pass_flags[t - 1] == 0) return;
-    const zs_u64 first = (zs_u64)blockIdx.x * 256;
-    if (first >= total) return;
-    const zs_u64 count = total - first < 256 ? total - first : 256;
+    volatile zs_u32* shared_entries = entries;
+    const zs_u64 tiles = (total + 255) / 256;
     zs_u32 more = 0;
-    ZS_FOR_LANES(i, count) {
-        const zs_u32 v = entries[first + i];
-        if (!(v & ZS_RESOLVED)) {
-            // Entries of frames already in error were never written (the scratch is reused):
-            // any value may be there, and is never followed outside the entries. Those frames'
-            // bytes are not written out.
-            const zs_u32 w = v < total ? entries[v] : ZS_RESOLVED;
-            entries[first + i] = w;
-            more |= !(w & ZS_RESOLVED);
+    for (zs_u64 step = blockIdx.x; step < tiles; step += gridDim.x) {
+#ifdef ZS_HOST_SHIM
+        // The last tile and entry first: every target is read before this pass moves it, the
+        // order the pass count is made for.
+        const zs_u64 tile = tiles - 1 - step;
+#else
+        const zs_u64 tile = step;
+#endif
+        const zs_u64 first = tile * 256;
+        const zs_u64 count = total - first < 256 ? total - first : 256;
+        ZS_FOR_LANES(j, count) {
+#ifdef ZS_HOST_SHIM
+            const zs_u64 i = first + count - 1 - j;
+#else
+            const zs_u64 i = first + j;
+#endif
+            zs_u32 v = entries[i];
+            if (v & ZS_RESOLVED) continue;
+            // Entries of frames already in error were never written (the scratch is reused): any
+            // value may be there, a cycle too, and is never followed outside the entries nor more
+            // than ZS_HOPS links. Those frames' bytes are not written out.
+            for (zs_u32 h = 0; h < ZS_HOPS && !(v & ZS_RESOLVED); ++h)
+                v = v < total ? shared_entries[v] : ZS_RESOLVED;
+            shared_entries[i] = v;
+            more |= !(v & ZS_RESOLVED);
         }
     }
     if (more) pass_flags[t] = 1;
@@ -384,6 +406,7 @@ extern "C" __global__ void zstd_write(const unsigned long long* capacities, unsi
 #undef ZS_NONE
 #undef ZS_RECORD
 #undef ZS_RESOLVED
+#undef ZS_HOPS
 #undef ZS_UNROLL
 #ifndef ZS_HOST_SHIM
 #undef ZS_LANES

@@ -146,6 +146,25 @@ const RECORD: usize = 12;
 const JUMP_MAX: u64 = 64 << 20;
 /// Alignment of the scratch's regions.
 const ALIGN: usize = 256;
+/// Links a jump pass follows from each pointer (`bytes.cu` `ZS_HOPS`).
+const HOPS: u64 = 32;
+/// Thread blocks of a jump pass at most, each taking every `JUMP_GRID`-th tile of 256 entries:
+/// enough to fill the device, few enough that a pass with nothing left to do costs little.
+const JUMP_GRID: u64 = 8192;
+
+/// Jump passes that resolve every chain of a frame of `largest` bytes: a chain has at most
+/// `largest - 1` links (each to an earlier byte of the frame), and after pass k every chain of
+/// up to `(HOPS + 1)^k - 1` links is resolved, whatever order the passes' lanes run in
+/// (`bytes.cu`).
+fn jump_passes(largest: u64) -> u32 {
+    let links = largest.saturating_sub(1);
+    let (mut passes, mut span) = (1, HOPS + 1);
+    while span - 1 < links {
+        passes += 1;
+        span = span.saturating_mul(HOPS + 1);
+    }
+    passes
+}
 
 /// What one frame takes of the scratch: block plans, sequence records, literal bytes (those
 /// not stored raw), from its block and section headers.
@@ -283,9 +302,7 @@ impl BlockPlan {
         let literals_at = records_at + align(total.sequences as usize * RECORD);
         let mut len = literals_at + align(total.literals as usize);
         let jump = jump.map(|(entries, largest)| {
-            // Chains of up to 2^t links are resolved after pass t: one more than the bits of
-            // the largest frame's length.
-            let passes = 65 - largest.max(1).leading_zeros();
+            let passes = jump_passes(largest);
             let (entries_at, flags_at) = (len, len + align(4 * entries as usize));
             len = flags_at + align(4 * passes as usize);
             Jump { entries_at, entries, flags_at, passes, largest }
@@ -461,7 +478,7 @@ unsafe fn launch_jumps(
         let mut launch = stream.launch_builder(&jump_fn);
         launch.arg(&entries).arg(&jump.entries).arg(&flags).arg(&t);
         // SAFETY: the entries region of `jump.entries` entries, each pointing within it.
-        unsafe { launch.launch(warps(jump.entries.div_ceil(256).max(1), 1)?) }
+        unsafe { launch.launch(warps(jump.entries.div_ceil(256).clamp(1, JUMP_GRID), 1)?) }
             .map_err(GpuError::cuda("launching a zstd jump pass"))?;
     }
     let y = jump.largest.div_ceil(4096).clamp(1, 1024);

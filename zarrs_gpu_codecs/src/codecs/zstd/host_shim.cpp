@@ -103,14 +103,12 @@ extern "C" void zstd_entries_on_host(const unsigned char* const* inputs, unsigne
 
 extern "C" void zstd_jump_on_host(unsigned int* entries, unsigned long long total, unsigned int* pass_flags,
                                   unsigned int passes) {
+    // One thread block taking every tile (the kernel runs them last first here).
     blockDim.x = 32;
     threadIdx.x = 0;
-    for (unsigned int t = 0; t < passes; ++t) {
-        for (unsigned long long k = 0; k * 256 < total; ++k) {
-            blockIdx.x = (unsigned int)k;
-            zstd_jump(entries, total, pass_flags, t);
-        }
-    }
+    blockIdx.x = 0;
+    gridDim.x = 1;
+    for (unsigned int t = 0; t < passes; ++t) zstd_jump(entries, total, pass_flags, t);
 }
 
 extern "C" void zstd_write_on_host(const unsigned long long* capacities, unsigned char* const* outputs,

@@ -96,6 +96,46 @@ fn the_plan_structs_are_laid_out_as_the_host_lays_them_out() {
     assert_eq!(plan_sizes_on_host(), (FRAME_PLAN, BLOCK_PLAN));
 }
 
+#[test]
+fn the_jump_passes_resolve_the_longest_chain_a_frame_can_hold() {
+    assert!(SOURCE.contains(&format!("#define ZS_HOPS {HOPS}u")), "HOPS differs from bytes.cu's");
+    assert_eq!([1, 2, 33, 34, 1089, 1090, 1 << 20, 64 << 20].map(jump_passes), [1, 1, 1, 2, 2, 3, 4, 6]);
+    // Entry 0 a value, every other a pointer to the entry before it: the deepest chains a frame
+    // of `n` bytes holds. The CPU runs each pass last entry first, so that every target is read
+    // before the pass moves it: the order the count is made for. The count resolves them all,
+    // one pass fewer does not.
+    for n in [2u32, 33, 34, 35, 33 * 33, 33 * 33 + 1, 300_000] {
+        let chain = || -> Vec<u32> { (0..n).map(|i| if i == 0 { 0x8000_0000 | 0x5A } else { i - 1 }).collect() };
+        let passes = jump_passes(u64::from(n));
+        for (run, expect_all) in [(passes, true), (passes - 1, false)] {
+            let mut entries = chain();
+            let mut flags = vec![0u32; passes as usize];
+            // SAFETY: n entries, each pointing within them; `passes` flags.
+            unsafe { zstd_jump_on_host(entries.as_mut_ptr(), u64::from(n), flags.as_mut_ptr(), run) };
+            let resolved = entries.iter().filter(|&&e| e == 0x8000_005A).count();
+            if expect_all {
+                assert_eq!(resolved, n as usize, "{n} entries, {run} passes");
+            } else if run > 0 {
+                assert!(resolved < n as usize, "{n} entries: {run} passes resolved all");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_jump_pass_over_pointers_in_a_cycle_ends_and_leaves_them_unresolved() {
+    // What a reused scratch may hold where a frame in error left its entries unwritten.
+    let mut entries = vec![3u32, 0x8000_0001, 5, 0, 9, 2, 0xFFFF_FFF0 & !0x8000_0000];
+    let mut flags = [0u32; 4];
+    // SAFETY: 7 entries (pointers past them are not followed), 4 flags.
+    unsafe { zstd_jump_on_host(entries.as_mut_ptr(), 7, flags.as_mut_ptr(), 4) };
+    assert_eq!(entries[1], 0x8000_0001);
+    for i in [0, 2, 3, 5] {
+        assert_eq!(entries[i] & 0x8000_0000, 0, "entry {i} of a cycle came out resolved");
+    }
+    assert_eq!(flags, [1, 1, 1, 1], "each pass saw pointers left");
+}
+
 /// libzstd's one-shot decode into a buffer of `n`: the bytes, where it decodes exactly `n`.
 fn libzstd(frame: &[u8], n: usize) -> Option<Vec<u8>> {
     let mut out = vec![0u8; n];
