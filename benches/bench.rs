@@ -232,7 +232,7 @@ fn run(args: &Args) -> Result<(), Error> {
             let mut held = None;
             for i in 0..=args.repeat {
                 let start = Instant::now();
-                let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&subset, &config)?;
+                let (data, report) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&subset, &config)?;
                 let elapsed = start.elapsed().as_secs_f64();
                 if i > 0 {
                     runs.push(elapsed); // the first read is the warm-up
@@ -400,7 +400,7 @@ fn write_rows(
     let all = array.subset_all();
     let bytes = all.num_elements() * 4;
     let config = GpuConfig::default().with_backend(IoBackend::Auto);
-    let data = array.retrieve_array_subset_device_opt::<f32>(&all, &config)?.0;
+    let data = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&all, &config)?.0;
     let label_of = |what: &str| format!("{name} write whole array {what}");
     let sync = || -> Result<(), Error> {
         std::process::Command::new("sync").status()?;
@@ -507,7 +507,10 @@ fn drop_page_cache() -> Result<(), Error> {
 fn cold_row(array: &Array<GdsStore>, name: &str, repeat: usize, label: &str) -> Result<String, Error> {
     let all = array.subset_all();
     let bytes = all.num_elements() * 4;
-    drop(array.retrieve_array_subset_device_opt::<f32>(&all, &bench_config(Arc::new(ShardIndexCache::new()))?)?);
+    drop(array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(
+        &all,
+        &bench_config(Arc::new(ShardIndexCache::new()))?,
+    )?);
     let mut runs = Vec::new();
     let mut stages: Vec<(&'static str, Vec<f64>)> = Vec::new();
     let (mut stored, mut io, mut who) = (0, String::new(), String::new());
@@ -515,7 +518,7 @@ fn cold_row(array: &Array<GdsStore>, name: &str, repeat: usize, label: &str) -> 
         let config = bench_config(Arc::new(ShardIndexCache::new()))?;
         drop_page_cache()?;
         let start = Instant::now();
-        let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&all, &config)?;
+        let (data, report) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&all, &config)?;
         runs.push(start.elapsed().as_secs_f64());
         drop(data);
         for s in &report.stages {
@@ -595,7 +598,7 @@ fn tile_write_row(array: &Array<GdsStore>, out: &Array<GdsStore>, name: &str, wh
     let config = GpuConfig::default().with_backend(IoBackend::Auto);
     let (mut runs, mut modified, mut met, mut phases) = (Vec::new(), 0, 0, (Vec::new(), Vec::new(), Vec::new()));
     for k in 0..n {
-        let (tile, _) = array.retrieve_array_subset_device_opt::<f32>(&boxed(&starts[k]), &config)?;
+        let (tile, _) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&boxed(&starts[k]), &config)?;
         tile.stream().synchronize()?;
         let start = Instant::now();
         let report = out.store_array_subset_device(&boxed(&starts[k + 1]), &tile)?;
@@ -665,14 +668,15 @@ fn batch_rows(array: &Array<GdsStore>, name: &str, n: usize, label: &str) -> Res
         for (b, batch) in batches.iter().enumerate() {
             let start = Instant::now();
             let (peak, met, on_host) = if one_request {
-                let (data, report) = array.retrieve_array_subsets_stacked_device_opt::<f32>(batch, &config)?;
+                let (data, report) =
+                    array.retrieve_array_subsets_stacked_device_opt::<DeviceArray<f32>>(batch, &config)?;
                 data.stream().synchronize()?;
                 (report.peak_device_bytes, report.chunks, report.host_decoded_chunks)
             } else {
                 let mut held = Vec::with_capacity(batch.len());
                 let (mut peak, mut met, mut on_host) = (0, 0, 0);
                 for subset in batch {
-                    let (data, report) = array.retrieve_array_subset_device_opt::<f32>(subset, &config)?;
+                    let (data, report) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(subset, &config)?;
                     data.stream().synchronize()?;
                     peak = peak.max(report.peak_device_bytes);
                     met += report.chunks;
@@ -759,7 +763,7 @@ fn size_rows(
             let (mut runs, mut host, mut peak, mut decoder) = (Vec::new(), 0usize, 0u64, None);
             for i in 0..=reads {
                 let start = Instant::now();
-                let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&subset, config)?;
+                let (data, report) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&subset, config)?;
                 data.stream().synchronize()?;
                 let secs = start.elapsed().as_secs_f64();
                 drop(data);
@@ -839,7 +843,7 @@ fn filled_rows(
         let mut io = String::new();
         for i in 0..=repeat {
             let start = Instant::now();
-            let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&subset, &config)?;
+            let (data, report) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&subset, &config)?;
             let elapsed = start.elapsed().as_secs_f64();
             drop(data);
             if i > 0 {
@@ -1119,7 +1123,8 @@ impl Tiles<'_> {
                 .collect();
             let read = |subset: &ArraySubset| -> Result<(f64, zarrs_gpu::RetrieveReport), Error> {
                 let start = Instant::now();
-                let (data, report) = self.array.retrieve_array_subset_device_opt::<f32>(subset, &config)?;
+                let (data, report) =
+                    self.array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(subset, &config)?;
                 data.stream().synchronize()?;
                 let elapsed = start.elapsed().as_secs_f64();
                 drop(data);

@@ -42,8 +42,10 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     // Errors name the store's path and the node (zarrs' own say only what is missing).
     let array = zarrs_gpu::open_array(&path, &node, "the NODE argument")?;
     let start = Instant::now();
-    let (device, report) =
-        array.retrieve_array_subset_device_opt::<f32>(&ArraySubset::new_with_shape(array.shape().to_vec()), &config)?;
+    let (device, report) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(
+        &ArraySubset::new_with_shape(array.shape().to_vec()),
+        &config,
+    )?;
     let seconds = start.elapsed().as_secs_f64();
     println!("the device route: {seconds:.3} s ({:.2} GiB/s), decoded: {}", gib / seconds, report.decode);
     assert!(device.to_host_bytes()? == ordinary.to_host_bytes()?, "both routes give the same elements");

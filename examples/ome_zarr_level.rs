@@ -9,6 +9,7 @@
 
 use std::error::Error;
 use std::sync::Arc;
+use zarrs_gpu::DeviceArray;
 
 use zarrs::group::{Group, GroupBuilder};
 use zarrs_gpu::{sample, ArrayDeviceExt, GdsStore, GpuConfig};
@@ -46,13 +47,15 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let (subset, config) = (array.subset_all(), GpuConfig::from_env()?);
     // Microscopy levels are mostly 8 or 16-bit integers or float32.
     let (shape, report) = match array.data_type().to_string().split(' ').next().unwrap_or_default() {
-        "uint8" => {
-            array.retrieve_array_subset_device_opt::<u8>(&subset, &config).map(|(d, r)| (d.shape().to_vec(), r))?
-        }
-        "uint16" => {
-            array.retrieve_array_subset_device_opt::<u16>(&subset, &config).map(|(d, r)| (d.shape().to_vec(), r))?
-        }
-        _ => array.retrieve_array_subset_device_opt::<f32>(&subset, &config).map(|(d, r)| (d.shape().to_vec(), r))?,
+        "uint8" => array
+            .retrieve_array_subset_device_opt::<DeviceArray<u8>>(&subset, &config)
+            .map(|(d, r)| (d.shape().to_vec(), r))?,
+        "uint16" => array
+            .retrieve_array_subset_device_opt::<DeviceArray<u16>>(&subset, &config)
+            .map(|(d, r)| (d.shape().to_vec(), r))?,
+        _ => array
+            .retrieve_array_subset_device_opt::<DeviceArray<f32>>(&subset, &config)
+            .map(|(d, r)| (d.shape().to_vec(), r))?,
     };
     println!(
         "level {level} ({node}) of {} levels: {shape:?} {} on the GPU, {} chunks, decoded: {}",

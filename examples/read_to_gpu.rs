@@ -10,6 +10,7 @@
 //! (`pip install nvidia-libnvcomp-cu13`).
 
 use std::error::Error;
+use zarrs_gpu::DeviceArray;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use zarrs_gpu::{parse_subset, sample, ArrayDeviceExt, GpuConfig};
@@ -38,7 +39,7 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let subset = parse_subset(args.get(2).map_or("", String::as_str), array.shape())?;
 
     let config = GpuConfig::from_env()?;
-    let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&subset, &config)?;
+    let (data, report) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&subset, &config)?;
     println!(
         "{:?} float32 on the GPU: {} chunks, {} bytes read, decoded: {}",
         data.shape(),
@@ -54,7 +55,7 @@ fn main() -> Result<(), Box<dyn Error + Send + Sync>> {
     let n = data.len() as u64;
     let mut launch = stream.launch_builder(&sum);
     let slice = data.as_cuda_slice().ok_or("a read's array owns its memory")?;
-    launch.arg(slice).arg(&n).arg(&mut total);
+    launch.arg(&slice).arg(&n).arg(&mut total);
     // SAFETY: `sum` takes a float array of n elements, n, and one double, as pushed.
     unsafe { launch.launch(LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }) }?;
     let device_mean = stream.clone_dtoh(&total)?[0] / n.max(1) as f64;

@@ -12,8 +12,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use zarrs::array::codec::{
     BloscCodec, BloscCompressor, BloscShuffleMode, Crc32cCodec, GzipCodec, ShardingCodecBuilder, ZlibCodec, ZstdCodec,
 };
-use zarrs::array::{Array, ArrayBuilder, ArraySubset, BytesToBytesCodecTraits, ElementOwned};
-use zarrs_gpu::{AnyStore, ArrayDeviceExt, ArrayDeviceWriteExt, GdsStore, GpuConfig, WritePath};
+use zarrs::array::{Array, ArrayBuilder, ArraySubset, BytesToBytesCodecTraits};
+use zarrs_gpu::{AnyStore, ArrayDeviceExt, ArrayDeviceWriteExt, DeviceBytes, GdsStore, GpuConfig, WritePath};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -223,16 +223,16 @@ pub(crate) fn blocks(shape: &[u64], unit: &[u64], elem: u64, budget: u64) -> Vec
     out
 }
 
-/// Convert `src` into a new array at `dst`, as `T`, slab after slab; print what it did.
-pub(crate) fn convert<T: ElementOwned>(
-    src: &Array<AnyStore>,
-    dst: &Path,
-    target: &Target,
-    config: &GpuConfig,
-) -> Result<(), Error> {
+/// Convert `src` into a new array at `dst`, slab after slab (its bytes, whatever their data
+/// type); print what it did.
+pub(crate) fn convert(src: &Array<AnyStore>, dst: &Path, target: &Target, config: &GpuConfig) -> Result<(), Error> {
+    let dt = src.data_type();
+    let elem = zarrs_gpu::element::element_type(dt)
+        .and(dt.fixed_size())
+        .ok_or_else(|| format!("data type {dt} is not read to the device (fixed-size numeric types are)"))?
+        as u64;
     let out = create(src, dst, target)?;
     let shape = src.shape().to_vec();
-    let elem = std::mem::size_of::<T>() as u64;
     // Blocks of whole new chunks (or shards), within what the device has free.
     let unit: Vec<u64> = out.chunk_shape(&vec![0; shape.len()])?.iter().map(|n| n.get()).collect();
     // An array without elements has no block: its metadata alone, no device asked for.
@@ -249,7 +249,7 @@ pub(crate) fn convert<T: ElementOwned>(
     let start = Instant::now();
     let (mut stored, mut encoded, mut host) = (0u64, 0u64, None);
     for slab in blocks {
-        let (data, _) = src.retrieve_array_subset_device_opt::<T>(&slab, config)?;
+        let (data, _) = src.retrieve_array_subset_device_opt::<DeviceBytes>(&slab, config)?;
         let report = out.store_array_subset_device_opt(&slab, &data, config)?;
         if report.path == WritePath::Host {
             host.clone_from(&report.reason);

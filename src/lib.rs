@@ -24,22 +24,19 @@
 //! ## Licence
 //! Licensed under either of the Apache License, Version 2.0 or the MIT license, at your option.
 
-pub mod element;
 pub mod open;
 pub mod sample;
 pub mod subset;
 
 pub use open::{multiscale_levels, open_array, open_array_in, store_at, Multiscale, OpenError};
-#[doc(hidden)]
-pub use {half, num_complex};
 
 pub use nvcomp_sys;
 pub use subset::{parse_subset, Selection};
 pub use zarrs_gds_store::{self, AnyStore, GdsStore, GdsStoreOptions, IoBackend, IoPath, RemoteStore};
 pub use zarrs_gpu_codecs::{
-    self, empty_cache, gpu_config, memory_in_use, read_async, with_gpu_config, ArrayDeviceExt, ArrayDeviceWriteExt,
-    CoalescedReads, DecodePath, DecodeTrust, DeviceArray, GpuConfig, GpuError, MemoryInUse, PendingRead, ReadAhead,
-    RetrieveReport, ShardIndexCache, TileRead, WritePath, WriteReport,
+    self, element, empty_cache, gpu_config, memory_in_use, read_async, with_gpu_config, ArrayDeviceExt,
+    ArrayDeviceWriteExt, CoalescedReads, DecodePath, DecodeTrust, DeviceArray, DeviceBytes, FromDeviceBytes, GpuConfig,
+    GpuError, MemoryInUse, PendingRead, ReadAhead, RetrieveReport, ShardIndexCache, WritePath, WriteReport,
 };
 
 #[cfg(test)]

@@ -10,13 +10,12 @@ use clap::{Parser, Subcommand};
 
 mod convert;
 mod info;
-use convert::convert as convert_as;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sha2::{Digest, Sha256};
-use zarrs::array::{Array, ArraySubset, DataType, ElementOwned};
+use zarrs::array::{Array, ArraySubset, DataType};
 use zarrs_gpu::{
     parse_subset, sample, zarrs_gpu_codecs::reader::DeviceReadError, AnyStore, ArrayDeviceExt, DecodePath, DecodeTrust,
-    DeviceArray, GpuConfig, GpuError, IoBackend, IoPath, OpenError, RetrieveReport, ShardIndexCache,
+    DeviceBytes, GpuConfig, GpuError, IoBackend, IoPath, OpenError, RetrieveReport, ShardIndexCache,
 };
 
 #[derive(Parser)]
@@ -135,9 +134,6 @@ enum Command {
 }
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
-
-/// `convert`, for one element type.
-type ConvertFn = fn(&Array<AnyStore>, &Path, &convert::Target, &GpuConfig) -> Result<(), Error>;
 
 fn main() -> ExitCode {
     // Asked before parsing, so that a usage error is JSON too where JSON was asked for.
@@ -302,10 +298,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             }
             let target = convert::Target { codec: &codec, checks, chunks, shard };
             let config = GpuConfig::from_env()?.with_device(device);
-            let dt = source.data_type();
-            let (name, _) = zarrs_gpu::element::element_type(dt).ok_or_else(|| unsupported(dt))?;
-            let run: ConvertFn = zarrs_gpu::by_element_type!(name, convert_as).ok_or_else(|| unsupported(dt))?;
-            run(&source, &dst, &target, &config)
+            convert::convert(&source, &dst, &target, &config)
         }
         Command::Read { path, array, subset, backend, device, decode_trust, repeat, digest, npy, stats, json } => {
             // The environment first (every bad value an error naming its variable), then flags.
@@ -337,7 +330,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             let array = open(&path, &array)?;
             let subset = parse_subset(&subset, array.shape()).map_err(failed("subset"))?;
             let options = ReadOptions { repeat: repeat.max(1), digest, npy, stats, json };
-            dispatch_read(&array, &subset, &config, &options)
+            read(&array, &subset, &config, &options)
         }
     }
 }
@@ -398,32 +391,17 @@ struct ReadOptions {
     json: bool,
 }
 
-fn dispatch_read(
-    array: &Array<AnyStore>,
-    subset: &ArraySubset,
-    config: &GpuConfig,
-    o: &ReadOptions,
-) -> Result<(), Error> {
-    type Read = fn(&Array<AnyStore>, &ArraySubset, &GpuConfig, &ReadOptions, &str) -> Result<(), Error>;
-    let dt = array.data_type();
-    let (name, typestr) = zarrs_gpu::element::element_type(dt).ok_or_else(|| unsupported(dt))?;
-    let read: Read = zarrs_gpu::by_element_type!(name, read).ok_or_else(|| unsupported(dt))?;
-    // numpy has no bfloat16: its .npy holds 2-byte raw values.
-    read(array, subset, config, o, typestr.unwrap_or("<V2"))
-}
-
 fn unsupported(dt: &DataType) -> Error {
     format!("data type {dt} is not supported by the command line (fixed-size numeric types are)").into()
 }
 
-fn read<T: ElementOwned>(
-    array: &Array<AnyStore>,
-    subset: &ArraySubset,
-    config: &GpuConfig,
-    o: &ReadOptions,
-    npy_descr: &str,
-) -> Result<(), Error> {
-    let (times, data, reports) = timed_reads::<T>(array, subset, config, o.repeat)?;
+/// `repeat` reads of `subset` to the device (its bytes, whatever their data type), shown.
+fn read(array: &Array<AnyStore>, subset: &ArraySubset, config: &GpuConfig, o: &ReadOptions) -> Result<(), Error> {
+    let dt = array.data_type();
+    let (_, typestr) = zarrs_gpu::element::element_type(dt).ok_or_else(|| unsupported(dt))?;
+    // numpy has no bfloat16: its .npy holds 2-byte raw values.
+    let npy_descr = typestr.unwrap_or("<V2");
+    let (times, data, reports) = timed_reads(array, subset, config, o.repeat)?;
     let report = reports.last().cloned().ok_or("--repeat must be 1 or more")?;
     let host = if o.digest || o.npy.is_some() { Some(data.to_host_bytes()?) } else { None };
     let sha256 = host.as_ref().filter(|_| o.digest).map(|h| format!("{:x}", Sha256::digest(h)));
@@ -449,19 +427,19 @@ fn read<T: ElementOwned>(
 }
 
 /// Each read's seconds, the last read's array, and each read's report.
-type TimedReads<T> = (Vec<f64>, DeviceArray<T>, Vec<RetrieveReport>);
+type TimedReads = (Vec<f64>, DeviceBytes, Vec<RetrieveReport>);
 
 /// `repeat` reads of `subset`, each timed (the previous result freed first), with a progress bar
 /// on stderr for reads that last; the times, the last read and every read's report.
-fn timed_reads<T: ElementOwned>(
+fn timed_reads(
     array: &Array<AnyStore>,
     subset: &ArraySubset,
     config: &GpuConfig,
     repeat: usize,
-) -> Result<TimedReads<T>, Error> {
+) -> Result<TimedReads, Error> {
     let mut times = Vec::new();
     let mut reports = Vec::new();
-    let mut last: Option<DeviceArray<T>> = None;
+    let mut last: Option<DeviceBytes> = None;
     // Chunks done, batch by batch, on stderr; indicatif draws nothing when it is not a terminal,
     // and a short read is over before the first draw.
     let bar = ProgressBar::hidden();
@@ -481,7 +459,7 @@ fn timed_reads<T: ElementOwned>(
         bar.reset();
         bar.set_message(format!("read {}/{}", r + 1, repeat));
         let start = Instant::now();
-        let result = array.retrieve_array_subset_device_opt::<T>(subset, &config);
+        let result = array.retrieve_array_subset_device_opt::<DeviceBytes>(subset, &config);
         bar.finish_and_clear();
         bar.set_draw_target(ProgressDrawTarget::hidden()); // the next read shows it after 500 ms too
         let (data, report) = result?;

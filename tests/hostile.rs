@@ -6,6 +6,7 @@ use std::error::Error;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zarrs_gpu::DeviceArray;
 
 use serde_json::json;
 use zarrs::array::{Array, ArraySubset};
@@ -34,7 +35,7 @@ fn bytes() -> serde_json::Value {
 /// long it took.
 fn refused(array: &Array<GdsStore>, subset: &ArraySubset) -> Result<(GpuError, Duration)> {
     let start = Instant::now();
-    match array.retrieve_array_subset_device::<f32>(subset) {
+    match array.retrieve_array_subset_device::<DeviceArray<f32>>(subset) {
         Ok(data) => Err(format!("read {:?} of {:?}: expected a refusal", data.shape(), subset.to_ranges()).into()),
         Err(err) => Ok((err, start.elapsed())),
     }
@@ -104,14 +105,14 @@ fn hostile_subsets_and_chunk_boxes_are_errors() -> Result {
         ArraySubset::new_with_start_shape(vec![u64::MAX, 0], vec![2, 1])?,
         ArraySubset::new_with_ranges(&[0..TB, 0..1]),
     ] {
-        let err = big.retrieve_chunks_device::<f32>(&chunks).map(|_| ()).unwrap_err();
+        let err = big.retrieve_chunks_device::<DeviceArray<f32>>(&chunks).map(|_| ()).unwrap_err();
         assert!(matches!(&err, GpuError::Array(zarrs::array::ArrayError::InvalidChunkGridIndicesError(_))), "{err}");
     }
-    let err = big.retrieve_chunk_device::<f32>(&[TB, 0]).map(|_| ()).unwrap_err();
+    let err = big.retrieve_chunk_device::<DeviceArray<f32>>(&[TB, 0]).map(|_| ()).unwrap_err();
     assert!(matches!(&err, GpuError::Array(zarrs::array::ArrayError::InvalidChunkGridIndicesError(_))), "{err}");
     // All of the grid: 2^80 elements again.
     let all = ArraySubset::new_with_shape(big.chunk_grid_shape().to_vec());
-    let err = big.retrieve_chunks_device::<f32>(&all).map(|_| ()).unwrap_err();
+    let err = big.retrieve_chunks_device::<DeviceArray<f32>>(&all).map(|_| ()).unwrap_err();
     assert!(overflow_message(&err)?.contains("2^80 elements"), "{err}");
     Ok(())
 }
@@ -121,7 +122,7 @@ fn chunks_whose_size_or_end_overflows_are_refused() -> Result {
     let dir = tempfile::tempdir()?;
     // One chunk of 2^80 elements: reading it whole overflows; planning a part of it names it.
     let wide = array(dir.path(), "wide.zarr", &[4, 4], &[TB, TB], &bytes())?;
-    let err = wide.retrieve_chunk_device::<f32>(&[0, 0]).map(|_| ()).unwrap_err();
+    let err = wide.retrieve_chunk_device::<DeviceArray<f32>>(&[0, 0]).map(|_| ()).unwrap_err();
     assert!(overflow_message(&err)?.contains("2^80 elements of 4 bytes"), "{err}");
     let subset = ArraySubset::new_with_ranges(&[0..1, 0..1]);
     let grid = wide.chunks_in_array_subset(&subset)?.ok_or("a regular grid")?;
@@ -137,8 +138,8 @@ fn chunks_whose_size_or_end_overflows_are_refused() -> Result {
     // A grid whose last chunk ends past 2^64 (zarrs' chunk_subset would overflow).
     let edge = array(dir.path(), "edge.zarr", &[u64::MAX], &[1 << 63], &bytes())?;
     for err in [
-        edge.retrieve_chunk_device::<f32>(&[1]).map(|_| ()).unwrap_err(),
-        edge.retrieve_chunks_device::<f32>(&ArraySubset::new_with_start_shape(vec![1], vec![1])?)
+        edge.retrieve_chunk_device::<DeviceArray<f32>>(&[1]).map(|_| ()).unwrap_err(),
+        edge.retrieve_chunks_device::<DeviceArray<f32>>(&ArraySubset::new_with_start_shape(vec![1], vec![1])?)
             .map(|_| ())
             .unwrap_err(),
     ] {

@@ -16,6 +16,7 @@ mod servers;
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use zarrs_gpu::DeviceArray;
 
 use zarrs::array::{Array, ArrayBytes, ElementOwned};
 use zarrs_gpu::zarrs_gpu_codecs::host_decode_reason;
@@ -155,7 +156,7 @@ fn device_bytes<T: ElementOwned>(
     array: &Array<impl zarrs_storage::ReadableStorageTraits + 'static>,
     config: &GpuConfig,
 ) -> Result<(Vec<u8>, RetrieveReport)> {
-    let (data, report) = array.retrieve_array_subset_device_opt::<T>(&array.subset_all(), config)?;
+    let (data, report) = array.retrieve_array_subset_device_opt::<DeviceArray<T>>(&array.subset_all(), config)?;
     Ok((data.to_host_bytes()?, report))
 }
 
@@ -194,7 +195,7 @@ fn device_copy<T: ElementOwned>(
     config: &GpuConfig,
 ) -> Result<WriteReport> {
     let all = src.subset_all();
-    let (data, _) = src.retrieve_array_subset_device_opt::<T>(&all, config)?;
+    let (data, _) = src.retrieve_array_subset_device_opt::<DeviceArray<T>>(&all, config)?;
     Ok(dst.store_array_subset_device_opt(&all, &data, config)?)
 }
 

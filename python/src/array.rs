@@ -17,11 +17,10 @@ use zarrs_gpu_codecs::{Cancel, Coalescer};
 
 use crate::device_array::PyDeviceArray;
 use crate::dlpack::{check_device_destination, on_cuda_device, versioned_capsule};
-use crate::erased::{
-    element_type, numpy_dtype, read_any, read_into_any, read_many_typed, start_pending, start_read_ahead,
-    write_from_any, AnyResult, Boxes, ReadMany, StartPending, StartReadAhead,
-};
 use crate::read_ahead::{Pending, PyPendingRead, PyReadAhead};
+use crate::reads::{
+    element_type, numpy_dtype, read, read_into, read_many, write_from, Boxes, PendingTile, Read, TileReads,
+};
 use crate::reports::{report_dict, write_report_dict};
 use crate::selection::{index_to_subset, key_to_subset};
 use crate::util::{interruptible, py_err, py_len, subset_text};
@@ -34,7 +33,7 @@ pub(crate) struct PyZarrArray {
     pub(crate) config: GpuConfig,
     /// Reads from many threads gathered into requests, where the configuration's coalesce window
     /// is set (`ZARRS_GPU_COALESCE_WINDOW_US`).
-    pub(crate) coalescer: Arc<Coalescer<(ArraySubset, Vec<u64>), AnyResult>>,
+    pub(crate) coalescer: Arc<Coalescer<(ArraySubset, Vec<u64>), Read>>,
     pub(crate) path: PathBuf,
     pub(crate) node: String,
     /// Opened with mode "r+": writes are allowed.
@@ -91,20 +90,17 @@ impl PyZarrArray {
         if config.coalesce_window().is_none() {
             let cancel = Cancel::new();
             let config = config.with_cancel(cancel.clone());
-            let (data, report) = interruptible(py, Some((&cancel, Duration::ZERO)), move || {
-                read_any(&array, &subset, &config, out_shape)
-            })?
-            .map_err(py_err)?;
+            let (data, report) =
+                interruptible(py, Some((&cancel, Duration::ZERO)), move || read(&array, &subset, &config, out_shape))?
+                    .map_err(py_err)?;
             return Ok(PyDeviceArray::new(data, (dtype, typestr), report));
         }
         // With the reads of other threads that arrive while a request is in flight, as one.
-        let read: ReadMany = zarrs_gpu::by_element_type!(dtype, read_many_typed)
-            .ok_or_else(|| PyTypeError::new_err(format!("data type {dtype} has no device element type")))?;
         let coalescer = self.coalescer.clone();
         // Not cancelled when interrupted: the request may carry other threads' reads.
         let ((data, report), _) = interruptible(py, None, move || {
             let many = |boxes: &[(ArraySubset, Vec<u64>)]| {
-                let (arrays, report) = read(&array, boxes, &config, false)?;
+                let (arrays, report) = read_many(&array, boxes, &config, false)?;
                 Ok::<Vec<_>, GpuError>(report.shared_by(arrays))
             };
             coalescer.read((subset, out_shape), many)
@@ -140,11 +136,9 @@ impl PyZarrArray {
             ))
         })?;
         let types = element_type(&self.array)?;
-        let start: StartReadAhead = zarrs_gpu::by_element_type!(types.0, start_read_ahead)
-            .ok_or_else(|| PyTypeError::new_err(format!("data type {} has no device element type", types.0)))?;
         let count = boxes.len();
         // The queue's slots are allocated up front: no more than there are reads.
-        let reads = start(self.array.clone(), boxes, self.config.clone(), depth.min(count.max(1)));
+        let reads = TileReads::start(self.array.clone(), boxes, self.config.clone(), depth.min(count.max(1)));
         Ok(PyReadAhead {
             reads: Mutex::new(Some(reads)),
             closed: AtomicBool::new(false),
@@ -225,7 +219,7 @@ impl PyZarrArray {
         let dtype = numpy_dtype(py, name, "fill_value")?;
         if dtype.is_instance_of::<PyString>() {
             let bits: [u8; 2] = bytes.try_into().map_err(|_| PyValueError::new_err("a bfloat16 has 2 bytes"))?;
-            return Ok(PyFloat::new(py, zarrs_gpu::half::bf16::from_ne_bytes(bits).to_f64()).into_any());
+            return Ok(PyFloat::new(py, half::bf16::from_ne_bytes(bits).to_f64()).into_any());
         }
         let numpy = py.import("numpy")?;
         numpy.call_method1("frombuffer", (PyBytes::new(py, bytes), dtype))?.get_item(0)
@@ -308,7 +302,7 @@ impl PyZarrArray {
         }
         let tensor = versioned_capsule(py, out, "out")?;
         let subset = ArraySubset::new_with_ranges(&ranges);
-        let report = read_into_any(py, &self.array, &subset, &self.config, tensor)?;
+        let report = read_into(py, &self.array, &subset, &self.config, tensor)?;
         report_dict(py, &report)
     }
 
@@ -319,11 +313,9 @@ impl PyZarrArray {
     fn read_async(&self, key: Option<&Bound<'_, PyAny>>) -> PyResult<PyPendingRead> {
         let (ranges, out_shape) = key_to_subset(key, self.array.shape())?;
         let types = element_type(&self.array)?;
-        let start: StartPending = zarrs_gpu::by_element_type!(types.0, start_pending)
-            .ok_or_else(|| PyTypeError::new_err(format!("data type {} has no device element type", types.0)))?;
         let subset = ArraySubset::new_with_ranges(&ranges);
         let what = subset_text(&subset);
-        let read = start(self.array.clone(), subset, out_shape, self.config.clone());
+        let read = PendingTile::start(self.array.clone(), subset, out_shape, self.config.clone());
         Ok(PyPendingRead { state: Mutex::new(Pending::Running(read)), types, what })
     }
 
@@ -358,14 +350,12 @@ impl PyZarrArray {
             }
         }
         let types = element_type(&self.array)?;
-        let read: ReadMany = zarrs_gpu::by_element_type!(types.0, read_many_typed)
-            .ok_or_else(|| PyTypeError::new_err(format!("data type {} has no device element type", types.0)))?;
         let cancel = Cancel::new();
         let (array, config) = (self.array.clone(), self.config.clone().with_cancel(cancel.clone()));
         // The read runs without the interpreter lock (other Python threads go on meanwhile), on
         // its own thread: Ctrl-C interrupts the wait, and stops the read.
         let (arrays, report) =
-            interruptible(py, Some((&cancel, Duration::ZERO)), move || read(&array, &boxes, &config, stack))?
+            interruptible(py, Some((&cancel, Duration::ZERO)), move || read_many(&array, &boxes, &config, stack))?
                 .map_err(py_err)?;
         let mut arrays: Vec<PyDeviceArray> =
             arrays.into_iter().map(|data| PyDeviceArray::new(data, types, report.clone())).collect();
@@ -391,7 +381,7 @@ impl PyZarrArray {
                 .into_iter()
                 .map(|(subset, shape)| {
                     let start = Instant::now();
-                    drop(read_any(array, &subset, config, shape)?);
+                    drop(read(array, &subset, config, shape)?);
                     Ok(start.elapsed().as_secs_f64())
                 })
                 .collect::<Result<Vec<f64>, GpuError>>()
@@ -437,7 +427,7 @@ impl PyZarrArray {
                 )));
             }
             let tensor = versioned_capsule(py, value, "the value")?;
-            let report = write_from_any(py, &self.array, &subset, &self.config, tensor)?;
+            let report = write_from(py, &self.array, &subset, &self.config, tensor)?;
             return write_report_dict(py, &report);
         }
         // Host memory: numpy's own assignment (its broadcasting, casting and errors) into an array

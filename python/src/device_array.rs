@@ -3,11 +3,13 @@
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use zarrs_gpu::RetrieveReport;
+use std::sync::Arc;
+
+use dlpark::{SafeManagedTensor, SafeManagedTensorVersioned};
+use zarrs_gpu::{DeviceBytes, RetrieveReport};
 use zarrs_gpu_codecs::DlpackStream;
 
 use crate::dlpack::KDL_CUDA;
-use crate::erased::AnyArray;
 use crate::reports::report_dict;
 use crate::util::{py_err, py_len};
 
@@ -15,7 +17,7 @@ use crate::util::{py_err, py_len};
 /// `cupy.asarray(x)`, `cupy.from_dlpack(x)` and `torch.from_dlpack(x)` take it without a copy.
 #[pyclass(name = "DeviceArray", module = "zarrs_gpu", frozen)]
 pub(crate) struct PyDeviceArray {
-    pub(crate) data: Box<dyn AnyArray>,
+    pub(crate) data: Arc<DeviceBytes>,
     pub(crate) dtype: &'static str,
     pub(crate) typestr: Option<&'static str>,
     pub(crate) report: RetrieveReport,
@@ -26,7 +28,7 @@ pub(crate) struct PyDeviceArray {
 
 impl PyDeviceArray {
     pub(crate) fn new(
-        data: Box<dyn AnyArray>,
+        data: Arc<DeviceBytes>,
         (dtype, typestr): (&'static str, Option<&'static str>),
         report: RetrieveReport,
     ) -> Self {
@@ -34,10 +36,18 @@ impl PyDeviceArray {
     }
 }
 
+impl PyDeviceArray {
+    /// The CUDA device ordinal.
+    fn ordinal(&self) -> usize {
+        self.data.stream().context().ordinal()
+    }
+}
+
 impl Drop for PyDeviceArray {
     fn drop(&mut self) {
         if self.interfaced.load(std::sync::atomic::Ordering::Relaxed) {
-            self.data.settle();
+            // Bounded, without the interpreter lock (the wrapper `release_wait` installs).
+            self.data.settle_for_release();
         }
     }
 }
@@ -65,13 +75,13 @@ impl PyDeviceArray {
     /// The size in bytes.
     #[getter]
     fn nbytes(&self) -> usize {
-        self.data.nbytes()
+        self.data.num_bytes()
     }
 
     /// The CUDA device ordinal.
     #[getter]
     fn device(&self) -> usize {
-        self.data.ordinal()
+        PyDeviceArray::ordinal(self)
     }
 
     /// What the read did: where it decoded, the I/O path, chunks, bytes read, stage times.
@@ -98,16 +108,22 @@ impl PyDeviceArray {
         if let Some(device) = dl_device.filter(|&d| d != self.__dlpack_device__()) {
             return Err(PyBufferError::new_err(format!(
                 "the array is on CUDA device {}, not {device:?}",
-                self.data.ordinal()
+                self.ordinal()
             )));
         }
         let stream = DlpackStream::from_protocol(stream).map_err(py_err)?;
-        self.data.dlpack(py, stream, max_version.is_some_and(|v| v.0 >= 1))
+        if max_version.is_some_and(|v| v.0 >= 1) {
+            let tensor: SafeManagedTensorVersioned = DeviceBytes::share_dlpack(&self.data, stream).map_err(py_err)?;
+            tensor.into_pyobject(py)
+        } else {
+            let tensor: SafeManagedTensor = DeviceBytes::share_dlpack_legacy(&self.data, stream).map_err(py_err)?;
+            tensor.into_pyobject(py)
+        }
     }
 
     /// The DLPack protocol: (kDLCUDA, the device ordinal).
     fn __dlpack_device__(&self) -> (i32, i32) {
-        (KDL_CUDA, self.data.ordinal() as i32)
+        (KDL_CUDA, self.ordinal() as i32)
     }
 
     /// The CUDA array interface (version 3): the data are ready (reads end synchronized).
@@ -120,7 +136,7 @@ impl PyDeviceArray {
         let dict = PyDict::new(py);
         dict.set_item("shape", PyTuple::new(py, self.data.shape())?)?;
         dict.set_item("typestr", typestr)?;
-        dict.set_item("data", (self.data.ptr(), false))?;
+        dict.set_item("data", (self.data.device_ptr(), false))?;
         dict.set_item("strides", py.None())?;
         dict.set_item("stream", py.None())?;
         dict.set_item("version", 3)?;
@@ -136,7 +152,7 @@ impl PyDeviceArray {
             "zarrs_gpu.DeviceArray(shape={:?}, dtype={}, device={}, decode={})",
             self.data.shape(),
             self.dtype,
-            self.data.ordinal(),
+            self.ordinal(),
             self.report.decode
         )
     }

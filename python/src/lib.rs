@@ -5,8 +5,8 @@
 mod array;
 mod device_array;
 mod dlpack;
-mod erased;
 mod read_ahead;
+mod reads;
 mod reports;
 mod selection;
 mod stores;

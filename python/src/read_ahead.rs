@@ -8,10 +8,10 @@ use std::time::Instant;
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use zarrs_gpu::{GpuError, RetrieveReport};
+use zarrs_gpu::GpuError;
 
 use crate::device_array::PyDeviceArray;
-use crate::erased::{AnyArray, AnyPending, AnyReadAhead};
+use crate::reads::{PendingTile, Read, TileReads};
 use crate::util::{deadline_of, lock, py_err_in, subset_key, subset_text, WAIT_SLICE};
 
 /// Reads kept in flight on a background thread while the caller uses earlier ones
@@ -20,7 +20,7 @@ use crate::util::{deadline_of, lock, py_err_in, subset_key, subset_text, WAIT_SL
 pub(crate) struct PyReadAhead {
     /// None once the reads have ended or been closed. Held by `__next__` one [`WAIT_SLICE`] at a
     /// time, never by `close`, which only tries it.
-    pub(crate) reads: Mutex<Option<Box<dyn AnyReadAhead>>>,
+    pub(crate) reads: Mutex<Option<TileReads>>,
     /// `close` was called: the next to hold `reads` drops them.
     pub(crate) closed: AtomicBool,
     pub(crate) types: (&'static str, Option<&'static str>),
@@ -115,9 +115,9 @@ impl PyReadAhead {
 /// Where a `PendingRead` is.
 pub(crate) enum Pending {
     /// The read runs (or has finished, untaken).
-    Running(Box<dyn AnyPending>),
+    Running(PendingTile),
     /// Its result, taken from the thread and not yet a Python object.
-    Finished(Result<(Box<dyn AnyArray>, RetrieveReport), GpuError>),
+    Finished(Result<Read, GpuError>),
     /// The result `result()` returns, every time.
     Taken(Result<Py<PyDeviceArray>, PyErr>),
     /// Between states; left only by a panic in the wait.

@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use zarrs_gpu::DeviceArray;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -59,7 +60,7 @@ fn check_many(
     config: &GpuConfig,
 ) -> Result<zarrs_gpu::RetrieveReport> {
     let want: Vec<Vec<u8>> = subsets.iter().map(|s| host_bytes(array, s)).collect::<Result<_>>()?;
-    let (arrays, report) = array.retrieve_array_subsets_device_opt::<f32>(subsets, config)?;
+    let (arrays, report) = array.retrieve_array_subsets_device_opt::<DeviceArray<f32>>(subsets, config)?;
     assert_eq!(arrays.len(), subsets.len());
     for (i, (got, subset)) in arrays.iter().zip(subsets).enumerate() {
         assert_eq!(got.shape(), subset.shape(), "subset {i}");
@@ -71,7 +72,8 @@ fn check_many(
         );
     }
     if subsets.iter().all(|s| s.shape() == subsets[0].shape()) {
-        let (stacked, stacked_report) = array.retrieve_array_subsets_stacked_device_opt::<f32>(subsets, config)?;
+        let (stacked, stacked_report) =
+            array.retrieve_array_subsets_stacked_device_opt::<DeviceArray<f32>>(subsets, config)?;
         let mut shape = vec![subsets.len() as u64];
         shape.extend(subsets[0].shape());
         assert_eq!(stacked.shape(), shape.as_slice());
@@ -186,18 +188,18 @@ fn stacked_subsets_of_two_shapes_and_out_of_bounds_ones_are_refused_before_readi
     let shape = [20u64, 30];
     let array = make_array(dir.path(), data_type::float32(), 0f32.into(), &shape, &[8, 8], vec![zstd(1, false)])?;
     let two = [ArraySubset::new_with_ranges(&[0..4, 0..4]), ArraySubset::new_with_ranges(&[0..4, 0..5])];
-    match array.retrieve_array_subsets_stacked_device::<f32>(&two) {
+    match array.retrieve_array_subsets_stacked_device::<DeviceArray<f32>>(&two) {
         Err(GpuError::Unsupported(reason)) => assert!(reason.contains("subset 1"), "{reason}"),
         other => panic!("two shapes stacked: {other:?}"),
     }
     let outside = [ArraySubset::new_with_ranges(&[0..4, 0..4]), ArraySubset::new_with_ranges(&[18..22, 0..4])];
-    assert!(array.retrieve_array_subsets_device::<f32>(&outside).is_err());
-    assert!(array.retrieve_array_subsets_device::<i32>(&two[..1]).is_err(), "the element type is checked");
-    assert!(array.retrieve_array_subsets_device::<f32>(&[])?.is_empty());
-    let none = array.retrieve_array_subsets_stacked_device::<f32>(&[])?;
+    assert!(array.retrieve_array_subsets_device::<DeviceArray<f32>>(&outside).is_err());
+    assert!(array.retrieve_array_subsets_device::<DeviceArray<i32>>(&two[..1]).is_err(), "the element type is checked");
+    assert!(array.retrieve_array_subsets_device::<DeviceArray<f32>>(&[])?.is_empty());
+    let none = array.retrieve_array_subsets_stacked_device::<DeviceArray<f32>>(&[])?;
     assert_eq!(none.shape(), &[0, 0, 0]);
     // The views outlive each other in any order and keep their memory alive.
-    let mut views = array.retrieve_array_subsets_device::<f32>(&crops(&shape, &[5, 7], 4, 40))?;
+    let mut views = array.retrieve_array_subsets_device::<DeviceArray<f32>>(&crops(&shape, &[5, 7], 4, 40))?;
     let last = views.pop().unwrap();
     drop(views);
     assert_eq!(last.to_host_bytes()?, host_bytes(&array, &crops(&shape, &[5, 7], 4, 40)[4])?);
@@ -225,7 +227,7 @@ fn reads_from_many_threads_are_gathered_into_requests_and_match_zarrs() -> Resul
         let want: Vec<Vec<u8>> = all.iter().map(|s| host_bytes(&array, s)).collect::<Result<_>>()?;
         all.push(ArraySubset::new_with_ranges(&[30..44, 0..8, 0..8])); // past the edge: an error
         let window = std::time::Duration::from_secs(1);
-        let reads = zarrs_gpu::CoalescedReads::<_, f32>::new(
+        let reads = zarrs_gpu::CoalescedReads::<_, DeviceArray<f32>>::new(
             Arc::clone(&array),
             config.clone().with_coalesce_window(Some(window)),
         );
@@ -255,7 +257,7 @@ fn reads_from_many_threads_are_gathered_into_requests_and_match_zarrs() -> Resul
             if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
                 std::thread::sleep(std::time::Duration::from_millis(300));
             }
-            let (arrays, _) = array.retrieve_array_subsets_device_opt::<f32>(subsets, &config)?;
+            let (arrays, _) = array.retrieve_array_subsets_device_opt::<DeviceArray<f32>>(subsets, &config)?;
             Ok::<_, GpuError>(arrays)
         };
         let shared = on_threads(&all[..all.len() - 1], |subset| {

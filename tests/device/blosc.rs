@@ -4,6 +4,7 @@
 //! tests are `#[ignore = "needs a CUDA GPU"]`.
 
 use std::sync::Arc;
+use zarrs_gpu::DeviceArray;
 
 use zarrs::array::codec::{BloscCodec, BloscCompressor, BloscShuffleMode, ShardingIndexLocation};
 use zarrs::array::{data_type, ArraySubset, BytesToBytesCodecTraits, FillValue};
@@ -181,7 +182,10 @@ fn blosc_zlib_streams_with_a_wrong_adler32_are_errors() -> Result {
     bad[n - 1] ^= 0x01;
     array.storage().set(&key, bad.into())?;
     assert!(array.retrieve_array_subset::<Vec<f32>>(&array.subset_all()).is_err(), "zarrs read a wrong Adler-32");
-    let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &trusted).map(|_| ()).unwrap_err();
+    let err = array
+        .retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &trusted)
+        .map(|_| ())
+        .unwrap_err();
     let message = err.to_string();
     assert!(message.contains("c/0/0") && message.contains("Adler-32"), "{message}");
     array.storage().set(&key, good.into())?;
@@ -235,7 +239,7 @@ fn corrupt_blosc_chunks_are_errors_never_wrong_data() -> Result {
     for (what, bytes) in corruptions {
         array.storage().set(&key, bytes.into())?;
         let host = array.retrieve_array_subset::<Vec<f32>>(&array.subset_all());
-        match array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()) {
+        match array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &posix()) {
             Ok((device, _)) => {
                 // Damage c-blosc decodes too (a literal byte changed): then the bytes are zarrs'.
                 let host = host.map_err(|e| format!("{what}: the device read a chunk zarrs refuses: {e}"))?;

@@ -2,6 +2,7 @@
 //! retrieval byte for byte. GPU tests are `#[ignore = "needs a CUDA GPU"]`.
 
 use std::sync::Arc;
+use zarrs_gpu::DeviceArray;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -249,7 +250,8 @@ fn corrupt_chunks_are_errors_naming_the_key_and_the_next_read_works() -> Result 
     ];
     for (what, bytes) in cases {
         store.set(&key, Bytes::from(bytes))?;
-        let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()).unwrap_err();
+        let err =
+            array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &posix()).unwrap_err();
         assert!(matches!(err, GpuError::Chunk { .. }) && err.to_string().contains(&key.to_string()), "{what}: {err}");
         if what == "bad magic" {
             // The host check's typed cause is kept.
@@ -494,7 +496,7 @@ fn corrupt_gzip_members_are_errors_never_wrong_data() -> Result {
         let mut errors = 0;
         for (k, bytes) in cases.into_iter().enumerate() {
             store.set(&key, Bytes::from(bytes))?;
-            match array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()) {
+            match array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &posix()) {
                 Err(err) => {
                     assert!(
                         matches!(err, GpuError::Chunk { .. }) && err.to_string().contains(&key.to_string()),

@@ -27,7 +27,7 @@ fn device_arrays_go_out_and_come_back_through_dlpack() -> Result {
     let dir = tempfile::tempdir()?;
     let (array, subset, want) = zstd_subset(dir.path())?;
     for (round, how) in ["consumer stream", "synchronize", "legacy", "no sync"].into_iter().enumerate() {
-        let (device, _) = array.retrieve_array_subset_device_opt::<f32>(&subset, &posix())?;
+        let (device, _) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&subset, &posix())?;
         let ptr = device.device_ptr();
         let consumer = device.stream().context().new_stream()?;
         let order = match how {
@@ -59,7 +59,7 @@ fn device_arrays_go_out_and_come_back_through_dlpack() -> Result {
         assert!(back.into_parts().is_err(), "wrapped memory is not ours to hand out");
     }
     // Wrapped as another element type: refused.
-    let (device, _) = array.retrieve_array_subset_device_opt::<f32>(&subset, &posix())?;
+    let (device, _) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&subset, &posix())?;
     let tensor = device.into_dlpack(DlpackStream::Synchronize)?;
     let err = DeviceArray::<u32>::from_dlpack(tensor, data_type::uint32()).unwrap_err();
     assert!(err.to_string().contains("not u32"), "{err}");
@@ -79,7 +79,7 @@ fn progress_is_reported_batch_by_batch() -> Result {
     let seen: Arc<Mutex<Vec<Progress>>> = Arc::default();
     let log = seen.clone();
     let config = posix().with_staging_bytes(1 << 20).with_progress(move |p| log.lock().unwrap().push(p));
-    let (device, report) = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &config)?;
+    let (device, report) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &config)?;
     let want = array.retrieve_array_subset::<ArrayBytes<'static>>(&array.subset_all())?.into_fixed()?.into_owned();
     assert!(device.to_host_bytes()? == want);
     let seen = seen.lock().unwrap();
@@ -110,18 +110,17 @@ fn a_cancelled_read_stops_writing_its_output() -> Result {
         .build(std::sync::Arc::new(zarrs::storage::store::MemoryStore::new()), "/")?;
     let all = array.subset_all();
     // Thrown before the read: nothing is written.
-    let (mut out, _) = blank.retrieve_array_subset_device_opt::<f32>(&all, &posix())?;
+    let (mut out, _) = blank.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&all, &posix())?;
     let cancel = Cancel::new();
     cancel.cancel();
-    let err =
-        array.retrieve_array_subset_into_device_opt::<f32>(&all, &mut out, &posix().with_cancel(cancel)).unwrap_err();
+    let err = array.retrieve_array_subset_into_device_opt(&all, &mut out, &posix().with_cancel(cancel)).unwrap_err();
     assert!(matches!(err, GpuError::Cancelled), "{err}");
     assert!(out.to_host()?.iter().all(|&v| v == -1.0), "a read cancelled before it began wrote its output");
     // Thrown after the first batch: the read stops, some of the output never written.
     let cancel = Cancel::new();
     let thrower = cancel.clone();
     let config = posix().with_staging_bytes(1 << 20).with_cancel(cancel).with_progress(move |_| thrower.cancel());
-    let err = array.retrieve_array_subset_into_device_opt::<f32>(&all, &mut out, &config).unwrap_err();
+    let err = array.retrieve_array_subset_into_device_opt(&all, &mut out, &config).unwrap_err();
     assert!(matches!(err, GpuError::Cancelled), "{err}");
     let got = out.to_host()?;
     let written = got.iter().zip(&values).filter(|(g, v)| g == v).count();
@@ -157,26 +156,28 @@ fn reads_land_in_memory_the_caller_holds() -> Result {
     host_array.store_array_subset(&host_array.subset_all(), values)?;
     let a = ArraySubset::new_with_ranges(&[3..20, 5..70, 0..31]);
     let b = ArraySubset::new_with_ranges(&[20..37, 0..65, 2..33]);
-    let (_, report) = host_array.retrieve_array_subset_device_opt::<f32>(&a, &posix())?;
+    let (_, report) = host_array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&a, &posix())?;
     assert_eq!(report.decode, DecodePath::Host, "{report:?}");
     for (name, array) in [("zstd (device decode)", &zstd_array), ("two transposes (host decode)", &host_array)] {
         // Into an array of ours: subset a's result, overwritten by subset b (the same size).
-        let (mut out, _) = array.retrieve_array_subset_device_opt::<f32>(&a, &posix())?;
-        let report = array.retrieve_array_subset_into_device_opt::<f32>(&b, &mut out, &posix())?;
+        let (mut out, _) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&a, &posix())?;
+        let report = array.retrieve_array_subset_into_device_opt(&b, &mut out, &posix())?;
         assert!(out.to_host_bytes()? == want_of(array, &b)?, "{name}: into our array ({report:?})");
         // Into another library's memory (a DLPack tensor), with one dimension of extent 1 dropped.
         let plane = ArraySubset::new_with_ranges(&[7..8, 0..70, 0..33]);
-        let (mine, _) = array
-            .retrieve_array_subset_device_opt::<f32>(&ArraySubset::new_with_ranges(&[0..1, 0..70, 0..33]), &posix())?;
+        let (mine, _) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(
+            &ArraySubset::new_with_ranges(&[0..1, 0..70, 0..33]),
+            &posix(),
+        )?;
         let mine = mine.reshape(vec![70, 33])?;
         let ptr = mine.device_ptr();
         let mut foreign =
             DeviceArray::<f32>::from_dlpack(mine.into_dlpack(DlpackStream::Synchronize)?, data_type::float32())?;
-        array.retrieve_array_subset_into_device_opt::<f32>(&plane, &mut foreign, &posix())?;
+        array.retrieve_array_subset_into_device_opt(&plane, &mut foreign, &posix())?;
         assert_eq!(foreign.device_ptr(), ptr, "{name}: in place");
         assert!(foreign.to_host_bytes()? == want_of(array, &plane)?, "{name}: into a DLPack tensor");
         // A destination of another size: refused, naming both sizes.
-        let err = array.retrieve_array_subset_into_device_opt::<f32>(&a, &mut foreign, &posix()).unwrap_err();
+        let err = array.retrieve_array_subset_into_device_opt(&a, &mut foreign, &posix()).unwrap_err();
         assert!(matches!(err, GpuError::Unsupported(_)) && err.to_string().contains("expected"), "{name}: {err}");
     }
     Ok(())
@@ -204,7 +205,7 @@ fn the_callers_current_context_is_left_as_it_was() -> Result {
             assert_eq!(current()?, before, "{what} changed the current context");
             Ok(())
         };
-        let (device, _) = array.retrieve_array_subset_device_opt::<f32>(&subset, &posix())?;
+        let (device, _) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&subset, &posix())?;
         same("a read")?;
         assert!(device.to_host_bytes()? == want, "the elements differ from zarrs'");
         same("a copy to the host")?;
@@ -214,7 +215,7 @@ fn the_callers_current_context_is_left_as_it_was() -> Result {
         same("a DLPack import")?;
         drop(back);
         same("the DLPack deleter")?;
-        let (device, _) = array.retrieve_chunk_device_opt::<f32>(&[1, 1, 1], &posix())?;
+        let (device, _) = array.retrieve_chunk_device_opt::<DeviceArray<f32>>(&[1, 1, 1], &posix())?;
         drop(device);
         same("a chunk read and its drop")?;
         zarrs_gpu::memory_in_use(0)?;
@@ -275,12 +276,13 @@ fn release_child() -> Result {
         &[32, 128],
         vec![zstd(3, false)],
     )?;
-    let (exported, _) = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix())?;
+    let (exported, _) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &posix())?;
     let tensor = exported.into_dlpack(DlpackStream::NoSync)?;
     let hung = posix().with_batch_timeout(Some(Duration::from_secs(3))).with_injected_fault(Some(InjectedFault::Hang));
     std::thread::scope(|scope| -> Result {
-        let read =
-            scope.spawn(|| array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &hung).map(|_| ()));
+        let read = scope.spawn(|| {
+            array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &hung).map(|_| ())
+        });
         // Long enough for the read to launch its never-ending kernel, well before its bound.
         std::thread::sleep(Duration::from_secs(1));
         let start = Instant::now();
@@ -338,7 +340,7 @@ fn a_release_waits_for_the_consumers_stream_not_the_device() -> Result {
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir()?;
     let (array, subset, _) = zstd_subset(dir.path())?;
-    let (device, _) = array.retrieve_array_subset_device_opt::<f32>(&subset, &posix())?;
+    let (device, _) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&subset, &posix())?;
     let ctx = device.stream().context().clone();
     let (other, consumer) = (ctx.new_stream()?, ctx.new_stream()?);
     let function = spinner(&ctx)?;
@@ -354,7 +356,7 @@ fn a_release_waits_for_the_consumers_stream_not_the_device() -> Result {
     other.synchronize()?;
     consumer.synchronize()?;
     // Undeclared streams: the whole device, as before (the other stream's kernel is waited for).
-    let (device, _) = array.retrieve_array_subset_device_opt::<f32>(&subset, &posix())?;
+    let (device, _) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&subset, &posix())?;
     let tensor = device.into_dlpack(DlpackStream::NoSync)?;
     spin(&other, &function, 1000)?;
     let other_done = other.record_event(None)?;

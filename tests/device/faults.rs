@@ -5,6 +5,7 @@
 //! where we return data it is exactly zarrs'. After every fault the same process reads correctly.
 
 use std::sync::Arc;
+use zarrs_gpu::DeviceArray;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -140,7 +141,7 @@ fn zarrs_read<S: ReadableStorageTraits + ?Sized + 'static>(array: &Array<S>) -> 
 /// Our outcome for `array` as it is stored now, checked against zarrs': "error" or "data".
 fn outcome(array: &Array<GdsStore>, key: &StoreKey, config: &GpuConfig) -> Result<String> {
     let host = zarrs_read(array);
-    match array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), config) {
+    match array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), config) {
         Err(err) => {
             let text = err.to_string();
             assert!(text.contains(key.as_str()), "the error does not name {key}: {text}");
@@ -214,15 +215,20 @@ fn unreadable_values_are_errors_naming_them() -> Result {
         let good = std::fs::read(&path)?;
         std::fs::remove_file(&path)?;
         std::fs::create_dir(&path)?;
-        let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()).map(|_| ()).unwrap_err();
+        let err = array
+            .retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &posix())
+            .map(|_| ())
+            .unwrap_err();
         assert!(err.to_string().contains(key.as_str()), "{name}, a directory: {err}");
         std::fs::remove_dir(&path)?;
         std::fs::write(&path, &good)?;
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000))?;
-            let err =
-                array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()).map(|_| ()).unwrap_err();
+            let err = array
+                .retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &posix())
+                .map(|_| ())
+                .unwrap_err();
             assert!(err.to_string().contains(key.as_str()), "{name}, no permission: {err}");
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))?;
         }
@@ -282,7 +288,7 @@ fn a_chunk_deleted_between_planning_and_reading_is_missing() -> Result {
         root: dir.path().into(),
     });
     let reader = Array::open(vanishing, "/v")?;
-    let (data, report) = reader.retrieve_array_subset_device_opt::<f32>(&reader.subset_all(), &posix())?;
+    let (data, report) = reader.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&reader.subset_all(), &posix())?;
     assert!(!dir.path().join(victim.as_str()).exists(), "the victim was never sized");
     assert_eq!((report.decode, report.missing_chunks), (DecodePath::Device, 1), "{report:?}");
     let want = zarrs_read(&Array::open(Arc::new(FilesystemStore::new(dir.path())?), "/v")?)?;
@@ -309,7 +315,10 @@ fn device_memory_running_out_mid_read() -> Result {
     check::<f32>(&array, &array.subset_all(), &posix())?;
     let before = zarrs_gpu::memory_in_use(0)?;
     for _ in 0..3 {
-        let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &capped).map(|_| ()).unwrap_err();
+        let err = array
+            .retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &capped)
+            .map(|_| ())
+            .unwrap_err();
         assert!(matches!(err, GpuError::OutOfMemory { free, .. } if free == 80 << 20), "{err}");
         check::<f32>(&array, &array.subset_all(), &posix())?;
     }
@@ -399,8 +408,10 @@ fn without_kernels_reads_fall_back_or_say_why() -> Result {
         let node = format!("/{}", name.replace(['(', ')', '+'], "_"));
         let array = make(store.clone(), &node, codecs.as_ref())?;
         if ["big-endian", "transpose+zstd"].contains(&name) {
-            let err =
-                array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &config).map(|_| ()).unwrap_err();
+            let err = array
+                .retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &config)
+                .map(|_| ())
+                .unwrap_err();
             assert!(matches!(err, GpuError::NoNvrtc(_)), "{name}: {err}");
             assert!(err.to_string().contains("NVRTC is not available: placing transposed"), "{name}: {err}");
             continue;
@@ -482,24 +493,28 @@ fn slow_storage_child() -> Result {
         Arc::new(Slow { inner: FilesystemStore::new(dir.path())?, delay: std::time::Duration::from_millis(600) });
     let reader = Array::open(slow, "/slow")?;
     // Set up the device (context, nvCOMP, kernels) at the default bound.
-    let (data, _) = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &GpuConfig::default())?;
+    let (data, _) =
+        array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &GpuConfig::default())?;
     assert!(data.to_host_bytes()? == want);
     // Each batch's reads take 600 ms at least, twice its bound.
     let bound = GpuConfig::default().with_batch_timeout(Some(std::time::Duration::from_millis(300)));
     for config in [bound.clone(), bound.with_staging_bytes(1 << 20)] {
-        let (data, report) = reader.retrieve_array_subset_device_opt::<f32>(&reader.subset_all(), &config)?;
+        let (data, report) =
+            reader.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&reader.subset_all(), &config)?;
         assert_eq!(report.decode, DecodePath::Device, "{report:?}");
         assert!(data.to_host_bytes()? == want, "slow storage: our bytes differ from zarrs' ({report:?})");
         // A corrupt chunk after a slow read: its own error, never a lost context.
         let key = array.chunk_key(&[2, 1]);
         let good = writer.get(&key)?.unwrap();
         writer.set(&key, Bytes::from(vec![0x55u8; good.len()]))?;
-        let err =
-            reader.retrieve_array_subset_device_opt::<f32>(&reader.subset_all(), &config).map(|_| ()).unwrap_err();
+        let err = reader
+            .retrieve_array_subset_device_opt::<DeviceArray<f32>>(&reader.subset_all(), &config)
+            .map(|_| ())
+            .unwrap_err();
         let lost = matches!(err, GpuError::ContextLost { .. } | GpuError::Timeout { .. });
         assert!(err.to_string().contains(key.as_str()) && !lost, "{err}");
         writer.set(&key, good)?;
-        let (data, _) = reader.retrieve_array_subset_device_opt::<f32>(&reader.subset_all(), &config)?;
+        let (data, _) = reader.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&reader.subset_all(), &config)?;
         assert!(data.to_host_bytes()? == want, "the read after a corrupt chunk differs from zarrs'");
     }
     Ok(())

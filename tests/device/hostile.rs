@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zarrs_gpu::DeviceArray;
 
 use serde_json::{json, Value};
 use zarrs::array::{Array, ArraySubset};
@@ -83,7 +84,7 @@ fn reads_larger_than_free_device_memory_fail_at_once() -> Result {
         let subset = ArraySubset::new_with_ranges(&[0..shape[0].min(1 << 30), 0..shape[1].min(1 << 30)]);
         let needed = subset.num_elements() * 4;
         let start = Instant::now();
-        let result = array.retrieve_array_subset_device::<f32>(&subset);
+        let result = array.retrieve_array_subset_device::<DeviceArray<f32>>(&subset);
         let took = start.elapsed();
         let err = result.map(|_| ()).expect_err("larger than any device");
         let message = err.to_string();
@@ -125,7 +126,7 @@ fn tiny_subsets_of_huge_sparse_arrays_read_correctly_and_fast() -> Result {
         ];
         for subset in &subsets {
             let start = Instant::now();
-            let (data, report) = array.retrieve_array_subset_device_opt::<f32>(subset, &posix())?;
+            let (data, report) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(subset, &posix())?;
             let took = start.elapsed();
             assert_eq!(data.shape(), subset.shape());
             assert_eq!(report.decode, DecodePath::Device, "{name}");
@@ -134,7 +135,8 @@ fn tiny_subsets_of_huge_sparse_arrays_read_correctly_and_fast() -> Result {
             check::<f32>(&array, subset, &posix())?;
         }
         // A missing element reads as the fill value.
-        let (data, report) = array.retrieve_array_subset_device_opt::<f32>(&subsets[2], &GpuConfig::default())?;
+        let (data, report) =
+            array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&subsets[2], &GpuConfig::default())?;
         assert_eq!(data.to_host()?, vec![0.5f32]);
         assert_eq!((report.chunks, report.missing_chunks), (1, 1), "{name}");
     }
@@ -149,7 +151,7 @@ fn chunks_and_shard_indexes_whose_sizes_overflow_are_errors() -> Result {
     // Chunks of 2^80 elements, uncompressed and zstd: the chunk is named.
     for (name, codecs) in [("/wide", bytes()), ("/wide_zstd", zstd())] {
         let array = huge(dir.path(), name, &[4, 4], &[TB, TB], &codecs)?;
-        let err = array.retrieve_array_subset_device::<f32>(&one).map(|_| ()).unwrap_err();
+        let err = array.retrieve_array_subset_device::<DeviceArray<f32>>(&one).map(|_| ()).unwrap_err();
         let message = err.to_string();
         assert!(matches!(err, GpuError::Overflow(_)), "{name}: {message}");
         let key = array.chunk_key(&[0, 0]);
@@ -161,20 +163,20 @@ fn chunks_and_shard_indexes_whose_sizes_overflow_are_errors() -> Result {
     // Chunks of 2^60 elements (2^62 bytes) fit u64: uncompressed, a missing one is read in the
     // bytes the subset needs; compressed, it would be decoded whole: more than the device has.
     let tall = huge(dir.path(), "/tall", &[4, 4], &[1 << 30, 1 << 30], &bytes())?;
-    let (data, _) = tall.retrieve_array_subset_device_opt::<f32>(&one, &posix())?;
+    let (data, _) = tall.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&one, &posix())?;
     assert_eq!(data.to_host()?, vec![0.5f32]);
     let tall = huge(dir.path(), "/tall_zstd", &[4, 4], &[1 << 30, 1 << 30], &zstd())?;
-    let err = tall.retrieve_array_subset_device::<f32>(&one).map(|_| ()).unwrap_err();
+    let err = tall.retrieve_array_subset_device::<DeviceArray<f32>>(&one).map(|_| ()).unwrap_err();
     assert!(matches!(err, GpuError::OutOfMemory { .. }), "{err}");
     // Shards of 2^80 inner chunks: their index is refused before zarrs sizes it (inner chunks
     // uncompressed: the device route needs no nvCOMP).
     let shards = huge(dir.path(), "/shards", &[TB, TB], &[TB, TB], &sharded(1, &bytes()))?;
-    let err = shards.retrieve_array_subset_device::<f32>(&one).map(|_| ()).unwrap_err();
+    let err = shards.retrieve_array_subset_device::<DeviceArray<f32>>(&one).map(|_| ()).unwrap_err();
     assert!(err.to_string().contains("index too large for 64-bit sizes"), "{err}");
     // The last chunk of this grid ends past 2^64.
     let edge = huge(dir.path(), "/edge", &[u64::MAX], &[1 << 63], &bytes())?;
     let last = ArraySubset::new_with_start_shape(vec![u64::MAX - 1], vec![1])?;
-    let err = edge.retrieve_array_subset_device::<f32>(&last).map(|_| ()).unwrap_err();
+    let err = edge.retrieve_array_subset_device::<DeviceArray<f32>>(&last).map(|_| ()).unwrap_err();
     assert!(err.to_string().contains("ends past 2^64"), "{err}");
     Ok(())
 }
@@ -197,7 +199,10 @@ fn a_sparse_chunk_file_far_longer_than_its_chunk_is_refused_at_once() -> Result 
     std::fs::OpenOptions::new().write(true).open(&path)?.set_len(64 << 30)?;
     for config in [posix(), GpuConfig::default()] {
         let start = Instant::now();
-        let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &config).map(|_| ()).unwrap_err();
+        let err = array
+            .retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &config)
+            .map(|_| ())
+            .unwrap_err();
         let took = start.elapsed();
         let message = err.to_string();
         assert!(message.contains(key.as_str()), "{message}");
@@ -239,8 +244,8 @@ fn reads_into_a_destination_larger_than_the_memory_left_free() -> Result {
     let other = Array::open(Arc::new(GdsStore::new(dir.path())?), "/other")?;
     let config = posix().with_staging_bytes(256 << 20);
     let all = target.subset_all();
-    let (mut out, _) = other.retrieve_array_subset_device_opt::<f32>(&all, &config)?;
-    let report = target.retrieve_array_subset_into_device_opt::<f32>(&all, &mut out, &config)?;
+    let (mut out, _) = other.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&all, &config)?;
+    let report = target.retrieve_array_subset_into_device_opt(&all, &mut out, &config)?;
     assert_eq!(report.decode, DecodePath::Device, "{report:?}");
     let slice = out.as_cuda_slice().ok_or("the destination is ours")?;
     for window in [0..256u64, rows - 64..rows] {

@@ -6,6 +6,7 @@
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zarrs_gpu::DeviceArray;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -83,7 +84,7 @@ fn refused_or_right(
     let good = array.storage().get(key)?.unwrap();
     let want = array.retrieve_array_subset::<ArrayBytes<'static>>(&array.subset_all())?.into_fixed()?.into_owned();
     array.storage().set(key, Bytes::from(stored))?;
-    let outcome = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), config);
+    let outcome = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), config);
     array.storage().set(key, good)?;
     match outcome {
         Err(err) => {
@@ -114,7 +115,7 @@ fn damaged_frames_with_checksums_are_errors_never_wrong_data() -> Result {
         let mut flipped = good.clone();
         flipped[n - 2] ^= 0x10;
         array.storage().set(&key, Bytes::from(flipped))?;
-        let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &config).unwrap_err();
+        let err = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &config).unwrap_err();
         array.storage().set(&key, Bytes::from(good.clone()))?;
         let text = err.to_string();
         assert!(text.contains(key.as_str()) && text.contains("XXH64") && text.contains("mismatch"), "{text}");
@@ -158,7 +159,7 @@ fn inner_chunk_checksums_are_verified() -> Result {
     let mut flipped = good.clone();
     flipped[second - 1] ^= 0x01;
     array.storage().set(&key, Bytes::from(flipped))?;
-    let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()).unwrap_err();
+    let err = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &posix()).unwrap_err();
     array.storage().set(&key, Bytes::from(good))?;
     let text = err.to_string();
     assert!(text.contains(key.as_str()) && text.contains("inner chunk") && text.contains("XXH64"), "{text}");
@@ -179,12 +180,17 @@ fn child(fault: InjectedFault) -> Result {
     check::<f32>(&array, &array.subset_all(), &posix())?;
     let faulty = posix().with_batch_timeout(Some(Duration::from_secs(3))).with_injected_fault(Some(fault));
     let start = Instant::now();
-    let first = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &faulty).map(|_| ()).unwrap_err();
+    let first = array
+        .retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &faulty)
+        .map(|_| ())
+        .unwrap_err();
     println!("FIRST {:.1}s {first}", start.elapsed().as_secs_f64());
     for _ in 0..2 {
         let start = Instant::now();
-        let later =
-            array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()).map(|_| ()).unwrap_err();
+        let later = array
+            .retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &posix())
+            .map(|_| ())
+            .unwrap_err();
         println!("LATER {:.3}s {}", start.elapsed().as_secs_f64(), matches!(later, GpuError::ContextLost { .. }));
         println!("MESSAGE {later}");
     }

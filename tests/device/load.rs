@@ -3,6 +3,7 @@
 //! must stay steady (pools bounded, nothing leaked).
 
 use std::sync::{Arc, Barrier, Mutex};
+use zarrs_gpu::DeviceArray;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -141,7 +142,7 @@ fn sixteen_threads_two_hundred_rounds_steady_memory() -> Result {
                         let trust = if rng.random_bool(0.5) { DecodeTrust::Trusted } else { DecodeTrust::Checked };
                         let config = posix().with_decode_trust(trust);
                         let got = array
-                            .retrieve_array_subset_device_opt::<f32>(&subset, &config)
+                            .retrieve_array_subset_device_opt::<DeviceArray<f32>>(&subset, &config)
                             .map_err(|e| format!("thread {t} round {round} {name}: {e}"))?
                             .0
                             .to_host_bytes()?;

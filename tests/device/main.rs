@@ -29,6 +29,7 @@ mod write;
 mod zlib;
 
 use std::error::Error;
+use zarrs_gpu::DeviceArray;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -41,7 +42,7 @@ type Result<T = ()> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 /// Read `subset` to the device as `T` and require zarrs' host bytes; the device read's report.
 fn check<T: ElementOwned>(array: &Array<GdsStore>, subset: &ArraySubset, config: &GpuConfig) -> Result<RetrieveReport> {
     let want = array.retrieve_array_subset::<ArrayBytes<'static>>(subset)?.into_fixed()?.into_owned();
-    let (device, report) = array.retrieve_array_subset_device_opt::<T>(subset, config)?;
+    let (device, report) = array.retrieve_array_subset_device_opt::<DeviceArray<T>>(subset, config)?;
     let got = device.to_host_bytes()?;
     assert!(got == want, "subset {:?}: device bytes differ from zarrs' ({report:?})", subset.to_ranges());
     Ok(report)
@@ -55,7 +56,7 @@ fn check_chunk<T: ElementOwned>(
     config: &GpuConfig,
 ) -> Result<RetrieveReport> {
     let want = array.retrieve_chunk::<ArrayBytes<'static>>(indices)?.into_fixed()?.into_owned();
-    let (device, report) = array.retrieve_chunk_device_opt::<T>(indices, config)?;
+    let (device, report) = array.retrieve_chunk_device_opt::<DeviceArray<T>>(indices, config)?;
     let got = device.to_host_bytes()?;
     assert!(got == want, "chunk {indices:?}: device bytes differ from zarrs' ({report:?})");
     Ok(report)

@@ -7,6 +7,7 @@
 //! cover two (a two-GPU host) sets `ZARRS_GPU_REQUIRE_MULTI_GPU=1`, and fewer is then a failure.
 
 use std::sync::Arc;
+use zarrs_gpu::DeviceArray;
 
 use zarrs::array::codec::{GzipCodec, ZstdCodec};
 use zarrs::array::{data_type, ArrayBuilder, BytesToBytesCodecTraits};
@@ -49,7 +50,8 @@ fn every_gpu_reads_in_turn_and_at_once() -> Result {
     }
     let on = |device: usize| posix().with_device(device).with_decode_trust(DecodeTrust::Trusted);
     // A device the host lacks: an error naming it, never a read elsewhere.
-    let err = arrays[0].retrieve_array_subset_device_opt::<f32>(&arrays[0].subset_all(), &on(devices)).err();
+    let err =
+        arrays[0].retrieve_array_subset_device_opt::<DeviceArray<f32>>(&arrays[0].subset_all(), &on(devices)).err();
     let err = err.ok_or("a read on a device the host lacks succeeded")?.to_string();
     assert!(err.contains(&format!("device {devices}")), "{err}");
     // In turn: each device, then each again.

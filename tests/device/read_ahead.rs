@@ -3,6 +3,7 @@
 //! tests are `#[ignore = "needs a CUDA GPU"]`.
 
 use std::sync::Arc;
+use zarrs_gpu::DeviceArray;
 
 use zarrs::array::{data_type, Array, ArrayBytes, ArraySubset, FillValue};
 use zarrs_gpu::zarrs_gpu_codecs::tile_subsets;
@@ -38,7 +39,7 @@ fn tiles_read_ahead_match_zarrs_in_c_and_random_order() -> Result {
         let mut seen = Vec::new();
         // Reads ahead go in requests of up to `depth` tiles: a report counts its request's chunks.
         let mut grouped = false;
-        for (n, read) in ReadAhead::<f32>::new(array.clone(), tiles.clone(), posix(), depth).enumerate() {
+        for (n, read) in ReadAhead::<DeviceArray<f32>>::new(array.clone(), tiles.clone(), posix(), depth).enumerate() {
             let (subset, device, report) = read?;
             assert_eq!(subset, tiles[n], "{order:?}: tile {n} out of order");
             assert_eq!(device.shape(), subset.shape());
@@ -64,7 +65,7 @@ fn a_read_ahead_stops_when_dropped_and_ends_at_an_error() -> Result {
     let dir = tempfile::tempdir()?;
     let array = odd_array(dir.path())?;
     let tiles = tile_subsets(array.shape(), &[4, 8, 8], TileOrder::C)?;
-    let mut reads = ReadAhead::<f32>::new(array.clone(), tiles.clone(), posix(), 2);
+    let mut reads = ReadAhead::<DeviceArray<f32>>::new(array.clone(), tiles.clone(), posix(), 2);
     let (subset, device, _) = reads.next().ok_or("no tile")??;
     assert_eq!(subset, tiles[0]);
     assert!(device.to_host_bytes()? == host_bytes(&array, &subset)?);
@@ -74,12 +75,12 @@ fn a_read_ahead_stops_when_dropped_and_ends_at_an_error() -> Result {
 
     // An out-of-bounds subset among good ones: the tiles before it, its error, then nothing.
     let subsets = vec![tiles[0].clone(), ArraySubset::new_with_ranges(&[30..40, 0..1, 0..1]), tiles[1].clone()];
-    let mut reads = ReadAhead::<f32>::new(array.clone(), subsets, posix(), 2);
+    let mut reads = ReadAhead::<DeviceArray<f32>>::new(array.clone(), subsets, posix(), 2);
     assert!(reads.next().ok_or("no tile")?.is_ok());
     assert!(reads.next().ok_or("no error")?.is_err());
     assert!(reads.next().is_none());
     // The wrong element type is an error too, not a panic.
-    let mut reads = ReadAhead::<u16>::new(array, tiles, posix(), 2);
+    let mut reads = ReadAhead::<DeviceArray<u16>>::new(array, tiles, posix(), 2);
     assert!(reads.next().ok_or("no error")?.is_err());
     assert!(reads.next().is_none());
     Ok(())
@@ -91,14 +92,16 @@ fn read_async_matches_zarrs() -> Result {
     let dir = tempfile::tempdir()?;
     let array = odd_array(dir.path())?;
     let subsets = [ArraySubset::new_with_ranges(&[3..29, 5..70, 0..45]), array.subset_all()];
-    let pending: Vec<_> = subsets.iter().map(|s| read_async::<f32, _>(array.clone(), s.clone(), posix())).collect();
+    let pending: Vec<_> =
+        subsets.iter().map(|s| read_async::<DeviceArray<f32>, _>(array.clone(), s.clone(), posix())).collect();
     for (subset, pending) in subsets.iter().zip(pending) {
         let (device, report) = pending.wait()?;
         assert_eq!(device.shape(), subset.shape());
         assert_eq!(report.decode, DecodePath::Device, "{report:?}");
         assert!(device.to_host_bytes()? == host_bytes(&array, subset)?, "{subset} differs from zarrs'");
     }
-    let pending = read_async::<f32, _>(array.clone(), ArraySubset::new_with_ranges(&[0..1, 0..1, 0..1]), posix());
+    let pending =
+        read_async::<DeviceArray<f32>, _>(array.clone(), ArraySubset::new_with_ranges(&[0..1, 0..1, 0..1]), posix());
     while !pending.is_done() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
@@ -106,6 +109,6 @@ fn read_async_matches_zarrs() -> Result {
     assert!(one.to_host_bytes()? == host_bytes(&array, &ArraySubset::new_with_ranges(&[0..1, 0..1, 0..1]))?);
     // Errors come back from `wait`.
     let out_of_bounds = ArraySubset::new_with_ranges(&[0..38, 0..1, 0..1]);
-    assert!(read_async::<f32, _>(array, out_of_bounds, posix()).wait().is_err());
+    assert!(read_async::<DeviceArray<f32>, _>(array, out_of_bounds, posix()).wait().is_err());
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! remote path; a server gone is an error naming the chunk that leaves the device usable.
 
 use std::sync::Arc;
+use zarrs_gpu::DeviceArray;
 
 use zarrs::array::{Array, ArrayBytes, ArraySubset};
 use zarrs::filesystem::FilesystemStore;
@@ -22,15 +23,15 @@ fn read_bytes<S: ReadableStorageTraits + 'static>(
 ) -> Result<(Vec<u8>, zarrs_gpu::RetrieveReport)> {
     Ok(match name {
         "zstd" => {
-            let (device, report) = array.retrieve_array_subset_device_opt::<u16>(subset, config)?;
+            let (device, report) = array.retrieve_array_subset_device_opt::<DeviceArray<u16>>(subset, config)?;
             (device.to_host_bytes()?, report)
         }
         "gzip" => {
-            let (device, report) = array.retrieve_array_subset_device_opt::<i32>(subset, config)?;
+            let (device, report) = array.retrieve_array_subset_device_opt::<DeviceArray<i32>>(subset, config)?;
             (device.to_host_bytes()?, report)
         }
         _ => {
-            let (device, report) = array.retrieve_array_subset_device_opt::<f32>(subset, config)?;
+            let (device, report) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(subset, config)?;
             (device.to_host_bytes()?, report)
         }
     })
@@ -116,7 +117,7 @@ fn device_reads_from_s3_in_many_batches_equal_zarrs_host_reads() -> Result {
     let all = remote.subset_all();
     for subset in [all.clone(), ArraySubset::new_with_ranges(&[100..1400, 33..2047])] {
         let want = array.retrieve_array_subset::<Vec<u16>>(&subset)?;
-        let (got, report) = remote.retrieve_array_subset_device_opt::<u16>(&subset, &config)?;
+        let (got, report) = remote.retrieve_array_subset_device_opt::<DeviceArray<u16>>(&subset, &config)?;
         assert!(got.to_host()? == want, "{:?}: device values differ from zarrs' ({report:?})", subset.to_ranges());
         let batches = report.stages.iter().find(|s| s.stage == "sizes").map_or(0, |s| s.count);
         assert!(batches >= 4, "{:?}: {batches} batches with 1 MiB of staging ({report:?})", subset.to_ranges());
@@ -134,9 +135,12 @@ fn device_read_from_a_server_gone_is_an_error_naming_the_chunk() -> Result {
     options.push(("max_retries".into(), "1".into()));
     let array = Array::open(Arc::new(RemoteStore::from_url(&url, options)?), "/zstd.zarr")?;
     let config = GpuConfig::default();
-    array.retrieve_array_subset_device_opt::<u16>(&array.subset_all(), &config)?;
+    array.retrieve_array_subset_device_opt::<DeviceArray<u16>>(&array.subset_all(), &config)?;
     server.kill();
-    let err = array.retrieve_array_subset_device_opt::<u16>(&array.subset_all(), &config).unwrap_err().to_string();
+    let err = array
+        .retrieve_array_subset_device_opt::<DeviceArray<u16>>(&array.subset_all(), &config)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("zstd.zarr/c/"), "{err}");
     // The device is still usable: a new server, the same read.
     let again = Server::s3();
@@ -157,9 +161,17 @@ fn device_copy<S: ReadableStorageTraits + 'static, D: zarrs_storage::ReadableWri
 ) -> Result<zarrs_gpu::WriteReport> {
     use zarrs_gpu::ArrayDeviceWriteExt;
     Ok(if name == "zstd" {
-        dst.store_array_subset_device_opt(to, &src.retrieve_array_subset_device_opt::<u16>(from, config)?.0, config)?
+        dst.store_array_subset_device_opt(
+            to,
+            &src.retrieve_array_subset_device_opt::<DeviceArray<u16>>(from, config)?.0,
+            config,
+        )?
     } else {
-        dst.store_array_subset_device_opt(to, &src.retrieve_array_subset_device_opt::<f32>(from, config)?.0, config)?
+        dst.store_array_subset_device_opt(
+            to,
+            &src.retrieve_array_subset_device_opt::<DeviceArray<f32>>(from, config)?.0,
+            config,
+        )?
     })
 }
 

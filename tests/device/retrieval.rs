@@ -14,7 +14,8 @@ use zarrs::array::{data_type, Array, ArrayBuilder, ArrayBytes, ArraySubset, Data
 use zarrs::filesystem::FilesystemStore;
 use zarrs_gpu::zarrs_gpu_codecs::plan::plan_chunks;
 use zarrs_gpu::{
-    with_gpu_config, ArrayDeviceExt, DecodePath, DeviceArray, GdsStore, GpuConfig, GpuError, IoBackend, IoPath,
+    with_gpu_config, ArrayDeviceExt, ArrayDeviceWriteExt, DecodePath, DeviceArray, DeviceBytes, GdsStore, GpuConfig,
+    GpuError, IoBackend, IoPath,
 };
 use zarrs_storage::{ReadableStorageTraits, ReadableWritableListableStorageTraits, WritableStorageTraits};
 
@@ -121,10 +122,15 @@ where
     Array<S>: ArrayDeviceExt,
 {
     let want = array.retrieve_array_subset::<ArrayBytes<'static>>(subset)?.into_fixed()?.into_owned();
-    let (device, report) = array.retrieve_array_subset_device_opt::<T>(subset, config)?;
+    let (device, report) = array.retrieve_array_subset_device_opt::<DeviceArray<T>>(subset, config)?;
     assert_eq!(device.shape(), subset.shape());
     let got = device.to_host_bytes()?;
     assert!(got == want, "subset {:?}: device bytes differ from zarrs' ({report:?})", subset.to_ranges());
+    // The untyped read: the same bytes, with the array's data type.
+    let (bytes, _) = array.retrieve_array_subset_device_opt::<DeviceBytes>(subset, config)?;
+    assert_eq!((bytes.shape(), bytes.num_bytes()), (subset.shape(), want.len()));
+    assert_eq!(bytes.data_type().to_string(), array.data_type().to_string());
+    assert!(bytes.to_host_bytes()? == want, "subset {:?}: untyped bytes differ from zarrs'", subset.to_ranges());
     Ok(report)
 }
 
@@ -163,6 +169,51 @@ fn v3_float32_subsets_match_zarrs_on_both_io_paths() -> Result {
     match check_subset::<f32, _>(&array, &array.subset_all(), &GpuConfig::default().with_backend(IoBackend::Gds)) {
         Ok(report) => assert_eq!(report.io.map(|s| s.path), Some(IoPath::Gds)),
         Err(err) => assert!(err.to_string().contains("GPUDirect Storage"), "{err}"),
+    }
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn untyped_arrays_carry_their_data_type_through_reads_views_and_writes() -> Result {
+    let (shape, chunks) = ([19u64, 13], [6u64, 5]);
+    for (dt, fill) in [
+        (data_type::bfloat16(), FillValue::from(half::bf16::from_f32(-2.5))),
+        (data_type::complex64(), FillValue::from(num_complex::Complex32::new(1.0, -2.0))),
+        (data_type::int16(), FillValue::from(-300i16)),
+    ] {
+        let dir = tempfile::tempdir()?;
+        let array = v3_array(dir.path(), dt.clone(), fill.clone(), &shape, &chunks)?;
+        let all = array.subset_all();
+        let want = array.retrieve_array_subset::<ArrayBytes<'static>>(&all)?.into_fixed()?.into_owned();
+        let bytes: DeviceBytes = array.retrieve_array_subset_device(&all)?;
+        assert_eq!(bytes.len() as u64, all.num_elements());
+        assert!(bytes.to_host_bytes()? == want, "{dt}");
+        // A typed view only where the element type is the data type's.
+        match DeviceArray::<f32>::try_from(bytes) {
+            Err(GpuError::ElementType { .. }) => {}
+            other => panic!("{dt} viewed as f32: {other:?}"),
+        }
+        // Written back from the untyped array into a new array of the same type: zarrs reads
+        // the same values; into an array of another type: refused before anything is written.
+        let bytes: DeviceBytes = array.retrieve_array_subset_device(&all)?;
+        let out = ArrayBuilder::new(shape.to_vec(), chunks.to_vec(), dt.clone(), fill.clone())
+            .bytes_to_bytes_codecs(vec![])
+            .build(array.storage(), "/arr2")?;
+        out.store_metadata()?;
+        out.store_array_subset_device(&all, &bytes)?;
+        let back = out.retrieve_array_subset::<ArrayBytes<'static>>(&all)?.into_fixed()?.into_owned();
+        assert!(back == want, "{dt}: written back from the untyped array");
+        let other = ArrayBuilder::new(shape.to_vec(), chunks.to_vec(), data_type::float64(), FillValue::from(0f64))
+            .bytes_to_bytes_codecs(vec![])
+            .build(out.storage(), "/other")?;
+        assert!(other.store_array_subset_device(&all, &bytes).is_err(), "{dt} written into float64");
+        // Views of one request, untyped.
+        let halves = [ArraySubset::new_with_ranges(&[0..10, 0..13]), ArraySubset::new_with_ranges(&[10..19, 0..13])];
+        let views = array.retrieve_array_subsets_device::<DeviceBytes>(&halves)?;
+        let got: Vec<u8> =
+            views.iter().map(DeviceBytes::to_host_bytes).collect::<std::result::Result<Vec<_>, _>>()?.concat();
+        assert!(got == want, "{dt}: the views of one request");
     }
     Ok(())
 }
@@ -235,7 +286,7 @@ fn other_codec_chains_decode_on_host_correctly() -> Result {
     check_all::<f32, _>(&array, &posix(), 7)?;
     for indices in [[0u64, 0], [3, 2]] {
         let want: Vec<f32> = array.retrieve_chunk(&indices)?;
-        let got = array.retrieve_chunk_device::<f32>(&indices)?.to_host()?;
+        let got = array.retrieve_chunk_device::<DeviceArray<f32>>(&indices)?.to_host()?;
         assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()) && got.len() == want.len());
     }
     Ok(())
@@ -276,16 +327,16 @@ fn chunk_retrieval_and_gpu_mode() -> Result {
     let array = v3_array(dir.path(), data_type::int32(), FillValue::from(-9i32), &[20, 30], &[6, 7])?;
     for indices in [[0u64, 0], [3, 4], [2, 1]] {
         let want: Vec<i32> = array.retrieve_chunk(&indices)?;
-        let got = array.retrieve_chunk_device::<i32>(&indices)?;
+        let got = array.retrieve_chunk_device::<DeviceArray<i32>>(&indices)?;
         assert_eq!(got.to_host()?, want, "chunk {indices:?}");
     }
     let chunks = ArraySubset::new_with_ranges(&[1..4, 2..5]);
     let want: Vec<i32> = array.retrieve_array_subset(&array.chunks_subset_bounded(&chunks)?)?;
-    assert_eq!(array.retrieve_chunks_device::<i32>(&chunks)?.to_host()?, want);
+    assert_eq!(array.retrieve_chunks_device::<DeviceArray<i32>>(&chunks)?.to_host()?, want);
     let edge = ArraySubset::new_with_ranges(&[2..4, 3..5]);
     let want: Vec<i32> = array.retrieve_array_subset(&array.chunks_subset_bounded(&edge)?)?;
-    assert_eq!(array.retrieve_chunks_device::<i32>(&edge)?.to_host()?, want);
-    assert!(array.retrieve_chunk_device::<i32>(&[4, 0]).is_err(), "chunk indices beyond the grid");
+    assert_eq!(array.retrieve_chunks_device::<DeviceArray<i32>>(&edge)?.to_host()?, want);
+    assert!(array.retrieve_chunk_device::<DeviceArray<i32>>(&[4, 0]).is_err(), "chunk indices beyond the grid");
     // GPU mode: zarrs' generic retrieval yields device arrays; on rayon workers too, which take
     // the scope's config along (a scope is its thread's own).
     let subset = ArraySubset::new_with_ranges(&[3..17, 5..29]);
@@ -305,9 +356,11 @@ fn chunk_retrieval_and_gpu_mode() -> Result {
         Ok(())
     })?;
     // Wrong element type: a clear error, no panic.
-    let err = array.retrieve_array_subset_device::<f32>(&subset).unwrap_err();
+    let err = array.retrieve_array_subset_device::<DeviceArray<f32>>(&subset).unwrap_err();
     assert!(matches!(err, GpuError::ElementType { .. }), "{err}");
-    let err = array.retrieve_array_subset_device::<i32>(&ArraySubset::new_with_ranges(&[0..21, 0..3])).unwrap_err();
+    let err = array
+        .retrieve_array_subset_device::<DeviceArray<i32>>(&ArraySubset::new_with_ranges(&[0..21, 0..3]))
+        .unwrap_err();
     assert!(err.to_string().contains("subset"), "{err}");
     Ok(())
 }
@@ -330,7 +383,7 @@ fn empty_subsets_are_empty_arrays_without_reads() -> Result {
     for a in [&array, &host] {
         for ranges in [[3..3, 0..30], [0..20, 30..30], [20..20, 0..0]] {
             let subset = ArraySubset::new_with_ranges(&ranges);
-            let (got, report) = a.retrieve_array_subset_device_opt::<i32>(&subset, &posix())?;
+            let (got, report) = a.retrieve_array_subset_device_opt::<DeviceArray<i32>>(&subset, &posix())?;
             assert_eq!(got.shape(), subset.shape(), "{ranges:?}");
             assert!(got.is_empty() && got.num_bytes() == 0, "{ranges:?}");
             assert_eq!((report.chunks, report.bytes_read), (0, 0), "{ranges:?}");
@@ -417,7 +470,7 @@ fn no_gpu_is_a_clear_error() -> Result {
     }
     let dir = tempfile::tempdir()?;
     let array = v3_array(dir.path(), data_type::float32(), FillValue::from(0f32), &[8, 8], &[4, 4])?;
-    let err = array.retrieve_array_subset_device::<f32>(&array.subset_all()).unwrap_err();
+    let err = array.retrieve_array_subset_device::<DeviceArray<f32>>(&array.subset_all()).unwrap_err();
     assert!(matches!(err, GpuError::NoCuda(_)), "{err}");
     Ok(())
 }
@@ -501,7 +554,8 @@ fn cold_reads_in_many_batches_equal_zarrs_reads() -> Result {
         array.store_array_subset(&array.subset_all(), &values)?;
         evict(&dir.path().join(name))?;
         let config = GpuConfig::default().with_staging_bytes(32 << 20);
-        let (device, report) = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &config)?;
+        let (device, report) =
+            array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &config)?;
         assert!(device.to_host()? == values, "{name}: the cold read differs ({report:?})");
         eprintln!("{name}: {}", report.io.map(|io| io.to_string()).unwrap_or_default());
     }

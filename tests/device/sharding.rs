@@ -4,6 +4,7 @@
 
 use std::num::NonZeroU64;
 use std::sync::Arc;
+use zarrs_gpu::DeviceArray;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -220,7 +221,8 @@ fn corrupt_shards_are_errors_naming_the_shard_and_the_next_read_works() -> Resul
     ];
     for (what, bytes) in cases {
         store.set(&key, Bytes::from(bytes))?;
-        let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()).unwrap_err();
+        let err =
+            array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &posix()).unwrap_err();
         let text = err.to_string();
         assert!(
             matches!(err, GpuError::Chunk { .. } | GpuError::Read(_)) && text.contains(&key.to_string()),
@@ -278,14 +280,14 @@ fn uncompressed_inner_chunks_are_read_straight_to_the_device() -> Result {
     let fs = Arc::new(FilesystemStore::new(dir.path())?);
     let other = zarrs::array::Array::open(fs, "/s")?;
     let want = array.retrieve_array_subset::<Vec<f32>>(&other.subset_all())?;
-    let (got, report) = other.retrieve_array_subset_device_opt::<f32>(&other.subset_all(), &posix())?;
+    let (got, report) = other.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&other.subset_all(), &posix())?;
     assert_eq!(got.to_host()?, want);
     assert_eq!(report.io.map(|s| s.path), Some(IoPath::Staged));
     // A shard cut short: its index (at the start) points past the end.
     let key = array.chunk_key(&[0, 0, 0]);
     let good = array.storage().get(&key)?.unwrap();
     array.storage().set(&key, Bytes::from(good[..good.len() - 100].to_vec()))?;
-    let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &posix()).unwrap_err();
+    let err = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &posix()).unwrap_err();
     assert!(err.to_string().contains(&key.to_string()), "{err}");
     Ok(())
 }
@@ -428,7 +430,7 @@ fn nested_shards_at_two_and_three_levels_with_and_without_a_cache_match_zarrs() 
                     // As one request: inner chunks of different nested shards keep their own
                     // sources (their indices within their own shards are alike).
                     let many = subsets(&shape, case);
-                    let (got, _) = array.retrieve_array_subsets_device_opt::<f32>(&many, &config)?;
+                    let (got, _) = array.retrieve_array_subsets_device_opt::<DeviceArray<f32>>(&many, &config)?;
                     for (got, subset) in got.iter().zip(&many) {
                         let want: Vec<f32> = array.retrieve_array_subset(subset)?;
                         assert!(
@@ -573,7 +575,9 @@ fn reads_during_shard_replacements_are_each_one_version() -> Result {
                     }
                     reads.fetch_add(1, Ordering::Relaxed);
                     let subset = if n % 2 == 0 { whole } else { second };
-                    match array.retrieve_array_subset_device_opt::<f32>(subset, &config).and_then(|(d, _)| d.to_host())
+                    match array
+                        .retrieve_array_subset_device_opt::<DeviceArray<f32>>(subset, &config)
+                        .and_then(|(d, _)| d.to_host())
                     {
                         Ok(got) => {
                             // The version of inner chunk 1's first element; the whole read (or

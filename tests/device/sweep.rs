@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use zarrs_gpu::DeviceArray;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -102,7 +103,7 @@ fn child(from: usize) -> Result {
     for (k, frame) in frames.iter().enumerate().skip(from) {
         array.storage().set(&array.chunk_key(&[k as u64]), Bytes::from(frame.bad.clone()))?;
         let subset = ArraySubset::new_with_start_shape(vec![(k * LEN) as u64], vec![LEN as u64])?;
-        let outcome = match array.retrieve_array_subset_device_opt::<u8>(&subset, &config) {
+        let outcome = match array.retrieve_array_subset_device_opt::<DeviceArray<u8>>(&subset, &config) {
             Ok((data, _)) => {
                 let data = data.to_host_bytes()?;
                 if frame.libzstd.as_deref() == Some(data.as_slice()) {
@@ -126,7 +127,8 @@ fn child(from: usize) -> Result {
         };
         if outcome == OTHER_BYTES {
             // Where the device's bytes part from libzstd's (or the original's), and how many differ.
-            let data = array.retrieve_array_subset_device_opt::<u8>(&subset, &config)?.0.to_host_bytes()?;
+            let data =
+                array.retrieve_array_subset_device_opt::<DeviceArray<u8>>(&subset, &config)?.0.to_host_bytes()?;
             let reference = frame.libzstd.as_deref().unwrap_or(&frame.raw);
             let differ = data.iter().zip(reference).filter(|(a, b)| a != b).count();
             let first = data.iter().zip(reference).position(|(a, b)| a != b);

@@ -3,6 +3,7 @@
 //! by zarrs on the host and compared element for element with the same writes made on the host.
 
 use std::sync::Arc;
+use zarrs_gpu::DeviceArray;
 
 use zarrs::array::codec::{
     BloscCompressor, BloscShuffleMode, BytesCodec, Crc32cCodec, GzipCodec, ShardingIndexLocation, TransposeCodec,
@@ -95,11 +96,11 @@ impl Sources {
         let all = ArraySubset::new_with_shape(shape.to_vec());
         let source = empty(dir, "source", vec![])?;
         source.store_array_subset(&all, values(&shape, 1))?;
-        let on_device = source.retrieve_array_subset_device_opt::<f32>(&all, &posix())?.0;
+        let on_device = source.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&all, &posix())?.0;
         let tile = ArraySubset::new_with_ranges(&[5..37, 20..70, 33..90]);
         let tile_source = empty(dir, "tile_source", vec![])?;
         tile_source.store_array_subset(&all, values(&shape, 2))?;
-        let tile_data = tile_source.retrieve_array_subset_device_opt::<f32>(&tile, &posix())?.0;
+        let tile_data = tile_source.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&tile, &posix())?.0;
         Ok(Self { shape, all, source, on_device, tile, tile_source, tile_data })
     }
 }
@@ -199,7 +200,7 @@ fn device_writes_equal_host_writes_for_every_chain_tile_and_edge() -> Result {
     assert!(got == values(&shape, 1), "the level-9 write differs from the values");
     // A chunk stored whole (an edge chunk: its part within the array is what is kept).
     let array = empty(dir.path(), "chunk", vec![zstd(3, false)])?;
-    let chunk_source = source.retrieve_chunk_device_opt::<f32>(&[2, 2, 2], &posix())?.0;
+    let chunk_source = source.retrieve_chunk_device_opt::<DeviceArray<f32>>(&[2, 2, 2], &posix())?.0;
     array.store_chunk_device(&[2, 2, 2], &chunk_source)?;
     let edge = ArraySubset::new_with_ranges(&[32..40, 64..70, 64..90]);
     let got: Vec<f32> = array.retrieve_array_subset(&edge)?;
@@ -210,7 +211,7 @@ fn device_writes_equal_host_writes_for_every_chain_tile_and_edge() -> Result {
     assert!(array.store_array_subset_device(&wrong, &on_device).is_err());
     let past = ArraySubset::new_with_ranges(&[30..70, 0..70, 0..90]);
     assert!(array.store_array_subset_device(&past, &on_device).is_err());
-    let as_u32 = source.retrieve_array_subset_device_opt::<f32>(&wrong, &posix())?.0;
+    let as_u32 = source.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&wrong, &posix())?.0;
     let int_array = {
         let store = Arc::new(GdsStore::new(dir.path())?);
         let a = ArrayBuilder::new(vec![8, 8, 8], vec![4, 4, 4], data_type::uint32(), FillValue::from(0u32))
@@ -278,7 +279,7 @@ fn sharded_device_writes_equal_host_writes_with_the_index_at_either_end() -> Res
         // A shard that becomes all fill value is erased, as zarrs erases it.
         let blank = empty(dir.path(), &format!("{name}_blank"), vec![])?;
         let first_shard = ArraySubset::new_with_ranges(&[0..16, 0..32, 0..64]);
-        let zero_data = blank.retrieve_array_subset_device_opt::<f32>(&first_shard, &posix())?.0;
+        let zero_data = blank.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&first_shard, &posix())?.0;
         let report_zero = array.store_chunk_device(&[0, 0, 0], &zero_data)?;
         assert_eq!(report_zero.erased, 1, "{name}: {report_zero:?}");
         assert!(array.storage().get(&array.chunk_key(&[0, 0, 0]))?.is_none(), "{name}: an all-fill shard was stored");
@@ -336,7 +337,7 @@ fn zstd_with_content_checksums_is_encoded_on_the_device_and_every_frame_verifies
         *bad.last_mut().expect("a frame") ^= 0x5A;
         array.storage().set(&key, bad.into())?;
         assert!(array.retrieve_chunk::<Vec<f32>>(&[1, 1, 1]).is_err(), "{name}: zarrs read a wrong checksum");
-        let read = array.retrieve_chunk_device_opt::<f32>(&[1, 1, 1], &posix());
+        let read = array.retrieve_chunk_device_opt::<DeviceArray<f32>>(&[1, 1, 1], &posix());
         let text = read.err().ok_or("the device read a wrong checksum")?.to_string();
         assert!(text.contains(&key.to_string()) && text.contains("XXH64) mismatch"), "{name}: {text}");
     }
@@ -365,7 +366,7 @@ fn to_device(
     array.store_metadata()?;
     let all = ArraySubset::new_with_shape(shape.to_vec());
     array.store_array_subset(&all, values)?;
-    Ok(array.retrieve_array_subset_device_opt::<f32>(&all, &posix())?.0)
+    Ok(array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&all, &posix())?.0)
 }
 
 /// Two writers of one shard (different inner chunks) or one chunk (its two halves) at once, 20

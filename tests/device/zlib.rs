@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 use std::io::Write;
 use std::sync::Arc;
+use zarrs_gpu::DeviceArray;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -215,7 +216,9 @@ fn a_wrong_adler32_is_an_error_naming_the_chunk() -> Result {
             };
             for trust in trusts {
                 let config = posix().with_decode_trust(trust);
-                let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &config).unwrap_err();
+                let err = array
+                    .retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &config)
+                    .unwrap_err();
                 assert!(
                     matches!(err, GpuError::Chunk { .. }) && err.to_string().contains(&key.to_string()),
                     "{what}, {trust:?}: {err}"
@@ -247,7 +250,7 @@ fn bad_headers_are_errors_and_odd_streams_decode_on_the_host() -> Result {
     let mut bad = good.to_vec();
     bad[1] ^= 0x01;
     store.set(&key, Bytes::from(bad))?;
-    let err = array.retrieve_array_subset_device_opt::<f32>(&array.subset_all(), &trusted).unwrap_err();
+    let err = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&array.subset_all(), &trusted).unwrap_err();
     assert!(err.to_string().contains(&key.to_string()) && err.to_string().contains("zlib header"), "{err}");
     // A stored (level 0) stream with bytes after it: zlib ignores them, so does the host route.
     let mut after = good.to_vec();

@@ -11,11 +11,11 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use zarrs::array::{Array, ArraySubset, ElementOwned};
+use zarrs::array::{Array, ArraySubset};
 use zarrs::storage::ReadableStorageTraits;
 
 use crate::config::GpuConfig;
-use crate::device_array::DeviceArray;
+use crate::device_array::FromDeviceBytes;
 use crate::error::GpuError;
 use crate::report::RetrieveReport;
 use crate::retrieve::{check_subset, ArrayDeviceExt};
@@ -210,13 +210,13 @@ where
 /// module): a chunk that the subsets of several threads meet is read and decoded once. Each
 /// result is a view of its request's allocation, which goes back to the pool once the last view
 /// of it is dropped.
-pub struct CoalescedReads<S: ?Sized, T> {
+pub struct CoalescedReads<S: ?Sized, O> {
     array: Arc<Array<S>>,
     config: GpuConfig,
-    coalescer: Coalescer<ArraySubset, (DeviceArray<T>, RetrieveReport)>,
+    coalescer: Coalescer<ArraySubset, (O, RetrieveReport)>,
 }
 
-impl<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned> CoalescedReads<S, T>
+impl<S: ReadableStorageTraits + ?Sized + 'static, O: FromDeviceBytes> CoalescedReads<S, O>
 where
     Array<S>: ArrayDeviceExt,
 {
@@ -248,16 +248,13 @@ where
     ///
     /// # Errors
     /// As [`ArrayDeviceExt::retrieve_array_subset_device_opt`], for this subset.
-    pub fn retrieve_array_subset_device(
-        &self,
-        subset: &ArraySubset,
-    ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+    pub fn retrieve_array_subset_device(&self, subset: &ArraySubset) -> Result<(O, RetrieveReport), GpuError> {
         // A subset the array cannot have is this read's error before it joins a request: it
         // would fail the request, and every read of it would be made again alone (the GPU test
         // of 24 threads shared no request in runs BR to BU for want of this check).
         check_subset(&self.array, subset, false)?;
         let many = |subsets: &[ArraySubset]| {
-            let (arrays, report) = self.array.retrieve_array_subsets_device_opt::<T>(subsets, &self.config)?;
+            let (arrays, report) = self.array.retrieve_array_subsets_device_opt::<O>(subsets, &self.config)?;
             Ok::<_, GpuError>(report.shared_by(arrays))
         };
         Ok(self.coalescer.read(subset.clone(), many)?.0)
@@ -267,6 +264,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::DeviceArray;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Barrier;
 
@@ -395,7 +393,7 @@ mod tests {
         .unwrap();
         // A long window: the threads gather behind the first however slowly a loaded host starts them.
         let config = GpuConfig::default().with_device(4096).with_coalesce_window(Some(Duration::from_secs(2)));
-        let reads = CoalescedReads::<_, f32>::new(Arc::new(array), config);
+        let reads = CoalescedReads::<_, DeviceArray<f32>>::new(Arc::new(array), config);
         let subset = |i: u64| ArraySubset::new_with_ranges(&[i..i + 4, 0..16]);
         assert!(reads.retrieve_array_subset_device(&subset(0)).is_err());
         assert_eq!(reads.failures().0, 0, "a lone read is no request of several");

@@ -4,26 +4,30 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{result, sys, CudaSlice, CudaStream, DriverError};
+use cudarc::driver::{result, sys, CudaSlice, CudaStream, CudaView, DriverError};
 use zarrs::array::{ArrayBytes, ArrayError, DataType, ElementOwned, FromArrayBytes};
 
 use crate::config::GpuConfig;
 use crate::device::context::GpuContext;
 use crate::device::current_context::CurrentContextGuard;
+use crate::element::element_type;
 use crate::error::GpuError;
 
-/// A typed array in CUDA device memory: C-order elements with their shape and Zarr data type.
+/// An array in CUDA device memory: C-order elements of a Zarr data type, with their shape; what
+/// every read returns at its core. [`DeviceArray<T>`] is a view of it checked against a Rust
+/// element type.
 ///
 /// It owns its memory (what reads return), or wraps memory another library owns and keeps that
-/// owner alive ([`DeviceArray::from_dlpack`]). [`DeviceArray::into_dlpack`] hands it to other
+/// owner alive ([`DeviceBytes::from_dlpack`]). [`DeviceBytes::into_dlpack`] hands it to other
 /// libraries without a copy.
-pub struct DeviceArray<T> {
+pub struct DeviceBytes {
     /// None when the memory is another library's (`owner`).
-    data: Option<CudaSlice<T>>,
+    data: Option<CudaSlice<u8>>,
     /// Dropped by hand in `drop`, inside its context guard: a stream's destruction binds its
     /// context on the dropping thread.
     stream: std::mem::ManuallyDrop<Arc<CudaStream>>,
     ptr: sys::CUdeviceptr,
+    /// Elements, each `data_type`'s fixed size.
     len: usize,
     shape: Vec<u64>,
     data_type: DataType,
@@ -34,14 +38,93 @@ pub struct DeviceArray<T> {
     /// Atomic: any holder of a shared array may find that out.
     abandoned: AtomicBool,
     /// The memory is ours and freed stream-ordered on `stream` (a read's result or a view of one),
-    /// so a free ordered after a consumer's stream ([`DeviceArray::order_release_after`]) is safe.
+    /// so a free ordered after a consumer's stream ([`DeviceBytes::order_release_after`]) is safe.
     stream_ordered_free: bool,
     /// `stream` waits for a consumer's work: the free is not followed by a wait for it.
     consumer_ordered: AtomicBool,
+}
+
+/// A typed array in CUDA device memory: [`DeviceBytes`] whose data type is `T`'s, checked when
+/// made. Everything untyped (shape, data type, device address, DLPack) comes through `Deref`.
+pub struct DeviceArray<T> {
+    bytes: DeviceBytes,
     _marker: PhantomData<T>,
 }
 
-impl<T> Drop for DeviceArray<T> {
+/// What a device read returns: [`DeviceBytes`] of any fixed-size data type, or a
+/// [`DeviceArray<T>`] of `T`'s (as zarrs' `FromArrayBytes` picks `ArrayBytes`, `Vec<T>` or an
+/// ndarray).
+pub trait FromDeviceBytes: Sized {
+    /// Whether this output takes elements of `data_type`: asked before a read starts.
+    ///
+    /// # Errors
+    /// Returns an error naming both where it does not.
+    fn check_data_type(data_type: &DataType) -> Result<(), GpuError>;
+
+    /// The output over `bytes`.
+    ///
+    /// # Errors
+    /// Returns an error where `bytes`' data type does not pass [`Self::check_data_type`].
+    fn from_device_bytes(bytes: DeviceBytes) -> Result<Self, GpuError>;
+}
+
+impl FromDeviceBytes for DeviceBytes {
+    fn check_data_type(data_type: &DataType) -> Result<(), GpuError> {
+        check_device_type(data_type)
+    }
+
+    fn from_device_bytes(bytes: DeviceBytes) -> Result<Self, GpuError> {
+        Ok(bytes)
+    }
+}
+
+impl<T: ElementOwned> FromDeviceBytes for DeviceArray<T> {
+    fn check_data_type(data_type: &DataType) -> Result<(), GpuError> {
+        check_element::<T>(data_type)
+    }
+
+    fn from_device_bytes(bytes: DeviceBytes) -> Result<Self, GpuError> {
+        Self::try_from(bytes)
+    }
+}
+
+impl<T: ElementOwned> TryFrom<DeviceBytes> for DeviceArray<T> {
+    type Error = GpuError;
+
+    /// The typed view of `bytes`, where `T` is their data type's element type.
+    fn try_from(bytes: DeviceBytes) -> Result<Self, GpuError> {
+        check_element::<T>(&bytes.data_type)?;
+        Ok(Self { bytes, _marker: PhantomData })
+    }
+}
+
+impl<T> From<DeviceArray<T>> for DeviceBytes {
+    fn from(array: DeviceArray<T>) -> Self {
+        array.bytes
+    }
+}
+
+impl<T> std::ops::Deref for DeviceArray<T> {
+    type Target = DeviceBytes;
+
+    fn deref(&self) -> &DeviceBytes {
+        &self.bytes
+    }
+}
+
+impl AsRef<DeviceBytes> for DeviceBytes {
+    fn as_ref(&self) -> &DeviceBytes {
+        self
+    }
+}
+
+impl<T> AsRef<DeviceBytes> for DeviceArray<T> {
+    fn as_ref(&self) -> &DeviceBytes {
+        &self.bytes
+    }
+}
+
+impl Drop for DeviceBytes {
     fn drop(&mut self) {
         // Freeing, the owner's release (a DLPack deleter) and the stream's destruction bind the
         // context on this thread: all of them happen inside the guard.
@@ -91,6 +174,16 @@ impl Drop for SharedBytes {
     }
 }
 
+impl std::fmt::Debug for DeviceBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBytes")
+            .field("shape", &self.shape)
+            .field("data_type", &self.data_type.to_string())
+            .field("device", &self.stream.context().ordinal())
+            .finish_non_exhaustive()
+    }
+}
+
 impl<T> std::fmt::Debug for DeviceArray<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceArray")
@@ -98,6 +191,24 @@ impl<T> std::fmt::Debug for DeviceArray<T> {
             .field("data_type", &self.data_type.to_string())
             .field("device", &self.stream.context().ordinal())
             .finish_non_exhaustive()
+    }
+}
+
+/// Check that `data_type` is one read to the device ([`element_type`]).
+pub(crate) fn check_device_type(data_type: &DataType) -> Result<(), GpuError> {
+    match element_type(data_type) {
+        Some(_) => Ok(()),
+        None => Err(GpuError::Unsupported(format!(
+            "data type {data_type} is not read to the device (fixed-size numeric types are)"
+        ))),
+    }
+}
+
+/// Check that a destination's data type is the array's (a v2 array's float32 is a v3 one's).
+pub(crate) fn check_same_type(destination: &DataType, array: &DataType) -> Result<(), GpuError> {
+    match (element_type(destination), element_type(array)) {
+        (Some(a), Some(b)) if a.0 == b.0 => Ok(()),
+        _ => Err(GpuError::Unsupported(format!("a destination of {destination} for an array of {array}"))),
     }
 }
 
@@ -114,19 +225,18 @@ pub(crate) fn check_element<T: ElementOwned>(data_type: &DataType) -> Result<(),
     Ok(())
 }
 
-impl<T: ElementOwned> DeviceArray<T> {
+impl DeviceBytes {
     /// Take ownership of `bytes` (C-order elements of `data_type`, `shape`) on the device.
     ///
     /// # Safety
     /// `bytes` must hold `shape.iter().product()` valid elements of `data_type`, written by work
     /// ordered before any later use on `bytes`' stream.
-    pub(crate) unsafe fn from_device_bytes(
+    pub(crate) unsafe fn from_cuda_slice(
         bytes: CudaSlice<u8>,
         shape: Vec<u64>,
         data_type: DataType,
     ) -> Result<Self, GpuError> {
-        check_element::<T>(&data_type)?;
-        let elem = std::mem::size_of::<T>() as u64;
+        let elem = element_size(&data_type)?;
         let Some(num_bytes) = crate::pipeline::plan::checked_bytes(&shape, elem) else {
             return Err(GpuError::bytes_overflow("a device array of shape", &shape, elem));
         };
@@ -137,8 +247,8 @@ impl<T: ElementOwned> DeviceArray<T> {
         let len = (num_bytes / elem.max(1)) as usize;
         let stream = bytes.stream().clone();
         let ptr = bytes.leak();
-        // SAFETY: ptr is the allocation just leaked, on this stream, of len elements of T.
-        let data = unsafe { stream.upgrade_device_ptr::<T>(ptr, len) };
+        // SAFETY: ptr is the allocation just leaked, on this stream, of num_bytes bytes.
+        let data = unsafe { stream.upgrade_device_ptr::<u8>(ptr, num_bytes as usize) };
         Ok(Self {
             data: Some(data),
             stream: std::mem::ManuallyDrop::new(stream),
@@ -150,7 +260,6 @@ impl<T: ElementOwned> DeviceArray<T> {
             abandoned: AtomicBool::new(false),
             stream_ordered_free: true,
             consumer_ordered: AtomicBool::new(false),
-            _marker: PhantomData,
         })
     }
 
@@ -178,7 +287,6 @@ impl<T: ElementOwned> DeviceArray<T> {
             abandoned: AtomicBool::new(false),
             stream_ordered_free: false,
             consumer_ordered: AtomicBool::new(false),
-            _marker: PhantomData,
         }
     }
 
@@ -193,8 +301,7 @@ impl<T: ElementOwned> DeviceArray<T> {
         views: &[(u64, Vec<u64>)],
         data_type: &DataType,
     ) -> Result<Vec<Self>, GpuError> {
-        check_element::<T>(data_type)?;
-        let elem = std::mem::size_of::<T>() as u64;
+        let elem = element_size(data_type)?;
         let total = bytes.len() as u64;
         let mut lens = Vec::with_capacity(views.len());
         for (offset, shape) in views {
@@ -356,13 +463,13 @@ impl<T: ElementOwned> DeviceArray<T> {
     /// The size in bytes.
     #[must_use]
     pub fn num_bytes(&self) -> usize {
-        self.len * std::mem::size_of::<T>()
+        self.len * self.data_type.fixed_size().unwrap_or(0)
     }
 
-    /// The device buffer, to hand on to other CUDA code (cudarc kernels, cuBLAS, ...); None for
-    /// memory another library owns (use [`Self::device_ptr`]).
+    /// The device buffer's bytes, to hand on to other CUDA code; None for memory another library
+    /// owns (use [`Self::device_ptr`]).
     #[must_use]
-    pub fn as_cuda_slice(&self) -> Option<&CudaSlice<T>> {
+    pub fn as_cuda_bytes(&self) -> Option<&CudaSlice<u8>> {
         self.data.as_ref()
     }
 
@@ -372,7 +479,7 @@ impl<T: ElementOwned> DeviceArray<T> {
     /// Returns `self` when it wraps memory it does not own, or work left running after a timed-out
     /// read may still write it.
     #[allow(clippy::result_large_err)] // the array itself, handed back as `Arc::try_unwrap` does
-    pub fn into_parts(mut self) -> Result<(CudaSlice<T>, Vec<u64>), Self> {
+    pub fn into_parts(mut self) -> Result<(CudaSlice<u8>, Vec<u64>), Self> {
         if *self.abandoned.get_mut() {
             return Err(self);
         }
@@ -410,6 +517,50 @@ impl<T: ElementOwned> DeviceArray<T> {
         }
         Ok(bytes)
     }
+}
+
+impl<T: ElementOwned> DeviceArray<T> {
+    /// The same elements with another shape of as many elements (C order): dimensions of extent
+    /// 1 dropped or added, say.
+    ///
+    /// # Errors
+    /// Returns an error when `shape` holds another number of elements.
+    pub fn reshape(self, shape: Vec<u64>) -> Result<Self, GpuError> {
+        Ok(Self { bytes: self.bytes.reshape(shape)?, _marker: PhantomData })
+    }
+
+    /// The untyped array.
+    #[must_use]
+    pub fn into_bytes(self) -> DeviceBytes {
+        self.bytes
+    }
+
+    /// The device buffer, to hand on to other CUDA code (cudarc kernels, cuBLAS, ...); None for
+    /// memory another library owns (use [`DeviceBytes::device_ptr`]).
+    #[must_use]
+    pub fn as_cuda_slice(&self) -> Option<CudaView<'_, T>> {
+        // SAFETY: the bytes hold `len` elements of `T` (the data type checked when made).
+        self.bytes.data.as_ref().and_then(|data| unsafe { data.transmute::<T>(self.bytes.len) })
+    }
+
+    /// The device buffer and the shape; the array back for memory another library owns.
+    ///
+    /// # Errors
+    /// Returns `self` when it wraps memory it does not own, or work left running after a timed-out
+    /// read may still write it.
+    #[allow(clippy::result_large_err)] // the array itself, handed back as `Arc::try_unwrap` does
+    pub fn into_parts(self) -> Result<(CudaSlice<T>, Vec<u64>), Self> {
+        let len = self.bytes.len;
+        match self.bytes.into_parts() {
+            Ok((data, shape)) => {
+                let stream = data.stream().clone();
+                let ptr = data.leak();
+                // SAFETY: the allocation just leaked, on this stream, of `len` elements of `T`.
+                Ok((unsafe { stream.upgrade_device_ptr::<T>(ptr, len) }, shape))
+            }
+            Err(bytes) => Err(Self { bytes, _marker: PhantomData }),
+        }
+    }
 
     /// Copy the elements back to the host.
     ///
@@ -419,6 +570,15 @@ impl<T: ElementOwned> DeviceArray<T> {
         let bytes = self.to_host_bytes()?;
         T::from_array_bytes(&self.data_type, ArrayBytes::new_flen(bytes)).map_err(|e| GpuError::Array(e.into()))
     }
+}
+
+/// The fixed size of an element of `data_type`, one read to the device.
+pub(crate) fn element_size(data_type: &DataType) -> Result<u64, GpuError> {
+    check_device_type(data_type)?;
+    data_type
+        .fixed_size()
+        .map(|n| n as u64)
+        .ok_or_else(|| GpuError::Unsupported(format!("data type {data_type} has no fixed size")))
 }
 
 /// What a release of shared memory waits for: the consumer's declared stream, or (streams
@@ -431,7 +591,7 @@ pub(crate) enum ReleaseOrder {
     WholeDevice,
 }
 
-/// How long a release ([`DeviceArray::settle_for_release`]) waits for the device before it
+/// How long a release ([`DeviceBytes::settle_for_release`]) waits for the device before it
 /// leaves the memory leaked: as long as a batch of a read may take before it times out.
 pub const RELEASE_WAIT: Duration = Duration::from_mins(1);
 
@@ -450,7 +610,7 @@ fn run_release_wait(wait: &mut dyn FnMut()) {
     }
 }
 
-/// Run every blocking wait of a release ([`DeviceArray::settle_for_release`], DLPack deleters)
+/// Run every blocking wait of a release ([`DeviceBytes::settle_for_release`], DLPack deleters)
 /// through `wrapper`, which must call the function it gets once, on the same thread: a Python
 /// binding releases the interpreter lock around it, so that other threads (the one whose read
 /// times out among them) go on. Returns false when a wrapper was set before (it stays).
@@ -507,6 +667,14 @@ pub(crate) fn wait_bounded(
 impl<T: ElementOwned> FromArrayBytes for DeviceArray<T> {
     fn from_array_bytes(bytes: ArrayBytes<'static>, shape: &[u64], data_type: &DataType) -> Result<Self, ArrayError> {
         check_element::<T>(data_type)?;
+        Ok(DeviceBytes::from_array_bytes(bytes, shape, data_type)?.try_into()?)
+    }
+}
+
+/// As for [`DeviceArray`], of any data type read to the device.
+impl FromArrayBytes for DeviceBytes {
+    fn from_array_bytes(bytes: ArrayBytes<'static>, shape: &[u64], data_type: &DataType) -> Result<Self, ArrayError> {
+        check_device_type(data_type)?;
         let bytes =
             bytes.into_fixed().map_err(|_| ArrayError::Other("DeviceArray needs a fixed-size data type".into()))?;
         let config = GpuConfig::current()?;
@@ -515,7 +683,7 @@ impl<T: ElementOwned> FromArrayBytes for DeviceArray<T> {
         context.check_alive()?;
         let device = context.upload(&bytes).map_err(|err| context.contain(err))?;
         // SAFETY: the bytes were copied synchronously and are `shape` elements of `data_type`.
-        Ok(unsafe { Self::from_device_bytes(device, shape.to_vec(), data_type.clone()) }?)
+        Ok(unsafe { Self::from_cuda_slice(device, shape.to_vec(), data_type.clone()) }?)
     }
 }
 

@@ -1,7 +1,6 @@
 //! DLPack: device arrays handed to other libraries (PyTorch, CuPy, JAX, ...) without a copy, and
 //! their device tensors wrapped as device arrays.
 
-use std::any::TypeId;
 use std::sync::Arc;
 
 use cudarc::driver::{result, sys};
@@ -11,7 +10,8 @@ use dlpark::{SafeManagedTensor, SafeManagedTensorVersioned};
 use zarrs::array::{DataType, ElementOwned};
 
 use crate::device::current_context::CurrentContextGuard;
-use crate::device_array::{check_element, DeviceArray, ReleaseOrder};
+use crate::device_array::{check_element, DeviceArray, DeviceBytes, ReleaseOrder};
+use crate::element::element_type;
 use crate::error::GpuError;
 
 /// How the consumer of a DLPack tensor orders its use of the data after the work that wrote it
@@ -48,33 +48,27 @@ impl DlpackStream {
     }
 }
 
-/// The DLPack data type of element type `T`.
-fn dl_type<T: 'static>() -> Option<DlType> {
-    let t = TypeId::of::<T>();
-    let types: [(TypeId, DlType); 14] = [
-        (TypeId::of::<bool>(), DlType::BOOL),
-        (TypeId::of::<i8>(), DlType::I8),
-        (TypeId::of::<i16>(), DlType::I16),
-        (TypeId::of::<i32>(), DlType::I32),
-        (TypeId::of::<i64>(), DlType::I64),
-        (TypeId::of::<u8>(), DlType::U8),
-        (TypeId::of::<u16>(), DlType::U16),
-        (TypeId::of::<u32>(), DlType::U32),
-        (TypeId::of::<u64>(), DlType::U64),
-        (TypeId::of::<half::f16>(), DlType::F16),
-        (TypeId::of::<half::bf16>(), DlType::BF16),
-        (TypeId::of::<f32>(), DlType::F32),
-        (TypeId::of::<f64>(), DlType::F64),
-        (TypeId::of::<num_complex::Complex<f32>>(), DlType { code: DataTypeCode::Complex, bits: 64, lanes: 1 }),
-    ];
-    if t == TypeId::of::<num_complex::Complex<f64>>() {
-        return Some(DlType { code: DataTypeCode::Complex, bits: 128, lanes: 1 });
-    }
-    types.iter().find(|(id, _)| *id == t).map(|(_, dl)| *dl)
-}
-
-fn unsupported<T>() -> GpuError {
-    GpuError::Unsupported(format!("DLPack has no data type for {}", std::any::type_name::<T>()))
+/// The DLPack data type of `data_type`'s elements (one read to the device).
+fn dl_type(data_type: &DataType) -> Option<DlType> {
+    let complex = |bits| DlType { code: DataTypeCode::Complex, bits, lanes: 1 };
+    Some(match element_type(data_type)?.0 {
+        "bool" => DlType::BOOL,
+        "int8" => DlType::I8,
+        "int16" => DlType::I16,
+        "int32" => DlType::I32,
+        "int64" => DlType::I64,
+        "uint8" => DlType::U8,
+        "uint16" => DlType::U16,
+        "uint32" => DlType::U32,
+        "uint64" => DlType::U64,
+        "float16" => DlType::F16,
+        "bfloat16" => DlType::BF16,
+        "float32" => DlType::F32,
+        "float64" => DlType::F64,
+        "complex64" => complex(64),
+        "complex128" => complex(128),
+        _ => return None,
+    })
 }
 
 /// What the release of a tensor exported as `stream` says must finish before its memory is
@@ -91,36 +85,36 @@ pub(crate) fn release_order(stream: DlpackStream) -> ReleaseOrder {
 
 /// A device array inside a DLPack tensor: released by the consumer's call of the deleter (freed
 /// with the last tensor or owner that shares it).
-struct Exported<T: ElementOwned> {
-    array: Arc<DeviceArray<T>>,
+struct Exported<A: AsRef<DeviceBytes>> {
+    array: Arc<A>,
     dl_type: DlType,
     /// How the consumer orders its work: what the release waits for.
     release: ReleaseOrder,
 }
 
-impl<T: ElementOwned> Drop for Exported<T> {
+impl<A: AsRef<DeviceBytes>> Drop for Exported<A> {
     fn drop(&mut self) {
         // A context lost (to a hung batch) or a device-wide wait that does not end leaves the
         // memory leaked.
         let _current = CurrentContextGuard::new();
-        self.array.release_after(self.release);
+        (*self.array).as_ref().release_after(self.release);
     }
 }
 
-impl<T: ElementOwned> TensorLike<RowMajorCompactLayout> for Exported<T> {
+impl<A: AsRef<DeviceBytes>> TensorLike<RowMajorCompactLayout> for Exported<A> {
     type Error = GpuError;
 
     fn data_ptr(&self) -> *mut std::ffi::c_void {
-        self.array.device_ptr() as usize as *mut std::ffi::c_void
+        (*self.array).as_ref().device_ptr() as usize as *mut std::ffi::c_void
     }
 
     fn memory_layout(&self) -> RowMajorCompactLayout {
         // Checked when exported: every extent fits in i64.
-        RowMajorCompactLayout::new(self.array.shape().iter().map(|&n| n as i64).collect())
+        RowMajorCompactLayout::new((*self.array).as_ref().shape().iter().map(|&n| n as i64).collect())
     }
 
     fn device(&self) -> Result<Device, GpuError> {
-        Ok(Device::cuda(self.array.stream().context().ordinal()))
+        Ok(Device::cuda((*self.array).as_ref().stream().context().ordinal()))
     }
 
     fn data_type(&self) -> Result<DlType, GpuError> {
@@ -132,7 +126,7 @@ impl<T: ElementOwned> TensorLike<RowMajorCompactLayout> for Exported<T> {
     }
 }
 
-impl<T: ElementOwned + 'static> DeviceArray<T> {
+impl DeviceBytes {
     /// Hand the array to another library as a DLPack tensor (DLPack 1.x, writable), without a
     /// copy: the tensor owns the memory, and the consumer's deleter frees it. `stream` orders the
     /// consumer's work after the read that wrote the array, and the free after the consumer's
@@ -143,8 +137,7 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
     /// The tensor's `Deref` to bytes reads host memory: never use it on a device tensor.
     ///
     /// # Errors
-    /// Returns an error when `T` has no DLPack data type, an extent does not fit in i64, or the
-    /// ordering fails.
+    /// Returns an error when an extent does not fit in i64, or the ordering fails.
     pub fn into_dlpack(self, stream: DlpackStream) -> Result<SafeManagedTensorVersioned, GpuError> {
         Self::share_dlpack(&Arc::new(self), stream)
     }
@@ -158,61 +151,44 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
         Self::share_dlpack_legacy(&Arc::new(self), stream)
     }
 
-    /// As [`Self::into_dlpack`] for an array that stays shared: the tensor holds one more
-    /// reference, and every holder sees the same memory (as `__dlpack__` called twice on one
-    /// Python array).
+    /// As [`Self::into_dlpack`] for an array (untyped or typed) that stays shared: the tensor
+    /// holds one more reference, and every holder sees the same memory (as `__dlpack__` called
+    /// twice on one Python array).
     ///
     /// # Errors
     /// As [`Self::into_dlpack`].
-    pub fn share_dlpack(array: &Arc<Self>, stream: DlpackStream) -> Result<SafeManagedTensorVersioned, GpuError> {
-        SafeManagedTensorVersioned::with_flags(Self::export(array, stream)?, Flags::empty())
+    pub fn share_dlpack<A: AsRef<Self> + Send + Sync + 'static>(
+        array: &Arc<A>,
+        stream: DlpackStream,
+    ) -> Result<SafeManagedTensorVersioned, GpuError> {
+        SafeManagedTensorVersioned::with_flags(export(array, stream)?, Flags::empty())
     }
 
     /// As [`Self::share_dlpack`], unversioned (DLPack 0.x).
     ///
     /// # Errors
     /// As [`Self::into_dlpack`].
-    pub fn share_dlpack_legacy(array: &Arc<Self>, stream: DlpackStream) -> Result<SafeManagedTensor, GpuError> {
-        SafeManagedTensor::new(Self::export(array, stream)?)
+    pub fn share_dlpack_legacy<A: AsRef<Self> + Send + Sync + 'static>(
+        array: &Arc<A>,
+        stream: DlpackStream,
+    ) -> Result<SafeManagedTensor, GpuError> {
+        SafeManagedTensor::new(export(array, stream)?)
     }
 
-    fn export(array: &Arc<Self>, stream: DlpackStream) -> Result<Exported<T>, GpuError> {
-        let _current = CurrentContextGuard::new();
-        let dl_type = dl_type::<T>().ok_or_else(unsupported::<T>)?;
-        if array.shape().iter().any(|&n| i64::try_from(n).is_err()) {
-            return Err(GpuError::Overflow(format!("shape {:?}: an extent exceeds DLPack's i64", array.shape())));
-        }
-        let ours = array.stream().clone();
-        match stream {
-            DlpackStream::Synchronize => {
-                ours.synchronize().map_err(GpuError::cuda("waiting for the array's stream"))?;
-            }
-            DlpackStream::NoSync => {}
-            DlpackStream::Stream(theirs) => {
-                let event = ours.record_event(None).map_err(GpuError::cuda("recording an event"))?;
-                // SAFETY: both handles are live streams of this context (the consumer's word for
-                // theirs); the event may be destroyed once the wait is queued.
-                unsafe {
-                    result::stream::wait_event(theirs, event.cu_event(), sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
-                }
-                .map_err(GpuError::cuda("ordering the consumer's stream after the read"))?;
-            }
-        }
-        Ok(Exported { array: array.clone(), dl_type, release: release_order(stream) })
-    }
-
-    /// Wrap a CUDA DLPack tensor another library owns, as an array of `data_type` (whose element
-    /// type must be `T`), without a copy; the tensor is released when the array is dropped. The
-    /// tensor's data must be ready for work on its device's default stream (the producer's
-    /// `__dlpack__(stream=...)` orders that). The array releases the tensor where it is dropped:
-    /// drop it where the producer's deleter may run (a Python producer's, with the GIL held).
+    /// Wrap a CUDA DLPack tensor another library owns, as an array of `data_type` (the tensor's
+    /// element type must be its), without a copy; the tensor is released when the array is
+    /// dropped. The tensor's data must be ready for work on its device's default stream (the
+    /// producer's `__dlpack__(stream=...)` orders that). The array releases the tensor where it is
+    /// dropped: drop it where the producer's deleter may run (a Python producer's, with the GIL
+    /// held).
     ///
     /// # Errors
     /// Returns an error when the tensor is not in CUDA memory, not C-contiguous, of another data
     /// type, or read-only.
     pub fn from_dlpack(tensor: SafeManagedTensorVersioned, data_type: DataType) -> Result<Self, GpuError> {
         let _current = CurrentContextGuard::new();
-        check_element::<T>(&data_type)?;
+        let expected = dl_type(&data_type)
+            .ok_or_else(|| GpuError::Unsupported(format!("DLPack has no data type for {data_type}")))?;
         if tensor.read_only() {
             return Err(GpuError::Unsupported("the DLPack tensor is read-only".into()));
         }
@@ -220,11 +196,10 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
         if dl.device.device_type != DeviceType::Cuda {
             return Err(GpuError::Unsupported(format!("the DLPack tensor is on {:?}, not a CUDA device", dl.device)));
         }
-        if Some(dl.dtype) != dl_type::<T>() {
+        if dl.dtype != expected {
             return Err(GpuError::Unsupported(format!(
-                "the DLPack tensor holds {:?}, not {} ({data_type})",
-                dl.dtype,
-                std::any::type_name::<T>()
+                "the DLPack tensor holds {:?}, not {data_type} ({expected:?})",
+                dl.dtype
             )));
         }
         let shape: Vec<u64> =
@@ -237,7 +212,8 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
                 tensor.shape()
             )));
         }
-        let elem = std::mem::size_of::<T>() as u64;
+        // DLPack's element bits are the data type's size (the type matched above).
+        let elem = u64::from(expected.bits) / 8;
         let num_bytes = crate::pipeline::plan::checked_bytes(&shape, elem)
             .ok_or_else(|| GpuError::bytes_overflow("a DLPack tensor of shape", &shape, elem))?;
         let ordinal = usize::try_from(dl.device.device_id)
@@ -247,10 +223,66 @@ impl<T: ElementOwned + 'static> DeviceArray<T> {
             .checked_add(dl.byte_offset)
             .ok_or_else(|| GpuError::Overflow("the DLPack tensor's address and offset".into()))?;
         let len = (num_bytes / elem.max(1)) as usize;
-        // SAFETY: the tensor describes `len` C-contiguous elements of T (checked above) in CUDA
-        // memory of device `ordinal`, valid while the tensor lives; the array keeps it.
+        // SAFETY: the tensor describes `len` C-contiguous elements of `data_type` (checked above)
+        // in CUDA memory of device `ordinal`, valid while the tensor lives; the array keeps it.
         Ok(unsafe { Self::from_foreign(ptr, len, shape, data_type, stream, Box::new(Owner { _tensor: tensor })) })
     }
+}
+
+impl<T: ElementOwned> DeviceArray<T> {
+    /// [`DeviceBytes::into_dlpack`] of the typed array.
+    ///
+    /// # Errors
+    /// As [`DeviceBytes::into_dlpack`].
+    pub fn into_dlpack(self, stream: DlpackStream) -> Result<SafeManagedTensorVersioned, GpuError> {
+        self.into_bytes().into_dlpack(stream)
+    }
+
+    /// [`DeviceBytes::into_dlpack_legacy`] of the typed array.
+    ///
+    /// # Errors
+    /// As [`DeviceBytes::into_dlpack`].
+    pub fn into_dlpack_legacy(self, stream: DlpackStream) -> Result<SafeManagedTensor, GpuError> {
+        self.into_bytes().into_dlpack_legacy(stream)
+    }
+
+    /// [`DeviceBytes::from_dlpack`] checked against `T`: `data_type` must be `T`'s.
+    ///
+    /// # Errors
+    /// As [`DeviceBytes::from_dlpack`], and [`GpuError::ElementType`] where `T` is not the
+    /// element type of `data_type`.
+    pub fn from_dlpack(tensor: SafeManagedTensorVersioned, data_type: DataType) -> Result<Self, GpuError> {
+        check_element::<T>(&data_type)?;
+        DeviceBytes::from_dlpack(tensor, data_type)?.try_into()
+    }
+}
+
+/// The tensor of a shared array: the consumer's work ordered after the array's stream.
+fn export<A: AsRef<DeviceBytes>>(array: &Arc<A>, stream: DlpackStream) -> Result<Exported<A>, GpuError> {
+    let _current = CurrentContextGuard::new();
+    let bytes = (**array).as_ref();
+    let dl_type = dl_type(bytes.data_type())
+        .ok_or_else(|| GpuError::Unsupported(format!("DLPack has no data type for {}", bytes.data_type())))?;
+    if bytes.shape().iter().any(|&n| i64::try_from(n).is_err()) {
+        return Err(GpuError::Overflow(format!("shape {:?}: an extent exceeds DLPack's i64", bytes.shape())));
+    }
+    let ours = bytes.stream().clone();
+    match stream {
+        DlpackStream::Synchronize => {
+            ours.synchronize().map_err(GpuError::cuda("waiting for the array's stream"))?;
+        }
+        DlpackStream::NoSync => {}
+        DlpackStream::Stream(theirs) => {
+            let event = ours.record_event(None).map_err(GpuError::cuda("recording an event"))?;
+            // SAFETY: both handles are live streams of this context (the consumer's word for
+            // theirs); the event may be destroyed once the wait is queued.
+            unsafe {
+                result::stream::wait_event(theirs, event.cu_event(), sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+            }
+            .map_err(GpuError::cuda("ordering the consumer's stream after the read"))?;
+        }
+    }
+    Ok(Exported { array: array.clone(), dl_type, release: release_order(stream) })
 }
 
 /// Whether elements of `shape` laid out with `strides` (in elements) are in C order without gaps.
@@ -287,10 +319,17 @@ mod tests {
 
     #[test]
     fn element_types_map_to_dlpack() {
-        assert_eq!(dl_type::<f32>(), Some(DlType::F32));
-        assert_eq!(dl_type::<half::bf16>(), Some(DlType::BF16));
-        assert_eq!(dl_type::<num_complex::Complex<f64>>().map(|t| t.bits), Some(128));
-        assert_eq!(dl_type::<[u8; 3]>(), None);
+        use zarrs::array::data_type;
+        assert_eq!(dl_type(&data_type::float32()), Some(DlType::F32));
+        assert_eq!(dl_type(&data_type::bfloat16()), Some(DlType::BF16));
+        assert_eq!(dl_type(&data_type::complex128()).map(|t| t.bits), Some(128));
+        assert_eq!(dl_type(&data_type::string()), None);
+        // Every type read to the device has one, of its size.
+        for (name, _) in crate::element::ELEMENT_TYPES {
+            let dt = zarrs::array::DataType::from_metadata(&zarrs::metadata::v3::MetadataV3::new(*name)).unwrap();
+            let dl = dl_type(&dt).expect(name);
+            assert_eq!(usize::from(dl.bits) / 8, dt.fixed_size().unwrap().max(1), "{name}");
+        }
     }
 
     #[test]

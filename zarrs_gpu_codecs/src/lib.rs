@@ -35,7 +35,7 @@
 //! // kept between reads of this array.
 //! let config = GpuConfig::from_env()?.with_shard_index_cache(Some(Arc::new(ShardIndexCache::new())));
 //! let subset = ArraySubset::new_with_ranges(&[0..64, 0..2048, 0..2048]);
-//! let (slab, report) = array.retrieve_array_subset_device_opt::<f32>(&subset, &config)?;
+//! let (slab, report) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&subset, &config)?;
 //! println!("{:?} on the GPU; {} chunks, {} bytes read", slab.shape(), report.chunks, report.bytes_read);
 //!
 //! // GPU mode: zarrs' own retrieval yields device arrays (decoded on the host, copied once).
@@ -53,6 +53,7 @@ mod config;
 mod device;
 mod device_array;
 mod dlpack;
+pub mod element;
 pub mod env;
 mod error;
 mod gpu_mode;
@@ -85,7 +86,7 @@ pub use config::{Cancel, DecodeTrust, GpuConfig, Progress, DEFAULT_REMOTE_BATCH_
 pub use device::context::{empty_cache, memory_in_use, MemoryInUse};
 pub use device::current_context::CurrentContextGuard;
 pub use device::pool::{default_pinned_keep, default_pool_keep};
-pub use device_array::{set_release_wait_wrapper, DeviceArray, RELEASE_WAIT};
+pub use device_array::{set_release_wait_wrapper, DeviceArray, DeviceBytes, FromDeviceBytes, RELEASE_WAIT};
 pub use dlpack::DlpackStream;
 pub use dlpark;
 pub use error::GpuError;

@@ -13,10 +13,11 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use zarrs::array::{ArraySubset, ElementOwned};
+use zarrs::array::{Array, ArraySubset};
+use zarrs_storage::ReadableStorageTraits;
 
 use crate::config::GpuConfig;
-use crate::device_array::DeviceArray;
+use crate::device_array::FromDeviceBytes;
 use crate::error::GpuError;
 use crate::reader::DeviceReadError;
 use crate::report::RetrieveReport;
@@ -325,7 +326,7 @@ impl<I: IntoIterator<Item = ArraySubset>> IntoIterator for RequestPlan<I> {
 }
 
 /// A tile read: the subset, its data on the device, and how it was read.
-pub type TileRead<T> = (ArraySubset, DeviceArray<T>, RetrieveReport);
+pub type TileRead<O> = (ArraySubset, O, RetrieveReport);
 
 /// An iterator over reads of a list of subsets that keeps the next reads in flight while the
 /// caller uses the current one.
@@ -338,8 +339,8 @@ pub type TileRead<T> = (ArraySubset, DeviceArray<T>, RetrieveReport);
 /// iterator hands them out in the order of the subsets, each with its request's report. Up to
 /// `depth` finished results wait in the queue while the next request is read: the device memory
 /// in use is up to `2 * depth` tiles beyond those the caller holds. A larger `depth` makes larger
-/// requests. Each [`DeviceArray`] is complete when handed out (its read synchronized), so any
-/// stream may use it at once.
+/// requests. Each result ([`DeviceBytes`](crate::DeviceBytes), or a typed [`DeviceArray`](crate::DeviceArray)) is
+/// complete when handed out (its read synchronized), so any stream may use it at once.
 ///
 /// The first error is yielded and ends the iteration: a request that fails is read again one
 /// subset at a time, so the results before the failing subset come first, then its own error. Dropping the iterator stops the thread after
@@ -354,19 +355,19 @@ pub type TileRead<T> = (ArraySubset, DeviceArray<T>, RetrieveReport);
 /// use std::sync::Arc;
 /// use zarrs::array::Array;
 /// use zarrs_gds_store::GdsStore;
-/// use zarrs_gpu_codecs::{tile_subsets, GpuConfig, ReadAhead, TileOrder};
+/// use zarrs_gpu_codecs::{tile_subsets, DeviceArray, GpuConfig, ReadAhead, TileOrder};
 ///
 /// let array = Arc::new(Array::open(Arc::new(GdsStore::new("volume.zarr")?), "/")?);
 /// let tiles = tile_subsets(array.shape(), &[64, 512, 512], TileOrder::C)?;
-/// for read in ReadAhead::<f32>::new(array, tiles, GpuConfig::from_env()?, 2) {
+/// for read in ReadAhead::<DeviceArray<f32>>::new(array, tiles, GpuConfig::from_env()?, 2) {
 ///     let (subset, tile, _report) = read?;
 ///     // ... kernels on `tile` while the next tiles are read
 ///     println!("{subset}: {:?}", tile.shape());
 /// }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct ReadAhead<T> {
-    state: State<TileRead<T>>,
+pub struct ReadAhead<O> {
+    state: State<TileRead<O>>,
 }
 
 /// A [`ReadAhead`]'s reads: running, or a worker that could not start (its error, once).
@@ -411,24 +412,27 @@ impl<R> State<R> {
     }
 }
 
-impl<T: ElementOwned + Send + 'static> ReadAhead<T> {
-    /// Start reading `subsets` of `array` as `T` with `config`, at most `depth` results ahead of
-    /// the caller (a `depth` of 0 counts as 1; the queue's `depth` slots are allocated at once).
-    /// The subsets are taken from their iterator on the worker thread, as reads go: a lazy
+impl<O: FromDeviceBytes + Send + 'static> ReadAhead<O> {
+    /// Start reading `subsets` of `array` into `O`s with `config`, at most `depth` results ahead
+    /// of the caller (a `depth` of 0 counts as 1; the queue's `depth` slots are allocated at
+    /// once). The subsets are taken from their iterator on the worker thread, as reads go: a lazy
     /// iterator works.
-    pub fn new<A, I>(array: Arc<A>, subsets: I, config: GpuConfig, depth: usize) -> Self
+    pub fn new<S, I>(array: Arc<Array<S>>, subsets: I, config: GpuConfig, depth: usize) -> Self
     where
-        A: ArrayDeviceExt + Send + Sync + ?Sized + 'static,
+        S: ReadableStorageTraits + ?Sized + 'static,
+        Array<S>: Send + Sync,
         I: IntoIterator<Item = ArraySubset> + Send + 'static,
     {
-        let one = |array: &A, subset: ArraySubset, config: &GpuConfig| {
-            array.retrieve_array_subset_device_opt::<T>(&subset, config).map(|(data, report)| (subset, data, report))
+        let one = |array: &Array<S>, subset: ArraySubset, config: &GpuConfig| {
+            array.retrieve_array_subset_device_opt::<O>(&subset, config).map(|(data, report)| (subset, data, report))
         };
-        let read = move |group: Vec<ArraySubset>| -> Vec<Result<TileRead<T>, GpuError>> {
+        // A request's bytes, counted in the array's elements (none: one subset a request).
+        let elem = array.data_type().fixed_size().map_or(u64::MAX, |n| n as u64);
+        let read = move |group: Vec<ArraySubset>| -> Vec<Result<TileRead<O>, GpuError>> {
             if group.len() == 1 {
                 return group.into_iter().map(|subset| one(&array, subset, &config)).collect();
             }
-            if let Ok((arrays, report)) = array.retrieve_array_subsets_device_opt::<T>(&group, &config) {
+            if let Ok((arrays, report)) = array.retrieve_array_subsets_device_opt::<O>(&group, &config) {
                 return group
                     .into_iter()
                     .zip(arrays)
@@ -447,7 +451,6 @@ impl<T: ElementOwned + Send + 'static> ReadAhead<T> {
             }
             results
         };
-        let elem = std::mem::size_of::<T>() as u64;
         let requests = RequestPlan { subsets, count: depth.max(1), budget: READ_AHEAD_REQUEST_BYTES, elem };
         Self { state: State::start(requests, depth, read) }
     }
@@ -458,17 +461,17 @@ impl<T: ElementOwned + Send + 'static> ReadAhead<T> {
     }
 }
 
-impl<T> ReadAhead<T> {
+impl<O> ReadAhead<O> {
     /// As [`Iterator::next`], waiting at most `timeout`: `Poll::Pending` when the next result did
     /// not come in that time (it stays in flight; a later call takes it). A caller that must
     /// answer meanwhile (a Python interpreter's Ctrl-C, a closing flag) waits in slices.
-    pub fn next_timeout(&mut self, timeout: Duration) -> Poll<Option<Result<TileRead<T>, GpuError>>> {
+    pub fn next_timeout(&mut self, timeout: Duration) -> Poll<Option<Result<TileRead<O>, GpuError>>> {
         self.state.next_timeout(timeout)
     }
 }
 
-impl<T> Iterator for ReadAhead<T> {
-    type Item = Result<TileRead<T>, GpuError>;
+impl<O> Iterator for ReadAhead<O> {
+    type Item = Result<TileRead<O>, GpuError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         self.state.next()
@@ -476,9 +479,9 @@ impl<T> Iterator for ReadAhead<T> {
 }
 
 // Once ended (the reads ran out, an error, a panic), `next` stays None.
-impl<T> std::iter::FusedIterator for ReadAhead<T> {}
+impl<O> std::iter::FusedIterator for ReadAhead<O> {}
 
-impl<T> std::fmt::Debug for ReadAhead<T> {
+impl<O> std::fmt::Debug for ReadAhead<O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let ended = match &self.state {
             State::Running(prefetch) => prefetch.receiver.is_none(),
@@ -490,21 +493,22 @@ impl<T> std::fmt::Debug for ReadAhead<T> {
 
 /// One read started on a background thread ([`read_async`]); [`PendingRead::wait`] takes its
 /// result. Dropping it without waiting lets the read finish and drops its result.
-pub struct PendingRead<T> {
-    state: State<TileRead<T>>,
+pub struct PendingRead<O> {
+    state: State<TileRead<O>>,
 }
 
-/// Start reading `subset` of `array` as `T` with `config` on a background thread, and return at
-/// once. The configuration is `config`, not the calling thread's GPU mode scope.
-pub fn read_async<T, A>(array: Arc<A>, subset: ArraySubset, config: GpuConfig) -> PendingRead<T>
+/// Start reading `subset` of `array` into an `O` with `config` on a background thread, and
+/// return at once. The configuration is `config`, not the calling thread's GPU mode scope.
+pub fn read_async<O, S>(array: Arc<Array<S>>, subset: ArraySubset, config: GpuConfig) -> PendingRead<O>
 where
-    T: ElementOwned + Send + 'static,
-    A: ArrayDeviceExt + Send + Sync + ?Sized + 'static,
+    O: FromDeviceBytes + Send + 'static,
+    S: ReadableStorageTraits + ?Sized + 'static,
+    Array<S>: Send + Sync,
 {
-    PendingRead { state: ReadAhead::<T>::new(array, [subset], config, 1).state }
+    PendingRead { state: ReadAhead::<O>::new(array, [subset], config, 1).state }
 }
 
-impl<T> PendingRead<T> {
+impl<O> PendingRead<O> {
     /// Whether the read has finished: [`Self::wait`] returns at once.
     pub fn is_done(&self) -> bool {
         match &self.state {
@@ -517,7 +521,7 @@ impl<T> PendingRead<T> {
     ///
     /// # Errors
     /// The read's error, or the thread's that could not start.
-    pub fn wait(mut self) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+    pub fn wait(mut self) -> Result<(O, RetrieveReport), GpuError> {
         Self::result_of(self.state.next())
     }
 
@@ -527,11 +531,11 @@ impl<T> PendingRead<T> {
     ///
     /// # Errors
     /// As [`Self::wait`].
-    pub fn wait_timeout(&mut self, timeout: Duration) -> Poll<Result<(DeviceArray<T>, RetrieveReport), GpuError>> {
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Poll<Result<(O, RetrieveReport), GpuError>> {
         self.state.next_timeout(timeout).map(Self::result_of)
     }
 
-    fn result_of(result: Option<Result<TileRead<T>, GpuError>>) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+    fn result_of(result: Option<Result<TileRead<O>, GpuError>>) -> Result<(O, RetrieveReport), GpuError> {
         match result {
             Some(result) => result.map(|(_, data, report)| (data, report)),
             // The worker sends one result or panics (raised by `next`); a second call after it.
@@ -542,7 +546,7 @@ impl<T> PendingRead<T> {
     }
 }
 
-impl<T> std::fmt::Debug for PendingRead<T> {
+impl<O> std::fmt::Debug for PendingRead<O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PendingRead").field("done", &self.is_done()).finish()
     }

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream};
-use zarrs::array::{Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset, ElementOwned};
+use zarrs::array::{Array, ArrayBytesDecodeIntoTarget, ArrayBytesFixedDisjointView, ArraySubset};
 use zarrs_storage::{ReadableStorageTraits, StorageHandle};
 
 use crate::config::GpuConfig;
 use crate::device::context::{GpuContext, ReadInFlight};
 use crate::device::current_context::CurrentContextGuard;
-use crate::device_array::{check_element, DeviceArray};
+use crate::device_array::{check_same_type, DeviceBytes, FromDeviceBytes};
 use crate::error::GpuError;
 use crate::pipeline::decode::{decode_units, OnDevice};
 use crate::pipeline::output::Output;
@@ -28,7 +28,9 @@ fn within(start: &[u64], shape: &[u64], bound: &[u64]) -> bool {
     start.len() == bound.len() && shape.len() == bound.len() && end_fits(start, shape, Some(bound))
 }
 
-/// Device retrieval for zarrs arrays: results land in CUDA device memory as [`DeviceArray`]s.
+/// Device retrieval for zarrs arrays: results land in CUDA device memory, as what the type
+/// parameter `O` names ([`FromDeviceBytes`]): [`DeviceBytes`] (untyped, any numeric data type) or
+/// a [`DeviceArray<T>`](crate::DeviceArray) checked against `T`.
 ///
 /// Uses the GPU mode in force ([`with_gpu_config`](crate::with_gpu_config)), else the default
 /// [`GpuConfig`]. Arrays on a [`GdsStore`](zarrs_gds_store::GdsStore) are read with GPUDirect Storage or its pread fallback;
@@ -37,61 +39,58 @@ pub trait ArrayDeviceExt {
     /// Retrieve `subset` of the array into device memory, and say how.
     ///
     /// # Errors
-    /// Returns an error when the subset is out of bounds, `T` is not the array's element type,
+    /// Returns an error when the subset is out of bounds, `O` does not take the array's data type,
     /// storage or decoding fails, or there is no usable CUDA device.
-    fn retrieve_array_subset_device_opt<T: ElementOwned>(
+    fn retrieve_array_subset_device_opt<O: FromDeviceBytes>(
         &self,
         subset: &ArraySubset,
         config: &GpuConfig,
-    ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError>;
+    ) -> Result<(O, RetrieveReport), GpuError>;
 
     /// Retrieve `subset` of the array into device memory.
     ///
     /// # Errors
     /// As [`Self::retrieve_array_subset_device_opt`].
-    fn retrieve_array_subset_device<T: ElementOwned>(&self, subset: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
+    fn retrieve_array_subset_device<O: FromDeviceBytes>(&self, subset: &ArraySubset) -> Result<O, GpuError> {
         Ok(self.retrieve_array_subset_device_opt(subset, &GpuConfig::current()?)?.0)
     }
 
     /// Retrieve `subset` of the array into `out`, a device array of as many elements (C order; the
     /// subset's shape, or that less dimensions of extent 1) that may be another library's memory
-    /// ([`DeviceArray::from_dlpack`]), and say how. `out`'s earlier work must be done (its
+    /// ([`DeviceBytes::from_dlpack`]), and say how. `out`'s earlier work must be done (its
     /// producer's stream synchronized); after an error its contents are unspecified, and after a
     /// timeout (work on it may still be running) `out` never frees nor returns its memory.
     ///
     /// # Errors
     /// As [`Self::retrieve_array_subset_device_opt`], and when `out` has another number of
-    /// elements or lies on another device than `config`'s.
-    fn retrieve_array_subset_into_device_opt<T: ElementOwned>(
+    /// elements, another data type, or lies on another device than `config`'s.
+    fn retrieve_array_subset_into_device_opt<O: AsRef<DeviceBytes>>(
         &self,
         subset: &ArraySubset,
-        out: &mut DeviceArray<T>,
+        out: &mut O,
         config: &GpuConfig,
     ) -> Result<RetrieveReport, GpuError>;
 
     /// Retrieve each of `subsets` into device memory as one request, and say how: the request is
     /// planned once, a chunk that several subsets meet is read and decoded once, and the split
     /// between host threads and the device covers all of it. The arrays are views of one
-    /// allocation ([`DeviceArray::as_cuda_slice`] is None for them), which goes back to the pool
+    /// allocation ([`DeviceBytes::as_cuda_bytes`] is None for them), which goes back to the pool
     /// once the last of them is dropped. Subsets may overlap each other and differ in shape.
     ///
     /// # Errors
     /// As [`Self::retrieve_array_subset_device_opt`], for any of the subsets.
-    fn retrieve_array_subsets_device_opt<T: ElementOwned>(
+    fn retrieve_array_subsets_device_opt<O: FromDeviceBytes>(
         &self,
         subsets: &[ArraySubset],
         config: &GpuConfig,
-    ) -> Result<(Vec<DeviceArray<T>>, RetrieveReport), GpuError>;
+    ) -> Result<(Vec<O>, RetrieveReport), GpuError>;
 
     /// Retrieve each of `subsets` into device memory as one request (see
     /// [`Self::retrieve_array_subsets_device_opt`]).
     ///
     /// # Errors
     /// As [`Self::retrieve_array_subsets_device_opt`].
-    fn retrieve_array_subsets_device<T: ElementOwned>(
-        &self,
-        subsets: &[ArraySubset],
-    ) -> Result<Vec<DeviceArray<T>>, GpuError> {
+    fn retrieve_array_subsets_device<O: FromDeviceBytes>(&self, subsets: &[ArraySubset]) -> Result<Vec<O>, GpuError> {
         Ok(self.retrieve_array_subsets_device_opt(subsets, &GpuConfig::current()?)?.0)
     }
 
@@ -101,21 +100,21 @@ pub trait ArrayDeviceExt {
     ///
     /// # Errors
     /// As [`Self::retrieve_array_subsets_device_opt`], and when the subsets' shapes differ.
-    fn retrieve_array_subsets_stacked_device_opt<T: ElementOwned>(
+    fn retrieve_array_subsets_stacked_device_opt<O: FromDeviceBytes>(
         &self,
         subsets: &[ArraySubset],
         config: &GpuConfig,
-    ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError>;
+    ) -> Result<(O, RetrieveReport), GpuError>;
 
     /// Retrieve `subsets`, which share their shape, into one device array of shape
     /// `(subsets.len(), *shape)` (see [`Self::retrieve_array_subsets_stacked_device_opt`]).
     ///
     /// # Errors
     /// As [`Self::retrieve_array_subsets_stacked_device_opt`].
-    fn retrieve_array_subsets_stacked_device<T: ElementOwned>(
+    fn retrieve_array_subsets_stacked_device<O: FromDeviceBytes>(
         &self,
         subsets: &[ArraySubset],
-    ) -> Result<DeviceArray<T>, GpuError> {
+    ) -> Result<O, GpuError> {
         Ok(self.retrieve_array_subsets_stacked_device_opt(subsets, &GpuConfig::current()?)?.0)
     }
 
@@ -124,7 +123,7 @@ pub trait ArrayDeviceExt {
     ///
     /// # Errors
     /// As [`Self::retrieve_array_subset_device_opt`], and for invalid chunk indices.
-    fn retrieve_chunk_device<T: ElementOwned>(&self, chunk_indices: &[u64]) -> Result<DeviceArray<T>, GpuError> {
+    fn retrieve_chunk_device<O: FromDeviceBytes>(&self, chunk_indices: &[u64]) -> Result<O, GpuError> {
         Ok(self.retrieve_chunk_device_opt(chunk_indices, &GpuConfig::current()?)?.0)
     }
 
@@ -133,55 +132,56 @@ pub trait ArrayDeviceExt {
     ///
     /// # Errors
     /// As [`Self::retrieve_chunk_device`].
-    fn retrieve_chunk_device_opt<T: ElementOwned>(
+    fn retrieve_chunk_device_opt<O: FromDeviceBytes>(
         &self,
         chunk_indices: &[u64],
         config: &GpuConfig,
-    ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError>;
+    ) -> Result<(O, RetrieveReport), GpuError>;
 
     /// Retrieve the region of the array that the chunks in `chunks` (a subset of the chunk grid)
     /// cover, bounded by the array's shape, into device memory.
     ///
     /// # Errors
     /// As [`Self::retrieve_array_subset_device_opt`], and for invalid chunk indices.
-    fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError>;
+    fn retrieve_chunks_device<O: FromDeviceBytes>(&self, chunks: &ArraySubset) -> Result<O, GpuError>;
 }
 
 /// One impl for every store, concrete or behind `dyn`: where the store is a `GdsStore` or a
 /// `RemoteStore` (also behind an `AnyStore`), `ReadSource::of` says so, and the read takes
 /// its own path; any other store is read through zarrs' storage traits.
 impl<S: ReadableStorageTraits + ?Sized + 'static> ArrayDeviceExt for Array<S> {
-    fn retrieve_array_subset_device_opt<T: ElementOwned>(
+    fn retrieve_array_subset_device_opt<O: FromDeviceBytes>(
         &self,
         subset: &ArraySubset,
         config: &GpuConfig,
-    ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+    ) -> Result<(O, RetrieveReport), GpuError> {
         contained_read(self, config, |source| retrieve_new(self, subset, source, config, None))
     }
 
-    fn retrieve_array_subsets_device_opt<T: ElementOwned>(
+    fn retrieve_array_subsets_device_opt<O: FromDeviceBytes>(
         &self,
         subsets: &[ArraySubset],
         config: &GpuConfig,
-    ) -> Result<(Vec<DeviceArray<T>>, RetrieveReport), GpuError> {
+    ) -> Result<(Vec<O>, RetrieveReport), GpuError> {
         contained_read(self, config, |source| retrieve_many(self, subsets, source, config))
     }
 
-    fn retrieve_array_subsets_stacked_device_opt<T: ElementOwned>(
+    fn retrieve_array_subsets_stacked_device_opt<O: FromDeviceBytes>(
         &self,
         subsets: &[ArraySubset],
         config: &GpuConfig,
-    ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+    ) -> Result<(O, RetrieveReport), GpuError> {
         contained_read(self, config, |source| retrieve_stacked(self, subsets, source, config))
     }
 
-    fn retrieve_array_subset_into_device_opt<T: ElementOwned>(
+    fn retrieve_array_subset_into_device_opt<O: AsRef<DeviceBytes>>(
         &self,
         subset: &ArraySubset,
-        out: &mut DeviceArray<T>,
+        out: &mut O,
         config: &GpuConfig,
     ) -> Result<RetrieveReport, GpuError> {
-        check_element::<T>(self.data_type())?;
+        let out = out.as_ref();
+        check_same_type(out.data_type(), self.data_type())?;
         let ordinal = out.stream().context().ordinal();
         if ordinal != config.device() {
             return Err(GpuError::Unsupported(format!(
@@ -193,7 +193,7 @@ impl<S: ReadableStorageTraits + ?Sized + 'static> ArrayDeviceExt for Array<S> {
         let output = Output::Into { ptr: out.device_ptr(), len: out.num_bytes() };
         let subsets = std::slice::from_ref(subset);
         let result = contained_read(self, config, |source| {
-            Ok(retrieve::<_, T>(self, subsets, Layout::Stacked, source, config, None, output)?.2)
+            Ok(retrieve::<_, DeviceBytes>(self, subsets, Layout::Stacked, source, config, None, output)?.2)
         });
         if matches!(result, Err(GpuError::Timeout { .. } | GpuError::ContextLost { .. })) {
             // Work that writes `out` may still be running: its memory must never be reused.
@@ -202,11 +202,11 @@ impl<S: ReadableStorageTraits + ?Sized + 'static> ArrayDeviceExt for Array<S> {
         result
     }
 
-    fn retrieve_chunk_device_opt<T: ElementOwned>(
+    fn retrieve_chunk_device_opt<O: FromDeviceBytes>(
         &self,
         chunk_indices: &[u64],
         config: &GpuConfig,
-    ) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+    ) -> Result<(O, RetrieveReport), GpuError> {
         let grid = self.chunk_grid_shape();
         if chunk_indices.len() != grid.len() || chunk_indices.iter().zip(grid).any(|(i, n)| i >= n) {
             return Err(zarrs::array::ArrayError::InvalidChunkGridIndicesError(chunk_indices.to_vec()).into());
@@ -215,7 +215,7 @@ impl<S: ReadableStorageTraits + ?Sized + 'static> ArrayDeviceExt for Array<S> {
         contained_read(self, config, |source| retrieve_new(self, &subset, source, config, Some(chunk_indices)))
     }
 
-    fn retrieve_chunks_device<T: ElementOwned>(&self, chunks: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
+    fn retrieve_chunks_device<O: FromDeviceBytes>(&self, chunks: &ArraySubset) -> Result<O, GpuError> {
         // zarrs' chunks_subset_bounded multiplies and adds unchecked: the box must lie in the
         // grid, and its chunks' subsets are computed checked.
         if !within(chunks.start(), chunks.shape(), self.chunk_grid_shape()) {
@@ -302,7 +302,7 @@ pub(crate) fn check_subset<S: ?Sized>(
     Ok(())
 }
 
-fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
+fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, O: FromDeviceBytes>(
     array: &Array<S>,
     subsets: &[ArraySubset],
     layout: Layout,
@@ -311,12 +311,14 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
     whole_chunk: Option<&[u64]>,
     output: Output,
 ) -> Result<(Option<CudaSlice<u8>>, Request, RetrieveReport), GpuError> {
-    check_element::<T>(array.data_type())?;
+    O::check_data_type(array.data_type())?;
+    let elem =
+        array.data_type().fixed_size().ok_or_else(|| GpuError::Unsupported("a variable-size data type".into()))?;
     for subset in subsets {
         check_subset(array, subset, whole_chunk.is_some())?;
     }
     // Pure arithmetic before any CUDA call: a request whose size overflows is refused as such.
-    let request = Request::new(subsets, std::mem::size_of::<T>() as u64, layout)?;
+    let request = Request::new(subsets, elem as u64, layout)?;
     let out_bytes = request.out_bytes;
     config.check_cancelled()?;
     if out_bytes == 0 {
@@ -383,35 +385,35 @@ fn retrieve_empty(config: &GpuConfig, output: Output) -> Result<(Option<CudaSlic
 }
 
 /// [`retrieve`] into a new device array of `subset`'s shape.
-fn retrieve_new<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
+fn retrieve_new<S: ReadableStorageTraits + ?Sized + 'static, O: FromDeviceBytes>(
     array: &Array<S>,
     subset: &ArraySubset,
     source: ReadSource<'_>,
     config: &GpuConfig,
     whole_chunk: Option<&[u64]>,
-) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+) -> Result<(O, RetrieveReport), GpuError> {
     let subsets = std::slice::from_ref(subset);
-    let (out, _, report) = retrieve::<_, T>(array, subsets, Layout::Stacked, source, config, whole_chunk, Output::New)?;
+    let (out, _, report) = retrieve::<_, O>(array, subsets, Layout::Stacked, source, config, whole_chunk, Output::New)?;
     let out = out.ok_or_else(|| GpuError::Unsupported("no output was allocated".into()))?;
     // SAFETY: every byte of `out` was written by the pipeline, synchronized on its stream.
-    let device = unsafe { DeviceArray::from_device_bytes(out, subset.shape().to_vec(), array.data_type().clone()) }?;
-    Ok((device, report))
+    let device = unsafe { DeviceBytes::from_cuda_slice(out, subset.shape().to_vec(), array.data_type().clone()) }?;
+    Ok((O::from_device_bytes(device)?, report))
 }
 
 /// [`retrieve`] of `subsets` as one request, into one new device array of shape
 /// `(n, *shape)`: the subsets must share their shape.
-fn retrieve_stacked<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
+fn retrieve_stacked<S: ReadableStorageTraits + ?Sized + 'static, O: FromDeviceBytes>(
     array: &Array<S>,
     subsets: &[ArraySubset],
     source: ReadSource<'_>,
     config: &GpuConfig,
-) -> Result<(DeviceArray<T>, RetrieveReport), GpuError> {
+) -> Result<(O, RetrieveReport), GpuError> {
     let shape = stacked_shape(array, subsets)?;
-    let (out, _, report) = retrieve::<_, T>(array, subsets, Layout::Stacked, source, config, None, Output::New)?;
+    let (out, _, report) = retrieve::<_, O>(array, subsets, Layout::Stacked, source, config, None, Output::New)?;
     let out = out.ok_or_else(|| GpuError::Unsupported("no output was allocated".into()))?;
     // SAFETY: every byte of `out` was written by the pipeline, synchronized on its stream.
-    let device = unsafe { DeviceArray::from_device_bytes(out, shape, array.data_type().clone()) }?;
-    Ok((device, report))
+    let device = unsafe { DeviceBytes::from_cuda_slice(out, shape, array.data_type().clone()) }?;
+    Ok((O::from_device_bytes(device)?, report))
 }
 
 /// The shape of `subsets` stacked: `(n, *shape)`, where they share `shape`.
@@ -428,22 +430,22 @@ fn stacked_shape<S: ?Sized>(array: &Array<S>, subsets: &[ArraySubset]) -> Result
 
 /// [`retrieve`] of `subsets` as one request, one new device array each: views of one buffer,
 /// which goes back to the pool once the last of them is dropped.
-fn retrieve_many<S: ReadableStorageTraits + ?Sized + 'static, T: ElementOwned>(
+fn retrieve_many<S: ReadableStorageTraits + ?Sized + 'static, O: FromDeviceBytes>(
     array: &Array<S>,
     subsets: &[ArraySubset],
     source: ReadSource<'_>,
     config: &GpuConfig,
-) -> Result<(Vec<DeviceArray<T>>, RetrieveReport), GpuError> {
+) -> Result<(Vec<O>, RetrieveReport), GpuError> {
     if subsets.is_empty() {
         return Ok((Vec::new(), RetrieveReport::new(DecodePath::Device, 0)));
     }
-    let (out, request, report) = retrieve::<_, T>(array, subsets, Layout::Aligned, source, config, None, Output::New)?;
+    let (out, request, report) = retrieve::<_, O>(array, subsets, Layout::Aligned, source, config, None, Output::New)?;
     let out = out.ok_or_else(|| GpuError::Unsupported("no output was allocated".into()))?;
     let views: Vec<(u64, Vec<u64>)> =
         request.bases.iter().zip(subsets).map(|(&base, subset)| (base, subset.shape().to_vec())).collect();
     // SAFETY: every byte of each view was written by the pipeline, synchronized on its stream.
-    let arrays = unsafe { DeviceArray::views_of(out, &views, array.data_type()) }?;
-    Ok((arrays, report))
+    let arrays = unsafe { DeviceBytes::views_of(out, &views, array.data_type()) }?;
+    Ok((arrays.into_iter().map(O::from_device_bytes).collect::<Result<_, _>>()?, report))
 }
 
 /// What the host route reads and where its result goes.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::DeviceArray;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -257,15 +258,16 @@ fn reads_on_a_device_that_cannot_be_had_are_errors_in_order() {
     .unwrap();
     let array = Arc::new(array);
     let tiles = tile_subsets(array.shape(), &[5, 5], TileOrder::C).unwrap();
-    let mut reads = ReadAhead::<f32>::new(array.clone(), tiles, config.clone(), 2);
+    let mut reads = ReadAhead::<DeviceArray<f32>>::new(array.clone(), tiles, config.clone(), 2);
     let err = reads.next().unwrap().unwrap_err();
     assert!(no_device(&err), "{err}");
     assert!(reads.next().is_none());
-    let pending = read_async::<f32, _>(array.clone(), ArraySubset::new_with_ranges(&[0..1, 0..1]), config.clone());
+    let pending =
+        read_async::<DeviceArray<f32>, _>(array.clone(), ArraySubset::new_with_ranges(&[0..1, 0..1]), config.clone());
     let err = pending.wait().unwrap_err();
     assert!(no_device(&err), "{err}");
     // With a timeout: the same error once it comes, then no second result.
-    let mut pending = read_async::<f32, _>(array, ArraySubset::new_with_ranges(&[0..1, 0..1]), config);
+    let mut pending = read_async::<DeviceArray<f32>, _>(array, ArraySubset::new_with_ranges(&[0..1, 0..1]), config);
     let err = loop {
         if let Poll::Ready(result) = pending.wait_timeout(Duration::from_millis(50)) {
             break result.unwrap_err();

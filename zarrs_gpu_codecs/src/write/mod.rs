@@ -1,4 +1,4 @@
-//! Writes from device memory: a [`DeviceArray`] stored into a subset of a Zarr array, its chunks
+//! Writes from device memory: a [`DeviceBytes`] (or a typed `DeviceArray`, which derefs to one) stored into a subset of a Zarr array, its chunks
 //! (or shards) planned (`plan`: where the data goes, the old values read first), assembled and
 //! encoded on the device (`codec`: which chains; `encode`: the stored layout, nvCOMP's batched
 //! compression, the frames; a shard's inner chunks gathered and encoded in the same batch), copied
@@ -18,14 +18,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use zarrs::array::{Array, ArraySubset, ElementOwned};
+use zarrs::array::{Array, ArraySubset};
 use zarrs_gds_store::{KeyLockGuard, KeyLocks, LockId};
 use zarrs_storage::{ReadableWritableStorageTraits, StoreKey};
 
 use crate::codecs::encode::WriteCodec;
 use crate::config::GpuConfig;
 use crate::device::context::GpuContext;
-use crate::device_array::{check_element, DeviceArray};
+use crate::device_array::{check_same_type, element_size, DeviceBytes};
 use crate::error::GpuError;
 use crate::pipeline::place::{copy_dtod, fill_pattern};
 use crate::pipeline::plan::{plan_chunks, Copy3D};
@@ -53,11 +53,7 @@ pub trait ArrayDeviceWriteExt {
     ///
     /// # Errors
     /// As [`Self::store_array_subset_device_opt`].
-    fn store_array_subset_device<T: ElementOwned>(
-        &self,
-        subset: &ArraySubset,
-        data: &DeviceArray<T>,
-    ) -> Result<WriteReport, GpuError> {
+    fn store_array_subset_device(&self, subset: &ArraySubset, data: &DeviceBytes) -> Result<WriteReport, GpuError> {
         self.store_array_subset_device_opt(subset, data, &GpuConfig::current()?)
     }
 
@@ -72,10 +68,10 @@ pub trait ArrayDeviceWriteExt {
     /// Returns an error before anything is written when the element type, shape or device of
     /// `data` does not fit, or the subset lies outside the array; and an error naming the chunk
     /// when encoding or storing one fails (chunks written before it keep their new values).
-    fn store_array_subset_device_opt<T: ElementOwned>(
+    fn store_array_subset_device_opt(
         &self,
         subset: &ArraySubset,
-        data: &DeviceArray<T>,
+        data: &DeviceBytes,
         config: &GpuConfig,
     ) -> Result<WriteReport, GpuError>;
 
@@ -84,11 +80,7 @@ pub trait ArrayDeviceWriteExt {
     ///
     /// # Errors
     /// As [`Self::store_chunk_device_opt`].
-    fn store_chunk_device<T: ElementOwned>(
-        &self,
-        chunk_indices: &[u64],
-        data: &DeviceArray<T>,
-    ) -> Result<WriteReport, GpuError> {
+    fn store_chunk_device(&self, chunk_indices: &[u64], data: &DeviceBytes) -> Result<WriteReport, GpuError> {
         self.store_chunk_device_opt(chunk_indices, data, &GpuConfig::current()?)
     }
 
@@ -98,22 +90,22 @@ pub trait ArrayDeviceWriteExt {
     ///
     /// # Errors
     /// As [`Self::store_array_subset_device_opt`], and for chunk indices outside the grid.
-    fn store_chunk_device_opt<T: ElementOwned>(
+    fn store_chunk_device_opt(
         &self,
         chunk_indices: &[u64],
-        data: &DeviceArray<T>,
+        data: &DeviceBytes,
         config: &GpuConfig,
     ) -> Result<WriteReport, GpuError>;
 }
 
 impl<S: ReadableWritableStorageTraits + 'static> ArrayDeviceWriteExt for Array<S> {
-    fn store_array_subset_device_opt<T: ElementOwned>(
+    fn store_array_subset_device_opt(
         &self,
         subset: &ArraySubset,
-        data: &DeviceArray<T>,
+        data: &DeviceBytes,
         config: &GpuConfig,
     ) -> Result<WriteReport, GpuError> {
-        check_element::<T>(self.data_type())?;
+        check_same_type(data.data_type(), self.data_type())?;
         check_subset(self, subset, false)?;
         if data.shape() != subset.shape() {
             return Err(GpuError::Unsupported(format!(
@@ -145,10 +137,10 @@ impl<S: ReadableWritableStorageTraits + 'static> ArrayDeviceWriteExt for Array<S
         Ok(report)
     }
 
-    fn store_chunk_device_opt<T: ElementOwned>(
+    fn store_chunk_device_opt(
         &self,
         chunk_indices: &[u64],
-        data: &DeviceArray<T>,
+        data: &DeviceBytes,
         config: &GpuConfig,
     ) -> Result<WriteReport, GpuError> {
         let grid = self.chunk_grid_shape();
@@ -181,8 +173,8 @@ impl<S: ReadableWritableStorageTraits + 'static> ArrayDeviceWriteExt for Array<S
 }
 
 /// `region` of `data`, as a new device array on its stream.
-fn copy_region<T: ElementOwned>(data: &DeviceArray<T>, region: &ArraySubset) -> Result<DeviceArray<T>, GpuError> {
-    let elem = std::mem::size_of::<T>() as u64;
+fn copy_region(data: &DeviceBytes, region: &ArraySubset) -> Result<DeviceBytes, GpuError> {
+    let elem = element_size(data.data_type())?;
     let whole = ArraySubset::new_with_shape(data.shape().to_vec());
     let chunk = (vec![0; data.shape().len()], StoreKey::new("data").expect("a valid key"), whole);
     let placement =
@@ -193,7 +185,7 @@ fn copy_region<T: ElementOwned>(data: &DeviceArray<T>, region: &ArraySubset) -> 
     let out: CudaSlice<u8> =
         unsafe { stream.alloc(len * elem as usize) }.map_err(GpuError::cuda("allocating a region"))?;
     let (dst, guard) = out.device_ptr(stream);
-    let source_guard = data.as_cuda_slice().map(|slice| slice.device_ptr(stream));
+    let source_guard = data.as_cuda_bytes().map(|slice| slice.device_ptr(stream));
     for copy in &placement.copies {
         let copy = Copy3D { src_offset: copy.src_offset + placement.byte_start, ..*copy };
         // SAFETY: the copies lie within `data` (its whole shape) and `out` (the region's shape).
@@ -201,7 +193,7 @@ fn copy_region<T: ElementOwned>(data: &DeviceArray<T>, region: &ArraySubset) -> 
     }
     drop((guard, source_guard));
     // SAFETY: every byte of `out` was written by the copies above, ordered on its stream.
-    unsafe { DeviceArray::from_device_bytes(out, region.shape().to_vec(), data.data_type().clone()) }
+    unsafe { DeviceBytes::from_cuda_slice(out, region.shape().to_vec(), data.data_type().clone()) }
 }
 
 /// Whether writes store chunks (and shards) that are all fill value, as zarrs decides for its own
@@ -241,29 +233,29 @@ pub fn lock_chunks<S: ReadableWritableStorageTraits + 'static>(
 }
 
 /// zarrs' own write, from a host copy of `data` ([`store_array_subset_host`]).
-fn write_on_host<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
+fn write_on_host<S: ReadableWritableStorageTraits + 'static>(
     array: &Array<S>,
     subset: &ArraySubset,
-    data: &DeviceArray<T>,
+    data: &DeviceBytes,
     (reason, config): (String, &GpuConfig),
 ) -> Result<WriteReport, GpuError> {
-    let elements = data.to_host()?;
+    // The elements' bytes as they lie in memory: zarrs' in-memory bytes of the same type.
+    let bytes = zarrs::array::ArrayBytes::new_flen(data.to_host_bytes()?);
     let chunks = array.chunks_in_array_subset(subset).map_err(|e| GpuError::Array(e.into()))?;
-    let bytes = T::into_array_bytes(array.data_type(), elements).map_err(|e| GpuError::Array(e.into()))?;
     store_array_subset_host(array, subset, bytes, config)?;
     let mut report = WriteReport::new(WritePath::Host, chunks.map_or(0, |c| c.num_elements() as usize));
     report.reason = Some(reason);
     Ok(report)
 }
 
-fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
+fn write_on_device<S: ReadableWritableStorageTraits + 'static>(
     array: &Array<S>,
     subset: &ArraySubset,
-    data: &DeviceArray<T>,
+    data: &DeviceBytes,
     chain: &WriteChain,
     config: &GpuConfig,
 ) -> Result<WriteReport, GpuError> {
-    let units = plan_units(array, subset, chain, std::mem::size_of::<T>() as u64)?;
+    let units = plan_units(array, subset, chain, element_size(data.data_type())?)?;
     // nvCOMP compresses chunks up to a size (16 MiB for zstd and LZ4 in nvCOMP 6): larger ones go
     // to zarrs.
     let largest = units.iter().map(|u| u.encoded().1).max().unwrap_or(0);
@@ -336,9 +328,9 @@ fn write_on_device<S: ReadableWritableStorageTraits + 'static, T: ElementOwned>(
 
 /// What encodes a write's batches: the array, the data (on its stream), the chain and the host's
 /// share of the encode, the configuration (a read's, for the old values) and the device.
-struct BatchEncoder<'a, S: ?Sized, T: ElementOwned> {
+struct BatchEncoder<'a, S: ?Sized> {
     array: &'a Array<S>,
-    data: &'a DeviceArray<T>,
+    data: &'a DeviceBytes,
     chain: &'a WriteChain,
     /// Of each batch's chunks, the share encoded on host threads (None: by the batch's size).
     share: Option<f64>,
@@ -346,7 +338,7 @@ struct BatchEncoder<'a, S: ?Sized, T: ElementOwned> {
     ctx: &'a Arc<GpuContext>,
 }
 
-impl<S: ReadableWritableStorageTraits + 'static, T: ElementOwned> BatchEncoder<'_, S, T> {
+impl<S: ReadableWritableStorageTraits + 'static> BatchEncoder<'_, S> {
     /// Assemble and encode one batch of chunks on the device: each chunk's encoded bytes, on the
     /// host, and the stored values read (what the shards covered in part keep, the versions read).
     fn encode(&self, units: &[WriteUnit], report: &mut WriteReport) -> Result<(EncodedBatch, Olds), GpuError> {
@@ -383,7 +375,7 @@ impl<S: ReadableWritableStorageTraits + 'static, T: ElementOwned> BatchEncoder<'
             let synced = stream.synchronize().map_err(cuda("copying chunks to modify"));
             if synced.is_err() {
                 // The copies may still run: their sources must never be reused.
-                olds.iter().for_each(DeviceArray::abandon);
+                olds.iter().for_each(DeviceBytes::abandon);
             }
             synced?;
         }
@@ -399,7 +391,7 @@ impl<S: ReadableWritableStorageTraits + 'static, T: ElementOwned> BatchEncoder<'
         &self,
         units: &[WriteUnit],
         (raw, offsets): (&CudaSlice<u8>, &[u64]),
-        (stored, olds): (&Olds, &mut Vec<DeviceArray<T>>),
+        (stored, olds): (&Olds, &mut Vec<DeviceBytes>),
         report: &mut WriteReport,
     ) -> Result<EncodedBatch, GpuError> {
         let Self { array, data, chain, share, config, ctx } = *self;
@@ -408,7 +400,7 @@ impl<S: ReadableWritableStorageTraits + 'static, T: ElementOwned> BatchEncoder<'
         let (raw_ptr, raw_guard) = raw.device_ptr(&stream);
         // The stream waits for the data's last writer where cudarc tracks it (a slice written on
         // another stream).
-        let source_guard = data.as_cuda_slice().map(|slice| slice.device_ptr(&stream));
+        let source_guard = data.as_cuda_bytes().map(|slice| slice.device_ptr(&stream));
         let fill = array.fill_value().as_ne_bytes();
         // Chunks covered in part: their old values (their parts within the array; a shard's, those of
         // its inner chunks covered in part), read as one request (decoded on the device), then copied
@@ -421,7 +413,7 @@ impl<S: ReadableWritableStorageTraits + 'static, T: ElementOwned> BatchEncoder<'
             // shard index cache (it knows the store's files, not these bytes).
             let read = array.with_storage(stored.values.clone());
             let read_config = config.clone().with_shard_index_cache(None);
-            let (parts, _) = read.retrieve_array_subsets_device_opt::<T>(&partial, &read_config)?;
+            let (parts, _) = read.retrieve_array_subsets_device_opt::<DeviceBytes>(&partial, &read_config)?;
             // The read's own stream: the copies wait for it.
             if let Some(first) = parts.first() {
                 first.stream().synchronize().map_err(cuda("reading chunks to modify"))?;
@@ -457,7 +449,7 @@ impl<S: ReadableWritableStorageTraits + 'static, T: ElementOwned> BatchEncoder<'
         }
         drop((raw_guard, source_guard));
         let kernels = ctx.kernels(crate::pipeline::KERNELS);
-        let elem = std::mem::size_of::<T>() as u64;
+        let elem = element_size(self.data.data_type())?;
         if units.iter().all(|u| u.inner.is_none()) {
             let slots = Slots {
                 offsets: offsets.to_vec(),
