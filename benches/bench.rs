@@ -29,6 +29,7 @@ use zarrs::array::{
 };
 use zarrs_gpu::zarrs_gds_store::Durability;
 use zarrs_gpu::zarrs_gpu_codecs::reader::{cuda_context, PinnedBuffer};
+use zarrs_gpu::zarrs_gpu_codecs::{random_crops, CropStarts};
 use zarrs_gpu::{
     parse_subset, sample, with_gpu_config, ArrayDeviceExt, ArrayDeviceWriteExt, DecodeTrust, DeviceArray, GdsStore,
     GdsStoreOptions, GpuConfig, IoBackend, ShardIndexCache,
@@ -1003,45 +1004,18 @@ fn ceilings(path: &std::path::Path, array: &Array<GdsStore>) -> Result<Vec<Strin
 
 /// The tile of issue 17's tile case: 64 planes of 256 x 256 (16 MiB of float32).
 const TILE: [u64; 3] = [64, 256, 256];
-/// Every list of tile starts is drawn from a fresh [`SplitMix64`] with this seed.
+/// Every list of tile starts is drawn by [`random_crops`] with this seed.
 const TILE_SEED: u64 = 17;
 /// Untimed reads before each tile row (the first tiles of its list, read again timed).
 const TILE_WARMUP: usize = 2;
 
-/// splitmix64 (Steele, Lea and Flood 2014, as in Vigna's `splitmix64.c`): the generator of the
-/// tile starts, written out identically in `benches/tiles.py`.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A draw from `0..n` (n at least 1): the high 64 bits of `next() * n`.
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
-}
-
-/// `count` starts of boxes of `extent` (at most `shape`) inside `shape`, tile by tile and within a
-/// tile dimension by dimension, from a fresh `SplitMix64(TILE_SEED)`: any start from 0 to
-/// `shape - extent` (`below(shape - extent + 1)`), or when `aligned` a multiple of the extent
-/// (`below(shape / extent) * extent`, boxes wholly inside the array).
+/// `count` starts of boxes of `extent` (at most `shape`) inside `shape`, drawn by
+/// [`random_crops`] seeded with `TILE_SEED` (as `benches/tiles.py` draws them): any start from 0
+/// to `shape - extent`, or when `aligned` a multiple of the extent (boxes wholly inside the array).
 fn tile_starts(shape: &[u64], extent: &[u64], count: usize, aligned: bool) -> Vec<Vec<u64>> {
-    let mut rng = SplitMix64(TILE_SEED);
-    (0..count)
-        .map(|_| {
-            shape
-                .iter()
-                .zip(extent)
-                .map(|(&n, &e)| if aligned { rng.below(n / e) * e } else { rng.below(n - e + 1) })
-                .collect()
-        })
-        .collect()
+    let at = if aligned { CropStarts::OnGrid } else { CropStarts::Anywhere };
+    let crops = random_crops(shape, extent, count, TILE_SEED, at).expect("the bench's boxes fit their arrays");
+    crops.iter().map(|crop| crop.start().to_vec()).collect()
 }
 
 /// Chunks of shape `unit` (a regular grid from the origin) that the box `start`, `extent` meets.

@@ -77,7 +77,7 @@ CASE_NAMES = {"z2c": "Z2 checksummed", "s1r": "S1 uncompressed", "s1g": "S1 gzip
 
 # ---------------------------------------------------------------- tiles
 class SplitMix64:
-    """splitmix64, as benches/bench.rs has it."""
+    """splitmix64, as zarrs_gpu_codecs' random_crops draws (bench.rs takes its tile starts from it)."""
 
     def __init__(self, seed):
         self.state = seed & _MASK
@@ -494,7 +494,8 @@ def self_test():
             raise AssertionError(what)
         ok += 1
 
-    # splitmix64: Vigna's splitmix64.c from seed 0, and the values bench.rs gives (checked there).
+    # splitmix64: Vigna's splitmix64.c from seed 0, and the values random_crops gives (checked in
+    # zarrs_gpu_codecs' read_ahead tests).
     check(SplitMix64(0).next() == 0xE220A8397B1DCDAF, "splitmix64(0)")
     rng = SplitMix64(1234567)
     check([rng.next() for _ in range(3)] == [6457827717110365317, 3203168211198807973, 9817491932198370423],

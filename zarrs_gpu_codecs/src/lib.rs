@@ -93,7 +93,10 @@ pub use error::GpuError;
 pub use gpu_mode::{gpu_config, with_gpu_config, GpuModeCodec};
 pub use inventory;
 pub use pipeline::route::host_decode_reason;
-pub use read_ahead::{read_async, tile_subsets, PendingRead, ReadAhead, TileOrder, TileRead, READ_AHEAD_REQUEST_BYTES};
+pub use read_ahead::{
+    random_crops, read_async, tile_subsets, CropStarts, PendingRead, ReadAhead, TileOrder, TileRead,
+    READ_AHEAD_REQUEST_BYTES,
+};
 pub use report::{DecodePath, RetrieveReport, StageTime, WritePath, WriteReport};
 pub use retrieve::ArrayDeviceExt;
 pub use schedule::DecodeRates;

@@ -101,7 +101,52 @@ pub fn tile_subsets(shape: &[u64], tile_shape: &[u64], order: TileOrder) -> Resu
     Ok(tiles)
 }
 
-/// splitmix64: a small, well-mixed generator, enough for a reproducible shuffle (no dependency).
+/// Where [`random_crops`] may start a crop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CropStarts {
+    /// Anywhere the crop fits: each start from 0 to `shape - extent`.
+    Anywhere,
+    /// On the grid of the crop's extent: each start a multiple of the extent, the crop wholly
+    /// inside the array (a random tile, drawn with replacement).
+    OnGrid,
+}
+
+/// `count` crops of `extent` inside an array of `shape` at random starts, for training steps
+/// and benchmarks: drawn crop by crop and dimension by dimension from splitmix64 seeded by
+/// `seed` (each draw below `n` the high 64 bits of the next value times `n`), so a seed gives
+/// the same crops on every platform and in any language that draws alike.
+///
+/// # Errors
+/// [`GpuError::Unsupported`] when `extent` has another number of dimensions than `shape`, or an
+/// extent larger than the shape (or 0, for [`CropStarts::OnGrid`]).
+pub fn random_crops(
+    shape: &[u64],
+    extent: &[u64],
+    count: usize,
+    seed: u64,
+    starts: CropStarts,
+) -> Result<Vec<ArraySubset>, GpuError> {
+    let grid = starts == CropStarts::OnGrid;
+    if extent.len() != shape.len() || extent.iter().zip(shape).any(|(&e, &n)| e > n || (grid && e == 0)) {
+        return Err(GpuError::Unsupported(format!("crops of {extent:?} inside an array of shape {shape:?}")));
+    }
+    let mut rng = SplitMix64(seed);
+    let mut crops = Vec::with_capacity(count);
+    for _ in 0..count {
+        let start: Vec<u64> = shape
+            .iter()
+            .zip(extent)
+            .map(|(&n, &e)| if grid { rng.below(n / e) * e } else { rng.below(n - e + 1) })
+            .collect();
+        let ranges: Vec<_> = start.iter().zip(extent).map(|(&a, &e)| a..a + e).collect();
+        crops.push(ArraySubset::new_with_ranges(&ranges));
+    }
+    Ok(crops)
+}
+
+/// splitmix64 (Steele, Lea and Flood 2014, as in Vigna's `splitmix64.c`): a small, well-mixed
+/// generator, enough for a reproducible shuffle or crops (no dependency).
 struct SplitMix64(u64);
 
 impl SplitMix64 {
@@ -114,7 +159,7 @@ impl SplitMix64 {
     }
 
     /// A number below `bound` (> 0), by the multiply-shift rule (its bias, below 2^-32 for any
-    /// tile count that fits in memory, does not matter for a shuffle).
+    /// bound that fits in memory, does not matter for a shuffle or crops).
     fn below(&mut self, bound: u64) -> u64 {
         ((u128::from(self.next()) * u128::from(bound)) >> 64) as u64
     }

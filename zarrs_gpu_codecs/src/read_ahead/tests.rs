@@ -64,6 +64,38 @@ fn random_order_is_a_seeded_permutation_of_the_grid() {
 }
 
 #[test]
+fn random_crops_are_seeded_inside_the_array_and_drawn_as_benches_tiles_py_draws_them() {
+    let starts = |extent: &[u64], count, at| -> Vec<Vec<u64>> {
+        let crops = random_crops(&[512, 2048, 2048], extent, count, 17, at).unwrap();
+        crops.iter().map(|c| c.start().to_vec()).collect()
+    };
+    // The values benches/tiles.py checks its own draws against (RUST_RANDOM_512 and the others).
+    let tile = [64u64, 256, 256];
+    assert_eq!(starts(&tile, 3, CropStarts::Anywhere), [[225, 701, 588], [100, 30, 146], [14, 1171, 45]]);
+    assert_eq!(starts(&tile, 3, CropStarts::OnGrid), [[256, 768, 512], [64, 0, 0], [0, 1280, 0]]);
+    assert_eq!(starts(&[64, 64, 64], 3, CropStarts::OnGrid), [[256, 768, 640], [64, 0, 128], [0, 1280, 0]]);
+    // A list is the first crops of a longer one; every crop lies inside, of the extent.
+    let many = random_crops(&[37, 70, 45], &[8, 16, 45], 200, 3, CropStarts::Anywhere).unwrap();
+    assert_eq!(many[..20], random_crops(&[37, 70, 45], &[8, 16, 45], 20, 3, CropStarts::Anywhere).unwrap());
+    assert!(many
+        .iter()
+        .all(|c| c.shape() == [8, 16, 45] && c.end_exc().iter().zip([37, 70, 45]).all(|(&e, n)| e <= n)));
+    assert!(many.iter().any(|c| c.start()[0] % 8 != 0), "starts anywhere");
+    let grid = random_crops(&[37, 70, 45], &[8, 16, 45], 50, 3, CropStarts::OnGrid).unwrap();
+    assert!(grid.iter().all(|c| c.start()[0] % 8 == 0 && c.start()[1] % 16 == 0 && c.end_exc()[0] <= 32));
+    // A crop as large as the array starts at 0; crops that cannot fit are errors.
+    assert_eq!(random_crops(&[5, 3], &[5, 3], 2, 1, CropStarts::Anywhere).unwrap()[1].start(), [0, 0]);
+    for (shape, extent, at) in [
+        (&[5u64, 3][..], &[6u64, 3][..], CropStarts::Anywhere),
+        (&[5, 3], &[5], CropStarts::Anywhere),
+        (&[5, 3], &[0, 3], CropStarts::OnGrid),
+    ] {
+        let err = random_crops(shape, extent, 1, 0, at).unwrap_err();
+        assert!(matches!(err, GpuError::Unsupported(_)), "{err}");
+    }
+}
+
+#[test]
 fn bad_tile_shapes_are_errors_naming_the_values() {
     let err = tile_subsets(&[4, 4], &[2], TileOrder::C).unwrap_err();
     assert!(matches!(err, GpuError::Unsupported(_)), "{err}");
