@@ -14,7 +14,7 @@ use crate::device::current_context::CurrentContextGuard;
 use crate::device_array::{check_same_type, DeviceBytes, FromDeviceBytes};
 use crate::error::GpuError;
 use crate::pipeline::decode::{decode_units, OnDevice};
-use crate::pipeline::output::Output;
+use crate::pipeline::output::{Destination, Output};
 use crate::pipeline::plan::{checked_bytes, end_fits};
 use crate::pipeline::request::{Layout, Request};
 use crate::pipeline::route::{chunk_subset, chunks_meeting, read_route, ChunkRef};
@@ -319,18 +319,19 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, O: FromDeviceBytes>(
     }
     // Pure arithmetic before any CUDA call: a request whose size overflows is refused as such.
     let request = Request::new(subsets, elem as u64, layout)?;
-    let out_bytes = request.out_bytes;
+    // A caller's destination must hold the result (an empty one too).
+    let destination = output.holding(request.out_bytes)?;
     config.check_cancelled()?;
-    if out_bytes == 0 {
-        let (out, report) = retrieve_empty(config, output)?;
+    if request.out_bytes == 0 {
+        let (out, report) = retrieve_empty(config, destination)?;
         return Ok((out, request, report));
     }
     let context = GpuContext::get(config.device())?;
     context.note_keep(context.keep_for(config));
     // A result larger than the device's free memory fails now, before any planning.
     // A caller's destination exists already: only a new output counts against free memory.
-    if output.allocated(out_bytes) > 0 {
-        context.check_free(out_bytes)?;
+    if destination.allocated() > 0 {
+        context.check_free(destination.allocated())?;
     }
     let stream = context.new_stream()?;
     // A whole chunk (its full shape, past the array's edge too) is that chunk alone.
@@ -341,7 +342,6 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, O: FromDeviceBytes>(
     let (out, report) = match read_route(array, config.decode_trust()) {
         Ok((plan, nvcomp)) => {
             let device = OnDevice { context: &context, stream: &stream, nvcomp };
-            let output = (output, request.out_bytes);
             // A shard replaced between the read of its index and of its inner chunks: planned
             // again once (every unit placed anew), else an error naming it. Only sharded reads
             // are planned from stored bytes, so only they keep their chunks for a second plan.
@@ -353,13 +353,13 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, O: FromDeviceBytes>(
                     chunks.ok_or_else(|| GpuError::Unsupported("a read of unsharded chunks planned again".into()))?;
                 // A chunk met by several subsets is one unit, read and decoded once.
                 let (units, index_bytes) = units_of(array, &request, chunks, source, config, context.reader(), &plan)?;
-                let (out, mut report) = decode_units(array, &units, source, config, device, &plan.chain, output)?;
+                let (out, mut report) = decode_units(array, &units, source, config, device, &plan.chain, destination)?;
                 report.bytes_read += index_bytes;
                 Ok((out, report))
             })?
         }
         Err(reason) => {
-            let host = HostRead { chunks: &chunks, whole_chunk, host_reason: Some(reason), output, config };
+            let host = HostRead { chunks: &chunks, whole_chunk, host_reason: Some(reason), destination, config };
             retrieve_host(array, &request, &context, &stream, host)?
         }
     };
@@ -368,18 +368,17 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, O: FromDeviceBytes>(
 
 /// An empty selection (numpy's `a[3:3]`) reads no chunk: a new array of no elements (one byte
 /// allocated, so that its address is a real one for consumers), or nothing to write.
-fn retrieve_empty(config: &GpuConfig, output: Output) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
-    let out = match output {
+fn retrieve_empty(
+    config: &GpuConfig,
+    destination: Destination,
+) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
+    let out = match destination.output {
         Output::New => {
             let context = GpuContext::get(config.device())?;
             let stream = context.new_stream()?;
             Some(context.alloc_output(&stream, 0)?.0)
         }
-        Output::Into { .. } => {
-            // The caller's destination must be empty too.
-            output.fits(0)?;
-            None
-        }
+        Output::Into { .. } => None,
     };
     Ok((out, RetrieveReport::new(DecodePath::Device, 0)))
 }
@@ -454,7 +453,7 @@ struct HostRead<'a> {
     chunks: &'a [Vec<ChunkRef>],
     whole_chunk: Option<&'a [u64]>,
     host_reason: Option<String>,
-    output: Output,
+    destination: Destination,
     /// Whose cancel switch is looked at before the output is written.
     config: &'a GpuConfig,
 }
@@ -468,7 +467,7 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     stream: &Arc<CudaStream>,
     read: HostRead<'_>,
 ) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
-    let HostRead { chunks, whole_chunk, host_reason, output, config } = read;
+    let HostRead { chunks, whole_chunk, host_reason, destination, config } = read;
     let out_bytes = request.out_bytes;
     // zarrs decodes whole chunks on the host: a chunk shape that overflows, or one larger than
     // the device could ever take, is refused rather than handed to zarrs' allocations.
@@ -479,8 +478,7 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
             .ok_or_else(|| GpuError::bytes_overflow(&format!("chunk {key} of shape"), chunk.shape(), elem))?;
         largest = largest.max(bytes);
     }
-    output.fits(out_bytes)?;
-    context.check_free(output.allocated(out_bytes).saturating_add(largest))?;
+    context.check_free(destination.allocated().saturating_add(largest))?;
     let len = out_bytes as usize;
     let mut pinned = context.take_pinned(len)?;
     if let Some(chunk_indices) = whole_chunk {
@@ -513,7 +511,7 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
         context.give_pinned(pinned);
         return Err(cancelled);
     }
-    let out = match output {
+    let out = match destination.output {
         Output::New => {
             let mut out = context.alloc(stream, len)?;
             stream.memcpy_htod(&pinned.as_slice()[..len], &mut out).map_err(GpuError::cuda("copying to the device"))?;

@@ -21,39 +21,43 @@ pub(crate) enum Output {
 }
 
 impl Output {
-    /// The output's buffer (a new one, returned) and its address, for `out_bytes` bytes.
-    fn buffer(
-        self,
-        context: &GpuContext,
-        stream: &Arc<CudaStream>,
-        out_bytes: u64,
-    ) -> Result<(Option<CudaSlice<u8>>, u64), GpuError> {
-        self.fits(out_bytes)?;
+    /// The destination of a result of `bytes` bytes: where a caller's destination has another
+    /// length, an error (the one place that checks it).
+    pub(crate) fn holding(self, bytes: u64) -> Result<Destination, GpuError> {
         match self {
-            Output::New => {
-                let (out, ptr) = context.alloc_output(stream, out_bytes as usize)?;
-                Ok((Some(out), ptr))
+            Output::Into { len, .. } if len as u64 != bytes => {
+                Err(GpuError::Unsupported(format!("the destination holds {len} bytes, {bytes} expected")))
             }
-            Output::Into { ptr, .. } => Ok((None, ptr)),
+            _ => Ok(Destination { output: self, bytes }),
         }
     }
+}
 
-    /// Device memory the output allocates for `out_bytes` bytes: all of them for a new one,
-    /// none for a caller's destination (it exists already, outside the free memory).
-    pub(crate) fn allocated(self, out_bytes: u64) -> u64 {
-        match self {
-            Output::New => out_bytes,
+/// An [`Output`] for a result of `bytes` bytes, its length checked.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Destination {
+    pub(crate) output: Output,
+    pub(crate) bytes: u64,
+}
+
+impl Destination {
+    /// Device memory the result allocates: all of it for a new output, none for a caller's
+    /// destination (it exists already, outside the free memory).
+    pub(crate) fn allocated(self) -> u64 {
+        match self.output {
+            Output::New => self.bytes,
             Output::Into { .. } => 0,
         }
     }
 
-    /// Whether the output takes `out_bytes` bytes (a caller's destination must be that long).
-    pub(crate) fn fits(self, out_bytes: u64) -> Result<(), GpuError> {
-        match self {
-            Output::Into { len, .. } if len as u64 != out_bytes => {
-                Err(GpuError::Unsupported(format!("the destination holds {len} bytes, {out_bytes} expected")))
+    /// The buffer (a new one, returned) and its address.
+    fn buffer(self, context: &GpuContext, stream: &Arc<CudaStream>) -> Result<(Option<CudaSlice<u8>>, u64), GpuError> {
+        match self.output {
+            Output::New => {
+                let (out, ptr) = context.alloc_output(stream, self.bytes as usize)?;
+                Ok((Some(out), ptr))
             }
-            _ => Ok(()),
+            Output::Into { ptr, .. } => Ok((None, ptr)),
         }
     }
 }
@@ -79,20 +83,19 @@ enum State<'scope> {
 }
 
 impl<'scope> OutputBuffer<'scope> {
-    /// `output`'s buffer for `out_bytes` bytes: a large new one (`meanwhile`: nothing is read
+    /// The destination's buffer: a large new one (`meanwhile`: nothing is read
     /// straight into it before placement) is allocated on a thread of `scope`, on a stream of
     /// its own (the read's stream has the batches' work queued, which its allocation would wait
     /// for), anything else now.
     pub(crate) fn start<'env>(
         scope: &'scope Scope<'scope, 'env>,
-        output: Output,
+        destination: Destination,
         context: &'env GpuContext,
         stream: &Arc<CudaStream>,
-        out_bytes: u64,
         meanwhile: bool,
     ) -> Result<Self, GpuError> {
-        output.fits(out_bytes)?;
-        let state = match output {
+        let out_bytes = destination.bytes;
+        let state = match destination.output {
             Output::New if meanwhile && out_bytes >= ALLOCATE_MEANWHILE => {
                 State::Allocating(scope.spawn(move || -> Allocated {
                     let own = context.new_stream()?;
@@ -100,7 +103,7 @@ impl<'scope> OutputBuffer<'scope> {
                 }))
             }
             _ => {
-                let (out, ptr) = output.buffer(context, stream, out_bytes)?;
+                let (out, ptr) = destination.buffer(context, stream)?;
                 State::Ready(out, ptr)
             }
         };
@@ -154,5 +157,20 @@ impl OutputAddress for OutputBuffer<'_> {
             State::Ready(_, ptr) => Ok(*ptr),
             _ => Err(GpuError::Unsupported("the output could not be allocated".into())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_destination_must_hold_the_result_and_only_a_new_output_allocates() {
+        assert_eq!(Output::New.holding(96).unwrap().allocated(), 96);
+        let into = Output::Into { ptr: 0x1000, len: 96 };
+        assert_eq!(into.holding(96).unwrap().allocated(), 0);
+        let err = into.holding(95).unwrap_err().to_string();
+        assert!(err.contains("holds 96 bytes, 95 expected"), "{err}");
+        assert!(Output::Into { ptr: 0x1000, len: 4 }.holding(0).is_err(), "an empty result needs an empty destination");
     }
 }

@@ -180,14 +180,15 @@ mod tests {
         let out_bytes = 16 << 20;
         // Less free memory than the output, room for two slots of staging (about 4 MiB).
         let free = 6 << 20;
-        let new = plan_batches(&units, &chain, &config, (free, false), Output::New.allocated(out_bytes));
+        let new =
+            plan_batches(&units, &chain, &config, (free, false), Output::New.holding(out_bytes).unwrap().allocated());
         assert!(matches!(new, Err(GpuError::OutOfMemory { .. })), "{new:?}");
         // Into a caller's destination of 16 MiB, which exists already: only staging counts.
-        let into = Output::Into { ptr: 0, len: out_bytes as usize };
-        let (batches, _) = plan_batches(&units, &chain, &config, (free, false), into.allocated(out_bytes)).unwrap();
+        let into = Output::Into { ptr: 0, len: out_bytes as usize }.holding(out_bytes).unwrap().allocated();
+        let (batches, _) = plan_batches(&units, &chain, &config, (free, false), into).unwrap();
         assert_eq!(batches.len(), 16);
         // Staging alone still has to fit.
-        let tight = plan_batches(&units, &chain, &config, (3 << 20, false), into.allocated(out_bytes));
+        let tight = plan_batches(&units, &chain, &config, (3 << 20, false), into);
         assert!(matches!(tight, Err(GpuError::OutOfMemory { .. })), "{tight:?}");
     }
 

@@ -24,7 +24,7 @@ use zarrs::array::Array;
 use crate::config::GpuConfig;
 use crate::device::context::GpuContext;
 use crate::error::GpuError;
-use crate::pipeline::output::{Output, OutputBuffer};
+use crate::pipeline::output::{Destination, OutputBuffer};
 use crate::pipeline::route::DeviceChain;
 use crate::pipeline::unit::{Source, Unit};
 use crate::reader::ReadSource;
@@ -66,7 +66,7 @@ pub(crate) fn decode_units<S: ?Sized>(
     config: &GpuConfig,
     device: OnDevice<'_>,
     chain: &DeviceChain,
-    (output, out_bytes): (Output, u64),
+    destination: Destination,
 ) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
     let OnDevice { context, stream, nvcomp } = device;
     let mut trace = Trace::new(config.trace());
@@ -87,7 +87,7 @@ pub(crate) fn decode_units<S: ?Sized>(
         chain,
         config,
         (free, source.remote().is_some()),
-        output.allocated(out_bytes).saturating_add(fill_len),
+        destination.allocated().saturating_add(fill_len),
     )?;
     let slots = if batches.len() > 1 { 2 } else { 1 };
     // A remote store's whole values stream in ahead of the batches that take them, so that one
@@ -103,7 +103,7 @@ pub(crate) fn decode_units<S: ?Sized>(
     // A large new output is allocated meanwhile, unless a read lands in it at once.
     let meanwhile = units.iter().all(|u| u.direct.is_none());
     std::thread::scope(|scope| {
-        let out = OutputBuffer::start(scope, output, context, stream, out_bytes, meanwhile)?;
+        let out = OutputBuffer::start(scope, destination, context, stream, meanwhile)?;
         // Host-to-device copies of stored and host-decoded bytes run on their own stream, so
         // that a batch's copy overlaps the previous batch's decode.
         let copy_stream = context.new_stream()?;
@@ -133,7 +133,7 @@ pub(crate) fn decode_units<S: ?Sized>(
         };
         // The caller's destination is not this read's memory.
         let results_len = ResultLog::buffer_len(units.len());
-        let mut memory = ReadMemory::new(context, config, slots, results_len, output.allocated(out_bytes))?;
+        let mut memory = ReadMemory::new(context, config, slots, results_len, destination.allocated())?;
         trace.mark("buffers");
 
         let mut report = RetrieveReport::new(DecodePath::Device, units.len());
@@ -179,7 +179,8 @@ pub(crate) fn decode_units<S: ?Sized>(
         }
         report.peak_device_bytes = peak;
         report.stages = trace.finish(&format!(
-            "{out_bytes} bytes decoded on the device, {} chunks, {} batches",
+            "{} bytes decoded on the device, {} chunks, {} batches",
+            destination.bytes,
             report.chunks,
             batches.len()
         ));
