@@ -164,6 +164,24 @@ class CpuTests(unittest.TestCase):
         self.assertIn("ValueError", run.stderr)
         self.assertIn("ZARRS_GPU_DECODE_TRUST", run.stderr)
 
+    def test_private_zarr_python_methods_are_replaced_only_for_the_versions_supported(self):
+        from zarr.core.array import Array, AsyncArray
+
+        from zarrs_gpu import _zarr_hooks, pipeline
+
+        # The zarr-python these tests run with (the oldest supported) has all three replaced.
+        self.assertTrue(_zarr_hooks.supported(zarr.__version__), zarr.__version__)
+        for method in (AsyncArray._get_selection, AsyncArray._set_selection, Array.get_coordinate_selection):
+            self.assertTrue(getattr(method, "_zarrs_gpu", False), method)
+        names = ["AsyncArray._get_selection", "Array.get_coordinate_selection", "AsyncArray._set_selection"]
+        self.assertEqual(_zarr_hooks.install(pipeline), names, "installed once, found installed again")
+        for version in ("3.1.6", "3.4.2", "3.2.0rc1", "3.3.0.dev12"):
+            self.assertTrue(_zarr_hooks.supported(version), version)
+        # Another version: zarr-python's own methods stay (nothing is installed).
+        for version in ("3.0.8", "3.5.0", "4.0.0", "2.18.3", "main"):
+            self.assertFalse(_zarr_hooks.supported(version), version)
+            self.assertEqual(_zarr_hooks.install(pipeline, version=version), [], version)
+
     def test_the_codec_pipeline_leaves_host_reads_to_zarr_python(self):
         from zarrs_gpu.pipeline import GpuCodecPipeline
 

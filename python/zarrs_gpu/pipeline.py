@@ -13,7 +13,8 @@ anything else (host buffers and values, other stores, broadcasts, casts) is zarr
 read (a corrupt chunk, say) are raised, never answered by the fallback. For arrays using this
 pipeline, a selection that is one box is handed to zarrs_gpu before zarr-python walks its chunks
 one by one (``AsyncArray._get_selection`` is wrapped: zarr-python's walk costs tens of ms for
-thousands of small chunks). Coordinate, mask and orthogonal array selections (``vindex``,
+thousands of small chunks; that and the other private methods replaced are in ``_zarr_hooks``).
+Coordinate, mask and orthogonal array selections (``vindex``,
 ``oindex``), which zarr-python cannot serve into GPU buffers, are read as the bounding box of
 their elements and gathered on the device with CuPy; a box more than 64 times the elements
 selected and over 256 MiB is read chunk by chunk instead (only the chunks holding elements, each
@@ -30,12 +31,14 @@ import asyncio
 import operator
 import os
 import re
+import sys
 import threading
 
 from zarr.core.codec_pipeline import BatchedCodecPipeline
 from zarr.registry import register_pipeline
 from zarr.storage import LocalStore
 
+from . import _zarr_hooks
 from ._arrays import _ARRAY_METADATA
 from ._arrays import open_cached as _open_array
 from ._arrays import ZARR_PYTHON_STORES, zarr_python_root
@@ -533,87 +536,6 @@ async def _read_advanced(gpu_array, indexer, pieces, dtype):
     return out
 
 
-def _install_selection_hook():
-    """zarr-python walks every chunk of a selection in Python (an indexer projection and a store
-    path each) before it calls the codec pipeline: 4096 small chunks cost tens of ms. For arrays
-    whose pipeline is this one, a whole box is handed to zarrs_gpu before that walk; anything else
-    goes on as zarr-python's own. Installed only where AsyncArray._get_selection has the shape
-    this was written against (zarr-python 3.1 to 3.4)."""
-    import inspect
-
-    from zarr.core.array import AsyncArray
-
-    original = AsyncArray._get_selection
-    if getattr(original, "_zarrs_gpu", False):
-        return
-    if list(inspect.signature(original).parameters) != ["self", "indexer", "prototype", "out", "fields"]:
-        return
-
-    async def _get_selection(self, indexer, *, prototype, out=None, fields=None):
-        plan = _selection_plan(self, indexer, prototype, out, fields)
-        if plan is None:
-            advanced = _advanced_plan(self, indexer, prototype, fields)
-            if advanced is None:
-                return await original(self, indexer, prototype=prototype, out=out, fields=fields)
-            gpu_array, pieces, dtype = advanced
-            result = await _read_advanced(gpu_array, indexer, pieces, dtype)
-            if out is None:
-                return result
-            out.as_ndarray_like()[...] = result
-            return out.as_ndarray_like()
-        gpu_array, key, buffer = plan
-        await asyncio.to_thread(gpu_array.read_into, buffer.as_ndarray_like(), key)
-        with GpuCodecPipeline._lock:
-            GpuCodecPipeline.device_reads += 1
-        if indexer.shape == () and type(indexer).__name__ == "BasicIndexer":
-            return buffer.as_scalar()
-        return buffer.as_ndarray_like()
-
-    _get_selection._zarrs_gpu = True
-    AsyncArray._get_selection = _get_selection
-
-
-def _install_coordinate_hook():
-    """zarr-python's `Array.get_coordinate_selection` (what `vindex` with integer arrays calls)
-    reshapes its result with `np.array(...)`, which a CuPy result refuses ("Implicit conversion to
-    a NumPy array is not allowed"). For arrays whose pipeline is this one the reshape is the
-    result's own. Installed only where the method has the signature this was written against."""
-    import inspect
-
-    import numpy as np
-    from zarr.core.array import Array
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.indexing import CoordinateIndexer
-    from zarr.core.sync import sync
-
-    original = Array.get_coordinate_selection
-    if getattr(original, "_zarrs_gpu", False):
-        return
-    if list(inspect.signature(original).parameters) != ["self", "selection", "out", "fields", "prototype"]:
-        return
-
-    def get_coordinate_selection(self, selection, *, out=None, fields=None, prototype=None):
-        if not isinstance(self.async_array.codec_pipeline, GpuCodecPipeline):
-            return original(self, selection, out=out, fields=fields, prototype=prototype)
-        if prototype is None:
-            prototype = default_buffer_prototype()
-        try:
-            indexer = CoordinateIndexer(selection, self.shape, _indexer_chunk_grid(self))
-        except (AttributeError, AssertionError, TypeError):
-            # The indexer refused the grid (a zarr-python whose internals this does not know): its
-            # own method, whole (a CuPy result may then meet its host-only reshape).
-            return original(self, selection, out=out, fields=fields, prototype=prototype)
-        result = sync(self.async_array._get_selection(indexer=indexer, out=out, fields=fields, prototype=prototype))
-        if hasattr(result, "shape"):
-            # As zarr-python: a copy on the host; on the device, the result as it is.
-            result = (np.array(result) if isinstance(result, np.ndarray) else result).reshape(indexer.sel_shape)
-        return result
-
-    get_coordinate_selection._zarrs_gpu = True
-    get_coordinate_selection.__doc__ = original.__doc__
-    Array.get_coordinate_selection = get_coordinate_selection
-
-
 def _box_key(indexer):
     """The box a basic or orthogonal indexer selects (slices of step 1 and integers), as a key of
     zarrs_gpu's `read`/`write`, or None."""
@@ -691,36 +613,5 @@ def _write_plan(array, indexer, value, fields):
     return gpu_array, key
 
 
-def _install_set_hook():
-    """zarr-python encodes every chunk of a write on the host, even from a CuPy value. For arrays
-    whose pipeline is this one, a device value written into a box goes to zarrs_gpu's device
-    writer (`_write_plan`); anything else goes on as zarr-python's own. Installed only where
-    AsyncArray._set_selection has the shape this was written against (zarr-python 3.1 to 3.4)."""
-    import inspect
-
-    from zarr.core.array import AsyncArray
-
-    original = AsyncArray._set_selection
-    if getattr(original, "_zarrs_gpu", False):
-        return
-    if list(inspect.signature(original).parameters) != ["self", "indexer", "value", "prototype", "fields"]:
-        return
-
-    async def _set_selection(self, indexer, value, *, prototype, fields=None):
-        plan = _write_plan(self, indexer, value, fields)
-        if plan is None:
-            return await original(self, indexer, value, prototype=prototype, fields=fields)
-        gpu_array, key = plan
-        await asyncio.to_thread(gpu_array.write, key, value)
-        with GpuCodecPipeline._lock:
-            GpuCodecPipeline.device_writes += 1
-        return None
-
-    _set_selection._zarrs_gpu = True
-    AsyncArray._set_selection = _set_selection
-
-
 register_pipeline(GpuCodecPipeline)
-_install_selection_hook()
-_install_coordinate_hook()
-_install_set_hook()
+_zarr_hooks.install(sys.modules[__name__])
