@@ -14,6 +14,7 @@
 //! a family touches its folder, one `mod` line here and its kernels' line in `KERNEL_SOURCES`.
 
 pub(crate) mod blosc;
+pub(crate) mod decoder_choice;
 pub mod deflate;
 pub(crate) mod delta;
 pub(crate) mod encode;

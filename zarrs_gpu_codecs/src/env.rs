@@ -79,9 +79,9 @@ pub const POOL_KEEP_BYTES: EnvVar =
 /// [`ZstdDecoder`](crate::zstd_decode::ZstdDecoder).
 pub const ZSTD_DECODER: EnvVar =
     var("ZARRS_GPU_ZSTD_DECODER", "the device decoder of zstd frames and Blosc's zstd streams", "auto, ours or nvcomp");
-/// [`Lz4Decoder`](crate::lz4_decode::Lz4Decoder).
+/// [`Lz4Decoder`](crate::lz4_decode::Lz4Decoder) (auto: ours).
 pub const LZ4_DECODER: EnvVar =
-    var("ZARRS_GPU_LZ4_DECODER", "the device decoder of Blosc's LZ4 streams", "ours or nvcomp");
+    var("ZARRS_GPU_LZ4_DECODER", "the device decoder of Blosc's LZ4 streams", "auto, ours or nvcomp");
 /// How pinned host memory is made (`PinnedBuffer`).
 pub const PINNED_PAGES: EnvVar = var(
     "ZARRS_GPU_PINNED_PAGES",

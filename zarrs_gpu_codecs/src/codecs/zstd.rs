@@ -24,7 +24,7 @@ use decode::{launch_blocks, launch_decode, BlockPlan, ZstdDecoder};
 use frame::{check_frame, FrameVerdict};
 
 inventory::submit! {
-    DeviceCodecPlugin::new("zstd", |_| Ok(Arc::new(Zstd { decoder: ZstdDecoder::from_env()? })))
+    DeviceCodecPlugin::new("zstd", |_| Ok(Arc::new(Zstd { decoder: ZstdDecoder::from_env(&crate::env::ZSTD_DECODER)? })))
         .with_host(<ZstdCodec as CodecTraitsV3>::create, <ZstdCodec as CodecTraitsV2>::create)
         .with_encoder(|configuration, _| encode::ZstdWrite::from_configuration(configuration).map(WriteCodec::Zstd))
         .with_description(
@@ -76,11 +76,11 @@ impl DeviceCodec for Zstd {
     }
 
     fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
-        self.decoder.may_decode(trust, verified)
+        decode::may_decode(self.decoder, trust, verified)
     }
 
     fn routed(&self, trust: DecodeTrust, verified: bool) -> Option<Arc<dyn DeviceCodec>> {
-        let decoder = self.decoder.for_route(trust, verified);
+        let decoder = decode::for_route(self.decoder, trust, verified);
         (decoder != self.decoder).then(|| Arc::new(Zstd { decoder }) as Arc<dyn DeviceCodec>)
     }
 

@@ -81,7 +81,12 @@ impl Blosc {
             "snappy" => Compressor::Snappy,
             other => return Err(format!("blosc compressor {other:?} is not one c-blosc 1.x has")),
         };
-        Ok(Self { compressor, cname, lz4: Lz4Decoder::from_env()?, zstd: ZstdDecoder::from_env()? })
+        Ok(Self {
+            compressor,
+            cname,
+            lz4: Lz4Decoder::from_env(&crate::env::LZ4_DECODER)?,
+            zstd: ZstdDecoder::from_env(&crate::env::ZSTD_DECODER)?,
+        })
     }
 
     /// The same codec with LZ4 streams decoded by `lz4`.
@@ -99,7 +104,7 @@ impl Blosc {
 
     fn stream_decoder(&self) -> Option<StreamDecoder> {
         match (self.compressor, self.lz4) {
-            (Compressor::Lz4, Lz4Decoder::Ours) => Some(StreamDecoder::Lz4),
+            (Compressor::Lz4, Lz4Decoder::Ours | Lz4Decoder::Auto) => Some(StreamDecoder::Lz4),
             (Compressor::Lz4, Lz4Decoder::Nvcomp) => Some(StreamDecoder::Nvcomp(Decompressor::Lz4)),
             // `Auto` not yet routed decodes with ours, which takes any input.
             (Compressor::Zstd, _) if self.zstd == ZstdDecoder::Nvcomp => {
@@ -540,14 +545,14 @@ impl DeviceCodec for Blosc {
     fn may_decode(&self, trust: DecodeTrust, verified: bool) -> bool {
         match self.compressor {
             Compressor::Zlib => deflate::may_decode(trust, verified),
-            Compressor::Zstd => self.zstd.may_decode(trust, verified),
+            Compressor::Zstd => zstd_decode::may_decode(self.zstd, trust, verified),
             _ => verified || trust != DecodeTrust::Verified,
         }
     }
 
     fn routed(&self, trust: DecodeTrust, verified: bool) -> Option<Arc<dyn DeviceCodec>> {
         // zstd streams take the zstd family's route: ours where nothing verifies them.
-        let zstd = self.zstd.for_route(trust, verified);
+        let zstd = zstd_decode::for_route(self.zstd, trust, verified);
         (self.compressor == Compressor::Zstd && zstd != self.zstd)
             .then(|| Arc::new(self.clone().with_zstd(zstd)) as Arc<dyn DeviceCodec>)
     }

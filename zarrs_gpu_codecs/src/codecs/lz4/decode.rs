@@ -56,35 +56,9 @@ pub fn status_text(code: u32) -> &'static str {
     }
 }
 
-/// The device decoder of LZ4 streams (Blosc's lz4 and lz4hc), chosen by `ZARRS_GPU_LZ4_DECODER`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Lz4Decoder {
-    /// Ours: one warp per block, a batch in one launch, any input an error status at worst.
-    #[default]
-    Ours,
-    /// nvCOMP's batched LZ4 (its input must be valid: the host walk makes sure).
-    Nvcomp,
-}
-
-impl std::str::FromStr for Lz4Decoder {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "ours" => Ok(Self::Ours),
-            "nvcomp" => Ok(Self::Nvcomp),
-            other => Err(format!("{other:?}: the LZ4 decoder is ours or nvcomp")),
-        }
-    }
-}
-
-impl Lz4Decoder {
-    /// The decoder `ZARRS_GPU_LZ4_DECODER` names (unset or empty: the default), or why its value
-    /// is not one.
-    pub(crate) fn from_env() -> Result<Self, String> {
-        Ok(crate::env::LZ4_DECODER.parse(|v| v.parse().ok()).map_err(|e| e.to_string())?.unwrap_or_default())
-    }
-}
+/// The device decoder of LZ4 streams (Blosc's lz4 and lz4hc), chosen by `ZARRS_GPU_LZ4_DECODER`:
+/// ours unless nvCOMP's is named (`Auto`, the default, is ours).
+pub type Lz4Decoder = crate::codecs::decoder_choice::DecoderChoice;
 
 /// Threads per thread block of the kernel: four warps, one block each.
 const THREADS: u32 = 128;

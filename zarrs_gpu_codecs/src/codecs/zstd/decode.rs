@@ -18,6 +18,7 @@
 
 use cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
 
+use crate::codecs::decoder_choice::DecoderChoice;
 use crate::codecs::ItemArrays;
 use crate::config::DecodeTrust;
 use crate::device::kernels::Kernels;
@@ -74,61 +75,30 @@ pub fn status_text(code: u32) -> &'static str {
     }
 }
 
-/// The device decoder of zstd frames, chosen by `ZARRS_GPU_ZSTD_DECODER`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ZstdDecoder {
-    /// By the read's trust: ours for frames nothing verifies before they decode (ours ends any
-    /// input as an error status, where nvCOMP may hang the device on a damaged one), nvCOMP's
-    /// where crc32c verifies the stored bytes first or the decode trust is `trusted`.
-    #[default]
-    Auto,
-    /// nvCOMP's batched zstd (its input must be valid: the host check makes sure of what it can).
-    Nvcomp,
-    /// Ours: a frame's blocks side by side, a batch in a few launches, any input an error status
-    /// at worst.
-    Ours,
-}
+/// The device decoder of zstd frames and Blosc's zstd streams, chosen by
+/// `ZARRS_GPU_ZSTD_DECODER`: `Auto` (the default) picks per read ([`for_route`]).
+pub type ZstdDecoder = DecoderChoice;
 
-impl std::str::FromStr for ZstdDecoder {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(Self::Auto),
-            "ours" => Ok(Self::Ours),
-            "nvcomp" => Ok(Self::Nvcomp),
-            other => Err(format!("{other:?}: the zstd decoder is auto, ours or nvcomp")),
-        }
+/// The decoder of a read under `trust`, `verified` where crc32c checks the stored bytes first:
+/// `Auto` picks ours where nothing verifies the frames first (ours ends any input as an error
+/// status, where nvCOMP may hang the device on a damaged one), nvCOMP's where crc32c verifies them
+/// or the trust is `trusted` (and stays `Auto` where the frames decode on the host anyway:
+/// `verified` trust, nothing verified); a decoder named stays.
+#[must_use]
+pub fn for_route(decoder: ZstdDecoder, trust: DecodeTrust, verified: bool) -> ZstdDecoder {
+    match decoder {
+        DecoderChoice::Auto if verified || trust == DecodeTrust::Trusted => DecoderChoice::Nvcomp,
+        DecoderChoice::Auto if trust == DecodeTrust::Checked => DecoderChoice::Ours,
+        other => other,
     }
 }
 
-impl ZstdDecoder {
-    /// The decoder `ZARRS_GPU_ZSTD_DECODER` names (unset or empty: the default), or why its
-    /// value is not one.
-    pub(crate) fn from_env() -> Result<Self, String> {
-        Ok(crate::env::ZSTD_DECODER.parse(|v| v.parse().ok()).map_err(|e| e.to_string())?.unwrap_or_default())
-    }
-
-    /// The decoder of a read under `trust`, `verified` where crc32c checks the stored bytes first:
-    /// `Auto` picks (and stays `Auto` where the frames decode on the host anyway: `verified`
-    /// trust, nothing verified); a decoder named stays.
-    #[must_use]
-    pub fn for_route(self, trust: DecodeTrust, verified: bool) -> Self {
-        match self {
-            Self::Auto if verified || trust == DecodeTrust::Trusted => Self::Nvcomp,
-            Self::Auto if trust == DecodeTrust::Checked => Self::Ours,
-            other => other,
-        }
-    }
-
-    /// Whether frames (or Blosc's zstd streams) that passed the host check may decode on the
-    /// device with this decoder: ours, named, ends any input as a status, so nothing needs to be
-    /// trusted; the others keep to the trust's rule (under `verified`, unverified frames decode on
-    /// the host).
-    #[must_use]
-    pub fn may_decode(self, trust: DecodeTrust, verified: bool) -> bool {
-        self == Self::Ours || verified || trust != DecodeTrust::Verified
-    }
+/// Whether frames (or Blosc's zstd streams) that passed the host check may decode on the device
+/// with `decoder`: ours, named, ends any input as a status, so nothing needs to be trusted; the
+/// others keep to the trust's rule (under `verified`, unverified frames decode on the host).
+#[must_use]
+pub fn may_decode(decoder: ZstdDecoder, trust: DecodeTrust, verified: bool) -> bool {
+    decoder == DecoderChoice::Ours || verified || trust != DecodeTrust::Verified
 }
 
 /// Threads per thread block: one warp, one frame or block (its tables fill 14 KiB of shared

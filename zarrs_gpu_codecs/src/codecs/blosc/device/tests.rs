@@ -221,7 +221,8 @@ fn lz4_and_zstd_statuses_name_the_stream_and_the_flaw() {
     assert_eq!(stream_tag(ZSTD_TAG, u32::MAX) >> 30, 2, "the stream index stays within its bits");
     assert_eq!("nvcomp".parse::<Lz4Decoder>(), Ok(Lz4Decoder::Nvcomp));
     assert_eq!(" Ours ".parse::<Lz4Decoder>(), Ok(Lz4Decoder::Ours));
-    assert!("fast".parse::<Lz4Decoder>().unwrap_err().contains("ours or nvcomp"));
+    assert!("fast".parse::<Lz4Decoder>().unwrap_err().contains("auto, ours or nvcomp"));
+    assert_eq!(Lz4Decoder::default(), Lz4Decoder::Auto, "ours unless nvCOMP's is named");
 }
 
 /// zstd streams take the zstd family's route: ours where nothing verifies them (ours ends any
