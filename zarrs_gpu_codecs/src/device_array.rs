@@ -186,11 +186,7 @@ impl std::fmt::Debug for DeviceBytes {
 
 impl<T> std::fmt::Debug for DeviceArray<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceArray")
-            .field("shape", &self.shape)
-            .field("data_type", &self.data_type.to_string())
-            .field("device", &self.stream.context().ordinal())
-            .finish_non_exhaustive()
+        f.debug_struct("DeviceArray").field("element", &std::any::type_name::<T>()).field("bytes", &self.bytes).finish()
     }
 }
 
