@@ -92,12 +92,18 @@ struct Exported<A: AsRef<DeviceBytes>> {
     release: ReleaseOrder,
 }
 
+impl<A: AsRef<DeviceBytes>> Exported<A> {
+    fn bytes(&self) -> &DeviceBytes {
+        (*self.array).as_ref()
+    }
+}
+
 impl<A: AsRef<DeviceBytes>> Drop for Exported<A> {
     fn drop(&mut self) {
         // A context lost (to a hung batch) or a device-wide wait that does not end leaves the
         // memory leaked.
         let _current = CurrentContextGuard::new();
-        (*self.array).as_ref().release_after(self.release);
+        self.bytes().release_after(self.release);
     }
 }
 
@@ -105,16 +111,16 @@ impl<A: AsRef<DeviceBytes>> TensorLike<RowMajorCompactLayout> for Exported<A> {
     type Error = GpuError;
 
     fn data_ptr(&self) -> *mut std::ffi::c_void {
-        (*self.array).as_ref().device_ptr() as usize as *mut std::ffi::c_void
+        self.bytes().device_ptr() as usize as *mut std::ffi::c_void
     }
 
     fn memory_layout(&self) -> RowMajorCompactLayout {
         // Checked when exported: every extent fits in i64.
-        RowMajorCompactLayout::new((*self.array).as_ref().shape().iter().map(|&n| n as i64).collect())
+        RowMajorCompactLayout::new(self.bytes().shape().iter().map(|&n| n as i64).collect())
     }
 
     fn device(&self) -> Result<Device, GpuError> {
-        Ok(Device::cuda((*self.array).as_ref().stream().context().ordinal()))
+        Ok(Device::cuda(self.bytes().stream().context().ordinal()))
     }
 
     fn data_type(&self) -> Result<DlType, GpuError> {

@@ -11,7 +11,7 @@ use zarrs_storage::{ReadableStorageTraits, StorageHandle};
 use crate::config::GpuConfig;
 use crate::device::context::{GpuContext, ReadInFlight};
 use crate::device::current_context::CurrentContextGuard;
-use crate::device_array::{check_same_type, DeviceBytes, FromDeviceBytes};
+use crate::device_array::{check_same_type, element_size, DeviceBytes, FromDeviceBytes};
 use crate::error::GpuError;
 use crate::pipeline::decode::{decode_units, OnDevice};
 use crate::pipeline::output::{Destination, Output};
@@ -312,13 +312,12 @@ fn retrieve<S: ReadableStorageTraits + ?Sized + 'static, O: FromDeviceBytes>(
     output: Output,
 ) -> Result<(Option<CudaSlice<u8>>, Request, RetrieveReport), GpuError> {
     O::check_data_type(array.data_type())?;
-    let elem =
-        array.data_type().fixed_size().ok_or_else(|| GpuError::Unsupported("a variable-size data type".into()))?;
+    let elem = element_size(array.data_type())?;
     for subset in subsets {
         check_subset(array, subset, whole_chunk.is_some())?;
     }
     // Pure arithmetic before any CUDA call: a request whose size overflows is refused as such.
-    let request = Request::new(subsets, elem as u64, layout)?;
+    let request = Request::new(subsets, elem, layout)?;
     // A caller's destination must hold the result (an empty one too).
     let destination = output.holding(request.out_bytes)?;
     config.check_cancelled()?;
@@ -471,7 +470,7 @@ fn retrieve_host<S: ReadableStorageTraits + ?Sized + 'static>(
     let out_bytes = request.out_bytes;
     // zarrs decodes whole chunks on the host: a chunk shape that overflows, or one larger than
     // the device could ever take, is refused rather than handed to zarrs' allocations.
-    let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
+    let elem = array.data_type().fixed_size().expect("checked before the read (element_size)") as u64;
     let mut largest = 0u64;
     for (_, key, chunk) in chunks.iter().flatten() {
         let bytes = checked_bytes(chunk.shape(), elem)

@@ -30,7 +30,7 @@ pub(crate) fn units_of<S: ReadableStorageTraits + ?Sized + 'static>(
     reader: &DeviceReader,
     plan: &DevicePlan,
 ) -> Result<(Vec<Unit>, u64), GpuError> {
-    let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
+    let elem = array.data_type().fixed_size().expect("checked before the read (element_size)") as u64;
     // Rows of uncompressed chunks are read with preadv on a GdsStore's files where its device
     // reads would go through preads anyway. Asked only for raw chains (checked ones read to host
     // memory, whatever the backend; asking would open cuFile's driver for nothing).

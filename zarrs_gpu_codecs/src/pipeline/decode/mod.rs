@@ -70,7 +70,7 @@ pub(crate) fn decode_units<S: ?Sized>(
 ) -> Result<(Option<CudaSlice<u8>>, RetrieveReport), GpuError> {
     let OnDevice { context, stream, nvcomp } = device;
     let mut trace = Trace::new(config.trace());
-    let elem = array.data_type().fixed_size().expect("checked by check_element") as u64;
+    let elem = array.data_type().fixed_size().expect("checked before the read (element_size)") as u64;
     let nvcomp = match nvcomp {
         Some(nvcomp) => Some(nvcomp),
         None if !chain.needs_nvcomp() => None,
