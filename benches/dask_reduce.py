@@ -43,7 +43,7 @@ import time
 
 import numpy as np
 
-from common import emit
+from common import emit, parse_args
 
 METHODS = ("zarrs-threads", "host", "host-cupy", "zarrs-distributed")
 
@@ -340,14 +340,10 @@ def main():
     ap.add_argument("--range", default=None, help="the histogram's LO,HI (default: from an untimed pass)")
     ap.add_argument("--block-mib", type=float, default=512, help="zarrs_gpu.dask's block budget, MiB")
     ap.add_argument("--rtol", type=float, default=1e-9, help="how close the means must be")
-    ap.add_argument("--json", help="append result lines to this JSONL file")
     ap.add_argument("--dry-host", action="store_true", help="numpy instead of CuPy, host reads (no GPU)")
-    ap.add_argument("--self-test", action="store_true", help="host-only check of this program")
-    args = ap.parse_args()
-    if args.self_test:
-        return self_test()
-    if not args.array:
-        ap.error("--array is required")
+    args = parse_args(ap, self_test)
+    if args is None:
+        return 0
     return run(args)
 
 

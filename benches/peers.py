@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from common import emit
+from common import emit, parse_args
 
 PEERS = ("kvikio", "zarr-gpu", "zarr-host")  # also: zarr-gpu-nvcomp, tensorstore, zarrs-gpu-python, zarr-gpu-zarrs, nvcomp-ceiling
 
@@ -442,16 +442,12 @@ def main():
     ap.add_argument("--subset", default="", help='numpy-style slices, e.g. "0:64,:,:"')
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--peers", default=",".join(PEERS))
-    ap.add_argument("--json", help="append result lines to this JSONL file")
     ap.add_argument("--batch-size", type=int, default=None,
                     help="zarr-python codec_pipeline.batch_size (default: as shipped)")
     ap.add_argument("--dry-host", action="store_true", help="numpy instead of cupy (no GPU)")
-    ap.add_argument("--self-test", action="store_true", help="host-only correctness check")
-    args = ap.parse_args()
-    if args.self_test:
-        return self_test()
-    if not args.array:
-        ap.error("--array is required")
+    args = parse_args(ap, self_test)
+    if args is None:
+        return 0
     run(args)
 
 

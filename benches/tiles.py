@@ -55,7 +55,7 @@ import statistics
 import sys
 import time
 
-from common import emit, median_p90
+from common import emit, median_p90, parse_args
 
 TILE = (64, 256, 256)
 SEED = 17
@@ -636,13 +636,9 @@ def main():
     ap.add_argument("--compute-ms", type=float, default=None,
                     help="the compute step's time (default: the median read time of a tile)")
     ap.add_argument("--no-loop", action="store_true", help="no tile loop")
-    ap.add_argument("--json", help="append result lines to this JSONL file")
-    ap.add_argument("--self-test", action="store_true", help="host-only checks (no GPU)")
-    args = ap.parse_args()
-    if args.self_test:
-        return self_test()
-    if not args.array:
-        ap.error("--array is required")
+    args = parse_args(ap, self_test)
+    if args is None:
+        return 0
     run(args)
 
 

@@ -43,7 +43,7 @@ import os
 import sys
 import time
 
-from common import emit, median_p90
+from common import emit, median_p90, parse_args
 
 CROP = (64, 256, 256)
 SEED = 17
@@ -314,13 +314,9 @@ def main():
     ap.add_argument("--workers", type=int, default=8, help="the zarr-python peer's DataLoader workers (default 8)")
     ap.add_argument("--repeat", type=int, default=1, help="passes per row, the median pass kept (default 1)")
     ap.add_argument("--peers", default=",".join(PEERS), help=f"default {','.join(PEERS)}")
-    ap.add_argument("--json", help="append result lines to this JSONL file")
-    ap.add_argument("--self-test", action="store_true", help="host-only checks (no GPU)")
-    args = ap.parse_args()
-    if args.self_test:
-        return self_test()
-    if not args.array:
-        ap.error("--array is required")
+    args = parse_args(ap, self_test)
+    if args is None:
+        return 0
     args.crop = tuple(int(c) for c in args.crop.split(","))
     args.compute_ms = [float(c) for c in args.compute_ms.split(",") if c.strip()]
     args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
