@@ -6,9 +6,6 @@ zarr-python returns CuPy arrays whose chunks were read, checked and decoded on t
 Without PATH a zstd-compressed, sharded float32 sample array is written with zarr-python
 first. Needs an NVIDIA GPU, cupy, zarr-python and nvCOMP (pip install nvidia-libnvcomp-cu13).
 """
-import os
-import sys
-import tempfile
 import time
 
 import cupy as cp
@@ -18,17 +15,17 @@ import zarr
 import zarrs_gpu
 from zarrs_gpu.pipeline import GpuCodecPipeline
 
+from _sample import path_or_sample
+
+
+def sample(path):
+    z = zarr.create_array(store=path, shape=(64, 1024, 1024), chunks=(8, 128, 128), shards=(32, 512, 512),
+                          dtype="float32", compressors=zarr.codecs.ZstdCodec(level=3))
+    z[:] = np.random.default_rng(1).standard_normal(z.shape, dtype="float32").round(1)
+
 
 def main():
-    tmp = None
-    if len(sys.argv) > 1:
-        path = sys.argv[1]
-    else:
-        tmp = tempfile.TemporaryDirectory()
-        path = os.path.join(tmp.name, "sharded.zarr")
-        z = zarr.create_array(store=path, shape=(64, 1024, 1024), chunks=(8, 128, 128), shards=(32, 512, 512),
-                              dtype="float32", compressors=zarr.codecs.ZstdCodec(level=3))
-        z[:] = np.random.default_rng(1).standard_normal(z.shape, dtype="float32").round(1)
+    path = path_or_sample("sharded.zarr", sample)
 
     host = zarr.open_array(path, mode="r")[10:40, ..., :300]          # zarr-python on the host
     with zarrs_gpu.gpu_zarr_context():

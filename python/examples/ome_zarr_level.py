@@ -6,15 +6,15 @@ the group's "multiscales" metadata lists, finest first).
 Without IMAGE_GROUP a two-level sample image is written with zarr-python first. Needs an NVIDIA
 GPU, cupy, zarr-python and nvCOMP (pip install nvidia-libnvcomp-cu13).
 """
-import os
 import sys
-import tempfile
 
 import cupy as cp
 import numpy as np
 import zarr
 
 import zarrs_gpu
+
+from _sample import path_or_sample
 
 
 def sample(path):
@@ -40,13 +40,7 @@ def levels(group):
 
 
 def main():
-    tmp = None
-    if len(sys.argv) > 1:
-        path = sys.argv[1]
-    else:
-        tmp = tempfile.TemporaryDirectory()
-        path = os.path.join(tmp.name, "image.zarr")
-        sample(path)
+    path = path_or_sample("image.zarr", sample)
     level = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     paths = levels(zarr.open_group(path, mode="r"))
     array = zarrs_gpu.open(path, paths[level])

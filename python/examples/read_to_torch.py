@@ -7,9 +7,7 @@ Without PATH a zstd-compressed float32 sample array is written with zarr-python 
 NVIDIA GPU, torch, cupy, zarr-python and, for compressed arrays, nvCOMP
 (pip install nvidia-libnvcomp-cu13).
 """
-import os
 import sys
-import tempfile
 import time
 
 import cupy as cp
@@ -19,6 +17,8 @@ import zarr
 
 import zarrs_gpu
 
+from _sample import path_or_sample
+
 
 def sample(path):
     z = zarr.create_array(store=path, shape=(64, 512, 512), chunks=(16, 128, 128), dtype="float32",
@@ -27,13 +27,7 @@ def sample(path):
 
 
 def main():
-    tmp = None
-    if len(sys.argv) > 1:
-        path = sys.argv[1]
-    else:
-        tmp = tempfile.TemporaryDirectory()
-        path = os.path.join(tmp.name, "sample.zarr")
-        sample(path)
+    path = path_or_sample("sample.zarr", sample)
     node = sys.argv[2] if len(sys.argv) > 2 else "/"
 
     array = zarrs_gpu.open(path, node)
