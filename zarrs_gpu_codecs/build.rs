@@ -4,6 +4,7 @@
 //! skip.
 
 fn main() {
+    println!("cargo:rerun-if-changed=src/codecs/host_shim.h");
     println!("cargo:rerun-if-changed=src/codecs/lz4/decode.cu");
     println!("cargo:rerun-if-changed=src/codecs/lz4/host_shim.cpp");
     println!("cargo:rerun-if-changed=src/codecs/lz4/host_shim_lanes.cpp");

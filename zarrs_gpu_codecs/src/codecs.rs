@@ -127,6 +127,44 @@ pub(crate) struct ItemArrays {
     pub(crate) statuses: u64,
 }
 
+/// A batch's item arrays on the host, as [`ItemArrays`] lays them out on the device: for the
+/// device kernels compiled for the CPU (the LZ4 and zstd decoders' `decode_on_host`).
+#[cfg(any(test, feature = "cpu-kernels"))]
+pub(crate) struct HostItems {
+    pub(crate) inputs: Vec<*const u8>,
+    pub(crate) input_sizes: Vec<u64>,
+    pub(crate) capacities: Vec<u64>,
+    pub(crate) outputs: Vec<*mut u8>,
+    pub(crate) decoded: Vec<u64>,
+    pub(crate) statuses: Vec<u32>,
+}
+
+#[cfg(any(test, feature = "cpu-kernels"))]
+impl HostItems {
+    /// Each item's input and its output, whose length is its capacity; no status written yet
+    /// (`u32::MAX`).
+    pub(crate) fn new(items: &mut [(&[u8], &mut [u8])]) -> Self {
+        Self {
+            inputs: items.iter().map(|(i, _)| i.as_ptr()).collect(),
+            input_sizes: items.iter().map(|(i, _)| i.len() as u64).collect(),
+            capacities: items.iter().map(|(_, o)| o.len() as u64).collect(),
+            outputs: items.iter_mut().map(|(_, o)| o.as_mut_ptr()).collect(),
+            decoded: vec![0; items.len()],
+            statuses: vec![u32::MAX; items.len()],
+        }
+    }
+
+    /// The items' count, as the kernels take it.
+    pub(crate) fn count(&self) -> u64 {
+        self.inputs.len() as u64
+    }
+
+    /// Each item's status and decoded length, as the kernel wrote them.
+    pub(crate) fn results(self) -> Vec<(u32, u64)> {
+        self.statuses.into_iter().zip(self.decoded).collect()
+    }
+}
+
 impl std::fmt::Debug for DeviceBatch<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceBatch")

@@ -105,19 +105,9 @@ pub enum HostWarp {
 }
 
 #[cfg(any(test, feature = "cpu-kernels"))]
-type HostEntry = unsafe extern "C" fn(
-    inputs: *const *const u8,
-    input_sizes: *const u64,
-    capacities: *const u64,
-    outputs: *const *mut u8,
-    decoded: *mut u64,
-    statuses: *mut u32,
-    tags: *const u32,
-    n: u64,
-);
-
-#[cfg(any(test, feature = "cpu-kernels"))]
 unsafe extern "C" {
+    /// The kernel's grid run warp by warp; `lanes` 0: one thread does a warp's work in order,
+    /// else its lanes' loops run one lane after the other.
     fn lz4_decode_blocks_on_host(
         inputs: *const *const u8,
         input_sizes: *const u64,
@@ -127,16 +117,7 @@ unsafe extern "C" {
         statuses: *mut u32,
         tags: *const u32,
         n: u64,
-    );
-    fn lz4_decode_blocks_on_host_lanes(
-        inputs: *const *const u8,
-        input_sizes: *const u64,
-        capacities: *const u64,
-        outputs: *const *mut u8,
-        decoded: *mut u64,
-        statuses: *mut u32,
-        tags: *const u32,
-        n: u64,
+        lanes: u32,
     );
 }
 
@@ -146,32 +127,24 @@ unsafe extern "C" {
 #[cfg(any(test, feature = "cpu-kernels"))]
 #[must_use]
 pub fn decode_on_host(blocks: &mut [(&[u8], &mut [u8])], warp: HostWarp) -> Vec<(u32, u64)> {
-    let n = blocks.len();
-    let inputs: Vec<*const u8> = blocks.iter().map(|(i, _)| i.as_ptr()).collect();
-    let input_sizes: Vec<u64> = blocks.iter().map(|(i, _)| i.len() as u64).collect();
-    let capacities: Vec<u64> = blocks.iter().map(|(_, o)| o.len() as u64).collect();
-    let outputs: Vec<*mut u8> = blocks.iter_mut().map(|(_, o)| o.as_mut_ptr()).collect();
-    let mut decoded = vec![0u64; n];
-    let mut statuses = vec![u32::MAX; n];
-    let entry: HostEntry = match warp {
-        HostWarp::OneThread => lz4_decode_blocks_on_host,
-        HostWarp::Lanes => lz4_decode_blocks_on_host_lanes,
-    };
-    // SAFETY: n entries each; every input holds its size and every output its capacity, the
-    // outputs distinct `&mut` slices; the kernel stays within those lengths.
+    let mut a = crate::codecs::HostItems::new(blocks);
+    // SAFETY: as many entries in each array as blocks; every input holds its size and every
+    // output its capacity, the outputs distinct `&mut` slices; the kernel stays within those
+    // lengths.
     unsafe {
-        entry(
-            inputs.as_ptr(),
-            input_sizes.as_ptr(),
-            capacities.as_ptr(),
-            outputs.as_ptr(),
-            decoded.as_mut_ptr(),
-            statuses.as_mut_ptr(),
+        lz4_decode_blocks_on_host(
+            a.inputs.as_ptr(),
+            a.input_sizes.as_ptr(),
+            a.capacities.as_ptr(),
+            a.outputs.as_ptr(),
+            a.decoded.as_mut_ptr(),
+            a.statuses.as_mut_ptr(),
             std::ptr::null(),
-            n as u64,
+            a.count(),
+            u32::from(warp == HostWarp::Lanes),
         );
     }
-    statuses.into_iter().zip(decoded).collect()
+    a.results()
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 // builds: one thread doing the warp's work in order (lane-strided loops become plain loops), and
 // (LZ4_EMULATE_LANES, host_shim_lanes.cpp) the 32 lanes' strided loops run one lane after the
 // other, so that the device's index arithmetic runs here too. __syncwarp is nothing: one thread.
+// The entry of this build, lz4_decode_blocks_on_host, runs either.
 #define LZ4_HOST_SHIM
 #define LZ4_LANE 0u
 #define LZ4_SYNC() ((void)0)
@@ -20,19 +21,9 @@
 #else
 #define LZ4_LANES 1u
 #define LZ4_FOR_LANES(i, n) for (unsigned long long i = 0; i < (n); ++i)
-#define LZ4_HOST_ENTRY lz4_decode_blocks_on_host
+#define LZ4_HOST_ENTRY lz4_decode_blocks_one_thread
 #endif
-#define __global__
-#define __device__
-#define __forceinline__
-
-namespace {
-struct Dim3 {
-    unsigned int x, y, z;
-};
-// Per thread: test threads run grids side by side.
-thread_local Dim3 blockIdx, blockDim, threadIdx;
-}  // namespace
+#include "../host_shim.h"
 
 #include "decode.cu"
 
@@ -48,3 +39,20 @@ extern "C" void LZ4_HOST_ENTRY(const unsigned char* const* inputs, const unsigne
         lz4_decode_blocks(inputs, input_sizes, capacities, outputs, decoded, statuses, tags, n);
     }
 }
+
+#ifndef LZ4_EMULATE_LANES
+extern "C" void lz4_decode_blocks_on_host_lanes(const unsigned char* const* inputs,
+                                                const unsigned long long* input_sizes,
+                                                const unsigned long long* capacities, unsigned char* const* outputs,
+                                                unsigned long long* decoded, unsigned int* statuses,
+                                                const unsigned int* tags, unsigned long long n);
+
+// The kernel over n blocks, a warp's lanes emulated one after the other where `lanes` is not 0.
+extern "C" void lz4_decode_blocks_on_host(const unsigned char* const* inputs, const unsigned long long* input_sizes,
+                                          const unsigned long long* capacities, unsigned char* const* outputs,
+                                          unsigned long long* decoded, unsigned int* statuses,
+                                          const unsigned int* tags, unsigned long long n, unsigned int lanes) {
+    (lanes ? lz4_decode_blocks_on_host_lanes : lz4_decode_blocks_one_thread)(inputs, input_sizes, capacities,
+                                                                            outputs, decoded, statuses, tags, n);
+}
+#endif

@@ -542,31 +542,26 @@ unsafe extern "C" {
 #[cfg(any(test, feature = "cpu-kernels"))]
 #[must_use]
 pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], path: HostPath) -> Vec<(u32, u64)> {
-    let n = frames.len();
-    let inputs: Vec<*const u8> = frames.iter().map(|(i, _)| i.as_ptr()).collect();
-    let input_sizes: Vec<u64> = frames.iter().map(|(i, _)| i.len() as u64).collect();
-    let capacities: Vec<u64> = frames.iter().map(|(_, o)| o.len() as u64).collect();
-    let outputs: Vec<*mut u8> = frames.iter_mut().map(|(_, o)| o.as_mut_ptr()).collect();
-    let mut decoded = vec![0u64; n];
-    let mut statuses = vec![u32::MAX; n];
+    let stored: Vec<&[u8]> = frames.iter().map(|(i, _)| &**i).collect();
+    let mut a = crate::codecs::HostItems::new(frames);
+    let n = a.count();
     if path == HostPath::OneWarp {
         // SAFETY: n entries each; every input holds its size and every output its capacity, the
         // outputs distinct `&mut` slices; the kernel stays within those lengths.
         unsafe {
             zstd_decode_frames_on_host(
-                inputs.as_ptr(),
-                input_sizes.as_ptr(),
-                capacities.as_ptr(),
-                outputs.as_ptr(),
-                decoded.as_mut_ptr(),
-                statuses.as_mut_ptr(),
-                n as u64,
+                a.inputs.as_ptr(),
+                a.input_sizes.as_ptr(),
+                a.capacities.as_ptr(),
+                a.outputs.as_ptr(),
+                a.decoded.as_mut_ptr(),
+                a.statuses.as_mut_ptr(),
+                n,
             );
         }
-        return statuses.into_iter().zip(decoded).collect();
+        return a.results();
     }
-    let stored: Vec<&[u8]> = frames.iter().map(|(i, _)| &**i).collect();
-    let plan = BlockPlan::new(&stored, &capacities);
+    let plan = BlockPlan::new(&stored, &a.capacities);
     let plan = if path == HostPath::Execute { plan.executed() } else { plan };
     // The scratch as on the device: 8-byte aligned, the frame table first, and holding whatever
     // an earlier batch left: here bytes that, read as entries or indices, point far outside.
@@ -582,24 +577,24 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], path: HostPath) -> Vec<
         let (frames_p, blocks_p) = (base, base.add(plan.blocks_at));
         // (Regions start at multiples of 256 bytes: whole words of the scratch.)
         let (records_p, literals_p) = (words.add(plan.records_at / 8).cast::<u32>(), base.add(plan.literals_at));
-        zstd_plan_on_host(inputs.as_ptr(), input_sizes.as_ptr(), capacities.as_ptr(), frames_p, blocks_p, n as u64);
-        zstd_decode_blocks_on_host(inputs.as_ptr(), frames_p, blocks_p, literals_p, records_p, plan.blocks);
+        zstd_plan_on_host(a.inputs.as_ptr(), a.input_sizes.as_ptr(), a.capacities.as_ptr(), frames_p, blocks_p, n);
+        zstd_decode_blocks_on_host(a.inputs.as_ptr(), frames_p, blocks_p, literals_p, records_p, plan.blocks);
         if let Some(jump) = plan.jump {
             let (entries_p, flags_p) =
                 (words.add(jump.entries_at / 8).cast::<u32>(), words.add(jump.flags_at / 8).cast::<u32>());
-            let (decoded_p, statuses_p) = (decoded.as_mut_ptr(), statuses.as_mut_ptr());
+            let (decoded_p, statuses_p) = (a.decoded.as_mut_ptr(), a.statuses.as_mut_ptr());
             zstd_link_on_host(
-                capacities.as_ptr(),
+                a.capacities.as_ptr(),
                 decoded_p,
                 statuses_p,
                 frames_p,
                 blocks_p,
                 flags_p,
                 jump.passes,
-                n as u64,
+                n,
             );
             zstd_entries_on_host(
-                inputs.as_ptr(),
+                a.inputs.as_ptr(),
                 decoded_p,
                 statuses_p,
                 frames_p,
@@ -612,31 +607,31 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], path: HostPath) -> Vec<
             zstd_jump_on_host(entries_p, jump.entries, flags_p, jump.passes);
             let y = jump.largest.div_ceil(4096).clamp(1, 3) as u32;
             zstd_write_on_host(
-                capacities.as_ptr(),
-                outputs.as_ptr(),
+                a.capacities.as_ptr(),
+                a.outputs.as_ptr(),
                 decoded_p,
                 statuses_p,
                 frames_p,
                 entries_p,
-                n as u64,
+                n,
                 y,
             );
-            return statuses.into_iter().zip(decoded).collect();
+            return a.results();
         }
         zstd_execute_on_host(
-            inputs.as_ptr(),
-            capacities.as_ptr(),
-            outputs.as_ptr(),
-            decoded.as_mut_ptr(),
-            statuses.as_mut_ptr(),
+            a.inputs.as_ptr(),
+            a.capacities.as_ptr(),
+            a.outputs.as_ptr(),
+            a.decoded.as_mut_ptr(),
+            a.statuses.as_mut_ptr(),
             frames_p,
             blocks_p,
             literals_p,
             records_p,
-            n as u64,
+            n,
         );
     }
-    statuses.into_iter().zip(decoded).collect()
+    a.results()
 }
 
 /// Which of our decoders [`decode_on_host`] runs.

@@ -10,17 +10,7 @@
 #define ZS_SHARED static thread_local
 #define ZS_CONST static const
 #define ZS_FOR_LANES(i, n) for (unsigned long long i = 0; i < (n); ++i)
-#define __global__
-#define __device__
-#define __forceinline__
-
-namespace {
-struct Dim3 {
-    unsigned int x, y, z;
-};
-// Per thread: test threads run grids side by side.
-thread_local Dim3 blockIdx, blockDim, threadIdx, gridDim;
-}  // namespace
+#include "../host_shim.h"
 
 #include "entropy.cu"
 #include "decode.cu"

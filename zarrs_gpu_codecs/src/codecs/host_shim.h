@@ -1,0 +1,19 @@
+// CUDA's names for the device kernels compiled for the CPU (lz4/host_shim.cpp, zstd/host_shim.cpp):
+// a warp runs on one thread, so the qualifiers are nothing and the grid's indices are variables
+// that each host entry sets as it runs the grid block by block.
+#ifndef ZARRS_GPU_HOST_SHIM_H
+#define ZARRS_GPU_HOST_SHIM_H
+
+#define __global__
+#define __device__
+#define __forceinline__
+
+namespace {
+struct Dim3 {
+    unsigned int x, y, z;
+};
+// Per thread: test threads run grids side by side.
+__attribute__((unused)) thread_local Dim3 blockIdx, blockDim, threadIdx, gridDim;
+}  // namespace
+
+#endif
