@@ -8,6 +8,8 @@
 //! in `target/interop-venv`); the tests that need them are `#[ignore]`d so that a machine without
 //! them names them as not run, and CI runs them with `--ignored`.
 
+#[path = "common/boxes.rs"]
+mod boxes;
 #[path = "common/servers.rs"]
 mod servers;
 
@@ -35,16 +37,7 @@ const SERVERS: &str = "needs an S3 server and RangeHTTPServer on loopback (.ci/r
 fn subsets(shape: &[u64], rng: &mut StdRng) -> Vec<ArraySubset> {
     let mut out = vec![ArraySubset::new_with_shape(shape.to_vec())];
     out.push(ArraySubset::new_with_ranges(&shape.iter().map(|&s| (s - s / 3)..s).collect::<Vec<_>>()));
-    for _ in 0..4 {
-        let ranges: Vec<_> = shape
-            .iter()
-            .map(|&s| {
-                let a = rng.random_range(0..s);
-                a..rng.random_range(a + 1..=s)
-            })
-            .collect();
-        out.push(ArraySubset::new_with_ranges(&ranges));
-    }
+    out.extend((0..4).map(|_| boxes::random_box(shape, rng)));
     out
 }
 

@@ -93,16 +93,7 @@ fn pick_subset(rng: &mut StdRng) -> ArraySubset {
             let z = rng.random_range(0..SHAPE[0] - 8);
             ArraySubset::new_with_ranges(&[z..z + 8, 0..SHAPE[1], 0..SHAPE[2]])
         }
-        _ => {
-            let ranges: Vec<_> = SHAPE
-                .iter()
-                .map(|&s| {
-                    let a = rng.random_range(0..s);
-                    a..rng.random_range(a + 1..=s)
-                })
-                .collect();
-            ArraySubset::new_with_ranges(&ranges)
-        }
+        _ => crate::boxes::random_box(&SHAPE, rng),
     }
 }
 

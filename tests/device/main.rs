@@ -4,6 +4,8 @@
 
 mod batch;
 mod blosc;
+#[path = "../common/boxes.rs"]
+mod boxes;
 mod compress;
 mod compressed;
 mod delta;
@@ -32,7 +34,7 @@ use std::error::Error;
 use zarrs_gpu::DeviceArray;
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use zarrs::array::{Array, ArrayBytes, ArraySubset, ElementOwned};
 use zarrs_gpu::{ArrayDeviceExt, GdsStore, GpuConfig, IoBackend, RetrieveReport};
 
@@ -66,16 +68,7 @@ fn check_chunk<T: ElementOwned>(
 fn subsets(shape: &[u64], seed: u64) -> Vec<ArraySubset> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out = vec![ArraySubset::new_with_shape(shape.to_vec())];
-    for _ in 0..6 {
-        let ranges: Vec<_> = shape
-            .iter()
-            .map(|&s| {
-                let a = rng.random_range(0..s);
-                a..rng.random_range(a + 1..=s)
-            })
-            .collect();
-        out.push(ArraySubset::new_with_ranges(&ranges));
-    }
+    out.extend((0..6).map(|_| boxes::random_box(shape, &mut rng)));
     out
 }
 

@@ -98,17 +98,7 @@ fn subsets(shape: &[u64], chunks: &[u64], rng: &mut StdRng, n: usize) -> Vec<Arr
     slab[0] = 0..chunks[0].min(shape[0]);
     out.push(ArraySubset::new_with_ranges(&slab));
     out.push(ArraySubset::new_with_ranges(&shape.iter().map(|&s| (s / 2)..(s / 2 + 1)).collect::<Vec<_>>()));
-    for _ in 0..n {
-        let ranges: Vec<_> = shape
-            .iter()
-            .map(|&s| {
-                let a = rng.random_range(0..s);
-                let b = rng.random_range(a + 1..=s);
-                a..b
-            })
-            .collect();
-        out.push(ArraySubset::new_with_ranges(&ranges));
-    }
+    out.extend((0..n).map(|_| crate::boxes::random_box(shape, rng)));
     out
 }
 
