@@ -1,9 +1,7 @@
 //! Our device decoder of raw LZ4 blocks (Blosc's lz4 and lz4hc streams): one warp per block,
-//! a whole batch in one launch (`decode.cu`). Every lane of a warp parses the same tokens, 32 at
-//! a time before any is copied (the parse reads only the input, so it never waits on a copy);
-//! then a lane copies each token's literals and match, the whole warp a long one, a match that
-//! reads an earlier match of its batch in a later round. An overlapping match is copied in one
-//! pass (byte `i` of a match at offset `d` repeats byte `i % d` of the `d` bytes before it).
+//! a whole batch in one launch (`decode.cu`). Every lane of a warp walks the same tokens; the
+//! literal and match copies are spread over the lanes, an overlapping match copied in one pass
+//! (byte `i` of a match at offset `d` repeats byte `i % d` of the `d` bytes before it).
 //!
 //! It accepts exactly what [`check_block`](super::block::check_block) accepts, and so never
 //! what lz4_flex or `LZ4_decompress_safe` reject: a block decodes only to exactly its expected

@@ -8,9 +8,6 @@
 #define LZ4_LANE 0u
 #define LZ4_SYNC() ((void)0)
 #define LZ4_FN static inline
-#define LZ4_SHARED static thread_local
-#define LZ4_WARPS 1u
-#define LZ4_WARP 0u
 #ifdef LZ4_EMULATE_LANES
 #define LZ4_LANES 32u
 #define LZ4_FOR_LANES(i, n)                                               \
