@@ -62,7 +62,7 @@ fn device_arrays_go_out_and_come_back_through_dlpack() -> Result {
     let (device, _) = array.retrieve_array_subset_device_opt::<DeviceArray<f32>>(&subset, &posix())?;
     let tensor = device.into_dlpack(DlpackStream::Synchronize)?;
     let err = DeviceArray::<u32>::from_dlpack(tensor, data_type::uint32()).unwrap_err();
-    assert!(err.to_string().contains("not u32"), "{err}");
+    assert!(err.to_string().contains("not uint32"), "{err}");
     Ok(())
 }
 

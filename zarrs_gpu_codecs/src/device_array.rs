@@ -10,7 +10,7 @@ use zarrs::array::{ArrayBytes, ArrayError, DataType, ElementOwned, FromArrayByte
 use crate::config::GpuConfig;
 use crate::device::context::GpuContext;
 use crate::device::current_context::CurrentContextGuard;
-use crate::element::element_type;
+use crate::element::type_name;
 use crate::error::GpuError;
 
 /// An array in CUDA device memory: C-order elements of a Zarr data type, with their shape; what
@@ -190,22 +190,23 @@ impl<T> std::fmt::Debug for DeviceArray<T> {
     }
 }
 
-/// Check that `data_type` is one read to the device ([`element_type`]).
+/// Check that `data_type` is one read to the device: any of a fixed size (numbers, raw bits,
+/// fixed-length strings: bytes as zarrs' host read gives them), not those of variable size.
 pub(crate) fn check_device_type(data_type: &DataType) -> Result<(), GpuError> {
-    match element_type(data_type) {
+    match data_type.fixed_size() {
         Some(_) => Ok(()),
         None => Err(GpuError::Unsupported(format!(
-            "data type {data_type} is not read to the device (fixed-size numeric types are)"
+            "data type {data_type} is not read to the device (fixed-size types are)"
         ))),
     }
 }
 
 /// Check that a destination's data type is the array's (a v2 array's float32 is a v3 one's).
 pub(crate) fn check_same_type(destination: &DataType, array: &DataType) -> Result<(), GpuError> {
-    match (element_type(destination), element_type(array)) {
-        (Some(a), Some(b)) if a.0 == b.0 => Ok(()),
-        _ => Err(GpuError::Unsupported(format!("a destination of {destination} for an array of {array}"))),
+    if type_name(destination) == type_name(array) && destination.fixed_size() == array.fixed_size() {
+        return Ok(());
     }
+    Err(GpuError::Unsupported(format!("a destination of {destination} for an array of {array}")))
 }
 
 /// Check that `T` is the element type of `data_type`.
@@ -689,6 +690,24 @@ mod tests {
     use std::sync::atomic::AtomicBool;
 
     const BLOCKED: DriverError = DriverError(sys::cudaError_enum::CUDA_ERROR_UNKNOWN);
+
+    /// Reads take every fixed-size data type (raw bits and fixed-length strings too, as bytes);
+    /// a destination must be of the array's type, a v2 array's name matching a v3 one's.
+    #[test]
+    fn every_fixed_size_type_is_read_and_a_destination_is_of_the_arrays_type() {
+        use zarrs::array::data_type;
+        let utf32 = data_type::fixed_length_utf32(std::num::NonZeroU64::new(12).unwrap()).unwrap();
+        for dt in [data_type::float32(), data_type::raw_bits(2), data_type::raw_bits(8), utf32.clone()] {
+            check_device_type(&dt).unwrap();
+            check_same_type(&dt, &dt).unwrap();
+            assert_eq!(element_size(&dt).unwrap(), dt.fixed_size().unwrap() as u64);
+        }
+        let err = check_device_type(&data_type::string()).unwrap_err();
+        assert!(err.to_string().contains("not read to the device"), "{err}");
+        assert!(check_same_type(&data_type::uint16(), &data_type::raw_bits(2)).is_err(), "same size, not the same type");
+        assert!(check_same_type(&data_type::raw_bits(4), &data_type::raw_bits(2)).is_err());
+        assert!(check_same_type(&data_type::uint32(), &utf32).is_err());
+    }
 
     /// A wait that never ends by itself (a kernel that never finishes).
     fn never() -> impl FnOnce() -> Result<(), DriverError> + Send + 'static {

@@ -1,5 +1,6 @@
-//! The data types read to the device, by zarrs' name: one table for reads, DLPack, the command
-//! line and the Python package.
+//! The numeric data types, by zarrs' name: one table for DLPack, the command line and the Python
+//! package (reads to the device take every fixed-size data type; these are the ones with a
+//! numeric element those three hand out).
 
 use zarrs::array::DataType;
 
@@ -23,13 +24,19 @@ pub const ELEMENT_TYPES: &[(&str, Option<&str>)] = &[
     ("complex128", Some("<c16")),
 ];
 
-/// `data_type`'s row of [`ELEMENT_TYPES`], or None for a type not read to the device.
+/// `data_type`'s row of [`ELEMENT_TYPES`], or None for a type without a numeric element.
 #[must_use]
 pub fn element_type(data_type: &DataType) -> Option<(&'static str, Option<&'static str>)> {
-    // A v2 array's type prints as "float32 / <f4".
-    let name = data_type.to_string();
-    let name = name.split(" / ").next().unwrap_or_default();
+    let name = type_name(data_type);
     ELEMENT_TYPES.iter().find(|t| t.0 == name).copied()
+}
+
+/// zarrs' name of `data_type`, the same for a v2 and a v3 array's (a type prints as
+/// "float32 / <f4", "r16 / |V2").
+#[must_use]
+pub fn type_name(data_type: &DataType) -> String {
+    let name = data_type.to_string();
+    name.split(" / ").next().unwrap_or_default().to_string()
 }
 
 #[cfg(test)]
@@ -37,7 +44,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_numeric_data_type_is_read_to_the_device_and_others_are_not() {
+    fn every_numeric_data_type_has_its_row_and_others_have_none() {
         use zarrs::array::data_type;
         for (dt, name) in [
             (data_type::bool(), "bool"),
