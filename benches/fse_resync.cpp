@@ -5,27 +5,16 @@
 // over lanes (each lane starting anywhere, the earlier lane's run confirming the later's); it
 // does not (benches/RESULTS.md, thirty-third session).
 //
-// Built by benches/fse_resync.sh against the device kernels' own sources (their tables), which
-// it compiles for the CPU as the crate's shim does, with a hook calling exp_block once a block's
-// three tables are built.
+// Built by benches/fse_resync.sh against the device kernels' own sources and the crate's CPU shim,
+// blocks.cu given a hook that calls exp_block once a block's three tables are built.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 #include <vector>
-#define ZS_HOST_SHIM
-#define ZS_LANES 1u
-#define ZS_LANE 0u
-#define ZS_SYNC() ((void)0)
-#define ZS_FN static inline
-#define ZS_SHARED static thread_local
-#define ZS_CONST static const
-#define ZS_FOR_LANES(i, n) for (unsigned long long i = 0; i < (n); ++i)
-#include "host_shim.h"
-#include "entropy.cu"
-#include "decode.cu"
-#include "blocks.cu"
+// The crate's CPU shim of the zstd kernels (their sources, blocks.cu with the hook).
+#include "zstd/host_shim.cpp"
 
 namespace {
 const zs_u8* S;

@@ -6,9 +6,9 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 src=$root/zarrs_gpu_codecs/src/codecs
-cp "$src"/zstd/{entropy.cu,decode.cu,blocks.cu} "$src"/host_shim.h "$work"/
+mkdir "$work/zstd" && cp "$src"/zstd/{entropy.cu,decode.cu,blocks.cu,bytes.cu,host_shim.cpp} "$work/zstd/" && cp "$src"/host_shim.h "$work"/
 # The hook: each compressed block's tables, once built, handed to exp_block.
-python3 - "$work/blocks.cu" <<'PY'
+python3 - "$work/zstd/blocks.cu" <<'PY'
 import sys
 p = sys.argv[1]; s = open(p).read()
 anchor = "    if (ZS_LANE == 0) {\n        status = ZS_OK;\n        ZsBits b;"
