@@ -139,6 +139,18 @@ pub(crate) struct HostItems {
     pub(crate) statuses: Vec<u32>,
 }
 
+/// [`HostItems`]' arrays, laid out as `host_shim.h`'s `HostItems`.
+#[cfg(any(test, feature = "cpu-kernels"))]
+#[repr(C)]
+pub(crate) struct HostItemPointers {
+    inputs: *const *const u8,
+    input_sizes: *const u64,
+    capacities: *const u64,
+    outputs: *const *mut u8,
+    decoded: *mut u64,
+    statuses: *mut u32,
+}
+
 #[cfg(any(test, feature = "cpu-kernels"))]
 impl HostItems {
     /// Each item's input and its output, whose length is its capacity; no status written yet
@@ -157,6 +169,19 @@ impl HostItems {
     /// The items' count, as the kernels take it.
     pub(crate) fn count(&self) -> u64 {
         self.inputs.len() as u64
+    }
+
+    /// The arrays as the host entries take them (`host_shim.h`'s `HostItems`), valid while
+    /// `self` is neither moved nor changed.
+    pub(crate) fn pointers(&mut self) -> HostItemPointers {
+        HostItemPointers {
+            inputs: self.inputs.as_ptr(),
+            input_sizes: self.input_sizes.as_ptr(),
+            capacities: self.capacities.as_ptr(),
+            outputs: self.outputs.as_ptr(),
+            decoded: self.decoded.as_mut_ptr(),
+            statuses: self.statuses.as_mut_ptr(),
+        }
     }
 
     /// Each item's status and decoded length, as the kernel wrote them.

@@ -704,7 +704,10 @@ mod tests {
         }
         let err = check_device_type(&data_type::string()).unwrap_err();
         assert!(err.to_string().contains("not read to the device"), "{err}");
-        assert!(check_same_type(&data_type::uint16(), &data_type::raw_bits(2)).is_err(), "same size, not the same type");
+        assert!(
+            check_same_type(&data_type::uint16(), &data_type::raw_bits(2)).is_err(),
+            "same size, not the same type"
+        );
         assert!(check_same_type(&data_type::raw_bits(4), &data_type::raw_bits(2)).is_err());
         assert!(check_same_type(&data_type::uint32(), &utf32).is_err());
     }

@@ -106,17 +106,7 @@ pub enum HostWarp {
 unsafe extern "C" {
     /// The kernel's grid run warp by warp; `lanes` 0: one thread does a warp's work in order,
     /// else its lanes' loops run one lane after the other.
-    fn lz4_decode_blocks_on_host(
-        inputs: *const *const u8,
-        input_sizes: *const u64,
-        capacities: *const u64,
-        outputs: *const *mut u8,
-        decoded: *mut u64,
-        statuses: *mut u32,
-        tags: *const u32,
-        n: u64,
-        lanes: u32,
-    );
+    fn lz4_decode_blocks_on_host(items: *const crate::codecs::HostItemPointers, tags: *const u32, n: u64, lanes: u32);
 }
 
 /// The device kernel's code run on the CPU over `blocks` (each a block and the output it decodes
@@ -125,24 +115,20 @@ unsafe extern "C" {
 #[cfg(any(test, feature = "cpu-kernels"))]
 #[must_use]
 pub fn decode_on_host(blocks: &mut [(&[u8], &mut [u8])], warp: HostWarp) -> Vec<(u32, u64)> {
-    let mut a = crate::codecs::HostItems::new(blocks);
-    // SAFETY: as many entries in each array as blocks; every input holds its size and every
-    // output its capacity, the outputs distinct `&mut` slices; the kernel stays within those
-    // lengths.
+    let mut items = crate::codecs::HostItems::new(blocks);
+    let pointers = items.pointers();
+    // SAFETY: as many entries in each array as blocks, alive and unmoved until the call returns;
+    // every input holds its size and every output its capacity, the outputs distinct `&mut`
+    // slices; the kernel stays within those lengths.
     unsafe {
         lz4_decode_blocks_on_host(
-            a.inputs.as_ptr(),
-            a.input_sizes.as_ptr(),
-            a.capacities.as_ptr(),
-            a.outputs.as_ptr(),
-            a.decoded.as_mut_ptr(),
-            a.statuses.as_mut_ptr(),
+            &raw const pointers,
             std::ptr::null(),
-            a.count(),
+            items.count(),
             u32::from(warp == HostWarp::Lanes),
         );
     }
-    a.results()
+    items.results()
 }
 
 #[cfg(test)]

@@ -45,11 +45,9 @@ extern "C" void lz4_decode_blocks_on_host_lanes(const unsigned char* const* inpu
                                                 const unsigned int* tags, unsigned long long n);
 
 // The kernel over n blocks, a warp's lanes emulated one after the other where `lanes` is not 0.
-extern "C" void lz4_decode_blocks_on_host(const unsigned char* const* inputs, const unsigned long long* input_sizes,
-                                          const unsigned long long* capacities, unsigned char* const* outputs,
-                                          unsigned long long* decoded, unsigned int* statuses,
-                                          const unsigned int* tags, unsigned long long n, unsigned int lanes) {
-    (lanes ? lz4_decode_blocks_on_host_lanes : lz4_decode_blocks_one_thread)(inputs, input_sizes, capacities,
-                                                                            outputs, decoded, statuses, tags, n);
+extern "C" void lz4_decode_blocks_on_host(const HostItems* a, const unsigned int* tags, unsigned long long n,
+                                          unsigned int lanes) {
+    (lanes ? lz4_decode_blocks_on_host_lanes : lz4_decode_blocks_one_thread)(
+        a->inputs, a->input_sizes, a->capacities, a->outputs, a->decoded, a->statuses, tags, n);
 }
 #endif

@@ -525,15 +525,7 @@ unsafe extern "C" {
         n: u64,
         grid_y: u32,
     );
-    fn zstd_decode_frames_on_host(
-        inputs: *const *const u8,
-        input_sizes: *const u64,
-        capacities: *const u64,
-        outputs: *const *mut u8,
-        decoded: *mut u64,
-        statuses: *mut u32,
-        n: u64,
-    );
+    fn zstd_decode_frames_on_host(items: *const crate::codecs::HostItemPointers, n: u64);
 }
 
 /// The device kernels' code run on the CPU over `frames` (each a frame and the output it decodes
@@ -546,18 +538,12 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], path: HostPath) -> Vec<
     let mut a = crate::codecs::HostItems::new(frames);
     let n = a.count();
     if path == HostPath::OneWarp {
-        // SAFETY: n entries each; every input holds its size and every output its capacity, the
-        // outputs distinct `&mut` slices; the kernel stays within those lengths.
+        let pointers = a.pointers();
+        // SAFETY: n entries each, alive and unmoved until the call returns; every input holds
+        // its size and every output its capacity, the outputs distinct `&mut` slices; the kernel
+        // stays within those lengths.
         unsafe {
-            zstd_decode_frames_on_host(
-                a.inputs.as_ptr(),
-                a.input_sizes.as_ptr(),
-                a.capacities.as_ptr(),
-                a.outputs.as_ptr(),
-                a.decoded.as_mut_ptr(),
-                a.statuses.as_mut_ptr(),
-                n,
-            );
+            zstd_decode_frames_on_host(&raw const pointers, n);
         }
         return a.results();
     }

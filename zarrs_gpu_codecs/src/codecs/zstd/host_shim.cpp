@@ -18,14 +18,12 @@
 #include "bytes.cu"
 
 // Runs the kernel over n frames as a grid of one warp per thread block would.
-extern "C" void zstd_decode_frames_on_host(const unsigned char* const* inputs, const unsigned long long* input_sizes,
-                                           const unsigned long long* capacities, unsigned char* const* outputs,
-                                           unsigned long long* decoded, unsigned int* statuses, unsigned long long n) {
+extern "C" void zstd_decode_frames_on_host(const HostItems* a, unsigned long long n) {
     blockDim.x = 32;
     threadIdx.x = 0;
     for (unsigned long long k = 0; k < n; ++k) {
         blockIdx.x = (unsigned int)k;
-        zstd_decode_frames(inputs, input_sizes, capacities, outputs, decoded, statuses, n);
+        zstd_decode_frames(a->inputs, a->input_sizes, a->capacities, a->outputs, a->decoded, a->statuses, n);
     }
 }
 
