@@ -17,12 +17,9 @@ set -euo pipefail
 gib=${1:-8}
 repeat=${2:-5}
 cases=${CASES:-z2}
-out=${OUT:-/tmp/out}; mkdir -p "$out"
-dir=${BENCH_DIR:-/tmp/zarrs-gpu-bench}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/common.sh"
 [ -w /proc/sys/vm/drop_caches ] || { echo "bounds.sh: /proc/sys/vm/drop_caches is not writable (run as root)" >&2; exit 1; }
-if command -v bench >/dev/null; then bench=(bench); else bench=(cargo run --release --example bench --); fi
-if command -v cold_read >/dev/null; then cold_read=(cold_read); else cold_read=(cargo run --release --example cold_read --); fi
-step() { echo "=== $(date +%T) $*"; }
 total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 device_bound=$((total_mib * 1048576 / 50)) # default_pool_keep: 2% of the device (at least 1 GiB)
 ((device_bound >= 1 << 30)) || device_bound=$((1 << 30))

@@ -21,13 +21,9 @@ set -euo pipefail
 gib=${1:-8}
 repeat=${2:-3}
 cases=${CASES:-u1,z2}
-out=${OUT:-/tmp/out}; mkdir -p "$out"
-dir=${BENCH_DIR:-/tmp/zarrs-gpu-bench}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/common.sh"
 [ -w /proc/sys/vm/drop_caches ] || { echo "cold.sh: /proc/sys/vm/drop_caches is not writable (run as root)" >&2; exit 1; }
-if command -v bench >/dev/null; then bench=(bench); else bench=(cargo run --release --example bench --); fi
-if command -v cold_read >/dev/null; then cold_read=(cold_read); else cold_read=(cargo run --release --example cold_read --); fi
-if command -v zarrs-gpu >/dev/null; then cli=(zarrs-gpu); else cli=(cargo run --release --bin zarrs-gpu --); fi
-step() { echo "=== $(date +%T) $*"; }
 now() { date +%s.%N; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 

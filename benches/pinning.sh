@@ -14,13 +14,9 @@ set -euo pipefail
 gib=${1:-8}
 repeat=${2:-3}
 cases=${CASES:-z2}
-out=${OUT:-/tmp/out}; mkdir -p "$out"
-dir=${BENCH_DIR:-/tmp/zarrs-gpu-bench}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/common.sh"
 [ -w /proc/sys/vm/drop_caches ] || { echo "pinning.sh: /proc/sys/vm/drop_caches is not writable (run as root)" >&2; exit 1; }
-if command -v bench >/dev/null; then bench=(bench); else bench=(cargo run --release --example bench --); fi
-if command -v cold_read >/dev/null; then cold_read=(cold_read); else cold_read=(cargo run --release --example cold_read --); fi
-if command -v zarrs-gpu >/dev/null; then cli=(zarrs-gpu); else cli=(cargo run --release --bin zarrs-gpu --); fi
-step() { echo "=== $(date +%T) $*"; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 step "pinning rates"

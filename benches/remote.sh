@@ -33,17 +33,11 @@ set -euo pipefail
 gib=${1:-8}
 repeat=${2:-3}
 case=${CASE:-z2}
-out=${OUT:-/tmp/out}; mkdir -p "$out"
-dir=${BENCH_DIR:-/tmp/zarrs-gpu-bench}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export PYTHONUNBUFFERED=1
-if command -v bench >/dev/null; then bench=(bench); else bench=(cargo run --release --example bench --); fi
-if command -v zarrs-gpu >/dev/null; then cli=(zarrs-gpu); else cli=(cargo run --release --bin zarrs-gpu --); fi
-if command -v remote_get >/dev/null; then get=(remote_get); else get=(cargo run --release --example remote_get --); fi
+source "$here/common.sh"
 s3s=${S3S_FS:-$(command -v s3s-fs || echo "$here/../target/tools/bin/s3s-fs")}
 weed=${WEED:-$(command -v weed || { [ -x "$here/../target/tools/bin/weed" ] && echo "$here/../target/tools/bin/weed"; } || true)}
 server_kind=${S3_SERVER:-$([ -n "$weed" ] && echo seaweedfs || echo s3s-fs)}
-step() { echo "=== $(date +%T) $*"; }
 
 step "bench ($case, page cache)"
 "${bench[@]}" --dir "$dir" --gib "$gib" --cases "$case" --ours-only --repeat "$repeat" --json "$out/local.jsonl" \

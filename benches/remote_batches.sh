@@ -11,13 +11,9 @@
 set -euo pipefail
 gib=${1:-1}
 repeat=${2:-5}
-out=${OUT:-/tmp/out}; mkdir -p "$out"
-dir=${BENCH_DIR:-/tmp/zarrs-gpu-bench}
-if command -v bench >/dev/null; then bench=(bench); else bench=(cargo run --release --example bench --); fi
-if command -v zarrs-gpu >/dev/null; then cli=(zarrs-gpu); else cli=(cargo run --release --bin zarrs-gpu --); fi
-if command -v remote_get >/dev/null; then get=(remote_get); else get=(cargo run --release --example remote_get --); fi
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/common.sh"
 weed=${WEED:-$(command -v weed)}
-step() { echo "=== $(date +%T) $*"; }
 
 step "z2 (written once)"
 [ -f "$dir/z2.zarr/zarr.json" ] || "${bench[@]}" --dir "$dir" --gib "$gib" --cases z2 --ours-only --tiles-only --tiles 0 > /dev/null

@@ -19,11 +19,9 @@ set -euo pipefail
 gib=${1:-8}
 prep=${2:-3}
 cases=${CASES:-u1,z1,z2,s1,b1,b2}
-out=${OUT:-/tmp/out}; mkdir -p "$out"
-dir=${BENCH_DIR:-/tmp/zarrs-gpu-bench}
-export PYTHONUNBUFFERED=1
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/common.sh"
 rm -f "$out/bench.jsonl"
-if command -v bench >/dev/null; then bench=(bench); else bench=(cargo run --release --example bench --); fi
 tiles=${TILES:-48}
 if [ -n "${TILE_CASES+set}" ]; then
   tile_cases=$TILE_CASES

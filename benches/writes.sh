@@ -20,13 +20,8 @@ set -euo pipefail
 gib=${1:-8}
 repeat=${2:-2}
 cases=${CASES:-z2,u1,s1,b1,g2}
-out=${OUT:-/tmp/out}; mkdir -p "$out"
-dir=${BENCH_DIR:-/tmp/zarrs-gpu-bench}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export PYTHONUNBUFFERED=1
-if command -v bench >/dev/null; then bench=(bench); else bench=(cargo run --release --example bench --); fi
-if command -v zarrs-gpu >/dev/null; then cli=(zarrs-gpu); else cli=(cargo run --release --bin zarrs-gpu --); fi
-step() { echo "=== $(date +%T) $*"; }
+source "$here/common.sh"
 
 step ceiling
 bash "$here/ceiling.sh" /tmp/zarrs-gpu-ceiling 4 > "$out/ceiling.jsonl"
