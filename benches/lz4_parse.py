@@ -14,7 +14,6 @@ import re, struct, sys
 import numpy as np, cupy as cp
 src0 = open("zarrs_gpu_codecs/src/codecs/lz4/decode.cu").read()
 lit = "LZ4_FOR_LANES(i, literals) dst[i] = src[i];"
-a = src0.index("        if (offset >= matched) {"); b = src0.index("        op += matched;\n    }")
 def no_copies(s):
     a = s.index("        if (offset >= matched) {"); b = s.index("        op += matched;\n    }")
     return (s[:a] + s[b:]).replace(lit, "")
