@@ -139,7 +139,7 @@ pub(crate) struct HostItems {
     pub(crate) statuses: Vec<u32>,
 }
 
-/// [`HostItems`]' arrays, laid out as `host_shim.h`'s `HostItems`.
+/// [`HostItems`]' arrays, laid out as `host_shim.h`'s `HostItemPointers`.
 #[cfg(any(test, feature = "cpu-kernels"))]
 #[repr(C)]
 pub(crate) struct HostItemPointers {
@@ -171,7 +171,7 @@ impl HostItems {
         self.inputs.len() as u64
     }
 
-    /// The arrays as the host entries take them (`host_shim.h`'s `HostItems`), valid while
+    /// The arrays as the host entries take them (`host_shim.h`'s `HostItemPointers`), valid while
     /// `self` is neither moved nor changed.
     pub(crate) fn pointers(&mut self) -> HostItemPointers {
         HostItemPointers {

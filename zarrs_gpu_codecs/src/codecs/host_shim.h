@@ -16,9 +16,9 @@ struct Dim3 {
 __attribute__((unused)) thread_local Dim3 blockIdx, blockDim, threadIdx, gridDim;
 }  // namespace
 
-// A batch's item arrays as the host entries take them (codecs::HostItems' pointers): inputs,
+// A batch's item arrays as the host entries take them (codecs::HostItemPointers): inputs,
 // their sizes, capacities, outputs, and where the decoded lengths and statuses go.
-struct HostItems {
+struct HostItemPointers {
     const unsigned char* const* inputs;
     const unsigned long long* input_sizes;
     const unsigned long long* capacities;

@@ -45,7 +45,7 @@ extern "C" void lz4_decode_blocks_on_host_lanes(const unsigned char* const* inpu
                                                 const unsigned int* tags, unsigned long long n);
 
 // The kernel over n blocks, a warp's lanes emulated one after the other where `lanes` is not 0.
-extern "C" void lz4_decode_blocks_on_host(const HostItems* a, const unsigned int* tags, unsigned long long n,
+extern "C" void lz4_decode_blocks_on_host(const HostItemPointers* a, const unsigned int* tags, unsigned long long n,
                                           unsigned int lanes) {
     (lanes ? lz4_decode_blocks_on_host_lanes : lz4_decode_blocks_one_thread)(
         a->inputs, a->input_sizes, a->capacities, a->outputs, a->decoded, a->statuses, tags, n);

@@ -18,7 +18,7 @@
 #include "bytes.cu"
 
 // Runs the kernel over n frames as a grid of one warp per thread block would.
-extern "C" void zstd_decode_frames_on_host(const HostItems* a, unsigned long long n) {
+extern "C" void zstd_decode_frames_on_host(const HostItemPointers* a, unsigned long long n) {
     blockDim.x = 32;
     threadIdx.x = 0;
     for (unsigned long long k = 0; k < n; ++k) {
