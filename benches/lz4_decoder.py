@@ -9,6 +9,8 @@ device input to device output, one launch per batch, medians of 12.
 import gzip, struct, sys, time
 import numpy as np, cupy as cp
 
+from lz4_batch import Batch, b1_streams
+
 dump = sys.argv[1] if len(sys.argv) > 1 else "lz4cases.bin"
 
 import os
@@ -22,20 +24,8 @@ mod = cp.RawModule(code=src + "\n#define LZ4_OK 12345\n", backend="nvrtc")
 kern = mod.get_function("lz4_decode_blocks")
 
 def run(blocks, caps, tags=None):
-    n = len(blocks)
-    in_off = np.zeros(n + 1, np.int64); in_off[1:] = np.cumsum([len(b) for b in blocks])
-    out_off = np.zeros(n + 1, np.int64); out_off[1:] = np.cumsum(caps)
-    d_in = cp.asarray(np.frombuffer(b"".join(blocks) + b"\0", np.uint8))
-    d_out = cp.full(int(out_off[-1]) + 1, 0xA5, dtype=cp.uint8)
-    ins = cp.asarray((d_in.data.ptr + in_off[:-1]).astype(np.uint64))
-    outs = cp.asarray((d_out.data.ptr + out_off[:-1]).astype(np.uint64))
-    sizes = cp.asarray(np.array([len(b) for b in blocks], np.uint64))
-    capsd = cp.asarray(np.array(caps, np.uint64))
-    dec = cp.zeros(n, cp.uint64); st = cp.full(n, 0xFFFFFFFF, cp.uint32)
-    tg = cp.asarray(np.array(tags, np.uint32)) if tags is not None else None
-    args = (ins, sizes, capsd, outs, dec, st, tg if tg is not None else np.uint64(0), np.uint64(n))
-    grid = ((n + 3) // 4,)
-    return kern, grid, args, d_out, out_off, st, dec
+    batch = Batch(cp, blocks, caps, tags)
+    return kern, batch.grid, batch.args, batch.out, batch.out_off, batch.statuses, batch.decoded, batch
 
 raw = gzip.open(dump).read() if dump.endswith(".gz") else open(dump, "rb").read()
 p = 0; cases = []
@@ -44,7 +34,7 @@ while p < len(raw):
     blk = raw[p:p+nin]; p += nin
     out = raw[p:p+cap]; p += cap
     cases.append((blk, cap, status, decoded, out))
-k, grid, args, d_out, out_off, st, dec = run([c[0] for c in cases], [c[1] for c in cases])
+k, grid, args, d_out, out_off, st, dec, _ = run([c[0] for c in cases], [c[1] for c in cases])
 k(grid, (128,), args); cp.cuda.Device().synchronize()
 st = st.get(); dec = dec.get(); host_out = d_out.get()
 bad = 0; codes = {}
@@ -58,30 +48,21 @@ for i, (blk, cap, status, decoded, out) in enumerate(cases):
         if bad < 5: print("MISMATCH", i, cap, len(blk), "gpu", st[i], dec[i], "cpu", status, decoded)
 print(f"{len(cases)} cases, {bad} mismatches with the CPU shim; statuses {sorted(codes.items())}")
 # Tags or-ed into failing statuses.
-k2, grid2, args2, _, _, st2, _ = run([b"\xf0", b"\x30xyz"], [20, 3], tags=[0x40000100, 0x40000200])
+k2, grid2, args2, _, _, st2, _, _ = run([b"\xf0", b"\x30xyz"], [20, 3], tags=[0x40000100, 0x40000200])
 k2(grid2, (128,), args2); cp.cuda.Device().synchronize()
 tagged = [int(x) for x in st2.get()]
 print("tagged statuses", [hex(x) for x in tagged])
 if (bad or tagged != [0x40000104, 0]) and not timings_only:
     sys.exit("the GPU and the CPU shim disagree")
 
-b1 = open(dump.removesuffix(".gz") + ".b1", "rb").read(); p = 0; streams = []
-while p < len(b1):
-    nin, cap = struct.unpack_from("<2I", b1, p); p += 8
-    streams.append((b1[p:p+nin], cap)); p += nin
+streams = b1_streams(dump.removesuffix(".gz") + ".b1")
 print(f"B1 chunk: {len(streams)} streams, {sum(len(s[0]) for s in streams)} stored bytes")
 for chunks in [1, 16, 64, 1024, 8192]:
     bl = [s[0] for s in streams] * chunks; caps = [s[1] for s in streams] * chunks
-    k, grid, args, d_out, out_off, st, dec = run(bl, caps)
-    times = []
-    for r in range(12):
-        a = cp.cuda.Event(); b = cp.cuda.Event()
-        a.record(); k(grid, (128,), args); b.record(); b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b))
-    t0 = time.perf_counter(); k(grid, (128,), args); cp.cuda.Device().synchronize(); wall = (time.perf_counter() - t0) * 1e3
-    assert int(st.max()) == 0, "B1 stream failed"
-    times.sort()
+    batch = Batch(cp, bl, caps)
+    times = batch.timed(cp, kern, 12)
+    t0 = time.perf_counter(); kern(batch.grid, (128,), batch.args); cp.cuda.Device().synchronize(); wall = (time.perf_counter() - t0) * 1e3
     med = times[len(times) // 2]
     print(f"chunks {chunks:5d} ({len(bl)} LZ4 blocks): median {med:.3f} ms, p90 {times[int(len(times)*0.9)]:.3f} ms, "
           f"wall {wall:.3f} ms, {chunks * (1 << 20) / med / 1e6:.1f} GB/s decoded")
-    del d_out
+    del batch

@@ -10,8 +10,10 @@ shuffle), kernel alone, medians of 9, ms; "bytes" against the kernel's.
 The record of what the walk costs and why this is the next measurement: benches/RESULTS.md,
 thirty-third session (run DO2).
 """
-import re, struct, sys
+import re, sys
 import numpy as np, cupy as cp
+
+from lz4_batch import Batch, b1_streams
 src0 = open("zarrs_gpu_codecs/src/codecs/lz4/decode.cu").read()
 lit = "LZ4_FOR_LANES(i, literals) dst[i] = src[i];"
 def no_copies(s):
@@ -39,25 +41,12 @@ def no_checks(s):
 variants = {"walk": src0, "no copies": no_copies(src0), "32-bit": bits32(src0), "32-bit, no copies": no_copies(bits32(src0)),
             "no checks": no_checks(src0), "no checks, no copies": no_copies(no_checks(src0)),
             "32-bit, no checks, no copies": no_copies(no_checks(bits32(src0)))}
-b1 = open(sys.argv[1], "rb").read(); p = 0; streams = []
-while p < len(b1):
-    nin, cap = struct.unpack_from("<2I", b1, p); p += 8
-    streams.append((b1[p:p+nin], cap)); p += nin
+streams = b1_streams(sys.argv[1])
 def timed(kern, blocks, caps, reps=9):
-    n = len(blocks)
-    in_off = np.zeros(n + 1, np.int64); in_off[1:] = np.cumsum([len(x) for x in blocks])
-    out_off = np.zeros(n + 1, np.int64); out_off[1:] = np.cumsum(caps)
-    d_in = cp.asarray(np.frombuffer(b"".join(blocks) + b"\0", np.uint8)); d_out = cp.zeros(int(out_off[-1]) + 1, cp.uint8)
-    ins = cp.asarray((d_in.data.ptr + in_off[:-1]).astype(np.uint64)); outs = cp.asarray((d_out.data.ptr + out_off[:-1]).astype(np.uint64))
-    sizes = cp.asarray(np.array([len(x) for x in blocks], np.uint64)); capsd = cp.asarray(np.array(caps, np.uint64))
-    dec = cp.zeros(n, cp.uint64); st = cp.full(n, 0xFFFFFFFF, cp.uint32)
-    args = (ins, sizes, capsd, outs, dec, st, np.uint64(0), np.uint64(n))
-    ts = []
-    for r in range(reps + 1):
-        e0 = cp.cuda.Event(); e1 = cp.cuda.Event(); e0.record(); kern(((n + 3) // 4,), (128,), args); e1.record(); e1.synchronize()
-        ts.append(cp.cuda.get_elapsed_time(e0, e1))
-    assert int(st.max()) == 0, "a B1 stream failed"
-    ts = sorted(ts[1:]); return ts[len(ts) // 2], d_out.get()
+    """The median of `reps` launches, ms, and the decoded bytes."""
+    batch = Batch(cp, blocks, caps)
+    times = batch.timed(cp, kern, reps)
+    return times[len(times) // 2], batch.out.get()
 print("B1 streams (stored, decoded):", [(len(s), c) for s, c in streams])
 ref = None
 for name, src in variants.items():
