@@ -1,6 +1,6 @@
-"""What the LZ4 kernel's harnesses share (benches/lz4_decoder.py, benches/lz4_parse.py): B1's
-streams as dumped by `dump_cases_for_the_gpu_harness`, and a batch laid out as the kernel takes
-it (imported as a sibling module)."""
+"""What the LZ4 kernel's harness (benches/lz4_decoder.py) uses: B1's streams as dumped by
+`dump_cases_for_the_gpu_harness`, and a batch laid out as the kernel takes it (imported as a
+sibling module)."""
 import struct
 
 import numpy as np
@@ -18,12 +18,19 @@ def b1_streams(path):
     return streams
 
 
+# How the kernel is launched: (LZ4 blocks a thread block, threads a thread block). The kernel of
+# today takes a thread block per LZ4 block (decode.rs' THREADS); "warp": the one-warp-a-block
+# walk of e98499b, for timings against it.
+SHAPES = {"block": (1, 256), "warp": (4, 128)}
+
+
 class Batch:
     """`blocks` (stored bytes) and their decoded lengths `caps` in device memory, with the
-    kernel's arguments (`args`, for a grid of `grid` thread blocks of 4 warps), its outputs
-    (`out`, item k at `out_off[k]`, guarded by 0xA5) and where it writes statuses and lengths."""
+    kernel's arguments (`args`, for a grid of `grid` thread blocks of `block` threads, launched
+    as `shape` says), its outputs (`out`, item k at `out_off[k]`, guarded by 0xA5) and where it
+    writes statuses and lengths."""
 
-    def __init__(self, cp, blocks, caps, tags=None):
+    def __init__(self, cp, blocks, caps, tags=None, shape="block"):
         n = len(blocks)
         in_off = np.zeros(n + 1, np.int64)
         in_off[1:] = np.cumsum([len(b) for b in blocks])
@@ -40,7 +47,9 @@ class Batch:
         self._tags = cp.asarray(np.array(tags, np.uint32)) if tags is not None else None
         tag_arg = self._tags if self._tags is not None else np.uint64(0)
         self.args = (ins, sizes, capacities, outs, self.decoded, self.statuses, tag_arg, np.uint64(n))
-        self.grid = ((n + 3) // 4,)
+        per_block, threads = SHAPES[shape]
+        self.grid = ((n + per_block - 1) // per_block,)
+        self.block = (threads,)
 
     def timed(self, cp, kern, reps):
         """Kernel times of `reps` launches after one untimed, ms, sorted; every item decoded."""
@@ -48,7 +57,7 @@ class Batch:
         for r in range(reps + 1):
             a, b = cp.cuda.Event(), cp.cuda.Event()
             a.record()
-            kern(self.grid, (128,), self.args)
+            kern(self.grid, self.block, self.args)
             b.record()
             b.synchronize()
             times.append(cp.cuda.get_elapsed_time(a, b))

@@ -15,16 +15,17 @@ dump = sys.argv[1] if len(sys.argv) > 1 else "lz4cases.bin"
 
 import os
 # LZ4_SOURCE: another version of the kernel to time (LZ4_TIMINGS_ONLY=1: its statuses may differ
-# from the dump's, which the current source wrote).
+# from the dump's, which the current source wrote), launched as LZ4_SHAPE says (lz4_batch.SHAPES).
 src = open(os.environ.get("LZ4_SOURCE", "zarrs_gpu_codecs/src/codecs/lz4/decode.cu")).read()
 timings_only = os.environ.get("LZ4_TIMINGS_ONLY") == "1"
+shape = os.environ.get("LZ4_SHAPE", "block")
 # Compiled as the crate does: NVRTC, the codecs' sources concatenated (here ours alone twice
 # separated, to check the #undefs leave nothing behind).
 mod = cp.RawModule(code=src + "\n#define LZ4_OK 12345\n", backend="nvrtc")
 kern = mod.get_function("lz4_decode_blocks")
 
 def run(blocks, caps, tags=None):
-    batch = Batch(cp, blocks, caps, tags)
+    batch = Batch(cp, blocks, caps, tags, shape)
     return kern, batch.grid, batch.args, batch.out, batch.out_off, batch.statuses, batch.decoded, batch
 
 raw = gzip.open(dump).read() if dump.endswith(".gz") else open(dump, "rb").read()
@@ -34,8 +35,8 @@ while p < len(raw):
     blk = raw[p:p+nin]; p += nin
     out = raw[p:p+cap]; p += cap
     cases.append((blk, cap, status, decoded, out))
-k, grid, args, d_out, out_off, st, dec, _ = run([c[0] for c in cases], [c[1] for c in cases])
-k(grid, (128,), args); cp.cuda.Device().synchronize()
+k, grid, args, d_out, out_off, st, dec, batch0 = run([c[0] for c in cases], [c[1] for c in cases])
+k(grid, batch0.block, args); cp.cuda.Device().synchronize()
 st = st.get(); dec = dec.get(); host_out = d_out.get()
 bad = 0; codes = {}
 for i, (blk, cap, status, decoded, out) in enumerate(cases):
@@ -49,7 +50,7 @@ for i, (blk, cap, status, decoded, out) in enumerate(cases):
 print(f"{len(cases)} cases, {bad} mismatches with the CPU shim; statuses {sorted(codes.items())}")
 # Tags or-ed into failing statuses.
 k2, grid2, args2, _, _, st2, _, _ = run([b"\xf0", b"\x30xyz"], [20, 3], tags=[0x40000100, 0x40000200])
-k2(grid2, (128,), args2); cp.cuda.Device().synchronize()
+k2(grid2, batch0.block, args2); cp.cuda.Device().synchronize()
 tagged = [int(x) for x in st2.get()]
 print("tagged statuses", [hex(x) for x in tagged])
 if (bad or tagged != [0x40000104, 0]) and not timings_only:
@@ -57,11 +58,16 @@ if (bad or tagged != [0x40000104, 0]) and not timings_only:
 
 streams = b1_streams(dump.removesuffix(".gz") + ".b1")
 print(f"B1 chunk: {len(streams)} streams, {sum(len(s[0]) for s in streams)} stored bytes")
+alone = []
+for s in streams:
+    times = Batch(cp, [s[0]], [s[1]], shape=shape).timed(cp, kern, 12)
+    alone.append(f"{len(s[0])} B {times[len(times) // 2]:.3f}")
+print("each stream alone, median ms:", ", ".join(alone))
 for chunks in [1, 16, 64, 1024, 8192]:
     bl = [s[0] for s in streams] * chunks; caps = [s[1] for s in streams] * chunks
-    batch = Batch(cp, bl, caps)
+    batch = Batch(cp, bl, caps, shape=shape)
     times = batch.timed(cp, kern, 12)
-    t0 = time.perf_counter(); kern(batch.grid, (128,), batch.args); cp.cuda.Device().synchronize(); wall = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter(); kern(batch.grid, batch.block, batch.args); cp.cuda.Device().synchronize(); wall = (time.perf_counter() - t0) * 1e3
     med = times[len(times) // 2]
     print(f"chunks {chunks:5d} ({len(bl)} LZ4 blocks): median {med:.3f} ms, p90 {times[int(len(times)*0.9)]:.3f} ms, "
           f"wall {wall:.3f} ms, {chunks * (1 << 20) / med / 1e6:.1f} GB/s decoded")

@@ -7,7 +7,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/codecs/host_shim.h");
     println!("cargo:rerun-if-changed=src/codecs/lz4/decode.cu");
     println!("cargo:rerun-if-changed=src/codecs/lz4/host_shim.cpp");
-    println!("cargo:rerun-if-changed=src/codecs/lz4/host_shim_lanes.cpp");
+    println!("cargo:rerun-if-changed=src/codecs/lz4/host_shim_threads.cpp");
     println!("cargo:rerun-if-changed=src/codecs/zstd/decode.cu");
     println!("cargo:rerun-if-changed=src/codecs/zstd/host_shim.cpp");
     println!("cargo:rerun-if-changed=src/codecs/zstd/blocks.cu");
@@ -18,7 +18,7 @@ fn main() {
             .cpp(true)
             .std("c++11")
             .file("src/codecs/lz4/host_shim.cpp")
-            .file("src/codecs/lz4/host_shim_lanes.cpp")
+            .file("src/codecs/lz4/host_shim_threads.cpp")
             .file("src/codecs/zstd/host_shim.cpp")
             .warnings(true)
             .extra_warnings(true)

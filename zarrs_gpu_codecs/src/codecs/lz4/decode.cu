@@ -1,21 +1,37 @@
-// LZ4 block decoder: one warp per block. Every lane parses the same token (the walk is uniform
-// across the warp, so no shuffles); literal and match copies are spread over the lanes. The same
-// text runs on the CPU (host_shim.cpp), where one lane does a warp's work: loops over lanes go
-// through LZ4_FOR_LANES, so both run this very code. NVRTC compiles it with no standard headers.
+// LZ4 block decoder: one thread block per LZ4 block, in rounds of up to LZ4_ROUND tokens.
+// 1. The tokens: for every input position of a tile, a step table says where the next token
+//    starts were a token there (for the common tokens: both nibbles under 15, not the last), and
+//    a jump table where the LZ4_JUMP-th next one starts; thread 0 follows them from the block's
+//    start (one shared-memory read for LZ4_JUMP tokens) and parses only the other tokens whole;
+//    then a thread an anchor fills in the tokens a jump passed.
+// 2. A thread a token parses it; an exclusive prefix sum of the tokens' lengths places each in
+//    the output, and each is checked there as the walk (lz4/block.rs) checks it: the first
+//    failing token, in token order, ends the block with its status.
+// 3. The round's bytes, in windows of LZ4_WINDOW: each byte gets an entry, its value (a literal,
+//    or a byte before the window, written already) or the place in the window of the byte its
+//    match copies; the pointers, all to earlier bytes, are followed until every entry is a
+//    value, and the window is written out.
+// The same text runs on the CPU (host_shim.cpp), where one thread does the thread block's work:
+// loops over threads go through LZ4_FOR_THREADS, so both run this very code. NVRTC compiles it
+// with no standard headers.
 //
 // Acceptance is LZ4_decompress_safe's strictest reading (lz4/block.rs's walk, rule for rule): a
 // block decodes only if it is exactly `expected` bytes, every offset within the bytes written,
 // and the end-of-block rules hold; so what lz4_flex rejects is an error here too. Every read of
-// the input and write of the output is bounded by the lengths given; every turn of the loop
-// consumes input, so the work is bounded by the input and output lengths.
+// the input and write of the output is bounded by the lengths given; every round consumes input
+// and every loop is bounded by the round's sizes, so the work is bounded by the input and output
+// lengths.
 
 #ifndef LZ4_HOST_SHIM
-#define LZ4_LANES 32u
-#define LZ4_LANE (threadIdx.x & 31u)
-#define LZ4_SYNC() __syncwarp()
+#define LZ4_THREADS 256u
+#define LZ4_TID threadIdx.x
+#define LZ4_SYNC() __syncthreads()
 #define LZ4_FN __device__ __forceinline__
-// i over [0, n), spread over the lanes of the warp: each lane's first i is its lane index.
-#define LZ4_FOR_LANES(i, n) for (unsigned long long i = LZ4_LANE; i < (n); i += LZ4_LANES)
+#define LZ4_SHARED __shared__
+#define LZ4_ATOMIC_MIN(p, v) atomicMin((p), (v))
+#define LZ4_ATOMIC_ADD(p, v) atomicAdd((p), (v))
+// i over [0, n), spread over the threads of the block: each thread's first i is its index.
+#define LZ4_FOR_THREADS(i, n) for (unsigned int i = LZ4_TID; i < (n); i += LZ4_THREADS)
 #endif
 
 // Statuses (0: decoded); the Rust side names them (lz4/decode.rs).
@@ -26,11 +42,45 @@
 #define LZ4_INPUT_ENDS 4u
 #define LZ4_LENGTH_MISMATCH 5u
 #define LZ4_END_RULES 6u
+#define LZ4_TOO_LARGE 7u
+
+#define LZ4_TILE 8192u     // input positions a step table covers
+#define LZ4_JUMP 8u        // tokens a jump passes (8 steps of at most 17 bytes: fits a byte)
+#define LZ4_ROUND 512u     // tokens a round (two a thread for the prefix sum)
+#define LZ4_WINDOW 4096u   // output bytes resolved at once
+#define LZ4_LARGEST 0x7FFFFFFFu  // input and output lengths the u32 places take
+#define LZ4_SHORT 32u      // a token's bytes in a window its own thread enters; longer: all threads
+#define LZ4_RESOLVED 0x80000000u
+#define LZ4_HOPS 32u
+// The place and capacity of a token parsed before its place is known: only the checks on the
+// input apply.
+#define LZ4_UNPLACED (1ull << 40)
+
+typedef unsigned int lz4_u32;
+typedef unsigned long long lz4_u64;
+
+struct Lz4Shared {
+    unsigned char step[LZ4_TILE];  // 3 + literals of a common token at tile + r; 0: parse it
+    unsigned char jump[LZ4_TILE];  // bytes from tile + r to LZ4_JUMP common tokens on; 0: none
+    unsigned char filled[LZ4_ROUND];  // token i starts a jump: the next LZ4_JUMP - 1 to fill in
+    lz4_u32 tok[LZ4_ROUND];        // the round's token places in the input
+    lz4_u32 op[LZ4_ROUND + 1];     // where each token's bytes start; op[count]: the round's end
+    lz4_u32 lits[LZ4_ROUND], lit_at[LZ4_ROUND], match[LZ4_ROUND], offset[LZ4_ROUND];
+    lz4_u32 entry[LZ4_WINDOW];
+    lz4_u32 longs[LZ4_ROUND];      // tokens with more than LZ4_SHORT bytes in the window
+    lz4_u32 warp_sum[LZ4_THREADS / 32u];
+    lz4_u32 tile, span, pos, count, done, need_tile, base, first, exec, end, finished, status, n_long;
+    lz4_u32 more[3];
+};
+
+struct Lz4Token {
+    lz4_u64 lits, match;  // lengths accepted (0 until their checks pass)
+    lz4_u32 lit_at, offset, next, last;
+};
 
 // A length whose nibble is 15 continues in the bytes at *ip (each added, until one is not 255).
 // Returns 0 when the input ends first.
-LZ4_FN int lz4_length(const unsigned char* in, unsigned long long n, unsigned long long* ip,
-                      unsigned long long* len) {
+LZ4_FN int lz4_length(const unsigned char* in, lz4_u64 n, lz4_u64* ip, lz4_u64* len) {
     if (*len != 15) return 1;
     for (;;) {
         if (*ip >= n) return 0;
@@ -41,89 +91,325 @@ LZ4_FN int lz4_length(const unsigned char* in, unsigned long long n, unsigned lo
     }
 }
 
-// Decode the block in[0, n) into out[0, expected); *written: the bytes decoded before it ended.
-LZ4_FN unsigned int lz4_block(const unsigned char* in, unsigned long long n, unsigned char* out,
-                              unsigned long long expected, unsigned long long* written) {
-    unsigned long long ip = 0, op = 0;
-    unsigned int status = LZ4_OK;
-    for (;;) {
-        if (ip >= n) { status = LZ4_INPUT_ENDS; break; }  // empty input
-        const unsigned int token = in[ip];
-        ip += 1;
-        unsigned long long literals = token >> 4;
-        if (!lz4_length(in, n, &ip, &literals)) { status = LZ4_INPUT_ENDS; break; }
-        if (literals > n - ip) { status = LZ4_LITERALS_PAST_INPUT; break; }
-        if (literals > expected - op) { status = LZ4_PAST_CAPACITY; break; }
-        {
-            const unsigned char* src = in + ip;
-            unsigned char* dst = out + op;
-            LZ4_FOR_LANES(i, literals) dst[i] = src[i];
-        }
-        ip += literals;
-        op += literals;
-        if (ip == n) break;  // the last sequence: literals only
-        // A match follows: it starts at least 12 bytes before the end, and at least 8 input
-        // bytes follow the literals (the offset, a last token, 5 literals).
-        if (expected - op < 12 || n - ip < 8) { status = LZ4_END_RULES; break; }
-        const unsigned long long offset = (unsigned long long)in[ip] | ((unsigned long long)in[ip + 1] << 8);
-        ip += 2;
-        if (offset == 0 || offset > op) { status = LZ4_BAD_OFFSET; break; }
-        unsigned long long matched = token & 15u;
-        if (!lz4_length(in, n, &ip, &matched)) { status = LZ4_INPUT_ENDS; break; }
-        // An extension leaves at least 4 input bytes.
-        if ((token & 15u) == 15u && n - ip < 4) { status = LZ4_END_RULES; break; }
-        matched += 4;
-        if (matched > expected - op) { status = LZ4_PAST_CAPACITY; break; }
-        // The match ends at least 5 bytes before the end (the last 5 bytes are literals).
-        if (expected - op - matched < 5) { status = LZ4_END_RULES; break; }
-        // The bytes the match reads, written by any lane, are seen by all.
-        LZ4_SYNC();
-        unsigned char* dst = out + op;
-        const unsigned char* src = dst - offset;
-        if (offset >= matched) {
-            LZ4_FOR_LANES(i, matched) dst[i] = src[i];
-        } else {
-            // Overlapping: byte i repeats byte i % offset of the `offset` bytes before the match,
-            // all written before it, so every lane copies at once, no rounds.
-            const unsigned long long step = LZ4_LANES % offset;
-            unsigned long long r = 0;
-            LZ4_FOR_LANES(i, matched) {
-                if (i < LZ4_LANES) r = i % offset;  // a lane's first byte
-                dst[i] = src[r];
-                r += step;
-                if (r >= offset) r -= offset;
-            }
-        }
-        op += matched;
+// The token at ip of in[0, n), its bytes placed at op of an output of `expected`, checked as the
+// walk checks it: its status (OK: a match follows, or t->last and the block ends well). The
+// bytes written before the block ended there: op + t->lits.
+LZ4_FN lz4_u32 lz4_token(const unsigned char* in, lz4_u64 n, lz4_u64 ip, lz4_u64 op, lz4_u64 expected, Lz4Token* t) {
+    t->lits = 0;
+    t->match = 0;
+    t->lit_at = 0;
+    t->offset = 0;
+    t->next = 0;
+    t->last = 0;
+    if (ip >= n) return LZ4_INPUT_ENDS;  // empty input, or a match ending the input
+    const unsigned int token = in[ip];
+    ip += 1;
+    lz4_u64 literals = token >> 4;
+    if (!lz4_length(in, n, &ip, &literals)) return LZ4_INPUT_ENDS;
+    if (literals > n - ip) return LZ4_LITERALS_PAST_INPUT;
+    if (literals > expected - op) return LZ4_PAST_CAPACITY;
+    t->lits = literals;
+    t->lit_at = (lz4_u32)ip;
+    ip += literals;
+    op += literals;
+    if (ip == n) {  // the last sequence: literals only
+        t->last = 1;
+        t->next = (lz4_u32)n;
+        return op == expected ? LZ4_OK : LZ4_LENGTH_MISMATCH;
     }
-    LZ4_SYNC();
-    if (status == LZ4_OK && op != expected) status = LZ4_LENGTH_MISMATCH;
-    *written = op;
-    return status;
+    // A match follows: it starts at least 12 bytes before the end, and at least 8 input bytes
+    // follow the literals (the offset, a last token, 5 literals).
+    if (expected - op < 12 || n - ip < 8) return LZ4_END_RULES;
+    const lz4_u64 offset = (lz4_u64)in[ip] | ((lz4_u64)in[ip + 1] << 8);
+    ip += 2;
+    if (offset == 0 || offset > op) return LZ4_BAD_OFFSET;
+    lz4_u64 matched = token & 15u;
+    if (!lz4_length(in, n, &ip, &matched)) return LZ4_INPUT_ENDS;
+    // An extension leaves at least 4 input bytes.
+    if ((token & 15u) == 15u && n - ip < 4) return LZ4_END_RULES;
+    matched += 4;
+    if (matched > expected - op) return LZ4_PAST_CAPACITY;
+    // The match ends at least 5 bytes before the end (the last 5 bytes are literals).
+    if (expected - op - matched < 5) return LZ4_END_RULES;
+    t->match = matched;
+    t->offset = (lz4_u32)offset;
+    t->next = (lz4_u32)ip;
+    return LZ4_OK;
 }
 
-// Block k of n: warp k of the grid (warps of consecutive threads). Its status and decoded length
-// go to statuses[k] and decoded[k]; a failing status is or-ed with tags[k] where tags is not
-// null (the caller's mark of which stream failed).
+// The step table's entry for a token at p: 3 + its literals where both nibbles are under 15 and
+// its literals end inside the input before its last byte (so a match follows); else 0.
+LZ4_FN lz4_u32 lz4_step(const unsigned char* in, lz4_u32 n, lz4_u32 p) {
+    if (p >= n) return 0;
+    const lz4_u32 t = in[p], lits = t >> 4;
+    if (lits == 15u || (t & 15u) == 15u) return 0;
+    return p + 1u + lits < n ? 3u + lits : 0u;
+}
+
+// The tables of the tile starting at input place s->tile, as far as the input reaches (s->span
+// entries; past them every entry would be 0).
+LZ4_FN void lz4_tables(Lz4Shared* s, const unsigned char* in, lz4_u32 n) {
+    const lz4_u32 tile = s->tile;
+    const lz4_u32 span = tile >= n ? 0u : (n - tile < LZ4_TILE ? n - tile : LZ4_TILE);
+    LZ4_FOR_THREADS(r, span) s->step[r] = (unsigned char)lz4_step(in, n, tile + r);
+    LZ4_SYNC();
+    // LZ4_JUMP steps from r, each from a place inside the tile (the last may land outside).
+    LZ4_FOR_THREADS(r, span) {
+        lz4_u32 at = r, ok = 1;
+        for (lz4_u32 j = 0; j < LZ4_JUMP && ok; ++j) {
+            const lz4_u32 st = at < span ? s->step[at] : 0u;
+            ok = st != 0;
+            at += st;
+        }
+        s->jump[r] = (unsigned char)(ok ? at - r : 0u);
+    }
+    if (LZ4_TID == 0) s->span = span;
+    LZ4_SYNC();
+}
+
+// Thread 0: the round's token places from s->pos on, up to LZ4_ROUND, until the tile's end
+// (s->need_tile) or a token that ends the block or fails its input's checks (s->done).
+LZ4_FN void lz4_chain(Lz4Shared* s, const unsigned char* in, lz4_u32 n) {
+    const lz4_u32 tile = s->tile, span = s->span;
+    lz4_u32 pos = s->pos, count = 0;
+    while (count < LZ4_ROUND) {
+        const lz4_u32 r = pos - tile;  // pos >= tile
+        if (r >= LZ4_TILE) {
+            s->need_tile = 1;
+            break;
+        }
+        const lz4_u32 j = r < span ? s->jump[r] : 0u;
+        s->tok[count] = pos;
+        if (j != 0 && count + LZ4_JUMP <= LZ4_ROUND) {
+            s->filled[count] = 1;
+            for (lz4_u32 m = 1; m < LZ4_JUMP; ++m) s->filled[count + m] = 0;
+            count += LZ4_JUMP;
+            pos += j;
+            continue;
+        }
+        s->filled[count] = 0;
+        count += 1;
+        const lz4_u32 st = r < span ? s->step[r] : 0u;
+        if (st != 0) {
+            pos += st;
+            continue;
+        }
+        Lz4Token t;
+        if (lz4_token(in, n, pos, LZ4_UNPLACED, 2 * LZ4_UNPLACED, &t) != LZ4_OK || t.last) {
+            s->done = 1;
+            break;
+        }
+        pos = t.next;
+    }
+    s->pos = pos;
+    s->count = count;
+}
+
+// op[i] = base + the lengths before token i (in s->match), op[count] = the round's end.
+LZ4_FN void lz4_places(Lz4Shared* s, lz4_u32 count, lz4_u32 base) {
+#ifdef LZ4_HOST_SHIM
+    lz4_u32 sum = base;
+    for (lz4_u32 i = 0; i < count; ++i) {
+        s->op[i] = sum;
+        sum += s->match[i];
+    }
+    s->op[count] = sum;
+#else
+    const lz4_u32 t = threadIdx.x, lane = t & 31u, warp = t >> 5;
+    const lz4_u32 a = 2 * t < count ? s->match[2 * t] : 0u, b = 2 * t + 1 < count ? s->match[2 * t + 1] : 0u;
+    lz4_u32 x = a + b;
+    for (lz4_u32 d = 1; d < 32; d <<= 1) {
+        const lz4_u32 y = __shfl_up_sync(0xFFFFFFFFu, x, d);
+        if (lane >= d) x += y;
+    }
+    if (lane == 31) s->warp_sum[warp] = x;
+    __syncthreads();
+    lz4_u32 before = base;
+    for (lz4_u32 w = 0; w < warp; ++w) before += s->warp_sum[w];
+    const lz4_u32 first = before + x - (a + b);
+    if (2 * t < count) s->op[2 * t] = first;
+    if (2 * t + 1 < count) s->op[2 * t + 1] = first + a;
+    if (t == LZ4_THREADS - 1) s->op[count] = before + x;
+#endif
+}
+
+// The entry of output byte b (in token i's bytes) of the window starting at w0.
+LZ4_FN lz4_u32 lz4_entry(const Lz4Shared* s, lz4_u32 i, lz4_u32 b, lz4_u32 w0, const unsigned char* in,
+                         const unsigned char* out) {
+    const lz4_u32 r = b - s->op[i];
+    if (r < s->lits[i]) return LZ4_RESOLVED | in[s->lit_at[i] + r];
+    const lz4_u32 src = b - s->offset[i];  // the offset is within the bytes before the match
+    if (src < w0) return LZ4_RESOLVED | out[src];
+    return src - w0;
+}
+
+// The bytes [w0, w1) of the round's first s->exec tokens: entries, pointers followed, written.
+LZ4_FN void lz4_window(Lz4Shared* s, const unsigned char* in, unsigned char* out, lz4_u32 w0, lz4_u32 w1) {
+    const lz4_u32 exec = s->exec;
+    if (LZ4_TID == 0) {
+        s->n_long = 0;
+        s->more[0] = 0;
+        s->more[1] = 0;
+    }
+    LZ4_SYNC();
+    LZ4_FOR_THREADS(i, exec) {
+        const lz4_u32 first = s->op[i], last = first + s->lits[i] + s->match[i];
+        const lz4_u32 a = first > w0 ? first : w0, b = last < w1 ? last : w1;
+        if (a < b) {
+            const lz4_u32 mine = b - a < LZ4_SHORT ? b - a : LZ4_SHORT;
+            for (lz4_u32 x = a; x < a + mine; ++x) s->entry[x - w0] = lz4_entry(s, i, x, w0, in, out);
+            if (b - a > LZ4_SHORT) s->longs[LZ4_ATOMIC_ADD(&s->n_long, 1u)] = i;
+        }
+    }
+    LZ4_SYNC();
+    // The rest of the long tokens' bytes, spread over all threads.
+    for (lz4_u32 k = 0; k < s->n_long; ++k) {
+        const lz4_u32 i = s->longs[k], first = s->op[i], last = first + s->lits[i] + s->match[i];
+        const lz4_u32 a = (first > w0 ? first : w0) + LZ4_SHORT, b = last < w1 ? last : w1;
+        LZ4_FOR_THREADS(x, b - a) s->entry[a + x - w0] = lz4_entry(s, i, a + x, w0, in, out);
+    }
+    LZ4_SYNC();
+    // Every pointer leads to an earlier byte, so each pass resolves at least the first
+    // unresolved entry: the passes end. An entry is written only by its own thread; its targets
+    // may move on while it reads them, from one pointer of the chain to a later one or to the
+    // value (volatile, whole words).
+    volatile lz4_u32* e = s->entry;
+    const lz4_u32 len = w1 - w0;
+    for (lz4_u32 pass = 0;; ++pass) {
+        LZ4_FOR_THREADS(x, len) {
+            lz4_u32 v = e[x];
+            if (v & LZ4_RESOLVED) continue;
+            for (lz4_u32 h = 0; h < LZ4_HOPS && !(v & LZ4_RESOLVED); ++h) v = e[v];
+            e[x] = v;
+            if (!(v & LZ4_RESOLVED)) s->more[pass % 3] = 1;
+        }
+        // The flag the pass after next sets, cleared while no thread reads it.
+        if (LZ4_TID == 0) s->more[(pass + 1) % 3] = 0;
+        LZ4_SYNC();
+        if (!s->more[pass % 3]) break;
+    }
+    LZ4_FOR_THREADS(x, len) out[w0 + x] = (unsigned char)e[x];
+    LZ4_SYNC();
+}
+
+// One round: the tokens s->chain found, parsed, placed, checked and written out.
+LZ4_FN void lz4_round(Lz4Shared* s, const unsigned char* in, lz4_u32 n, unsigned char* out, lz4_u32 expected) {
+    const lz4_u32 count = s->count;
+    // The tokens a jump passed.
+    LZ4_FOR_THREADS(i, count) {
+        if (s->filled[i]) {
+            lz4_u32 p = s->tok[i];
+            for (lz4_u32 m = 1; m < LZ4_JUMP; ++m) {
+                p += s->step[p - s->tile];
+                s->tok[i + m] = p;
+            }
+        }
+    }
+    LZ4_SYNC();
+    // Their lengths (the input's checks only: a token failing those fails placed too), placed.
+    LZ4_FOR_THREADS(i, count) {
+        Lz4Token t;
+        lz4_token(in, n, s->tok[i], LZ4_UNPLACED, 2 * LZ4_UNPLACED, &t);
+        s->match[i] = (lz4_u32)(t.lits + t.match);
+    }
+    LZ4_SYNC();
+    lz4_places(s, count, s->base);
+    LZ4_SYNC();
+    // Checked where they are; the first that ends the block, in token order.
+    LZ4_FOR_THREADS(i, count) {
+        Lz4Token t;
+        const lz4_u32 status = lz4_token(in, n, s->tok[i], s->op[i], expected, &t);
+        s->lits[i] = (lz4_u32)t.lits;
+        s->lit_at[i] = t.lit_at;
+        s->match[i] = (lz4_u32)t.match;
+        s->offset[i] = t.offset;
+        if (status != LZ4_OK || t.last) LZ4_ATOMIC_MIN(&s->first, i);
+    }
+    LZ4_SYNC();
+    if (LZ4_TID == 0) {
+        const lz4_u32 f = s->first;
+        if (f < count) {
+            Lz4Token t;
+            s->status = lz4_token(in, n, s->tok[f], s->op[f], expected, &t);
+            s->exec = f + 1;
+            s->end = s->op[f] + (lz4_u32)t.lits;
+            s->finished = 1;
+        } else {
+            s->exec = count;
+            s->end = s->op[count];
+            if (s->done) {  // never: the token that stops the chain ends the block
+                s->status = LZ4_INPUT_ENDS;
+                s->finished = 1;
+            }
+        }
+    }
+    LZ4_SYNC();
+    const lz4_u32 base = s->base, end = s->end;
+    for (lz4_u32 w0 = base; w0 < end; w0 += LZ4_WINDOW) lz4_window(s, in, out, w0, end - w0 < LZ4_WINDOW ? end : w0 + LZ4_WINDOW);
+    // Every thread has read s->base before the first window's barrier, or there was none and
+    // base == end.
+    if (LZ4_TID == 0) s->base = end;
+    LZ4_SYNC();
+}
+
+// Decode in[0, n) into out[0, expected); *written: the bytes decoded before it ended.
+LZ4_FN lz4_u32 lz4_block(Lz4Shared* s, const unsigned char* in, lz4_u32 n, unsigned char* out, lz4_u32 expected,
+                         lz4_u32* written) {
+    if (LZ4_TID == 0) {
+        s->tile = 0;
+        s->pos = 0;
+        s->done = 0;
+        s->base = 0;
+        s->finished = 0;
+        s->status = LZ4_OK;
+    }
+    LZ4_SYNC();
+    lz4_tables(s, in, n);
+    for (;;) {
+        if (LZ4_TID == 0) {
+            s->need_tile = 0;
+            s->first = LZ4_ROUND;
+            lz4_chain(s, in, n);
+        }
+        LZ4_SYNC();
+        if (s->count > 0 || s->done) lz4_round(s, in, n, out, expected);
+        if (s->finished) break;
+        if (s->need_tile) {
+            // Every thread has read the flags above before thread 0 moves the tile.
+            LZ4_SYNC();
+            if (LZ4_TID == 0) s->tile = s->pos;
+            LZ4_SYNC();
+            lz4_tables(s, in, n);
+        }
+    }
+    *written = s->base;
+    if (s->status == LZ4_OK && s->base != expected) return LZ4_LENGTH_MISMATCH;
+    return s->status;
+}
+
+// Block k of n: thread block k of the grid. Its status and decoded length go to statuses[k] and
+// decoded[k]; a failing status is or-ed with tags[k] where tags is not null (the caller's mark
+// of which stream failed).
 extern "C" __global__ void lz4_decode_blocks(const unsigned char* const* inputs,
                                              const unsigned long long* input_sizes,
                                              const unsigned long long* capacities, unsigned char* const* outputs,
                                              unsigned long long* decoded, unsigned int* statuses,
                                              const unsigned int* tags, unsigned long long n) {
-    const unsigned long long k =
-        ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) / 32u;
-    if (k >= n) return;  // the whole warp: k is the warp's
-    unsigned long long written = 0;
-    unsigned int status = lz4_block(inputs[k], input_sizes[k], outputs[k], capacities[k], &written);
+    LZ4_SHARED Lz4Shared shared;
+    const unsigned long long k = blockIdx.x;
+    if (k >= n) return;  // the whole thread block: k is the block's
+    lz4_u32 written = 0, status = LZ4_TOO_LARGE;
+    if (input_sizes[k] <= LZ4_LARGEST && capacities[k] <= LZ4_LARGEST)
+        status = lz4_block(&shared, inputs[k], (lz4_u32)input_sizes[k], outputs[k], (lz4_u32)capacities[k], &written);
     if (status != LZ4_OK && tags != 0) status |= tags[k];
-    if (LZ4_LANE == 0) {
+    if (LZ4_TID == 0) {
         statuses[k] = status;
         decoded[k] = written;
     }
 }
 
 // The names stay out of the sources compiled after this one.
-#undef LZ4_FOR_LANES
+#undef LZ4_FOR_THREADS
 #undef LZ4_OK
 #undef LZ4_LITERALS_PAST_INPUT
 #undef LZ4_BAD_OFFSET
@@ -131,9 +417,22 @@ extern "C" __global__ void lz4_decode_blocks(const unsigned char* const* inputs,
 #undef LZ4_INPUT_ENDS
 #undef LZ4_LENGTH_MISMATCH
 #undef LZ4_END_RULES
+#undef LZ4_TOO_LARGE
+#undef LZ4_TILE
+#undef LZ4_JUMP
+#undef LZ4_ROUND
+#undef LZ4_WINDOW
+#undef LZ4_LARGEST
+#undef LZ4_SHORT
+#undef LZ4_RESOLVED
+#undef LZ4_HOPS
+#undef LZ4_UNPLACED
 #ifndef LZ4_HOST_SHIM
-#undef LZ4_LANES
-#undef LZ4_LANE
+#undef LZ4_THREADS
+#undef LZ4_TID
 #undef LZ4_SYNC
 #undef LZ4_FN
+#undef LZ4_SHARED
+#undef LZ4_ATOMIC_MIN
+#undef LZ4_ATOMIC_ADD
 #endif

@@ -1,7 +1,9 @@
-//! Our device decoder of raw LZ4 blocks (Blosc's lz4 and lz4hc streams): one warp per block,
-//! a whole batch in one launch (`decode.cu`). Every lane of a warp walks the same tokens; the
-//! literal and match copies are spread over the lanes, an overlapping match copied in one pass
-//! (byte `i` of a match at offset `d` repeats byte `i % d` of the `d` bytes before it).
+//! Our device decoder of raw LZ4 blocks (Blosc's lz4 and lz4hc streams): one thread block per
+//! LZ4 block, a whole batch in one launch (`decode.cu`). One thread follows the block's tokens
+//! through tables the others build (a shared-memory read for eight common tokens); the tokens are
+//! then parsed, placed by a prefix sum and checked a thread each, and the output is made window
+//! by window, every byte an entry that is its value or points to the earlier byte it copies,
+//! the pointers followed in passes over the window.
 //!
 //! It accepts exactly what [`check_block`](super::block::check_block) accepts, and so never
 //! what lz4_flex or `LZ4_decompress_safe` reject: a block decodes only to exactly its expected
@@ -10,8 +12,8 @@
 //! lengths bound.
 //!
 //! With the `cpu-kernels` feature the same source runs on the CPU (`decode_on_host`): the
-//! build script compiles it behind `host_shim.cpp`, where a warp is one lane doing every lane's
-//! work in order.
+//! build script compiles it behind `host_shim.cpp`, where a thread block is one thread doing
+//! every thread's work in order.
 
 use cudarc::driver::{CudaStream, LaunchConfig};
 
@@ -38,6 +40,8 @@ pub const LENGTH_MISMATCH: u32 = 5;
 /// the last 5, fewer than 8 input bytes after a match's literals, or 4 after its length's
 /// extension), which `LZ4_decompress_safe`, c-blosc's decoder, enforces.
 pub const END_RULES: u32 = 6;
+/// The block or its decoded length is over 2 GiB, more than the kernel's 32-bit places take.
+pub const TOO_LARGE: u32 = 7;
 /// Bits of a status that are the kernel's code; the others are the caller's tag.
 pub const CODE_MASK: u32 = 0xFF;
 
@@ -52,6 +56,7 @@ pub fn status_text(code: u32) -> &'static str {
         INPUT_ENDS => "the input ends within a sequence",
         LENGTH_MISMATCH => "the block decodes to another length than the expected one",
         END_RULES => "the block breaks LZ4's end-of-block rules",
+        TOO_LARGE => "the block or its decoded length is over 2 GiB",
         _ => "unknown LZ4 status",
     }
 }
@@ -60,9 +65,8 @@ pub fn status_text(code: u32) -> &'static str {
 /// ours unless nvCOMP's is named (`Auto`, the default, is ours).
 pub type Lz4Decoder = crate::codecs::decoder_choice::DecoderChoice;
 
-/// Threads per thread block of the kernel: four warps, one block each.
-const THREADS: u32 = 128;
-const WARP: u32 = 32;
+/// Threads per thread block of the kernel, one LZ4 block each (the kernel's `LZ4_THREADS`).
+const THREADS: u32 = 256;
 
 /// Enqueue the decode of `n` blocks on `stream`, one launch; `tags`: a device array of `n` `u32`
 /// or-ed into each failing status, or 0 for none.
@@ -81,8 +85,7 @@ pub(crate) unsafe fn launch_decode(
     if n == 0 {
         return Ok(());
     }
-    let per_block = (THREADS / WARP) as usize;
-    let blocks = u32::try_from(n.div_ceil(per_block))
+    let blocks = u32::try_from(n)
         .map_err(|_| GpuError::Unsupported(format!("{n} LZ4 blocks in one launch")))?;
     let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     let a = arrays;
@@ -92,29 +95,29 @@ pub(crate) unsafe fn launch_decode(
     unsafe { kernels.launch_u64(stream, "lz4_decode_blocks", config, &args, "launching the LZ4 decoder") }
 }
 
-/// How the CPU runs a warp of the kernel ([`decode_on_host`]).
+/// How the CPU runs a thread block of the kernel ([`decode_on_host`]).
 #[cfg(any(test, feature = "cpu-kernels"))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HostWarp {
-    /// One thread does the warp's work in order.
+pub enum HostThreads {
+    /// One thread does the block's work in order.
     OneThread,
-    /// The 32 lanes' strided loops run one lane after the other, with the device's strides.
-    Lanes,
+    /// The 256 threads' strided loops run one thread after the other, with the device's strides.
+    Emulated,
 }
 
 #[cfg(any(test, feature = "cpu-kernels"))]
 unsafe extern "C" {
-    /// The kernel's grid run warp by warp; `lanes` 0: one thread does a warp's work in order,
-    /// else its lanes' loops run one lane after the other.
-    fn lz4_decode_blocks_on_host(items: *const crate::codecs::HostItemPointers, tags: *const u32, n: u64, lanes: u32);
+    /// The kernel's grid run block by block; `threads` 0: one thread does a block's work in
+    /// order, else its threads' loops run one thread after the other.
+    fn lz4_decode_blocks_on_host(items: *const crate::codecs::HostItemPointers, tags: *const u32, n: u64, threads: u32);
 }
 
 /// The device kernel's code run on the CPU over `blocks` (each a block and the output it decodes
-/// into, whose length is the expected one), its warps run as `warp` says: each block's status
+/// into, whose length is the expected one), its thread blocks run as `threads` says: each block's status
 /// and decoded length, as the device writes them.
 #[cfg(any(test, feature = "cpu-kernels"))]
 #[must_use]
-pub fn decode_on_host(blocks: &mut [(&[u8], &mut [u8])], warp: HostWarp) -> Vec<(u32, u64)> {
+pub fn decode_on_host(blocks: &mut [(&[u8], &mut [u8])], threads: HostThreads) -> Vec<(u32, u64)> {
     let mut items = crate::codecs::HostItems::new(blocks);
     let pointers = items.pointers();
     // SAFETY: as many entries in each array as blocks, alive and unmoved until the call returns;
@@ -125,7 +128,7 @@ pub fn decode_on_host(blocks: &mut [(&[u8], &mut [u8])], warp: HostWarp) -> Vec<
             &raw const pointers,
             std::ptr::null(),
             items.count(),
-            u32::from(warp == HostWarp::Lanes),
+            u32::from(threads == HostThreads::Emulated),
         );
     }
     items.results()

@@ -1,35 +1,48 @@
 // The LZ4 kernel (decode.cu) compiled for the CPU, for the tests: CUDA's names defined so that a
-// warp runs on one thread, and a host entry that runs the kernel's grid warp by warp. Two
-// builds: one thread doing the warp's work in order (lane-strided loops become plain loops), and
-// (LZ4_EMULATE_LANES, host_shim_lanes.cpp) the 32 lanes' strided loops run one lane after the
-// other, so that the device's index arithmetic runs here too. __syncwarp is nothing: one thread.
-// The entry of this build, lz4_decode_blocks_on_host, runs either.
+// thread block runs on one thread, and a host entry that runs the kernel's grid block by block.
+// Two builds: one thread doing the block's work in order (thread-strided loops become plain
+// loops), and (LZ4_EMULATE_THREADS, host_shim_lanes.cpp) the 256 threads' strided loops run one
+// thread after the other, so that the device's index arithmetic and the pointer passes' other
+// orders run here too. __syncthreads is nothing: one thread. The entry of this build,
+// lz4_decode_blocks_on_host, runs either.
 #define LZ4_HOST_SHIM
-#define LZ4_LANE 0u
+#define LZ4_THREADS 256u
+#define LZ4_TID 0u
 #define LZ4_SYNC() ((void)0)
 #define LZ4_FN static inline
-#ifdef LZ4_EMULATE_LANES
-#define LZ4_LANES 32u
-#define LZ4_FOR_LANES(i, n)                                               \
-    for (unsigned int lz4_lane = 0; lz4_lane < LZ4_LANES; ++lz4_lane) \
-        for (unsigned long long i = lz4_lane; i < (n); i += LZ4_LANES)
-#define lz4_decode_blocks lz4_decode_blocks_lanes
-#define LZ4_HOST_ENTRY lz4_decode_blocks_on_host_lanes
+#define LZ4_SHARED static thread_local
+#define LZ4_ATOMIC_MIN(p, v) lz4_host_min((p), (v))
+#define LZ4_ATOMIC_ADD(p, v) lz4_host_add((p), (v))
+#ifdef LZ4_EMULATE_THREADS
+#define LZ4_FOR_THREADS(i, n)                                                   \
+    for (unsigned int lz4_thread = 0; lz4_thread < LZ4_THREADS; ++lz4_thread) \
+        for (unsigned int i = lz4_thread; i < (n); i += LZ4_THREADS)
+#define lz4_decode_blocks lz4_decode_blocks_threads
+#define LZ4_HOST_ENTRY lz4_decode_blocks_on_host_threads
 #else
-#define LZ4_LANES 1u
-#define LZ4_FOR_LANES(i, n) for (unsigned long long i = 0; i < (n); ++i)
+#define LZ4_FOR_THREADS(i, n) for (unsigned int i = 0; i < (n); ++i)
 #define LZ4_HOST_ENTRY lz4_decode_blocks_one_thread
 #endif
 #include "../host_shim.h"
 
+static inline void lz4_host_min(unsigned int* p, unsigned int v) {
+    if (v < *p) *p = v;
+}
+
+static inline unsigned int lz4_host_add(unsigned int* p, unsigned int v) {
+    const unsigned int old = *p;
+    *p += v;
+    return old;
+}
+
 #include "decode.cu"
 
-// Runs the kernel over n blocks as a grid of one warp per thread block would.
+// Runs the kernel over n blocks as a grid of one thread block per LZ4 block would.
 extern "C" void LZ4_HOST_ENTRY(const unsigned char* const* inputs, const unsigned long long* input_sizes,
                                const unsigned long long* capacities, unsigned char* const* outputs,
                                unsigned long long* decoded, unsigned int* statuses, const unsigned int* tags,
                                unsigned long long n) {
-    blockDim.x = 32;
+    blockDim.x = LZ4_THREADS;
     threadIdx.x = 0;
     for (unsigned long long k = 0; k < n; ++k) {
         blockIdx.x = (unsigned int)k;
@@ -37,17 +50,18 @@ extern "C" void LZ4_HOST_ENTRY(const unsigned char* const* inputs, const unsigne
     }
 }
 
-#ifndef LZ4_EMULATE_LANES
-extern "C" void lz4_decode_blocks_on_host_lanes(const unsigned char* const* inputs,
-                                                const unsigned long long* input_sizes,
-                                                const unsigned long long* capacities, unsigned char* const* outputs,
-                                                unsigned long long* decoded, unsigned int* statuses,
-                                                const unsigned int* tags, unsigned long long n);
+#ifndef LZ4_EMULATE_THREADS
+extern "C" void lz4_decode_blocks_on_host_threads(const unsigned char* const* inputs,
+                                                  const unsigned long long* input_sizes,
+                                                  const unsigned long long* capacities, unsigned char* const* outputs,
+                                                  unsigned long long* decoded, unsigned int* statuses,
+                                                  const unsigned int* tags, unsigned long long n);
 
-// The kernel over n blocks, a warp's lanes emulated one after the other where `lanes` is not 0.
+// The kernel over n blocks, a thread block's threads emulated one after the other where
+// `threads` is not 0.
 extern "C" void lz4_decode_blocks_on_host(const HostItemPointers* a, const unsigned int* tags, unsigned long long n,
-                                          unsigned int lanes) {
-    (lanes ? lz4_decode_blocks_on_host_lanes : lz4_decode_blocks_one_thread)(
+                                          unsigned int threads) {
+    (threads ? lz4_decode_blocks_on_host_threads : lz4_decode_blocks_one_thread)(
         a->inputs, a->input_sizes, a->capacities, a->outputs, a->decoded, a->statuses, tags, n);
 }
 #endif

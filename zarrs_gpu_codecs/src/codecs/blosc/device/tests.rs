@@ -35,11 +35,11 @@ fn decode_stream(compressor: Compressor, bytes: &[u8], len: usize) -> Vec<u8> {
     match compressor {
         Compressor::Lz4 => {
             let expected = lz4_flex::block::decompress(bytes, len).unwrap();
-            for warp in [lz4_decode::HostWarp::OneThread, lz4_decode::HostWarp::Lanes] {
+            for threads in [lz4_decode::HostThreads::OneThread, lz4_decode::HostThreads::Emulated] {
                 let mut out = vec![0u8; len];
-                let result = lz4_decode::decode_on_host(&mut [(bytes, &mut out)], warp);
-                assert_eq!(result, [(lz4_decode::OK, len as u64)], "{warp:?}");
-                assert!(out == expected, "our LZ4 kernel ({warp:?}) and lz4_flex differ");
+                let result = lz4_decode::decode_on_host(&mut [(bytes, &mut out)], threads);
+                assert_eq!(result, [(lz4_decode::OK, len as u64)], "{threads:?}");
+                assert!(out == expected, "our LZ4 kernel ({threads:?}) and lz4_flex differ");
             }
             expected
         }

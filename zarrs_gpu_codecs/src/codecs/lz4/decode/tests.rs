@@ -1,4 +1,4 @@
-//! The device LZ4 kernel's code run on the CPU (both ways of running a warp), against lz4_flex,
+//! The device LZ4 kernel's code run on the CPU (both ways of running a thread block), against lz4_flex,
 //! `LZ4_decompress_safe` and the host walk.
 
 use proptest::prelude::*;
@@ -14,20 +14,20 @@ const GUARD_BYTE: u8 = 0xA5;
 /// decoded bytes (the whole output) and the decoded length, the same both ways.
 fn ours(block: &[u8], expected: usize) -> (u32, Vec<u8>, u64) {
     let mut results = Vec::new();
-    for warp in [HostWarp::OneThread, HostWarp::Lanes] {
+    for threads in [HostThreads::OneThread, HostThreads::Emulated] {
         let mut out = vec![GUARD_BYTE; expected + GUARD];
         let (head, tail) = out.split_at_mut(expected);
-        let [(status, decoded)] = decode_on_host(&mut [(block, head)], warp)[..] else { unreachable!() };
-        assert!(tail.iter().all(|&b| b == GUARD_BYTE), "{warp:?} wrote past the output");
+        let [(status, decoded)] = decode_on_host(&mut [(block, head)], threads)[..] else { unreachable!() };
+        assert!(tail.iter().all(|&b| b == GUARD_BYTE), "{threads:?} wrote past the output");
         assert!(decoded <= expected as u64);
         out.truncate(expected);
         results.push((status, out, decoded));
     }
     let lanes = results.pop().unwrap();
     let one = results.pop().unwrap();
-    assert_eq!(one.0, lanes.0, "the two ways of running a warp disagree on the status");
+    assert_eq!(one.0, lanes.0, "the two ways of running a thread block disagree on the status");
     if one.0 == OK {
-        assert!(one.1 == lanes.1, "the two ways of running a warp decode different bytes");
+        assert!(one.1 == lanes.1, "the two ways of running a thread block decode different bytes");
     }
     one
 }
@@ -138,10 +138,10 @@ fn hand_built_blocks_decode() {
     decodes(&block, b"abcdefghabcdefgh12345");
     decodes(&[0x30, b'x', b'y', b'z'], b"xyz");
     decodes(&[0], b"");
-    // Overlapping matches of every offset from 1 to 40, long enough to span several lanes' rounds
-    // (offsets below and above the warp's 32, and 32 itself).
+    // Overlapping matches of every offset from 1 to 40, short and long (a token's bytes past 32
+    // are spread over the threads), within one window and across windows of 4 KiB.
     for offset in 1usize..=40 {
-        for matched in [4usize, 31, 32, 33, 100, 1000] {
+        for matched in [4usize, 31, 32, 33, 100, 1000, 9000] {
             let head: Vec<u8> = (0..offset.max(1)).map(|i| (i * 7 + 1) as u8).collect();
             let mut raw = head.clone();
             for i in 0..matched {
@@ -231,11 +231,11 @@ fn a_batch_of_blocks_decodes_each_alone() {
     let damaged = 7;
     let cut = blocks[damaged].len() / 2;
     blocks[damaged].truncate(cut);
-    for warp in [HostWarp::OneThread, HostWarp::Lanes] {
+    for threads in [HostThreads::OneThread, HostThreads::Emulated] {
         let mut outs: Vec<Vec<u8>> = raws.iter().map(|r| vec![0u8; r.len()]).collect();
         let mut pairs: Vec<(&[u8], &mut [u8])> =
             blocks.iter().map(Vec::as_slice).zip(outs.iter_mut().map(Vec::as_mut_slice)).collect();
-        let results = decode_on_host(&mut pairs, warp);
+        let results = decode_on_host(&mut pairs, threads);
         for (k, (status, decoded)) in results.iter().enumerate() {
             if k == damaged {
                 assert_ne!(*status, OK);
