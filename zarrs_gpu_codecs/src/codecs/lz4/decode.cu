@@ -1,9 +1,9 @@
 // LZ4 block decoder: one thread block per LZ4 block, in rounds of up to LZ4_ROUND tokens.
 // 1. The tokens: for every input position of a tile, a step table says where the next token
-//    starts were a token there (for the common tokens: both nibbles under 15, not the last), and
-//    a jump table where the LZ4_JUMP-th next one starts; thread 0 follows them from the block's
-//    start (one shared-memory read for LZ4_JUMP tokens) and parses only the other tokens whole;
-//    then a thread an anchor fills in the tokens a jump passed.
+//    starts were a token there (for every token a match follows whose length extensions are
+//    short), and a jump table where the LZ4_JUMP-th next one starts; thread 0 follows them from
+//    the block's start (one shared-memory read for LZ4_JUMP tokens) and parses only the other
+//    tokens whole; then a thread an anchor fills in the tokens a jump passed.
 // 2. A thread a token parses it; an exclusive prefix sum of the tokens' lengths places each in
 //    the output, and each is checked there as the walk (lz4/block.rs) checks it: the first
 //    failing token, in token order, ends the block with its status.
@@ -44,8 +44,10 @@
 #define LZ4_END_RULES 6u
 #define LZ4_TOO_LARGE 7u
 
-#define LZ4_TILE 8192u     // input positions a step table covers
-#define LZ4_JUMP 8u        // tokens a jump passes (8 steps of at most 17 bytes: fits a byte)
+#define LZ4_TILE 4096u     // input positions a step table covers
+#define LZ4_JUMP 8u        // tokens a jump passes
+#define LZ4_EXTENSION 16u  // length extension bytes a step looks through
+#define LZ4_STEP_MAX 0xFFFFu
 #define LZ4_ROUND 512u     // tokens a round (two a thread for the prefix sum)
 #define LZ4_WINDOW 4096u   // output bytes resolved at once
 #define LZ4_LARGEST 0x7FFFFFFFu  // input and output lengths the u32 places take
@@ -60,8 +62,8 @@ typedef unsigned int lz4_u32;
 typedef unsigned long long lz4_u64;
 
 struct Lz4Shared {
-    unsigned char step[LZ4_TILE];  // 3 + literals of a common token at tile + r; 0: parse it
-    unsigned char jump[LZ4_TILE];  // bytes from tile + r to LZ4_JUMP common tokens on; 0: none
+    unsigned short step[LZ4_TILE];  // bytes from a token at tile + r to the next; 0: parse it
+    unsigned short jump[LZ4_TILE];  // bytes from tile + r to LZ4_JUMP tokens on; 0: none
     unsigned char filled[LZ4_ROUND];  // token i starts a jump: the next LZ4_JUMP - 1 to fill in
     lz4_u32 tok[LZ4_ROUND];        // the round's token places in the input
     lz4_u32 op[LZ4_ROUND + 1];     // where each token's bytes start; op[count]: the round's end
@@ -137,13 +139,31 @@ LZ4_FN lz4_u32 lz4_token(const unsigned char* in, lz4_u64 n, lz4_u64 ip, lz4_u64
     return LZ4_OK;
 }
 
-// The step table's entry for a token at p: 3 + its literals where both nibbles are under 15 and
-// its literals end inside the input before its last byte (so a match follows); else 0.
+// Where a length extension starting at *ip ends, looked for in at most LZ4_EXTENSION bytes:
+// 0 where the input or those bytes end first.
+LZ4_FN lz4_u32 lz4_skip_extension(const unsigned char* in, lz4_u32 n, lz4_u32* ip, lz4_u32* len) {
+    for (lz4_u32 k = 0; k < LZ4_EXTENSION; ++k) {
+        if (*ip >= n) return 0;
+        const lz4_u32 b = in[*ip];
+        *ip += 1;
+        *len += b;
+        if (b != 255) return 1;
+    }
+    return 0;
+}
+
+// The step table's entry for a token at p: the bytes to the next token where a match follows
+// its literals (which end inside the input before its last byte) and its length extensions
+// are at most LZ4_EXTENSION bytes each; else 0. What lz4_token finds when its checks pass.
 LZ4_FN lz4_u32 lz4_step(const unsigned char* in, lz4_u32 n, lz4_u32 p) {
     if (p >= n) return 0;
-    const lz4_u32 t = in[p], lits = t >> 4;
-    if (lits == 15u || (t & 15u) == 15u) return 0;
-    return p + 1u + lits < n ? 3u + lits : 0u;
+    const lz4_u32 t = in[p];
+    lz4_u32 ip = p + 1, lits = t >> 4, matched = t & 15u;
+    if (lits == 15u && !lz4_skip_extension(in, n, &ip, &lits)) return 0;
+    if (ip >= n || lits >= n - ip) return 0;  // the last token's literals, or past the end
+    ip += lits + 2;                           // the literals and the offset
+    if (matched == 15u && !lz4_skip_extension(in, n, &ip, &matched)) return 0;
+    return ip - p <= LZ4_STEP_MAX ? ip - p : 0u;
 }
 
 // The tables of the tile starting at input place s->tile, as far as the input reaches (s->span
@@ -151,7 +171,7 @@ LZ4_FN lz4_u32 lz4_step(const unsigned char* in, lz4_u32 n, lz4_u32 p) {
 LZ4_FN void lz4_tables(Lz4Shared* s, const unsigned char* in, lz4_u32 n) {
     const lz4_u32 tile = s->tile;
     const lz4_u32 span = tile >= n ? 0u : (n - tile < LZ4_TILE ? n - tile : LZ4_TILE);
-    LZ4_FOR_THREADS(r, span) s->step[r] = (unsigned char)lz4_step(in, n, tile + r);
+    LZ4_FOR_THREADS(r, span) s->step[r] = (unsigned short)lz4_step(in, n, tile + r);
     LZ4_SYNC();
     // LZ4_JUMP steps from r, each from a place inside the tile (the last may land outside).
     LZ4_FOR_THREADS(r, span) {
@@ -161,7 +181,7 @@ LZ4_FN void lz4_tables(Lz4Shared* s, const unsigned char* in, lz4_u32 n) {
             ok = st != 0;
             at += st;
         }
-        s->jump[r] = (unsigned char)(ok ? at - r : 0u);
+        s->jump[r] = (unsigned short)(ok && at - r <= LZ4_STEP_MAX ? at - r : 0u);
     }
     if (LZ4_TID == 0) s->span = span;
     LZ4_SYNC();
@@ -420,6 +440,8 @@ extern "C" __global__ void lz4_decode_blocks(const unsigned char* const* inputs,
 #undef LZ4_TOO_LARGE
 #undef LZ4_TILE
 #undef LZ4_JUMP
+#undef LZ4_EXTENSION
+#undef LZ4_STEP_MAX
 #undef LZ4_ROUND
 #undef LZ4_WINDOW
 #undef LZ4_LARGEST
