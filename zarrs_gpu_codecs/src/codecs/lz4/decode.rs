@@ -85,8 +85,7 @@ pub(crate) unsafe fn launch_decode(
     if n == 0 {
         return Ok(());
     }
-    let blocks = u32::try_from(n)
-        .map_err(|_| GpuError::Unsupported(format!("{n} LZ4 blocks in one launch")))?;
+    let blocks = u32::try_from(n).map_err(|_| GpuError::Unsupported(format!("{n} LZ4 blocks in one launch")))?;
     let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     let a = arrays;
     let args = [a.inputs, a.input_sizes, a.capacities, a.outputs, a.decoded, a.statuses, tags, n as u64];
