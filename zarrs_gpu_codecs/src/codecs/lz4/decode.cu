@@ -70,7 +70,6 @@ struct Lz4Shared {
     lz4_u32 lits[LZ4_ROUND], lit_at[LZ4_ROUND], match[LZ4_ROUND], offset[LZ4_ROUND];
     lz4_u32 entry[LZ4_WINDOW];
     lz4_u32 longs[LZ4_ROUND];      // tokens with more than LZ4_SHORT bytes in the window
-    lz4_u32 warp_sum[LZ4_THREADS / 32u];
     lz4_u32 tile, span, pos, count, done, need_tile, base, first, exec, end, finished, status, n_long;
     lz4_u32 more[3];
 };
@@ -225,32 +224,25 @@ LZ4_FN void lz4_chain(Lz4Shared* s, const unsigned char* in, lz4_u32 n) {
     s->count = count;
 }
 
-// op[i] = base + the lengths before token i (in s->match), op[count] = the round's end.
+// op[i] = base + the lengths before token i (in s->match), op[count] = the round's end: a
+// scan of doubling strides between op and lits (free until the checks fill them), the same text
+// on the CPU as on the device. s->match is left holding the inclusive sums.
 LZ4_FN void lz4_places(Lz4Shared* s, lz4_u32 count, lz4_u32 base) {
-#ifdef LZ4_HOST_SHIM
-    lz4_u32 sum = base;
-    for (lz4_u32 i = 0; i < count; ++i) {
-        s->op[i] = sum;
-        sum += s->match[i];
+    lz4_u32* x = s->op;
+    lz4_u32* y = s->lits;
+    LZ4_FOR_THREADS(i, count) x[i] = s->match[i];
+    LZ4_SYNC();
+    for (lz4_u32 d = 1; d < count; d <<= 1) {
+        LZ4_FOR_THREADS(i, count) y[i] = x[i] + (i >= d ? x[i - d] : 0u);
+        LZ4_SYNC();
+        lz4_u32* t = x;
+        x = y;
+        y = t;
     }
-    s->op[count] = sum;
-#else
-    const lz4_u32 t = threadIdx.x, lane = t & 31u, warp = t >> 5;
-    const lz4_u32 a = 2 * t < count ? s->match[2 * t] : 0u, b = 2 * t + 1 < count ? s->match[2 * t + 1] : 0u;
-    lz4_u32 x = a + b;
-    for (lz4_u32 d = 1; d < 32; d <<= 1) {
-        const lz4_u32 y = __shfl_up_sync(0xFFFFFFFFu, x, d);
-        if (lane >= d) x += y;
-    }
-    if (lane == 31) s->warp_sum[warp] = x;
-    __syncthreads();
-    lz4_u32 before = base;
-    for (lz4_u32 w = 0; w < warp; ++w) before += s->warp_sum[w];
-    const lz4_u32 first = before + x - (a + b);
-    if (2 * t < count) s->op[2 * t] = first;
-    if (2 * t + 1 < count) s->op[2 * t + 1] = first + a;
-    if (t == LZ4_THREADS - 1) s->op[count] = before + x;
-#endif
+    LZ4_FOR_THREADS(i, count) s->match[i] = x[i];
+    LZ4_SYNC();
+    LZ4_FOR_THREADS(i, count) s->op[i + 1] = base + s->match[i];
+    if (LZ4_TID == 0) s->op[0] = base;
 }
 
 // The entry of output byte b (in token i's bytes) of the window starting at w0.
