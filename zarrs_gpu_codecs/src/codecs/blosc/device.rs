@@ -558,13 +558,19 @@ impl DeviceCodec for Blosc {
     }
 
     fn decode_rates(&self) -> Option<DecodeRates> {
-        // First estimates for 1 MiB chunks of float32 on an H200 (B1, B2 of `bench`: one chunk
-        // took 5.7 ms (lz4) and 3.7 ms (zstd) on nvCOMP, its blocks decoding side by side, and
-        // a whole batch decodes far faster than the host reads and checks it); a host thread
-        // runs c-blosc at about 1.5 GiB/s for lz4 with byte shuffle, less for zstd and zlib. A
-        // device's reads refine the host's rate and nvCOMP's slowness.
+        // First estimates for 1 MiB chunks of float32 (B1, B2 of `bench`: one chunk took 3.7 ms
+        // (zstd) on nvCOMP, its blocks decoding side by side, and a whole batch decodes far
+        // faster than the host reads and checks it); a host thread runs c-blosc at about 1.5
+        // GiB/s for lz4 with byte shuffle, less for zstd and zlib. A device's reads refine the
+        // host's rate and the device's slowness.
         let rates = DecodeRates::default();
         match self.compressor {
+            // Our LZ4 kernel alone on an H100 (run DP1, `benches/lz4_decoder.py`): a B1 chunk's
+            // 8 streams in 0.94 ms, 1,024 chunks in 14.3 ms (75 GB/s).
+            Compressor::Lz4 if self.stream_decoder() == Some(StreamDecoder::Lz4) => {
+                Some(rates.with_device_rates(0.1e-3, 1.2 * GIB, 75.0 * GIB).with_host_thread_rate(1.5 * GIB))
+            }
+            // nvCOMP's: one chunk took 5.7 ms on an H200.
             Compressor::Lz4 => {
                 Some(rates.with_device_rates(1.0e-3, 220.0 * MIB, 60.0 * GIB).with_host_thread_rate(1.5 * GIB))
             }

@@ -250,7 +250,11 @@ LZ4_FN lz4_u32 lz4_entry(const Lz4Shared* s, lz4_u32 i, lz4_u32 b, lz4_u32 w0, c
                          const unsigned char* out) {
     const lz4_u32 r = b - s->op[i];
     if (r < s->lits[i]) return LZ4_RESOLVED | in[s->lit_at[i] + r];
-    const lz4_u32 src = b - s->offset[i];  // the offset is within the bytes before the match
+    // Byte k of a match at offset d repeats byte k % d of the d bytes before the match (the
+    // offset is within the bytes before it): a pointer never into the match itself, so runs
+    // make no chains.
+    const lz4_u32 k = r - s->lits[i], d = s->offset[i];
+    const lz4_u32 src = b - k - d + (k < d ? k : k % d);
     if (src < w0) return LZ4_RESOLVED | out[src];
     return src - w0;
 }
