@@ -48,7 +48,7 @@
 #define LZ4_JUMP 8u        // tokens a jump passes
 #define LZ4_EXTENSION 16u  // length extension bytes a step looks through
 #define LZ4_STEP_MAX 0xFFFFu
-#define LZ4_ROUND 512u     // tokens a round (two a thread for the prefix sum)
+#define LZ4_ROUND 512u     // tokens a round
 #define LZ4_WINDOW 4096u   // output bytes resolved at once
 #define LZ4_LARGEST 0x7FFFFFFFu  // input and output lengths the u32 places take
 #define LZ4_SHORT 32u      // a token's bytes in a window its own thread enters; longer: all threads
