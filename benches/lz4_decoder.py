@@ -5,6 +5,10 @@ device input to device output, one launch per batch, medians of 12.
 
     LZ4_DUMP=$PWD/lz4cases.bin cargo test -p zarrs_gpu_codecs --lib dump_cases_for_the_gpu_harness -- --ignored
     python3 benches/lz4_decoder.py lz4cases.bin
+
+LZ4_PHASES=1: then a copy of the kernel with clock64 around its phases (thread 0's cycles, each
+phase ending at a barrier: the tables, the token chain, a round's parse/place/check, its
+windows), summed per stream of one B1 chunk, in microseconds.
 """
 import gzip, struct, sys, time
 import numpy as np, cupy as cp
@@ -72,3 +76,31 @@ for chunks in [1, 16, 64, 1024, 8192]:
     print(f"chunks {chunks:5d} ({len(bl)} LZ4 blocks): median {med:.3f} ms, p90 {times[int(len(times)*0.9)]:.3f} ms, "
           f"wall {wall:.3f} ms, {chunks * (1 << 20) / med / 1e6:.1f} GB/s decoded")
     del batch
+
+# The phases, from the kernel's text (each anchor must be found: the copy follows the kernel).
+PHASES = ["tables", "chain", "parse, place, check", "windows"]
+if os.environ.get("LZ4_PHASES") == "1" and shape == "block":
+    text = src
+    cyc = "if (threadIdx.x == 0) lz4_cycles[blockIdx.x * 4 + {k}] += clock64() - {c};"
+    for old, new in [
+        ("    lz4_tables(s, in, n);\n", "    { long long c0 = clock64(); lz4_tables(s, in, n); " + cyc.format(k=0, c="c0") + " }\n"),
+        ("            lz4_chain(s, in, n);\n", "            { long long c1 = clock64(); lz4_chain(s, in, n); " + cyc.format(k=1, c="c1") + " }\n"),
+        ("    const lz4_u32 count = s->count;\n", "    const lz4_u32 count = s->count;\n    const long long c2 = clock64();\n"),
+        ("    const lz4_u32 base = s->base, end = s->end;\n",
+         "    " + cyc.format(k=2, c="c2") + "\n    const long long c3 = clock64();\n    const lz4_u32 base = s->base, end = s->end;\n"),
+        ("    if (LZ4_TID == 0) s->base = end;\n", "    " + cyc.format(k=3, c="c3") + "\n    if (LZ4_TID == 0) s->base = end;\n"),
+    ]:
+        assert old in text, old
+        text = text.replace(old, new)
+    pmod = cp.RawModule(code="__device__ unsigned long long lz4_cycles[4 * 64];\n" + text, backend="nvrtc")
+    pkern = pmod.get_function("lz4_decode_blocks")
+    cycles = cp.ndarray((4 * 64,), cp.uint64, pmod.get_global("lz4_cycles"))
+    batch = Batch(cp, [s[0] for s in streams], [s[1] for s in streams], shape=shape)
+    batch.timed(cp, pkern, 1)  # two launches, one untimed: cycles are zeroed before the last
+    cycles.fill(0)
+    pkern(batch.grid, batch.block, batch.args); cp.cuda.Device().synchronize()
+    mhz = cp.cuda.Device().attributes["ClockRate"] / 1e3
+    c = cycles.get().reshape(64, 4)
+    for i, s in enumerate(streams):
+        parts = ", ".join(f"{name} {c[i][k] / mhz:.1f}" for k, name in enumerate(PHASES))
+        print(f"phases, stream {i} ({len(s[0])} B), us at {mhz:.0f} MHz: {parts}")
