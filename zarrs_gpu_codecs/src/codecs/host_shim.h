@@ -1,6 +1,6 @@
 // CUDA's names for the device kernels compiled for the CPU (lz4/host_shim.cpp, zstd/host_shim.cpp):
-// a warp runs on one thread, so the qualifiers are nothing and the grid's indices are variables
-// that each host entry sets as it runs the grid block by block.
+// a thread block (LZ4) or a warp (zstd) runs on one thread, so the qualifiers are nothing and the
+// grid's indices are variables that each host entry sets as it runs the grid block by block.
 #ifndef ZARRS_GPU_HOST_SHIM_H
 #define ZARRS_GPU_HOST_SHIM_H
 
