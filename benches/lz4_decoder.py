@@ -8,7 +8,8 @@ device input to device output, one launch per batch, medians of 12.
 
 LZ4_PHASES=1: then a copy of the kernel with clock64 around its phases (thread 0's cycles, each
 phase ending at a barrier: the tables, the token chain, a round's parse/place/check, its
-windows), summed per stream of one B1 chunk, in microseconds.
+windows), per stream of one B1 chunk, in microseconds: the chunk alone, and the mean over a batch
+of 1,024 chunks (where blocks share the SMs).
 """
 import gzip, struct, sys, time
 import numpy as np, cupy as cp
@@ -81,7 +82,9 @@ for chunks in [1, 16, 64, 1024, 8192]:
 PHASES = ["tables", "chain", "parse, place, check", "windows"]
 if os.environ.get("LZ4_PHASES") == "1" and shape == "block":
     text = src
-    cyc = "if (threadIdx.x == 0) lz4_cycles[blockIdx.x * 4 + {k}] += clock64() - {c};"
+    # Summed over the batch per stream of the chunk (block k is stream k % streams).
+    cyc = ("if (threadIdx.x == 0) atomicAdd(&lz4_cycles[(blockIdx.x % LZ4_STREAMS) * 4 + {k}], "
+           "(unsigned long long)(clock64() - {c}));")
     for old, new in [
         ("    lz4_tables(s, in, n);\n", "    { long long c0 = clock64(); lz4_tables(s, in, n); " + cyc.format(k=0, c="c0") + " }\n"),
         ("            lz4_chain(s, in, n);\n", "            { long long c1 = clock64(); lz4_chain(s, in, n); " + cyc.format(k=1, c="c1") + " }\n"),
@@ -92,15 +95,57 @@ if os.environ.get("LZ4_PHASES") == "1" and shape == "block":
     ]:
         assert old in text, old
         text = text.replace(old, new)
-    pmod = cp.RawModule(code="__device__ unsigned long long lz4_cycles[4 * 64];\n" + text, backend="nvrtc")
+    assert len(streams) <= 64
+    head = f"#define LZ4_STREAMS {len(streams)}ull\n__device__ unsigned long long lz4_cycles[4 * 64];\n"
+    pmod = cp.RawModule(code=head + text, backend="nvrtc")
     pkern = pmod.get_function("lz4_decode_blocks")
     cycles = cp.ndarray((4 * 64,), cp.uint64, pmod.get_global("lz4_cycles"))
-    batch = Batch(cp, [s[0] for s in streams], [s[1] for s in streams], shape=shape)
-    batch.timed(cp, pkern, 1)  # two launches, one untimed: cycles are zeroed before the last
-    cycles.fill(0)
-    pkern(batch.grid, batch.block, batch.args); cp.cuda.Device().synchronize()
     mhz = cp.cuda.Device().attributes["ClockRate"] / 1e3
-    c = cycles.get().reshape(64, 4)
-    for i, s in enumerate(streams):
-        parts = ", ".join(f"{name} {c[i][k] / mhz:.1f}" for k, name in enumerate(PHASES))
-        print(f"phases, stream {i} ({len(s[0])} B), us at {mhz:.0f} MHz: {parts}")
+    for chunks in [1, 1024]:
+        batch = Batch(cp, [s[0] for s in streams] * chunks, [s[1] for s in streams] * chunks, shape=shape)
+        batch.timed(cp, pkern, 1)  # two launches, one untimed: cycles are zeroed before the last
+        cycles.fill(0)
+        pkern(batch.grid, batch.block, batch.args); cp.cuda.Device().synchronize()
+        c = cycles.get().reshape(64, 4) / chunks
+        for i, s in enumerate(streams):
+            parts = ", ".join(f"{name} {c[i][k] / mhz:.1f}" for k, name in enumerate(PHASES))
+            print(f"phases of {chunks} chunks, stream {i} ({len(s[0])} B), us a stream at {mhz:.0f} MHz: {parts}")
+        tot = c[:len(streams)].sum(axis=0) / mhz
+        print(f"phases of {chunks} chunks, a chunk's streams summed, us: " + ", ".join(f"{n} {t:.0f}" for n, t in zip(PHASES, tot)))
+        del batch
+
+# LZ4_VARIANTS="TILE=2048,WINDOW=2048;ROUND=256": the kernel with those of its #defines changed,
+# timed on the same batches beside the source as it is, each variant's bytes equal to its.
+import re
+variants = [v for v in os.environ.get("LZ4_VARIANTS", "").split(";") if v]
+if variants and shape == "block":
+    ref = Batch(cp, [s[0] for s in streams], [s[1] for s in streams], shape=shape)
+    kern(ref.grid, ref.block, ref.args); cp.cuda.Device().synchronize()
+    want = ref.out.get()
+    for v in [""] + variants:
+        text = src
+        for kv in [x for x in v.split(",") if x]:
+            name, value = kv.split("=")
+            if name == "THREADS":  # the kernel takes blockDim.x: the launch alone
+                continue
+            text, hits = re.subn(rf"#define LZ4_{name} \S+", f"#define LZ4_{name} {value}u", text, count=1)
+            assert hits == 1, name
+        vk = cp.RawModule(code=text, backend="nvrtc").get_function("lz4_decode_blocks")
+        threads = dict(kv.split("=") for kv in v.split(",") if kv).get("THREADS")
+
+        def batch_of(chunks):  # launched with the variant's threads a block
+            b = Batch(cp, [s[0] for s in streams] * chunks, [s[1] for s in streams] * chunks, shape=shape)
+            if threads:
+                b.block = (int(threads),)
+            return b
+
+        one = batch_of(1)
+        vk(one.grid, one.block, one.args); cp.cuda.Device().synchronize()
+        same = bool((one.out.get() == want).all()) and int(one.statuses.max()) == 0
+        row = []
+        for chunks in [1, 64, 1024, 8192]:
+            batch = batch_of(chunks)
+            times = batch.timed(cp, vk, 8)
+            row.append(f"{chunks}: {times[len(times) // 2]:.3f}")
+            del batch
+        print(f"variant {v or 'as it is'}: bytes {'equal' if same else 'DIFFER'}; median ms by chunks " + ", ".join(row))

@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let mut flexed = vec![0u8; n];
     let flex = lz4_flex::block::decompress_into(block, &mut flexed).ok() == Some(n);
     let mut outs = Vec::new();
-    for threads in [HostThreads::OneThread, HostThreads::Emulated] {
+    for threads in HostThreads::ALL {
         // Guard bytes after the output the kernel is given.
         let mut out = vec![0xA5u8; n + 32];
         let [(status, decoded)] = decode_on_host(&mut [(block, &mut out[..n])], threads)[..] else { unreachable!() };

@@ -23,7 +23,7 @@
 // lengths.
 
 #ifndef LZ4_HOST_SHIM
-#define LZ4_THREADS 256u
+#define LZ4_THREADS blockDim.x  // the launch picks them (lz4/decode.rs)
 #define LZ4_TID threadIdx.x
 #define LZ4_SYNC() __syncthreads()
 #define LZ4_FN __device__ __forceinline__
@@ -45,34 +45,49 @@
 #define LZ4_TOO_LARGE 7u
 
 #define LZ4_TILE 4096u     // input positions a step table covers
+#define LZ4_SLACK 64u      // input bytes past the tile kept with it (tokens near its end)
 #define LZ4_JUMP 8u        // tokens a jump passes
 #define LZ4_EXTENSION 16u  // length extension bytes a step looks through
 #define LZ4_STEP_MAX 0xFFFFu
 #define LZ4_ROUND 512u     // tokens a round
-#define LZ4_WINDOW 4096u   // output bytes resolved at once
+#define LZ4_WINDOW 4096u   // output bytes resolved at once (at most LZ4_RESOLVED)
 #define LZ4_LARGEST 0x7FFFFFFFu  // input and output lengths the u32 places take
 #define LZ4_SHORT 32u      // a token's bytes in a window its own thread enters; longer: all threads
-#define LZ4_RESOLVED 0x80000000u
+#define LZ4_RESOLVED 0x8000u  // above every window place
 #define LZ4_HOPS 32u
 // The place and capacity of a token parsed before its place is known: only the checks on the
 // input apply.
 #define LZ4_UNPLACED (1ull << 40)
 
 typedef unsigned int lz4_u32;
+typedef char lz4_window_fits_an_entry[LZ4_WINDOW <= LZ4_RESOLVED ? 1 : -1];
 typedef unsigned long long lz4_u64;
 
 struct Lz4Shared {
+    unsigned char near[LZ4_TILE + LZ4_SLACK];  // the input from s->tile on (what the tables read)
     unsigned short step[LZ4_TILE];  // bytes from a token at tile + r to the next; 0: parse it
     unsigned short jump[LZ4_TILE];  // bytes from tile + r to LZ4_JUMP tokens on; 0: none
     unsigned char filled[LZ4_ROUND];  // token i starts a jump: the next LZ4_JUMP - 1 to fill in
     lz4_u32 tok[LZ4_ROUND];        // the round's token places in the input
     lz4_u32 op[LZ4_ROUND + 1];     // where each token's bytes start; op[count]: the round's end
     lz4_u32 lits[LZ4_ROUND], lit_at[LZ4_ROUND], match[LZ4_ROUND], offset[LZ4_ROUND];
-    lz4_u32 entry[LZ4_WINDOW];
+    unsigned short entry[LZ4_WINDOW];  // a byte's value | LZ4_RESOLVED, or the window place it copies
     lz4_u32 longs[LZ4_ROUND];      // tokens with more than LZ4_SHORT bytes in the window
     lz4_u32 tile, span, pos, count, done, need_tile, base, first, exec, end, finished, status, n_long;
     lz4_u32 more[3];
 };
+
+// The input, with the bytes near the tile in shared memory: [from, from + have) of in.
+struct Lz4In {
+    const unsigned char* in;
+    const unsigned char* near;
+    lz4_u32 from, have;
+};
+
+LZ4_FN lz4_u32 lz4_at(const Lz4In* x, lz4_u64 i) {
+    const lz4_u64 r = i - x->from;  // wraps past have below the tile
+    return r < x->have ? x->near[r] : x->in[i];
+}
 
 struct Lz4Token {
     lz4_u64 lits, match;  // lengths accepted (0 until their checks pass)
@@ -81,11 +96,11 @@ struct Lz4Token {
 
 // A length whose nibble is 15 continues in the bytes at *ip (each added, until one is not 255).
 // Returns 0 when the input ends first.
-LZ4_FN int lz4_length(const unsigned char* in, lz4_u64 n, lz4_u64* ip, lz4_u64* len) {
+LZ4_FN int lz4_length(const Lz4In* in, lz4_u64 n, lz4_u64* ip, lz4_u64* len) {
     if (*len != 15) return 1;
     for (;;) {
         if (*ip >= n) return 0;
-        const unsigned int b = in[*ip];
+        const unsigned int b = lz4_at(in, *ip);
         *ip += 1;
         *len += b;
         if (b != 255) return 1;
@@ -95,7 +110,7 @@ LZ4_FN int lz4_length(const unsigned char* in, lz4_u64 n, lz4_u64* ip, lz4_u64* 
 // The token at ip of in[0, n), its bytes placed at op of an output of `expected`, checked as the
 // walk checks it: its status (OK: a match follows, or t->last and the block ends well). The
 // bytes written before the block ended there: op + t->lits.
-LZ4_FN lz4_u32 lz4_token(const unsigned char* in, lz4_u64 n, lz4_u64 ip, lz4_u64 op, lz4_u64 expected, Lz4Token* t) {
+LZ4_FN lz4_u32 lz4_token(const Lz4In* in, lz4_u64 n, lz4_u64 ip, lz4_u64 op, lz4_u64 expected, Lz4Token* t) {
     t->lits = 0;
     t->match = 0;
     t->lit_at = 0;
@@ -103,7 +118,7 @@ LZ4_FN lz4_u32 lz4_token(const unsigned char* in, lz4_u64 n, lz4_u64 ip, lz4_u64
     t->next = 0;
     t->last = 0;
     if (ip >= n) return LZ4_INPUT_ENDS;  // empty input, or a match ending the input
-    const unsigned int token = in[ip];
+    const unsigned int token = lz4_at(in, ip);
     ip += 1;
     lz4_u64 literals = token >> 4;
     if (!lz4_length(in, n, &ip, &literals)) return LZ4_INPUT_ENDS;
@@ -121,7 +136,7 @@ LZ4_FN lz4_u32 lz4_token(const unsigned char* in, lz4_u64 n, lz4_u64 ip, lz4_u64
     // A match follows: it starts at least 12 bytes before the end, and at least 8 input bytes
     // follow the literals (the offset, a last token, 5 literals).
     if (expected - op < 12 || n - ip < 8) return LZ4_END_RULES;
-    const lz4_u64 offset = (lz4_u64)in[ip] | ((lz4_u64)in[ip + 1] << 8);
+    const lz4_u64 offset = (lz4_u64)lz4_at(in, ip) | ((lz4_u64)lz4_at(in, ip + 1) << 8);
     ip += 2;
     if (offset == 0 || offset > op) return LZ4_BAD_OFFSET;
     lz4_u64 matched = token & 15u;
@@ -140,10 +155,10 @@ LZ4_FN lz4_u32 lz4_token(const unsigned char* in, lz4_u64 n, lz4_u64 ip, lz4_u64
 
 // Where a length extension starting at *ip ends, looked for in at most LZ4_EXTENSION bytes:
 // 0 where the input or those bytes end first.
-LZ4_FN lz4_u32 lz4_skip_extension(const unsigned char* in, lz4_u32 n, lz4_u32* ip, lz4_u32* len) {
+LZ4_FN lz4_u32 lz4_skip_extension(const Lz4In* in, lz4_u32 n, lz4_u32* ip, lz4_u32* len) {
     for (lz4_u32 k = 0; k < LZ4_EXTENSION; ++k) {
         if (*ip >= n) return 0;
-        const lz4_u32 b = in[*ip];
+        const lz4_u32 b = lz4_at(in, *ip);
         *ip += 1;
         *len += b;
         if (b != 255) return 1;
@@ -154,9 +169,9 @@ LZ4_FN lz4_u32 lz4_skip_extension(const unsigned char* in, lz4_u32 n, lz4_u32* i
 // The step table's entry for a token at p: the bytes to the next token where a match follows
 // its literals (which end inside the input before its last byte) and its length extensions
 // are at most LZ4_EXTENSION bytes each; else 0. What lz4_token finds when its checks pass.
-LZ4_FN lz4_u32 lz4_step(const unsigned char* in, lz4_u32 n, lz4_u32 p) {
+LZ4_FN lz4_u32 lz4_step(const Lz4In* in, lz4_u32 n, lz4_u32 p) {
     if (p >= n) return 0;
-    const lz4_u32 t = in[p];
+    const lz4_u32 t = lz4_at(in, p);
     lz4_u32 ip = p + 1, lits = t >> 4, matched = t & 15u;
     if (lits == 15u && !lz4_skip_extension(in, n, &ip, &lits)) return 0;
     if (ip >= n || lits >= n - ip) return 0;  // the last token's literals, or past the end
@@ -165,12 +180,26 @@ LZ4_FN lz4_u32 lz4_step(const unsigned char* in, lz4_u32 n, lz4_u32 p) {
     return ip - p <= LZ4_STEP_MAX ? ip - p : 0u;
 }
 
+// The input as the tile at s->tile sees it (s->near holding its bytes).
+LZ4_FN Lz4In lz4_input(const Lz4Shared* s, const unsigned char* in, lz4_u32 n) {
+    Lz4In x;
+    x.in = in;
+    x.near = s->near;
+    x.from = s->tile;
+    x.have = s->tile >= n ? 0u : (n - s->tile < LZ4_TILE + LZ4_SLACK ? n - s->tile : LZ4_TILE + LZ4_SLACK);
+    return x;
+}
+
 // The tables of the tile starting at input place s->tile, as far as the input reaches (s->span
-// entries; past them every entry would be 0).
+// entries; past them every entry would be 0), and its bytes in s->near: each position's step
+// reads a few bytes near it, one load from shared memory each.
 LZ4_FN void lz4_tables(Lz4Shared* s, const unsigned char* in, lz4_u32 n) {
     const lz4_u32 tile = s->tile;
     const lz4_u32 span = tile >= n ? 0u : (n - tile < LZ4_TILE ? n - tile : LZ4_TILE);
-    LZ4_FOR_THREADS(r, span) s->step[r] = (unsigned short)lz4_step(in, n, tile + r);
+    const Lz4In x = lz4_input(s, in, n);
+    LZ4_FOR_THREADS(r, x.have) s->near[r] = in[tile + r];
+    LZ4_SYNC();
+    LZ4_FOR_THREADS(r, span) s->step[r] = (unsigned short)lz4_step(&x, n, tile + r);
     LZ4_SYNC();
     // LZ4_JUMP steps from r, each from a place inside the tile (the last may land outside).
     LZ4_FOR_THREADS(r, span) {
@@ -190,6 +219,7 @@ LZ4_FN void lz4_tables(Lz4Shared* s, const unsigned char* in, lz4_u32 n) {
 // (s->need_tile) or a token that ends the block or fails its input's checks (s->done).
 LZ4_FN void lz4_chain(Lz4Shared* s, const unsigned char* in, lz4_u32 n) {
     const lz4_u32 tile = s->tile, span = s->span;
+    const Lz4In x = lz4_input(s, in, n);
     lz4_u32 pos = s->pos, count = 0;
     while (count < LZ4_ROUND) {
         const lz4_u32 r = pos - tile;  // pos >= tile
@@ -214,7 +244,7 @@ LZ4_FN void lz4_chain(Lz4Shared* s, const unsigned char* in, lz4_u32 n) {
             continue;
         }
         Lz4Token t;
-        if (lz4_token(in, n, pos, LZ4_UNPLACED, 2 * LZ4_UNPLACED, &t) != LZ4_OK || t.last) {
+        if (lz4_token(&x, n, pos, LZ4_UNPLACED, 2 * LZ4_UNPLACED, &t) != LZ4_OK || t.last) {
             s->done = 1;
             break;
         }
@@ -273,7 +303,7 @@ LZ4_FN void lz4_window(Lz4Shared* s, const unsigned char* in, unsigned char* out
         const lz4_u32 a = first > w0 ? first : w0, b = last < w1 ? last : w1;
         if (a < b) {
             const lz4_u32 mine = b - a < LZ4_SHORT ? b - a : LZ4_SHORT;
-            for (lz4_u32 x = a; x < a + mine; ++x) s->entry[x - w0] = lz4_entry(s, i, x, w0, in, out);
+            for (lz4_u32 x = a; x < a + mine; ++x) s->entry[x - w0] = (unsigned short)lz4_entry(s, i, x, w0, in, out);
             if (b - a > LZ4_SHORT) s->longs[LZ4_ATOMIC_ADD(&s->n_long, 1u)] = i;
         }
     }
@@ -282,21 +312,21 @@ LZ4_FN void lz4_window(Lz4Shared* s, const unsigned char* in, unsigned char* out
     for (lz4_u32 k = 0; k < s->n_long; ++k) {
         const lz4_u32 i = s->longs[k], first = s->op[i], last = first + s->lits[i] + s->match[i];
         const lz4_u32 a = (first > w0 ? first : w0) + LZ4_SHORT, b = last < w1 ? last : w1;
-        LZ4_FOR_THREADS(x, b - a) s->entry[a + x - w0] = lz4_entry(s, i, a + x, w0, in, out);
+        LZ4_FOR_THREADS(x, b - a) s->entry[a + x - w0] = (unsigned short)lz4_entry(s, i, a + x, w0, in, out);
     }
     LZ4_SYNC();
     // Every pointer leads to an earlier byte, so each pass resolves at least the first
     // unresolved entry: the passes end. An entry is written only by its own thread; its targets
     // may move on while it reads them, from one pointer of the chain to a later one or to the
-    // value (volatile, whole words).
-    volatile lz4_u32* e = s->entry;
+    // value (volatile, whole entries: an aligned 16-bit access is one).
+    volatile unsigned short* e = s->entry;
     const lz4_u32 len = w1 - w0;
     for (lz4_u32 pass = 0;; ++pass) {
         LZ4_FOR_THREADS(x, len) {
             lz4_u32 v = e[x];
             if (v & LZ4_RESOLVED) continue;
             for (lz4_u32 h = 0; h < LZ4_HOPS && !(v & LZ4_RESOLVED); ++h) v = e[v];
-            e[x] = v;
+            e[x] = (unsigned short)v;
             if (!(v & LZ4_RESOLVED)) s->more[pass % 3] = 1;
         }
         // The flag the pass after next sets, cleared while no thread reads it.
@@ -311,6 +341,7 @@ LZ4_FN void lz4_window(Lz4Shared* s, const unsigned char* in, unsigned char* out
 // One round: the tokens s->chain found, parsed, placed, checked and written out.
 LZ4_FN void lz4_round(Lz4Shared* s, const unsigned char* in, lz4_u32 n, unsigned char* out, lz4_u32 expected) {
     const lz4_u32 count = s->count;
+    const Lz4In x = lz4_input(s, in, n);  // the round's tokens start in the tile
     // The tokens a jump passed.
     LZ4_FOR_THREADS(i, count) {
         if (s->filled[i]) {
@@ -325,7 +356,7 @@ LZ4_FN void lz4_round(Lz4Shared* s, const unsigned char* in, lz4_u32 n, unsigned
     // Their lengths (the input's checks only: a token failing those fails placed too), placed.
     LZ4_FOR_THREADS(i, count) {
         Lz4Token t;
-        lz4_token(in, n, s->tok[i], LZ4_UNPLACED, 2 * LZ4_UNPLACED, &t);
+        lz4_token(&x, n, s->tok[i], LZ4_UNPLACED, 2 * LZ4_UNPLACED, &t);
         s->match[i] = (lz4_u32)(t.lits + t.match);
     }
     LZ4_SYNC();
@@ -334,7 +365,7 @@ LZ4_FN void lz4_round(Lz4Shared* s, const unsigned char* in, lz4_u32 n, unsigned
     // Checked where they are; the first that ends the block, in token order.
     LZ4_FOR_THREADS(i, count) {
         Lz4Token t;
-        const lz4_u32 status = lz4_token(in, n, s->tok[i], s->op[i], expected, &t);
+        const lz4_u32 status = lz4_token(&x, n, s->tok[i], s->op[i], expected, &t);
         s->lits[i] = (lz4_u32)t.lits;
         s->lit_at[i] = t.lit_at;
         s->match[i] = (lz4_u32)t.match;
@@ -346,7 +377,7 @@ LZ4_FN void lz4_round(Lz4Shared* s, const unsigned char* in, lz4_u32 n, unsigned
         const lz4_u32 f = s->first;
         if (f < count) {
             Lz4Token t;
-            s->status = lz4_token(in, n, s->tok[f], s->op[f], expected, &t);
+            s->status = lz4_token(&x, n, s->tok[f], s->op[f], expected, &t);
             s->exec = f + 1;
             s->end = s->op[f] + (lz4_u32)t.lits;
             s->finished = 1;
@@ -435,6 +466,7 @@ extern "C" __global__ void lz4_decode_blocks(const unsigned char* const* inputs,
 #undef LZ4_END_RULES
 #undef LZ4_TOO_LARGE
 #undef LZ4_TILE
+#undef LZ4_SLACK
 #undef LZ4_JUMP
 #undef LZ4_EXTENSION
 #undef LZ4_STEP_MAX

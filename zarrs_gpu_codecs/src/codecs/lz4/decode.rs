@@ -65,8 +65,19 @@ pub fn status_text(code: u32) -> &'static str {
 /// ours unless nvCOMP's is named (`Auto`, the default, is ours).
 pub type Lz4Decoder = crate::codecs::decoder_choice::DecoderChoice;
 
-/// Threads per thread block of the kernel, one LZ4 block each (the kernel's `LZ4_THREADS`).
-const THREADS: u32 = 256;
+/// Threads per thread block of the kernel (one LZ4 block each; the kernel takes `blockDim.x`) for
+/// a launch of `n` LZ4 blocks on a device of `sms` multiprocessors: few blocks get many threads
+/// each (a lone stream's latency is its threads' waits on memory), many blocks 256 each, so that
+/// five fit a multiprocessor (about 43 KiB of shared memory each).
+fn threads_for(n: usize, sms: usize) -> u32 {
+    if n <= 2 * sms {
+        1024
+    } else if n <= 4 * sms {
+        512
+    } else {
+        256
+    }
+}
 
 /// Enqueue the decode of `n` blocks on `stream`, one launch; `tags`: a device array of `n` `u32`
 /// or-ed into each failing status, or 0 for none.
@@ -86,7 +97,12 @@ pub(crate) unsafe fn launch_decode(
         return Ok(());
     }
     let blocks = u32::try_from(n).map_err(|_| GpuError::Unsupported(format!("{n} LZ4 blocks in one launch")))?;
-    let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+    let sms = stream
+        .context()
+        .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        .map_err(GpuError::cuda("asking the device's multiprocessors"))?;
+    let threads = threads_for(n, usize::try_from(sms).unwrap_or(1));
+    let config = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
     let a = arrays;
     let args = [a.inputs, a.input_sizes, a.capacities, a.outputs, a.decoded, a.statuses, tags, n as u64];
     // SAFETY: seven device addresses and a count, as the kernel takes them; the rest is the
@@ -100,8 +116,15 @@ pub(crate) unsafe fn launch_decode(
 pub enum HostThreads {
     /// One thread does the block's work in order.
     OneThread,
-    /// The 256 threads' strided loops run one thread after the other, with the device's strides.
-    Emulated,
+    /// A launch's threads a block (1 to 1,024): their strided loops run one thread after the
+    /// other, with the device's strides.
+    Emulated(u32),
+}
+
+#[cfg(any(test, feature = "cpu-kernels"))]
+impl HostThreads {
+    /// One thread, and each thread count a launch takes ([`threads_for`]).
+    pub const ALL: [Self; 4] = [Self::OneThread, Self::Emulated(256), Self::Emulated(512), Self::Emulated(1024)];
 }
 
 #[cfg(any(test, feature = "cpu-kernels"))]
@@ -127,7 +150,10 @@ pub fn decode_on_host(blocks: &mut [(&[u8], &mut [u8])], threads: HostThreads) -
             &raw const pointers,
             std::ptr::null(),
             items.count(),
-            u32::from(threads == HostThreads::Emulated),
+            match threads {
+                HostThreads::OneThread => 0,
+                HostThreads::Emulated(n) => n.clamp(1, 1024),
+            },
         );
     }
     items.results()

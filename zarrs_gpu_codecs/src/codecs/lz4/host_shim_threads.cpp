@@ -1,3 +1,4 @@
-// host_shim.cpp with the thread block's 256 threads emulated one after the other.
+// host_shim.cpp with a thread block's threads (as many as the launch takes) emulated one after
+// the other.
 #define LZ4_EMULATE_THREADS
 #include "host_shim.cpp"

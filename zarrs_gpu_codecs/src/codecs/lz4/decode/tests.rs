@@ -14,7 +14,7 @@ const GUARD_BYTE: u8 = 0xA5;
 /// decoded bytes (the whole output) and the decoded length, the same both ways.
 fn ours(block: &[u8], expected: usize) -> (u32, Vec<u8>, u64) {
     let mut results = Vec::new();
-    for threads in [HostThreads::OneThread, HostThreads::Emulated] {
+    for threads in HostThreads::ALL {
         let mut out = vec![GUARD_BYTE; expected + GUARD];
         let (head, tail) = out.split_at_mut(expected);
         let [(status, decoded)] = decode_on_host(&mut [(block, head)], threads)[..] else { unreachable!() };
@@ -231,7 +231,7 @@ fn a_batch_of_blocks_decodes_each_alone() {
     let damaged = 7;
     let cut = blocks[damaged].len() / 2;
     blocks[damaged].truncate(cut);
-    for threads in [HostThreads::OneThread, HostThreads::Emulated] {
+    for threads in HostThreads::ALL {
         let mut outs: Vec<Vec<u8>> = raws.iter().map(|r| vec![0u8; r.len()]).collect();
         let mut pairs: Vec<(&[u8], &mut [u8])> =
             blocks.iter().map(Vec::as_slice).zip(outs.iter_mut().map(Vec::as_mut_slice)).collect();
