@@ -33,7 +33,8 @@ def run(blocks, caps, tags=None):
     batch = Batch(cp, blocks, caps, tags, shape)
     return kern, batch.grid, batch.args, batch.out, batch.out_off, batch.statuses, batch.decoded, batch
 
-raw = gzip.open(dump).read() if dump.endswith(".gz") else open(dump, "rb").read()
+import lzma
+raw = (gzip.open(dump) if dump.endswith(".gz") else lzma.open(dump) if dump.endswith(".xz") else open(dump, "rb")).read()
 p = 0; cases = []
 while p < len(raw):
     nin, cap, status, decoded = struct.unpack_from("<4I", raw, p); p += 16
@@ -61,7 +62,7 @@ print("tagged statuses", [hex(x) for x in tagged])
 if (bad or tagged != [0x40000104, 0]) and not timings_only:
     sys.exit("the GPU and the CPU shim disagree")
 
-streams = b1_streams(dump.removesuffix(".gz") + ".b1")
+streams = b1_streams(dump.removesuffix(".gz").removesuffix(".xz") + ".b1")
 print(f"B1 chunk: {len(streams)} streams, {sum(len(s[0]) for s in streams)} stored bytes")
 alone = []
 for s in streams:

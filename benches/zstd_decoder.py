@@ -10,6 +10,8 @@ launches, and each launch's share) and the one-warp decoder, in the same run.
         [--frames 1,16,64,1024,8192] [--decoders 'blocks,blocks executed,one warp']
 
 `--source DIR`: the four .cu files from DIR (another build's kernels, to compare in one call);
+`--split N`: a block's sequences in at most N spans (default: decode.rs' rule, 32 for launches of
+1,024 blocks or fewer, else 1);
 `--cycles`: also the instrumented block decode (clock64 cycles of its sequence loop).
 """
 import gzip, json, os, struct, sys, time
@@ -20,6 +22,7 @@ opt = lambda name, default=None: sys.argv[sys.argv.index(name) + 1] if name in s
 rows_path = opt("--json")
 source_dir = opt("--source", "zarrs_gpu_codecs/src/codecs/zstd")
 label = opt("--label", "")
+SPLIT = opt("--split")  # spans a block's sequences split into at most (the kernels before them: ignored)
 
 src = "".join(open(f"{source_dir}/{name}.cu").read() for name in ("entropy", "decode", "blocks", "bytes"))
 # The jump passes' rule (decode.rs `jump_passes` and JUMP_GRID), or, for sources before it, one
@@ -118,6 +121,8 @@ class Blocks:
         self.frames, self.blocks, self.records, self.lits, self.ents, self.flags = (
             np.uint64(base + a) for a in (0, blocks_at, records_at, lits_at, entries_at, flags_at))
         self.args = args
+        # The most spans a block's sequences split into (decode.rs `split_for`), or --split's.
+        self.split = int(SPLIT) if SPLIT else (32 if tb <= 1024 else 1)
 
     def run(self, events=None, blocks_only=False):
         """Its launches; events (6) mark plan | blocks | link and entries | passes | write (the
@@ -130,7 +135,8 @@ class Blocks:
         k_plan((self.n,), (32,), (ins, sizes, caps, self.frames, self.blocks, n))
         if events: events[1].record()
         if self.nblocks:
-            k_blocks((self.nblocks,), (32,), (ins, self.frames, self.blocks, self.lits, self.records, np.uint64(self.nblocks)))
+            k_blocks((self.nblocks,), (32,), (ins, self.frames, self.blocks, self.lits, self.records, np.uint64(self.nblocks),
+                                               np.uint64(self.split)))
         if events: events[2].record()
         if blocks_only:
             pass
@@ -177,7 +183,8 @@ def arrays(frames, caps, repeat_inputs=None):
     return (ins, sizes, capsd, outs, dec, st, np.uint64(n)), d_out, out_off, st, dec, keep
 
 
-raw = gzip.open(dump).read() if dump.endswith(".gz") else open(dump, "rb").read()
+import lzma
+raw = (gzip.open(dump) if dump.endswith(".gz") else lzma.open(dump) if dump.endswith(".xz") else open(dump, "rb")).read()
 p = 0
 cases = []
 while p < len(raw):
@@ -188,41 +195,57 @@ while p < len(raw):
     out = raw[p:p + cap]
     p += cap
     cases.append((frame, cap, status, decoded, out))
-args, d_out, out_off, st, dec, keep = arrays([c[0] for c in cases], [c[1] for c in cases])
-Blocks([c[0] for c in cases], [c[1] for c in cases], args).run()
-cp.cuda.Device().synchronize()
-st = st.get()
-dec = dec.get()
-host_out = d_out.get()
 bad = 0
-codes = {}
-for i, (frame, cap, status, decoded, out) in enumerate(cases):
-    codes[int(status)] = codes.get(int(status), 0) + 1
-    ok = st[i] == status and dec[i] == decoded
-    if status == 0:
-        ok = ok and host_out[out_off[i]:out_off[i] + cap].tobytes() == out
-    if not ok:
-        bad += 1
-        if bad < 6:
-            print("MISMATCH", i, cap, len(frame), "gpu", st[i], dec[i], "cpu", status, decoded)
-guard = host_out[int(out_off[-1])]
-print(f"{len(cases)} cases, {bad} mismatches with the CPU shim; statuses {sorted(codes.items())}; guard {guard:#x}")
+# Replayed with a block's sequences in 32 spans and in one (the dump's statuses are both's).
+for replay_split in ["32", "1"]:
+    SPLIT, saved_split = replay_split, SPLIT
+    args, d_out, out_off, st, dec, keep = arrays([c[0] for c in cases], [c[1] for c in cases])
+    Blocks([c[0] for c in cases], [c[1] for c in cases], args).run()
+    SPLIT = saved_split
+    cp.cuda.Device().synchronize()
+    st = st.get()
+    dec = dec.get()
+    host_out = d_out.get()
+    codes = {}
+    for i, (frame, cap, status, decoded, out) in enumerate(cases):
+        codes[int(status)] = codes.get(int(status), 0) + 1
+        ok = st[i] == status and dec[i] == decoded
+        if status == 0:
+            ok = ok and host_out[out_off[i]:out_off[i] + cap].tobytes() == out
+        if not ok:
+            bad += 1
+            if bad < 6:
+                print("MISMATCH", i, cap, len(frame), "gpu", st[i], dec[i], "cpu", status, decoded)
+    guard = host_out[int(out_off[-1])]
+    print(f"split {replay_split}: {len(cases)} cases, {bad} mismatches with the CPU shim; statuses {sorted(codes.items())}; "
+          f"guard {guard:#x}")
 if os.environ.get("ZSTD_REPLAY_ONLY"):
     sys.exit(1 if bad else 0)
 
 # Decoder-only timings: Z2-like chunks (a float32 random walk, 1 MiB each, zstd level 3).
-import numcodecs
+# --chunks DIR: instead, the first 64 chunk files of a Z2 array (1 MiB zstd frames as `bench`
+# writes them; no numcodecs needed), their bytes checked against the first decoder's.
+chunk_dir = opt("--chunks")
+if chunk_dir:
+    paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(chunk_dir) for f in fs if not f.startswith("zarr."))[:64]
+    frames = [open(q, "rb").read() for q in paths]
+    chunks = None
+    ratio = len(frames) * (1 << 20) / sum(len(f) for f in frames)
+    print(f"Z2 frames of {chunk_dir}: {len(frames)}, ratio {ratio:.2f}, mean {np.mean([len(f) for f in frames]) / 1024:.0f} KiB")
+else:
+    import numcodecs
 
-rng = np.random.default_rng(5)
-codec = numcodecs.Zstd(level=3)
-chunks = []
-for k in range(64):
-    walk = np.cumsum(rng.integers(-3, 4, 262144)).astype(np.float32) * 0.25 + k
-    chunks.append(walk.tobytes())
-frames = [codec.encode(c) for c in chunks]
-ratio = sum(len(c) for c in chunks) / sum(len(f) for f in frames)
-print(f"Z2-like frames: 64 distinct, ratio {ratio:.2f}, mean {np.mean([len(f) for f in frames]) / 1024:.0f} KiB")
+    rng = np.random.default_rng(5)
+    codec = numcodecs.Zstd(level=3)
+    chunks = []
+    for k in range(64):
+        walk = np.cumsum(rng.integers(-3, 4, 262144)).astype(np.float32) * 0.25 + k
+        chunks.append(walk.tobytes())
+    frames = [codec.encode(c) for c in chunks]
+    ratio = sum(len(c) for c in chunks) / sum(len(f) for f in frames)
+    print(f"Z2-like frames: 64 distinct, ratio {ratio:.2f}, mean {np.mean([len(f) for f in frames]) / 1024:.0f} KiB")
 rows = []
+first_bytes = {}
 counts = [int(v) for v in opt("--frames", "1,16,64,1024,8192").split(",")]
 decoders = opt("--decoders", "blocks,blocks executed,one warp").split(",")
 for n, decoder in [(n, d) for n in counts for d in decoders]:
@@ -247,7 +270,11 @@ for n, decoder in [(n, d) for n in counts for d in decoders]:
     assert (s == 0).all(), f"{n} frames: statuses {np.unique(s)}"
     got = d_out[: 64 << 20].get() if n >= 64 else d_out[: n << 20].get()
     for k in range(min(n, 64)):
-        assert got[k << 20:(k + 1) << 20].tobytes() == chunks[k], f"frame {k} differs"
+        mine = got[k << 20:(k + 1) << 20].tobytes()
+        if chunks is None:  # --chunks: the first decoder's bytes of a frame are the others'
+            assert first_bytes.setdefault(k, mine) == mine, f"frame {k} differs"
+        else:
+            assert mine == chunks[k], f"frame {k} differs"
     med = float(np.median(times))
     gib = n / 1024 / (med / 1e3)
     share, row_phases = "", {}
@@ -261,7 +288,7 @@ for n, decoder in [(n, d) for n in counts for d in decoders]:
             row_phases = dict(plan_ms=ph[0], blocks_ms=ph[1], execute_ms=ph[2])
             share = f" (plan {ph[0]:.2f}, blocks {ph[1]:.2f}, execute {ph[2]:.2f} ms; scratch {plan.len / 2**20:.1f} MiB)"
     name = decoder if decoder != "blocks" or (plan and not plan.jump) else "blocks, jumps"
-    name = f"{name}{', ' + label if label else ''}"
+    name = f"{name}{f', split {plan.split}' if plan else ''}{', ' + label if label else ''}"
     print(f"ours ({name}), {n} frames of 1 MiB: median {med:.2f} ms, p90 {np.percentile(times, 90):.2f} ms, {gib:.2f} GiB/s{share}")
     rows.append(dict(decoder=f"ours ({name})", frames=n, median_ms=med, p90_ms=float(np.percentile(times, 90)), gib_s=gib,
                      **{k: float(v) for k, v in row_phases.items()}))

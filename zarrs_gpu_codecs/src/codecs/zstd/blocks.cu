@@ -6,9 +6,10 @@
 //    before it, but for repeat offsets and the bytes its matches copy).
 // 2. zstd_decode_blocks, one warp per block, all blocks of all frames at once: its literals into
 //    scratch (four streams on four lanes), its three tables built on three lanes, then its
-//    sequences decoded by one lane into records of (offset, literal length, match length). A
-//    repeat offset that reaches before the block stays symbolic: "incoming repeat offset i,
-//    less d".
+//    sequences decoded into records of (offset, literal length, match length): in a launch of
+//    few blocks, lane 0 walks their state chain alone and a lane a span of them decodes it
+//    whole (ZsSpans); in a launch of many, lane 0 decodes them all. A repeat offset that
+//    reaches before the block stays symbolic: "incoming repeat offset i, less d".
 // 3. the frame's bytes (bytes.cu): each sequence's offset resolved from the repeat offsets its
 //    block inherits; then every byte resolved by pointer jumps (batches of 64 MiB or less), or
 //    each frame's sequences executed by a warp, 32 at a time.
@@ -280,10 +281,266 @@ extern "C" __global__ void zstd_plan(const unsigned char* const* inputs, const u
 // tag - 1 less the value.
 #define ZS_REP(tag, value) (((zs_u64)(tag) << 32) | (zs_u64)(value))
 
+// A block's sequences in spans. Their bitstream is one chain: each sequence's three states say
+// how many bits it and the next one take, and no place in it lets a decoder start without the
+// states before (benches/fse_resync.sh). So lane 0 first walks that chain alone (the states and
+// the bit counts: a third of a sequence's work), noting the bits and states where each span of
+// sequences starts; then a lane a span decodes its sequences whole from there, its repeat
+// offsets relative to the span's start ("the span's incoming repeat offset i, less d", as a
+// block's are to the block's); lane 0 links the spans' repeat offsets in order and each lane
+// rewrites its records that hold span-relative ones. The checks on sums over the sequences
+// (literals used, the block's size) are made on the spans' sums, and the first failing sequence
+// in stream order gives the status, as one lane walking them all finds it. A launch of many
+// blocks (split 1) keeps one span: lane 0 walks them all, no chain walked twice.
+#define ZS_SPANS 32u     // spans a block at most: a lane each
+#define ZS_SPAN_MIN 64u  // sequences a span at least
+
+struct ZsSpans {
+    zs_u32 left[ZS_SPANS];       // bits unread before the span's first sequence (the chain's walk)
+    zs_u32 states[ZS_SPANS];     // the states then: literal length | offset << 10 | match length << 20
+    zs_u32 lits[ZS_SPANS];       // literal lengths summed, before its first failing sequence
+    zs_u32 matched[ZS_SPANS];    // match lengths summed, likewise
+    zs_u32 bad[ZS_SPANS];        // its first failing sequence, ZS_NONE for none
+    zs_u32 bad_bits[ZS_SPANS];   // that one's bits ran out
+    zs_u32 symbolic[ZS_SPANS];   // the end of its records that may hold span-relative offsets
+    zs_u32 fixed_bad[ZS_SPANS];  // its first record whose offset resolves to 0 or below
+    zs_u32 out_tag[ZS_SPANS][3], out_rep[ZS_SPANS][3];          // repeat offsets out, span-relative
+    zs_u32 in_tag[ZS_SPANS + 1][3], in_rep[ZS_SPANS + 1][3];    // repeat offsets in, block-relative
+    zs_u32 reach;          // spans the chain reached (bits ran out in the last, or none did)
+    zs_u32 matched_total;  // every span's match lengths
+    zs_u32 end_left;       // bits unread after the last sequence
+    zs_u32 end_overflow;   // bits ran out
+};
+typedef char zs_spans_fit[sizeof(ZsSpans) <= 2 * sizeof(ZsFse) ? 1 : -1];
+
+// Repeat offset r of a span (a value, or tag i + 1: the span's incoming i less the value) in
+// terms of the block's, given the span's incoming ones (each a value, or the block's incoming
+// one less a value): ~0 where it comes to 0 or below.
+ZS_FN zs_u64 zs_rep_link(zs_u64 r, const zs_u32* in_tag, const zs_u32* in_rep) {
+    const zs_u32 tag = (zs_u32)(r >> 32), d = (zs_u32)r;
+    if (tag == 0) return r;
+    const zs_u32 t = in_tag[tag - 1], v = in_rep[tag - 1];
+    if (t != 0) return ZS_REP(t, v + d);
+    return v > d ? (zs_u64)(v - d) : ~0ull;
+}
+
+// The chain alone, from the states after the stream's first bits: each span's bits and states.
+// It stops where the bits run out (the span it is in decodes to that point and fails there).
+ZS_FN void zs_sequence_chain(ZsBits* b, const zs_u64* ll_t, const zs_u64* ml_t, const zs_u32* of_t, zs_u32 n_seq,
+                             zs_u32 span, zs_u32 spans, zs_u32 ll_state, zs_u32 of_state, zs_u32 ml_state,
+                             ZsSpans* sp) {
+    zs_u32 reach = 0, next = 0;
+    for (zs_u32 k = 0; k < n_seq; ++k) {
+        if (k == next) {
+            sp->left[reach] = zs_bits_left(b);
+            sp->states[reach] = ll_state | (of_state << 10) | (ml_state << 20);
+            ++reach;
+            next += span;
+            if (spans == 1) break;  // one span: its lane walks the chain itself
+        }
+        const zs_u32 ll_hi = (zs_u32)(ll_t[ll_state] >> 32), ml_hi = (zs_u32)(ml_t[ml_state] >> 32);
+        const zs_u32 oe = of_t[of_state];
+        const zs_u32 of_code = oe & 0xFF, ext_bits = ((ll_hi >> 8) & 0xFF) + ((ml_hi >> 8) & 0xFF);
+        const zs_u32 lb = ll_hi & 0xFF, mb = ml_hi & 0xFF, ob = (oe >> 8) & 0xFF;
+        const zs_u32 state_bits = k + 1 < n_seq ? lb + mb + ob : 0;
+        const zs_u32 need = of_code + ext_bits + state_bits;
+        if (b->avail < need && b->at > 0) zs_bits_fill(b);
+        zs_u32 v_st;
+        if (need <= b->avail) {
+            b->avail -= need;
+            v_st = (zs_u32)(b->word >> (b->avail & 63)) & zs_mask(state_bits);
+        } else {  // the reads the span's lane makes here, so that the bits run out where they do
+            zs_bits_ensure(b, 32);
+            zs_bits_read(b, of_code);
+            zs_bits_ensure(b, 32);
+            zs_bits_read(b, ext_bits);
+            zs_bits_ensure(b, 32);
+            v_st = zs_bits_read(b, state_bits);
+        }
+        if (b->overflow) break;
+        ll_state = (ll_hi >> 16) + (v_st >> (mb + ob));
+        ml_state = (ml_hi >> 16) + ((v_st >> ob) & zs_mask(mb));
+        of_state = (oe >> 16) + (v_st & zs_mask(ob));
+    }
+    sp->reach = reach;
+}
+
+// Span j's sequences decoded whole into their records, from its bits and states; its sums, its
+// repeat offsets out and its first failing sequence into sp (checks on sums: within the span).
+ZS_FN void zs_sequence_span(const zs_u8* stream, zs_u32 stream_len, const zs_u64* ll_t, const zs_u64* ml_t,
+                            const zs_u32* of_t, zs_u32 n_seq, zs_u32 j, zs_u32 span, zs_u32 lits_n, zs_u32 block_max,
+                            zs_u32* rec, ZsSpans* sp) {
+    ZsBits b;
+    zs_bits_at(&b, stream, stream_len, sp->left[j]);
+    zs_u32 ll_state = sp->states[j] & 0x3FF, of_state = (sp->states[j] >> 10) & 0x3FF, ml_state = sp->states[j] >> 20;
+    const zs_u32 k0 = j * span, k1 = n_seq - k0 < span ? n_seq : k0 + span;
+    zs_u32 lp = 0, matched = 0, bad_at = ZS_NONE, symbolic = k0;
+    zs_u64 r0 = ZS_REP(1, 0), r1 = ZS_REP(2, 0), r2 = ZS_REP(3, 0);
+    for (zs_u32 k = k0; k < k1; ++k) {
+        const zs_u64 le = ll_t[ll_state], me = ml_t[ml_state];
+        const zs_u32 oe = of_t[of_state];
+        const zs_u32 of_code = oe & 0xFF;
+        const zs_u32 ll_base = (zs_u32)le, ll_hi = (zs_u32)(le >> 32);
+        const zs_u32 ml_base = (zs_u32)me, ml_hi = (zs_u32)(me >> 32);
+        const zs_u32 ll_bits = (ll_hi >> 8) & 0xFF, ml_bits = (ml_hi >> 8) & 0xFF;
+        const zs_u32 lb = ll_hi & 0xFF, mb = ml_hi & 0xFF, ob = (oe >> 8) & 0xFF;
+        // The sequence's bits in stream order: its offset's (offset code 1 reads the one bit
+        // that picks a repeat offset, 0 none), its lengths', its state updates' (none after the
+        // last). Read from the window at once where it holds them all (one refill check a
+        // sequence: the branches are what a lone lane pays for).
+        const zs_u32 ext_bits = ml_bits + ll_bits;
+        const zs_u32 state_bits = k + 1 < n_seq ? lb + mb + ob : 0;
+        const zs_u32 need = of_code + ext_bits + state_bits;
+        if (b.avail < need && b.at > 0) zs_bits_fill(&b);
+        zs_u32 v_off, v_ext, v_st;
+        if (need <= b.avail) {
+            const zs_u64 w = b.word;
+            zs_u32 at = b.avail - of_code;
+            v_off = (zs_u32)(w >> (at & 63)) & zs_mask(of_code);
+            at -= ext_bits;
+            v_ext = (zs_u32)(w >> (at & 63)) & zs_mask(ext_bits);
+            at -= state_bits;
+            v_st = (zs_u32)(w >> (at & 63)) & zs_mask(state_bits);
+            b.avail = at;
+        } else {
+            // More than a window's bits (long offsets), or past the stream's start.
+            zs_bits_ensure(&b, 32);
+            v_off = zs_bits_read(&b, of_code);
+            zs_bits_ensure(&b, 32);
+            v_ext = zs_bits_read(&b, ext_bits);
+            zs_bits_ensure(&b, 32);
+            v_st = zs_bits_read(&b, state_bits);
+        }
+        // Literal length code 0 is the only one of baseline 0.
+        const zs_u32 ll0 = ll_base == 0;
+        zs_u64 offset;
+        zs_u32 bad = b.overflow;
+        if (of_code > 1) {
+            offset = (1ull << of_code) + v_off - 3;
+            r2 = r1;
+            r1 = r0;
+            r0 = offset;
+        } else if (of_code == 0) {
+            offset = ll0 ? r1 : r0;
+            r1 = ll0 ? r0 : r1;
+            r0 = offset;
+        } else {
+            const zs_u32 index = 1 + ll0 + v_off;
+            // Repeat offset 1 less one: a value less one, or one more less.
+            const zs_u64 minus = (r0 >> 32) ? r0 + 1 : r0 - 1;
+            offset = index == 3 ? minus : index == 2 ? r2 : r1;
+            bad |= offset == 0;
+            r2 = index != 1 ? r1 : r2;
+            r1 = r0;
+            r0 = offset;
+        }
+        const zs_u32 ml = ml_base + (v_ext >> ll_bits);
+        const zs_u32 ll = ll_base + (v_ext & zs_mask(ll_bits));
+        ll_state = (ll_hi >> 16) + (v_st >> (mb + ob));
+        ml_state = (ml_hi >> 16) + ((v_st >> ob) & zs_mask(mb));
+        of_state = (oe >> 16) + (v_st & zs_mask(ob));
+        // Literals within the block's; the block within block_max (each length under 2^18: no
+        // wrap). Sums within the span here; the spans' sums are checked when they are linked.
+        bad |= (ll > lits_n - lp) | (ml > block_max) | (lits_n + matched + ml > block_max);
+        if (bad) {
+            bad_at = k;
+            sp->bad_bits[j] = b.overflow;
+            break;
+        }
+        zs_u32* r = rec + ZS_RECORD * k;
+        r[0] = (zs_u32)offset;
+        r[1] = ll | (zs_u32)((offset >> 32) << 30);
+        r[2] = ml;
+        if (offset >> 32) symbolic = k + 1;
+        lp += ll;
+        matched += ml;
+    }
+    sp->bad[j] = bad_at;
+    sp->lits[j] = lp;
+    sp->matched[j] = matched;
+    sp->symbolic[j] = symbolic;
+    sp->out_tag[j][0] = (zs_u32)(r0 >> 32);
+    sp->out_tag[j][1] = (zs_u32)(r1 >> 32);
+    sp->out_tag[j][2] = (zs_u32)(r2 >> 32);
+    sp->out_rep[j][0] = (zs_u32)r0;
+    sp->out_rep[j][1] = (zs_u32)r1;
+    sp->out_rep[j][2] = (zs_u32)r2;
+    if (k1 == n_seq) {
+        sp->end_left = zs_bits_left(&b);
+        sp->end_overflow = b.overflow;
+    }
+}
+
+// Lane 0: each span's incoming repeat offsets in the block's terms, from the one before it.
+ZS_FN void zs_spans_link(ZsSpans* sp, zs_u32 reach) {
+    for (zs_u32 i = 0; i < 3; ++i) {
+        sp->in_tag[0][i] = i + 1;
+        sp->in_rep[0][i] = 0;
+    }
+    for (zs_u32 j = 0; j < reach; ++j) {
+        for (zs_u32 i = 0; i < 3; ++i) {
+            // A link to 0 or below is some record's offset, which the span's fix finds.
+            const zs_u64 r = zs_rep_link(ZS_REP(sp->out_tag[j][i], sp->out_rep[j][i]), sp->in_tag[j], sp->in_rep[j]);
+            sp->in_tag[j + 1][i] = r == ~0ull ? 0u : (zs_u32)(r >> 32);
+            sp->in_rep[j + 1][i] = r == ~0ull ? 1u : (zs_u32)r;
+        }
+    }
+}
+
+// Span j's records that hold span-relative offsets, rewritten in the block's terms (the first
+// span's are already); the first that comes to 0 or below noted.
+ZS_FN void zs_span_fix(zs_u32* rec, zs_u32 j, zs_u32 span, ZsSpans* sp) {
+    zs_u32 fixed_bad = ZS_NONE;
+    const zs_u32 end = sp->symbolic[j] < sp->bad[j] ? sp->symbolic[j] : sp->bad[j];
+    for (zs_u32 k = j * span; j > 0 && k < end; ++k) {
+        zs_u32* r = rec + ZS_RECORD * k;
+        const zs_u32 tag = r[1] >> 30;
+        if (tag == 0) continue;
+        const zs_u64 v = zs_rep_link(ZS_REP(tag, r[0]), sp->in_tag[j], sp->in_rep[j]);
+        if (v == ~0ull) {
+            fixed_bad = k;
+            break;
+        }
+        r[0] = (zs_u32)v;
+        r[1] = (r[1] & 0x3FFFFFFFu) | ((zs_u32)(v >> 32) << 30);
+    }
+    sp->fixed_bad[j] = fixed_bad;
+}
+
+// Lane 0: the block's status from its spans, as the one-lane walk finds it: the first failing
+// sequence in stream order (its bits ran out: a bad stream; else a bad sequence), then the
+// stream's end.
+ZS_FN zs_u32 zs_spans_status(const zs_u32* rec, zs_u32 reach, zs_u32 span, zs_u32 n_seq, zs_u32 lits_n,
+                             zs_u32 block_max, ZsSpans* sp) {
+    zs_u32 lp = 0, matched = 0;  // before span j (at most 33 spans of sums each at most 2^17)
+    for (zs_u32 j = 0; j < reach; ++j) {
+        zs_u32 first = sp->fixed_bad[j] < sp->bad[j] ? sp->fixed_bad[j] : sp->bad[j];
+        if (lp + sp->lits[j] > lits_n || lits_n + matched + sp->matched[j] > block_max) {
+            // A sum over the spans fails within this one: at the first record past it.
+            zs_u32 l = lp, m = matched;
+            const zs_u32 k0 = j * span, k_end = n_seq - k0 < span ? n_seq : k0 + span;
+            const zs_u32 k1 = sp->bad[j] < k_end ? sp->bad[j] : k_end;
+            for (zs_u32 k = k0; k < k1 && k < first; ++k) {
+                l += rec[ZS_RECORD * k + 1] & 0x3FFFFFFFu;
+                m += rec[ZS_RECORD * k + 2];
+                if (l > lits_n || lits_n + m > block_max) {
+                    first = k;
+                    break;
+                }
+            }
+        }
+        if (first != ZS_NONE) return first == sp->bad[j] && sp->bad_bits[j] ? ZS_BAD_SEQUENCE_STREAM : ZS_BAD_SEQUENCE;
+        lp += sp->lits[j];
+        matched += sp->matched[j];
+    }
+    sp->matched_total = matched;
+    return sp->end_overflow || sp->end_left != 0 ? ZS_BAD_SEQUENCE_STREAM : ZS_OK;
+}
+
 // Block p's literals into the scratch and its sequences into records; its status, size and
 // repeat offsets into p.
 ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max, ZsBlockPlan* p, zs_u8* lit_scratch,
-                                 zs_u32* seq_scratch) {
+                                 zs_u32* seq_scratch, zs_u32 split) {
     const zs_u8* blk = in + p->in_at;
     const zs_u64 len = p->in_size;
     // Treeless literals: the tree of an earlier block, rebuilt here.
@@ -355,107 +612,51 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
         of_t[u] = v;
     }
     ZS_SYNC();
+    // The spans (in the offset and match length tables' place: packed, those are read no more).
+    ZsSpans* sp = (ZsSpans*)(void*)&sh->of;
+    const zs_u32 n_seq = (zs_u32)count, lits_n = (zs_u32)lit_count;
+    const zs_u32 stream_len = p->stream_at > p->in_at + len ? 0u : (zs_u32)(p->in_at + len - p->stream_at);
+    const zs_u8* stream = in + p->stream_at;
+    const zs_u32 want = n_seq / ZS_SPAN_MIN;  // split: at most ZS_SPANS
+    const zs_u32 spans = want < 1 ? 1u : want < split ? want : split < 1 ? 1u : split;
+    const zs_u32 span = (n_seq + spans - 1) / spans;
     if (ZS_LANE == 0) {
-        status = ZS_OK;
         ZsBits b;
-        zs_u32* rec = seq_scratch + ZS_RECORD * p->seqs_at;
-        if (p->stream_at > p->in_at + len || !zs_bits_init(&b, in + p->stream_at, p->in_at + len - p->stream_at)) {
-            status = ZS_BAD_SEQUENCE_STREAM;
+        sp->reach = 0;
+        sp->end_left = 0;
+        sp->end_overflow = 1;  // until the last span's lane says
+        if (stream_len == 0 || !zs_bits_init(&b, stream, stream_len)) {
+            sh->status = ZS_BAD_SEQUENCE_STREAM;
         } else {
             zs_bits_ensure(&b, 32);
-            zs_u32 ll_state = zs_bits_read(&b, ll_log);
-            zs_u32 of_state = zs_bits_read(&b, of_log);
+            const zs_u32 ll_state = zs_bits_read(&b, ll_log);
+            const zs_u32 of_state = zs_bits_read(&b, of_log);
             zs_bits_ensure(&b, 32);
-            zs_u32 ml_state = zs_bits_read(&b, ml_log);
-            zs_u32 lp = 0, matched = 0;
-            const zs_u32 lits_n = (zs_u32)lit_count;
-            zs_u64 r0 = ZS_REP(1, 0), r1 = ZS_REP(2, 0), r2 = ZS_REP(3, 0);
-            const zs_u32 n_seq = (zs_u32)count;
-            for (zs_u32 k = 0; k < n_seq; ++k) {
-                const zs_u64 le = ll_t[ll_state], me = ml_t[ml_state];
-                const zs_u32 oe = of_t[of_state];
-                const zs_u32 of_code = oe & 0xFF;
-                const zs_u32 ll_base = (zs_u32)le, ll_hi = (zs_u32)(le >> 32);
-                const zs_u32 ml_base = (zs_u32)me, ml_hi = (zs_u32)(me >> 32);
-                const zs_u32 ll_bits = (ll_hi >> 8) & 0xFF, ml_bits = (ml_hi >> 8) & 0xFF;
-                const zs_u32 lb = ll_hi & 0xFF, mb = ml_hi & 0xFF, ob = (oe >> 8) & 0xFF;
-                // The sequence's bits in stream order: its offset's (offset code 1 reads the one
-                // bit that picks a repeat offset, 0 none), its lengths', its state updates' (none
-                // after the last). Read from the window at once where it holds them all (one
-                // refill check a sequence: the branches are what a lone lane pays for).
-                const zs_u32 ext_bits = ml_bits + ll_bits;
-                const zs_u32 state_bits = k + 1 < n_seq ? lb + mb + ob : 0;
-                const zs_u32 need = of_code + ext_bits + state_bits;
-                if (b.avail < need && b.at > 0) zs_bits_fill(&b);
-                zs_u32 v_off, v_ext, v_st;
-                if (need <= b.avail) {
-                    const zs_u64 w = b.word;
-                    zs_u32 at = b.avail - of_code;
-                    v_off = (zs_u32)(w >> (at & 63)) & zs_mask(of_code);
-                    at -= ext_bits;
-                    v_ext = (zs_u32)(w >> (at & 63)) & zs_mask(ext_bits);
-                    at -= state_bits;
-                    v_st = (zs_u32)(w >> (at & 63)) & zs_mask(state_bits);
-                    b.avail = at;
-                } else {
-                    // More than a window's bits (long offsets), or past the stream's start.
-                    zs_bits_ensure(&b, 32);
-                    v_off = zs_bits_read(&b, of_code);
-                    zs_bits_ensure(&b, 32);
-                    v_ext = zs_bits_read(&b, ext_bits);
-                    zs_bits_ensure(&b, 32);
-                    v_st = zs_bits_read(&b, state_bits);
-                }
-                // Literal length code 0 is the only one of baseline 0.
-                const zs_u32 ll0 = ll_base == 0;
-                zs_u64 offset;
-                zs_u32 bad = b.overflow;
-                if (of_code > 1) {
-                    offset = (1ull << of_code) + v_off - 3;
-                    r2 = r1;
-                    r1 = r0;
-                    r0 = offset;
-                } else if (of_code == 0) {
-                    offset = ll0 ? r1 : r0;
-                    r1 = ll0 ? r0 : r1;
-                    r0 = offset;
-                } else {
-                    const zs_u32 index = 1 + ll0 + v_off;
-                    // Repeat offset 1 less one: a value less one, or one more less.
-                    const zs_u64 minus = (r0 >> 32) ? r0 + 1 : r0 - 1;
-                    offset = index == 3 ? minus : index == 2 ? r2 : r1;
-                    bad |= offset == 0;
-                    r2 = index != 1 ? r1 : r2;
-                    r1 = r0;
-                    r0 = offset;
-                }
-                const zs_u32 ml = ml_base + (v_ext >> ll_bits);
-                const zs_u32 ll = ll_base + (v_ext & zs_mask(ll_bits));
-                ll_state = (ll_hi >> 16) + (v_st >> (mb + ob));
-                ml_state = (ml_hi >> 16) + ((v_st >> ob) & zs_mask(mb));
-                of_state = (oe >> 16) + (v_st & zs_mask(ob));
-                // Literals within the block's; the block within block_max (each length under
-                // 2^18: no wrap).
-                bad |= (ll > lits_n - lp) | (ml > block_max) | (lits_n + matched + ml > block_max);
-                if (bad) {
-                    status = b.overflow ? ZS_BAD_SEQUENCE_STREAM : ZS_BAD_SEQUENCE;
-                    break;
-                }
-                zs_u32* r = rec + ZS_RECORD * k;
-                r[0] = (zs_u32)offset;
-                r[1] = ll | (zs_u32)((offset >> 32) << 30);
-                r[2] = ml;
-                lp += ll;
-                matched += ml;
-            }
-            if (status == ZS_OK && (b.overflow || zs_bits_left(&b) != 0)) status = ZS_BAD_SEQUENCE_STREAM;
-            if (status == ZS_OK) {
-                p->out_size = (zs_u32)(lit_count + matched);
-                p->rep_tag = (zs_u32)(r0 >> 32) | (zs_u32)((r1 >> 32) << 2) | (zs_u32)((r2 >> 32) << 4);
-                p->rep[0] = (zs_u32)r0;
-                p->rep[1] = (zs_u32)r1;
-                p->rep[2] = (zs_u32)r2;
-            }
+            const zs_u32 ml_state = zs_bits_read(&b, ml_log);
+            // Bits ran out before the first sequence: that sequence fails on them.
+            sh->status = b.overflow ? ZS_BAD_SEQUENCE_STREAM : ZS_OK;
+            if (!b.overflow) zs_sequence_chain(&b, ll_t, ml_t, of_t, n_seq, span, spans, ll_state, of_state, ml_state, sp);
+        }
+    }
+    ZS_SYNC();
+    const zs_u32 reach = sp->reach;
+    zs_u32* rec = seq_scratch + ZS_RECORD * p->seqs_at;
+    ZS_FOR_LANES(j, reach) {
+        zs_sequence_span(stream, stream_len, ll_t, ml_t, of_t, n_seq, (zs_u32)j, span, lits_n, block_max, rec, sp);
+    }
+    ZS_SYNC();
+    if (ZS_LANE == 0) zs_spans_link(sp, reach);
+    ZS_SYNC();
+    ZS_FOR_LANES(j, reach) zs_span_fix(rec, (zs_u32)j, span, sp);
+    ZS_SYNC();
+    if (ZS_LANE == 0 && sh->status == ZS_OK) {
+        status = zs_spans_status(rec, reach, span, n_seq, lits_n, block_max, sp);
+        if (status == ZS_OK) {
+            p->out_size = lits_n + sp->matched_total;
+            p->rep_tag = sp->in_tag[reach][0] | (sp->in_tag[reach][1] << 2) | (sp->in_tag[reach][2] << 4);
+            p->rep[0] = sp->in_rep[reach][0];
+            p->rep[1] = sp->in_rep[reach][1];
+            p->rep[2] = sp->in_rep[reach][2];
         }
         sh->status = status;
     }
@@ -467,7 +668,7 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
 
 extern "C" __global__ void zstd_decode_blocks(const unsigned char* const* inputs, const ZsFramePlan* frames,
                                               ZsBlockPlan* blocks, unsigned char* lit_scratch, unsigned int* seq_scratch,
-                                              unsigned long long n_blocks) {
+                                              unsigned long long n_blocks, unsigned long long split) {
     ZS_SHARED ZsShared shared;
     const unsigned long long k = blockIdx.x;
     if (k >= n_blocks) return;
@@ -475,7 +676,8 @@ extern "C" __global__ void zstd_decode_blocks(const unsigned char* const* inputs
     const zs_u32 kind = p->kind;
     zs_u32 status = ZS_OK;
     if (kind == 2) {
-        status = zs_block_sequences(&shared, inputs[p->frame], frames[p->frame].block_max, p, lit_scratch, seq_scratch);
+        status = zs_block_sequences(&shared, inputs[p->frame], frames[p->frame].block_max, p, lit_scratch, seq_scratch,
+                                    (zs_u32)(split < ZS_SPANS ? split : ZS_SPANS));
     } else if (ZS_LANE == 0) {
         p->out_size = kind == ZS_NONE ? 0 : p->size;
         p->rep_tag = 1 | (2 << 2) | (3 << 4);

@@ -353,6 +353,22 @@ fn warps(x: u64, y: u64) -> Result<LaunchConfig, GpuError> {
     Ok(LaunchConfig { grid_dim: (dim(x)?, dim(y)?, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 })
 }
 
+/// The most spans a block's sequences split into (`blocks.cu`, `ZS_SPANS`) when `blocks` blocks
+/// decode in one launch. Few blocks leave the device idle but for their one-lane chains: a lane a
+/// span decodes them after lane 0 walks the chain alone. Many blocks keep every scheduler busy
+/// already, and a split's second walk of the chain would only add work.
+fn split_for(blocks: u64) -> u64 {
+    if blocks <= SPLIT_BLOCKS {
+        32
+    } else {
+        1
+    }
+}
+
+/// Blocks a launch at most whose sequences split into spans: 8 for each of an H100's 132
+/// multiprocessors (a warp each, 2 of the 4 schedulers' worth of warps or fewer).
+const SPLIT_BLOCKS: u64 = 1024;
+
 /// Enqueue the block-parallel decode of `n` frames on `stream`: the plan's frame table copied to
 /// the scratch at `temp`, then its launches.
 ///
@@ -382,7 +398,7 @@ pub(crate) unsafe fn launch_blocks(
     // the block plans' region of the slots those plans give.
     unsafe { kernels.launch_u64(stream, "zstd_plan", warps(n, 1)?, &args, "launching the zstd plan") }?;
     if plan.blocks > 0 {
-        let args = [a.inputs, frames, blocks, literals, records, plan.blocks];
+        let args = [a.inputs, frames, blocks, literals, records, plan.blocks, split_for(plan.blocks)];
         // SAFETY: the plans written by zstd_plan before it on the stream; records and literals
         // in their regions, within the slots of each frame (checked by the plan).
         unsafe {
@@ -474,6 +490,7 @@ unsafe extern "C" {
         literals: *mut u8,
         records: *mut u32,
         n_blocks: u64,
+        split: u64,
     );
     #[allow(clippy::too_many_arguments, reason = "the kernel's arguments")]
     fn zstd_execute_on_host(
@@ -534,6 +551,15 @@ unsafe extern "C" {
 #[cfg(any(test, feature = "cpu-kernels"))]
 #[must_use]
 pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], path: HostPath) -> Vec<(u32, u64)> {
+    // The jump path's batches are small (64 MiB or less) and split their blocks' sequences;
+    // the executed ones stand for large batches, which do not.
+    let split = if path == HostPath::Jump { split_for(0) } else { split_for(u64::MAX) };
+    decode_on_host_split(frames, path, split)
+}
+
+/// [`decode_on_host`] with a block's sequences split into `split` spans at most.
+#[cfg(any(test, feature = "cpu-kernels"))]
+fn decode_on_host_split(frames: &mut [(&[u8], &mut [u8])], path: HostPath, split: u64) -> Vec<(u32, u64)> {
     let stored: Vec<&[u8]> = frames.iter().map(|(i, _)| &**i).collect();
     let mut a = crate::codecs::HostItems::new(frames);
     let n = a.count();
@@ -564,7 +590,7 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], path: HostPath) -> Vec<
         // (Regions start at multiples of 256 bytes: whole words of the scratch.)
         let (records_p, literals_p) = (words.add(plan.records_at / 8).cast::<u32>(), base.add(plan.literals_at));
         zstd_plan_on_host(a.inputs.as_ptr(), a.input_sizes.as_ptr(), a.capacities.as_ptr(), frames_p, blocks_p, n);
-        zstd_decode_blocks_on_host(a.inputs.as_ptr(), frames_p, blocks_p, literals_p, records_p, plan.blocks);
+        zstd_decode_blocks_on_host(a.inputs.as_ptr(), frames_p, blocks_p, literals_p, records_p, plan.blocks, split);
         if let Some(jump) = plan.jump {
             let (entries_p, flags_p) =
                 (words.add(jump.entries_at / 8).cast::<u32>(), words.add(jump.flags_at / 8).cast::<u32>());
@@ -626,9 +652,11 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], path: HostPath) -> Vec<
 pub enum HostPath {
     /// One warp per frame (`decode.cu`).
     OneWarp,
-    /// Blocks side by side, each frame's sequences executed by a warp (`zstd_execute`).
+    /// Blocks side by side (each block's sequences walked by one lane, as in large batches),
+    /// each frame's sequences executed by a warp (`zstd_execute`).
     Execute,
-    /// Blocks side by side, the bytes resolved by jumps (`zstd_jump`; batches up to 64 MiB).
+    /// Blocks side by side (each block's sequences split into spans, as in small batches), the
+    /// bytes resolved by jumps (`zstd_jump`; batches up to 64 MiB).
     Jump,
 }
 

@@ -492,6 +492,18 @@ ZS_FN zs_u32 zs_bits_left(const ZsBits* b) {
     return 8 * b->at + b->avail;
 }
 
+// The reader of a stream zs_bits_init took, with `left` bits unread (as zs_bits_left said): what
+// it reads from there is what the reader that said it reads (the window's place aside).
+ZS_FN void zs_bits_at(ZsBits* b, const zs_u8* p, zs_u64 len, zs_u32 left) {
+    b->p = p;
+    b->len = (zs_u32)len;
+    b->overflow = 0;
+    b->at = zs_bits_window(left);
+    b->avail = left - 8 * b->at;
+    b->word = zs_word(p, len, b->at);
+    zs_bits_load_below(b);
+}
+
 // The low n (at most 32) bits of a word.
 ZS_FN zs_u32 zs_mask(zs_u32 n) {
     return n == 0 ? 0u : 0xFFFFFFFFu >> (32 - n);

@@ -356,6 +356,63 @@ fn damaged_frames_libzstd_rejects_are_errors() {
     assert!(checked > 1500, "{checked} checked, {refused_valid} refused where libzstd decodes");
 }
 
+#[test]
+fn sequences_split_into_spans_decode_as_one_lane_walks_them() {
+    // Blocks of thousands of sequences (float32-like and text-like data, 1 MiB frames of 128 KiB
+    // blocks), whole and damaged: split into 2, 7 and 32 spans a block, each frame gets the very
+    // status, decoded length and bytes it gets with one lane walking its sequences.
+    let mut cases = 0usize;
+    let mut errors = 0usize;
+    for (k, kind) in [3usize, 2, 5, 4].into_iter().enumerate() {
+        let raw = data(kind, [1 << 20, 300_000][k % 2], 500 + k as u64);
+        for level in [1, 3, 19] {
+            if level == 19 && raw.len() > 300_000 {
+                continue;
+            }
+            let frame = compress(&raw, level, k % 2 == 0, None, true);
+            let mut rng = frame.len() as u64 ^ (k as u64) << 40;
+            let mut next = || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            for trial in 0..24 {
+                let mut bad = frame.clone();
+                // Past the headers: within the blocks' literals and sequences.
+                if trial > 0 {
+                    let at = 64 + next() as usize % (bad.len() - 64);
+                    match trial % 3 {
+                        0 => bad[at] ^= 1 << (next() % 8),
+                        1 => bad[at] = next() as u8,
+                        _ => bad.truncate(at),
+                    }
+                }
+                let one_lane = {
+                    let mut out = vec![0u8; raw.len()];
+                    let r = decode_on_host_split(&mut [(&bad, &mut out[..])], HostPath::Jump, 1);
+                    (r, out)
+                };
+                for split in [2, 7, 32] {
+                    let mut out = vec![0u8; raw.len()];
+                    let r = decode_on_host_split(&mut [(&bad, &mut out[..])], HostPath::Jump, split);
+                    assert_eq!(r, one_lane.0, "kind {kind} level {level} trial {trial}: {split} spans");
+                    if r[0].0 == OK {
+                        assert!(out == one_lane.1, "kind {kind} level {level} trial {trial}: {split} spans' bytes");
+                    }
+                }
+                if trial == 0 {
+                    assert_eq!(one_lane.0[0].0, OK);
+                    assert!(one_lane.1 == raw);
+                }
+                cases += 1;
+                errors += usize::from(one_lane.0[0].0 != OK);
+            }
+        }
+    }
+    assert!(cases >= 200 && errors > cases / 3, "{cases} cases, {errors} errors");
+}
+
 /// Crafted frames: each block kind, RLE and raw literals, treeless literals and repeat tables
 /// are exercised by the encoder above; here the headers the encoder never writes.
 #[test]
