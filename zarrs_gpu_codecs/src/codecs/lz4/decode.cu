@@ -276,10 +276,11 @@ LZ4_FN void lz4_places(Lz4Shared* s, lz4_u32 count, lz4_u32 base) {
 }
 
 // The entry of output byte b (in token i's bytes) of the window starting at w0.
-LZ4_FN lz4_u32 lz4_entry(const Lz4Shared* s, lz4_u32 i, lz4_u32 b, lz4_u32 w0, const unsigned char* in,
+LZ4_FN lz4_u32 lz4_entry(const Lz4Shared* s, lz4_u32 i, lz4_u32 b, lz4_u32 w0, const Lz4In* in,
                          const unsigned char* out) {
     const lz4_u32 r = b - s->op[i];
-    if (r < s->lits[i]) return LZ4_RESOLVED | in[s->lit_at[i] + r];
+    // Literals mostly lie in the tile's bytes, in shared memory (the round's tokens start there).
+    if (r < s->lits[i]) return LZ4_RESOLVED | lz4_at(in, s->lit_at[i] + r);
     // Byte k of a match at offset d repeats byte k % d of the d bytes before the match (the
     // offset is within the bytes before it): a pointer never into the match itself, so runs
     // make no chains.
@@ -290,7 +291,7 @@ LZ4_FN lz4_u32 lz4_entry(const Lz4Shared* s, lz4_u32 i, lz4_u32 b, lz4_u32 w0, c
 }
 
 // The bytes [w0, w1) of the round's first s->exec tokens: entries, pointers followed, written.
-LZ4_FN void lz4_window(Lz4Shared* s, const unsigned char* in, unsigned char* out, lz4_u32 w0, lz4_u32 w1) {
+LZ4_FN void lz4_window(Lz4Shared* s, const Lz4In* in, unsigned char* out, lz4_u32 w0, lz4_u32 w1) {
     const lz4_u32 exec = s->exec;
     if (LZ4_TID == 0) {
         s->n_long = 0;
@@ -392,7 +393,7 @@ LZ4_FN void lz4_round(Lz4Shared* s, const unsigned char* in, lz4_u32 n, unsigned
     }
     LZ4_SYNC();
     const lz4_u32 base = s->base, end = s->end;
-    for (lz4_u32 w0 = base; w0 < end; w0 += LZ4_WINDOW) lz4_window(s, in, out, w0, end - w0 < LZ4_WINDOW ? end : w0 + LZ4_WINDOW);
+    for (lz4_u32 w0 = base; w0 < end; w0 += LZ4_WINDOW) lz4_window(s, &x, out, w0, end - w0 < LZ4_WINDOW ? end : w0 + LZ4_WINDOW);
     // Every thread has read s->base before the first window's barrier, or there was none and
     // base == end.
     if (LZ4_TID == 0) s->base = end;

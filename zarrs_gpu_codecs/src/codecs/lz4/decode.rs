@@ -66,11 +66,14 @@ pub fn status_text(code: u32) -> &'static str {
 pub type Lz4Decoder = crate::codecs::decoder_choice::DecoderChoice;
 
 /// Threads per thread block of the kernel (one LZ4 block each; the kernel takes `blockDim.x`) for
-/// a launch of `n` LZ4 blocks on a device of `sms` multiprocessors: few blocks get many threads
-/// each (a lone stream's latency is its threads' waits on memory), many blocks 256 each, so that
-/// five fit a multiprocessor (about 43 KiB of shared memory each).
+/// a launch of `n` LZ4 blocks on a device of `sms` multiprocessors: a block a multiprocessor or
+/// fewer get 1,024 threads each (a lone stream's time is its threads' waits on memory), up to
+/// four 512, more 256 each, so that five fit a multiprocessor (about 43 KiB of shared memory
+/// each). Measured on an H100 (benches/RESULTS.md, run DQ1; kernel alone, B1 chunks of 8
+/// streams, 256 / 512 / 1,024 threads, ms): 1 chunk 1.14 / 0.91 / 0.84, 64 chunks 1.46 / 1.31 /
+/// 1.80, 1,024 chunks 12.5 / 12.6 / 20.0.
 fn threads_for(n: usize, sms: usize) -> u32 {
-    if n <= 2 * sms {
+    if n <= sms {
         1024
     } else if n <= 4 * sms {
         512
