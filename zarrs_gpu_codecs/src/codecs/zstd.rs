@@ -138,14 +138,14 @@ impl DeviceCodec for Zstd {
 
     fn decode_rates(&self) -> Option<DecodeRates> {
         // Measured for this codec: nvCOMP's in DecodeRates' defaults; ours on an H100
-        // (benches/RESULTS.md, run DL5: 1 MiB Z2 frames decoded alone in 4.4 ms for one, 52 ms
-        // for 1,024, 317 ms for 8,192; about 0.4 ms of launches and plan).
+        // (benches/RESULTS.md, run DQ1: 1 MiB Z2 frames decoded alone in 3.4 ms for one, its
+        // blocks' sequences in spans, 42.9 ms for 1,024; about 0.4 ms of launches and plan).
         Some(match self.decoder {
             ZstdDecoder::Nvcomp => DecodeRates::default(),
             ZstdDecoder::Ours | ZstdDecoder::Auto => DecodeRates {
                 device_call_s: 0.4e-3,
-                device_frame_rate: 250.0 * crate::schedule::MIB,
-                device_rate: 22.0 * crate::schedule::GIB,
+                device_frame_rate: 330.0 * crate::schedule::MIB,
+                device_rate: 23.0 * crate::schedule::GIB,
                 ..DecodeRates::default()
             },
         })
