@@ -163,16 +163,21 @@ fn agrees(frame: &[u8], n: usize) -> Result<bool, String> {
     }
 }
 
-/// Data of several kinds: incompressible, runs, text-like, small integers as float32 (what Zarr
-/// chunks hold), a repeating pattern with long matches.
-fn data(kind: usize, n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
+/// A xorshift generator started at `seed` (made odd: never stuck at 0).
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed | 1;
+    move || {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         x
-    };
+    }
+}
+
+/// Data of several kinds: incompressible, runs, text-like, small integers as float32 (what Zarr
+/// chunks hold), a repeating pattern with long matches.
+fn data(kind: usize, n: usize, seed: u64) -> Vec<u8> {
+    let mut next = xorshift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     match kind % 6 {
         0 => (0..n).map(|_| next() as u8).collect(),
         1 => {
@@ -320,13 +325,7 @@ fn damaged_frames_libzstd_rejects_are_errors() {
         let raw = data(kind, n, 77 + k as u64);
         for (level, checksum) in [(1, false), (3, true), (19, false)] {
             let frame = compress(&raw, level, checksum, None, k % 2 == 0);
-            let mut rng = frame.len() as u64 * 2_654_435_761 + k as u64;
-            let mut next = || {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                rng
-            };
+            let mut next = xorshift(frame.len() as u64 * 2_654_435_761 + k as u64);
             for trial in 0..120 {
                 let mut bad = frame.clone();
                 match trial % 4 {
@@ -370,13 +369,7 @@ fn sequences_split_into_spans_decode_as_one_lane_walks_them() {
                 continue;
             }
             let frame = compress(&raw, level, k % 2 == 0, None, true);
-            let mut rng = frame.len() as u64 ^ (k as u64) << 40;
-            let mut next = || {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                rng
-            };
+            let mut next = xorshift(frame.len() as u64 ^ (k as u64) << 40);
             for trial in 0..24 {
                 let mut bad = frame.clone();
                 // Past the headers: within the blocks' literals and sequences.
