@@ -209,7 +209,7 @@ fn data(kind: usize, n: usize, seed: u64) -> Vec<u8> {
         }
         4 => {
             let pattern: Vec<u8> = (0..=(next() as usize % 5000)).map(|_| next() as u8).collect();
-            (0..n).map(|i| pattern[i % pattern.len()] ^ u8::from(next() % 997 == 0)).collect()
+            (0..n).map(|i| pattern[i % pattern.len()] ^ u8::from(next().is_multiple_of(997))).collect()
         }
         _ => (0..n).map(|i| ((i / 3) as u8).wrapping_mul(7) ^ (next() % 3) as u8).collect(),
     }
