@@ -543,6 +543,10 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
                                  zs_u32* seq_scratch, zs_u32 split) {
     const zs_u8* blk = in + p->in_at;
     const zs_u64 len = p->in_size;
+    // The block's bytes into L1 first, a line a lane at a time: the literal streams' and the
+    // sequences' bit readers each wait on every refill's load, a read from device memory the
+    // first time (hundreds of cycles, one lane's chain stalled for it).
+    ZS_FOR_LANES(line, (len + 127) / 128) ZS_PREFETCH(blk + 128 * line);
     // Treeless literals: the tree of an earlier block, rebuilt here.
     sh->huf_valid = 0;
     if ((blk[0] & 3) == 3) {

@@ -10,6 +10,7 @@
 #define ZS_SHARED static thread_local
 #define ZS_CONST static const
 #define ZS_FOR_LANES(i, n) for (unsigned long long i = 0; i < (n); ++i)
+#define ZS_PREFETCH(p) ((void)(p))
 #include "../host_shim.h"
 
 #include "entropy.cu"
