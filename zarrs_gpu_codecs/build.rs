@@ -20,6 +20,8 @@ fn main() {
             .file("src/codecs/lz4/host_shim.cpp")
             .file("src/codecs/lz4/host_shim_threads.cpp")
             .file("src/codecs/zstd/host_shim.cpp")
+            // The kernels read shared memory through more than one type (as CUDA allows).
+            .flag_if_supported("-fno-strict-aliasing")
             .warnings(true)
             .extra_warnings(true)
             .warnings_into_errors(true)

@@ -512,7 +512,7 @@ ZS_FN void zs_span_fix(zs_u32* rec, zs_u32 j, zs_u32 span, ZsSpans* sp) {
 // stream's end.
 ZS_FN zs_u32 zs_spans_status(const zs_u32* rec, zs_u32 reach, zs_u32 span, zs_u32 n_seq, zs_u32 lits_n,
                              zs_u32 block_max, ZsSpans* sp) {
-    zs_u32 lp = 0, matched = 0;  // before span j (at most 33 spans of sums each at most 2^17)
+    zs_u32 lp = 0, matched = 0;  // before span j (at most 32 spans of sums each at most 2^17)
     for (zs_u32 j = 0; j < reach; ++j) {
         zs_u32 first = sp->fixed_bad[j] < sp->bad[j] ? sp->fixed_bad[j] : sp->bad[j];
         if (lp + sp->lits[j] > lits_n || lits_n + matched + sp->matched[j] > block_max) {
@@ -546,7 +546,8 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
     // The block's bytes into L1 first, a line a lane at a time: the literal streams' and the
     // sequences' bit readers each wait on every refill's load, a read from device memory the
     // first time (hundreds of cycles, one lane's chain stalled for it).
-    ZS_FOR_LANES(line, (len + 127) / 128) ZS_PREFETCH(blk + 128 * line);
+    const zs_u64 first_line = (zs_u64)blk / 128;
+    ZS_FOR_LANES(line, ((zs_u64)blk + len + 127) / 128 - first_line) ZS_PREFETCH(128 * (first_line + line));
     // Treeless literals: the tree of an earlier block, rebuilt here.
     sh->huf_valid = 0;
     if ((blk[0] & 3) == 3) {
