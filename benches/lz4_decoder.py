@@ -69,13 +69,19 @@ for s in streams:
     times = Batch(cp, [s[0]], [s[1]], shape=shape).timed(cp, kern, 12)
     alone.append(f"{len(s[0])} B {times[len(times) // 2]:.3f}")
 print("each stream alone, median ms:", ", ".join(alone))
+
+
+def chunks_batch(chunks):
+    """B1's chunk `chunks` times over, laid out as the kernel takes it."""
+    return Batch(cp, [s[0] for s in streams] * chunks, [s[1] for s in streams] * chunks, shape=shape)
+
+
 for chunks in [1, 16, 64, 1024, 8192]:
-    bl = [s[0] for s in streams] * chunks; caps = [s[1] for s in streams] * chunks
-    batch = Batch(cp, bl, caps, shape=shape)
+    batch = chunks_batch(chunks)
     times = batch.timed(cp, kern, 12)
     t0 = time.perf_counter(); kern(batch.grid, batch.block, batch.args); cp.cuda.Device().synchronize(); wall = (time.perf_counter() - t0) * 1e3
     med = times[len(times) // 2]
-    print(f"chunks {chunks:5d} ({len(bl)} LZ4 blocks): median {med:.3f} ms, p90 {times[int(len(times)*0.9)]:.3f} ms, "
+    print(f"chunks {chunks:5d} ({len(streams) * chunks} LZ4 blocks): median {med:.3f} ms, p90 {times[int(len(times)*0.9)]:.3f} ms, "
           f"wall {wall:.3f} ms, {chunks * (1 << 20) / med / 1e6:.1f} GB/s decoded")
     del batch
 
@@ -103,7 +109,7 @@ if os.environ.get("LZ4_PHASES") == "1" and shape == "block":
     cycles = cp.ndarray((4 * 64,), cp.uint64, pmod.get_global("lz4_cycles"))
     mhz = cp.cuda.Device().attributes["ClockRate"] / 1e3
     for chunks in [1, 1024]:
-        batch = Batch(cp, [s[0] for s in streams] * chunks, [s[1] for s in streams] * chunks, shape=shape)
+        batch = chunks_batch(chunks)
         batch.timed(cp, pkern, 1)  # two launches, one untimed: cycles are zeroed before the last
         cycles.fill(0)
         pkern(batch.grid, batch.block, batch.args); cp.cuda.Device().synchronize()
@@ -120,7 +126,7 @@ if os.environ.get("LZ4_PHASES") == "1" and shape == "block":
 import re
 variants = [v for v in os.environ.get("LZ4_VARIANTS", "").split(";") if v]
 if variants and shape == "block":
-    ref = Batch(cp, [s[0] for s in streams], [s[1] for s in streams], shape=shape)
+    ref = chunks_batch(1)
     kern(ref.grid, ref.block, ref.args); cp.cuda.Device().synchronize()
     want = ref.out.get()
     for v in [""] + variants:
@@ -135,7 +141,7 @@ if variants and shape == "block":
         threads = dict(kv.split("=") for kv in v.split(",") if kv).get("THREADS")
 
         def batch_of(chunks):  # launched with the variant's threads a block
-            b = Batch(cp, [s[0] for s in streams] * chunks, [s[1] for s in streams] * chunks, shape=shape)
+            b = chunks_batch(chunks)
             if threads:
                 b.block = (int(threads),)
             return b

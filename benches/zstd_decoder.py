@@ -91,7 +91,7 @@ class Blocks:
     its bytes resolved by jumps where the batch decodes to 64 MiB or less (unless `execute`),
     else each frame's sequences executed by a warp."""
 
-    def __init__(self, frames_for_slots, caps, args, execute=False):
+    def __init__(self, frames_for_slots, caps, args, execute=False, split=None):
         words, tb, ts, tl, te = [], 0, 0, 0, 0
         for f, c in zip(frames_for_slots, caps):
             nb, ns, nl = slots(f)
@@ -121,8 +121,9 @@ class Blocks:
         self.frames, self.blocks, self.records, self.lits, self.ents, self.flags = (
             np.uint64(base + a) for a in (0, blocks_at, records_at, lits_at, entries_at, flags_at))
         self.args = args
-        # The most spans a block's sequences split into (decode.rs `split_for`), or --split's.
-        self.split = int(SPLIT) if SPLIT else (32 if tb <= 1024 else 1)
+        # The most spans a block's sequences split into: `split`, --split's, or decode.rs' rule
+        # (`split_for`).
+        self.split = int(split or SPLIT or (32 if tb <= 1024 else 1))
 
     def run(self, events=None, blocks_only=False):
         """Its launches; events (6) mark plan | blocks | link and entries | passes | write (the
@@ -198,10 +199,8 @@ while p < len(raw):
 bad = 0
 # Replayed with a block's sequences in 32 spans and in one (the dump's statuses are both's).
 for replay_split in [] if os.environ.get("ZSTD_SKIP_REPLAY") else ["32", "1"]:
-    SPLIT, saved_split = replay_split, SPLIT
     args, d_out, out_off, st, dec, keep = arrays([c[0] for c in cases], [c[1] for c in cases])
-    Blocks([c[0] for c in cases], [c[1] for c in cases], args).run()
-    SPLIT = saved_split
+    Blocks([c[0] for c in cases], [c[1] for c in cases], args, split=replay_split).run()
     cp.cuda.Device().synchronize()
     st = st.get()
     dec = dec.get()

@@ -324,6 +324,43 @@ ZS_FN zs_u64 zs_rep_link(zs_u64 r, const zs_u32* in_tag, const zs_u32* in_rep) {
     return v > d ? (zs_u64)(v - d) : ~0ull;
 }
 
+// A sequence's bits in stream order: its offset's (offset code 1 reads the one bit that picks
+// a repeat offset, 0 none), its lengths', its state updates' (none after the last). Read from
+// the window at once where it holds them all (one refill check a sequence: the branches are what
+// a lone lane pays for).
+ZS_FN void zs_sequence_bits(ZsBits* b, zs_u32 of_code, zs_u32 ext_bits, zs_u32 state_bits, zs_u32* v_off,
+                            zs_u32* v_ext, zs_u32* v_st) {
+    const zs_u32 need = of_code + ext_bits + state_bits;
+    if (b->avail < need && b->at > 0) zs_bits_fill(b);
+    if (need <= b->avail) {
+        const zs_u64 w = b->word;
+        zs_u32 at = b->avail - of_code;
+        *v_off = (zs_u32)(w >> (at & 63)) & zs_mask(of_code);
+        at -= ext_bits;
+        *v_ext = (zs_u32)(w >> (at & 63)) & zs_mask(ext_bits);
+        at -= state_bits;
+        *v_st = (zs_u32)(w >> (at & 63)) & zs_mask(state_bits);
+        b->avail = at;
+    } else {
+        // More than a window's bits (long offsets), or past the stream's start.
+        zs_bits_ensure(b, 32);
+        *v_off = zs_bits_read(b, of_code);
+        zs_bits_ensure(b, 32);
+        *v_ext = zs_bits_read(b, ext_bits);
+        zs_bits_ensure(b, 32);
+        *v_st = zs_bits_read(b, state_bits);
+    }
+}
+
+// The three states after a sequence, from their entries' update fields and its state bits.
+ZS_FN void zs_next_states(zs_u32 ll_hi, zs_u32 ml_hi, zs_u32 oe, zs_u32 v_st, zs_u32* ll_state, zs_u32* ml_state,
+                          zs_u32* of_state) {
+    const zs_u32 mb = ml_hi & 0xFF, ob = (oe >> 8) & 0xFF;
+    *ll_state = (ll_hi >> 16) + (v_st >> (mb + ob));
+    *ml_state = (ml_hi >> 16) + ((v_st >> ob) & zs_mask(mb));
+    *of_state = (oe >> 16) + (v_st & zs_mask(ob));
+}
+
 // The chain alone, from the states after the stream's first bits: each span's bits and states.
 // It stops where the bits run out (the span it is in decodes to that point and fails there).
 ZS_FN void zs_sequence_chain(ZsBits* b, const zs_u64* ll_t, const zs_u64* ml_t, const zs_u32* of_t, zs_u32 n_seq,
@@ -340,27 +377,12 @@ ZS_FN void zs_sequence_chain(ZsBits* b, const zs_u64* ll_t, const zs_u64* ml_t, 
         }
         const zs_u32 ll_hi = (zs_u32)(ll_t[ll_state] >> 32), ml_hi = (zs_u32)(ml_t[ml_state] >> 32);
         const zs_u32 oe = of_t[of_state];
-        const zs_u32 of_code = oe & 0xFF, ext_bits = ((ll_hi >> 8) & 0xFF) + ((ml_hi >> 8) & 0xFF);
-        const zs_u32 lb = ll_hi & 0xFF, mb = ml_hi & 0xFF, ob = (oe >> 8) & 0xFF;
-        const zs_u32 state_bits = k + 1 < n_seq ? lb + mb + ob : 0;
-        const zs_u32 need = of_code + ext_bits + state_bits;
-        if (b->avail < need && b->at > 0) zs_bits_fill(b);
-        zs_u32 v_st;
-        if (need <= b->avail) {
-            b->avail -= need;
-            v_st = (zs_u32)(b->word >> (b->avail & 63)) & zs_mask(state_bits);
-        } else {  // the reads the span's lane makes here, so that the bits run out where they do
-            zs_bits_ensure(b, 32);
-            zs_bits_read(b, of_code);
-            zs_bits_ensure(b, 32);
-            zs_bits_read(b, ext_bits);
-            zs_bits_ensure(b, 32);
-            v_st = zs_bits_read(b, state_bits);
-        }
+        const zs_u32 state_bits = k + 1 < n_seq ? (ll_hi & 0xFF) + (ml_hi & 0xFF) + ((oe >> 8) & 0xFF) : 0;
+        // The span's lane's reads (so that the bits run out where they do); values unused.
+        zs_u32 v_off, v_ext, v_st;
+        zs_sequence_bits(b, oe & 0xFF, ((ll_hi >> 8) & 0xFF) + ((ml_hi >> 8) & 0xFF), state_bits, &v_off, &v_ext, &v_st);
         if (b->overflow) break;
-        ll_state = (ll_hi >> 16) + (v_st >> (mb + ob));
-        ml_state = (ml_hi >> 16) + ((v_st >> ob) & zs_mask(mb));
-        of_state = (oe >> 16) + (v_st & zs_mask(ob));
+        zs_next_states(ll_hi, ml_hi, oe, v_st, &ll_state, &ml_state, &of_state);
     }
     sp->reach = reach;
 }
@@ -383,34 +405,9 @@ ZS_FN void zs_sequence_span(const zs_u8* stream, zs_u32 stream_len, const zs_u64
         const zs_u32 ll_base = (zs_u32)le, ll_hi = (zs_u32)(le >> 32);
         const zs_u32 ml_base = (zs_u32)me, ml_hi = (zs_u32)(me >> 32);
         const zs_u32 ll_bits = (ll_hi >> 8) & 0xFF, ml_bits = (ml_hi >> 8) & 0xFF;
-        const zs_u32 lb = ll_hi & 0xFF, mb = ml_hi & 0xFF, ob = (oe >> 8) & 0xFF;
-        // The sequence's bits in stream order: its offset's (offset code 1 reads the one bit
-        // that picks a repeat offset, 0 none), its lengths', its state updates' (none after the
-        // last). Read from the window at once where it holds them all (one refill check a
-        // sequence: the branches are what a lone lane pays for).
-        const zs_u32 ext_bits = ml_bits + ll_bits;
-        const zs_u32 state_bits = k + 1 < n_seq ? lb + mb + ob : 0;
-        const zs_u32 need = of_code + ext_bits + state_bits;
-        if (b.avail < need && b.at > 0) zs_bits_fill(&b);
+        const zs_u32 state_bits = k + 1 < n_seq ? (ll_hi & 0xFF) + (ml_hi & 0xFF) + ((oe >> 8) & 0xFF) : 0;
         zs_u32 v_off, v_ext, v_st;
-        if (need <= b.avail) {
-            const zs_u64 w = b.word;
-            zs_u32 at = b.avail - of_code;
-            v_off = (zs_u32)(w >> (at & 63)) & zs_mask(of_code);
-            at -= ext_bits;
-            v_ext = (zs_u32)(w >> (at & 63)) & zs_mask(ext_bits);
-            at -= state_bits;
-            v_st = (zs_u32)(w >> (at & 63)) & zs_mask(state_bits);
-            b.avail = at;
-        } else {
-            // More than a window's bits (long offsets), or past the stream's start.
-            zs_bits_ensure(&b, 32);
-            v_off = zs_bits_read(&b, of_code);
-            zs_bits_ensure(&b, 32);
-            v_ext = zs_bits_read(&b, ext_bits);
-            zs_bits_ensure(&b, 32);
-            v_st = zs_bits_read(&b, state_bits);
-        }
+        zs_sequence_bits(&b, of_code, ml_bits + ll_bits, state_bits, &v_off, &v_ext, &v_st);
         // Literal length code 0 is the only one of baseline 0.
         const zs_u32 ll0 = ll_base == 0;
         zs_u64 offset;
@@ -436,9 +433,7 @@ ZS_FN void zs_sequence_span(const zs_u8* stream, zs_u32 stream_len, const zs_u64
         }
         const zs_u32 ml = ml_base + (v_ext >> ll_bits);
         const zs_u32 ll = ll_base + (v_ext & zs_mask(ll_bits));
-        ll_state = (ll_hi >> 16) + (v_st >> (mb + ob));
-        ml_state = (ml_hi >> 16) + ((v_st >> ob) & zs_mask(mb));
-        of_state = (oe >> 16) + (v_st & zs_mask(ob));
+        zs_next_states(ll_hi, ml_hi, oe, v_st, &ll_state, &ml_state, &of_state);
         // Literals within the block's; the block within block_max (each length under 2^18: no
         // wrap). Sums within the span here; the spans' sums are checked when they are linked.
         bad |= (ll > lits_n - lp) | (ml > block_max) | (lits_n + matched + ml > block_max);

@@ -457,6 +457,19 @@ ZS_FN void zs_bits_fill(ZsBits* b) {
     zs_bits_load_below(b);
 }
 
+// The reader of stream p of len bytes with `left` bits unread (as zs_bits_left says them): what
+// it reads from there is what any reader of the stream with those bits left reads (the window's
+// place aside).
+ZS_FN void zs_bits_at(ZsBits* b, const zs_u8* p, zs_u64 len, zs_u32 left) {
+    b->p = p;
+    b->len = (zs_u32)len;
+    b->overflow = 0;
+    b->at = zs_bits_window(left);
+    b->avail = left - 8 * b->at;
+    b->word = zs_word(p, len, b->at);
+    zs_bits_load_below(b);
+}
+
 // 0 for an empty stream, one whose last byte is zero (no end mark), or one of 128 KiB or more.
 ZS_FN zs_u32 zs_bits_init(ZsBits* b, const zs_u8* p, zs_u64 len) {
     b->p = p;
@@ -467,11 +480,7 @@ ZS_FN zs_u32 zs_bits_init(ZsBits* b, const zs_u8* p, zs_u64 len) {
     b->word = 0;
     b->below = 0;
     if (len == 0 || len >= (1u << 24) || p[len - 1] == 0) return 0;
-    const zs_u32 left = 8 * ((zs_u32)len - 1) + zs_highbit(p[len - 1]);
-    b->at = zs_bits_window(left);
-    b->avail = left - 8 * b->at;
-    b->word = zs_word(p, len, b->at);
-    zs_bits_load_below(b);
+    zs_bits_at(b, p, len, 8 * ((zs_u32)len - 1) + zs_highbit(p[len - 1]));
     return 1;
 }
 
@@ -494,18 +503,6 @@ ZS_FN zs_u32 zs_bits_read(ZsBits* b, zs_u32 n) {
 // Bits left unread.
 ZS_FN zs_u32 zs_bits_left(const ZsBits* b) {
     return 8 * b->at + b->avail;
-}
-
-// The reader of a stream zs_bits_init took, with `left` bits unread (as zs_bits_left said): what
-// it reads from there is what the reader that said it reads (the window's place aside).
-ZS_FN void zs_bits_at(ZsBits* b, const zs_u8* p, zs_u64 len, zs_u32 left) {
-    b->p = p;
-    b->len = (zs_u32)len;
-    b->overflow = 0;
-    b->at = zs_bits_window(left);
-    b->avail = left - 8 * b->at;
-    b->word = zs_word(p, len, b->at);
-    zs_bits_load_below(b);
 }
 
 // The low n (at most 32) bits of a word.
