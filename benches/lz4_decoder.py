@@ -85,13 +85,17 @@ for chunks in [1, 16, 64, 1024, 8192]:
           f"wall {wall:.3f} ms, {chunks * (1 << 20) / med / 1e6:.1f} GB/s decoded")
     del batch
 
-# The phases, from the kernel's text (each anchor must be found: the copy follows the kernel).
+# The phases, from the kernel's text (each anchor must be found: the copy follows the kernel),
+# and the windows' own: their short tokens' entries, the long tokens', the pointer passes, the
+# write; the passes and windows counted.
 PHASES = ["tables", "chain", "parse, place, check", "windows"]
+WINDOW_PARTS = ["entries of short tokens", "of long", "passes", "write"]
+SLOTS = 10
 if os.environ.get("LZ4_PHASES") == "1" and shape == "block":
     text = src
     # Summed over the batch per stream of the chunk (block k is stream k % streams).
-    cyc = ("if (threadIdx.x == 0) atomicAdd(&lz4_cycles[(blockIdx.x % LZ4_STREAMS) * 4 + {k}], "
-           "(unsigned long long)(clock64() - {c}));")
+    at = "&lz4_cycles[(blockIdx.x % LZ4_STREAMS) * 10 + {k}]"
+    cyc = "if (threadIdx.x == 0) atomicAdd(" + at + ", (unsigned long long)(clock64() - {c}));"
     for old, new in [
         ("    lz4_tables(s, in, n);\n", "    { long long c0 = clock64(); lz4_tables(s, in, n); " + cyc.format(k=0, c="c0") + " }\n"),
         ("            lz4_chain(s, in, n);\n", "            { long long c1 = clock64(); lz4_chain(s, in, n); " + cyc.format(k=1, c="c1") + " }\n"),
@@ -99,24 +103,36 @@ if os.environ.get("LZ4_PHASES") == "1" and shape == "block":
         ("    const lz4_u32 base = s->base, end = s->end;\n",
          "    " + cyc.format(k=2, c="c2") + "\n    const long long c3 = clock64();\n    const lz4_u32 base = s->base, end = s->end;\n"),
         ("    if (LZ4_TID == 0) s->base = end;\n", "    " + cyc.format(k=3, c="c3") + "\n    if (LZ4_TID == 0) s->base = end;\n"),
+        ("    const lz4_u32 exec = s->exec;\n", "    const lz4_u32 exec = s->exec;\n    long long wc = clock64();\n"
+         "    if (threadIdx.x == 0) atomicAdd(" + at.format(k=9) + ", 1ull);\n"),
+        ("    // The rest of the long tokens' bytes", "    " + cyc.format(k=4, c="wc") + " wc = clock64();\n    // The rest of the long tokens' bytes"),
+        ("    // Every pointer leads to an earlier byte", "    " + cyc.format(k=5, c="wc") + " wc = clock64();\n    // Every pointer leads to an earlier byte"),
+        ("        if (!s->more[pass % 3]) break;\n",
+         "        if (!s->more[pass % 3]) { if (threadIdx.x == 0) atomicAdd(" + at.format(k=8) + ", pass + 1ull); break; }\n"),
+        ("    LZ4_FOR_THREADS(x, len) out[w0 + x] = (unsigned char)e[x];\n    LZ4_SYNC();\n",
+         "    " + cyc.format(k=6, c="wc") + " wc = clock64();\n    LZ4_FOR_THREADS(x, len) out[w0 + x] = (unsigned char)e[x];\n    LZ4_SYNC();\n    "
+         + cyc.format(k=7, c="wc") + "\n"),
     ]:
         assert old in text, old
         text = text.replace(old, new)
     assert len(streams) <= 64
-    head = f"#define LZ4_STREAMS {len(streams)}ull\n__device__ unsigned long long lz4_cycles[4 * 64];\n"
+    head = f"#define LZ4_STREAMS {len(streams)}ull\n__device__ unsigned long long lz4_cycles[{SLOTS} * 64];\n"
     pmod = cp.RawModule(code=head + text, backend="nvrtc")
     pkern = pmod.get_function("lz4_decode_blocks")
-    cycles = cp.ndarray((4 * 64,), cp.uint64, pmod.get_global("lz4_cycles"))
+    cycles = cp.ndarray((SLOTS * 64,), cp.uint64, pmod.get_global("lz4_cycles"))
     mhz = cp.cuda.Device().attributes["ClockRate"] / 1e3
     for chunks in [1, 1024]:
         batch = chunks_batch(chunks)
         batch.timed(cp, pkern, 1)  # two launches, one untimed: cycles are zeroed before the last
         cycles.fill(0)
         pkern(batch.grid, batch.block, batch.args); cp.cuda.Device().synchronize()
-        c = cycles.get().reshape(64, 4) / chunks
+        c = cycles.get().reshape(64, SLOTS) / chunks
         for i, s in enumerate(streams):
             parts = ", ".join(f"{name} {c[i][k] / mhz:.1f}" for k, name in enumerate(PHASES))
-            print(f"phases of {chunks} chunks, stream {i} ({len(s[0])} B), us a stream at {mhz:.0f} MHz: {parts}")
+            w = max(c[i][9], 1)
+            inner = ", ".join(f"{name} {c[i][4 + k] / w:.0f}" for k, name in enumerate(WINDOW_PARTS))
+            print(f"phases of {chunks} chunks, stream {i} ({len(s[0])} B), us a stream at {mhz:.0f} MHz: {parts}; "
+                  f"{c[i][9]:.0f} windows, cycles a window: {inner}, {c[i][8] / w:.1f} passes")
         tot = c[:len(streams)].sum(axis=0) / mhz
         print(f"phases of {chunks} chunks, a chunk's streams summed, us: " + ", ".join(f"{n} {t:.0f}" for n, t in zip(PHASES, tot)))
         del batch

@@ -12,7 +12,7 @@ launches, and each launch's share) and the one-warp decoder, in the same run.
 `--source DIR`: the four .cu files from DIR (another build's kernels, to compare in one call);
 `--split N`: a block's sequences in at most N spans (default: decode.rs' rule, 32 for launches of
 1,024 blocks or fewer, else 1);
-`--cycles`: also the instrumented block decode (clock64 cycles of its sequence loop).
+`--cycles`: also the instrumented block decode (clock64 cycles of lane 0's FSE state chain walk).
 """
 import gzip, json, os, struct, sys, time
 import numpy as np, cupy as cp
@@ -293,9 +293,10 @@ for n, decoder in [(n, d) for n in counts for d in decoders]:
                      **{k: float(v) for k, v in row_phases.items()}))
     del args, d_out, keep, plan
 # Where one frame's block decode goes (the kernel's text instrumented here, not in the crate):
-# clock64 cycles of each block's whole warp and of its sequence loop, beside its sequence count;
-# then the same without the sequence records' stores.
+# clock64 cycles of each block's whole warp and of lane 0's walk of its FSE state chain, beside
+# its sequence count.
 def instrumented(text):
+    chain = "            if (!b.overflow) zs_sequence_chain(&b, ll_t, ml_t, of_t, n_seq, span, spans, ll_state, of_state, ml_state, sp);\n"
     edits = [
         ("    zs_u32 rin[3];         // the repeat offsets it starts with\n",
          "    zs_u32 rin[3];         // the repeat offsets it starts with\n    zs_u64 cyc[3];\n"),
@@ -303,10 +304,8 @@ def instrumented(text):
          "    ZS_SHARED ZsShared shared;\n    const unsigned long long k = blockIdx.x;\n    if (k >= n_blocks) return;\n    const zs_u64 c_all = clock64();\n"),
         ("    if (ZS_LANE == 0) p->status = status;\n}",
          "    if (ZS_LANE == 0) { p->status = status; p->cyc[0] = clock64() - c_all; }\n}"),
-        ("            zs_bits_ensure(&b, 32);\n            zs_u32 ll_state",
-         "            const zs_u64 c_loop = clock64();\n            zs_bits_ensure(&b, 32);\n            zs_u32 ll_state"),
-        ("            if (status == ZS_OK && (b.overflow || zs_bits_left(&b) != 0)) status = ZS_BAD_SEQUENCE_STREAM;",
-         "            p->cyc[1] = clock64() - c_loop; p->cyc[2] = count;\n            if (status == ZS_OK && (b.overflow || zs_bits_left(&b) != 0)) status = ZS_BAD_SEQUENCE_STREAM;"),
+        (chain, "            const zs_u64 c_loop = clock64();\n" + chain +
+         "            p->cyc[1] = clock64() - c_loop; p->cyc[2] = n_seq;\n"),
     ]
     for a, b in edits:
         assert a in text, a
@@ -339,9 +338,10 @@ def cycles_of(text, name):
     worst = max(lines)
     ms = float(np.median(times[1:]))
     print(f"{name}: blocks {ms:.2f} ms; slowest block {worst[0]} cycles ({worst[0] / ms / 1e6:.2f} GHz if it sets the time), "
-          f"its loop {worst[1]} cycles for {worst[2]} sequences ({worst[1] / max(worst[2], 1):.0f} a sequence)")
+          f"its chain walk {worst[1]} cycles for {worst[2]} sequences ({worst[1] / max(worst[2], 1):.0f} a sequence); "
+          f"all blocks' walks {sum(l[1] for l in lines) / max(sum(l[2] for l in lines), 1):.0f} cycles a sequence")
     for whole, loop, count in lines:
-        print(f"   block: {whole} cycles, loop {loop}, {count} sequences")
+        print(f"   block: {whole} cycles, chain walk {loop}, {count} sequences")
     (k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write, BLOCK_PLAN) = saved
 
 
@@ -351,19 +351,4 @@ if rows_path:
             f.write(json.dumps(r) + "\n")
 if "--cycles" not in sys.argv:
     sys.exit(0)
-text = instrumented(src)
-cycles_of(text, "instrumented")
-no_stores = text
-for line in ["                r[0] = (zs_u32)offset;\n", "                r[1] = ll | (zs_u32)((offset >> 32) << 30);\n",
-             "                r[2] = ml;\n"]:
-    assert line in no_stores, line
-    no_stores = no_stores.replace(line, "")
-cycles_of(no_stores, "instrumented, no record stores")
-# Every lane walking the sequences alike (no branch in a one-lane region; the stores alike too).
-lane = "    if (ZS_LANE == 0) {\n        status = ZS_OK;\n        ZsBits b;"
-assert lane in text
-alike = text.replace(lane, "    {\n        status = ZS_OK;\n        ZsBits b;")
-cycles_of(alike, "instrumented, every lane alike")
-fill = "                if (b.avail < need && b.at > 0) zs_bits_fill(&b);"
-assert fill in alike
-cycles_of(alike.replace(fill, "                zs_bits_fill(&b);"), "instrumented, every lane alike, a refill every sequence")
+cycles_of(instrumented(src), "instrumented")

@@ -30,6 +30,7 @@
 #define LZ4_SHARED __shared__
 #define LZ4_ATOMIC_MIN(p, v) atomicMin((p), (v))
 #define LZ4_ATOMIC_ADD(p, v) atomicAdd((p), (v))
+#define LZ4_UNROLL _Pragma("unroll")
 // i over [0, n), spread over the threads of the block: each thread's first i is its index.
 #define LZ4_FOR_THREADS(i, n) for (unsigned int i = LZ4_TID; i < (n); i += LZ4_THREADS)
 #endif
@@ -55,6 +56,7 @@
 #define LZ4_SHORT 32u      // a token's bytes in a window its own thread enters; longer: all threads
 #define LZ4_RESOLVED 0x8000u  // above every window place
 #define LZ4_HOPS 32u
+#define LZ4_BATCH 8u        // a thread's window entries whose loads are in flight together
 // The place and capacity of a token parsed before its place is known: only the checks on the
 // input apply.
 #define LZ4_UNPLACED (1ull << 40)
@@ -275,19 +277,42 @@ LZ4_FN void lz4_places(Lz4Shared* s, lz4_u32 count, lz4_u32 base) {
     if (LZ4_TID == 0) s->op[0] = base;
 }
 
-// The entry of output byte b (in token i's bytes) of the window starting at w0.
-LZ4_FN lz4_u32 lz4_entry(const Lz4Shared* s, lz4_u32 i, lz4_u32 b, lz4_u32 w0, const Lz4In* in,
-                         const unsigned char* out) {
-    const lz4_u32 r = b - s->op[i];
-    // Literals mostly lie in the tile's bytes, in shared memory (the round's tokens start there).
-    if (r < s->lits[i]) return LZ4_RESOLVED | lz4_at(in, s->lit_at[i] + r);
-    // Byte k of a match at offset d repeats byte k % d of the d bytes before the match (the
-    // offset is within the bytes before it): a pointer never into the match itself, so runs
-    // make no chains.
-    const lz4_u32 k = r - s->lits[i], d = s->offset[i];
-    const lz4_u32 src = b - k - d + (k < d ? k : k % d);
-    if (src < w0) return LZ4_RESOLVED | out[src];
-    return src - w0;
+// The entries of bytes x0, x0 + stride, ... (count of them) of token i, in the window starting
+// at w0: each a value (a literal, or a byte before the window, written already) or the window
+// place of the byte it copies. A batch's loads are issued before any is used, so a thread waits
+// on memory once a batch, not once a byte.
+LZ4_FN void lz4_entries(Lz4Shared* s, lz4_u32 i, lz4_u32 x0, lz4_u32 stride, lz4_u32 count, lz4_u32 w0,
+                        const Lz4In* in, const unsigned char* out) {
+    const lz4_u32 first = s->op[i], lits = s->lits[i], lit_at = s->lit_at[i], d = s->offset[i];
+    for (lz4_u32 j0 = 0; j0 < count; j0 += LZ4_BATCH) {
+        lz4_u32 got[LZ4_BATCH], place[LZ4_BATCH];
+        LZ4_UNROLL
+        for (lz4_u32 j = 0; j < LZ4_BATCH; ++j) {
+            const lz4_u32 b = x0 + (j0 + j) * stride, r = b - first;
+            got[j] = 0;
+            place[j] = LZ4_RESOLVED;  // the value is got[j]
+            if (j0 + j >= count) continue;
+            if (r < lits) {
+                // Literals mostly lie in the tile's bytes, in shared memory (the round's tokens
+                // start there).
+                got[j] = lz4_at(in, lit_at + r);
+            } else {
+                // Byte k of a match at offset d repeats byte k % d of the d bytes before the
+                // match (the offset is within the bytes before it): a pointer never into the
+                // match itself, so runs make no chains.
+                const lz4_u32 k = r - lits;
+                const lz4_u32 src = b - k - d + (k < d ? k : k % d);
+                if (src < w0) got[j] = out[src];
+                else place[j] = src - w0;
+            }
+        }
+        LZ4_UNROLL
+        for (lz4_u32 j = 0; j < LZ4_BATCH; ++j) {
+            if (j0 + j < count)
+                s->entry[x0 + (j0 + j) * stride - w0] =
+                    (unsigned short)(place[j] == LZ4_RESOLVED ? LZ4_RESOLVED | got[j] : place[j]);
+        }
+    }
 }
 
 // The bytes [w0, w1) of the round's first s->exec tokens: entries, pointers followed, written.
@@ -304,7 +329,7 @@ LZ4_FN void lz4_window(Lz4Shared* s, const Lz4In* in, unsigned char* out, lz4_u3
         const lz4_u32 a = first > w0 ? first : w0, b = last < w1 ? last : w1;
         if (a < b) {
             const lz4_u32 mine = b - a < LZ4_SHORT ? b - a : LZ4_SHORT;
-            for (lz4_u32 x = a; x < a + mine; ++x) s->entry[x - w0] = (unsigned short)lz4_entry(s, i, x, w0, in, out);
+            lz4_entries(s, i, a, 1, mine, w0, in, out);
             if (b - a > LZ4_SHORT) s->longs[LZ4_ATOMIC_ADD(&s->n_long, 1u)] = i;
         }
     }
@@ -313,7 +338,9 @@ LZ4_FN void lz4_window(Lz4Shared* s, const Lz4In* in, unsigned char* out, lz4_u3
     for (lz4_u32 k = 0; k < s->n_long; ++k) {
         const lz4_u32 i = s->longs[k], first = s->op[i], last = first + s->lits[i] + s->match[i];
         const lz4_u32 a = (first > w0 ? first : w0) + LZ4_SHORT, b = last < w1 ? last : w1;
-        LZ4_FOR_THREADS(x, b - a) s->entry[a + x - w0] = (unsigned short)lz4_entry(s, i, a + x, w0, in, out);
+        // Thread t takes bytes a + t, a + t + LZ4_THREADS, ...
+        LZ4_FOR_THREADS(t, b - a < LZ4_THREADS ? b - a : LZ4_THREADS)
+            lz4_entries(s, i, a + t, LZ4_THREADS, (b - a - t + LZ4_THREADS - 1) / LZ4_THREADS, w0, in, out);
     }
     LZ4_SYNC();
     // Every pointer leads to an earlier byte, so each pass resolves at least the first
@@ -477,6 +504,7 @@ extern "C" __global__ void lz4_decode_blocks(const unsigned char* const* inputs,
 #undef LZ4_SHORT
 #undef LZ4_RESOLVED
 #undef LZ4_HOPS
+#undef LZ4_BATCH
 #undef LZ4_UNPLACED
 #ifndef LZ4_HOST_SHIM
 #undef LZ4_THREADS
@@ -486,4 +514,5 @@ extern "C" __global__ void lz4_decode_blocks(const unsigned char* const* inputs,
 #undef LZ4_SHARED
 #undef LZ4_ATOMIC_MIN
 #undef LZ4_ATOMIC_ADD
+#undef LZ4_UNROLL
 #endif
