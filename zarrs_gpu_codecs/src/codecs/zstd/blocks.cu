@@ -361,28 +361,87 @@ ZS_FN void zs_next_states(zs_u32 ll_hi, zs_u32 ml_hi, zs_u32 oe, zs_u32 v_st, zs
     *of_state = (oe >> 16) + (v_st & zs_mask(ob));
 }
 
+// The chain's reader: only the state bits are read, each sequence's other bits skipped. The
+// unread bits' top lies in a 128-bit window of two aligned words (hi, the word holding it, and
+// lo, the one below), and the word below those is loaded a step ahead: a sequence's reads are
+// shifts of registers, and the load its window's next move takes has had a sequence or more to
+// arrive. Bit a of the words is bit a - lead of the stream (lead: the bits of the first word
+// before the stream's first byte). On the CPU the words are assembled from the stream's bytes,
+// ones outside it: a read that took any of those bits would show.
+struct ZsChainBits {
+    const zs_u8* p;
+    zs_u32 len, lead;
+    int top;             // hi's index
+    zs_u64 hi, lo, next;  // words top, top - 1, top - 2 (zeros below the first)
+};
+
+ZS_FN zs_u64 zs_chain_word(const ZsChainBits* c, int i) {
+    if (i < 0) return 0;
+#ifdef ZS_HOST_SHIM
+    zs_u64 w = 0;
+    for (zs_u32 k = 0; k < 8; ++k) {
+        const long long at = 8ll * i + k - (long long)(c->lead / 8);
+        w |= (zs_u64)(at >= 0 && at < (long long)c->len ? c->p[at] : 0xFFu) << (8 * k);
+    }
+    return w;
+#else
+    // The aligned words holding the stream's bytes lie within its input's allocation.
+    const zs_u64* words = (const zs_u64*)((zs_u64)c->p & ~7ull);
+    return words[i];
+#endif
+}
+
+// The reader of stream p of len bytes with `left` bits unread.
+ZS_FN void zs_chain_bits_at(ZsChainBits* c, const zs_u8* p, zs_u32 len, zs_u32 left) {
+    c->p = p;
+    c->len = len;
+    c->lead = 8u * (zs_u32)((zs_u64)p & 7u);
+    c->top = ((int)(c->lead + left) - 1) >> 6;  // the word of the top unread bit (-1: none)
+    c->hi = zs_chain_word(c, c->top);
+    c->lo = zs_chain_word(c, c->top - 1);
+    c->next = zs_chain_word(c, c->top - 2);
+}
+
 // The chain alone, from the states after the stream's first bits: each span's bits and states.
 // It stops where the bits run out (the span it is in decodes to that point and fails there).
-ZS_FN void zs_sequence_chain(ZsBits* b, const zs_u64* ll_t, const zs_u64* ml_t, const zs_u32* of_t, zs_u32 n_seq,
-                             zs_u32 span, zs_u32 spans, zs_u32 ll_state, zs_u32 of_state, zs_u32 ml_state,
-                             ZsSpans* sp) {
-    zs_u32 reach = 0, next = 0;
-    for (zs_u32 k = 0; k < n_seq; ++k) {
-        if (k == next) {
-            sp->left[reach] = zs_bits_left(b);
-            sp->states[reach] = ll_state | (of_state << 10) | (ml_state << 20);
-            ++reach;
-            next += span;
-            if (spans == 1) break;  // one span: its lane walks the chain itself
+ZS_FN void zs_sequence_chain(const ZsBits* b, const zs_u64* ll_t, const zs_u64* ml_t, const zs_u32* of_t,
+                             zs_u32 n_seq, zs_u32 span, zs_u32 spans, zs_u32 ll_state, zs_u32 of_state,
+                             zs_u32 ml_state, ZsSpans* sp) {
+    zs_u32 reach = 0;
+    ZsChainBits c;
+    zs_chain_bits_at(&c, b->p, b->len, zs_bits_left(b));
+    int a = (int)(c.lead + zs_bits_left(b));  // the unread bits' top, in the words (under 2^24)
+    for (zs_u32 k0 = 0; k0 < n_seq; k0 += span) {
+        sp->left[reach] = (zs_u32)a - c.lead;
+        sp->states[reach] = ll_state | (of_state << 10) | (ml_state << 20);
+        ++reach;
+        if (spans == 1) break;  // one span: its lane walks the chain itself
+        const zs_u32 k1 = n_seq - k0 < span ? n_seq : k0 + span;
+        for (zs_u32 k = k0; k < k1; ++k) {
+            const zs_u32 ll_hi = (zs_u32)(ll_t[ll_state] >> 32), ml_hi = (zs_u32)(ml_t[ml_state] >> 32);
+            const zs_u32 oe = of_t[of_state];
+            const zs_u32 state_bits = k + 1 < n_seq ? (ll_hi & 0xFF) + (ml_hi & 0xFF) + ((oe >> 8) & 0xFF) : 0;
+            const zs_u32 need = (oe & 0xFF) + ((ll_hi >> 8) & 0xFF) + ((ml_hi >> 8) & 0xFF) + state_bits;
+            // Bits run out: this sequence's span's lane fails on them.
+            if (need > (zs_u32)a - c.lead) {
+                sp->reach = reach;
+                return;
+            }
+            a -= (int)need;
+            // The state bits are the lowest of the sequence's: [a, a + state_bits), below the
+            // window's top; the window moves down while a is below it.
+            while (a < 64 * c.top - 64) {
+                c.hi = c.lo;
+                c.lo = c.next;
+                c.top -= 1;
+                c.next = zs_chain_word(&c, c.top - 2);
+            }
+            // x: 0 to 128 - state_bits (128 only before a first read, a read of no bits).
+            const zs_u32 x = (zs_u32)(a - (64 * c.top - 64));
+            const zs_u64 w = x >= 64 ? c.hi >> (x & 63) : x == 0 ? c.lo : (c.lo >> x) | (c.hi << (64 - x));
+            const zs_u32 v_st = (zs_u32)w & zs_mask(state_bits);
+            zs_next_states(ll_hi, ml_hi, oe, v_st, &ll_state, &ml_state, &of_state);
         }
-        const zs_u32 ll_hi = (zs_u32)(ll_t[ll_state] >> 32), ml_hi = (zs_u32)(ml_t[ml_state] >> 32);
-        const zs_u32 oe = of_t[of_state];
-        const zs_u32 state_bits = k + 1 < n_seq ? (ll_hi & 0xFF) + (ml_hi & 0xFF) + ((oe >> 8) & 0xFF) : 0;
-        // The span's lane's reads (so that the bits run out where they do); values unused.
-        zs_u32 v_off, v_ext, v_st;
-        zs_sequence_bits(b, oe & 0xFF, ((ll_hi >> 8) & 0xFF) + ((ml_hi >> 8) & 0xFF), state_bits, &v_off, &v_ext, &v_st);
-        if (b->overflow) break;
-        zs_next_states(ll_hi, ml_hi, oe, v_st, &ll_state, &ml_state, &of_state);
     }
     sp->reach = reach;
 }
