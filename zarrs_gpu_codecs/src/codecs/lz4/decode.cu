@@ -56,7 +56,7 @@
 #define LZ4_SHORT 32u      // a token's bytes in a window its own thread enters; longer: all threads
 #define LZ4_RESOLVED 0x8000u  // above every window place
 #define LZ4_HOPS 32u
-#define LZ4_BATCH 8u        // a thread's window entries whose loads are in flight together
+#define LZ4_BATCH 4u        // a thread's window entries loaded together (8 takes 48 registers: half the blocks an SM at 512 threads)
 // The place and capacity of a token parsed before its place is known: only the checks on the
 // input apply.
 #define LZ4_UNPLACED (1ull << 40)
