@@ -86,10 +86,10 @@ for chunks in [1, 16, 64, 1024, 8192]:
     del batch
 
 # The phases, from the kernel's text (each anchor must be found: the copy follows the kernel),
-# and the windows' own: their short tokens' entries, the long tokens', the pointer passes, the
-# write; the passes and windows counted.
+# and the windows' own: their entries, the pointer passes, the write; the passes and windows
+# counted.
 PHASES = ["tables", "chain", "parse, place, check", "windows"]
-WINDOW_PARTS = ["entries of short tokens", "of long", "passes", "write"]
+WINDOW_PARTS = ["entries", "passes", "write"]
 SLOTS = 10
 if os.environ.get("LZ4_PHASES") == "1" and shape == "block":
     text = src
@@ -103,15 +103,14 @@ if os.environ.get("LZ4_PHASES") == "1" and shape == "block":
         ("    const lz4_u32 base = s->base, end = s->end;\n",
          "    " + cyc.format(k=2, c="c2") + "\n    const long long c3 = clock64();\n    const lz4_u32 base = s->base, end = s->end;\n"),
         ("    if (LZ4_TID == 0) s->base = end;\n", "    " + cyc.format(k=3, c="c3") + "\n    if (LZ4_TID == 0) s->base = end;\n"),
-        ("    const lz4_u32 exec = s->exec;\n", "    const lz4_u32 exec = s->exec;\n    long long wc = clock64();\n"
+        ("    const lz4_u32 exec = s->exec, len = w1 - w0;\n", "    const lz4_u32 exec = s->exec, len = w1 - w0;\n    long long wc = clock64();\n"
          "    if (threadIdx.x == 0) atomicAdd(" + at.format(k=9) + ", 1ull);\n"),
-        ("    // The rest of the long tokens' bytes", "    " + cyc.format(k=4, c="wc") + " wc = clock64();\n    // The rest of the long tokens' bytes"),
-        ("    // Every pointer leads to an earlier byte", "    " + cyc.format(k=5, c="wc") + " wc = clock64();\n    // Every pointer leads to an earlier byte"),
+        ("    // Every pointer leads to an earlier byte", "    " + cyc.format(k=4, c="wc") + " wc = clock64();\n    // Every pointer leads to an earlier byte"),
         ("        if (!s->more[pass % 3]) break;\n",
          "        if (!s->more[pass % 3]) { if (threadIdx.x == 0) atomicAdd(" + at.format(k=8) + ", pass + 1ull); break; }\n"),
         ("    LZ4_FOR_THREADS(x, len) out[w0 + x] = (unsigned char)e[x];\n    LZ4_SYNC();\n",
-         "    " + cyc.format(k=6, c="wc") + " wc = clock64();\n    LZ4_FOR_THREADS(x, len) out[w0 + x] = (unsigned char)e[x];\n    LZ4_SYNC();\n    "
-         + cyc.format(k=7, c="wc") + "\n"),
+         "    " + cyc.format(k=5, c="wc") + " wc = clock64();\n    LZ4_FOR_THREADS(x, len) out[w0 + x] = (unsigned char)e[x];\n    LZ4_SYNC();\n    "
+         + cyc.format(k=6, c="wc") + "\n"),
     ]:
         assert old in text, old
         text = text.replace(old, new)

@@ -30,7 +30,6 @@
 #define LZ4_SHARED __shared__
 #define LZ4_ATOMIC_MIN(p, v) atomicMin((p), (v))
 #define LZ4_ATOMIC_ADD(p, v) atomicAdd((p), (v))
-#define LZ4_UNROLL _Pragma("unroll")
 // i over [0, n), spread over the threads of the block: each thread's first i is its index.
 #define LZ4_FOR_THREADS(i, n) for (unsigned int i = LZ4_TID; i < (n); i += LZ4_THREADS)
 #endif
@@ -53,10 +52,8 @@
 #define LZ4_ROUND 512u     // tokens a round
 #define LZ4_WINDOW 4096u   // output bytes resolved at once (at most LZ4_RESOLVED)
 #define LZ4_LARGEST 0x7FFFFFFFu  // input and output lengths the u32 places take
-#define LZ4_SHORT 32u      // a token's bytes in a window its own thread enters; longer: all threads
 #define LZ4_RESOLVED 0x8000u  // above every window place
 #define LZ4_HOPS 32u
-#define LZ4_BATCH 4u        // a thread's window entries loaded together (8 takes 48 registers: half the blocks an SM at 512 threads)
 // The place and capacity of a token parsed before its place is known: only the checks on the
 // input apply.
 #define LZ4_UNPLACED (1ull << 40)
@@ -74,8 +71,7 @@ struct Lz4Shared {
     lz4_u32 op[LZ4_ROUND + 1];     // where each token's bytes start; op[count]: the round's end
     lz4_u32 lits[LZ4_ROUND], lit_at[LZ4_ROUND], match[LZ4_ROUND], offset[LZ4_ROUND];
     unsigned short entry[LZ4_WINDOW];  // a byte's value | LZ4_RESOLVED, or the window place it copies
-    lz4_u32 longs[LZ4_ROUND];      // tokens with more than LZ4_SHORT bytes in the window
-    lz4_u32 tile, span, pos, count, done, need_tile, base, first, exec, end, finished, status, n_long;
+    lz4_u32 tile, span, pos, count, done, need_tile, base, first, exec, end, finished, status;
     lz4_u32 more[3];
 };
 
@@ -277,70 +273,42 @@ LZ4_FN void lz4_places(Lz4Shared* s, lz4_u32 count, lz4_u32 base) {
     if (LZ4_TID == 0) s->op[0] = base;
 }
 
-// The entries of bytes x0, x0 + stride, ... (count of them) of token i, in the window starting
-// at w0: each a value (a literal, or a byte before the window, written already) or the window
-// place of the byte it copies. A batch's loads are issued before any is used, so a thread waits
-// on memory once a batch, not once a byte.
-LZ4_FN void lz4_entries(Lz4Shared* s, lz4_u32 i, lz4_u32 x0, lz4_u32 stride, lz4_u32 count, lz4_u32 w0,
-                        const Lz4In* in, const unsigned char* out) {
-    const lz4_u32 first = s->op[i], lits = s->lits[i], lit_at = s->lit_at[i], d = s->offset[i];
-    for (lz4_u32 j0 = 0; j0 < count; j0 += LZ4_BATCH) {
-        lz4_u32 got[LZ4_BATCH], place[LZ4_BATCH];
-        LZ4_UNROLL
-        for (lz4_u32 j = 0; j < LZ4_BATCH; ++j) {
-            const lz4_u32 b = x0 + (j0 + j) * stride, r = b - first;
-            got[j] = 0;
-            place[j] = LZ4_RESOLVED;  // the value is got[j]
-            if (j0 + j >= count) continue;
-            if (r < lits) {
-                // Literals mostly lie in the tile's bytes, in shared memory (the round's tokens
-                // start there).
-                got[j] = lz4_at(in, lit_at + r);
-            } else {
-                // Byte k of a match at offset d repeats byte k % d of the d bytes before the
-                // match (the offset is within the bytes before it): a pointer never into the
-                // match itself, so runs make no chains.
-                const lz4_u32 k = r - lits;
-                const lz4_u32 src = b - k - d + (k < d ? k : k % d);
-                if (src < w0) got[j] = out[src];
-                else place[j] = src - w0;
-            }
-        }
-        LZ4_UNROLL
-        for (lz4_u32 j = 0; j < LZ4_BATCH; ++j) {
-            if (j0 + j < count)
-                s->entry[x0 + (j0 + j) * stride - w0] =
-                    (unsigned short)(place[j] == LZ4_RESOLVED ? LZ4_RESOLVED | got[j] : place[j]);
-        }
-    }
+// The entry of output byte b of token i, in the window starting at w0: its value (a literal, or
+// a byte before the window, written already) or the window place of the byte it copies.
+LZ4_FN lz4_u32 lz4_entry(const Lz4Shared* s, lz4_u32 i, lz4_u32 b, lz4_u32 w0, const Lz4In* in,
+                         const unsigned char* out) {
+    const lz4_u32 r = b - s->op[i];
+    // Literals mostly lie in the tile's bytes, in shared memory (the round's tokens start there).
+    if (r < s->lits[i]) return LZ4_RESOLVED | lz4_at(in, s->lit_at[i] + r);
+    // Byte k of a match at offset d repeats byte k % d of the d bytes before the match (the
+    // offset is within the bytes before it): a pointer never into the match itself, so runs
+    // make no chains.
+    const lz4_u32 k = r - s->lits[i], d = s->offset[i];
+    const lz4_u32 src = b - k - d + (k < d ? k : k % d);
+    if (src < w0) return LZ4_RESOLVED | out[src];
+    return src - w0;
 }
 
 // The bytes [w0, w1) of the round's first s->exec tokens: entries, pointers followed, written.
+// A thread a byte: its token found by a binary search of the tokens' places (so every thread
+// has the same work, however the bytes fall into tokens), its entry made.
 LZ4_FN void lz4_window(Lz4Shared* s, const Lz4In* in, unsigned char* out, lz4_u32 w0, lz4_u32 w1) {
-    const lz4_u32 exec = s->exec;
+    const lz4_u32 exec = s->exec, len = w1 - w0;
     if (LZ4_TID == 0) {
-        s->n_long = 0;
         s->more[0] = 0;
         s->more[1] = 0;
     }
-    LZ4_SYNC();
-    LZ4_FOR_THREADS(i, exec) {
-        const lz4_u32 first = s->op[i], last = first + s->lits[i] + s->match[i];
-        const lz4_u32 a = first > w0 ? first : w0, b = last < w1 ? last : w1;
-        if (a < b) {
-            const lz4_u32 mine = b - a < LZ4_SHORT ? b - a : LZ4_SHORT;
-            lz4_entries(s, i, a, 1, mine, w0, in, out);
-            if (b - a > LZ4_SHORT) s->longs[LZ4_ATOMIC_ADD(&s->n_long, 1u)] = i;
+    // The window's bytes lie before the round's end: each in the last token i < exec with
+    // op[i] <= b (the tokens before it that hold no bytes passed over).
+    LZ4_FOR_THREADS(x, len) {
+        const lz4_u32 b = w0 + x;
+        lz4_u32 lo = 0, hi = exec;  // op[lo] <= b, and b is before token hi's place
+        while (hi - lo > 1) {
+            const lz4_u32 mid = (lo + hi) / 2;
+            if (s->op[mid] <= b) lo = mid;
+            else hi = mid;
         }
-    }
-    LZ4_SYNC();
-    // The rest of the long tokens' bytes, spread over all threads.
-    for (lz4_u32 k = 0; k < s->n_long; ++k) {
-        const lz4_u32 i = s->longs[k], first = s->op[i], last = first + s->lits[i] + s->match[i];
-        const lz4_u32 a = (first > w0 ? first : w0) + LZ4_SHORT, b = last < w1 ? last : w1;
-        // Thread t takes bytes a + t, a + t + LZ4_THREADS, ...
-        LZ4_FOR_THREADS(t, b - a < LZ4_THREADS ? b - a : LZ4_THREADS)
-            lz4_entries(s, i, a + t, LZ4_THREADS, (b - a - t + LZ4_THREADS - 1) / LZ4_THREADS, w0, in, out);
+        s->entry[x] = (unsigned short)lz4_entry(s, lo, b, w0, in, out);
     }
     LZ4_SYNC();
     // Every pointer leads to an earlier byte, so each pass resolves at least the first
@@ -348,7 +316,6 @@ LZ4_FN void lz4_window(Lz4Shared* s, const Lz4In* in, unsigned char* out, lz4_u3
     // may move on while it reads them, from one pointer of the chain to a later one or to the
     // value (volatile, whole entries: an aligned 16-bit access is one).
     volatile unsigned short* e = s->entry;
-    const lz4_u32 len = w1 - w0;
     for (lz4_u32 pass = 0;; ++pass) {
         LZ4_FOR_THREADS(x, len) {
             lz4_u32 v = e[x];
@@ -501,10 +468,8 @@ extern "C" __global__ void lz4_decode_blocks(const unsigned char* const* inputs,
 #undef LZ4_ROUND
 #undef LZ4_WINDOW
 #undef LZ4_LARGEST
-#undef LZ4_SHORT
 #undef LZ4_RESOLVED
 #undef LZ4_HOPS
-#undef LZ4_BATCH
 #undef LZ4_UNPLACED
 #ifndef LZ4_HOST_SHIM
 #undef LZ4_THREADS
@@ -514,5 +479,4 @@ extern "C" __global__ void lz4_decode_blocks(const unsigned char* const* inputs,
 #undef LZ4_SHARED
 #undef LZ4_ATOMIC_MIN
 #undef LZ4_ATOMIC_ADD
-#undef LZ4_UNROLL
 #endif

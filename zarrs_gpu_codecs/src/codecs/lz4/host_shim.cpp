@@ -12,7 +12,6 @@
 #define LZ4_SHARED static thread_local
 #define LZ4_ATOMIC_MIN(p, v) lz4_host_min((p), (v))
 #define LZ4_ATOMIC_ADD(p, v) lz4_host_add((p), (v))
-#define LZ4_UNROLL
 #ifdef LZ4_EMULATE_THREADS
 static thread_local unsigned int lz4_emulated_threads = 256;  // the launch's blockDim.x
 #define LZ4_THREADS lz4_emulated_threads
