@@ -429,16 +429,23 @@ ZS_FN void zs_sequence_chain(const ZsBits* b, const zs_u64* ll_t, const zs_u64* 
             }
             a -= (int)need;
             // The state bits are the lowest of the sequence's: [a, a + state_bits), below the
-            // window's top; the window moves down while a is below it.
+            // window's top; the window moves down while a is below it: a word at most but for
+            // long offsets, so the first move is selects (a lone lane pays for every branch).
+            const int move = a < 64 * c.top - 64;
+            c.hi = move ? c.lo : c.hi;
+            c.lo = move ? c.next : c.lo;
+            c.top -= move;
+            if (move) c.next = zs_chain_word(&c, c.top - 2);
             while (a < 64 * c.top - 64) {
                 c.hi = c.lo;
                 c.lo = c.next;
                 c.top -= 1;
                 c.next = zs_chain_word(&c, c.top - 2);
             }
-            // x: 0 to 128 - state_bits (128 only before a first read, a read of no bits).
+            // x: 0 to 128 - state_bits (128 only before a first read, a read of no bits); hi
+            // shifted in two steps, so that x == 0 takes none of it.
             const zs_u32 x = (zs_u32)(a - (64 * c.top - 64));
-            const zs_u64 w = x >= 64 ? c.hi >> (x & 63) : x == 0 ? c.lo : (c.lo >> x) | (c.hi << (64 - x));
+            const zs_u64 w = x >= 64 ? c.hi >> (x & 63) : (c.lo >> x) | ((c.hi << 1) << (63 - x));
             const zs_u32 v_st = (zs_u32)w & zs_mask(state_bits);
             zs_next_states(ll_hi, ml_hi, oe, v_st, &ll_state, &ml_state, &of_state);
         }
