@@ -1018,8 +1018,37 @@ def covered(shape, boxes):
     return count
 
 
+class RecordedHostReads:
+    """For the dask and xarray test classes: host reads (zarr-python) in place of the GPU's,
+    each read's (array, box) recorded in self.reads, and the class's temporary directory removed
+    at the end."""
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.dir.cleanup()
+
+    def host(self):
+        """Reads on the host (zarr-python), recording (array, box) of every read."""
+        from unittest import mock
+
+        import zarrs_gpu.dask as zd
+
+        self.reads = []
+
+        def record(path, array, device, box):
+            self.reads.append((array, box))
+            return host_reader(path, array, device, box)
+
+        return mock.patch.multiple(zd, reader=record, make_meta=host_meta)
+
+    @property
+    def boxes(self):
+        """The boxes read, in order."""
+        return [box for _, box in self.reads]
+
+
 @unittest.skipUnless(HAVE_DASK, "dask[array] is not installed (pip install 'dask[array]')")
-class DaskCpuTests(unittest.TestCase):
+class DaskCpuTests(RecordedHostReads, unittest.TestCase):
     """zarrs_gpu.dask without a GPU: the blocks it plans, the graph it builds, and (with the reader
     replaced by zarr-python on the host, under dask's threaded scheduler) the values."""
 
@@ -1057,24 +1086,6 @@ class DaskCpuTests(unittest.TestCase):
         cls.group = os.path.join(root, "group.zarr")
         g = zarr.open_group(cls.group, mode="w")
         g.create_array("inner", shape=(10, 6), chunks=(3, 6), dtype="int32")[...] = np.arange(60).reshape(10, 6)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.dir.cleanup()
-
-    def host(self):
-        """Reads on the host (zarr-python), recording every box read."""
-        from unittest import mock
-
-        import zarrs_gpu.dask as zd
-
-        self.boxes = []
-
-        def record(path, array, device, box):
-            self.boxes.append(box)
-            return host_reader(path, array, device, box)
-
-        return mock.patch.multiple(zd, reader=record, make_meta=host_meta)
 
     def test_to_zarr_writes_aligned_blocks_and_refuses_misaligned_ones(self):
         import dask.array as da
@@ -1174,7 +1185,7 @@ class DaskCpuTests(unittest.TestCase):
                         key = (slice(3, None), Ellipsis, slice(-2, None)) if data.ndim > 1 else slice(3, -2)
                         np.testing.assert_array_equal(x[key].compute(), data[key])
                     # One read per block, and the blocks tile the array once.
-                    self.boxes.clear()
+                    self.reads.clear()
                     x.compute(scheduler="threads")
                     self.assertEqual(len(self.boxes), x.npartitions)
                     np.testing.assert_array_equal(covered(data.shape, self.boxes), np.ones(data.shape, np.int64))
@@ -1477,30 +1488,7 @@ def xarray_test_dataset():
 
 
 @unittest.skipUnless(HAVE_XARRAY and HAVE_DASK, "xarray (and dask[array]) are not installed")
-class XarrayHostReads:
-    """For the xarray test classes: host reads in place of the GPU's, and the class's temporary
-    directory removed at the end."""
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.dir.cleanup()
-
-    def host(self):
-        """Reads on the host (zarr-python), recording (array, box) of every read."""
-        from unittest import mock
-
-        import zarrs_gpu.dask as zd
-
-        self.reads = []
-
-        def record(path, array, device, box):
-            self.reads.append((array, box))
-            return host_reader(path, array, device, box)
-
-        return mock.patch.multiple(zd, reader=record, make_meta=host_meta)
-
-
-class XarrayCpuTests(XarrayHostReads, unittest.TestCase):
+class XarrayCpuTests(RecordedHostReads, unittest.TestCase):
     """zarrs_gpu.xarray without a GPU: datasets written by xarray's to_zarr (v2 and v3,
     consolidated or not, in a group), opened with engine="zarrs_gpu" with the reads replaced by
     zarr-python on the host (zarrs_gpu.dask.reader), against xarray's own zarr engine."""
@@ -1879,7 +1867,7 @@ def same_bits(testcase, got, want, what):
 
 
 @unittest.skipUnless(HAVE_XARRAY and HAVE_DASK, "xarray (and dask[array]) are not installed")
-class XarrayCFDecodingCpuTests(XarrayHostReads, unittest.TestCase):
+class XarrayCFDecodingCpuTests(RecordedHostReads, unittest.TestCase):
     """zarrs_gpu.xarray's own CF mask-and-scale decoding (CFMaskScaleArray, computed with the
     data's array module: CuPy on a GPU, numpy here with zarr-python's host reads in place of the
     GPU's) against xarray's zarr engine: values bit for bit, dtypes, attrs and encoding, for every
