@@ -4,6 +4,7 @@ that there is no GPU. Needs zarr-python (to write the arrays).
 
     python -m unittest discover -s python/tests -p 'test_cpu.py'
 """
+import contextlib
 import json
 import math
 import os
@@ -17,6 +18,20 @@ import zarr
 import zarr.codecs as zc
 
 import zarrs_gpu
+
+
+@contextlib.contextmanager
+def without_cupy():
+    """`import cupy` raises ImportError inside the block; cupy as it was after."""
+    had, saved = "cupy" in sys.modules, sys.modules.get("cupy")
+    sys.modules["cupy"] = None
+    try:
+        yield
+    finally:
+        if had:
+            sys.modules["cupy"] = saved
+        else:
+            del sys.modules["cupy"]
 
 
 def numpy_keys(shape, rng, n):
@@ -538,19 +553,11 @@ class CpuTests(unittest.TestCase):
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
 
     def test_gpu_zarr_context_without_cupy_says_cupy_is_needed(self):
-        saved = sys.modules.get("cupy", None)
-        had = "cupy" in sys.modules
-        sys.modules["cupy"] = None  # `import cupy` raises ImportError
-        try:
+        with without_cupy():
             with self.assertRaises(ImportError) as caught:
                 with zarrs_gpu.gpu_zarr_context():
                     zarr.open_array(self.v3, mode="r")[0:2]
             self.assertIn("needs CuPy", str(caught.exception))
-        finally:
-            if had:
-                sys.modules["cupy"] = saved
-            else:
-                del sys.modules["cupy"]
 
     def test_the_pipeline_sees_a_same_size_rewrite_within_one_tick(self):
         from zarrs_gpu import pipeline
@@ -1407,21 +1414,13 @@ class DaskCpuTests(RecordedHostReads, unittest.TestCase):
         import zarrs_gpu.dask as zd
 
         path, _ = self.arrays["v2"]
-        saved = sys.modules.get("cupy", None)
-        had = "cupy" in sys.modules
-        sys.modules["cupy"] = None  # `import cupy` raises ImportError
-        try:
+        with without_cupy():
             with self.assertRaises(ImportError) as caught:
                 zd.from_zarr(path)
             self.assertIn("needs CuPy", str(caught.exception))
             with self.assertRaises(ImportError) as caught:
                 zd.read_on_device(path, "/", None, ((0, 1), (0, 1)))
             self.assertIn("needs CuPy", str(caught.exception))
-        finally:
-            if had:
-                sys.modules["cupy"] = saved
-            else:
-                del sys.modules["cupy"]
 
     def test_the_package_imports_without_dask(self):
         code = ("import sys; sys.modules['dask'] = None\n"
