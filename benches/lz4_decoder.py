@@ -86,15 +86,16 @@ for chunks in [1, 16, 64, 1024, 8192]:
     del batch
 
 # The phases, from the kernel's text (each anchor must be found: the copy follows the kernel),
-# and the windows' own: their entries, the pointer passes, the write; the passes and windows
-# counted.
+# the windows' own (their entries, the pointer passes, the write; passes and windows counted)
+# and the tables' (the tile's bytes copied, the steps, the jumps; tiles counted).
 PHASES = ["tables", "chain", "parse, place, check", "windows"]
 WINDOW_PARTS = ["entries", "passes", "write"]
-SLOTS = 10
+TABLE_PARTS = ["copy", "steps", "jumps"]
+SLOTS = 14
 if os.environ.get("LZ4_PHASES") == "1" and shape == "block":
     text = src
     # Summed over the batch per stream of the chunk (block k is stream k % streams).
-    at = "&lz4_cycles[(blockIdx.x % LZ4_STREAMS) * 10 + {k}]"
+    at = "&lz4_cycles[(blockIdx.x % LZ4_STREAMS) * 14 + {k}]"
     cyc = "if (threadIdx.x == 0) atomicAdd(" + at + ", (unsigned long long)(clock64() - {c}));"
     for old, new in [
         ("    lz4_tables(s, in, n);\n", "    { long long c0 = clock64(); lz4_tables(s, in, n); " + cyc.format(k=0, c="c0") + " }\n"),
@@ -103,6 +104,12 @@ if os.environ.get("LZ4_PHASES") == "1" and shape == "block":
         ("    const lz4_u32 base = s->base, end = s->end;\n",
          "    " + cyc.format(k=2, c="c2") + "\n    const long long c3 = clock64();\n    const lz4_u32 base = s->base, end = s->end;\n"),
         ("    if (LZ4_TID == 0) s->base = end;\n", "    " + cyc.format(k=3, c="c3") + "\n    if (LZ4_TID == 0) s->base = end;\n"),
+        ("    LZ4_FOR_THREADS(r, x.have) s->near[r] = in[tile + r];\n    LZ4_SYNC();\n",
+         "    long long tc = clock64();\n    if (threadIdx.x == 0) atomicAdd(" + at.format(k=10) + ", 1ull);\n"
+         "    LZ4_FOR_THREADS(r, x.have) s->near[r] = in[tile + r];\n    LZ4_SYNC();\n    " + cyc.format(k=11, c="tc") + " tc = clock64();\n"),
+        ("    LZ4_FOR_THREADS(r, span) s->step[r] = (unsigned short)lz4_step(&x, n, tile + r);\n    LZ4_SYNC();\n",
+         "    LZ4_FOR_THREADS(r, span) s->step[r] = (unsigned short)lz4_step(&x, n, tile + r);\n    LZ4_SYNC();\n    " + cyc.format(k=12, c="tc") + " tc = clock64();\n"),
+        ("    if (LZ4_TID == 0) s->span = span;\n    LZ4_SYNC();\n}", "    if (LZ4_TID == 0) s->span = span;\n    LZ4_SYNC();\n    " + cyc.format(k=13, c="tc") + "\n}"),
         ("    const lz4_u32 exec = s->exec, len = w1 - w0;\n", "    const lz4_u32 exec = s->exec, len = w1 - w0;\n    long long wc = clock64();\n"
          "    if (threadIdx.x == 0) atomicAdd(" + at.format(k=9) + ", 1ull);\n"),
         ("    // Every pointer leads to an earlier byte", "    " + cyc.format(k=4, c="wc") + " wc = clock64();\n    // Every pointer leads to an earlier byte"),
@@ -130,8 +137,11 @@ if os.environ.get("LZ4_PHASES") == "1" and shape == "block":
             parts = ", ".join(f"{name} {c[i][k] / mhz:.1f}" for k, name in enumerate(PHASES))
             w = max(c[i][9], 1)
             inner = ", ".join(f"{name} {c[i][4 + k] / w:.0f}" for k, name in enumerate(WINDOW_PARTS))
+            tl = max(c[i][10], 1)
+            tables = ", ".join(f"{name} {c[i][11 + k] / tl:.0f}" for k, name in enumerate(TABLE_PARTS))
             print(f"phases of {chunks} chunks, stream {i} ({len(s[0])} B), us a stream at {mhz:.0f} MHz: {parts}; "
-                  f"{c[i][9]:.0f} windows, cycles a window: {inner}, {c[i][8] / w:.1f} passes")
+                  f"{c[i][9]:.0f} windows, cycles a window: {inner}, {c[i][8] / w:.1f} passes; "
+                  f"{c[i][10]:.0f} tiles, cycles a tile: {tables}")
         tot = c[:len(streams)].sum(axis=0) / mhz
         print(f"phases of {chunks} chunks, a chunk's streams summed, us: " + ", ".join(f"{n} {t:.0f}" for n, t in zip(PHASES, tot)))
         del batch
