@@ -104,9 +104,10 @@ if os.environ.get("LZ4_PHASES") == "1" and shape == "block":
         ("    const lz4_u32 base = s->base, end = s->end;\n",
          "    " + cyc.format(k=2, c="c2") + "\n    const long long c3 = clock64();\n    const lz4_u32 base = s->base, end = s->end;\n"),
         ("    if (LZ4_TID == 0) s->base = end;\n", "    " + cyc.format(k=3, c="c3") + "\n    if (LZ4_TID == 0) s->base = end;\n"),
-        ("    LZ4_FOR_THREADS(r, x.have) s->near[r] = in[tile + r];\n    LZ4_SYNC();\n",
-         "    long long tc = clock64();\n    if (threadIdx.x == 0) atomicAdd(" + at.format(k=10) + ", 1ull);\n"
-         "    LZ4_FOR_THREADS(r, x.have) s->near[r] = in[tile + r];\n    LZ4_SYNC();\n    " + cyc.format(k=11, c="tc") + " tc = clock64();\n"),
+        ("    const Lz4In x = lz4_input(s, in, n);\n    // Four bytes a thread",
+         "    const Lz4In x = lz4_input(s, in, n);\n    long long tc = clock64();\n"
+         "    if (threadIdx.x == 0) atomicAdd(" + at.format(k=10) + ", 1ull);\n    // Four bytes a thread"),
+        ("    LZ4_SYNC();\n    LZ4_FOR_THREADS(r, span) s->step[r]", "    LZ4_SYNC();\n    " + cyc.format(k=11, c="tc") + " tc = clock64();\n    LZ4_FOR_THREADS(r, span) s->step[r]"),
         ("    LZ4_FOR_THREADS(r, span) s->step[r] = (unsigned short)lz4_step(&x, n, tile + r);\n    LZ4_SYNC();\n",
          "    LZ4_FOR_THREADS(r, span) s->step[r] = (unsigned short)lz4_step(&x, n, tile + r);\n    LZ4_SYNC();\n    " + cyc.format(k=12, c="tc") + " tc = clock64();\n"),
         ("    if (LZ4_TID == 0) s->span = span;\n    LZ4_SYNC();\n}", "    if (LZ4_TID == 0) s->span = span;\n    LZ4_SYNC();\n    " + cyc.format(k=13, c="tc") + "\n}"),

@@ -201,7 +201,17 @@ LZ4_FN void lz4_tables(Lz4Shared* s, const unsigned char* in, lz4_u32 n) {
     const lz4_u32 tile = s->tile;
     const lz4_u32 span = tile >= n ? 0u : (n - tile < LZ4_TILE ? n - tile : LZ4_TILE);
     const Lz4In x = lz4_input(s, in, n);
-    LZ4_FOR_THREADS(r, x.have) s->near[r] = in[tile + r];
+    // Four bytes a thread, their loads issued before any is stored (one byte's load from device
+    // memory waited on before the next was the copy's time).
+    LZ4_FOR_THREADS(q, (x.have + 3) / 4) {
+        const lz4_u32 r = 4 * q, m = x.have - r;  // m >= 1
+        const unsigned char* p = in + tile + r;
+        const unsigned char b0 = p[0], b1 = m > 1 ? p[1] : 0, b2 = m > 2 ? p[2] : 0, b3 = m > 3 ? p[3] : 0;
+        s->near[r] = b0;
+        if (m > 1) s->near[r + 1] = b1;
+        if (m > 2) s->near[r + 2] = b2;
+        if (m > 3) s->near[r + 3] = b3;
+    }
     LZ4_SYNC();
     LZ4_FOR_THREADS(r, span) s->step[r] = (unsigned short)lz4_step(&x, n, tile + r);
     LZ4_SYNC();
