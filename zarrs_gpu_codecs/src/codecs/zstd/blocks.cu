@@ -408,9 +408,10 @@ ZS_FN void zs_sequence_chain(const ZsBits* b, const zs_u64* ll_t, const zs_u64* 
                              zs_u32 n_seq, zs_u32 span, zs_u32 spans, zs_u32 ll_state, zs_u32 of_state,
                              zs_u32 ml_state, ZsSpans* sp) {
     zs_u32 reach = 0;
+    const zs_u32 left = zs_bits_left(b);
     ZsChainBits c;
-    zs_chain_bits_at(&c, b->p, b->len, zs_bits_left(b));
-    int a = (int)(c.lead + zs_bits_left(b));  // the unread bits' top, in the words (under 2^24)
+    zs_chain_bits_at(&c, b->p, b->len, left);
+    int a = (int)(c.lead + left);  // the unread bits' top, in the words (under 2^24)
     for (zs_u32 k0 = 0; k0 < n_seq; k0 += span) {
         sp->left[reach] = (zs_u32)a - c.lead;
         sp->states[reach] = ll_state | (of_state << 10) | (ml_state << 20);
@@ -604,11 +605,6 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
                                  zs_u32* seq_scratch, zs_u32 split) {
     const zs_u8* blk = in + p->in_at;
     const zs_u64 len = p->in_size;
-    // The block's bytes into L1 first, a line a lane at a time: the literal streams' and the
-    // sequences' bit readers each wait on every refill's load, a read from device memory the
-    // first time (hundreds of cycles, one lane's chain stalled for it).
-    const zs_u64 first_line = (zs_u64)blk / 128;
-    ZS_FOR_LANES(line, ((zs_u64)blk + len + 127) / 128 - first_line) ZS_PREFETCH(128 * (first_line + line));
     // Treeless literals: the tree of an earlier block, rebuilt here.
     sh->huf_valid = 0;
     if ((blk[0] & 3) == 3) {

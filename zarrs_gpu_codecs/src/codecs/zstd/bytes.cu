@@ -412,7 +412,6 @@ extern "C" __global__ void zstd_write(const unsigned long long* capacities, unsi
 #undef ZS_SPANS
 #undef ZS_SPAN_MIN
 #ifndef ZS_HOST_SHIM
-#undef ZS_PREFETCH
 #undef ZS_LANES
 #undef ZS_LANE
 #undef ZS_SYNC

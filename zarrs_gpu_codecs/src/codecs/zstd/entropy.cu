@@ -15,10 +15,6 @@
 #define ZS_CONST __constant__ const
 // i over [0, n), spread over the lanes of the warp: each lane's first i is its lane index.
 #define ZS_FOR_LANES(i, n) for (unsigned long long i = ZS_LANE; i < (n); i += ZS_LANES)
-// Ask for the 128-byte line at address p (a generic address of global memory, as an integer) in
-// the SM's L1, without waiting for it.
-#define ZS_PREFETCH(p) \
-    asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %0; prefetch.global.L1 [g]; }" ::"l"(p))
 #endif
 
 typedef unsigned char zs_u8;

@@ -10,7 +10,6 @@
 #define ZS_SHARED static thread_local
 #define ZS_CONST static const
 #define ZS_FOR_LANES(i, n) for (unsigned long long i = 0; i < (n); ++i)
-#define ZS_PREFETCH(p) ((void)(p))
 #include "../host_shim.h"
 
 #include "entropy.cu"
