@@ -18,10 +18,10 @@ def b1_streams(path):
     return streams
 
 
-# How the kernel is launched: (LZ4 blocks a thread block, threads a thread block). The kernel of
-# today takes a thread block per LZ4 block (decode.rs' THREADS); "warp": the one-warp-a-block
-# walk of e98499b, for timings against it.
-SHAPES = {"block": (1, 256), "warp": (4, 128)}
+# How the kernel is launched: (LZ4 blocks a thread block, threads a thread block; None: as
+# decode.rs' `threads_for` picks them on an H100). The kernel of today takes a thread block per
+# LZ4 block; "warp": the one-warp-a-block walk of e98499b, for timings against it.
+SHAPES = {"block": (1, None), "warp": (4, 128)}
 
 
 class Batch:
@@ -49,7 +49,7 @@ class Batch:
         self.args = (ins, sizes, capacities, outs, self.decoded, self.statuses, tag_arg, np.uint64(n))
         per_block, threads = SHAPES[shape]
         self.grid = ((n + per_block - 1) // per_block,)
-        self.block = (threads,)
+        self.block = (threads or (1024 if n <= 132 else 512),)
 
     def timed(self, cp, kern, reps):
         """Kernel times of `reps` launches after one untimed, ms, sorted; every item decoded."""

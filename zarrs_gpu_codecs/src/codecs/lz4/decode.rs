@@ -67,18 +67,17 @@ pub type Lz4Decoder = crate::codecs::decoder_choice::DecoderChoice;
 
 /// Threads per thread block of the kernel (one LZ4 block each; the kernel takes `blockDim.x`) for
 /// a launch of `n` LZ4 blocks on a device of `sms` multiprocessors: a block a multiprocessor or
-/// fewer get 1,024 threads each (a lone stream's time is its threads' waits on memory), up to
-/// four 512, more 256 each, so that five fit a multiprocessor (about 43 KiB of shared memory
-/// each). Measured on an H100 (benches/RESULTS.md, run DQ1; kernel alone, B1 chunks of 8
-/// streams, 256 / 512 / 1,024 threads, ms): 1 chunk 1.14 / 0.91 / 0.84, 64 chunks 1.46 / 1.31 /
-/// 1.80, 1,024 chunks 12.5 / 12.6 / 20.0.
+/// fewer get 1,024 threads each (a lone stream's time is its threads' waits on memory), more 512
+/// each (about 42 KiB of shared memory each: five fit a multiprocessor). Measured on an H100
+/// (benches/RESULTS.md, run DR2; kernel alone, B1 chunks of 8 streams, 256 / 512 threads, ms):
+/// 1 chunk 0.89 / 0.62, 64 chunks 1.18 / 1.13, 1,024 chunks 10.48 / 10.18, 8,192 chunks 79.5 /
+/// 77.5; 1,024 threads for one chunk 0.84 against 0.91 at 512 in DQ1, before the windows' entries
+/// went a thread a byte.
 fn threads_for(n: usize, sms: usize) -> u32 {
     if n <= sms {
         1024
-    } else if n <= 4 * sms {
-        512
     } else {
-        256
+        512
     }
 }
 
