@@ -28,6 +28,7 @@ src = "".join(open(f"{source_dir}/{name}.cu").read() for name in ("entropy", "de
 # The jump passes' rule (decode.rs `jump_passes` and JUMP_GRID), or, for sources before it, one
 # link a pass over a thread block a tile.
 HOPS = 32 if "#define ZS_HOPS 32u" in src else None
+CHAINS = "const unsigned int* chains" in src
 # Compiled as the crate does (NVRTC); a name defined after it checks its #undefs.
 mod = cp.RawModule(code=src + "\n#define ZS_OK 12345\n", backend="nvrtc")
 kern = mod.get_function("zstd_decode_frames")
@@ -136,8 +137,10 @@ class Blocks:
         k_plan((self.n,), (32,), (ins, sizes, caps, self.frames, self.blocks, n))
         if events: events[1].record()
         if self.nblocks:
+            # (No host chains here: lane 0 walks each block's; sources before them take no such argument.)
+            chains = (np.uint64(0),) if CHAINS else ()
             k_blocks((self.nblocks,), (32,), (ins, self.frames, self.blocks, self.lits, self.records, np.uint64(self.nblocks),
-                                               np.uint64(self.split)))
+                                               np.uint64(self.split)) + chains)
         if events: events[2].record()
         if blocks_only:
             pass

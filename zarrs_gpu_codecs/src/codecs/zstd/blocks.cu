@@ -304,6 +304,8 @@ struct ZsSpans {
     zs_u32 bad_bits[ZS_SPANS];   // that one's bits ran out
     zs_u32 symbolic[ZS_SPANS];   // the end of its records that may hold span-relative offsets
     zs_u32 fixed_bad[ZS_SPANS];  // its first record whose offset resolves to 0 or below
+    zs_u32 out_left[ZS_SPANS];   // bits unread after its last sequence (a chain's link: the next
+    zs_u32 out_states[ZS_SPANS]; // span's left and states), and the states then
     zs_u32 out_tag[ZS_SPANS][3], out_rep[ZS_SPANS][3];          // repeat offsets out, span-relative
     zs_u32 in_tag[ZS_SPANS + 1][3], in_rep[ZS_SPANS + 1][3];    // repeat offsets in, block-relative
     zs_u32 reach;          // spans the chain reached (bits ran out in the last, or none did)
@@ -454,6 +456,28 @@ ZS_FN void zs_sequence_chain(const ZsBits* b, const zs_u64* ll_t, const zs_u64* 
     sp->reach = reach;
 }
 
+// A block's chain as the host walked it (`chain.rs`: the spans, then each span's bits left and
+// states), taken where it has the spans this walk would note, each span's bits at most the one's
+// before and its states within the tables; span 0 is lane 0's own reading (left, states). Else 0:
+// lane 0 walks the chain itself. What the spans then decode is checked link by link
+// (zs_spans_status).
+#define ZS_CHAIN_WORDS (1u + 2u * ZS_SPANS)
+ZS_FN zs_u32 zs_host_chain(const zs_u32* hc, zs_u32 left, zs_u32 states, zs_u32 reach, zs_u32 ll_log, zs_u32 of_log,
+                           zs_u32 ml_log, ZsSpans* sp) {
+    if (hc[0] != reach || reach > ZS_SPANS) return 0;
+    sp->left[0] = left;
+    sp->states[0] = states;
+    for (zs_u32 j = 1; j < reach; ++j) {
+        const zs_u32 l = hc[1 + j], st = hc[1 + ZS_SPANS + j];
+        if (l > sp->left[j - 1] || (st & 0x3FF) >> ll_log || ((st >> 10) & 0x3FF) >> of_log || (st >> 20) >> ml_log)
+            return 0;
+        sp->left[j] = l;
+        sp->states[j] = st;
+    }
+    sp->reach = reach;
+    return 1;
+}
+
 // Span j's sequences decoded whole into their records, from its bits and states; its sums, its
 // repeat offsets out and its first failing sequence into sp (checks on sums: within the span).
 ZS_FN void zs_sequence_span(const zs_u8* stream, zs_u32 stream_len, const zs_u64* ll_t, const zs_u64* ml_t,
@@ -527,6 +551,8 @@ ZS_FN void zs_sequence_span(const zs_u8* stream, zs_u32 stream_len, const zs_u64
     sp->out_rep[j][0] = (zs_u32)r0;
     sp->out_rep[j][1] = (zs_u32)r1;
     sp->out_rep[j][2] = (zs_u32)r2;
+    sp->out_left[j] = zs_bits_left(&b);
+    sp->out_states[j] = ll_state | (of_state << 10) | (ml_state << 20);
     if (k1 == n_seq) {
         sp->end_left = zs_bits_left(&b);
         sp->end_overflow = b.overflow;
@@ -592,6 +618,10 @@ ZS_FN zs_u32 zs_spans_status(const zs_u32* rec, zs_u32 reach, zs_u32 span, zs_u3
             }
         }
         if (first != ZS_NONE) return first == sp->bad[j] && sp->bad_bits[j] ? ZS_BAD_SEQUENCE_STREAM : ZS_BAD_SEQUENCE;
+        // The next span starts where this one ended (so where the chain's walk put it: a chain
+        // from the host that did not is an error, not bytes).
+        if (j + 1 < reach && (sp->out_left[j] != sp->left[j + 1] || sp->out_states[j] != sp->states[j + 1]))
+            return ZS_BAD_SEQUENCE_STREAM;
         lp += sp->lits[j];
         matched += sp->matched[j];
     }
@@ -602,7 +632,7 @@ ZS_FN zs_u32 zs_spans_status(const zs_u32* rec, zs_u32 reach, zs_u32 span, zs_u3
 // Block p's literals into the scratch and its sequences into records; its status, size and
 // repeat offsets into p.
 ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max, ZsBlockPlan* p, zs_u8* lit_scratch,
-                                 zs_u32* seq_scratch, zs_u32 split) {
+                                 zs_u32* seq_scratch, zs_u32 split, const zs_u32* host_chain) {
     const zs_u8* blk = in + p->in_at;
     const zs_u64 len = p->in_size;
     // Treeless literals: the tree of an earlier block, rebuilt here.
@@ -697,7 +727,12 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
             const zs_u32 ml_state = zs_bits_read(&b, ml_log);
             // Bits ran out before the first sequence: that sequence fails on them.
             sh->status = b.overflow ? ZS_BAD_SEQUENCE_STREAM : ZS_OK;
-            if (!b.overflow) zs_sequence_chain(&b, ll_t, ml_t, of_t, n_seq, span, spans, ll_state, of_state, ml_state, sp);
+            const zs_u32 states = ll_state | (of_state << 10) | (ml_state << 20);
+            const zs_u32 taken = !b.overflow && spans > 1 && host_chain != 0 &&
+                                 zs_host_chain(host_chain, zs_bits_left(&b), states, (n_seq + span - 1) / span, ll_log,
+                                               of_log, ml_log, sp);
+            if (!b.overflow && !taken)
+                zs_sequence_chain(&b, ll_t, ml_t, of_t, n_seq, span, spans, ll_state, of_state, ml_state, sp);
         }
     }
     ZS_SYNC();
@@ -730,7 +765,8 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
 
 extern "C" __global__ void zstd_decode_blocks(const unsigned char* const* inputs, const ZsFramePlan* frames,
                                               ZsBlockPlan* blocks, unsigned char* lit_scratch, unsigned int* seq_scratch,
-                                              unsigned long long n_blocks, unsigned long long split) {
+                                              unsigned long long n_blocks, unsigned long long split,
+                                              const unsigned int* chains) {
     ZS_SHARED ZsShared shared;
     const unsigned long long k = blockIdx.x;
     if (k >= n_blocks) return;
@@ -739,7 +775,8 @@ extern "C" __global__ void zstd_decode_blocks(const unsigned char* const* inputs
     zs_u32 status = ZS_OK;
     if (kind == 2) {
         status = zs_block_sequences(&shared, inputs[p->frame], frames[p->frame].block_max, p, lit_scratch, seq_scratch,
-                                    (zs_u32)(split < ZS_SPANS ? split : ZS_SPANS));
+                                    (zs_u32)(split < ZS_SPANS ? split : ZS_SPANS),
+                                    chains != 0 ? chains + k * ZS_CHAIN_WORDS : (const zs_u32*)0);
     } else if (ZS_LANE == 0) {
         p->out_size = kind == ZS_NONE ? 0 : p->size;
         p->rep_tag = 1 | (2 << 2) | (3 << 4);

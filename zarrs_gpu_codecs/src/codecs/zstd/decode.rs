@@ -24,6 +24,8 @@ use crate::config::DecodeTrust;
 use crate::device::kernels::Kernels;
 use crate::error::GpuError;
 
+use super::frame::chain::{BlockWalk, FrameTables, CHAIN_WORDS};
+
 /// The kernels' source, compiled with the other kernels (`codecs::KERNEL_SOURCES`).
 pub(crate) const SOURCE: &str =
     concat!(include_str!("entropy.cu"), include_str!("decode.cu"), include_str!("blocks.cu"), include_str!("bytes.cu"));
@@ -143,11 +145,15 @@ struct Slots {
     blocks: u64,
     sequences: u64,
     literals: u64,
+    /// The most sequences of one block.
+    most: u64,
 }
 
 /// The slots of `frame`, read as `zstd_plan` reads it. A header cut short or damaged ends the
-/// walk: the device's walk then stops there too, with an error.
-fn slots(frame: &[u8]) -> Slots {
+/// walk: the device's walk then stops there too, with an error. `block` meets each block in
+/// order (`block_seen`): a compressed one's sequence count and its sequences section after the
+/// count, None for others.
+fn slots<'a>(frame: &'a [u8], mut block_seen: impl FnMut(Option<(u64, &'a [u8])>)) -> Slots {
     let mut slots = Slots::default();
     let byte = |i: usize| frame.get(i).copied().map_or(0, u64::from);
     if frame.len() < 5 || u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]) != 0xFD2F_B528 {
@@ -166,7 +172,10 @@ fn slots(frame: &[u8]) -> Slots {
         }
         slots.blocks += 1;
         let body = if kind == 1 { 1 } else { size };
-        let Some(block) = frame.get(pos + 3..pos + 3 + body) else { break };
+        let Some(block) = frame.get(pos + 3..pos + 3 + body) else {
+            block_seen(None);
+            break;
+        };
         if kind == 2 && block.len() >= 2 {
             let b = |i: usize| block.get(i).copied().map_or(0, u64::from);
             let (lit_kind, format) = (b(0) & 3, (b(0) >> 2) & 3);
@@ -190,12 +199,17 @@ fn slots(frame: &[u8]) -> Slots {
                 slots.literals += regenerated;
             }
             let t = taken as usize;
-            slots.sequences += match block.get(t).copied().map(u64::from) {
-                Some(c0 @ 0..=127) => c0,
-                Some(255) => b(t + 1) + (b(t + 2) << 8) + 0x7F00,
-                Some(c0) => ((c0 - 128) << 8) + b(t + 1),
-                None => 0,
+            let (count, head) = match block.get(t).copied().map(u64::from) {
+                Some(c0 @ 0..=127) => (c0, 1),
+                Some(255) => (b(t + 1) + (b(t + 2) << 8) + 0x7F00, 3),
+                Some(c0) => (((c0 - 128) << 8) + b(t + 1), 2),
+                None => (0, 0),
             };
+            slots.sequences += count;
+            slots.most = slots.most.max(count);
+            block_seen(block.get(t + head..).map(|section| (count, section)));
+        } else {
+            block_seen(None);
         }
         pos += 3 + body;
         if last {
@@ -215,6 +229,10 @@ fn align(n: usize) -> usize {
 pub(crate) struct BlockPlan {
     /// Each frame's plan as the device reads it (8 words a frame).
     frames: Vec<u64>,
+    /// Each block's chain as the host walked it ([`CHAIN_WORDS`] words a block), after the frame
+    /// table; empty where the device walks them.
+    chains: Vec<u32>,
+    chains_at: usize,
     blocks: u64,
     blocks_at: usize,
     records_at: usize,
@@ -236,8 +254,15 @@ struct Jump {
 }
 
 impl BlockPlan {
-    /// The plan of a batch of frames, each decoding to its capacity.
+    /// The plan of a batch of frames, each decoding to its capacity; the blocks' chains walked
+    /// on the host where that is quicker ([`host_walks`]).
     pub(crate) fn new(frames: &[&[u8]], capacities: &[u64]) -> Self {
+        Self::walked(frames, capacities, None)
+    }
+
+    /// [`BlockPlan::new`], the chains walked on the host or not as `host_chains` says (None: as
+    /// [`host_walks`] says).
+    fn walked(frames: &[&[u8]], capacities: &[u64], host_chains: Option<bool>) -> Self {
         let mut words = Vec::with_capacity(8 * frames.len());
         let mut total = Slots::default();
         let decoded: u64 = capacities.iter().sum();
@@ -245,7 +270,7 @@ impl BlockPlan {
         let jump = decoded <= JUMP_MAX;
         let mut entries = 0u64;
         for (frame, &capacity) in frames.iter().zip(capacities) {
-            let s = slots(frame);
+            let s = slots(frame, |_| {});
             words.extend([
                 total.literals,
                 s.literals,
@@ -259,15 +284,22 @@ impl BlockPlan {
             total.blocks += s.blocks;
             total.sequences += s.sequences;
             total.literals += s.literals;
+            total.most = total.most.max(s.most);
             entries += capacity;
         }
         let n = frames.len();
-        Self::laid_out(words, n, total, jump.then_some((entries, largest)))
+        let mut plan = Self::laid_out(words, n, total, jump.then_some((entries, largest)));
+        let split = split_for(total.blocks);
+        if split > 1 && host_chains.unwrap_or_else(|| host_walks(&total, rayon::current_num_threads())) {
+            plan.chains = chains(frames, total.blocks, split as u32);
+        }
+        plan
     }
 
     /// `frames` holds the table of `n` frames (or nothing, for a bound).
     fn laid_out(frames: Vec<u64>, n: usize, total: Slots, jump: Option<(u64, u64)>) -> Self {
-        let blocks_at = align(n * FRAME_PLAN);
+        let chains_at = align(n * FRAME_PLAN);
+        let blocks_at = chains_at + align(total.blocks as usize * CHAIN_WORDS * 4);
         let records_at = blocks_at + align(total.blocks as usize * BLOCK_PLAN);
         let literals_at = records_at + align(total.sequences as usize * RECORD);
         let mut len = literals_at + align(total.literals as usize);
@@ -277,15 +309,29 @@ impl BlockPlan {
             len = flags_at + align(4 * passes as usize);
             Jump { entries_at, entries, flags_at, passes, largest }
         });
-        Self { frames, blocks: total.blocks, blocks_at, records_at, literals_at, jump, len }
+        Self {
+            frames,
+            chains: Vec::new(),
+            chains_at,
+            blocks: total.blocks,
+            blocks_at,
+            records_at,
+            literals_at,
+            jump,
+            len,
+        }
     }
 
     /// Scratch enough for any batch of `count` frames decoding to `total` bytes whose
     /// sequences average 6 bytes or more and whose blocks 4 KiB or more (a batch that needs more
     /// decodes one warp per frame, with no scratch).
     pub(crate) fn bound(count: usize, total: usize) -> usize {
-        let total_slots =
-            Slots { blocks: (2 * count + total / 4096) as u64, sequences: (total / 6) as u64, literals: total as u64 };
+        let total_slots = Slots {
+            blocks: (2 * count + total / 4096) as u64,
+            sequences: (total / 6) as u64,
+            literals: total as u64,
+            most: 0,
+        };
         let jump = (total as u64 <= JUMP_MAX).then_some((total as u64, total as u64));
         Self::laid_out(Vec::new(), count, total_slots, jump).len
     }
@@ -295,6 +341,7 @@ impl BlockPlan {
         let at = |offset: usize| base + offset as u64;
         Regions {
             frames: base,
+            chains: if self.chains.is_empty() { 0 } else { at(self.chains_at) },
             blocks: at(self.blocks_at),
             records: at(self.records_at),
             literals: at(self.literals_at),
@@ -310,8 +357,14 @@ impl BlockPlan {
         self
     }
 
+    /// The frame table, then the chains where the host walked them: the scratch's first bytes.
     fn frame_bytes(&self) -> Vec<u8> {
-        self.frames.iter().flat_map(|w| w.to_le_bytes()).collect()
+        let mut bytes: Vec<u8> = self.frames.iter().flat_map(|w| w.to_le_bytes()).collect();
+        if !self.chains.is_empty() {
+            bytes.resize(self.chains_at, 0);
+            bytes.extend(self.chains.iter().flat_map(|w| w.to_le_bytes()));
+        }
+        bytes
     }
 }
 
@@ -342,6 +395,8 @@ pub(crate) unsafe fn launch_decode(
 #[derive(Clone, Copy, Debug)]
 struct Regions {
     frames: u64,
+    /// The host's chains (0: none, the device walks them).
+    chains: u64,
     blocks: u64,
     records: u64,
     literals: u64,
@@ -363,6 +418,55 @@ fn split_for(blocks: u64) -> u64 {
     } else {
         1
     }
+}
+
+/// Whether the host walks the blocks' chains, on `threads` threads, for a launch of `total`
+/// slots: where its walk of every sequence takes at most half of the device's walk of the
+/// longest block (about 310 cycles a sequence on a lone lane; the host a few ns a sequence).
+fn host_walks(total: &Slots, threads: usize) -> bool {
+    const DEVICE_NS: u64 = 160;
+    const HOST_NS: u64 = 8;
+    total.sequences.saturating_mul(HOST_NS) <= (threads as u64).saturating_mul(total.most) * DEVICE_NS / 2
+}
+
+/// The chains of the blocks of `frames` (`blocks` of them, in the plan's order) walked on the
+/// host, side by side, for a launch that splits a block into `split` spans at most: a block's
+/// entry all zeros where the host did not walk it.
+fn chains(frames: &[&[u8]], blocks: u64, split: u32) -> Vec<u32> {
+    use rayon::prelude::*;
+    let mut first = 0u64;
+    let firsts: Vec<u64> = frames
+        .iter()
+        .map(|frame| {
+            let at = first;
+            first += slots(frame, |_| {}).blocks;
+            at
+        })
+        .collect();
+    let walks: Vec<(u64, BlockWalk<'_>)> = frames
+        .par_iter()
+        .zip(firsts)
+        .flat_map_iter(|(frame, first)| {
+            let (mut tables, mut index, mut walks) = (FrameTables::default(), first, Vec::new());
+            slots(frame, |block| {
+                if let Some(walk) = block.and_then(|(count, section)| tables.block(count, section)) {
+                    walks.push((index, walk));
+                }
+                index += 1;
+            });
+            walks
+        })
+        .collect();
+    let mut out = vec![0u32; blocks as usize * CHAIN_WORDS];
+    let entries: Vec<(u64, [u32; CHAIN_WORDS])> =
+        walks.par_iter().filter_map(|(index, walk)| Some((*index, walk.walk(split)?))).collect();
+    for (index, entry) in entries {
+        let at = index as usize * CHAIN_WORDS;
+        if let Some(slot) = out.get_mut(at..at + CHAIN_WORDS) {
+            slot.copy_from_slice(&entry);
+        }
+    }
+    out
 }
 
 /// Blocks a launch at most whose sequences split into spans: 8 for each of an H100's 132
@@ -387,10 +491,10 @@ pub(crate) unsafe fn launch_blocks(
     if n == 0 {
         return Ok(());
     }
-    let Regions { frames, blocks, records, literals } = plan.regions(temp);
+    let Regions { frames, chains, blocks, records, literals } = plan.regions(temp);
     let n = n as u64;
-    // SAFETY: the frame table's region is the scratch's first bytes, which the stream owns until
-    // the batch's work has run.
+    // SAFETY: the frame table's and the chains' regions are the scratch's first bytes, which the
+    // stream owns until the batch's work has run.
     unsafe { uploads.upload(stream, &plan.frame_bytes(), frames) }?;
     let a = arrays;
     let args = [a.inputs, a.input_sizes, a.capacities, frames, blocks, n];
@@ -398,9 +502,10 @@ pub(crate) unsafe fn launch_blocks(
     // the block plans' region of the slots those plans give.
     unsafe { kernels.launch_u64(stream, "zstd_plan", warps(n, 1)?, &args, "launching the zstd plan") }?;
     if plan.blocks > 0 {
-        let args = [a.inputs, frames, blocks, literals, records, plan.blocks, split_for(plan.blocks)];
+        let args = [a.inputs, frames, blocks, literals, records, plan.blocks, split_for(plan.blocks), chains];
         // SAFETY: the plans written by zstd_plan before it on the stream; records and literals
-        // in their regions, within the slots of each frame (checked by the plan).
+        // in their regions, within the slots of each frame (checked by the plan); the chains (or
+        // 0) of plan.blocks entries, each checked before use.
         unsafe {
             kernels.launch_u64(
                 stream,
@@ -435,7 +540,7 @@ unsafe fn launch_jumps(
     jump: &Jump,
     temp: u64,
 ) -> Result<(), GpuError> {
-    let &Regions { frames, blocks, records, literals } = regions;
+    let &Regions { frames, blocks, records, literals, .. } = regions;
     let (entries, flags) = (temp + jump.entries_at as u64, temp + jump.flags_at as u64);
     let link = kernels.function("zstd_link")?;
     let mut launch = stream.launch_builder(&link);
@@ -491,6 +596,7 @@ unsafe extern "C" {
         records: *mut u32,
         n_blocks: u64,
         split: u64,
+        chains: *const u32,
     );
     #[allow(clippy::too_many_arguments, reason = "the kernel's arguments")]
     fn zstd_execute_on_host(
@@ -554,12 +660,31 @@ pub fn decode_on_host(frames: &mut [(&[u8], &mut [u8])], path: HostPath) -> Vec<
     // The jump path's batches are small (64 MiB or less) and split their blocks' sequences;
     // the executed ones stand for large batches, which do not.
     let split = if path == HostPath::Jump { split_for(0) } else { split_for(u64::MAX) };
-    decode_on_host_split(frames, path, split)
+    decode_on_host_split(frames, path, split, Chains::Rule)
 }
 
-/// [`decode_on_host`] with a block's sequences split into `split` spans at most.
+/// Who walks the blocks' chains in [`decode_on_host_split`].
 #[cfg(any(test, feature = "cpu-kernels"))]
-fn decode_on_host_split(frames: &mut [(&[u8], &mut [u8])], path: HostPath, split: u64) -> Vec<(u32, u64)> {
+#[cfg_attr(not(test), expect(dead_code, reason = "only the tests choose who walks"))]
+#[derive(Clone, Copy)]
+enum Chains<'a> {
+    /// As [`host_walks`] says.
+    Rule,
+    /// The device (lane 0 of each block).
+    Device,
+    /// The host, its entries then changed by the function (to see the device check them).
+    Host(&'a dyn Fn(&mut [u32])),
+}
+
+/// [`decode_on_host`] with a block's sequences split into `split` spans at most, their chains
+/// walked as `chains` says.
+#[cfg(any(test, feature = "cpu-kernels"))]
+fn decode_on_host_split(
+    frames: &mut [(&[u8], &mut [u8])],
+    path: HostPath,
+    split: u64,
+    chains: Chains<'_>,
+) -> Vec<(u32, u64)> {
     let stored: Vec<&[u8]> = frames.iter().map(|(i, _)| &**i).collect();
     let mut a = crate::codecs::HostItems::new(frames);
     let n = a.count();
@@ -573,8 +698,18 @@ fn decode_on_host_split(frames: &mut [(&[u8], &mut [u8])], path: HostPath, split
         }
         return a.results();
     }
-    let plan = BlockPlan::new(&stored, &a.capacities);
-    let plan = if path == HostPath::Execute { plan.executed() } else { plan };
+    let mut plan = match chains {
+        Chains::Rule => BlockPlan::new(&stored, &a.capacities),
+        Chains::Device => BlockPlan::walked(&stored, &a.capacities, Some(false)),
+        Chains::Host(edit) => {
+            let mut plan = BlockPlan::walked(&stored, &a.capacities, Some(true));
+            edit(&mut plan.chains);
+            plan
+        }
+    };
+    if path == HostPath::Execute {
+        plan = plan.executed();
+    }
     // The scratch as on the device: 8-byte aligned, the frame table first, and holding whatever
     // an earlier batch left: here bytes that, read as entries or indices, point far outside.
     let mut scratch = vec![0x3737_3737_3737_3737u64; plan.len.div_ceil(8)];
@@ -587,10 +722,21 @@ fn decode_on_host_split(frames: &mut [(&[u8], &mut [u8])], path: HostPath, split
     unsafe {
         std::ptr::copy_nonoverlapping(table.as_ptr(), base, table.len());
         let (frames_p, blocks_p) = (base, base.add(plan.blocks_at));
+        let chains_p =
+            if plan.chains.is_empty() { std::ptr::null() } else { words.add(plan.chains_at / 8).cast::<u32>() };
         // (Regions start at multiples of 256 bytes: whole words of the scratch.)
         let (records_p, literals_p) = (words.add(plan.records_at / 8).cast::<u32>(), base.add(plan.literals_at));
         zstd_plan_on_host(a.inputs.as_ptr(), a.input_sizes.as_ptr(), a.capacities.as_ptr(), frames_p, blocks_p, n);
-        zstd_decode_blocks_on_host(a.inputs.as_ptr(), frames_p, blocks_p, literals_p, records_p, plan.blocks, split);
+        zstd_decode_blocks_on_host(
+            a.inputs.as_ptr(),
+            frames_p,
+            blocks_p,
+            literals_p,
+            records_p,
+            plan.blocks,
+            split,
+            chains_p,
+        );
         if let Some(jump) = plan.jump {
             let (entries_p, flags_p) =
                 (words.add(jump.entries_at / 8).cast::<u32>(), words.add(jump.flags_at / 8).cast::<u32>());

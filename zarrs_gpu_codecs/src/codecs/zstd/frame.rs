@@ -25,6 +25,7 @@
 //! (on the device, by zstd's XXH64 kernel: `xxhash.rs`), which catches such damage.
 
 mod block;
+pub(crate) mod chain;
 mod fse;
 
 use block::{compressed_block, Entropy, Flaw};

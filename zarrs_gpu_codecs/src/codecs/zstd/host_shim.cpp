@@ -41,13 +41,14 @@ extern "C" void zstd_plan_on_host(const unsigned char* const* inputs, const unsi
 
 extern "C" void zstd_decode_blocks_on_host(const unsigned char* const* inputs, const void* frames, void* blocks,
                                            unsigned char* lit_scratch, unsigned int* seq_scratch,
-                                           unsigned long long n_blocks, unsigned long long split) {
+                                           unsigned long long n_blocks, unsigned long long split,
+                                           const unsigned int* chains) {
     blockDim.x = 32;
     threadIdx.x = 0;
     for (unsigned long long k = 0; k < n_blocks; ++k) {
         blockIdx.x = (unsigned int)k;
         zstd_decode_blocks(inputs, (const ZsFramePlan*)frames, (ZsBlockPlan*)blocks, lit_scratch, seq_scratch, n_blocks,
-                           split);
+                           split, chains);
     }
 }
 

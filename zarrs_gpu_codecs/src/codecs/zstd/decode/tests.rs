@@ -7,6 +7,7 @@ use std::io::Write;
 use proptest::prelude::*;
 
 use super::*;
+use crate::codecs::zstd::frame::chain::SPANS;
 
 /// Guard bytes after each output: the kernel must leave them alone.
 const GUARD: usize = 64;
@@ -358,8 +359,9 @@ fn damaged_frames_libzstd_rejects_are_errors() {
 #[test]
 fn sequences_split_into_spans_decode_as_one_lane_walks_them() {
     // Blocks of thousands of sequences (float32-like and text-like data, 1 MiB frames of 128 KiB
-    // blocks), whole and damaged: split into 2, 7 and 32 spans a block, each frame gets the very
-    // status, decoded length and bytes it gets with one lane walking its sequences.
+    // blocks), whole and damaged: split into 2, 7 and 32 spans a block, their chains walked by
+    // the device's lane 0 or by the host, each frame gets the very status, decoded length and
+    // bytes it gets with one lane walking its sequences.
     let mut cases = 0usize;
     let mut errors = 0usize;
     for (k, kind) in [3usize, 2, 5, 4].into_iter().enumerate() {
@@ -383,13 +385,16 @@ fn sequences_split_into_spans_decode_as_one_lane_walks_them() {
                 }
                 let one_lane = {
                     let mut out = vec![0u8; raw.len()];
-                    let r = decode_on_host_split(&mut [(&bad, &mut out[..])], HostPath::Jump, 1);
+                    let r = decode_on_host_split(&mut [(&bad, &mut out[..])], HostPath::Jump, 1, Chains::Device);
                     (r, out)
                 };
-                for split in [2, 7, 32] {
+                for (split, chains) in
+                    [2, 7, 32].into_iter().flat_map(|s| [(s, Chains::Device), (s, Chains::Host(&|_| {}))])
+                {
                     let mut out = vec![0u8; raw.len()];
-                    let r = decode_on_host_split(&mut [(&bad, &mut out[..])], HostPath::Jump, split);
-                    assert_eq!(r, one_lane.0, "kind {kind} level {level} trial {trial}: {split} spans");
+                    let r = decode_on_host_split(&mut [(&bad, &mut out[..])], HostPath::Jump, split, chains);
+                    let who = if matches!(chains, Chains::Device) { "device" } else { "host" };
+                    assert_eq!(r, one_lane.0, "kind {kind} level {level} trial {trial}: {split} spans, {who} chains");
                     if r[0].0 == OK {
                         assert!(out == one_lane.1, "kind {kind} level {level} trial {trial}: {split} spans' bytes");
                     }
@@ -404,6 +409,50 @@ fn sequences_split_into_spans_decode_as_one_lane_walks_them() {
         }
     }
     assert!(cases >= 200 && errors > cases / 3, "{cases} cases, {errors} errors");
+}
+
+/// A change made to the host's chain entries.
+type Edit<'a> = &'a dyn Fn(&mut [u32]);
+
+#[test]
+fn the_hosts_chains_are_walked_and_checked_link_by_link() {
+    // Frames of several kinds (repeat and predefined tables among them): the host walks every
+    // block of many sequences, and what it writes is what the device's walk finds. A chain
+    // entry changed anywhere (a span's bits or states, within the tables or not, or its span
+    // count) never gives other bytes: an error, or the device walking the chain itself.
+    let mut walked = 0usize;
+    for (k, kind) in [3usize, 2, 5, 4, 1].into_iter().enumerate() {
+        let raw = data(kind, [1 << 20, 300_000][k % 2], 900 + k as u64);
+        let frame = compress(&raw, [3, 1, 19, 7, -3][k], false, None, true);
+        let plan = BlockPlan::walked(&[&frame], &[raw.len() as u64], Some(true));
+        let entries: Vec<&[u32]> = plan.chains.chunks(CHAIN_WORDS).filter(|e| e[0] > 1).collect();
+        walked += entries.len();
+        let mut out = vec![0u8; raw.len()];
+        let r = decode_on_host_split(&mut [(&frame, &mut out[..])], HostPath::Jump, 32, Chains::Host(&|_| {}));
+        assert_eq!(r, [(OK, raw.len() as u64)], "kind {kind}");
+        assert!(out == raw, "kind {kind}");
+        let Some(first) = plan.chains.chunks(CHAIN_WORDS).position(|e| e[0] > 2) else { continue };
+        let at = first * CHAIN_WORDS;
+        let spans = SPANS as usize;
+        let edits: [(&str, Edit<'_>); 6] = [
+            ("bits one less", &|c| c[at + 2] -= 1),
+            ("bits one more", &|c| c[at + 2] += 1),
+            ("a literal length state", &|c| c[at + 1 + spans + 1] ^= 1),
+            ("a match length state", &|c| c[at + 1 + spans + 2] ^= 1 << 20),
+            ("a state past its table", &|c| c[at + 1 + spans + 1] |= 0x3FF),
+            ("the span count", &|c| c[at] -= 1),
+        ];
+        for (what, edit) in edits {
+            let mut out = vec![0u8; raw.len()];
+            let r = decode_on_host_split(&mut [(&frame, &mut out[..])], HostPath::Jump, 32, Chains::Host(edit));
+            assert!(r[0].0 != OK || out == raw, "kind {kind}: {what} gave other bytes");
+            // A change within range is taken, and its link fails.
+            if !what.contains("past") && !what.contains("count") {
+                assert_eq!(r[0].0, BAD_SEQUENCE_STREAM, "kind {kind}: {what} was not caught");
+            }
+        }
+    }
+    assert!(walked >= 20, "{walked} blocks walked on the host");
 }
 
 /// Crafted frames: each block kind, RLE and raw literals, treeless literals and repeat tables
@@ -525,5 +574,26 @@ fn time_a_z2_like_frame_on_the_cpu() {
         raw.len() as f64 / frame.len() as f64,
         ours * 1e3,
         theirs * 1e3
+    );
+}
+
+#[test]
+#[ignore = "a timing of the host's chain walk (decode.rs `host_walks` assumes a few ns a sequence)"]
+fn time_the_hosts_chain_walk_of_a_z2_like_frame() {
+    let raw = data(3, 1 << 20, 5);
+    let frame = compress(&raw, 3, false, None, true);
+    let s = slots(&frame, |_| {});
+    let start = std::time::Instant::now();
+    for _ in 0..20 {
+        std::hint::black_box(chains(&[&frame], s.blocks, 32));
+    }
+    let per_frame = start.elapsed().as_secs_f64() / 20.0;
+    eprintln!(
+        "{} blocks, {} sequences: {:.3} ms a frame on {} threads, {:.1} ns a sequence a thread",
+        s.blocks,
+        s.sequences,
+        per_frame * 1e3,
+        rayon::current_num_threads(),
+        per_frame * 1e9 * rayon::current_num_threads().min(s.blocks as usize) as f64 / s.sequences as f64
     );
 }

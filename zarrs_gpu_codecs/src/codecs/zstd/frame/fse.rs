@@ -136,18 +136,19 @@ pub(super) fn read_counts(src: &[u8], max_symbol: usize, max_log: u32) -> Result
     Ok(Counts { log, norm: counts, symbols: n, len })
 }
 
-/// A decoding table of at most 64 states (Huffman weights use accuracy logs up to 6).
-struct Table {
-    symbol: [u8; 64],
-    bits: [u8; 64],
-    base: [u16; 64],
-    mask: usize,
+/// A decoding table of at most 512 states (accuracy logs up to 9: sequence codes; Huffman
+/// weights use logs up to 6).
+pub(super) struct Table {
+    pub(super) symbol: [u8; 512],
+    pub(super) bits: [u8; 512],
+    pub(super) base: [u16; 512],
+    pub(super) mask: usize,
 }
 
 /// Builds the decoding table as RFC 8878 section 4.1.1 lays it out.
-fn decode_table(c: &Counts) -> Table {
+pub(super) fn decode_table(c: &Counts) -> Table {
     let size = 1usize << c.log;
-    let mut t = Table { symbol: [0; 64], bits: [0; 64], base: [0; 64], mask: size - 1 };
+    let mut t = Table { symbol: [0; 512], bits: [0; 512], base: [0; 512], mask: size - 1 };
     let mut next = [0u32; 256];
     let mut high = size as isize - 1;
     for (s, &count) in c.norm.iter().enumerate().take(c.symbols) {
