@@ -155,7 +155,7 @@ impl DeviceCodec for Zstd {
         if self.runs_ours() {
             // Sized from the batch's own frames, on the host.
             let capacities = batch.host_arrays.get(2 * batch.count..3 * batch.count).unwrap_or_default();
-            return Ok(Some(BlockPlan::new(batch.host_inputs, capacities).len));
+            return Ok(Some(BlockPlan::sized(batch.host_inputs, capacities).len));
         }
         // SAFETY: the caller's contract: input arrays of `count` entries describing checked
         // frames, ordered on the stream; `count` statuses.

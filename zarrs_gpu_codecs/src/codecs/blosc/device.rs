@@ -185,7 +185,7 @@ impl Blosc {
                 return Err(GpuError::Unsupported(format!("{} streams reached the device", self.cname)));
             }
             (None, 1..) if self.stream_decoder() == Some(StreamDecoder::Zstd) => {
-                let zstd = plan.zstd_plan(batch.host_inputs)?;
+                let zstd = plan.zstd_plan(batch.host_inputs, room.is_some())?;
                 let len = zstd.len;
                 plan.zstd = Some(zstd);
                 len
@@ -324,8 +324,9 @@ impl Plan {
     }
 
     /// The block-parallel plan of our zstd kernels for the items, from their payloads in
-    /// `chunks` (the batch's stored bytes on the host).
-    fn zstd_plan(&self, chunks: &[&[u8]]) -> Result<BlockPlan, GpuError> {
+    /// `chunks` (the batch's stored bytes on the host); for a `launch`, with the chains the
+    /// host walks (else its size alone).
+    fn zstd_plan(&self, chunks: &[&[u8]], launch: bool) -> Result<BlockPlan, GpuError> {
         let frames = self
             .items
             .iter()
@@ -336,7 +337,7 @@ impl Plan {
             .collect::<Option<Vec<&[u8]>>>()
             .ok_or_else(|| GpuError::Unsupported("a Blosc stream outside its chunk's stored bytes".into()))?;
         let capacities: Vec<u64> = self.items.iter().map(|it| it.len).collect();
-        Ok(BlockPlan::new(&frames, &capacities))
+        Ok(if launch { BlockPlan::new(&frames, &capacities) } else { BlockPlan::sized(&frames, &capacities) })
     }
 
     /// Lay the regions out from `base`, and make the addresses absolute.

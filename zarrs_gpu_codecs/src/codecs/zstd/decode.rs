@@ -260,6 +260,11 @@ impl BlockPlan {
         Self::walked(frames, capacities, None)
     }
 
+    /// [`BlockPlan::new`] without the chains: its scratch's size alone.
+    pub(crate) fn sized(frames: &[&[u8]], capacities: &[u64]) -> Self {
+        Self::walked(frames, capacities, Some(false))
+    }
+
     /// [`BlockPlan::new`], the chains walked on the host or not as `host_chains` says (None: as
     /// [`host_walks`] says).
     fn walked(frames: &[&[u8]], capacities: &[u64], host_chains: Option<bool>) -> Self {
