@@ -98,6 +98,9 @@ pub struct DeviceBatch<'a> {
     pub(crate) kernels: Option<&'a Kernels>,
     /// The device's pinned buffers for a codec's tables.
     pub(crate) uploads: Option<&'a Uploads>,
+    /// Host threads decode other units of the batch once it is launched: a codec's host work
+    /// before its launch (our zstd decoder's chain walks) delays theirs.
+    pub(crate) host_decodes: bool,
 }
 
 impl DeviceBatch<'_> {

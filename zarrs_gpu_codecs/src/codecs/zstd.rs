@@ -109,7 +109,12 @@ impl DeviceCodec for Zstd {
                 // The block-parallel decoder where its scratch fits (the batch's own frames
                 // planned on the host), else one warp per frame.
                 let capacities = batch.host_arrays.get(2 * batch.count..3 * batch.count).unwrap_or_default();
-                let plan = BlockPlan::new(batch.host_inputs, capacities);
+                // (The chains are the device's to walk while host threads wait to decode.)
+                let plan = if batch.host_decodes {
+                    BlockPlan::device_walks(batch.host_inputs, capacities)
+                } else {
+                    BlockPlan::new(batch.host_inputs, capacities)
+                };
                 match batch.uploads {
                     Some(uploads)
                         if plan.len <= batch.scratch_bytes
@@ -155,7 +160,7 @@ impl DeviceCodec for Zstd {
         if self.runs_ours() {
             // Sized from the batch's own frames, on the host.
             let capacities = batch.host_arrays.get(2 * batch.count..3 * batch.count).unwrap_or_default();
-            return Ok(Some(BlockPlan::sized(batch.host_inputs, capacities).len));
+            return Ok(Some(BlockPlan::device_walks(batch.host_inputs, capacities).len));
         }
         // SAFETY: the caller's contract: input arrays of `count` entries describing checked
         // frames, ordered on the stream; `count` statuses.

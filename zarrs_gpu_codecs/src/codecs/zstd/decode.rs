@@ -260,8 +260,9 @@ impl BlockPlan {
         Self::walked(frames, capacities, None)
     }
 
-    /// [`BlockPlan::new`] without the chains: its scratch's size alone.
-    pub(crate) fn sized(frames: &[&[u8]], capacities: &[u64]) -> Self {
+    /// [`BlockPlan::new`] with the chains left to the device (for its scratch's size alone, or
+    /// where the host's threads have other work).
+    pub(crate) fn device_walks(frames: &[&[u8]], capacities: &[u64]) -> Self {
         Self::walked(frames, capacities, Some(false))
     }
 

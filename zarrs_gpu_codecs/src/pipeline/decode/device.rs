@@ -8,7 +8,7 @@ use nvcomp_sys::{sys as nv, Crc32, NvcompLibrary};
 
 use super::budget::table_room;
 use super::check::learned_rates;
-use super::job::{Item, Job, Staging};
+use super::job::{Item, Job, Route, Staging};
 use super::memory::{ReadMemory, Staged};
 use super::read::Batch;
 use crate::codecs::DeviceBatch;
@@ -130,6 +130,7 @@ impl Batch {
             host_inputs: &host_inputs,
             kernels: job.kernels,
             uploads: Some(job.context.uploads()),
+            host_decodes: self.items.iter().any(|it| it.route == Route::Host),
         };
         let scratch_bytes = match &chain.compression {
             Some(codec) if n_dec > 0 && staging.scratch_bytes as u64 >= EXACT_SCRATCH_FROM => {
