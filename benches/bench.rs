@@ -131,8 +131,8 @@ fn time(repeat: usize, mut f: impl FnMut() -> Result<(), Error>) -> Result<(f64,
 }
 
 /// The configuration of this project's timed reads: the store's backend chosen per file, row
-/// reads and a set host decode fraction as the environment says (the A/B switches), shard
-/// indexes kept in `cache` between reads.
+/// reads, a set host decode fraction and the trace as the environment says (the A/B switches;
+/// `ZARRS_GPU_TRACE=1` prints each read's stages), shard indexes kept in `cache` between reads.
 fn bench_config(cache: Arc<ShardIndexCache>) -> Result<GpuConfig, Error> {
     let env = GpuConfig::from_env()?;
     Ok(GpuConfig::default()
@@ -140,6 +140,7 @@ fn bench_config(cache: Arc<ShardIndexCache>) -> Result<GpuConfig, Error> {
         .with_row_reads(env.row_reads())
         .with_host_decode_fraction(env.host_decode_fraction())
         .with_decode_trust(env.decode_trust())
+        .with_trace(env.trace())
         .with_shard_index_cache(Some(cache)))
 }
 
