@@ -597,3 +597,59 @@ fn time_the_hosts_chain_walk_of_a_z2_like_frame() {
         per_frame * 1e9 * rayon::current_num_threads().min(s.blocks as usize) as f64 / s.sequences as f64
     );
 }
+
+#[test]
+#[ignore = "a timing of the host's chain walk's parts, and of rayon's pool against threads of their own"]
+fn time_the_parts_of_the_hosts_chain_walk() {
+    let raw = data(3, 1 << 20, 5);
+    let frame = compress(&raw, 3, false, None, true);
+    let s = slots(&frame, |_| {});
+    let mut rows = Vec::new();
+    for round in 0..12 {
+        // Reads come a few ms apart: the pool's threads have gone to sleep by the next.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let t = std::time::Instant::now();
+        let mut tables = FrameTables::default();
+        let mut walks = Vec::new();
+        slots(&frame, |block| {
+            if let Some(w) = block.and_then(|(count, section)| tables.block(count, section)) {
+                walks.push(w);
+            }
+        });
+        let tables_s = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        for w in &walks {
+            std::hint::black_box(w.walk(32));
+        }
+        let serial_s = t.elapsed().as_secs_f64();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let t = std::time::Instant::now();
+        std::hint::black_box(chains(&[&frame], s.blocks, 32));
+        let rayon_s = t.elapsed().as_secs_f64();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let t = std::time::Instant::now();
+        std::thread::scope(|scope| {
+            for w in &walks {
+                scope.spawn(move || std::hint::black_box(w.walk(32)));
+            }
+        });
+        let threads_s = t.elapsed().as_secs_f64();
+        if round > 1 {
+            rows.push([tables_s, serial_s, rayon_s, threads_s]);
+        }
+    }
+    rows.sort_by(|a, b| a[2].total_cmp(&b[2]));
+    let m = rows[rows.len() / 2];
+    eprintln!(
+        "{} blocks, {} sequences, {} threads; medians, ms: tables {:.3}, walks one after another {:.3} ({:.1} ns a \
+         sequence), rayon's pool {:.3}, a thread a block {:.3}",
+        s.blocks,
+        s.sequences,
+        rayon::current_num_threads(),
+        m[0] * 1e3,
+        m[1] * 1e3,
+        m[1] * 1e9 / s.sequences as f64,
+        m[2] * 1e3,
+        m[3] * 1e3
+    );
+}
