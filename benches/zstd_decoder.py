@@ -29,6 +29,8 @@ src = "".join(open(f"{source_dir}/{name}.cu").read() for name in ("entropy", "de
 # link a pass over a thread block a tile.
 HOPS = 32 if "#define ZS_HOPS 32u" in src else None
 CHAINS = "const unsigned int* chains" in src
+# Warps a block's entries take side by side (decode.rs ENTRY_PARTS; sources before it: one).
+ENTRY_PARTS = 8 if "gridDim.y warps per block" in src else 1
 # Compiled as the crate does (NVRTC); a name defined after it checks its #undefs.
 mod = cp.RawModule(code=src + "\n#define ZS_OK 12345\n", backend="nvrtc")
 kern = mod.get_function("zstd_decode_frames")
@@ -149,8 +151,8 @@ class Blocks:
         else:
             k_link((self.n,), (32,), (caps, dec, st, self.frames, self.blocks, self.flags, np.uint32(self.passes), n))
             if self.nblocks:
-                k_entries((self.nblocks,), (32,), (ins, dec, st, self.frames, self.blocks, self.lits, self.records,
-                                                    self.ents, np.uint64(self.nblocks)))
+                k_entries((self.nblocks, ENTRY_PARTS), (32,), (ins, dec, st, self.frames, self.blocks, self.lits,
+                                                                self.records, self.ents, np.uint64(self.nblocks)))
             if events: events[3].record()
             tiles = max(1, (self.entries + 255) // 256)
             grid = min(tiles, 8192) if HOPS else tiles

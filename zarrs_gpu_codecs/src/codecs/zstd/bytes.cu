@@ -237,7 +237,20 @@ extern "C" __global__ void zstd_link(const unsigned long long* capacities, unsig
     decoded[k] = op;
 }
 
-// One warp per block: the entries of its bytes (frames already in error are left).
+// A warp's sum of each lane's v (on the CPU one lane holds the whole sum already).
+ZS_FN zs_u64 zs_warp_sum(zs_u64 v) {
+#ifndef ZS_HOST_SHIM
+    for (zs_u32 d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, d);
+#endif
+    return v;
+}
+
+// gridDim.y warps per block (blockIdx.y: its part): the entries of the block's bytes (frames
+// already in error are left). A part takes the block's sequences [count * y / parts, count * (y
+// + 1) / parts): where its literals and bytes start is the sum of the lengths before, read by its
+// lanes side by side; the last part writes the literals after the last sequence. One warp a
+// block left each block's 12,800 sequences (a Z2 block) to 400 rounds of waits on the records
+// and their scattered writes.
 extern "C" __global__ void zstd_entries(const unsigned char* const* inputs, unsigned long long* decoded,
                                         unsigned int* statuses, const ZsFramePlan* frames, const ZsBlockPlan* blocks,
                                         const unsigned char* lit_scratch, const unsigned int* seq_scratch,
@@ -251,25 +264,33 @@ extern "C" __global__ void zstd_entries(const unsigned char* const* inputs, unsi
     const ZsFramePlan* f = &frames[p->frame];
     const zs_u8* in = inputs[p->frame];
     zs_u32* e = entries + f->entries_at + p->out_at;
-    const zs_u64 size = p->out_size;
-    if (p->kind == 0) {
-        ZS_FOR_LANES(i, size) e[i] = ZS_RESOLVED | in[p->in_at + i];
-        return;
-    }
-    if (p->kind == 1) {
-        ZS_FOR_LANES(i, size) e[i] = ZS_RESOLVED | in[p->in_at];
+    const zs_u64 parts = gridDim.y, part = blockIdx.y;
+    if (p->kind <= 1) {
+        // A raw or RLE block's bytes, a part's share of them.
+        const zs_u64 a = p->out_size * part / parts, b = p->out_size * (part + 1) / parts;
+        ZS_FOR_LANES(i, b - a) e[a + i] = ZS_RESOLVED | in[p->in_at + (p->kind == 0 ? a + i : 0)];
         return;
     }
     const zs_u8* lits = p->lit_in_at == ZS_NONE ? lit_scratch + p->lits_at : in + p->lit_in_at;
     const zs_u32* rec = seq_scratch + ZS_RECORD * p->seqs_at;
     const zs_u64 count = p->seq_slots;
+    const zs_u64 first = count * part / parts, end = count * (part + 1) / parts;
     if (ZS_LANE == 0) bad = 0;
     ZS_SYNC();
     zs_u32 flaw = 0;
-    // 32 sequences a round, one to a lane: their first literals and bytes from prefix sums.
+    // The literals and bytes of the sequences before this part's (each length under 2^18).
     zs_u64 lp = 0, pos = 0;
-    for (zs_u64 base = 0; base < count; base += 32) {
-        const zs_u32 n = (zs_u32)(count - base < 32 ? count - base : 32);
+    ZS_FOR_LANES(i, first) {
+        const zs_u32* r = rec + ZS_RECORD * i;
+        const zs_u32 ll = r[1] & 0x3FFFFFFFu;
+        lp += ll;
+        pos += ll + r[2];
+    }
+    lp = zs_warp_sum(lp);
+    pos = zs_warp_sum(pos);
+    // 32 sequences a round, one to a lane: their first literals and bytes from prefix sums.
+    for (zs_u64 base = first; base < end; base += 32) {
+        const zs_u32 n = (zs_u32)(end - base < 32 ? end - base : 32);
         ZS_FOR_LANES(i, n) {
             const zs_u32* r = rec + ZS_RECORD * (base + i);
             round.ll[i] = r[1] & 0x3FFFFFFFu;
@@ -309,7 +330,7 @@ extern "C" __global__ void zstd_entries(const unsigned char* const* inputs, unsi
         ZS_SYNC();
     }
     // The literals after the last sequence (the block decode checked that they fit).
-    const zs_u64 rest = p->lit_slots - lp;
+    const zs_u64 rest = part + 1 == parts ? p->lit_slots - lp : 0;
     ZS_FOR_LANES(i, rest) e[pos + i] = ZS_RESOLVED | lits[lp + i];
     if (flaw) bad = 1;
     ZS_SYNC();

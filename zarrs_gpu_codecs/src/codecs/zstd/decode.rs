@@ -482,6 +482,11 @@ fn chains(frames: &[&[u8]], blocks: u64, split: u32) -> Vec<u32> {
     out
 }
 
+/// Warps that make a block's entries side by side, each a part of its sequences (`bytes.cu`,
+/// `zstd_entries`): a Z2 block's 12,800 sequences were 400 rounds of one warp's waits (0.48 ms
+/// for one frame's link and entries on an H100, run DR2).
+const ENTRY_PARTS: u32 = 8;
+
 /// Blocks a launch at most whose sequences split into spans: 8 for each of an H100's 132
 /// multiprocessors (a warp each, 2 of the 4 schedulers' worth of warps or fewer).
 const SPLIT_BLOCKS: u64 = 1024;
@@ -574,7 +579,8 @@ unsafe fn launch_jumps(
         // SAFETY: each block's entries lie within its frame's (its place and size checked
         // against the frame's capacity by the link), the frames' within the entries region.
         unsafe {
-            kernels.launch_u64(stream, "zstd_entries", warps(n_blocks, 1)?, &args, "launching the zstd entries")
+            let grid = warps(n_blocks, ENTRY_PARTS.into())?;
+            kernels.launch_u64(stream, "zstd_entries", grid, &args, "launching the zstd entries")
         }?;
     }
     let jump_fn = kernels.function("zstd_jump")?;
@@ -648,6 +654,7 @@ unsafe extern "C" {
         records: *const u32,
         entries: *mut u32,
         n_blocks: u64,
+        parts: u32,
     );
     fn zstd_jump_on_host(entries: *mut u32, total: u64, flags: *mut u32, passes: u32);
     #[allow(clippy::too_many_arguments, reason = "the kernel's arguments")]
@@ -774,6 +781,7 @@ fn decode_on_host_split(
                 records_p,
                 entries_p,
                 plan.blocks,
+                ENTRY_PARTS,
             );
             zstd_jump_on_host(entries_p, jump.entries, flags_p, jump.passes);
             let y = jump.largest.div_ceil(4096).clamp(1, 3) as u32;

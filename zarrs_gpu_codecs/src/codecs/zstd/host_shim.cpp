@@ -81,14 +81,21 @@ extern "C" void zstd_link_on_host(const unsigned long long* capacities, unsigned
 extern "C" void zstd_entries_on_host(const unsigned char* const* inputs, unsigned long long* decoded,
                                      unsigned int* statuses, const void* frames, const void* blocks,
                                      const unsigned char* lit_scratch, const unsigned int* seq_scratch,
-                                     unsigned int* entries, unsigned long long n_blocks) {
+                                     unsigned int* entries, unsigned long long n_blocks, unsigned int parts) {
     blockDim.x = 32;
     threadIdx.x = 0;
+    gridDim.y = parts;
     for (unsigned long long k = 0; k < n_blocks; ++k) {
         blockIdx.x = (unsigned int)k;
-        zstd_entries(inputs, decoded, statuses, (const ZsFramePlan*)frames, (const ZsBlockPlan*)blocks, lit_scratch,
-                     seq_scratch, entries, n_blocks);
+        // A block's parts last first: a part must not lean on an earlier one's writes.
+        for (unsigned int y = parts; y-- > 0;) {
+            blockIdx.y = y;
+            zstd_entries(inputs, decoded, statuses, (const ZsFramePlan*)frames, (const ZsBlockPlan*)blocks,
+                         lit_scratch, seq_scratch, entries, n_blocks);
+        }
     }
+    gridDim.y = 1;
+    blockIdx.y = 0;
 }
 
 extern "C" void zstd_jump_on_host(unsigned int* entries, unsigned long long total, unsigned int* pass_flags,
