@@ -29,7 +29,7 @@ const OF_DEFAULT: [i16; 29] =
     [1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1];
 const ML_DEFAULT: [i16; 53] = [
     1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1,
+    1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1,
 ];
 
 /// The codes in the order of their tables in a block (literal length, offset, match length):
@@ -209,6 +209,26 @@ mod tests {
         assert_eq!(spans(12_780, 32), (32, 400));
         assert_eq!(spans(12_780, 1), (1, 12_780));
         assert_eq!(spans(1000, 4), (4, 250));
+    }
+
+    /// The numbers of the device's `zs_<name>_default` array (`entropy.cu`).
+    fn device_default(name: &str) -> Vec<i16> {
+        let source = include_str!("../entropy.cu");
+        let at = source.find(&format!("zs_{name}_default[")).expect("the array");
+        let body = &source[at..];
+        let body = &body[body.find('{').expect("its values") + 1..body.find('}').expect("their end")];
+        body.split(',').map(|v| v.trim().parse().expect("a count")).collect()
+    }
+
+    #[test]
+    fn predefined_distributions_are_the_devices_and_sum_to_their_tables() {
+        for (code, name) in ["ll", "of", "ml"].into_iter().enumerate() {
+            let (max, _, norm, log) = CODES[code];
+            assert_eq!(norm, device_default(name).as_slice(), "{name}");
+            assert!(norm.len() <= max + 1, "{name}");
+            assert_eq!(norm.iter().map(|&n| i32::from(n.abs())).sum::<i32>(), 1 << log, "{name}");
+            assert_eq!(predefined(code).entries.len(), 1 << log);
+        }
     }
 
     #[test]
