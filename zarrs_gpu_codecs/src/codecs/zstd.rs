@@ -109,18 +109,16 @@ impl DeviceCodec for Zstd {
                 // The block-parallel decoder where its scratch fits (the batch's own frames
                 // planned on the host), else one warp per frame.
                 let capacities = batch.host_arrays.get(2 * batch.count..3 * batch.count).unwrap_or_default();
-                // (The chains are the device's to walk while host threads wait to decode.)
-                let plan = if batch.host_decodes {
-                    BlockPlan::device_walks(batch.host_inputs, capacities)
-                } else {
-                    BlockPlan::new(batch.host_inputs, capacities)
-                };
+                let plan = BlockPlan::device_walks(batch.host_inputs, capacities);
                 match batch.uploads {
                     Some(uploads)
                         if plan.len <= batch.scratch_bytes
                             && batch.host_inputs.len() == batch.count
                             && capacities.len() == batch.count =>
                     {
+                        // The chains walked on the host where quicker, but not while host threads
+                        // wait to decode the batch's other chunks.
+                        let plan = if batch.host_decodes { plan } else { plan.with_host_chains(batch.host_inputs) };
                         // SAFETY: the batch's arrays, as the kernels take them (the caller's
                         // contract); the scratch holds the plan of the batch's own stored bytes.
                         unsafe {

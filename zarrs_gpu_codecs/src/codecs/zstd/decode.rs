@@ -234,6 +234,8 @@ pub(crate) struct BlockPlan {
     chains: Vec<u32>,
     chains_at: usize,
     blocks: u64,
+    /// The batch's slots, which decide who walks the chains.
+    slots: Slots,
     blocks_at: usize,
     records_at: usize,
     literals_at: usize,
@@ -257,18 +259,12 @@ impl BlockPlan {
     /// The plan of a batch of frames, each decoding to its capacity; the blocks' chains walked
     /// on the host where that is quicker ([`host_walks`]).
     pub(crate) fn new(frames: &[&[u8]], capacities: &[u64]) -> Self {
-        Self::walked(frames, capacities, None)
+        Self::device_walks(frames, capacities).walking(frames, None)
     }
 
-    /// [`BlockPlan::new`] with the chains left to the device (for its scratch's size alone, or
-    /// where the host's threads have other work).
+    /// [`BlockPlan::new`] with the chains left to the device (for its scratch's size, or where
+    /// the host's threads have other work); [`BlockPlan::with_host_chains`] adds them.
     pub(crate) fn device_walks(frames: &[&[u8]], capacities: &[u64]) -> Self {
-        Self::walked(frames, capacities, Some(false))
-    }
-
-    /// [`BlockPlan::new`], the chains walked on the host or not as `host_chains` says (None: as
-    /// [`host_walks`] says).
-    fn walked(frames: &[&[u8]], capacities: &[u64], host_chains: Option<bool>) -> Self {
         let mut words = Vec::with_capacity(8 * frames.len());
         let mut total = Slots::default();
         let decoded: u64 = capacities.iter().sum();
@@ -293,13 +289,29 @@ impl BlockPlan {
             total.most = total.most.max(s.most);
             entries += capacity;
         }
-        let n = frames.len();
-        let mut plan = Self::laid_out(words, n, total, jump.then_some((entries, largest)));
-        let split = split_for(total.blocks);
-        if split > 1 && host_chains.unwrap_or_else(|| host_walks(&total, rayon::current_num_threads())) {
-            plan.chains = chains(frames, total.blocks, split as u32);
+        Self::laid_out(words, frames.len(), total, jump.then_some((entries, largest)))
+    }
+
+    /// The same plan of `frames` (the frames it was made of), the chains walked on the host
+    /// where that is quicker ([`host_walks`]); its size is unchanged.
+    pub(crate) fn with_host_chains(self, frames: &[&[u8]]) -> Self {
+        self.walking(frames, None)
+    }
+
+    /// The plan of [`BlockPlan::device_walks`], the chains walked on the host as `host_chains`
+    /// says (None: as [`host_walks`] says).
+    fn walking(mut self, frames: &[&[u8]], host_chains: Option<bool>) -> Self {
+        let split = split_for(self.slots.blocks);
+        if split > 1 && host_chains.unwrap_or_else(|| host_walks(&self.slots, rayon::current_num_threads())) {
+            self.chains = chains(frames, self.slots.blocks, split as u32);
         }
-        plan
+        self
+    }
+
+    /// [`BlockPlan::new`], the chains walked on the host or not as `host_chains` says.
+    #[cfg(any(test, feature = "cpu-kernels"))]
+    fn walked(frames: &[&[u8]], capacities: &[u64], host_chains: Option<bool>) -> Self {
+        Self::device_walks(frames, capacities).walking(frames, host_chains)
     }
 
     /// `frames` holds the table of `n` frames (or nothing, for a bound).
@@ -320,6 +332,7 @@ impl BlockPlan {
             chains: Vec::new(),
             chains_at,
             blocks: total.blocks,
+            slots: total,
             blocks_at,
             records_at,
             literals_at,
