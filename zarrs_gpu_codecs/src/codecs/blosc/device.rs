@@ -185,7 +185,7 @@ impl Blosc {
                 return Err(GpuError::Unsupported(format!("{} streams reached the device", self.cname)));
             }
             (None, 1..) if self.stream_decoder() == Some(StreamDecoder::Zstd) => {
-                let zstd = plan.zstd_plan(batch.host_inputs, false)?;
+                let zstd = BlockPlan::device_walks(&plan.zstd_frames(batch.host_inputs)?, &plan.zstd_capacities());
                 let len = zstd.len;
                 plan.zstd = Some(zstd);
                 len
@@ -200,8 +200,10 @@ impl Blosc {
         }
         // For a launch whose zstd plan fits: the chains walked on the host where quicker (the
         // plan's size unchanged), but not while host threads wait to decode the batch's others.
-        if room.is_some() && plan.zstd.is_some() && !batch.host_decodes {
-            plan.zstd = Some(plan.zstd_plan(batch.host_inputs, true)?);
+        if room.is_some() && !batch.host_decodes {
+            if let Some(zstd) = plan.zstd.take() {
+                plan.zstd = Some(zstd.with_host_chains(&plan.zstd_frames(batch.host_inputs)?));
+            }
         }
         Ok(plan)
     }
@@ -328,21 +330,22 @@ impl Plan {
         Ok(())
     }
 
-    /// The block-parallel plan of our zstd kernels for the items, from their payloads in
-    /// `chunks` (the batch's stored bytes on the host); for a `launch`, with the chains the
-    /// host walks (else its size alone).
-    fn zstd_plan(&self, chunks: &[&[u8]], launch: bool) -> Result<BlockPlan, GpuError> {
-        let frames = self
-            .items
+    /// The items' zstd frames, from their payloads in `chunks` (the batch's stored bytes on the
+    /// host), which our zstd kernels' block-parallel plan is made of.
+    fn zstd_frames<'a>(&self, chunks: &[&'a [u8]]) -> Result<Vec<&'a [u8]>, GpuError> {
+        self.items
             .iter()
             .map(|it| {
                 let (start, len) = (it.host_start as usize, it.input_len as usize);
                 chunks.get(it.unit as usize).and_then(|c| c.get(start..start.checked_add(len)?))
             })
             .collect::<Option<Vec<&[u8]>>>()
-            .ok_or_else(|| GpuError::Unsupported("a Blosc stream outside its chunk's stored bytes".into()))?;
-        let capacities: Vec<u64> = self.items.iter().map(|it| it.len).collect();
-        Ok(if launch { BlockPlan::new(&frames, &capacities) } else { BlockPlan::device_walks(&frames, &capacities) })
+            .ok_or_else(|| GpuError::Unsupported("a Blosc stream outside its chunk's stored bytes".into()))
+    }
+
+    /// What each item's frame decodes to.
+    fn zstd_capacities(&self) -> Vec<u64> {
+        self.items.iter().map(|it| it.len).collect()
     }
 
     /// Lay the regions out from `base`, and make the addresses absolute.

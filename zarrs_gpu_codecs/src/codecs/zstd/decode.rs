@@ -233,8 +233,8 @@ pub(crate) struct BlockPlan {
     /// table; empty where the device walks them.
     chains: Vec<u32>,
     chains_at: usize,
-    blocks: u64,
-    /// The batch's slots, which decide who walks the chains.
+    /// The batch's slots (its blocks, sequences, literals), which also decide who walks the
+    /// chains.
     slots: Slots,
     blocks_at: usize,
     records_at: usize,
@@ -303,9 +303,42 @@ impl BlockPlan {
     fn walking(mut self, frames: &[&[u8]], host_chains: Option<bool>) -> Self {
         let split = split_for(self.slots.blocks);
         if split > 1 && host_chains.unwrap_or_else(|| host_walks(&self.slots, rayon::current_num_threads())) {
-            self.chains = chains(frames, self.slots.blocks, split as u32);
+            self.chains = self.chains(frames, split as u32);
         }
         self
+    }
+
+    /// The chains of the blocks of `frames` walked on the host, side by side, for a launch that
+    /// splits a block into `split` spans at most: a block's entry all zeros where the host did
+    /// not walk it.
+    fn chains(&self, frames: &[&[u8]], split: u32) -> Vec<u32> {
+        use rayon::prelude::*;
+        // Each frame's first block, from its plan (word 4: first block | blocks << 32).
+        let firsts = self.frames.chunks(8).map(|words| words[4] & 0xFFFF_FFFF);
+        let walks: Vec<(u64, BlockWalk<'_>)> = frames
+            .par_iter()
+            .zip(firsts.collect::<Vec<u64>>())
+            .flat_map_iter(|(frame, first)| {
+                let (mut tables, mut index, mut walks) = (FrameTables::default(), first, Vec::new());
+                slots(frame, |block| {
+                    if let Some(walk) = block.and_then(|(count, section)| tables.block(count, section)) {
+                        walks.push((index, walk));
+                    }
+                    index += 1;
+                });
+                walks
+            })
+            .collect();
+        let mut out = vec![0u32; self.slots.blocks as usize * CHAIN_WORDS];
+        let entries: Vec<(u64, [u32; CHAIN_WORDS])> =
+            walks.par_iter().filter_map(|(index, walk)| Some((*index, walk.walk(split)?))).collect();
+        for (index, entry) in entries {
+            let at = index as usize * CHAIN_WORDS;
+            if let Some(slot) = out.get_mut(at..at + CHAIN_WORDS) {
+                slot.copy_from_slice(&entry);
+            }
+        }
+        out
     }
 
     /// [`BlockPlan::new`], the chains walked on the host or not as `host_chains` says.
@@ -327,18 +360,7 @@ impl BlockPlan {
             len = flags_at + align(4 * passes as usize);
             Jump { entries_at, entries, flags_at, passes, largest }
         });
-        Self {
-            frames,
-            chains: Vec::new(),
-            chains_at,
-            blocks: total.blocks,
-            slots: total,
-            blocks_at,
-            records_at,
-            literals_at,
-            jump,
-            len,
-        }
+        Self { frames, chains: Vec::new(), chains_at, slots: total, blocks_at, records_at, literals_at, jump, len }
     }
 
     /// Scratch enough for any batch of `count` frames decoding to `total` bytes whose
@@ -455,46 +477,6 @@ fn host_walks(total: &Slots, threads: usize) -> bool {
     host < most * DEVICE_NS
 }
 
-/// The chains of the blocks of `frames` (`blocks` of them, in the plan's order) walked on the
-/// host, side by side, for a launch that splits a block into `split` spans at most: a block's
-/// entry all zeros where the host did not walk it.
-fn chains(frames: &[&[u8]], blocks: u64, split: u32) -> Vec<u32> {
-    use rayon::prelude::*;
-    let mut first = 0u64;
-    let firsts: Vec<u64> = frames
-        .iter()
-        .map(|frame| {
-            let at = first;
-            first += slots(frame, |_| {}).blocks;
-            at
-        })
-        .collect();
-    let walks: Vec<(u64, BlockWalk<'_>)> = frames
-        .par_iter()
-        .zip(firsts)
-        .flat_map_iter(|(frame, first)| {
-            let (mut tables, mut index, mut walks) = (FrameTables::default(), first, Vec::new());
-            slots(frame, |block| {
-                if let Some(walk) = block.and_then(|(count, section)| tables.block(count, section)) {
-                    walks.push((index, walk));
-                }
-                index += 1;
-            });
-            walks
-        })
-        .collect();
-    let mut out = vec![0u32; blocks as usize * CHAIN_WORDS];
-    let entries: Vec<(u64, [u32; CHAIN_WORDS])> =
-        walks.par_iter().filter_map(|(index, walk)| Some((*index, walk.walk(split)?))).collect();
-    for (index, entry) in entries {
-        let at = index as usize * CHAIN_WORDS;
-        if let Some(slot) = out.get_mut(at..at + CHAIN_WORDS) {
-            slot.copy_from_slice(&entry);
-        }
-    }
-    out
-}
-
 /// Warps that make a block's entries side by side, each a part of its sequences (`bytes.cu`,
 /// `zstd_entries`): a Z2 block's 12,800 sequences were 400 rounds of one warp's waits (0.48 ms
 /// for one frame's link and entries on an H100, run DR2).
@@ -532,16 +514,17 @@ pub(crate) unsafe fn launch_blocks(
     // SAFETY: device addresses and a count as the kernel takes them: n frames, their plans and
     // the block plans' region of the slots those plans give.
     unsafe { kernels.launch_u64(stream, "zstd_plan", warps(n, 1)?, &args, "launching the zstd plan") }?;
-    if plan.blocks > 0 {
-        let args = [a.inputs, frames, blocks, literals, records, plan.blocks, split_for(plan.blocks), chains];
+    if plan.slots.blocks > 0 {
+        let args =
+            [a.inputs, frames, blocks, literals, records, plan.slots.blocks, split_for(plan.slots.blocks), chains];
         // SAFETY: the plans written by zstd_plan before it on the stream; records and literals
         // in their regions, within the slots of each frame (checked by the plan); the chains (or
-        // 0) of plan.blocks entries, each checked before use.
+        // 0) of plan.slots.blocks entries, each checked before use.
         unsafe {
             kernels.launch_u64(
                 stream,
                 "zstd_decode_blocks",
-                warps(plan.blocks, 1)?,
+                warps(plan.slots.blocks, 1)?,
                 &args,
                 "launching the zstd block decoder",
             )
@@ -549,7 +532,9 @@ pub(crate) unsafe fn launch_blocks(
     }
     if let Some(jump) = plan.jump {
         // SAFETY: as above; the entries and pass flags in their regions, sized by the plan.
-        return unsafe { launch_jumps(kernels, stream, arrays, n, &plan.regions(temp), plan.blocks, &jump, temp) };
+        return unsafe {
+            launch_jumps(kernels, stream, arrays, n, &plan.regions(temp), plan.slots.blocks, &jump, temp)
+        };
     }
     let args = [a.inputs, a.capacities, a.outputs, a.decoded, a.statuses, frames, blocks, literals, records, n];
     // SAFETY: as above; outputs of their capacities, which the kernel stays within.
@@ -766,7 +751,7 @@ fn decode_on_host_split(
             blocks_p,
             literals_p,
             records_p,
-            plan.blocks,
+            plan.slots.blocks,
             split,
             chains_p,
         );
@@ -793,7 +778,7 @@ fn decode_on_host_split(
                 literals_p,
                 records_p,
                 entries_p,
-                plan.blocks,
+                plan.slots.blocks,
                 ENTRY_PARTS,
             );
             zstd_jump_on_host(entries_p, jump.entries, flags_p, jump.passes);

@@ -596,9 +596,10 @@ fn time_the_hosts_chain_walk_of_a_z2_like_frame() {
     let raw = data(3, 1 << 20, 5);
     let frame = compress(&raw, 3, false, None, true);
     let s = slots(&frame, |_| {});
+    let plan = BlockPlan::device_walks(&[&frame], &[raw.len() as u64]);
     let start = std::time::Instant::now();
     for _ in 0..20 {
-        std::hint::black_box(chains(&[&frame], s.blocks, 32));
+        std::hint::black_box(plan.chains(&[&frame], 32));
     }
     let per_frame = start.elapsed().as_secs_f64() / 20.0;
     eprintln!(
@@ -617,6 +618,7 @@ fn time_the_parts_of_the_hosts_chain_walk() {
     let raw = data(3, 1 << 20, 5);
     let frame = compress(&raw, 3, false, None, true);
     let s = slots(&frame, |_| {});
+    let plan = BlockPlan::device_walks(&[&frame], &[raw.len() as u64]);
     let mut rows = Vec::new();
     for round in 0..12 {
         // Reads come a few ms apart: the pool's threads have gone to sleep by the next.
@@ -637,7 +639,7 @@ fn time_the_parts_of_the_hosts_chain_walk() {
         let serial_s = t.elapsed().as_secs_f64();
         std::thread::sleep(std::time::Duration::from_millis(5));
         let t = std::time::Instant::now();
-        std::hint::black_box(chains(&[&frame], s.blocks, 32));
+        std::hint::black_box(plan.chains(&[&frame], 32));
         let rayon_s = t.elapsed().as_secs_f64();
         std::thread::sleep(std::time::Duration::from_millis(5));
         let t = std::time::Instant::now();
