@@ -12,7 +12,8 @@ launches, and each launch's share) and the one-warp decoder, in the same run.
 `--source DIR`: the four .cu files from DIR (another build's kernels, to compare in one call);
 `--split N`: a block's sequences in at most N spans (default: decode.rs' rule, 32 for launches of
 1,024 blocks or fewer, else 1);
-`--cycles`: also the instrumented block decode (clock64 cycles of lane 0's FSE state chain walk).
+`--cycles`: also the instrumented block decode (clock64 cycles of each phase of a block's warp:
+literals, tables, packing, chain walk, spans, rest), for --cycles-frames (default 1,16).
 """
 import gzip, json, os, struct, sys, time
 import numpy as np, cupy as cp
@@ -298,22 +299,32 @@ for n, decoder in [(n, d) for n in counts for d in decoders]:
                      **{k: float(v) for k, v in row_phases.items()}))
     del args, d_out, keep, plan
 # Where one frame's block decode goes (the kernel's text instrumented here, not in the crate):
-# clock64 cycles of each block's whole warp and of lane 0's walk of its FSE state chain, beside
-# its sequence count.
+# lane 0's clock64 at each phase's end of every block's warp (literals, tables, their packing,
+# the chain walk, the spans' decode, the rest), beside its literal and sequence counts.
+PHASES = ("literals", "tables", "packing", "chain", "spans", "rest")
+
+
 def instrumented(text):
-    chain = "            if (!b.overflow) zs_sequence_chain(&b, ll_t, ml_t, of_t, n_seq, span, spans, ll_state, of_state, ml_state, sp);\n"
+    mark = lambda i: f"    if (ZS_LANE == 0) p->cyc[{i}] = clock64();\n"
     edits = [
         ("    zs_u32 rin[3];         // the repeat offsets it starts with\n",
-         "    zs_u32 rin[3];         // the repeat offsets it starts with\n    zs_u64 cyc[3];\n"),
-        ("    ZS_SHARED ZsShared shared;\n    const unsigned long long k = blockIdx.x;\n    if (k >= n_blocks) return;\n",
-         "    ZS_SHARED ZsShared shared;\n    const unsigned long long k = blockIdx.x;\n    if (k >= n_blocks) return;\n    const zs_u64 c_all = clock64();\n"),
+         "    zs_u32 rin[3];         // the repeat offsets it starts with\n    zs_u64 cyc[8];\n"),
+        ("    if (k >= n_blocks) return;\n    ZsBlockPlan* p = &blocks[k];\n",
+         "    if (k >= n_blocks) return;\n    ZsBlockPlan* p = &blocks[k];\n    const zs_u64 c_all = clock64();\n"
+         "    if (ZS_LANE == 0) for (int i = 1; i < 7; ++i) p->cyc[i] = 0;\n"),
         ("    if (ZS_LANE == 0) p->status = status;\n}",
-         "    if (ZS_LANE == 0) { p->status = status; p->cyc[0] = clock64() - c_all; }\n}"),
-        (chain, "            const zs_u64 c_loop = clock64();\n" + chain +
-         "            p->cyc[1] = clock64() - c_loop; p->cyc[2] = n_seq;\n"),
+         "    if (ZS_LANE == 0) { p->status = status; p->cyc[0] = c_all; p->cyc[7] = clock64(); }\n}"),
+        ("    if (status != ZS_OK) return status;\n    if (ZS_LANE == 0) p->lit_in_at",
+         "    if (status != ZS_OK) return status;\n" + mark(1) + "    if (ZS_LANE == 0) p->lit_in_at"),
+        ("    if (!built) return ZS_BAD_SEQUENCES;\n", "    if (!built) return ZS_BAD_SEQUENCES;\n" + mark(2)),
+        ("    // The spans (in the offset", mark(3) + "    // The spans (in the offset"),
+        ("    const zs_u32 reach = sp->reach;\n", "    const zs_u32 reach = sp->reach;\n" + mark(4)),
+        ("    }\n    ZS_SYNC();\n    if (ZS_LANE == 0) zs_spans_link(sp, reach);\n",
+         "    }\n    ZS_SYNC();\n" + mark(5) + "    if (ZS_LANE == 0) p->cyc[6] = lits_n | ((zs_u64)n_seq << 32);\n"
+         "    if (ZS_LANE == 0) zs_spans_link(sp, reach);\n"),
     ]
     for a, b in edits:
-        assert a in text, a
+        assert text.count(a) == 1, a
         text = text.replace(a, b)
     return text
 
@@ -324,29 +335,41 @@ def cycles_of(text, name):
     m = cp.RawModule(code=text, backend="nvrtc")
     k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write = (m.get_function(f) for f in (
         "zstd_plan", "zstd_decode_blocks", "zstd_execute", "zstd_link", "zstd_entries", "zstd_jump", "zstd_write"))
-    BLOCK_PLAN = 144
-    args, d_out, out_off, st, dec, keep = arrays(None, [1 << 20], repeat_inputs=frames[:1])
-    plan = Blocks(frames[:1], [1 << 20], args)
-    times = []
-    for rep in range(4):
-        ev = [cp.cuda.Event() for _ in range(6)]
-        plan.run(ev, blocks_only=True)
-        ev[5].synchronize()
-        times.append(cp.cuda.get_elapsed_time(ev[1], ev[2]))
-    raw_plans = plan.scratch.get()
-    blocks_at = align(FRAME_PLAN)
-    lines = []
-    for b in range(plan.nblocks):
-        off = blocks_at + b * BLOCK_PLAN + 120
-        whole, loop, count = struct.unpack_from("<3Q", raw_plans.tobytes(), off)
-        lines.append((whole, loop, count))
-    worst = max(lines)
-    ms = float(np.median(times[1:]))
-    print(f"{name}: blocks {ms:.2f} ms; slowest block {worst[0]} cycles ({worst[0] / ms / 1e6:.2f} GHz if it sets the time), "
-          f"its chain walk {worst[1]} cycles for {worst[2]} sequences ({worst[1] / max(worst[2], 1):.0f} a sequence); "
-          f"all blocks' walks {sum(l[1] for l in lines) / max(sum(l[2] for l in lines), 1):.0f} cycles a sequence")
-    for whole, loop, count in lines:
-        print(f"   block: {whole} cycles, chain walk {loop}, {count} sequences")
+    BLOCK_PLAN = 120 + 64
+    for n in [int(v) for v in opt("--cycles-frames", "1,16").split(",")]:
+        args, d_out, out_off, st, dec, keep = arrays(None, [1 << 20] * n, repeat_inputs=frames)
+        plan = Blocks([frames[k % len(frames)] for k in range(n)], [1 << 20] * n, args)
+        times, per = [], []
+        for rep in range(5):
+            ev = [cp.cuda.Event() for _ in range(6)]
+            plan.run(ev, blocks_only=True)
+            ev[5].synchronize()
+            times.append(cp.cuda.get_elapsed_time(ev[1], ev[2]))
+            raw_plans = plan.scratch.get().tobytes()
+            blocks_at = align(n * FRAME_PLAN)
+            rows_ = []
+            for b in range(plan.nblocks):
+                c = struct.unpack_from("<8Q", raw_plans, blocks_at + b * BLOCK_PLAN + 120)
+                if not all(c[1:6]):
+                    continue  # a raw or RLE block, or no sequences
+                marks = [c[0], *c[1:6], c[7]]
+                rows_.append(([marks[i + 1] - marks[i] for i in range(6)], c[6] & 0xFFFFFFFF, c[6] >> 32))
+            per.append(rows_)
+        ms = float(np.median(times[1:]))
+        rows_ = per[-1]
+        cyc = np.array([r[0] for r in rows_], np.float64)
+        whole = cyc.sum(axis=1)
+        worst = int(np.argmax(whole))
+        print(f"{name}, {n} frames, split {plan.split}: blocks launch {ms:.3f} ms, {len(rows_)} compressed blocks; "
+              f"slowest block {whole[worst]:.0f} cycles ({whole[worst] / ms / 1e6:.2f} GHz if it sets the time)")
+        print("   cycles, median block (slowest block): " + ", ".join(
+            f"{ph} {np.median(cyc[:, i]):.0f} ({cyc[worst, i]:.0f})" for i, ph in enumerate(PHASES)))
+        lits = np.array([r[1] for r in rows_]); seqs = np.array([r[2] for r in rows_])
+        print(f"   a block's literals {np.median(lits):.0f} (max {lits.max()}), sequences {np.median(seqs):.0f} "
+              f"(max {seqs.max()}); literals {np.median(cyc[:, 0] / np.maximum(lits, 1)):.1f} cycles a literal a stream-lane "
+              f"x4, chain {np.median(cyc[:, 3] / np.maximum(seqs, 1)):.0f} a sequence, spans "
+              f"{np.median(cyc[:, 4] / np.maximum(seqs, 1)):.0f} a sequence")
+        del args, d_out, keep, plan
     (k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write, BLOCK_PLAN) = saved
 
 
