@@ -118,7 +118,10 @@ impl DeviceCodec for Zstd {
                     {
                         // The chains walked on the host where quicker, but not while host threads
                         // wait to decode the batch's other chunks.
-                        let plan = if batch.host_decodes { plan } else { plan.with_host_chains(batch.host_inputs) };
+                        let plan = match batch.host_threads {
+                            Some(threads) => threads.install(|| plan.with_host_chains(batch.host_inputs)),
+                            None => plan,
+                        };
                         // SAFETY: the batch's arrays, as the kernels take them (the caller's
                         // contract); the scratch holds the plan of the batch's own stored bytes.
                         unsafe {

@@ -13,6 +13,11 @@ use zarrs_storage::{Bytes, ReadableStorageTraits, StorageError, StoreKey};
 use super::remote::Prefetched;
 use super::{DeviceMirror, DeviceReadError, DeviceReadRequest, DeviceReader, DeviceRowsRequest, HostReadRequest};
 
+/// Files whose sizes are asked on the calling thread: a stat takes a few microseconds, while
+/// handing them to the reader's pool woke its sleeping threads first (0.2 to 0.66 ms in a third
+/// of the one-chunk reads traced on the GPU host, benches/RESULTS.md run DS3).
+const INLINE_SIZES: usize = 16;
+
 /// The store a read takes its stored bytes from.
 #[derive(Clone, Copy)]
 pub(crate) enum ReadSource<'a> {
@@ -83,7 +88,7 @@ impl<'a> ReadSource<'a> {
     /// may take: a `RemoteStore`'s values are fetched whole (one GET each, at most their limit
     /// and a byte more: a longer one is then refused by its size), kept for the batch's read,
     /// unless `fetched` brings them (fetched ahead, [`RemoteStore::fetch_value_batches`]); other stores' sizes
-    /// are asked in parallel on the reader's threads.
+    /// are asked in parallel on the reader's threads (a few files' on the calling thread).
     pub(crate) fn sizes(
         self,
         reader: &DeviceReader,
@@ -107,8 +112,11 @@ impl<'a> ReadSource<'a> {
             let kept = keys.iter().zip(values).filter_map(|(&(key, _), value)| Some((key.clone(), value?)));
             return Ok((sizes, Prefetched::new(kept)));
         }
-        let sizes =
-            reader.install(|| keys.par_iter().map(|(key, _)| self.size_key(key)).collect::<Result<Vec<_>, _>>())?;
+        let sizes = if matches!(self, Self::Gds(_)) && keys.len() <= INLINE_SIZES {
+            keys.iter().map(|(key, _)| self.size_key(key)).collect::<Result<Vec<_>, _>>()?
+        } else {
+            reader.install(|| keys.par_iter().map(|(key, _)| self.size_key(key)).collect::<Result<Vec<_>, _>>())?
+        };
         Ok((sizes, Prefetched::default()))
     }
 
