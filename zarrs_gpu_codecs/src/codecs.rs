@@ -281,8 +281,8 @@ pub trait DeviceCodec: Send + Sync + std::fmt::Debug {
     }
 
     /// How fast this codec decodes on the device and on a host thread, for the scheduler that
-    /// splits small reads between them; None (the default): the device takes every unit it may
-    /// (but the host's share of frames of 4 MiB and more, at the default rates).
+    /// splits small reads between them; None (the default): the device takes every unit it may,
+    /// at any size (a decoder no slower than host threads at any size needs no split).
     fn decode_rates(&self) -> Option<DecodeRates> {
         None
     }

@@ -20,7 +20,7 @@ use crate::codecs::{BoxError, DeviceBatch, DeviceCodec, DeviceCodecPlugin, HostC
 use crate::config::DecodeTrust;
 use crate::error::GpuError;
 use crate::schedule::DecodeRates;
-use decode::{launch_blocks, launch_decode, BlockPlan, ZstdDecoder};
+use decode::{launch_block_decode, launch_decode, launch_frame_plans, BlockPlan, ZstdDecoder};
 use frame::{check_frame, FrameVerdict};
 
 inventory::submit! {
@@ -116,17 +116,19 @@ impl DeviceCodec for Zstd {
                             && batch.host_inputs.len() == batch.count
                             && capacities.len() == batch.count =>
                     {
-                        // The chains walked on the host where quicker, but not while host threads
-                        // wait to decode the batch's other chunks.
+                        let (stream, n, scratch) = (batch.stream, batch.count, batch.scratch);
+                        // SAFETY: the batch's arrays, as the kernels take them (the caller's
+                        // contract); the scratch holds the plan of the batch's own stored bytes.
+                        unsafe { launch_frame_plans(kernels, uploads, stream, &arrays, n, &plan, scratch) }?;
+                        // While the device walks the frames' headers: the chains walked on the
+                        // host where quicker, but not while host threads wait to decode the
+                        // batch's other chunks.
                         let plan = match batch.host_threads {
                             Some(threads) => threads.install(|| plan.with_host_chains(batch.host_inputs)),
                             None => plan,
                         };
-                        // SAFETY: the batch's arrays, as the kernels take them (the caller's
-                        // contract); the scratch holds the plan of the batch's own stored bytes.
-                        unsafe {
-                            launch_blocks(kernels, uploads, batch.stream, &arrays, batch.count, &plan, batch.scratch)
-                        }
+                        // SAFETY: as above, after the frame plans of the same layout.
+                        unsafe { launch_block_decode(kernels, uploads, stream, &arrays, n, &plan, scratch) }
                     }
                     // SAFETY: the batch's arrays, as the kernel takes them (the caller's contract).
                     _ => unsafe { launch_decode(kernels, batch.stream, &arrays, batch.count) },

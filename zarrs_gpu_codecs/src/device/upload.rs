@@ -11,8 +11,10 @@ use cudarc::driver::{sys, CudaEvent, CudaStream};
 use crate::error::GpuError;
 use crate::reader::PinnedBuffer;
 
-/// Buffers kept for reuse (two batches in flight, and one being filled).
-const KEEP: usize = 4;
+/// Buffers kept for reuse: two batches in flight and one being filled, each with up to three
+/// tables (Blosc's stream table, our zstd decoder's frame table, then its chains once the host
+/// has walked them). One not kept is freed after its copy, which waits for the stream.
+const KEEP: usize = 9;
 
 /// A codec's table uploads (see the module docs).
 #[derive(Default)]

@@ -575,13 +575,12 @@ impl DeviceCodec for Blosc {
         // host's rate and the device's slowness.
         let rates = DecodeRates::default();
         match self.compressor {
-            // Our LZ4 kernel alone on an H100 (run DS1, `benches/lz4_decoder.py`): a B1 chunk's
-            // 8 streams in 0.53 ms, 1,024 chunks in 10.2 ms (105 GB/s). Through the pipeline a
-            // chunk on the device took 0.17 ms more than on a host thread (1.17 against 1.00
-            // ms): the call's cost here is the device route's, beyond the kernel's launch.
-            Compressor::Lz4 if self.stream_decoder() == Some(StreamDecoder::Lz4) => {
-                Some(rates.with_device_rates(0.35e-3, 2.3 * GIB, 100.0 * GIB).with_host_thread_rate(1.5 * GIB))
-            }
+            // Our LZ4 kernel needs no split: through the pipeline on an H100 (benches/RESULTS.md
+            // runs DS1, DS2) B1 reads of 1, 16, 64, 288 and 1,024 chunks all on it took 1.15,
+            // 1.70, 3.22, 9.95 and 31.4 ms, on host threads 1.06, 1.89, 4.92, 20.8 and 66.0, and
+            // split by these rates 1.07, 1.92, 3.83, 9.86 and 30.7 (p90 of one chunk 2.08
+            // against 1.29 on the device): the split cost more than it saved.
+            Compressor::Lz4 if self.stream_decoder() == Some(StreamDecoder::Lz4) => None,
             // nvCOMP's: one chunk took 5.7 ms on an H200.
             Compressor::Lz4 => {
                 Some(rates.with_device_rates(1.0e-3, 220.0 * MIB, 60.0 * GIB).with_host_thread_rate(1.5 * GIB))

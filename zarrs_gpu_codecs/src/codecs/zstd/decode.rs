@@ -398,12 +398,23 @@ impl BlockPlan {
         self
     }
 
+    /// The frame table: the scratch's first bytes.
+    fn frame_table(&self) -> Vec<u8> {
+        self.frames.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    /// The chains the host walked (none where it did not), at `chains_at` in the scratch.
+    fn chain_table(&self) -> Vec<u8> {
+        self.chains.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
     /// The frame table, then the chains where the host walked them: the scratch's first bytes.
+    #[cfg(any(test, feature = "cpu-kernels"))]
     fn frame_bytes(&self) -> Vec<u8> {
-        let mut bytes: Vec<u8> = self.frames.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut bytes = self.frame_table();
         if !self.chains.is_empty() {
             bytes.resize(self.chains_at, 0);
-            bytes.extend(self.chains.iter().flat_map(|w| w.to_le_bytes()));
+            bytes.extend(self.chain_table());
         }
         bytes
     }
@@ -486,8 +497,8 @@ const ENTRY_PARTS: u32 = 8;
 /// multiprocessors (a warp each, 2 of the 4 schedulers' worth of warps or fewer).
 const SPLIT_BLOCKS: u64 = 1024;
 
-/// Enqueue the block-parallel decode of `n` frames on `stream`: the plan's frame table copied to
-/// the scratch at `temp`, then its launches.
+/// Enqueue the block-parallel decode of `n` frames on `stream`: [`launch_frame_plans`], then
+/// [`launch_block_decode`].
 ///
 /// # Safety
 /// As for [`launch_decode`]; `temp` is device memory of `plan.len` bytes or more ordered on
@@ -501,19 +512,70 @@ pub(crate) unsafe fn launch_blocks(
     plan: &BlockPlan,
     temp: u64,
 ) -> Result<(), GpuError> {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { launch_frame_plans(kernels, uploads, stream, arrays, n, plan, temp) }?;
+    // SAFETY: as above, after the frame plans.
+    unsafe { launch_block_decode(kernels, uploads, stream, arrays, n, plan, temp) }
+}
+
+/// Enqueue the first launch of the block-parallel decode of `n` frames on `stream`: the plan's
+/// frame table copied to the scratch at `temp`, then each frame's headers walked into its block
+/// plans (`zstd_plan`). It reads no chain: the host may walk them while it runs, into the same
+/// plan ([`BlockPlan::with_host_chains`]) that [`launch_block_decode`] then takes.
+///
+/// # Safety
+/// As for [`launch_blocks`].
+pub(crate) unsafe fn launch_frame_plans(
+    kernels: &Kernels,
+    uploads: &crate::device::upload::Uploads,
+    stream: &CudaStream,
+    arrays: &ItemArrays,
+    n: usize,
+    plan: &BlockPlan,
+    temp: u64,
+) -> Result<(), GpuError> {
+    if n == 0 {
+        return Ok(());
+    }
+    let Regions { frames, blocks, .. } = plan.regions(temp);
+    let n = n as u64;
+    // SAFETY: the frame table's region is the scratch's first bytes, which the stream owns until
+    // the batch's work has run.
+    unsafe { uploads.upload(stream, &plan.frame_table(), frames) }?;
+    let a = arrays;
+    let args = [a.inputs, a.input_sizes, a.capacities, frames, blocks, n];
+    // SAFETY: device addresses and a count as the kernel takes them: n frames, their plans and
+    // the block plans' region of the slots those plans give.
+    unsafe { kernels.launch_u64(stream, "zstd_plan", warps(n, 1)?, &args, "launching the zstd plan") }
+}
+
+/// Enqueue the rest of the block-parallel decode after [`launch_frame_plans`] of the same
+/// layout: the chains the host walked (if it did) copied to their region, each block's
+/// literals and sequences decoded, then the frames' bytes.
+///
+/// # Safety
+/// As for [`launch_blocks`], after [`launch_frame_plans`] on `stream` of a plan of the same
+/// frames (with or without chains: the layout is one).
+pub(crate) unsafe fn launch_block_decode(
+    kernels: &Kernels,
+    uploads: &crate::device::upload::Uploads,
+    stream: &CudaStream,
+    arrays: &ItemArrays,
+    n: usize,
+    plan: &BlockPlan,
+    temp: u64,
+) -> Result<(), GpuError> {
     if n == 0 {
         return Ok(());
     }
     let Regions { frames, chains, blocks, records, literals } = plan.regions(temp);
     let n = n as u64;
-    // SAFETY: the frame table's and the chains' regions are the scratch's first bytes, which the
-    // stream owns until the batch's work has run.
-    unsafe { uploads.upload(stream, &plan.frame_bytes(), frames) }?;
+    if !plan.chains.is_empty() {
+        // SAFETY: the chains' region lies after the frame table within the scratch, which the
+        // stream owns until the batch's work has run.
+        unsafe { uploads.upload(stream, &plan.chain_table(), chains) }?;
+    }
     let a = arrays;
-    let args = [a.inputs, a.input_sizes, a.capacities, frames, blocks, n];
-    // SAFETY: device addresses and a count as the kernel takes them: n frames, their plans and
-    // the block plans' region of the slots those plans give.
-    unsafe { kernels.launch_u64(stream, "zstd_plan", warps(n, 1)?, &args, "launching the zstd plan") }?;
     if plan.slots.blocks > 0 {
         let args =
             [a.inputs, frames, blocks, literals, records, plan.slots.blocks, split_for(plan.slots.blocks), chains];

@@ -90,8 +90,8 @@ fn check_stored(job: &Job<'_>, items: &mut [Item], stored: &[u8]) -> Result<(), 
 /// of one batch (`only`) so that host threads and nvCOMP finish together, and any batch of
 /// large frames (one decodes for a third of a second on the device). A batch of a longer read
 /// leaves the host threads to read the next batch while the device decodes; its rates are the
-/// set ones, else the codec's ([`DeviceCodec::decode_rates`](crate::codecs::DeviceCodec::decode_rates); large frames without any: the
-/// defaults), with the host thread rate this device's reads have shown.
+/// set ones, else the codec's ([`DeviceCodec::decode_rates`](crate::codecs::DeviceCodec::decode_rates); none: the device
+/// takes every unit), with the host thread rate this device's reads have shown.
 fn route_by_cost(job: &Job<'_>, items: &mut [Item], only: bool) -> Option<String> {
     job.chain.compression.as_ref()?; // no codec: nothing to schedule
     let units = job.units;
@@ -113,7 +113,7 @@ fn route_by_cost(job: &Job<'_>, items: &mut [Item], only: bool) -> Option<String
         let rates = if let Some(set) = job.config.decode_rates() {
             set
         } else {
-            let rates = learned_rates(job, large)?;
+            let rates = learned_rates(job)?;
             if slowness.sends_all_to_host(&rates, device.len(), bytes, largest, threads) {
                 job.relax.store(true, std::sync::atomic::Ordering::Relaxed);
             }
@@ -135,16 +135,10 @@ fn route_by_cost(job: &Job<'_>, items: &mut [Item], only: bool) -> Option<String
     Some(format!("{share} of {} chunks on host threads: {why}", device.len()))
 }
 
-/// The rates a batch is scheduled by when none are set: the codec's (large frames without any:
-/// the defaults) with the host thread rate this device's reads have shown of the codec, before
-/// nvCOMP's slowness, which a timed decode is compared with. None: no codec, or no rates for
-/// small frames.
-pub(super) fn learned_rates(job: &Job<'_>, large: bool) -> Option<DecodeRates> {
+/// The rates a batch is scheduled by when none are set: the codec's with the host thread rate
+/// this device's reads have shown of the codec, before nvCOMP's slowness, which a timed decode
+/// is compared with. None: no codec, or a codec whose device decoder takes every unit it may.
+pub(super) fn learned_rates(job: &Job<'_>) -> Option<DecodeRates> {
     let (codec, learned) = (job.chain.compression.as_ref()?, job.learned.as_ref()?);
-    let rates = match codec.decode_rates() {
-        Some(rates) => rates,
-        None if large => DecodeRates::default(),
-        None => return None,
-    };
-    Some(DecodeRates { host_thread_rate: learned.host.get(), ..rates })
+    Some(DecodeRates { host_thread_rate: learned.host.get(), ..codec.decode_rates()? })
 }

@@ -13,7 +13,6 @@ use super::memory::{ReadMemory, Staged};
 use super::read::Batch;
 use crate::codecs::DeviceBatch;
 use crate::error::GpuError;
-use crate::pipeline::batch::LARGE_CHUNK;
 use crate::pipeline::layout::MetaLayout;
 use crate::pipeline::unit::Unit;
 
@@ -329,7 +328,7 @@ fn predicted_device_s(job: &Job<'_>, on_device: &[&Item]) -> Option<f64> {
     }
     let sizes = on_device.iter().map(|it| job.decoded_len(it.unit));
     let (bytes, largest) = sizes.fold((0u64, 0u64), |(sum, max), len| (sum.saturating_add(len), max.max(len)));
-    let rates = learned_rates(job, largest >= LARGE_CHUNK)?;
+    let rates = learned_rates(job)?;
     let predicted_s = rates.predict(on_device.len(), 0, bytes, largest, 1).2;
     (predicted_s >= crate::schedule::DeviceSlowness::MIN_PREDICTED_S).then_some(predicted_s)
 }

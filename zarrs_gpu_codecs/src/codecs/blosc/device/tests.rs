@@ -180,20 +180,27 @@ fn the_device_takes_what_nvcomp_decodes_and_says_why_not_otherwise() {
 }
 
 /// Issue 28: a single Blosc chunk went to nvCOMP's latency (5.7 ms against well under one on
-/// a host thread) because Blosc had no rates. Each device compressor has its own: a chunk or a
-/// tile's 16 go to host threads, thousands mostly to the device, and they learn apart.
+/// a host thread) because Blosc had no rates. Each nvCOMP-decoded compressor has its own: a
+/// chunk or a tile's 16 go to host threads, thousands mostly to the device, and they learn
+/// apart. Our LZ4 kernel has none: the device takes every chunk (issue 47, runs DS1 and DS2).
 #[test]
 fn small_blosc_reads_go_to_host_threads_and_large_ones_to_the_device() {
     let mib = 1u64 << 20;
     let mut keys = std::collections::HashSet::new();
-    for cname in ["lz4", "zstd", "zlib"] {
-        let rates = Blosc::new(&config(cname)).unwrap().decode_rates().expect("rates");
+    let lz4_nvcomp = Blosc::new(&config("lz4")).unwrap().with_lz4_decoder(Lz4Decoder::Nvcomp);
+    for (cname, codec) in [
+        ("lz4 (nvCOMP)", lz4_nvcomp),
+        ("zstd", Blosc::new(&config("zstd")).unwrap()),
+        ("zlib", Blosc::new(&config("zlib")).unwrap()),
+    ] {
+        let rates = codec.decode_rates().expect("rates");
         assert_eq!(rates.host_share(1, mib, mib, 16), 1, "{cname}: one chunk");
         assert_eq!(rates.host_share(16, 16 * mib, mib, 16), 16, "{cname}: a tile's chunks");
         let k = rates.host_share(4096, 4096 * mib, mib, 16);
         assert!(k < 4096 / 2, "{cname}: {k} of 4096 chunks on the host");
         assert!(keys.insert(rates.key()), "{cname} learns under its own key");
     }
+    assert!(Blosc::new(&config("lz4")).unwrap().decode_rates().is_none(), "our LZ4 kernel takes every chunk");
     assert!(Blosc::new(&config("blosclz")).unwrap().decode_rates().is_none());
 }
 
