@@ -21,28 +21,27 @@ struct Copy3D {
     unsigned long long src_offset, dst_offset, width, height, depth, src_pitch, src_height, dst_pitch, dst_height;
 };
 
-// Block x: one copy (its source base in srcs); block y: slices, strided. 16-byte moves when
-// every address and pitch allows, bytes otherwise.
+// Block x: one copy (its source base in srcs); block y: parts of its slices, strided, each part
+// PLACE_PART moves of one slice (so that a one-slice copy, a whole chunk, is not one block's).
+// 16-byte moves when every address and pitch allows, bytes otherwise.
+#define PLACE_PART 2048ull
 extern "C" __global__ void place_copies(const Copy3D* copies, const unsigned long long* srcs, unsigned char* dst) {
     const Copy3D c = copies[blockIdx.x];
-    const unsigned char* src = (const unsigned char*)srcs[blockIdx.x];
-    for (unsigned long long z = blockIdx.y; z < c.depth; z += gridDim.y) {
-        const unsigned char* s = src + c.src_offset + z * c.src_height * c.src_pitch;
-        unsigned char* d = dst + c.dst_offset + z * c.dst_height * c.dst_pitch;
-        bool vec = ((c.width | c.src_pitch | c.dst_pitch | (unsigned long long)s | (unsigned long long)d) & 15) == 0;
-        if (vec) {
-            const unsigned long long w = c.width / 16;
-            unsigned long long n = c.height * w;
-            for (unsigned long long i = threadIdx.x; i < n; i += blockDim.x) {
-                unsigned long long y = i / w, x = i - y * w;
-                ((uint4*)(d + y * c.dst_pitch))[x] = ((const uint4*)(s + y * c.src_pitch))[x];
-            }
-        } else {
-            unsigned long long n = c.height * c.width;
-            for (unsigned long long i = threadIdx.x; i < n; i += blockDim.x) {
-                unsigned long long y = i / c.width, x = i - y * c.width;
-                d[y * c.dst_pitch + x] = s[y * c.src_pitch + x];
-            }
+    const unsigned char* src = (const unsigned char*)srcs[blockIdx.x] + c.src_offset;
+    unsigned char* out = dst + c.dst_offset;
+    const unsigned long long src_slice = c.src_height * c.src_pitch, dst_slice = c.dst_height * c.dst_pitch;
+    const bool vec = ((c.width | c.src_pitch | c.dst_pitch | src_slice | dst_slice | (unsigned long long)src |
+                       (unsigned long long)out) & 15) == 0;
+    const unsigned long long w = vec ? c.width / 16 : c.width, n = c.height * w;
+    const unsigned long long parts = (n + PLACE_PART - 1) / PLACE_PART, tasks = c.depth * parts;
+    for (unsigned long long t = blockIdx.y; t < tasks; t += gridDim.y) {
+        const unsigned long long z = t / parts, end = n < (t - z * parts + 1) * PLACE_PART ? n : (t - z * parts + 1) * PLACE_PART;
+        const unsigned char* s = src + z * src_slice;
+        unsigned char* d = out + z * dst_slice;
+        for (unsigned long long i = (t - z * parts) * PLACE_PART + threadIdx.x; i < end; i += blockDim.x) {
+            const unsigned long long y = i / w, x = i - y * w;
+            if (vec) ((uint4*)(d + y * c.dst_pitch))[x] = ((const uint4*)(s + y * c.src_pitch))[x];
+            else d[y * c.dst_pitch + x] = s[y * c.src_pitch + x];
         }
     }
 }
@@ -142,6 +141,19 @@ pub(crate) fn encode_gather(jobs: &[Gather]) -> Vec<u64> {
     words
 }
 
+/// Moves of one slice a placement block takes at a time (`PLACE_PART` in the kernel).
+const PLACE_PART: u64 = 2048;
+
+/// Blocks a copy's slices split into (grid y): as many as its parts of [`PLACE_PART`] moves
+/// (16 bytes each where aligned), the largest copy's, at most 65,535. A whole chunk placed as one
+/// slice was one block's 4,096 moves a thread: 77 us for 1 MiB on an H100, a tenth of a B1
+/// chunk's read (benches/RESULTS.md run DT1).
+fn place_grid_y(copies: &[Copy3D]) -> u32 {
+    let tasks =
+        |c: &Copy3D| c.depth.saturating_mul((c.height.saturating_mul(c.width.div_ceil(16))).div_ceil(PLACE_PART));
+    copies.iter().map(tasks).max().unwrap_or(1).clamp(1, 65_535) as u32
+}
+
 impl Kernels {
     /// Enqueue `copies` (each from `srcs[i]`) into `dst`; `table` is device memory holding the
     /// copies then the sources, as [`encode`] lays them out.
@@ -159,9 +171,9 @@ impl Kernels {
             return Ok(());
         }
         let blocks = grid_x(copies.len(), "placement copies")?;
-        let max_depth = copies.iter().map(|c| c.depth).max().unwrap_or(1).min(65_535) as u32;
         let srcs = table + (copies.len() * COPY_BYTES) as u64;
-        let config = LaunchConfig { grid_dim: (blocks, max_depth, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let config =
+            LaunchConfig { grid_dim: (blocks, place_grid_y(copies), 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let mut launch = stream.launch_builder(&self.function);
         launch.arg(&table).arg(&srcs).arg(&dst);
         // SAFETY: the kernel's parameters are three device addresses, as pushed; bounds are the

@@ -18,8 +18,10 @@ pub(crate) const BIT: u32 = 2;
 pub(super) const SIZE_MISMATCH: u32 = 0x1000_0000;
 pub(super) const ADLER_MISMATCH: u32 = 0x2000_0000;
 
-/// Bytes of a block one thread block assembles (grid's y dimension: blocks up to 4 GiB).
+/// Bytes of a block one thread block assembles at most, and at least (grid's y dimension:
+/// 65,535 spans of the largest block).
 const SPAN: u32 = 1 << 16;
+const SPAN_MIN: u32 = 1 << 12;
 
 pub(crate) const SOURCE: &str = r#"
 struct BloscTask {
@@ -52,7 +54,17 @@ extern "C" __global__ void blosc_assemble(const struct BloscTask* tasks, const u
     const unsigned int T = t.typesize;
     const unsigned int n = t.len / T;
     const unsigned int whole = n * T;
-    for (unsigned int p = begin + threadIdx.x; p < end; p += blockDim.x) {
+    if (t.mode == 1 && t.stream_len == n && n > 0) {
+        // Each stream one byte plane (byte j of element i at src[j][i]): a thread an element
+        // whose first byte is in the span, no division a byte; the bytes past the last element
+        // below, as they are.
+        const unsigned int last = min(end / T + (end % T != 0), n);
+        for (unsigned int i = begin / T + (begin % T != 0) + threadIdx.x; i < last; i += blockDim.x) {
+            for (unsigned int j = 0; j < T; ++j) dst[i * T + j] = src[j][i];
+        }
+    }
+    const unsigned int from = t.mode == 1 && t.stream_len == n && n > 0 ? max(begin, whole) : begin;
+    for (unsigned int p = from + threadIdx.x; p < end; p += blockDim.x) {
         unsigned char v;
         if (t.mode == 1 && p < whole) {
             const unsigned int i = p / T, j = p - i * T;
@@ -170,14 +182,23 @@ pub(super) unsafe fn launch_assemble(
     let function = kernels.function("blosc_assemble")?;
     let grid_x =
         u32::try_from(count).map_err(|_| GpuError::Unsupported(format!("{count} Blosc blocks in one batch")))?;
+    let span = assembly_span(count, max_len);
     let config =
-        LaunchConfig { grid_dim: (grid_x, max_len.div_ceil(SPAN), 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        LaunchConfig { grid_dim: (grid_x, max_len.div_ceil(span), 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     let mut launch = stream.launch_builder(&function);
-    launch.arg(&tasks).arg(&sources).arg(&SPAN);
+    launch.arg(&tasks).arg(&sources).arg(&span);
     // SAFETY: two device tables and the span, as the kernel takes them; the rest is the
     // caller's contract.
     unsafe { launch.launch(config) }.map_err(GpuError::cuda("launching Blosc's block assembly"))?;
     Ok(())
+}
+
+/// The bytes of a block each thread block assembles: about a thousand thread blocks over the
+/// batch (a B1 chunk's two blocks were 16 spans of 64 KiB, 112 us on an H100: benches/RESULTS.md
+/// run DT1), from [`SPAN_MIN`] to [`SPAN`], and enough for the largest block in 65,535 spans.
+fn assembly_span(count: usize, max_len: u32) -> u32 {
+    let per = (count as u64 * u64::from(max_len) / 1024).clamp(u64::from(SPAN_MIN), u64::from(SPAN)) as u32;
+    per.next_power_of_two().max(max_len.div_ceil(65_535))
 }
 
 /// One chunk to shuffle (the kernel's `BloscShuffleTask`, 32 bytes): `len` bytes from `src` to
