@@ -98,10 +98,9 @@ pub struct DeviceBatch<'a> {
     pub(crate) kernels: Option<&'a Kernels>,
     /// The device's pinned buffers for a codec's tables.
     pub(crate) uploads: Option<&'a Uploads>,
-    /// The host threads a codec's work before its launch may run on (our zstd decoder's chain
-    /// walks): the reader's, which the batch's reads have just woken. None where they decode
-    /// other units of the batch once it is launched: that work would delay theirs.
-    pub(crate) host_threads: Option<&'a rayon::ThreadPool>,
+    /// Host threads decode other units of the batch once it is launched: a codec's host work
+    /// before its launch (our zstd decoder's chain walks) delays theirs.
+    pub(crate) host_decodes: bool,
 }
 
 impl DeviceBatch<'_> {

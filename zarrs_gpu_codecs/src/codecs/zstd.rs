@@ -123,10 +123,7 @@ impl DeviceCodec for Zstd {
                         // While the device walks the frames' headers: the chains walked on the
                         // host where quicker, but not while host threads wait to decode the
                         // batch's other chunks.
-                        let plan = match batch.host_threads {
-                            Some(threads) => threads.install(|| plan.with_host_chains(batch.host_inputs)),
-                            None => plan,
-                        };
+                        let plan = if batch.host_decodes { plan } else { plan.with_host_chains(batch.host_inputs) };
                         // SAFETY: as above, after the frame plans of the same layout.
                         unsafe { launch_block_decode(kernels, uploads, stream, &arrays, n, &plan, scratch) }
                     }

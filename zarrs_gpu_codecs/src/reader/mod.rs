@@ -359,11 +359,6 @@ impl DeviceReader {
         self.pool.install(f)
     }
 
-    /// The reader's thread pool.
-    pub(crate) fn pool(&self) -> &rayon::ThreadPool {
-        &self.pool
-    }
-
     /// Read every transfer's bytes from `source` into its device destination. Returns, per
     /// transfer, whether its source existed; a missing source leaves its destination unwritten.
     ///

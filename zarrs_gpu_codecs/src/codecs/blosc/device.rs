@@ -200,10 +200,9 @@ impl Blosc {
         }
         // For a launch whose zstd plan fits: the chains walked on the host where quicker (the
         // plan's size unchanged), but not while host threads wait to decode the batch's others.
-        if let (Some(threads), Some(_)) = (batch.host_threads, room) {
+        if room.is_some() && !batch.host_decodes {
             if let Some(zstd) = plan.zstd.take() {
-                let frames = plan.zstd_frames(batch.host_inputs)?;
-                plan.zstd = Some(threads.install(|| zstd.with_host_chains(&frames)));
+                plan.zstd = Some(zstd.with_host_chains(&plan.zstd_frames(batch.host_inputs)?));
             }
         }
         Ok(plan)

@@ -129,7 +129,7 @@ impl Batch {
             host_inputs: &host_inputs,
             kernels: job.kernels,
             uploads: Some(job.context.uploads()),
-            host_threads: (!self.items.iter().any(|it| it.route == Route::Host)).then(|| job.context.reader().pool()),
+            host_decodes: self.items.iter().any(|it| it.route == Route::Host),
         };
         let scratch_bytes = match &chain.compression {
             Some(codec) if n_dec > 0 && staging.scratch_bytes as u64 >= EXACT_SCRATCH_FROM => {
