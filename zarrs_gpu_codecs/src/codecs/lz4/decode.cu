@@ -431,10 +431,14 @@ LZ4_FN lz4_u32 lz4_block(Lz4Shared* s, const unsigned char* in, lz4_u32 n, unsig
         }
         LZ4_SYNC();
         if (s->count > 0 || s->done) lz4_round(s, in, n, out, expected);
-        if (s->finished) break;
-        if (s->need_tile) {
-            // Every thread has read the flags above before thread 0 moves the tile.
-            LZ4_SYNC();
+        // The flags read by every thread before thread 0 goes on: its next chain sets
+        // s->need_tile, and a thread that read that instead would have entered the tile's move
+        // alone, its barriers matched with the others' elsewhere (a valid block then failed, or
+        // worse, on a busy device: run DT1).
+        const lz4_u32 finished = s->finished, need_tile = s->need_tile;
+        LZ4_SYNC();
+        if (finished) break;
+        if (need_tile) {
             if (LZ4_TID == 0) s->tile = s->pos;
             LZ4_SYNC();
             lz4_tables(s, in, n);
