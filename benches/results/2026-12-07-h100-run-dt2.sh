@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run DT2 (build 4c89d53; .gpu2 staged with the device tests, the package's wheel, zarr-python
+# Run DT2 (build 1c7f0ea; .gpu2 staged with the device tests, the package's wheel, zarr-python
 # 3.4.2, obstore 0.12.1, rangehttpserver and s3s-fs as s3s-fs.xz): DS6's tests that need an S3
 # server (device `remote::`, Python `RemoteGpuTests`), every other device test, then the
 # package's GPU tests.
