@@ -8,6 +8,7 @@ fn main() {
     println!("cargo:rerun-if-changed=src/codecs/lz4/decode.cu");
     println!("cargo:rerun-if-changed=src/codecs/lz4/host_shim.cpp");
     println!("cargo:rerun-if-changed=src/codecs/lz4/host_shim_threads.cpp");
+    println!("cargo:rerun-if-changed=src/codecs/lz4/host_shim_lanes.cpp");
     println!("cargo:rerun-if-changed=src/codecs/zstd/decode.cu");
     println!("cargo:rerun-if-changed=src/codecs/zstd/host_shim.cpp");
     println!("cargo:rerun-if-changed=src/codecs/zstd/blocks.cu");
@@ -19,6 +20,7 @@ fn main() {
             .std("c++11")
             .file("src/codecs/lz4/host_shim.cpp")
             .file("src/codecs/lz4/host_shim_threads.cpp")
+            .file("src/codecs/lz4/host_shim_lanes.cpp")
             .file("src/codecs/zstd/host_shim.cpp")
             // The kernels read shared memory through more than one type (as CUDA allows).
             .flag_if_supported("-fno-strict-aliasing")

@@ -136,6 +136,51 @@ unsafe extern "C" {
     fn lz4_decode_blocks_on_host(items: *const crate::codecs::HostItemPointers, tags: *const u32, n: u64, threads: u32);
 }
 
+#[cfg(test)]
+unsafe extern "C" {
+    /// One block decoded with a thread block's threads as OS threads (`host_shim_lanes.cpp`),
+    /// all but thread 0 sleeping `ahead_us` after each barrier.
+    #[allow(clippy::too_many_arguments, reason = "the C entry's out-parameters")]
+    fn lz4_decode_block_on_lanes(
+        input: *const u8,
+        n: u64,
+        output: *mut u8,
+        capacity: u64,
+        threads: u32,
+        ahead_us: u32,
+        status: *mut u32,
+        decoded: *mut u64,
+        fewest_barriers: *mut u32,
+        most_barriers: *mut u32,
+    );
+}
+
+/// `block` decoded into `out` (its length the expected one) by `threads` OS threads running the
+/// kernel's code as a thread block's, thread 0 let run ahead `ahead_us` after each barrier: the
+/// status, the decoded length, and the fewest and most barriers a thread passed (equal in a
+/// kernel whose threads keep step).
+#[cfg(test)]
+fn decode_on_lanes(block: &[u8], out: &mut [u8], threads: u32, ahead_us: u32) -> (u32, u64, u32, u32) {
+    let (mut status, mut decoded, mut fewest, mut most) = (u32::MAX, 0u64, 0u32, 0u32);
+    // SAFETY: the input and output are valid for their lengths until the call returns (it joins
+    // its threads); the out-parameters are locals.
+    unsafe {
+        lz4_decode_block_on_lanes(
+            block.as_ptr(),
+            block.len() as u64,
+            out.as_mut_ptr(),
+            out.len() as u64,
+            threads,
+            ahead_us,
+            &raw mut status,
+            &raw mut decoded,
+            &raw mut fewest,
+            &raw mut most,
+        );
+    }
+    (status, decoded, fewest, most)
+}
+
 /// The device kernel's code run on the CPU over `blocks` (each a block and the output it decodes
 /// into, whose length is the expected one), its thread blocks run as `threads` says: each block's status
 /// and decoded length, as the device writes them.

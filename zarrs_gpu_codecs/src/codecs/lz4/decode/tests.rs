@@ -470,3 +470,48 @@ fn few_streams_get_many_threads_and_many_streams_fewer() {
     assert!(HostThreads::ALL.contains(&HostThreads::Emulated(threads_for(1, 1))));
     assert!(HostThreads::ALL.contains(&HostThreads::Emulated(threads_for(1000, 1))));
 }
+
+/// A block of `tokens` 4-byte tokens (a literal, its 2-byte offset, a match of 4) and 8 literals
+/// to end it, and its bytes: 1,024 tokens a 4 KiB tile, so each tile ends where a round of 512
+/// does.
+fn tile_edge_block(tokens: usize, seed: u64) -> (Vec<u8>, Vec<u8>) {
+    let mut state = seed;
+    let mut next = || {
+        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        state >> 33
+    };
+    let (mut block, mut raw) = (Vec::new(), Vec::new());
+    for _ in 0..tokens {
+        let literal = next() as u8;
+        block.extend([0x10, literal]);
+        raw.push(literal);
+        let offset = 1 + next() as usize % raw.len().min(65_535);
+        block.extend((offset as u16).to_le_bytes());
+        for _ in 0..4 {
+            raw.push(raw[raw.len() - offset]);
+        }
+    }
+    let tail: Vec<u8> = (0..8).map(|_| next() as u8).collect();
+    block.push(0x80);
+    block.extend(&tail);
+    raw.extend(&tail);
+    (block, raw)
+}
+
+/// The kernel's threads as OS threads, thread 0 let run ahead after each barrier: a block whose
+/// rounds end at its tiles' ends decodes to its bytes, and every thread passes the same
+/// barriers. Before 1c7f0ea a thread could read the next round's `need_tile` (set by thread 0's
+/// chain) and move the tile alone, its barriers matched with the others' elsewhere: valid
+/// chunks failed on the GPU now and then (run DT1), and here every time.
+#[test]
+fn threads_left_behind_by_thread_0_keep_step() {
+    let (block, raw) = tile_edge_block(3000, 7);
+    assert_eq!(flex(&block, raw.len()).as_deref(), Some(&raw[..]), "the block is valid LZ4");
+    for threads in [32, 256] {
+        let mut out = vec![0u8; raw.len()];
+        let (status, decoded, fewest, most) = decode_on_lanes(&block, &mut out, threads, 20);
+        assert_eq!(fewest, most, "{threads} threads passed different barriers");
+        assert_eq!((status, decoded), (OK, raw.len() as u64), "{threads} threads: {}", status_text(status));
+        assert!(out == raw, "{threads} threads decoded other bytes");
+    }
+}
