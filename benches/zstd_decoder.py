@@ -323,10 +323,15 @@ def instrumented(text):
          "    }\n    ZS_SYNC();\n" + mark(5) + "    if (ZS_LANE == 0) p->cyc[6] = lits_n | ((zs_u64)n_seq << 32);\n"
          "    if (ZS_LANE == 0) zs_spans_link(sp, reach);\n"),
     ]
+    # The Huffman tree's build inside the literals (lane 0), into a device array by block.
+    edits.append(("        if (ZS_LANE == 0) sh->value = zs_huffman_tree(sh, section, csize);\n",
+                  "        const zs_u64 c_tree = clock64();\n"
+                  "        if (ZS_LANE == 0) sh->value = zs_huffman_tree(sh, section, csize);\n"
+                  "        if (ZS_LANE == 0 && blockIdx.x < 65536) zs_tree_cycles[blockIdx.x] = clock64() - c_tree;\n"))
     for a, b in edits:
         assert text.count(a) == 1, a
         text = text.replace(a, b)
-    return text
+    return "extern \"C\" { __device__ unsigned long long zs_tree_cycles[65536]; }\n" + text
 
 
 def cycles_of(text, name):
@@ -364,6 +369,9 @@ def cycles_of(text, name):
               f"slowest block {whole[worst]:.0f} cycles ({whole[worst] / ms / 1e6:.2f} GHz if it sets the time)")
         print("   cycles, median block (slowest block): " + ", ".join(
             f"{ph} {np.median(cyc[:, i]):.0f} ({cyc[worst, i]:.0f})" for i, ph in enumerate(PHASES)))
+        tree = cp.ndarray((65536,), cp.uint64, m.get_global("zs_tree_cycles"))[:plan.nblocks].get()
+        print(f"   the Huffman tree's build (lane 0, blocks with a tree of their own): median {np.median(tree[tree > 0]) if (tree > 0).any() else 0:.0f} cycles, "
+              f"max {tree.max()}")
         lits = np.array([r[1] for r in rows_]); seqs = np.array([r[2] for r in rows_])
         print(f"   a block's literals {np.median(lits):.0f} (max {lits.max()}), sequences {np.median(seqs):.0f} "
               f"(max {seqs.max()}); literals {np.median(cyc[:, 0] / np.maximum(lits, 1)):.1f} cycles a literal a stream-lane "

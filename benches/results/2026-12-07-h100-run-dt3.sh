@@ -2,7 +2,8 @@
 # Run DT3 (build 1c7f0ea, beside 3d033c8's bench as .gpu/old/bench.xz): the LZ4 kernel's race
 # (1c7f0ea: the round's flags read before thread 0's next chain) looked for in 10 B1 runs of
 # 288 and 1,024 chunks and the whole array (DT1: about one run in four failed); then the size
-# rows, Z2 and B1, this build and 3d033c8's in turn, and the traced stages of 1 and 16 chunks.
+# rows, Z2 and B1, this build and 3d033c8's in turn, and the traced stages of 1 and 16 chunks;
+# the zstd block phases with the Huffman tree's build timed apart.
 set -uo pipefail
 . benches/gpu_run.sh 560
 xz -dc .gpu/old/bench.xz > /tmp/bench-old && chmod +x /tmp/bench-old
@@ -25,5 +26,10 @@ for b in bench /tmp/bench-old; do
     log "trace $b $c rc=$? $(el)"; grep "zarrs_gpu trace" /tmp/trace.log | sed "s|^|$b $c |" | cut -c1-700 >> $OUT/trace.txt
   done
 done
+# The zstd block phases again, the Huffman tree's build timed apart.
+: > /tmp/empty.bin
+ZSTD_SKIP_REPLAY=1 timeout 60 python3 benches/zstd_decoder.py /tmp/empty.bin --chunks /tmp/b/z2.zarr/c --frames 1 \
+  --decoders blocks --cycles --cycles-frames 1,16 > $OUT/harness.txt 2>&1
+log "zstd harness phases rc=$? $(el)"; tail -8 $OUT/harness.txt >> $OUT/log.txt
 summary
 cat $OUT/log.txt
