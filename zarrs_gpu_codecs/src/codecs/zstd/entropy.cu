@@ -230,10 +230,10 @@ ZS_FN zs_u64 zs_read_counts(const zs_u8* src, zs_u64 len, zs_u32 max_symbol, zs_
     return bytes;
 }
 
-// The decoding table of counts norm[0, symbols) at accuracy `log` (RFC 8878 4.1.1), into
-// symbol/bits/base of 1 << log states. next: room for `symbols` counters.
-ZS_FN void zs_build_table(const short* norm, zs_u32 symbols, zs_u32 log, zs_u8* symbol, zs_u8* bits,
-                          zs_u16* base, zs_u32* next) {
+// The symbols of the decoding table of counts norm[0, symbols) at accuracy `log` (RFC 8878
+// 4.1.1) spread over its 1 << log states, and each symbol's first counter into next (room for
+// `symbols`): the serial half of a table's build, one lane's chain of steps.
+ZS_FN void zs_spread(const short* norm, zs_u32 symbols, zs_u32 log, zs_u8* symbol, zs_u32* next) {
     const zs_u32 size = 1u << log;
     const zs_u32 mask = size - 1;
     int high = (int)size - 1;
@@ -257,16 +257,72 @@ ZS_FN void zs_build_table(const short* norm, zs_u32 symbols, zs_u32 log, zs_u8* 
             }
         }
     }
-    for (zs_u32 u = 0; u < size; ++u) {
+}
+
+// State u's update bits and base, its symbol's counter x at it (the states before it with that
+// symbol counted).
+ZS_FN void zs_state(zs_u32 log, zs_u32 u, zs_u32 x, zs_u8* bits, zs_u16* base) {
+    const zs_u32 size = 1u << log;
+    const zs_u32 hb = zs_highbit(x);
+    const zs_u32 nb = log > hb ? log - hb : 0;
+    bits[u] = (zs_u8)nb;
+    const zs_u32 shifted = x << nb;
+    base[u] = (zs_u16)(shifted >= size ? shifted - size : 0);
+}
+
+// The states' bits and bases of a table whose symbols zs_spread laid out (its counters in
+// next), by one lane walking the states in order.
+ZS_FN void zs_states(zs_u32 log, const zs_u8* symbol, zs_u8* bits, zs_u16* base, zs_u32* next) {
+    for (zs_u32 u = 0; u < (1u << log); ++u) {
         const zs_u32 s = symbol[u];
-        zs_u32 x = next[s];
-        if (x == 0) x = 1;
+        const zs_u32 x = next[s] == 0 ? 1u : next[s];
         next[s] = x + 1;
-        const zs_u32 hb = zs_highbit(x);
-        const zs_u32 nb = log > hb ? log - hb : 0;
-        bits[u] = (zs_u8)nb;
-        const zs_u32 shifted = x << nb;
-        base[u] = (zs_u16)(shifted >= size ? shifted - size : 0);
+        zs_state(log, u, x, bits, base);
+    }
+}
+
+// The decoding table of counts norm[0, symbols) at accuracy `log` into symbol/bits/base of
+// 1 << log states, by one lane. next: room for `symbols` counters.
+ZS_FN void zs_build_table(const short* norm, zs_u32 symbols, zs_u32 log, zs_u8* symbol, zs_u8* bits,
+                          zs_u16* base, zs_u32* next) {
+    zs_spread(norm, symbols, log, symbol, next);
+    zs_states(log, symbol, bits, base, next);
+}
+
+// The lanes below this one with the same key (of 9 bits), and all lanes with it: a warp's
+// match, made of ballots (which every architecture NVRTC may target has). One lane on the CPU.
+ZS_FN void zs_same_key(zs_u32 key, zs_u32* below, zs_u32* all) {
+#ifdef ZS_HOST_SHIM
+    (void)key;
+    *below = 0;
+    *all = 1;
+#else
+    zs_u32 peers = 0xFFFFFFFFu;
+    for (zs_u32 b = 0; b < 9; ++b) {
+        const zs_u32 ones = __ballot_sync(0xFFFFFFFFu, (key >> b) & 1u);
+        peers &= (key >> b) & 1u ? ones : ~ones;
+    }
+    *below = (zs_u32)__popc(peers & ((1u << ZS_LANE) - 1u));
+    *all = (zs_u32)__popc(peers);
+#endif
+}
+
+// The states' bits and bases of a table whose symbols zs_spread laid out (its counters in next,
+// shared), by the warp: 32 states a round, each lane's counter its symbol's before the round
+// and the lanes below with that symbol, the lowest such lane moving the counter on. The same
+// table as zs_build_table's one lane walking the states in order.
+ZS_FN void zs_fill_states(zs_u32 log, const zs_u8* symbol, zs_u8* bits, zs_u16* base, zs_u32* next) {
+    const zs_u32 size = 1u << log;
+    for (zs_u32 u0 = 0; u0 < size; u0 += ZS_LANES) {
+        const zs_u32 u = u0 + ZS_LANE;
+        const zs_u32 s = u < size ? symbol[u] : 0u;
+        zs_u32 below = 0, all = 0;
+        zs_same_key(u < size ? s : 256u, &below, &all);  // lanes past the table: their own key
+        const zs_u32 first = next[s] == 0 ? 1u : next[s];
+        ZS_SYNC();
+        if (u < size && below == 0) next[s] = first + all;
+        ZS_SYNC();
+        if (u < size) zs_state(log, u, first + below, bits, base);
     }
 }
 
@@ -287,18 +343,19 @@ ZS_FN short zs_predefined(zs_u32 which, zs_u32 s) {
 }
 
 // Lane 0: a sequence code's table (which: 0 literal lengths, 1 offsets, 2 match lengths) in
-// `mode` from src[0, len) into t; returns the bytes its description takes, or ~0 when damaged.
-ZS_FN zs_u64 zs_sequence_table(ZsFse* t, zs_u32 which, zs_u32 mode, const zs_u8* src, zs_u64 len,
-                               zs_u32 tables_valid) {
+// `mode` from src[0, len) into t, but for the states' bits and bases in modes 0 and 2: their
+// symbols spread and their counters in next (room for 256), for zs_states or zs_fill_states to
+// finish. Returns the bytes its description takes, or ~0 when damaged.
+ZS_FN zs_u64 zs_sequence_symbols(ZsFse* t, zs_u32 which, zs_u32 mode, const zs_u8* src, zs_u64 len,
+                                 zs_u32 tables_valid, zs_u32* next) {
     const zs_u32 max_symbol = which == 0 ? 35u : which == 1 ? 31u : 52u;
     const zs_u32 max_log = which == 1 ? 8u : 9u;
     short norm[256];
-    zs_u32 next[256];
     if (mode == 0) {
         const zs_u32 symbols = which == 0 ? 36u : which == 1 ? 29u : 53u;
         const zs_u32 log = which == 1 ? 5u : 6u;
         for (zs_u32 s = 0; s < symbols; ++s) norm[s] = zs_predefined(which, s);
-        zs_build_table(norm, symbols, log, t->symbol, t->bits, t->base, next);
+        zs_spread(norm, symbols, log, t->symbol, next);
         t->log = log;
         return 0;
     }
@@ -314,12 +371,22 @@ ZS_FN zs_u64 zs_sequence_table(ZsFse* t, zs_u32 which, zs_u32 mode, const zs_u8*
         zs_u32 symbols = 0, log = 0;
         const zs_u64 bytes = zs_read_counts(src, len, max_symbol, max_log, norm, &symbols, &log);
         if (bytes == 0) return ~0ull;
-        zs_build_table(norm, symbols, log, t->symbol, t->bits, t->base, next);
+        zs_spread(norm, symbols, log, t->symbol, next);
         t->log = log;
         return bytes;
     }
     // Repeat: the table of the frame's last block with sequences.
     return tables_valid ? 0 : ~0ull;
+}
+
+// Lane 0: a sequence code's whole table (as zs_sequence_symbols, the states' bits and bases
+// made by this lane). Returns the bytes its description takes, or ~0 when damaged.
+ZS_FN zs_u64 zs_sequence_table(ZsFse* t, zs_u32 which, zs_u32 mode, const zs_u8* src, zs_u64 len,
+                               zs_u32 tables_valid) {
+    zs_u32 next[256];
+    const zs_u64 used = zs_sequence_symbols(t, which, mode, src, len, tables_valid, next);
+    if (used != ~0ull && (mode == 0 || mode == 2)) zs_states(t->log, t->symbol, t->bits, t->base, next);
+    return used;
 }
 
 // Lane 0: the Huffman tree description at src[0, len) into the shared table; returns the bytes
