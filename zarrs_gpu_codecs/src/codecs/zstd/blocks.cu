@@ -643,6 +643,7 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
         const zs_u64 tree = sh->value;
         ZS_SYNC();
         if (tree == 0) return ZS_BAD_HUFFMAN;
+        zs_huffman_fill(sh);
         sh->huf_valid = 1;
     }
     const zs_u8* lits = 0;

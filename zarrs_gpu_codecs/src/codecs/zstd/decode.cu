@@ -189,6 +189,7 @@ ZS_FN zs_u32 zs_literals(ZsShared* sh, const zs_u8* blk, zs_u64 len, zs_u8* out,
         tree = sh->value;
         ZS_SYNC();
         if (tree == 0 || tree >= csize) return ZS_BAD_HUFFMAN;
+        zs_huffman_fill(sh);
         sh->huf_valid = 1;
     }
     const zs_u8* data = section + tree;

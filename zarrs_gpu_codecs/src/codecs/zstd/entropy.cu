@@ -55,6 +55,11 @@ struct ZsShared {
     zs_u32 huf_area[(2u << ZS_HUF_MAX_LOG) / 4];
     zs_u32 huf_log;
     zs_u32 huf_valid;  // a tree was read in this frame (treeless literals repeat it)
+    // The tree as lane 0 read it, for the warp to fill the table (zs_huffman_fill): the codes of
+    // weight w take the entries from huf_class[w] (huf_class[huf_log + 1]: the table's size),
+    // their symbols, in order, huf_order from huf_first[w].
+    zs_u32 huf_class[ZS_HUF_MAX_LOG + 2], huf_first[ZS_HUF_MAX_LOG + 2];
+    zs_u8 huf_order[256];
     ZsFse ll, of, ml;
     zs_u32 tables_valid;  // sequence tables exist in this frame (repeat mode)
     zs_u32 status;        // lane 0's verdict, read by all after a sync
@@ -389,8 +394,8 @@ ZS_FN zs_u64 zs_sequence_table(ZsFse* t, zs_u32 which, zs_u32 mode, const zs_u8*
     return used;
 }
 
-// Lane 0: the Huffman tree description at src[0, len) into the shared table; returns the bytes
-// it takes, or 0 when damaged (libzstd's HUF_readStats rules).
+// Lane 0: the Huffman tree description at src[0, len) read, for zs_huffman_fill to lay out as
+// the shared table; returns the bytes it takes, or 0 when damaged (libzstd's HUF_readStats rules).
 ZS_FN zs_u64 zs_huffman_tree(ZsShared* sh, const zs_u8* src, zs_u64 len) {
     if (len == 0) return 0;
     zs_u8 weights[256];
@@ -458,25 +463,39 @@ ZS_FN zs_u64 zs_huffman_tree(ZsShared* sh, const zs_u8* src, zs_u64 len) {
     weights[count++] = (zs_u8)last;
     rank[last] += 1;
     if (rank[1] < 2 || (rank[1] & 1)) return 0;
-    // Codes of weight w take 1 << (w - 1) entries, lowest weights first, symbols in order.
-    zs_u32 start[ZS_HUF_MAX_LOG + 2];
-    zs_u32 next = 0;
+    // Codes of weight w take 1 << (w - 1) entries, lowest weights first, symbols in order: each
+    // class's first entry and its symbols, for the warp to fill the table (zs_huffman_fill).
+    zs_u32 entry = 0, first = 0, at[ZS_HUF_MAX_LOG + 2];
     for (zs_u32 w = 1; w <= log; ++w) {
-        start[w] = next;
-        next += rank[w] << (w - 1);
+        sh->huf_class[w] = entry;
+        sh->huf_first[w] = first;
+        at[w] = first;
+        entry += rank[w] << (w - 1);
+        first += rank[w];
     }
+    sh->huf_class[log + 1] = entry;  // 1 << log: the weights' total, checked above
     for (zs_u32 s = 0; s < count; ++s) {
         const zs_u32 w = weights[s];
-        if (w == 0) continue;
-        const zs_u32 n = 1u << (w - 1);
-        for (zs_u32 k = 0; k < n; ++k) {
-            ZS_HUF_SYMBOL(sh)[start[w] + k] = (zs_u8)s;
-            ZS_HUF_BITS(sh)[start[w] + k] = (zs_u8)(log + 1 - w);
-        }
-        start[w] += n;
+        if (w != 0) sh->huf_order[at[w]++] = (zs_u8)s;
     }
     sh->huf_log = log;
     return taken;
+}
+
+// The whole warp, after lane 0 read a tree (zs_huffman_tree, its result checked): the table's
+// entries, a lane an entry (lane 0 writing all 2 << log of them took most of a Z2 block's
+// literals, run DT1). Entry e belongs to the class w whose entries hold it, and to the k-th
+// symbol of that class, k its place there over the class's 1 << (w - 1) entries a symbol.
+ZS_FN void zs_huffman_fill(ZsShared* sh) {
+    const zs_u32 log = sh->huf_log;
+    ZS_FOR_LANES(e, 1u << log) {
+        zs_u32 w = 1;
+        while (w < log && sh->huf_class[w + 1] <= e) ++w;
+        const zs_u32 k = sh->huf_first[w] + (((zs_u32)e - sh->huf_class[w]) >> (w - 1));
+        ZS_HUF_SYMBOL(sh)[e] = sh->huf_order[k];
+        ZS_HUF_BITS(sh)[e] = (zs_u8)(log + 1 - w);
+    }
+    ZS_SYNC();
 }
 
 // A bitstream read backwards (as ZsBack), with a 64-bit window over the 8 bytes from `at`
