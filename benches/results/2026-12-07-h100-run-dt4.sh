@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run DT4 (build 1c7f0ea's code, staged at it; .gpu2 with the device tests, the package's wheel,
+# Run DT4 (build 0071292; .gpu2 with the device tests, the package's wheel,
 # zarr-python 3.4.2, obstore 0.12.1, rangehttpserver, s3s-fs as s3s-fs.xz): DS6's tests that need
 # an S3 server (device `remote::`, Python `RemoteGpuTests`); the LZ4 race looked for in 8 B1 runs
 # of 288 and 1,024 chunks (DT1: about one run in four failed); this build's size rows; the zstd
