@@ -3,7 +3,8 @@
 # zarr-python 3.4.2, obstore 0.12.1, rangehttpserver, s3s-fs as s3s-fs.xz): DS6's tests that need
 # an S3 server (device `remote::`, Python `RemoteGpuTests`); the LZ4 race looked for in 3 B1 runs
 # of 288 and 1,024 chunks (DT1: about one run in four failed; 3 runs here, device time); this build's size rows; the zstd
-# block phases with the Huffman tree's build apart; then every other device test.
+# block phases with the Huffman tree's build apart; then the device tests of the decoders'
+# paths first, others while time is left.
 set -uo pipefail
 . benches/gpu_run.sh ${BUDGET:-430}
 xz -dc .gpu2/s3s-fs.xz > /tmp/s3s-fs && chmod +x /tmp/s3s-fs
@@ -28,6 +29,7 @@ log "B1 stress: $fails of 3 runs failed $(el)"
 [ "$(left)" -gt 200 ] && ZSTD_SKIP_REPLAY=1 timeout 60 python3 benches/zstd_decoder.py /tmp/empty.bin --chunks /tmp/b/z2.zarr/c --frames 1 \
   --decoders blocks --cycles --cycles-frames 1,16 > $OUT/harness.txt 2>&1
 log "zstd harness phases rc=$? $(el)"; tail -8 $OUT/harness.txt >> $OUT/log.txt
-staged_tests "" ""
+staged_tests "blosc:: compressed:: retrieval:: boxes::" ""
+staged_tests "sharding:: write:: batch:: hostile:: integrity:: sweep:: faults::" ""
 summary
 cat $OUT/log.txt
