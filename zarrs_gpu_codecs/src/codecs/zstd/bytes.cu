@@ -260,7 +260,15 @@ extern "C" __global__ void zstd_entries(const unsigned char* const* inputs, unsi
     const unsigned long long k = blockIdx.x;
     if (k >= n_blocks) return;
     const ZsBlockPlan* p = &blocks[k];
-    if (p->kind == ZS_NONE || statuses[p->frame] != ZS_OK) return;
+    if (p->kind == ZS_NONE) return;
+    // Lane 0's read of the frame's status decides for the whole warp: another thread block of
+    // the frame may fail it meanwhile, and lanes that decided apart would meet the shuffles and
+    // barriers below with lanes gone.
+#ifdef ZS_HOST_SHIM
+    if (statuses[p->frame] != ZS_OK) return;
+#else
+    if (__shfl_sync(0xFFFFFFFFu, statuses[p->frame] != ZS_OK ? 1u : 0u, 0) != 0) return;
+#endif
     const ZsFramePlan* f = &frames[p->frame];
     const zs_u8* in = inputs[p->frame];
     zs_u32* e = entries + f->entries_at + p->out_at;
