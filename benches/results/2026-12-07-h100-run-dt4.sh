@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run DT4 (build 0071292; .gpu2 with the device tests, the package's wheel,
+# Run DT4 (build f6de86f; .gpu with the device tests, the package's wheel,
 # zarr-python 3.4.2, obstore 0.12.1, rangehttpserver, s3s-fs as s3s-fs.xz): DS6's tests that need
 # an S3 server (device `remote::`, Python `RemoteGpuTests`); the LZ4 race looked for in 3 B1 runs
 # of 288 and 1,024 chunks (DT1: about one run in four failed; 3 runs here, device time); this build's size rows; the zstd
@@ -7,7 +7,7 @@
 # paths first, others while time is left.
 set -uo pipefail
 . benches/gpu_run.sh ${BUDGET:-430}
-xz -dc .gpu2/s3s-fs.xz > /tmp/s3s-fs && chmod +x /tmp/s3s-fs
+xz -dc .gpu/s3s-fs.xz > /tmp/s3s-fs && chmod +x /tmp/s3s-fs
 read -r dev pkg < <(awk '$1 ~ /^device/' /tmp/gpu-bin/bin/tests/dirs | head -1)
 (cd "$pkg" && S3S_FS=/tmp/s3s-fs ZARRS_GPU_REQUIRE_S3=1 timeout 90 /tmp/gpu-bin/bin/tests/$dev --include-ignored --test-threads=1 remote::) > /tmp/remote.log 2>&1
 log "$dev remote:: rc=$? $(grep -E '^test result' /tmp/remote.log | tail -1) $(el)"
