@@ -37,7 +37,10 @@ mod = cp.RawModule(code=src + "\n#define ZS_OK 12345\n", backend="nvrtc")
 kern = mod.get_function("zstd_decode_frames")
 k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write = (mod.get_function(f) for f in (
     "zstd_plan", "zstd_decode_blocks", "zstd_execute", "zstd_link", "zstd_entries", "zstd_jump", "zstd_write"))
-FRAME_PLAN, BLOCK_PLAN, RECORD, ALIGN, JUMP_MAX = 64, 120, 12, 256, 64 << 20
+# (Sources with zstd_block_literals: a block plan holds its literals' count and section.)
+FRAME_PLAN, BLOCK_PLAN, RECORD, ALIGN, JUMP_MAX = 64, 128 if "lit_taken" in src else 120, 12, 256, 64 << 20
+# Sources whose block decode may find the literals decoded by a launch before (0 here: not).
+LITERALS_DONE = (np.uint64(0),) if "literals_done" in src else ()
 
 
 def slots(frame):
@@ -143,7 +146,7 @@ class Blocks:
             # (No host chains here: lane 0 walks each block's; sources before them take no such argument.)
             chains = (np.uint64(0),) if CHAINS else ()
             k_blocks((self.nblocks,), (32,), (ins, self.frames, self.blocks, self.lits, self.records, np.uint64(self.nblocks),
-                                               np.uint64(self.split)) + chains)
+                                               np.uint64(self.split)) + chains + LITERALS_DONE)
         if events: events[2].record()
         if blocks_only:
             pass
@@ -309,13 +312,18 @@ def instrumented(text):
     edits = [
         ("    zs_u32 rin[3];         // the repeat offsets it starts with\n",
          "    zs_u32 rin[3];         // the repeat offsets it starts with\n    zs_u64 cyc[8];\n"),
-        ("    if (k >= n_blocks) return;\n    ZsBlockPlan* p = &blocks[k];\n",
-         "    if (k >= n_blocks) return;\n    ZsBlockPlan* p = &blocks[k];\n    const zs_u64 c_all = clock64();\n"
+        ("    ZsBlockPlan* p = &blocks[k];\n    const zs_u32 kind = p->kind;\n",
+         "    ZsBlockPlan* p = &blocks[k];\n    const zs_u32 kind = p->kind;\n    const zs_u64 c_all = clock64();\n"
          "    if (ZS_LANE == 0) for (int i = 1; i < 7; ++i) p->cyc[i] = 0;\n"),
-        ("    if (ZS_LANE == 0) p->status = status;\n}",
+        ("        p->rep[0] = p->rep[1] = p->rep[2] = 0;\n    }\n    if (ZS_LANE == 0) p->status = status;\n}",
+         "        p->rep[0] = p->rep[1] = p->rep[2] = 0;\n    }\n"
          "    if (ZS_LANE == 0) { p->status = status; p->cyc[0] = c_all; p->cyc[7] = clock64(); }\n}"),
-        ("    if (status != ZS_OK) return status;\n    if (ZS_LANE == 0) p->lit_in_at",
-         "    if (status != ZS_OK) return status;\n" + mark(1) + "    if (ZS_LANE == 0) p->lit_in_at"),
+        # (The literals' end: in zs_block_literals, or in older sources'
+        # zs_block_sequences.)
+        ("    if (status != ZS_OK) return status;\n    if (ZS_LANE == 0) {\n        p->lit_in_at"
+         if "lit_taken" in text else "    if (status != ZS_OK) return status;\n    if (ZS_LANE == 0) p->lit_in_at",
+         "    if (status != ZS_OK) return status;\n" + mark(1) + ("    if (ZS_LANE == 0) {\n        p->lit_in_at"
+         if "lit_taken" in text else "    if (ZS_LANE == 0) p->lit_in_at")),
         ("    if (!built) return ZS_BAD_SEQUENCES;\n", "    if (!built) return ZS_BAD_SEQUENCES;\n" + mark(2)),
         ("    // The spans (in the offset", mark(3) + "    // The spans (in the offset"),
         ("    const zs_u32 reach = sp->reach;\n", "    const zs_u32 reach = sp->reach;\n" + mark(4)),
@@ -340,7 +348,8 @@ def cycles_of(text, name):
     m = cp.RawModule(code=text, backend="nvrtc")
     k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write = (m.get_function(f) for f in (
         "zstd_plan", "zstd_decode_blocks", "zstd_execute", "zstd_link", "zstd_entries", "zstd_jump", "zstd_write"))
-    BLOCK_PLAN = 120 + 64
+    plain = BLOCK_PLAN
+    BLOCK_PLAN = plain + 64
     for n in [int(v) for v in opt("--cycles-frames", "1,16").split(",")]:
         args, d_out, out_off, st, dec, keep = arrays(None, [1 << 20] * n, repeat_inputs=frames)
         plan = Blocks([frames[k % len(frames)] for k in range(n)], [1 << 20] * n, args)
@@ -354,7 +363,7 @@ def cycles_of(text, name):
             blocks_at = align(n * FRAME_PLAN)
             rows_ = []
             for b in range(plan.nblocks):
-                c = struct.unpack_from("<8Q", raw_plans, blocks_at + b * BLOCK_PLAN + 120)
+                c = struct.unpack_from("<8Q", raw_plans, blocks_at + b * BLOCK_PLAN + plain)
                 if not all(c[1:6]):
                     continue  # a raw or RLE block, or no sequences
                 marks = [c[0], *c[1:6], c[7]]

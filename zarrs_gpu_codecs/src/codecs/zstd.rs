@@ -117,13 +117,15 @@ impl DeviceCodec for Zstd {
                             && capacities.len() == batch.count =>
                     {
                         let (stream, n, scratch) = (batch.stream, batch.count, batch.scratch);
+                        // The chains walked on the host where quicker, but not while host
+                        // threads wait to decode the batch's other chunks; meanwhile the device
+                        // walks the frames' headers and decodes the literals.
+                        let host_walks = !batch.host_decodes && plan.host_walks_chains();
+                        let plan = plan.literals_first(host_walks);
                         // SAFETY: the batch's arrays, as the kernels take them (the caller's
                         // contract); the scratch holds the plan of the batch's own stored bytes.
                         unsafe { launch_frame_plans(kernels, uploads, stream, &arrays, n, &plan, scratch) }?;
-                        // While the device walks the frames' headers: the chains walked on the
-                        // host where quicker, but not while host threads wait to decode the
-                        // batch's other chunks.
-                        let plan = if batch.host_decodes { plan } else { plan.with_host_chains(batch.host_inputs) };
+                        let plan = if host_walks { plan.with_host_chains(batch.host_inputs) } else { plan };
                         // SAFETY: as above, after the frame plans of the same layout.
                         unsafe { launch_block_decode(kernels, uploads, stream, &arrays, n, &plan, scratch) }
                     }

@@ -65,6 +65,8 @@ struct ZsBlockPlan {
     zs_u32 rep_tag;        // per repeat offset out (2 bits each): 0 a value, i + 1 incoming i less
     zs_u32 rep[3];         // the value, or how much less
     zs_u32 stream_at;      // (zstd_plan) its sequences bitstream in the frame
+    zs_u32 lit_count;      // (its literals' decode) literals regenerated
+    zs_u32 lit_taken;      // and the bytes their section takes
     // zstd_link:
     zs_u32 out_at;         // its first byte in the frame
     zs_u32 rin[3];         // the repeat offsets it starts with
@@ -629,10 +631,10 @@ ZS_FN zs_u32 zs_spans_status(const zs_u32* rec, zs_u32 reach, zs_u32 span, zs_u3
     return sp->end_overflow || sp->end_left != 0 ? ZS_BAD_SEQUENCE_STREAM : ZS_OK;
 }
 
-// Block p's literals into the scratch and its sequences into records; its status, size and
-// repeat offsets into p.
-ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max, ZsBlockPlan* p, zs_u8* lit_scratch,
-                                 zs_u32* seq_scratch, zs_u32 split, const zs_u32* host_chain) {
+// Block p's literals into the scratch (the first part of its decode, which a launch of its own
+// may run while the host walks the chains): their count and the bytes their section takes into
+// p, for the rest (zs_block_sequences); its status.
+ZS_FN zs_u32 zs_block_literals(ZsShared* sh, const zs_u8* in, zs_u32 block_max, ZsBlockPlan* p, zs_u8* lit_scratch) {
     const zs_u8* blk = in + p->in_at;
     const zs_u64 len = p->in_size;
     // Treeless literals: the tree of an earlier block, rebuilt here.
@@ -648,10 +650,27 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
     }
     const zs_u8* lits = 0;
     zs_u64 lit_count = 0, taken = 0;
-    zs_u32 status = zs_literals(sh, blk, len, lit_scratch + p->lits_at, 0, p->lit_slots, block_max, &lits, &lit_count,
-                                &taken);
+    const zs_u32 status = zs_literals(sh, blk, len, lit_scratch + p->lits_at, 0, p->lit_slots, block_max, &lits,
+                                      &lit_count, &taken);
     if (status != ZS_OK) return status;
-    if (ZS_LANE == 0) p->lit_in_at = (blk[0] & 3) == 0 ? (zs_u32)(lits - in) : ZS_NONE;
+    if (ZS_LANE == 0) {
+        p->lit_in_at = (blk[0] & 3) == 0 ? (zs_u32)(lits - in) : ZS_NONE;
+        // (Both within the block: at most its 128 KiB.)
+        p->lit_count = (zs_u32)lit_count;
+        p->lit_taken = (zs_u32)taken;
+    }
+    ZS_SYNC();
+    return ZS_OK;
+}
+
+// Block p's sequences into records, after its literals (zs_block_literals, whose count and
+// section p holds); its status, size and repeat offsets into p.
+ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max, ZsBlockPlan* p,
+                                 zs_u32* seq_scratch, zs_u32 split, const zs_u32* host_chain) {
+    const zs_u8* blk = in + p->in_at;
+    const zs_u64 len = p->in_size;
+    const zs_u64 lit_count = p->lit_count, taken = p->lit_taken;
+    zs_u32 status = ZS_OK;
     const zs_u8* seq = blk + taken;
     const zs_u64 seq_len = len - taken;
     zs_u64 count = 0, head = 0;
@@ -775,10 +794,24 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
     return status;
 }
 
+// The literals of every compressed block, apart (their status into its plan): what
+// zstd_decode_blocks, told so, then skips.
+extern "C" __global__ void zstd_block_literals(const unsigned char* const* inputs, const ZsFramePlan* frames,
+                                               ZsBlockPlan* blocks, unsigned char* lit_scratch,
+                                               unsigned long long n_blocks) {
+    ZS_SHARED ZsShared shared;
+    const unsigned long long k = blockIdx.x;
+    if (k >= n_blocks) return;
+    ZsBlockPlan* p = &blocks[k];
+    if (p->kind != 2) return;
+    const zs_u32 status = zs_block_literals(&shared, inputs[p->frame], frames[p->frame].block_max, p, lit_scratch);
+    if (ZS_LANE == 0) p->status = status;
+}
+
 extern "C" __global__ void zstd_decode_blocks(const unsigned char* const* inputs, const ZsFramePlan* frames,
                                               ZsBlockPlan* blocks, unsigned char* lit_scratch, unsigned int* seq_scratch,
                                               unsigned long long n_blocks, unsigned long long split,
-                                              const unsigned int* chains) {
+                                              const unsigned int* chains, unsigned long long literals_done) {
     ZS_SHARED ZsShared shared;
     const unsigned long long k = blockIdx.x;
     if (k >= n_blocks) return;
@@ -786,9 +819,14 @@ extern "C" __global__ void zstd_decode_blocks(const unsigned char* const* inputs
     const zs_u32 kind = p->kind;
     zs_u32 status = ZS_OK;
     if (kind == 2) {
-        status = zs_block_sequences(&shared, inputs[p->frame], frames[p->frame].block_max, p, lit_scratch, seq_scratch,
-                                    (zs_u32)(split < ZS_SPANS ? split : ZS_SPANS),
-                                    chains != 0 ? chains + k * ZS_CHAIN_WORDS : (const zs_u32*)0);
+        const zs_u8* in = inputs[p->frame];
+        const zs_u32 block_max = frames[p->frame].block_max;
+        // The literals decoded here, or by zstd_block_literals before (its status in p).
+        status = literals_done ? p->status : zs_block_literals(&shared, in, block_max, p, lit_scratch);
+        if (status == ZS_OK)
+            status = zs_block_sequences(&shared, in, block_max, p, seq_scratch,
+                                        (zs_u32)(split < ZS_SPANS ? split : ZS_SPANS),
+                                        chains != 0 ? chains + k * ZS_CHAIN_WORDS : (const zs_u32*)0);
     } else if (ZS_LANE == 0) {
         p->out_size = kind == ZS_NONE ? 0 : p->size;
         p->rep_tag = 1 | (2 << 2) | (3 << 4);

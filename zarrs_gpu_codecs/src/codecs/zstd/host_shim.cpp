@@ -27,7 +27,7 @@ extern "C" void zstd_decode_frames_on_host(const HostItemPointers* a, unsigned l
     }
 }
 
-// The block-parallel decoder's three launches, each grid run block by block.
+// The block-parallel decoder's launches, each grid run block by block.
 extern "C" void zstd_plan_on_host(const unsigned char* const* inputs, const unsigned long long* input_sizes,
                                   const unsigned long long* capacities, void* frames, void* blocks,
                                   unsigned long long n) {
@@ -42,13 +42,23 @@ extern "C" void zstd_plan_on_host(const unsigned char* const* inputs, const unsi
 extern "C" void zstd_decode_blocks_on_host(const unsigned char* const* inputs, const void* frames, void* blocks,
                                            unsigned char* lit_scratch, unsigned int* seq_scratch,
                                            unsigned long long n_blocks, unsigned long long split,
-                                           const unsigned int* chains) {
+                                           const unsigned int* chains, unsigned long long literals_done) {
     blockDim.x = 32;
     threadIdx.x = 0;
     for (unsigned long long k = 0; k < n_blocks; ++k) {
         blockIdx.x = (unsigned int)k;
         zstd_decode_blocks(inputs, (const ZsFramePlan*)frames, (ZsBlockPlan*)blocks, lit_scratch, seq_scratch, n_blocks,
-                           split, chains);
+                           split, chains, literals_done);
+    }
+}
+
+extern "C" void zstd_block_literals_on_host(const unsigned char* const* inputs, const void* frames, void* blocks,
+                                            unsigned char* lit_scratch, unsigned long long n_blocks) {
+    blockDim.x = 32;
+    threadIdx.x = 0;
+    for (unsigned long long k = 0; k < n_blocks; ++k) {
+        blockIdx.x = (unsigned int)k;
+        zstd_block_literals(inputs, (const ZsFramePlan*)frames, (ZsBlockPlan*)blocks, lit_scratch, n_blocks);
     }
 }
 
