@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run DT4 (build f6de86f; .gpu with the device tests, the package's wheel,
+# Run DT4 (build b9d03a3; .gpu with the device tests, the package's wheel,
 # zarr-python 3.4.2, obstore 0.12.1, rangehttpserver, s3s-fs as s3s-fs.xz): DS6's tests that need
 # an S3 server (device `remote::`, Python `RemoteGpuTests`); the LZ4 race looked for in 3 B1 runs
 # of 288 and 1,024 chunks (DT1: about one run in four failed; 3 runs here, device time); this build's size rows; the zstd
