@@ -223,6 +223,19 @@ fn align(n: usize) -> usize {
     n.div_ceil(ALIGN) * ALIGN
 }
 
+/// The walks of a frame's compressed blocks with sequences (their tables' descriptions read in
+/// order: Repeat mode takes the block's before), numbered on from its first block's index.
+fn frame_walks(frame: &[u8], first: u64) -> Vec<(u64, BlockWalk<'_>)> {
+    let (mut tables, mut index, mut walks) = (FrameTables::default(), first, Vec::new());
+    slots(frame, |block| {
+        if let Some(walk) = block.and_then(|(count, section)| tables.block(count, section)) {
+            walks.push((index, walk));
+        }
+        index += 1;
+    });
+    walks
+}
+
 /// The scratch of the block-parallel decode of a batch: each frame's plan (its slots, from its
 /// headers on the host) and where the regions lie.
 #[derive(Clone, Debug)]
@@ -330,26 +343,28 @@ impl BlockPlan {
     /// not walk it.
     fn chains(&self, frames: &[&[u8]], split: u32) -> Vec<u32> {
         use rayon::prelude::*;
-        // Each frame's first block, from its plan (word 4: first block | blocks << 32).
-        let firsts = self.frames.chunks(8).map(|words| words[4] & 0xFFFF_FFFF);
-        let walks: Vec<(u64, BlockWalk<'_>)> = frames
-            .par_iter()
-            .zip(firsts.collect::<Vec<u64>>())
-            .flat_map_iter(|(frame, first)| {
-                let (mut tables, mut index, mut walks) = (FrameTables::default(), first, Vec::new());
-                slots(frame, |block| {
-                    if let Some(walk) = block.and_then(|(count, section)| tables.block(count, section)) {
-                        walks.push((index, walk));
-                    }
-                    index += 1;
-                });
-                walks
-            })
-            .collect();
+        // Each frame's walks; its first block from its plan (word 4: first | blocks << 32).
+        let firsts: Vec<u64> = self.frames.chunks(8).map(|words| words[4] & 0xFFFF_FFFF).collect();
+        let walks: Vec<(u64, BlockWalk<'_>)> = if frames.len() == 1 {
+            frames.iter().zip(&firsts).flat_map(|(frame, &first)| frame_walks(frame, first)).collect()
+        } else {
+            frames.par_iter().zip(&firsts).flat_map_iter(|(frame, &first)| frame_walks(frame, first)).collect()
+        };
+        // The walks (0.15 ms a Z2 block) on every thread of the pool at once, each taking
+        // blocks off a counter: a broadcast wakes the sleeping threads together, where a
+        // parallel iterator's splits wake them one after another (0.54 ms for a Z2 chunk's 10
+        // blocks on 16 threads, run DS4).
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let entries = std::sync::Mutex::new(Vec::with_capacity(walks.len()));
+        rayon::broadcast(|_| loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some((index, walk)) = walks.get(i) else { break };
+            if let Some(entry) = walk.walk(split) {
+                entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((*index, entry));
+            }
+        });
         let mut out = vec![0u32; self.slots.blocks as usize * CHAIN_WORDS];
-        let entries: Vec<(u64, [u32; CHAIN_WORDS])> =
-            walks.par_iter().filter_map(|(index, walk)| Some((*index, walk.walk(split)?))).collect();
-        for (index, entry) in entries {
+        for (index, entry) in entries.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner) {
             let at = index as usize * CHAIN_WORDS;
             if let Some(slot) = out.get_mut(at..at + CHAIN_WORDS) {
                 slot.copy_from_slice(&entry);

@@ -649,15 +649,36 @@ fn time_the_parts_of_the_hosts_chain_walk() {
             }
         });
         let threads_s = t.elapsed().as_secs_f64();
+        // The pool's threads woken all at once (a broadcast), each taking blocks off a counter;
+        // or a spawn a block from one of them (each spawn wakes a thread).
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let t = std::time::Instant::now();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        rayon::broadcast(|_| loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(w) = walks.get(i) else { break };
+            std::hint::black_box(w.walk(32));
+        });
+        let broadcast_s = t.elapsed().as_secs_f64();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let t = std::time::Instant::now();
+        rayon::scope(|scope| {
+            for w in &walks {
+                scope.spawn(move |_| {
+                    std::hint::black_box(w.walk(32));
+                });
+            }
+        });
+        let spawns_s = t.elapsed().as_secs_f64();
         if round > 1 {
-            rows.push([tables_s, serial_s, rayon_s, threads_s]);
+            rows.push([tables_s, serial_s, rayon_s, threads_s, broadcast_s, spawns_s]);
         }
     }
     rows.sort_by(|a, b| a[2].total_cmp(&b[2]));
     let m = rows[rows.len() / 2];
     eprintln!(
         "{} blocks, {} sequences, {} threads; medians, ms: tables {:.3}, walks one after another {:.3} ({:.1} ns a \
-         sequence), rayon's pool {:.3}, a thread a block {:.3}",
+         sequence), rayon's pool {:.3}, a thread a block {:.3}, a broadcast {:.3}, a spawn a block {:.3}",
         s.blocks,
         s.sequences,
         rayon::current_num_threads(),
@@ -665,6 +686,8 @@ fn time_the_parts_of_the_hosts_chain_walk() {
         m[1] * 1e3,
         m[1] * 1e9 / s.sequences as f64,
         m[2] * 1e3,
-        m[3] * 1e3
+        m[3] * 1e3,
+        m[4] * 1e3,
+        m[5] * 1e3
     );
 }

@@ -18,6 +18,7 @@ impl From<&'static str> for Stop {
 }
 
 /// A table description: the normalized counts of symbols `0..symbols` (-1 = "less than one").
+#[derive(Clone)]
 pub(super) struct Counts {
     pub(super) log: u32,
     pub(super) norm: [i16; 256],
