@@ -145,14 +145,16 @@ impl DeviceCodec for Zstd {
 
     fn decode_rates(&self) -> Option<DecodeRates> {
         // Measured for this codec: nvCOMP's in DecodeRates' defaults; ours on an H100
-        // (benches/RESULTS.md: a 1 MiB Z2 chunk read in 1.49 ms, its chains walked on the host
-        // while the device decodes its literals, run DT4; 42.9 ms for 1,024 frames decoded
-        // alone, run DQ1; about 0.4 ms of launches and plan).
+        // (benches/RESULTS.md): a 1 MiB Z2 chunk read whole on the device in 1.15 to 1.26 ms,
+        // its chains walked by host threads (run DT6), 3.4 ms decoded alone with the device
+        // walking them, as it does beside host threads decoding others (run DQ1); 42.9 ms for
+        // 1,024 frames decoded alone; about 0.4 ms of launches and plan.
         Some(match self.decoder {
             ZstdDecoder::Nvcomp => DecodeRates::default(),
             ZstdDecoder::Ours | ZstdDecoder::Auto => DecodeRates {
                 device_call_s: 0.4e-3,
-                device_frame_rate: crate::schedule::GIB,
+                device_frame_rate: 330.0 * crate::schedule::MIB,
+                device_whole_frame_rate: crate::schedule::GIB,
                 device_rate: 23.0 * crate::schedule::GIB,
                 ..DecodeRates::default()
             },

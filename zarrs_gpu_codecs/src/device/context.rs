@@ -26,7 +26,7 @@ use crate::schedule::{DecodeRates, Learned};
 const RINGS_KEPT: u64 = 4 * HOST_RING_MAX;
 
 /// A codec's name and the key of its rates ([`DecodeRates::key`]).
-type LearnedKey = (String, [u64; 4]);
+type LearnedKey = (String, [u64; 5]);
 
 /// What the pools keep idle between reads: device memory (freed results and staging together)
 /// and pinned host memory.
