@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Run DT7 (build 5739f4d, beside the benches of 4c89d53 (DT1's), 7f2a6c8 (placement in
 # parts, Blosc assembly in spans), f6de86f (the warp's FSE and Huffman tables, the LZ4 race fix)
-# and b9d03a3 (the literals apart), as .gpu/bench-*.xz): which change made DT6's whole Z2 read
+# b9d03a3 (the literals apart) and 5739f4d (one chunk's frame rate for the split too), as
+# .gpu/bench-*.xz): which change made DT6's whole Z2 read
 # 4% slower (59.2 against 56.7 ms): each build's whole-array reads of Z2 and B1 in turn, three
 # rounds; then the device test DT6 failed, fixed (the 16 MiB chunks' split).
 set -uo pipefail
 . benches/gpu_run.sh ${BUDGET:-200}
 builds="bench"
-for c in 4c89d53 7f2a6c8 f6de86f b9d03a3; do
+for c in 4c89d53 7f2a6c8 f6de86f b9d03a3 5739f4d; do
   xz -dc .gpu/bench-$c.xz > /tmp/bench-$c && chmod +x /tmp/bench-$c; builds="$builds /tmp/bench-$c"
 done
 timeout 120 bench --dir /tmp/b --gib 1 --cases z2,b1 --ours-only --tiles 0 --repeat 1 > /tmp/make.log 2>&1
