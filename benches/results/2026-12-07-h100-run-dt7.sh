@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run DT7 (build 5739f4d, beside the benches of 4c89d53 (DT1's), 7f2a6c8 (placement in
+# Run DT7 (build ea811eb, beside the benches of 4c89d53 (DT1's), 7f2a6c8 (placement in
 # parts, Blosc assembly in spans), f6de86f (the warp's FSE and Huffman tables, the LZ4 race fix)
 # b9d03a3 (the literals apart) and 5739f4d (one chunk's frame rate for the split too), as
 # .gpu/bench-*.xz): which change made DT6's whole Z2 read
