@@ -59,8 +59,14 @@ impl DecodeRates {
     /// The key a device learns these rates under: codecs of one name whose rates differ
     /// (Blosc's compressors) learn apart.
     pub(crate) fn key(&self) -> [u64; 5] {
-        [self.device_call_s, self.device_frame_rate, self.device_whole_frame_rate, self.device_rate, self.host_thread_rate]
-            .map(f64::to_bits)
+        [
+            self.device_call_s,
+            self.device_frame_rate,
+            self.device_whole_frame_rate,
+            self.device_rate,
+            self.host_thread_rate,
+        ]
+        .map(f64::to_bits)
     }
 
     /// With nvCOMP's fixed cost per call (`call_s`), one frame's rate (split or whole) and the
