@@ -518,14 +518,15 @@ fn split_for(blocks: u64) -> u64 {
 /// Whether the host walks the blocks' chains, on `threads` threads, for a launch of `total`
 /// slots: where its walk, the longest block's at least, and the wake of rayon's sleeping threads
 /// take less than the device's walk of the longest block. Measured on the GPU host (H100 and a
-/// 16-core Xeon, benches/RESULTS.md runs DR2, DS3 and DS4): the device's lane 0 walks about 270
-/// cycles a sequence at 1.98 GHz, a host core about 13 ns, and a frame's 10 blocks took 0.54 ms
-/// on 16 threads that had slept (0.15 ms of walking each): one Z2 chunk's chains walk on the
-/// host (about 0.5 against 1.7 ms), 16 chunks' on the device (about 2.0 against 1.7).
+/// 16-core Xeon, benches/RESULTS.md runs DR2, DS4 and DT6): the device's lane 0 walks about 270
+/// cycles a sequence at 1.98 GHz; a host core 11.5 ns (the block's tables built on its thread
+/// included), and a frame's 10 blocks took 0.30 ms on 16 threads that had slept, woken by a
+/// broadcast (0.14 ms of walking each): one Z2 chunk's chains walk on the host (about 0.3
+/// against 1.7 ms), and up to about 20 chunks' (1.6 against 1.7).
 fn host_walks(total: &Slots, threads: usize) -> bool {
     const DEVICE_NS: f64 = 136.0;
-    const HOST_NS: f64 = 13.0;
-    const WAKE_NS: f64 = 400_000.0;
+    const HOST_NS: f64 = 11.5;
+    const WAKE_NS: f64 = 160_000.0;
     let (sequences, most) = (total.sequences as f64, total.most as f64);
     let host = WAKE_NS + HOST_NS * (sequences / threads.max(1) as f64).max(most);
     host < most * DEVICE_NS

@@ -412,14 +412,15 @@ fn sequences_split_into_spans_decode_as_one_lane_walks_them() {
 }
 
 #[test]
-fn the_host_walks_one_z2_chunks_chains_and_leaves_sixteen_to_the_device() {
+fn the_host_walks_a_dozen_z2_chunks_chains_and_leaves_twenty_to_the_device() {
     // A Z2 chunk: 10 blocks, 120,842 sequences, the longest block about 12,800.
     let chunks = |n: u64| Slots { blocks: 10 * n, sequences: 120_842 * n, literals: 0, most: 12_800 };
     assert!(host_walks(&chunks(1), 16));
     assert!(host_walks(&chunks(1), 2));
     assert!(host_walks(&chunks(4), 16));
-    assert!(!host_walks(&chunks(16), 16));
-    assert!(!host_walks(&chunks(1), 1), "one thread walks all 10 blocks in turn");
+    assert!(host_walks(&chunks(12), 16));
+    assert!(!host_walks(&chunks(20), 16));
+    assert!(!host_walks(&chunks(2), 1), "one thread walks all 20 blocks in turn");
     // Blocks of few sequences: the pool's wake is not worth it.
     assert!(!host_walks(&Slots { blocks: 8, sequences: 800, literals: 0, most: 100 }, 16));
 }
