@@ -39,8 +39,10 @@ k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write = (mod.get_function
     "zstd_plan", "zstd_decode_blocks", "zstd_execute", "zstd_link", "zstd_entries", "zstd_jump", "zstd_write"))
 # (Sources with zstd_block_literals: a block plan holds its literals' count and section.)
 FRAME_PLAN, BLOCK_PLAN, RECORD, ALIGN, JUMP_MAX = 64, 128 if "lit_taken" in src else 120, 12, 256, 64 << 20
-# Sources whose block decode may find the literals decoded by a launch before (0 here: not).
-LITERALS_DONE = (np.uint64(0),) if "literals_done" in src else ()
+# Sources whose block decode may find the literals decoded by a launch before (zstd_block_literals,
+# as the crate launches it where the host walks the chains): a Blocks' `literals_first`.
+SPLITS_LITERALS = "literals_done" in src
+k_lits = mod.get_function("zstd_block_literals") if SPLITS_LITERALS else None
 
 
 def slots(frame):
@@ -98,7 +100,7 @@ class Blocks:
     its bytes resolved by jumps where the batch decodes to 64 MiB or less (unless `execute`),
     else each frame's sequences executed by a warp."""
 
-    def __init__(self, frames_for_slots, caps, args, execute=False, split=None):
+    def __init__(self, frames_for_slots, caps, args, execute=False, split=None, literals_first=False):
         words, tb, ts, tl, te = [], 0, 0, 0, 0
         for f, c in zip(frames_for_slots, caps):
             nb, ns, nl = slots(f)
@@ -131,6 +133,7 @@ class Blocks:
         # The most spans a block's sequences split into: `split`, --split's, or decode.rs' rule
         # (`split_for`).
         self.split = int(split or SPLIT or (32 if tb <= 1024 else 1))
+        self.literals_first = literals_first and SPLITS_LITERALS
 
     def run(self, events=None, blocks_only=False):
         """Its launches; events (6) mark plan | blocks | link and entries | passes | write (the
@@ -141,12 +144,15 @@ class Blocks:
                                     cp.cuda.get_current_stream().ptr)
         if events: events[0].record()
         k_plan((self.n,), (32,), (ins, sizes, caps, self.frames, self.blocks, n))
+        if self.literals_first and self.nblocks:
+            k_lits((self.nblocks,), (32,), (ins, self.frames, self.blocks, self.lits, np.uint64(self.nblocks)))
         if events: events[1].record()
         if self.nblocks:
             # (No host chains here: lane 0 walks each block's; sources before them take no such argument.)
             chains = (np.uint64(0),) if CHAINS else ()
+            done = (np.uint64(1 if self.literals_first else 0),) if SPLITS_LITERALS else ()
             k_blocks((self.nblocks,), (32,), (ins, self.frames, self.blocks, self.lits, self.records, np.uint64(self.nblocks),
-                                               np.uint64(self.split)) + chains + LITERALS_DONE)
+                                               np.uint64(self.split)) + chains + done)
         if events: events[2].record()
         if blocks_only:
             pass
@@ -206,10 +212,12 @@ while p < len(raw):
     p += cap
     cases.append((frame, cap, status, decoded, out))
 bad = 0
-# Replayed with a block's sequences in 32 spans and in one (the dump's statuses are both's).
-for replay_split in [] if os.environ.get("ZSTD_SKIP_REPLAY") else ["32", "1"]:
+# Replayed with a block's sequences in 32 spans and in one (the dump's statuses are both's), and
+# in 32 with the literals decoded by a launch of their own first.
+modes = [("32", False), ("1", False)] + ([("32", True)] if SPLITS_LITERALS else [])
+for replay_split, first in [] if os.environ.get("ZSTD_SKIP_REPLAY") else modes:
     args, d_out, out_off, st, dec, keep = arrays([c[0] for c in cases], [c[1] for c in cases])
-    Blocks([c[0] for c in cases], [c[1] for c in cases], args, split=replay_split).run()
+    Blocks([c[0] for c in cases], [c[1] for c in cases], args, split=replay_split, literals_first=first).run()
     cp.cuda.Device().synchronize()
     st = st.get()
     dec = dec.get()
@@ -225,7 +233,7 @@ for replay_split in [] if os.environ.get("ZSTD_SKIP_REPLAY") else ["32", "1"]:
             if bad < 6:
                 print("MISMATCH", i, cap, len(frame), "gpu", st[i], dec[i], "cpu", status, decoded)
     guard = host_out[int(out_off[-1])]
-    print(f"split {replay_split}: {len(cases)} cases, {bad} mismatches with the CPU shim; statuses {sorted(codes.items())}; "
+    print(f"split {replay_split}{', literals first' if first else ''}: {len(cases)} cases, {bad} mismatches with the CPU shim; statuses {sorted(codes.items())}; "
           f"guard {guard:#x}")
 if os.environ.get("ZSTD_REPLAY_ONLY"):
     sys.exit(1 if bad else 0)
