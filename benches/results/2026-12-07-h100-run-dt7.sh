@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# NOT RUN (session 39 ran out of device time: refused starts). Restage at HEAD first (`../shared/gpu/stage
+# --tests '^device'`, the benches below as .gpu/bench-*.xz, nvCOMP's wheel slimmed), then
+# `BUDGET=150 bash .gpu/run bash benches/results/2026-12-07-h100-run-dt7.sh`.
 # Run DT7 (build ea811eb, beside the benches of 4c89d53 (DT1's), 7f2a6c8 (placement in
 # parts, Blosc assembly in spans), f6de86f (the warp's FSE and Huffman tables, the LZ4 race fix)
 # b9d03a3 (the literals apart) and 5739f4d (one chunk's frame rate for the split too), as
