@@ -821,8 +821,14 @@ extern "C" __global__ void zstd_decode_blocks(const unsigned char* const* inputs
     if (kind == 2) {
         const zs_u8* in = inputs[p->frame];
         const zs_u32 block_max = frames[p->frame].block_max;
-        // The literals decoded here, or by zstd_block_literals before (its status in p).
-        status = literals_done ? p->status : zs_block_literals(&shared, in, block_max, p, lit_scratch);
+        // The literals decoded here, or by zstd_block_literals before (its status in p, read by
+        // every lane before lane 0 writes the block's).
+        if (literals_done) {
+            status = p->status;
+            ZS_SYNC();
+        } else {
+            status = zs_block_literals(&shared, in, block_max, p, lit_scratch);
+        }
         if (status == ZS_OK)
             status = zs_block_sequences(&shared, in, block_max, p, seq_scratch,
                                         (zs_u32)(split < ZS_SPANS ? split : ZS_SPANS),
