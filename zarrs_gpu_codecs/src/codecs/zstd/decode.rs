@@ -274,12 +274,14 @@ struct Jump {
 impl BlockPlan {
     /// The plan of a batch of frames, each decoding to its capacity; the blocks' chains walked
     /// on the host where that is quicker ([`host_walks`]).
+    #[cfg(any(test, feature = "cpu-kernels"))]
     pub(crate) fn new(frames: &[&[u8]], capacities: &[u64]) -> Self {
         Self::device_walks(frames, capacities).walking(frames, None)
     }
 
-    /// [`BlockPlan::new`] with the chains left to the device (for its scratch's size, or where
-    /// the host's threads have other work); [`BlockPlan::with_host_chains`] adds them.
+    /// The plan of a batch of frames, each decoding to its capacity, the chains left to the
+    /// device (for its scratch's size, or where the host's threads have other work);
+    /// [`BlockPlan::with_host_chains`] adds them.
     pub(crate) fn device_walks(frames: &[&[u8]], capacities: &[u64]) -> Self {
         let mut words = Vec::with_capacity(8 * frames.len());
         let mut total = Slots::default();
@@ -314,10 +316,10 @@ impl BlockPlan {
         split_for(self.slots.blocks) > 1 && host_walks(&self.slots, rayon::current_num_threads())
     }
 
-    /// The same plan of `frames` (the frames it was made of) with the chains walked on the host
-    /// (where a launch splits blocks: [`split_for`]); its size is unchanged.
+    /// The same plan of `frames` (the frames it was made of), the chains walked on the host
+    /// where that is quicker ([`BlockPlan::host_walks_chains`]); its size is unchanged.
     pub(crate) fn with_host_chains(self, frames: &[&[u8]]) -> Self {
-        self.walking(frames, Some(true))
+        self.walking(frames, None)
     }
 
     /// The same plan, its blocks' literals decoded by a launch of their own right after the
