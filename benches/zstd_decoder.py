@@ -11,7 +11,8 @@ launches, and each launch's share) and the one-warp decoder, in the same run.
 
 `--source DIR`: the four .cu files from DIR (another build's kernels, to compare in one call);
 `--split N`: a block's sequences in at most N spans (default: decode.rs' rule, 32 for launches of
-1,024 blocks or fewer, else 1);
+1,024 blocks or fewer, else 0: a lane a block, `zstd_sequence_lanes`, in sources that have it, else 1);
+`--lane-threads N`: threads a thread block of `zstd_sequence_lanes` (default: decode.rs' `lane_threads`);
 `--cycles`: also the instrumented block decode (clock64 cycles of each phase of a block's warp:
 literals, tables, packing, chain walk, spans, rest), for --cycles-frames (default 1,16).
 """
@@ -43,6 +44,20 @@ FRAME_PLAN, BLOCK_PLAN, RECORD, ALIGN, JUMP_MAX = 64, 128 if "lit_taken" in src 
 # as the crate launches it where the host walks the chains): a Blocks' `literals_first`.
 SPLITS_LITERALS = "literals_done" in src
 k_lits = mod.get_function("zstd_block_literals") if SPLITS_LITERALS else None
+# Sources whose launches of many blocks decode the sequences a lane a block (split 0), from the
+# packed tables the block decode leaves in a region of their own (decode.rs TABLE_BYTES a block).
+LANES = "zstd_sequence_lanes" in src
+k_lanes = mod.get_function("zstd_sequence_lanes") if LANES else None
+TABLE_BYTES = 4 * (2048 + 256 + 4)
+LANE_THREADS = opt("--lane-threads")
+
+
+def lane_threads(blocks):
+    """decode.rs `lane_threads`, or --lane-threads."""
+    if LANE_THREADS:
+        return int(LANE_THREADS)
+    per = max(1, -(-blocks // 528))
+    return min(max(1 << (per - 1).bit_length(), 8), 32)
 
 
 def slots(frame):
@@ -112,7 +127,11 @@ class Blocks:
         blocks_at = align(n * FRAME_PLAN)
         records_at = blocks_at + align(tb * BLOCK_PLAN)
         lits_at = records_at + align(ts * RECORD)
-        self.len = lits_at + align(tl)
+        tables_at = lits_at + align(tl)
+        # The most spans a block's sequences split into: `split`, --split's, or decode.rs' rule
+        # (`split_for`); 0: a lane a block.
+        self.split = int(split or SPLIT or (32 if tb <= 1024 else 0 if LANES else 1))
+        self.len = tables_at + (align(tb * TABLE_BYTES) if self.split == 0 else 0)
         self.largest = max(caps) if caps else 0
         if HOPS:
             self.passes, span = 1, HOPS + 1
@@ -127,12 +146,9 @@ class Blocks:
         self.scratch = cp.full(self.len + 8, 0x37, cp.uint8)
         base = self.scratch.data.ptr
         self.table = cp.asarray(np.array(words, np.uint64))
-        self.frames, self.blocks, self.records, self.lits, self.ents, self.flags = (
-            np.uint64(base + a) for a in (0, blocks_at, records_at, lits_at, entries_at, flags_at))
+        self.frames, self.blocks, self.records, self.lits, self.ents, self.flags, self.tables = (
+            np.uint64(base + a) for a in (0, blocks_at, records_at, lits_at, entries_at, flags_at, tables_at))
         self.args = args
-        # The most spans a block's sequences split into: `split`, --split's, or decode.rs' rule
-        # (`split_for`).
-        self.split = int(split or SPLIT or (32 if tb <= 1024 else 1))
         self.literals_first = literals_first and SPLITS_LITERALS
 
     def run(self, events=None, blocks_only=False):
@@ -151,8 +167,13 @@ class Blocks:
             # (No host chains here: lane 0 walks each block's; sources before them take no such argument.)
             chains = (np.uint64(0),) if CHAINS else ()
             done = (np.uint64(1 if self.literals_first else 0),) if SPLITS_LITERALS else ()
+            tables = (np.uint64(self.tables if self.split == 0 else 0),) if LANES else ()
             k_blocks((self.nblocks,), (32,), (ins, self.frames, self.blocks, self.lits, self.records, np.uint64(self.nblocks),
-                                               np.uint64(self.split)) + chains + done)
+                                               np.uint64(self.split)) + chains + done + tables)
+            if self.split == 0:
+                t = lane_threads(self.nblocks)
+                k_lanes(((self.nblocks + t - 1) // t,), (t,), (ins, self.frames, self.blocks, self.records, self.tables,
+                                                               np.uint64(self.nblocks)))
         if events: events[2].record()
         if blocks_only:
             pass
@@ -214,7 +235,7 @@ while p < len(raw):
 bad = 0
 # Replayed with a block's sequences in 32 spans and in one (the dump's statuses are both's), and
 # in 32 with the literals decoded by a launch of their own first.
-modes = [("32", False), ("1", False)] + ([("32", True)] if SPLITS_LITERALS else [])
+modes = [("32", False), ("1", False)] + ([("32", True)] if SPLITS_LITERALS else []) + ([("0", False)] if LANES else [])
 for replay_split, first in [] if os.environ.get("ZSTD_SKIP_REPLAY") else modes:
     args, d_out, out_off, st, dec, keep = arrays([c[0] for c in cases], [c[1] for c in cases])
     Blocks([c[0] for c in cases], [c[1] for c in cases], args, split=replay_split, literals_first=first).run()

@@ -480,17 +480,31 @@ ZS_FN zs_u32 zs_host_chain(const zs_u32* hc, zs_u32 left, zs_u32 states, zs_u32 
     return 1;
 }
 
-// Span j's sequences decoded whole into their records, from its bits and states; its sums, its
-// repeat offsets out and its first failing sequence into sp (checks on sums: within the span).
-ZS_FN void zs_sequence_span(const zs_u8* stream, zs_u32 stream_len, const zs_u64* ll_t, const zs_u64* ml_t,
-                            const zs_u32* of_t, zs_u32 n_seq, zs_u32 j, zs_u32 span, zs_u32 lits_n, zs_u32 block_max,
-                            zs_u32* rec, ZsSpans* sp) {
+// What the decode of a run of sequences leaves: its sums, its first failing sequence, its
+// repeat offsets out (relative to the run's start) and where its bits and states end.
+struct ZsRunEnd {
+    zs_u32 lits;      // literal lengths summed, before its first failing sequence
+    zs_u32 matched;   // match lengths summed, likewise
+    zs_u32 bad;       // its first failing sequence, ZS_NONE for none
+    zs_u32 bad_bits;  // that one's bits ran out
+    zs_u32 symbolic;  // the end of its records that may hold run-relative offsets
+    zs_u32 left;      // bits unread after its last sequence
+    zs_u32 states;    // the states then
+    zs_u32 overflow;  // bits ran out
+    zs_u64 rep[3];    // repeat offsets out (ZS_REP)
+};
+
+// Sequences [k0, k1) of a block's n_seq decoded whole into their records, from the stream's
+// bits (`left` unread) and states where the run starts; the checks on sums within the run.
+ZS_FN void zs_sequence_run(const zs_u8* stream, zs_u32 stream_len, zs_u32 left, zs_u32 states, const zs_u64* ll_t,
+                           const zs_u64* ml_t, const zs_u32* of_t, zs_u32 n_seq, zs_u32 k0, zs_u32 k1, zs_u32 lits_n,
+                           zs_u32 block_max, zs_u32* rec, ZsRunEnd* e) {
     ZsBits b;
-    zs_bits_at(&b, stream, stream_len, sp->left[j]);
-    zs_u32 ll_state = sp->states[j] & 0x3FF, of_state = (sp->states[j] >> 10) & 0x3FF, ml_state = sp->states[j] >> 20;
-    const zs_u32 k0 = j * span, k1 = n_seq - k0 < span ? n_seq : k0 + span;
+    zs_bits_at(&b, stream, stream_len, left);
+    zs_u32 ll_state = states & 0x3FF, of_state = (states >> 10) & 0x3FF, ml_state = states >> 20;
     zs_u32 lp = 0, matched = 0, bad_at = ZS_NONE, symbolic = k0;
     zs_u64 r0 = ZS_REP(1, 0), r1 = ZS_REP(2, 0), r2 = ZS_REP(3, 0);
+    e->bad_bits = 0;
     for (zs_u32 k = k0; k < k1; ++k) {
         const zs_u64 le = ll_t[ll_state], me = ml_t[ml_state];
         const zs_u32 oe = of_t[of_state];
@@ -528,11 +542,12 @@ ZS_FN void zs_sequence_span(const zs_u8* stream, zs_u32 stream_len, const zs_u64
         const zs_u32 ll = ll_base + (v_ext & zs_mask(ll_bits));
         zs_next_states(ll_hi, ml_hi, oe, v_st, &ll_state, &ml_state, &of_state);
         // Literals within the block's; the block within block_max (each length under 2^18: no
-        // wrap). Sums within the span here; the spans' sums are checked when they are linked.
+        // wrap). Sums within the run here; a split block's runs' sums are checked when they are
+        // linked.
         bad |= (ll > lits_n - lp) | (ml > block_max) | (lits_n + matched + ml > block_max);
         if (bad) {
             bad_at = k;
-            sp->bad_bits[j] = b.overflow;
+            e->bad_bits = b.overflow;
             break;
         }
         zs_u32* r = rec + ZS_RECORD * k;
@@ -543,21 +558,41 @@ ZS_FN void zs_sequence_span(const zs_u8* stream, zs_u32 stream_len, const zs_u64
         lp += ll;
         matched += ml;
     }
-    sp->bad[j] = bad_at;
-    sp->lits[j] = lp;
-    sp->matched[j] = matched;
-    sp->symbolic[j] = symbolic;
-    sp->out_tag[j][0] = (zs_u32)(r0 >> 32);
-    sp->out_tag[j][1] = (zs_u32)(r1 >> 32);
-    sp->out_tag[j][2] = (zs_u32)(r2 >> 32);
-    sp->out_rep[j][0] = (zs_u32)r0;
-    sp->out_rep[j][1] = (zs_u32)r1;
-    sp->out_rep[j][2] = (zs_u32)r2;
-    sp->out_left[j] = zs_bits_left(&b);
-    sp->out_states[j] = ll_state | (of_state << 10) | (ml_state << 20);
+    e->bad = bad_at;
+    e->lits = lp;
+    e->matched = matched;
+    e->symbolic = symbolic;
+    e->rep[0] = r0;
+    e->rep[1] = r1;
+    e->rep[2] = r2;
+    e->left = zs_bits_left(&b);
+    e->overflow = b.overflow;
+    e->states = ll_state | (of_state << 10) | (ml_state << 20);
+}
+
+// Span j's sequences decoded whole into their records, from its bits and states; its sums, its
+// repeat offsets out and its first failing sequence into sp (checks on sums: within the span).
+ZS_FN void zs_sequence_span(const zs_u8* stream, zs_u32 stream_len, const zs_u64* ll_t, const zs_u64* ml_t,
+                            const zs_u32* of_t, zs_u32 n_seq, zs_u32 j, zs_u32 span, zs_u32 lits_n, zs_u32 block_max,
+                            zs_u32* rec, ZsSpans* sp) {
+    const zs_u32 k0 = j * span, k1 = n_seq - k0 < span ? n_seq : k0 + span;
+    ZsRunEnd e;
+    zs_sequence_run(stream, stream_len, sp->left[j], sp->states[j], ll_t, ml_t, of_t, n_seq, k0, k1, lits_n, block_max,
+                    rec, &e);
+    sp->bad[j] = e.bad;
+    sp->bad_bits[j] = e.bad_bits;
+    sp->lits[j] = e.lits;
+    sp->matched[j] = e.matched;
+    sp->symbolic[j] = e.symbolic;
+    for (zs_u32 i = 0; i < 3; ++i) {
+        sp->out_tag[j][i] = (zs_u32)(e.rep[i] >> 32);
+        sp->out_rep[j][i] = (zs_u32)e.rep[i];
+    }
+    sp->out_left[j] = e.left;
+    sp->out_states[j] = e.states;
     if (k1 == n_seq) {
-        sp->end_left = zs_bits_left(&b);
-        sp->end_overflow = b.overflow;
+        sp->end_left = e.left;
+        sp->end_overflow = e.overflow;
     }
 }
 
@@ -631,6 +666,13 @@ ZS_FN zs_u32 zs_spans_status(const zs_u32* rec, zs_u32 reach, zs_u32 span, zs_u3
     return sp->end_overflow || sp->end_left != 0 ? ZS_BAD_SEQUENCE_STREAM : ZS_OK;
 }
 
+// A block's packed sequence tables in a launch of a lane a block (zstd_sequence_lanes), in
+// words: literal length entries (512 of 8 bytes), match length entries (likewise), offset
+// entries (256 of 4), then the three logs (literal length | offset << 4 | match length << 8).
+#define ZS_TABLE_OF 2048u
+#define ZS_TABLE_LOGS (ZS_TABLE_OF + 256u)
+#define ZS_TABLE_WORDS (ZS_TABLE_LOGS + 4u)
+
 // Block p's literals into the scratch (the first part of its decode, which a launch of its own
 // may run while the host walks the chains): their count and the bytes their section takes into
 // p, for the rest (zs_block_sequences); its status.
@@ -666,7 +708,7 @@ ZS_FN zs_u32 zs_block_literals(ZsShared* sh, const zs_u8* in, zs_u32 block_max, 
 // Block p's sequences into records, after its literals (zs_block_literals, whose count and
 // section p holds); its status, size and repeat offsets into p.
 ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max, ZsBlockPlan* p,
-                                 zs_u32* seq_scratch, zs_u32 split, const zs_u32* host_chain) {
+                                 zs_u32* seq_scratch, zs_u32 split, const zs_u32* host_chain, zs_u32* packed_out) {
     const zs_u8* blk = in + p->in_at;
     const zs_u64 len = p->in_size;
     const zs_u64 lit_count = p->lit_count, taken = p->lit_taken;
@@ -735,6 +777,17 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
         of_t[u] = v;
     }
     ZS_SYNC();
+    // A launch of a lane a block: the packed tables to its region, the rest for
+    // zstd_sequence_lanes.
+    if (packed_out != 0) {
+        const zs_u32* packed = sh->huf_area;
+        ZS_FOR_LANES(i, 2u << ll_log) packed_out[i] = packed[i];
+        ZS_FOR_LANES(i, 2u << ml_log) packed_out[1024 + i] = packed[1024 + i];
+        ZS_FOR_LANES(i, 1u << of_log) packed_out[ZS_TABLE_OF + i] = of_t[i];
+        if (ZS_LANE == 0) packed_out[ZS_TABLE_LOGS] = ll_log | (of_log << 4) | (ml_log << 8);
+        ZS_SYNC();
+        return ZS_PENDING;
+    }
     // The spans (in the offset and match length tables' place: packed, those are read no more).
     ZsSpans* sp = (ZsSpans*)(void*)&sh->of;
     const zs_u32 n_seq = (zs_u32)count, lits_n = (zs_u32)lit_count;
@@ -811,7 +864,8 @@ extern "C" __global__ void zstd_block_literals(const unsigned char* const* input
 extern "C" __global__ void zstd_decode_blocks(const unsigned char* const* inputs, const ZsFramePlan* frames,
                                               ZsBlockPlan* blocks, unsigned char* lit_scratch, unsigned int* seq_scratch,
                                               unsigned long long n_blocks, unsigned long long split,
-                                              const unsigned int* chains, unsigned long long literals_done) {
+                                              const unsigned int* chains, unsigned long long literals_done,
+                                              unsigned int* tables) {
     ZS_SHARED ZsShared shared;
     const unsigned long long k = blockIdx.x;
     if (k >= n_blocks) return;
@@ -832,11 +886,68 @@ extern "C" __global__ void zstd_decode_blocks(const unsigned char* const* inputs
         if (status == ZS_OK)
             status = zs_block_sequences(&shared, in, block_max, p, seq_scratch,
                                         (zs_u32)(split < ZS_SPANS ? split : ZS_SPANS),
-                                        chains != 0 ? chains + k * ZS_CHAIN_WORDS : (const zs_u32*)0);
+                                        chains != 0 ? chains + k * ZS_CHAIN_WORDS : (const zs_u32*)0,
+                                        tables != 0 ? tables + k * ZS_TABLE_WORDS : (zs_u32*)0);
     } else if (ZS_LANE == 0) {
         p->out_size = kind == ZS_NONE ? 0 : p->size;
         p->rep_tag = 1 | (2 << 2) | (3 << 4);
         p->rep[0] = p->rep[1] = p->rep[2] = 0;
     }
     if (ZS_LANE == 0) p->status = status;
+}
+
+// Block p's sequences into records on one lane, from its tables where zstd_decode_blocks put
+// them (t) and its literals' count and section in p; its status, size and repeat offsets into p
+// as zs_block_sequences leaves them with one span.
+ZS_FN zs_u32 zs_lane_sequences(const zs_u8* in, zs_u32 block_max, ZsBlockPlan* p, zs_u32* seq_scratch,
+                                const zs_u32* t) {
+    const zs_u64 len = p->in_size, taken = p->lit_taken;
+    zs_u64 count = 0, head = 0;
+    // (zstd_decode_blocks checked the section's header and its tables before leaving it.)
+    if (taken > len || zs_sequence_count(in + p->in_at + taken, len - taken, &count, &head) != ZS_OK || count == 0)
+        return ZS_BAD_SEQUENCES;
+    const zs_u64* ll_t = (const zs_u64*)t;
+    const zs_u64* ml_t = ll_t + 512;
+    const zs_u32* of_t = t + ZS_TABLE_OF;
+    const zs_u32 logs = t[ZS_TABLE_LOGS];
+    const zs_u32 ll_log = logs & 15, of_log = (logs >> 4) & 15, ml_log = (logs >> 8) & 15;
+    const zs_u32 n_seq = (zs_u32)count, lits_n = p->lit_count;
+    const zs_u32 stream_len = p->stream_at > p->in_at + len ? 0u : (zs_u32)(p->in_at + len - p->stream_at);
+    const zs_u8* stream = in + p->stream_at;
+    ZsBits b;
+    if (stream_len == 0 || !zs_bits_init(&b, stream, stream_len)) return ZS_BAD_SEQUENCE_STREAM;
+    zs_bits_ensure(&b, 32);
+    const zs_u32 ll_state = zs_bits_read(&b, ll_log);
+    const zs_u32 of_state = zs_bits_read(&b, of_log);
+    zs_bits_ensure(&b, 32);
+    const zs_u32 ml_state = zs_bits_read(&b, ml_log);
+    // Bits ran out before the first sequence: that sequence fails on them.
+    if (b.overflow) return ZS_BAD_SEQUENCE_STREAM;
+    ZsRunEnd e;
+    zs_sequence_run(stream, stream_len, zs_bits_left(&b), ll_state | (of_state << 10) | (ml_state << 20), ll_t, ml_t,
+                    of_t, n_seq, 0, n_seq, lits_n, block_max, seq_scratch + ZS_RECORD * p->seqs_at, &e);
+    if (e.bad != ZS_NONE) return e.bad_bits ? ZS_BAD_SEQUENCE_STREAM : ZS_BAD_SEQUENCE;
+    if (e.overflow || e.left != 0) return ZS_BAD_SEQUENCE_STREAM;
+    // One run from the block's start: its repeat offsets out are the block's.
+    p->out_size = lits_n + e.matched;
+    p->rep_tag = (zs_u32)(e.rep[0] >> 32) | ((zs_u32)(e.rep[1] >> 32) << 2) | ((zs_u32)(e.rep[2] >> 32) << 4);
+    p->rep[0] = (zs_u32)e.rep[0];
+    p->rep[1] = (zs_u32)e.rep[1];
+    p->rep[2] = (zs_u32)e.rep[2];
+    return ZS_OK;
+}
+
+// The sequences of the blocks zstd_decode_blocks left pending (a launch of many blocks given a
+// tables region), a lane a block: a block's sequences are one state chain, walked in order
+// whoever walks it, so a warp of 32 blocks issues one instruction for 32 blocks' steps where
+// a warp a block issued one for one (31 lanes idle). Any number of threads a thread block.
+extern "C" __global__ void zstd_sequence_lanes(const unsigned char* const* inputs, const ZsFramePlan* frames,
+                                               ZsBlockPlan* blocks, unsigned int* seq_scratch,
+                                               const unsigned int* tables, unsigned long long n_blocks) {
+    const unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= n_blocks) return;
+    ZsBlockPlan* p = &blocks[k];
+    if (p->status != ZS_PENDING) return;
+    p->status = zs_lane_sequences(inputs[p->frame], frames[p->frame].block_max, p, seq_scratch,
+                                  tables + k * ZS_TABLE_WORDS);
 }

@@ -56,6 +56,9 @@ pub const BAD_SEQUENCE: u32 = 9;
 pub const PAST_CAPACITY: u32 = 10;
 /// The frame decodes (or says it decodes) to another length than the expected one.
 pub const SIZE_MISMATCH: u32 = 11;
+/// (Internal) a block whose sequences `zstd_sequence_lanes` decodes after `zstd_decode_blocks`:
+/// never a frame's status once the launches have run.
+pub const PENDING: u32 = 12;
 
 /// A kernel status in words.
 #[must_use]
@@ -73,6 +76,7 @@ pub fn status_text(code: u32) -> &'static str {
         BAD_SEQUENCE => "a sequence reaches outside its literals, the output or the block",
         PAST_CAPACITY => "the frame decodes to more than the expected length",
         SIZE_MISMATCH => "the frame decodes to another length than the expected one",
+        PENDING => "a block's sequences were left undecoded (a launch missing)",
         _ => "unknown zstd decoder status",
     }
 }
@@ -112,6 +116,9 @@ const THREADS: u32 = 32;
 const FRAME_PLAN: usize = 64;
 const BLOCK_PLAN: usize = 128;
 const RECORD: usize = 12;
+/// Bytes of a block's packed sequence tables where its sequences decode on a lane of their own
+/// (`blocks.cu` `ZS_TABLE_WORDS`).
+const TABLE_BYTES: usize = 4 * (2048 + 256 + 4);
 /// Batches decoding to at most this many bytes resolve their bytes by jumps (`zstd_jump`: 4
 /// bytes of scratch a decoded byte, and passes over all of them at once); larger ones execute
 /// each frame's sequences on one warp (`zstd_execute`).
@@ -246,6 +253,10 @@ pub(crate) struct BlockPlan {
     /// table; empty where the device walks them.
     chains: Vec<u32>,
     chains_at: usize,
+    /// The most spans a block's sequences split into ([`split_for`]; [`LANES`]: a lane a block,
+    /// its tables at `tables_at`).
+    split: u64,
+    tables_at: usize,
     /// Whether the blocks' literals decode in a launch of their own before the rest
     /// ([`BlockPlan::literals_first`]).
     literals_first: bool,
@@ -307,13 +318,27 @@ impl BlockPlan {
             total.most = total.most.max(s.most);
             entries += capacity;
         }
-        Self::laid_out(words, frames.len(), total, jump.then_some((entries, largest)))
+        let jump = jump.then_some((entries, largest));
+        let plan = Self::laid_out(words, frames.len(), total, jump, split_for(total.blocks));
+        // A lane a block where its tables fit the scratch the batch was given (its bound): else
+        // a warp a block, lane 0 decoding its sequences.
+        if plan.split == LANES && plan.len > Self::bound(frames.len(), decoded as usize) {
+            return plan.with_split(1);
+        }
+        plan
+    }
+
+    /// The same plan with a block's sequences split into `split` spans at most ([`LANES`]: a
+    /// lane a block), its chains left to the device.
+    fn with_split(self, split: u64) -> Self {
+        let n = self.frames.len() / 8;
+        Self::laid_out(self.frames, n, self.slots, self.jump.map(|j| (j.entries, j.largest)), split)
     }
 
     /// Whether the host walks this batch's chains where nothing else keeps its threads
     /// ([`host_walks`]; a launch of many blocks splits none, so none are walked).
     pub(crate) fn host_walks_chains(&self) -> bool {
-        split_for(self.slots.blocks) > 1 && host_walks(&self.slots, rayon::current_num_threads())
+        self.split > 1 && host_walks(&self.slots, rayon::current_num_threads())
     }
 
     /// The same plan of `frames` (the frames it was made of), the chains walked on the host
@@ -333,9 +358,8 @@ impl BlockPlan {
     /// The plan of [`BlockPlan::device_walks`], the chains walked on the host as `host_chains`
     /// says (None: as [`host_walks`] says).
     fn walking(mut self, frames: &[&[u8]], host_chains: Option<bool>) -> Self {
-        let split = split_for(self.slots.blocks);
-        if split > 1 && host_chains.unwrap_or_else(|| self.host_walks_chains()) {
-            self.chains = self.chains(frames, split as u32);
+        if self.split > 1 && host_chains.unwrap_or_else(|| self.host_walks_chains()) {
+            self.chains = self.chains(frames, self.split as u32);
         }
         self
     }
@@ -383,13 +407,17 @@ impl BlockPlan {
         Self::device_walks(frames, capacities).walking(frames, host_chains)
     }
 
-    /// `frames` holds the table of `n` frames (or nothing, for a bound).
-    fn laid_out(frames: Vec<u64>, n: usize, total: Slots, jump: Option<(u64, u64)>) -> Self {
+    /// `frames` holds the table of `n` frames (or nothing, for a bound); a block's sequences
+    /// split into `split` spans at most, the chains' region where they may be walked on the host,
+    /// the tables' where [`LANES`].
+    fn laid_out(frames: Vec<u64>, n: usize, total: Slots, jump: Option<(u64, u64)>, split: u64) -> Self {
+        let blocks = total.blocks as usize;
         let chains_at = align(n * FRAME_PLAN);
-        let blocks_at = chains_at + align(total.blocks as usize * CHAIN_WORDS * 4);
-        let records_at = blocks_at + align(total.blocks as usize * BLOCK_PLAN);
+        let blocks_at = chains_at + if split > 1 { align(blocks * CHAIN_WORDS * 4) } else { 0 };
+        let records_at = blocks_at + align(blocks * BLOCK_PLAN);
         let literals_at = records_at + align(total.sequences as usize * RECORD);
-        let mut len = literals_at + align(total.literals as usize);
+        let tables_at = literals_at + align(total.literals as usize);
+        let mut len = tables_at + if split == LANES { align(blocks * TABLE_BYTES) } else { 0 };
         let jump = jump.map(|(entries, largest)| {
             let passes = jump_passes(largest);
             let (entries_at, flags_at) = (len, len + align(4 * entries as usize));
@@ -400,6 +428,8 @@ impl BlockPlan {
             frames,
             chains: Vec::new(),
             chains_at,
+            split,
+            tables_at,
             literals_first: false,
             slots: total,
             blocks_at,
@@ -421,7 +451,8 @@ impl BlockPlan {
             most: 0,
         };
         let jump = (total as u64 <= JUMP_MAX).then_some((total as u64, total as u64));
-        Self::laid_out(Vec::new(), count, total_slots, jump).len
+        // (The chains' region: a lane a block takes no more than the bound leaves it.)
+        Self::laid_out(Vec::new(), count, total_slots, jump, split_for(0)).len
     }
 
     /// Where its regions lie in a scratch at `base`.
@@ -433,6 +464,7 @@ impl BlockPlan {
             blocks: at(self.blocks_at),
             records: at(self.records_at),
             literals: at(self.literals_at),
+            tables: if self.split == LANES { at(self.tables_at) } else { 0 },
         }
     }
 
@@ -499,6 +531,8 @@ struct Regions {
     blocks: u64,
     records: u64,
     literals: u64,
+    /// The blocks' packed tables where a lane a block decodes their sequences (0: none).
+    tables: u64,
 }
 
 /// A launch of one warp a thread block, `x` by `y` of them.
@@ -515,8 +549,22 @@ fn split_for(blocks: u64) -> u64 {
     if blocks <= SPLIT_BLOCKS {
         32
     } else {
-        1
+        LANES
     }
+}
+
+/// [`split_for`] of a launch whose blocks' sequences decode a lane a block (`zstd_sequence_lanes`)
+/// after a warp a block has decoded their literals and built their tables: a block's sequences
+/// are one state chain that one lane walks in order whoever walks it, and a warp a block issued an
+/// instruction for each of its steps where a warp of 32 blocks issues one for 32 (DM3: 130
+/// instructions a sequence made the warp a block's launch issue-bound in bulk).
+const LANES: u64 = 0;
+
+/// Threads a thread block of `zstd_sequence_lanes` over `blocks` blocks: enough blocks to each
+/// warp that every scheduler of an H100 (528) has one, no more than 32 (a lane's chain is
+/// latency-bound: fewer lanes a warp spread over more schedulers cost nothing).
+fn lane_threads(blocks: u64) -> u32 {
+    blocks.div_ceil(528).next_power_of_two().clamp(8, 32) as u32
 }
 
 /// Whether the host walks the blocks' chains, on `threads` threads, for a launch of `total`
@@ -632,7 +680,7 @@ pub(crate) unsafe fn launch_block_decode(
     if n == 0 {
         return Ok(());
     }
-    let Regions { frames, chains, blocks, records, literals } = plan.regions(temp);
+    let Regions { frames, chains, blocks, records, literals, tables } = plan.regions(temp);
     let n = n as u64;
     if !plan.chains.is_empty() {
         // SAFETY: the chains' region lies after the frame table within the scratch, which the
@@ -641,8 +689,9 @@ pub(crate) unsafe fn launch_block_decode(
     }
     let a = arrays;
     if plan.slots.blocks > 0 {
-        let (split, literals_done) = (split_for(plan.slots.blocks), u64::from(plan.literals_first));
-        let args = [a.inputs, frames, blocks, literals, records, plan.slots.blocks, split, chains, literals_done];
+        let (split, literals_done) = (plan.split, u64::from(plan.literals_first));
+        let args =
+            [a.inputs, frames, blocks, literals, records, plan.slots.blocks, split, chains, literals_done, tables];
         // SAFETY: the plans written by zstd_plan (and zstd_block_literals where the plan says)
         // before it on the stream; records and literals in their regions, within the slots of
         // each frame (checked by the plan); the chains (or 0) of plan.slots.blocks entries, each
@@ -656,6 +705,27 @@ pub(crate) unsafe fn launch_block_decode(
                 "launching the zstd block decoder",
             )
         }?;
+        if tables != 0 {
+            let threads = lane_threads(plan.slots.blocks);
+            let grid = LaunchConfig {
+                grid_dim: (
+                    u32::try_from(plan.slots.blocks.div_ceil(threads.into())).map_err(|_| {
+                        GpuError::Unsupported(format!("{} zstd blocks in one launch", plan.slots.blocks))
+                    })?,
+                    1,
+                    1,
+                ),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let args = [a.inputs, frames, blocks, records, tables, plan.slots.blocks];
+            // SAFETY: the block plans zstd_decode_blocks left pending before it on the stream,
+            // their tables in the tables' region (a block's at its index), records within each
+            // frame's slots.
+            unsafe {
+                kernels.launch_u64(stream, "zstd_sequence_lanes", grid, &args, "launching the zstd sequence lanes")
+            }?;
+        }
     }
     if let Some(jump) = plan.jump {
         // SAFETY: as above; the entries and pass flags in their regions, sized by the plan.
@@ -742,6 +812,15 @@ unsafe extern "C" {
         split: u64,
         chains: *const u32,
         literals_done: u64,
+        tables: *mut u32,
+    );
+    fn zstd_sequence_lanes_on_host(
+        inputs: *const *const u8,
+        frames: *const u8,
+        blocks: *mut u8,
+        seq_scratch: *mut u32,
+        tables: *const u32,
+        n_blocks: u64,
     );
     fn zstd_block_literals_on_host(
         inputs: *const *const u8,
@@ -860,6 +939,10 @@ fn decode_on_host_split(
             plan
         }
     };
+    // A lane a block takes a layout of its own (its tables' region); other splits share one.
+    if (split == LANES) != (plan.split == LANES) {
+        plan = plan.with_split(split);
+    }
     if path == HostPath::Execute {
         plan = plan.executed();
     }
@@ -882,6 +965,8 @@ fn decode_on_host_split(
             if plan.chains.is_empty() { std::ptr::null() } else { words.add(plan.chains_at / 8).cast::<u32>() };
         // (Regions start at multiples of 256 bytes: whole words of the scratch.)
         let (records_p, literals_p) = (words.add(plan.records_at / 8).cast::<u32>(), base.add(plan.literals_at));
+        let tables_p =
+            if plan.split == LANES { words.add(plan.tables_at / 8).cast::<u32>() } else { std::ptr::null_mut() };
         zstd_plan_on_host(a.inputs.as_ptr(), a.input_sizes.as_ptr(), a.capacities.as_ptr(), frames_p, blocks_p, n);
         if plan.literals_first {
             zstd_block_literals_on_host(a.inputs.as_ptr(), frames_p, blocks_p, literals_p, plan.slots.blocks);
@@ -896,7 +981,11 @@ fn decode_on_host_split(
             split,
             chains_p,
             u64::from(plan.literals_first),
+            tables_p,
         );
+        if !tables_p.is_null() {
+            zstd_sequence_lanes_on_host(a.inputs.as_ptr(), frames_p, blocks_p, records_p, tables_p, plan.slots.blocks);
+        }
         if let Some(jump) = plan.jump {
             let (entries_p, flags_p) =
                 (words.add(jump.entries_at / 8).cast::<u32>(), words.add(jump.flags_at / 8).cast::<u32>());
@@ -959,8 +1048,9 @@ fn decode_on_host_split(
 pub enum HostPath {
     /// One warp per frame (`decode.cu`).
     OneWarp,
-    /// Blocks side by side (each block's sequences walked by one lane, as in large batches),
-    /// each frame's sequences executed by a warp (`zstd_execute`).
+    /// Blocks side by side (each block's sequences decoded a lane a block, as in large
+    /// batches: `zstd_sequence_lanes`), each frame's sequences executed by a warp
+    /// (`zstd_execute`).
     Execute,
     /// Blocks side by side (each block's sequences split into spans, as in small batches), the
     /// bytes resolved by jumps (`zstd_jump`; batches up to 64 MiB).

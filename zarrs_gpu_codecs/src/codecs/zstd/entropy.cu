@@ -35,6 +35,8 @@ typedef unsigned long long zs_u64;
 #define ZS_BAD_SEQUENCE 9u
 #define ZS_PAST_CAPACITY 10u
 #define ZS_SIZE_MISMATCH 11u
+// (blocks.cu) a block whose sequences zstd_sequence_lanes decodes next: never a frame's status.
+#define ZS_PENDING 12u
 
 #define ZS_MAX_BLOCK (128u << 10)
 #define ZS_HUF_MAX_LOG 12u

@@ -42,14 +42,28 @@ extern "C" void zstd_plan_on_host(const unsigned char* const* inputs, const unsi
 extern "C" void zstd_decode_blocks_on_host(const unsigned char* const* inputs, const void* frames, void* blocks,
                                            unsigned char* lit_scratch, unsigned int* seq_scratch,
                                            unsigned long long n_blocks, unsigned long long split,
-                                           const unsigned int* chains, unsigned long long literals_done) {
+                                           const unsigned int* chains, unsigned long long literals_done,
+                                           unsigned int* tables) {
     blockDim.x = 32;
     threadIdx.x = 0;
     for (unsigned long long k = 0; k < n_blocks; ++k) {
         blockIdx.x = (unsigned int)k;
         zstd_decode_blocks(inputs, (const ZsFramePlan*)frames, (ZsBlockPlan*)blocks, lit_scratch, seq_scratch, n_blocks,
-                           split, chains, literals_done);
+                           split, chains, literals_done, tables);
     }
+}
+
+// A lane a block: a thread block of one thread each.
+extern "C" void zstd_sequence_lanes_on_host(const unsigned char* const* inputs, const void* frames, void* blocks,
+                                            unsigned int* seq_scratch, const unsigned int* tables,
+                                            unsigned long long n_blocks) {
+    blockDim.x = 1;
+    threadIdx.x = 0;
+    for (unsigned long long k = 0; k < n_blocks; ++k) {
+        blockIdx.x = (unsigned int)k;
+        zstd_sequence_lanes(inputs, (const ZsFramePlan*)frames, (ZsBlockPlan*)blocks, seq_scratch, tables, n_blocks);
+    }
+    blockDim.x = 32;
 }
 
 extern "C" void zstd_block_literals_on_host(const unsigned char* const* inputs, const void* frames, void* blocks,

@@ -360,8 +360,9 @@ fn damaged_frames_libzstd_rejects_are_errors() {
 fn sequences_split_into_spans_decode_as_one_lane_walks_them() {
     // Blocks of thousands of sequences (float32-like and text-like data, 1 MiB frames of 128 KiB
     // blocks), whole and damaged: split into 2, 7 and 32 spans a block, their chains walked by
-    // the device's lane 0 or by the host, each frame gets the very status, decoded length and
-    // bytes it gets with one lane walking its sequences.
+    // the device's lane 0 or by the host, and a lane a block in a launch of their own (their
+    // tables from the warps'), each frame gets the very status, decoded length and bytes it gets
+    // with one lane of a warp a block walking its sequences.
     let mut cases = 0usize;
     let mut errors = 0usize;
     for (k, kind) in [3usize, 2, 5, 4].into_iter().enumerate() {
@@ -388,8 +389,11 @@ fn sequences_split_into_spans_decode_as_one_lane_walks_them() {
                     let r = decode_on_host_split(&mut [(&bad, &mut out[..])], HostPath::Jump, 1, Chains::Device);
                     (r, out)
                 };
-                for (split, chains) in
-                    [2, 7, 32].into_iter().flat_map(|s| [(s, Chains::Device), (s, Chains::Host(&|_| {}))])
+                let lanes = (LANES, Chains::Device);
+                for (split, chains) in [2, 7, 32]
+                    .into_iter()
+                    .flat_map(|s| [(s, Chains::Device), (s, Chains::Host(&|_| {}))])
+                    .chain([lanes])
                 {
                     let mut out = vec![0u8; raw.len()];
                     let r = decode_on_host_split(&mut [(&bad, &mut out[..])], HostPath::Jump, split, chains);
