@@ -357,6 +357,42 @@ fn damaged_frames_libzstd_rejects_are_errors() {
 }
 
 #[test]
+fn a_launch_of_many_blocks_takes_a_lane_a_block_where_its_tables_fit_the_bound() {
+    // Three frames of 8 KiB blocks (window 8 KiB), 1,100 blocks in all: more than a launch
+    // splits into spans, their tables within the scratch the pipeline gives the batch (its
+    // bound): a lane a block, and its bytes libzstd's on both paths. (4 KiB blocks' tables, 9 KiB
+    // each, just miss the bound of a batch resolved by jumps.)
+    let raws: Vec<Vec<u8>> = (0..3).map(|k| data(2 + k, 3_000_000, 900 + k as u64)).collect();
+    let frames: Vec<Vec<u8>> = raws.iter().map(|raw| compress(raw, 3, false, Some(13), true)).collect();
+    let stored: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+    let capacities: Vec<u64> = raws.iter().map(|r| r.len() as u64).collect();
+    let plan = BlockPlan::device_walks(&stored, &capacities);
+    assert!(plan.slots.blocks > SPLIT_BLOCKS, "{:?}", plan.slots);
+    assert_eq!(plan.split, LANES);
+    assert!(plan.len <= BlockPlan::bound(3, raws.iter().map(Vec::len).sum()));
+    for path in [HostPath::Jump, HostPath::Execute] {
+        let mut outs: Vec<Vec<u8>> = raws.iter().map(|raw| vec![0u8; raw.len()]).collect();
+        let mut batch: Vec<(&[u8], &mut [u8])> =
+            stored.iter().zip(outs.iter_mut()).map(|(f, o)| (*f, &mut o[..])).collect();
+        let results = decode_on_host_split(&mut batch, path, plan.split, Chains::Rule);
+        for ((status, decoded), (out, raw)) in results.iter().zip(outs.iter().zip(&raws)) {
+            assert_eq!((*status, *decoded), (OK, raw.len() as u64), "{path:?}");
+            assert!(out == raw, "{path:?}");
+        }
+    }
+    // Blocks of 1 KiB (window 1 KiB): more blocks than the bound counts on (4 KiB each), their
+    // tables past it: a warp a block, lane 0 decoding its sequences.
+    let raws: Vec<Vec<u8>> = (0..2).map(|k| data(2 + k, 600_000, 950 + k as u64)).collect();
+    let frames: Vec<Vec<u8>> = raws.iter().map(|raw| compress(raw, 3, false, Some(10), true)).collect();
+    let stored: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
+    let capacities: Vec<u64> = raws.iter().map(|r| r.len() as u64).collect();
+    let plan = BlockPlan::device_walks(&stored, &capacities);
+    assert!(plan.slots.blocks > SPLIT_BLOCKS, "{:?}", plan.slots);
+    assert_eq!(plan.split, 1);
+    assert!(plan.with_split(LANES).len > BlockPlan::bound(2, raws.iter().map(Vec::len).sum()));
+}
+
+#[test]
 fn sequences_split_into_spans_decode_as_one_lane_walks_them() {
     // Blocks of thousands of sequences (float32-like and text-like data, 1 MiB frames of 128 KiB
     // blocks), whole and damaged: split into 2, 7 and 32 spans a block, their chains walked by
