@@ -12,7 +12,7 @@ launches, and each launch's share) and the one-warp decoder, in the same run.
 `--source DIR`: the four .cu files from DIR (another build's kernels, to compare in one call);
 `--split N`: a block's sequences in at most N spans (default: decode.rs' rule, 32 for launches of
 1,024 blocks or fewer, else 0: a lane a block, `zstd_sequence_lanes`, in sources that have it, else 1);
-`--lane-threads N`: threads a thread block of `zstd_sequence_lanes` (default: decode.rs' `lane_threads`);
+`--lane-threads N`: threads a thread block of `zstd_sequence_lanes` (default: decode.rs' `LANE_THREADS`, 4);
 `--cycles`: also the instrumented block decode (clock64 cycles of each phase of a block's warp:
 literals, tables, packing, chain walk, spans, rest), for --cycles-frames (default 1,16).
 """
@@ -48,16 +48,12 @@ k_lits = mod.get_function("zstd_block_literals") if SPLITS_LITERALS else None
 # packed tables the block decode leaves in a region of their own (decode.rs TABLE_BYTES a block).
 LANES = "zstd_sequence_lanes" in src
 k_lanes = mod.get_function("zstd_sequence_lanes") if LANES else None
-TABLE_BYTES = 4 * (2048 + 256 + 4)
-LANE_THREADS = opt("--lane-threads")
-
-
-def lane_threads(blocks):
-    """decode.rs `lane_threads`, or --lane-threads."""
-    if LANE_THREADS:
-        return int(LANE_THREADS)
-    per = max(1, -(-blocks // 528))
-    return min(max(1 << (per - 1).bit_length(), 8), 32)
+# (Sources whose lanes read their tables from shared memory: 4 bytes a state, the launch's
+# dynamic shared memory.)
+LANE_SHARED = "ZS_LANE_TABLES" in src
+TABLE_BYTES = 4 * (512 + 512 + 256 + 4) if LANE_SHARED else 4 * (2048 + 256 + 4)
+# Threads a thread block of zstd_sequence_lanes: --lane-threads, or decode.rs' LANE_THREADS.
+LANE_THREADS = int(opt("--lane-threads", "4"))
 
 
 def slots(frame):
@@ -171,9 +167,10 @@ class Blocks:
             k_blocks((self.nblocks,), (32,), (ins, self.frames, self.blocks, self.lits, self.records, np.uint64(self.nblocks),
                                                np.uint64(self.split)) + chains + done + tables)
             if self.split == 0:
-                t = lane_threads(self.nblocks)
+                t = LANE_THREADS
                 k_lanes(((self.nblocks + t - 1) // t,), (t,), (ins, self.frames, self.blocks, self.records, self.tables,
-                                                               np.uint64(self.nblocks)))
+                                                               np.uint64(self.nblocks)),
+                        shared_mem=t * TABLE_BYTES if LANE_SHARED else 0)
         if events: events[2].record()
         if blocks_only:
             pass

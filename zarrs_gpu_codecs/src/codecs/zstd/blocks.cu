@@ -494,11 +494,55 @@ struct ZsRunEnd {
     zs_u64 rep[3];    // repeat offsets out (ZS_REP)
 };
 
+// A block's decoding tables as a warp a block packs them in its shared memory: a literal or
+// match length state's entry of 8 bytes (the code's baseline; its state's bits, the code's extra
+// bits, its state's base, a byte each but the base, 16 bits), an offset state's of 4 (code,
+// bits, base).
+struct ZsWideTables {
+    const zs_u64* ll;
+    const zs_u64* ml;
+    const zs_u32* of;
+};
+
+// The same for a lane a block, 4 bytes a state so that a thread block's lanes' tables fit its
+// shared memory: a literal or match length entry is its state's bits (4 bits), the code's extra
+// bits (5), the code (6) and its state's base (10), the code's baseline from a table of the
+// thread block's (ll_base, ml_base: 64 entries each); offset entries as above.
+struct ZsCompactTables {
+    const zs_u32* ll;
+    const zs_u32* ml;
+    const zs_u32* of;
+    const zs_u32* ll_base;
+    const zs_u32* ml_base;
+};
+
+// A length state's entry of either: the code's baseline, and the rest as the wide entry's high
+// word has it (bits | extra << 8 | base << 16).
+ZS_FN void zs_length_entry(const zs_u64* t, zs_u32 state, const zs_u32*, zs_u32* base, zs_u32* hi) {
+    const zs_u64 e = t[state];
+    *base = (zs_u32)e;
+    *hi = (zs_u32)(e >> 32);
+}
+
+ZS_FN void zs_length_entry(const zs_u32* t, zs_u32 state, const zs_u32* baselines, zs_u32* base, zs_u32* hi) {
+    const zs_u32 e = t[state];
+    *base = baselines[(e >> 9) & 63];
+    *hi = (e & 15) | (((e >> 4) & 31) << 8) | ((e >> 15) << 16);
+}
+
+ZS_FN const zs_u32* zs_ll_baselines(const ZsWideTables&) { return 0; }
+ZS_FN const zs_u32* zs_ml_baselines(const ZsWideTables&) { return 0; }
+ZS_FN const zs_u32* zs_ll_baselines(const ZsCompactTables& t) { return t.ll_base; }
+ZS_FN const zs_u32* zs_ml_baselines(const ZsCompactTables& t) { return t.ml_base; }
+
 // Sequences [k0, k1) of a block's n_seq decoded whole into their records, from the stream's
 // bits (`left` unread) and states where the run starts; the checks on sums within the run.
-ZS_FN void zs_sequence_run(const zs_u8* stream, zs_u32 stream_len, zs_u32 left, zs_u32 states, const zs_u64* ll_t,
-                           const zs_u64* ml_t, const zs_u32* of_t, zs_u32 n_seq, zs_u32 k0, zs_u32 k1, zs_u32 lits_n,
-                           zs_u32 block_max, zs_u32* rec, ZsRunEnd* e) {
+template <class Tables>
+ZS_FN void zs_sequence_run(const zs_u8* stream, zs_u32 stream_len, zs_u32 left, zs_u32 states, const Tables& t,
+                           zs_u32 n_seq, zs_u32 k0, zs_u32 k1, zs_u32 lits_n, zs_u32 block_max, zs_u32* rec,
+                           ZsRunEnd* e) {
+    const zs_u32* ll_baselines = zs_ll_baselines(t);
+    const zs_u32* ml_baselines = zs_ml_baselines(t);
     ZsBits b;
     zs_bits_at(&b, stream, stream_len, left);
     zs_u32 ll_state = states & 0x3FF, of_state = (states >> 10) & 0x3FF, ml_state = states >> 20;
@@ -506,11 +550,11 @@ ZS_FN void zs_sequence_run(const zs_u8* stream, zs_u32 stream_len, zs_u32 left, 
     zs_u64 r0 = ZS_REP(1, 0), r1 = ZS_REP(2, 0), r2 = ZS_REP(3, 0);
     e->bad_bits = 0;
     for (zs_u32 k = k0; k < k1; ++k) {
-        const zs_u64 le = ll_t[ll_state], me = ml_t[ml_state];
-        const zs_u32 oe = of_t[of_state];
+        zs_u32 ll_base, ll_hi, ml_base, ml_hi;
+        zs_length_entry(t.ll, ll_state, ll_baselines, &ll_base, &ll_hi);
+        zs_length_entry(t.ml, ml_state, ml_baselines, &ml_base, &ml_hi);
+        const zs_u32 oe = t.of[of_state];
         const zs_u32 of_code = oe & 0xFF;
-        const zs_u32 ll_base = (zs_u32)le, ll_hi = (zs_u32)(le >> 32);
-        const zs_u32 ml_base = (zs_u32)me, ml_hi = (zs_u32)(me >> 32);
         const zs_u32 ll_bits = (ll_hi >> 8) & 0xFF, ml_bits = (ml_hi >> 8) & 0xFF;
         const zs_u32 state_bits = k + 1 < n_seq ? (ll_hi & 0xFF) + (ml_hi & 0xFF) + ((oe >> 8) & 0xFF) : 0;
         zs_u32 v_off, v_ext, v_st;
@@ -577,8 +621,8 @@ ZS_FN void zs_sequence_span(const zs_u8* stream, zs_u32 stream_len, const zs_u64
                             zs_u32* rec, ZsSpans* sp) {
     const zs_u32 k0 = j * span, k1 = n_seq - k0 < span ? n_seq : k0 + span;
     ZsRunEnd e;
-    zs_sequence_run(stream, stream_len, sp->left[j], sp->states[j], ll_t, ml_t, of_t, n_seq, k0, k1, lits_n, block_max,
-                    rec, &e);
+    const ZsWideTables t = {ll_t, ml_t, of_t};
+    zs_sequence_run(stream, stream_len, sp->left[j], sp->states[j], t, n_seq, k0, k1, lits_n, block_max, rec, &e);
     sp->bad[j] = e.bad;
     sp->bad_bits[j] = e.bad_bits;
     sp->lits[j] = e.lits;
@@ -666,10 +710,11 @@ ZS_FN zs_u32 zs_spans_status(const zs_u32* rec, zs_u32 reach, zs_u32 span, zs_u3
     return sp->end_overflow || sp->end_left != 0 ? ZS_BAD_SEQUENCE_STREAM : ZS_OK;
 }
 
-// A block's packed sequence tables in a launch of a lane a block (zstd_sequence_lanes), in
-// words: literal length entries (512 of 8 bytes), match length entries (likewise), offset
-// entries (256 of 4), then the three logs (literal length | offset << 4 | match length << 8).
-#define ZS_TABLE_OF 2048u
+// A block's sequence tables in a launch of a lane a block (zstd_sequence_lanes), in words
+// (ZsCompactTables): literal length entries (512 at most), match length entries (likewise),
+// offset entries (256), then the three logs (literal length | offset << 4 | match length << 8).
+#define ZS_TABLE_ML 512u
+#define ZS_TABLE_OF 1024u
 #define ZS_TABLE_LOGS (ZS_TABLE_OF + 256u)
 #define ZS_TABLE_WORDS (ZS_TABLE_LOGS + 4u)
 
@@ -750,6 +795,26 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
         ZS_SYNC();
     }
     if (!built) return ZS_BAD_SEQUENCES;
+    // A launch of a lane a block: the tables to the block's region, 4 bytes a state
+    // (ZsCompactTables), for zstd_sequence_lanes.
+    if (packed_out != 0) {
+        const zs_u32 ll_n = 1u << sh->ll.log, ml_n = 1u << sh->ml.log, of_n = 1u << sh->of.log;
+        ZS_FOR_LANES(i, ll_n + ml_n) {
+            const ZsFse* f = i < ll_n ? &sh->ll : &sh->ml;
+            const zs_u32 u = (zs_u32)(i < ll_n ? i : i - ll_n);
+            zs_u32 base, extra;
+            if (i < ll_n) zs_ll(f->symbol[u], &base, &extra);
+            else zs_ml(f->symbol[u], &base, &extra);
+            packed_out[i < ll_n ? u : ZS_TABLE_ML + u] =
+                f->bits[u] | (extra << 4) | ((zs_u32)f->symbol[u] << 9) | ((zs_u32)f->base[u] << 15);
+        }
+        ZS_FOR_LANES(u, of_n) {
+            packed_out[ZS_TABLE_OF + u] = sh->of.symbol[u] | ((zs_u32)sh->of.bits[u] << 8) | ((zs_u32)sh->of.base[u] << 16);
+        }
+        if (ZS_LANE == 0) packed_out[ZS_TABLE_LOGS] = sh->ll.log | (sh->of.log << 4) | (sh->ml.log << 8);
+        ZS_SYNC();
+        return ZS_PENDING;
+    }
     // One read a state: literal and match length entries of 8 bytes (the code's baseline; the
     // update's bits, the code's extra bits, the update's base) where the Huffman table was,
     // offset entries of 4 (code, update bits, update base) where the literal length table was
@@ -777,17 +842,6 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
         of_t[u] = v;
     }
     ZS_SYNC();
-    // A launch of a lane a block: the packed tables to its region, the rest for
-    // zstd_sequence_lanes.
-    if (packed_out != 0) {
-        const zs_u32* packed = sh->huf_area;
-        ZS_FOR_LANES(i, 2u << ll_log) packed_out[i] = packed[i];
-        ZS_FOR_LANES(i, 2u << ml_log) packed_out[1024 + i] = packed[1024 + i];
-        ZS_FOR_LANES(i, 1u << of_log) packed_out[ZS_TABLE_OF + i] = of_t[i];
-        if (ZS_LANE == 0) packed_out[ZS_TABLE_LOGS] = ll_log | (of_log << 4) | (ml_log << 8);
-        ZS_SYNC();
-        return ZS_PENDING;
-    }
     // The spans (in the offset and match length tables' place: packed, those are read no more).
     ZsSpans* sp = (ZsSpans*)(void*)&sh->of;
     const zs_u32 n_seq = (zs_u32)count, lits_n = (zs_u32)lit_count;
@@ -896,20 +950,16 @@ extern "C" __global__ void zstd_decode_blocks(const unsigned char* const* inputs
     if (ZS_LANE == 0) p->status = status;
 }
 
-// Block p's sequences into records on one lane, from its tables where zstd_decode_blocks put
-// them (t) and its literals' count and section in p; its status, size and repeat offsets into p
-// as zs_block_sequences leaves them with one span.
+// Block p's sequences into records on one lane, from its tables (t, copied from where
+// zstd_decode_blocks put them) and its literals' count and section in p; its status, size and
+// repeat offsets into p as zs_block_sequences leaves them with one span.
 ZS_FN zs_u32 zs_lane_sequences(const zs_u8* in, zs_u32 block_max, ZsBlockPlan* p, zs_u32* seq_scratch,
-                                const zs_u32* t) {
+                                const ZsCompactTables& t, zs_u32 logs) {
     const zs_u64 len = p->in_size, taken = p->lit_taken;
     zs_u64 count = 0, head = 0;
     // (zstd_decode_blocks checked the section's header and its tables before leaving it.)
     if (taken > len || zs_sequence_count(in + p->in_at + taken, len - taken, &count, &head) != ZS_OK || count == 0)
         return ZS_BAD_SEQUENCES;
-    const zs_u64* ll_t = (const zs_u64*)t;
-    const zs_u64* ml_t = ll_t + 512;
-    const zs_u32* of_t = t + ZS_TABLE_OF;
-    const zs_u32 logs = t[ZS_TABLE_LOGS];
     const zs_u32 ll_log = logs & 15, of_log = (logs >> 4) & 15, ml_log = (logs >> 8) & 15;
     const zs_u32 n_seq = (zs_u32)count, lits_n = p->lit_count;
     const zs_u32 stream_len = p->stream_at > p->in_at + len ? 0u : (zs_u32)(p->in_at + len - p->stream_at);
@@ -924,8 +974,8 @@ ZS_FN zs_u32 zs_lane_sequences(const zs_u8* in, zs_u32 block_max, ZsBlockPlan* p
     // Bits ran out before the first sequence: that sequence fails on them.
     if (b.overflow) return ZS_BAD_SEQUENCE_STREAM;
     ZsRunEnd e;
-    zs_sequence_run(stream, stream_len, zs_bits_left(&b), ll_state | (of_state << 10) | (ml_state << 20), ll_t, ml_t,
-                    of_t, n_seq, 0, n_seq, lits_n, block_max, seq_scratch + ZS_RECORD * p->seqs_at, &e);
+    zs_sequence_run(stream, stream_len, zs_bits_left(&b), ll_state | (of_state << 10) | (ml_state << 20), t, n_seq, 0,
+                    n_seq, lits_n, block_max, seq_scratch + ZS_RECORD * p->seqs_at, &e);
     if (e.bad != ZS_NONE) return e.bad_bits ? ZS_BAD_SEQUENCE_STREAM : ZS_BAD_SEQUENCE;
     if (e.overflow || e.left != 0) return ZS_BAD_SEQUENCE_STREAM;
     // One run from the block's start: its repeat offsets out are the block's.
@@ -937,17 +987,53 @@ ZS_FN zs_u32 zs_lane_sequences(const zs_u8* in, zs_u32 block_max, ZsBlockPlan* p
     return ZS_OK;
 }
 
+#ifdef ZS_HOST_SHIM
+#define ZS_BLOCK_SYNC() ((void)0)
+#define ZS_LANE_TABLES(name) static thread_local zs_u32 name[ZS_TABLE_WORDS]
+#else
+#define ZS_BLOCK_SYNC() __syncthreads()
+#define ZS_LANE_TABLES(name) extern __shared__ zs_u32 name[]
+#endif
+
 // The sequences of the blocks zstd_decode_blocks left pending (a launch of many blocks given a
 // tables region), a lane a block: a block's sequences are one state chain, walked in order
-// whoever walks it, so a warp of 32 blocks issues one instruction for 32 blocks' steps where
-// a warp a block issued one for one (31 lanes idle). Any number of threads a thread block.
+// whoever walks it, so a thread block of a few lanes issues one instruction for as many
+// blocks' steps where a warp a block issued one for one (31 lanes idle). The blocks' tables are
+// copied to the thread block's shared memory (ZS_TABLE_WORDS words a lane, the launch's dynamic
+// shared memory; read from global memory, 32 lanes' 32 tables missed the caches: run DU1), and
+// the lengths' baselines beside them.
 extern "C" __global__ void zstd_sequence_lanes(const unsigned char* const* inputs, const ZsFramePlan* frames,
                                                ZsBlockPlan* blocks, unsigned int* seq_scratch,
                                                const unsigned int* tables, unsigned long long n_blocks) {
-    const unsigned long long k = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    ZS_SHARED zs_u32 baselines[128];
+    ZS_LANE_TABLES(lane_tables);
+    const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x;
+    for (zs_u32 c = threadIdx.x; c < 128; c += blockDim.x) {
+        zs_u32 base = 0, extra = 0;
+        if (c < 36) zs_ll(c, &base, &extra);
+        else if (c >= 64 && c < 64 + 53) zs_ml(c - 64, &base, &extra);
+        baselines[c] = base;
+    }
+    // Each pending block's tables, by the thread block's threads together.
+    for (zs_u32 j = 0; j < blockDim.x && first + j < n_blocks; ++j) {
+        if (blocks[first + j].status != ZS_PENDING) continue;
+        const zs_u32* src = tables + (first + j) * ZS_TABLE_WORDS;
+        zs_u32* dst = lane_tables + (zs_u64)j * ZS_TABLE_WORDS;
+        const zs_u32 logs = src[ZS_TABLE_LOGS];
+        const zs_u32 ll_n = 1u << (logs & 15), of_n = 1u << ((logs >> 4) & 15), ml_n = 1u << ((logs >> 8) & 15);
+        // (Logs of at most 9, 8 and 9: the table's build checked them.)
+        for (zs_u32 i = threadIdx.x; i < ll_n + ml_n + of_n; i += blockDim.x) {
+            const zs_u32 at = i < ll_n ? i : i < ll_n + ml_n ? ZS_TABLE_ML + (i - ll_n) : ZS_TABLE_OF + (i - ll_n - ml_n);
+            dst[at] = src[at];
+        }
+        if (threadIdx.x == 0) dst[ZS_TABLE_LOGS] = logs;
+    }
+    ZS_BLOCK_SYNC();
+    const unsigned long long k = first + threadIdx.x;
     if (k >= n_blocks) return;
     ZsBlockPlan* p = &blocks[k];
     if (p->status != ZS_PENDING) return;
-    p->status = zs_lane_sequences(inputs[p->frame], frames[p->frame].block_max, p, seq_scratch,
-                                  tables + k * ZS_TABLE_WORDS);
+    const zs_u32* mine = lane_tables + (zs_u64)threadIdx.x * ZS_TABLE_WORDS;
+    const ZsCompactTables t = {mine, mine + ZS_TABLE_ML, mine + ZS_TABLE_OF, baselines, baselines + 64};
+    p->status = zs_lane_sequences(inputs[p->frame], frames[p->frame].block_max, p, seq_scratch, t, mine[ZS_TABLE_LOGS]);
 }

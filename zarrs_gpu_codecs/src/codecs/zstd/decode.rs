@@ -116,9 +116,9 @@ const THREADS: u32 = 32;
 const FRAME_PLAN: usize = 64;
 const BLOCK_PLAN: usize = 128;
 const RECORD: usize = 12;
-/// Bytes of a block's packed sequence tables where its sequences decode on a lane of their own
-/// (`blocks.cu` `ZS_TABLE_WORDS`).
-const TABLE_BYTES: usize = 4 * (2048 + 256 + 4);
+/// Bytes of a block's sequence tables where its sequences decode on a lane of their own
+/// (`blocks.cu` `ZS_TABLE_WORDS`), in the scratch and in `zstd_sequence_lanes`' shared memory.
+const TABLE_BYTES: usize = 4 * (512 + 512 + 256 + 4);
 /// Batches decoding to at most this many bytes resolve their bytes by jumps (`zstd_jump`: 4
 /// bytes of scratch a decoded byte, and passes over all of them at once); larger ones execute
 /// each frame's sequences on one warp (`zstd_execute`).
@@ -560,12 +560,10 @@ fn split_for(blocks: u64) -> u64 {
 /// instructions a sequence made the warp a block's launch issue-bound in bulk).
 const LANES: u64 = 0;
 
-/// Threads a thread block of `zstd_sequence_lanes` over `blocks` blocks: enough blocks to each
-/// warp that every scheduler of an H100 (528) has one, no more than 32 (a lane's chain is
-/// latency-bound: fewer lanes a warp spread over more schedulers cost nothing).
-fn lane_threads(blocks: u64) -> u32 {
-    blocks.div_ceil(528).next_power_of_two().clamp(8, 32) as u32
-}
+/// Threads (lanes, blocks) a thread block of `zstd_sequence_lanes`, each block's tables in its
+/// shared memory ([`TABLE_BYTES`] a lane): 4 lanes take 20 KiB, so an H100's multiprocessor holds
+/// 11 such thread blocks, 44 lanes.
+const LANE_THREADS: u32 = 4;
 
 /// Whether the host walks the blocks' chains, on `threads` threads, for a launch of `total`
 /// slots: where its walk, the longest block's at least, and the wake of rayon's sleeping threads
@@ -706,7 +704,7 @@ pub(crate) unsafe fn launch_block_decode(
             )
         }?;
         if tables != 0 {
-            let threads = lane_threads(plan.slots.blocks);
+            let threads = LANE_THREADS;
             let grid = LaunchConfig {
                 grid_dim: (
                     u32::try_from(plan.slots.blocks.div_ceil(threads.into())).map_err(|_| {
@@ -716,7 +714,7 @@ pub(crate) unsafe fn launch_block_decode(
                     1,
                 ),
                 block_dim: (threads, 1, 1),
-                shared_mem_bytes: 0,
+                shared_mem_bytes: threads * TABLE_BYTES as u32,
             };
             let args = [a.inputs, frames, blocks, records, tables, plan.slots.blocks];
             // SAFETY: the block plans zstd_decode_blocks left pending before it on the stream,

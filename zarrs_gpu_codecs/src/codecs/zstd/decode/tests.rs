@@ -360,8 +360,7 @@ fn damaged_frames_libzstd_rejects_are_errors() {
 fn a_launch_of_many_blocks_takes_a_lane_a_block_where_its_tables_fit_the_bound() {
     // Three frames of 8 KiB blocks (window 8 KiB), 1,100 blocks in all: more than a launch
     // splits into spans, their tables within the scratch the pipeline gives the batch (its
-    // bound): a lane a block, and its bytes libzstd's on both paths. (4 KiB blocks' tables, 9 KiB
-    // each, just miss the bound of a batch resolved by jumps.)
+    // bound): a lane a block, and its bytes libzstd's on both paths.
     let raws: Vec<Vec<u8>> = (0..3).map(|k| data(2 + k, 3_000_000, 900 + k as u64)).collect();
     let frames: Vec<Vec<u8>> = raws.iter().map(|raw| compress(raw, 3, false, Some(13), true)).collect();
     let stored: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
