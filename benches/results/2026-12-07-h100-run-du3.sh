@@ -3,7 +3,7 @@
 # in .gpu/src-3143014 for the harness): zstd_execute resolves a round's bytes in shared memory
 # (pointer jumps), one wait on memory a round. The kernels' replay (six ways: the executed path
 # too); decoder-only rows of this source and 3143014's; the bench's Z2 rows and whole reads of
-# both builds; the device tests of the zstd paths.
+# both builds; the device tests compressed:: and sharding::.
 set -uo pipefail
 . benches/gpu_run.sh ${BUDGET:-330}
 xz -dc .gpu/bench-3143014.xz > /tmp/bench-old && chmod +x /tmp/bench-old
@@ -24,5 +24,5 @@ for b in bench /tmp/bench-old; do
   done
 done
 log "whole reads $(el)"
-staged_tests "compressed:: retrieval:: blosc:: sharding::" "none_here"
+staged_tests "compressed:: sharding::" "none_here"
 summary
