@@ -76,74 +76,10 @@ ZS_UNROLL
     for (zs_u32 i = 0; i < ml; ++i) m[i] = s[i];
 }
 
-// Whether any lane's `pred` holds.
-ZS_FN bool zs_any(bool pred) {
-#ifdef ZS_HOST_SHIM
-    return pred;
-#else
-    return __any_sync(0xFFFFFFFFu, pred);
-#endif
-}
-
-// A round's bytes resolved in shared memory (zstd_execute): at most this many.
-#define ZS_WINDOW 2048u
-// A window byte's value is set (its low 8 bits); else it holds the index of an earlier one.
-#define ZS_BYTE_SET 0x80000000u
-
-// The bytes [start, start + span) of a round of m sequences (span at most ZS_WINDOW), every
-// offset checked: each byte a literal, a byte of an earlier round (final), or the index of an
-// earlier byte of the round, in `window`; those indices followed by pointer jumps in shared
-// memory (each pass halves what is left of every chain: the bit length of span passes at most),
-// then the bytes written out. Where the lanes copied each sequence in turn, a sequence whose
-// match read bytes of its own round waited for those to be written: a wait on the memory each
-// (about 6,000 cycles a round of Z2, run DU2); here the round waits on it once.
-ZS_FN void zs_execute_window(const ZsRound* r, zs_u32 m, const zs_u8* lits, zs_u8* out, zs_u64 start, zs_u32 span,
-                             zs_u32* window) {
-    ZS_FOR_LANES(x, span) {
-        // Its sequence: the last whose first byte is at or before it (each has 3 bytes or more).
-        zs_u32 lo = 0, hi = m - 1;
-        while (lo < hi) {
-            const zs_u32 mid = (lo + hi + 1) / 2;
-            if (r->op[mid] - start <= x) lo = mid;
-            else hi = mid - 1;
-        }
-        const zs_u64 at = x - (r->op[lo] - start);
-        zs_u32 v;
-        if (at < r->ll[lo]) {
-            v = ZS_BYTE_SET | lits[r->lp[lo] + at];
-        } else {
-            // (The offset is at most the bytes before the match: q at 0 or after.)
-            const zs_u64 q = start + x - r->off[lo];
-            v = q < start ? ZS_BYTE_SET | out[q] : (zs_u32)(q - start);
-        }
-        window[x] = v;
-    }
-    ZS_SYNC();
-    // Lanes read bytes other lanes may be moving on in the same pass: either value lies on the
-    // chain, nearer its end.
-    volatile zs_u32* w = window;
-    for (zs_u32 pass = 0; pass < 32 && (span >> pass) != 0; ++pass) {
-        bool more = false;
-        ZS_FOR_LANES(x, span) {
-            const zs_u32 v = w[x];
-            if (!(v & ZS_BYTE_SET)) {
-                const zs_u32 t = w[v];
-                w[x] = t;
-                more |= !(t & ZS_BYTE_SET);
-            }
-        }
-        ZS_SYNC();
-        if (!zs_any(more)) break;
-    }
-    ZS_FOR_LANES(x, span) out[start + x] = (zs_u8)w[x];
-    ZS_SYNC();
-}
-
 // A compressed block's sequences (records rec[0, count)) and its literals executed at out + *op
-// of a frame output of `capacity`; rin: its incoming repeat offsets; window: ZS_WINDOW words of
-// shared memory.
+// of a frame output of `capacity`; rin: its incoming repeat offsets.
 ZS_FN zs_u32 zs_execute_sequences(ZsRound* r, const zs_u32* rec, zs_u64 count, const zs_u8* lits, zs_u64 lit_count,
-                                  zs_u8* out, zs_u64* op_io, const zs_u64* rin, zs_u32* window) {
+                                  zs_u8* out, zs_u64* op_io, const zs_u64* rin) {
     zs_u64 op = *op_io, lp = 0;
     for (zs_u64 base = 0; base < count; base += 32) {
         const zs_u32 m = (zs_u32)(count - base < 32 ? count - base : 32);
@@ -167,8 +103,7 @@ ZS_FN zs_u32 zs_execute_sequences(ZsRound* r, const zs_u32* rec, zs_u64 count, c
         ZS_SYNC();
         const zs_u64 end_op = r->op[m - 1] + r->ll[m - 1] + r->ml[m - 1];
         const zs_u64 end_lp = r->lp[m - 1] + r->ll[m - 1];
-        zs_u32 from = end_op - op <= ZS_WINDOW ? m : 0;
-        if (from == m) zs_execute_window(r, m, lits, out, op, (zs_u32)(end_op - op), window);
+        zs_u32 from = 0;
         while (from < m) {
             // A sequence waits for the round before it when its match reads bytes written in
             // this round by sequences before it, or when it is long (the warp copies it).
@@ -213,7 +148,6 @@ extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, cons
                                         const unsigned char* lit_scratch, const unsigned int* seq_scratch,
                                         unsigned long long n) {
     ZS_SHARED ZsRound round;
-    ZS_SHARED zs_u32 window[ZS_WINDOW];
     const unsigned long long k = blockIdx.x;
     if (k >= n) return;
     const ZsFramePlan* f = &frames[k];
@@ -246,7 +180,7 @@ extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, cons
         } else {
             const zs_u8* lits = p->lit_in_at == ZS_NONE ? lit_scratch + p->lits_at : in + p->lit_in_at;
             status = zs_execute_sequences(&round, seq_scratch + ZS_RECORD * p->seqs_at, p->seq_slots, lits, p->lit_slots, out,
-                                          &op, rep, window);
+                                          &op, rep);
             if (status != ZS_OK) break;
             status = zs_next_reps(p, rep);
             if (status != ZS_OK) break;
