@@ -8,13 +8,16 @@
 //    scratch (four streams on four lanes), its three tables built on three lanes, then its
 //    sequences decoded into records of (offset, literal length, match length): in a launch of
 //    few blocks, lane 0 walks their state chain alone and a lane a span of them decodes it
-//    whole (ZsSpans); in a launch of many, lane 0 decodes them all. A repeat offset that
-//    reaches before the block stays symbolic: "incoming repeat offset i, less d".
+//    whole (ZsSpans); in a launch of many, the warp leaves the block's tables in the scratch
+//    and zstd_sequence_lanes decodes its sequences on one lane, a few blocks a thread block (a
+//    warp a block left 31 lanes idle). A repeat offset that reaches before the block stays
+//    symbolic: "incoming repeat offset i, less d".
 // 3. the frame's bytes (bytes.cu): each sequence's offset resolved from the repeat offsets its
 //    block inherits; then every byte resolved by pointer jumps (batches of 64 MiB or less), or
 //    each frame's sequences executed by a warp, 32 at a time.
 // Scratch (sized by the host from the frames, decode.rs `BlockPlan`): frame plans, block
-// plans, sequence records (12 bytes each), literals (those not stored raw).
+// plans, sequence records (12 bytes each), literals (those not stored raw), and, for a lane a
+// block, each block's tables (ZS_TABLE_WORDS words).
 //
 // Every check of decode.cu is made by one of the three, so a frame is an error here wherever it
 // is there (the first error in stream order is the one reported, as there).
@@ -293,7 +296,7 @@ extern "C" __global__ void zstd_plan(const unsigned char* const* inputs, const u
 // rewrites its records that hold span-relative ones. The checks on sums over the sequences
 // (literals used, the block's size) are made on the spans' sums, and the first failing sequence
 // in stream order gives the status, as one lane walking them all finds it. A launch of many
-// blocks (split 1) keeps one span: lane 0 walks them all, no chain walked twice.
+// blocks keeps one span a block: one lane walks it, no chain walked twice.
 #define ZS_SPANS 32u     // spans a block at most: a lane each
 #define ZS_SPAN_MIN 64u  // sequences a span at least
 

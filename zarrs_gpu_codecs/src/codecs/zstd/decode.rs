@@ -451,7 +451,8 @@ impl BlockPlan {
             most: 0,
         };
         let jump = (total as u64 <= JUMP_MAX).then_some((total as u64, total as u64));
-        // (The chains' region: a lane a block takes no more than the bound leaves it.)
+        // (Laid out for spans, the chains' region too: a plan takes a lane a block only where
+        // its tables fit this.)
         Self::laid_out(Vec::new(), count, total_slots, jump, split_for(0)).len
     }
 
