@@ -356,36 +356,39 @@ fn damaged_frames_libzstd_rejects_are_errors() {
     assert!(checked > 1500, "{checked} checked, {refused_valid} refused where libzstd decodes");
 }
 
-#[test]
-fn a_launch_of_many_blocks_takes_a_lane_a_block_where_its_tables_fit_the_bound() {
-    // Three frames of 8 KiB blocks (window 8 KiB), 1,100 blocks in all: more than a launch
-    // splits into spans, their tables within the scratch the pipeline gives the batch (its
-    // bound): a lane a block, and its bytes libzstd's on both paths.
-    let raws: Vec<Vec<u8>> = (0..3).map(|k| data(2 + k, 3_000_000, 900 + k as u64)).collect();
-    let frames: Vec<Vec<u8>> = raws.iter().map(|raw| compress(raw, 3, false, Some(13), true)).collect();
+/// `n` frames of `len` bytes (data kinds 2 on) at zstd level 3 with a window of `2^window_log`
+/// bytes (so blocks of that size at most), and the plan of their batch.
+fn frames_of_small_blocks(n: usize, len: usize, window_log: u32) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, BlockPlan) {
+    let raws: Vec<Vec<u8>> = (0..n).map(|k| data(2 + k, len, 900 + k as u64)).collect();
+    let frames: Vec<Vec<u8>> = raws.iter().map(|raw| compress(raw, 3, false, Some(window_log), true)).collect();
     let stored: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
     let capacities: Vec<u64> = raws.iter().map(|r| r.len() as u64).collect();
     let plan = BlockPlan::device_walks(&stored, &capacities);
+    (raws, frames, plan)
+}
+
+#[test]
+fn a_launch_of_many_blocks_takes_a_lane_a_block_where_its_tables_fit_the_bound() {
+    // Three frames of 8 KiB blocks, 1,100 blocks in all: more than a launch splits into spans,
+    // their tables within the scratch the pipeline gives the batch (its bound): a lane a block,
+    // and its bytes libzstd's on both paths.
+    let (raws, frames, plan) = frames_of_small_blocks(3, 3_000_000, 13);
     assert!(plan.slots.blocks > SPLIT_BLOCKS, "{:?}", plan.slots);
     assert_eq!(plan.split, LANES);
     assert!(plan.len <= BlockPlan::bound(3, raws.iter().map(Vec::len).sum()));
     for path in [HostPath::Jump, HostPath::Execute] {
         let mut outs: Vec<Vec<u8>> = raws.iter().map(|raw| vec![0u8; raw.len()]).collect();
         let mut batch: Vec<(&[u8], &mut [u8])> =
-            stored.iter().zip(outs.iter_mut()).map(|(f, o)| (*f, &mut o[..])).collect();
+            frames.iter().zip(outs.iter_mut()).map(|(f, o)| (&f[..], &mut o[..])).collect();
         let results = decode_on_host_split(&mut batch, path, plan.split, Chains::Rule);
         for ((status, decoded), (out, raw)) in results.iter().zip(outs.iter().zip(&raws)) {
             assert_eq!((*status, *decoded), (OK, raw.len() as u64), "{path:?}");
             assert!(out == raw, "{path:?}");
         }
     }
-    // Blocks of 1 KiB (window 1 KiB): more blocks than the bound counts on (4 KiB each), their
-    // tables past it: a warp a block, lane 0 decoding its sequences.
-    let raws: Vec<Vec<u8>> = (0..2).map(|k| data(2 + k, 600_000, 950 + k as u64)).collect();
-    let frames: Vec<Vec<u8>> = raws.iter().map(|raw| compress(raw, 3, false, Some(10), true)).collect();
-    let stored: Vec<&[u8]> = frames.iter().map(|f| &f[..]).collect();
-    let capacities: Vec<u64> = raws.iter().map(|r| r.len() as u64).collect();
-    let plan = BlockPlan::device_walks(&stored, &capacities);
+    // Blocks of 1 KiB: more blocks than the bound counts on (4 KiB each), their tables past it:
+    // a warp a block, lane 0 decoding its sequences.
+    let (raws, _, plan) = frames_of_small_blocks(2, 600_000, 10);
     assert!(plan.slots.blocks > SPLIT_BLOCKS, "{:?}", plan.slots);
     assert_eq!(plan.split, 1);
     assert!(plan.with_split(LANES).len > BlockPlan::bound(2, raws.iter().map(Vec::len).sum()));
