@@ -538,8 +538,14 @@ struct Regions {
 
 /// A launch of one warp a thread block, `x` by `y` of them.
 fn warps(x: u64, y: u64) -> Result<LaunchConfig, GpuError> {
+    grid(x, y, THREADS, 0)
+}
+
+/// A launch of `x` by `y` thread blocks of `threads` threads and `shared` bytes of dynamic
+/// shared memory each.
+fn grid(x: u64, y: u64, threads: u32, shared: u32) -> Result<LaunchConfig, GpuError> {
     let dim = |v: u64| u32::try_from(v).map_err(|_| GpuError::Unsupported(format!("a zstd grid of {v} in one launch")));
-    Ok(LaunchConfig { grid_dim: (dim(x)?, dim(y)?, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 })
+    Ok(LaunchConfig { grid_dim: (dim(x)?, dim(y)?, 1), block_dim: (threads, 1, 1), shared_mem_bytes: shared })
 }
 
 /// The most spans a block's sequences split into (`blocks.cu`, `ZS_SPANS`) when `blocks` blocks
@@ -706,23 +712,13 @@ pub(crate) unsafe fn launch_block_decode(
         }?;
         if tables != 0 {
             let threads = LANE_THREADS;
-            let grid = LaunchConfig {
-                grid_dim: (
-                    u32::try_from(plan.slots.blocks.div_ceil(threads.into())).map_err(|_| {
-                        GpuError::Unsupported(format!("{} zstd blocks in one launch", plan.slots.blocks))
-                    })?,
-                    1,
-                    1,
-                ),
-                block_dim: (threads, 1, 1),
-                shared_mem_bytes: threads * TABLE_BYTES as u32,
-            };
+            let lanes = grid(plan.slots.blocks.div_ceil(threads.into()), 1, threads, threads * TABLE_BYTES as u32)?;
             let args = [a.inputs, frames, blocks, records, tables, plan.slots.blocks];
             // SAFETY: the block plans zstd_decode_blocks left pending before it on the stream,
             // their tables in the tables' region (a block's at its index), records within each
             // frame's slots.
             unsafe {
-                kernels.launch_u64(stream, "zstd_sequence_lanes", grid, &args, "launching the zstd sequence lanes")
+                kernels.launch_u64(stream, "zstd_sequence_lanes", lanes, &args, "launching the zstd sequence lanes")
             }?;
         }
     }
