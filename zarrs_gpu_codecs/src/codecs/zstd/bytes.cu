@@ -1,8 +1,8 @@
 // The frame's bytes, after blocks.cu's launches (the last of our zstd sources): either each
-// frame's sequences executed by a warp, 32 a round (zstd_execute), or, for batches of 64 MiB or
-// less, every output byte given an entry, a value or a pointer to an earlier byte, and the
-// pointers resolved by passes over all entries at once (zstd_link, zstd_entries, zstd_jump,
-// zstd_write).
+// frame's sequences executed by a thread block, a round of sequences at a time (zstd_execute),
+// or, for batches of 64 MiB or less, every output byte given an entry, a value or a pointer to an
+// earlier byte, and the pointers resolved by passes over all entries at once (zstd_link,
+// zstd_entries, zstd_jump, zstd_write).
 
 // ---- 3. The frame's bytes -----------------------------------------------------------------
 
@@ -76,78 +76,197 @@ ZS_UNROLL
     for (zs_u32 i = 0; i < ml; ++i) m[i] = s[i];
 }
 
+// ---- 3a. A frame's sequences executed by a thread block ------------------------------------
+// A thread block a frame (ZS_EXEC_THREADS threads), a round of as many sequences at a time, one
+// to a thread. A sequence whose match reads bytes that sequences of its round write waits for
+// them: the round runs in phases, each executing every sequence whose sources are written (the
+// lowest sequence not done always is, so a round ends within as many phases as sequences). On
+// Z2's frames a round of 128 took 1,100 to 2,400 phases a frame where a warp's rounds of 32 took
+// 3,900 to 8,100 steps (benches/zstd_rounds.sh). A sequence longer than 64 bytes waits until it
+// is the lowest not done, then the whole block copies it.
+
+#ifndef ZS_EXEC_THREADS
+#define ZS_EXEC_THREADS 128u
+#endif
+#define ZS_EXEC_WARPS (ZS_EXEC_THREADS / 32u)
+#define ZS_EXEC_LONG 64u  // a sequence longer than this is copied by the whole block
+#define ZS_EXEC_WAITS 8u  // a sequence reading from more of its round's waits for all before it
+
+// (On the CPU a phase's threads run last first: a sequence let run before the bytes it reads
+// are written would read them unwritten there too, and the tests see other bytes.)
+#ifdef ZS_HOST_SHIM
+#define ZS_FOR_THREADS(t, n) for (unsigned long long t = 0; t < (n); ++t)
+#define ZS_FOR_THREADS_LAST_FIRST(t, n) for (unsigned long long t = (n); t-- > 0;)
+#else
+#define ZS_FOR_THREADS(t, n) for (unsigned long long t = threadIdx.x; t < (n); t += blockDim.x)
+#define ZS_FOR_THREADS_LAST_FIRST(t, n) ZS_FOR_THREADS(t, n)
+#endif
+
+struct ZsExecRound {
+    zs_u64 op[ZS_EXEC_THREADS];   // where each sequence's bytes start in the frame's output
+    zs_u64 src[ZS_EXEC_THREADS];  // where its match reads from (first its offset)
+    zs_u64 lp[ZS_EXEC_THREADS];   // where its literals start in the block's
+    zs_u32 ll[ZS_EXEC_THREADS], ml[ZS_EXEC_THREADS];
+    zs_u32 lo[ZS_EXEC_THREADS], hi[ZS_EXEC_THREADS];  // the round's sequences it reads from: [lo, hi)
+    zs_u32 done[ZS_EXEC_THREADS], ready[ZS_EXEC_THREADS];
+    zs_u64 warp_sum[ZS_EXEC_WARPS];
+    zs_u32 warp_open[ZS_EXEC_WARPS];
+    zs_u32 bad;
+};
+
+// Exclusive prefix sums of a[0, m) into s, plus `base`, by the block (m at most ZS_EXEC_THREADS).
+ZS_FN void zs_block_prefix(ZsExecRound* r, const zs_u32* a, zs_u64* s, zs_u32 m, zs_u64 base) {
+#ifdef ZS_HOST_SHIM
+    (void)r;
+    zs_u64 sum = base;
+    for (zs_u32 i = 0; i < m; ++i) {
+        s[i] = sum;
+        sum += a[i];
+    }
+#else
+    const zs_u32 t = threadIdx.x, lane = t & 31u, w = t >> 5;
+    const zs_u64 v = t < m ? a[t] : 0;
+    zs_u64 x = v;
+    for (zs_u32 d = 1; d < 32; d <<= 1) {
+        const zs_u64 y = __shfl_up_sync(0xFFFFFFFFu, x, d);
+        if (lane >= d) x += y;
+    }
+    if (lane == 31) r->warp_sum[w] = x;
+    __syncthreads();
+    zs_u64 before = base;
+    for (zs_u32 j = 0; j < w; ++j) before += r->warp_sum[j];
+    if (t < m) s[t] = before + x - v;
+    __syncthreads();
+#endif
+}
+
+// The lowest of the round's m sequences not done (m where all are).
+ZS_FN zs_u32 zs_exec_open(ZsExecRound* r, zs_u32 m) {
+#ifdef ZS_HOST_SHIM
+    for (zs_u32 t = 0; t < m; ++t)
+        if (!r->done[t]) return t;
+    return m;
+#else
+    const zs_u32 t = threadIdx.x, w = t >> 5;
+    const unsigned open = __ballot_sync(0xFFFFFFFFu, t < m && !r->done[t]);
+    if ((t & 31u) == 0) r->warp_open[w] = open ? w * 32u + (zs_u32)__ffs(open) - 1u : m;
+    __syncthreads();
+    zs_u32 first = m;
+    for (zs_u32 j = 0; j < ZS_EXEC_WARPS; ++j) first = r->warp_open[j] < first ? r->warp_open[j] : first;
+    return first;
+#endif
+}
+
+// The last of s[0, n) at most `at` (s ascending, s[0] at most `at`, n at least 1).
+ZS_FN zs_u32 zs_last_at_most(const zs_u64* s, zs_u32 n, zs_u64 at) {
+    zs_u32 lo = 0, hi = n;  // s[lo] <= at, and s[j] > at for every j >= hi
+    while (hi - lo > 1) {
+        const zs_u32 mid = lo + (hi - lo) / 2;
+        if (s[mid] <= at) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// ml bytes at dst repeating the `off` bytes before it (off < ml), by the block.
+ZS_FN void zs_block_match(zs_u8* dst, zs_u64 off, zs_u64 ml) {
+    const zs_u8* src = dst - off;
+    if (off >= ml) {
+        ZS_FOR_THREADS(i, ml) dst[i] = src[i];
+    } else {
+        // (off < ml: both below 2^32, a record's lengths are.)
+        ZS_FOR_THREADS(i, ml) dst[i] = src[(zs_u32)i % (zs_u32)off];
+    }
+    ZS_BLOCK_SYNC();
+}
+
 // A compressed block's sequences (records rec[0, count)) and its literals executed at out + *op
-// of a frame output of `capacity`; rin: its incoming repeat offsets.
-ZS_FN zs_u32 zs_execute_sequences(ZsRound* r, const zs_u32* rec, zs_u64 count, const zs_u8* lits, zs_u64 lit_count,
-                                  zs_u8* out, zs_u64* op_io, const zs_u64* rin) {
+// of a frame output of `capacity`; rin: its incoming repeat offsets. Every thread returns the
+// same status.
+ZS_FN zs_u32 zs_execute_block(ZsExecRound* r, const zs_u32* rec, zs_u64 count, const zs_u8* lits, zs_u64 lit_count,
+                              zs_u8* out, zs_u64 capacity, zs_u64* op_io, const zs_u64* rin) {
     zs_u64 op = *op_io, lp = 0;
-    for (zs_u64 base = 0; base < count; base += 32) {
-        const zs_u32 m = (zs_u32)(count - base < 32 ? count - base : 32);
-        ZS_FOR_LANES(i, m) {
+    for (zs_u64 base = 0; base < count; base += ZS_EXEC_THREADS) {
+        const zs_u32 m = (zs_u32)(count - base < ZS_EXEC_THREADS ? count - base : ZS_EXEC_THREADS);
+        ZS_FOR_THREADS(i, m) {
             const zs_u32* q = rec + ZS_RECORD * (base + i);
             const zs_u32 value = q[0], tag = q[1] >> 30;
             r->ll[i] = q[1] & 0x3FFFFFFFu;
             r->ml[i] = q[2];
-            r->off[i] = tag == 0 ? value : (rin[tag - 1] > value ? rin[tag - 1] - value : 0);
+            r->src[i] = tag == 0 ? value : (rin[tag - 1] > value ? rin[tag - 1] - value : 0);
+            r->done[i] = r->ll[i] + r->ml[i];  // (the sequence's length, for the sums)
         }
-        ZS_SYNC();
-        zs_prefix(r->ll, r->lp, m, lp);
-        ZS_FOR_LANES(i, m) r->flag[i] = r->ll[i] + r->ml[i];
-        ZS_SYNC();
-        zs_prefix(r->flag, r->op, m, op);
-        ZS_SYNC();
-        // Offsets within the bytes before each match.
-        ZS_FOR_LANES(i, m) r->flag[i] = r->off[i] == 0 || r->off[i] > r->op[i] + r->ll[i];
-        ZS_SYNC();
-        if (zs_first_flag(r->flag, 0, m) < m) return ZS_BAD_SEQUENCE;
-        ZS_SYNC();
+        if (threadIdx.x == 0) r->bad = 0;
+        ZS_BLOCK_SYNC();
+        zs_block_prefix(r, r->ll, r->lp, m, lp);
+        zs_block_prefix(r, r->done, r->op, m, op);
         const zs_u64 end_op = r->op[m - 1] + r->ll[m - 1] + r->ml[m - 1];
         const zs_u64 end_lp = r->lp[m - 1] + r->ll[m - 1];
-        zs_u32 from = 0;
-        while (from < m) {
-            // A sequence waits for the round before it when its match reads bytes written in
-            // this round by sequences before it, or when it is long (the warp copies it).
-            const zs_u64 start = r->op[from];
-            ZS_FOR_LANES(i, m) {
-                const zs_u64 own = r->op[i] + r->ll[i];
-                const zs_u64 src = own - r->off[i];
-                const zs_u64 src_end = src + r->ml[i] < r->op[i] ? src + r->ml[i] : r->op[i];
-                r->flag[i] = (r->ll[i] + r->ml[i] > 64) || (src < r->op[i] && src_end > start);
+        // Offsets within the bytes before each match; literals and bytes within the block's.
+        const zs_u32 short_of = end_lp > lit_count ? ZS_BAD_SEQUENCE : end_op > capacity ? ZS_PAST_CAPACITY : ZS_OK;
+        ZS_FOR_THREADS(i, m) {
+            const zs_u64 own = r->op[i] + r->ll[i], off = r->src[i];
+            if (off == 0 || off > own) r->bad = 1;
+            r->src[i] = own - off;
+            r->done[i] = 0;
+            // The round's sequences whose bytes the match reads before its own: [lo, hi).
+            const zs_u64 from = r->src[i] > r->op[0] ? r->src[i] : r->op[0];
+            const zs_u64 end = r->src[i] + r->ml[i] < r->op[i] ? r->src[i] + r->ml[i] : r->op[i];
+            r->lo[i] = r->hi[i] = 0;
+            if (off != 0 && off <= own && end > from) {
+                r->lo[i] = zs_last_at_most(r->op, (zs_u32)i, from);
+                r->hi[i] = zs_last_at_most(r->op, (zs_u32)i, end - 1) + 1;
             }
-            ZS_SYNC();
-            const zs_u32 stop = zs_first_flag(r->flag, from, m);
-            ZS_SYNC();
-            ZS_FOR_LANES(i, m) {
-                if (i >= from && i < stop) zs_lane_sequence(out + r->op[i], lits + r->lp[i], r->ll[i], r->ml[i], r->off[i]);
+        }
+        ZS_BLOCK_SYNC();
+        if (r->bad) return ZS_BAD_SEQUENCE;
+        if (short_of != ZS_OK) return short_of;
+        // Phases until every sequence of the round is done: at least the lowest not done each.
+        for (;;) {
+            const zs_u32 open = zs_exec_open(r, m);
+            if (open >= m) break;
+            const zs_u32 long_now = r->ll[open] + r->ml[open] > ZS_EXEC_LONG;
+            ZS_FOR_THREADS_LAST_FIRST(i, m) {
+                zs_u32 ok = !r->done[i] && (i == open || r->ll[i] + r->ml[i] <= ZS_EXEC_LONG);
+                if (ok && r->hi[i] > open) {
+                    if (r->hi[i] - r->lo[i] > ZS_EXEC_WAITS) ok = 0;
+                    for (zs_u32 j = r->lo[i]; ok && j < r->hi[i]; ++j) ok = r->done[j];
+                }
+                r->ready[i] = ok;
+                if (ok && !(long_now && i == open)) {
+                    const zs_u64 at = r->op[i];
+                    zs_lane_sequence(out + at, lits + r->lp[i], r->ll[i], r->ml[i], at + r->ll[i] - r->src[i]);
+                }
             }
-            ZS_SYNC();
-            if (stop < m) {
-                // The warp copies this one, its sources all written now.
-                const zs_u64 o = r->op[stop], l = r->ll[stop];
-                const zs_u8* lit = lits + r->lp[stop];
-                ZS_FOR_LANES(i, l) out[o + i] = lit[i];
-                ZS_SYNC();
-                zs_match(out + o + l, r->off[stop], r->ml[stop]);
+            ZS_BLOCK_SYNC();
+            if (long_now) {
+                const zs_u64 at = r->op[open], ll = r->ll[open];
+                const zs_u8* lit = lits + r->lp[open];
+                ZS_FOR_THREADS(i, ll) out[at + i] = lit[i];
+                ZS_BLOCK_SYNC();
+                zs_block_match(out + at + ll, at + ll - r->src[open], r->ml[open]);
             }
-            from = stop + 1;
+            ZS_FOR_THREADS(i, m) if (r->ready[i]) r->done[i] = 1;
         }
         op = end_op;
         lp = end_lp;
-        ZS_SYNC();
+        ZS_BLOCK_SYNC();
     }
     const zs_u64 rest = lit_count - lp;
-    ZS_FOR_LANES(i, rest) out[op + i] = lits[lp + i];
-    ZS_SYNC();
+    if (rest > capacity - op) return ZS_PAST_CAPACITY;
+    ZS_FOR_THREADS(i, rest) out[op + i] = lits[lp + i];
+    ZS_BLOCK_SYNC();
     *op_io = op + rest;
     return ZS_OK;
 }
 
+// Thread block k (ZS_EXEC_THREADS threads): frame k's blocks in order into its output.
 extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, const unsigned long long* capacities,
                                         unsigned char* const* outputs, unsigned long long* decoded,
                                         unsigned int* statuses, const ZsFramePlan* frames, const ZsBlockPlan* blocks,
                                         const unsigned char* lit_scratch, const unsigned int* seq_scratch,
                                         unsigned long long n) {
-    ZS_SHARED ZsRound round;
+    ZS_SHARED ZsExecRound round;
     const unsigned long long k = blockIdx.x;
     if (k >= n) return;
     const ZsFramePlan* f = &frames[k];
@@ -169,18 +288,18 @@ extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, cons
         }
         if (p->kind == 0) {
             const zs_u8* src = in + p->in_at;
-            ZS_FOR_LANES(i, size) out[op + i] = src[i];
-            ZS_SYNC();
+            ZS_FOR_THREADS(i, size) out[op + i] = src[i];
+            ZS_BLOCK_SYNC();
             op += size;
         } else if (p->kind == 1) {
             const zs_u8 v = in[p->in_at];
-            ZS_FOR_LANES(i, size) out[op + i] = v;
-            ZS_SYNC();
+            ZS_FOR_THREADS(i, size) out[op + i] = v;
+            ZS_BLOCK_SYNC();
             op += size;
         } else {
             const zs_u8* lits = p->lit_in_at == ZS_NONE ? lit_scratch + p->lits_at : in + p->lit_in_at;
-            status = zs_execute_sequences(&round, seq_scratch + ZS_RECORD * p->seqs_at, p->seq_slots, lits, p->lit_slots, out,
-                                          &op, rep);
+            status = zs_execute_block(&round, seq_scratch + ZS_RECORD * p->seqs_at, p->seq_slots, lits, p->lit_slots, out,
+                                      capacity, &op, rep);
             if (status != ZS_OK) break;
             status = zs_next_reps(p, rep);
             if (status != ZS_OK) break;
@@ -188,7 +307,7 @@ extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, cons
     }
     if (status == ZS_OK) status = f->status;
     if (status == ZS_OK && op != capacity) status = ZS_SIZE_MISMATCH;
-    if (ZS_LANE == 0) {
+    if (threadIdx.x == 0) {
         statuses[k] = status;
         decoded[k] = op;
     }

@@ -1,7 +1,8 @@
 //! Our device decoder of zstd frames. Where the batch's scratch allows (its `BlockPlan`), a
 //! frame's blocks decode side by side (`blocks.cu`, then `bytes.cu`): a walk of each frame's
 //! headers plans its blocks; one warp per block decodes its literals and its sequences into
-//! records; one warp per frame executes them, 32 sequences at a time. Otherwise one warp decodes
+//! records; a thread block per frame executes them, a round of [`EXEC_THREADS`] at a time, each
+//! sequence as soon as the bytes it reads are written. Otherwise one warp decodes
 //! each frame in order (`decode.cu`, one launch): every lane parses the headers alike, lane 0
 //! builds the tables, four lanes decode the literal streams, the copies spread over the lanes.
 //!
@@ -121,8 +122,14 @@ const RECORD: usize = 12;
 const TABLE_BYTES: usize = 4 * (512 + 512 + 256 + 4);
 /// Batches decoding to at most this many bytes resolve their bytes by jumps (`zstd_jump`: 4
 /// bytes of scratch a decoded byte, and passes over all of them at once); larger ones execute
-/// each frame's sequences on one warp (`zstd_execute`).
+/// each frame's sequences on a thread block (`zstd_execute`).
 const JUMP_MAX: u64 = 64 << 20;
+/// Threads of `zstd_execute`'s thread block, and sequences of its round (`bytes.cu`
+/// `ZS_EXEC_THREADS`): a round runs in phases, every sequence whose sources are written in each.
+/// On Z2's frames rounds of 128 take 1,100 to 2,400 phases a frame where a warp's rounds of 32
+/// took 3,900 to 8,100 steps (`benches/zstd_rounds.sh`); 128 threads keep 1,024 frames resident
+/// at once on an H100 where 256 would not.
+const EXEC_THREADS: u32 = 128;
 /// Alignment of the scratch's regions.
 const ALIGN: usize = 256;
 /// Links a jump pass follows from each pointer (`bytes.cu` `ZS_HOPS`).
@@ -730,7 +737,8 @@ pub(crate) unsafe fn launch_block_decode(
     }
     let args = [a.inputs, a.capacities, a.outputs, a.decoded, a.statuses, frames, blocks, literals, records, n];
     // SAFETY: as above; outputs of their capacities, which the kernel stays within.
-    unsafe { kernels.launch_u64(stream, "zstd_execute", warps(n, 1)?, &args, "launching the zstd executor") }
+    let executor = grid(n, 1, EXEC_THREADS, 0)?;
+    unsafe { kernels.launch_u64(stream, "zstd_execute", executor, &args, "launching the zstd executor") }
 }
 
 /// The jump path's launches after the blocks are decoded: link, entries, the passes, write.

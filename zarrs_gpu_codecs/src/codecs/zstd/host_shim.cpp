@@ -80,7 +80,7 @@ extern "C" void zstd_execute_on_host(const unsigned char* const* inputs, const u
                                      unsigned char* const* outputs, unsigned long long* decoded, unsigned int* statuses,
                                      const void* frames, const void* blocks, const unsigned char* lit_scratch,
                                      const unsigned int* seq_scratch, unsigned long long n) {
-    blockDim.x = 32;
+    blockDim.x = ZS_EXEC_THREADS;
     threadIdx.x = 0;
     for (unsigned long long k = 0; k < n; ++k) {
         blockIdx.x = (unsigned int)k;

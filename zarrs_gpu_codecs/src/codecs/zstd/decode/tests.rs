@@ -98,6 +98,11 @@ fn the_plan_structs_are_laid_out_as_the_host_lays_them_out() {
 }
 
 #[test]
+fn the_executor_launches_as_many_threads_as_its_rounds_take_sequences() {
+    assert!(SOURCE.contains(&format!("#define ZS_EXEC_THREADS {EXEC_THREADS}u")), "EXEC_THREADS differs from bytes.cu's");
+}
+
+#[test]
 fn the_jump_passes_resolve_the_longest_chain_a_frame_can_hold() {
     assert!(SOURCE.contains(&format!("#define ZS_HOPS {HOPS}u")), "HOPS differs from bytes.cu's");
     assert_eq!([1, 2, 33, 34, 1089, 1090, 1 << 20, 64 << 20].map(jump_passes), [1, 1, 1, 2, 2, 3, 4, 6]);
