@@ -49,6 +49,17 @@ ZS_FN zs_u32 zs_first_flag(const zs_u32* flag, zs_u32 from, zs_u32 m) {
 #endif
 }
 
+// n bytes (at most 16) from src to dst, every one read before any is written.
+ZS_FN void zs_copy16(zs_u8* dst, const zs_u8* src, zs_u32 n) {
+    zs_u8 v[16];
+ZS_UNROLL
+    for (zs_u32 i = 0; i < 16; ++i)
+        if (i < n) v[i] = src[i];
+ZS_UNROLL
+    for (zs_u32 i = 0; i < 16; ++i)
+        if (i < n) dst[i] = v[i];
+}
+
 // One lane's whole sequence: ll literals from lit, then ml bytes from `off` before.
 ZS_FN void zs_lane_sequence(zs_u8* dst, const zs_u8* lit, zs_u32 ll, zs_u32 ml, zs_u64 off) {
     if (ll <= 16 && ml <= 16 && off >= ml) {
@@ -70,10 +81,17 @@ ZS_UNROLL
             if (i < ml) dst[ll + i] = v[16 + i];
         return;
     }
-    for (zs_u32 i = 0; i < ll; ++i) dst[i] = lit[i];
+    // 16 bytes at a time, each batch read whole before it is written: a byte at a time, each
+    // load waited for the store before it (they might have been one byte).
+    for (zs_u32 i = 0; i < ll; i += 16) zs_copy16(dst + i, lit + i, ll - i < 16 ? ll - i : 16);
     zs_u8* m = dst + ll;
     const zs_u8* s = m - off;
-    for (zs_u32 i = 0; i < ml; ++i) m[i] = s[i];
+    if (off >= 16) {
+        // A batch reads only bytes before its own, written already (earlier batches included).
+        for (zs_u32 i = 0; i < ml; i += 16) zs_copy16(m + i, s + i, ml - i < 16 ? ml - i : 16);
+    } else {
+        for (zs_u32 i = 0; i < ml; ++i) m[i] = s[i];
+    }
 }
 
 // ---- 3a. A frame's sequences executed by a thread block ------------------------------------
