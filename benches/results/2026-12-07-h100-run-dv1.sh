@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run DV1 (build c38d508, beside 3143014's bench as .gpu/bench-3143014.xz and its kernels in
+# Run DV1 (build e327dcd, beside 3143014's bench as .gpu/bench-3143014.xz and its kernels in
 # .gpu/src-3143014): zstd_execute a thread block a frame, rounds of 128 sequences in phases. The
 # kernels' replay (five ways, the executed ones by the new executor); decoder-only rows with 128,
 # 64 and 256 threads and 3143014's warp; the bench's Z2 rows and whole reads (Z2 checksummed:

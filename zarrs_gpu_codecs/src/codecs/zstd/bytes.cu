@@ -51,7 +51,7 @@ ZS_FN zs_u32 zs_first_flag(const zs_u32* flag, zs_u32 from, zs_u32 m) {
 
 // n bytes (at most 16) from src to dst, every one read before any is written.
 ZS_FN void zs_copy16(zs_u8* dst, const zs_u8* src, zs_u32 n) {
-    zs_u8 v[16];
+    zs_u8 v[16] = {0};
 ZS_UNROLL
     for (zs_u32 i = 0; i < 16; ++i)
         if (i < n) v[i] = src[i];
