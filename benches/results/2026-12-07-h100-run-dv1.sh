@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run DV1 (build e327dcd, beside 3143014's bench as .gpu/bench-3143014.xz and its kernels in
+# Run DV1 (build 0626a68, beside 3143014's bench as .gpu/bench-3143014.xz and its kernels in
 # .gpu/src-3143014): zstd_execute a thread block a frame, rounds of 128 sequences in phases. The
 # kernels' replay (five ways, the executed ones by the new executor); decoder-only rows with 128,
 # 64 and 256 threads and 3143014's warp; the bench's Z2 rows and whole reads (Z2 checksummed:
@@ -23,6 +23,11 @@ rows old /tmp/bench-old z2
 for b in bench /tmp/bench-old; do
   timeout 40 $b --dir /tmp/b --gib 1 --cases z2c --ours-only --tiles 0 --repeat 5 --label "whole $b" \
     --json $OUT/rows.jsonl > /tmp/w.log 2>&1 || { log "$b z2c rc=$?"; tail -3 /tmp/w.log >> $OUT/log.txt; }
+done
+# The whole read with the host's share given (the scheduler's rates aside): none, an eighth.
+for f in 0 0.125; do
+  ZARRS_GPU_HOST_DECODE_FRACTION=$f timeout 40 bench --dir /tmp/b --gib 1 --cases z2c --ours-only --tiles 0 --repeat 5 \
+    --label "whole, host share $f" --json $OUT/rows.jsonl > /tmp/w.log 2>&1 || { log "share $f rc=$?"; tail -3 /tmp/w.log >> $OUT/log.txt; }
 done
 log "whole reads $(el)"
 staged_tests "compressed:: retrieval:: sharding::" "none_here"
