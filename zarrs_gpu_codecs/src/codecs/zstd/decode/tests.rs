@@ -99,7 +99,10 @@ fn the_plan_structs_are_laid_out_as_the_host_lays_them_out() {
 
 #[test]
 fn the_executor_launches_as_many_threads_as_its_rounds_take_sequences() {
-    assert!(SOURCE.contains(&format!("#define ZS_EXEC_THREADS {EXEC_THREADS}u")), "EXEC_THREADS differs from bytes.cu's");
+    assert!(
+        SOURCE.contains(&format!("#define ZS_EXEC_THREADS {EXEC_THREADS}u")),
+        "EXEC_THREADS differs from bytes.cu's"
+    );
 }
 
 #[test]
