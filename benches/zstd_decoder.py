@@ -13,12 +13,12 @@ launches, and each launch's share) and the one-warp decoder, in the same run.
 `--split N`: a block's sequences in at most N spans (default: decode.rs' rule, 32 for launches of
 1,024 blocks or fewer, else 0: a lane a block, `zstd_sequence_lanes`, in sources that have it, else 1);
 `--lane-threads N`: threads a thread block of `zstd_sequence_lanes` (default: decode.rs' `LANE_THREADS`, 4);
-`--exec-threads N`: threads (and a round's sequences) of `zstd_execute`, compiled so (default: the
-source's `ZS_EXEC_THREADS`; sources before it, a warp);
+`--exec-threads N`: threads (and a round's sequences) of `zstd_execute` (default: decode.rs'
+`exec_threads` of the launch's frames; sources before the thread block executor, a warp);
 `--cycles`: also the instrumented block decode (clock64 cycles of each phase of a block's warp:
 literals, tables, packing, chain walk, spans, rest), for --cycles-frames (default 1,16).
 """
-import gzip, json, os, re, struct, sys, time
+import gzip, json, os, struct, sys, time
 import numpy as np, cupy as cp
 
 dump = sys.argv[1] if len(sys.argv) > 1 else "zcases.bin"
@@ -36,12 +36,18 @@ CHAINS = "const unsigned int* chains" in src
 # Warps a block's entries take side by side (decode.rs ENTRY_PARTS; sources before it: one).
 ENTRY_PARTS = 8 if "gridDim.y warps per block" in src else 1
 # Compiled as the crate does (NVRTC); a name defined after it checks its #undefs.
-# Threads of zstd_execute's thread block: --exec-threads (compiled so), else the source's
-# ZS_EXEC_THREADS; sources before it: a warp.
-_exec = re.search(r"#define ZS_EXEC_THREADS (\d+)u", src)
-EXEC_THREADS = int(opt("--exec-threads", _exec.group(1) if _exec else 32))
-mod = cp.RawModule(code=src + "\n#define ZS_OK 12345\n", backend="nvrtc",
-                   options=(f"-DZS_EXEC_THREADS={EXEC_THREADS}u",) if _exec and opt("--exec-threads") else ())
+mod = cp.RawModule(code=src + "\n#define ZS_OK 12345\n", backend="nvrtc")
+# Threads of zstd_execute's thread blocks: --exec-threads, else decode.rs' `exec_threads` of the
+# launch's frames; sources before the thread block executor: a warp.
+EXEC_BLOCK = "ZS_EXEC_THREADS" in src
+
+
+def exec_threads(frames):
+    if not EXEC_BLOCK:
+        return 32
+    return int(opt("--exec-threads", 128 if frames <= 512 else 64 if frames <= 2048 else 32))
+
+
 kern = mod.get_function("zstd_decode_frames")
 k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write = (mod.get_function(f) for f in (
     "zstd_plan", "zstd_decode_blocks", "zstd_execute", "zstd_link", "zstd_entries", "zstd_jump", "zstd_write"))
@@ -182,7 +188,7 @@ class Blocks:
         if blocks_only:
             pass
         elif not self.jump:
-            k_exec((self.n,), (EXEC_THREADS,), (ins, caps, outs, dec, st, self.frames, self.blocks, self.lits, self.records, n))
+            k_exec((self.n,), (exec_threads(self.n),), (ins, caps, outs, dec, st, self.frames, self.blocks, self.lits, self.records, n))
         else:
             k_link((self.n,), (32,), (caps, dec, st, self.frames, self.blocks, self.flags, np.uint32(self.passes), n))
             if self.nblocks:
@@ -334,7 +340,7 @@ for n, decoder in [(n, d) for n in counts for d in decoders]:
             row_phases = dict(plan_ms=ph[0], blocks_ms=ph[1], execute_ms=ph[2])
             share = f" (plan {ph[0]:.2f}, blocks {ph[1]:.2f}, execute {ph[2]:.2f} ms; scratch {plan.len / 2**20:.1f} MiB)"
     name = decoder if decoder != "blocks" or (plan and not plan.jump) else "blocks, jumps"
-    name = f"{name}{f', split {plan.split}' if plan else ''}{f', execute {EXEC_THREADS}' if plan and not plan.jump else ''}{', ' + label if label else ''}"
+    name = f"{name}{f', split {plan.split}' if plan else ''}{f', execute {exec_threads(n)}' if plan and not plan.jump else ''}{', ' + label if label else ''}"
     print(f"ours ({name}), {n} frames of 1 MiB: median {med:.2f} ms, p90 {np.percentile(times, 90):.2f} ms, {gib:.2f} GiB/s{share}")
     rows.append(dict(decoder=f"ours ({name})", frames=n, median_ms=med, p90_ms=float(np.percentile(times, 90)), gib_s=gib,
                      **{k: float(v) for k, v in row_phases.items()}))

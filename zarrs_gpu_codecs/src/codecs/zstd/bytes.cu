@@ -95,8 +95,8 @@ ZS_UNROLL
 }
 
 // ---- 3a. A frame's sequences executed by a thread block ------------------------------------
-// A thread block a frame (ZS_EXEC_THREADS threads), a round of as many sequences at a time, one
-// to a thread. A sequence whose match reads bytes that sequences of its round write waits for
+// A thread block a frame (32, 64 or 128 threads, ZS_EXEC_THREADS at most: decode.rs picks by the
+// launch's frames), a round of as many sequences at a time, one to a thread. A sequence whose match reads bytes that sequences of its round write waits for
 // them: the round runs in phases, each executing every sequence whose sources are written (the
 // lowest sequence not done always is, so a round ends within as many phases as sequences). On
 // Z2's frames a round of 128 took 1,100 to 2,400 phases a frame where a warp's rounds of 32 took
@@ -107,6 +107,7 @@ ZS_UNROLL
 #define ZS_EXEC_THREADS 128u
 #endif
 #define ZS_EXEC_WARPS (ZS_EXEC_THREADS / 32u)
+// (On the CPU a round takes blockDim.x sequences too: the host entry sets it.)
 #define ZS_EXEC_LONG 64u  // a sequence longer than this is copied by the whole block
 #define ZS_EXEC_WAITS 8u  // a sequence reading from more of its round's waits for all before it
 
@@ -132,7 +133,7 @@ struct ZsExecRound {
     zs_u32 bad;
 };
 
-// Exclusive prefix sums of a[0, m) into s, plus `base`, by the block (m at most ZS_EXEC_THREADS).
+// Exclusive prefix sums of a[0, m) into s, plus `base`, by the block (m at most its threads).
 ZS_FN void zs_block_prefix(ZsExecRound* r, const zs_u32* a, zs_u64* s, zs_u32 m, zs_u64 base) {
 #ifdef ZS_HOST_SHIM
     (void)r;
@@ -149,7 +150,7 @@ ZS_FN void zs_block_prefix(ZsExecRound* r, const zs_u32* a, zs_u64* s, zs_u32 m,
         const zs_u64 y = __shfl_up_sync(0xFFFFFFFFu, x, d);
         if (lane >= d) x += y;
     }
-    if (lane == 31) r->warp_sum[w] = x;
+    if (lane == 31 && w < ZS_EXEC_WARPS) r->warp_sum[w] = x;
     __syncthreads();
     zs_u64 before = base;
     for (zs_u32 j = 0; j < w; ++j) before += r->warp_sum[j];
@@ -167,10 +168,10 @@ ZS_FN zs_u32 zs_exec_open(ZsExecRound* r, zs_u32 m) {
 #else
     const zs_u32 t = threadIdx.x, w = t >> 5;
     const unsigned open = __ballot_sync(0xFFFFFFFFu, t < m && !r->done[t]);
-    if ((t & 31u) == 0) r->warp_open[w] = open ? w * 32u + (zs_u32)__ffs(open) - 1u : m;
+    if ((t & 31u) == 0 && w < ZS_EXEC_WARPS) r->warp_open[w] = open ? w * 32u + (zs_u32)__ffs(open) - 1u : m;
     __syncthreads();
     zs_u32 first = m;
-    for (zs_u32 j = 0; j < ZS_EXEC_WARPS; ++j) first = r->warp_open[j] < first ? r->warp_open[j] : first;
+    for (zs_u32 j = 0; j < blockDim.x / 32u; ++j) first = r->warp_open[j] < first ? r->warp_open[j] : first;
     return first;
 #endif
 }
@@ -199,13 +200,13 @@ ZS_FN void zs_block_match(zs_u8* dst, zs_u64 off, zs_u64 ml) {
 }
 
 // A compressed block's sequences (records rec[0, count)) and its literals executed at out + *op
-// of a frame output of `capacity`; rin: its incoming repeat offsets. Every thread returns the
-// same status.
-ZS_FN zs_u32 zs_execute_block(ZsExecRound* r, const zs_u32* rec, zs_u64 count, const zs_u8* lits, zs_u64 lit_count,
-                              zs_u8* out, zs_u64 capacity, zs_u64* op_io, const zs_u64* rin) {
+// of a frame output of `capacity`, `round` sequences at a time (the block's threads); rin: its
+// incoming repeat offsets. Every thread returns the same status.
+ZS_FN zs_u32 zs_execute_block(ZsExecRound* r, zs_u32 round, const zs_u32* rec, zs_u64 count, const zs_u8* lits,
+                              zs_u64 lit_count, zs_u8* out, zs_u64 capacity, zs_u64* op_io, const zs_u64* rin) {
     zs_u64 op = *op_io, lp = 0;
-    for (zs_u64 base = 0; base < count; base += ZS_EXEC_THREADS) {
-        const zs_u32 m = (zs_u32)(count - base < ZS_EXEC_THREADS ? count - base : ZS_EXEC_THREADS);
+    for (zs_u64 base = 0; base < count; base += round) {
+        const zs_u32 m = (zs_u32)(count - base < round ? count - base : round);
         ZS_FOR_THREADS(i, m) {
             const zs_u32* q = rec + ZS_RECORD * (base + i);
             const zs_u32 value = q[0], tag = q[1] >> 30;
@@ -278,7 +279,7 @@ ZS_FN zs_u32 zs_execute_block(ZsExecRound* r, const zs_u32* rec, zs_u64 count, c
     return ZS_OK;
 }
 
-// Thread block k (ZS_EXEC_THREADS threads): frame k's blocks in order into its output.
+// Thread block k (32, 64 or 128 threads): frame k's blocks in order into its output.
 extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, const unsigned long long* capacities,
                                         unsigned char* const* outputs, unsigned long long* decoded,
                                         unsigned int* statuses, const ZsFramePlan* frames, const ZsBlockPlan* blocks,
@@ -287,6 +288,15 @@ extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, cons
     ZS_SHARED ZsExecRound round;
     const unsigned long long k = blockIdx.x;
     if (k >= n) return;
+    if (blockDim.x == 0 || blockDim.x > ZS_EXEC_THREADS || blockDim.x % 32u != 0) {
+        // A launch of another shape (not one decode.rs makes): an error for every frame, never
+        // a write past the round's arrays.
+        if (threadIdx.x == 0) {
+            statuses[k] = ZS_BAD_FRAME;
+            decoded[k] = 0;
+        }
+        return;
+    }
     const ZsFramePlan* f = &frames[k];
     const zs_u8* in = inputs[k];
     zs_u8* out = outputs[k];
@@ -316,8 +326,8 @@ extern "C" __global__ void zstd_execute(const unsigned char* const* inputs, cons
             op += size;
         } else {
             const zs_u8* lits = p->lit_in_at == ZS_NONE ? lit_scratch + p->lits_at : in + p->lit_in_at;
-            status = zs_execute_block(&round, seq_scratch + ZS_RECORD * p->seqs_at, p->seq_slots, lits, p->lit_slots, out,
-                                      capacity, &op, rep);
+            status = zs_execute_block(&round, blockDim.x, seq_scratch + ZS_RECORD * p->seqs_at, p->seq_slots, lits,
+                                      p->lit_slots, out, capacity, &op, rep);
             if (status != ZS_OK) break;
             status = zs_next_reps(p, rep);
             if (status != ZS_OK) break;

@@ -124,12 +124,24 @@ const TABLE_BYTES: usize = 4 * (512 + 512 + 256 + 4);
 /// bytes of scratch a decoded byte, and passes over all of them at once); larger ones execute
 /// each frame's sequences on a thread block (`zstd_execute`).
 const JUMP_MAX: u64 = 64 << 20;
-/// Threads of `zstd_execute`'s thread block, and sequences of its round (`bytes.cu`
+/// The most threads of `zstd_execute`'s thread block, a round's sequences (`bytes.cu`
 /// `ZS_EXEC_THREADS`): a round runs in phases, every sequence whose sources are written in each.
-/// On Z2's frames rounds of 128 take 1,100 to 2,400 phases a frame where a warp's rounds of 32
-/// took 3,900 to 8,100 steps (`benches/zstd_rounds.sh`); 128 threads keep 1,024 frames resident
-/// at once on an H100 where 256 would not.
 const EXEC_THREADS: u32 = 128;
+
+/// Threads of `zstd_execute`'s thread blocks (and sequences of a round) for a launch of `frames`
+/// frames. On Z2's frames rounds of 128 take 1,100 to 2,400 phases a frame where rounds of 32
+/// take 3,400 to 5,800 (`benches/zstd_rounds.sh`): a few hundred frames, which leave the device
+/// waiting on each frame's steps, execute fastest in rounds of 128; thousands keep it busy, and
+/// there each phase's barriers and idle threads cost more than the fewer phases save (decoder
+/// alone on an H100, run DV1: 288 frames 6.8 ms with 128 threads, 10.2 with 64; 1,024 frames
+/// 14.3 and 12.2; 8,192 frames 91.5 and 77.4, where a warp's rounds of 32 took 63.7).
+fn exec_threads(frames: u64) -> u32 {
+    match frames {
+        0..=512 => 128,
+        513..=2048 => 64,
+        _ => 32,
+    }
+}
 /// Alignment of the scratch's regions.
 const ALIGN: usize = 256;
 /// Links a jump pass follows from each pointer (`bytes.cu` `ZS_HOPS`).
@@ -737,7 +749,7 @@ pub(crate) unsafe fn launch_block_decode(
     }
     let args = [a.inputs, a.capacities, a.outputs, a.decoded, a.statuses, frames, blocks, literals, records, n];
     // SAFETY: as above; outputs of their capacities, which the kernel stays within.
-    let executor = grid(n, 1, EXEC_THREADS, 0)?;
+    let executor = grid(n, 1, exec_threads(n), 0)?;
     unsafe { kernels.launch_u64(stream, "zstd_execute", executor, &args, "launching the zstd executor") }
 }
 
@@ -844,6 +856,7 @@ unsafe extern "C" {
         literals: *const u8,
         records: *const u32,
         n: u64,
+        threads: u32,
     );
     #[cfg(test)]
     fn zstd_plan_sizes_on_host() -> u64;
@@ -946,7 +959,11 @@ fn decode_on_host_split(
     if (split == LANES) != (plan.split == LANES) {
         plan = plan.with_split(split);
     }
-    if path == HostPath::Execute {
+    let threads = match path {
+        HostPath::ExecuteThreads(threads) => threads,
+        _ => exec_threads(n as u64),
+    };
+    if matches!(path, HostPath::Execute | HostPath::ExecuteThreads(_)) {
         plan = plan.executed();
     }
     // The literals apart where the host walked chains, as the device's launches take them.
@@ -1040,6 +1057,7 @@ fn decode_on_host_split(
             literals_p,
             records_p,
             n,
+            threads,
         );
     }
     a.results()
@@ -1053,8 +1071,12 @@ pub enum HostPath {
     OneWarp,
     /// Blocks side by side (each block's sequences decoded a lane a block, as in large
     /// batches: `zstd_sequence_lanes`), each frame's sequences executed by a warp
-    /// (`zstd_execute`).
+    /// (`zstd_execute`, its thread blocks as many threads as the device's launch of as many
+    /// frames takes).
     Execute,
+    /// [`HostPath::Execute`] with thread blocks of this many threads (32, 64 or 128; another
+    /// number makes every frame an error).
+    ExecuteThreads(u32),
     /// Blocks side by side (each block's sequences split into spans, as in small batches), the
     /// bytes resolved by jumps (`zstd_jump`; batches up to 64 MiB).
     Jump,

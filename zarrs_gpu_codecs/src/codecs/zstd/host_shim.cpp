@@ -79,8 +79,8 @@ extern "C" void zstd_block_literals_on_host(const unsigned char* const* inputs, 
 extern "C" void zstd_execute_on_host(const unsigned char* const* inputs, const unsigned long long* capacities,
                                      unsigned char* const* outputs, unsigned long long* decoded, unsigned int* statuses,
                                      const void* frames, const void* blocks, const unsigned char* lit_scratch,
-                                     const unsigned int* seq_scratch, unsigned long long n) {
-    blockDim.x = ZS_EXEC_THREADS;
+                                     const unsigned int* seq_scratch, unsigned long long n, unsigned int threads) {
+    blockDim.x = threads;
     threadIdx.x = 0;
     for (unsigned long long k = 0; k < n; ++k) {
         blockIdx.x = (unsigned int)k;

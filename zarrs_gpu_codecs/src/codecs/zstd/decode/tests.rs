@@ -31,7 +31,7 @@ fn run(frame: &[u8], expected: usize, path: HostPath) -> (u32, Vec<u8>, u64) {
 /// the bytes and the decoded length.
 fn ours(frame: &[u8], expected: usize) -> (u32, Vec<u8>, u64) {
     let (mut status, out, decoded) = run(frame, expected, HostPath::Jump);
-    for other in [HostPath::Execute, HostPath::OneWarp] {
+    for other in [HostPath::Execute, HostPath::ExecuteThreads(64), HostPath::ExecuteThreads(32), HostPath::OneWarp] {
         let (theirs, their_out, _) = run(frame, expected, other);
         assert_eq!(
             status == OK,
@@ -95,6 +95,17 @@ fn a_batch_of_frames_good_and_damaged_decodes_each_as_alone() {
 #[test]
 fn the_plan_structs_are_laid_out_as_the_host_lays_them_out() {
     assert_eq!(plan_sizes_on_host(), (FRAME_PLAN, BLOCK_PLAN));
+}
+
+#[test]
+fn an_executor_launch_of_another_shape_makes_every_frame_an_error() {
+    let raw = data(3, 300_000, 9);
+    let frame = compress(&raw, 3, false, None, true);
+    assert_eq!(run(&frame, raw.len(), HostPath::ExecuteThreads(128)).1, raw);
+    for threads in [0, 48, 256] {
+        let (status, _, decoded) = run(&frame, raw.len(), HostPath::ExecuteThreads(threads));
+        assert_eq!((status, decoded), (BAD_FRAME, 0), "{threads} threads");
+    }
 }
 
 #[test]
