@@ -147,15 +147,17 @@ impl DeviceCodec for Zstd {
         // Measured for this codec: nvCOMP's in DecodeRates' defaults; ours on an H100
         // (benches/RESULTS.md): a 1 MiB Z2 chunk read whole on the device in 1.15 to 1.26 ms,
         // its chains walked by host threads (run DT6), 3.4 ms decoded alone with the device
-        // walking them, as it does beside host threads decoding others (run DQ1); 42.9 ms for
-        // 1,024 frames decoded alone; about 0.4 ms of launches and plan.
+        // walking them, as it does beside host threads decoding others (run DQ1); decoded alone,
+        // 288 frames in 14.2 ms, 1,024 in 27.7, 8,192 in about 165 (run DV1): 49 GiB/s over a
+        // batch, 7 ms of it the longest frame's steps (they overlap the batch's below a few
+        // hundred frames, which take the jump path); about 0.4 ms of launches and plan.
         Some(match self.decoder {
             ZstdDecoder::Nvcomp => DecodeRates::default(),
             ZstdDecoder::Ours | ZstdDecoder::Auto => DecodeRates {
                 device_call_s: 0.4e-3,
                 device_frame_rate: 330.0 * crate::schedule::MIB,
                 device_whole_frame_rate: crate::schedule::GIB,
-                device_rate: 23.0 * crate::schedule::GIB,
+                device_rate: 49.0 * crate::schedule::GIB,
                 ..DecodeRates::default()
             },
         })

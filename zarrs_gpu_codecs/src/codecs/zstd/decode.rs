@@ -137,7 +137,7 @@ const EXEC_THREADS: u32 = 128;
 /// 14.3 and 12.2; 8,192 frames 91.5 and 77.4, where a warp's rounds of 32 took 63.7).
 fn exec_threads(frames: u64) -> u32 {
     match frames {
-        0..=512 => 128,
+        0..=512 => EXEC_THREADS,
         513..=2048 => 64,
         _ => 32,
     }
@@ -961,7 +961,7 @@ fn decode_on_host_split(
     }
     let threads = match path {
         HostPath::ExecuteThreads(threads) => threads,
-        _ => exec_threads(n as u64),
+        _ => exec_threads(n),
     };
     if matches!(path, HostPath::Execute | HostPath::ExecuteThreads(_)) {
         plan = plan.executed();
