@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run DV2 (build b75333c, beside 3143014's bench as .gpu/bench-3143014.xz): zstd_execute's threads
+# Run DV2 (build b2f4e76, beside 3143014's bench as .gpu/bench-3143014.xz): zstd_execute's threads
 # by the launch's frames (decode.rs `exec_threads`: 128 up to 512 frames, 64 up to 2,048, else
 # 32). The replay with each thread count; decoder-only rows of the counts DV1 left out; the Z2
 # rows and the checksummed whole read of this build and 3143014's.
