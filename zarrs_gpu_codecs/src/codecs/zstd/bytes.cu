@@ -10,10 +10,21 @@
 struct ZsRound {
     zs_u64 op[32];   // where each sequence's bytes start in the output
     zs_u64 lp[32];   // where its literals start
-    zs_u64 off[32];  // its offset (0: invalid)
     zs_u32 ll[32], ml[32];
     zs_u32 flag[32];
 };
+
+#ifndef ZS_HOST_SHIM
+// The sum of x over this lane and the lanes below it in its warp.
+ZS_FN zs_u64 zs_warp_inclusive_sum(zs_u64 x) {
+    const zs_u32 lane = ZS_LANE;
+    for (zs_u32 d = 1; d < 32; d <<= 1) {
+        const zs_u64 t = __shfl_up_sync(0xFFFFFFFFu, x, d);
+        if (lane >= d) x += t;
+    }
+    return x;
+}
+#endif
 
 // Exclusive prefix sums of a[0, m) into s (m at most 32), plus `base`.
 ZS_FN void zs_prefix(const zs_u32* a, zs_u64* s, zs_u32 m, zs_u64 base) {
@@ -26,26 +37,9 @@ ZS_FN void zs_prefix(const zs_u32* a, zs_u64* s, zs_u32 m, zs_u64 base) {
 #else
     const zs_u32 lane = ZS_LANE;
     const zs_u64 v = lane < m ? a[lane] : 0;
-    zs_u64 x = v;
-    for (zs_u32 d = 1; d < 32; d <<= 1) {
-        const zs_u64 t = __shfl_up_sync(0xFFFFFFFFu, x, d);
-        if (lane >= d) x += t;
-    }
+    const zs_u64 x = zs_warp_inclusive_sum(v);
     if (lane < m) s[lane] = base + x - v;
     __syncwarp();
-#endif
-}
-
-// The first i in [from, m) with flag[i] set, else m.
-ZS_FN zs_u32 zs_first_flag(const zs_u32* flag, zs_u32 from, zs_u32 m) {
-#ifdef ZS_HOST_SHIM
-    for (zs_u32 i = from; i < m; ++i)
-        if (flag[i]) return i;
-    return m;
-#else
-    const zs_u32 lane = ZS_LANE;
-    const unsigned mask = __ballot_sync(0xFFFFFFFFu, lane >= from && lane < m && flag[lane] != 0);
-    return mask ? (zs_u32)(__ffs(mask) - 1) : m;
 #endif
 }
 
@@ -96,16 +90,15 @@ ZS_UNROLL
 
 // ---- 3a. A frame's sequences executed by a thread block ------------------------------------
 // A thread block a frame (32, 64 or 128 threads, ZS_EXEC_THREADS at most: decode.rs picks by the
-// launch's frames), a round of as many sequences at a time, one to a thread. A sequence whose match reads bytes that sequences of its round write waits for
-// them: the round runs in phases, each executing every sequence whose sources are written (the
-// lowest sequence not done always is, so a round ends within as many phases as sequences). On
+// launch's frames), a round of as many sequences at a time, one to a thread. A sequence whose
+// match reads bytes that sequences of its round write waits for them: the round runs in phases,
+// each executing every sequence whose sources are written (the lowest sequence not done always
+// is, so a round ends within as many phases as sequences). On
 // Z2's frames a round of 128 took 1,100 to 2,400 phases a frame where a warp's rounds of 32 took
 // 3,900 to 8,100 steps (benches/zstd_rounds.sh). A sequence longer than 64 bytes waits until it
 // is the lowest not done, then the whole block copies it.
 
-#ifndef ZS_EXEC_THREADS
 #define ZS_EXEC_THREADS 128u
-#endif
 #define ZS_EXEC_WARPS (ZS_EXEC_THREADS / 32u)
 // (On the CPU a round takes blockDim.x sequences too: the host entry sets it.)
 #define ZS_EXEC_LONG 64u  // a sequence longer than this is copied by the whole block
@@ -145,11 +138,7 @@ ZS_FN void zs_block_prefix(ZsExecRound* r, const zs_u32* a, zs_u64* s, zs_u32 m,
 #else
     const zs_u32 t = threadIdx.x, lane = t & 31u, w = t >> 5;
     const zs_u64 v = t < m ? a[t] : 0;
-    zs_u64 x = v;
-    for (zs_u32 d = 1; d < 32; d <<= 1) {
-        const zs_u64 y = __shfl_up_sync(0xFFFFFFFFu, x, d);
-        if (lane >= d) x += y;
-    }
+    const zs_u64 x = zs_warp_inclusive_sum(v);
     if (lane == 31 && w < ZS_EXEC_WARPS) r->warp_sum[w] = x;
     __syncthreads();
     zs_u64 before = base;
