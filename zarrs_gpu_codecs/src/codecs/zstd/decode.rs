@@ -1,8 +1,8 @@
 //! Our device decoder of zstd frames. Where the batch's scratch allows (its `BlockPlan`), a
 //! frame's blocks decode side by side (`blocks.cu`, then `bytes.cu`): a walk of each frame's
 //! headers plans its blocks; one warp per block decodes its literals and its sequences into
-//! records; a thread block per frame executes them, a round of 128 at a time, each
-//! sequence as soon as the bytes it reads are written. Otherwise one warp decodes
+//! records; a thread block per frame executes them in rounds of 32 to 128 (by the launch's
+//! frames), each sequence as soon as the bytes it reads are written. Otherwise one warp decodes
 //! each frame in order (`decode.cu`, one launch): every lane parses the headers alike, lane 0
 //! builds the tables, four lanes decode the literal streams, the copies spread over the lanes.
 //!
