@@ -24,6 +24,19 @@ static int nb;
 
 static int is_long(size_t i) { return ll[i] + ml[i] > 64; }
 
+// The dependent waits on memory of sequence i's copy by one thread (bytes.cu zs_lane_sequence):
+// a wait for each batch of loads whose stores the next batch's loads come after. way 0: as
+// 24d44dd copies (16 bytes a batch, but a match of an offset under 16 a byte at a time, and a
+// match of an offset under its length within the fast path the same); way 1: every match byte
+// read from the `off` bytes before the match (i % off), so a batch never waits on its own stores.
+static long waits(size_t i, int way) {
+    const long l = ll[i], m = ml[i], o = off[i];
+    if (l <= 16 && m <= 16 && (o >= m || way == 1)) return 1;
+    long w = (l + 15) / 16;
+    if (way == 1 || o >= 16) return w + (m + 15) / 16;
+    return w + m;
+}
+
 // The bytes before sequence i's own output that its match reads: [*from, *end), empty if none
 // before `start`.
 static int reads(size_t i, u64 start, u64* from, u64* end) {
@@ -49,8 +62,11 @@ static long warp_rule(size_t R) {
     return steps;
 }
 
+static long phase_waits[2];  // the last phases() run's waits: each phase its slowest sequence's
+
 static long phases(size_t R, int levels) {
     long total = 0;
+    phase_waits[0] = phase_waits[1] = 0;
     int* done = calloc(R, sizeof(int));
     int* ready = calloc(R, sizeof(int));
     long *lo = calloc(R, sizeof(long)), *hi = calloc(R, sizeof(long)), *lev = calloc(R, sizeof(long));
@@ -83,6 +99,7 @@ static long phases(size_t R, int levels) {
                 if (!done[t]) open = t;
             if (open == m) break;
             total++;
+            long worst[2] = {0, 0};
             for (size_t t = 0; t < m; ++t) {
                 int ok = !done[t] && (t == open || !is_long(base + t));
                 if (ok && hi[t] > (long)open) {
@@ -90,7 +107,12 @@ static long phases(size_t R, int levels) {
                     for (long j = lo[t]; ok && j < hi[t]; ++j) ok = done[j];
                 }
                 ready[t] = ok;
+                for (int w = 0; ok && !is_long(base + t) && w < 2; ++w)
+                    if (waits(base + t, w) > worst[w]) worst[w] = waits(base + t, w);
             }
+            // A long sequence: the block's copy, a wait for its literals and one a block's width.
+            const long lw = is_long(base + open) ? 1 + (ml[base + open] + R - 1) / R : 0;
+            for (int w = 0; w < 2; ++w) phase_waits[w] += worst[w] + lw;
             for (size_t t = 0; t < m; ++t) done[t] |= ready[t];
         }
     }
@@ -174,9 +196,19 @@ int main(int argc, char** argv) {
     }
     printf("%s: %d blocks, %zu sequences\n", argv[1], nb, nq);
     const size_t sizes[] = {32, 64, 128, 256, 512};
-    for (int k = 0; k < 5; ++k)
-        printf("  R=%3zu: warp rule %5ld, phases %5ld, levels %5ld\n", sizes[k], warp_rule(sizes[k]), phases(sizes[k], 0),
-               phases(sizes[k], 1));
+    for (int k = 0; k < 5; ++k) {
+        const long lv = phases(sizes[k], 1), ph = phases(sizes[k], 0);
+        printf("  R=%3zu: warp rule %5ld, phases %5ld, levels %5ld; waits in phases %6ld as copied, %6ld by i %% off\n",
+               sizes[k], warp_rule(sizes[k]), ph, lv, phase_waits[0], phase_waits[1]);
+    }
+    long slow[4] = {0, 0, 0, 0};  // fast path; offset under the match's 16 or fewer; under 16, longer; rest
+    for (size_t i = 0; i < nq; ++i) {
+        if (is_long(i)) continue;
+        if (ll[i] <= 16 && ml[i] <= 16) slow[off[i] >= ml[i] ? 0 : 1]++;
+        else slow[off[i] < 16 && off[i] < ml[i] ? 2 : 3]++;
+    }
+    printf("  sequences of 64 bytes or fewer: fast path %ld, offset under a match of 16 or fewer %ld, "
+           "offset under 16 of a longer match %ld, other slow %ld\n", slow[0], slow[1], slow[2], slow[3]);
     unsigned char* late = calloc(pos, 1);  // bytes that depend on a byte before their block
     long cross = 0, waiting = 0;
     for (size_t i = 0; i < nq; ++i) {

@@ -54,19 +54,26 @@ ZS_UNROLL
         if (i < n) dst[i] = v[i];
 }
 
-// One lane's whole sequence: ll literals from lit, then ml bytes from `off` before.
+// One lane's whole sequence: ll literals from lit, then ml bytes from `off` before. Match byte i
+// is byte i % off of the `off` bytes before the match (a match longer than its offset repeats
+// them), so its first 16 bytes are read from bytes written before this sequence or from its
+// literals, never from its own match: one wait on the memory for their loads, where reading
+// each byte from the one `off` before made each load wait for the store before it.
 ZS_FN void zs_lane_sequence(zs_u8* dst, const zs_u8* lit, zs_u32 ll, zs_u32 ml, zs_u64 off) {
-    if (ll <= 16 && ml <= 16 && off >= ml) {
-        // Every byte read before any is written: the match lies before this sequence, or (off
-        // at most ll + i, and off >= ml) in its own literals, read from the literals instead.
+    if (ll <= 16 && ml <= 16) {
+        // Every byte read before any is written: byte i % off of those before the match lies
+        // in this sequence's literals (read from lit instead) or before the sequence.
         zs_u8 v[32] = {0};
 ZS_UNROLL
         for (zs_u32 i = 0; i < 16; ++i)
             if (i < ll) v[i] = lit[i];
-        const zs_u8* src = dst + ll - off;
+        const zs_u8* before = dst + ll - off;  // the bytes the match repeats
+        zs_u64 r = 0;                          // i % off
 ZS_UNROLL
-        for (zs_u32 i = 0; i < 16; ++i)
-            if (i < ml) v[16 + i] = (zs_u64)ll + i >= off ? lit[ll + i - off] : src[i];
+        for (zs_u32 i = 0; i < 16; ++i) {
+            if (i < ml) v[16 + i] = ll + r >= off ? lit[ll + r - off] : before[r];
+            r = r + 1 == off ? 0 : r + 1;
+        }
 ZS_UNROLL
         for (zs_u32 i = 0; i < 16; ++i)
             if (i < ll) dst[i] = v[i];
@@ -75,17 +82,29 @@ ZS_UNROLL
             if (i < ml) dst[ll + i] = v[16 + i];
         return;
     }
-    // 16 bytes at a time, each batch read whole before it is written: a byte at a time, each
-    // load waited for the store before it (they might have been one byte).
+    // 16 bytes at a time, each batch read whole before it is written.
     for (zs_u32 i = 0; i < ll; i += 16) zs_copy16(dst + i, lit + i, ll - i < 16 ? ll - i : 16);
     zs_u8* m = dst + ll;
     const zs_u8* s = m - off;
-    if (off >= 16) {
-        // A batch reads only bytes before its own, written already (earlier batches included).
-        for (zs_u32 i = 0; i < ml; i += 16) zs_copy16(m + i, s + i, ml - i < 16 ? ml - i : 16);
-    } else {
-        for (zs_u32 i = 0; i < ml; ++i) m[i] = s[i];
+    zs_u64 step = off;  // a period of the match's bytes: each batch reads only bytes before its own
+    zs_u32 i = 0;
+    if (off < 16) {
+        // The first 16 bytes as byte i % off of those before the match (written: literals
+        // included); then the bytes repeat with a period of the multiple of off from 16 to 30.
+        zs_u8 v[16] = {0};
+        zs_u64 r = 0;
+ZS_UNROLL
+        for (zs_u32 j = 0; j < 16; ++j) {
+            if (j < ml) v[j] = s[r];
+            r = r + 1 == off ? 0 : r + 1;
+        }
+ZS_UNROLL
+        for (zs_u32 j = 0; j < 16; ++j)
+            if (j < ml) m[j] = v[j];
+        while (step < 16) step += off;
+        i = 16;
     }
+    for (; i < ml; i += 16) zs_copy16(m + i, m + i - step, ml - i < 16 ? ml - i : 16);
 }
 
 // ---- 3a. A frame's sequences executed by a thread block ------------------------------------
