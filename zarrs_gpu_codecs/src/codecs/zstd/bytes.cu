@@ -43,15 +43,43 @@ ZS_FN void zs_prefix(const zs_u32* a, zs_u64* s, zs_u32 m, zs_u64 base) {
 #endif
 }
 
+// Bytes p[0, n) (n at most 16) into w, little-endian (w[0] holds p[0] to p[3]); the rest of w
+// unspecified. On the GPU by the one or two aligned 16-byte loads that hold them, where a byte's
+// load each made a warp's 32 lanes' scattered sources 32 of the L1's wavefronts a byte: the
+// aligned 16 bytes holding a byte of an allocation lie within it (its base is aligned); the bytes
+// beside the wanted ones are read and not used.
+ZS_FN void zs_load16(const zs_u8* p, zs_u32 n, zs_u32* w) {
+    if (n == 0) return;
+#ifdef ZS_HOST_SHIM
+    for (zs_u32 j = 0; j < 4; ++j) w[j] = 0;
+    for (zs_u32 i = 0; i < n; ++i) w[i >> 2] |= (zs_u32)p[i] << (8 * (i & 3));
+#else
+    const zs_u64 a = (zs_u64)p;
+    const uint4* q = (const uint4*)(a & ~15ull);
+    const zs_u32 sh = (zs_u32)(a & 15);
+    const uint4 x = q[0];
+    uint4 y = make_uint4(0, 0, 0, 0);
+    if (sh + n > 16) y = q[1];
+    const zs_u32 u[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+    const zs_u32 ws = sh >> 2, bs = (sh & 3) * 8;
+    zs_u32 t[5];
+ZS_UNROLL
+    for (zs_u32 j = 0; j < 5; ++j) t[j] = ws == 0 ? u[j] : ws == 1 ? u[j + 1] : ws == 2 ? u[j + 2] : u[j + 3];
+ZS_UNROLL
+    for (zs_u32 j = 0; j < 4; ++j) w[j] = __funnelshift_r(t[j], t[j + 1], bs);
+#endif
+}
+
+// Byte i of words w (little-endian).
+ZS_FN zs_u8 zs_byte(const zs_u32* w, zs_u32 i) { return (zs_u8)(w[i >> 2] >> (8 * (i & 3))); }
+
 // n bytes (at most 16) from src to dst, every one read before any is written.
 ZS_FN void zs_copy16(zs_u8* dst, const zs_u8* src, zs_u32 n) {
-    zs_u8 v[16] = {0};
+    zs_u32 w[4] = {0, 0, 0, 0};
+    zs_load16(src, n, w);
 ZS_UNROLL
     for (zs_u32 i = 0; i < 16; ++i)
-        if (i < n) v[i] = src[i];
-ZS_UNROLL
-    for (zs_u32 i = 0; i < 16; ++i)
-        if (i < n) dst[i] = v[i];
+        if (i < n) dst[i] = zs_byte(w, i);
 }
 
 // One lane's whole sequence: ll literals from lit, then ml bytes from `off` before. Match byte i
@@ -61,25 +89,29 @@ ZS_UNROLL
 // each byte from the one `off` before made each load wait for the store before it.
 ZS_FN void zs_lane_sequence(zs_u8* dst, const zs_u8* lit, zs_u32 ll, zs_u32 ml, zs_u64 off) {
     if (ll <= 16 && ml <= 16) {
-        // Every byte read before any is written: byte i % off of those before the match lies
-        // in this sequence's literals (read from lit instead) or before the sequence.
-        zs_u8 v[32] = {0};
-ZS_UNROLL
-        for (zs_u32 i = 0; i < 16; ++i)
-            if (i < ll) v[i] = lit[i];
+        // Every byte read before any is written.
+        zs_u32 lw[4] = {0, 0, 0, 0}, mw[4] = {0, 0, 0, 0};
+        zs_load16(lit, ll, lw);
         const zs_u8* before = dst + ll - off;  // the bytes the match repeats
-        zs_u64 r = 0;                          // i % off
+        if (off >= (zs_u64)ll + ml) {
+            // The match lies wholly before this sequence (most of them).
+            zs_load16(before, ml, mw);
+        } else {
+            // Byte i % off of those before the match: in this sequence's literals (read from
+            // lit instead) or before the sequence.
+            zs_u64 r = 0;  // i % off
 ZS_UNROLL
-        for (zs_u32 i = 0; i < 16; ++i) {
-            if (i < ml) v[16 + i] = ll + r >= off ? lit[ll + r - off] : before[r];
-            r = r + 1 == off ? 0 : r + 1;
+            for (zs_u32 i = 0; i < 16; ++i) {
+                if (i < ml) mw[i >> 2] |= (zs_u32)(ll + r >= off ? lit[ll + r - off] : before[r]) << (8 * (i & 3));
+                r = r + 1 == off ? 0 : r + 1;
+            }
         }
 ZS_UNROLL
         for (zs_u32 i = 0; i < 16; ++i)
-            if (i < ll) dst[i] = v[i];
+            if (i < ll) dst[i] = zs_byte(lw, i);
 ZS_UNROLL
         for (zs_u32 i = 0; i < 16; ++i)
-            if (i < ml) dst[ll + i] = v[16 + i];
+            if (i < ml) dst[ll + i] = zs_byte(mw, i);
         return;
     }
     // 16 bytes at a time, each batch read whole before it is written.
