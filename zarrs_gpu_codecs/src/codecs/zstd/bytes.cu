@@ -44,30 +44,40 @@ ZS_FN void zs_prefix(const zs_u32* a, zs_u64* s, zs_u32 m, zs_u64 base) {
 }
 
 // Bytes p[0, n) (n at most 16) into w, little-endian (w[0] holds p[0] to p[3]); the rest of w
-// unspecified. On the GPU by the one or two aligned 16-byte loads that hold them, where a byte's
-// load each made a warp's 32 lanes' scattered sources 32 of the L1's wavefronts a byte: the
-// aligned 16 bytes holding a byte of an allocation lie within it (its base is aligned); the bytes
-// beside the wanted ones are read and not used.
+// unspecified. By the one or two aligned 16-byte loads that hold them, where a load a byte made a
+// warp's 32 lanes' scattered sources 32 of the L1's wavefronts a byte: the aligned 16 bytes
+// holding a byte of an allocation lie within it (its base is aligned); the bytes beside the
+// wanted ones are read and not used. On the CPU the same words, each byte outside p[0, n) 0xA5
+// (a use of one would show), and the same shifts.
 ZS_FN void zs_load16(const zs_u8* p, zs_u32 n, zs_u32* w) {
     if (n == 0) return;
-#ifdef ZS_HOST_SHIM
-    for (zs_u32 j = 0; j < 4; ++j) w[j] = 0;
-    for (zs_u32 i = 0; i < n; ++i) w[i >> 2] |= (zs_u32)p[i] << (8 * (i & 3));
-#else
     const zs_u64 a = (zs_u64)p;
-    const uint4* q = (const uint4*)(a & ~15ull);
     const zs_u32 sh = (zs_u32)(a & 15);
+    zs_u32 u[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#ifdef ZS_HOST_SHIM
+    for (zs_u32 b = 0; b < (sh + n > 16 ? 32u : 16u); ++b)
+        u[b >> 2] |= (zs_u32)(b >= sh && b < sh + n ? p[b - sh] : 0xA5u) << (8 * (b & 3));
+#else
+    const uint4* q = (const uint4*)(a & ~15ull);
     const uint4 x = q[0];
-    uint4 y = make_uint4(0, 0, 0, 0);
-    if (sh + n > 16) y = q[1];
-    const zs_u32 u[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+    u[0] = x.x, u[1] = x.y, u[2] = x.z, u[3] = x.w;
+    if (sh + n > 16) {
+        const uint4 y = q[1];
+        u[4] = y.x, u[5] = y.y, u[6] = y.z, u[7] = y.w;
+    }
+#endif
     const zs_u32 ws = sh >> 2, bs = (sh & 3) * 8;
     zs_u32 t[5];
 ZS_UNROLL
     for (zs_u32 j = 0; j < 5; ++j) t[j] = ws == 0 ? u[j] : ws == 1 ? u[j + 1] : ws == 2 ? u[j + 2] : u[j + 3];
 ZS_UNROLL
-    for (zs_u32 j = 0; j < 4; ++j) w[j] = __funnelshift_r(t[j], t[j + 1], bs);
+    for (zs_u32 j = 0; j < 4; ++j) {
+#ifdef ZS_HOST_SHIM
+        w[j] = (zs_u32)((((zs_u64)t[j + 1] << 32) | t[j]) >> bs);
+#else
+        w[j] = __funnelshift_r(t[j], t[j + 1], bs);
 #endif
+    }
 }
 
 // Byte i of words w (little-endian).
