@@ -12,7 +12,7 @@ launches, and each launch's share) and the one-warp decoder, in the same run.
 `--source DIR`: the four .cu files from DIR (another build's kernels, to compare in one call);
 `--split N`: a block's sequences in at most N spans (default: decode.rs' rule, 32 for launches of
 1,024 blocks or fewer, else 0: a lane a block, `zstd_sequence_lanes`, in sources that have it, else 1);
-`--lane-threads N`: threads a thread block of `zstd_sequence_lanes` (default: decode.rs' `LANE_THREADS`, 4);
+`--lane-threads N`: threads a thread block of `zstd_sequence_lanes` (default: decode.rs' `LANE_THREADS`, 8; 4 for older sources);
 `--exec-threads N`: threads (and a round's sequences) of `zstd_execute` (default: decode.rs'
 `exec_threads` of the launch's frames; sources before the thread block executor, a warp);
 `--cycles`: also the instrumented block decode (clock64 cycles of each phase of a block's warp:
@@ -61,12 +61,14 @@ k_lits = mod.get_function("zstd_block_literals") if SPLITS_LITERALS else None
 # packed tables the block decode leaves in a region of their own (decode.rs TABLE_BYTES a block).
 LANES = "zstd_sequence_lanes" in src
 k_lanes = mod.get_function("zstd_sequence_lanes") if LANES else None
-# (Sources whose lanes read their tables from shared memory: 4 bytes a state, the launch's
-# dynamic shared memory.)
+# (Sources whose lanes read their tables from shared memory, the launch's dynamic shared memory:
+# 2 bytes a state, or before 98eac0a's successor 4.)
 LANE_SHARED = "ZS_LANE_TABLES" in src
-TABLE_BYTES = 4 * (512 + 512 + 256 + 4) if LANE_SHARED else 4 * (2048 + 256 + 4)
-# Threads a thread block of zstd_sequence_lanes: --lane-threads, or decode.rs' LANE_THREADS.
-LANE_THREADS = int(opt("--lane-threads", "4"))
+HALF_TABLES = "#define ZS_TABLE_WORDS 644u" in src
+TABLE_BYTES = 4 * 644 if HALF_TABLES else 4 * (512 + 512 + 256 + 4) if LANE_SHARED else 4 * (2048 + 256 + 4)
+# Threads a thread block of zstd_sequence_lanes: --lane-threads, or decode.rs' LANE_THREADS (8; 4
+# for sources of 4 bytes a state).
+LANE_THREADS = int(opt("--lane-threads", "8" if HALF_TABLES else "4"))
 
 
 def slots(frame):

@@ -9,12 +9,12 @@
 //    sequences decoded into records of (offset, literal length, match length): in a launch of
 //    few blocks, lane 0 walks their state chain alone and a lane a span of them decodes it
 //    whole (ZsSpans); in a launch of many, the warp leaves the block's tables in the scratch
-//    and zstd_sequence_lanes decodes its sequences on one lane, a few blocks a thread block (a
-//    warp a block left 31 lanes idle). A repeat offset that reaches before the block stays
+//    (2 bytes a state) and zstd_sequence_lanes decodes its sequences on one lane, a few blocks a
+//    thread block (a warp a block left 31 lanes idle). A repeat offset that reaches before the block stays
 //    symbolic: "incoming repeat offset i, less d".
 // 3. the frame's bytes (bytes.cu): each sequence's offset resolved from the repeat offsets its
 //    block inherits; then every byte resolved by pointer jumps (batches of 64 MiB or less), or
-//    each frame's sequences executed by a warp, 32 at a time.
+//    each frame's sequences executed by a thread block, a round of 32 to 128 at a time.
 // Scratch (sized by the host from the frames, decode.rs `BlockPlan`): frame plans, block
 // plans, sequence records (12 bytes each), literals (those not stored raw), and, for a lane a
 // block, each block's tables (ZS_TABLE_WORDS words).
@@ -507,36 +507,65 @@ struct ZsWideTables {
     const zs_u32* of;
 };
 
-// The same for a lane a block, 4 bytes a state so that a thread block's lanes' tables fit its
-// shared memory: a literal or match length entry is its state's bits (4 bits), the code's extra
-// bits (5), the code (6) and its state's base (10), the code's baseline from a table of the
-// thread block's (ll_base, ml_base: 64 entries each); offset entries as above.
+// The same for a lane a block, 2 bytes a state so that a thread block's lanes' tables fit its
+// shared memory (88 lanes an H100 multiprocessor, where 4 bytes a state held 44): a state's entry
+// is its symbol (the code, 6 bits) and the symbol's counter x at it (10 bits: the table's build,
+// entropy.cu zs_state), from which its update's bits (log - highbit(x)) and base ((x << bits) -
+// 2^log) follow; the code's baseline and extra bits from a table of the thread block's (codes:
+// baseline | extra << 24, 64 codes each for literal and match lengths).
 struct ZsCompactTables {
-    const zs_u32* ll;
-    const zs_u32* ml;
-    const zs_u32* of;
-    const zs_u32* ll_base;
-    const zs_u32* ml_base;
+    const zs_u16* ll;
+    const zs_u16* ml;
+    const zs_u16* of;
+    const zs_u32* ll_codes;
+    const zs_u32* ml_codes;
+    zs_u32 ll_log, of_log, ml_log;
 };
 
+// The highest set bit of x (0 for 0 and 1): one instruction on the device where zs_highbit loops.
+ZS_FN zs_u32 zs_top_bit(zs_u32 x) {
+#ifdef ZS_HOST_SHIM
+    return zs_highbit(x);
+#else
+    return 31u - (zs_u32)__clz(x | 1u);
+#endif
+}
+
+// A compact entry's state update as the wide entries hold it: bits | base << 16.
+ZS_FN zs_u32 zs_compact_update(zs_u32 e, zs_u32 log) {
+    const zs_u32 x = e >> 6, nb = log - zs_top_bit(x);
+    return nb | (((x << nb) - (1u << log)) << 16);
+}
+
 // A length state's entry of either: the code's baseline, and the rest as the wide entry's high
-// word has it (bits | extra << 8 | base << 16).
-ZS_FN void zs_length_entry(const zs_u64* t, zs_u32 state, const zs_u32*, zs_u32* base, zs_u32* hi) {
-    const zs_u64 e = t[state];
+// word has it (bits | extra << 8 | base << 16); an offset state's (code | bits << 8 | base << 16).
+ZS_FN void zs_ll_entry(const ZsWideTables& t, zs_u32 state, zs_u32* base, zs_u32* hi) {
+    const zs_u64 e = t.ll[state];
     *base = (zs_u32)e;
     *hi = (zs_u32)(e >> 32);
 }
-
-ZS_FN void zs_length_entry(const zs_u32* t, zs_u32 state, const zs_u32* baselines, zs_u32* base, zs_u32* hi) {
-    const zs_u32 e = t[state];
-    *base = baselines[(e >> 9) & 63];
-    *hi = (e & 15) | (((e >> 4) & 31) << 8) | ((e >> 15) << 16);
+ZS_FN void zs_ml_entry(const ZsWideTables& t, zs_u32 state, zs_u32* base, zs_u32* hi) {
+    const zs_u64 e = t.ml[state];
+    *base = (zs_u32)e;
+    *hi = (zs_u32)(e >> 32);
 }
+ZS_FN zs_u32 zs_of_entry(const ZsWideTables& t, zs_u32 state) { return t.of[state]; }
 
-ZS_FN const zs_u32* zs_ll_baselines(const ZsWideTables&) { return 0; }
-ZS_FN const zs_u32* zs_ml_baselines(const ZsWideTables&) { return 0; }
-ZS_FN const zs_u32* zs_ll_baselines(const ZsCompactTables& t) { return t.ll_base; }
-ZS_FN const zs_u32* zs_ml_baselines(const ZsCompactTables& t) { return t.ml_base; }
+ZS_FN void zs_compact_length(zs_u32 e, zs_u32 log, const zs_u32* codes, zs_u32* base, zs_u32* hi) {
+    const zs_u32 c = codes[e & 63];
+    *base = c & 0xFFFFFFu;
+    *hi = zs_compact_update(e, log) | ((c >> 24) << 8);
+}
+ZS_FN void zs_ll_entry(const ZsCompactTables& t, zs_u32 state, zs_u32* base, zs_u32* hi) {
+    zs_compact_length(t.ll[state], t.ll_log, t.ll_codes, base, hi);
+}
+ZS_FN void zs_ml_entry(const ZsCompactTables& t, zs_u32 state, zs_u32* base, zs_u32* hi) {
+    zs_compact_length(t.ml[state], t.ml_log, t.ml_codes, base, hi);
+}
+ZS_FN zs_u32 zs_of_entry(const ZsCompactTables& t, zs_u32 state) {
+    const zs_u32 e = t.of[state], u = zs_compact_update(e, t.of_log);
+    return (e & 63) | ((u & 0xFFu) << 8) | (u & 0xFFFF0000u);
+}
 
 // Sequences [k0, k1) of a block's n_seq decoded whole into their records, from the stream's
 // bits (`left` unread) and states where the run starts; the checks on sums within the run.
@@ -544,8 +573,6 @@ template <class Tables>
 ZS_FN void zs_sequence_run(const zs_u8* stream, zs_u32 stream_len, zs_u32 left, zs_u32 states, const Tables& t,
                            zs_u32 n_seq, zs_u32 k0, zs_u32 k1, zs_u32 lits_n, zs_u32 block_max, zs_u32* rec,
                            ZsRunEnd* e) {
-    const zs_u32* ll_baselines = zs_ll_baselines(t);
-    const zs_u32* ml_baselines = zs_ml_baselines(t);
     ZsBits b;
     zs_bits_at(&b, stream, stream_len, left);
     zs_u32 ll_state = states & 0x3FF, of_state = (states >> 10) & 0x3FF, ml_state = states >> 20;
@@ -554,9 +581,9 @@ ZS_FN void zs_sequence_run(const zs_u8* stream, zs_u32 stream_len, zs_u32 left, 
     e->bad_bits = 0;
     for (zs_u32 k = k0; k < k1; ++k) {
         zs_u32 ll_base, ll_hi, ml_base, ml_hi;
-        zs_length_entry(t.ll, ll_state, ll_baselines, &ll_base, &ll_hi);
-        zs_length_entry(t.ml, ml_state, ml_baselines, &ml_base, &ml_hi);
-        const zs_u32 oe = t.of[of_state];
+        zs_ll_entry(t, ll_state, &ll_base, &ll_hi);
+        zs_ml_entry(t, ml_state, &ml_base, &ml_hi);
+        const zs_u32 oe = zs_of_entry(t, of_state);
         const zs_u32 of_code = oe & 0xFF;
         const zs_u32 ll_bits = (ll_hi >> 8) & 0xFF, ml_bits = (ml_hi >> 8) & 0xFF;
         const zs_u32 state_bits = k + 1 < n_seq ? (ll_hi & 0xFF) + (ml_hi & 0xFF) + ((oe >> 8) & 0xFF) : 0;
@@ -713,13 +740,14 @@ ZS_FN zs_u32 zs_spans_status(const zs_u32* rec, zs_u32 reach, zs_u32 span, zs_u3
     return sp->end_overflow || sp->end_left != 0 ? ZS_BAD_SEQUENCE_STREAM : ZS_OK;
 }
 
-// A block's sequence tables in a launch of a lane a block (zstd_sequence_lanes), in words
-// (ZsCompactTables): literal length entries (512 at most), match length entries (likewise),
-// offset entries (256), then the three logs (literal length | offset << 4 | match length << 8).
-#define ZS_TABLE_ML 512u
-#define ZS_TABLE_OF 1024u
-#define ZS_TABLE_LOGS (ZS_TABLE_OF + 256u)
-#define ZS_TABLE_WORDS (ZS_TABLE_LOGS + 4u)
+// A block's sequence tables in a launch of a lane a block (zstd_sequence_lanes), in 32-bit
+// words of two entries (ZsCompactTables): literal length entries (512 at most), match length
+// entries (likewise), offset entries (256), then the three logs (literal length | offset << 4 |
+// match length << 8), 2,576 bytes in all (decode.rs TABLE_BYTES).
+#define ZS_TABLE_ML 256u
+#define ZS_TABLE_OF 512u
+#define ZS_TABLE_LOGS 640u
+#define ZS_TABLE_WORDS 644u
 
 // Block p's literals into the scratch (the first part of its decode, which a launch of its own
 // may run while the host walks the chains): their count and the bytes their section takes into
@@ -798,21 +826,19 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
         ZS_SYNC();
     }
     if (!built) return ZS_BAD_SEQUENCES;
-    // A launch of a lane a block: the tables to the block's region, 4 bytes a state
-    // (ZsCompactTables), for zstd_sequence_lanes.
+    // A launch of a lane a block: the tables to the block's region, 2 bytes a state
+    // (ZsCompactTables: code | x << 6, the state's counter x = (base + 2^log) >> bits, exactly
+    // as zs_state made them), for zstd_sequence_lanes.
     if (packed_out != 0) {
+        zs_u16* half = (zs_u16*)packed_out;
         const zs_u32 ll_n = 1u << sh->ll.log, ml_n = 1u << sh->ml.log, of_n = 1u << sh->of.log;
-        ZS_FOR_LANES(i, ll_n + ml_n) {
-            const ZsFse* f = i < ll_n ? &sh->ll : &sh->ml;
-            const zs_u32 u = (zs_u32)(i < ll_n ? i : i - ll_n);
-            zs_u32 base, extra;
-            if (i < ll_n) zs_ll(f->symbol[u], &base, &extra);
-            else zs_ml(f->symbol[u], &base, &extra);
-            packed_out[i < ll_n ? u : ZS_TABLE_ML + u] =
-                f->bits[u] | (extra << 4) | ((zs_u32)f->symbol[u] << 9) | ((zs_u32)f->base[u] << 15);
-        }
-        ZS_FOR_LANES(u, of_n) {
-            packed_out[ZS_TABLE_OF + u] = sh->of.symbol[u] | ((zs_u32)sh->of.bits[u] << 8) | ((zs_u32)sh->of.base[u] << 16);
+        ZS_FOR_LANES(i, ll_n + ml_n + of_n) {
+            const zs_u32 which = i < ll_n ? 0u : i < ll_n + ml_n ? 1u : 2u;
+            const ZsFse* f = which == 0 ? &sh->ll : which == 1 ? &sh->ml : &sh->of;
+            const zs_u32 u = (zs_u32)(which == 0 ? i : which == 1 ? i - ll_n : i - ll_n - ml_n);
+            const zs_u32 x = ((zs_u32)f->base[u] + (1u << f->log)) >> f->bits[u];
+            half[2 * (which == 0 ? 0u : which == 1 ? ZS_TABLE_ML : ZS_TABLE_OF) + u] =
+                (zs_u16)(f->symbol[u] | (x << 6));
         }
         if (ZS_LANE == 0) packed_out[ZS_TABLE_LOGS] = sh->ll.log | (sh->of.log << 4) | (sh->ml.log << 8);
         ZS_SYNC();
@@ -1008,26 +1034,29 @@ ZS_FN zs_u32 zs_lane_sequences(const zs_u8* in, zs_u32 block_max, ZsBlockPlan* p
 extern "C" __global__ void zstd_sequence_lanes(const unsigned char* const* inputs, const ZsFramePlan* frames,
                                                ZsBlockPlan* blocks, unsigned int* seq_scratch,
                                                const unsigned int* tables, unsigned long long n_blocks) {
-    ZS_SHARED zs_u32 baselines[128];
+    ZS_SHARED zs_u32 codes[128];
     ZS_LANE_TABLES(lane_tables);
     const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x;
     for (zs_u32 c = threadIdx.x; c < 128; c += blockDim.x) {
         zs_u32 base = 0, extra = 0;
         if (c < 36) zs_ll(c, &base, &extra);
         else if (c >= 64 && c < 64 + 53) zs_ml(c - 64, &base, &extra);
-        baselines[c] = base;
+        codes[c] = base | (extra << 24);
     }
     // Each pending block's tables, by the thread block's threads together.
     for (zs_u32 j = 0; j < blockDim.x && first + j < n_blocks; ++j) {
         if (blocks[first + j].status != ZS_PENDING) continue;
         const zs_u32* src = tables + (first + j) * ZS_TABLE_WORDS;
         zs_u32* dst = lane_tables + (zs_u64)j * ZS_TABLE_WORDS;
+        const zs_u16* src_half = (const zs_u16*)src;
+        zs_u16* dst_half = (zs_u16*)dst;
         const zs_u32 logs = src[ZS_TABLE_LOGS];
         const zs_u32 ll_n = 1u << (logs & 15), of_n = 1u << ((logs >> 4) & 15), ml_n = 1u << ((logs >> 8) & 15);
         // (Logs of at most 9, 8 and 9: the table's build checked them.)
         for (zs_u32 i = threadIdx.x; i < ll_n + ml_n + of_n; i += blockDim.x) {
-            const zs_u32 at = i < ll_n ? i : i < ll_n + ml_n ? ZS_TABLE_ML + (i - ll_n) : ZS_TABLE_OF + (i - ll_n - ml_n);
-            dst[at] = src[at];
+            const zs_u32 at =
+                i < ll_n ? i : i < ll_n + ml_n ? 2 * ZS_TABLE_ML + (i - ll_n) : 2 * ZS_TABLE_OF + (i - ll_n - ml_n);
+            dst_half[at] = src_half[at];
         }
         if (threadIdx.x == 0) dst[ZS_TABLE_LOGS] = logs;
     }
@@ -1037,6 +1066,9 @@ extern "C" __global__ void zstd_sequence_lanes(const unsigned char* const* input
     ZsBlockPlan* p = &blocks[k];
     if (p->status != ZS_PENDING) return;
     const zs_u32* mine = lane_tables + (zs_u64)threadIdx.x * ZS_TABLE_WORDS;
-    const ZsCompactTables t = {mine, mine + ZS_TABLE_ML, mine + ZS_TABLE_OF, baselines, baselines + 64};
-    p->status = zs_lane_sequences(inputs[p->frame], frames[p->frame].block_max, p, seq_scratch, t, mine[ZS_TABLE_LOGS]);
+    const zs_u32 logs = mine[ZS_TABLE_LOGS];
+    const zs_u16* half = (const zs_u16*)mine;
+    const ZsCompactTables t = {half, half + 2 * ZS_TABLE_ML, half + 2 * ZS_TABLE_OF, codes, codes + 64,
+                               logs & 15, (logs >> 4) & 15, (logs >> 8) & 15};
+    p->status = zs_lane_sequences(inputs[p->frame], frames[p->frame].block_max, p, seq_scratch, t, logs);
 }

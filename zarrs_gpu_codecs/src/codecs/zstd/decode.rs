@@ -118,8 +118,9 @@ const FRAME_PLAN: usize = 64;
 const BLOCK_PLAN: usize = 128;
 const RECORD: usize = 12;
 /// Bytes of a block's sequence tables where its sequences decode on a lane of their own
-/// (`blocks.cu` `ZS_TABLE_WORDS`), in the scratch and in `zstd_sequence_lanes`' shared memory.
-const TABLE_BYTES: usize = 4 * (512 + 512 + 256 + 4);
+/// (`blocks.cu` `ZS_TABLE_WORDS`: 2 bytes a state), in the scratch and in
+/// `zstd_sequence_lanes`' shared memory.
+const TABLE_BYTES: usize = 4 * 644;
 /// Batches decoding to at most this many bytes resolve their bytes by jumps (`zstd_jump`: 4
 /// bytes of scratch a decoded byte, and passes over all of them at once); larger ones execute
 /// each frame's sequences on a thread block (`zstd_execute`).
@@ -587,9 +588,10 @@ fn split_for(blocks: u64) -> u64 {
 const LANES: u64 = 0;
 
 /// Threads (lanes, blocks) a thread block of `zstd_sequence_lanes`, each block's tables in its
-/// shared memory ([`TABLE_BYTES`] a lane): 4 lanes take 20 KiB, so an H100's multiprocessor holds
-/// 11 such thread blocks, 44 lanes.
-const LANE_THREADS: u32 = 4;
+/// shared memory ([`TABLE_BYTES`] a lane): 8 lanes take 20 KiB, so an H100's multiprocessor holds
+/// 11 such thread blocks, 88 lanes (4 bytes a state held 44; with as many lanes an SM, 8 lanes a
+/// thread block ran as fast as 4 and 2 slower, run DU2).
+const LANE_THREADS: u32 = 8;
 
 /// Whether the host walks the blocks' chains, on `threads` threads, for a launch of `total`
 /// slots: where its walk, the longest block's at least, and the wake of rayon's sleeping threads
