@@ -7,7 +7,8 @@
 // 32 cut at each sequence that reads its round's bytes or is longer than 64 bytes, that one
 // copied by the warp alone); "phases" the steps of the thread block executor now (each phase
 // runs every sequence whose sources are written; a long one only as the lowest not done; one
-// reading more than 8 of its round's sequences waits for all before it); "levels" the critical
+// reading more than 8 of its round's sequences waits for all before it, as 24d44dd's did; or not,
+// as the done bits since let any range be tested); "levels" the critical
 // path (no executor does better). Then the blocks: matches reading before their block's start,
 // sequences that depend on such bytes (transitively), and the steps if each block had a warp of
 // its own that waited on the others' progress.
@@ -64,6 +65,8 @@ static long warp_rule(size_t R) {
 
 static long phase_waits[2];  // the last phases() run's waits: each phase its slowest sequence's
 
+static int wait_rule = 0;  // 24d44dd's executor: a sequence reading more than 8 of its round's waits for all before it
+
 static long phases(size_t R, int levels) {
     long total = 0;
     phase_waits[0] = phase_waits[1] = 0;
@@ -103,7 +106,7 @@ static long phases(size_t R, int levels) {
             for (size_t t = 0; t < m; ++t) {
                 int ok = !done[t] && (t == open || !is_long(base + t));
                 if (ok && hi[t] > (long)open) {
-                    if (hi[t] - lo[t] > 8) ok = 0;
+                    if (wait_rule && hi[t] - lo[t] > 8) ok = 0;
                     for (long j = lo[t]; ok && j < hi[t]; ++j) ok = done[j];
                 }
                 ready[t] = ok;
@@ -197,9 +200,14 @@ int main(int argc, char** argv) {
     printf("%s: %d blocks, %zu sequences\n", argv[1], nb, nq);
     const size_t sizes[] = {32, 64, 128, 256, 512};
     for (int k = 0; k < 5; ++k) {
+        wait_rule = 1;
+        const long ph8 = phases(sizes[k], 0);
+        const long w8[2] = {phase_waits[0], phase_waits[1]};
+        wait_rule = 0;
         const long lv = phases(sizes[k], 1), ph = phases(sizes[k], 0);
-        printf("  R=%3zu: warp rule %5ld, phases %5ld, levels %5ld; waits in phases %6ld as copied, %6ld by i %% off\n",
-               sizes[k], warp_rule(sizes[k]), ph, lv, phase_waits[0], phase_waits[1]);
+        printf("  R=%3zu: warp rule %5ld, phases %5ld (ranges over 8 waiting: %5ld), levels %5ld; waits in phases "
+               "%6ld (%6ld) as 24d44dd copies, %6ld (%6ld) by i %% off\n",
+               sizes[k], warp_rule(sizes[k]), ph, ph8, lv, phase_waits[0], w8[0], phase_waits[1], w8[1]);
     }
     long slow[4] = {0, 0, 0, 0};  // fast path; offset under the match's 16 or fewer; under 16, longer; rest
     for (size_t i = 0; i < nq; ++i) {

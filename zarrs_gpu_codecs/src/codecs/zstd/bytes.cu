@@ -157,13 +157,15 @@ ZS_UNROLL
 // is, so a round ends within as many phases as sequences). On
 // Z2's frames a round of 128 took 1,100 to 2,400 phases a frame where a warp's rounds of 32 took
 // 3,900 to 8,100 steps (benches/zstd_rounds.sh). A sequence longer than 64 bytes waits until it
-// is the lowest not done, then the whole block copies it.
+// is the lowest not done, then the whole block copies it. The sequences done are a bit each in
+// shared memory, a word a warp, kept twice: a phase reads one copy and its warps' votes write
+// the other, so a phase takes one barrier, and a thread tests its range of sources, and finds
+// the lowest not done, in registers.
 
 #define ZS_EXEC_THREADS 128u
 #define ZS_EXEC_WARPS (ZS_EXEC_THREADS / 32u)
 // (On the CPU a round takes blockDim.x sequences too: the host entry sets it.)
 #define ZS_EXEC_LONG 64u  // a sequence longer than this is copied by the whole block
-#define ZS_EXEC_WAITS 8u  // a sequence reading from more of its round's waits for all before it
 
 // (On the CPU a phase's threads run last first: a sequence let run before the bytes it reads
 // are written would read them unwritten there too, and the tests see other bytes.)
@@ -181,9 +183,8 @@ struct ZsExecRound {
     zs_u64 lp[ZS_EXEC_THREADS];   // where its literals start in the block's
     zs_u32 ll[ZS_EXEC_THREADS], ml[ZS_EXEC_THREADS];
     zs_u32 lo[ZS_EXEC_THREADS], hi[ZS_EXEC_THREADS];  // the round's sequences it reads from: [lo, hi)
-    zs_u32 done[ZS_EXEC_THREADS], ready[ZS_EXEC_THREADS];
+    zs_u32 done[2][ZS_EXEC_WARPS];  // the sequences done, a bit each (those past the round's set)
     zs_u64 warp_sum[ZS_EXEC_WARPS];
-    zs_u32 warp_open[ZS_EXEC_WARPS];
     zs_u32 bad;
 };
 
@@ -209,20 +210,39 @@ ZS_FN void zs_block_prefix(ZsExecRound* r, const zs_u32* a, zs_u64* s, zs_u32 m,
 #endif
 }
 
-// The lowest of the round's m sequences not done (m where all are).
-ZS_FN zs_u32 zs_exec_open(ZsExecRound* r, zs_u32 m) {
+// The lowest sequence not done in `words` words of done bits (32 * words where all are).
+ZS_FN zs_u32 zs_exec_open(const zs_u32* done, zs_u32 words) {
+    for (zs_u32 k = 0; k < words; ++k) {
+        const zs_u32 open = ~done[k];
 #ifdef ZS_HOST_SHIM
-    for (zs_u32 t = 0; t < m; ++t)
-        if (!r->done[t]) return t;
-    return m;
+        if (open != 0) return 32u * k + (zs_u32)__builtin_ctz(open);
 #else
-    const zs_u32 t = threadIdx.x, w = t >> 5;
-    const unsigned open = __ballot_sync(0xFFFFFFFFu, t < m && !r->done[t]);
-    if ((t & 31u) == 0 && w < ZS_EXEC_WARPS) r->warp_open[w] = open ? w * 32u + (zs_u32)__ffs(open) - 1u : m;
-    __syncthreads();
-    zs_u32 first = m;
-    for (zs_u32 j = 0; j < blockDim.x / 32u; ++j) first = r->warp_open[j] < first ? r->warp_open[j] : first;
-    return first;
+        if (open != 0) return 32u * k + (zs_u32)__ffs(open) - 1u;
+#endif
+    }
+    return 32u * words;
+}
+
+// Whether sequences [lo, hi) (lo < hi) are all done.
+ZS_FN zs_u32 zs_exec_all_done(const zs_u32* done, zs_u32 lo, zs_u32 hi) {
+    const zs_u32 last = hi - 1;
+    for (zs_u32 k = lo >> 5; k <= last >> 5; ++k) {
+        const zs_u32 from = k == lo >> 5 ? lo & 31u : 0u, to = k == last >> 5 ? last & 31u : 31u;
+        const zs_u32 want = (0xFFFFFFFFu >> (31u - to)) & (0xFFFFFFFFu << from);
+        if ((done[k] & want) != want) return 0;
+    }
+    return 1;
+}
+
+// The done bits after a phase: those before it (`done`) and each sequence run in it (`ran`, the
+// thread's own), into `next`. On the CPU the phase set them already.
+ZS_FN void zs_exec_mark(const zs_u32* done, zs_u32* next, zs_u32 words, zs_u32 ran) {
+#ifdef ZS_HOST_SHIM
+    (void)done, (void)next, (void)words, (void)ran;
+#else
+    const zs_u32 w = threadIdx.x >> 5;
+    const unsigned votes = __ballot_sync(0xFFFFFFFFu, ran);
+    if ((threadIdx.x & 31u) == 0 && w < words) next[w] = done[w] | votes;
 #endif
 }
 
@@ -263,12 +283,12 @@ ZS_FN zs_u32 zs_execute_block(ZsExecRound* r, zs_u32 round, const zs_u32* rec, z
             r->ll[i] = q[1] & 0x3FFFFFFFu;
             r->ml[i] = q[2];
             r->src[i] = tag == 0 ? value : (rin[tag - 1] > value ? rin[tag - 1] - value : 0);
-            r->done[i] = r->ll[i] + r->ml[i];  // (the sequence's length, for the sums)
+            r->hi[i] = r->ll[i] + r->ml[i];  // (the sequence's length, for the sums)
         }
         if (threadIdx.x == 0) r->bad = 0;
         ZS_BLOCK_SYNC();
         zs_block_prefix(r, r->ll, r->lp, m, lp);
-        zs_block_prefix(r, r->done, r->op, m, op);
+        zs_block_prefix(r, r->hi, r->op, m, op);
         const zs_u64 end_op = r->op[m - 1] + r->ll[m - 1] + r->ml[m - 1];
         const zs_u64 end_lp = r->lp[m - 1] + r->ll[m - 1];
         // Offsets within the bytes before each match; literals and bytes within the block's.
@@ -277,7 +297,6 @@ ZS_FN zs_u32 zs_execute_block(ZsExecRound* r, zs_u32 round, const zs_u32* rec, z
             const zs_u64 own = r->op[i] + r->ll[i], off = r->src[i];
             if (off == 0 || off > own) r->bad = 1;
             r->src[i] = own - off;
-            r->done[i] = 0;
             // The round's sequences whose bytes the match reads before its own: [lo, hi).
             const zs_u64 from = r->src[i] > r->op[0] ? r->src[i] : r->op[0];
             const zs_u64 end = r->src[i] + r->ml[i] < r->op[i] ? r->src[i] + r->ml[i] : r->op[i];
@@ -287,35 +306,50 @@ ZS_FN zs_u32 zs_execute_block(ZsExecRound* r, zs_u32 round, const zs_u32* rec, z
                 r->hi[i] = zs_last_at_most(r->op, (zs_u32)i, end - 1) + 1;
             }
         }
+        // None done; the bits past the round's sequences set.
+        const zs_u32 words = (m + 31u) / 32u;
+        ZS_FOR_THREADS(k, words) {
+            const zs_u32 in_round = m - 32u * (zs_u32)k;
+            r->done[0][k] = r->done[1][k] = in_round >= 32u ? 0u : 0xFFFFFFFFu << in_round;
+        }
         ZS_BLOCK_SYNC();
         if (r->bad) return ZS_BAD_SEQUENCE;
         if (short_of != ZS_OK) return short_of;
         // Phases until every sequence of the round is done: at least the lowest not done each.
-        for (;;) {
-            const zs_u32 open = zs_exec_open(r, m);
+        for (zs_u32 c = 0;; c ^= 1u) {
+            const zs_u32* done = r->done[c];
+            zs_u32* next = r->done[c ^ 1u];
+            const zs_u32 open = zs_exec_open(done, words);
             if (open >= m) break;
             const zs_u32 long_now = r->ll[open] + r->ml[open] > ZS_EXEC_LONG;
+#ifdef ZS_HOST_SHIM
+            for (zs_u32 k = 0; k < words; ++k) next[k] = done[k];
+#endif
+            zs_u32 ran = 0;
             ZS_FOR_THREADS_LAST_FIRST(i, m) {
-                zs_u32 ok = !r->done[i] && (i == open || r->ll[i] + r->ml[i] <= ZS_EXEC_LONG);
-                if (ok && r->hi[i] > open) {
-                    if (r->hi[i] - r->lo[i] > ZS_EXEC_WAITS) ok = 0;
-                    for (zs_u32 j = r->lo[i]; ok && j < r->hi[i]; ++j) ok = r->done[j];
-                }
-                r->ready[i] = ok;
+                const zs_u32 bit = 1u << (i & 31u);
+                zs_u32 ok = !(done[i >> 5] & bit) && (i == open || r->ll[i] + r->ml[i] <= ZS_EXEC_LONG);
+                if (ok && r->hi[i] > open) ok = zs_exec_all_done(done, r->lo[i], r->hi[i]);
                 if (ok && !(long_now && i == open)) {
                     const zs_u64 at = r->op[i];
                     zs_lane_sequence(out + at, lits + r->lp[i], r->ll[i], r->ml[i], at + r->ll[i] - r->src[i]);
                 }
+#ifdef ZS_HOST_SHIM
+                if (ok) next[i >> 5] |= bit;
+#endif
+                ran = ok;
             }
-            ZS_BLOCK_SYNC();
             if (long_now) {
+                // (It reads only bytes of the sequences before it, all done; the others of the
+                // phase write after it and read none of its bytes.)
                 const zs_u64 at = r->op[open], ll = r->ll[open];
                 const zs_u8* lit = lits + r->lp[open];
                 ZS_FOR_THREADS(i, ll) out[at + i] = lit[i];
                 ZS_BLOCK_SYNC();
                 zs_block_match(out + at + ll, at + ll - r->src[open], r->ml[open]);
             }
-            ZS_FOR_THREADS(i, m) if (r->ready[i]) r->done[i] = 1;
+            zs_exec_mark(done, next, words, ran);
+            ZS_BLOCK_SYNC();
         }
         op = end_op;
         lp = end_lp;
