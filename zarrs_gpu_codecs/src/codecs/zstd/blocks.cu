@@ -508,7 +508,7 @@ struct ZsWideTables {
 };
 
 // The same for a lane a block, 2 bytes a state so that a thread block's lanes' tables fit its
-// shared memory (88 lanes an H100 multiprocessor, where 4 bytes a state held 44): a state's entry
+// shared memory (80 lanes an H100 multiprocessor, where 4 bytes a state held 40): a state's entry
 // is its symbol (the code, 6 bits) and the symbol's counter x at it (10 bits: the table's build,
 // entropy.cu zs_state), from which its update's bits (log - highbit(x)) and base ((x << bits) -
 // 2^log) follow; the code's baseline and extra bits from a table of the thread block's (codes:

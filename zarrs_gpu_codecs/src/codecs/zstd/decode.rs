@@ -588,9 +588,10 @@ fn split_for(blocks: u64) -> u64 {
 const LANES: u64 = 0;
 
 /// Threads (lanes, blocks) a thread block of `zstd_sequence_lanes`, each block's tables in its
-/// shared memory ([`TABLE_BYTES`] a lane): 8 lanes take 20 KiB, so an H100's multiprocessor holds
-/// 11 such thread blocks, 88 lanes (4 bytes a state held 44; with as many lanes an SM, 8 lanes a
-/// thread block ran as fast as 4 and 2 slower, run DU2).
+/// shared memory ([`TABLE_BYTES`] a lane): 8 lanes take 21 KiB (and the 1 KiB an H100 keeps a
+/// thread block), so a multiprocessor's 228 KiB hold 10 such thread blocks, 80 lanes, where 4
+/// bytes a state held 40 (with as many lanes an SM, 8 lanes a thread block ran as fast as 4, and
+/// 2 slower: run DU2).
 const LANE_THREADS: u32 = 8;
 
 /// Whether the host walks the blocks' chains, on `threads` threads, for a launch of `total`
