@@ -7,7 +7,8 @@
 # decoder-only rows (288, 1,024, 2,048 and 8,192 Z2 frames) of HEAD and of each commit before
 # it: 24d44dd (session 41's end), 21f04bc (a match's bytes i % off), 98eac0a (16-byte loads),
 # ee1220c (tables 2 bytes a state, 8 lanes a thread block; then 4c49d13, HEAD's executor: done
-# bits, a barrier a phase), 3143014's warp at 8,192; HEAD's lanes with 4 and 16 threads; ncu's
+# bits, a barrier a phase), 3143014's warp at 8,192; HEAD's jumps against its executor at 1, 16
+# and 64 frames; HEAD's lanes with 4 and 16 threads; ncu's
 # warp states of HEAD's two long launches at 1,024 frames; the device tests of the zstd paths;
 # the bench's Z2 rows of this build.
 set -uo pipefail
@@ -26,6 +27,9 @@ for c in 24d44dd 21f04bc 98eac0a ee1220c; do
   timeout 60 $H --frames 288,1024,8192 --source .gpu/src-$c --label $c $J >> $OUT/harness.txt 2>&1; log "$c rc=$? $(el)"
 done
 timeout 40 $H --frames 8192 --source .gpu/src-3143014 --label "3143014 warp" $J >> $OUT/harness.txt 2>&1
+# Small batches: the jumps (64 MiB or less) against the executor, now that its rounds wait less.
+timeout 40 python3 benches/zstd_decoder.py .gpu/zcases.bin.xz --chunks /tmp/b/z2.zarr/c --decoders "blocks,blocks executed" \
+  --frames 1,16,64 --label "HEAD, jumps or executed" $J >> $OUT/harness.txt 2>&1
 for t in 4 16; do
   timeout 40 $H --frames 1024,8192 --lane-threads $t --label "HEAD, $t lanes a thread block" $J >> $OUT/harness.txt 2>&1
 done
