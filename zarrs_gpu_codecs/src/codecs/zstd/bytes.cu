@@ -188,24 +188,31 @@ struct ZsExecRound {
     zs_u32 bad;
 };
 
-// Exclusive prefix sums of a[0, m) into s, plus `base`, by the block (m at most its threads).
-ZS_FN void zs_block_prefix(ZsExecRound* r, const zs_u32* a, zs_u64* s, zs_u32 m, zs_u64 base) {
+// The round's places by the block, in one scan (m at most its threads): each sequence's
+// literals' start lp[i] (lp_base plus the literal lengths before it) and its bytes' start op[i]
+// (op_base plus the lengths ll + ml before it, which len holds). Both sums of a round fit 32 bits
+// (128 sequences of at most 2^18 bytes), so one 64-bit scan carries the two.
+ZS_FN void zs_round_places(ZsExecRound* r, const zs_u32* len, zs_u32 m, zs_u64 lp_base, zs_u64 op_base) {
 #ifdef ZS_HOST_SHIM
-    (void)r;
-    zs_u64 sum = base;
+    zs_u64 e = 0;  // the same packed sums, one sequence after another
     for (zs_u32 i = 0; i < m; ++i) {
-        s[i] = sum;
-        sum += a[i];
+        r->lp[i] = lp_base + (zs_u32)e;
+        r->op[i] = op_base + (e >> 32);
+        e += ((zs_u64)len[i] << 32) | r->ll[i];
     }
 #else
     const zs_u32 t = threadIdx.x, lane = t & 31u, w = t >> 5;
-    const zs_u64 v = t < m ? a[t] : 0;
+    const zs_u64 v = t < m ? ((zs_u64)len[t] << 32) | r->ll[t] : 0;
     const zs_u64 x = zs_warp_inclusive_sum(v);
     if (lane == 31 && w < ZS_EXEC_WARPS) r->warp_sum[w] = x;
     __syncthreads();
-    zs_u64 before = base;
+    zs_u64 before = 0;
     for (zs_u32 j = 0; j < w; ++j) before += r->warp_sum[j];
-    if (t < m) s[t] = before + x - v;
+    const zs_u64 e = before + x - v;
+    if (t < m) {
+        r->lp[t] = lp_base + (zs_u32)e;
+        r->op[t] = op_base + (e >> 32);
+    }
     __syncthreads();
 #endif
 }
@@ -285,10 +292,9 @@ ZS_FN zs_u32 zs_execute_block(ZsExecRound* r, zs_u32 round, const zs_u32* rec, z
             r->src[i] = tag == 0 ? value : (rin[tag - 1] > value ? rin[tag - 1] - value : 0);
             r->hi[i] = r->ll[i] + r->ml[i];  // (the sequence's length, for the sums)
         }
+        // (Each thread scans the sequence it loaded; the scan's barriers order the rest.)
         if (threadIdx.x == 0) r->bad = 0;
-        ZS_BLOCK_SYNC();
-        zs_block_prefix(r, r->ll, r->lp, m, lp);
-        zs_block_prefix(r, r->hi, r->op, m, op);
+        zs_round_places(r, r->hi, m, lp, op);
         const zs_u64 end_op = r->op[m - 1] + r->ll[m - 1] + r->ml[m - 1];
         const zs_u64 end_lp = r->lp[m - 1] + r->ll[m - 1];
         // Offsets within the bytes before each match; literals and bytes within the block's.
