@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Run DW1: the zstd kernels of session 42 (not run on the GPU when written), each change apart.
 # Prepare here: `../shared/gpu/stage --tests '^device'`, then `bash benches/gpu_extras.sh
-# --kernels 24d44dd 21f04bc 98eac0a ee1220c 3143014 --zcases`. On the GPU host:
+# --kernels 24d44dd 21f04bc 98eac0a ee1220c 4c49d13 3143014 --zcases`. On the GPU host:
 #   BUDGET=540 bash .gpu/run bash benches/results/2026-12-07-h100-run-dw1.sh
 # The checkout's kernels (HEAD) replayed three ways of executor threads against the CPU shim;
 # decoder-only rows (288, 1,024, 2,048 and 8,192 Z2 frames) of HEAD and of each commit before
 # it: 24d44dd (session 41's end), 21f04bc (a match's bytes i % off), 98eac0a (16-byte loads),
-# ee1220c (tables 2 bytes a state, 8 lanes a thread block; then 4c49d13, HEAD's executor: done
-# bits, a barrier a phase), 3143014's warp at 8,192; HEAD's jumps against its executor at 1, 16
-# and 64 frames; HEAD's lanes with 4 and 16 threads; ncu's
-# warp states of HEAD's two long launches at 1,024 frames; the device tests of the zstd paths;
-# the bench's Z2 rows of this build.
+# ee1220c (tables 2 bytes a state, 8 lanes a thread block), 4c49d13 (done bits, a barrier a
+# phase; then HEAD: a round's places in one scan), 3143014's warp at 8,192; HEAD's jumps
+# against its executor at 1, 16 and 64 frames; HEAD's lanes with 4 and 16 threads; ncu's warp
+# states of HEAD's two long launches at 1,024 frames; the device tests of the zstd paths; the
+# bench's Z2 rows of this build.
 set -uo pipefail
 . benches/gpu_run.sh ${BUDGET:-540}
 timeout 150 bench --dir /tmp/b --gib 1 --cases z2,z2c --ours-only --tiles 0 --repeat 1 > /tmp/make.log 2>&1
@@ -23,7 +23,7 @@ for t in 128 32; do
   ZSTD_REPLAY_ONLY=1 timeout 60 $H --exec-threads $t >> $OUT/harness.txt 2>&1; log "replay $t rc=$? $(el)"
 done
 export ZSTD_SKIP_REPLAY=1
-for c in 24d44dd 21f04bc 98eac0a ee1220c; do
+for c in 24d44dd 21f04bc 98eac0a ee1220c 4c49d13; do
   timeout 60 $H --frames 288,1024,8192 --source .gpu/src-$c --label $c $J >> $OUT/harness.txt 2>&1; log "$c rc=$? $(el)"
 done
 timeout 40 $H --frames 8192 --source .gpu/src-3143014 --label "3143014 warp" $J >> $OUT/harness.txt 2>&1
