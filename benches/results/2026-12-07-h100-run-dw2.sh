@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Run DW2: session 42's build through the pipeline, beside 24d44dd's bench (session 41's end).
-# Prepare here: `../shared/gpu/stage --tests none`, then `bash benches/gpu_extras.sh --bench 24d44dd`.
+# Run DW2: session 42's build through the pipeline, beside 3143014's bench (DV1's peer).
+# Prepare here: `../shared/gpu/stage --tests none` (or DW1's stage), then `bash benches/gpu_extras.sh --bench 3143014`.
 # On the GPU host:   BUDGET=500 bash .gpu/run bash benches/results/2026-12-07-h100-run-dw2.sh
-# The size rows of Z2 and B1 (this build, 24d44dd's); the read overlapped with the decode, tried by
+# The size rows of Z2 and B1 (this build, 3143014's); the read overlapped with the decode, tried by
 # the batch budget alone (ZARRS_GPU_STAGING_BYTES: 1,024 chunks and the whole 1 GiB in batches of
 # 256 and 512 MiB, where one batch reads everything before any decode); the checksummed whole
 # read; the slab beside a device filled but for 512 MiB; the random tiles and crops.
 set -uo pipefail
 . benches/gpu_run.sh ${BUDGET:-500}
-xz -dc .gpu/bench-24d44dd.xz > /tmp/bench-old && chmod +x /tmp/bench-old
+xz -dc .gpu/bench-3143014.xz > /tmp/bench-old && chmod +x /tmp/bench-old
 timeout 150 bench --dir /tmp/b --gib 1 --cases z2,z2c,b1 --ours-only --tiles 0 --repeat 1 > /tmp/make.log 2>&1
 log "arrays rc=$? $(el)"
 rows new bench z2
