@@ -22,24 +22,27 @@ log "harness rc=$? $(el)"
 for t in 128 32; do
   ZSTD_REPLAY_ONLY=1 timeout 60 $H --exec-threads $t >> $OUT/harness.txt 2>&1; log "replay $t rc=$? $(el)"
 done
+staged_tests "compressed:: retrieval:: sharding::" "none_here"
 export ZSTD_SKIP_REPLAY=1
 for c in 24d44dd 21f04bc 98eac0a ee1220c 4c49d13; do
+  [ "$(left)" -lt 60 ] && { log "$c: not run (time)"; continue; }
   timeout 60 $H --frames 288,1024,8192 --source .gpu/src-$c --label $c $J >> $OUT/harness.txt 2>&1; log "$c rc=$? $(el)"
 done
-timeout 40 $H --frames 8192 --source .gpu/src-3143014 --label "3143014 warp" $J >> $OUT/harness.txt 2>&1
-# Small batches: the jumps (64 MiB or less) against the executor, now that its rounds wait less.
-timeout 40 python3 benches/zstd_decoder.py .gpu/zcases.bin.xz --chunks /tmp/b/z2.zarr/c --decoders "blocks,blocks executed" \
+unset ZSTD_SKIP_REPLAY
+rows HEAD bench z2
+export ZSTD_SKIP_REPLAY=1
+# Optional, while time is left: 3143014's warp; the jumps (64 MiB or less) against the executor,
+# now that its rounds wait less; HEAD's lanes 4 and 16 a thread block; ncu.
+opt() { [ "$(left)" -gt "$1" ]; }
+opt 50 && timeout 40 $H --frames 8192 --source .gpu/src-3143014 --label "3143014 warp" $J >> $OUT/harness.txt 2>&1
+opt 50 && timeout 40 python3 benches/zstd_decoder.py .gpu/zcases.bin.xz --chunks /tmp/b/z2.zarr/c --decoders "blocks,blocks executed" \
   --frames 1,16,64 --label "HEAD, jumps or executed" $J >> $OUT/harness.txt 2>&1
 for t in 4 16; do
-  timeout 40 $H --frames 1024,8192 --lane-threads $t --label "HEAD, $t lanes a thread block" $J >> $OUT/harness.txt 2>&1
+  opt 45 && timeout 40 $H --frames 1024,8192 --lane-threads $t --label "HEAD, $t lanes a thread block" $J >> $OUT/harness.txt 2>&1
 done
 log "harness variants $(el)"; grep -E "mismatch|ours|Error|error" $OUT/harness.txt | cut -c1-230 >> $OUT/log.txt
-# Where the two long launches' warps wait (1,024 frames: the sequences a lane a block, the executor).
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1); log "ncu: $NCU"
 S="--section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats --section SpeedOfLight --section MemoryWorkloadAnalysis"
-timeout 75 $NCU --kernel-name regex:"zstd_sequence_lanes|zstd_execute" --launch-count 2 $S $H --frames 1024 > $OUT/ncu.txt 2>&1
+opt 80 && timeout $(( $(left) - 10 )) $NCU --kernel-name regex:"zstd_sequence_lanes|zstd_execute" --launch-count 2 $S $H --frames 1024 > $OUT/ncu.txt 2>&1
 log "ncu rc=$? $(el)"
-unset ZSTD_SKIP_REPLAY
-staged_tests "compressed:: retrieval:: sharding::" "none_here"
-rows HEAD bench z2
 summary
