@@ -46,8 +46,9 @@ ZS_FN void zs_prefix(const zs_u32* a, zs_u64* s, zs_u32 m, zs_u64 base) {
 // Bytes p[0, n) (n at most 16) into w, little-endian (w[0] holds p[0] to p[3]); the rest of w
 // unspecified. By the one or two aligned 16-byte loads that hold them, where a load a byte made a
 // warp's 32 lanes' scattered sources 32 of the L1's wavefronts a byte: the aligned 16 bytes
-// holding a byte of an allocation lie within it (its base is aligned); the bytes beside the
-// wanted ones are read and not used. On the CPU the same words, each byte outside p[0, n) 0xA5
+// holding a byte of an allocation lie within its mapped granule (its base is aligned); the bytes
+// beside the wanted ones are read and not used (compute-sanitizer's memcheck may report those
+// past an allocation's requested end). On the CPU the same words, each byte outside p[0, n) 0xA5
 // (a use of one would show), and the same shifts.
 ZS_FN void zs_load16(const zs_u8* p, zs_u32 n, zs_u32* w) {
     if (n == 0) return;
