@@ -749,6 +749,12 @@ ZS_FN zs_u32 zs_spans_status(const zs_u32* rec, zs_u32 reach, zs_u32 span, zs_u3
 #define ZS_TABLE_LOGS 640u
 #define ZS_TABLE_WORDS 644u
 
+// Where entry i of a block's three tables, one after another (ll_n literal length entries, then
+// ml_n match length, then offset), lies in its region, in 2-byte units.
+ZS_FN zs_u32 zs_table_half_at(zs_u32 i, zs_u32 ll_n, zs_u32 ml_n) {
+    return i < ll_n ? i : i < ll_n + ml_n ? 2 * ZS_TABLE_ML + (i - ll_n) : 2 * ZS_TABLE_OF + (i - ll_n - ml_n);
+}
+
 // Block p's literals into the scratch (the first part of its decode, which a launch of its own
 // may run while the host walks the chains): their count and the bytes their section takes into
 // p, for the rest (zs_block_sequences); its status.
@@ -837,8 +843,7 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
             const ZsFse* f = which == 0 ? &sh->ll : which == 1 ? &sh->ml : &sh->of;
             const zs_u32 u = (zs_u32)(which == 0 ? i : which == 1 ? i - ll_n : i - ll_n - ml_n);
             const zs_u32 x = ((zs_u32)f->base[u] + (1u << f->log)) >> f->bits[u];
-            half[2 * (which == 0 ? 0u : which == 1 ? ZS_TABLE_ML : ZS_TABLE_OF) + u] =
-                (zs_u16)(f->symbol[u] | (x << 6));
+            half[zs_table_half_at((zs_u32)i, ll_n, ml_n)] = (zs_u16)(f->symbol[u] | (x << 6));
         }
         if (ZS_LANE == 0) packed_out[ZS_TABLE_LOGS] = sh->ll.log | (sh->of.log << 4) | (sh->ml.log << 8);
         ZS_SYNC();
@@ -983,13 +988,13 @@ extern "C" __global__ void zstd_decode_blocks(const unsigned char* const* inputs
 // zstd_decode_blocks put them) and its literals' count and section in p; its status, size and
 // repeat offsets into p as zs_block_sequences leaves them with one span.
 ZS_FN zs_u32 zs_lane_sequences(const zs_u8* in, zs_u32 block_max, ZsBlockPlan* p, zs_u32* seq_scratch,
-                                const ZsCompactTables& t, zs_u32 logs) {
+                                const ZsCompactTables& t) {
     const zs_u64 len = p->in_size, taken = p->lit_taken;
     zs_u64 count = 0, head = 0;
     // (zstd_decode_blocks checked the section's header and its tables before leaving it.)
     if (taken > len || zs_sequence_count(in + p->in_at + taken, len - taken, &count, &head) != ZS_OK || count == 0)
         return ZS_BAD_SEQUENCES;
-    const zs_u32 ll_log = logs & 15, of_log = (logs >> 4) & 15, ml_log = (logs >> 8) & 15;
+    const zs_u32 ll_log = t.ll_log, of_log = t.of_log, ml_log = t.ml_log;
     const zs_u32 n_seq = (zs_u32)count, lits_n = p->lit_count;
     const zs_u32 stream_len = p->stream_at > p->in_at + len ? 0u : (zs_u32)(p->in_at + len - p->stream_at);
     const zs_u8* stream = in + p->stream_at;
@@ -1054,8 +1059,7 @@ extern "C" __global__ void zstd_sequence_lanes(const unsigned char* const* input
         const zs_u32 ll_n = 1u << (logs & 15), of_n = 1u << ((logs >> 4) & 15), ml_n = 1u << ((logs >> 8) & 15);
         // (Logs of at most 9, 8 and 9: the table's build checked them.)
         for (zs_u32 i = threadIdx.x; i < ll_n + ml_n + of_n; i += blockDim.x) {
-            const zs_u32 at =
-                i < ll_n ? i : i < ll_n + ml_n ? 2 * ZS_TABLE_ML + (i - ll_n) : 2 * ZS_TABLE_OF + (i - ll_n - ml_n);
+            const zs_u32 at = zs_table_half_at(i, ll_n, ml_n);
             dst_half[at] = src_half[at];
         }
         if (threadIdx.x == 0) dst[ZS_TABLE_LOGS] = logs;
@@ -1070,5 +1074,5 @@ extern "C" __global__ void zstd_sequence_lanes(const unsigned char* const* input
     const zs_u16* half = (const zs_u16*)mine;
     const ZsCompactTables t = {half, half + 2 * ZS_TABLE_ML, half + 2 * ZS_TABLE_OF, codes, codes + 64,
                                logs & 15, (logs >> 4) & 15, (logs >> 8) & 15};
-    p->status = zs_lane_sequences(inputs[p->frame], frames[p->frame].block_max, p, seq_scratch, t, logs);
+    p->status = zs_lane_sequences(inputs[p->frame], frames[p->frame].block_max, p, seq_scratch, t);
 }
