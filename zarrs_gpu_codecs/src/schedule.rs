@@ -8,6 +8,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::pipeline::batch::LARGE_CHUNK;
+
 /// The rates the split between nvCOMP and host threads comes from. The defaults are an H200's
 /// (zstd level 3 of float32 data; nvCOMP 6); set them with
 /// [`GpuConfig::with_decode_rates`](crate::GpuConfig::with_decode_rates) for another machine or
@@ -20,9 +22,11 @@ pub struct DecodeRates {
     /// How fast one frame decodes on the device, bytes a second: a batch takes at least its
     /// largest frame's size over this (one frame decodes largely serially).
     pub device_frame_rate: f64,
-    /// [`DecodeRates::device_frame_rate`] where the whole batch decodes on the device, the host's
-    /// threads free to help it (our zstd decoder's chain walks); the same unless a codec says.
-    pub device_whole_frame_rate: f64,
+    /// Whether a batch whose frames are all smaller than 4 MiB decoded stays wholly on the
+    /// device, whatever the rates say: true where the device's decoder is no slower than host
+    /// threads at any count of such frames (our zstd decoder), false (the default) where the
+    /// rates split them. Batches with larger frames split by the rates either way.
+    pub small_frames_on_device: bool,
     /// nvCOMP's throughput over a batch's frames, bytes a second.
     pub device_rate: f64,
     /// One host thread's decode rate, bytes a second.
@@ -41,7 +45,7 @@ impl Default for DecodeRates {
         Self {
             device_call_s: 0.8e-3,
             device_frame_rate: 62.0 * MIB,
-            device_whole_frame_rate: 62.0 * MIB,
+            small_frames_on_device: false,
             device_rate: 80.0 * GIB,
             host_thread_rate: 0.4 * GIB,
         }
@@ -59,22 +63,16 @@ impl DecodeRates {
     /// The key a device learns these rates under: codecs of one name whose rates differ
     /// (Blosc's compressors) learn apart.
     pub(crate) fn key(&self) -> [u64; 5] {
-        [
-            self.device_call_s,
-            self.device_frame_rate,
-            self.device_whole_frame_rate,
-            self.device_rate,
-            self.host_thread_rate,
-        ]
-        .map(f64::to_bits)
+        let [call, frame, rate, host] =
+            [self.device_call_s, self.device_frame_rate, self.device_rate, self.host_thread_rate].map(f64::to_bits);
+        [call, frame, rate, host, u64::from(self.small_frames_on_device)]
     }
 
-    /// With nvCOMP's fixed cost per call (`call_s`), one frame's rate (split or whole) and the
-    /// rate over a batch's frames (bytes a second).
+    /// With nvCOMP's fixed cost per call (`call_s`), one frame's rate and the rate over a
+    /// batch's frames (bytes a second).
     #[must_use]
     pub fn with_device_rates(mut self, call_s: f64, frame_rate: f64, rate: f64) -> Self {
         (self.device_call_s, self.device_frame_rate, self.device_rate) = (call_s, frame_rate, rate);
-        self.device_whole_frame_rate = frame_rate;
         self
     }
 
@@ -84,19 +82,16 @@ impl DecodeRates {
     pub(crate) fn device_slower(mut self, factor: f64) -> Self {
         self.device_call_s *= factor;
         self.device_frame_rate /= factor;
-        self.device_whole_frame_rate /= factor;
         self.device_rate /= factor;
         self
     }
 
-    /// Seconds the device takes for `m` frames of `mean` bytes, the largest `largest`, beside
-    /// host threads decoding others (`whole`: none).
-    fn device(&self, m: usize, mean: f64, largest: f64, whole: bool) -> f64 {
+    /// Seconds the device takes for `m` frames of `mean` bytes, the largest `largest`.
+    fn device(&self, m: usize, mean: f64, largest: f64) -> f64 {
         if m == 0 {
             return 0.0;
         }
-        let frame_rate = if whole { self.device_whole_frame_rate } else { self.device_frame_rate };
-        self.device_call_s + largest / frame_rate + m as f64 * mean / self.device_rate
+        self.device_call_s + largest / self.device_frame_rate + m as f64 * mean / self.device_rate
     }
 
     /// Seconds `threads` host threads take for `k` frames of `mean` bytes, the largest `largest`.
@@ -112,20 +107,21 @@ impl DecodeRates {
     #[must_use]
     pub fn predict(&self, n: usize, k: usize, bytes: u64, largest: u64, threads: usize) -> (f64, f64, f64) {
         let (mean, largest) = (bytes as f64 / n.max(1) as f64, largest as f64);
-        let on_device = self.device(n - k.min(n), mean, largest, k == 0);
-        (self.host(k, mean, largest, threads), on_device, self.device(n, mean, largest, true))
+        let on_device = self.device(n - k.min(n), mean, largest);
+        (self.host(k, mean, largest, threads), on_device, self.device(n, mean, largest))
     }
 
     /// How many of `n` frames (`bytes` decoded in all, the largest `largest`) host threads
     /// decode beside the device so that both finish soonest: the smallest such share (ties keep
-    /// frames on the device). The frames the host takes are any `k` of them.
+    /// frames on the device); none of small frames where the device keeps them
+    /// ([`DecodeRates::small_frames_on_device`]). The frames the host takes are any `k` of them.
     #[must_use]
     pub fn host_share(&self, n: usize, bytes: u64, largest: u64, threads: usize) -> usize {
-        if n == 0 {
+        if n == 0 || (self.small_frames_on_device && largest < LARGE_CHUNK) {
             return 0;
         }
         let (mean, largest) = (bytes as f64 / n as f64, largest as f64);
-        let time = |k: usize| self.device(n - k, mean, largest, k == 0).max(self.host(k, mean, largest, threads));
+        let time = |k: usize| self.device(n - k, mean, largest).max(self.host(k, mean, largest, threads));
         (0..=n).min_by(|&a, &b| time(a).total_cmp(&time(b)).then(a.cmp(&b))).unwrap_or(0)
     }
 }
@@ -283,7 +279,7 @@ mod tests {
         // 4096 frames of 1 MiB: the device takes most; the host some, both about 60 ms.
         let k = rates.host_share(4096, 4096 * M, M, 16);
         assert!(k > 0 && k < 1024, "{k}");
-        let (device, host) = (rates.device(4096 - k, M as f64, M as f64, false), rates.host(k, M as f64, M as f64, 16));
+        let (device, host) = (rates.device(4096 - k, M as f64, M as f64), rates.host(k, M as f64, M as f64, 16));
         assert!((device - host).abs() < 0.01, "device {device} s, host {host} s");
         // With one host thread, the host takes far less.
         assert!(rates.host_share(4096, 4096 * M, M, 1) < k / 8);
@@ -291,23 +287,30 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_the_device_decodes_faster_whole_stays_whole() {
-        // Our zstd decoder's: a 1 MiB frame in about 1 ms on the device where host threads walk
-        // its chains, 3 ms where they decode other frames instead.
+    fn small_frames_stay_on_a_device_that_keeps_them_large_ones_split() {
+        // Our zstd decoder's rates: small frames never split, however slow the device is
+        // thought; large ones split by the rates.
         let rates = DecodeRates {
             device_call_s: 0.4e-3,
             device_frame_rate: 330.0 * MIB,
-            device_whole_frame_rate: GIB,
-            device_rate: 23.0 * GIB,
+            device_rate: 63.0 * GIB,
             host_thread_rate: 0.4 * GIB,
+            small_frames_on_device: true,
         };
-        assert_eq!(rates.host_share(1, M, M, 16), 0);
-        assert_eq!(rates.host_share(16, 16 * M, M, 16), 0);
-        let (_, whole, alone) = rates.predict(16, 0, 16 * M, M, 16);
-        assert!((whole - alone).abs() < 1e-12 && whole < rates.predict(16, 1, 16 * M, M, 16).1);
-        // No faster whole: the host takes them.
-        let split = DecodeRates { device_whole_frame_rate: 330.0 * MIB, ..rates };
+        for n in [1, 16, 288, 1024, 4096] {
+            assert_eq!(rates.host_share(n, n as u64 * M, M, 16), 0, "{n}");
+            assert_eq!(rates.device_slower(16.0).host_share(n, n as u64 * M, M, 16), 0, "{n}");
+        }
+        assert_eq!(rates.host_share(64, 64 * (LARGE_CHUNK - 1), LARGE_CHUNK - 1, 16), 0);
+        // A handful of 16 MiB frames: each executes for about 50 ms on the device, 40 on a host
+        // thread; 64 of them: the host takes a share.
+        assert_eq!(rates.host_share(6, 6 * 16 * M, 16 * M, 16), 6);
+        let k = rates.host_share(64, 64 * 16 * M, 16 * M, 16);
+        assert!(k > 0 && k < 64, "{k}");
+        // Without the flag, the same rates split small frames too.
+        let split = DecodeRates { small_frames_on_device: false, ..rates };
         assert_eq!(split.host_share(16, 16 * M, M, 16), 16);
+        assert_ne!(split.key(), rates.key(), "learned apart");
     }
 
     #[test]

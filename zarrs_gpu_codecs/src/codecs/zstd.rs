@@ -145,19 +145,19 @@ impl DeviceCodec for Zstd {
 
     fn decode_rates(&self) -> Option<DecodeRates> {
         // Measured for this codec: nvCOMP's in DecodeRates' defaults; ours on an H100
-        // (benches/RESULTS.md): a 1 MiB Z2 chunk read whole on the device in 1.15 to 1.26 ms,
-        // its chains walked by host threads (run DT6), 3.4 ms decoded alone with the device
-        // walking them, as it does beside host threads decoding others (run DQ1); decoded alone,
-        // 288 frames in 14.2 ms, 1,024 in 27.7, 8,192 in about 165 (run DV1): 49 GiB/s over a
-        // batch, 7 ms of it the longest frame's steps (they overlap the batch's below a few
-        // hundred frames, which take the jump path); about 0.4 ms of launches and plan.
+        // (benches/RESULTS.md run DW1): through the pipeline, reads of 1, 16, 64, 288 and 1,024
+        // Z2 chunks of 1 MiB all on ours took 1.18, 3.46, 7.29, 22.7 and 42.7 ms, on host
+        // threads 2.39, 3.25, 9.45, 42.5 and 135.9, split by the rates 1.41, 3.74, 7.23, 26.0
+        // and 48.2: frames under 4 MiB stay on the device. For larger ones: one frame executes
+        // at about 330 MiB/s (a 1 MiB frame in 3.1 ms on a thread block), 8 GiB of frames decode
+        // alone in 128 ms (63 GiB/s); about 0.4 ms of launches and plan.
         Some(match self.decoder {
             ZstdDecoder::Nvcomp => DecodeRates::default(),
             ZstdDecoder::Ours | ZstdDecoder::Auto => DecodeRates {
                 device_call_s: 0.4e-3,
                 device_frame_rate: 330.0 * crate::schedule::MIB,
-                device_whole_frame_rate: crate::schedule::GIB,
-                device_rate: 49.0 * crate::schedule::GIB,
+                device_rate: 63.0 * crate::schedule::GIB,
+                small_frames_on_device: true,
                 ..DecodeRates::default()
             },
         })
@@ -231,10 +231,17 @@ mod tests {
         assert_eq!(ours.scratch_bound(1, 1 << 20, 1 << 20).ok(), Some(BlockPlan::bound(1, 1 << 20)));
         assert_eq!(ours.input_alignment().ok(), Some(1));
         assert_eq!(ours.status_string(crate::codecs::zstd::decode::BAD_SEQUENCE), decode::status_text(9));
-        // The scheduler weighs ours by its own costs: a far smaller fixed cost, a faster frame.
+        // The scheduler weighs ours by its own costs: a far smaller fixed cost, a faster frame;
+        // small frames stay on ours (a read of 16 or 1,024 of 1 MiB), nvCOMP's go to host
+        // threads or split.
         let (theirs, mine) = (ZSTD_CODEC.decode_rates().unwrap(), ours.decode_rates().unwrap());
         assert!(mine.device_call_s < theirs.device_call_s && mine.device_frame_rate > 3.0 * theirs.device_frame_rate);
         assert_eq!(mine.host_thread_rate.to_bits(), theirs.host_thread_rate.to_bits());
+        let m = 1u64 << 20;
+        for n in [16, 1024] {
+            assert_eq!(mine.host_share(n, n as u64 * m, m, 16), 0);
+            assert!(theirs.host_share(n, n as u64 * m, m, 16) > 0);
+        }
     }
 
     #[test]
