@@ -11,7 +11,7 @@ launches, and each launch's share) and the one-warp decoder, in the same run.
 
 `--source DIR`: the four .cu files from DIR (another build's kernels, to compare in one call);
 `--split N`: a block's sequences in at most N spans (default: decode.rs' rule, 32 for launches of
-1,024 blocks or fewer, else 0: a lane a block, `zstd_sequence_lanes`, in sources that have it, else 1);
+3,072 blocks or fewer (`--split-blocks`), else 0: a lane a block, `zstd_sequence_lanes`, in sources that have it, else 1);
 `--lane-threads N`: threads a thread block of `zstd_sequence_lanes` (default: decode.rs' `LANE_THREADS`, 8; 4 for older sources);
 `--exec-threads N`: threads (and a round's sequences) of `zstd_execute` (default: decode.rs'
 `exec_threads` of the launch's frames; sources before the thread block executor, a warp);
@@ -60,6 +60,9 @@ k_lits = mod.get_function("zstd_block_literals") if SPLITS_LITERALS else None
 # Sources whose launches of many blocks decode the sequences a lane a block (split 0), from the
 # packed tables the block decode leaves in a region of their own (decode.rs TABLE_BYTES a block).
 LANES = "zstd_sequence_lanes" in src
+# Blocks a launch at most whose sequences split into spans (decode.rs `SPLIT_BLOCKS`; 1,024 in
+# builds before run DX1): --split-blocks.
+SPLIT_BLOCKS = int(opt("--split-blocks", "3072"))
 k_lanes = mod.get_function("zstd_sequence_lanes") if LANES else None
 # (Sources whose lanes read their tables from shared memory, the launch's dynamic shared memory:
 # 2 bytes a state, or before 98eac0a's successor 4.)
@@ -141,7 +144,7 @@ class Blocks:
         tables_at = lits_at + align(tl)
         # The most spans a block's sequences split into: `split`, --split's, or decode.rs' rule
         # (`split_for`); 0: a lane a block.
-        self.split = int(split or SPLIT or (32 if tb <= 1024 else 0 if LANES else 1))
+        self.split = int(split or SPLIT or (32 if tb <= SPLIT_BLOCKS else 0 if LANES else 1))
         self.len = tables_at + (align(tb * TABLE_BYTES) if self.split == 0 else 0)
         self.largest = max(caps) if caps else 0
         if HOPS:

@@ -616,9 +616,13 @@ fn host_walks(total: &Slots, threads: usize) -> bool {
 /// for one frame's link and entries on an H100, run DR2).
 const ENTRY_PARTS: u32 = 8;
 
-/// Blocks a launch at most whose sequences split into spans: 8 for each of an H100's 132
-/// multiprocessors (a warp each, 2 of the 4 schedulers' worth of warps or fewer).
-const SPLIT_BLOCKS: u64 = 1024;
+/// Blocks a launch at most whose sequences split into spans. A warp a block takes its blocks in
+/// waves of about 1,600 on an H100, 3.4 ms a wave of Z2's blocks (the chain walked, then the
+/// spans), while a lane a block stays near 8 ms from 2,304 blocks to 4,096 (its chains' steps
+/// are longer, and the launch is under one wave): decoder alone (run DX1), 288 Z2 frames (2,304
+/// blocks) 6.7 ms of blocks phase with spans against 7.7 a lane a block, 512 frames (4,096) 10.5
+/// against 8.1. So spans while they take two waves or fewer.
+const SPLIT_BLOCKS: u64 = 3072;
 
 /// Enqueue the block-parallel decode of `n` frames on `stream`: [`launch_frame_plans`], then
 /// [`launch_block_decode`].

@@ -388,10 +388,10 @@ fn frames_of_small_blocks(n: usize, len: usize, window_log: u32) -> (Vec<Vec<u8>
 
 #[test]
 fn a_launch_of_many_blocks_takes_a_lane_a_block_where_its_tables_fit_the_bound() {
-    // Three frames of 8 KiB blocks, 1,100 blocks in all: more than a launch splits into spans,
+    // Nine frames of 8 KiB blocks, 3,300 blocks in all: more than a launch splits into spans,
     // their tables within the scratch the pipeline gives the batch (its bound): a lane a block,
     // and its bytes libzstd's on both paths.
-    let (raws, frames, plan) = frames_of_small_blocks(3, 3_000_000, 13);
+    let (raws, frames, plan) = frames_of_small_blocks(9, 3_000_000, 13);
     assert!(plan.slots.blocks > SPLIT_BLOCKS, "{:?}", plan.slots);
     assert_eq!(plan.split, LANES);
     assert!(plan.len <= BlockPlan::bound(3, raws.iter().map(Vec::len).sum()));
@@ -407,7 +407,7 @@ fn a_launch_of_many_blocks_takes_a_lane_a_block_where_its_tables_fit_the_bound()
     }
     // Blocks of 1 KiB: more blocks than the bound counts on (4 KiB each), their tables past it:
     // a warp a block, lane 0 decoding its sequences.
-    let (raws, _, plan) = frames_of_small_blocks(2, 600_000, 10);
+    let (raws, _, plan) = frames_of_small_blocks(2, 1_700_000, 10);
     assert!(plan.slots.blocks > SPLIT_BLOCKS, "{:?}", plan.slots);
     assert_eq!(plan.split, 1);
     assert!(plan.with_split(LANES).len > BlockPlan::bound(2, raws.iter().map(Vec::len).sum()));
