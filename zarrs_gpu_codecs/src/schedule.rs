@@ -23,9 +23,10 @@ pub struct DecodeRates {
     /// largest frame's size over this (one frame decodes largely serially).
     pub device_frame_rate: f64,
     /// Whether a batch whose frames are all smaller than 4 MiB decoded stays wholly on the
-    /// device, whatever the rates say: true where the device's decoder is no slower than host
-    /// threads at any count of such frames (our zstd decoder), false (the default) where the
-    /// rates split them. Batches with larger frames split by the rates either way.
+    /// device (but where host threads decode it all within the device's fixed cost): true where
+    /// the device's decoder is no slower than host threads at any count of such frames (our zstd
+    /// decoder), false (the default) where the rates split them. Batches with larger frames
+    /// split by the rates either way; batches that do not split teach no slowness.
     pub small_frames_on_device: bool,
     /// nvCOMP's throughput over a batch's frames, bytes a second.
     pub device_rate: f64,
@@ -111,16 +112,26 @@ impl DecodeRates {
         (self.host(k, mean, largest, threads), on_device, self.device(n, mean, largest))
     }
 
+    /// Whether a batch whose largest frame decodes to `largest` bytes splits by these rates: not
+    /// one of small frames where the device keeps them ([`DecodeRates::small_frames_on_device`]).
+    pub(crate) fn splits(&self, largest: u64) -> bool {
+        !(self.small_frames_on_device && largest < LARGE_CHUNK)
+    }
+
     /// How many of `n` frames (`bytes` decoded in all, the largest `largest`) host threads
     /// decode beside the device so that both finish soonest: the smallest such share (ties keep
-    /// frames on the device); none of small frames where the device keeps them
-    /// ([`DecodeRates::small_frames_on_device`]). The frames the host takes are any `k` of them.
+    /// frames on the device). The frames the host takes are any `k` of them. Small frames where
+    /// the device keeps them ([`DecodeRates::splits`]): none, unless host threads decode them all
+    /// within the device's fixed cost (frames of a few dozen KiB).
     #[must_use]
     pub fn host_share(&self, n: usize, bytes: u64, largest: u64, threads: usize) -> usize {
-        if n == 0 || (self.small_frames_on_device && largest < LARGE_CHUNK) {
+        if n == 0 {
             return 0;
         }
         let (mean, largest) = (bytes as f64 / n as f64, largest as f64);
+        if !self.splits(largest as u64) {
+            return if self.host(n, mean, largest, threads) <= self.device_call_s { n } else { 0 };
+        }
         let time = |k: usize| self.device(n - k, mean, largest).max(self.host(k, mean, largest, threads));
         (0..=n).min_by(|&a, &b| time(a).total_cmp(&time(b)).then(a.cmp(&b))).unwrap_or(0)
     }
@@ -299,9 +310,17 @@ mod tests {
         };
         for n in [1, 16, 288, 1024, 4096] {
             assert_eq!(rates.host_share(n, n as u64 * M, M, 16), 0, "{n}");
-            assert_eq!(rates.device_slower(16.0).host_share(n, n as u64 * M, M, 16), 0, "{n}");
         }
+        // A device learned 16 times slower (from large frames): its fixed cost 6.4 ms, which
+        // host threads beat on a few frames only.
+        assert_eq!(rates.device_slower(16.0).host_share(1024, 1024 * M, M, 16), 0);
+        assert_eq!(rates.device_slower(16.0).host_share(1, M, M, 16), 1);
         assert_eq!(rates.host_share(64, 64 * (LARGE_CHUNK - 1), LARGE_CHUNK - 1, 16), 0);
+        assert!(!rates.splits(M) && rates.splits(LARGE_CHUNK));
+        // Frames of a few dozen KiB: host threads finish within the device's fixed cost.
+        let kib = 1 << 10;
+        assert_eq!(rates.host_share(4, 4 * 64 * kib, 64 * kib, 16), 4);
+        assert_eq!(rates.host_share(64, 64 * 64 * kib, 64 * kib, 16), 0);
         // A handful of 16 MiB frames: each executes for about 50 ms on the device, 40 on a host
         // thread; 64 of them: the host takes a share.
         assert_eq!(rates.host_share(6, 6 * 16 * M, 16 * M, 16), 6);

@@ -329,6 +329,10 @@ fn predicted_device_s(job: &Job<'_>, on_device: &[&Item]) -> Option<f64> {
     let sizes = on_device.iter().map(|it| job.decoded_len(it.unit));
     let (bytes, largest) = sizes.fold((0u64, 0u64), |(sum, max), len| (sum.saturating_add(len), max.max(len)));
     let rates = learned_rates(job)?;
+    // A batch the rates do not split teaches nothing of them (our zstd decoder's small frames).
+    if !rates.splits(largest) {
+        return None;
+    }
     let predicted_s = rates.predict(on_device.len(), 0, bytes, largest, 1).2;
     (predicted_s >= crate::schedule::DeviceSlowness::MIN_PREDICTED_S).then_some(predicted_s)
 }

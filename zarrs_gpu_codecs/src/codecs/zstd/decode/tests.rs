@@ -394,7 +394,7 @@ fn a_launch_of_many_blocks_takes_a_lane_a_block_where_its_tables_fit_the_bound()
     let (raws, frames, plan) = frames_of_small_blocks(9, 3_000_000, 13);
     assert!(plan.slots.blocks > SPLIT_BLOCKS, "{:?}", plan.slots);
     assert_eq!(plan.split, LANES);
-    assert!(plan.len <= BlockPlan::bound(3, raws.iter().map(Vec::len).sum()));
+    assert!(plan.len <= BlockPlan::bound(raws.len(), raws.iter().map(Vec::len).sum()));
     for path in [HostPath::Jump, HostPath::Execute] {
         let mut outs: Vec<Vec<u8>> = raws.iter().map(|raw| vec![0u8; raw.len()]).collect();
         let mut batch: Vec<(&[u8], &mut [u8])> =

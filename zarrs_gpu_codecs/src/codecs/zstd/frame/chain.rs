@@ -225,7 +225,8 @@ impl<'a> BlockWalk<'a> {
 
 /// Chains walked side by side on one thread, a sequence of each in turn: a step waits on the one
 /// before it (its states pick its table entries, which say where its bits are), so one chain
-/// leaves most of a core idle, and a few in turn fill it. Each entry as [`BlockWalk::walk`]'s.
+/// leaves most of a core idle, and a few in turn fill it. Each entry as the chain walked alone
+/// would give it (its spans' first bits and states), None where that walk fails.
 pub(crate) fn walk_together(walks: &[&BlockWalk<'_>], split: u32) -> Vec<Option<[u32; CHAIN_WORDS]>> {
     let mut entries = Vec::with_capacity(walks.len());
     for group in walks.chunks(4) {
