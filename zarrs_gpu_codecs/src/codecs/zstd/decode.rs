@@ -25,7 +25,7 @@ use crate::config::DecodeTrust;
 use crate::device::kernels::Kernels;
 use crate::error::GpuError;
 
-use super::frame::chain::{walk_together, BlockWalk, FrameTables, CHAIN_WORDS};
+use super::frame::chain::{BlockWalk, FrameTables, CHAIN_WORDS};
 
 /// The kernels' source, compiled with the other kernels (`codecs::KERNEL_SOURCES`).
 pub(crate) const SOURCE: &str =
@@ -401,19 +401,15 @@ impl BlockPlan {
         // parallel iterator's splits wake them one after another (a Z2 chunk's 10 blocks on 16
         // threads: 0.30 ms, against 0.54; runs DT6 and DS4). It returns once every thread has
         // run it: a thread busy with another read's host decode delays it by that decode's
-        // remainder (not measured yet with concurrent reads). Where there are more blocks than
-        // threads, each takes a few at once and walks them side by side ([`walk_together`]).
-        let threads = rayon::current_num_threads().max(1);
-        let together = walks.len().div_ceil(threads).clamp(1, WALKS_TOGETHER);
+        // remainder (not measured yet with concurrent reads).
         let next = std::sync::atomic::AtomicUsize::new(0);
         let entries = std::sync::Mutex::new(Vec::with_capacity(walks.len()));
         rayon::broadcast(|_| loop {
-            let i = next.fetch_add(together, std::sync::atomic::Ordering::Relaxed);
-            let Some(taken) = walks.get(i..(i + together).min(walks.len())).filter(|t| !t.is_empty()) else { break };
-            let blocks: Vec<&BlockWalk<'_>> = taken.iter().map(|(_, walk)| walk).collect();
-            let walked = walk_together(&blocks, split);
-            let mut entries = entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            entries.extend(taken.iter().zip(walked).filter_map(|((index, _), entry)| Some((*index, entry?))));
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some((index, walk)) = walks.get(i) else { break };
+            if let Some(entry) = walk.walk(split) {
+                entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((*index, entry));
+            }
         });
         let mut out = vec![0u32; self.slots.blocks as usize * CHAIN_WORDS];
         for (index, entry) in entries.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner) {
@@ -602,24 +598,18 @@ const LANE_THREADS: u32 = 8;
 /// slots: where its walk, the longest block's at least, and the wake of rayon's sleeping threads
 /// take less than the device's walk of the longest block. Measured on the GPU host (H100 and a
 /// 16-core Xeon, benches/RESULTS.md runs DR2, DS4 and DT6): the device's lane 0 walks about 270
-/// cycles a sequence at 1.98 GHz; a host core 11.5 ns a chain alone (the block's tables built on
-/// its thread included), and a frame's 10 blocks took 0.30 ms on 16 threads that had slept,
-/// woken by a broadcast (0.14 ms of walking each). Where each thread has several blocks, it walks
-/// up to [`WALKS_TOGETHER`] side by side, 1.45 times as many sequences a second (a 2-core build
-/// host, `time_the_parts_of_the_hosts_chain_walk`): about 8 ns a sequence. So one Z2 chunk's
-/// chains walk on the host (about 0.3 against 1.7 ms), and up to about 26 chunks' (1.7).
+/// cycles a sequence at 1.98 GHz; a host core 11.5 ns (the block's tables built on its thread
+/// included), and a frame's 10 blocks took 0.30 ms on 16 threads that had slept, woken by a
+/// broadcast (0.14 ms of walking each): one Z2 chunk's chains walk on the host (about 0.3
+/// against 1.7 ms), and up to about 20 chunks' (1.6 against 1.7).
 fn host_walks(total: &Slots, threads: usize) -> bool {
     const DEVICE_NS: f64 = 136.0;
     const HOST_NS: f64 = 11.5;
-    const HOST_TOGETHER_NS: f64 = 8.0;
     const WAKE_NS: f64 = 160_000.0;
     let (sequences, most) = (total.sequences as f64, total.most as f64);
-    let host = WAKE_NS + (HOST_TOGETHER_NS * sequences / threads.max(1) as f64).max(HOST_NS * most);
+    let host = WAKE_NS + HOST_NS * (sequences / threads.max(1) as f64).max(most);
     host < most * DEVICE_NS
 }
-
-/// Blocks' chains a host thread walks side by side at most ([`walk_together`]).
-const WALKS_TOGETHER: usize = 4;
 
 /// Warps that make a block's entries side by side, each a part of its sequences (`bytes.cu`,
 /// `zstd_entries`): a Z2 block's 12,800 sequences were 400 rounds of one warp's waits (0.48 ms

@@ -171,27 +171,11 @@ fn bits_at(stream: &[u8], at: usize, n: u32) -> u32 {
     ((word >> (at % 8)) & ((1u64 << n) - 1)) as u32
 }
 
-impl<'a> BlockWalk<'a> {
+impl BlockWalk<'_> {
     /// The block's chain entry (`CHAIN_WORDS` words) for a launch whose blocks split into
     /// `split` spans at most; None where it has one span (its lane walks the chain itself) or the
     /// bits run out (the device then finds where).
-    #[cfg(test)]
     pub(crate) fn walk(&self, split: u32) -> Option<[u32; CHAIN_WORDS]> {
-        walk_together(&[self], split).pop().flatten()
-    }
-
-    /// The same walk of its stream's first `len` bytes (a stream cut short).
-    #[cfg(test)]
-    /// (The first length from `len` whose last byte is not 0, so that the walk starts and fails
-    /// on the way.)
-    pub(crate) fn truncated(&self, len: usize) -> Self {
-        let len = (len..self.stream.len()).find(|&n| self.stream[n - 1] != 0).unwrap_or(self.stream.len());
-        Self { stream: &self.stream[..len], count: self.count, tables: self.tables.clone() }
-    }
-
-    /// The walk at its first sequence: the states read, span 0 not yet noted. None as for
-    /// [`walk_together`].
-    fn start(&self, split: u32) -> Option<Cursor<'a>> {
         let (n_spans, span) = spans(self.count, split);
         if n_spans < 2 {
             return None;
@@ -200,160 +184,39 @@ impl<'a> BlockWalk<'a> {
         // Bits before the end mark, read from the top down: `left` of them unread.
         let mut left = 8 * (self.stream.len() - 1) + last.ilog2() as usize;
         let tables: [Packed; 3] = std::array::from_fn(|code| self.tables[code].packed(code));
-        let mut read = |log: u32| -> Option<usize> {
-            left = left.checked_sub(log as usize)?;
-            Some(bits_at(self.stream, left, log) as usize)
+        let [ll_t, of_t, ml_t] = &tables;
+        let read = |n: u32, left: &mut usize| -> Option<u32> {
+            *left = left.checked_sub(n as usize)?;
+            Some(bits_at(self.stream, *left, n))
         };
-        let states = [read(tables[0].log)?, read(tables[1].log)?, read(tables[2].log)?];
+        let mut ll = read(ll_t.log, &mut left)? as usize;
+        let mut of = read(of_t.log, &mut left)? as usize;
+        let mut ml = read(ml_t.log, &mut left)? as usize;
         let mut entry = [0u32; CHAIN_WORDS];
         entry[0] = n_spans;
-        Some(Cursor {
-            stream: self.stream,
-            tables,
-            left,
-            states,
-            bad: false,
-            walked: 0,
-            last: self.count - 1,
-            span,
-            next_span: 0,
-            j: 0,
-            entry,
-        })
+        let (lefts, states) = entry[1..].split_at_mut(SPANS as usize);
+        // Every sequence but the last: the last reads no state bits, and no span starts after it.
+        let mut walked = 0u32;
+        for j in 0..n_spans as usize {
+            lefts[j] = u32::try_from(left).ok()?;
+            states[j] = (ll | of << 10 | ml << 20) as u32;
+            let end = (walked + span).min(self.count - 1);
+            while walked < end {
+                let (ll_e, of_e, ml_e) = (*ll_t.entries.get(ll)?, *of_t.entries.get(of)?, *ml_t.entries.get(ml)?);
+                let (lb, mb, ob) = (ll_e & 0xFF, ml_e & 0xFF, of_e & 0xFF);
+                let extra = (ll_e >> 8 & 0xFF) + (of_e >> 8 & 0xFF) + (ml_e >> 8 & 0xFF);
+                left = left.checked_sub(extra as usize)?;
+                // The updates' bits, lowest of the sequence's: literal length's, match length's,
+                // offset's, from the top down.
+                let v = read(lb + mb + ob, &mut left)?;
+                ll = (ll_e >> 16) as usize + (v >> (mb + ob)) as usize;
+                ml = (ml_e >> 16) as usize + ((v >> ob) & ((1 << mb) - 1)) as usize;
+                of = (of_e >> 16) as usize + (v & ((1 << ob) - 1)) as usize;
+                walked += 1;
+            }
+        }
+        Some(entry)
     }
-}
-
-/// Chains walked side by side on one thread, a sequence of each in turn: a step waits on the one
-/// before it (its states pick its table entries, which say where its bits are), so one chain
-/// leaves most of a core idle, and a few in turn fill it. Each entry as the chain walked alone
-/// would give it (its spans' first bits and states), None where that walk fails.
-pub(crate) fn walk_together(walks: &[&BlockWalk<'_>], split: u32) -> Vec<Option<[u32; CHAIN_WORDS]>> {
-    let mut entries = Vec::with_capacity(walks.len());
-    for group in walks.chunks(4) {
-        match *group {
-            [a] => entries.extend(walk_side_by_side([a], split)),
-            [a, b] => entries.extend(walk_side_by_side([a, b], split)),
-            [a, b, c] => entries.extend(walk_side_by_side([a, b, c], split)),
-            [a, b, c, d] => entries.extend(walk_side_by_side([a, b, c, d], split)),
-            _ => {}
-        }
-    }
-    entries
-}
-
-/// [`walk_together`] of `K` chains: runs of steps each chain can take before its next span starts
-/// or it ends, every chain a step in turn (a chain that ended or failed steps on harmlessly, its
-/// entry taken), then each chain's span noted or its end.
-fn walk_side_by_side<const K: usize>(walks: [&BlockWalk<'_>; K], split: u32) -> [Option<[u32; CHAIN_WORDS]>; K] {
-    let mut cursors = walks.map(|w| w.start(split));
-    let mut entries = [None; K];
-    loop {
-        let mut run = u32::MAX;
-        for (cursor, entry) in cursors.iter_mut().zip(entries.iter_mut()) {
-            let Some(c) = cursor else { continue };
-            if c.bad {
-                *cursor = None;
-                continue;
-            }
-            if c.walked == c.next_span && c.note_span().is_none() {
-                *cursor = None;
-                continue;
-            }
-            if c.walked >= c.last {
-                *entry = Some(c.entry);
-                *cursor = None;
-                continue;
-            }
-            run = run.min(c.next_span.min(c.last) - c.walked);
-        }
-        if run == u32::MAX {
-            return entries;
-        }
-        // The run on locals (registers), every chain stepping alike.
-        let mut left = [0usize; K];
-        let mut states = [[0usize; 3]; K];
-        let mut bad = [true; K];
-        for (k, c) in cursors.iter().enumerate() {
-            if let Some(c) = c {
-                (left[k], states[k], bad[k]) = (c.left, c.states, false);
-            }
-        }
-        for _ in 0..run {
-            for k in 0..K {
-                if let Some(c) = &cursors[k] {
-                    step(&c.tables, c.stream, &mut left[k], &mut states[k], &mut bad[k]);
-                }
-            }
-        }
-        for (k, cursor) in cursors.iter_mut().enumerate() {
-            if let Some(c) = cursor {
-                (c.left, c.states, c.bad) = (left[k], states[k], bad[k]);
-                c.walked += run;
-            }
-        }
-    }
-}
-
-/// A chain part walked: its bits unread, its states (literal length, offset, match length),
-/// sequences walked, and its entry so far.
-struct Cursor<'a> {
-    stream: &'a [u8],
-    tables: [Packed; 3],
-    left: usize,
-    states: [usize; 3],
-    /// The bits ran out or a state left its table: the device finds where.
-    bad: bool,
-    walked: u32,
-    /// The sequences whose updates are read: every one but the last (no span starts after it).
-    last: u32,
-    span: u32,
-    /// Where the next span starts, and its index.
-    next_span: u32,
-    j: usize,
-    entry: [u32; CHAIN_WORDS],
-}
-
-impl Cursor<'_> {
-    /// The span starting here noted: its bits left and states.
-    fn note_span(&mut self) -> Option<()> {
-        let [ll, of, ml] = self.states;
-        *self.entry.get_mut(1 + self.j)? = u32::try_from(self.left).ok()?;
-        *self.entry.get_mut(1 + SPANS as usize + self.j)? = (ll | of << 10 | ml << 20) as u32;
-        self.j += 1;
-        self.next_span = self.next_span.saturating_add(self.span);
-        Some(())
-    }
-}
-
-/// One sequence's step of a chain: its table entries, its bits skipped (the codes' extra bits)
-/// and read (the states' updates), its next states. `bad` where the bits run out or a state is
-/// outside its table; then nothing moves. (Inlined into each chain's turn, or the chains' steps
-/// do not overlap: four side by side ran no faster than one, measured.)
-#[allow(clippy::inline_always)]
-#[inline(always)]
-fn step(tables: &[Packed; 3], stream: &[u8], left: &mut usize, states: &mut [usize; 3], bad: &mut bool) {
-    let [ll_t, of_t, ml_t] = tables;
-    let [ll, of, ml] = *states;
-    let (Some(&ll_e), Some(&of_e), Some(&ml_e)) = (ll_t.entries.get(ll), of_t.entries.get(of), ml_t.entries.get(ml))
-    else {
-        *bad = true;
-        return;
-    };
-    let (lb, mb, ob) = (ll_e & 0xFF, ml_e & 0xFF, of_e & 0xFF);
-    let extra = (ll_e >> 8 & 0xFF) + (of_e >> 8 & 0xFF) + (ml_e >> 8 & 0xFF);
-    // The updates' bits, lowest of the sequence's: literal length's, match length's, offset's,
-    // from the top down.
-    let Some(at) = left.checked_sub((extra + lb + mb + ob) as usize) else {
-        *bad = true;
-        return;
-    };
-    *left = at;
-    let v = bits_at(stream, at, lb + mb + ob);
-    *states = [
-        (ll_e >> 16) as usize + (v >> (mb + ob)) as usize,
-        (of_e >> 16) as usize + (v & ((1 << ob) - 1)) as usize,
-        (ml_e >> 16) as usize + ((v >> ob) & ((1 << mb) - 1)) as usize,
-    ];
 }
 
 #[cfg(test)]
