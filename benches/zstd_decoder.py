@@ -15,6 +15,7 @@ launches, and each launch's share) and the one-warp decoder, in the same run.
 `--lane-threads N`: threads a thread block of `zstd_sequence_lanes` (default: decode.rs' `LANE_THREADS`, 8; 4 for older sources);
 `--exec-threads N`: threads (and a round's sequences) of `zstd_execute` (default: decode.rs'
 `exec_threads` of the launch's frames; sources before the thread block executor, a warp);
+`--lineinfo`: the kernels compiled with line information (for ncu's source counters);
 `--cycles`: also the instrumented block decode (clock64 cycles of each phase of a block's warp:
 literals, tables, packing, chain walk, spans, rest), for --cycles-frames (default 1,16).
 """
@@ -36,7 +37,9 @@ CHAINS = "const unsigned int* chains" in src
 # Warps a block's entries take side by side (decode.rs ENTRY_PARTS; sources before it: one).
 ENTRY_PARTS = 8 if "gridDim.y warps per block" in src else 1
 # Compiled as the crate does (NVRTC); a name defined after it checks its #undefs.
-mod = cp.RawModule(code=src + "\n#define ZS_OK 12345\n", backend="nvrtc")
+# --lineinfo: the kernels compiled with their source lines, for ncu's source counters.
+NVRTC_OPTIONS = ("-lineinfo",) if "--lineinfo" in sys.argv else ()
+mod = cp.RawModule(code=src + "\n#define ZS_OK 12345\n", backend="nvrtc", options=NVRTC_OPTIONS)
 # Threads of zstd_execute's thread blocks: --exec-threads, else decode.rs' `exec_threads` of the
 # launch's frames; sources before the thread block executor: a warp.
 EXEC_BLOCK = "ZS_EXEC_THREADS" in src
@@ -394,7 +397,7 @@ def instrumented(text):
 def cycles_of(text, name):
     global k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write, BLOCK_PLAN
     saved = (k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write, BLOCK_PLAN)
-    m = cp.RawModule(code=text, backend="nvrtc")
+    m = cp.RawModule(code=text, backend="nvrtc", options=NVRTC_OPTIONS)
     k_plan, k_blocks, k_exec, k_link, k_entries, k_jump, k_write = (m.get_function(f) for f in (
         "zstd_plan", "zstd_decode_blocks", "zstd_execute", "zstd_link", "zstd_entries", "zstd_jump", "zstd_write"))
     plain = BLOCK_PLAN

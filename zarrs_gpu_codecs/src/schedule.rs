@@ -121,8 +121,8 @@ impl DecodeRates {
     /// How many of `n` frames (`bytes` decoded in all, the largest `largest`) host threads
     /// decode beside the device so that both finish soonest: the smallest such share (ties keep
     /// frames on the device). The frames the host takes are any `k` of them. Small frames where
-    /// the device keeps them ([`DecodeRates::splits`]): none, unless host threads decode them all
-    /// within the device's fixed cost (frames of a few dozen KiB).
+    /// the device keeps them ([`DecodeRates::small_frames_on_device`]): none, unless host
+    /// threads decode them all within the device's fixed cost (frames of a few dozen KiB).
     #[must_use]
     pub fn host_share(&self, n: usize, bytes: u64, largest: u64, threads: usize) -> usize {
         if n == 0 {
