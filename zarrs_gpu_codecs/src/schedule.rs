@@ -8,7 +8,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::pipeline::batch::LARGE_CHUNK;
+/// Chunks at least this large (decoded) may be decoded on host threads: one large zstd frame
+/// decodes largely serially on the GPU.
+pub(crate) const LARGE_CHUNK: u64 = 4 << 20;
 
 /// The rates the split between nvCOMP and host threads comes from. The defaults are an H200's
 /// (zstd level 3 of float32 data; nvCOMP 6); set them with
@@ -299,8 +301,8 @@ mod tests {
 
     #[test]
     fn small_frames_stay_on_a_device_that_keeps_them_large_ones_split() {
-        // Our zstd decoder's rates: small frames never split, however slow the device is
-        // thought; large ones split by the rates.
+        // Our zstd decoder's rates: small frames stay on the device (but a few that host threads
+        // finish within its fixed cost); large ones split by the rates.
         let rates = DecodeRates {
             device_call_s: 0.4e-3,
             device_frame_rate: 330.0 * MIB,

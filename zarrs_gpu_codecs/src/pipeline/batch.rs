@@ -7,15 +7,13 @@ use zarrs_storage::StoreKey;
 
 use crate::config::GpuConfig;
 use crate::error::GpuError;
+use crate::schedule::LARGE_CHUNK;
 
 /// Stored chunks start at this alignment in the host and device staging when each is read on
 /// its own (nvCOMP takes zstd input at any alignment; 256 keeps copies aligned).
 pub(crate) const STORED_ALIGN: u64 = 256;
 /// Decoded chunks start at this alignment.
 pub(crate) const DECODED_ALIGN: u64 = 4096;
-/// Chunks at least this large (decoded) may be decoded on host threads: one large zstd frame
-/// decodes largely serially on the GPU.
-pub(crate) const LARGE_CHUNK: u64 = 4 << 20;
 /// Stored ranges of one value this close together are read as one (the gap read and dropped):
 /// one pread of 64 KiB more costs less than another request.
 pub(crate) const COALESCE_GAP: u64 = 64 << 10;

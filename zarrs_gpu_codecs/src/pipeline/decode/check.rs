@@ -7,8 +7,9 @@ use super::job::{Item, Job, Route};
 use super::read::Batch;
 use crate::codecs::HostCheck;
 use crate::error::GpuError;
-use crate::pipeline::batch::{host_fraction, LARGE_CHUNK};
+use crate::pipeline::batch::host_fraction;
 use crate::schedule::DecodeRates;
+use crate::schedule::LARGE_CHUNK;
 
 impl Batch {
     /// The host check of every stored unit of the batch (`stored`: its bytes as read), then its
