@@ -1,20 +1,36 @@
 #!/usr/bin/env bash
-# Run DX3: where the instructions of the lane a block's sequences and of the executor stall, by
-# source line (ncu's source counters of the kernels compiled with --lineinfo), 1,024 Z2 frames.
+# Run DX3: where the chain walk's and the spans' steps go (the block decode at 64 Z2 frames, lane 0
+# walking each block's chain) and the lanes' and the executor's (1,024 frames): the kernels'
+# machine code with source lines (NVRTC for this GPU, nvdisasm), ncu's source counters and warp
+# states by source line, and the harness's instrumented cycles of a block's phases.
 # Prepare here: a stage with `bench` (e.g. DX2's) and `.gpu/zcases.bin.xz`. On the GPU host:
-#   BUDGET=150 bash .gpu/run bash benches/results/2026-12-08-h100-run-dx3.sh
+#   BUDGET=240 bash .gpu/run bash benches/results/2026-12-08-h100-run-dx3.sh
 set -uo pipefail
-. benches/gpu_run.sh ${BUDGET:-150}
+. benches/gpu_run.sh ${BUDGET:-240}
 timeout 60 bench --dir /tmp/b --gib 1 --cases z2 --ours-only --tiles 0 --repeat 1 > /tmp/make.log 2>&1
 log "arrays rc=$? $(el)"
-NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1); log "ncu: $NCU"
-H="python3 benches/zstd_decoder.py .gpu/zcases.bin.xz --chunks /tmp/b/z2.zarr/c --decoders blocks --lineinfo --frames 1024"
-ZSTD_SKIP_REPLAY=1 timeout $(( $(left) - 30 )) $NCU --kernel-name regex:"zstd_sequence_lanes|zstd_execute" --launch-count 2 \
-  --section SourceCounters --section WarpStateStats --import-source yes -o /tmp/dx3 -f $H > $OUT/ncu.txt 2>&1
-log "ncu rc=$? $(el)"
-timeout 20 $NCU -i /tmp/dx3.ncu-rep --page source --csv --print-source cuda > /tmp/source.csv 2> /tmp/source.err
-log "source page rc=$? $(wc -c < /tmp/source.csv) bytes $(head -c 300 /tmp/source.err)"
-xz -T0 -c /tmp/source.csv > $OUT/source.csv.xz
-ls -la /tmp/dx3.ncu-rep >> $OUT/log.txt 2>&1
-[ "$(stat -c %s /tmp/dx3.ncu-rep 2>/dev/null || echo 0)" -lt 20000000 ] && xz -T0 -c /tmp/dx3.ncu-rep > $OUT/dx3.ncu-rep.xz
+CUDA_BIN=$(dirname "$(command -v nvdisasm || ls /usr/local/cuda/bin/nvdisasm /usr/local/cuda-*/bin/nvdisasm 2>/dev/null | head -1)")
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1); log "ncu: $NCU; cuda bin: $CUDA_BIN"
+timeout 60 python3 benches/zstd_sass.py /tmp/sass --lineinfo >> $OUT/log.txt 2>&1
+timeout 60 $CUDA_BIN/nvdisasm -c -g /tmp/sass/zstd.cubin > /tmp/sass.txt 2>> $OUT/log.txt ||
+  timeout 60 $CUDA_BIN/cuobjdump -sass /tmp/sass/zstd.cubin > /tmp/sass.txt 2>> $OUT/log.txt
+log "sass rc=$? $(wc -l < /tmp/sass.txt) lines $(el)"
+xz -T0 -c /tmp/sass.txt > $OUT/sass.txt.xz
+H="python3 benches/zstd_decoder.py .gpu/zcases.bin.xz --chunks /tmp/b/z2.zarr/c --decoders blocks"
+ZSTD_SKIP_REPLAY=1 timeout 90 $H --frames 64,288,1024 --cycles --cycles-frames 1,16,64 > $OUT/harness.txt 2>&1
+log "harness rc=$? $(el)"
+# ncu: the block decode at 64 frames (lane 0 walks each chain, 32 spans), then the lanes and the
+# executor at 1,024 frames.
+profile() {  # NAME REGEX FRAMES
+  ZSTD_SKIP_REPLAY=1 timeout $(( $(left) - 40 )) $NCU --kernel-name regex:"$2" --launch-skip 2 --launch-count 2 \
+    --section SourceCounters --section WarpStateStats --import-source yes -o /tmp/$1 -f $H --lineinfo --frames $3 \
+    > /tmp/ncu-$1.txt 2>&1
+  log "ncu $1 rc=$? $(el)"; tail -40 /tmp/ncu-$1.txt >> $OUT/ncu.txt
+  timeout 30 $NCU -i /tmp/$1.ncu-rep --page source --csv --print-source cuda,sass > /tmp/src-$1.csv 2> /tmp/src-$1.err
+  log "source page $1 rc=$? $(wc -c < /tmp/src-$1.csv) bytes $(head -c 300 /tmp/src-$1.err)"
+  [ -s /tmp/src-$1.csv ] || timeout 30 $NCU -i /tmp/$1.ncu-rep --page source --csv --print-source cuda > /tmp/src-$1.csv 2>> $OUT/log.txt
+  xz -T0 -c /tmp/src-$1.csv > $OUT/source-$1.csv.xz
+}
+profile blocks64 "zstd_decode_blocks" 64
+[ "$(left)" -gt 70 ] && profile lanes1024 "zstd_sequence_lanes|zstd_execute" 1024
 log "done $(el)"
