@@ -4,21 +4,29 @@
 # machine code with source lines (NVRTC for this GPU, nvdisasm), ncu's source counters and warp
 # states by source line, and the harness's instrumented cycles of a block's phases.
 # Prepare here: a stage with `bench` (e.g. DX2's) and `.gpu/zcases.bin.xz`. On the GPU host:
-#   BUDGET=240 bash .gpu/run bash benches/results/2026-12-08-h100-run-dx3.sh
+#   BUDGET=300 bash .gpu/run bash benches/results/2026-12-08-h100-run-dx3.sh
 set -uo pipefail
-. benches/gpu_run.sh ${BUDGET:-240}
+. benches/gpu_run.sh ${BUDGET:-300}
 timeout 60 bench --dir /tmp/b --gib 1 --cases z2 --ours-only --tiles 0 --repeat 1 > /tmp/make.log 2>&1
 log "arrays rc=$? $(el)"
 CUDA_BIN=$(dirname "$(command -v nvdisasm || ls /usr/local/cuda/bin/nvdisasm /usr/local/cuda-*/bin/nvdisasm 2>/dev/null | head -1)")
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1); log "ncu: $NCU; cuda bin: $CUDA_BIN"
-timeout 60 python3 benches/zstd_sass.py /tmp/sass --lineinfo >> $OUT/log.txt 2>&1
-timeout 60 $CUDA_BIN/nvdisasm -c -g /tmp/sass/zstd.cubin > /tmp/sass.txt 2>> $OUT/log.txt ||
-  timeout 60 $CUDA_BIN/cuobjdump -sass /tmp/sass/zstd.cubin > /tmp/sass.txt 2>> $OUT/log.txt
-log "sass rc=$? $(wc -l < /tmp/sass.txt) lines $(el)"
-xz -T0 -c /tmp/sass.txt > $OUT/sass.txt.xz
+# The sources: this checkout's, and the variants staged beside it (.gpu/variants/NAME/*.cu).
+mkdir -p /tmp/sass
+for v in tree .gpu/variants/*; do
+  name=$(basename $v); src=$([ $v = tree ] && echo zarrs_gpu_codecs/src/codecs/zstd || echo $v)
+  timeout 60 python3 benches/zstd_sass.py /tmp/sass/$name --source $src --lineinfo >> $OUT/log.txt 2>&1
+  timeout 60 $CUDA_BIN/nvdisasm -c -g /tmp/sass/$name/zstd.cubin > /tmp/sass/$name.txt 2>> $OUT/log.txt
+  log "sass $name rc=$? $(wc -l < /tmp/sass/$name.txt) lines $(el)"
+done
+tar -C /tmp/sass -cJf $OUT/sass.tar.xz $(cd /tmp/sass && ls *.txt)
 H="python3 benches/zstd_decoder.py .gpu/zcases.bin.xz --chunks /tmp/b/z2.zarr/c --decoders blocks"
-ZSTD_SKIP_REPLAY=1 timeout 90 $H --frames 64,288,1024 --cycles --cycles-frames 1,16,64 > $OUT/harness.txt 2>&1
-log "harness rc=$? $(el)"
+for v in .gpu/variants/*; do
+  # (Each variant's kernels replayed on the CPU shim's cases too: same statuses and bytes.)
+  timeout 100 $H --source $v --label $(basename $v) --frames 64,288,1024 --cycles --cycles-frames 1,16,64 \
+    --json $OUT/harness.jsonl >> $OUT/harness.txt 2>&1
+  log "harness $v rc=$? $(el)"
+done
 # ncu: the block decode at 64 frames (lane 0 walks each chain, 32 spans), then the lanes and the
 # executor at 1,024 frames.
 profile() {  # NAME REGEX FRAMES

@@ -331,6 +331,10 @@ ZS_FN zs_u64 zs_rep_link(zs_u64 r, const zs_u32* in_tag, const zs_u32* in_rep) {
     return v > d ? (zs_u64)(v - d) : ~0ull;
 }
 
+// The low n (under 32: an offset code's extra bits, a length's, a sequence's state bits) bits
+// of a word.
+ZS_FN zs_u32 zs_low_bits(zs_u32 v, zs_u32 n) { return v & ((1u << n) - 1u); }
+
 // A sequence's bits in stream order: its offset's (offset code 1 reads the one bit that picks
 // a repeat offset, 0 none), its lengths', its state updates' (none after the last). Read from
 // the window at once where it holds them all (one refill check a sequence: the branches are what
@@ -342,11 +346,11 @@ ZS_FN void zs_sequence_bits(ZsBits* b, zs_u32 of_code, zs_u32 ext_bits, zs_u32 s
     if (need <= b->avail) {
         const zs_u64 w = b->word;
         zs_u32 at = b->avail - of_code;
-        *v_off = (zs_u32)(w >> (at & 63)) & zs_mask(of_code);
+        *v_off = zs_low_bits((zs_u32)(w >> (at & 63)), of_code);
         at -= ext_bits;
         *v_ext = (zs_u32)(w >> (at & 63)) & zs_mask(ext_bits);
         at -= state_bits;
-        *v_st = (zs_u32)(w >> (at & 63)) & zs_mask(state_bits);
+        *v_st = zs_low_bits((zs_u32)(w >> (at & 63)), state_bits);
         b->avail = at;
     } else {
         // More than a window's bits (long offsets), or past the stream's start.
@@ -362,51 +366,60 @@ ZS_FN void zs_sequence_bits(ZsBits* b, zs_u32 of_code, zs_u32 ext_bits, zs_u32 s
 // The three states after a sequence, from their entries' update fields and its state bits.
 ZS_FN void zs_next_states(zs_u32 ll_hi, zs_u32 ml_hi, zs_u32 oe, zs_u32 v_st, zs_u32* ll_state, zs_u32* ml_state,
                           zs_u32* of_state) {
-    const zs_u32 mb = ml_hi & 0xFF, ob = (oe >> 8) & 0xFF;
+    const zs_u32 mb = ml_hi & 0xFF, ob = oe & 0xFF;
     *ll_state = (ll_hi >> 16) + (v_st >> (mb + ob));
-    *ml_state = (ml_hi >> 16) + ((v_st >> ob) & zs_mask(mb));
-    *of_state = (oe >> 16) + (v_st & zs_mask(ob));
+    *ml_state = (ml_hi >> 16) + zs_low_bits(v_st >> ob, mb);
+    *of_state = (oe >> 16) + zs_low_bits(v_st, ob);
 }
 
-// The chain's reader: only the state bits are read, each sequence's other bits skipped. The
-// unread bits' top lies in a 128-bit window of two aligned words (hi, the word holding it, and
-// lo, the one below), and the word below those is loaded a step ahead: a sequence's reads are
-// shifts of registers, and the load its window's next move takes has had a sequence or more to
-// arrive. Bit a of the words is bit a - lead of the stream (lead: the bits of the first word
-// before the stream's first byte). On the CPU the words are assembled from the stream's bytes,
-// ones outside it: a read that took any of those bits would show.
+// The chain's reader: only the state bits are read, each sequence's other bits skipped, from the
+// two aligned 32-bit words at the bits' place (a funnel shift). The four words below the unread
+// bits' top are loaded as a step starts, beside its table reads: a sequence takes at most
+// ZS_SEQUENCE_BITS, so its state bits lie in two of them, selected in registers once the
+// sequence's bits are known (a load there took half of run DX3's step). Bit a of the words is
+// bit a - lead of the stream (lead: the bits of the first word before the stream's first byte).
+// On the CPU the words are assembled from the stream's bytes, ones outside it 0xFF: a read that
+// took any of those bits would show.
 struct ZsChainBits {
     const zs_u8* p;
     zs_u32 len, lead;
-    int top;             // hi's index
-    zs_u64 hi, lo, next;  // words top, top - 1, top - 2 (zeros below the first)
 };
+// A sequence's bits at most: its offset code's (31 at most, as the offset table's build allows),
+// its lengths' extra bits (16 each), its states' update bits (the tables' logs: 9, 9 and 8). So
+// where the top unread bit is bit 32j + r of the words, the lowest is bit 32j + r + 1 - 89 or
+// above: in word j - 3 or above.
+#define ZS_SEQUENCE_BITS 89u
 
-ZS_FN zs_u64 zs_chain_word(const ZsChainBits* c, int i) {
-    if (i < 0) return 0;
+// Word i (at least 0, at most the last holding a byte of the stream).
+ZS_FN zs_u32 zs_chain_word(const ZsChainBits* c, int i) {
 #ifdef ZS_HOST_SHIM
-    zs_u64 w = 0;
-    for (zs_u32 k = 0; k < 8; ++k) {
-        const long long at = 8ll * i + k - (long long)(c->lead / 8);
-        w |= (zs_u64)(at >= 0 && at < (long long)c->len ? c->p[at] : 0xFFu) << (8 * k);
+    zs_u32 w = 0;
+    for (zs_u32 k = 0; k < 4; ++k) {
+        const long long at = 4ll * i + k - (long long)(c->lead / 8);
+        w |= (zs_u32)(at >= 0 && at < (long long)c->len ? c->p[at] : 0xFFu) << (8 * k);
     }
     return w;
 #else
     // The aligned words holding the stream's bytes lie within its input's allocation.
-    const zs_u64* words = (const zs_u64*)((zs_u64)c->p & ~7ull);
-    return words[i];
+    const zs_u32* words = (const zs_u32*)((zs_u64)c->p & ~3ull);
+    return __ldg(words + i);
 #endif
 }
 
-// The reader of stream p of len bytes with `left` bits unread.
-ZS_FN void zs_chain_bits_at(ZsChainBits* c, const zs_u8* p, zs_u32 len, zs_u32 left) {
+// The words lo, hi at bit a, where bits [a, a + n) lie, shifted to bit 0.
+ZS_FN zs_u32 zs_funnel(zs_u32 lo, zs_u32 hi, int a) {
+#ifdef ZS_HOST_SHIM
+    return (zs_u32)((((zs_u64)hi << 32) | lo) >> (a & 31));
+#else
+    return __funnelshift_r(lo, hi, (zs_u32)a & 31u);
+#endif
+}
+
+// The reader of stream p of len bytes (len at least 1).
+ZS_FN void zs_chain_bits_at(ZsChainBits* c, const zs_u8* p, zs_u32 len) {
     c->p = p;
     c->len = len;
-    c->lead = 8u * (zs_u32)((zs_u64)p & 7u);
-    c->top = ((int)(c->lead + left) - 1) >> 6;  // the word of the top unread bit (-1: none)
-    c->hi = zs_chain_word(c, c->top);
-    c->lo = zs_chain_word(c, c->top - 1);
-    c->next = zs_chain_word(c, c->top - 2);
+    c->lead = 8u * (zs_u32)((zs_u64)p & 3u);
 }
 
 // The chain alone, from the states after the stream's first bits: each span's bits and states.
@@ -417,7 +430,7 @@ ZS_FN void zs_sequence_chain(const ZsBits* b, const zs_u64* ll_t, const zs_u64* 
     zs_u32 reach = 0;
     const zs_u32 left = zs_bits_left(b);
     ZsChainBits c;
-    zs_chain_bits_at(&c, b->p, b->len, left);
+    zs_chain_bits_at(&c, b->p, b->len);
     int a = (int)(c.lead + left);  // the unread bits' top, in the words (under 2^24)
     for (zs_u32 k0 = 0; k0 < n_seq; k0 += span) {
         sp->left[reach] = (zs_u32)a - c.lead;
@@ -426,36 +439,34 @@ ZS_FN void zs_sequence_chain(const ZsBits* b, const zs_u64* ll_t, const zs_u64* 
         if (spans == 1) break;  // one span: its lane walks the chain itself
         const zs_u32 k1 = n_seq - k0 < span ? n_seq : k0 + span;
         for (zs_u32 k = k0; k < k1; ++k) {
+            // The words of the top unread bit (j) and the three below (word 0 for none: not
+            // taken, the bits below a lying within the stream).
+            const int j = (a - 1) >> 5;
+            const zs_u32 w0 = zs_chain_word(&c, j < 0 ? 0 : j), w1 = zs_chain_word(&c, j < 1 ? 0 : j - 1),
+                         w2 = zs_chain_word(&c, j < 2 ? 0 : j - 2), w3 = zs_chain_word(&c, j < 3 ? 0 : j - 3);
             const zs_u32 ll_hi = (zs_u32)(ll_t[ll_state] >> 32), ml_hi = (zs_u32)(ml_t[ml_state] >> 32);
             const zs_u32 oe = of_t[of_state];
-            const zs_u32 state_bits = k + 1 < n_seq ? (ll_hi & 0xFF) + (ml_hi & 0xFF) + ((oe >> 8) & 0xFF) : 0;
-            const zs_u32 need = (oe & 0xFF) + ((ll_hi >> 8) & 0xFF) + ((ml_hi >> 8) & 0xFF) + state_bits;
-            // Bits run out: this sequence's span's lane fails on them.
-            if (need > (zs_u32)a - c.lead) {
+            // The entries' low bytes summed: the state bits; their second bytes: the extra bits.
+            const zs_u32 sum = ll_hi + ml_hi + oe;
+            const zs_u32 state_bits = sum & (k + 1 < n_seq ? 0xFFu : 0u);
+            const zs_u32 need = ((sum >> 8) & 0xFF) + state_bits;
+            // Bits run out: this sequence's span's lane fails on them. (More than a sequence's
+            // bits: never, as its tables are built; the words are not read below the four.) The
+            // step is finished first, its states then dropped, so that it is one run of
+            // instructions: its word loads issued with its table reads, not after the check.
+            const bool out = need > (zs_u32)a - c.lead || need > ZS_SEQUENCE_BITS;
+            a -= (int)need;
+            // The state bits are the lowest of the sequence's: [a, a + state_bits), within words
+            // i and i + 1 (within i alone where i is j), i from j - 3 to j.
+            const int i = a >> 5;
+            const zs_u32 lo = i == j ? w0 : i == j - 1 ? w1 : i == j - 2 ? w2 : w3;
+            const zs_u32 hi = i == j - 1 ? w0 : i == j - 2 ? w1 : i == j - 3 ? w2 : w0;
+            const zs_u32 v_st = zs_low_bits(zs_funnel(lo, hi, a), state_bits);
+            zs_next_states(ll_hi, ml_hi, oe, v_st, &ll_state, &ml_state, &of_state);
+            if (out) {
                 sp->reach = reach;
                 return;
             }
-            a -= (int)need;
-            // The state bits are the lowest of the sequence's: [a, a + state_bits), below the
-            // window's top; the window moves down while a is below it: a word at most but for
-            // long offsets, so the first move is selects (a lone lane pays for every branch).
-            const int move = a < 64 * c.top - 64;
-            c.hi = move ? c.lo : c.hi;
-            c.lo = move ? c.next : c.lo;
-            c.top -= move;
-            if (move) c.next = zs_chain_word(&c, c.top - 2);
-            while (a < 64 * c.top - 64) {
-                c.hi = c.lo;
-                c.lo = c.next;
-                c.top -= 1;
-                c.next = zs_chain_word(&c, c.top - 2);
-            }
-            // x: 0 to 128 - state_bits (128 only before a first read, a read of no bits); hi
-            // shifted in two steps, so that x == 0 takes none of it.
-            const zs_u32 x = (zs_u32)(a - (64 * c.top - 64));
-            const zs_u64 w = x >= 64 ? c.hi >> (x & 63) : (c.lo >> x) | ((c.hi << 1) << (63 - x));
-            const zs_u32 v_st = (zs_u32)w & zs_mask(state_bits);
-            zs_next_states(ll_hi, ml_hi, oe, v_st, &ll_state, &ml_state, &of_state);
         }
     }
     sp->reach = reach;
@@ -499,8 +510,9 @@ struct ZsRunEnd {
 
 // A block's decoding tables as a warp a block packs them in its shared memory: a literal or
 // match length state's entry of 8 bytes (the code's baseline; its state's bits, the code's extra
-// bits, its state's base, a byte each but the base, 16 bits), an offset state's of 4 (code,
-// bits, base).
+// bits, its state's base, a byte each but the base, 16 bits), an offset state's of 4 (its state's
+// bits, the code (its extra bits), base): the three high words summed hold a sequence's state
+// bits in their low byte and its other bits in the next.
 struct ZsWideTables {
     const zs_u64* ll;
     const zs_u64* ml;
@@ -538,7 +550,7 @@ ZS_FN zs_u32 zs_compact_update(zs_u32 e, zs_u32 log) {
 }
 
 // A length state's entry of either: the code's baseline, and the rest as the wide entry's high
-// word has it (bits | extra << 8 | base << 16); an offset state's (code | bits << 8 | base << 16).
+// word has it (bits | extra << 8 | base << 16); an offset state's (bits | code << 8 | base << 16).
 ZS_FN void zs_ll_entry(const ZsWideTables& t, zs_u32 state, zs_u32* base, zs_u32* hi) {
     const zs_u64 e = t.ll[state];
     *base = (zs_u32)e;
@@ -564,7 +576,7 @@ ZS_FN void zs_ml_entry(const ZsCompactTables& t, zs_u32 state, zs_u32* base, zs_
 }
 ZS_FN zs_u32 zs_of_entry(const ZsCompactTables& t, zs_u32 state) {
     const zs_u32 e = t.of[state], u = zs_compact_update(e, t.of_log);
-    return (e & 63) | ((u & 0xFFu) << 8) | (u & 0xFFFF0000u);
+    return (u & 0xFFu) | ((e & 63) << 8) | (u & 0xFFFF0000u);
 }
 
 // Sequences [k0, k1) of a block's n_seq decoded whole into their records, from the stream's
@@ -584,9 +596,9 @@ ZS_FN void zs_sequence_run(const zs_u8* stream, zs_u32 stream_len, zs_u32 left, 
         zs_ll_entry(t, ll_state, &ll_base, &ll_hi);
         zs_ml_entry(t, ml_state, &ml_base, &ml_hi);
         const zs_u32 oe = zs_of_entry(t, of_state);
-        const zs_u32 of_code = oe & 0xFF;
+        const zs_u32 of_code = (oe >> 8) & 0xFF;
         const zs_u32 ll_bits = (ll_hi >> 8) & 0xFF, ml_bits = (ml_hi >> 8) & 0xFF;
-        const zs_u32 state_bits = k + 1 < n_seq ? (ll_hi & 0xFF) + (ml_hi & 0xFF) + ((oe >> 8) & 0xFF) : 0;
+        const zs_u32 state_bits = (ll_hi + ml_hi + oe) & (k + 1 < n_seq ? 0xFFu : 0u);
         zs_u32 v_off, v_ext, v_st;
         zs_sequence_bits(&b, of_code, ml_bits + ll_bits, state_bits, &v_off, &v_ext, &v_st);
         // Literal length code 0 is the only one of baseline 0.
@@ -613,7 +625,7 @@ ZS_FN void zs_sequence_run(const zs_u8* stream, zs_u32 stream_len, zs_u32 left, 
             r0 = offset;
         }
         const zs_u32 ml = ml_base + (v_ext >> ll_bits);
-        const zs_u32 ll = ll_base + (v_ext & zs_mask(ll_bits));
+        const zs_u32 ll = ll_base + zs_low_bits(v_ext, ll_bits);
         zs_next_states(ll_hi, ml_hi, oe, v_st, &ll_state, &ml_state, &of_state);
         // Literals within the block's; the block within block_max (each length under 2^18: no
         // wrap). Sums within the run here; a split block's runs' sums are checked when they are
@@ -851,7 +863,7 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
     }
     // One read a state: literal and match length entries of 8 bytes (the code's baseline; the
     // update's bits, the code's extra bits, the update's base) where the Huffman table was,
-    // offset entries of 4 (code, update bits, update base) where the literal length table was
+    // offset entries of 4 (update bits, code, update base) where the literal length table was
     // built, once that is packed.
     zs_u64* ll_t = (zs_u64*)sh->huf_area;
     zs_u64* ml_t = ll_t + 512;
@@ -871,7 +883,7 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
     // (The offset table's own arrays are read here, its entries written where the literal
     // length table's were: 1 KiB within its 2.)
     ZS_FOR_LANES(u, 256) {
-        const zs_u32 v = u < (1u << of_log) ? sh->of.symbol[u] | ((zs_u32)sh->of.bits[u] << 8) | ((zs_u32)sh->of.base[u] << 16) : 0;
+        const zs_u32 v = u < (1u << of_log) ? sh->of.bits[u] | ((zs_u32)sh->of.symbol[u] << 8) | ((zs_u32)sh->of.base[u] << 16) : 0;
         ZS_SYNC();
         of_t[u] = v;
     }

@@ -473,6 +473,45 @@ fn sequences_split_into_spans_decode_as_one_lane_walks_them() {
 }
 
 #[test]
+fn sequences_of_the_most_bits_are_walked_at_every_alignment_of_their_stream() {
+    // Blocks of 131,072 bytes, each 40,000 fresh bytes, then 70,000 copied from 5 MiB back, then
+    // text: a sequence of a literal length of 15 extra bits, a match length of 16 and an offset
+    // code of 22, beside a few thousand short ones. The device's chain walk reads its state bits
+    // from the four words below the unread bits' top, the lowest of those only for sequences of
+    // 66 bits or more (`blocks.cu`, ZS_SEQUENCE_BITS): at the stream's four byte alignments, one
+    // of 74 bits or more takes it at one of them at least.
+    const SOURCE: usize = 70_000;
+    let units = 12;
+    let mut raw = data(0, units * SOURCE, 71);
+    raw.extend(data(0, (5 << 20) - raw.len() % (128 << 10), 72));
+    let fill = (128 << 10) - raw.len() % (128 << 10);
+    raw.extend(data(0, fill, 73));
+    for u in 0..units {
+        raw.extend(data(0, 40_000, 80 + u as u64));
+        raw.extend_from_within(u * SOURCE..(u + 1) * SOURCE);
+        raw.extend(data(2, (128 << 10) - 110_000, 90 + u as u64));
+    }
+    let mut c = zstd::bulk::Compressor::new(3).unwrap();
+    c.set_parameter(zstd::zstd_safe::CParameter::WindowLog(23)).unwrap();
+    c.set_parameter(zstd::zstd_safe::CParameter::EnableLongDistanceMatching(true)).unwrap();
+    let frame = c.compress(&raw).unwrap();
+    let widest = frame_walks(&frame, 0)
+        .iter()
+        .filter_map(|(_, walk)| walk.sequence_bits()?.into_iter().max())
+        .collect::<Vec<_>>();
+    assert!(widest.iter().filter(|&&bits| bits >= 74).count() >= 2, "{widest:?}");
+    for lead in 0..4 {
+        let mut held = vec![0u8; frame.len() + 8];
+        let at = 4 - held.as_ptr() as usize % 4 + lead;
+        held[at..at + frame.len()].copy_from_slice(&frame);
+        let mut out = vec![0u8; raw.len()];
+        let r = decode_on_host_split(&mut [(&held[at..at + frame.len()], &mut out[..])], HostPath::Jump, 32, Chains::Device);
+        assert_eq!(r, [(OK, raw.len() as u64)], "stream at byte {lead} of a word: {}", status_text(r[0].0));
+        assert!(out == raw, "stream at byte {lead} of a word: other bytes");
+    }
+}
+
+#[test]
 fn the_host_walks_a_dozen_z2_chunks_chains_and_leaves_twenty_to_the_device() {
     // A Z2 chunk: 10 blocks, 120,842 sequences, the longest block about 12,800.
     let chunks = |n: u64| Slots { blocks: 10 * n, sequences: 120_842 * n, literals: 0, most: 12_800 };

@@ -176,6 +176,20 @@ impl BlockWalk<'_> {
     /// `split` spans at most; None where it has one span (its lane walks the chain itself) or the
     /// bits run out (the device then finds where).
     pub(crate) fn walk(&self, split: u32) -> Option<[u32; CHAIN_WORDS]> {
+        self.walk_seeing(split, |_| {})
+    }
+
+    /// The bits of each sequence of the block but the last (its extra bits and its states'
+    /// update bits) as the walk of a block split into spans finds them; None as [`Self::walk`].
+    #[cfg(test)]
+    pub(crate) fn sequence_bits(&self) -> Option<Vec<u32>> {
+        let mut bits = Vec::new();
+        self.walk_seeing(SPANS, |n| bits.push(n))?;
+        Some(bits)
+    }
+
+    /// [`Self::walk`], each sequence's bits (but the last's) told to `seen`.
+    fn walk_seeing(&self, split: u32, mut seen: impl FnMut(u32)) -> Option<[u32; CHAIN_WORDS]> {
         let (n_spans, span) = spans(self.count, split);
         if n_spans < 2 {
             return None;
@@ -206,6 +220,7 @@ impl BlockWalk<'_> {
                 let (lb, mb, ob) = (ll_e & 0xFF, ml_e & 0xFF, of_e & 0xFF);
                 let extra = (ll_e >> 8 & 0xFF) + (of_e >> 8 & 0xFF) + (ml_e >> 8 & 0xFF);
                 left = left.checked_sub(extra as usize)?;
+                seen(extra + lb + mb + ob);
                 // The updates' bits, lowest of the sequence's: literal length's, match length's,
                 // offset's, from the top down.
                 let v = read(lb + mb + ob, &mut left)?;
