@@ -528,23 +528,37 @@ ZS_FN zs_u32 zs_bits_window(zs_u32 left) {
     return top >= 8 ? top - 8 : 0;
 }
 
+// The aligned 8-byte word at address `a` (a multiple of 8) that holds a byte of the stream: on
+// the device read whole (the aligned words holding an input's bytes lie within its allocation);
+// on the CPU assembled from the stream's bytes, those outside it 0xFF, so that a reader that took
+// any of them would show.
+ZS_FN zs_u64 zs_bits_aligned_word(const ZsBits* b, zs_u64 a) {
+#ifdef ZS_HOST_SHIM
+    zs_u64 w = 0;
+    for (zs_u32 k = 0; k < 8; ++k) {
+        const zs_u64 o = a + k - (zs_u64)b->p;  // wraps for bytes before the stream: outside
+        w |= (zs_u64)(o < b->len ? b->p[o] : 0xFFu) << (8 * k);
+    }
+    return w;
+#else
+    return *(const zs_u64*)a;
+#endif
+}
+
 // Load the 8 bytes below a window at b->at (within the stream, as zs_bits_window says).
 ZS_FN void zs_bits_load_below(ZsBits* b) {
     const zs_u32 at = b->at;
     b->below_hi = 0;
     b->shift = 0;
-#ifndef ZS_HOST_SHIM
     if (at >= 8) {
         const zs_u64 q = (zs_u64)(b->p + at - 8);
-        const zs_u64* w = (const zs_u64*)(q & ~7ull);
         b->shift = 8u * (zs_u32)(q & 7u);
-        b->below = w[0];
+        b->below = zs_bits_aligned_word(b, q & ~7ull);
         // (The word after holds bytes of [at - 8, at) where the shift is not 0.)
-        if (b->shift != 0) b->below_hi = w[1];
+        if (b->shift != 0) b->below_hi = zs_bits_aligned_word(b, (q & ~7ull) + 8);
         return;
     }
-#endif
-    b->below = at >= 8 ? zs_load8(b->p + at - 8) : at > 0 ? zs_load8(b->p) << (8u * (8u - at)) : 0ull;
+    b->below = at > 0 ? zs_load8(b->p) << (8u * (8u - at)) : 0ull;
 }
 
 // The bytes [at - 8, at) zs_bits_load_below loaded.

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Run DX4: the chain walk's words loaded with its table reads and the bit reader's word combined
+# when the window moves (dd73e1e and its successor), beside afca841's kernels: the harness's
+# decoder-only rows and a block's cycles by phase for each kernel source (base: afca841's; HEAD:
+# this checkout's; R: HEAD with `2026-12-08-dx4-r.patch`, a sequence's offset picked without
+# branches), each replayed against the CPU shim's cases; then the Z2 and B1 rows of this build and
+# ae80fe8's bench (afca841's kernels) in turn, tiles and crops, the device tests of the zstd routes.
+# Prepare here: `../shared/gpu/stage --tests '^device'`, then
+# `bash benches/gpu_extras.sh --kernels afca841 --bench ae80fe8 --zcases`. On the GPU host:
+#   BUDGET=480 bash .gpu/run bash benches/results/2026-12-08-h100-run-dx4.sh
+set -uo pipefail
+. benches/gpu_run.sh ${BUDGET:-480}
+xz -dc .gpu/bench-ae80fe8.xz > /tmp/bench-old && chmod +x /tmp/bench-old
+timeout 150 bench --dir /tmp/b --gib 1 --cases z2,b1 --ours-only --tiles 0 --repeat 1 > /tmp/make.log 2>&1
+log "arrays rc=$? $(el)"
+mkdir -p /tmp/R && cp zarrs_gpu_codecs/src/codecs/zstd/*.cu /tmp/R/ &&
+  (cd /tmp/R && patch -s -p1 < "$OLDPWD/benches/results/2026-12-08-dx4-r.patch") || log "patch R failed"
+H="python3 benches/zstd_decoder.py .gpu/zcases.bin.xz --chunks /tmp/b/z2.zarr/c --decoders blocks"
+for v in .gpu/src-afca841:base zarrs_gpu_codecs/src/codecs/zstd:HEAD /tmp/R:R; do
+  timeout 100 $H --source ${v%%:*} --label ${v##*:} --frames 1,16,64,288,1024 --cycles --cycles-frames 1,16,64 \
+    --json $OUT/harness.jsonl >> $OUT/harness.txt 2>&1
+  log "harness ${v##*:} rc=$? $(el)"
+done
+for r in 1 2; do
+  rows HEAD bench z2
+  rows ae80fe8 /tmp/bench-old z2
+done
+rows HEAD bench b1
+rows ae80fe8 /tmp/bench-old b1
+for b in bench /tmp/bench-old; do
+  timeout 60 $b --dir /tmp/b --gib 1 --cases z2 --ours-only --tiles-only --tiles 9 --repeat 2 --batch 32 --label "$b" \
+    --json $OUT/tiles.jsonl > /tmp/t.log 2>&1 || { log "tiles $b rc=$?"; tail -5 /tmp/t.log >> $OUT/log.txt; }
+done
+log "tiles $(el)"
+staged_tests "compressed:: retrieval:: sharding::" "none_here"
+summary
