@@ -799,6 +799,15 @@ ZS_FN zs_u32 zs_block_literals(ZsShared* sh, const zs_u8* in, zs_u32 block_max, 
     return ZS_OK;
 }
 
+// Where a block's table builds keep their numbers in the Huffman table's words: the symbols'
+// counters (256 words), the spread's (ZsSpread), the counts (256 shorts).
+#define ZS_SPREAD_AT 256u
+#define ZS_NORM_AT 400u
+typedef char zs_spread_fits[4 * ZS_SPREAD_AT + sizeof(ZsSpread) <= 4 * ZS_NORM_AT &&
+                                    4 * ZS_NORM_AT + 2 * 256 <= sizeof(((ZsShared*)0)->huf_area)
+                                ? 1
+                                : -1];
+
 // Block p's sequences into records, after its literals (zs_block_literals, whose count and
 // section p holds); its status, size and repeat offsets into p.
 ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max, ZsBlockPlan* p,
@@ -821,18 +830,24 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
     }
     if (count == 0) return head == seq_len ? ZS_OK : ZS_BAD_SEQUENCES;
     // The three tables from the descriptions in effect, one after another: each one's counts
-    // and spread by lane 0 (a chain of steps), then its states' bits and bases by the warp
-    // (three lanes building a table each took 194,000 cycles a Z2 block, run DT1), their
-    // counters where the Huffman table was (read no more; the packed tables take it after).
+    // read by lane 0, its symbols spread and its states' bits and bases made by the warp (three
+    // lanes building a table each took 194,000 cycles a Z2 block, run DT1; lane 0 spreading was
+    // most of the rest, DX3), their counters and the spread's numbers where the Huffman table
+    // was (read no more; the packed tables take it after).
     ZsFse* tables[3] = {&sh->ll, &sh->of, &sh->ml};
     zs_u32* next = sh->huf_area;
+    ZsSpread* spread = (ZsSpread*)(void*)(sh->huf_area + ZS_SPREAD_AT);
+    short* norm = (short*)(void*)(sh->huf_area + ZS_NORM_AT);
     zs_u32 built = 1;
     for (zs_u32 t = 0; t < 3; ++t) {
         const zs_u32 at = p->tab_at[t];
         const zs_u32 mode = p->tab_mode[t];
         if (ZS_LANE == 0) {
-            const zs_u64 used = zs_sequence_symbols(tables[t], t, mode, at == ZS_NONE ? in : in + at,
-                                                    at == ZS_NONE ? 0 : p->in_at + p->in_size - at, 1, next);
+            zs_u32 symbols = 0;
+            const zs_u64 used = zs_sequence_counts(tables[t], t, mode, at == ZS_NONE ? in : in + at,
+                                                   at == ZS_NONE ? 0 : p->in_at + p->in_size - at, 1, norm, &symbols);
+            if (used != ~0ull && (mode == 0 || mode == 2))
+                zs_spread_prepare(norm, symbols, tables[t]->log, tables[t]->symbol, next, spread);
             sh->stream_status[t] = used != ~0ull;
         }
         ZS_SYNC();
@@ -840,7 +855,11 @@ ZS_FN zs_u32 zs_block_sequences(ZsShared* sh, const zs_u8* in, zs_u32 block_max,
         const zs_u32 log = tables[t]->log;
         ZS_SYNC();
         built &= ok;
-        if (ok && (mode == 0 || mode == 2)) zs_fill_states(log, tables[t]->symbol, tables[t]->bits, tables[t]->base, next);
+        if (ok && (mode == 0 || mode == 2)) {
+            zs_spread_states(spread, log, tables[t]->symbol);
+            ZS_SYNC();
+            zs_fill_states(log, tables[t]->symbol, tables[t]->bits, tables[t]->base, next);
+        }
         ZS_SYNC();
     }
     if (!built) return ZS_BAD_SEQUENCES;

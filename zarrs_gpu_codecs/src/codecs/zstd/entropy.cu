@@ -43,6 +43,9 @@ typedef unsigned long long zs_u64;
 
 // A sequence code's decoding table: per state its symbol, the bits of its next state's update
 // and that update's base. Offsets use at most 256 states, lengths 512.
+// Symbols of a sequence code's table at most (match lengths: 53).
+#define ZS_SPREAD_SYMBOLS 64u
+
 struct ZsFse {
     zs_u16 base[512];
     zs_u8 symbol[512];
@@ -266,6 +269,77 @@ ZS_FN void zs_spread(const short* norm, zs_u32 symbols, zs_u32 log, zs_u8* symbo
     }
 }
 
+// zs_spread's table by the warp, in two halves. zs_spread visits the states in the order
+// p_k = k * step mod size (step is odd: every state once), skips those left to the
+// low-probability symbols (above `high`) and gives the n-th state it keeps the symbol whose run of
+// counts holds n. So state p_k, kept, takes the symbol of n = k less the left states visited
+// before it: each state on its own, from a few numbers lane 0 makes first (zs_spread_prepare):
+// the runs' starts (`cum`, a symbol's first n) and the visit index of each left state (`late`).
+// No lane reads another's result, so the CPU's one lane runs the same arithmetic. (The serial
+// spread was about 80% of a block's tables, run DX3.)
+struct ZsSpread {
+    zs_u32 cum[ZS_SPREAD_SYMBOLS];   // symbol s's first n (counts of the symbols before it)
+    zs_u32 late[ZS_SPREAD_SYMBOLS];  // the visit index k of each state left to a low-probability symbol
+    zs_u32 symbols, lates;
+    int high;
+};
+
+// Lane 0: the low-probability symbols into the table's top states, each symbol's first counter
+// into next, and the numbers the warp's half takes into w.
+ZS_FN void zs_spread_prepare(const short* norm, zs_u32 symbols, zs_u32 log, zs_u8* symbol, zs_u32* next,
+                             ZsSpread* w) {
+    const zs_u32 size = 1u << log;
+    const zs_u32 mask = size - 1;
+    const zs_u32 step = (size >> 1) + (size >> 3) + 3;
+    // step's inverse modulo 2^32 (so modulo size): Newton's iteration, exact after 5 steps for
+    // an odd number.
+    zs_u32 inverse = step;
+    for (zs_u32 i = 0; i < 5; ++i) inverse *= 2u - step * inverse;
+    int high = (int)size - 1;
+    zs_u32 n = 0, lates = 0;
+    for (zs_u32 s = 0; s < symbols && s < ZS_SPREAD_SYMBOLS; ++s) {
+        w->cum[s] = n;
+        if (norm[s] == -1) {
+            if (high >= 0) {
+                symbol[high] = (zs_u8)s;
+                w->late[lates++] = ((zs_u32)high * inverse) & mask;
+            }
+            high -= 1;
+            next[s] = 1;
+        } else {
+            next[s] = norm[s] > 0 ? (zs_u32)norm[s] : 0;
+            n += next[s];
+        }
+    }
+    w->symbols = symbols < ZS_SPREAD_SYMBOLS ? symbols : ZS_SPREAD_SYMBOLS;
+    w->lates = lates;
+    w->high = high;
+}
+
+// The warp: the kept states' symbols (zs_spread's layout), from lane 0's numbers in w.
+ZS_FN void zs_spread_states(const ZsSpread* w, zs_u32 log, zs_u8* symbol) {
+    const zs_u32 size = 1u << log;
+    const zs_u32 step = (size >> 1) + (size >> 3) + 3;
+    const int high = w->high;
+    const zs_u32 symbols = w->symbols, lates = w->lates;
+    if (high < 0 || symbols == 0) return;
+    ZS_FOR_LANES(k, size) {
+        const zs_u32 pos = ((zs_u32)k * step) & (size - 1);
+        if ((int)pos > high) continue;
+        zs_u32 n = (zs_u32)k;
+        for (zs_u32 i = 0; i < lates; ++i) n -= w->late[i] < k;
+        // The last symbol whose run starts at n or before (runs of no counts are empty: the
+        // last of equal starts is the one with counts).
+        zs_u32 lo = 0, hi = symbols;  // cum[lo] <= n; the answer in [lo, hi)
+        while (hi - lo > 1) {
+            const zs_u32 mid = (lo + hi) >> 1;
+            if (w->cum[mid] <= n) lo = mid;
+            else hi = mid;
+        }
+        symbol[pos] = (zs_u8)lo;
+    }
+}
+
 // State u's update bits and base, its symbol's counter x at it (the states before it with that
 // symbol counted).
 ZS_FN void zs_state(zs_u32 log, zs_u32 u, zs_u32 x, zs_u8* bits, zs_u16* base) {
@@ -349,21 +423,18 @@ ZS_FN short zs_predefined(zs_u32 which, zs_u32 s) {
     return zs_ml_default[s];
 }
 
-// Lane 0: a sequence code's table (which: 0 literal lengths, 1 offsets, 2 match lengths) in
-// `mode` from src[0, len) into t, but for the states' bits and bases in modes 0 and 2: their
-// symbols spread and their counters in next (room for 256), for zs_states or zs_fill_states to
-// finish. Returns the bytes its description takes, or ~0 when damaged.
-ZS_FN zs_u64 zs_sequence_symbols(ZsFse* t, zs_u32 which, zs_u32 mode, const zs_u8* src, zs_u64 len,
-                                 zs_u32 tables_valid, zs_u32* next) {
+// Lane 0: a sequence code's table description (which: 0 literal lengths, 1 offsets, 2 match
+// lengths) in `mode` from src[0, len) read: in modes 0 and 2 its counts into norm (room for 256;
+// their number into *symbols, the table's log into t->log), for a spread to lay out; in mode 1
+// the whole table into t. Returns the bytes the description takes, or ~0 when damaged.
+ZS_FN zs_u64 zs_sequence_counts(ZsFse* t, zs_u32 which, zs_u32 mode, const zs_u8* src, zs_u64 len,
+                                zs_u32 tables_valid, short* norm, zs_u32* symbols) {
     const zs_u32 max_symbol = which == 0 ? 35u : which == 1 ? 31u : 52u;
     const zs_u32 max_log = which == 1 ? 8u : 9u;
-    short norm[256];
     if (mode == 0) {
-        const zs_u32 symbols = which == 0 ? 36u : which == 1 ? 29u : 53u;
-        const zs_u32 log = which == 1 ? 5u : 6u;
-        for (zs_u32 s = 0; s < symbols; ++s) norm[s] = zs_predefined(which, s);
-        zs_spread(norm, symbols, log, t->symbol, next);
-        t->log = log;
+        *symbols = which == 0 ? 36u : which == 1 ? 29u : 53u;
+        for (zs_u32 s = 0; s < *symbols; ++s) norm[s] = zs_predefined(which, s);
+        t->log = which == 1 ? 5u : 6u;
         return 0;
     }
     if (mode == 1) {
@@ -375,15 +446,27 @@ ZS_FN zs_u64 zs_sequence_symbols(ZsFse* t, zs_u32 which, zs_u32 mode, const zs_u
         return 1;
     }
     if (mode == 2) {
-        zs_u32 symbols = 0, log = 0;
-        const zs_u64 bytes = zs_read_counts(src, len, max_symbol, max_log, norm, &symbols, &log);
+        zs_u32 log = 0;
+        const zs_u64 bytes = zs_read_counts(src, len, max_symbol, max_log, norm, symbols, &log);
         if (bytes == 0) return ~0ull;
-        zs_spread(norm, symbols, log, t->symbol, next);
         t->log = log;
         return bytes;
     }
     // Repeat: the table of the frame's last block with sequences.
     return tables_valid ? 0 : ~0ull;
+}
+
+// Lane 0: a sequence code's table in `mode` from src[0, len) into t (zs_sequence_counts), but
+// for the states' bits and bases in modes 0 and 2: their symbols spread and their counters in
+// next (room for 256), for zs_states or zs_fill_states to finish. Returns the bytes its
+// description takes, or ~0 when damaged.
+ZS_FN zs_u64 zs_sequence_symbols(ZsFse* t, zs_u32 which, zs_u32 mode, const zs_u8* src, zs_u64 len,
+                                 zs_u32 tables_valid, zs_u32* next) {
+    short norm[256];
+    zs_u32 symbols = 0;
+    const zs_u64 used = zs_sequence_counts(t, which, mode, src, len, tables_valid, norm, &symbols);
+    if (used != ~0ull && (mode == 0 || mode == 2)) zs_spread(norm, symbols, t->log, t->symbol, next);
+    return used;
 }
 
 // Lane 0: a sequence code's whole table (as zs_sequence_symbols, the states' bits and bases

@@ -505,7 +505,12 @@ fn sequences_of_the_most_bits_are_walked_at_every_alignment_of_their_stream() {
         let at = 4 - held.as_ptr() as usize % 4 + lead;
         held[at..at + frame.len()].copy_from_slice(&frame);
         let mut out = vec![0u8; raw.len()];
-        let r = decode_on_host_split(&mut [(&held[at..at + frame.len()], &mut out[..])], HostPath::Jump, 32, Chains::Device);
+        let r = decode_on_host_split(
+            &mut [(&held[at..at + frame.len()], &mut out[..])],
+            HostPath::Jump,
+            32,
+            Chains::Device,
+        );
         assert_eq!(r, [(OK, raw.len() as u64)], "stream at byte {lead} of a word: {}", status_text(r[0].0));
         assert!(out == raw, "stream at byte {lead} of a word: other bytes");
     }
