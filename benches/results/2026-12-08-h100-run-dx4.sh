@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Run DX4: the chain walk's words loaded with its table reads and the bit reader's word combined
-# when the window moves (dd73e1e and its successor), beside afca841's kernels: the harness's
+# when the window moves (dd73e1e, 1e87364), a table's symbols spread by the warp (430ea18), and
+# the replayed cases' frame of 74-77-bit sequences (which take the chain walk's lowest word),
+# beside afca841's kernels: the harness's
 # decoder-only rows and a block's cycles by phase for each kernel source (base: afca841's; HEAD:
 # this checkout's; R: HEAD with `2026-12-08-dx4-r.patch`, a sequence's offset picked without
 # branches), each replayed against the CPU shim's cases; then the Z2 and B1 rows of this build and
@@ -13,10 +15,11 @@ set -uo pipefail
 xz -dc .gpu/bench-ae80fe8.xz > /tmp/bench-old && chmod +x /tmp/bench-old
 timeout 150 bench --dir /tmp/b --gib 1 --cases z2,b1 --ours-only --tiles 0 --repeat 1 > /tmp/make.log 2>&1
 log "arrays rc=$? $(el)"
+R=/tmp/R:R
 mkdir -p /tmp/R && cp zarrs_gpu_codecs/src/codecs/zstd/*.cu /tmp/R/ &&
-  (cd /tmp/R && patch -s -p1 < "$OLDPWD/benches/results/2026-12-08-dx4-r.patch") || log "patch R failed"
+  (cd /tmp/R && patch -s -p1 < "$OLDPWD/benches/results/2026-12-08-dx4-r.patch") || { log "patch R failed"; R=; }
 H="python3 benches/zstd_decoder.py .gpu/zcases.bin.xz --chunks /tmp/b/z2.zarr/c --decoders blocks"
-for v in .gpu/src-afca841:base zarrs_gpu_codecs/src/codecs/zstd:HEAD /tmp/R:R; do
+for v in .gpu/src-afca841:base zarrs_gpu_codecs/src/codecs/zstd:HEAD $R; do
   timeout 100 $H --source ${v%%:*} --label ${v##*:} --frames 1,16,64,288,1024 --cycles --cycles-frames 1,16,64 \
     --json $OUT/harness.jsonl >> $OUT/harness.txt 2>&1
   log "harness ${v##*:} rc=$? $(el)"

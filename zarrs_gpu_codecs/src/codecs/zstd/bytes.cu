@@ -678,6 +678,10 @@ extern "C" __global__ void zstd_write(const unsigned long long* capacities, unsi
 #undef ZS_REP
 #undef ZS_SPANS
 #undef ZS_SPAN_MIN
+#undef ZS_SEQUENCE_BITS
+#undef ZS_SPREAD_SYMBOLS
+#undef ZS_SPREAD_AT
+#undef ZS_NORM_AT
 #ifndef ZS_HOST_SHIM
 #undef ZS_LANES
 #undef ZS_LANE

@@ -472,20 +472,16 @@ fn sequences_split_into_spans_decode_as_one_lane_walks_them() {
     assert!(cases >= 200 && errors > cases / 3, "{cases} cases, {errors} errors");
 }
 
-#[test]
-fn sequences_of_the_most_bits_are_walked_at_every_alignment_of_their_stream() {
-    // Blocks of 131,072 bytes, each 40,000 fresh bytes, then 70,000 copied from 5 MiB back, then
-    // text: a sequence of a literal length of 15 extra bits, a match length of 16 and an offset
-    // code of 22, beside a few thousand short ones. The device's chain walk reads its state bits
-    // from the four words below the unread bits' top, the lowest of those only for sequences of
-    // 66 bits or more (`blocks.cu`, ZS_SEQUENCE_BITS): at the stream's four byte alignments, one
-    // of 74 bits or more takes it at one of them at least.
+/// A frame of `units` blocks of 131,072 bytes after 5 MiB or more of fresh bytes, each 40,000
+/// fresh bytes, then 70,000 copied from the frame's first bytes (over 5 MiB back: offset code 22),
+/// then text: a sequence of a literal length of 15 extra bits, a match length of 16 and an offset
+/// code of 22 first in each block, beside a few thousand short ones. Its bytes and the frame.
+fn frame_of_long_sequences(units: usize) -> (Vec<u8>, Vec<u8>) {
     const SOURCE: usize = 70_000;
-    let units = 12;
     let mut raw = data(0, units * SOURCE, 71);
+    // Fresh bytes up to a block's end after 5 MiB (with text there, zstd coded all but the last
+    // block's long sequences otherwise).
     raw.extend(data(0, (5 << 20) - raw.len() % (128 << 10), 72));
-    let fill = (128 << 10) - raw.len() % (128 << 10);
-    raw.extend(data(0, fill, 73));
     for u in 0..units {
         raw.extend(data(0, 40_000, 80 + u as u64));
         raw.extend_from_within(u * SOURCE..(u + 1) * SOURCE);
@@ -495,6 +491,17 @@ fn sequences_of_the_most_bits_are_walked_at_every_alignment_of_their_stream() {
     c.set_parameter(zstd::zstd_safe::CParameter::WindowLog(23)).unwrap();
     c.set_parameter(zstd::zstd_safe::CParameter::EnableLongDistanceMatching(true)).unwrap();
     let frame = c.compress(&raw).unwrap();
+    (raw, frame)
+}
+
+#[test]
+fn sequences_of_the_most_bits_are_walked_at_every_alignment_of_their_stream() {
+    // The device's chain walk reads a sequence's state bits from the four words below the unread
+    // bits' top, the lowest of those only for sequences of 66 bits or more (`blocks.cu`,
+    // ZS_SEQUENCE_BITS): at the stream's four byte alignments, one of 74 bits or more takes it at
+    // one of them at least. Such a sequence is each block's first (span 0's), so a wrong read
+    // there moves every later span's start.
+    let (raw, frame) = frame_of_long_sequences(4);
     let widest = frame_walks(&frame, 0)
         .iter()
         .filter_map(|(_, walk)| walk.sequence_bits()?.into_iter().max())
@@ -659,6 +666,9 @@ fn dump_cases_for_the_gpu_harness() {
         frame[at] ^= 1 << (k % 8);
         cases.push((frame, n));
     }
+    // Sequences of up to 77 bits (the chain walk's lowest word, which the cases above never take).
+    let (raw, frame) = frame_of_long_sequences(2);
+    cases.push((frame, raw.len()));
     for (frame, n) in &cases {
         let (status, out, decoded) = ours(frame, *n);
         // The harness compares the kernel's own status: a checksum verdict is not the kernel's.
