@@ -1,25 +1,18 @@
 #!/usr/bin/env bash
 # Run DX3: where the chain walk's and the spans' steps go (the block decode at 64 Z2 frames, lane 0
-# walking each block's chain) and the lanes' and the executor's (1,024 frames): the kernels'
-# machine code with source lines (NVRTC for this GPU, nvdisasm), ncu's source counters and warp
-# states by source line, and the harness's instrumented cycles of a block's phases.
+# walking each block's chain) and the lanes' and the executor's (1,024 frames): ncu's source
+# counters and warp states by source line, and the harness's instrumented cycles of a block's
+# phases for each kernel source in .gpu/variants/NAME/ (run DX3: afca841's as base, L and LS).
 # Prepare here: a stage with `bench` (e.g. DX2's) and `.gpu/zcases.bin.xz`. On the GPU host:
 #   BUDGET=300 bash .gpu/run bash benches/results/2026-12-08-h100-run-dx3.sh
 set -uo pipefail
 . benches/gpu_run.sh ${BUDGET:-300}
 timeout 60 bench --dir /tmp/b --gib 1 --cases z2 --ours-only --tiles 0 --repeat 1 > /tmp/make.log 2>&1
 log "arrays rc=$? $(el)"
-CUDA_BIN=$(dirname "$(command -v nvdisasm || ls /usr/local/cuda/bin/nvdisasm /usr/local/cuda-*/bin/nvdisasm 2>/dev/null | head -1)")
-NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1); log "ncu: $NCU; cuda bin: $CUDA_BIN"
-# The sources: this checkout's, and the variants staged beside it (.gpu/variants/NAME/*.cu).
-mkdir -p /tmp/sass
-for v in tree .gpu/variants/*; do
-  name=$(basename $v); src=$([ $v = tree ] && echo zarrs_gpu_codecs/src/codecs/zstd || echo $v)
-  timeout 60 python3 benches/zstd_sass.py /tmp/sass/$name --source $src --lineinfo >> $OUT/log.txt 2>&1
-  timeout 60 $CUDA_BIN/nvdisasm -c -g /tmp/sass/$name/zstd.cubin > /tmp/sass/$name.txt 2>> $OUT/log.txt
-  log "sass $name rc=$? $(wc -l < /tmp/sass/$name.txt) lines $(el)"
-done
-tar -C /tmp/sass -cJf $OUT/sass.tar.xz $(cd /tmp/sass && ls *.txt)
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1); log "ncu: $NCU"
+# (The run also dumped each source's machine code with a script since removed: the cubin that
+# CuPy's NVRTC returned was not an ELF file nvdisasm reads. `benches/sass.py` prints it without a
+# GPU.)
 H="python3 benches/zstd_decoder.py .gpu/zcases.bin.xz --chunks /tmp/b/z2.zarr/c --decoders blocks"
 for v in .gpu/variants/*; do
   # (Each variant's kernels replayed on the CPU shim's cases too: same statuses and bytes.)
