@@ -6,7 +6,8 @@
 # decoder-only rows and a block's cycles by phase for each kernel source (base: afca841's; HEAD:
 # this checkout's; R: HEAD with `2026-12-08-dx4-r.patch`, a sequence's offset picked without
 # branches), each replayed against the CPU shim's cases; then the Z2 and B1 rows of this build and
-# ae80fe8's bench (afca841's kernels) in turn, tiles and crops, the device tests of the zstd routes.
+# ae80fe8's bench (afca841's kernels) in turn, tiles and crops, the device tests of the zstd routes,
+# and, time allowing, ncu's source counters of HEAD's block decode at 64 frames.
 # Prepare here: `../shared/gpu/stage --tests '^device'`, then
 # `bash benches/gpu_extras.sh --kernels afca841 --bench ae80fe8 --zcases`. On the GPU host:
 #   BUDGET=480 bash .gpu/run bash benches/results/2026-12-08-h100-run-dx4.sh
@@ -37,3 +38,13 @@ done
 log "tiles $(el)"
 staged_tests "compressed:: retrieval:: sharding::" "none_here"
 summary
+# Where HEAD's block decode now waits (ncu's source counters by line, as DX3), time allowing.
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+if [ "$(left)" -gt 90 ] && [ -n "$NCU" ]; then
+  ZSTD_SKIP_REPLAY=1 timeout $(( $(left) - 30 )) $NCU --kernel-name regex:zstd_decode_blocks --launch-skip 2 \
+    --launch-count 1 --section SourceCounters --section WarpStateStats --import-source yes -o /tmp/b64 -f \
+    $H --lineinfo --frames 64 > $OUT/ncu.txt 2>&1
+  timeout 30 $NCU -i /tmp/b64.ncu-rep --page source --csv --print-source cuda,sass 2>> $OUT/log.txt |
+    xz -T0 > $OUT/source-blocks64.csv.xz
+  log "ncu blocks64 $(el)"
+fi
