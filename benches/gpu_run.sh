@@ -20,6 +20,17 @@ rows() {
   log "$label $case done $(el)"
 }
 
+# tiles LABEL BENCH CASES: random tiles and crop batches of CASES by the bench program BENCH,
+# labelled, into $OUT/tiles.jsonl.
+tiles() {
+  local label=$1 bin=$2 cases=$3
+  [ "$(left)" -lt 40 ] && { log "tiles $label: not run (time)"; return; }
+  timeout 60 "$bin" --dir /tmp/b --gib 1 --cases "$cases" --ours-only --tiles-only --tiles 9 --repeat 2 --batch 32 \
+    --label "$label" --json "$OUT/tiles.jsonl" > /tmp/t.log 2>&1 ||
+    { log "tiles $label rc=$?"; tail -5 /tmp/t.log >> "$OUT/log.txt"; }
+  log "tiles $label done $(el)"
+}
+
 # staged_tests DEVICE_FILTER CODECS_FILTER: the device tests and the codec crate's (GPU ones
 # included) whose names hold a filter's words, while time is left; names into $OUT/tests.txt.
 staged_tests() {

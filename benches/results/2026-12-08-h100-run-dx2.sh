@@ -22,10 +22,7 @@ for r in 1 2; do
   rows HEAD bench z2
   rows ae80fe8 /tmp/bench-old z2
 done
-for b in bench /tmp/bench-old; do
-  timeout 60 $b --dir /tmp/b --gib 1 --cases z2 --ours-only --tiles-only --tiles 9 --repeat 2 --batch 32 --label "$b" \
-    --json $OUT/tiles.jsonl > /tmp/t.log 2>&1 || { log "tiles $b rc=$?"; tail -5 /tmp/t.log >> $OUT/log.txt; }
-done
-log "tiles $(el)"
+tiles bench bench z2
+tiles /tmp/bench-old /tmp/bench-old z2
 staged_tests "compressed:: retrieval::" "none_here"
 summary

@@ -31,11 +31,8 @@ for r in 1 2; do
 done
 rows HEAD bench b1
 rows ae80fe8 /tmp/bench-old b1
-for b in bench /tmp/bench-old; do
-  timeout 60 $b --dir /tmp/b --gib 1 --cases z2 --ours-only --tiles-only --tiles 9 --repeat 2 --batch 32 --label "$b" \
-    --json $OUT/tiles.jsonl > /tmp/t.log 2>&1 || { log "tiles $b rc=$?"; tail -5 /tmp/t.log >> $OUT/log.txt; }
-done
-log "tiles $(el)"
+tiles bench bench z2
+tiles /tmp/bench-old /tmp/bench-old z2
 staged_tests "compressed:: retrieval:: sharding::" "none_here"
 summary
 # Where HEAD's block decode now waits (ncu's source counters by line, as DX3), time allowing.
